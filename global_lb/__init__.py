@@ -1,0 +1,1 @@
+"""Global tier: GeoDNS (with EDNS Client Subnet) and the HTTP front door; picks a region."""

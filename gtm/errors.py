@@ -1,0 +1,90 @@
+"""The gtm exception tree. Every error gtm raises on purpose is a :class:`GtmError`.
+
+Library errors (grpc/aetcd, aiohttp, pydantic, yaml) are translated into this tree at
+the boundary where the library is called — e.g. etcd errors only in
+:mod:`gtm.state.etcd` — so callers catch one root and never a library type::
+
+    GtmError
+    ├── ConfigError                 bad configuration or command-line input
+    ├── NotAvailableYet             a subcommand/feature that is not built yet
+    ├── StateError                  anything about the state store
+    │   ├── StateUnavailable        store unreachable or a call timed out (retryable)
+    │   ├── CompactedError          a watch asked for a revision already compacted
+    │   ├── LeaseNotFound           the lease expired or was revoked
+    │   └── CodecError              a stored value is not a valid record
+    └── RoutingError                anything about a routing decision
+        ├── NoEligibleCandidate     filtering removed every candidate (names the filter)
+        └── PluginError             unknown plugin type or invalid plugin parameters
+"""
+
+from __future__ import annotations
+
+
+class GtmError(Exception):
+    """Root of every error gtm raises on purpose."""
+
+
+class ConfigError(GtmError):
+    """Configuration or command-line input is invalid; the message says what to change."""
+
+
+class NotAvailableYet(GtmError):
+    """A subcommand or feature that is registered but not built yet."""
+
+
+class StateError(GtmError):
+    """Base for state-store errors."""
+
+
+class StateUnavailable(StateError):
+    """The store could not be reached or did not answer in time. Safe to retry."""
+
+
+class CompactedError(StateError):
+    """A watch asked for history older than the store's compaction revision.
+
+    The watcher must re-list (``range``) and watch again from the listed revision.
+    """
+
+    def __init__(self, requested_revision: int, compact_revision: int) -> None:
+        super().__init__(
+            f"revision {requested_revision} is compacted (oldest kept: {compact_revision}); "
+            "re-list and watch again"
+        )
+        self.requested_revision = requested_revision
+        self.compact_revision = compact_revision
+
+
+class LeaseNotFound(StateError):
+    """The lease does not exist: it expired, was revoked, or never was granted."""
+
+    def __init__(self, lease_id: int) -> None:
+        super().__init__(f"lease {lease_id:#x} not found (expired or revoked)")
+        self.lease_id = lease_id
+
+
+class CodecError(StateError):
+    """A stored value could not be decoded into its record type."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"value at {key!r} is not a valid record: {reason}")
+        self.key = key
+        self.reason = reason
+
+
+class RoutingError(GtmError):
+    """Base for routing-decision errors."""
+
+
+class NoEligibleCandidate(RoutingError):
+    """Filtering removed every candidate. ``filter_name`` names the filter that emptied the set."""
+
+    def __init__(self, filter_name: str, reason: str = "") -> None:
+        detail = f": {reason}" if reason else ""
+        super().__init__(f"no eligible candidate left after filter {filter_name!r}{detail}")
+        self.filter_name = filter_name
+        self.reason = reason
+
+
+class PluginError(RoutingError):
+    """A plugin type is unknown or its parameters are invalid."""

@@ -1,0 +1,329 @@
+"""Typed, frozen records shared by every tier.
+
+Records that are written to the state store derive from :class:`StoredRecord` and carry
+a ``schema`` version (serialised as ``"schema"``), so a reader can tell which shape it
+holds and refuse one it does not know instead of misreading it. Bump
+``SCHEMA_VERSION`` of a record when its shape changes incompatibly.
+
+Per-request records (:class:`RouteRequest`) and decisions (:class:`Decision`) are frozen
+too: a routing decision is a pure function of a request and an immutable snapshot.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import uuid
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+#: Identifiers of regions, zones, GPUs, tenants: DNS-label-like so they can appear in
+#: DNS names (``eu-west.api.<zone>``), etcd keys and Prometheus labels unescaped.
+Identifier = Annotated[
+    str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+]
+#: Model names as OpenAI clients send them (``meta-llama/Llama-3.1-8B-Instruct``).
+ModelName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9._:/@+-]+$")]
+#: ISO 3166-1 alpha-2, upper case.
+CountryCode = Annotated[str, Field(pattern=r"^[A-Z]{2}$")]
+NonNegInt = Annotated[int, Field(ge=0)]
+NonNegFloat = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+UnitFloat = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
+
+
+class Frozen(BaseModel):
+    """Base for every record: immutable, no unknown fields, no silent coercion of strings."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class StoredRecord(Frozen):
+    """A record that is written to the state store. ``schema`` is its shape version."""
+
+    SCHEMA_VERSION: ClassVar[int] = 1
+
+    schema_version: int = Field(default=1, alias="schema", ge=1)
+
+    @model_validator(mode="after")
+    def _known_schema(self) -> StoredRecord:
+        if self.schema_version > self.SCHEMA_VERSION:
+            raise ValueError(
+                f"{type(self).__name__} schema {self.schema_version} is newer than this "
+                f"gtm understands ({self.SCHEMA_VERSION}); upgrade gtm"
+            )
+        return self
+
+    def to_json(self) -> bytes:
+        """Serialise for storage (``schema`` under its wire name)."""
+        return self.model_dump_json(by_alias=True).encode()
+
+
+# ---------------------------------------------------------------------------- enums
+
+
+class WorkerState(StrEnum):
+    """Lifecycle of a GPU worker as the zone agent sees it."""
+
+    STARTING = "starting"  # registered, model loading / warming up
+    READY = "ready"
+    DRAINING = "draining"  # finishes in-flight work, takes no new requests
+    UNHEALTHY = "unhealthy"  # ejected by health checks / outlier detection
+    DOWN = "down"
+
+
+class Priority(StrEnum):
+    """Priority classes, served in this order when a region is saturated."""
+
+    INTERACTIVE = "interactive"
+    BATCH = "batch"
+    BEST_EFFORT = "best-effort"
+
+    @property
+    def rank(self) -> int:
+        """0 is served first."""
+        return _PRIORITY_RANK[self]
+
+
+_PRIORITY_RANK = {Priority.INTERACTIVE: 0, Priority.BATCH: 1, Priority.BEST_EFFORT: 2}
+
+
+class Tier(StrEnum):
+    GLOBAL = "global"
+    REGIONAL = "regional"
+    ZONE = "zone"
+
+
+class DrainTarget(StrEnum):
+    REGION = "region"
+    ZONE = "zone"
+    GPU = "gpu"
+
+
+# ---------------------------------------------------------------------------- geography
+
+
+class GeoPoint(Frozen):
+    """A point on Earth, WGS 84 degrees."""
+
+    lat: float = Field(ge=-90.0, le=90.0, allow_inf_nan=False)
+    lon: float = Field(ge=-180.0, le=180.0, allow_inf_nan=False)
+
+    def distance_km(self, other: GeoPoint) -> float:
+        """Great-circle distance (haversine, mean Earth radius 6371.0088 km, IUGG)."""
+        lat1, lon1, lat2, lon2 = map(math.radians, (self.lat, self.lon, other.lat, other.lon))
+        a = (
+            math.sin((lat2 - lat1) / 2) ** 2
+            + math.cos(lat1) * math.cos(lat2) * math.sin((lon2 - lon1) / 2) ** 2
+        )
+        return 2 * 6371.0088 * math.asin(min(1.0, math.sqrt(a)))
+
+
+# ---------------------------------------------------------------------------- topology
+
+
+class Endpoint(Frozen):
+    """Where a service listens. ``address`` is what DNS answers carry (A/AAAA)."""
+
+    url: str = Field(min_length=1, max_length=2048, pattern=r"^https?://")
+    address: ipaddress.IPv4Address | ipaddress.IPv6Address | None = None
+
+
+class Region(StoredRecord):
+    id: Identifier
+    name: str = ""
+    location: GeoPoint
+    jurisdiction: str = Field(min_length=1, max_length=63)
+    country: CountryCode
+    endpoints: tuple[Endpoint, ...] = ()
+
+
+class Zone(StoredRecord):
+    id: Identifier
+    region_id: Identifier
+    endpoints: tuple[Endpoint, ...] = ()
+
+
+class GpuWorker(StoredRecord):
+    id: Identifier
+    zone_id: Identifier
+    region_id: Identifier
+    url: str = Field(min_length=1, max_length=2048, pattern=r"^https?://")
+    gpu_type: str = Field(min_length=1, max_length=63)
+    models: tuple[ModelName, ...]
+    state: WorkerState = WorkerState.READY
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+class Tenant(StoredRecord):
+    id: Identifier
+    name: str = ""
+    priority: Priority = Priority.INTERACTIVE
+
+
+class Drain(StoredRecord):
+    """An operator's drain of a region, zone or GPU; present in the store while in force."""
+
+    target: DrainTarget
+    id: Identifier
+    reason: str = Field(default="", max_length=1024)
+    by: str = Field(default="", max_length=256)
+    at: NonNegFloat = 0.0
+
+
+# ---------------------------------------------------------------------------- summaries
+
+
+class ModelLoad(Frozen):
+    """Capacity and load of one model at one place (a zone or a region).
+
+    Rates are aggregates over the GPUs that serve the model there; the predicted
+    time-to-first-token (ARCHITECTURE §2) is derived from them, not stored.
+    """
+
+    model: ModelName
+    gpus: NonNegInt
+    healthy_gpus: NonNegInt
+    prefill_tokens_per_s: NonNegFloat
+    decode_tokens_per_s: NonNegFloat = 0.0
+    queued_prefill_tokens: NonNegInt = 0
+    running_requests: NonNegInt = 0
+    waiting_requests: NonNegInt = 0
+    max_running_requests: NonNegInt = 0
+    kv_blocks_total: NonNegInt = 0
+    kv_blocks_free: NonNegInt = 0
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelLoad:
+        if self.healthy_gpus > self.gpus:
+            raise ValueError("healthy_gpus cannot exceed gpus")
+        if self.kv_blocks_free > self.kv_blocks_total:
+            raise ValueError("kv_blocks_free cannot exceed kv_blocks_total")
+        return self
+
+    @property
+    def utilisation(self) -> float:
+        """Fraction of running-sequence capacity in use, in [0, 1] (1 if no capacity)."""
+        if self.max_running_requests == 0:
+            return 1.0
+        return min(1.0, self.running_requests / self.max_running_requests)
+
+    def queue_delay_ms(self) -> float:
+        """Time to drain the queued uncached prefill tokens, ms (inf when nothing serves)."""
+        if self.prefill_tokens_per_s <= 0:
+            return math.inf
+        return 1000.0 * self.queued_prefill_tokens / self.prefill_tokens_per_s
+
+
+class ZoneSummary(StoredRecord):
+    """Published by a zone agent under a lease; read by its regional LB."""
+
+    zone_id: Identifier
+    region_id: Identifier
+    published_at: NonNegFloat
+    healthy: bool = True
+    models: tuple[ModelLoad, ...] = ()
+    #: A sketch of prefix-block hashes resident in the zone's caches (for locality).
+    prefix_sketch: tuple[int, ...] = ()
+
+    def load_for(self, model: str) -> ModelLoad | None:
+        return next((m for m in self.models if m.model == model), None)
+
+
+class RegionSummary(StoredRecord):
+    """Published by a regional LB under a lease; read by the global tier."""
+
+    region_id: Identifier
+    published_at: NonNegFloat
+    healthy: bool = True
+    zones_total: NonNegInt = 0
+    zones_healthy: NonNegInt = 0
+    models: tuple[ModelLoad, ...] = ()
+
+    def load_for(self, model: str) -> ModelLoad | None:
+        return next((m for m in self.models if m.model == model), None)
+
+
+# ---------------------------------------------------------------------------- requests
+
+
+class ClientInfo(Frozen):
+    """What is known about where a request comes from (GeoIP, ECS, or the caller)."""
+
+    ip: ipaddress.IPv4Address | ipaddress.IPv6Address | None = None
+    country: CountryCode | None = None
+    location: GeoPoint | None = None
+
+
+class RouteRequest(Frozen):
+    """One inference request, as every tier's routing sees it. Holds no prompt text."""
+
+    request_id: str = Field(default_factory=lambda: uuid.uuid4().hex, min_length=1, max_length=128)
+    model: ModelName
+    input_tokens: NonNegInt
+    max_output_tokens: NonNegInt = 0
+    tenant: Identifier
+    client: ClientInfo = ClientInfo()
+    data_class: str = Field(default="default", min_length=1, max_length=63)
+    priority: Priority = Priority.INTERACTIVE
+    #: Prefix-chained block hashes of the prompt (block i depends on blocks 0..i).
+    prefix_hashes: tuple[int, ...] = ()
+
+    @field_validator("prefix_hashes")
+    @classmethod
+    def _bounded_prefix(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        # 1M-token context / 16-token blocks = 65,536 blocks: anything longer is an attack.
+        if len(value) > 65_536:
+            raise ValueError("at most 65536 prefix block hashes")
+        return value
+
+
+# ---------------------------------------------------------------------------- decisions
+
+
+class FilterStep(Frozen):
+    """One filter's effect on the candidate set."""
+
+    plugin: str
+    removed: tuple[str, ...] = ()
+    reasons: tuple[tuple[str, str], ...] = ()  # (candidate id, why)
+    remaining: NonNegInt = 0
+
+
+class CandidateScore(Frozen):
+    """A surviving candidate's per-scorer scores (each in [0, 1]) and weighted total."""
+
+    candidate: str
+    scores: tuple[tuple[str, float], ...] = ()
+    total: float = 0.0
+
+    def score(self, plugin: str) -> float | None:
+        return next((s for name, s in self.scores if name == plugin), None)
+
+
+class DecisionTrace(Frozen):
+    """Why a decision came out as it did: who removed what, how the rest scored."""
+
+    profile: str
+    candidates: tuple[str, ...]
+    filters: tuple[FilterStep, ...] = ()
+    scores: tuple[CandidateScore, ...] = ()
+    picker: str = ""
+
+    def removed_by(self) -> Mapping[str, str]:
+        """Candidate id → the filter that removed it."""
+        return {cid: step.plugin for step in self.filters for cid in step.removed}
+
+
+class Decision(Frozen):
+    """The outcome of one routing decision at one tier."""
+
+    request_id: str
+    tier: Tier
+    choice: str
+    trace: DecisionTrace
+    #: Predicted cost of the choice in ms of time-to-first-token, when the profile knows it.
+    predicted_ttft_ms: NonNegFloat | None = None
+    kind: Literal["decision"] = "decision"

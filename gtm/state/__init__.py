@@ -1,0 +1,1 @@
+"""State: the store protocol, its two implementations, the key schema and snapshots."""

@@ -1,0 +1,138 @@
+"""Named, supervised background tasks. The only module allowed to call ``create_task``.
+
+asyncio keeps only weak references to tasks, and an exception in a task nobody awaits
+is lost until garbage collection. So gtm never fires and forgets: a
+:class:`TaskSupervisor` holds every task it starts, names it, logs and counts failures,
+and :meth:`TaskSupervisor.run_loop` runs periodic work with backoff, exporting when each
+loop last succeeded so that a stuck loop shows up as staleness on ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from gtm.clock import Clock, SystemClock
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Exponential backoff with full jitter (AWS architecture blog, "Exponential Backoff
+    And Jitter", 2015: full jitter spreads reconnect storms best)."""
+
+    initial: float = 0.1
+    maximum: float = 5.0
+    multiplier: float = 2.0
+
+    def delay(self, attempt: int, rng: random.Random) -> float:
+        """Delay before retry number ``attempt`` (0-based)."""
+        ceiling = min(self.maximum, self.initial * self.multiplier**attempt)
+        return rng.uniform(0.0, ceiling)
+
+
+class TaskSupervisor:
+    """Owns a set of named background tasks; :meth:`aclose` cancels and awaits them all."""
+
+    def __init__(
+        self,
+        *,
+        registry: CollectorRegistry,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+        component: str = "gtm",
+    ) -> None:
+        self._clock = clock or SystemClock()
+        self._rng = rng or random.Random()
+        self._component = component
+        self._tasks: dict[str, asyncio.Task[Any]] = {}
+        self._failures = Counter(
+            "gtm_task_failures_total",
+            "Exceptions raised by supervised background tasks and loops.",
+            ["component", "task"],
+            registry=registry,
+        )
+        self._last_success = Gauge(
+            "gtm_loop_last_success_timestamp_seconds",
+            "Wall-clock time of the last successful iteration of a supervised loop.",
+            ["component", "task"],
+            registry=registry,
+        )
+
+    @property
+    def names(self) -> frozenset[str]:
+        return frozenset(name for name, task in self._tasks.items() if not task.done())
+
+    def spawn(self, name: str, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        """Start ``coro`` as a task called ``name``; a crash is logged and counted."""
+        if name in self._tasks and not self._tasks[name].done():
+            coro.close()
+            raise ValueError(f"a task named {name!r} is already running")
+        task = asyncio.get_running_loop().create_task(coro, name=f"{self._component}:{name}")
+        self._tasks[name] = task
+        task.add_done_callback(lambda t: self._on_done(name, t))
+        return task
+
+    def _on_done(self, name: str, task: asyncio.Task[Any]) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            self._failures.labels(self._component, name).inc()
+            log.error("background task %s crashed", name, exc_info=exc)
+
+    def run_loop(
+        self,
+        name: str,
+        step: Callable[[], Awaitable[None]],
+        *,
+        interval: float,
+        backoff: Backoff | None = None,
+    ) -> asyncio.Task[Any]:
+        """Run ``step`` every ``interval`` seconds; on failure retry with ``backoff``.
+
+        A failing step never kills the loop: it is logged, counted in
+        ``gtm_task_failures_total`` and retried; ``gtm_loop_last_success_timestamp_seconds``
+        tells how stale the loop's output is.
+        """
+        return self.spawn(name, self._loop(name, step, interval, backoff or Backoff()))
+
+    async def _loop(
+        self, name: str, step: Callable[[], Awaitable[None]], interval: float, backoff: Backoff
+    ) -> None:
+        attempt = 0
+        while True:
+            try:
+                await step()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                self._failures.labels(self._component, name).inc()
+                log.warning("loop %s failed (attempt %d)", name, attempt + 1, exc_info=True)
+                await self._clock.sleep(backoff.delay(attempt, self._rng))
+                attempt += 1
+                continue
+            attempt = 0
+            self._last_success.labels(self._component, name).set(self._clock.wall())
+            await self._clock.sleep(interval)
+
+    async def aclose(self) -> None:
+        """Cancel every task and wait for them to finish."""
+        tasks = [t for t in self._tasks.values() if not t.done()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks.clear()
+
+    async def __aenter__(self) -> TaskSupervisor:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()

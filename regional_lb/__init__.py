@@ -1,0 +1,1 @@
+"""Regional tier: tenant quotas, fair queueing, zone choice and spillover within residency."""

@@ -1,0 +1,1 @@
+"""Zone agent: assigns each request to one GPU by expected compute cost and proxies it."""
