@@ -1,0 +1,75 @@
+import asyncio
+import random
+
+import pytest
+
+from gtm.clock import FakeClock
+from gtm.metrics import new_registry
+from gtm.tasks import Backoff, TaskSupervisor
+
+
+def test_backoff_is_bounded_full_jitter() -> None:
+    backoff = Backoff(initial=0.1, maximum=2.0, multiplier=2.0)
+    rng = random.Random(7)
+    for attempt in range(12):
+        ceiling = min(2.0, 0.1 * 2.0**attempt)
+        delays = [backoff.delay(attempt, rng) for _ in range(50)]
+        assert all(0.0 <= d <= ceiling for d in delays)
+    assert max(backoff.delay(30, rng) for _ in range(200)) > 1.0  # reaches the cap region
+
+
+async def test_run_loop_survives_failures_and_exports_last_success() -> None:
+    clock = FakeClock(start=0.0, wall_offset=100.0)
+    registry = new_registry()
+    calls: list[float] = []
+    succeeded = asyncio.Event()
+
+    async def step() -> None:
+        calls.append(clock.monotonic())
+        if len(calls) <= 2:
+            raise RuntimeError("transient")
+        succeeded.set()
+
+    async with TaskSupervisor(registry=registry, clock=clock, rng=random.Random(1)) as tasks:
+        tasks.run_loop("poll", step, interval=1.0, backoff=Backoff(initial=0.5, maximum=0.5))
+        while not succeeded.is_set():
+            await clock.advance(0.5)
+        assert "poll" in tasks.names
+    labels = {"component": "gtm", "task": "poll"}
+    assert registry.get_sample_value("gtm_task_failures_total", labels) == 2.0
+    assert registry.get_sample_value("gtm_loop_last_success_timestamp_seconds", labels) == (
+        100.0 + calls[-1]
+    )
+
+
+async def test_spawn_counts_a_crash_and_refuses_duplicate_names() -> None:
+    registry = new_registry()
+    crashed = asyncio.Event()
+
+    async def boom() -> None:
+        crashed.set()
+        raise ValueError("bug")
+
+    async with TaskSupervisor(registry=registry, component="test") as tasks:
+        task = tasks.spawn("boom", boom())
+        await crashed.wait()
+        with pytest.raises(ValueError, match="bug"):
+            await task
+        never = asyncio.Event()
+        tasks.spawn("waiter", never.wait())
+        coro = never.wait()
+        with pytest.raises(ValueError, match="already running"):
+            tasks.spawn("waiter", coro)
+    assert (
+        registry.get_sample_value("gtm_task_failures_total", {"component": "test", "task": "boom"})
+        == 1.0
+    )
+
+
+async def test_aclose_cancels_everything() -> None:
+    tasks = TaskSupervisor(registry=new_registry())
+    never = asyncio.Event()
+    task = tasks.spawn("forever", never.wait())
+    await tasks.aclose()
+    assert task.cancelled()
+    assert tasks.names == frozenset()
