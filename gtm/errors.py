@@ -19,6 +19,11 @@ the boundary where the library is called — e.g. etcd errors only in
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gtm.models import DecisionTrace
+
 
 class GtmError(Exception):
     """Root of every error gtm raises on purpose."""
@@ -77,13 +82,20 @@ class RoutingError(GtmError):
 
 
 class NoEligibleCandidate(RoutingError):
-    """Filtering removed every candidate. ``filter_name`` names the filter that emptied the set."""
+    """Filtering removed every candidate. ``filter_name`` names the filter that emptied the set.
 
-    def __init__(self, filter_name: str, reason: str = "") -> None:
+    ``trace`` is the partial decision trace up to that filter (who removed what and why),
+    when the error comes from a routing profile, so callers can log and audit the refusal.
+    """
+
+    def __init__(
+        self, filter_name: str, reason: str = "", *, trace: DecisionTrace | None = None
+    ) -> None:
         detail = f": {reason}" if reason else ""
         super().__init__(f"no eligible candidate left after filter {filter_name!r}{detail}")
         self.filter_name = filter_name
         self.reason = reason
+        self.trace = trace
 
 
 class PluginError(RoutingError):

@@ -303,6 +303,23 @@ class CandidateScore(Frozen):
         return next((s for name, s in self.scores if name == plugin), None)
 
 
+class ScoreIssueKind(StrEnum):
+    """How a scorer's value broke the [0, 1] contract (the runner repaired it)."""
+
+    NAN = "nan"  # NaN → 0
+    MISSING = "missing"  # no value for a candidate → 0
+    BELOW = "below"  # < 0 (incl. -inf) → 0
+    ABOVE = "above"  # > 1 (incl. +inf) → 1
+
+
+class ScoreIssue(Frozen):
+    """One score the runner had to repair; a non-empty list points at a buggy scorer."""
+
+    plugin: str
+    candidate: str
+    kind: ScoreIssueKind
+
+
 class DecisionTrace(Frozen):
     """Why a decision came out as it did: who removed what, how the rest scored."""
 
@@ -311,6 +328,9 @@ class DecisionTrace(Frozen):
     filters: tuple[FilterStep, ...] = ()
     scores: tuple[CandidateScore, ...] = ()
     picker: str = ""
+    #: (scorer, weight) as configured; a candidate's total is Σ w·s / Σ w.
+    weights: tuple[tuple[str, float], ...] = ()
+    score_issues: tuple[ScoreIssue, ...] = ()
 
     def removed_by(self) -> Mapping[str, str]:
         """Candidate id → the filter that removed it."""
