@@ -10,6 +10,7 @@ import asyncio
 import heapq
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -104,6 +105,27 @@ class FakeClock:
                     await asyncio.sleep(0)
         self._now = target
         await asyncio.sleep(0)
+
+    async def advance_until(
+        self, predicate: Callable[[], bool], *, step: float = 0.1, limit: float = 60.0
+    ) -> float:
+        """Advance in ``step`` increments until ``predicate()`` holds; return time spent.
+
+        For background tasks whose next sleep is registered a few loop iterations after
+        they wake: stepping (and settling in between) lets them reach it. Raises
+        ``TimeoutError`` after ``limit`` seconds of virtual time, so a test that waits for
+        something that never happens fails instead of hanging.
+        """
+        spent = 0.0
+        while not predicate():
+            if spent >= limit:
+                raise TimeoutError(f"condition not reached within {limit} virtual seconds")
+            await self.settle()
+            if predicate():
+                break
+            await self.advance(step)
+            spent += step
+        return spent
 
     async def settle(self, rounds: int = 10) -> None:
         """Give ready tasks a few loop iterations without moving time."""
