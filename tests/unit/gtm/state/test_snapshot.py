@@ -100,7 +100,7 @@ class SwitchableStore:
         self._check()
         await self.inner.compact(revision)
 
-    def watch(self, prefix: str, *, start_revision: int) -> AsyncIterator[WatchBatch]:
+    def watch(self, prefix: str, *, start_revision: int) -> AsyncGenerator[WatchBatch, None]:
         return self._watch(prefix, start_revision)
 
     async def _watch(self, prefix: str, start_revision: int) -> AsyncGenerator[WatchBatch, None]:
