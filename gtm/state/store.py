@@ -16,11 +16,26 @@ The semantics are etcd v3's, narrowed to what gtm needs:
 
 Keys are ``str`` (built only by :mod:`gtm.state.keys`), values are ``bytes``
 (encoded only by :mod:`gtm.state.codec`). All errors are from :mod:`gtm.errors`.
+
+Details both implementations share (pinned by the contract suite):
+
+* an empty store is at revision 1 (as etcd); ``range``/``watch`` prefixes are plain
+  string prefixes (``"/a/b"`` matches ``"/a/bc"``; end a prefix with ``/`` to mean a
+  directory); keys are ordered by their UTF-8 bytes;
+* lease TTLs are whole seconds — :func:`granted_ttl` rounds a request up (etcd's lease
+  API is integer seconds), so code tested on the memory store behaves the same on etcd;
+* ``watch`` returns an async *generator*: call ``aclose()`` (or use
+  ``contextlib.aclosing``) to release the underlying stream promptly. ``start_revision``
+  of 0 means "changes after now". Each batch's ``revision`` is a safe resume point:
+  ``watch(prefix, start_revision=batch.revision + 1)`` misses nothing. After ``aclose()``
+  of the store, watches end (``StopAsyncIteration``) and other calls raise
+  :class:`~gtm.errors.StateUnavailable`.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import math
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -80,6 +95,15 @@ class Lease:
     ttl: float  # seconds granted
 
 
+def granted_ttl(ttl: float) -> int:
+    """The TTL a lease request for ``ttl`` seconds gets: rounded up to whole seconds, at
+    least 1 (etcd's ``LeaseGrant`` takes integer seconds). Raises ValueError unless
+    ``ttl`` is a positive finite number."""
+    if not math.isfinite(ttl) or ttl <= 0:
+        raise ValueError(f"lease TTL must be a positive number of seconds, got {ttl!r}")
+    return max(1, math.ceil(ttl))
+
+
 class StateStore(Protocol):
     """Async key-value store with revisions, CAS, leases and watches."""
 
@@ -104,7 +128,9 @@ class StateStore(Protocol):
 
     async def compare_and_delete(self, key: str, *, expected_mod_revision: int) -> TxnResult: ...
 
-    async def grant_lease(self, ttl: float) -> Lease: ...
+    async def grant_lease(self, ttl: float) -> Lease:
+        """A new lease of :func:`granted_ttl` seconds (``Lease.ttl`` is what was granted)."""
+        ...
 
     async def keep_alive(self, lease_id: int) -> float:
         """Refresh a lease; return its TTL. Raises LeaseNotFound if it is gone."""
@@ -120,8 +146,13 @@ class StateStore(Protocol):
         """Drop history before ``revision`` (watches from before it raise CompactedError)."""
         ...
 
-    def watch(self, prefix: str, *, start_revision: int) -> AsyncIterator[WatchBatch]:
-        """Changes under ``prefix`` from ``start_revision`` (inclusive), then live."""
+    def watch(self, prefix: str, *, start_revision: int) -> AsyncGenerator[WatchBatch, None]:
+        """Changes under ``prefix`` from ``start_revision`` (inclusive), then live.
+
+        Raises (when iterated) CompactedError if ``start_revision`` — or, for a watcher
+        that fell too far behind, its next revision — is compacted, and
+        StateUnavailable if the store connection is lost; resume with a new watch from
+        the last batch's ``revision + 1``."""
         ...
 
     async def aclose(self) -> None: ...
