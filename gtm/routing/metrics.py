@@ -1,0 +1,46 @@
+"""Prometheus metrics of routing decisions, one set per registry.
+
+A tier builds one :class:`RoutingMetrics` for its registry and hands it to every profile
+it builds — including the profiles rebuilt when a routing policy is hot-reloaded — because
+a :class:`~prometheus_client.CollectorRegistry` refuses a second collector of the same
+name. Series are keyed by plugin name, so an old and a new profile share them.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from gtm.metrics import DECISION_LATENCY_BUCKETS
+
+
+class RoutingMetrics:
+    """The routing framework's collectors on one registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        # Same labels as llm-d's RecordPluginProcessingLatency (extension point, plugin).
+        self.plugin_duration = Histogram(
+            "gtm_routing_plugin_duration_seconds",
+            "Time spent in one routing plugin call.",
+            ("tier", "extension_point", "plugin"),
+            buckets=DECISION_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.decision_duration = Histogram(
+            "gtm_routing_decision_duration_seconds",
+            "Time of one whole routing decision (filters, scorers, picker, cost, trace).",
+            ("tier", "profile"),
+            buckets=DECISION_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.score_issues = Counter(
+            "gtm_routing_score_issues_total",
+            "Scores the runner repaired: NaN or missing → 0, outside [0, 1] → clamped.",
+            ("tier", "plugin", "kind"),
+            registry=registry,
+        )
+        self.no_eligible = Counter(
+            "gtm_routing_no_eligible_candidate_total",
+            "Decisions refused because a filter removed every candidate.",
+            ("tier", "profile", "filter"),
+            registry=registry,
+        )

@@ -1,0 +1,1 @@
+"""Built-in generic pickers, one per module (see gtm/routing/README.md)."""

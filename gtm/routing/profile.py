@@ -1,0 +1,412 @@
+"""The profile runner: filters in order → weighted scorers → one picker, with a trace.
+
+:meth:`Profile.run` is what every tier calls for every request, so it is written for
+the hot path: plugin lists and metric children are bound once in the constructor, scores
+are handled column by column (one per scorer), and the per-candidate repair loop only
+runs when a scorer broke the [0, 1] contract. ``bench/routing_framework.py`` measures it.
+
+Totals are ``Σ wᵢ·sᵢ / Σ wᵢ``. Because every ``sᵢ`` is in [0, 1] after clamping and the
+numerator and denominator are summed in the same order, floating-point rounding (which is
+monotonic) keeps each total in [0, 1] exactly, without a final clamp.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import repeat
+from typing import Generic, TypeVar
+
+from gtm.errors import GtmError, NoEligibleCandidate, PluginError, RoutingError
+from gtm.models import (
+    CandidateScore,
+    Decision,
+    DecisionTrace,
+    FilterStep,
+    RouteRequest,
+    ScoreIssue,
+    ScoreIssueKind,
+    Tier,
+)
+from gtm.routing.framework import C, CostModel, ExtensionPoint, Filter, Picker, Scored, Scorer
+from gtm.routing.metrics import RoutingMetrics
+
+X = TypeVar("X")
+
+#: ``filter_name`` of the NoEligibleCandidate raised when no candidate was offered at all.
+NO_CANDIDATES_OFFERED = "(input)"
+#: Upper bound on a scorer weight: keeps Σ w finite; config weights are small (llm-d uses 1–3).
+MAX_WEIGHT = 1e6
+
+_Observe = Callable[[float], None]
+_PLAIN_NUMBERS = (float, int)
+
+
+def _ignore(_seconds: float) -> None:
+    """Stands in for a histogram's ``observe`` when the profile has no metrics."""
+
+
+@dataclass(frozen=True, slots=True)
+class WeightedScorer(Generic[C, X]):
+    """A scorer and its weight in a profile (weights live in configuration)."""
+
+    scorer: Scorer[C, X]
+    weight: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Choice(Generic[C]):
+    """The chosen candidate object and the decision record about it."""
+
+    candidate: C
+    decision: Decision
+
+
+def _plugin_failed(point: ExtensionPoint, name: str, exc: Exception) -> PluginError:
+    return PluginError(f"{point} plugin {name!r} failed: {type(exc).__name__}: {exc}")
+
+
+def _unique_names(point: ExtensionPoint, names: Sequence[str]) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if not name:
+            raise PluginError(f"a {point} plugin has an empty name")
+        if name in seen:
+            raise PluginError(f"two {point} plugins are named {name!r}; names must be unique")
+        seen.add(name)
+
+
+def _check_weight(name: str, weight: float) -> None:
+    if not (math.isfinite(weight) and 0.0 < weight <= MAX_WEIGHT):
+        raise PluginError(f"scorer {name!r}: weight {weight!r} must be > 0 and <= {MAX_WEIGHT:g}")
+
+
+class Profile(Generic[C, X]):
+    """One tier's routing profile: ``run(request, candidates, ctx) -> Decision``.
+
+    ``metrics`` (built once per registry, see :mod:`gtm.routing.metrics`) turns on the
+    per-plugin latency histogram; ``timer`` is what measures it (injectable for tests).
+    ``cost_model``, when given, prices the choice as ``Decision.predicted_ttft_ms``.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        tier: Tier,
+        filters: Sequence[Filter[C, X]],
+        scorers: Sequence[WeightedScorer[C, X]],
+        picker: Picker[C],
+        *,
+        cost_model: CostModel[C, X] | None = None,
+        metrics: RoutingMetrics | None = None,
+        timer: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        if not name:
+            raise PluginError("a profile needs a name")
+        if picker is None:
+            raise PluginError(f"profile {name!r}: a profile has exactly one picker, got none")
+        _unique_names(ExtensionPoint.FILTER, [f.name for f in filters])
+        _unique_names(ExtensionPoint.SCORER, [ws.scorer.name for ws in scorers])
+        for ws in scorers:
+            _check_weight(ws.scorer.name, ws.weight)
+        self._name = name
+        self._tier = tier
+        self._filters = tuple(filters)
+        self._scorers = tuple(ws.scorer for ws in scorers)
+        self._scorer_names = tuple(s.name for s in self._scorers)
+        self._weights = tuple(float(ws.weight) for ws in scorers)
+        self._weights_trace = tuple(zip(self._scorer_names, self._weights, strict=True))
+        # Summed in the same order as the numerators in _totals (see module docstring).
+        self._weight_sum = 0.0
+        for weight in self._weights:
+            self._weight_sum += weight
+        self._picker = picker
+        self._cost_model = cost_model
+        self._metrics = metrics
+        self._timer = timer
+        self._bind_observers(metrics)
+
+    def _bind_observers(self, metrics: RoutingMetrics | None) -> None:
+        def observer(point: ExtensionPoint, plugin: str) -> _Observe:
+            if metrics is None:
+                return _ignore
+            return metrics.plugin_duration.labels(self._tier, point, plugin).observe
+
+        self._filter_obs = tuple(observer(ExtensionPoint.FILTER, f.name) for f in self._filters)
+        self._scorer_obs = tuple(observer(ExtensionPoint.SCORER, n) for n in self._scorer_names)
+        self._picker_obs = observer(ExtensionPoint.PICKER, self._picker.name)
+        cost_name = self._cost_model.name if self._cost_model is not None else ""
+        self._cost_obs = observer(ExtensionPoint.COST_MODEL, cost_name)
+        self._decision_obs: _Observe = (
+            _ignore
+            if metrics is None
+            else metrics.decision_duration.labels(self._tier, self._name).observe
+        )
+
+    # ------------------------------------------------------------------ introspection
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def tier(self) -> Tier:
+        return self._tier
+
+    @property
+    def filter_names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self._filters)
+
+    @property
+    def scorer_weights(self) -> tuple[tuple[str, float], ...]:
+        return self._weights_trace
+
+    @property
+    def picker_name(self) -> str:
+        return self._picker.name
+
+    @property
+    def cost_model_name(self) -> str | None:
+        return None if self._cost_model is None else self._cost_model.name
+
+    # ------------------------------------------------------------------ decisions
+
+    def run(self, request: RouteRequest, candidates: Sequence[C], ctx: X) -> Decision:
+        """Decide for ``request`` among ``candidates`` over the snapshot ``ctx``.
+
+        Raises:
+            NoEligibleCandidate: the filters removed every candidate (``filter_name`` says
+                which one; ``trace`` holds who removed what up to there).
+            PluginError: a plugin raised or broke its contract (named in the message).
+            RoutingError: the candidate ids are not unique.
+        """
+        return self.choose(request, candidates, ctx).decision
+
+    def choose(self, request: RouteRequest, candidates: Sequence[C], ctx: X) -> Choice[C]:
+        """Like :meth:`run`, and also returns the chosen candidate object."""
+        started = self._timer()
+        offered = tuple([c.id for c in candidates])
+        if len(set(offered)) != len(offered):
+            raise RoutingError(f"profile {self._name!r}: candidate ids are not unique")
+        steps: list[FilterStep] = []
+        survivors = self._filter(request, candidates, ctx, offered, steps)
+        ids = [c.id for c in survivors]
+        issues: list[ScoreIssue] = []
+        columns = self._score(request, survivors, ids, ctx, issues)
+        totals = self._totals(columns, len(ids))
+        choice = self._pick(request, survivors, totals, ids)
+        trace = DecisionTrace(
+            profile=self._name,
+            candidates=offered,
+            filters=tuple(steps),
+            scores=self._score_records(ids, columns, totals),
+            picker=self._picker.name,
+            weights=self._weights_trace,
+            score_issues=tuple(issues),
+        )
+        decision = Decision(
+            request_id=request.request_id,
+            tier=self._tier,
+            choice=choice.id,
+            trace=trace,
+            predicted_ttft_ms=self._predict(request, choice, ctx),
+        )
+        self._decision_obs(self._timer() - started)
+        return Choice(choice, decision)
+
+    # ------------------------------------------------------------------ filter
+
+    def _filter(
+        self,
+        request: RouteRequest,
+        candidates: Sequence[C],
+        ctx: X,
+        offered: tuple[str, ...],
+        steps: list[FilterStep],
+    ) -> Sequence[C]:
+        if not candidates:
+            self._refuse(NO_CANDIDATES_OFFERED, "no candidates offered", offered, steps)
+        current = candidates
+        for plugin, observe in zip(self._filters, self._filter_obs, strict=True):
+            start = self._timer()
+            try:
+                result = plugin.filter(request, current, ctx)
+            except GtmError:
+                raise
+            except Exception as exc:
+                raise _plugin_failed(ExtensionPoint.FILTER, plugin.name, exc) from exc
+            observe(self._timer() - start)
+            kept, removed = result.kept, result.removed
+            if len(kept) + len(removed) != len(current):
+                raise PluginError(
+                    f"filter plugin {plugin.name!r} kept {len(kept)} and removed "
+                    f"{len(removed)} of {len(current)} candidates; every candidate must be "
+                    "either kept or removed with a reason"
+                )
+            steps.append(
+                FilterStep(
+                    plugin=plugin.name,
+                    removed=tuple([cid for cid, _ in removed]),
+                    reasons=removed,
+                    remaining=len(kept),
+                )
+            )
+            if not kept:
+                why = f"removed all {len(removed)}, e.g. {removed[0][0]!r}: {removed[0][1]}"
+                self._refuse(plugin.name, why, offered, steps)
+            current = kept
+        return current
+
+    def _refuse(
+        self, filter_name: str, why: str, offered: tuple[str, ...], steps: list[FilterStep]
+    ) -> None:
+        if self._metrics is not None:
+            self._metrics.no_eligible.labels(self._tier, self._name, filter_name).inc()
+        trace = DecisionTrace(
+            profile=self._name,
+            candidates=offered,
+            filters=tuple(steps),
+            picker=self._picker.name,
+            weights=self._weights_trace,
+        )
+        raise NoEligibleCandidate(filter_name, why, trace=trace)
+
+    # ------------------------------------------------------------------ score
+
+    def _score(
+        self,
+        request: RouteRequest,
+        survivors: Sequence[C],
+        ids: list[str],
+        ctx: X,
+        issues: list[ScoreIssue],
+    ) -> list[list[float]]:
+        columns: list[list[float]] = []
+        for plugin, observe in zip(self._scorers, self._scorer_obs, strict=True):
+            start = self._timer()
+            try:
+                raw = plugin.score(request, survivors, ctx)
+            except GtmError:
+                raise
+            except Exception as exc:
+                raise _plugin_failed(ExtensionPoint.SCORER, plugin.name, exc) from exc
+            observe(self._timer() - start)
+            columns.append(self._column(plugin.name, raw, ids, issues))
+        return columns
+
+    def _column(
+        self, name: str, raw: Mapping[str, float], ids: list[str], issues: list[ScoreIssue]
+    ) -> list[float]:
+        """The scorer's values in candidate order; the slow path only on a broken contract."""
+        try:
+            column = [raw[cid] for cid in ids]
+            # sum() is a float or an int only when every value is one, and it is NaN when
+            # any value is NaN; without NaN, min() and max() are exact.
+            checksum = sum(column)
+            if (
+                type(checksum) in _PLAIN_NUMBERS
+                and checksum == checksum
+                and min(column) >= 0.0
+                and max(column) <= 1.0
+            ):
+                return column
+        except (KeyError, TypeError):
+            pass
+        return self._repair(name, raw, ids, issues)
+
+    def _repair(
+        self, name: str, raw: Mapping[str, float], ids: list[str], issues: list[ScoreIssue]
+    ) -> list[float]:
+        if not isinstance(raw, Mapping):
+            raise PluginError(
+                f"scorer plugin {name!r} returned {type(raw).__name__}, "
+                "not a mapping of candidate id to score"
+            )
+        column: list[float] = []
+        found: list[ScoreIssue] = []
+        for cid in ids:
+            value, kind = _clamp(name, cid, raw.get(cid))
+            if kind is not None:
+                found.append(ScoreIssue(plugin=name, candidate=cid, kind=kind))
+            column.append(value)
+        if self._metrics is not None:
+            for kind, count in Counter(issue.kind for issue in found).items():
+                self._metrics.score_issues.labels(self._tier, name, kind).inc(count)
+        issues.extend(found)
+        return column
+
+    def _totals(self, columns: list[list[float]], n: int) -> list[float]:
+        if not columns:
+            return [0.0] * n
+        totals = [0.0] * n
+        for weight, column in zip(self._weights, columns, strict=True):
+            totals = [t + weight * s for t, s in zip(totals, column, strict=True)]
+        weight_sum = self._weight_sum
+        return [t / weight_sum for t in totals]
+
+    def _score_records(
+        self, ids: list[str], columns: list[list[float]], totals: list[float]
+    ) -> tuple[CandidateScore, ...]:
+        names = self._scorer_names
+        rows = zip(*columns, strict=True) if columns else repeat((), len(ids))
+        return tuple(
+            [
+                CandidateScore(candidate=cid, scores=tuple(zip(names, row, strict=True)), total=t)
+                for cid, row, t in zip(ids, rows, totals, strict=False)
+            ]
+        )
+
+    # ------------------------------------------------------------------ pick and price
+
+    def _pick(
+        self, request: RouteRequest, survivors: Sequence[C], totals: list[float], ids: list[str]
+    ) -> C:
+        scored = [Scored(c, t) for c, t in zip(survivors, totals, strict=True)]
+        start = self._timer()
+        try:
+            choice = self._picker.pick(request, scored)
+        except GtmError:
+            raise
+        except Exception as exc:
+            raise _plugin_failed(ExtensionPoint.PICKER, self._picker.name, exc) from exc
+        self._picker_obs(self._timer() - start)
+        if getattr(choice, "id", None) not in ids:
+            raise PluginError(
+                f"picker plugin {self._picker.name!r} returned {choice!r}, "
+                "which is not one of the candidates that survived the filters"
+            )
+        return choice
+
+    def _predict(self, request: RouteRequest, choice: C, ctx: X) -> float | None:
+        model = self._cost_model
+        if model is None:
+            return None
+        start = self._timer()
+        try:
+            cost = float(model.cost_ms(request, choice, ctx))
+        except GtmError:
+            raise
+        except Exception as exc:
+            raise _plugin_failed(ExtensionPoint.COST_MODEL, model.name, exc) from exc
+        self._cost_obs(self._timer() - start)
+        # An infinite cost (nothing serves there) or a negative one is no prediction.
+        return cost if math.isfinite(cost) and cost >= 0.0 else None
+
+
+def _clamp(scorer: str, cid: str, value: object) -> tuple[float, ScoreIssueKind | None]:
+    """Repair one score: missing/NaN → 0, below 0 → 0, above 1 → 1; non-numbers are bugs."""
+    if value is None:
+        return 0.0, ScoreIssueKind.MISSING
+    if not isinstance(value, int | float):
+        raise PluginError(f"scorer plugin {scorer!r}: score of {cid!r} is {value!r}, not a number")
+    number = float(value)
+    if math.isnan(number):
+        return 0.0, ScoreIssueKind.NAN
+    if number < 0.0:
+        return 0.0, ScoreIssueKind.BELOW
+    if number > 1.0:
+        return 1.0, ScoreIssueKind.ABOVE
+    return number, None
