@@ -331,6 +331,8 @@ class DecisionTrace(Frozen):
     #: (scorer, weight) as configured; a candidate's total is Σ w·s / Σ w.
     weights: tuple[tuple[str, float], ...] = ()
     score_issues: tuple[ScoreIssue, ...] = ()
+    #: Survivors whose scores were left out because the profile traces only its top N.
+    scores_omitted: NonNegInt = 0
 
     def removed_by(self) -> Mapping[str, str]:
         """Candidate id → the filter that removed it."""

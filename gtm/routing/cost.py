@@ -74,18 +74,31 @@ def predicted_ttft_ms(
     peakPrefillThroughput`` do. Returns ``math.inf`` when the rate is 0 (nothing there can
     serve): such a candidate always loses, and :func:`cost_to_score` maps it to 0.
     """
-    for label, value in (
-        ("rtt_ms", rtt_ms),
-        ("queued_uncached_prefill_tokens", queued_uncached_prefill_tokens),
-        ("own_uncached_prefill_tokens", own_uncached_prefill_tokens),
-        ("prefill_tokens_per_s", prefill_tokens_per_s),
-        ("decode_pressure_ms", decode_pressure_ms),
+    # One chained comparison on the hot path (NaN fails every comparison); name the
+    # culprit only when something is wrong.
+    if not (
+        rtt_ms >= 0.0
+        and queued_uncached_prefill_tokens >= 0
+        and own_uncached_prefill_tokens >= 0
+        and prefill_tokens_per_s >= 0.0
+        and decode_pressure_ms >= 0.0
     ):
-        _require(value >= 0.0 and not math.isnan(value), f"{label} must be >= 0, got {value!r}")
+        _reject_ttft_inputs(
+            rtt_ms=rtt_ms,
+            queued_uncached_prefill_tokens=queued_uncached_prefill_tokens,
+            own_uncached_prefill_tokens=own_uncached_prefill_tokens,
+            prefill_tokens_per_s=prefill_tokens_per_s,
+            decode_pressure_ms=decode_pressure_ms,
+        )
     if prefill_tokens_per_s == 0.0:
         return math.inf
     prefill_ms = 1000.0 * (queued_uncached_prefill_tokens + own_uncached_prefill_tokens)
     return rtt_ms + prefill_ms / prefill_tokens_per_s + decode_pressure_ms
+
+
+def _reject_ttft_inputs(**inputs: float) -> None:
+    for label, value in inputs.items():
+        _require(value >= 0.0, f"{label} must be >= 0, got {value!r}")
 
 
 def matching_prefix_blocks(prefix_hashes: Sequence[int], cached: Container[int]) -> int:
@@ -134,14 +147,22 @@ def cost_to_score(cost_ms: float, best_ms: float, scale_ms: float) -> float:
     slack the operator is willing to spend (e.g. the SLO minus the typical TTFT).
     An infinite or NaN cost scores 0.
     """
+    _check_normalisation(best_ms, scale_ms)
+    return _decay(cost_ms, best_ms, scale_ms)
+
+
+def _check_normalisation(best_ms: float, scale_ms: float) -> None:
     _require(math.isfinite(scale_ms) and scale_ms > 0.0, f"scale_ms must be > 0, got {scale_ms!r}")
     _require(math.isfinite(best_ms), f"best_ms must be finite, got {best_ms!r}")
-    if math.isnan(cost_ms) or cost_ms == math.inf:
-        return 0.0
+
+
+def _decay(cost_ms: float, best_ms: float, scale_ms: float) -> float:
     excess = cost_ms - best_ms
     if excess <= 0.0:
         return 1.0
-    return math.exp(-excess / scale_ms)
+    if excess < math.inf:  # False for +inf and NaN
+        return math.exp(-excess / scale_ms)
+    return 0.0
 
 
 def scores_from_costs(costs: Mapping[str, float], scale_ms: float) -> dict[str, float]:
@@ -153,7 +174,8 @@ def scores_from_costs(costs: Mapping[str, float], scale_ms: float) -> dict[str, 
     if not finite:
         return dict.fromkeys(costs, 0.0)
     best = min(finite)
-    return {cid: cost_to_score(cost, best, scale_ms) for cid, cost in costs.items()}
+    _check_normalisation(best, scale_ms)
+    return {cid: _decay(cost, best, scale_ms) for cid, cost in costs.items()}
 
 
 def bounded_load_capacity(total_load: float, bins: int, epsilon: float) -> int:

@@ -92,6 +92,8 @@ class ProfileSpec(Frozen):
     name: str = Field(default="default", min_length=1, max_length=128)
     plugins: tuple[PluginSpec, ...] = Field(default=(), max_length=256)
     profile: ProfilePlugins
+    #: Keep only the N best survivors' scores in each decision trace (None: all).
+    trace_scores: int | None = Field(default=None, ge=0)
 
 
 def _describe(error: ValidationError, prefix: str) -> str:
@@ -245,6 +247,7 @@ class PluginRegistry:
                 cost_model=cost_model,
                 metrics=metrics,
                 timer=timer,
+                trace_scores=spec.trace_scores,
             )
         except PluginError as exc:
             raise PluginError(f"profile {spec.name!r}: {exc}") from exc

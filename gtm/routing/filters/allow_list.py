@@ -79,9 +79,13 @@ class AllowListFilter(Generic[C]):
     def _context_ids(self, request: RouteRequest, ctx: object) -> Set[str] | None:
         if not self._from_context:
             return None
-        if not isinstance(ctx, AllowListSource):
+        # The same attribute test isinstance(ctx, AllowListSource) makes, without the
+        # protocol machinery that costs ~20 µs per call on Python 3.11.
+        allowed_ids = getattr(ctx, "allowed_ids", None)
+        if not callable(allowed_ids):
             raise PluginError(
                 f"filter {self._name!r} has from_context: true, but the context "
                 f"{type(ctx).__name__} has no allowed_ids(request) method"
             )
-        return ctx.allowed_ids(request)
+        result: Set[str] | None = allowed_ids(request)
+        return result

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from gtm.errors import NoEligibleCandidate, PluginError, RoutingError
+from gtm.errors import ConfigError, NoEligibleCandidate, PluginError, RoutingError
 from gtm.metrics import new_registry
 from gtm.models import RouteRequest, ScoreIssueKind, Tier
 from gtm.routing import (
@@ -420,3 +420,66 @@ def test_scorer_mapping_may_hold_extra_ids() -> None:
     decision = p.run(request(), nodes("a", "b"), CTX)
     assert decision.choice == "a"
     assert decision.trace.score_issues == ()
+
+
+# ---------------------------------------------------------------------------- trace size
+
+
+@pytest.mark.parametrize(
+    ("limit", "traced", "omitted"),
+    [
+        (None, ["a", "b", "c", "d", "e"], 0),
+        (10, ["a", "b", "c", "d", "e"], 0),
+        (2, ["b", "d"], 3),  # the two best, in candidate order
+        (0, ["d"], 4),  # the choice is always traced
+    ],
+)
+def test_trace_scores_keeps_the_best_and_the_choice(
+    limit: int | None, traced: list[str], omitted: int
+) -> None:
+    candidates = tuple(
+        Node(cid, load=load) for cid, load in zip("abcde", (0.5, 0.2, 0.9, 0.1, 0.7), strict=True)
+    )
+    p = profile(scorers=[WeightedScorer(LoadScorer())], trace_scores=limit)
+    decision = p.run(request(), candidates, CTX)
+    assert decision.choice == "d"
+    assert [s.candidate for s in decision.trace.scores] == traced
+    assert decision.trace.scores_omitted == omitted
+    assert decision.trace.candidates == ("a", "b", "c", "d", "e")
+
+
+def test_trace_scores_keeps_the_choice_even_when_a_random_picker_takes_a_weak_one() -> None:
+    class Worst:
+        name = "worst"
+
+        def pick(self, request: RouteRequest, scored: Sequence[Scored[Node]], /) -> Node:
+            return min(scored, key=lambda s: s.total).candidate
+
+    candidates = (Node("a", load=0.1), Node("b", load=0.2), Node("c", load=0.9))
+    p: Profile[Node, Ctx] = Profile(
+        "p", Tier.ZONE, [], [WeightedScorer(LoadScorer())], Worst(), trace_scores=1
+    )
+    decision = p.run(request(), candidates, CTX)
+    assert decision.choice == "c"
+    assert [s.candidate for s in decision.trace.scores] == ["a", "c"]
+    assert decision.trace.scores_omitted == 1
+
+
+def test_negative_trace_scores_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="trace_scores"):
+        profile(trace_scores=-1)
+
+
+class _OddReason:
+    name = "odd-reason"
+
+    def filter(
+        self, request: RouteRequest, candidates: Sequence[Node], ctx: Ctx, /
+    ) -> FilterResult[Node]:
+        return FilterResult(tuple(candidates[1:]), ((candidates[0].id, 42),))  # type: ignore[arg-type]
+
+
+def test_trace_data_that_does_not_validate_is_a_plugin_error() -> None:
+    p = profile([_OddReason()])  # type: ignore[list-item]
+    with pytest.raises(PluginError, match="does not fit the decision trace"):
+        p.run(request(), nodes("a", "b"), CTX)

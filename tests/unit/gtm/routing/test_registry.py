@@ -257,6 +257,18 @@ def test_registries_are_independent() -> None:
     assert default_registry().aliases() == {"random": "random-picker"}
 
 
+def test_trace_scores_reaches_the_profile() -> None:
+    data = _spec(scorers=[{"ref": "load"}])
+    data["trace_scores"] = 1
+    profile = _build(data)
+    candidates = (Node("a", load=0.5), Node("b", load=0.1), Node("c", load=0.9))
+    decision = profile.run(request(), candidates, Ctx())
+    assert [s.candidate for s in decision.trace.scores] == ["b"]
+    assert decision.trace.scores_omitted == 2
+    with pytest.raises(PluginError, match=r"trace_scores: Input should be greater than or equal"):
+        load_profile_spec({**data, "trace_scores": -1})
+
+
 def test_spec_is_frozen_and_plugin_name_defaults_to_type() -> None:
     spec = load_profile_spec(_spec())
     assert spec.plugins[3].plugin_name == "max-score-picker"
