@@ -155,8 +155,9 @@ class EtcdStore:
             "grpc.keepalive_time_ms": int(keepalive_interval * 1000),
             "grpc.keepalive_timeout_ms": int(max(timeout, 1.0) * 1000),
             "grpc.http2.max_pings_without_data": 0,  # keep pinging an idle watch stream
+            # (Not grpc.min_reconnect_backoff_ms: gRPC core also uses it as the connect
+            # timeout, which must stay long enough for a distant etcd.)
             "grpc.initial_reconnect_backoff_ms": 100,
-            "grpc.min_reconnect_backoff_ms": 100,
             "grpc.max_reconnect_backoff_ms": int(MAX_RECONNECT_BACKOFF * 1000),
             # A range over many large values may exceed gRPC's default 4 MiB response cap.
             "grpc.max_receive_message_length": -1,

@@ -28,7 +28,8 @@ from gtm.models import DrainTarget
 
 ROOT = "/gtm/v1/"
 
-_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+# \Z, not $: "$" also matches before a trailing newline, which would let "id\n" in.
+_SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 
 
 class Kind(StrEnum):

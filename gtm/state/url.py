@@ -34,11 +34,12 @@ ACCEPTED_FORMS = (
 )
 
 # RFC 1123 host names: dot-separated labels of letters, digits and inner hyphens.
+# (Both are used with fullmatch: "$" would also match before a trailing newline.)
 _HOSTNAME = re.compile(
-    r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$"
+    r"(?=.{1,253}\Z)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?"
 )
-_ENDPOINT = re.compile(r"^(?:\[(?P<ipv6>[^\]]+)\]|(?P<host>[^:\[\]]+))(?::(?P<port>[0-9]{1,5}))?$")
+_ENDPOINT = re.compile(r"(?:\[(?P<ipv6>[^\]]+)\]|(?P<host>[^:\[\]]+))(?::(?P<port>[0-9]{1,5}))?")
 
 
 class StoreKind(StrEnum):
@@ -87,7 +88,10 @@ def parse_state_url(text: str) -> StateUrl:
         )
     endpoints = tuple(_parse_endpoint(text, part) for part in rest.split(","))
     if len(set(endpoints)) != len(endpoints):
-        raise ConfigError(f"invalid state store {text!r}: an etcd endpoint is listed twice")
+        raise ConfigError(
+            f"invalid state store {text!r}: an etcd endpoint is listed twice; "
+            f"expected {ACCEPTED_FORMS}"
+        )
     return StateUrl(StoreKind.ETCD, endpoints)
 
 
@@ -95,7 +99,7 @@ def _parse_endpoint(text: str, part: str) -> Endpoint:
     def bad(why: str) -> ConfigError:
         return ConfigError(f"invalid state store {text!r}: {why}; expected {ACCEPTED_FORMS}")
 
-    match = _ENDPOINT.match(part)
+    match = _ENDPOINT.fullmatch(part)
     if match is None:
         raise bad(f"{part!r} is not HOST[:PORT] (no paths, users or queries)")
     port = int(match["port"]) if match["port"] else DEFAULT_ETCD_PORT
@@ -112,7 +116,7 @@ def _parse_endpoint(text: str, part: str) -> Endpoint:
             return Endpoint(str(ipaddress.IPv4Address(host)), port)
         except ValueError:
             raise bad(f"{host!r} is not an IPv4 address") from None
-    if not _HOSTNAME.match(host):
+    if not _HOSTNAME.fullmatch(host):
         raise bad(f"{host!r} is not a host name or IPv4 address")
     return Endpoint(host.lower(), port)
 

