@@ -33,7 +33,7 @@ _COMMANDS: dict[str, _Entry] = {
     "global": _Entry("Run the global tier (GeoDNS + HTTP front door).", None, "global tier"),
     "regional": _Entry("Run one region's regional LB.", None, "regional LB"),
     "zone": _Entry("Run one zone's zone agent.", None, "zone agent"),
-    "gpu-sim": _Entry("Run an emulated vLLM-compatible GPU worker.", None, "GPU emulator"),
+    "gpu-sim": _Entry("Run an emulated vLLM-compatible GPU worker.", "fleetsim.cli:gpu_sim"),
     "policy": _Entry("Check, apply, explain policy files; print their schema.", None, "policies"),
     "route": _Entry("Ask for a routing decision and print its trace.", None, "global tier"),
     "drain": _Entry("Drain a region, zone or GPU.", None, "regional LB"),

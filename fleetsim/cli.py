@@ -1,0 +1,118 @@
+"""``gtm gpu-sim``: run one emulated GPU worker until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+
+import click
+from pydantic import ValidationError
+
+from fleetsim.metrics import MetricsFlavor
+from fleetsim.perfmodel import WARMUP_PASSES
+from fleetsim.registration import DEFAULT_LEASE_TTL_S
+from fleetsim.server import GpuSimConfig, GpuSimServer
+from gtm.clock import SystemClock
+from gtm.errors import GtmError
+from gtm.gpu_profiles import LLAMA_8B, gpu_types, model_names
+from gtm.metrics import new_registry
+
+
+@click.command("gpu-sim", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=int, default=8000, show_default=True, help="Port (0: any free port).")
+@click.option(
+    "--gpu-type",
+    default="A100-80GB",
+    show_default=True,
+    help=f"GPU type whose profile to emulate: {', '.join(gpu_types())}.",
+)
+@click.option(
+    "--model",
+    "models",
+    multiple=True,
+    default=(LLAMA_8B,),
+    show_default=True,
+    help=f"Model to serve (repeatable): {', '.join(model_names())}.",
+)
+@click.option(
+    "--speedup", type=float, default=1.0, show_default=True, help="Run N× faster than a real GPU."
+)
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Seed of generated text and faults."
+)
+@click.option(
+    "--metrics-flavor",
+    type=click.Choice([f.value for f in MetricsFlavor]),
+    default=MetricsFlavor.VLLM.value,
+    show_default=True,
+    help="Metric names to expose on /metrics.",
+)
+@click.option(
+    "--max-queue", type=int, default=1024, show_default=True, help="Waiting requests before 429."
+)
+@click.option(
+    "--cold-start/--no-cold-start", default=False, show_default=True, help="Start unloaded."
+)
+@click.option(
+    "--warmup-passes", type=int, default=WARMUP_PASSES, show_default=True, help="Slow first passes."
+)
+@click.option("--max-num-seqs", type=int, default=None, help="Override the profile's batch size.")
+@click.option("--num-gpu-blocks", type=int, default=None, help="Override the profile's KV blocks.")
+@click.option(
+    "--step-jitter", type=float, default=0.0, show_default=True, help="Relative pass-time noise."
+)
+@click.option(
+    "--state", default=None, help="Register in this store: etcd://HOST:PORT[,...] or memory."
+)
+@click.option("--region", default="local", show_default=True, help="Region id for registration.")
+@click.option("--zone", default="local-a", show_default=True, help="Zone id for registration.")
+@click.option("--worker-id", default=None, help="Worker id (default: sim-<gpu>-<port>).")
+@click.option("--advertise-url", default=None, help="URL to register (default: the listen URL).")
+@click.option(
+    "--lease-ttl", type=float, default=DEFAULT_LEASE_TTL_S, show_default=True, help="Lease TTL, s."
+)
+def gpu_sim(**options: object) -> None:
+    """Run an emulated vLLM-compatible GPU worker (OpenAI API, vLLM metrics, faults)."""
+    options["lease_ttl_s"] = options.pop("lease_ttl")
+    try:
+        config = GpuSimConfig.model_validate(options)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = "--" + str(first["loc"][0]).replace("_", "-") if first["loc"] else "options"
+        raise click.UsageError(f"{where}: {first['msg']}") from None
+    try:
+        asyncio.run(serve(config))
+    except GtmError as exc:
+        click.echo(f"gtm gpu-sim: {exc}", err=True)
+        sys.exit(2)
+
+
+async def serve(config: GpuSimConfig) -> None:
+    """Run the worker until SIGINT or SIGTERM, then stop cleanly."""
+    clock = SystemClock()
+    registry = new_registry()
+    store = None
+    if config.state:
+        from gtm.state.url import open_store
+
+        store = open_store(config.state, clock=clock, registry=registry)
+    server = GpuSimServer(config, registry=registry, clock=clock, store=store)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        url = await server.start()
+        click.echo(
+            f"gpu-sim listening on {url} (gpu={config.gpu_type}, models={','.join(server.models)})"
+        )
+        sys.stdout.flush()
+        await stop.wait()
+    finally:
+        await server.stop()
+        if store is not None:
+            await store.aclose()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)

@@ -1,0 +1,292 @@
+"""A deterministic tokenizer approximation, chat token counting and prefix block hashing.
+
+Every tier estimates prompt sizes with these functions, and the GPU emulator
+(``gtm gpu-sim``) charges requests with the very same ones, so a router's estimate of a
+request and the worker's accounting of it agree exactly.
+
+Tokenizer approximation
+    Real tokenizers (tiktoken's cl100k, Llama 3's 128k BPE) are big data files and
+    differ per model. gtm needs a *stable, cheap, model-independent* estimate instead:
+
+    1. the text is cut into pieces the way GPT-2/cl100k pre-tokenizers do (a word with
+       its leading space, runs of up to 3 digits, runs of punctuation, whitespace);
+    2. each piece of at most :data:`CHARS_PER_PIECE_TOKEN` (6) characters is one token,
+       a longer one costs ``ceil(len / 6)`` tokens.
+
+    On English prose this gives ≈ 4 characters per token, OpenAI's rule of thumb ("one
+    token generally corresponds to ~4 characters of text for common English text",
+    help.openai.com "What are tokens and how to count them"); the unit tests pin that
+    ratio. Each token gets an id in ``[0, 128000)`` (the size of Llama 3's ordinary
+    vocabulary, 128,000 + 256 special tokens) from the CRC-32 of its characters, so equal
+    text always gives equal ids — on every machine and in every process, unlike
+    Python's salted ``hash()``.
+
+Chat messages
+    Counted as OpenAI's cookbook counts them ("How to count tokens with tiktoken":
+    ``tokens_per_message = 3``, ``tokens_per_name = 1``, and every reply is primed with
+    3 tokens ``<|start|>assistant<|message|>``). :func:`encode_chat` renders exactly that
+    many tokens, so ``count_chat_tokens(m) == len(encode_chat(m))``. Standard roles are
+    one special token each; an image part costs :data:`IMAGE_PART_TOKENS`.
+
+Prefix block hashes
+    Like vLLM's automatic prefix caching: only *full* blocks of ``block_size`` tokens
+    are hashed, and block ``i``'s hash covers block ``i-1``'s hash plus its own tokens,
+    so equal hashes mean equal whole prefixes. BLAKE2b with an 8-byte digest (the
+    stdlib's fastest keyed-quality hash; collisions at 2⁻⁶⁴ are negligible for caches).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import struct
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from gtm.errors import GtmError
+
+#: vLLM's default KV-cache block size (``--block-size 16``), used by every profile.
+DEFAULT_BLOCK_SIZE = 16
+
+#: A pre-tokenizer piece of up to this many characters (leading space included) is one
+#: token; calibrated so English prose comes out at ≈ 4 characters per token.
+CHARS_PER_PIECE_TOKEN = 6
+
+#: Ordinary token ids are in ``[0, ORDINARY_VOCAB)`` (Llama 3: 128,000 BPE tokens).
+ORDINARY_VOCAB = 128_000
+
+#: Tokens charged for one image content part: OpenAI's flat cost of a low-detail image
+#: (85 tokens, platform.openai.com docs "Images and vision", calculating costs).
+IMAGE_PART_TOKENS = 85
+
+#: Overheads from OpenAI's cookbook "How to count tokens with tiktoken".
+TOKENS_PER_MESSAGE = 3
+TOKENS_PER_NAME = 1
+REPLY_PRIMING_TOKENS = 3
+
+# Special token ids, in Llama 3's reserved range 128000..128255.
+_START = 128_000
+_SEPARATOR = 128_001
+_END = 128_002
+_NAME = 128_003
+_IMAGE = 128_004
+_ROLE_TOKENS: Mapping[str, int] = {
+    "system": 128_010,
+    "user": 128_011,
+    "assistant": 128_012,
+    "tool": 128_013,
+    "function": 128_014,
+    "developer": 128_015,
+}
+
+# GPT-2's pre-tokenizer pattern (openai/gpt-2 encoder.py) in stdlib ``re`` terms:
+# contractions, a letter run with its leading space, up to 3 digits (as cl100k groups
+# them), a punctuation run, whitespace not followed by a non-space, other whitespace.
+_PIECE = re.compile(r"""'(?:[sdmt]|ll|ve|re)| ?[^\W\d_]+| ?\d{1,3}| ?[^\s\w]+|\s+(?!\S)|\s+""")
+
+#: Messages (or inputs) per request we agree to tokenize; more is an abuse.
+MAX_MESSAGES = 10_000
+
+
+class PromptError(GtmError, ValueError):
+    """A prompt or chat message list is malformed; the message says what is wrong."""
+
+
+# ---------------------------------------------------------------------------- text
+
+
+def _pieces(text: str) -> Iterable[str]:
+    for piece in _PIECE.findall(text):
+        if len(piece) <= CHARS_PER_PIECE_TOKEN:
+            yield piece
+        else:
+            for start in range(0, len(piece), CHARS_PER_PIECE_TOKEN):
+                yield piece[start : start + CHARS_PER_PIECE_TOKEN]
+
+
+def _token_id(piece: str) -> int:
+    return zlib.crc32(piece.encode("utf-8", "surrogatepass")) % ORDINARY_VOCAB
+
+
+def encode_text(text: str) -> tuple[int, ...]:
+    """Token ids of ``text`` under the approximation (see the module docstring)."""
+    return tuple(_token_id(piece) for piece in _pieces(text))
+
+
+def count_text_tokens(text: str) -> int:
+    """How many tokens ``text`` is: ``len(encode_text(text))``, without hashing."""
+    return sum(
+        1 if len(p) <= CHARS_PER_PIECE_TOKEN else -(-len(p) // CHARS_PER_PIECE_TOKEN)
+        for p in _PIECE.findall(text)
+    )
+
+
+def split_text_tokens(text: str) -> tuple[str, ...]:
+    """The text of each token (``"".join`` of the result is ``text``)."""
+    return tuple(_pieces(text))
+
+
+# ---------------------------------------------------------------------------- chat
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMessage:
+    """One chat message as far as token counting goes."""
+
+    role: str
+    text: str = ""
+    name: str | None = None
+    images: int = 0
+
+
+def _role_tokens(role: str) -> tuple[int, ...]:
+    special = _ROLE_TOKENS.get(role)
+    return (special,) if special is not None else encode_text(role)
+
+
+def encode_chat(messages: Sequence[ChatMessage]) -> tuple[int, ...]:
+    """Render a conversation to token ids, primed for the assistant's reply.
+
+    Per message: ``<start> role [<name> name] <sep> content <end>`` — 3 tokens of
+    overhead plus 1 for a name, as in OpenAI's cookbook.
+    """
+    out: list[int] = []
+    for message in messages:
+        out.append(_START)
+        out.extend(_role_tokens(message.role))
+        if message.name:
+            out.append(_NAME)
+            out.extend(encode_text(message.name))
+        out.append(_SEPARATOR)
+        out.extend(encode_text(message.text))
+        out.extend((_IMAGE,) * (message.images * IMAGE_PART_TOKENS))
+        out.append(_END)
+    out.extend((_START, _ROLE_TOKENS["assistant"], _SEPARATOR))
+    return tuple(out)
+
+
+def count_chat_tokens(messages: Sequence[ChatMessage]) -> int:
+    """Prompt tokens of a conversation: ``len(encode_chat(messages))``, cheaper."""
+    total = REPLY_PRIMING_TOKENS
+    for message in messages:
+        total += TOKENS_PER_MESSAGE + len(_role_tokens(message.role))
+        total += count_text_tokens(message.text) + message.images * IMAGE_PART_TOKENS
+        if message.name:
+            total += TOKENS_PER_NAME + count_text_tokens(message.name)
+    return total
+
+
+def _content_text(content: object, where: str) -> tuple[str, int]:
+    """(text, image parts) of an OpenAI ``content`` field: a string or a list of parts."""
+    if content is None:
+        return "", 0
+    if isinstance(content, str):
+        return content, 0
+    if not isinstance(content, list):
+        raise PromptError(f"{where}.content must be a string or a list of content parts")
+    texts: list[str] = []
+    images = 0
+    for index, part in enumerate(content):
+        if not isinstance(part, Mapping):
+            raise PromptError(f"{where}.content[{index}] must be an object")
+        kind = part.get("type")
+        if kind == "text":
+            text = part.get("text")
+            if not isinstance(text, str):
+                raise PromptError(f"{where}.content[{index}].text must be a string")
+            texts.append(text)
+        elif kind in ("image_url", "input_image", "image"):
+            images += 1
+        else:
+            raise PromptError(f"{where}.content[{index}].type {kind!r} is not supported")
+    return "\n".join(texts), images
+
+
+def parse_chat_messages(raw: object) -> tuple[ChatMessage, ...]:
+    """Validate an OpenAI ``messages`` array into :class:`ChatMessage` records.
+
+    Tool calls and other structured fields of a message are charged as their JSON-ish
+    text (``str`` of the value), which is close to how chat templates render them.
+    Raises :class:`PromptError` naming the offending element.
+    """
+    if not isinstance(raw, list) or not raw:
+        raise PromptError("messages must be a non-empty array")
+    if len(raw) > MAX_MESSAGES:
+        raise PromptError(f"at most {MAX_MESSAGES} messages are accepted")
+    out: list[ChatMessage] = []
+    for index, item in enumerate(raw):
+        where = f"messages[{index}]"
+        if not isinstance(item, Mapping):
+            raise PromptError(f"{where} must be an object")
+        role = item.get("role")
+        if not isinstance(role, str) or not role:
+            raise PromptError(f"{where}.role must be a non-empty string")
+        text, images = _content_text(item.get("content"), where)
+        extra = item.get("tool_calls")
+        if extra is not None:
+            text = f"{text}{extra}"
+        name = item.get("name")
+        if name is not None and not isinstance(name, str):
+            raise PromptError(f"{where}.name must be a string")
+        out.append(ChatMessage(role=role, text=text, name=name or None, images=images))
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------- hashing
+
+
+def _hash_block(parent: int, tokens: Sequence[int]) -> int:
+    payload = parent.to_bytes(8, "little") + struct.pack(f"<{len(tokens)}I", *tokens)
+    return int.from_bytes(hashlib.blake2b(payload, digest_size=8).digest(), "little")
+
+
+def prefix_root(salt: str = "") -> int:
+    """The parent hash of block 0. A salt (e.g. a tenant's ``cache_salt``) isolates caches."""
+    if not salt:
+        return 0
+    return int.from_bytes(hashlib.blake2b(salt.encode(), digest_size=8).digest(), "little")
+
+
+def block_hashes(
+    token_ids: Sequence[int], block_size: int = DEFAULT_BLOCK_SIZE, *, salt: str = ""
+) -> tuple[int, ...]:
+    """Prefix-chained hashes of every *full* ``block_size``-token block of a prompt.
+
+    ``result[i]`` identifies tokens ``0 .. (i+1)*block_size - 1`` as a whole, so two
+    prompts share their first ``k`` hashes exactly when they share their first
+    ``k * block_size`` tokens. A trailing partial block is not hashed (vLLM caches only
+    full blocks).
+    """
+    if block_size < 1:
+        raise PromptError("block_size must be at least 1")
+    parent = prefix_root(salt)
+    out: list[int] = []
+    for start in range(0, len(token_ids) - block_size + 1, block_size):
+        parent = _hash_block(parent, token_ids[start : start + block_size])
+        out.append(parent)
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class PromptTokens:
+    """A tokenized prompt: its ids, and (lazily) its prefix block hashes."""
+
+    ids: tuple[int, ...]
+
+    @property
+    def count(self) -> int:
+        return len(self.ids)
+
+    def block_hashes(
+        self, block_size: int = DEFAULT_BLOCK_SIZE, *, salt: str = ""
+    ) -> tuple[int, ...]:
+        return block_hashes(self.ids, block_size, salt=salt)
+
+    @classmethod
+    def from_text(cls, text: str) -> PromptTokens:
+        return cls(encode_text(text))
+
+    @classmethod
+    def from_chat(cls, messages: Sequence[ChatMessage]) -> PromptTokens:
+        return cls(encode_chat(messages))

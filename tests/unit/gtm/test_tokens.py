@@ -1,0 +1,157 @@
+from __future__ import annotations
+
+import pytest
+
+from gtm.errors import GtmError
+from gtm.tokens import (
+    DEFAULT_BLOCK_SIZE,
+    IMAGE_PART_TOKENS,
+    ORDINARY_VOCAB,
+    REPLY_PRIMING_TOKENS,
+    TOKENS_PER_MESSAGE,
+    ChatMessage,
+    PromptError,
+    PromptTokens,
+    block_hashes,
+    count_chat_tokens,
+    count_text_tokens,
+    encode_chat,
+    encode_text,
+    parse_chat_messages,
+    prefix_root,
+    split_text_tokens,
+)
+
+ENGLISH = (
+    "In computer science, a hash table is a data structure that implements an associative "
+    "array, also called a dictionary or simply map; an associative array is an abstract data "
+    "type that maps keys to values. A hash table uses a hash function to compute an index, "
+    "also called a hash code, into an array of buckets or slots, from which the desired value "
+    "can be found. During lookup, the key is hashed and the resulting hash indicates where the "
+    "corresponding value is stored. Most hash table designs employ an imperfect hash function."
+)
+
+
+def test_english_prose_is_about_four_characters_per_token() -> None:
+    # OpenAI's rule of thumb: ~4 characters of English per token.
+    ratio = len(ENGLISH) / count_text_tokens(ENGLISH)
+    assert 3.6 <= ratio <= 4.6
+
+
+def test_encoding_is_deterministic_and_stable_across_processes() -> None:
+    # Golden values: CRC-32 based ids must never change (routers and workers must agree).
+    assert encode_text("Hello, world!") == (8578, 878, 85707, 85971)
+    assert split_text_tokens("Hello, world!") == ("Hello", ",", " world", "!")
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "a", "internationalization", "12345678", "x = y + 1;\n\tz", "日本語のテキスト", "  spaced  "],
+)
+def test_count_matches_encoding_and_pieces_rebuild_the_text(text: str) -> None:
+    ids = encode_text(text)
+    assert count_text_tokens(text) == len(ids)
+    assert "".join(split_text_tokens(text)) == text
+    assert all(0 <= i < ORDINARY_VOCAB for i in ids)
+
+
+def test_long_words_cost_more_tokens() -> None:
+    assert count_text_tokens(" cat") == 1
+    assert count_text_tokens(" internationalization") == 4  # 21 chars / 6 per token
+    assert count_text_tokens("1234567") == 3  # digits in runs of at most 3
+
+
+def test_chat_count_follows_openai_cookbook_overheads() -> None:
+    one = [ChatMessage("user", "hi")]
+    # 3 per message + role (1 special token) + content (1) + 3 priming the reply
+    assert count_chat_tokens(one) == TOKENS_PER_MESSAGE + 1 + 1 + REPLY_PRIMING_TOKENS == 8
+    named = [ChatMessage("user", "hi", name="bob")]
+    assert count_chat_tokens(named) == 8 + 1 + count_text_tokens("bob")
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [ChatMessage("system", "You are terse."), ChatMessage("user", "Summarise: " + ENGLISH)],
+        [ChatMessage("user", "look", images=2), ChatMessage("assistant", "ok", name="a1")],
+        [ChatMessage("custom-role", "text")],
+    ],
+)
+def test_chat_count_equals_rendered_length(messages: list[ChatMessage]) -> None:
+    assert count_chat_tokens(messages) == len(encode_chat(messages))
+
+
+def test_images_cost_a_flat_amount() -> None:
+    plain = count_chat_tokens([ChatMessage("user", "x")])
+    assert count_chat_tokens([ChatMessage("user", "x", images=1)]) == plain + IMAGE_PART_TOKENS
+
+
+def test_parse_chat_messages_accepts_openai_shapes() -> None:
+    parsed = parse_chat_messages(
+        [
+            {"role": "system", "content": "be brief"},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "what is"},
+                    {"type": "image_url", "image_url": {"url": "data:..."}},
+                    {"type": "text", "text": "this"},
+                ],
+                "name": "ann",
+            },
+            {"role": "assistant", "content": None, "tool_calls": [{"id": "c1"}]},
+        ]
+    )
+    assert parsed[0] == ChatMessage("system", "be brief")
+    assert parsed[1] == ChatMessage("user", "what is\nthis", name="ann", images=1)
+    assert parsed[2].text == "[{'id': 'c1'}]"
+
+
+@pytest.mark.parametrize(
+    ("raw", "needle"),
+    [
+        ("hello", "non-empty array"),
+        ([], "non-empty array"),
+        (["x"], "messages[0] must be an object"),
+        ([{"content": "x"}], "messages[0].role"),
+        ([{"role": "user", "content": 3}], "messages[0].content"),
+        ([{"role": "user", "content": [{"type": "audio"}]}], "not supported"),
+        ([{"role": "user", "content": [{"type": "text", "text": 1}]}], "content[0].text"),
+        ([{"role": "user", "content": ["x"]}], "content[0] must be an object"),
+        ([{"role": "user", "content": "x", "name": 5}], "name must be a string"),
+    ],
+)
+def test_parse_chat_messages_names_the_problem(raw: object, needle: str) -> None:
+    with pytest.raises(PromptError, match=needle.replace("[", r"\[").replace("]", r"\]")) as info:
+        parse_chat_messages(raw)
+    assert isinstance(info.value, GtmError)
+
+
+def test_block_hashes_are_prefix_chained() -> None:
+    base = list(range(40))
+    other = [*range(20), 999, *range(21, 40)]  # differs in block 1 (tokens 16..31)
+    a, b = block_hashes(base), block_hashes(other)
+    assert len(a) == 2  # the trailing 8 tokens do not make a full block
+    assert a[0] == b[0]
+    assert a[1] != b[1]
+    # A change in block 0 changes every later hash, even with identical later tokens.
+    c = block_hashes([7, *range(1, 40)])
+    assert c[0] != a[0] and c[1] != a[1]
+
+
+def test_block_hashes_golden_values_and_options() -> None:
+    assert block_hashes(list(range(32)))[:2] == (10251598853290956434, 14413796365232270483)
+    assert block_hashes(list(range(32)), salt="tenant-a") != block_hashes(list(range(32)))
+    assert prefix_root() == 0 and prefix_root("x") != 0
+    assert len(block_hashes(list(range(32)), 4)) == 8
+    assert block_hashes(list(range(15))) == ()
+    with pytest.raises(PromptError):
+        block_hashes([1, 2], 0)
+
+
+def test_prompt_tokens_wraps_ids_and_hashes() -> None:
+    prompt = PromptTokens.from_text(ENGLISH)
+    assert prompt.count == count_text_tokens(ENGLISH)
+    assert prompt.block_hashes() == block_hashes(prompt.ids, DEFAULT_BLOCK_SIZE)
+    chat = PromptTokens.from_chat([ChatMessage("user", ENGLISH)])
+    assert chat.count == count_chat_tokens([ChatMessage("user", ENGLISH)])
