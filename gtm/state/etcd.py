@@ -121,7 +121,12 @@ def _kv(pb: Any) -> KeyValue:
 
 def _batch(response: Any) -> WatchBatch:
     events = tuple(WatchEvent(_EVENT_TYPES[e.type], _kv(e.kv)) for e in response.events)
-    return WatchBatch(int(response.header.revision), events)
+    # The batch's revision is its last event's, not the response header's: while a watch
+    # catches up, etcd sends at most 1000 revisions per response but stamps each with
+    # the store's current revision (mvcc/watchable_store.go, syncWatchers: ``Revision:
+    # curRev`` even when ``eb.moreRev != 0``), so resuming from the header's revision
+    # would skip events. etcd never splits one revision across responses.
+    return WatchBatch(max(e.kv.mod_revision for e in events), events)
 
 
 def _check_key(key: str) -> bytes:

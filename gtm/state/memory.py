@@ -28,7 +28,7 @@ import asyncio
 import bisect
 import heapq
 import itertools
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -92,22 +92,18 @@ class _Change:
     events: tuple[WatchEvent, ...]
 
 
+_GAUGE_HELP = {
+    "gtm_state_memory_keys": "Keys in the embedded store.",
+    "gtm_state_memory_leases": "Live leases in the embedded store.",
+    "gtm_state_memory_revision": "Current revision of the embedded store.",
+    "gtm_state_memory_watchers": "Open watches on the embedded store.",
+}
+
+
 class _Metrics:
-    def __init__(self, store: MemoryStore, registry: CollectorRegistry) -> None:
-        gauges = {
-            "gtm_state_memory_keys": ("Keys in the embedded store.", store.key_count),
-            "gtm_state_memory_leases": ("Live leases in the embedded store.", store.lease_count),
-            "gtm_state_memory_revision": (
-                "Current revision of the embedded store.",
-                store.revision,
-            ),
-            "gtm_state_memory_watchers": (
-                "Open watches on the embedded store.",
-                store.watcher_count,
-            ),
-        }
-        for name, (documentation, getter) in gauges.items():
-            Gauge(name, documentation, registry=registry).set_function(getter)
+    def __init__(self, registry: CollectorRegistry, gauges: dict[str, Callable[[], float]]) -> None:
+        for name, getter in gauges.items():
+            Gauge(name, _GAUGE_HELP[name], registry=registry).set_function(getter)
         self.expired_leases = Counter(
             "gtm_state_memory_expired_leases_total",
             "Leases of the embedded store that expired (not revoked).",
@@ -145,21 +141,17 @@ class MemoryStore:
         self._changed = asyncio.Event()
         self._watchers = 0
         self._closed = False
-        self._metrics = _Metrics(self, registry or CollectorRegistry(auto_describe=True))
+        self._metrics = _Metrics(
+            registry or CollectorRegistry(auto_describe=True),
+            {
+                "gtm_state_memory_keys": lambda: len(self._kvs),
+                "gtm_state_memory_leases": lambda: len(self._leases),
+                "gtm_state_memory_revision": lambda: self._revision,
+                "gtm_state_memory_watchers": lambda: self._watchers,
+            },
+        )
 
     # ------------------------------------------------------------------ introspection
-
-    def revision(self) -> int:
-        return self._revision
-
-    def key_count(self) -> int:
-        return len(self._kvs)
-
-    def lease_count(self) -> int:
-        return len(self._leases)
-
-    def watcher_count(self) -> int:
-        return self._watchers
 
     @property
     def oldest_revision(self) -> int:
@@ -380,7 +372,7 @@ class MemoryStore:
                 scanned, events = self._collect(prefix, cursor)
                 cursor = max(cursor, scanned + 1)
                 if events:
-                    yield WatchBatch(scanned, events)
+                    yield WatchBatch(events[-1].kv.mod_revision, events)
                     continue
                 await self._changed.wait()
         finally:

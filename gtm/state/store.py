@@ -26,8 +26,9 @@ Details both implementations share (pinned by the contract suite):
   API is integer seconds), so code tested on the memory store behaves the same on etcd;
 * ``watch`` returns an async *generator*: call ``aclose()`` (or use
   ``contextlib.aclosing``) to release the underlying stream promptly. ``start_revision``
-  of 0 means "changes after now". Each batch's ``revision`` is a safe resume point:
-  ``watch(prefix, start_revision=batch.revision + 1)`` misses nothing. After ``aclose()``
+  of 0 means "changes after now" (from the first iteration). A batch's ``revision`` is
+  its last event's, a safe resume point: ``watch(prefix, start_revision=batch.revision
+  + 1)`` misses nothing; one revision's events are never split across batches. After ``aclose()``
   of the store, watches end (``StopAsyncIteration``) and other calls raise
   :class:`~gtm.errors.StateUnavailable`.
 """
@@ -67,7 +68,8 @@ class WatchEvent:
 
 @dataclass(frozen=True, slots=True)
 class WatchBatch:
-    """Events delivered together; ``revision`` is the store revision they bring us to."""
+    """Events delivered together, in revision order; ``revision`` is the revision they
+    bring us to (that of the last event): resume a watch from ``revision + 1``."""
 
     revision: int
     events: tuple[WatchEvent, ...]

@@ -79,7 +79,7 @@ async def next_events(watch: AsyncGenerator[WatchBatch, None], count: int) -> li
         batch = await next_batch(watch)
         assert batch.events, "batches are never empty"
         assert batch.revision > last
-        assert batch.revision >= max(e.kv.mod_revision for e in batch.events)
+        assert batch.revision == max(e.kv.mod_revision for e in batch.events)
         last = batch.revision
         events.extend(batch.events)
     return events
@@ -343,6 +343,25 @@ async def test_watch_resumes_from_the_last_batch_revision(harness: Harness) -> N
     assert summary(events) == [(EventType.PUT, harness.key("while-away"), b"1", missed)]
 
 
+async def test_resuming_from_any_batch_revision_misses_nothing_while_catching_up(
+    harness: Harness,
+) -> None:
+    # More revisions than either store puts in one batch while catching up (1000).
+    store, writes = harness.store, 1_100
+    start = await store.current_revision() + 1
+    for chunk in range(0, writes, 100):
+        await asyncio.gather(
+            *(store.put(harness.key(f"{i:04}"), b"") for i in range(chunk, chunk + 100))
+        )
+    async with aclosing(store.watch(harness.prefix, start_revision=start)) as watch:
+        first = await next_batch(watch)
+    assert len(first.events) < writes
+    revisions = [e.kv.mod_revision for e in first.events]
+    async with aclosing(store.watch(harness.prefix, start_revision=first.revision + 1)) as watch:
+        revisions += [e.kv.mod_revision for e in await next_events(watch, writes - len(revisions))]
+    assert revisions == list(range(start, start + writes))
+
+
 async def test_watch_from_a_compacted_revision_raises_compacted(harness: Harness) -> None:
     store = harness.store
     first = await store.put(harness.key("a"), b"1")
@@ -400,6 +419,29 @@ async def test_aclose_ends_open_watches(harness: Harness) -> None:
         await asyncio.wait_for(consumer, EVENT_TIMEOUT)  # and has ended, without an error
     with pytest.raises(StateUnavailable):
         await store.get(harness.key("tick"))
+
+
+async def test_cancelling_a_watching_task_leaves_the_store_usable(harness: Harness) -> None:
+    store = harness.store
+    start = await store.current_revision() + 1
+    seen = asyncio.Event()
+
+    async def consume() -> None:
+        async for _ in store.watch(harness.prefix, start_revision=start):
+            seen.set()
+
+    async with TaskSupervisor(registry=new_registry()) as tasks:
+        consumer = tasks.spawn("consumer", consume())
+        await store.put(harness.key("a"), b"")
+        await asyncio.wait_for(seen.wait(), EVENT_TIMEOUT)
+        consumer.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await consumer
+    revision = await store.put(harness.key("b"), b"")
+    async with aclosing(store.watch(harness.prefix, start_revision=revision)) as watch:
+        assert summary(await next_events(watch, 1)) == [
+            (EventType.PUT, harness.key("b"), b"", revision)
+        ]
 
 
 # ---------------------------------------------------------------- values
