@@ -34,11 +34,13 @@ _COMMANDS: dict[str, _Entry] = {
     "regional": _Entry("Run one region's regional LB.", None, "regional LB"),
     "zone": _Entry("Run one zone's zone agent.", None, "zone agent"),
     "gpu-sim": _Entry("Run an emulated vLLM-compatible GPU worker.", "fleetsim.cli:gpu_sim"),
-    "policy": _Entry("Check, apply, explain policy files; print their schema.", None, "policies"),
+    "policy": _Entry(
+        "Check, apply, explain policy files; print their schema.", "gtm.policy_cli:policy"
+    ),
     "route": _Entry("Ask for a routing decision and print its trace.", None, "global tier"),
     "drain": _Entry("Drain a region, zone or GPU.", None, "regional LB"),
     "undrain": _Entry("Undo a drain.", None, "regional LB"),
-    "audit": _Entry("Verify the hash-chained audit log.", None, "policies"),
+    "audit": _Entry("Verify the hash-chained audit log.", "policies.cli:audit"),
     "chaos": _Entry("Fault proxy (Toxiproxy API) and game-day runner.", None, "chaos"),
     "sim": _Entry("Run the discrete-event fleet simulator.", None, "fleet simulator"),
     "bench": _Entry("Side-by-side routing benchmarks.", None, "fleet simulator"),

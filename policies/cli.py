@@ -1,0 +1,288 @@
+"""``policy`` and ``audit`` commands. ``gtm`` mounts them (``gtm policy …``,
+``gtm audit …``); ``python -m policies`` runs them without the rest of gtm.
+
+``gtm policy apply`` needs the state store, so it lives in :mod:`gtm.policy_cli`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from policies.apikeys import ScryptCost, generate_key, hash_key, key_id
+from policies.audit import Head, verify
+from policies.documents import Kind, json_schema
+from policies.errors import ApiKeyError, AuditError, PolicyValidationError
+from policies.loader import DEFAULT_MAX_BYTES, LoadOptions, examples_path, load_paths
+from policies.policyset import PolicySet
+from policies.residency import ResidencyEngine, ResidencyQuery, Verdict, compile
+from policies.rules import CompiledRule, describe_specificity
+
+EXIT_INVALID = 1
+EXIT_USAGE = 2
+
+_paths_argument = click.argument(
+    "paths", nargs=-1, required=True, type=click.Path(exists=False, path_type=Path)
+)
+_max_bytes_option = click.option(
+    "--max-bytes",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_BYTES,
+    show_default=True,
+    help="Refuse policy files larger than this.",
+)
+
+
+def load_or_exit(paths: tuple[Path, ...], max_bytes: int = DEFAULT_MAX_BYTES) -> PolicySet:
+    """Load policies, or print every problem (``file:line: path: message``) and exit 1."""
+    try:
+        return load_paths(paths, LoadOptions(max_bytes=max_bytes))
+    except PolicyValidationError as exc:
+        for problem in exc.problems:
+            click.echo(str(problem))
+        click.echo(f"{len(exc.problems)} problem(s); nothing was loaded", err=True)
+        sys.exit(EXIT_INVALID)
+
+
+@click.group(name="policy")
+def policy() -> None:
+    """Check, explain and print the schema of policy files; hash API keys."""
+
+
+@policy.command()
+@_paths_argument
+@_max_bytes_option
+def check(paths: tuple[Path, ...], max_bytes: int) -> None:
+    """Validate policy files and directories (exit 0 if valid, 1 if not).
+
+    Errors are printed one per line as FILE:LINE: FIELD.PATH: MESSAGE.
+    """
+    policy_set = load_or_exit(paths, max_bytes)
+    click.echo(
+        f"OK: {len(policy_set.documents)} documents, {len(policy_set.regions)} regions, "
+        f"{len(policy_set.rules)} rules, {len(policy_set.tenants)} tenants, "
+        f"{len(policy_set.profiles)} routing profiles (digest {policy_set.digest[:16]})"
+    )
+
+
+@policy.command()
+@click.argument("kind", required=False, type=click.Choice([k.value for k in Kind]))
+def schema(kind: str | None) -> None:
+    """Print the JSON Schema of one KIND of document, or of any policy document."""
+    click.echo(json.dumps(json_schema(Kind(kind) if kind else None), indent=2))
+
+
+@policy.command()
+@click.option("--tenant", required=True, help="Tenant id.")
+@click.option("--model", required=True, help="Model name as the client sends it.")
+@click.option("--data-class", default="default", show_default=True)
+@click.option("--country", help="Client country (ISO 3166-1 alpha-2).")
+@click.option(
+    "--client-ip",
+    help="Client address. Without a GeoIP database only private and loopback addresses "
+    "are accepted, and they mean 'location unknown'.",
+)
+@click.option(
+    "--policies",
+    "policy_paths",
+    multiple=True,
+    type=click.Path(exists=False, path_type=Path),
+    help="Policy files or directories (default: the shipped examples).",
+)
+def explain(
+    tenant: str,
+    model: str,
+    data_class: str,
+    country: str | None,
+    client_ip: str | None,
+    policy_paths: tuple[Path, ...],
+) -> None:
+    """Show which regions may serve a request and which rules decided, offline."""
+    country = _client_country(country, client_ip)
+    paths = policy_paths or (examples_path(),)
+    engine = compile(load_or_exit(paths))
+    query = ResidencyQuery(
+        tenant=tenant, model=model, data_class=data_class, client_country=country
+    )
+    verdict = engine.allowed_regions(query)
+    for line in explain_lines(engine, query, verdict):
+        click.echo(line)
+
+
+def _client_country(country: str | None, client_ip: str | None) -> str | None:
+    if country and client_ip:
+        raise click.UsageError("give --country or --client-ip, not both")
+    if country is not None:
+        if len(country) != 2 or not country.isalpha():
+            raise click.BadParameter(
+                f"{country!r} is not a two-letter country code", param_hint="--country"
+            )
+        return country.upper()
+    if client_ip is None:
+        return None
+    try:
+        address = ipaddress.ip_address(client_ip)
+    except ValueError:
+        raise click.BadParameter(
+            f"{client_ip!r} is not an IP address", param_hint="--client-ip"
+        ) from None
+    if not (address.is_private or address.is_loopback or address.is_link_local):
+        raise click.BadParameter(
+            f"{client_ip} is a public address and `policy explain` has no GeoIP database; "
+            "pass --country instead",
+            param_hint="--client-ip",
+        )
+    return None
+
+
+def _rule_line(rule: CompiledRule, note: str = "") -> str:
+    effect = rule.effect.value
+    regions = ", ".join(sorted(rule.regions)) or "no region"
+    spec = describe_specificity(rule.specificity)
+    return f"  {effect:5} {rule.name} [{spec}] → {{{regions}}}  ({rule.source}:{rule.line}){note}"
+
+
+def explain_lines(engine: ResidencyEngine, query: ResidencyQuery, verdict: Verdict) -> list[str]:
+    """Human-readable explanation of one verdict."""
+    policy_set = engine.policy_set
+    client = query.client_country or "unknown"
+    lines = [
+        f"query: tenant={query.tenant} model={query.model} data_class={query.data_class} "
+        f"client_country={client}",
+        f"policy digest: {policy_set.digest[:16]}",
+    ]
+    if verdict.assumed_jurisdiction:
+        lines.append(f"client location unknown: assumed {verdict.assumed_jurisdiction!r}")
+    status = "REFUSED" if verdict.refused else "ALLOWED"
+    regions = ", ".join(sorted(verdict.allowed)) or "none"
+    lines.append(f"verdict: {status} ({verdict.reason.value}) regions: {regions}")
+    lines.append(f"on saturation: {verdict.on_saturation.value}")
+    matching = engine.matching_rules(query)
+    if matching:
+        lines.append("matching rules (most specific first):")
+        for rule in matching:
+            if rule.name == verdict.rule:
+                note = "  ← decides the allowed set"
+            elif rule.name in verdict.denied_by:
+                note = "  ← removes regions (deny wins)"
+            elif rule.effect.value == "allow":
+                note = "  (less specific: not used)"
+            else:
+                note = "  (none of its regions were left to remove)"
+            lines.append(_rule_line(rule, note))
+    elif not verdict.refused or verdict.rule is None:
+        lines.append("matching rules: none")
+    tenant = policy_set.tenants.get(query.tenant)
+    models = tenant.allowed_models if tenant is not None else None
+    if models is not None and query.model not in models:
+        lines.append(f"note: tenant {query.tenant!r} may not use model {query.model!r}")
+    return lines
+
+
+@policy.command("hash-key")
+@click.option(
+    "--stdin",
+    "from_stdin",
+    is_flag=True,
+    help="Hash the key read from standard input instead of generating a new one.",
+)
+@click.option(
+    "--scrypt-n",
+    type=int,
+    default=ScryptCost().n,
+    show_default=True,
+    help="scrypt cost (a power of two; memory ≈ 128·n·8 bytes).",
+)
+def hash_key_command(from_stdin: bool, scrypt_n: int) -> None:
+    """Print a tenants-file entry (key id + salted scrypt hash) for an API key.
+
+    Without --stdin a new random key is generated and printed once, on standard error;
+    standard output gets only the YAML entry, ready to paste under `api_keys:`.
+    """
+    try:
+        cost = ScryptCost(n=scrypt_n)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--scrypt-n") from None
+    if from_stdin:
+        key = sys.stdin.readline().strip()
+    else:
+        key = generate_key()
+        click.echo(f"# new API key (shown once, store only the hash): {key}", err=True)
+    try:
+        ident = key_id(key)
+    except ApiKeyError as exc:
+        raise click.BadParameter(str(exc), param_hint="key") from None
+    click.echo(f"- id: {ident}\n  hash: {hash_key(key, cost)}")
+
+
+# ---------------------------------------------------------------------------- audit
+
+
+@click.group(name="audit")
+def audit() -> None:
+    """Inspect the hash-chained residency audit log."""
+
+
+@audit.command("verify")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option(
+    "--head",
+    "head_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Head file the chain must reach (default: the .head file of a directory given).",
+)
+@click.option("--expect-head", help="SEQ:HASH the chain must reach (from a trusted copy).")
+@click.option(
+    "--allow-partial",
+    is_flag=True,
+    help="Do not require the first file to start the chain (older files were deleted).",
+)
+@click.option("--check-records", is_flag=True, help="Also validate every record's fields.")
+def audit_verify(
+    paths: tuple[Path, ...],
+    head_file: Path | None,
+    expect_head: str | None,
+    allow_partial: bool,
+    check_records: bool,
+) -> None:
+    """Verify audit FILES (in chain order) or directories; exit 1 on any tampering.
+
+    Detects edited, deleted, inserted and reordered records, and truncation, and
+    prints where: FILE:LINE: MESSAGE.
+    """
+    try:
+        head = Head.read(head_file) if head_file else _parse_head(expect_head)
+    except AuditError as exc:
+        raise click.BadParameter(str(exc), param_hint="--head") from None
+    report = verify(paths, head=head, from_genesis=not allow_partial, check_records=check_records)
+    for problem in report.problems:
+        click.echo(str(problem))
+    if not report.ok:
+        click.echo(
+            f"FAILED: {len(report.problems)} problem(s) in {report.records} records", err=True
+        )
+        sys.exit(EXIT_INVALID)
+    end = f"; head seq {report.head.seq} hash {report.head.hash}" if report.head else ""
+    click.echo(f"OK: {report.records} records in {report.files} file(s){end}")
+
+
+def _parse_head(text: str | None) -> Head | None:
+    if text is None:
+        return None
+    seq, sep, digest = text.partition(":")
+    if not sep or not seq.isdigit() or len(digest) != 64:
+        raise click.BadParameter("expected SEQ:HASH (64 hex digits)", param_hint="--expect-head")
+    return Head(int(seq), digest.lower())
+
+
+@click.group(name="policies")
+def main() -> None:
+    """Compliance policy tools (also available as `gtm policy` and `gtm audit`)."""
+
+
+main.add_command(policy)
+main.add_command(audit)

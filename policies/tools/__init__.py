@@ -1,0 +1,1 @@
+"""Maintenance scripts for the policies package data (run from the repository root)."""
