@@ -27,6 +27,12 @@ that is down makes calls fail with StateUnavailable after at most ``timeout``. W
 several endpoints, a call that finds its endpoint unavailable moves the store to the
 next one for later calls (the failing call still raises: callers retry with backoff).
 
+Watches: each is its own Watch stream, read only when the consumer asks for the next
+batch, so a slow consumer is held back by gRPC flow control instead of filling a queue
+here (etcd keeps it as a slow watcher; if its history is compacted meanwhile it ends with
+CompactedError). gRPC keepalive pings make a watch on a dead or partitioned etcd fail
+with StateUnavailable instead of waiting forever.
+
 Lease TTLs are whole seconds in etcd's API: :func:`~gtm.state.store.granted_ttl` rounds
 a request up (min 1 s). etcd also enforces its own minimum, 1.5 × the election timeout
 rounded up (server/lease/lessor.go, ``minLeaseTTL``): 2 s with the default 1 s election
