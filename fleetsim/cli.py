@@ -17,6 +17,7 @@ from gtm.clock import SystemClock
 from gtm.errors import GtmError
 from gtm.gpu_profiles import LLAMA_8B, gpu_types, model_names
 from gtm.metrics import new_registry
+from gtm.state.store import StateStore
 
 
 @click.command("gpu-sim", context_settings={"help_option_names": ["-h", "--help"]})
@@ -93,25 +94,26 @@ async def serve(config: GpuSimConfig) -> None:
     """Run the worker until SIGINT or SIGTERM, then stop cleanly."""
     clock = SystemClock()
     registry = new_registry()
-    store = None
+    store: StateStore | None = None
     if config.state:
         from gtm.state.url import open_store
 
         store = open_store(config.state, clock=clock, registry=registry)
-    server = GpuSimServer(config, registry=registry, clock=clock, store=store)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
+    server: GpuSimServer | None = None
     try:
+        server = GpuSimServer(config, registry=registry, clock=clock, store=store)
         url = await server.start()
-        click.echo(
-            f"gpu-sim listening on {url} (gpu={config.gpu_type}, models={','.join(server.models)})"
-        )
+        models = ",".join(server.models)
+        click.echo(f"gpu-sim listening on {url} (gpu={config.gpu_type}, models={models})")
         sys.stdout.flush()
         await stop.wait()
     finally:
-        await server.stop()
+        if server is not None:
+            await server.stop()
         if store is not None:
             await store.aclose()
         for signum in (signal.SIGINT, signal.SIGTERM):

@@ -177,7 +177,7 @@ class EngineDriver:
         for token in result.tokens:
             stream = streams.get(token.request_id)
             if stream is not None:
-                stream.produced = token.index + 1
+                stream.produced = token.position + 1
                 if not token.finished:
                     stream.notifier.notify()
         if result.duration > 0:

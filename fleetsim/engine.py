@@ -35,6 +35,7 @@ from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from typing import NamedTuple
 
 from fleetsim.perfmodel import Degradation
 from fleetsim.prefix_cache import BlockPool
@@ -82,12 +83,15 @@ class EngineRequest:
             raise EngineError("output_tokens cannot be negative")
 
 
-@dataclass(frozen=True, slots=True)
-class TokenOutput:
-    """One token produced by a pass: the ``index``-th output token of a request."""
+class TokenOutput(NamedTuple):
+    """One token produced by a pass: the ``position``-th (0-based) output token of a request.
+
+    A named tuple rather than a dataclass: a busy pass creates hundreds of them, and
+    tuples are immutable and the cheapest record Python builds.
+    """
 
     request_id: str
-    index: int
+    position: int
     finished: bool
 
 
@@ -187,17 +191,12 @@ class _Seq:
     last_token_at: float = 0.0
     preemptions: int = 0
     queried: bool = False
-
-    @property
-    def num_tokens(self) -> int:
-        return self.req.prompt_tokens + self.outputs
+    #: prompt + generated tokens (kept as a field: it is read in every pass)
+    num_tokens: int = 0
 
 
-@dataclass(slots=True)
-class _Plan:
-    seq: _Seq
-    new_tokens: int
-    context: int
+#: One sequence's share of a pass: (sequence, new tokens, context tokens before the pass).
+_Plan = tuple["_Seq", int, int]
 
 
 class Engine:
@@ -270,7 +269,7 @@ class Engine:
         if request.request_id in self._by_id:
             raise DuplicateRequest(f"request {request.request_id!r} is already in the engine")
         self.check(request.prompt_tokens, request.output_tokens)
-        seq = _Seq(req=request, arrival=now, last_token_at=now)
+        seq = _Seq(req=request, arrival=now, last_token_at=now, num_tokens=request.prompt_tokens)
         self._by_id[request.request_id] = seq
         self._waiting.append(seq)
 
@@ -335,18 +334,22 @@ class Engine:
         self._passes_total += 1
         return self._complete(plans, start, end, tuple(preempted))
 
-    def _blocks_needed(self, seq: _Seq, new_tokens: int) -> int:
-        target = math.ceil((seq.num_computed + new_tokens) / self.profile.block_size)
-        return max(0, target - len(seq.blocks))
-
     def _schedule_running(self, plans: list[_Plan], preempted: list[str], budget: int) -> int:
         index = 0
-        while index < len(self._running) and budget > 0:
-            seq = self._running[index]
-            new_tokens = min(seq.num_tokens - seq.num_computed, budget)
+        bs = self.profile.block_size
+        running = self._running
+        while index < len(running) and budget > 0:
+            seq = running[index]
+            computed = seq.num_computed
+            new_tokens = seq.num_tokens - computed
+            if new_tokens > budget:
+                new_tokens = budget
             scheduled = True
             while True:
-                blocks = self.pool.allocate(self._blocks_needed(seq, new_tokens))
+                needed = (computed + new_tokens + bs - 1) // bs - len(seq.blocks)
+                if needed <= 0:
+                    break
+                blocks = self.pool.allocate(needed)
                 if blocks is not None:
                     seq.blocks.extend(blocks)
                     break
@@ -358,7 +361,7 @@ class Engine:
                     break
             if not scheduled:
                 break
-            plans.append(_Plan(seq, new_tokens, seq.num_computed))
+            plans.append((seq, new_tokens, computed))
             budget -= new_tokens
             index += 1
         return budget
@@ -390,7 +393,7 @@ class Engine:
             if seq.scheduled_at is None:
                 seq.scheduled_at = now
             self._running.append(seq)
-            plans.append(_Plan(seq, new_tokens, computed))
+            plans.append((seq, new_tokens, computed))
             budget -= new_tokens
 
     def _preempt(self, seq: _Seq) -> None:
@@ -403,11 +406,11 @@ class Engine:
         self._waiting.appendleft(seq)
 
     def _duration(self, plans: list[_Plan]) -> float:
-        new_tokens = sum(p.new_tokens for p in plans)
-        context = sum(p.context for p in plans)
-        pairs = sum(
-            p.new_tokens * p.context + p.new_tokens * (p.new_tokens + 1) // 2 for p in plans
-        )
+        new_tokens = context = pairs = 0
+        for _, new, ctx in plans:
+            new_tokens += new
+            context += ctx
+            pairs += new * ctx + new * (new + 1) // 2
         base = self.profile.forward_time_s(
             new_tokens=new_tokens, context_tokens=context, attention_pairs=pairs
         )
@@ -425,15 +428,15 @@ class Engine:
         ttfts: list[float] = []
         prefill = decode = 0
         bs = self.profile.block_size
-        for plan in plans:
-            seq = plan.seq
-            in_prefill = seq.num_computed < seq.num_tokens - 1 or seq.outputs == 0
+        for seq, new_tokens, _ in plans:
+            in_prefill = seq.outputs == 0 or seq.num_computed < seq.num_tokens - 1
             if in_prefill:
-                prefill += plan.new_tokens
+                prefill += new_tokens
             else:
-                decode += plan.new_tokens
-            seq.num_computed += plan.new_tokens
-            self._register_blocks(seq, bs)
+                decode += new_tokens
+            seq.num_computed += new_tokens
+            if seq.registered < len(seq.req.block_hashes):
+                self._register_blocks(seq, bs)
             if seq.num_computed < seq.num_tokens:
                 continue  # chunked prefill: more to come
             if seq.outputs == 0 and seq.first_token_at is None:
@@ -444,7 +447,7 @@ class Engine:
             if seq.outputs > 0:
                 itls.append(end - seq.last_token_at)
             seq.outputs += 1
-            self._generation_tokens_total += 1
+            seq.num_tokens += 1
             seq.last_token_at = end
             if seq.first_token_at is None:
                 seq.first_token_at = end
@@ -453,6 +456,7 @@ class Engine:
             tokens.append(TokenOutput(seq.req.request_id, seq.outputs - 1, done))
             if done:
                 finished.append(self._finish_running(seq, end))
+        self._generation_tokens_total += len(tokens)
         return StepResult(
             start=start,
             end=end,

@@ -46,7 +46,15 @@ def test_encoding_is_deterministic_and_stable_across_processes() -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["", "a", "internationalization", "12345678", "x = y + 1;\n\tz", "日本語のテキスト", "  spaced  "],
+    [
+        "",
+        "a",
+        "internationalization",
+        "12345678",
+        "x = y + 1;\n\tz",
+        "日本語のテキスト",
+        "  spaced  ",
+    ],
 )
 def test_count_matches_encoding_and_pieces_rebuild_the_text(text: str) -> None:
     ids = encode_text(text)
@@ -136,13 +144,15 @@ def test_block_hashes_are_prefix_chained() -> None:
     assert a[1] != b[1]
     # A change in block 0 changes every later hash, even with identical later tokens.
     c = block_hashes([7, *range(1, 40)])
-    assert c[0] != a[0] and c[1] != a[1]
+    assert c[0] != a[0]
+    assert c[1] != a[1]
 
 
 def test_block_hashes_golden_values_and_options() -> None:
     assert block_hashes(list(range(32)))[:2] == (10251598853290956434, 14413796365232270483)
     assert block_hashes(list(range(32)), salt="tenant-a") != block_hashes(list(range(32)))
-    assert prefix_root() == 0 and prefix_root("x") != 0
+    assert prefix_root() == 0
+    assert prefix_root("x") != 0
     assert len(block_hashes(list(range(32)), 4)) == 8
     assert block_hashes(list(range(15))) == ()
     with pytest.raises(PromptError):
