@@ -282,7 +282,7 @@ class AuditWriter:
             if last is None:
                 continue
             try:
-                parsed = parse_line(last)
+                parsed = parse_line(last[:-1]) if last.endswith(b"\n") else None
             except ValueError:
                 parsed = None
             if parsed is None or not parsed.hash_ok:

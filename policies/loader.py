@@ -77,7 +77,7 @@ def load_paths(paths: Iterable[str | Path], options: LoadOptions | None = None) 
     files, listing_problems = _expand(paths)
     problems.extend(listing_problems)
     if options.include_defaults:
-        files.insert(0, builtin_jurisdictions_path())
+        documents.extend(load_file(builtin_jurisdictions_path()))
     for file in files:
         try:
             documents.extend(load_file(file, options))
@@ -207,8 +207,9 @@ def validate_document(parsed: ParsedDocument, source: str) -> LoadedDocument:
     try:
         document: PolicyDocument = model.model_validate(data)
     except ValidationError as exc:
+        errors = _without_echoes(exc.errors())
         raise PolicyValidationError(
-            tuple(_problem_from(error, model, parsed, source) for error in exc.errors())
+            tuple(_problem_from(error, model, parsed, source) for error in errors)
         ) from None
     return LoadedDocument(source=source, document=document, parsed=parsed)
 
@@ -218,6 +219,13 @@ _KINDS = ", ".join(k.value for k in Kind)
 
 
 # ---------------------------------------------------------------------------- pydantic errors
+
+
+def _without_echoes(errors: list[ErrorDetails]) -> list[ErrorDetails]:
+    """Drop "too short after validation" errors on a list whose items failed: pydantic
+    reports both, but only the item's problem is news to the author."""
+    inner = {tuple(e["loc"][:i]) for e in errors for i in range(len(e["loc"]))}
+    return [e for e in errors if not (e["type"] == "too_short" and tuple(e["loc"]) in inner)]
 
 
 def _problem_from(

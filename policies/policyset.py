@@ -256,7 +256,7 @@ class _Builder:
         for k, inc in enumerate(j.include):
             where: FieldPath = (*path, "include", k)
             if inc not in entries:
-                self._problem(doc, where, f"unknown jurisdiction {inc!r}")
+                self._problem(doc, where, f"unknown jurisdiction {inc!r}{_known(entries)}")
             elif inc in stack or inc == jid:
                 cycle = " → ".join((*stack, jid, inc))
                 self._problem(doc, where, f"jurisdiction includes itself ({cycle})")

@@ -294,12 +294,15 @@ def parse_yaml(text: str, limits: Limits | None = None) -> list[ParsedDocument]:
 
 
 def _describe_yaml_error(exc: yaml.MarkedYAMLError) -> tuple[int, str]:
-    mark = exc.problem_mark or exc.context_mark
+    """Line and message. When PyYAML knows where the construct in trouble started (an
+    unclosed ``[`` or quote), that line is the one to fix; the message says both."""
     parts = [p for p in (exc.context, exc.problem) if p]
     message = "malformed YAML: " + ("; ".join(parts) or "syntax error")
-    if mark is not None:
-        return mark.line + 1, f"{message} (column {mark.column + 1})"
-    return 0, message
+    problem, context = exc.problem_mark, exc.context_mark
+    if problem is not None:
+        message += f" (line {problem.line + 1}, column {problem.column + 1})"
+    mark = context or problem
+    return (mark.line + 1 if mark is not None else 0), message
 
 
 def parse_json(text: str, limits: Limits | None = None) -> list[ParsedDocument]:
