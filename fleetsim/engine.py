@@ -315,6 +315,9 @@ class Engine:
         once; the caller delivers the result at ``result.end``.
         """
         start = max(now, self._busy_until)
+        if not self._running and self._waiting:
+            # An idle GPU starts no earlier than the first request it can run.
+            start = max(start, self._waiting[0].arrival)
         if not self.has_work or start < self._ready_at:
             return None
         budget = self.profile.max_num_batched_tokens
@@ -370,6 +373,8 @@ class Engine:
         bs = self.profile.block_size
         while self._waiting and budget > 0 and len(self._running) < self.profile.max_num_seqs:
             seq = self._waiting[0]
+            if seq.arrival > now:
+                return  # a pass that starts before a request arrived cannot include it
             # Always recompute at least the last token (vLLM: max cache hit = n − 1).
             hit_blocks = self.pool.lookup(seq.req.block_hashes, (seq.num_tokens - 1) // bs)
             computed = len(hit_blocks) * bs

@@ -307,3 +307,19 @@ def test_bad_requests_are_refused() -> None:
         EngineRequest("empty", 0, 1)
     with pytest.raises(EngineError):
         EngineRequest("negative", 1, -1)
+
+
+def test_a_pass_never_includes_requests_that_arrived_after_it_started() -> None:
+    engine = Engine(profile(), NO_WARMUP)
+    engine.add(EngineRequest("early", 10, 3), 0.0)
+    engine.add(EngineRequest("late", 10, 3), 1.0)
+    first = engine.step(0.5)  # a driver running behind asks for a pass at 0.5
+    assert first is not None
+    assert [t.request_id for t in first.tokens] == ["early"]
+    idle = Engine(profile(), NO_WARMUP)
+    idle.add(EngineRequest("r", 10, 1), 2.0)
+    result = idle.step(1.0)  # an idle GPU starts when the request arrives
+    assert result is not None
+    assert result.start == 2.0
+    ttft = result.first_token_latencies[0]
+    assert ttft == pytest.approx(result.duration)
