@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from gtm import policy_cli
+from gtm.cli import cli
+from gtm.clock import FakeClock
+from gtm.policy_store import load_from_store
+from gtm.state.memory import MemoryStore
+from policies.loader import examples_path
+
+
+class KeptOpen(MemoryStore):
+    """The CLI closes the store it opened; keep this one readable after the command."""
+
+    async def aclose(self) -> None:
+        return None
+
+
+@pytest.fixture
+def store(monkeypatch: pytest.MonkeyPatch) -> MemoryStore:
+    shared = KeptOpen(FakeClock())
+    opened: list[str] = []
+
+    def open_store(url: Any, **_: Any) -> MemoryStore:
+        opened.append(str(url))
+        return shared
+
+    monkeypatch.setattr(policy_cli, "open_store", open_store)
+    return shared
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_apply_commits_and_is_idempotent(store: MemoryStore) -> None:
+    code, out, _ = run("policy", "apply", str(examples_path()), "--state", "etcd://127.0.0.1:2379")
+    assert code == 0
+    assert out.startswith("applied generation 1 (digest ")
+    assert "6 document(s) written, 0 deleted" in out
+    stored = asyncio.run(load_from_store(store))
+    assert stored is not None
+    assert stored.generation == 1
+    code, out, _ = run("policy", "apply", str(examples_path()), "--state", "etcd://127.0.0.1")
+    assert (code, out.strip()) == (0, "unchanged: generation 1 already has these policies")
+
+
+def test_apply_refuses_a_stale_revision(store: MemoryStore) -> None:
+    args = ("policy", "apply", str(examples_path()), "--state", "etcd://h:1")
+    assert run(*args)[0] == 0
+    code, _, err = run(*args, "--expected-revision", "0")
+    assert code == 1
+    assert "policies are at generation 1, not 0" in err
+
+
+def test_apply_writes_nothing_when_a_file_is_invalid(store: MemoryStore, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("apiVersion: gtm.dev/v1\nkind: Tenants\nmetadata: {name: t}\nspec: {}\n")
+    code, out, _ = run("policy", "apply", str(bad), "--state", "etcd://h:1")
+    assert code == 1
+    assert out.strip() == f"{bad}:4: spec.tenants: required field is missing"
+    assert asyncio.run(store.current_revision()) == 1  # nothing was written
+
+
+def test_apply_needs_a_shared_store() -> None:
+    code, _, err = run("policy", "apply", str(examples_path()), "--state", "memory")
+    assert code == 2
+    assert "the embedded store lives inside one `gtm up` process" in err
+    code, _, err = run("policy", "apply", str(examples_path()), "--state", "http://x")
+    assert (code, "invalid state store" in err) == (2, True)
+
+
+def test_gtm_mounts_the_policies_commands(tmp_path: Path) -> None:
+    code, out, _ = run("policy", "--help")
+    assert code == 0
+    for name in ("apply", "check", "explain", "hash-key", "schema"):
+        assert f"  {name} " in out
+    assert run("policy", "check", str(examples_path()))[0] == 0
+    code, out, _ = run("audit", "verify", "--help")
+    assert (code, "Verify audit FILES" in out) == (0, True)
