@@ -41,7 +41,7 @@ _COMMANDS: dict[str, _Entry] = {
     "drain": _Entry("Drain a region, zone or GPU.", None, "regional LB"),
     "undrain": _Entry("Undo a drain.", None, "regional LB"),
     "audit": _Entry("Verify the hash-chained audit log.", "policies.cli:audit"),
-    "chaos": _Entry("Fault proxy (Toxiproxy API) and game-day runner.", None, "chaos"),
+    "chaos": _Entry("Fault proxy (Toxiproxy API) and game-day runner.", "chaos.cli:chaos"),
     "sim": _Entry("Run the discrete-event fleet simulator.", None, "fleet simulator"),
     "bench": _Entry("Side-by-side routing benchmarks.", None, "fleet simulator"),
     "state": _Entry("Inspect the state store (etcd or embedded).", "gtm.state.cli:state", ""),
