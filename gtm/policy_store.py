@@ -21,6 +21,7 @@ policy it has. Documents the new set drops are deleted after the commit.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import random
@@ -398,6 +399,8 @@ class PolicyWatcher:
 
     async def _follow(self) -> None:
         start = self._loaded_revision + 1
-        async for batch in self._store.watch(POLICY_PREFIX, start_revision=start):
-            if any(event.kv.key == GENERATION_KEY for event in batch.events):
-                await self.reload()
+        watch = self._store.watch(POLICY_PREFIX, start_revision=start)
+        async with contextlib.aclosing(watch) as batches:
+            async for batch in batches:
+                if any(event.kv.key == GENERATION_KEY for event in batch.events):
+                    await self.reload()

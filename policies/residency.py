@@ -28,6 +28,11 @@ from policies.rules import CompiledRule
 DEFAULT_CACHE_SIZE = 65_536
 
 
+#: (tenant, client country) pairs whose pre-filtered rule lists are kept: 1,000 tenants ×
+#: 250 countries; each entry is two short tuples.
+_MAX_LOCATED = 250_000
+
+
 class ReasonCode(StrEnum):
     ALLOWED = "allowed"
     #: Allowed, but deny rules removed some of the regions the allow rule selected.
@@ -107,6 +112,7 @@ class ResidencyEngine:
             t: _lists(r for r in rules if r.tenants is None or t in r.tenants)
             for t in mentioned | set(policy_set.tenants)
         }
+        self._by_location: dict[tuple[str, str | None], _RuleLists] = {}
         self._cached = functools.lru_cache(maxsize=cache_size)(self._evaluate)
 
     @property
@@ -144,15 +150,26 @@ class ResidencyEngine:
         if country is None and self._assumed is None:
             return self._refuse(ReasonCode.UNKNOWN_CLIENT_LOCATION)
         assumed_name = self._assumed_name if country is None else None
-        lists = self._by_tenant.get(query.tenant, self._any_tenant)
-        args = (query.tenant, query.data_class, country, self._assumed, query.model)
-        base = next((r for r in lists.allows if r.matches(*args)), None)
+        lists = self._located(query.tenant, country)
+        data_class, model = query.data_class, query.model
+        # Tenant and location are already filtered: only data class and model remain.
+        base = None
+        for rule in lists.allows:
+            if (rule.data_classes is None or data_class in rule.data_classes) and (
+                rule.models is None or model in rule.models
+            ):
+                base = rule
+                break
         if base is None:
             return self._refuse(ReasonCode.NO_MATCHING_RULE, assumed=assumed_name)
         allowed = base.regions
         denied_by = []
         for deny in lists.denies:
-            if not allowed.isdisjoint(deny.regions) and deny.matches(*args):
+            if (
+                not allowed.isdisjoint(deny.regions)
+                and (deny.data_classes is None or data_class in deny.data_classes)
+                and (deny.models is None or model in deny.models)
+            ):
                 allowed = allowed - deny.regions
                 denied_by.append(deny.name)
         if not allowed:
@@ -168,6 +185,23 @@ class ResidencyEngine:
             assumed_jurisdiction=assumed_name,
         )
 
+    def _located(self, tenant: str, country: str | None) -> _RuleLists:
+        """The tenant's rules that match a client in ``country`` (or, when ``None``,
+        somewhere in the assumed jurisdiction), most specific first. Memoised per
+        (tenant, country) up to a bound; past it, computed each time."""
+        key = (tenant, country)
+        lists = self._by_location.get(key)
+        if lists is None:
+            assumed = self._assumed if country is None else None
+            base = self._by_tenant.get(tenant, self._any_tenant)
+            lists = _RuleLists(
+                allows=tuple(r for r in base.allows if _at(r, country, assumed)),
+                denies=tuple(r for r in base.denies if _at(r, country, assumed)),
+            )
+            if len(self._by_location) < _MAX_LOCATED:
+                self._by_location[key] = lists  # a racing thread stores an equal value
+        return lists
+
     def _refuse(self, reason: ReasonCode, *, assumed: str | None = None) -> Verdict:
         return Verdict(
             allowed=frozenset(),
@@ -175,6 +209,14 @@ class ResidencyEngine:
             on_saturation=self._on_saturation,
             assumed_jurisdiction=assumed,
         )
+
+
+def _at(rule: CompiledRule, country: str | None, assumed: frozenset[str] | None) -> bool:
+    if rule.locations is None:
+        return True
+    if country is not None:
+        return country in rule.locations
+    return assumed is not None and assumed <= rule.locations
 
 
 def _lists(rules: Iterable[CompiledRule]) -> _RuleLists:
