@@ -11,7 +11,15 @@ Typical use by a tier::
     if verdict.refused: ...                              # fail closed, verdict.reason says why
 """
 
-from policies.audit import AuditRecord, AuditWriter, FsyncPolicy, Head, VerifyReport, verify
+from policies.audit import (
+    AuditRecord,
+    AuditWriter,
+    FsyncPolicy,
+    Head,
+    VerifyReport,
+    decision_record,
+    verify,
+)
 from policies.documents import API_VERSION, Kind, SaturationPolicy, json_schema
 from policies.errors import (
     ApiKeyError,
@@ -51,6 +59,7 @@ __all__ = [
     "Verdict",
     "VerifyReport",
     "compile",
+    "decision_record",
     "json_schema",
     "load_examples",
     "load_paths",

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from policies.errors import AuditChainError, AuditError
+from policies.residency import ResidencyQuery, Verdict
 
 GENESIS = "0" * 64
 #: Rotate files at this size. 64 MiB is ~200k records: small enough to ship and verify
@@ -133,6 +134,36 @@ class AuditRecord:
 
 
 _FIELDS = frozenset(AuditRecord.__dataclass_fields__)
+
+
+def decision_record(
+    query: ResidencyQuery,
+    verdict: Verdict,
+    *,
+    time: float,
+    policy_revision: str,
+    chosen_region: str | None,
+    decision_id: str,
+) -> AuditRecord:
+    """The audit record of one residency decision, the same way in every tier.
+
+    Raises:
+        ValueError: a field is not an id / code (e.g. a data class that is not a
+            lowercase id): validate request fields before routing on them.
+    """
+    if chosen_region is not None and chosen_region not in verdict.allowed:
+        raise ValueError(f"chosen region {chosen_region!r} is outside the allowed set")
+    return AuditRecord(
+        time=time,
+        tenant=query.tenant,
+        client_country=query.client_country,
+        data_class=query.data_class,
+        policy_revision=policy_revision,
+        allowed=tuple(verdict.allowed),
+        chosen_region=chosen_region,
+        reason=verdict.reason.value,
+        decision_id=decision_id,
+    )
 
 
 def _check(pattern: re.Pattern[str], value: object, name: str) -> None:

@@ -15,12 +15,14 @@ from policies.audit import (
     FsyncPolicy,
     Head,
     chain_files,
+    decision_record,
     encode_line,
     iter_records,
     parse_line,
     verify,
 )
 from policies.errors import AuditChainError, AuditError
+from policies.residency import ReasonCode, ResidencyQuery, Verdict
 
 DELETED = "deleted or truncated"
 REORDERED = "(records reordered, duplicated or inserted)"
@@ -101,6 +103,34 @@ def test_only_the_decision_fields_exist() -> None:
     }
     with pytest.raises(ValueError, match="expected exactly the fields"):
         AuditRecord.from_json({**record(1).to_json(), "prompt": "secret"})
+
+
+def test_decision_record_from_a_verdict() -> None:
+    query = ResidencyQuery("demo-eu", "m", "default", "FR")
+    verdict = Verdict(frozenset({"eu-west", "eu-central"}), ReasonCode.ALLOWED, rule="r")
+    rec = decision_record(
+        query, verdict, time=5.0, policy_revision="1-abc", chosen_region="eu-west", decision_id="d1"
+    )
+    assert rec == AuditRecord(
+        time=5.0,
+        tenant="demo-eu",
+        client_country="FR",
+        data_class="default",
+        policy_revision="1-abc",
+        allowed=("eu-central", "eu-west"),
+        chosen_region="eu-west",
+        reason="allowed",
+        decision_id="d1",
+    )
+    with pytest.raises(ValueError, match="outside the allowed set"):
+        decision_record(
+            query, verdict, time=5.0, policy_revision="1", chosen_region="us-east", decision_id="d"
+        )
+    refused = Verdict(frozenset(), ReasonCode.DENIED)
+    rec = decision_record(
+        query, refused, time=5.0, policy_revision="1", chosen_region=None, decision_id="d2"
+    )
+    assert (rec.allowed, rec.chosen_region, rec.reason) == ((), None, "denied")
 
 
 def test_line_layout_is_json_and_hash_chained() -> None:
