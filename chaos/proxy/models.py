@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -138,11 +138,13 @@ def go_error(exc: ValidationError, model: type[BaseModel], go_struct: str) -> st
 
 def _go_type(model: type[BaseModel], field: str) -> str:
     info = model.model_fields.get(field)
-    if info is not None:
-        for meta in info.metadata:
-            if isinstance(meta, GoType):
-                return meta.name
-    return "interface {}"
+    if info is None:
+        return "interface {}"
+    # ``GoX | None`` keeps the metadata inside the union's Annotated member.
+    candidates = list(info.metadata)
+    for member in get_args(info.annotation):
+        candidates.extend(getattr(member, "__metadata__", ()))
+    return next((m.name for m in candidates if isinstance(m, GoType)), "interface {}")
 
 
 AttributeValue = int | float | str | bool
