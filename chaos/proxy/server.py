@@ -220,7 +220,7 @@ class ApiDispatcher:
         self._service = service
         self._routes = routes(registry)
 
-    async def __call__(self, request: web.Request) -> web.Response:
+    async def handle(self, request: web.Request) -> web.Response:
         segments = request.path[1:].split("/")
         matched = [
             (route, params)
@@ -269,7 +269,7 @@ class ApiDispatcher:
 
 def build_app(service: FaultProxyService, registry: CollectorRegistry) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY_BYTES)
-    app.router.add_route("*", "/{tail:.*}", ApiDispatcher(service, registry))
+    app.router.add_route("*", "/{tail:.*}", ApiDispatcher(service, registry).handle)
     return app
 
 
