@@ -12,7 +12,7 @@ in a burst.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from fleetsim.engine import Engine, EngineRequest, FinishedRequest, FinishReason, StepResult
 from fleetsim.metrics import EngineMetrics, ModelSnapshot
@@ -25,6 +25,12 @@ MAX_CATCH_UP_S = 0.05
 
 #: Smoothing of the generation-throughput gauge (per pass exponential moving average).
 THROUGHPUT_SMOOTHING = 0.05
+
+#: Tokens handed out between two yields to the event loop. Delivering a 1,024-sequence
+#: pass in one go would hold the loop for ~13 ms (≈ 13 µs per streamed token measured on
+#: the benchmark machine); slices of 64 keep any one stretch under ~1 ms, so other
+#: connections and timers never wait long.
+DELIVERY_SLICE = 64
 
 
 class Notifier:
@@ -52,7 +58,14 @@ class Notifier:
 class RequestStream:
     """What one engine request has produced so far (read by its HTTP handler)."""
 
-    __slots__ = ("api_finish_reason", "finished", "notifier", "produced", "request_id")
+    __slots__ = (
+        "api_finish_reason",
+        "finished",
+        "notifier",
+        "on_token",
+        "produced",
+        "request_id",
+    )
 
     def __init__(self, request_id: str, notifier: Notifier, api_finish_reason: str) -> None:
         self.request_id = request_id
@@ -61,6 +74,9 @@ class RequestStream:
         self.api_finish_reason = api_finish_reason
         self.produced = 0
         self.finished: FinishedRequest | None = None
+        #: Optional fast path: called after each new token; True means "consumed", so
+        #: the waiting handler need not be woken for it.
+        self.on_token: Callable[[RequestStream], bool] | None = None
 
     @property
     def aborted(self) -> bool:
@@ -167,7 +183,7 @@ class EngineDriver:
             self._busy = True
             self._prev_end = result.end
             await self._sleep_until(result.end)
-            self._deliver(result)
+            await self._deliver(result)
 
     async def _idle(self) -> None:
         self._busy = False
@@ -175,14 +191,18 @@ class EngineDriver:
         self._wake.clear()
         await self._wake.wait()
 
-    def _deliver(self, result: StepResult) -> None:
+    async def _deliver(self, result: StepResult) -> None:
         streams = self._streams
-        for token in result.tokens:
+        for index, token in enumerate(result.tokens):
+            if index and index % DELIVERY_SLICE == 0:
+                await asyncio.sleep(0)
             stream = streams.get(token.request_id)
-            if stream is not None:
-                stream.produced = token.position + 1
-                if not token.finished:
-                    stream.notifier.notify()
+            if stream is None:
+                continue
+            stream.produced = token.position + 1
+            sink = stream.on_token
+            if (sink is None or not sink(stream)) and not token.finished:
+                stream.notifier.notify()  # a finished one is notified by _finish
         if result.duration > 0:
             rate = len(result.tokens) / result.duration
             self._throughput += THROUGHPUT_SMOOTHING * (rate - self._throughput)

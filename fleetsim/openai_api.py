@@ -11,6 +11,7 @@ Errors use OpenAI's shape ``{"error": {"message", "type", "param", "code"}}``.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import struct
 from collections.abc import Mapping, Sequence
@@ -208,6 +209,13 @@ def completion_body(
     }
 
 
+@functools.lru_cache(maxsize=4096)
+def _quoted(text: str) -> str:
+    """``json.dumps`` of a token's text, memoised: generated tokens come from a small
+    vocabulary, and this runs once per streamed token."""
+    return json.dumps(text)
+
+
 class ChunkRenderer:
     """Server-sent events of one streaming response, rendered from string templates.
 
@@ -231,10 +239,10 @@ class ChunkRenderer:
     def token(self, index: int, text: str, first: bool) -> str:
         if self._kind is Kind.CHAT:
             role = '"role":"assistant",' if first else ""
-            delta = f'"delta":{{{role}"content":{json.dumps(text)}}}'
+            delta = f'"delta":{{{role}"content":{_quoted(text)}}}'
             body = f'{delta},"logprobs":null,"finish_reason":null'
         else:
-            body = f'"text":{json.dumps(text)},"logprobs":null,"finish_reason":null'
+            body = f'"text":{_quoted(text)},"logprobs":null,"finish_reason":null'
         return f"{self._head}{index},{body}{self._tail}"
 
     def finish(self, index: int, reason: str) -> str:

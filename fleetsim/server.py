@@ -116,6 +116,53 @@ class _Choice:
     closed: bool = False
 
 
+#: Above this many bytes waiting in a socket's send buffer, tokens stop taking the
+#: direct path and the handler writes them with flow control (aiohttp's own limit).
+DIRECT_WRITE_LIMIT = 0x10000
+
+
+class _DirectSink:
+    """Writes one choice's next token straight to the socket, as an HTTP/1.1 chunk.
+
+    Called by the engine driver when a token is produced. Declines (returns False, and
+    the handler is woken instead) when the client is slow, the connection is closing,
+    the handler has a backlog to write first, or a stream-cut fault is armed.
+    """
+
+    __slots__ = ("_choice", "_faults", "_index", "_renderer", "_transport")
+
+    def __init__(
+        self,
+        transport: asyncio.BaseTransport,
+        renderer: api.ChunkRenderer,
+        choice: _Choice,
+        index: int,
+        faults: FaultInjector,
+    ) -> None:
+        self._transport = transport
+        self._renderer = renderer
+        self._choice = choice
+        self._index = index
+        self._faults = faults
+
+    def __call__(self, stream: RequestStream) -> bool:
+        transport = self._transport
+        choice = self._choice
+        if (
+            not isinstance(transport, asyncio.WriteTransport)
+            or transport.is_closing()
+            or transport.get_write_buffer_size() > DIRECT_WRITE_LIMIT
+            or choice.sent != stream.produced - 1
+            or self._faults.faults.stop_stream_after is not None
+        ):
+            return False
+        text = choice.completion.next_token()
+        data = self._renderer.token(self._index, text, choice.sent == 0).encode()
+        transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        choice.sent += 1
+        return True
+
+
 class GpuSimServer:
     """The emulated worker: ``await start()`` then ``await stop()`` (or ``async with``)."""
 
@@ -425,7 +472,10 @@ class GpuSimServer:
                     _Choice(stream, completion, engine_request.prompt_tokens, prompt_index)
                 )
             if body.stream:
-                return await self._stream(request, kind, body, choices, notifier)
+                try:
+                    return await self._stream(request, kind, body, choices, notifier)
+                except ConnectionError:  # the client went away mid-stream: nothing to answer
+                    return _drop_connection(request, web.StreamResponse())
             return await self._complete(kind, body, choices, notifier)
         finally:
             for choice in choices:
@@ -466,6 +516,14 @@ class GpuSimServer:
         choices: list[_Choice],
         notifier: Notifier,
     ) -> web.StreamResponse:
+        """Stream tokens as SSE; after the first write, tokens go straight to the socket.
+
+        The first chunk goes out through aiohttp (with the headers). From then on each
+        choice's :class:`_DirectSink` writes a token's chunk to the transport from the
+        engine driver's delivery, without waking this handler — one wake-up per request
+        instead of one per token. This handler wakes only to finish the stream, or to
+        catch up when the direct path declines (slow client, stream-cut fault).
+        """
         response = web.StreamResponse(
             headers={
                 "Content-Type": "text/event-stream; charset=utf-8",
@@ -481,9 +539,10 @@ class GpuSimServer:
             model=body.model,
             include_usage=body.include_usage,
         )
-        total_sent = 0
+        direct = False
         while True:
             cut = self._faults.faults.stop_stream_after
+            total_sent = sum(c.sent for c in choices)
             parts: list[str] = []
             for index, choice in enumerate(choices):
                 while choice.sent < choice.stream.produced and (cut is None or total_sent < cut):
@@ -507,6 +566,12 @@ class GpuSimServer:
                 return _drop_connection(request, response)
             if all(c.closed for c in choices):
                 break
+            if not direct and total_sent and request.transport is not None:
+                direct = True
+                for index, choice in enumerate(choices):
+                    choice.stream.on_token = _DirectSink(
+                        request.transport, renderer, choice, index, self._faults
+                    )
             await notifier.wait()
         if any(c.stream.aborted for c in choices):
             return _drop_connection(request, response)
