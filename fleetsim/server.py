@@ -357,6 +357,10 @@ class GpuSimServer:
             raise api.ApiError(
                 400, f"request body is not valid JSON: {exc}", code="invalid_json"
             ) from None
+        except RecursionError:
+            raise api.ApiError(
+                400, "request body is nested too deeply", code="invalid_json"
+            ) from None
         if not isinstance(data, dict):
             raise api.ApiError(400, "request body must be a JSON object", code="invalid_json")
         try:

@@ -171,6 +171,8 @@ async def test_errors_map_to_the_sdk_exception_classes(sim: Sim) -> None:
         (b'{"model": 5, "messages": []}', "model"),
         (b'{"model": "m", "messages": "hello"}', "messages"),
         ("\udcff".encode("utf-8", "surrogatepass"), "not valid JSON"),
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        (b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "n": 99}', "n"),
     ],
 )
 async def test_malformed_bodies_get_400_in_openai_shape(sim: Sim, body: bytes, needle: str) -> None:

@@ -7,6 +7,8 @@ import itertools
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from fleetsim.engine import (
     DuplicateRequest,
@@ -323,3 +325,54 @@ def test_a_pass_never_includes_requests_that_arrived_after_it_started() -> None:
     assert result.start == 2.0
     ttft = result.first_token_latencies[0]
     assert ttft == pytest.approx(result.duration)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    requests=st.lists(
+        st.tuples(
+            st.integers(1, 120),  # prompt tokens
+            st.integers(0, 40),  # output tokens (0: prefill only)
+            st.integers(0, 3),  # shared-prefix group
+            st.floats(0.0, 0.5),  # arrival
+        ),
+        min_size=1,
+        max_size=25,
+    ),
+    blocks=st.integers(11, 40),
+    budget=st.integers(16, 256),
+    seqs=st.integers(1, 8),
+)
+def test_every_request_finishes_exactly_once_with_all_its_tokens(
+    requests: list[tuple[int, int, int, float]], blocks: int, budget: int, seqs: int
+) -> None:
+    engine = Engine(
+        profile(
+            num_gpu_blocks=blocks,
+            max_model_len=160,
+            max_num_batched_tokens=budget,
+            max_num_seqs=seqs,
+        ),
+        NO_WARMUP,
+    )
+    expected: dict[str, int] = {}
+    for i, (prompt, output, group, arrival) in enumerate(sorted(requests, key=lambda r: r[3])):
+        tokens = [group * 1000 + t for t in range(prompt)]
+        engine.add(EngineRequest(f"r{i}", prompt, output, block_hashes(tokens)), arrival)
+        expected[f"r{i}"] = output
+    results, _ = run(engine)
+    positions: dict[str, list[int]] = {rid: [] for rid in expected}
+    for result in results:
+        for token in result.tokens:
+            positions[token.request_id].append(token.position)
+    done = finished(results)
+    assert set(done) == set(expected)
+    for rid, output in expected.items():
+        assert positions[rid] == list(range(output))
+        assert done[rid].output_tokens == output
+        assert done[rid].reason is FinishReason.LENGTH
+    stats = engine.stats()
+    assert stats.kv_blocks_free == stats.kv_blocks_total  # nothing leaked
+    assert stats.prefix_cache_hits <= stats.prefix_cache_queries
+    assert all(r.end > r.start for r in results)
+    assert all(b.start >= a.end for a, b in itertools.pairwise(results))
