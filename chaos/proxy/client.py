@@ -38,7 +38,7 @@ import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-import requests  # type: ignore[import-untyped]
+import requests
 import toxiproxy  # type: ignore[import-untyped]
 import toxiproxy.api  # type: ignore[import-untyped]
 

@@ -70,7 +70,7 @@ def _stub(clock: FakeClock, spawn: object = None) -> tuple[Stub, Channel]:
         output=out,
         clock=clock,
         rng=random.Random(0),
-        spawn=spawn or (lambda coro: coro.close()),  # type: ignore[arg-type,func-returns-value]
+        spawn=spawn or (lambda coro: coro.close()),  # type: ignore[arg-type]
     )
     return stub, out
 
