@@ -82,21 +82,27 @@ class ProxyMetrics:
 
 
 class ConnectionMeter:
-    """A :class:`~chaos.proxy.link.LinkMeter` for the links of one proxy."""
+    """A :class:`~chaos.proxy.link.LinkMeter` for the links of one proxy.
+
+    The labelled children are looked up once per connection, not once per chunk.
+    """
 
     def __init__(self, metrics: ProxyMetrics, proxy: str, listener: str, upstream: str) -> None:
-        self._metrics = metrics
-        self._proxy = proxy
-        self._listener = listener
-        self._upstream = upstream
+        self._received = {d: metrics.received.labels(proxy, d.value) for d in Direction}
+        self._sent = {d: metrics.sent.labels(proxy, d.value) for d in Direction}
+        self._compat_received = {
+            d: metrics.compat_received.labels(d.value, proxy, listener, upstream) for d in Direction
+        }
+        self._compat_sent = {
+            d: metrics.compat_sent.labels(d.value, proxy, listener, upstream) for d in Direction
+        }
 
     def received(self, direction: Direction, size: int) -> None:
-        self._metrics.received.labels(self._proxy, direction.value).inc(size)
+        self._received[direction].inc(size)
 
     def sent(self, direction: Direction, size: int) -> None:
-        self._metrics.sent.labels(self._proxy, direction.value).inc(size)
+        self._sent[direction].inc(size)
 
     def finished(self, direction: Direction, received: int, sent: int) -> None:
-        labels = (direction.value, self._proxy, self._listener, self._upstream)
-        self._metrics.compat_received.labels(*labels).inc(received)
-        self._metrics.compat_sent.labels(*labels).inc(sent)
+        self._compat_received[direction].inc(received)
+        self._compat_sent[direction].inc(sent)

@@ -146,6 +146,9 @@ class Proxy:
             if task is not None:
                 task.uncancel()
             writer.transport.abort()
+        except Exception:  # a bug in a toxic or link: drop this connection, keep serving
+            log.exception("connection failed name=%s", self.name)
+            writer.transport.abort()
         finally:
             if task is not None:
                 self._handlers.discard(task)

@@ -120,9 +120,10 @@ class FaultProxyService:
             return proxy.view()
 
     async def update_proxy(self, name: str, body: bytes) -> ProxyView:
-        proxy = self._proxy(name)
+        self._proxy(name)  # 404 before the body is looked at, as in Toxiproxy
         patch = parse_struct(ProxyPatch, decode(body), "Proxy")
         async with self._lock:
+            proxy = self._proxy(name)  # it may have gone while we waited
             await proxy.update(patch)
             return proxy.view()
 
@@ -205,7 +206,7 @@ class FaultProxyService:
         return self._slot(self._proxy(proxy), toxic).view()
 
     async def create_toxic(self, proxy_name: str, body: bytes) -> ToxicView:
-        proxy = self._proxy(proxy_name)
+        self._proxy(proxy_name)
         fields = parse_struct(ToxicFields, decode(body), "ToxicWrapper")
         direction = parse_direction(fields.stream)
         name = fields.name or f"{fields.type}_{fields.stream}"
@@ -213,6 +214,7 @@ class FaultProxyService:
         if toxic_type is None:
             raise errors.invalid_toxic_type()
         async with self._lock:
+            proxy = self._proxy(proxy_name)
             if proxy.toxics.get(name) is not None:
                 raise errors.toxic_already_exists()
             slot = ToxicSlot(
@@ -227,14 +229,17 @@ class FaultProxyService:
             return slot.view()
 
     async def update_toxic(self, proxy_name: str, toxic_name: str, body: bytes) -> ToxicView:
-        proxy = self._proxy(proxy_name)
-        slot = self._slot(proxy, toxic_name)
+        self._slot(self._proxy(proxy_name), toxic_name)
         patch = parse_struct(ToxicPatch, decode(body), "ToxicWrapper")
-        toxic = build_toxic(type(slot.toxic), patch.attributes, slot.toxic)
-        toxicity = slot.toxicity if patch.toxicity is None else gojson.to_float32(patch.toxicity)
         async with self._lock:
-            if proxy.toxics.get(toxic_name) is not slot:
-                raise errors.toxic_not_found()
+            proxy = self._proxy(proxy_name)
+            slot = self._slot(proxy, toxic_name)
+            # Validated in full before anything changes (Go decodes onto the live toxic,
+            # so a type error half-way leaves it half-updated).
+            toxic = build_toxic(type(slot.toxic), patch.attributes, slot.toxic)
+            toxicity = (
+                slot.toxicity if patch.toxicity is None else gojson.to_float32(patch.toxicity)
+            )
             await proxy.toxics.update(slot, toxic=toxic, toxicity=toxicity)
             return slot.view()
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 
 import pytest
 
+from chaos.proxy import server as server_module
 from chaos.proxy.service import TOXIPROXY_VERSION
 from tests.integration.chaos.conftest import Api, Reply, Upstream, connect, is_up, read_to_eof
 
@@ -484,3 +486,37 @@ async def test_metrics_report_connections_bytes_and_toxics(api: Api, echo: Upstr
         },
     )
     assert sample == 4.0
+
+
+# ---------------------------------------------------------------- robustness
+async def test_a_handler_past_its_deadline_is_503_empty(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    never = asyncio.Event()
+
+    async def stuck() -> None:
+        await never.wait()
+
+    monkeypatch.setattr(server_module, "HANDLER_TIMEOUT_SECONDS", 0.05)
+    monkeypatch.setattr(api.service, "reset", stuck)
+    reply = await api.call("POST", "/reset")
+    assert (reply.status, reply.body) == (503, b"")
+    assert "X-Toxiproxy-Request-Id" in reply.headers
+
+
+async def test_an_internal_error_is_a_500_body_not_a_traceback(
+    api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken() -> None:
+        raise RuntimeError("bug")
+
+    monkeypatch.setattr(api.service, "proxy_views", broken)
+    assert_error(await api.call("GET", "/proxies"), 500, "internal error (see the server log)")
+    assert (await api.call("GET", "/version")).status == 200  # still serving
+
+
+async def test_an_oversized_body_is_refused(api: Api) -> None:
+    oversized = io.BytesIO(b" " * (server_module.MAX_BODY_BYTES + 1))
+    async with api.session.post(api.url + "/populate", data=oversized) as reply:
+        assert reply.status == 413
+        assert json.loads(await reply.read())["status"] == 413
