@@ -12,7 +12,7 @@ Toxiproxy itself is the natural peer, but no Toxiproxy binary can be installed h
 (PyPI, Debian and npm ship none), so no peer ratio is printed unless ``--toxiproxy-url``
 points at a running Toxiproxy, which is then measured the same way.
 
-    python bench/fault_proxy.py            # full run (~1 min on 2 cores)
+    python bench/fault_proxy.py            # full run (~10 s on 2 cores)
     python bench/fault_proxy.py --smoke    # a few seconds, for CI
 """
 

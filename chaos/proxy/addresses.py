@@ -66,7 +66,12 @@ def parse_port(address: str, port: str) -> int:
 
 
 async def resolve(address: str) -> TcpAddress:
-    """``net.ResolveTCPAddr("tcp", address)``: IPv4 preferred, like Go's "tcp" network."""
+    """``net.ResolveTCPAddr("tcp", address)``: IPv4 preferred, like Go's "tcp" network.
+
+    An empty address is every interface on an ephemeral port (Go skips parsing it).
+    """
+    if not address:
+        return TcpAddress(None, 0)
     host, port_text = split_host_port(address)
     port = parse_port(address, port_text)
     if not host:

@@ -42,6 +42,7 @@ async def test_resolve_keeps_ips_and_empty_host() -> None:
     assert str(await resolve("127.0.0.1:7070")) == "127.0.0.1:7070"
     assert str(await resolve("[0:0::1]:7070")) == "[::1]:7070"
     assert str(await resolve(":0")) == ":0"
+    assert str(await resolve("")) == ":0"  # Go: every interface, ephemeral port
 
 
 async def test_resolve_localhost_to_ipv4() -> None:
