@@ -81,6 +81,9 @@ class TaskSupervisor:
         return task
 
     def _on_done(self, name: str, task: asyncio.Task[Any]) -> None:
+        # Forget finished tasks, so a supervisor used per connection does not grow.
+        if self._tasks.get(name) is task:
+            del self._tasks[name]
         if task.cancelled():
             return
         exc = task.exception()

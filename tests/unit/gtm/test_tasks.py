@@ -73,3 +73,13 @@ async def test_aclose_cancels_everything() -> None:
     await tasks.aclose()
     assert task.cancelled()
     assert tasks.names == frozenset()
+
+
+async def test_finished_tasks_are_forgotten() -> None:
+    async with TaskSupervisor(registry=new_registry()) as tasks:
+        for i in range(100):
+            await tasks.spawn(f"short-{i}", asyncio.sleep(0))
+        await asyncio.sleep(0)  # let the done-callbacks run
+        assert tasks.names == frozenset()
+        assert len(tasks._tasks) == 0  # no growth when used per connection
+        tasks.spawn("short-0", asyncio.sleep(0))  # a finished name can be reused
