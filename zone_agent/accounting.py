@@ -1,0 +1,213 @@
+"""The agent's own account of what it has in flight on each GPU.
+
+Scrapes are 250 ms apart; a burst of requests between two scrapes would all see the
+same "idle" GPU. So every request the agent sends is charged to its GPU at once and
+released when it ends — as llm-d's token-load scorer and Dynamo's router count in-flight
+work themselves:
+
+* ``pending``: uncached prefill tokens not yet prefilled (released at the first byte of
+  the response body: a worker sends the first token only after the prompt's prefill);
+* ``streams``: sequences in flight (released when the response ends, fails or the client
+  goes away);
+* ``prefilling``: requests not yet at their first byte (to tell the agent's own waiting
+  requests from other clients' in a scraped queue);
+* ``kv_blocks``: KV blocks those sequences hold at admission (prompt blocks);
+* the prefix blocks sent there (:class:`~zone_agent.prefix.PrefixIndex`).
+
+Per-GPU values live in numpy arrays indexed by a *slot* that a GPU id keeps for the life
+of the process, so a decision reads the loads of all candidates with one fancy index
+(a copy: the decision sees a consistent snapshot). Every charge is made through a
+:class:`Ticket` whose release is idempotent; :meth:`Accounting.totals` must come back to
+zero when nothing is in flight (the tests check it after every fault).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from zone_agent.prefix import HotBlocks, PrefixIndex
+
+#: Leading blocks of each prompt counted as candidates for the zone's hot-prefix sketch:
+#: system prompts and shared few-shot headers live at the start.
+HOT_LEADING_BLOCKS = 2
+
+Array = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True)
+class SlotLoad:
+    """One GPU's charges at one moment (captured with each scrape)."""
+
+    streams: float = 0.0
+    prefilling: float = 0.0
+    pending: float = 0.0
+    kv_blocks: float = 0.0
+
+
+class Ticket:
+    """One request's charge on one GPU. Release with :meth:`close` (idempotent)."""
+
+    __slots__ = ("_acc", "_kv", "_pending", "_prefilled", "_sequences", "closed", "gpu_id", "slot")
+
+    def __init__(
+        self, acc: Accounting, gpu_id: str, slot: int, pending: float, sequences: float, kv: float
+    ) -> None:
+        self._acc = acc
+        self.gpu_id = gpu_id
+        self.slot = slot
+        self._pending = pending
+        self._sequences = sequences
+        self._kv = kv
+        self._prefilled = False
+        self.closed = False
+
+    @property
+    def prefilled(self) -> bool:
+        return self._prefilled
+
+    def prefill_done(self) -> None:
+        """The first byte of the response arrived: the prompt is prefilled."""
+        if self._prefilled or self.closed:
+            return
+        self._prefilled = True
+        self._acc._release_prefill(self.slot, self._pending)
+
+    def close(self) -> None:
+        """The request ended (any way at all): release everything it still holds."""
+        if self.closed:
+            return
+        self.prefill_done()
+        self.closed = True
+        self._acc._release_stream(self, self._sequences, self._kv)
+
+
+class Accounting:
+    """In-flight charges per GPU slot, plus the prefix index and hot-block sketch."""
+
+    def __init__(self, capacity: int = 64) -> None:
+        self._slot_of: dict[str, int] = {}
+        size = max(1, capacity)
+        self.pending: Array = np.zeros(size)
+        self.streams: Array = np.zeros(size)
+        self.prefilling: Array = np.zeros(size)
+        self.kv_blocks: Array = np.zeros(size)
+        self.prefix = PrefixIndex()
+        self.hot = HotBlocks()
+        self._open: set[Ticket] = set()
+        self._holds: deque[tuple[float, Ticket]] = deque()
+        self._seq = itertools.count(1)
+
+    # ------------------------------------------------------------------ slots
+
+    def slot(self, gpu_id: str) -> int:
+        """The slot of ``gpu_id`` (allocated on first use, kept for the process's life)."""
+        slot = self._slot_of.get(gpu_id)
+        if slot is None:
+            slot = len(self._slot_of)
+            self._slot_of[gpu_id] = slot
+            if slot >= len(self.pending):
+                self._grow(2 * (slot + 1))
+        return slot
+
+    def _grow(self, size: int) -> None:
+        def grown(array: Array) -> Array:
+            out = np.zeros(size)
+            out[: len(array)] = array
+            return out
+
+        self.pending = grown(self.pending)
+        self.streams = grown(self.streams)
+        self.prefilling = grown(self.prefilling)
+        self.kv_blocks = grown(self.kv_blocks)
+
+    def next_seq(self) -> int:
+        """Arrival numbers for round-robin baselines (1, 2, 3...)."""
+        return next(self._seq)
+
+    # ------------------------------------------------------------------ charges
+
+    def start(
+        self,
+        gpu_id: str,
+        *,
+        prefill_tokens: float,
+        sequences: int = 1,
+        kv_blocks: float = 0.0,
+        prefix_hashes: tuple[int, ...] = (),
+        prefix_capacity: int = 0,
+    ) -> Ticket:
+        """Charge a request to ``gpu_id``; remember its prefix blocks went there."""
+        slot = self.slot(gpu_id)
+        self.pending[slot] += prefill_tokens
+        self.prefilling[slot] += 1
+        self.streams[slot] += sequences
+        self.kv_blocks[slot] += kv_blocks
+        if prefix_hashes:
+            self.prefix.insert(slot, prefix_hashes, prefix_capacity)
+            for block in prefix_hashes[:HOT_LEADING_BLOCKS]:
+                self.hot.add(block)
+        ticket = Ticket(self, gpu_id, slot, prefill_tokens, sequences, kv_blocks)
+        self._open.add(ticket)
+        return ticket
+
+    def _release_prefill(self, slot: int, pending: float) -> None:
+        self.pending[slot] -= pending
+        self.prefilling[slot] -= 1
+
+    def _release_stream(self, ticket: Ticket, sequences: float, kv: float) -> None:
+        self.streams[ticket.slot] -= sequences
+        self.kv_blocks[ticket.slot] -= kv
+        self._open.discard(ticket)
+
+    def hold(self, ticket: Ticket, until: float) -> None:
+        """Keep ``ticket`` open until monotonic time ``until`` (see :meth:`expire`).
+
+        For decisions whose bytes another data plane carries (``/v1/assign``): the agent
+        never sees them end, so their charge lasts until scrapes have caught up.
+        """
+        self._holds.append((until, ticket))
+
+    def expire(self, now: float) -> None:
+        """Close held tickets whose time is up (cheap; call it before each decision)."""
+        holds = self._holds
+        while holds and holds[0][0] <= now:
+            holds.popleft()[1].close()
+
+    # ------------------------------------------------------------------ reading
+
+    def at(self, gpu_id: str) -> SlotLoad:
+        slot = self._slot_of.get(gpu_id)
+        if slot is None:
+            return SlotLoad()
+        return SlotLoad(
+            float(self.streams[slot]),
+            float(self.prefilling[slot]),
+            float(self.pending[slot]),
+            float(self.kv_blocks[slot]),
+        )
+
+    def forget_prefixes(self, gpu_ids: Iterable[str]) -> None:
+        """Those GPUs lost their caches (left the zone, restarted): drop their blocks."""
+        for gpu_id in gpu_ids:
+            slot = self._slot_of.get(gpu_id)
+            if slot is not None:
+                self.prefix.forget(slot)
+
+    @property
+    def open_tickets(self) -> int:
+        return len(self._open)
+
+    def totals(self) -> SlotLoad:
+        """Sums over every GPU: all zero when nothing is in flight (no leaks)."""
+        return SlotLoad(
+            float(self.streams.sum()),
+            float(self.prefilling.sum()),
+            float(self.pending.sum()),
+            float(self.kv_blocks.sum()),
+        )

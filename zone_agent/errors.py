@@ -1,0 +1,98 @@
+"""Errors of the zone agent, and how each one is answered in OpenAI's error shape.
+
+Every error a client can cause or meet is an :class:`ApiError` carrying the HTTP status
+and OpenAI's body ``{"error": {"message", "type", "param", "code"}}`` (the shape the
+OpenAI SDKs parse into ``openai.APIStatusError``)::
+
+    GtmError
+    └── ZoneError
+        └── ApiError                  answered to the client as JSON
+            ├── BadRequest            400: malformed JSON, invalid field, prompt too long
+            ├── ModelNotFound         404: no GPU of the zone serves the model
+            └── NoCapacity            503 + Retry-After: no healthy GPU can take it
+"""
+
+from __future__ import annotations
+
+import math
+from enum import StrEnum
+
+from gtm.errors import GtmError
+
+
+class ErrorType(StrEnum):
+    """OpenAI's ``error.type`` values (and the emulator's)."""
+
+    INVALID_REQUEST = "invalid_request_error"
+    NOT_FOUND = "not_found_error"
+    SERVER = "server_error"
+    UNAVAILABLE = "service_unavailable"
+
+
+class ZoneError(GtmError):
+    """Root of the zone agent's errors."""
+
+
+class ApiError(ZoneError):
+    """An error answered to the client in OpenAI's JSON shape."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: ErrorType = ErrorType.INVALID_REQUEST,
+        param: str | None = None,
+        code: str | None = None,
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.param = param
+        self.code = code
+        self.retry_after_s = retry_after_s
+
+    def body(self) -> dict[str, dict[str, str | None]]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type.value,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+    def headers(self) -> dict[str, str]:
+        if self.retry_after_s is None:
+            return {}
+        # Retry-After takes whole seconds (RFC 9110 §10.2.3); never advertise 0.
+        return {"Retry-After": str(max(1, math.ceil(self.retry_after_s)))}
+
+
+class BadRequest(ApiError):
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(400, message, param=param, code=code or "invalid_value")
+
+
+class ModelNotFound(ApiError):
+    def __init__(self, model: str) -> None:
+        super().__init__(
+            404,
+            f"The model `{model}` does not exist or is not served in this zone.",
+            type=ErrorType.NOT_FOUND,
+            param="model",
+            code="model_not_found",
+        )
+
+
+class NoCapacity(ApiError):
+    def __init__(self, message: str, *, retry_after_s: float) -> None:
+        super().__init__(
+            503,
+            message,
+            type=ErrorType.UNAVAILABLE,
+            code="no_healthy_gpu",
+            retry_after_s=retry_after_s,
+        )

@@ -1,0 +1,274 @@
+"""GPU health: active checks, passive outlier detection, slow start, throughput regression.
+
+A pure state machine over an injected clock; the agent feeds it check results and
+request outcomes, and reads one :class:`HealthStatus` per GPU when it builds a view.
+
+Active checks (HAProxy's model, ``rise``/``fall``): ``GET /health`` every
+``check_interval_s``; a GPU goes down after ``fall`` consecutive failures and comes back
+after ``rise`` consecutive successes. A GPU is not routed to before its first
+successful check (or scrape).
+
+Passive outlier detection (Envoy's ``outlier_detection``): ``consecutive_failures``
+5xx / timeouts / resets in a row eject the GPU for ``base_ejection_s`` × the number of
+times it was ejected (capped at ``max_ejection_s``; the count decays by one per
+``max_ejection_s`` without an ejection), never more than ``max_ejected_fraction`` of the
+zone at once (but at least one GPU, as Envoy does). When the time is up the GPU is
+*half-open*: it takes one trial request at a time; a success closes it, a failure
+ejects it again at once.
+
+Slow start (Envoy's ``slow_start_config``): a GPU that was just added, came back up or
+back from ejection has its weight ramped linearly from ``slow_start_min_weight`` to 1
+over ``slow_start_s``; the cost model divides its prefill rate by that weight, so a
+cold or warming GPU (whose first passes are slower, and whose cache is empty) gets a
+share of the traffic that grows with time.
+
+Throughput regression: each scrape's inter-token latency (engine time, from the
+histogram's ``_sum``/``_count`` deltas) is divided by the profile's expected decode step
+for the scraped batch; a GPU whose smoothed ratio is ``regression_threshold`` above the
+zone's median (a thermally throttled GPU is 25 % slower, NVIDIA's "HW Thermal Slowdown")
+is de-weighted by that factor, so its predicted TTFT grows by as much as it slowed down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+import aiohttp
+from pydantic import Field
+
+from gtm.models import Frozen
+
+
+class HealthConfig(Frozen):
+    """Health-check and outlier-detection settings (defaults cited in the module doc)."""
+
+    #: HAProxy's defaults: ``inter 2s``, ``rise 2``, ``fall 3``.
+    check_interval_s: float = Field(default=2.0, gt=0.0)
+    check_timeout_s: float = Field(default=1.0, gt=0.0)
+    rise: int = Field(default=2, ge=1)
+    fall: int = Field(default=3, ge=1)
+    #: Envoy's defaults: ``consecutive_5xx: 5``, ``base_ejection_time: 30s``,
+    #: ``max_ejection_time: 300s``, ``max_ejection_percent: 10``.
+    consecutive_failures: int = Field(default=5, ge=1)
+    base_ejection_s: float = Field(default=30.0, gt=0.0)
+    max_ejection_s: float = Field(default=300.0, gt=0.0)
+    max_ejected_fraction: float = Field(default=0.1, ge=0.0, le=1.0)
+    #: Envoy's ``min_weight_percent`` default is 10 %; its slow-start window has no
+    #: default, 30 s covers the emulator's 64 warm-up passes at any realistic pace.
+    slow_start_s: float = Field(default=30.0, ge=0.0)
+    slow_start_min_weight: float = Field(default=0.1, gt=0.0, le=1.0)
+    #: De-weight a GPU whose decode is this much slower than the zone's median. 0.15
+    #: catches a 20 %-throughput throttle (25 % slower) with room for noise.
+    regression_threshold: float = Field(default=0.15, gt=0.0)
+    #: Weight of a new sample in the smoothed slowness (EWMA).
+    regression_alpha: float = Field(default=0.3, gt=0.0, le=1.0)
+    #: Fewest decoded tokens in a scrape window for its latency to count.
+    regression_min_tokens: int = Field(default=16, ge=1)
+
+
+class Outcome(StrEnum):
+    """How a proxied request ended, for passive outlier detection."""
+
+    SUCCESS = "success"
+    ERROR_5XX = "5xx"
+    TIMEOUT = "timeout"
+    RESET = "reset"
+    CONNECT = "connect"
+
+
+@dataclass(frozen=True, slots=True)
+class HealthStatus:
+    """One GPU's health as a decision sees it."""
+
+    eligible: bool
+    reason: str | None = None
+    #: Multiplies the GPU's prefill rate: slow start × throughput regression, in (0, 1].
+    weight: float = 1.0
+    #: Back from ejection on trial: only one request at a time until a success.
+    half_open: bool = False
+    #: Measured decode slowness relative to the zone's median (1.0 = normal).
+    slowdown: float = 1.0
+
+
+class _Gpu:
+    __slots__ = (
+        "checked",
+        "ejected_at",
+        "ejected_until",
+        "ejections",
+        "fail_streak",
+        "half_open",
+        "ok_streak",
+        "passive_streak",
+        "slowness",
+        "up",
+        "up_since",
+    )
+
+    def __init__(self, now: float) -> None:
+        self.checked = False
+        self.up = False
+        self.ok_streak = 0
+        self.fail_streak = 0
+        self.passive_streak = 0
+        self.ejected_until: float | None = None
+        self.ejected_at = -math.inf
+        self.ejections = 0
+        self.half_open = False
+        self.up_since = now
+        self.slowness: float | None = None
+
+
+class HealthTracker:
+    """Health of every GPU of the zone; see the module docstring."""
+
+    def __init__(self, config: HealthConfig | None = None) -> None:
+        self.config = config or HealthConfig()
+        self._gpus: dict[str, _Gpu] = {}
+
+    def sync(self, gpu_ids: Iterable[str], now: float) -> None:
+        """Track exactly these GPUs (new ones start unchecked, in slow start)."""
+        wanted = set(gpu_ids)
+        for gone in set(self._gpus) - wanted:
+            del self._gpus[gone]
+        for new in wanted - set(self._gpus):
+            self._gpus[new] = _Gpu(now)
+
+    def _gpu(self, gpu_id: str, now: float) -> _Gpu:
+        gpu = self._gpus.get(gpu_id)
+        if gpu is None:
+            gpu = self._gpus[gpu_id] = _Gpu(now)
+        return gpu
+
+    # ------------------------------------------------------------------ active checks
+
+    def observe_check(self, gpu_id: str, ok: bool, now: float) -> bool:
+        """Record an active check (or a successful scrape); return whether up/down changed."""
+        cfg, gpu = self.config, self._gpu(gpu_id, now)
+        was = gpu.up
+        if ok:
+            gpu.ok_streak += 1
+            gpu.fail_streak = 0
+            if not gpu.checked or (not gpu.up and gpu.ok_streak >= cfg.rise):
+                if not gpu.up:
+                    gpu.up_since = now
+                gpu.up = True
+        else:
+            gpu.fail_streak += 1
+            gpu.ok_streak = 0
+            if not gpu.checked or gpu.fail_streak >= cfg.fall:
+                gpu.up = False
+        gpu.checked = True
+        return gpu.up != was
+
+    # ------------------------------------------------------------------ passive
+
+    def record(self, gpu_id: str, outcome: Outcome, now: float) -> bool:
+        """Record a request's outcome; return True if it got the GPU ejected."""
+        gpu = self._gpu(gpu_id, now)
+        if outcome is Outcome.SUCCESS:
+            gpu.passive_streak = 0
+            gpu.half_open = False
+            return False
+        gpu.passive_streak += 1
+        if gpu.ejected_until is not None and gpu.ejected_until > now:
+            return False
+        if gpu.half_open or gpu.passive_streak >= self.config.consecutive_failures:
+            return self._eject(gpu, now)
+        return False
+
+    def _ejected_count(self, now: float) -> int:
+        return sum(
+            1 for g in self._gpus.values() if g.ejected_until is not None and g.ejected_until > now
+        )
+
+    def _eject(self, gpu: _Gpu, now: float) -> bool:
+        cfg = self.config
+        allowed = max(1, math.floor(cfg.max_ejected_fraction * len(self._gpus)))
+        if self._ejected_count(now) >= allowed:
+            return False
+        decayed = int((now - gpu.ejected_at) // cfg.max_ejection_s) if gpu.ejections else 0
+        gpu.ejections = max(0, gpu.ejections - decayed) + 1
+        gpu.ejected_at = now
+        gpu.ejected_until = now + min(cfg.max_ejection_s, cfg.base_ejection_s * gpu.ejections)
+        gpu.half_open = False
+        gpu.passive_streak = 0
+        return True
+
+    def ejected_until(self, gpu_id: str) -> float | None:
+        gpu = self._gpus.get(gpu_id)
+        return None if gpu is None else gpu.ejected_until
+
+    def next_expiry(self, now: float) -> float | None:
+        """When the next ejection ends (the agent rebuilds its view then)."""
+        ends = [
+            g.ejected_until
+            for g in self._gpus.values()
+            if g.ejected_until and g.ejected_until > now
+        ]
+        return min(ends) if ends else None
+
+    # ------------------------------------------------------------------ regression
+
+    def observe_decode(
+        self, gpu_id: str, observed_s: float, expected_s: float, tokens: float, now: float
+    ) -> None:
+        """A scrape window's mean inter-token latency vs the profile's expected step."""
+        if tokens < self.config.regression_min_tokens or expected_s <= 0 or not observed_s > 0:
+            return
+        gpu = self._gpu(gpu_id, now)
+        sample = observed_s / expected_s
+        alpha = self.config.regression_alpha
+        gpu.slowness = (
+            sample if gpu.slowness is None else alpha * sample + (1 - alpha) * gpu.slowness
+        )
+
+    def slowdowns(self) -> Mapping[str, float]:
+        """Each measured GPU's slowness relative to the zone's median (1.0 = typical)."""
+        measured = {gid: g.slowness for gid, g in self._gpus.items() if g.slowness is not None}
+        if not measured:
+            return {}
+        reference = statistics.median(measured.values())
+        if reference <= 0:
+            return {}
+        return {gid: value / reference for gid, value in measured.items()}
+
+    # ------------------------------------------------------------------ reading
+
+    def status(self, gpu_id: str, now: float, slowdown: float = 1.0) -> HealthStatus:
+        """The GPU's health now (ends an ejection whose time is up: half-open)."""
+        cfg, gpu = self.config, self._gpu(gpu_id, now)
+        if gpu.ejected_until is not None:
+            if gpu.ejected_until > now:
+                return HealthStatus(False, f"ejected (outlier) until t={gpu.ejected_until:.1f}")
+            gpu.ejected_until = None
+            gpu.half_open = True
+            gpu.up_since = now
+        if not gpu.checked:
+            return HealthStatus(False, "not checked yet")
+        if not gpu.up:
+            return HealthStatus(False, f"failed {gpu.fail_streak} health checks")
+        weight = 1.0
+        if cfg.slow_start_s > 0:
+            weight = max(
+                cfg.slow_start_min_weight, min(1.0, (now - gpu.up_since) / cfg.slow_start_s)
+            )
+        if slowdown >= 1.0 + cfg.regression_threshold:
+            weight /= slowdown
+        return HealthStatus(True, None, weight, gpu.half_open, slowdown)
+
+
+async def probe(session: aiohttp.ClientSession, url: str, timeout_s: float) -> bool:
+    """One active check: ``GET {url}/health`` answers 2xx within ``timeout_s``."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with session.get(url.rstrip("/") + "/health") as response:
+                await response.read()
+                return 200 <= response.status < 300
+    except (TimeoutError, aiohttp.ClientError, OSError):
+        return False

@@ -1,0 +1,44 @@
+"""Small array helpers shared by the plugins."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from zone_agent._np import fany
+from zone_agent.view import Bools, Floats
+
+
+def lower_is_better(values: Floats, alive: Bools) -> Floats:
+    """Min-max normalise so the smallest alive value scores 1 and the largest 0.
+
+    As llm-d's ``queue-scorer`` normalises queue sizes; all equal → every score is 1.
+    """
+    scores = np.zeros(len(values))
+    if not fany(alive):
+        return scores
+    live = values[alive]
+    low, high = float(live.min()), float(live.max())
+    if high <= low:
+        scores[alive] = 1.0
+    else:
+        scores[alive] = (high - values[alive]) / (high - low)
+    return scores
+
+
+def one_hot(size: int, position: int) -> Floats:
+    """Score 1 for ``position``, 0 elsewhere: a policy that names its choice."""
+    scores = np.zeros(size)
+    scores[position] = 1.0
+    return scores
+
+
+def first_min(values: Floats, alive: Bools) -> int:
+    """Position of the smallest alive value (ties: the lowest position = smallest id)."""
+    return int(np.where(alive, values, np.inf).argmin())
+
+
+def first_max(values: Floats, alive: Bools, all_alive: bool = False) -> int:
+    """Position of the largest alive value (ties: the lowest position = smallest id)."""
+    if all_alive:
+        return int(values.argmax())
+    return int(np.where(alive, values, -np.inf).argmax())

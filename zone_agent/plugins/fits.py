@@ -1,0 +1,100 @@
+"""``fits-filter``: GPUs where the request fits — context length and KV-cache blocks.
+
+Hard rules (a GPU that breaks one can never serve the request):
+
+* the longest prompt plus ``max_tokens`` (or one token when not given) must fit the
+  worker's maximum context length, as vLLM checks at admission;
+* the request's KV blocks at admission — its prompts and one output token each, in the
+  worker's block size — must fit the worker's whole KV cache.
+
+When every candidate breaks the context rule the request is refused with
+:class:`PromptTooLong`, which names the largest limit in the zone (the agent answers 400).
+
+Soft rule: GPUs whose *free* KV blocks (last fresh scrape, minus what the agent sent
+since) cannot hold the request are removed — but only if some other candidate can. When
+none can, all stay: a full KV cache is a queue, not a refusal, and the cost model prices
+the wait.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from gtm.errors import NoEligibleCandidate
+from gtm.models import Frozen
+from zone_agent._np import fany, fmax
+from zone_agent.pipeline import Batch, Removal
+
+TYPE_NAME = "fits-filter"
+
+
+class PromptTooLong(NoEligibleCandidate):
+    """No GPU of the zone has a context window large enough for the request."""
+
+    def __init__(self, filter_name: str, limit: int, needed: int, prompt: int) -> None:
+        super().__init__(
+            filter_name,
+            f"this model's maximum context length is {limit} tokens; the request needs "
+            f"{needed} ({prompt} in the prompt)",
+        )
+        self.limit = limit
+        self.needed = needed
+        self.prompt = prompt
+
+
+class Params(Frozen):
+    #: Apply the soft free-KV rule (see the module docstring).
+    free_kv: bool = True
+
+
+class FitsFilter:
+    def __init__(self, name: str = TYPE_NAME, params: Params | None = None) -> None:
+        self._name = name
+        self._free_kv = (params or Params()).free_kv
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def removes(self, batch: Batch, /) -> Removal | None:
+        request, index, alive = batch.request, batch.index, batch.alive
+        needed = request.max_prompt_tokens + request.output_tokens_or_one
+        # Fast path: the request fits the smallest context and KV cache of the model's
+        # GPUs (the usual case), so only the free-KV rule needs per-GPU work.
+        uniform = index.uniform_block_size
+        if uniform:
+            most: float = math.ceil(request.input_tokens / uniform) + request.prompts
+            blocks = np.full(len(index.ids), float(most))
+        else:
+            blocks = np.ceil(request.input_tokens / index.block_size) + request.prompts
+            most = fmax(blocks)
+        if needed <= index.min_max_model_len and most <= index.min_kv_total:
+            hard = None
+        else:
+            too_long = index.max_model_len < needed
+            if (too_long | ~alive).all():
+                limit = int(index.max_model_len[alive].max())
+                raise PromptTooLong(self._name, limit, needed, request.max_prompt_tokens)
+            hard = too_long | (blocks > index.kv_total)
+        mask = hard
+        if self._free_kv and fmax(blocks) > index.min_kv_free_bound - float(batch.kv_own.max()):
+            short = blocks > batch.kv_free
+            if fany(short):
+                ok = alive & ~short if hard is None else alive & ~hard & ~short
+                if fany(ok):
+                    mask = short if hard is None else hard | short
+        if mask is None or not fany(mask):
+            return None
+        too_long = index.max_model_len < needed
+        too_big = blocks > index.kv_total
+
+        def reason(i: int) -> str:
+            if too_long[i]:
+                return f"context {int(index.max_model_len[i])} < {needed} tokens needed"
+            if too_big[i]:
+                return f"KV cache of {int(index.kv_total[i])} blocks < {int(blocks[i])} needed"
+            return f"{int(batch.kv_free[i])} free KV blocks < {int(blocks[i])} needed"
+
+        return Removal(mask, reason)

@@ -1,0 +1,171 @@
+"""Prompt fingerprints and the agent's index of prefix blocks it recently sent to each GPU.
+
+Fingerprints
+    The agent cannot see a worker's KV cache, so, like SGLang's cache-aware router and
+    llm-d's approximate prefix scorer, it remembers what it *sent* where. A prompt is cut
+    into blocks of :data:`BLOCK_BYTES` bytes of its UTF-8 text and each block is hashed
+    together with its parent's hash (prefix-chained, as vLLM's automatic prefix caching
+    hashes token blocks), so two prompts share their first ``k`` hashes exactly when they
+    share their first ``k`` blocks of text. Hashing text instead of token ids is a
+    deliberate cost choice: tokenizing a 12,000-token prompt with :mod:`gtm.tokens`
+    takes ~6 ms of CPU, hashing its ~50 kB of text in 256-byte blocks ~0.3 ms, and the
+    index only has to agree with itself. A block covers ``input_tokens · 256 / bytes``
+    tokens of that prompt (≈ 64 tokens of English, the block size of Dynamo's KV-router
+    benchmark, ai-dynamo/dynamo docs/benchmarks/kv-router-ab-testing.md).
+
+Index
+    :class:`PrefixIndex` maps a block hash to a bit mask of the GPU slots that got it
+    recently, with one LRU per slot bounded by what that GPU's KV cache can hold (an
+    approximation of its eviction, which is LRU in vLLM). Matching a prompt walks its
+    blocks once, AND-ing masks, so it costs O(matched blocks), not O(GPUs).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+
+#: Bytes of prompt text per prefix block (see the module docstring).
+BLOCK_BYTES = 256
+
+#: Characters hashed by the consistent-hash baseline: the seeds' example keys requests by
+#: the MD5 of the first 256 characters of the prompt.
+HASH_KEY_CHARS = 256
+
+#: Longest prompt fingerprinted, in blocks (16 MiB of text / 256 B); the request body
+#: limit makes anything longer impossible anyway.
+MAX_BLOCKS = 65_536
+
+
+def text_block_hashes(data: bytes, block_bytes: int = BLOCK_BYTES) -> tuple[int, ...]:
+    """Prefix-chained 64-bit hashes of every *full* ``block_bytes`` block of ``data``."""
+    parent = b"\0" * 8
+    out: list[int] = []
+    blake2b = hashlib.blake2b
+    for start in range(0, min(len(data), MAX_BLOCKS * block_bytes) - block_bytes + 1, block_bytes):
+        parent = blake2b(parent + data[start : start + block_bytes], digest_size=8).digest()
+        out.append(int.from_bytes(parent, "little"))
+    return tuple(out)
+
+
+def consistent_hash_key(text: str) -> int:
+    """The seeds' request key: MD5 of the first 256 characters, as a 128-bit integer."""
+    digest = hashlib.md5(
+        text[:HASH_KEY_CHARS].encode("utf-8", "surrogatepass"), usedforsecurity=False
+    )
+    return int.from_bytes(digest.digest(), "big")
+
+
+def iter_bits(mask: int) -> Iterable[int]:
+    """Indices of the set bits of ``mask``, lowest first."""
+    while mask:
+        low = mask & -mask
+        yield low.bit_length() - 1
+        mask ^= low
+
+
+class PrefixIndex:
+    """Block hash → GPU slots that recently received it; per-slot LRU with a capacity.
+
+    Mutated only by the agent's accounting, between decisions (decisions are synchronous,
+    so none ever sees a half-applied insert).
+    """
+
+    def __init__(self) -> None:
+        self._slots_of: dict[int, int] = {}
+        self._lru: dict[int, OrderedDict[int, None]] = {}
+
+    def __len__(self) -> int:
+        return len(self._slots_of)
+
+    def blocks(self, slot: int) -> int:
+        """How many blocks ``slot`` holds (SGLang's "tree size" of a worker)."""
+        lru = self._lru.get(slot)
+        return 0 if lru is None else len(lru)
+
+    def insert(self, slot: int, hashes: Iterable[int], capacity: int) -> None:
+        """Record that ``slot`` got these blocks; evict its least recent beyond ``capacity``."""
+        lru = self._lru.setdefault(slot, OrderedDict())
+        bit = 1 << slot
+        slots_of = self._slots_of
+        for block in hashes:
+            if block in lru:
+                lru.move_to_end(block)
+            else:
+                lru[block] = None
+                slots_of[block] = slots_of.get(block, 0) | bit
+        while len(lru) > max(0, capacity):
+            old, _ = lru.popitem(last=False)
+            self._clear(old, bit)
+
+    def forget(self, slot: int) -> None:
+        """Drop everything ``slot`` holds (the GPU left or restarted: its cache is gone)."""
+        lru = self._lru.pop(slot, None)
+        if lru is None:
+            return
+        bit = 1 << slot
+        for block in lru:
+            self._clear(block, bit)
+
+    def _clear(self, block: int, bit: int) -> None:
+        mask = self._slots_of.get(block, 0) & ~bit
+        if mask:
+            self._slots_of[block] = mask
+        else:
+            self._slots_of.pop(block, None)
+
+    def match(self, hashes: tuple[int, ...]) -> Mapping[int, int]:
+        """Slot → leading blocks of ``hashes`` it holds, for every slot holding at least one."""
+        if not hashes:
+            return {}
+        get = self._slots_of.get
+        alive = get(hashes[0], 0)
+        matched: dict[int, int] = {}
+        depth = 1
+        while alive and depth < len(hashes):
+            still = alive & get(hashes[depth], 0)
+            for slot in iter_bits(alive & ~still):
+                matched[slot] = depth
+            alive = still
+            depth += 1
+        for slot in iter_bits(alive):
+            matched[slot] = depth
+        return matched
+
+    def holders(self, block: int) -> int:
+        """Bit mask of the slots holding ``block``."""
+        return self._slots_of.get(block, 0)
+
+
+class HotBlocks:
+    """Approximate top-k of prefix blocks by how often requests start with them.
+
+    Space-Saving (Metwally, Agrawal, El Abbadi, "Efficient computation of frequent and
+    top-k elements in data streams", ICDT 2005): ``capacity`` counters; a new block
+    replaces the smallest counter and inherits its count + 1, so every block with a true
+    frequency above ``N / capacity`` is kept. The zone summary publishes the top few as
+    its ``prefix_sketch``, so the regional tier can see where hot prefixes live.
+    """
+
+    def __init__(self, capacity: int = 256) -> None:
+        if capacity < 1:
+            raise ValueError("capacity must be >= 1")
+        self._capacity = capacity
+        self._counts: dict[int, int] = {}
+
+    def add(self, block: int) -> None:
+        counts = self._counts
+        if block in counts:
+            counts[block] += 1
+        elif len(counts) < self._capacity:
+            counts[block] = 1
+        else:
+            victim = min(counts, key=counts.__getitem__)
+            floor = counts.pop(victim)
+            counts[block] = floor + 1
+
+    def top(self, k: int) -> tuple[int, ...]:
+        """The ``k`` most frequent blocks, most frequent first (ties: smaller hash)."""
+        ranked = sorted(self._counts.items(), key=lambda item: (-item[1], item[0]))
+        return tuple(block for block, _ in ranked[:k])

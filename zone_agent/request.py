@@ -1,0 +1,220 @@
+"""From an OpenAI request body to the facts a GPU decision needs (:class:`ZoneRequest`).
+
+Prompt sizes are counted with :mod:`gtm.tokens`, the estimator the emulated workers
+charge requests with, so the agent's "prompt too long" answer agrees with the worker's.
+Prefix fingerprints hash the prompt text (:mod:`zone_agent.prefix`). Bad input becomes a
+:class:`~zone_agent.errors.BadRequest` naming the field; nothing here raises anything
+else on any JSON value.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from gtm.tokens import PromptError, count_chat_tokens, count_text_tokens, parse_chat_messages
+from zone_agent.errors import BadRequest
+from zone_agent.prefix import BLOCK_BYTES, consistent_hash_key, text_block_hashes
+
+#: Most choices (``n``) and prompts per request (as the emulator and vLLM's defaults).
+MAX_CHOICES = 16
+MAX_INPUTS = 2048
+#: Longest model name accepted (as ``gtm.models.ModelName``).
+MAX_MODEL_NAME = 256
+
+
+class Endpoint(StrEnum):
+    CHAT = "chat"
+    COMPLETION = "completion"
+    EMBEDDING = "embedding"
+
+    @property
+    def path(self) -> str:
+        return _PATHS[self]
+
+
+_PATHS = {
+    Endpoint.CHAT: "/v1/chat/completions",
+    Endpoint.COMPLETION: "/v1/completions",
+    Endpoint.EMBEDDING: "/v1/embeddings",
+}
+
+
+class CanaryChoice(StrEnum):
+    """``x-gtm-canary``: let the canary rule decide, or force canary GPUs in or out."""
+
+    AUTO = "auto"
+    ALWAYS = "always"
+    NEVER = "never"
+
+
+@dataclass(frozen=True, slots=True)
+class ZoneRequest:
+    """One request as the GPU decision sees it. Holds no prompt text."""
+
+    request_id: str
+    model: str
+    endpoint: Endpoint
+    #: Prompt tokens over all prompts of the request (each prompt once).
+    input_tokens: int
+    #: The longest single prompt: what the context-length check is about.
+    max_prompt_tokens: int
+    #: ``max_tokens`` / ``max_completion_tokens`` when given (None: up to the context).
+    max_output_tokens: int | None = None
+    #: Prompts in the request (a completions ``prompt`` may hold several).
+    prompts: int = 1
+    #: Sequences the request starts (prompts × ``n``).
+    sequences: int = 1
+    #: Prefix-chained hashes of the first prompt's text blocks.
+    prefix_hashes: tuple[int, ...] = ()
+    #: Prompt tokens one prefix block stands for (of the first prompt).
+    tokens_per_block: float = 0.0
+    #: MD5 of the prompt's first 256 characters (consistent-hash baselines).
+    hash_key: int = 0
+    stream: bool = False
+    #: Arrival number at this agent (round-robin baselines count with it).
+    seq: int = 0
+    #: ``x-gtm-version``: only GPUs labelled with this version.
+    version: str | None = None
+    canary: CanaryChoice = CanaryChoice.AUTO
+
+    @property
+    def output_tokens_or_one(self) -> int:
+        return 1 if self.max_output_tokens is None else self.max_output_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """What was extracted from a body: token counts and the text to fingerprint."""
+
+    token_counts: tuple[int, ...]
+    fingerprint_text: str
+
+
+def parse_json_body(raw: bytes) -> Mapping[str, object]:
+    """The body as a JSON object, or a 400 saying why not."""
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadRequest(
+            f"the request body is not valid JSON: {exc}", code="invalid_json"
+        ) from None
+    except RecursionError:
+        raise BadRequest("the request body is nested too deeply", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise BadRequest("the request body must be a JSON object", code="invalid_json")
+    return body
+
+
+def _model(body: Mapping[str, object]) -> str:
+    model = body.get("model")
+    if not isinstance(model, str) or not model or len(model) > MAX_MODEL_NAME:
+        raise BadRequest(
+            "model must be a non-empty string of at most 256 characters", param="model"
+        )
+    return model
+
+
+def _positive_int(body: Mapping[str, object], name: str, limit: int | None = None) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise BadRequest(f"{name} must be a positive integer", param=name)
+    if limit is not None and value > limit:
+        raise BadRequest(f"{name} must be at most {limit}", param=name)
+    return value
+
+
+def _chat_prompt(body: Mapping[str, object]) -> Prompt:
+    try:
+        messages = parse_chat_messages(body.get("messages"))
+    except PromptError as exc:
+        raise BadRequest(str(exc), param="messages") from None
+    text = "".join(f"{m.role}\n{m.name or ''}\n{m.text}\n" for m in messages)
+    return Prompt((count_chat_tokens(messages),), text)
+
+
+def _items_prompt(value: object, field: str) -> Prompt:
+    """``prompt`` / ``input``: a string, token ids, a list of strings or of token-id lists."""
+    items: list[str | list[object]]
+    single = isinstance(value, str) or (
+        isinstance(value, list) and value and all(_is_token(x) for x in value)
+    )
+    if single:
+        items = [value]  # type: ignore[list-item]
+    elif isinstance(value, list) and value:
+        if not all(
+            isinstance(x, str) or (isinstance(x, list) and all(map(_is_token, x))) for x in value
+        ):
+            raise BadRequest(
+                f"{field} must be a string, a list of strings, token ids or lists of token ids",
+                param=field,
+            )
+        items = list(value)
+    else:
+        raise BadRequest(f"{field} must be a non-empty string or list", param=field)
+    if len(items) > MAX_INPUTS:
+        raise BadRequest(f"at most {MAX_INPUTS} items in {field}", param=field)
+    counts: list[int] = []
+    for item in items:
+        count = count_text_tokens(item) if isinstance(item, str) else len(item)
+        if count == 0 and (not isinstance(item, str) or not item):
+            raise BadRequest(f"{field} items must not be empty", param=field)
+        counts.append(count)
+    first = items[0]
+    text = first if isinstance(first, str) else " ".join(str(t) for t in first)
+    return Prompt(tuple(counts), text)
+
+
+def _is_token(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
+
+
+def zone_request(
+    body: Mapping[str, object],
+    endpoint: Endpoint,
+    *,
+    request_id: str,
+    seq: int = 0,
+    version: str | None = None,
+    canary: CanaryChoice = CanaryChoice.AUTO,
+) -> ZoneRequest:
+    """Validate what the decision needs from ``body``; the worker validates the rest."""
+    model = _model(body)
+    if endpoint is Endpoint.CHAT:
+        prompt = _chat_prompt(body)
+        max_output = _positive_int(body, "max_completion_tokens") or _positive_int(
+            body, "max_tokens"
+        )
+    elif endpoint is Endpoint.COMPLETION:
+        prompt = _items_prompt(body.get("prompt"), "prompt")
+        max_output = _positive_int(body, "max_tokens")
+    else:
+        prompt = _items_prompt(body.get("input"), "input")
+        max_output = 0
+    n = 1 if endpoint is Endpoint.EMBEDDING else (_positive_int(body, "n", MAX_CHOICES) or 1)
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise BadRequest("stream must be a boolean", param="stream")
+    data = prompt.fingerprint_text.encode("utf-8", "surrogatepass")
+    first_tokens = prompt.token_counts[0]
+    return ZoneRequest(
+        request_id=request_id,
+        model=model,
+        endpoint=endpoint,
+        input_tokens=sum(prompt.token_counts),
+        max_prompt_tokens=max(prompt.token_counts),
+        max_output_tokens=max_output,
+        prompts=len(prompt.token_counts),
+        sequences=len(prompt.token_counts) * n,
+        prefix_hashes=text_block_hashes(data) if endpoint is not Endpoint.EMBEDDING else (),
+        tokens_per_block=first_tokens * BLOCK_BYTES / len(data) if data else 0.0,
+        hash_key=consistent_hash_key(prompt.fingerprint_text),
+        stream=stream and endpoint is not Endpoint.EMBEDDING,
+        seq=seq,
+        version=version,
+        canary=canary,
+    )

@@ -1,0 +1,440 @@
+"""The zone as one decision sees it: an immutable view, indexed by model.
+
+:class:`ZoneView` is rebuilt after every scrape round, health change or inventory change
+and swapped in with one reference assignment (as :class:`gtm.state.snapshot.FleetSnapshot`
+is). It merges, per GPU: the inventory record, the last scrape (with its age), the
+health status and the GPU's performance profile. Decisions do not loop over GPU objects:
+each model has a :class:`ModelIndex`, the GPUs that serve it, with every per-GPU number a
+decision needs as a numpy array, so a decision over 1,000 GPUs is a few vector
+operations.
+
+Signals carry their age. A scrape older than ``stale_after_s`` is *distrusted*: its
+queue, batch and KV numbers are ignored and the GPU is priced from its profile and the
+agent's own in-flight accounting alone (which is always current).
+
+The only per-decision inputs not in the view are the agent's in-flight charges
+(:class:`~zone_agent.accounting.Accounting`, read with one fancy index per array when a
+decision starts — a copy, so the decision sees a consistent snapshot) and the prefix
+index lookup for the request's blocks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from gtm.gpu_profiles import LLAMA_8B, GpuProfile, UnknownProfile, get_profile
+from gtm.models import GpuWorker, WorkerState
+from zone_agent.accounting import Accounting, SlotLoad
+from zone_agent.health import HealthStatus
+from zone_agent.prefix import BLOCK_BYTES
+from zone_agent.scrape import GpuMetrics, ModelMetrics
+
+Floats = npt.NDArray[np.float64]
+Ints = npt.NDArray[np.int64]
+Bools = npt.NDArray[np.bool_]
+
+#: Profile used to price a (GPU type, model) pair the table does not know: a mid-range
+#: worker (A100-80GB serving Llama-3.1-8B), with the KV geometry the worker reports.
+FALLBACK_PROFILE = ("A100-80GB", LLAMA_8B)
+
+#: Virtual nodes per GPU on the consistent-hash ring (the vLLM router's
+#: ``consistent_hash`` uses 160, as ketama does).
+RING_VNODES = 160
+
+#: Label marking a canary GPU, and the label naming a GPU's version.
+CANARY_LABEL = "canary"
+VERSION_LABEL = "version"
+
+#: Bytes of English text per token (OpenAI's "~4 characters per token"), to size the
+#: prefix index of a GPU in 256-byte blocks from its KV capacity in tokens.
+BYTES_PER_TOKEN = 4
+
+
+def profile_for(gpu_type: str, model: str) -> GpuProfile:
+    try:
+        return get_profile(gpu_type, model)
+    except UnknownProfile:
+        return get_profile(*FALLBACK_PROFILE)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuState:
+    """One GPU of the zone: inventory, last scrape, health, drain."""
+
+    worker: GpuWorker
+    slot: int
+    metrics: GpuMetrics | None = None
+    #: The agent's own charges on this GPU when ``metrics`` was scraped.
+    own_at_scrape: SlotLoad = field(default_factory=SlotLoad)
+    health: HealthStatus = field(default_factory=lambda: HealthStatus(True))
+    drained: bool = False
+
+    @property
+    def id(self) -> str:
+        return self.worker.id
+
+    def unavailable_reason(self) -> str | None:
+        """Why no request may go here now (None: it may)."""
+        if self.drained:
+            return "drained by an operator"
+        state = self.worker.state
+        if state is not WorkerState.READY:
+            return f"worker is {state.value}"
+        if not self.health.eligible:
+            return self.health.reason or "unhealthy"
+        return None
+
+
+_A = TypeVar("_A", bound=np.ndarray)
+
+
+def _frozen(array: _A) -> _A:
+    array.flags.writeable = False
+    return array
+
+
+@dataclass(frozen=True, eq=False)
+class ModelIndex:
+    """The GPUs serving one model, ordered by id, with per-GPU arrays (read-only)."""
+
+    model: str
+    ids: tuple[str, ...]
+    positions: Ints  # into ZoneView.gpus
+    slots: Ints  # accounting slots
+    profiles: tuple[GpuProfile, ...]
+    #: Why a GPU may not take requests now (None: it may); ``available`` is the mask.
+    reasons: tuple[str | None, ...]
+    available: Bools
+    half_open: Bools
+    #: False where a fresh scrape shows the worker does not have the model loaded.
+    loaded: Bools
+    #: Effective prefill rate (profile × health weight), tokens/s; and the profile's.
+    rate: Floats
+    raw_rate: Floats
+    weight: Floats
+    max_model_len: Floats
+    block_size: Floats
+    kv_total: Floats
+    #: Free KV blocks at the last fresh scrape (NaN: unknown), and the agent's own KV
+    #: charge then, to correct for what it sent since.
+    kv_free_scraped: Floats
+    own_kv_at_scrape: Floats
+    #: The agent's own requests not yet started at scrape time (its share of ``waiting``).
+    own_prefilling_at_scrape: Floats
+    max_seqs: Floats
+    max_batched: Floats
+    #: Queued prompt tokens of *other* clients seen in a fresh scrape (estimate).
+    external_queued: Floats
+    running: Floats
+    waiting: Floats
+    kv_usage: Floats
+    fresh: Bools
+    #: Extra time per prefill pass from the running batch (decode pressure), seconds.
+    step_extra_s: Floats
+    #: Prefix blocks (of BLOCK_BYTES) the GPU's KV cache can hold.
+    prefix_capacity: Ints
+    canary: Bools
+    versions: tuple[str | None, ...]
+    #: Integer weights by GPU type for weighted round robin (prefill rate / slowest).
+    wrr_weight: Ints
+    ring_points: npt.NDArray[np.uint64]
+    ring_owner: Ints
+    position_of_slot: Mapping[int, int]
+    # Derived in __post_init__, so that decisions find them ready-made.
+    unavailable: Bools = field(init=False)
+    any_unavailable: bool = field(init=False)
+    any_half_open: bool = field(init=False)
+    all_loaded: bool = field(init=False)
+    any_canary: bool = field(init=False)
+    min_max_model_len: float = field(init=False)
+    min_kv_total: float = field(init=False)
+    #: 1000 / rate (inf where nothing can be prefilled): ms per uncached prompt token.
+    ms_per_token: Floats = field(init=False)
+    inv_max_batched: Floats = field(init=False)
+    step_extra_ms: Floats = field(init=False)
+    #: Free KV blocks = max(0, kv_free_base − max(0, own KV charge − kv_own_base)).
+    kv_free_base: Floats = field(init=False)
+    kv_own_base: Floats = field(init=False)
+    #: All True (copied as each decision's survivor mask); all 0.0.
+    all_true: Bools = field(init=False)
+    zeros: Floats = field(init=False)
+    #: The block size when every GPU of the model has the same one (else 0).
+    uniform_block_size: float = field(init=False)
+    #: min(kv_free_base): free blocks ≥ this minus our largest charge, everywhere.
+    min_kv_free_bound: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        unknown = np.isnan(self.kv_free_scraped)
+        derived = {
+            "unavailable": _frozen(~self.available),
+            "any_unavailable": not bool(self.available.all()),
+            "any_half_open": bool(self.half_open.any()),
+            "all_loaded": bool(self.loaded.all()),
+            "any_canary": bool(self.canary.any()),
+            "min_max_model_len": float(self.max_model_len.min()),
+            "min_kv_total": float(self.kv_total.min()),
+            "ms_per_token": _frozen(
+                np.divide(
+                    1000.0, self.rate, out=np.full(len(self.rate), np.inf), where=self.rate > 0
+                )
+            ),
+            "inv_max_batched": _frozen(1.0 / np.maximum(self.max_batched, 1.0)),
+            "step_extra_ms": _frozen(1000.0 * self.step_extra_s),
+            "kv_free_base": _frozen(np.where(unknown, self.kv_total, self.kv_free_scraped)),
+            "kv_own_base": _frozen(np.where(unknown, 0.0, self.own_kv_at_scrape)),
+        }
+        derived["all_true"] = _frozen(np.ones(len(self.ids), dtype=np.bool_))
+        derived["zeros"] = _frozen(np.zeros(len(self.ids)))
+        sizes = set(self.block_size.tolist())
+        derived["uniform_block_size"] = float(sizes.pop()) if len(sizes) == 1 else 0.0
+        derived["min_kv_free_bound"] = float(derived["kv_free_base"].min())
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+@dataclass(frozen=True)
+class ZoneView:
+    """The whole zone at one moment; share freely, never mutate."""
+
+    zone_id: str
+    region_id: str
+    built_at: float
+    gpus: tuple[GpuState, ...] = ()
+    by_model: Mapping[str, ModelIndex] = field(default_factory=lambda: MappingProxyType({}))
+    #: The agent's in-flight charges (read, never written, by decisions).
+    accounting: Accounting = field(default_factory=Accounting)
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        return tuple(self.by_model)
+
+    def gpu(self, gpu_id: str) -> GpuState | None:
+        for state in self.gpus:
+            if state.id == gpu_id:
+                return state
+        return None
+
+    def available_count(self) -> int:
+        return sum(1 for g in self.gpus if g.unavailable_reason() is None)
+
+
+# ---------------------------------------------------------------------------- building
+
+
+@dataclass(frozen=True, slots=True)
+class ViewSettings:
+    stale_after_s: float = 1.0
+    #: Typical prompt tokens of a request, to turn a scraped queue length into tokens.
+    mean_prompt_tokens: float = 1024.0
+
+
+def _model_metrics(state: GpuState, model: str) -> ModelMetrics | None:
+    if state.metrics is None:
+        return None
+    found = state.metrics.models.get(model)
+    if found is None and len(state.metrics.models) == 1:
+        found = next(iter(state.metrics.models.values()))
+    return found
+
+
+def _loaded(state: GpuState, model: str, now: float, settings: ViewSettings) -> bool:
+    """Whether the model is loaded, as far as a fresh scrape can tell (unknown: yes)."""
+    metrics = state.metrics
+    if metrics is None or metrics.age(now) > settings.stale_after_s:
+        return True
+    named = {m for m in metrics.models if m}
+    return not named or model in named
+
+
+def _ring(ids: Sequence[str]) -> tuple[npt.NDArray[np.uint64], Ints]:
+    points: list[tuple[int, int]] = []
+    for position, gpu_id in enumerate(ids):
+        for vnode in range(RING_VNODES):
+            digest = hashlib.md5(f"{gpu_id}#{vnode}".encode(), usedforsecurity=False).digest()
+            points.append((int.from_bytes(digest[:8], "big"), position))
+    points.sort()
+    return (
+        np.array([p for p, _ in points], dtype=np.uint64),
+        np.array([o for _, o in points], dtype=np.int64),
+    )
+
+
+#: Columns of a per-candidate row (see :func:`_row`).
+_COLUMNS = 18
+
+
+def _row(
+    state: GpuState, model: str, profile: GpuProfile, now: float, settings: ViewSettings
+) -> tuple[float, ...]:
+    metrics = _model_metrics(state, model)
+    fresh = (
+        metrics is not None
+        and state.metrics is not None
+        and state.metrics.age(now) <= settings.stale_after_s
+    )
+    block = float(profile.block_size)
+    kv_total = float(profile.num_gpu_blocks)
+    if metrics is not None:
+        # The worker's own KV geometry wins over the table's (it may be configured).
+        block = float(metrics.block_size or block)
+        kv_total = float(metrics.kv_blocks_total or kv_total)
+    weight = state.health.weight
+    raw_rate = profile.prefill_tokens_per_s
+    max_len = float(min(profile.max_model_len, kv_total * block))
+    running = waiting = usage = 0.0
+    kv_free = math.nan
+    external = 0.0
+    if fresh and metrics is not None:
+        running, waiting, usage = metrics.running, metrics.waiting, metrics.kv_usage
+        kv_free = kv_total * (1.0 - usage)
+        others = max(0.0, waiting - state.own_at_scrape.prefilling)
+        external = others * settings.mean_prompt_tokens
+    used_tokens = usage * kv_total * block
+    memory_s = profile.weight_read_s + used_tokens * profile.kv_read_s_per_token
+    chunk_s = profile.max_num_batched_tokens / raw_rate if raw_rate > 0 else 0.0
+    step_extra = (profile.step_overhead_s + max(0.0, memory_s - chunk_s)) / weight
+    capacity = int(kv_total * block * BYTES_PER_TOKEN / BLOCK_BYTES)
+    return (
+        raw_rate * weight,
+        raw_rate,
+        weight,
+        max_len,
+        block,
+        kv_total,
+        kv_free,
+        state.own_at_scrape.kv_blocks,
+        float(profile.max_num_seqs),
+        float(profile.max_num_batched_tokens),
+        external,
+        running,
+        waiting,
+        usage,
+        1.0 if fresh else 0.0,
+        step_extra,
+        float(capacity),
+        state.own_at_scrape.prefilling,
+    )
+
+
+class ViewBuilder:
+    """Builds views; caches what only changes with membership (hash rings, WRR weights)."""
+
+    def __init__(self, zone_id: str, region_id: str, settings: ViewSettings | None = None) -> None:
+        self.zone_id = zone_id
+        self.region_id = region_id
+        self.settings = settings or ViewSettings()
+        self._rings: dict[tuple[str, ...], tuple[npt.NDArray[np.uint64], Ints]] = {}
+
+    def build(self, gpus: Sequence[GpuState], accounting: Accounting, now: float) -> ZoneView:
+        ordered = tuple(sorted(gpus, key=lambda g: g.id))
+        served: dict[str, list[int]] = {}
+        for position, state in enumerate(ordered):
+            models = state.worker.models
+            if not models and state.metrics is not None:
+                models = tuple(m for m in state.metrics.models if m)
+            for model in models:
+                served.setdefault(model, []).append(position)
+        by_model = {
+            model: self._index(model, ordered, positions, now)
+            for model, positions in sorted(served.items())
+        }
+        live = {ids for ids in (index.ids for index in by_model.values())}
+        self._rings = {ids: ring for ids, ring in self._rings.items() if ids in live}
+        return ZoneView(
+            self.zone_id, self.region_id, now, ordered, MappingProxyType(by_model), accounting
+        )
+
+    def _index(
+        self, model: str, gpus: Sequence[GpuState], positions: list[int], now: float
+    ) -> ModelIndex:
+        states = [gpus[p] for p in positions]
+        profiles = tuple(profile_for(s.worker.gpu_type, model) for s in states)
+        rows = np.array(
+            [
+                _row(s, model, prof, now, self.settings)
+                for s, prof in zip(states, profiles, strict=True)
+            ],
+            dtype=np.float64,
+        ).reshape(len(states), _COLUMNS)
+        col: Callable[[int], Floats] = lambda i: _frozen(np.ascontiguousarray(rows[:, i]))  # noqa: E731
+        ids = tuple(s.id for s in states)
+        reasons = tuple(s.unavailable_reason() for s in states)
+        labels = [dict(s.worker.labels) for s in states]
+        raw_rate = col(1)
+        slowest = float(raw_rate.min()) if len(raw_rate) else 1.0
+        wrr = np.maximum(1, np.rint(raw_rate / max(slowest, 1e-9))).astype(np.int64)
+        ring = self._rings.get(ids)
+        if ring is None:
+            ring = self._rings[ids] = _ring(ids)
+        slots = np.array([s.slot for s in states], dtype=np.int64)
+        return ModelIndex(
+            model=model,
+            ids=ids,
+            positions=_frozen(np.array(positions, dtype=np.int64)),
+            slots=_frozen(slots),
+            profiles=profiles,
+            reasons=reasons,
+            available=_frozen(np.array([r is None for r in reasons], dtype=np.bool_)),
+            half_open=_frozen(np.array([s.health.half_open for s in states], dtype=np.bool_)),
+            loaded=_frozen(
+                np.array([_loaded(s, model, now, self.settings) for s in states], dtype=np.bool_)
+            ),
+            rate=col(0),
+            raw_rate=raw_rate,
+            weight=col(2),
+            max_model_len=col(3),
+            block_size=col(4),
+            kv_total=col(5),
+            kv_free_scraped=col(6),
+            own_kv_at_scrape=col(7),
+            own_prefilling_at_scrape=col(17),
+            max_seqs=col(8),
+            max_batched=col(9),
+            external_queued=col(10),
+            running=col(11),
+            waiting=col(12),
+            kv_usage=col(13),
+            fresh=_frozen(col(14) > 0),
+            step_extra_s=col(15),
+            prefix_capacity=_frozen(col(16).astype(np.int64)),
+            canary=_frozen(
+                np.array(
+                    [lab.get(CANARY_LABEL, "").lower() in ("1", "true", "yes") for lab in labels],
+                    dtype=np.bool_,
+                )
+            ),
+            versions=tuple(lab.get(VERSION_LABEL) for lab in labels),
+            wrr_weight=_frozen(wrr),
+            ring_points=ring[0],
+            ring_owner=ring[1],
+            position_of_slot=MappingProxyType({int(slot): i for i, slot in enumerate(slots)}),
+        )
+
+
+def ring_lookup(index: ModelIndex, key: int) -> int:
+    """Position on the ring of the first virtual node at or after ``key`` (64-bit)."""
+    points = index.ring_points
+    at = int(np.searchsorted(points, np.uint64(key & 0xFFFFFFFFFFFFFFFF), side="left"))
+    return at % len(points) if len(points) else 0
+
+
+__all__ = [
+    "GpuState",
+    "ModelIndex",
+    "ViewBuilder",
+    "ViewSettings",
+    "ZoneView",
+    "profile_for",
+    "ring_lookup",
+]
