@@ -21,7 +21,13 @@ from gtm.routing.framework import (
     uniform_index,
 )
 from gtm.routing.metrics import RoutingMetrics
-from gtm.routing.profile import NO_CANDIDATES_OFFERED, Choice, Profile, WeightedScorer
+from gtm.routing.profile import (
+    DEFAULT_PLUGIN_TIMING_EVERY,
+    NO_CANDIDATES_OFFERED,
+    Choice,
+    Profile,
+    WeightedScorer,
+)
 from gtm.routing.registry import (
     PluginRegistry,
     PluginSpec,
@@ -34,6 +40,7 @@ from gtm.routing.registry import (
 )
 
 __all__ = [
+    "DEFAULT_PLUGIN_TIMING_EVERY",
     "NO_CANDIDATES_OFFERED",
     "Candidate",
     "Choice",

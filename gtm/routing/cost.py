@@ -170,12 +170,21 @@ def scores_from_costs(costs: Mapping[str, float], scale_ms: float) -> dict[str, 
 
     If no cost is finite (nothing can serve anywhere), every score is 0.
     """
-    finite = [c for c in costs.values() if math.isfinite(c)]
-    if not finite:
+    best = min(filter(math.isfinite, costs.values()), default=None)
+    if best is None:
         return dict.fromkeys(costs, 0.0)
-    best = min(finite)
     _check_normalisation(best, scale_ms)
-    return {cid: _decay(cost, best, scale_ms) for cid, cost in costs.items()}
+    # _decay inlined: a scorer calls this on every decision over every candidate, and a
+    # Python call per candidate was half of its cost.
+    exp, inf = math.exp, math.inf
+    return {
+        cid: 1.0
+        if (excess := cost - best) <= 0.0
+        else exp(-excess / scale_ms)
+        if excess < inf
+        else 0.0
+        for cid, cost in costs.items()
+    }
 
 
 def bounded_load_capacity(total_load: float, bins: int, epsilon: float) -> int:

@@ -20,7 +20,8 @@ class RoutingMetrics:
         # Same labels as llm-d's RecordPluginProcessingLatency (extension point, plugin).
         self.plugin_duration = Histogram(
             "gtm_routing_plugin_duration_seconds",
-            "Time spent in one routing plugin call.",
+            "Time spent in one routing plugin call (on a sample of decisions: one in the "
+            "profile's plugin_timing_every).",
             ("tier", "extension_point", "plugin"),
             buckets=DECISION_LATENCY_BUCKETS,
             registry=registry,

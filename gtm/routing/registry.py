@@ -40,7 +40,7 @@ from gtm.routing.filters import allow_list
 from gtm.routing.framework import CostModel, ExtensionPoint, Filter, Picker, Scorer
 from gtm.routing.metrics import RoutingMetrics
 from gtm.routing.pickers import max_score, power_of_two, random_pick, weighted_random
-from gtm.routing.profile import Profile, WeightedScorer
+from gtm.routing.profile import DEFAULT_PLUGIN_TIMING_EVERY, Profile, WeightedScorer
 
 _log = logging.getLogger(__name__)
 
@@ -94,6 +94,8 @@ class ProfileSpec(Frozen):
     profile: ProfilePlugins
     #: Keep only the N best survivors' scores in each decision trace (None: all).
     trace_scores: int | None = Field(default=None, ge=0)
+    #: Time the plugins on one decision in N (1: every one); see gtm/routing/README.md.
+    plugin_timing_every: int = Field(default=DEFAULT_PLUGIN_TIMING_EVERY, ge=1)
 
 
 def _describe(error: ValidationError, prefix: str) -> str:
@@ -248,6 +250,7 @@ class PluginRegistry:
                 metrics=metrics,
                 timer=timer,
                 trace_scores=spec.trace_scores,
+                plugin_timing_every=spec.plugin_timing_every,
             )
         except PluginError as exc:
             raise PluginError(f"profile {spec.name!r}: {exc}") from exc

@@ -62,19 +62,33 @@ class AllowListFilter(Generic[C]):
     def filter(
         self, request: RouteRequest, candidates: Sequence[C], ctx: object, /
     ) -> FilterResult[C]:
-        dynamic = self._context_ids(request, ctx)
         static = self._ids
-        kept: list[C] = []
+        dynamic = self._context_ids(request, ctx)
+        # Comprehensions, one per source: this runs for every request over every candidate.
+        kept = candidates if static is None else [c for c in candidates if c.id in static]
+        if dynamic is not None:
+            kept = [c for c in kept if c.id in dynamic]
+        if len(kept) == len(candidates):
+            return FilterResult(tuple(candidates))
+        return FilterResult(tuple(kept), self._removals(candidates, static, dynamic))
+
+    def _removals(
+        self, candidates: Sequence[C], static: Set[str] | None, dynamic: Set[str] | None
+    ) -> tuple[tuple[str, str], ...]:
+        """``(id, why)`` for each removed candidate, in input order; static reasons first."""
+        not_listed = _NOT_LISTED.format(name=self._name)
+        if static is None and dynamic is not None:
+            return tuple([(c.id, _NOT_ALLOWED) for c in candidates if c.id not in dynamic])
+        if dynamic is None and static is not None:
+            return tuple([(c.id, not_listed) for c in candidates if c.id not in static])
         removed: list[tuple[str, str]] = []
         for candidate in candidates:
             cid = candidate.id
             if static is not None and cid not in static:
-                removed.append((cid, _NOT_LISTED.format(name=self._name)))
+                removed.append((cid, not_listed))
             elif dynamic is not None and cid not in dynamic:
                 removed.append((cid, _NOT_ALLOWED))
-            else:
-                kept.append(candidate)
-        return FilterResult(tuple(kept), tuple(removed))
+        return tuple(removed)
 
     def _context_ids(self, request: RouteRequest, ctx: object) -> Set[str] | None:
         if not self._from_context:

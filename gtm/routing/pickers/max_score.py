@@ -9,6 +9,7 @@ decisions).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import Generic
 
 from gtm.errors import PluginError
@@ -16,6 +17,8 @@ from gtm.models import Frozen, RouteRequest
 from gtm.routing.framework import C, Scored
 
 TYPE_NAME = "max-score-picker"
+
+_total = attrgetter("total")
 
 
 class Params(Frozen):
@@ -35,6 +38,11 @@ class MaxScorePicker(Generic[C]):
     def pick(self, request: RouteRequest, scored: Sequence[Scored[C]], /) -> C:
         if not scored:
             raise PluginError(f"picker {self._name!r} was given no candidates")
-        top = max(s.total for s in scored)
+        # C-level passes (max, index, count) instead of generators: this runs on every
+        # decision over every survivor, and a tie is rare.
+        totals = list(map(_total, scored))
+        top = max(totals)
+        if totals.count(top) == 1:
+            return scored[totals.index(top)].candidate
         best = min((s for s in scored if s.total == top), key=lambda s: s.candidate.id)
         return best.candidate

@@ -213,6 +213,12 @@ def test_scores_from_costs() -> None:
     assert scores_from_costs({}, 10.0) == {}
 
 
+def test_scores_from_costs_agrees_with_cost_to_score() -> None:
+    costs = {"a": 30.0, "b": 30.0, "c": 95.5, "d": 1e9, "e": math.inf, "f": math.nan, "g": 31.0}
+    scores = scores_from_costs(costs, scale_ms=40.0)
+    assert scores == {cid: cost_to_score(cost, 30.0, 40.0) for cid, cost in costs.items()}
+
+
 @pytest.mark.parametrize(
     ("total", "bins", "eps", "expected"),
     [

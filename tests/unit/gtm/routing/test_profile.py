@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
+from enum import StrEnum
 from typing import Any
 
 import pytest
@@ -11,7 +13,13 @@ from prometheus_client import CollectorRegistry
 
 from gtm.errors import ConfigError, NoEligibleCandidate, PluginError, RoutingError
 from gtm.metrics import new_registry
-from gtm.models import RouteRequest, ScoreIssueKind, Tier
+from gtm.models import (
+    RouteRequest,
+    ScoreIssueKind,
+    Tier,
+    decision_adapter,
+    decision_trace_adapter,
+)
 from gtm.routing import (
     NO_CANDIDATES_OFFERED,
     FilterResult,
@@ -21,6 +29,7 @@ from gtm.routing import (
     WeightedScorer,
 )
 from gtm.routing.pickers.max_score import MaxScorePicker
+from gtm.routing.profile import DEFAULT_PLUGIN_TIMING_EVERY
 from tests.unit.gtm.routing.helpers import (
     Ctx,
     FakeTimer,
@@ -326,6 +335,7 @@ def test_plugin_latency_histogram_records_one_sample_per_plugin_call() -> None:
         cost_model=LoadCost(),
         metrics=RoutingMetrics(registry),
         timer=timer,
+        plugin_timing_every=1,
     )
     for _ in range(3):
         p.run(request(), nodes("a", "b"), CTX)
@@ -347,6 +357,56 @@ def test_plugin_latency_histogram_records_one_sample_per_plugin_call() -> None:
         "gtm_routing_decision_duration_seconds_count", decision_labels
     )
     assert count == 3.0
+
+
+def test_plugin_latency_is_sampled_on_the_first_decision_and_then_one_in_n() -> None:
+    registry = new_registry()
+    timer = FakeTimer()
+    p = profile(
+        [drop("zz", name="f")],
+        [WeightedScorer(LoadScorer())],
+        metrics=RoutingMetrics(registry),
+        timer=timer,
+        plugin_timing_every=4,
+    )
+    assert p.plugin_timing_every == 4
+    for _ in range(9):  # decisions 0, 4 and 8 are timed
+        p.run(request(), nodes("a", "b"), CTX)
+    name = "gtm_routing_plugin_duration_seconds"
+    for point, plugin in [("filter", "f"), ("scorer", "load"), ("picker", "max-score-picker")]:
+        labels = {"tier": "zone", "extension_point": point, "plugin": plugin}
+        assert registry.get_sample_value(f"{name}_count", labels) == 3.0
+        assert registry.get_sample_value(f"{name}_sum", labels) == 3 * timer.step
+    # The whole-decision duration is observed on every decision.
+    decision_labels = {"tier": "zone", "profile": "p"}
+    count = registry.get_sample_value(
+        "gtm_routing_decision_duration_seconds_count", decision_labels
+    )
+    assert count == 9.0
+
+
+def test_default_plugin_timing_samples_one_decision_in_sixteen() -> None:
+    registry = new_registry()
+    p = profile(metrics=RoutingMetrics(registry))
+    assert p.plugin_timing_every == DEFAULT_PLUGIN_TIMING_EVERY == 16
+    for _ in range(17):
+        p.run(request(), nodes("a"), CTX)
+    labels = {"tier": "zone", "extension_point": "picker", "plugin": "max-score-picker"}
+    assert registry.get_sample_value("gtm_routing_plugin_duration_seconds_count", labels) == 2.0
+
+
+@pytest.mark.parametrize("every", [0, -1])
+def test_plugin_timing_every_must_be_positive(every: int) -> None:
+    with pytest.raises(ConfigError, match="plugin_timing_every"):
+        profile(plugin_timing_every=every)
+
+
+def test_without_metrics_the_timer_is_never_read() -> None:
+    timer = FakeTimer()
+    profile([drop("a")], [WeightedScorer(LoadScorer())], timer=timer).run(
+        request(), nodes("a", "b"), CTX
+    )
+    assert timer.now == 0.0
 
 
 def test_without_metrics_nothing_is_registered() -> None:
@@ -483,3 +543,87 @@ def test_trace_data_that_does_not_validate_is_a_plugin_error() -> None:
     p = profile([_OddReason()])  # type: ignore[list-item]
     with pytest.raises(PluginError, match="does not fit the decision trace"):
         p.run(request(), nodes("a", "b"), CTX)
+
+
+class _Removes:
+    """A filter that removes the first candidate and reports it as given."""
+
+    name = "removes"
+
+    def __init__(self, removed: object) -> None:
+        self.removed = removed
+
+    def filter(
+        self, request: RouteRequest, candidates: Sequence[Node], ctx: Ctx, /
+    ) -> FilterResult[Node]:
+        return FilterResult(tuple(candidates[1:]), self.removed)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "removed",
+    [
+        ((5, "why"),),  # not a string id
+        (("a", None),),  # not a string reason
+        (("a", "why", "extra"),),  # not a pair
+        ("ab",),  # a string is not a pair
+        ((("a", "why"),),),  # nested too deep
+        (None,),
+    ],
+)
+def test_removals_that_are_not_string_pairs_are_a_plugin_error(removed: object) -> None:
+    p = profile([_Removes(removed)])  # type: ignore[list-item]
+    with pytest.raises(PluginError, match="'removes' returned data that does not fit"):
+        p.run(request(), nodes("a", "b"), CTX)
+
+
+class _Why(StrEnum):
+    DRAINED = "drained"
+
+
+def test_removals_given_as_lists_or_str_subclasses_are_traced_as_tuples() -> None:
+    p = profile([_Removes([["a", _Why.DRAINED]])])  # type: ignore[list-item]
+    (step,) = p.run(request(), nodes("a", "b"), CTX).trace.filters
+    assert step.removed == ("a",)
+    assert step.reasons == (("a", "drained"),)
+    assert type(step.reasons) is tuple
+    assert type(step.reasons[0]) is tuple
+
+
+class _NotAResult:
+    name = "not-a-result"
+
+    def filter(self, request: RouteRequest, candidates: Sequence[Node], ctx: Ctx, /) -> object:
+        return list(candidates)
+
+
+def test_a_filter_must_return_a_filter_result() -> None:
+    p = profile([_NotAResult()])  # type: ignore[list-item]
+    with pytest.raises(PluginError, match="'not-a-result' returned list, not a FilterResult"):
+        p.run(request(), nodes("a"), CTX)
+
+
+def test_scores_may_come_in_any_order() -> None:
+    values = {"c": 0.1, "b": 0.9, "a": 0.5}  # not the candidates' order
+    scorers = [WeightedScorer(FixedScorer(f"s{i}", values)) for i in range(3)]
+    decision = profile(scorers=scorers).run(request(), nodes("a", "b", "c"), CTX)
+    assert decision.choice == "b"
+    assert [(s.candidate, s.score("s1"), s.total) for s in decision.trace.scores] == [
+        ("a", 0.5, 0.5),
+        ("b", 0.9, pytest.approx(0.9)),
+        ("c", 0.1, pytest.approx(0.1)),
+    ]
+
+
+def test_decisions_and_refusals_serialise_through_the_adapters() -> None:
+    scorers = [WeightedScorer(LoadScorer()), WeightedScorer(FixedScorer("nan", {"b": math.nan}))]
+    p = profile([drop("a", reason="drained")], scorers, cost_model=LoadCost())
+    decision = p.run(request(), (Node("a"), Node("b", load=0.5), Node("c", load=0.2)), CTX)
+    assert decision.trace.score_issues  # a repaired score is in the trace too
+    assert decision_adapter.validate_json(decision_adapter.dump_json(decision)) == decision
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        decision.trace.filters[0].remaining = 0  # type: ignore[misc]
+    with pytest.raises(NoEligibleCandidate) as caught:
+        p.run(request(), nodes("a"), CTX)
+    trace = caught.value.trace
+    assert trace is not None
+    assert decision_trace_adapter.validate_json(decision_trace_adapter.dump_json(trace)) == trace

@@ -18,6 +18,7 @@ from gtm.routing import (
     load_profile_spec,
 )
 from gtm.routing.pickers.random_pick import RandomPicker
+from gtm.routing.profile import DEFAULT_PLUGIN_TIMING_EVERY
 from tests.unit.gtm.routing.helpers import Ctx, LoadCost, LoadScorer, Node, request
 
 
@@ -267,6 +268,14 @@ def test_trace_scores_reaches_the_profile() -> None:
     assert decision.trace.scores_omitted == 2
     with pytest.raises(PluginError, match=r"trace_scores: Input should be greater than or equal"):
         load_profile_spec({**data, "trace_scores": -1})
+
+
+def test_plugin_timing_every_reaches_the_profile() -> None:
+    data = _spec()
+    assert _build(data).plugin_timing_every == DEFAULT_PLUGIN_TIMING_EVERY
+    assert _build({**data, "plugin_timing_every": 1}).plugin_timing_every == 1
+    with pytest.raises(PluginError, match=r"plugin_timing_every: Input should be greater"):
+        load_profile_spec({**data, "plugin_timing_every": 0})
 
 
 def test_spec_is_frozen_and_plugin_name_defaults_to_type() -> None:
