@@ -32,7 +32,7 @@ _COMMANDS: dict[str, _Entry] = {
     "up": _Entry("Start a whole local multi-region deployment.", None, "gtm up"),
     "global": _Entry("Run the global tier (GeoDNS + HTTP front door).", None, "global tier"),
     "regional": _Entry("Run one region's regional LB.", None, "regional LB"),
-    "zone": _Entry("Run one zone's zone agent.", None, "zone agent"),
+    "zone": _Entry("Run one zone's zone agent.", "zone_agent.cli:zone"),
     "gpu-sim": _Entry("Run an emulated vLLM-compatible GPU worker.", "fleetsim.cli:gpu_sim"),
     "policy": _Entry(
         "Check, apply, explain policy files; print their schema.", "gtm.policy_cli:policy"

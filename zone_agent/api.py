@@ -1,0 +1,185 @@
+"""The decision API, ``POST /v1/assign``, and ``GET /v1/models``.
+
+``/v1/assign`` lets another data plane carry the bytes while the agent decides (nginx
+``auth_request``, an Envoy ext-proc or ext-authz filter). Two forms:
+
+* a JSON body — the OpenAI request itself; the endpoint comes from ``?endpoint=chat``
+  (``completion``, ``embedding``) or is inferred from the body (``messages`` → chat,
+  ``prompt`` → completion, ``input`` → embedding);
+* no body (what ``auth_request`` sends): headers ``x-gtm-model`` and
+  ``x-gtm-input-tokens`` (a prompt of that many tokens, no prefix information).
+
+The answer is ``200`` with the chosen GPU (``gpu``, ``url``), ``zone``, ``region``,
+``decision_id``, ``predicted_ttft_ms`` and the decision ``trace`` — and the same in
+headers ``x-gtm-gpu``, ``x-gtm-upstream`` (``host:port``, for ``proxy_pass
+http://$upstream``), ``x-gtm-zone``, ``x-gtm-decision-id``. Errors are the proxy's (400,
+404, 503 with ``Retry-After``). The choice is charged to its GPU for ``assign_hold_s``
+(the agent never sees such a request end), so a burst between two scrapes still spreads.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+from gtm.clock import Clock
+from gtm.models import decision_adapter
+from zone_agent.accounting import Accounting
+from zone_agent.errors import BadRequest
+from zone_agent.metrics import ZoneMetrics
+from zone_agent.pipeline import ZoneProfile
+from zone_agent.proxy import (
+    HEADER_DECISION,
+    HEADER_GPU,
+    HEADER_ZONE,
+    canary_of,
+    charge,
+    decide_or_refuse,
+    request_id_of,
+)
+from zone_agent.request import Endpoint, ZoneRequest, parse_json_body, zone_request
+from zone_agent.view import ZoneView
+
+HEADER_UPSTREAM = "x-gtm-upstream"
+HEADER_MODEL = "x-gtm-model"
+HEADER_INPUT_TOKENS = "x-gtm-input-tokens"
+
+#: Largest prompt the header form accepts (tokens): beyond any model's context.
+MAX_HEADER_TOKENS = 10_000_000
+
+
+def _endpoint(query: Mapping[str, str], body: Mapping[str, object]) -> Endpoint:
+    named = query.get("endpoint")
+    if named is not None:
+        try:
+            return Endpoint(named)
+        except ValueError:
+            raise BadRequest(
+                f"endpoint must be one of {', '.join(e.value for e in Endpoint)}",
+                param="endpoint",
+            ) from None
+    if "prompt" in body:
+        return Endpoint.COMPLETION
+    if "input" in body and "messages" not in body:
+        return Endpoint.EMBEDDING
+    return Endpoint.CHAT
+
+
+def _from_headers(request: web.Request, seq: int) -> ZoneRequest:
+    model = request.headers.get(HEADER_MODEL, "")
+    raw_tokens = request.headers.get(HEADER_INPUT_TOKENS, "0")
+    if not model:
+        raise BadRequest(
+            f"send an OpenAI request body, or the {HEADER_MODEL} header", param="model"
+        )
+    try:
+        tokens = int(raw_tokens)
+    except ValueError:
+        tokens = -1
+    if not 0 <= tokens <= MAX_HEADER_TOKENS:
+        raise BadRequest(f"{HEADER_INPUT_TOKENS} must be an integer in [0, {MAX_HEADER_TOKENS}]")
+    return ZoneRequest(
+        request_id=request_id_of(request),
+        model=model,
+        endpoint=Endpoint.CHAT,
+        input_tokens=tokens,
+        max_prompt_tokens=tokens,
+        seq=seq,
+        version=request.headers.get("x-gtm-version") or None,
+        canary=canary_of(request),
+    )
+
+
+class AssignApi:
+    def __init__(
+        self,
+        *,
+        zone_id: str,
+        region_id: str,
+        view: Callable[[], ZoneView],
+        profile: Callable[[], ZoneProfile],
+        accounting: Accounting,
+        metrics: ZoneMetrics,
+        clock: Clock,
+        hold_s: float,
+        trace_top: int,
+    ) -> None:
+        self._zone = zone_id
+        self._region = region_id
+        self._view = view
+        self._profile = profile
+        self._acc = accounting
+        self._metrics = metrics
+        self._clock = clock
+        self._hold = hold_s
+        self._top = trace_top
+
+    def routes(self, app: web.Application) -> None:
+        app.router.add_post("/v1/assign", self.assign)
+        app.router.add_get("/v1/models", self.models)
+
+    async def assign(self, request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        raw = await request.read()
+        seq = self._acc.next_seq()
+        if raw.strip():
+            body = parse_json_body(raw)
+            facts = zone_request(
+                body,
+                _endpoint(request.query, body),
+                request_id=request_id_of(request),
+                seq=seq,
+                version=request.headers.get("x-gtm-version") or None,
+                canary=canary_of(request),
+            )
+        else:
+            facts = _from_headers(request, seq)
+        now = self._clock.monotonic()
+        self._acc.expire(now)
+        decision = decide_or_refuse(self._profile(), facts, self._view(), frozenset())
+        self._acc.hold(charge(self._acc, decision), now + self._hold)
+        self._metrics.assignments.labels(decision.gpu_id, decision.profile).inc()
+        self._metrics.decision.observe(time.perf_counter() - started)
+        decision_id = uuid.uuid4().hex
+        url = decision.gpu.worker.url
+        parts = urlsplit(url)
+        upstream = parts.netloc or url
+        payload: dict[str, Any] = {
+            "gpu": decision.gpu_id,
+            "url": url,
+            "zone": self._zone,
+            "region": self._region,
+            "decision_id": decision_id,
+            "request_id": facts.request_id,
+            "predicted_ttft_ms": decision.predicted_ttft_ms,
+            "uncached_tokens": decision.uncached_tokens,
+            "decision": decision_adapter.dump_python(decision.to_decision(self._top), mode="json"),
+        }
+        headers = {
+            HEADER_GPU: decision.gpu_id,
+            HEADER_UPSTREAM: upstream,
+            HEADER_ZONE: self._zone,
+            HEADER_DECISION: decision_id,
+        }
+        return web.json_response(payload, headers=headers)
+
+    async def models(self, request: web.Request) -> web.Response:
+        view = self._view()
+        data = [
+            {
+                "id": model,
+                "object": "model",
+                "created": 0,
+                "owned_by": "gtm",
+                "max_model_len": int(index.max_model_len.max()),
+                "gpus": len(index.ids),
+                "available_gpus": int(index.available.sum()),
+            }
+            for model, index in view.by_model.items()
+        ]
+        return web.json_response({"object": "list", "data": data})

@@ -1,0 +1,421 @@
+"""Wiring of one zone agent: inventory, scraping, health, view, proxy, APIs, summary.
+
+:class:`ZoneAgent` owns every moving part of a zone and runs the periodic work under a
+:class:`~gtm.tasks.TaskSupervisor`:
+
+* **inventory**: the static ``--worker`` list plus, with a state store, the GPU records
+  registered (under leases) for this zone, followed through a
+  :class:`~gtm.state.snapshot.SnapshotWatcher`; operator drains of the GPU, the zone or
+  the region take GPUs out;
+* **scrape** every ``scrape_interval_s``: every worker's ``/metrics`` at once, each with
+  a timeout; a scrape also counts as a health check; then the view is rebuilt;
+* **active checks** every ``health.check_interval_s``: ``GET /health``;
+* **zone summary** every ``summary_interval_s`` under a lease (with a store).
+
+The view is replaced by one reference assignment after each round (and at once when a
+GPU is ejected), so a decision always reads one consistent view without locks.
+
+HTTP: the OpenAI endpoints (:mod:`zone_agent.proxy`), ``POST /v1/assign`` and ``GET
+/v1/models`` (:mod:`zone_agent.api`), ``/healthz`` (the process is alive), ``/readyz``
+(at least one GPU can take requests), ``/metrics``. Every error a client can cause is
+answered in OpenAI's shape; an unexpected one is a 500 in that shape, never a crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from gtm.clock import Clock, SystemClock
+from gtm.gpu_profiles import UnknownProfile
+from gtm.models import DrainTarget, GpuWorker
+from gtm.state.snapshot import SnapshotWatcher
+from gtm.state.store import StateStore
+from gtm.tasks import TaskSupervisor
+from zone_agent.accounting import Accounting, SlotLoad
+from zone_agent.api import AssignApi
+from zone_agent.config import ZoneConfig
+from zone_agent.errors import ApiError, ErrorType
+from zone_agent.health import HealthTracker, probe
+from zone_agent.metrics import ZoneMetrics
+from zone_agent.pipeline import ZoneProfile
+from zone_agent.profiles import builtin_profile
+from zone_agent.proxy import Proxy, ProxySettings
+from zone_agent.scrape import GpuMetrics, ScrapeError, scrape
+from zone_agent.summary import SummaryPublisher, build_summary
+from zone_agent.view import GpuState, ViewBuilder, ViewSettings, ZoneView, profile_for
+
+log = logging.getLogger(__name__)
+
+#: How long in-flight requests get to finish when the agent stops (s).
+SHUTDOWN_GRACE_S = 2.0
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class ZoneAgent:
+    """One zone's agent: ``await start()`` then ``await stop()`` (or ``async with``)."""
+
+    def __init__(
+        self,
+        config: ZoneConfig,
+        *,
+        registry: CollectorRegistry,
+        clock: Clock | None = None,
+        store: StateStore | None = None,
+        profile: ZoneProfile | None = None,
+    ) -> None:
+        self.config = config
+        self._clock = clock or SystemClock()
+        self._registry = registry
+        self._store = store
+        self.accounting = Accounting()
+        self.health = HealthTracker(config.health)
+        self._builder = ViewBuilder(
+            config.zone, config.region, ViewSettings(stale_after_s=config.stale_after_s)
+        )
+        self._static = {w.id: w.record(config.zone, config.region) for w in config.workers}
+        self._workers: dict[str, GpuWorker] = dict(self._static)
+        self._drained: frozenset[str] = frozenset()
+        self._scraped: dict[str, GpuMetrics] = {}
+        self._own_at_scrape: dict[str, SlotLoad] = {}
+        self._view = self._builder.build((), self.accounting, self._clock.monotonic())
+        self.metrics = ZoneMetrics(registry, lambda: self._view, self._clock)
+        self._profile = profile or builtin_profile(config.profile, metrics=self.metrics.routing)
+        self._supervisor = TaskSupervisor(registry=registry, clock=self._clock, component="zone")
+        self._watcher = (
+            SnapshotWatcher(store, clock=self._clock, registry=registry, component="zone")
+            if store is not None
+            else None
+        )
+        self._publisher = (
+            SummaryPublisher(
+                store, config.region, config.zone, ttl_s=max(3.0, 3 * config.summary_interval_s)
+            )
+            if store is not None
+            else None
+        )
+        self._upstream: aiohttp.ClientSession | None = None
+        self._probes: aiohttp.ClientSession | None = None
+        self._runner: web.AppRunner | None = None
+        self._snapshot_revision = -1
+        self.url = ""
+        self.port = 0
+
+    # ------------------------------------------------------------------ reading
+
+    @property
+    def view(self) -> ZoneView:
+        return self._view
+
+    @property
+    def profile(self) -> ZoneProfile:
+        return self._profile
+
+    def set_profile(self, profile: ZoneProfile) -> None:
+        """Switch the routing profile (takes effect with the next decision)."""
+        self._profile = profile
+
+    @property
+    def publisher(self) -> SummaryPublisher | None:
+        return self._publisher
+
+    def _upstream_session(self) -> aiohttp.ClientSession:
+        if self._upstream is None:
+            raise RuntimeError("the zone agent is not started")
+        return self._upstream
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> str:
+        """Open the pools, take a first look at the fleet, listen; return the base URL."""
+        cfg = self.config
+        self._upstream = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, limit_per_host=cfg.pool_per_worker),
+            timeout=aiohttp.ClientTimeout(
+                total=None,
+                connect=None,
+                sock_connect=cfg.connect_timeout_s,
+                sock_read=cfg.upstream_timeout_s,
+            ),
+            auto_decompress=False,
+        )
+        self._probes = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, limit_per_host=4),
+            timeout=aiohttp.ClientTimeout(
+                total=max(cfg.scrape_timeout_s, cfg.health.check_timeout_s)
+            ),
+        )
+        if self._watcher is not None:
+            self._supervisor.spawn("snapshot", self._watcher.run())
+            await self._watcher.wait_ready()
+        self._sync_inventory()
+        await asyncio.gather(self.check_round(), self.scrape_round())
+        self._supervisor.run_loop("scrape", self.scrape_round, interval=cfg.scrape_interval_s)
+        self._supervisor.run_loop(
+            "health-checks", self.check_round, interval=cfg.health.check_interval_s
+        )
+        if self._publisher is not None:
+            self._supervisor.run_loop(
+                "summary", self.publish_summary, interval=cfg.summary_interval_s
+            )
+        runner = web.AppRunner(
+            self.build_app(),
+            handler_cancellation=True,
+            shutdown_timeout=SHUTDOWN_GRACE_S,
+            access_log=None,
+        )
+        await runner.setup()
+        site = web.TCPSite(runner, cfg.host, cfg.port)
+        await site.start()
+        self._runner = runner
+        for address in runner.addresses:
+            if isinstance(address, tuple) and len(address) >= 2:
+                self.port = int(address[1])
+                break
+        host = cfg.host if ":" not in cfg.host else f"[{cfg.host}]"
+        self.url = f"http://{host}:{self.port}"
+        log.info("zone agent %s/%s listening on %s", cfg.region, cfg.zone, self.url)
+        return self.url
+
+    async def stop(self) -> None:
+        """Stop listening (in-flight requests get a grace period), stop the loops,
+        withdraw the summary, close the pools."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        await self._supervisor.aclose()
+        if self._publisher is not None:
+            await self._publisher.withdraw()
+        for session in (self._upstream, self._probes):
+            if session is not None:
+                await session.close()
+        self._upstream = self._probes = None
+
+    async def __aenter__(self) -> ZoneAgent:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    # ------------------------------------------------------------------ inventory
+
+    def _sync_inventory(self) -> None:
+        """Static workers plus this zone's registered ones; drains from the snapshot."""
+        workers = dict(self._static)
+        drained: set[str] = set()
+        if self._watcher is not None:
+            snapshot = self._watcher.current
+            self._snapshot_revision = snapshot.revision
+            cfg = self.config
+            for worker in snapshot.gpus_by_zone.get(cfg.zone, ()):
+                if worker.region_id == cfg.region:
+                    workers.setdefault(worker.id, worker)
+            zone_drained = snapshot.is_drained(DrainTarget.ZONE, cfg.zone) or snapshot.is_drained(
+                DrainTarget.REGION, cfg.region
+            )
+            drained = {
+                gid for gid in workers if zone_drained or snapshot.is_drained(DrainTarget.GPU, gid)
+            }
+        gone = set(self._workers) - set(workers)
+        if gone:
+            self.accounting.forget_prefixes(gone)
+            for gid in gone:
+                self._scraped.pop(gid, None)
+                self._own_at_scrape.pop(gid, None)
+        self._workers = workers
+        self._drained = frozenset(drained)
+        self.health.sync(workers, self._clock.monotonic())
+
+    def rebuild(self) -> ZoneView:
+        """A fresh view from everything known now (swapped in atomically)."""
+        now = self._clock.monotonic()
+        slowdowns = self.health.slowdowns()
+        states = [
+            GpuState(
+                worker=worker,
+                slot=self.accounting.slot(gid),
+                metrics=self._scraped.get(gid),
+                own_at_scrape=self._own_at_scrape.get(gid, SlotLoad()),
+                health=self.health.status(gid, now, slowdowns.get(gid, 1.0)),
+                drained=gid in self._drained,
+            )
+            for gid, worker in self._workers.items()
+        ]
+        self._view = self._builder.build(states, self.accounting, now)
+        return self._view
+
+    def on_ejection(self, gpu_id: str) -> None:
+        """A GPU was ejected: take it out of the view at once."""
+        self.rebuild()
+
+    # ------------------------------------------------------------------ loops
+
+    async def scrape_round(self) -> None:
+        """Scrape every worker once (concurrently), then rebuild the view."""
+        if self._watcher is not None and self._watcher.current.revision != self._snapshot_revision:
+            self._sync_inventory()
+        session = self._probes
+        if session is None:
+            return
+        workers = list(self._workers.values())
+        results = await asyncio.gather(
+            *(
+                scrape(
+                    session,
+                    w.url,
+                    clock=self._clock,
+                    timeout_s=self.config.scrape_timeout_s,
+                    default_model=w.models[0] if len(w.models) == 1 else "",
+                )
+                for w in workers
+            ),
+            return_exceptions=True,
+        )
+        now = self._clock.monotonic()
+        for worker, result in zip(workers, results, strict=True):
+            if isinstance(result, GpuMetrics):
+                self._observe_decode(worker, result, now)
+                self._scraped[worker.id] = result
+                self._own_at_scrape[worker.id] = self.accounting.at(worker.id)
+                self.health.observe_check(worker.id, True, now)
+            else:
+                if not isinstance(result, ScrapeError):
+                    log.error("scraping %s failed unexpectedly", worker.id, exc_info=result)
+                self.metrics.scrape_failures.labels(worker.id).inc()
+                self.health.observe_check(worker.id, False, now)
+        self.rebuild()
+
+    def _observe_decode(self, worker: GpuWorker, metrics: GpuMetrics, now: float) -> None:
+        previous = self._scraped.get(worker.id)
+        if previous is None:
+            return
+        for model, current in metrics.models.items():
+            before = previous.models.get(model)
+            if before is None or current.itl_count is None or before.itl_count is None:
+                continue
+            tokens = current.itl_count - before.itl_count
+            if tokens <= 0 or current.itl_sum is None or before.itl_sum is None:
+                continue
+            observed = (current.itl_sum - before.itl_sum) / tokens
+            try:
+                profile = profile_for(worker.gpu_type, model or (worker.models or ("",))[0])
+            except UnknownProfile:
+                continue
+            batch = max(1.0, current.running)
+            blocks = current.kv_blocks_total or profile.num_gpu_blocks
+            size = current.block_size or profile.block_size
+            context = current.kv_usage * blocks * size / batch
+            expected = profile.decode_step_s(int(batch), context)
+            self.health.observe_decode(worker.id, observed, expected, tokens, now)
+
+    async def check_round(self) -> None:
+        """Active health checks of every worker; rebuild the view if one changed state."""
+        session = self._probes
+        if session is None:
+            return
+        workers = list(self._workers.values())
+        timeout = self.config.health.check_timeout_s
+        results = await asyncio.gather(*(probe(session, w.url, timeout) for w in workers))
+        now = self._clock.monotonic()
+        changed = [
+            self.health.observe_check(w.id, ok, now) for w, ok in zip(workers, results, strict=True)
+        ]
+        if any(changed):
+            self.rebuild()
+
+    async def publish_summary(self) -> None:
+        if self._publisher is not None:
+            await self._publisher.publish(build_summary(self._view, self._clock.wall()))
+
+    # ------------------------------------------------------------------ HTTP
+
+    def build_app(self) -> web.Application:
+        app = web.Application(
+            client_max_size=self.config.max_body_bytes, middlewares=[self._errors]
+        )
+        proxy = Proxy(
+            ProxySettings(self.config.zone, self.config.max_attempts, self.config.trace_top),
+            view=lambda: self._view,
+            profile=lambda: self._profile,
+            accounting=self.accounting,
+            health=self.health,
+            on_ejection=self.on_ejection,
+            session=self._upstream_session,
+            metrics=self.metrics,
+            clock=self._clock,
+        )
+        proxy.routes(app)
+        AssignApi(
+            zone_id=self.config.zone,
+            region_id=self.config.region,
+            view=lambda: self._view,
+            profile=lambda: self._profile,
+            accounting=self.accounting,
+            metrics=self.metrics,
+            clock=self._clock,
+            hold_s=self.config.assign_hold_s,
+            trace_top=self.config.trace_top,
+        ).routes(app)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/metrics", self._metrics_endpoint)
+        return app
+
+    @web.middleware
+    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Every failure becomes an OpenAI-shaped error; count every response."""
+        resource = request.match_info.route.resource
+        endpoint = resource.canonical if resource is not None else "unmatched"
+        try:
+            response = await handler(request)
+        except ApiError as exc:
+            response = _error_response(exc)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            response = _error_response(ApiError(exc.status, exc.reason, code=str(exc.status)))
+        except (asyncio.CancelledError, ConnectionResetError):
+            raise
+        except Exception:
+            log.exception("unexpected error handling %s %s", request.method, request.path)
+            response = _error_response(
+                ApiError(
+                    500,
+                    "internal error in the zone agent",
+                    type=ErrorType.SERVER,
+                    code="internal_error",
+                )
+            )
+        self.metrics.requests.labels(endpoint, str(response.status)).inc()
+        return response
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        view = self._view
+        available = view.available_count()
+        body: Mapping[str, object] = {
+            "zone": view.zone_id,
+            "gpus": len(view.gpus),
+            "available_gpus": available,
+            "models": list(view.models),
+        }
+        return web.json_response(body, status=200 if available else 503)
+
+    async def _metrics_endpoint(self, request: web.Request) -> web.Response:
+        response = web.Response(body=generate_latest(self._registry))
+        response.headers["Content-Type"] = CONTENT_TYPE_LATEST
+        return response
+
+
+def _error_response(exc: ApiError) -> web.Response:
+    return web.json_response(exc.body(), status=exc.status, headers=exc.headers())

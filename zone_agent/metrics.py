@@ -1,0 +1,126 @@
+"""The zone agent's Prometheus metrics (on an injected registry; names ``gtm_zone_*``).
+
+Counters and histograms are updated on the request path; per-GPU gauges (in-flight
+requests, pending tokens, scrape age, weight, availability) are read from the current
+view and the accounting when ``/metrics`` is scraped, so they cost nothing in between.
+Per-plugin decision latency is the routing framework's
+``gtm_routing_plugin_duration_seconds{tier="zone"}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from gtm.clock import Clock
+from gtm.routing.metrics import RoutingMetrics
+from zone_agent.view import ZoneView
+
+#: Proxy overhead and first-byte latency buckets (s): sub-millisecond to minutes.
+LATENCY_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+    0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+)  # fmt: skip
+
+
+class _GpuGauges(Collector):
+    def __init__(self, view: Callable[[], ZoneView], clock: Clock) -> None:
+        self._view = view
+        self._clock = clock
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return []
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        view = self._view()
+        acc = view.accounting
+        now = self._clock.monotonic()
+        in_flight = GaugeMetricFamily(
+            "gtm_zone_in_flight", "Sequences in flight from this agent.", labels=["gpu"]
+        )
+        pending = GaugeMetricFamily(
+            "gtm_zone_pending_prefill_tokens",
+            "Uncached prompt tokens sent and not yet prefilled.",
+            labels=["gpu"],
+        )
+        age = GaugeMetricFamily(
+            "gtm_zone_scrape_age_seconds",
+            "Age of the last successful /metrics scrape (staleness).",
+            labels=["gpu"],
+        )
+        weight = GaugeMetricFamily(
+            "gtm_zone_gpu_weight", "Health weight (slow start × throughput).", labels=["gpu"]
+        )
+        available = GaugeMetricFamily(
+            "gtm_zone_gpu_available", "1 if the GPU may take requests now.", labels=["gpu"]
+        )
+        for gpu in view.gpus:
+            load = acc.at(gpu.id)
+            in_flight.add_metric([gpu.id], load.streams)
+            pending.add_metric([gpu.id], load.pending)
+            if gpu.metrics is not None:
+                age.add_metric([gpu.id], gpu.metrics.age(now))
+            weight.add_metric([gpu.id], gpu.health.weight)
+            available.add_metric([gpu.id], 1.0 if gpu.unavailable_reason() is None else 0.0)
+        yield from (in_flight, pending, age, weight, available)
+
+
+class ZoneMetrics:
+    """Every collector of one zone agent."""
+
+    def __init__(
+        self, registry: CollectorRegistry, view: Callable[[], ZoneView], clock: Clock
+    ) -> None:
+        self.routing = RoutingMetrics(registry)
+        self.requests = Counter(
+            "gtm_zone_requests",
+            "Requests answered by the zone agent, by endpoint and HTTP status.",
+            ["endpoint", "status"],
+            registry=registry,
+        )
+        self.assignments = Counter(
+            "gtm_zone_assignments",
+            "Requests assigned to each GPU (proxied or via /v1/assign).",
+            ["gpu", "profile"],
+            registry=registry,
+        )
+        self.retries = Counter(
+            "gtm_zone_retries",
+            "Attempts retried on another GPU before the first byte, by reason.",
+            ["reason"],
+            registry=registry,
+        )
+        self.ejections = Counter(
+            "gtm_zone_ejections",
+            "GPUs ejected by passive outlier detection.",
+            ["gpu"],
+            registry=registry,
+        )
+        self.upstream_failures = Counter(
+            "gtm_zone_upstream_failures",
+            "Proxied requests that failed at a worker, by outcome.",
+            ["gpu", "outcome"],
+            registry=registry,
+        )
+        self.scrape_failures = Counter(
+            "gtm_zone_scrape_failures",
+            "Failed /metrics scrapes.",
+            ["gpu"],
+            registry=registry,
+        )
+        self.first_byte = Histogram(
+            "gtm_zone_first_byte_seconds",
+            "Time from receiving a request to its first response byte from the worker.",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.decision = Histogram(
+            "gtm_zone_request_overhead_seconds",
+            "Agent time before a request is sent upstream (parse, count, decide).",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        registry.register(_GpuGauges(view, clock))

@@ -1,0 +1,125 @@
+"""The zone summary: what the regional LB needs to know about this zone, under a lease.
+
+:func:`build_summary` is pure (a view in, a :class:`gtm.models.ZoneSummary` out).
+Per model, over the GPUs that may take requests now:
+
+* ``prefill_tokens_per_s``: the sum of their effective prefill rates (profile × health
+  weight) — the denominator of every TTFT estimate upstream;
+* ``decode_tokens_per_s``: the profiles' decode throughput at a batch of
+  :data:`REFERENCE_BATCH` sequences of :data:`REFERENCE_CONTEXT` tokens (a convention,
+  so zones compare on the same footing);
+* ``queued_prefill_tokens``: uncached prompt tokens waiting (the agent's own in flight,
+  plus other clients' queues from fresh scrapes);
+* running / waiting requests, running capacity (``max_num_seqs``), KV blocks total and
+  free.
+
+A regional LB derives the zone's predicted TTFT for a request of ``n`` uncached tokens
+as ``ModelLoad.queue_delay_ms() + 1000·n / prefill_tokens_per_s`` (ARCHITECTURE §2).
+``prefix_sketch`` lists the zone's hottest leading prefix blocks (Space-Saving top-k).
+
+:class:`SummaryPublisher` writes it every ``interval`` seconds under a lease of three
+intervals, so a dead agent's summary disappears by itself.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from gtm.errors import LeaseNotFound
+from gtm.models import ModelLoad, ZoneSummary
+from gtm.state import keys
+from gtm.state.codec import encode
+from gtm.state.store import StateStore
+from zone_agent.view import ModelIndex, ZoneView
+
+log = logging.getLogger(__name__)
+
+#: Reference decode workload of ``decode_tokens_per_s`` (see the module docstring).
+REFERENCE_BATCH = 64
+REFERENCE_CONTEXT = 2048
+#: Prefix blocks in the published sketch.
+SKETCH_BLOCKS = 32
+
+
+def _model_load(view: ZoneView, index: ModelIndex) -> ModelLoad:
+    acc = view.accounting
+    ok = index.available
+    slots = index.slots
+    pending = acc.pending[slots] + index.external_queued
+    streams = acc.streams[slots]
+    sent_since = np.maximum(0.0, acc.kv_blocks[slots] - index.kv_own_base)
+    kv_free = np.maximum(0.0, index.kv_free_base - sent_since)
+    decode = sum(
+        profile.decode_tokens_per_s(min(REFERENCE_BATCH, profile.max_num_seqs), REFERENCE_CONTEXT)
+        * float(index.weight[i])
+        for i, profile in enumerate(index.profiles)
+        if ok[i]
+    )
+    kv_total = int(index.kv_total[ok].sum())
+    return ModelLoad(
+        model=index.model,
+        gpus=len(index.ids),
+        healthy_gpus=int(ok.sum()),
+        prefill_tokens_per_s=float(index.rate[ok].sum()),
+        decode_tokens_per_s=float(decode),
+        queued_prefill_tokens=int(pending[ok].sum()),
+        running_requests=int(np.maximum(index.running, streams)[ok].sum()),
+        waiting_requests=int(index.waiting[ok].sum()),
+        max_running_requests=int(index.max_seqs[ok].sum()),
+        kv_blocks_total=kv_total,
+        kv_blocks_free=min(kv_total, int(kv_free[ok].sum())),
+    )
+
+
+def build_summary(view: ZoneView, published_at: float) -> ZoneSummary:
+    """The zone's summary from its current view (``published_at``: wall-clock seconds)."""
+    models = tuple(_model_load(view, index) for index in view.by_model.values())
+    return ZoneSummary(
+        zone_id=view.zone_id,
+        region_id=view.region_id,
+        published_at=published_at,
+        healthy=any(m.healthy_gpus > 0 for m in models),
+        models=models,
+        prefix_sketch=view.accounting.hot.top(SKETCH_BLOCKS),
+    )
+
+
+class SummaryPublisher:
+    """Writes the zone summary under a lease; call :meth:`publish` every interval."""
+
+    def __init__(self, store: StateStore, region_id: str, zone_id: str, *, ttl_s: float) -> None:
+        self._store = store
+        self._ttl = ttl_s
+        self.key = keys.zone_summary(region_id, zone_id)
+        self._lease = 0
+        self.published = 0
+
+    @property
+    def lease_id(self) -> int:
+        return self._lease
+
+    async def publish(self, summary: ZoneSummary) -> None:
+        """Write ``summary``; refresh (or re-grant) the lease. Store errors propagate
+        (the supervised loop logs them and retries with backoff)."""
+        if self._lease:
+            try:
+                await self._store.keep_alive(self._lease)
+            except LeaseNotFound:
+                log.warning("zone summary lease %#x expired; granting a new one", self._lease)
+                self._lease = 0
+        if not self._lease:
+            self._lease = (await self._store.grant_lease(self._ttl)).id
+        await self._store.put(self.key, encode(summary), lease=self._lease)
+        self.published += 1
+
+    async def withdraw(self) -> None:
+        """Revoke the lease (the summary goes with it). Never raises."""
+        lease, self._lease = self._lease, 0
+        if not lease:
+            return
+        try:
+            await self._store.revoke_lease(lease)
+        except Exception:
+            log.warning("could not revoke the zone summary lease %#x; it will expire", lease)
