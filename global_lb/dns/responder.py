@@ -1,0 +1,392 @@
+"""Answers DNS queries: residency, region choice, ECS scopes, precomputed wire answers.
+
+**Fast path.** A query costs: parse (header, question, OPT/ECS), locate the client,
+look up a precomputed answer, splice the response together. Three caches, all bounded:
+
+* ``client → (cell, scope)``: the geo cell (country + 0.5° square) of a client subnet
+  (ECS) or resolver address, and the prefix length of the network that decided it.
+  Depends only on the geo data, so it survives view changes.
+* ``(cell, name) → region``: the region choice for a name from a cell (the expensive
+  part: residency + the routing profile).
+* ``(qname, qtype, cell) → answer``: the rendered answer and authority records, the
+  RCODE and counts. The question is echoed from the query and the answer records point
+  at it (compression), so one rendering serves every case spelling of the name.
+
+The last two are dropped whenever the view changes (a new fleet snapshot, policy
+generation or health verdict) and refill on demand.
+
+**Residency in DNS.** A DNS query carries no tenant. ``api``, ``<jurisdiction>.api``
+and ``<region>.api`` answer only regions that the policies allow for a client in the
+query's country for *some* tenant (the union of the tenants' allowed sets) — so
+tenant-independent rules such as "GDPR clients stay in the EEA" hold for everyone —
+or, with ``dns_tenant`` configured, for that tenant. The front door and the regional LB
+then enforce each tenant's own set on every request. A name whose allowed set has no
+available region gets NODATA (NOERROR, no answer, the SOA) — never an address outside.
+
+**ECS scope** (RFC 7871 §7.2.1) = the prefix length of the network that decided the
+location (the GeoIP record's network, narrowed around configured CIDR entries), 0 for
+answers that do not depend on the client (SOA, NS, NXDOMAIN, REFUSED). It may be longer
+than the source prefix: that tells the resolver its /24 spans more than one location.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from prometheus_client import Counter
+
+from global_lb.dns import wire
+from global_lb.dns.rrl import ResponseRateLimiter, RrlAction, RrlConfig
+from global_lb.dns.wire import QType, Query, Rcode, WireError
+from global_lb.dns.zone import NameEntry, NameKind, Zone, ZoneConfig
+from global_lb.geo import GeoLocator, IPAddress
+from global_lb.metrics import GlobalMetrics
+from global_lb.router import GlobalRouter, cell_of
+from global_lb.view import ANY_MODEL, GlobalView, RegionState, RequestContext
+from gtm.clock import Clock
+from gtm.models import ClientInfo, GeoPoint, RouteRequest
+from policies import ResidencyQuery
+
+log = logging.getLogger(__name__)
+
+#: Bounds of the caches (entries); a full cache is cleared, which only costs recomputing.
+MAX_CLIENTS = 262_144
+MAX_ANSWERS = 262_144
+#: RFC 8482 §4.2: answer ANY with one synthesized HINFO record, CPU "RFC8482", OS "".
+_HINFO_RFC8482 = b"\x07RFC8482\x00"
+_TENANT_FOR_DNS = "dns"
+
+Cell = tuple[str | None, int, int] | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Located:
+    cell: Cell
+    country: str | None
+    point: GeoPoint | None
+    scope: int  # prefix length of the deciding network
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """A rendered answer: everything after the question, and how to count it."""
+
+    rcode: int
+    ancount: int
+    nscount: int
+    body: bytes
+    location_dependent: bool
+    counter: Any  # the prometheus counter child of (kind, region, rcode)
+
+
+class Responder:
+    """``respond(packet, client, udp=...)`` → response bytes, or ``None`` (drop)."""
+
+    def __init__(
+        self,
+        config: ZoneConfig,
+        *,
+        view: Callable[[], GlobalView | None],
+        router: GlobalRouter,
+        locator: GeoLocator,
+        metrics: GlobalMetrics,
+        clock: Clock,
+        rrl: RrlConfig | None = None,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.zone = Zone(config)
+        self._config = config
+        self._view_source = view
+        self._router = router
+        self._locator = locator
+        self._metrics = metrics
+        self._rrl = ResponseRateLimiter(rrl or RrlConfig(), clock)
+        self._wall = wall
+        self._view: GlobalView | None = None
+        self._names: Mapping[bytes, NameEntry] = {}
+        self._serial = 0
+        self._clients: dict[tuple[int, int, bytes], _Located] = {}
+        self._choices: dict[tuple[Cell, NameEntry], RegionState | None] = {}
+        self._answers: dict[tuple[bytes, int, Cell], _Prepared] = {}
+        self._dns_allowed: dict[str | None, frozenset[str]] = {}
+        self._counters: dict[tuple[str, str, str], Counter] = {}
+        self._scope_v4 = metrics.ecs_scope.labels("ipv4")
+        self._scope_v6 = metrics.ecs_scope.labels("ipv6")
+
+    # ------------------------------------------------------------------ entry point
+
+    def respond(self, packet: bytes, client: IPAddress, *, udp: bool = True) -> bytes | None:
+        """The response to one packet from ``client``. Never raises."""
+        try:
+            return self._respond(packet, client, udp)
+        except Exception:  # a bug must cost one answer, never the server
+            log.exception("dns: failed to answer a query from %s", client)
+            self._metrics.dns_dropped.labels("internal-error").inc()
+            return _servfail(packet)
+
+    def _respond(self, packet: bytes, client: IPAddress, udp: bool) -> bytes | None:
+        try:
+            query = wire.parse_query(packet)
+        except WireError as exc:
+            reply = wire.error_response(exc)
+            if reply is None:
+                self._metrics.dns_dropped.labels("unanswerable").inc()
+            else:
+                self._count("other", "", exc.rcode.name).inc()
+            return reply
+        max_size = 65_535
+        if udp:
+            action = self._rrl.check(client)
+            if action is RrlAction.DROP:
+                self._metrics.dns_dropped.labels("rate-limited").inc()
+                return None
+            max_size = min(query.payload, wire.MAX_UDP_PAYLOAD) if query.edns else 512
+            if action is RrlAction.SLIP:
+                self._metrics.dns_truncated.labels("rrl-slip").inc()
+                return wire.response(query, Rcode.NOERROR, 0, 0, b"", max_size=0)
+        return self._answer(query, client, max_size)
+
+    # ------------------------------------------------------------------ answering
+
+    def _answer(self, query: Query, client: IPAddress, max_size: int) -> bytes:
+        view = self._view_source()
+        if view is not self._view:
+            self._reset(view)
+        if view is None:
+            return self._simple(query, Rcode.SERVFAIL, max_size)
+        if query.edns_version != 0:
+            return self._simple(query, Rcode.BADVERS, max_size)
+        if query.qclass != wire.CLASS_IN or query.qtype in (QType.AXFR, QType.IXFR):
+            return self._simple(query, Rcode.REFUSED, max_size)
+        entry = self._names.get(query.qname)
+        located = None
+        if entry is not None and entry.location_dependent:
+            located = self._locate(query, client)
+            cell = located.cell
+        else:
+            cell = None
+        key = (query.qname, query.qtype, cell)
+        prepared = self._answers.get(key)
+        if prepared is None:
+            prepared = self._prepare(query, entry, located, view)
+            if len(self._answers) >= MAX_ANSWERS:
+                self._answers.clear()
+            self._answers[key] = prepared
+        prepared.counter.inc()
+        scope = None
+        if query.ecs is not None:
+            scope = located.scope if (located is not None and prepared.location_dependent) else 0
+            (self._scope_v4 if query.ecs.family == 1 else self._scope_v6).observe(scope)
+        reply = wire.response(
+            query,
+            prepared.rcode,
+            prepared.ancount,
+            prepared.nscount,
+            prepared.body,
+            max_size=max_size,
+            ecs_scope=scope,
+        )
+        if len(reply) < 12 + len(query.question) + len(prepared.body):
+            self._metrics.dns_truncated.labels("too-large").inc()
+        return reply
+
+    def _simple(self, query: Query, rcode: Rcode, max_size: int) -> bytes:
+        self._count("other", "", rcode.name).inc()
+        scope = 0 if query.ecs is not None else None
+        return wire.response(query, rcode, 0, 0, b"", max_size=max_size, ecs_scope=scope)
+
+    def _reset(self, view: GlobalView | None) -> None:
+        self._view = view
+        self._choices = {}
+        self._answers = {}
+        self._dns_allowed = {}
+        self._names = {} if view is None else self.zone.names(view)
+        # RFC 1982 serial: seconds since the epoch mod 2^32 grows with every view.
+        self._serial = max(self._serial + 1, int(self._wall())) % (1 << 32)
+        self._metrics.dns_rebuilds.inc()
+
+    def _count(self, kind: str, region: str, rcode: str) -> Counter:
+        key = (kind, region, rcode)
+        counter = self._counters.get(key)
+        if counter is None:
+            counter = self._counters[key] = self._metrics.dns_responses.labels(*key)
+        return counter
+
+    # ------------------------------------------------------------------ location
+
+    def _locate(self, query: Query, client: IPAddress) -> _Located:
+        ecs = query.ecs
+        if ecs is not None and ecs.source > 0:
+            key = (ecs.family, ecs.source, ecs.address)
+        else:
+            key = (client.version, -1, client.packed)
+        found = self._clients.get(key)
+        if found is not None:
+            return found
+        if ecs is not None and ecs.source > 0:
+            address: IPAddress = ipaddress.ip_address(ecs.padded())
+        else:
+            address = client
+        location = self._locator.locate(address)
+        scope = location.network.prefixlen
+        if ecs is not None and ecs.source == 0:
+            scope = 0  # RFC 7871 §7.1.2: the resolver opted out; answer is not tailored
+        found = _Located(
+            cell_of(location.point, location.country), location.country, location.point, scope
+        )
+        if len(self._clients) >= MAX_CLIENTS:
+            self._clients.clear()
+        self._clients[key] = found
+        return found
+
+    # ------------------------------------------------------------------ rendering
+
+    def _prepare(
+        self, query: Query, entry: NameEntry | None, located: _Located | None, view: GlobalView
+    ) -> _Prepared:
+        zone = self.zone
+        if entry is None:
+            if not zone.contains(query.qname):
+                return self._prepared(Rcode.REFUSED, 0, b"", "other", "", False)
+            soa = zone.soa_record(zone.apex_pointer(query.qname), self._serial)
+            return self._prepared(Rcode.NXDOMAIN, 0, soa, "other", "", False, nscount=1)
+        if query.qtype == QType.ANY:
+            hinfo = wire.rr(wire.QNAME_POINTER, QType.HINFO, self._config.ttl, _HINFO_RFC8482)
+            return self._prepared(Rcode.NOERROR, 1, hinfo, entry.kind.value, "", False)
+        if entry.kind is NameKind.APEX:
+            return self._apex(query)
+        if entry.kind is NameKind.NS:
+            return self._addresses(
+                query, entry, zone.ns_addresses(entry.target, _version(query.qtype)), "", False
+            )
+        assert located is not None
+        region = self._choose(entry, located, view)
+        if region is None:
+            self._metrics.refusals.labels("dns", f"no-region:{entry.kind.value}").inc()
+            return self._nodata(query, entry.kind.value, "", True)
+        packed = _region_addresses(region, _version(query.qtype), self._config.max_addresses)
+        return self._addresses(query, entry, packed, region.id, True)
+
+    def _apex(self, query: Query) -> _Prepared:
+        zone = self.zone
+        if query.qtype == QType.SOA:
+            soa = zone.soa_record(wire.QNAME_POINTER, self._serial)
+            return self._prepared(Rcode.NOERROR, 1, soa, "apex", "", False)
+        if query.qtype == QType.NS:
+            records, count = zone.ns_records()
+            return self._prepared(Rcode.NOERROR, count, records, "apex", "", False)
+        return self._nodata(query, "apex", "", False)
+
+    def _addresses(
+        self,
+        query: Query,
+        entry: NameEntry,
+        packed: tuple[bytes, ...],
+        region: str,
+        dependent: bool,
+    ) -> _Prepared:
+        if query.qtype not in (QType.A, QType.AAAA) or not packed:
+            return self._nodata(query, entry.kind.value, region, dependent)
+        ttl = self._config.ttl
+        body = b"".join(wire.rr(wire.QNAME_POINTER, query.qtype, ttl, a) for a in packed)
+        return self._prepared(Rcode.NOERROR, len(packed), body, entry.kind.value, region, dependent)
+
+    def _nodata(self, query: Query, kind: str, region: str, dependent: bool) -> _Prepared:
+        soa = self.zone.soa_record(self.zone.apex_pointer(query.qname), self._serial)
+        return self._prepared(Rcode.NOERROR, 0, soa, kind, region, dependent, nscount=1)
+
+    def _prepared(
+        self,
+        rcode: Rcode,
+        ancount: int,
+        body: bytes,
+        kind: str,
+        region: str,
+        dependent: bool,
+        *,
+        nscount: int = 0,
+    ) -> _Prepared:
+        counter = self._count(kind, region, rcode.name)
+        return _Prepared(rcode, ancount, nscount, body, dependent, counter)
+
+    # ------------------------------------------------------------------ region choice
+
+    def _choose(self, entry: NameEntry, located: _Located, view: GlobalView) -> RegionState | None:
+        key = (located.cell, entry)
+        if key in self._choices:
+            return self._choices[key]
+        allowed = self.allowed_for(located.country, view)
+        if entry.kind is NameKind.JURISDICTION:
+            allowed = allowed & view.jurisdictions.get(entry.target, frozenset())
+        elif entry.kind is NameKind.REGION:
+            allowed = allowed & {entry.target}
+        request = RouteRequest(
+            request_id=f"dns/{entry.kind.value}/{entry.target}/{located.cell}",
+            model=ANY_MODEL,
+            input_tokens=0,
+            tenant=self._config.dns_tenant or _TENANT_FOR_DNS,
+            client=ClientInfo(country=located.country, location=located.point),
+        )
+        ctx = RequestContext(view, allowed, located.point, located.country, "dns")
+        region = self._router.choose_region(request, view, ctx) if allowed else None
+        self._choices[key] = region
+        self._metrics.decisions.labels("dns", region.id if region else "refused").inc()
+        return region
+
+    def allowed_for(self, country: str | None, view: GlobalView) -> frozenset[str]:
+        """Regions a client in ``country`` may be sent to by DNS (see module docstring)."""
+        found = self._dns_allowed.get(country)
+        if found is not None:
+            return found
+        engine = view.policy.engine
+        tenant = self._config.dns_tenant
+        tenants = [tenant] if tenant else sorted(view.policy.policy_set.tenants)
+        if not tenants:
+            tenants = [_TENANT_FOR_DNS]
+        allowed: set[str] = set()
+        for name in tenants:
+            verdict = engine.allowed_regions(ResidencyQuery(name, ANY_MODEL, "default", country))
+            allowed |= verdict.allowed
+        found = self._dns_allowed[country] = frozenset(allowed)
+        return found
+
+
+def _version(qtype: int) -> int:
+    return 6 if qtype == QType.AAAA else 4
+
+
+def _region_addresses(region: RegionState, version: int, limit: int) -> tuple[bytes, ...]:
+    """The packed addresses of a region's endpoints in one IP family (at most ``limit``):
+    each endpoint's ``address``, or its URL's host when that is an IP literal."""
+    found: list[bytes] = []
+    for endpoint in region.endpoints:
+        address = endpoint.address
+        if address is None:
+            address = _url_host_address(endpoint.url)
+        if address is not None and address.version == version and address.packed not in found:
+            found.append(address.packed)
+    return tuple(found[:limit])
+
+
+def _url_host_address(url: str) -> IPAddress | None:
+    host = urlsplit(url).hostname
+    if host is None:
+        return None
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
+
+
+def _servfail(packet: bytes) -> bytes | None:
+    """SERVFAIL echoing the header of a packet we failed on (if it has one)."""
+    if len(packet) < 12 or packet[2] & 0x80:
+        return None
+    header = (int.from_bytes(packet[:2]), int.from_bytes(packet[2:4]))
+    return wire.error_response(WireError(Rcode.SERVFAIL, "internal error", header=header))

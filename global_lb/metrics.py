@@ -1,0 +1,102 @@
+"""The global tier's Prometheus metrics, on an injected registry (never the global one)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from gtm.metrics import DECISION_LATENCY_BUCKETS
+
+#: ECS scope prefix lengths observed in answers: every length an answer can carry
+#: (0 = valid for everyone) up to /32, then the IPv6 lengths resolvers cache (RFC 7871
+#: §11.1: resolvers send at most /56 for IPv6).
+_SCOPE_BUCKETS = (0, 8, 12, 16, 20, 22, 24, 28, 32, 40, 48, 56, 64, 128)
+
+
+class GlobalMetrics:
+    """Every metric of the global tier (one instance per registry)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.decisions = Counter(
+            "gtm_global_decisions_total",
+            "Region decisions, by channel (http, route, dns) and outcome (region id or refusal).",
+            ["channel", "outcome"],
+            registry=registry,
+        )
+        self.decision_seconds = Histogram(
+            "gtm_global_decision_duration_seconds",
+            "Time to choose a region (residency verdict + profile, or a cache hit).",
+            ["channel", "cached"],
+            buckets=DECISION_LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.refusals = Counter(
+            "gtm_global_refusals_total",
+            "Requests and DNS answers refused, by channel and reason.",
+            ["channel", "reason"],
+            registry=registry,
+        )
+        self.dns_responses = Counter(
+            "gtm_global_dns_responses_total",
+            "DNS responses, by name kind (api, jurisdiction, region, apex, ns, other), "
+            "answered region ('' if none) and rcode.",
+            ["kind", "region", "rcode"],
+            registry=registry,
+        )
+        self.dns_dropped = Counter(
+            "gtm_global_dns_dropped_total",
+            "DNS packets not answered: malformed beyond a header, responses, rate-limited.",
+            ["reason"],
+            registry=registry,
+        )
+        self.dns_truncated = Counter(
+            "gtm_global_dns_truncated_total",
+            "UDP responses sent truncated (TC=1) because they did not fit, or RRL slips.",
+            ["reason"],
+            registry=registry,
+        )
+        self.ecs_scope = Histogram(
+            "gtm_global_dns_ecs_scope_prefix_length",
+            "SCOPE PREFIX-LENGTH of answers to queries carrying EDNS Client Subnet.",
+            ["family"],
+            buckets=_SCOPE_BUCKETS,
+            registry=registry,
+        )
+        self.dns_rebuilds = Counter(
+            "gtm_global_dns_answer_rebuilds_total",
+            "Times the precomputed DNS answers were dropped for a new view revision.",
+            registry=registry,
+        )
+        self.region_healthy = Gauge(
+            "gtm_global_region_healthy",
+            "1 if the region is available for new traffic (healthy, not drained), else 0.",
+            ["region"],
+            registry=registry,
+        )
+        self.health_changes = Counter(
+            "gtm_global_region_health_changes_total",
+            "Region health transitions seen by the active checks, by new state.",
+            ["region", "state"],
+            registry=registry,
+        )
+        self.health_fail_open = Gauge(
+            "gtm_global_health_fail_open",
+            "1 while every active check fails at once and all regions are treated as up.",
+            registry=registry,
+        )
+        self.forward_attempts = Counter(
+            "gtm_global_forward_attempts_total",
+            "Front-door forwards to a regional LB, by region and result.",
+            ["region", "result"],
+            registry=registry,
+        )
+        self.retries = Counter(
+            "gtm_global_retries_total",
+            "Front-door retries on another allowed region, by the region that failed.",
+            ["from_region", "to_region"],
+            registry=registry,
+        )
+        self.view_revision = Gauge(
+            "gtm_global_view_snapshot_revision",
+            "Fleet snapshot revision of the view region choice reads.",
+            registry=registry,
+        )

@@ -1,0 +1,104 @@
+"""``headroom-spread-picker``: the best region, unless it is near saturation or the
+client was displaced from a failed region — then spread over the next regions in
+proportion to their headroom.
+
+gdnsd issue #126: with nearest-available routing, a failed (or full) data centre's
+whole load lands on the next-closest one, which then fails in turn. Here:
+
+* the best region (highest total, ties to the smallest id) wins while its headroom for
+  the model is above ``1 - saturation``, and the client has not been displaced;
+* otherwise the pick is random among the best ``spread_over`` regions whose total is
+  at least ``band`` × the best total, with probability proportional to each one's
+  headroom (the best region included, with what it has left). If none has headroom,
+  the best region is returned: the regional LB queues or spills within residency.
+
+"Displaced" means one of the view's unavailable regions is nearer the client than the
+best surviving region: that region's clients would otherwise all move to one neighbour.
+The draw is seeded by the request id (``request_rng``), so a decision replays exactly,
+and a DNS answer (whose request id is its geo cell) spreads cells, not packets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import Field
+
+from global_lb.view import RegionState
+from gtm.errors import PluginError
+from gtm.models import Frozen, RouteRequest
+from gtm.routing import RngFactory, Scored, better, request_rng
+
+TYPE_NAME = "headroom-spread-picker"
+
+#: Spread once the best region is 85 % used: continuous-batching servers keep TTFT flat
+#: until running sequences approach their limit, then queueing grows fast; starting to
+#: spread a little before that leaves room for the summaries' publication delay.
+DEFAULT_SATURATION = 0.85
+
+
+class Params(Frozen):
+    saturation: float = Field(default=DEFAULT_SATURATION, gt=0.0, le=1.0)
+    spread_over: int = Field(default=3, ge=1, le=64)
+    band: float = Field(default=0.25, ge=0.0, le=1.0)
+    seed: int = 0
+
+
+class HeadroomSpreadPicker:
+    def __init__(
+        self,
+        name: str = TYPE_NAME,
+        params: Params | None = None,
+        rng_factory: RngFactory = request_rng,
+    ) -> None:
+        params = params or Params()
+        self._name = name
+        self._min_headroom = 1.0 - params.saturation
+        self._spread_over = params.spread_over
+        self._band = params.band
+        self._seed = params.seed
+        self._rng = rng_factory
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def pick(self, request: RouteRequest, scored: Sequence[Scored[RegionState]], /) -> RegionState:
+        if not scored:
+            raise PluginError(f"picker {self._name!r} was given no candidates")
+        best = scored[0]
+        for item in scored[1:]:
+            best = better(best, item)
+        region = best.candidate
+        if region.headroom(request.model) > self._min_headroom and not _displaced(request, region):
+            return region
+        return self._spread(request, best, scored)
+
+    def _spread(
+        self,
+        request: RouteRequest,
+        best: Scored[RegionState],
+        scored: Sequence[Scored[RegionState]],
+    ) -> RegionState:
+        floor = self._band * best.total
+        ranked = sorted(scored, key=lambda s: (-s.total, s.candidate.id))
+        pool = [s.candidate for s in ranked if s.total >= floor][: self._spread_over]
+        weights = [r.headroom(request.model) for r in pool]
+        total = sum(weights)
+        if total <= 0.0:
+            return best.candidate
+        draw = self._rng(request, self._seed).random() * total
+        for region, weight in zip(pool, weights, strict=True):
+            draw -= weight
+            if draw < 0.0:
+                return region
+        return pool[-1]
+
+
+def _displaced(request: RouteRequest, best: RegionState) -> bool:
+    """Whether an unavailable region is nearer the client than ``best``."""
+    point = request.client.location
+    if point is None or not best.outages:
+        return False
+    distance = point.distance_km(best.location)
+    return any(point.distance_km(o) < distance for o in best.outages)

@@ -1,0 +1,213 @@
+"""The global tier's immutable view of the world, and the per-decision context.
+
+A :class:`GlobalView` is what region choice reads: every region with its location,
+jurisdiction labels, endpoints, health, drain state and load summary, plus the policy
+in force. It is rebuilt (never mutated) whenever the fleet snapshot, the policy
+generation or the health table changes, and swapped in with one reference assignment;
+:attr:`GlobalView.revision` identifies it, so caches keyed on it (DNS answers, cached
+decisions) are dropped exactly when something they depend on changed.
+
+Regions come from three layers, later ones overriding earlier ones by id: the policy
+set's Regions documents (which also define residency), the ``--topology`` file, and
+the ``Region`` records in the state store (what ``gtm up`` and operators publish).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from gtm.models import Endpoint, GeoPoint, ModelLoad, Region, RegionSummary
+from gtm.policy_store import ActivePolicy
+from gtm.routing.cost import rtt_ms_from_distance
+
+#: The model name DNS decisions use: a DNS query names no model, so the region's
+#: aggregate load over every model it serves stands in.
+ANY_MODEL = "gtm:any-model"
+
+#: RTT assumed from a client of unknown coordinates to every region: the model's
+#: intercept. Equal for every region, so it leaves the choice to capacity and TTFT.
+UNKNOWN_CLIENT_RTT_MS = rtt_ms_from_distance(0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class ViewRevision:
+    """Identifies a view: anything cached per view is keyed on this."""
+
+    snapshot: int
+    policy: int
+    health: int
+
+
+@dataclass(frozen=True, slots=True)
+class RegionState:
+    """One region as region choice sees it (a routing candidate: ``.id``)."""
+
+    id: str
+    location: GeoPoint
+    country: str
+    #: The region's DNS label jurisdiction (``<jurisdiction>.api.<zone>``), may be "".
+    jurisdiction: str
+    endpoints: tuple[Endpoint, ...] = ()
+    name: str = ""
+    healthy: bool = True
+    #: Why the region is unhealthy ("" when healthy), for traces.
+    health_reason: str = ""
+    drained: bool = False
+    summary: RegionSummary | None = None
+    #: Per-model load, and the aggregate over models under :data:`ANY_MODEL`.
+    loads: Mapping[str, ModelLoad] = field(default_factory=lambda: MappingProxyType({}))
+    #: Locations of the view's unavailable regions (shared by every region of a view):
+    #: lets a picker tell that a client was displaced from a nearer, failed region.
+    outages: tuple[GeoPoint, ...] = ()
+
+    @property
+    def available(self) -> bool:
+        return self.healthy and not self.drained
+
+    def load(self, model: str) -> ModelLoad | None:
+        return self.loads.get(model)
+
+    def headroom(self, model: str) -> float:
+        """Unused share of running-sequence capacity for ``model``, in [0, 1].
+
+        Waiting requests count as used capacity: a region with a queue has no headroom.
+        Without a summary the load is unknown and the region counts as idle (1.0), so a
+        static deployment (no regional LBs publishing yet) still spreads evenly.
+        """
+        if self.summary is None:
+            return 1.0
+        load = self.loads.get(model)
+        if load is None or load.max_running_requests == 0:
+            return 0.0
+        used = (load.running_requests + load.waiting_requests) / load.max_running_requests
+        return max(0.0, 1.0 - used)
+
+
+def aggregate_load(models: Iterable[ModelLoad]) -> ModelLoad | None:
+    """The sum of a region's per-model loads, as one :data:`ANY_MODEL` load."""
+    loads = tuple(models)
+    if not loads:
+        return None
+    return ModelLoad(
+        model=ANY_MODEL,
+        gpus=sum(m.gpus for m in loads),
+        healthy_gpus=sum(m.healthy_gpus for m in loads),
+        prefill_tokens_per_s=math.fsum(m.prefill_tokens_per_s for m in loads),
+        decode_tokens_per_s=math.fsum(m.decode_tokens_per_s for m in loads),
+        queued_prefill_tokens=sum(m.queued_prefill_tokens for m in loads),
+        running_requests=sum(m.running_requests for m in loads),
+        waiting_requests=sum(m.waiting_requests for m in loads),
+        max_running_requests=sum(m.max_running_requests for m in loads),
+        kv_blocks_total=sum(m.kv_blocks_total for m in loads),
+        kv_blocks_free=sum(m.kv_blocks_free for m in loads),
+    )
+
+
+def loads_of(summary: RegionSummary | None) -> Mapping[str, ModelLoad]:
+    if summary is None:
+        return MappingProxyType({})
+    loads = {m.model: m for m in summary.models}
+    total = aggregate_load(summary.models)
+    if total is not None:
+        loads[ANY_MODEL] = total
+    return MappingProxyType(loads)
+
+
+class LatencyModel:
+    """Client → region RTT: a measured map when it has the pair, else the distance fit.
+
+    ``measured`` maps ``(client country, region id)`` to a P50 RTT in ms (for example
+    from RUM or synthetic probes); the fallback is :func:`gtm.routing.cost.
+    rtt_ms_from_distance` (26 ms + 0.0143 ms/km, fitted on the Azure inter-region RTTs).
+    """
+
+    def __init__(self, measured: Mapping[tuple[str, str], float] | None = None) -> None:
+        self._measured = dict(measured or {})
+
+    @property
+    def measured(self) -> Mapping[tuple[str, str], float]:
+        return MappingProxyType(self._measured)
+
+    def rtt_ms(self, point: GeoPoint | None, country: str | None, region: RegionState) -> float:
+        if country is not None and self._measured:
+            measured = self._measured.get((country, region.id))
+            if measured is not None:
+                return measured
+        if point is None:
+            return UNKNOWN_CLIENT_RTT_MS
+        return rtt_ms_from_distance(point.distance_km(region.location))
+
+
+@dataclass(frozen=True, slots=True)
+class GlobalView:
+    """Everything region choice reads, at one revision. Immutable; share freely."""
+
+    revision: ViewRevision
+    regions: tuple[RegionState, ...]
+    policy: ActivePolicy
+    latency: LatencyModel
+    #: Jurisdiction id → ids of the regions inside it (a region is in every
+    #: jurisdiction containing its country, plus its own label).
+    jurisdictions: Mapping[str, frozenset[str]]
+    #: The fleet snapshot is stale (the store is unreachable): serving the last one.
+    stale: bool = False
+    by_id: Mapping[str, RegionState] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "by_id", MappingProxyType({r.id: r for r in self.regions}))
+
+    @property
+    def policy_revision(self) -> str:
+        return self.policy.revision
+
+    def available_ids(self) -> frozenset[str]:
+        return frozenset(r.id for r in self.regions if r.available)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    """The per-decision context plugins read: the view and what this request may use."""
+
+    view: GlobalView
+    #: Region ids residency allows for this request (the residency filter's input).
+    allowed: frozenset[str]
+    client_point: GeoPoint | None = None
+    client_country: str | None = None
+    #: Which residency rule produced ``allowed`` (for the filter's removal reasons).
+    residency_rule: str = ""
+
+    def rtt_ms(self, region: RegionState) -> float:
+        return self.view.latency.rtt_ms(self.client_point, self.client_country, region)
+
+
+# ---------------------------------------------------------------------------- building
+
+
+def policy_regions(policy: ActivePolicy) -> dict[str, Region]:
+    """The policy set's regions as ``gtm.models.Region`` records."""
+    regions: dict[str, Region] = {}
+    for rid, spec in policy.policy_set.regions.items():
+        regions[rid] = Region(
+            id=rid,
+            name=spec.name,
+            location=GeoPoint(lat=spec.location.lat, lon=spec.location.lon),
+            jurisdiction=spec.jurisdiction or spec.country.lower(),
+            country=spec.country,
+            endpoints=tuple(Endpoint(url=e.url, address=e.address) for e in spec.endpoints),
+        )
+    return regions
+
+
+def jurisdiction_members(
+    policy: ActivePolicy, regions: Iterable[RegionState]
+) -> Mapping[str, frozenset[str]]:
+    members: dict[str, set[str]] = {}
+    for jid, countries in policy.policy_set.jurisdictions.items():
+        members[jid] = {r.id for r in regions if r.country in countries}
+    for region in regions:
+        if region.jurisdiction:
+            members.setdefault(region.jurisdiction, set()).add(region.id)
+    return MappingProxyType({k: frozenset(v) for k, v in sorted(members.items())})
