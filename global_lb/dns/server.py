@@ -18,8 +18,8 @@ import socket
 from dataclasses import dataclass
 from typing import cast
 
-from gtm.errors import ConfigError
 from global_lb.dns.responder import Responder
+from gtm.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,332 @@
+"""Wiring: configuration → state, policies, geo, health, view, DNS and HTTP servers.
+
+:class:`GlobalTier` is the whole global tier in one process (``gtm global``; ``gtm up``
+embeds it). Its moving parts run as supervised tasks:
+
+* the fleet snapshot watcher (regions, region summaries, drains from the store);
+* the policy watcher (hot reload; the files given with ``--policies`` — or the
+  examples — are in force until a generation is applied to the store);
+* the active health checks of every region's regional LB;
+* followers that rebuild the view when the snapshot or the policy moves (health
+  changes rebuild it directly), so DNS answers and HTTP decisions change within one
+  health round of a regional LB dying.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CollectorRegistry
+from pydantic import Field
+
+from global_lb import profiles
+from global_lb.audit import AuditSink, AuditWriter, MemoryAudit
+from global_lb.dns.responder import Responder
+from global_lb.dns.rrl import RrlConfig
+from global_lb.dns.server import BoundAddress, DnsServer, parse_listen
+from global_lb.dns.zone import ZoneConfig
+from global_lb.frontdoor import FrontDoor, FrontDoorConfig
+from global_lb.geo import AssumedLocation, CidrMap, GeoLocator, load_geo_map, open_locator
+from global_lb.health import (
+    HealthCheckConfig,
+    HealthChecker,
+    HealthTable,
+    HttpProber,
+    Prober,
+    ProbeResult,
+)
+from global_lb.keeper import ViewKeeper, load_topology
+from global_lb.metrics import GlobalMetrics
+from global_lb.plugins import global_registry
+from global_lb.router import GlobalRouter
+from global_lb.view import LatencyModel
+from gtm.clock import Clock
+from gtm.errors import ConfigError
+from gtm.models import Frozen
+from gtm.policy_store import ActivePolicy, PolicyWatcher, activate
+from gtm.routing import RoutingMetrics
+from gtm.state.snapshot import SnapshotWatcher
+from gtm.state.store import StateStore
+from gtm.state.url import open_store
+from gtm.tasks import TaskSupervisor
+from policies import PolicyError, load_examples, load_paths
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DNS_LISTEN = "127.0.0.1:5353"
+DEFAULT_HTTP_LISTEN = "127.0.0.1:8080"
+
+
+class GlobalConfig(Frozen):
+    """Everything ``gtm global`` is configured with."""
+
+    dns_listen: str | None = DEFAULT_DNS_LISTEN  # None: no DNS server
+    http_listen: str | None = DEFAULT_HTTP_LISTEN  # None: no front door
+    state: str = "memory"
+    policies: tuple[str, ...] = ()  # empty: the examples shipped with gtm
+    geoip_db: str | None = None  # None: the bundled (stale) GeoLite2-City
+    geo_map: str | None = None
+    unknown_location: AssumedLocation = AssumedLocation()
+    topology: str | None = None
+    audit_dir: str | None = None
+    profile: str = profiles.REQUEST_PROFILE_NAME
+    zone: ZoneConfig = ZoneConfig()
+    rrl: RrlConfig = RrlConfig()
+    health: HealthCheckConfig = HealthCheckConfig()
+    front_door: FrontDoorConfig = FrontDoorConfig()
+    #: Treat a region without a published summary as down (once regional LBs publish).
+    require_summaries: bool = False
+    reuse_port: bool = False
+    decision_cache: int = Field(default=65_536, ge=0)
+
+
+def load_policy(paths: Sequence[str]) -> ActivePolicy:
+    """The policy set from files (or the examples), as generation 0."""
+    try:
+        policy_set = load_paths(list(paths)) if paths else load_examples()
+    except PolicyError as exc:
+        raise ConfigError(f"policies: {exc}") from None
+    return activate(0, policy_set)
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoints:
+    dns: BoundAddress | None
+    http: str | None
+
+
+class GlobalTier:
+    """The global tier's services; ``await start()``, then ``await stop()``."""
+
+    def __init__(
+        self,
+        config: GlobalConfig,
+        *,
+        clock: Clock,
+        registry: CollectorRegistry,
+        store: StateStore | None = None,
+        locator: GeoLocator | None = None,
+        prober: Prober | None = None,
+        audit: AuditSink | None = None,
+        policy: ActivePolicy | None = None,
+    ) -> None:
+        self.config = config
+        self._clock = clock
+        self._registry = registry
+        self.metrics = GlobalMetrics(registry)
+        self._store = store or open_store(config.state, clock=clock, registry=registry)
+        self._owns_store = store is None
+        initial = policy or load_policy(config.policies)
+        self.locator = locator or _locator(config)
+        self._audit_writer: AuditWriter | None = None
+        self.audit = audit or self._open_audit()
+        self._supervisor = TaskSupervisor(registry=registry, clock=clock, component="global")
+        self.snapshots = SnapshotWatcher(
+            self._store, clock=clock, registry=registry, component="global"
+        )
+        self.policies = PolicyWatcher(self._store, clock=clock, registry=registry, initial=initial)
+        self._session: aiohttp.ClientSession | None = None
+        self._prober = prober
+        self.health = HealthChecker(
+            _LazyProber(self),
+            clock=clock,
+            metrics=self.metrics,
+            config=config.health,
+            on_change=self._health_changed,
+        )
+        topology = load_topology(config.topology) if config.topology else ()
+        self.keeper = ViewKeeper(
+            policy=lambda: self.policies.current,
+            snapshot=lambda: self.snapshots.current,
+            health=lambda: self.health.table,
+            metrics=self.metrics,
+            topology=topology,
+            latency=LatencyModel(),
+            require_summaries=config.require_summaries,
+            stale=lambda: self.snapshots.stale and self.snapshots.current.revision > 0,
+            on_regions=self.health.set_targets,
+        )
+        routing_metrics = RoutingMetrics(registry)
+        registry_ = global_registry()
+        request_spec = profiles.profile_spec(
+            initial, config.profile, profiles.DEFAULT_REQUEST_PROFILE
+        )
+        dns_spec = profiles.profile_spec(
+            initial, profiles.DNS_PROFILE_NAME, profiles.DEFAULT_DNS_PROFILE
+        )
+        self.router = GlobalRouter(
+            profiles.build(registry_, request_spec, routing_metrics),
+            request_spec,
+            cache_size=config.decision_cache,
+        )
+        self.dns_router = GlobalRouter(
+            profiles.build(registry_, dns_spec, routing_metrics), dns_spec, cache_size=0
+        )
+        self.responder = Responder(
+            config.zone,
+            view=lambda: self.keeper.view,
+            router=self.dns_router,
+            locator=self.locator,
+            metrics=self.metrics,
+            clock=clock,
+            rrl=config.rrl,
+        )
+        self.front_door = FrontDoor(
+            config=config.front_door,
+            view=lambda: self.keeper.view,
+            router=self.router,
+            locator=self.locator,
+            metrics=self.metrics,
+            registry=registry,
+            audit=self.audit,
+            clock=clock,
+            session=self._client_session,
+            ready=lambda: self.health.ready,
+        )
+        self._dns: DnsServer | None = None
+        self._runner: web.AppRunner | None = None
+        self.endpoints = Endpoints(None, None)
+
+    def _health_changed(self, _table: HealthTable) -> None:
+        self.keeper.refresh()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> Endpoints:
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=1024, ttl_dns_cache=30)
+        )
+        try:
+            self.keeper.refresh()
+            self._supervisor.spawn("snapshots", self.snapshots.run())
+            self._supervisor.spawn("policies", self.policies.run())
+            self._supervisor.spawn("health", self.health.run())
+            self._supervisor.spawn("follow-snapshots", self._follow_snapshots())
+            self._supervisor.spawn("follow-policies", self._follow_policies())
+            self._supervisor.run_loop("refresh", self._refresh, interval=1.0)
+            dns = await self._start_dns()
+            http = await self._start_http()
+        except BaseException:
+            await self.stop()
+            raise
+        # Start-up objects live for the process: keep the cyclic GC from walking them on
+        # every full collection (gtm/routing/README.md, "Cost of a decision").
+        gc.freeze()
+        self.endpoints = Endpoints(dns, http)
+        return self.endpoints
+
+    async def stop(self) -> None:
+        await self._supervisor.aclose()
+        if self._dns is not None:
+            await self._dns.stop()
+            self._dns = None
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        if self._owns_store:
+            await self._store.aclose()
+        if self._audit_writer is not None:
+            self._audit_writer.close()
+            self._audit_writer = None
+
+    async def _start_dns(self) -> BoundAddress | None:
+        if self.config.dns_listen is None:
+            return None
+        host, port = parse_listen(self.config.dns_listen, 53)
+        self._dns = DnsServer(self.responder, host, port, reuse_port=self.config.reuse_port)
+        return await self._dns.start()
+
+    async def _start_http(self) -> str | None:
+        if self.config.http_listen is None:
+            return None
+        host, port = parse_listen(self.config.http_listen, 8080)
+        self._runner = web.AppRunner(self.front_door.app(), access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port, reuse_port=self.config.reuse_port or None)
+        try:
+            await site.start()
+        except OSError as exc:
+            raise ConfigError(f"cannot listen for HTTP on {host}:{port}: {exc.strerror}") from None
+        bound = self._runner.addresses[0]  # the bound port, when 0 was asked for
+        shown = f"[{bound[0]}]" if ":" in str(bound[0]) else str(bound[0])
+        return f"http://{shown}:{bound[1]}"
+
+    def _client_session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise RuntimeError("the global tier is not started")
+        return self._session
+
+    def _open_audit(self) -> AuditSink:
+        if self.config.audit_dir is None:
+            log.warning(
+                "audit: no --audit-dir; residency decisions are recorded in memory only "
+                "(give a directory to keep a verifiable trail: gtm audit verify DIR)"
+            )
+            return MemoryAudit()
+        self._audit_writer = AuditWriter(Path(self.config.audit_dir), prefix="global")
+        return self._audit_writer
+
+    # ------------------------------------------------------------------ followers
+
+    async def _follow_snapshots(self) -> None:
+        while True:
+            seen = self.snapshots.current.revision
+            await self.snapshots.wait_for_revision(seen + 1)
+            self.keeper.refresh()
+
+    async def _follow_policies(self) -> None:
+        while True:
+            current = self.policies.current
+            await self.policies.wait_for_generation((current.generation if current else 0) + 1)
+            self.keeper.refresh()
+
+    async def _refresh(self) -> None:
+        self.keeper.refresh()
+
+
+class _LazyProber:
+    """The injected prober, or HTTP probes over the tier's session once it exists."""
+
+    def __init__(self, tier: GlobalTier) -> None:
+        self._tier = tier
+
+    async def probe(self, url: str, /) -> ProbeResult:
+        tier = self._tier
+        if tier._prober is not None:
+            return await tier._prober.probe(url)
+        return await HttpProber(tier._client_session(), tier.config.health).probe(url)
+
+
+def build_routers(
+    policy: ActivePolicy, config: GlobalConfig, metrics: RoutingMetrics | None
+) -> tuple[GlobalRouter, GlobalRouter]:
+    """The request router (cached decisions) and the DNS router (the responder caches)."""
+    registry = global_registry()
+    request_spec = profiles.profile_spec(policy, config.profile, profiles.DEFAULT_REQUEST_PROFILE)
+    dns_spec = profiles.profile_spec(
+        policy, profiles.DNS_PROFILE_NAME, profiles.DEFAULT_DNS_PROFILE
+    )
+    request = GlobalRouter(
+        profiles.build(registry, request_spec, metrics),
+        request_spec,
+        cache_size=config.decision_cache,
+    )
+    dns = GlobalRouter(profiles.build(registry, dns_spec, metrics), dns_spec, cache_size=0)
+    return request, dns
+
+
+def _locator(config: GlobalConfig) -> GeoLocator:
+    cidr: CidrMap | None = load_geo_map(config.geo_map) if config.geo_map else None
+    return open_locator(config.geoip_db, cidr, config.unknown_location)
+
+
+__all__ = ["Endpoints", "GlobalConfig", "GlobalTier", "load_policy"]

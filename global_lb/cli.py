@@ -1,0 +1,294 @@
+"""``gtm global`` (run the global tier) and ``gtm route`` (ask for a decision, print its trace)."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import signal
+import sys
+from typing import Any
+
+import click
+
+from global_lb.app import (
+    DEFAULT_DNS_LISTEN,
+    DEFAULT_HTTP_LISTEN,
+    GlobalConfig,
+    GlobalTier,
+    build_routers,
+    load_policy,
+)
+from global_lb.dns.rrl import RrlConfig
+from global_lb.dns.zone import DEFAULT_TTL, DEFAULT_ZONE, ZoneConfig
+from global_lb.frontdoor import FrontDoorConfig
+from global_lb.geo import load_geo_map, open_locator
+from global_lb.health import HealthTable
+from global_lb.keeper import build_view, load_topology
+from global_lb.router import RouteOutcome
+from gtm.clock import SystemClock
+from gtm.errors import ConfigError, GtmError
+from gtm.metrics import new_registry
+from gtm.models import ClientInfo, RouteRequest
+from gtm.state.snapshot import FleetSnapshot, SnapshotWatcher
+from gtm.state.url import open_store
+from gtm.tasks import TaskSupervisor
+
+
+def _fail(exc: Exception) -> None:
+    click.echo(f"gtm: {exc}", err=True)
+    sys.exit(2)
+
+
+@click.command(name="global")
+@click.option(
+    "--dns-listen",
+    default=DEFAULT_DNS_LISTEN,
+    show_default=True,
+    help="DNS HOST:PORT (UDP and TCP); 'off' disables.",
+)
+@click.option(
+    "--http-listen",
+    default=DEFAULT_HTTP_LISTEN,
+    show_default=True,
+    help="Front door HOST:PORT; 'off' disables.",
+)
+@click.option(
+    "--state",
+    default="memory",
+    show_default=True,
+    help="State store: memory or etcd://HOST:PORT[,...].",
+)
+@click.option(
+    "--policies",
+    "policies",
+    multiple=True,
+    type=click.Path(exists=True),
+    help="Policy files/dirs (default: the shipped examples). Repeatable.",
+)
+@click.option(
+    "--geoip-db",
+    type=click.Path(exists=True, dir_okay=False),
+    help="MaxMind City/Country .mmdb (default: the bundled 2018 GeoLite2-City, stale).",
+)
+@click.option(
+    "--geo-map",
+    type=click.Path(exists=True, dir_okay=False),
+    help="YAML of networks → country/location (private ranges, test prefixes).",
+)
+@click.option(
+    "--topology",
+    type=click.Path(exists=True, dir_okay=False),
+    help="YAML 'regions:' records with regional LB endpoints.",
+)
+@click.option("--zone", default=DEFAULT_ZONE, show_default=True, help="The DNS zone served.")
+@click.option(
+    "--ttl",
+    default=DEFAULT_TTL,
+    show_default=True,
+    type=click.IntRange(0, 86400),
+    help="Answer TTL, seconds.",
+)
+@click.option(
+    "--rrl-rate",
+    default=1000.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    help="DNS responses/s per client prefix (0: no rate limiting).",
+)
+@click.option(
+    "--trusted-proxy",
+    "trusted",
+    multiple=True,
+    help="Network whose X-Forwarded-For is trusted. Repeatable.",
+)
+@click.option(
+    "--audit-dir", type=click.Path(file_okay=False), help="Directory of the residency audit trail."
+)
+@click.option(
+    "--require-summaries", is_flag=True, help="Treat regions without a published summary as down."
+)
+@click.option(
+    "--reuse-port", is_flag=True, help="SO_REUSEPORT, to run several worker processes on one port."
+)
+def global_cmd(**options: Any) -> None:
+    """Run the global tier: GeoDNS (EDNS Client Subnet) and the HTTP front door."""
+    try:
+        config = _config(options)
+        asyncio.run(_serve(config))
+    except GtmError as exc:
+        _fail(exc)
+
+
+def _config(options: dict[str, Any]) -> GlobalConfig:
+    try:
+        trusted = tuple(ipaddress.ip_network(n, strict=False) for n in options["trusted"])
+    except ValueError as exc:
+        raise ConfigError(f"--trusted-proxy: {exc}") from None
+    return GlobalConfig(
+        dns_listen=None if options["dns_listen"] == "off" else options["dns_listen"],
+        http_listen=None if options["http_listen"] == "off" else options["http_listen"],
+        state=options["state"],
+        policies=tuple(options["policies"]),
+        geoip_db=options["geoip_db"],
+        geo_map=options["geo_map"],
+        topology=options["topology"],
+        audit_dir=options["audit_dir"],
+        zone=ZoneConfig(zone=options["zone"], ttl=options["ttl"], negative_ttl=options["ttl"]),
+        rrl=RrlConfig(rate=options["rrl_rate"]),
+        front_door=FrontDoorConfig(trusted_proxies=trusted),
+        require_summaries=options["require_summaries"],
+        reuse_port=options["reuse_port"],
+    )
+
+
+async def _serve(config: GlobalConfig) -> None:
+    tier = GlobalTier(config, clock=SystemClock(), registry=new_registry())
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    endpoints = await tier.start()
+    try:
+        if endpoints.dns is not None:
+            click.echo(f"gtm global: DNS (UDP+TCP) on {endpoints.dns}, zone {config.zone.zone}")
+        if endpoints.http is not None:
+            click.echo(f"gtm global: front door on {endpoints.http}")
+        await stop.wait()
+    finally:
+        await tier.stop()
+
+
+# ---------------------------------------------------------------------------- gtm route
+
+
+@click.command(name="route")
+@click.option(
+    "--client-ip", required=True, help="The client's address (as the front door would see it)."
+)
+@click.option("--tenant", required=True, help="Tenant id (as the API key would resolve).")
+@click.option("--model", required=True, help="Model name.")
+@click.option("--data-class", default="default", show_default=True)
+@click.option("--input-tokens", default=1000, show_default=True, type=click.IntRange(0))
+@click.option(
+    "--policies",
+    "policies",
+    multiple=True,
+    type=click.Path(exists=True),
+    help="Policy files/dirs (default: the shipped examples).",
+)
+@click.option(
+    "--geoip-db",
+    type=click.Path(exists=True, dir_okay=False),
+    help="MaxMind .mmdb (default: the bundled GeoLite2-City).",
+)
+@click.option("--geo-map", type=click.Path(exists=True, dir_okay=False))
+@click.option("--topology", type=click.Path(exists=True, dir_okay=False))
+@click.option(
+    "--state",
+    default=None,
+    help="Read regions, summaries and drains from this store (default: none, the static topology).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the decision as JSON.")
+def route(**options: Any) -> None:
+    """Ask for a region decision and print its trace.
+
+    Works without a running deployment: by default it decides over the example
+    topology and policies, with every region healthy and no load published.
+    """
+    try:
+        outcome = asyncio.run(_route(options))
+    except GtmError as exc:
+        _fail(exc)
+        return
+    if options["as_json"]:
+        click.echo(json.dumps(outcome.to_json(), indent=2))
+    else:
+        click.echo(render(outcome))
+    sys.exit(0 if outcome.refusal is None else 1)
+
+
+async def _route(options: dict[str, Any]) -> RouteOutcome:
+    try:
+        address = ipaddress.ip_address(options["client_ip"])
+    except ValueError:
+        raise ConfigError(f"--client-ip: {options['client_ip']!r} is not an IP address") from None
+    policy = load_policy(tuple(options["policies"]))
+    config = GlobalConfig(policies=tuple(options["policies"]), decision_cache=0)
+    router, _ = build_routers(policy, config, None)
+    cidr = load_geo_map(options["geo_map"]) if options["geo_map"] else None
+    location = open_locator(options["geoip_db"], cidr).locate(address)
+    snapshot = await _snapshot(options["state"])
+    topology = load_topology(options["topology"]) if options["topology"] else ()
+    view = build_view(policy, snapshot, HealthTable(), topology=topology)
+    try:
+        request = RouteRequest(
+            model=options["model"],
+            input_tokens=options["input_tokens"],
+            tenant=options["tenant"],
+            data_class=options["data_class"],
+            client=ClientInfo(ip=address, country=location.country, location=location.point),
+        )
+    except ValueError as exc:
+        raise ConfigError(f"invalid request: {exc}") from None
+    return router.decide(request, view, location)
+
+
+async def _snapshot(state: str | None) -> FleetSnapshot:
+    if state is None:
+        return FleetSnapshot(revision=0)
+    registry = new_registry()
+    store = open_store(state, clock=SystemClock(), registry=registry)
+    watcher = SnapshotWatcher(store, clock=SystemClock(), registry=registry)
+    supervisor = TaskSupervisor(registry=registry, component="route")
+    supervisor.spawn("snapshot", watcher.run())
+    try:
+        async with asyncio.timeout(10.0):
+            return await watcher.wait_ready()
+    except TimeoutError:
+        raise ConfigError(f"--state {state}: no snapshot within 10 s") from None
+    finally:
+        await supervisor.aclose()
+        await store.aclose()
+
+
+def render(outcome: RouteOutcome) -> str:
+    """The decision and its trace, for people."""
+    data = outcome.to_json()
+    lines = [f"decision {outcome.decision_id}"]
+    client = data["client"]
+    if client is not None:
+        where = client["location"]
+        point = "" if where is None else f" at {where['lat']:.2f},{where['lon']:.2f}"
+        lines.append(
+            f"client:    {client['country'] or 'unknown country'}{point} "
+            f"(network {client['network']}, {client['source']})"
+        )
+    residency = data["residency"]
+    lines.append(
+        f"residency: {residency['reason']}, rule {residency['rule']!r}, "
+        f"allowed {{{', '.join(data['allowed']) or 'none'}}}"
+        + (f", denied by {', '.join(residency['denied_by'])}" if residency["denied_by"] else "")
+    )
+    if outcome.refusal is not None:
+        lines.append(f"REFUSED:   {outcome.refusal.value} (HTTP {outcome.http_status})")
+        lines.append(f"           {outcome.detail}")
+    else:
+        ttft = outcome.predicted_ttft_ms
+        lines.append(
+            f"region:    {outcome.region}"
+            + ("" if ttft is None else f" (predicted TTFT {ttft:.1f} ms)")
+        )
+        lines.append(f"fallbacks: {', '.join(outcome.fallbacks) or 'none'}")
+    trace = data["trace"]
+    if trace is not None:
+        lines.append(f"profile {trace['profile']}: {len(trace['candidates'])} candidates")
+        for step in trace["filters"]:
+            lines.append(f"  filter {step['plugin']}: {step['remaining']} left")
+            lines.extend(f"    - {r['region']}: {r['why']}" for r in step["removed"])
+        for row in trace["scores"]:
+            parts = ", ".join(f"{k} {v:.3f}" for k, v in row["scores"].items())
+            lines.append(f"  score {row['region']:<14} total {row['total']:.3f}  ({parts})")
+        lines.append(f"  picker {trace['picker']}")
+    lines.append("reasons: " + ", ".join(outcome.reasons))
+    return "\n".join(lines)

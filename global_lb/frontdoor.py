@@ -1,0 +1,538 @@
+"""The HTTP front door: OpenAI-compatible API in, the chosen region's regional LB out.
+
+Per request (``POST /v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``):
+
+1. the tenant from the API key (``Authorization: Bearer …``, policies' tenant
+   directory; the first use of a key costs one scrypt, run off the event loop);
+2. the client address: the peer, or — only when the peer is a trusted proxy — the
+   rightmost address in ``X-Forwarded-For`` that is not itself a trusted proxy (the
+   leftmost entries are whatever the client claimed);
+3. its location (GeoIP), the residency verdict and the region (:mod:`global_lb.router`);
+   every residency decision is audited (no prompt text);
+4. the body is forwarded to the region's regional LB and the response streamed back as
+   it arrives (SSE included), with ``x-gtm-region`` and ``x-gtm-decision-id`` added.
+
+**Retries** only before the first byte reaches the client, only to the decision's
+fallbacks (all inside the residency-allowed set), at most ``max_attempts`` attempts in
+all: a connection failure or timeout, or a 5xx status, moves on to the next region.
+4xx answers (429 from quotas included) are the region's answer and go to the client.
+A hop counter (``x-gtm-hops``) stops loops between tiers.
+
+Refusals: residency → **451** with a JSON error naming the reason code; no available
+allowed region → 503; model served by no allowed region → 404; bad key → 401.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import re
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from pydantic import Field, ValidationError
+
+from global_lb.audit import AuditSink
+from global_lb.geo import GeoLocator, IPAddress, IPNetwork, Location
+from global_lb.metrics import GlobalMetrics
+from global_lb.requests import CHAT, COMPLETIONS, EMBEDDINGS, BadRequest, parse_body
+from global_lb.router import GlobalRouter, RouteOutcome
+from global_lb.view import GlobalView
+from gtm.clock import Clock
+from gtm.models import ClientInfo, Frozen, RouteRequest
+from policies import ApiKeyError, ResidencyQuery, TenantDirectory, decision_record
+from policies.documents import Tenant
+
+log = logging.getLogger(__name__)
+
+HOPS_HEADER = "x-gtm-hops"
+REGION_HEADER = "x-gtm-region"
+DECISION_HEADER = "x-gtm-decision-id"
+DATA_CLASS_HEADER = "x-gtm-data-class"
+#: Hop-by-hop headers (RFC 9110 §7.6.1) and ones aiohttp sets itself: never copied.
+_HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
+# pydantic's (Rust) regex "$" is the very end; Python's needs \Z to refuse "id\n".
+_DATA_CLASS = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+_DATA_CLASS_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\Z")
+
+
+class FrontDoorConfig(Frozen):
+    #: Proxies whose X-Forwarded-For is believed (e.g. the anycast load balancers).
+    trusted_proxies: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+    #: Attempts per request, first included (ARCHITECTURE §6: at most 3).
+    max_attempts: int = Field(default=3, ge=1, le=3)
+    #: Connecting to a regional LB: a live one on the same network answers in ms.
+    connect_timeout: float = Field(default=2.0, gt=0.0, le=60.0)
+    #: Until the response headers (the region queues and prefills before answering).
+    first_byte_timeout: float = Field(default=120.0, gt=0.0, le=3600.0)
+    #: Longest gap between two chunks of a streamed answer.
+    read_timeout: float = Field(default=300.0, gt=0.0, le=3600.0)
+    max_body_bytes: int = Field(default=32 << 20, ge=1024, le=1 << 30)
+    #: More hops than this is a loop between tiers (global → regional → zone is 3).
+    max_hops: int = Field(default=4, ge=1, le=16)
+
+
+def openai_error(status: int, message: str, kind: str, code: str, **headers: str) -> web.Response:
+    """An error in the OpenAI API's shape (the SDKs read ``error.message``/``code``)."""
+    body = {"error": {"message": message, "type": kind, "code": code, "param": None}}
+    return web.json_response(body, status=status, headers=headers)
+
+
+def client_address(
+    peer: str | None, forwarded_for: str | None, trusted: Iterable[IPNetwork]
+) -> IPAddress | None:
+    """The client's address: the peer, or the rightmost untrusted X-Forwarded-For entry
+    when the peer is a trusted proxy."""
+    try:
+        address: IPAddress = ipaddress.ip_address((peer or "").partition("%")[0])
+    except ValueError:
+        return None
+    networks = tuple(trusted)
+
+    def is_trusted(a: IPAddress) -> bool:
+        return any(a.version == n.version and a in n for n in networks)
+
+    if not forwarded_for or not is_trusted(address):
+        return address
+    for hop in reversed([h.strip() for h in forwarded_for.split(",")]):
+        try:
+            candidate = ipaddress.ip_address(hop)
+        except ValueError:
+            return address  # a garbled chain: trust only what we saw
+        if not is_trusted(candidate):
+            return candidate
+        address = candidate
+    return address
+
+
+class FrontDoor:
+    """The aiohttp application of the front door and ``POST /v1/route``."""
+
+    def __init__(
+        self,
+        *,
+        config: FrontDoorConfig,
+        view: Callable[[], GlobalView | None],
+        router: GlobalRouter,
+        locator: GeoLocator,
+        metrics: GlobalMetrics,
+        registry: CollectorRegistry,
+        audit: AuditSink,
+        clock: Clock,
+        session: Callable[[], aiohttp.ClientSession],
+        ready: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self._config = config
+        self._view = view
+        self._router = router
+        self._locator = locator
+        self._metrics = metrics
+        self._registry = registry
+        self._audit = audit
+        self._clock = clock
+        self._session = session
+        self._ready = ready
+        self._locations: dict[IPAddress, Location] = {}
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self._config.max_body_bytes)
+        app.router.add_post(CHAT, self._forward)
+        app.router.add_post(COMPLETIONS, self._forward)
+        app.router.add_post(EMBEDDINGS, self._forward)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/route", self._route)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/metrics", self._metrics_page)
+        return app
+
+    # ------------------------------------------------------------------ service
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        view = self._view()
+        ready = view is not None and self._ready()
+        body = {"ready": ready, "regions": 0 if view is None else len(view.available_ids())}
+        return web.json_response(body, status=200 if ready else 503)
+
+    async def _metrics_page(self, request: web.Request) -> web.Response:
+        return web.Response(
+            body=generate_latest(self._registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+    async def _models(self, request: web.Request) -> web.Response:
+        view = self._view()
+        models: set[str] = set()
+        for region in () if view is None else view.regions:
+            if region.available and region.summary is not None:
+                models.update(m.model for m in region.summary.models if m.healthy_gpus > 0)
+        data = [{"id": m, "object": "model", "owned_by": "gtm"} for m in sorted(models)]
+        return web.json_response({"object": "list", "data": data})
+
+    # ------------------------------------------------------------------ deciding
+
+    async def _tenant(self, request: web.Request, view: GlobalView) -> Tenant | web.Response:
+        header = request.headers.get("Authorization", "")
+        scheme, _, key = header.partition(" ")
+        if scheme.lower() != "bearer" or not key.strip():
+            return openai_error(
+                401, "missing API key (Authorization: Bearer ...)", "invalid_request_error",
+                "invalid_api_key",
+            )  # fmt: skip
+        directory: TenantDirectory = view.policy.tenants
+        try:
+            # The first use of a key costs one scrypt (~50 ms): keep it off the loop.
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(None, directory.authenticate, key.strip())
+        except ApiKeyError as exc:
+            return openai_error(401, str(exc), "invalid_request_error", "invalid_api_key")
+
+    def _locate(self, address: IPAddress | None) -> Location | None:
+        if address is None:
+            return None
+        found = self._locations.get(address)
+        if found is None:
+            if len(self._locations) >= 65_536:
+                self._locations.clear()
+            found = self._locations[address] = self._locator.locate(address)
+        return found
+
+    def _decide(
+        self,
+        view: GlobalView,
+        *,
+        tenant: str,
+        model: str,
+        input_tokens: int,
+        max_output_tokens: int,
+        data_class: str,
+        location: Location | None,
+        channel: str,
+    ) -> RouteOutcome:
+        started = self._clock.monotonic()
+        client = ClientInfo(
+            country=None if location is None else location.country,
+            location=None if location is None else location.point,
+        )
+        request = RouteRequest(
+            request_id=uuid.uuid4().hex,
+            model=model,
+            input_tokens=input_tokens,
+            max_output_tokens=max_output_tokens,
+            tenant=tenant,
+            client=client,
+            data_class=data_class,
+        )
+        outcome = self._router.decide(request, view, location)
+        elapsed = self._clock.monotonic() - started
+        self._metrics.decision_seconds.labels(channel, str(outcome.cached).lower()).observe(elapsed)
+        label = outcome.region or f"refused:{outcome.refusal}"
+        self._metrics.decisions.labels(channel, label).inc()
+        if outcome.refusal is not None:
+            self._metrics.refusals.labels(channel, _refusal_reason(outcome)).inc()
+        self._audit_decision(view, tenant, data_class, model, outcome, outcome.region)
+        return outcome
+
+    def _audit_decision(
+        self,
+        view: GlobalView,
+        tenant: str,
+        data_class: str,
+        model: str,
+        outcome: RouteOutcome,
+        region: str | None,
+    ) -> None:
+        country = None if outcome.location is None else outcome.location.country
+        record = decision_record(
+            ResidencyQuery(tenant, model, data_class, country),
+            outcome.verdict,
+            time=self._clock.wall(),
+            policy_revision=view.policy_revision,
+            chosen_region=region,
+            decision_id=outcome.decision_id,
+        )
+        self._audit.append(record)
+
+    # ------------------------------------------------------------------ /v1/route
+
+    async def _route(self, request: web.Request) -> web.Response:
+        view = self._view()
+        if view is None:
+            return openai_error(503, "no policy in force yet", "service_unavailable", "not_ready")
+        try:
+            body = await request.json()
+        except ValueError:
+            return openai_error(
+                400, "the body is not valid JSON", "invalid_request_error", "bad_json"
+            )
+        if not isinstance(body, dict):
+            return openai_error(
+                400, "the body must be an object", "invalid_request_error", "bad_body"
+            )
+        try:
+            query = _RouteQuery.model_validate(body)
+        except ValidationError as exc:
+            return _bad_request(_first_error(exc))
+        tenant = query.tenant
+        if "Authorization" in request.headers or tenant is None:
+            found = await self._tenant(request, view)
+            if isinstance(found, web.Response):
+                return found
+            tenant = found.id
+        address = query.client_ip
+        if address is None:
+            address = self._client(request)
+        outcome = self._decide(
+            view,
+            tenant=tenant,
+            model=query.model,
+            input_tokens=query.input_tokens,
+            max_output_tokens=query.max_output_tokens,
+            data_class=query.data_class,
+            location=self._locate(address),
+            channel="route",
+        )
+        return web.json_response(outcome.to_json(), headers={DECISION_HEADER: outcome.decision_id})
+
+    def _client(self, request: web.Request) -> IPAddress | None:
+        return client_address(
+            request.remote,
+            request.headers.get("X-Forwarded-For"),
+            self._config.trusted_proxies,
+        )
+
+    # ------------------------------------------------------------------ forwarding
+
+    async def _forward(self, request: web.Request) -> web.StreamResponse:
+        view = self._view()
+        if view is None:
+            return openai_error(503, "no policy in force yet", "service_unavailable", "not_ready")
+        hops = _hops(request.headers.get(HOPS_HEADER))
+        if hops >= self._config.max_hops:
+            return openai_error(508, "routing loop detected", "server_error", "loop_detected")
+        found = await self._tenant(request, view)
+        if isinstance(found, web.Response):
+            return found
+        body = await request.read()
+        data_class = request.headers.get(DATA_CLASS_HEADER, "default")
+        try:
+            facts = parse_body(request.path, body)
+            _check_data_class(data_class)
+            outcome = self._decide(
+                view,
+                tenant=found.id,
+                model=facts.model,
+                input_tokens=facts.input_tokens,
+                max_output_tokens=facts.max_output_tokens,
+                data_class=data_class,
+                location=self._locate(self._client(request)),
+                channel="http",
+            )
+        except (BadRequest, ValidationError, ValueError) as exc:
+            message = _first_error(exc) if isinstance(exc, ValidationError) else str(exc)
+            return openai_error(400, message, "invalid_request_error", "invalid_request")
+        if outcome.refusal is not None:
+            return _refusal_response(outcome)
+        target = _Target(body, hops, found.id, data_class, facts.model)
+        return await self._send(request, view, target, outcome)
+
+    async def _send(
+        self, request: web.Request, view: GlobalView, target: _Target, outcome: RouteOutcome
+    ) -> web.StreamResponse:
+        assert outcome.region is not None
+        targets = [outcome.region, *outcome.fallbacks][: self._config.max_attempts]
+        headers = self._upstream_headers(request, target.hops, outcome.decision_id)
+        last_error = "no region to try"
+        for attempt, region_id in enumerate(targets):
+            region = view.by_id.get(region_id)
+            if region is None or not region.endpoints:
+                last_error = f"region {region_id} has no regional LB endpoint"
+                self._metrics.forward_attempts.labels(region_id, "no-endpoint").inc()
+                continue
+            if attempt > 0:
+                self._metrics.retries.labels(targets[attempt - 1], region_id).inc()
+                self._audit_decision(
+                    view, target.tenant, target.data_class, target.model, outcome, region_id
+                )
+            url = region.endpoints[0].url.rstrip("/") + request.path_qs
+            result = await self._attempt(request, url, headers, target.body, region_id, outcome)
+            if isinstance(result, web.StreamResponse):
+                return result
+            last_error = result
+        return openai_error(
+            502,
+            f"no regional LB could take the request: {last_error}",
+            "server_error",
+            "upstream_unavailable",
+            **{DECISION_HEADER: outcome.decision_id},
+        )
+
+    def _upstream_headers(
+        self, request: web.Request, hops: int, decision_id: str
+    ) -> CIMultiDict[str]:
+        headers: CIMultiDict[str] = CIMultiDict()
+        for name, value in request.headers.items():
+            if name.lower() not in _HOP_BY_HOP:
+                headers.add(name, value)
+        forwarded = request.headers.get("X-Forwarded-For")
+        peer = request.remote or ""
+        headers["X-Forwarded-For"] = f"{forwarded}, {peer}" if forwarded else peer
+        headers[HOPS_HEADER] = str(hops + 1)
+        headers[DECISION_HEADER] = decision_id
+        return headers
+
+    async def _attempt(
+        self,
+        request: web.Request,
+        url: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        region_id: str,
+        outcome: RouteOutcome,
+    ) -> web.StreamResponse | str:
+        """Forward once; a response on success, else why it failed (retryable)."""
+        config = self._config
+        timeout = aiohttp.ClientTimeout(
+            total=None, connect=config.connect_timeout, sock_read=config.first_byte_timeout
+        )
+        try:
+            upstream = await self._session().post(url, data=body, headers=headers, timeout=timeout)
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            self._metrics.forward_attempts.labels(region_id, "connect-error").inc()
+            return f"{region_id}: {type(exc).__name__}"
+        if upstream.status >= 500:
+            upstream.release()
+            self._metrics.forward_attempts.labels(region_id, f"http-{upstream.status}").inc()
+            return f"{region_id}: HTTP {upstream.status}"
+        self._metrics.forward_attempts.labels(region_id, "ok").inc()
+        return await self._stream(request, upstream, region_id, outcome)
+
+    async def _stream(
+        self,
+        request: web.Request,
+        upstream: aiohttp.ClientResponse,
+        region_id: str,
+        outcome: RouteOutcome,
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+        for name, value in upstream.headers.items():
+            if name.lower() not in _HOP_BY_HOP:
+                response.headers.add(name, value)
+        response.headers[REGION_HEADER] = region_id
+        response.headers[DECISION_HEADER] = outcome.decision_id
+        if upstream.content_length is not None:
+            response.content_length = upstream.content_length
+        try:
+            await response.prepare(request)
+            async for chunk in upstream.content.iter_any():
+                await response.write(chunk)
+            await response.write_eof()
+        except (aiohttp.ClientError, TimeoutError, ConnectionError) as exc:
+            # Bytes already reached the client: no retry is possible; cut the stream.
+            log.warning("stream from %s broke after the first byte: %s", region_id, exc)
+            self._metrics.forward_attempts.labels(region_id, "broken-stream").inc()
+        finally:
+            upstream.release()
+        return response
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """What a forward carries besides the decision."""
+
+    body: bytes
+    hops: int
+    tenant: str
+    data_class: str
+    model: str
+
+
+def _bad_request(message: str) -> web.Response:
+    return openai_error(400, message, "invalid_request_error", "invalid_request")
+
+
+class _RouteQuery(Frozen):
+    """``POST /v1/route``: what to decide for. The tenant comes from the API key, or —
+    for a trusted data plane calling without one — from ``tenant``."""
+
+    model: str = Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9._:/@+-]+$")
+    tenant: str | None = Field(default=None, pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+    client_ip: ipaddress.IPv4Address | ipaddress.IPv6Address | None = None
+    input_tokens: int = Field(default=0, ge=0, le=100_000_000)
+    max_output_tokens: int = Field(default=0, ge=0, le=100_000_000)
+    data_class: str = Field(default="default", pattern=_DATA_CLASS)
+
+
+def _check_data_class(value: str) -> None:
+    if not _DATA_CLASS_RE.match(value):
+        raise BadRequest(f"{DATA_CLASS_HEADER} must be a lowercase id, got {value!r}")
+
+
+def _hops(value: str | None) -> int:
+    if value is None:
+        return 0
+    try:
+        return max(0, int(value))
+    except ValueError:
+        return 0
+
+
+def _first_error(exc: ValidationError) -> str:
+    error = exc.errors(include_url=False)[0]
+    where = ".".join(str(p) for p in error["loc"])
+    return f"{where}: {error['msg']}" if where else str(error["msg"])
+
+
+def _refusal_reason(outcome: RouteOutcome) -> str:
+    if outcome.refusal is not None and outcome.refusal.value == "residency":
+        return f"residency:{outcome.verdict.reason.value}"
+    return str(outcome.refusal)
+
+
+def _refusal_response(outcome: RouteOutcome) -> web.Response:
+    reason = _refusal_reason(outcome)
+    kinds = {
+        451: ("residency_refused", "Unavailable for legal reasons: no region allowed by the "
+              "residency policy can serve this request"),
+        503: ("service_unavailable", "no allowed region is available"),
+        404: ("model_not_found", "no allowed region serves this model"),
+    }  # fmt: skip
+    kind, message = kinds[outcome.http_status]
+    body: dict[str, Any] = {
+        "error": {
+            "message": f"{message} ({reason}; {outcome.detail})",
+            "type": kind,
+            "code": reason,
+            "param": None,
+            "decision_id": outcome.decision_id,
+            "allowed_regions": list(outcome.allowed),
+        }
+    }
+    return web.json_response(
+        body, status=outcome.http_status, headers={DECISION_HEADER: outcome.decision_id}
+    )
+
+
+__all__ = ["FrontDoor", "FrontDoorConfig", "client_address", "openai_error"]

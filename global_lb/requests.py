@@ -1,0 +1,77 @@
+"""What the front door reads from an OpenAI-compatible request body: model and size.
+
+Only what region choice needs: the model, the prompt's size in tokens (estimated with
+:mod:`gtm.tokens`, the same estimate every tier and the GPU emulator use) and the
+output budget. The body itself is forwarded untouched.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gtm.errors import GtmError
+from gtm.tokens import (
+    PromptError,
+    count_chat_tokens,
+    count_text_tokens,
+    parse_chat_messages,
+)
+
+#: Endpoints the front door forwards (ARCHITECTURE §6).
+CHAT = "/v1/chat/completions"
+COMPLETIONS = "/v1/completions"
+EMBEDDINGS = "/v1/embeddings"
+
+
+class BadRequest(GtmError, ValueError):
+    """The body is not a request we can route; the message says why (HTTP 400)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestFacts:
+    model: str
+    input_tokens: int
+    max_output_tokens: int
+    stream: bool
+
+
+def parse_body(path: str, body: bytes) -> RequestFacts:
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"the body is not valid JSON: {exc}") from None
+    if not isinstance(data, Mapping):
+        raise BadRequest("the body must be a JSON object")
+    model = data.get("model")
+    if not isinstance(model, str) or not model:
+        raise BadRequest("'model' is required and must be a non-empty string")
+    try:
+        tokens = _input_tokens(path, data)
+    except PromptError as exc:
+        raise BadRequest(str(exc)) from None
+    limit = data.get("max_completion_tokens", data.get("max_tokens"))
+    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
+        raise BadRequest("'max_tokens' must be a non-negative integer")
+    stream = data.get("stream", False)
+    if not isinstance(stream, bool):
+        raise BadRequest("'stream' must be a boolean")
+    return RequestFacts(model, tokens, int(limit or 0), stream)
+
+
+def _input_tokens(path: str, data: Mapping[str, object]) -> int:
+    if path == CHAT:
+        return count_chat_tokens(parse_chat_messages(data.get("messages")))
+    field = "prompt" if path == COMPLETIONS else "input"
+    return _count_inputs(data.get(field), field)
+
+
+def _count_inputs(value: object, field: str) -> int:
+    if isinstance(value, str):
+        return count_text_tokens(value)
+    if isinstance(value, list):
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            return len(value)  # already token ids
+        return sum(_count_inputs(v, field) for v in value)
+    raise BadRequest(f"{field!r} must be a string, an array of strings or of token ids")
