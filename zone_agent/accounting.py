@@ -23,6 +23,7 @@ zero when nothing is in flight (the tests check it after every fault).
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections import deque
 from collections.abc import Iterable
@@ -100,6 +101,7 @@ class Accounting:
         self.prefix = PrefixIndex()
         self.hot = HotBlocks()
         self._open: set[Ticket] = set()
+        self._idle: asyncio.Event | None = None
         self._holds: deque[tuple[float, Ticket]] = deque()
         self._seq = itertools.count(1)
 
@@ -164,6 +166,8 @@ class Accounting:
         self.streams[ticket.slot] -= sequences
         self.kv_blocks[ticket.slot] -= kv
         self._open.discard(ticket)
+        if not self._open and self._idle is not None:
+            self._idle.set()
 
     def hold(self, ticket: Ticket, until: float) -> None:
         """Keep ``ticket`` open until monotonic time ``until`` (see :meth:`expire`).
@@ -202,6 +206,13 @@ class Accounting:
     @property
     def open_tickets(self) -> int:
         return len(self._open)
+
+    async def wait_idle(self) -> None:
+        """Wait until no ticket is open (graceful shutdown; tests of cancellation)."""
+        while self._open:
+            if self._idle is None or self._idle.is_set():
+                self._idle = asyncio.Event()
+            await self._idle.wait()
 
     def totals(self) -> SlotLoad:
         """Sums over every GPU: all zero when nothing is in flight (no leaks)."""

@@ -42,6 +42,9 @@ from zone_agent.view import Bools, Floats, GpuState, ModelIndex, ZoneView
 
 T = TypeVar("T")
 
+#: Key of the cost model's latency observer (its name may also be a scorer's).
+_COST_KEY = "\0cost-model"
+
 #: Name of the implicit first step that removes GPUs a retry already tried.
 RETRY_STEP = "retry-exclude"
 
@@ -405,9 +408,9 @@ class ZoneProfile:
         out[self.picker.name] = histogram.labels(
             Tier.ZONE, ExtensionPoint.PICKER, self.picker.name
         ).observe
-        if self.cost_model is not None and self.cost_model.name not in out:
+        if self.cost_model is not None:
             name = self.cost_model.name
-            out[name] = histogram.labels(Tier.ZONE, ExtensionPoint.COST_MODEL, name).observe
+            out[_COST_KEY] = histogram.labels(Tier.ZONE, ExtensionPoint.COST_MODEL, name).observe
         return out
 
     def decide(
@@ -533,7 +536,7 @@ class ZoneProfile:
         except Exception as exc:
             raise _failed(ExtensionPoint.COST_MODEL, model.name, exc) from exc
         if self._observe:
-            self._observe[model.name](self._timer() - t0)
+            self._observe[_COST_KEY](self._timer() - t0)
         cost = float(costs[choice])
         return cost if math.isfinite(cost) and cost >= 0 else None
 

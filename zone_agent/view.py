@@ -303,7 +303,10 @@ def _row(
     used_tokens = usage * kv_total * block
     memory_s = profile.weight_read_s + used_tokens * profile.kv_read_s_per_token
     chunk_s = profile.max_num_batched_tokens / raw_rate if raw_rate > 0 else 0.0
-    step_extra = (profile.step_overhead_s + max(0.0, memory_s - chunk_s)) / weight
+    # Each pass also computes one token per running sequence (they share the pass's
+    # token budget), and its KV reads stretch it when they outlast the chunk's compute.
+    decode_s = running / raw_rate if raw_rate > 0 else 0.0
+    step_extra = (profile.step_overhead_s + decode_s + max(0.0, memory_s - chunk_s)) / weight
     capacity = int(kv_total * block * BYTES_PER_TOKEN / BLOCK_BYTES)
     return (
         raw_rate * weight,

@@ -1,0 +1,113 @@
+"""Builders of zone views and requests for unit tests (no sockets)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from gtm.gpu_profiles import LLAMA_8B
+from gtm.models import GpuWorker, WorkerState
+from zone_agent.accounting import Accounting, SlotLoad
+from zone_agent.health import HealthStatus
+from zone_agent.pipeline import Batch
+from zone_agent.prefix import text_block_hashes
+from zone_agent.request import CanaryChoice, Endpoint, ZoneRequest
+from zone_agent.scrape import Flavor, GpuMetrics, ModelMetrics
+from zone_agent.view import GpuState, ViewBuilder, ViewSettings, ZoneView
+
+NOW = 100.0
+MODEL = LLAMA_8B
+
+
+@dataclass
+class Gpu:
+    """One GPU of a test zone, with everything a test may want to vary."""
+
+    id: str
+    gpu_type: str = "H100"
+    models: tuple[str, ...] = (MODEL,)
+    state: WorkerState = WorkerState.READY
+    health: HealthStatus = field(default_factory=lambda: HealthStatus(True))
+    drained: bool = False
+    labels: tuple[tuple[str, str], ...] = ()
+    #: Scraped numbers (None: never scraped).
+    running: float | None = None
+    waiting: float = 0.0
+    kv_usage: float = 0.0
+    kv_blocks: int | None = None
+    block_size: int | None = None
+    scraped_age: float = 0.0
+    metrics_models: tuple[str, ...] | None = None
+    own_at_scrape: SlotLoad = field(default_factory=SlotLoad)
+
+
+def state(gpu: Gpu, acc: Accounting) -> GpuState:
+    worker = GpuWorker(
+        id=gpu.id,
+        zone_id="zone-a",
+        region_id="region-1",
+        url=f"http://127.0.0.1:1/{gpu.id}",
+        gpu_type=gpu.gpu_type,
+        models=gpu.models,
+        state=gpu.state,
+        labels=gpu.labels,
+    )
+    metrics = None
+    if gpu.running is not None:
+        model_metrics = ModelMetrics(
+            running=gpu.running,
+            waiting=gpu.waiting,
+            kv_usage=gpu.kv_usage,
+            block_size=gpu.block_size,
+            kv_blocks_total=gpu.kv_blocks,
+        )
+        names = gpu.models if gpu.metrics_models is None else gpu.metrics_models
+        metrics = GpuMetrics(NOW - gpu.scraped_age, Flavor.VLLM, {m: model_metrics for m in names})
+    return GpuState(
+        worker=worker,
+        slot=acc.slot(gpu.id),
+        metrics=metrics,
+        own_at_scrape=gpu.own_at_scrape,
+        health=gpu.health,
+        drained=gpu.drained,
+    )
+
+
+def make_view(gpus: Sequence[Gpu], acc: Accounting | None = None, *, now: float = NOW) -> ZoneView:
+    acc = acc or Accounting()
+    builder = ViewBuilder("zone-a", "region-1", ViewSettings(stale_after_s=1.0))
+    return builder.build([state(g, acc) for g in gpus], acc, now)
+
+
+def make_request(
+    *,
+    tokens: int = 1000,
+    model: str = MODEL,
+    text: str | None = None,
+    max_output: int | None = None,
+    seq: int = 0,
+    request_id: str = "req-1",
+    version: str | None = None,
+    canary: CanaryChoice = CanaryChoice.AUTO,
+    sequences: int = 1,
+) -> ZoneRequest:
+    data = (text or "").encode()
+    return ZoneRequest(
+        request_id=request_id,
+        model=model,
+        endpoint=Endpoint.CHAT,
+        input_tokens=tokens,
+        max_prompt_tokens=tokens,
+        max_output_tokens=max_output,
+        sequences=sequences,
+        prefix_hashes=text_block_hashes(data) if data else (),
+        tokens_per_block=tokens * 256 / len(data) if data else 0.0,
+        hash_key=seq << 64,
+        seq=seq,
+        version=version,
+        canary=canary,
+    )
+
+
+def batch(view: ZoneView, request: ZoneRequest) -> Batch:
+    return Batch(request, view, view.by_model[request.model])

@@ -1,0 +1,13 @@
+from __future__ import annotations
+
+import pytest
+
+from zone_agent.plugins.kv_cache_utilization_scorer import KvCacheUtilizationScorer
+
+from ..helpers import Gpu, batch, make_request, make_view
+
+
+@pytest.mark.parametrize(("usage", "score"), [(0.0, 1.0), (0.25, 0.75), (1.0, 0.0)])
+def test_one_minus_usage(usage: float, score: float) -> None:
+    view = make_view([Gpu("a", running=1.0, kv_usage=usage, kv_blocks=1000)])
+    assert KvCacheUtilizationScorer().scores(batch(view, make_request()))[0] == pytest.approx(score)

@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from zone_agent.plugins.max_score import MaxScorePicker
+from zone_agent.plugins.max_score import Params as MaxParams
+from zone_agent.plugins.power_of_two import PowerOfTwoPicker
+from zone_agent.plugins.random_pick import RandomPicker
+
+from ..helpers import Gpu, batch, make_request, make_view
+
+VIEW = make_view([Gpu(f"g{i}") for i in range(4)])
+
+
+def _pick(picker, totals, dead=(), request_id="r"):  # type: ignore[no-untyped-def]
+    b = batch(VIEW, make_request(request_id=request_id))
+    for i in dead:
+        b.alive[i] = False
+        b.all_alive = False
+    return picker.pick(b, np.array(totals, dtype=np.float64))
+
+
+def test_max_score_ties_go_to_the_smallest_id_and_dead_never_win() -> None:
+    assert _pick(MaxScorePicker(), [0.5, 0.9, 0.9, 0.1]) == 1
+    assert _pick(MaxScorePicker(), [0.5, 0.9, 0.9, 0.1], dead=(1,)) == 2
+    assert _pick(MaxScorePicker(), [1.0, 0.2, 0.1, 0.0], dead=(0,)) == 1
+
+
+def test_near_equal_spreads_among_close_candidates_only() -> None:
+    picker = MaxScorePicker(params=MaxParams(near_equal=0.05))
+    picks = Counter(_pick(picker, [0.99, 1.0, 0.98, 0.2], request_id=f"r{i}") for i in range(300))
+    # The better of two among the close ones: the best often, the second too, never
+    # the worst of the close set nor anything outside it.
+    assert set(picks) == {0, 1}
+    assert _pick(picker, [0.99, 1.0, 0.98, 0.2], request_id="x") == _pick(
+        picker, [0.99, 1.0, 0.98, 0.2], request_id="x"
+    )
+
+
+def test_power_of_two_never_picks_the_worst_and_is_deterministic() -> None:
+    picks = Counter(
+        _pick(PowerOfTwoPicker(), [0.4, 0.3, 0.2, 0.1], request_id=f"r{i}") for i in range(300)
+    )
+    assert 3 not in picks
+    assert _pick(PowerOfTwoPicker(), [0.1] * 4, dead=(0, 1, 2)) == 3
+
+
+def test_random_is_uniformish_over_survivors() -> None:
+    picks = Counter(
+        _pick(RandomPicker(), [0.0] * 4, dead=(2,), request_id=f"r{i}") for i in range(600)
+    )
+    assert set(picks) == {0, 1, 3}
+    assert min(picks.values()) > 150

@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+import asyncio
+
+from zone_agent.accounting import Accounting, SlotLoad
+
+
+def test_a_ticket_charges_and_releases_everything_once() -> None:
+    acc = Accounting(capacity=1)
+    ticket = acc.start("g", prefill_tokens=100, sequences=2, kv_blocks=8)
+    assert acc.at("g") == SlotLoad(streams=2, prefilling=1, pending=100, kv_blocks=8)
+    ticket.prefill_done()
+    ticket.prefill_done()
+    assert acc.at("g") == SlotLoad(streams=2, prefilling=0, pending=0, kv_blocks=8)
+    ticket.close()
+    ticket.close()
+    ticket.prefill_done()
+    assert acc.totals() == SlotLoad()
+    assert acc.open_tickets == 0
+
+
+def test_close_without_first_byte_releases_the_prefill_too() -> None:
+    acc = Accounting()
+    acc.start("g", prefill_tokens=50).close()
+    assert acc.totals() == SlotLoad()
+
+
+def test_slots_are_stable_and_arrays_grow() -> None:
+    acc = Accounting(capacity=2)
+    slots = [acc.slot(f"g{i}") for i in range(10)]
+    assert slots == list(range(10))
+    assert acc.slot("g3") == 3
+    tickets = [acc.start(f"g{i}", prefill_tokens=i) for i in range(10)]
+    assert acc.at("g9").pending == 9
+    for t in tickets:
+        t.close()
+    assert acc.totals() == SlotLoad()
+    assert acc.at("unknown") == SlotLoad()
+
+
+def test_held_tickets_expire_in_order() -> None:
+    acc = Accounting()
+    acc.hold(acc.start("a", prefill_tokens=1), until=10.0)
+    acc.hold(acc.start("b", prefill_tokens=1), until=20.0)
+    acc.expire(15.0)
+    assert acc.at("a") == SlotLoad()
+    assert acc.at("b").streams == 1
+    acc.expire(20.0)
+    assert acc.totals() == SlotLoad()
+
+
+def test_prefix_blocks_go_to_the_index_and_the_hot_sketch() -> None:
+    acc = Accounting()
+    acc.start("g", prefill_tokens=1, prefix_hashes=(11, 12, 13), prefix_capacity=100).close()
+    assert acc.prefix.match((11, 12, 13)) == {acc.slot("g"): 3}
+    assert set(acc.hot.top(5)) == {11, 12}
+    acc.forget_prefixes(["g", "unknown"])
+    assert acc.prefix.match((11,)) == {}
+
+
+async def test_wait_idle_returns_when_the_last_ticket_closes() -> None:
+    acc = Accounting()
+    await acc.wait_idle()  # nothing open
+    ticket = acc.start("g", prefill_tokens=1)
+    async with asyncio.TaskGroup() as group:
+        waiter = group.create_task(acc.wait_idle())
+        await asyncio.sleep(0)
+        assert not waiter.done()
+        ticket.close()
+    assert waiter.done()
+    assert acc.open_tickets == 0

@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from gtm.cli import cli
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--listen", "nope"], "is not HOST:PORT"),
+        (["--worker", "ftp://x"], "expected http"),
+        (["--profile", "fastest"], "Invalid value for '--profile'"),
+        (["--zone", "Bad_Zone"], "--zone"),
+        (["--scrape-interval", "0"], "--scrape-interval"),
+    ],
+)
+def test_bad_options_are_usage_errors(args: list[str], message: str) -> None:
+    base = ["zone", "--zone", "z", "--region", "r"]
+    result = CliRunner().invoke(cli, [*base, *args])
+    assert result.exit_code == 2
+    assert message in result.output + result.stderr
+
+
+def test_help_names_the_profiles() -> None:
+    result = CliRunner().invoke(cli, ["zone", "--help"])
+    assert result.exit_code == 0
+    assert "sglang-cache-aware" in result.output

@@ -1,0 +1,145 @@
+from __future__ import annotations
+
+import pytest
+
+from zone_agent.health import HealthConfig, HealthTracker, Outcome
+
+CFG = HealthConfig(
+    rise=2,
+    fall=3,
+    consecutive_failures=3,
+    base_ejection_s=10.0,
+    max_ejection_s=100.0,
+    max_ejected_fraction=0.5,
+    slow_start_s=10.0,
+    slow_start_min_weight=0.1,
+)
+
+
+def tracker(*ids: str, now: float = 0.0) -> HealthTracker:
+    health = HealthTracker(CFG)
+    health.sync(ids, now)
+    for gid in ids:
+        health.observe_check(gid, True, now)
+    return health
+
+
+def test_unchecked_gpu_is_not_eligible() -> None:
+    health = HealthTracker(CFG)
+    health.sync(["a"], 0.0)
+    status = health.status("a", 0.0)
+    assert not status.eligible
+    assert status.reason == "not checked yet"
+
+
+@pytest.mark.parametrize(
+    ("checks", "up"),
+    [
+        ([True], True),
+        ([False], False),
+        ([True, False, False], True),  # fall = 3
+        ([True, False, False, False], False),
+        ([True, False, False, False, True], False),  # rise = 2
+        ([True, False, False, False, True, True], True),
+    ],
+)
+def test_rise_and_fall(checks: list[bool], up: bool) -> None:
+    health = HealthTracker(CFG)
+    for t, ok in enumerate(checks):
+        health.observe_check("a", ok, float(t))
+    assert health.status("a", 100.0).eligible is up
+
+
+def test_consecutive_failures_eject_and_ejections_grow() -> None:
+    health = tracker("a", "b", "c", "d")
+    assert not health.record("a", Outcome.ERROR_5XX, 1.0)
+    assert not health.record("a", Outcome.TIMEOUT, 1.0)
+    assert health.record("a", Outcome.RESET, 1.0)
+    assert not health.status("a", 5.0).eligible
+    assert "ejected" in (health.status("a", 5.0).reason or "")
+    # After base_ejection_s: half-open, one trial.
+    status = health.status("a", 11.5)
+    assert status.eligible and status.half_open
+    # A failing trial ejects again at once, for twice as long.
+    assert health.record("a", Outcome.CONNECT, 12.0)
+    assert health.ejected_until("a") == pytest.approx(32.0)
+    assert health.next_expiry(12.0) == pytest.approx(32.0)
+
+
+def test_success_resets_the_streak_and_closes_half_open() -> None:
+    health = tracker("a", "b")
+    health.record("a", Outcome.ERROR_5XX, 1.0)
+    health.record("a", Outcome.ERROR_5XX, 1.0)
+    health.record("a", Outcome.SUCCESS, 1.0)
+    assert not health.record("a", Outcome.ERROR_5XX, 1.0)
+    for _ in range(2):
+        health.record("a", Outcome.ERROR_5XX, 2.0)
+    assert health.status("a", 12.5).half_open
+    health.record("a", Outcome.SUCCESS, 13.0)
+    assert not health.status("a", 13.0).half_open
+
+
+def test_at_most_a_fraction_of_the_zone_is_ejected_but_always_one() -> None:
+    health = tracker("a", "b", "c", "d")
+    ejected = [any(health.record(g, Outcome.ERROR_5XX, 1.0) for _ in range(3)) for g in "abcd"]
+    assert ejected == [True, True, False, False]  # 50 % of 4
+    lone_cfg = HealthConfig(consecutive_failures=1, max_ejected_fraction=0.0)
+    lone = HealthTracker(lone_cfg)
+    lone.observe_check("x", True, 0.0)
+    assert lone.record("x", Outcome.ERROR_5XX, 1.0)  # "at least one", as Envoy
+
+
+def test_ejection_count_decays_after_quiet_time() -> None:
+    health = tracker("a", "b")
+    for t in (1.0, 20.0):
+        for _ in range(3):
+            health.record("a", Outcome.ERROR_5XX, t)
+        health.status("a", t + 15.0)
+    assert health.ejected_until("a") == pytest.approx(40.0)  # second ejection: 2 × 10 s
+    health.status("a", 41.0)
+    for _ in range(3):
+        health.record("a", Outcome.ERROR_5XX, 500.0)
+    assert health.ejected_until("a") == pytest.approx(510.0)  # decayed back to 1 × 10 s
+
+
+def test_slow_start_ramps_linearly_from_the_minimum_weight() -> None:
+    health = tracker("a")
+    assert health.status("a", 0.0).weight == pytest.approx(0.1)
+    assert health.status("a", 5.0).weight == pytest.approx(0.5)
+    assert health.status("a", 20.0).weight == 1.0
+
+
+def test_slow_start_restarts_after_coming_back_up() -> None:
+    health = tracker("a")
+    for t in (30.0, 31.0, 32.0):
+        health.observe_check("a", False, t)
+    health.observe_check("a", True, 40.0)
+    health.observe_check("a", True, 41.0)
+    assert health.status("a", 46.0).weight == pytest.approx(0.5)
+
+
+def test_throughput_regression_is_measured_against_the_zone_median() -> None:
+    health = tracker("a", "b", "c", now=-100.0)
+    for _ in range(5):
+        health.observe_decode("a", 0.010, 0.010, 100, 0.0)
+        health.observe_decode("b", 0.0101, 0.010, 100, 0.0)
+        health.observe_decode("c", 0.0125, 0.010, 100, 0.0)  # thermal throttle: 25 % slower
+    slow = health.slowdowns()
+    assert slow["c"] == pytest.approx(1.2376, rel=1e-3)
+    throttled = health.status("c", 0.0, slow["c"])
+    assert throttled.weight == pytest.approx(1 / slow["c"])
+    normal = health.status("a", 0.0, slow["a"])
+    assert normal.weight == 1.0
+
+
+def test_too_few_tokens_do_not_count() -> None:
+    health = tracker("a")
+    health.observe_decode("a", 1.0, 0.01, CFG.regression_min_tokens - 1, 0.0)
+    health.observe_decode("a", 1.0, 0.0, 100, 0.0)
+    assert health.slowdowns() == {}
+
+
+def test_sync_forgets_removed_gpus() -> None:
+    health = tracker("a", "b")
+    health.sync(["b"], 1.0)
+    assert health.status("a", 1.0).reason == "not checked yet"

@@ -1,0 +1,167 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gtm.errors import NoEligibleCandidate, PluginError
+from gtm.metrics import new_registry
+from gtm.models import Tier, decision_adapter
+from gtm.routing.metrics import RoutingMetrics
+from zone_agent.accounting import Accounting
+from zone_agent.health import HealthStatus
+from zone_agent.pipeline import (
+    RETRY_STEP,
+    Batch,
+    ModelNotServed,
+    Removal,
+    WeightedGpuScorer,
+    ZoneProfile,
+)
+from zone_agent.plugins.healthy import HealthyFilter
+from zone_agent.plugins.max_score import MaxScorePicker
+from zone_agent.plugins.ttft_cost import TtftCost
+from zone_agent.view import Floats
+
+from .helpers import Gpu, make_request, make_view
+
+
+class Const:
+    def __init__(self, name: str, values: list[float]) -> None:
+        self.name = name
+        self._values = values
+
+    def scores(self, batch: Batch, /) -> Floats:
+        return np.array(self._values, dtype=np.float64)
+
+
+class Broken:
+    name = "broken"
+
+    def removes(self, batch: Batch, /) -> Removal | None:
+        raise ZeroDivisionError("oops")
+
+
+def profile(*scorers: WeightedGpuScorer, filters: tuple[object, ...] = ()) -> ZoneProfile:
+    return ZoneProfile(
+        "test",
+        [HealthyFilter(), *filters],  # type: ignore[list-item]
+        list(scorers),
+        MaxScorePicker(),
+        cost_model=TtftCost(),
+    )
+
+
+def test_weighted_totals_and_a_full_trace() -> None:
+    view = make_view([Gpu("a"), Gpu("b"), Gpu("c", health=HealthStatus(False, "ejected"))])
+    p = profile(
+        WeightedGpuScorer(Const("x", [0.2, 0.9, 1.0]), 1.0),
+        WeightedGpuScorer(Const("y", [1.0, 0.0, 1.0]), 3.0),
+    )
+    decision = p.decide(make_request(), view)
+    assert decision.gpu_id == "a"  # (0.2 + 3) / 4 beats (0.9 + 0) / 4
+    assert decision.totals[0] == pytest.approx(0.8)
+    record = decision.to_decision()
+    assert record.tier is Tier.ZONE
+    assert record.choice == "a"
+    assert record.trace.candidates == ("a", "b", "c")
+    assert record.trace.removed_by() == {"c": "healthy-filter"}
+    assert record.trace.filters[0].reasons == (("c", "ejected"),)
+    assert record.trace.weights == (("x", 1.0), ("y", 3.0))
+    assert [s.candidate for s in record.trace.scores] == ["a", "b"]
+    assert record.predicted_ttft_ms is not None and record.predicted_ttft_ms > 0
+    # The trace serialises with the shared adapter and reads back equal.
+    assert decision_adapter.validate_json(decision_adapter.dump_json(record)) == record
+
+
+def test_trace_keeps_the_top_n_and_the_choice() -> None:
+    view = make_view([Gpu(f"g{i}") for i in range(6)])
+    p = profile(WeightedGpuScorer(Const("x", [0.9, 0.1, 0.8, 0.7, 0.6, 0.5]), 1.0))
+    record = p.decide(make_request(), view).to_decision(top=2)
+    assert [s.candidate for s in record.trace.scores] == ["g0", "g2"]
+    assert record.trace.scores_omitted == 4
+
+
+def test_out_of_range_scores_are_repaired() -> None:
+    view = make_view([Gpu("a"), Gpu("b")])
+    p = profile(WeightedGpuScorer(Const("x", [float("nan"), 7.0]), 1.0))
+    decision = p.decide(make_request(), view)
+    assert decision.gpu_id == "b"
+    assert list(decision.scores[0][1]) == [0.0, 1.0]
+
+
+def test_filtering_to_zero_names_the_filter_and_keeps_the_trace() -> None:
+    view = make_view([Gpu("a", drained=True)])
+    metrics = RoutingMetrics(new_registry())
+    p = ZoneProfile("t", [HealthyFilter()], [], MaxScorePicker(), metrics=metrics)
+    with pytest.raises(NoEligibleCandidate) as info:
+        p.decide(make_request(), view)
+    assert info.value.filter_name == "healthy-filter"
+    assert "drained" in info.value.reason
+    assert info.value.trace is not None
+    assert info.value.trace.removed_by() == {"a": "healthy-filter"}
+
+
+def test_retries_exclude_tried_gpus() -> None:
+    view = make_view([Gpu("a"), Gpu("b")])
+    p = profile()
+    assert p.decide(make_request(), view, exclude=frozenset({"a"})).gpu_id == "b"
+    with pytest.raises(NoEligibleCandidate) as info:
+        p.decide(make_request(), view, exclude=frozenset({"a", "b"}))
+    assert info.value.filter_name == RETRY_STEP
+
+
+def test_unknown_model() -> None:
+    with pytest.raises(ModelNotServed, match="nope"):
+        profile().decide(make_request(model="nope"), make_view([Gpu("a")]))
+
+
+def test_a_plugin_crash_becomes_a_plugin_error() -> None:
+    with pytest.raises(PluginError, match="broken.*ZeroDivisionError"):
+        profile(filters=(Broken(),)).decide(make_request(), make_view([Gpu("a")]))
+
+
+@pytest.mark.parametrize("weight", [0.0, -1.0, float("inf")])
+def test_bad_weights_are_refused(weight: float) -> None:
+    with pytest.raises(PluginError, match="weight"):
+        profile(WeightedGpuScorer(Const("x", [1.0]), weight))
+
+
+def test_every_profile_starts_with_the_health_filter() -> None:
+    with pytest.raises(PluginError, match="healthy-filter"):
+        ZoneProfile("t", [], [], MaxScorePicker())
+
+
+def test_duplicate_plugin_names_are_refused() -> None:
+    with pytest.raises(PluginError, match="unique"):
+        profile(WeightedGpuScorer(Const("x", [1.0]), 1), WeightedGpuScorer(Const("x", [1.0]), 1))
+
+
+def test_metrics_are_recorded_per_plugin() -> None:
+    registry = new_registry()
+    metrics = RoutingMetrics(registry)
+    p = ZoneProfile(
+        "t",
+        [HealthyFilter()],
+        [WeightedGpuScorer(TtftCost(), 1)],
+        MaxScorePicker(),
+        cost_model=TtftCost(),
+        metrics=metrics,
+    )
+    p.decide(make_request(), make_view([Gpu("a")]))
+    labels = {"tier": "zone", "extension_point": "scorer", "plugin": "ttft-cost"}
+    assert registry.get_sample_value("gtm_routing_plugin_duration_seconds_count", labels) == 1
+    assert (
+        registry.get_sample_value(
+            "gtm_routing_decision_duration_seconds_count", {"tier": "zone", "profile": "t"}
+        )
+        == 1
+    )
+
+
+def test_loads_are_a_snapshot_taken_at_the_decision() -> None:
+    acc = Accounting()
+    view = make_view([Gpu("a")], acc)
+    b = Batch(make_request(), view, view.by_model[make_request().model])
+    before = b.pending.copy()
+    acc.start("a", prefill_tokens=500)
+    assert list(b.pending) == list(before)  # the batch holds a copy

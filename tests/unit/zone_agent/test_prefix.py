@@ -1,0 +1,87 @@
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from zone_agent.prefix import (
+    BLOCK_BYTES,
+    HotBlocks,
+    PrefixIndex,
+    consistent_hash_key,
+    iter_bits,
+    text_block_hashes,
+)
+
+
+def test_hashes_cover_full_blocks_only_and_chain() -> None:
+    data = b"a" * (BLOCK_BYTES * 3 + 10)
+    hashes = text_block_hashes(data)
+    assert len(hashes) == 3
+    # Equal blocks at different depths hash differently: the parent is part of the hash.
+    assert len(set(hashes)) == 3
+
+
+def test_shared_prefix_shares_exactly_the_common_blocks() -> None:
+    common = b"x" * (BLOCK_BYTES * 2)
+    a = text_block_hashes(common + b"A" * BLOCK_BYTES)
+    b = text_block_hashes(common + b"B" * BLOCK_BYTES)
+    assert a[:2] == b[:2]
+    assert a[2] != b[2]
+
+
+def test_consistent_hash_key_is_md5_of_first_256_chars() -> None:
+    text = "é" * 300
+    expected = int.from_bytes(hashlib.md5(("é" * 256).encode()).digest(), "big")
+    assert consistent_hash_key(text) == expected
+    assert consistent_hash_key(text) == consistent_hash_key(text[:256] + "different tail")
+
+
+@pytest.mark.parametrize(
+    ("mask", "bits"), [(0, []), (1, [0]), (0b1010, [1, 3]), (1 << 900 | 4, [2, 900])]
+)
+def test_iter_bits(mask: int, bits: list[int]) -> None:
+    assert list(iter_bits(mask)) == bits
+
+
+def test_match_counts_leading_blocks_per_slot() -> None:
+    index = PrefixIndex()
+    index.insert(0, (1, 2, 3), capacity=10)
+    index.insert(5, (1, 2), capacity=10)
+    index.insert(7, (9,), capacity=10)
+    assert index.match((1, 2, 3, 4)) == {0: 3, 5: 2}
+    assert index.match((8, 2, 3)) == {}  # the first block is nowhere: nothing matches
+    assert index.match(()) == {}
+    assert index.blocks(0) == 3
+
+
+def test_capacity_evicts_least_recent_and_clears_masks() -> None:
+    index = PrefixIndex()
+    index.insert(1, (10, 11, 12), capacity=3)
+    index.insert(1, (10,), capacity=3)  # touch 10: 11 is now the oldest
+    index.insert(1, (13,), capacity=3)
+    assert index.holders(11) == 0
+    assert index.holders(10) == 0b10
+    assert index.blocks(1) == 3
+    assert len(index) == 3
+
+
+def test_forget_drops_a_slot_everywhere() -> None:
+    index = PrefixIndex()
+    index.insert(0, (1, 2), capacity=10)
+    index.insert(1, (1, 2), capacity=10)
+    index.forget(0)
+    assert index.match((1, 2)) == {1: 2}
+    index.forget(0)  # idempotent
+    index.forget(1)
+    assert len(index) == 0
+
+
+def test_hot_blocks_keeps_the_frequent_ones() -> None:
+    hot = HotBlocks(capacity=3)
+    for block in [1, 1, 1, 2, 2, 3, 4, 5, 1]:
+        hot.add(block)
+    assert hot.top(1) == (1,)
+    assert 1 in hot.top(3)
+    with pytest.raises(ValueError, match="capacity"):
+        HotBlocks(0)

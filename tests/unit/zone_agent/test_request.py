@@ -1,0 +1,111 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gtm.tokens import count_chat_tokens, count_text_tokens, parse_chat_messages
+from zone_agent.errors import BadRequest
+from zone_agent.request import Endpoint, parse_json_body, zone_request
+
+CHAT = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi!"}]
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b"{not json", "not valid JSON"),
+        (b"\xff\xfe", "not valid JSON"),
+        (b"[1, 2]", "must be a JSON object"),
+        (b'"text"', "must be a JSON object"),
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+    ],
+)
+def test_bad_json_is_a_400(raw: bytes, message: str) -> None:
+    with pytest.raises(BadRequest, match=message) as info:
+        parse_json_body(raw)
+    assert info.value.status == 400
+
+
+def _req(body: dict[str, Any], endpoint: Endpoint = Endpoint.CHAT) -> Any:
+    return zone_request(body, endpoint, request_id="r")
+
+
+@pytest.mark.parametrize(
+    ("body", "endpoint", "param"),
+    [
+        ({"messages": CHAT}, Endpoint.CHAT, "model"),
+        ({"model": "", "messages": CHAT}, Endpoint.CHAT, "model"),
+        ({"model": 3, "messages": CHAT}, Endpoint.CHAT, "model"),
+        ({"model": "m"}, Endpoint.CHAT, "messages"),
+        ({"model": "m", "messages": []}, Endpoint.CHAT, "messages"),
+        ({"model": "m", "messages": [{"content": "x"}]}, Endpoint.CHAT, "messages"),
+        ({"model": "m", "messages": CHAT, "max_tokens": 0}, Endpoint.CHAT, "max_tokens"),
+        ({"model": "m", "messages": CHAT, "max_tokens": True}, Endpoint.CHAT, "max_tokens"),
+        ({"model": "m", "messages": CHAT, "n": 17}, Endpoint.CHAT, "n"),
+        ({"model": "m", "messages": CHAT, "stream": "yes"}, Endpoint.CHAT, "stream"),
+        ({"model": "m", "prompt": []}, Endpoint.COMPLETION, "prompt"),
+        ({"model": "m", "prompt": [1, "a"]}, Endpoint.COMPLETION, "prompt"),
+        ({"model": "m", "prompt": {"a": 1}}, Endpoint.COMPLETION, "prompt"),
+        ({"model": "m", "input": [""]}, Endpoint.EMBEDDING, "input"),
+        ({"model": "m", "input": [[-1]]}, Endpoint.EMBEDDING, "input"),
+    ],
+)
+def test_invalid_fields_name_the_parameter(
+    body: dict[str, Any], endpoint: Endpoint, param: str
+) -> None:
+    with pytest.raises(BadRequest) as info:
+        _req(body, endpoint)
+    assert info.value.param == param
+    assert info.value.body()["error"]["type"] == "invalid_request_error"
+
+
+def test_chat_counts_tokens_as_the_worker_does() -> None:
+    request = _req({"model": "m", "messages": CHAT, "max_tokens": 7, "n": 2, "stream": True})
+    assert request.input_tokens == count_chat_tokens(parse_chat_messages(CHAT))
+    assert request.max_output_tokens == 7
+    assert request.sequences == 2
+    assert request.stream is True
+
+
+def test_max_completion_tokens_wins() -> None:
+    body = {"model": "m", "messages": CHAT, "max_tokens": 7, "max_completion_tokens": 9}
+    assert _req(body).max_output_tokens == 9
+
+
+@pytest.mark.parametrize(
+    ("prompt", "counts"),
+    [
+        ("hello world", [count_text_tokens("hello world")]),
+        ([1, 2, 3], [3]),
+        (["ab", "cd ef"], [count_text_tokens("ab"), count_text_tokens("cd ef")]),
+        ([[1, 2], [3]], [2, 1]),
+    ],
+)
+def test_completion_prompt_forms(prompt: Any, counts: list[int]) -> None:
+    request = _req({"model": "m", "prompt": prompt, "n": 3}, Endpoint.COMPLETION)
+    assert request.input_tokens == sum(counts)
+    assert request.max_prompt_tokens == max(counts)
+    assert request.prompts == len(counts)
+    assert request.sequences == 3 * len(counts)
+
+
+def test_embeddings_have_no_output_no_prefix_and_never_stream() -> None:
+    request = _req({"model": "m", "input": "x " * 500, "stream": True}, Endpoint.EMBEDDING)
+    assert request.max_output_tokens == 0
+    assert request.prefix_hashes == ()
+    assert request.stream is False
+
+
+def test_growing_conversation_keeps_its_prefix_blocks() -> None:
+    history = [{"role": "user", "content": "word " * 400}]
+    first = _req({"model": "m", "messages": history})
+    longer = _req(
+        {
+            "model": "m",
+            "messages": [*history, {"role": "assistant", "content": "ok"}, *history],
+        }
+    )
+    assert len(first.prefix_hashes) >= 7
+    assert longer.prefix_hashes[: len(first.prefix_hashes)] == first.prefix_hashes
+    assert first.tokens_per_block > 0

@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+import pytest
+
+from gtm.clock import FakeClock
+from gtm.gpu_profiles import get_profile
+from gtm.metrics import new_registry
+from gtm.models import ZoneSummary
+from gtm.state import keys
+from gtm.state.codec import decode
+from gtm.state.memory import MemoryStore
+from zone_agent.accounting import Accounting
+from zone_agent.health import HealthStatus
+from zone_agent.summary import SummaryPublisher, build_summary
+
+from .helpers import MODEL, Gpu, make_view
+
+
+def test_per_model_capacity_counts_only_available_gpus() -> None:
+    acc = Accounting()
+    view = make_view(
+        [
+            Gpu("a", running=3.0, waiting=1.0, kv_usage=0.5, kv_blocks=1000),
+            Gpu("b", gpu_type="A100-80GB"),
+            Gpu("c", health=HealthStatus(False, "ejected")),
+        ],
+        acc,
+    )
+    acc.start("b", prefill_tokens=700, prefix_hashes=(5, 6, 7), prefix_capacity=10)
+    summary = build_summary(view, published_at=123.0)
+    load = summary.load_for(MODEL)
+    assert load is not None
+    assert (load.gpus, load.healthy_gpus) == (3, 2)
+    rates = [get_profile(t, MODEL).prefill_tokens_per_s for t in ("H100", "A100-80GB")]
+    assert load.prefill_tokens_per_s == pytest.approx(sum(rates))
+    assert load.queued_prefill_tokens == 700 + 1024  # ours + one queued request elsewhere
+    assert load.running_requests == 3 + 1
+    assert load.waiting_requests == 1
+    assert load.kv_blocks_free <= load.kv_blocks_total
+    assert load.decode_tokens_per_s > 0
+    assert summary.healthy
+    assert summary.prefix_sketch[:2] == (5, 6)
+    assert (summary.zone_id, summary.region_id, summary.published_at) == (
+        "zone-a",
+        "region-1",
+        123.0,
+    )
+
+
+def test_no_available_gpu_is_an_unhealthy_zone() -> None:
+    view = make_view([Gpu("a", drained=True)])
+    assert not build_summary(view, 0.0).healthy
+
+
+async def test_publisher_writes_under_a_lease_and_withdraws() -> None:
+    clock = FakeClock()
+    store = MemoryStore(clock, new_registry())
+    publisher = SummaryPublisher(store, "region-1", "zone-a", ttl_s=3.0)
+    summary = build_summary(make_view([Gpu("a")]), 1.0)
+    await publisher.publish(summary)
+    kv = await store.get(keys.zone_summary("region-1", "zone-a"))
+    assert kv is not None and kv.lease == publisher.lease_id
+    assert decode(kv.key, kv.value, ZoneSummary) == summary
+    # The lease ran out while we were away: a new one is granted.
+    await clock.advance(10.0)
+    await publisher.publish(summary)
+    assert publisher.published == 2
+    assert (await store.get(publisher.key)) is not None
+    await publisher.withdraw()
+    assert (await store.get(publisher.key)) is None
+    await publisher.withdraw()  # idempotent

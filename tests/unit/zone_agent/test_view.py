@@ -1,0 +1,118 @@
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from gtm.gpu_profiles import BGE_LARGE, LLAMA_8B, get_profile
+from gtm.models import WorkerState
+from zone_agent.accounting import SlotLoad
+from zone_agent.health import HealthStatus
+from zone_agent.view import FALLBACK_PROFILE, profile_for, ring_lookup
+
+from .helpers import NOW, Gpu, make_view
+
+
+def test_models_are_indexed_and_gpus_sorted_by_id() -> None:
+    view = make_view(
+        [Gpu("b", models=(LLAMA_8B, BGE_LARGE)), Gpu("a"), Gpu("c", models=(BGE_LARGE,))]
+    )
+    assert [g.id for g in view.gpus] == ["a", "b", "c"]
+    assert view.by_model[LLAMA_8B].ids == ("a", "b")
+    assert view.by_model[BGE_LARGE].ids == ("b", "c")
+    assert view.models == (BGE_LARGE, LLAMA_8B)
+    assert view.gpu("c") is not None
+    assert view.gpu("zz") is None
+
+
+def test_models_come_from_metrics_when_the_record_has_none() -> None:
+    view = make_view([Gpu("a", models=(), running=0.0, metrics_models=(LLAMA_8B,))])
+    assert view.by_model[LLAMA_8B].ids == ("a",)
+
+
+@pytest.mark.parametrize(
+    ("gpu", "reason"),
+    [
+        (Gpu("a", drained=True), "drained by an operator"),
+        (Gpu("a", state=WorkerState.DRAINING), "worker is draining"),
+        (Gpu("a", state=WorkerState.STARTING), "worker is starting"),
+        (Gpu("a", health=HealthStatus(False, "ejected (outlier)")), "ejected (outlier)"),
+        (Gpu("a"), None),
+    ],
+)
+def test_unavailable_reasons(gpu: Gpu, reason: str | None) -> None:
+    index = make_view([gpu]).by_model[LLAMA_8B]
+    assert index.reasons == (reason,)
+    assert bool(index.available[0]) is (reason is None)
+    assert index.any_unavailable is (reason is not None)
+
+
+def test_fresh_scrapes_are_used_and_stale_ones_distrusted() -> None:
+    fresh = Gpu("a", running=4, waiting=3, kv_usage=0.5, kv_blocks=1000, block_size=16)
+    stale = Gpu("b", running=4, waiting=3, kv_usage=0.5, scraped_age=5.0)
+    index = make_view([fresh, stale]).by_model[LLAMA_8B]
+    assert list(index.fresh) == [True, False]
+    assert index.kv_total[0] == 1000
+    assert index.kv_free_scraped[0] == 500
+    assert math.isnan(index.kv_free_scraped[1])
+    assert index.kv_free_base[1] == index.kv_total[1]
+    assert index.running[1] == 0 and index.waiting[1] == 0
+    assert index.external_queued[0] > 0 and index.external_queued[1] == 0
+
+
+def test_external_queue_excludes_our_own_waiting_requests() -> None:
+    gpu = Gpu("a", running=1, waiting=3, own_at_scrape=SlotLoad(prefilling=3))
+    assert make_view([gpu]).by_model[LLAMA_8B].external_queued[0] == 0
+
+
+def test_health_weight_scales_the_prefill_rate() -> None:
+    index = make_view([Gpu("a", health=HealthStatus(True, weight=0.5))]).by_model[LLAMA_8B]
+    rate = get_profile("H100", LLAMA_8B).prefill_tokens_per_s
+    assert index.rate[0] == pytest.approx(rate / 2)
+    assert index.ms_per_token[0] == pytest.approx(2000 / rate)
+
+
+def test_unknown_gpu_type_is_priced_with_the_fallback() -> None:
+    assert profile_for("TPU-v5", LLAMA_8B) == get_profile(*FALLBACK_PROFILE)
+    assert profile_for("tpu", "some/other-model") == get_profile(*FALLBACK_PROFILE)
+
+
+def test_context_limit_follows_the_workers_kv_geometry() -> None:
+    index = make_view([Gpu("a", running=0, kv_blocks=100, block_size=16)]).by_model[LLAMA_8B]
+    assert index.max_model_len[0] == 1600
+
+
+def test_loaded_is_false_only_when_a_fresh_scrape_names_other_models() -> None:
+    view = make_view(
+        [
+            Gpu("a", running=0, metrics_models=("other",)),
+            Gpu("b", running=0, metrics_models=("other",), scraped_age=9.0),
+            Gpu("c", running=0, metrics_models=("",)),
+        ]
+    )
+    assert list(view.by_model[LLAMA_8B].loaded) == [False, True, True]
+
+
+def test_arrays_are_read_only() -> None:
+    index = make_view([Gpu("a")]).by_model[LLAMA_8B]
+    with pytest.raises(ValueError, match="read-only"):
+        index.rate[0] = 1.0
+
+
+def test_ring_covers_every_gpu_and_lookup_wraps() -> None:
+    index = make_view([Gpu(f"g{i}") for i in range(5)]).by_model[LLAMA_8B]
+    assert set(np.unique(index.ring_owner).tolist()) == set(range(5))
+    assert ring_lookup(index, 2**64 - 1) in (0, len(index.ring_points) - 1)
+    assert ring_lookup(index, 0) == 0
+
+
+def test_wrr_weights_follow_prefill_speed() -> None:
+    index = make_view([Gpu("a", gpu_type="H100"), Gpu("b", gpu_type="A100-80GB")]).by_model[
+        LLAMA_8B
+    ]
+    assert list(index.wrr_weight) == [2, 1]
+
+
+def test_built_at() -> None:
+    assert make_view([]).built_at == NOW
