@@ -26,7 +26,8 @@ def test_worker_specs(
     worker = parse_worker(spec)
     assert (worker.id, worker.gpu_type, worker.models, worker.labels) == (id, gpu, models, labels)
     record = worker.record("z", "r")
-    assert record.zone_id == "z" and record.url == worker.url
+    assert record.zone_id == "z"
+    assert record.url == worker.url
 
 
 @pytest.mark.parametrize(

@@ -59,7 +59,8 @@ def test_consecutive_failures_eject_and_ejections_grow() -> None:
     assert "ejected" in (health.status("a", 5.0).reason or "")
     # After base_ejection_s: half-open, one trial.
     status = health.status("a", 11.5)
-    assert status.eligible and status.half_open
+    assert status.eligible
+    assert status.half_open
     # A failing trial ejects again at once, for twice as long.
     assert health.record("a", Outcome.CONNECT, 12.0)
     assert health.ejected_until("a") == pytest.approx(32.0)

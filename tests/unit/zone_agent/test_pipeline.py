@@ -68,7 +68,8 @@ def test_weighted_totals_and_a_full_trace() -> None:
     assert record.trace.filters[0].reasons == (("c", "ejected"),)
     assert record.trace.weights == (("x", 1.0), ("y", 3.0))
     assert [s.candidate for s in record.trace.scores] == ["a", "b"]
-    assert record.predicted_ttft_ms is not None and record.predicted_ttft_ms > 0
+    assert record.predicted_ttft_ms is not None
+    assert record.predicted_ttft_ms > 0
     # The trace serialises with the shared adapter and reads back equal.
     assert decision_adapter.validate_json(decision_adapter.dump_json(record)) == record
 
@@ -116,7 +117,7 @@ def test_unknown_model() -> None:
 
 
 def test_a_plugin_crash_becomes_a_plugin_error() -> None:
-    with pytest.raises(PluginError, match="broken.*ZeroDivisionError"):
+    with pytest.raises(PluginError, match=r"broken.*ZeroDivisionError"):
         profile(filters=(Broken(),)).decide(make_request(), make_view([Gpu("a")]))
 
 

@@ -54,7 +54,8 @@ def test_default_profile_shape() -> None:
     ]
     assert p.weights == (("ttft", 1.0),)
     assert p.picker.name == "max-score-picker"
-    assert p.cost_model is not None and p.cost_model.name == "ttft"
+    assert p.cost_model is not None
+    assert p.cost_model.name == "ttft"
 
 
 def test_llm_d_blend_weights() -> None:

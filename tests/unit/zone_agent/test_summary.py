@@ -59,7 +59,8 @@ async def test_publisher_writes_under_a_lease_and_withdraws() -> None:
     summary = build_summary(make_view([Gpu("a")]), 1.0)
     await publisher.publish(summary)
     kv = await store.get(keys.zone_summary("region-1", "zone-a"))
-    assert kv is not None and kv.lease == publisher.lease_id
+    assert kv is not None
+    assert kv.lease == publisher.lease_id
     assert decode(kv.key, kv.value, ZoneSummary) == summary
     # The lease ran out while we were away: a new one is granted.
     await clock.advance(10.0)

@@ -57,8 +57,10 @@ def test_fresh_scrapes_are_used_and_stale_ones_distrusted() -> None:
     assert index.kv_free_scraped[0] == 500
     assert math.isnan(index.kv_free_scraped[1])
     assert index.kv_free_base[1] == index.kv_total[1]
-    assert index.running[1] == 0 and index.waiting[1] == 0
-    assert index.external_queued[0] > 0 and index.external_queued[1] == 0
+    assert index.running[1] == 0
+    assert index.waiting[1] == 0
+    assert index.external_queued[0] > 0
+    assert index.external_queued[1] == 0
 
 
 def test_external_queue_excludes_our_own_waiting_requests() -> None:

@@ -2,10 +2,9 @@ from __future__ import annotations
 
 import pytest
 
+from tests.unit.zone_agent.helpers import Gpu, batch, make_request, make_view
 from zone_agent.plugins.canary import CanaryFilter, Params
 from zone_agent.request import CanaryChoice
-
-from ..helpers import Gpu, batch, make_request, make_view
 
 GPUS = [
     Gpu("stable", labels=(("version", "v1"),)),

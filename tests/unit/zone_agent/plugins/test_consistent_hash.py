@@ -1,27 +1,23 @@
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
+from tests.unit.zone_agent.helpers import Gpu, batch, make_request, make_view
 from zone_agent.accounting import Accounting
 from zone_agent.plugins.consistent_hash import ConsistentHash, Params
 from zone_agent.prefix import consistent_hash_key
+from zone_agent.request import ZoneRequest
+from zone_agent.view import ZoneView
 
-from ..helpers import Gpu, batch, make_request, make_view
 
-
-def _choice(view, request, plugin=None) -> str:  # type: ignore[no-untyped-def]
+def _choice(view: ZoneView, request: ZoneRequest, plugin: ConsistentHash | None = None) -> str:
     b = batch(view, request)
     return str(b.index.ids[int((plugin or ConsistentHash()).scores(b).argmax())])
 
 
-def _keyed(text: str, request_id: str = "r"):  # type: ignore[no-untyped-def]
-    request = make_request(request_id=request_id)
-    return type(request)(
-        **{
-            **{s: getattr(request, s) for s in request.__slots__},
-            "hash_key": consistent_hash_key(text),
-        }
-    )
+def _keyed(text: str, request_id: str = "r") -> ZoneRequest:
+    return replace(make_request(request_id=request_id), hash_key=consistent_hash_key(text))
 
 
 def test_same_prefix_same_gpu_and_spread_over_gpus() -> None:

@@ -1,9 +1,8 @@
 from __future__ import annotations
 
+from tests.unit.zone_agent.helpers import Gpu, batch, make_request, make_view
 from zone_agent.accounting import Accounting
 from zone_agent.plugins.dynamo_cost import DynamoCost, Params
-
-from ..helpers import Gpu, batch, make_request, make_view
 
 PROMPT = "dynamo prompt " * 400
 

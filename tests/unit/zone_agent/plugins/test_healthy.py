@@ -3,11 +3,10 @@ from __future__ import annotations
 import pytest
 
 from gtm.models import WorkerState
+from tests.unit.zone_agent.helpers import Gpu, batch, make_request, make_view
 from zone_agent.accounting import Accounting
 from zone_agent.health import HealthStatus
 from zone_agent.plugins.healthy import HealthyFilter
-
-from ..helpers import Gpu, batch, make_request, make_view
 
 
 @pytest.mark.parametrize(

@@ -2,9 +2,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.unit.zone_agent.helpers import Gpu, batch, make_request, make_view
 from zone_agent.plugins.kv_cache_utilization_scorer import KvCacheUtilizationScorer
-
-from ..helpers import Gpu, batch, make_request, make_view
 
 
 @pytest.mark.parametrize(("usage", "score"), [(0.0, 1.0), (0.25, 0.75), (1.0, 0.0)])

@@ -2,10 +2,9 @@ from __future__ import annotations
 
 import pytest
 
+from tests.unit.zone_agent.helpers import Gpu, batch, make_request, make_view
 from zone_agent.accounting import Accounting
 from zone_agent.plugins.least_pending_tokens import LeastPendingTokens
-
-from ..helpers import Gpu, batch, make_request, make_view
 
 
 @pytest.mark.parametrize(

@@ -4,17 +4,19 @@ from collections import Counter
 
 import numpy as np
 
+from tests.unit.zone_agent.helpers import Gpu, batch, make_request, make_view
+from zone_agent.pipeline import GpuPicker
 from zone_agent.plugins.max_score import MaxScorePicker
 from zone_agent.plugins.max_score import Params as MaxParams
 from zone_agent.plugins.power_of_two import PowerOfTwoPicker
 from zone_agent.plugins.random_pick import RandomPicker
 
-from ..helpers import Gpu, batch, make_request, make_view
-
 VIEW = make_view([Gpu(f"g{i}") for i in range(4)])
 
 
-def _pick(picker, totals, dead=(), request_id="r"):  # type: ignore[no-untyped-def]
+def _pick(
+    picker: GpuPicker, totals: list[float], dead: tuple[int, ...] = (), request_id: str = "r"
+) -> int:
     b = batch(VIEW, make_request(request_id=request_id))
     for i in dead:
         b.alive[i] = False

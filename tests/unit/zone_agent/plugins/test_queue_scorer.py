@@ -1,9 +1,8 @@
 from __future__ import annotations
 
+from tests.unit.zone_agent.helpers import Gpu, batch, make_request, make_view
 from zone_agent.accounting import Accounting, SlotLoad
 from zone_agent.plugins.queue_scorer import QueueScorer
-
-from ..helpers import Gpu, batch, make_request, make_view
 
 
 def test_shortest_scraped_queue_corrected_by_what_we_sent_since() -> None:

@@ -2,10 +2,9 @@ from __future__ import annotations
 
 import pytest
 
+from tests.unit.zone_agent.helpers import Gpu, batch, make_request, make_view
 from zone_agent.health import HealthStatus
 from zone_agent.plugins.round_robin import RoundRobin
-
-from ..helpers import Gpu, batch, make_request, make_view
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,7 @@
 from __future__ import annotations
 
+from tests.unit.zone_agent.helpers import MODEL, Gpu, batch, make_request, make_view
 from zone_agent.plugins.serves_model import ServesModelFilter
-
-from ..helpers import MODEL, Gpu, batch, make_request, make_view
 
 
 def test_removes_workers_whose_fresh_metrics_lack_the_model() -> None:

@@ -1,14 +1,15 @@
 from __future__ import annotations
 
+from tests.unit.zone_agent.helpers import Gpu, batch, make_request, make_view
 from zone_agent.accounting import Accounting
 from zone_agent.plugins.sglang_cache_aware import SglangCacheAware
-
-from ..helpers import Gpu, batch, make_request, make_view
+from zone_agent.request import ZoneRequest
+from zone_agent.view import ZoneView
 
 PROMPT = "a long shared system prompt " * 200
 
 
-def _choice(view, request) -> str:  # type: ignore[no-untyped-def]
+def _choice(view: ZoneView, request: ZoneRequest) -> str:
     b = batch(view, request)
     return str(b.index.ids[int(SglangCacheAware().scores(b).argmax())])
 

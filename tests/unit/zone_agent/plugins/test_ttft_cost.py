@@ -6,11 +6,10 @@ import pytest
 
 from gtm.gpu_profiles import get_profile
 from gtm.routing.cost import predicted_ttft_ms
+from tests.unit.zone_agent.helpers import MODEL, Gpu, batch, make_request, make_view
 from zone_agent.accounting import Accounting
 from zone_agent.health import HealthStatus
 from zone_agent.plugins.ttft_cost import Params, TtftCost
-
-from ..helpers import MODEL, Gpu, batch, make_request, make_view
 
 PROMPT = "shared system prompt " * 300  # ~6 kB: ~25 blocks
 

@@ -2,9 +2,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from tests.unit.zone_agent.helpers import Gpu, batch, make_request, make_view
 from zone_agent.plugins.weighted_round_robin import WeightedRoundRobin
-
-from ..helpers import Gpu, batch, make_request, make_view
 
 
 def test_turns_are_proportional_to_gpu_speed() -> None:
