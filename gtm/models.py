@@ -236,8 +236,17 @@ class ZoneSummary(StoredRecord):
         return next((m for m in self.models if m.model == model), None)
 
 
+class ModelTtft(Frozen):
+    """A region's predicted TTFT for one model, excluding the client's RTT: the best
+    zone's intra-region RTT + queueing delay (a request's own prefill comes on top)."""
+
+    model: ModelName
+    ttft_ms: NonNegFloat
+
+
 class RegionSummary(StoredRecord):
-    """Published by a regional LB under a lease; read by the global tier."""
+    """Published by a regional LB under a lease; read by the global tier and by peer
+    regional LBs (spillover)."""
 
     region_id: Identifier
     published_at: NonNegFloat
@@ -245,9 +254,22 @@ class RegionSummary(StoredRecord):
     zones_total: NonNegInt = 0
     zones_healthy: NonNegInt = 0
     models: tuple[ModelLoad, ...] = ()
+    #: Fraction of the region's serving capacity in use (0 idle, 1 every zone full).
+    saturation: UnitFloat = 0.0
+    #: Models for which every zone of the region is saturated.
+    saturated_models: tuple[ModelName, ...] = ()
+    predicted_ttft: tuple[ModelTtft, ...] = ()
+    #: Requests a second spilled into / out of the region (the publisher's view).
+    spill_in_per_s: NonNegFloat = 0.0
+    spill_out_per_s: NonNegFloat = 0.0
+    #: Where the region's regional LB listens (for peers and the global tier).
+    endpoints: tuple[Endpoint, ...] = ()
 
     def load_for(self, model: str) -> ModelLoad | None:
         return next((m for m in self.models if m.model == model), None)
+
+    def ttft_for(self, model: str) -> float | None:
+        return next((t.ttft_ms for t in self.predicted_ttft if t.model == model), None)
 
 
 # ---------------------------------------------------------------------------- requests
