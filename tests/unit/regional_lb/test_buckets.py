@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from regional_lb.buckets import TokenBucket
+
+
+def test_full_bucket_admits_its_burst_then_waits_for_refill() -> None:
+    bucket = TokenBucket.full(rate=2.0, burst=4.0, now=0.0)
+    for _ in range(4):
+        assert bucket.wait_for(1, 0.0) == 0.0
+        bucket.take(1, 0.0)
+    assert bucket.wait_for(1, 0.0) == pytest.approx(0.5)
+    assert bucket.wait_for(1, 0.5) == 0.0
+
+
+def test_refill_never_exceeds_the_burst() -> None:
+    bucket = TokenBucket.full(rate=10.0, burst=3.0, now=0.0)
+    bucket.take(3, 0.0)
+    assert bucket.available(100.0) == 3.0
+
+
+def test_oversize_request_needs_a_full_bucket_and_leaves_a_debt() -> None:
+    bucket = TokenBucket.full(rate=1.0, burst=5.0, now=0.0)
+    bucket.take(1, 0.0)
+    assert bucket.wait_for(50, 0.0) == pytest.approx(1.0)  # until the bucket is full
+    assert bucket.wait_for(50, 1.0) == 0.0
+    bucket.take(50, 1.0)
+    assert bucket.available(1.0) == -45.0
+    assert bucket.wait_for(1, 1.0) == pytest.approx(46.0)
+
+
+def test_admissions_over_a_window_stay_within_burst_plus_refill() -> None:
+    rate, burst, horizon = 5.0, 5.0, 60.0
+    bucket = TokenBucket.full(rate, burst, now=0.0)
+    admitted = 0
+    t = 0.0
+    while t < horizon:
+        while bucket.wait_for(1, t) == 0.0:
+            bucket.take(1, t)
+            admitted += 1
+        t += 0.01
+    assert admitted <= burst + rate * horizon
+    assert admitted >= rate * horizon  # and nothing is wasted
+
+
+def test_zero_rate_never_admits() -> None:
+    bucket = TokenBucket.full(rate=0.0, burst=0.0, now=0.0)
+    assert bucket.wait_for(1, 10.0) == math.inf
+
+
+def test_give_back_is_capped_at_the_burst() -> None:
+    bucket = TokenBucket.full(rate=1.0, burst=2.0, now=0.0)
+    bucket.take(1, 0.0)
+    bucket.give_back(10, 0.0)
+    assert bucket.available(0.0) == 2.0
+
+
+def test_reconfigure_keeps_the_level_but_caps_it() -> None:
+    bucket = TokenBucket.full(rate=1.0, burst=10.0, now=0.0)
+    bucket.take(2, 0.0)
+    bucket.reconfigure(rate=0.5, burst=4.0, now=0.0)
+    assert bucket.available(0.0) == 4.0
+    bucket.reconfigure(rate=2.0, burst=20.0, now=0.0)
+    assert bucket.available(0.0) == 4.0
+    assert bucket.available(1.0) == 6.0
+
+
+@pytest.mark.parametrize(("rate", "burst"), [(-1.0, 1.0), (1.0, math.inf), (math.nan, 1.0)])
+def test_invalid_parameters_are_refused(rate: float, burst: float) -> None:
+    with pytest.raises(ValueError, match="finite rate and burst"):
+        TokenBucket.full(rate, burst, 0.0)

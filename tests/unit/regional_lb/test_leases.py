@@ -1,0 +1,221 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from gtm.clock import FakeClock
+from gtm.errors import StateUnavailable
+from gtm.metrics import new_registry
+from gtm.state import codec, keys
+from gtm.state.memory import MemoryStore
+from regional_lb.leases import (
+    CapacityLeases,
+    LeaseSettings,
+    QuotaLeaseRecord,
+    demand_fraction,
+    fair_shares,
+    pool_totals,
+)
+from regional_lb.quota import Cost, Demand, Dimension, Grant, Pool, QuotaLimiter, Ticket
+from tests.unit.regional_lb.helpers import FlakyStore, quotas
+
+SETTINGS = LeaseSettings(ttl=5.0, refresh_interval=1.0, safe_share=0.3)
+POOL = Pool("unlisted", 1.0)
+
+
+class Replica:
+    def __init__(self, name: str, store: FlakyStore | MemoryStore, clock: FakeClock) -> None:
+        self.name = name
+        self.clock = clock
+        self.limiter = QuotaLimiter()
+        self.registry = new_registry()
+        self.limiter.configure(
+            "t1",
+            quotas(requests_per_minute=6000),
+            1.0,
+            Grant(0.0, math.inf, 0.0),
+            clock.monotonic(),
+        )
+        self.leases = CapacityLeases(
+            store,
+            self.limiter,
+            replica_id=name,
+            region="r1",
+            clock=clock,
+            registry=self.registry,
+            settings=SETTINGS,
+        )
+        self.leases.configure({"t1": POOL})
+
+    def load(self, requests: int) -> None:
+        """Ask for ``requests`` requests now (admitted ones finish at once)."""
+        for _ in range(requests):
+            ticket = self.limiter.admit("t1", Cost(1, 1), self.clock.monotonic())
+            if isinstance(ticket, Ticket):
+                self.limiter.finish(ticket, self.clock.monotonic())
+
+    @property
+    def share(self) -> float:
+        return self.leases.share("t1")
+
+
+async def records(store: MemoryStore) -> list[QuotaLeaseRecord]:
+    listing = await store.range(keys.prefix(keys.Kind.QUOTA_LEASE))
+    return [codec.decode(kv.key, kv.value, QuotaLeaseRecord) for kv in listing.kvs]
+
+
+async def rounds(clock: FakeClock, replicas: list[Replica], n: int, load: int = 0) -> None:
+    for _ in range(n):
+        for replica in replicas:
+            replica.load(load)
+        for replica in replicas:
+            await replica.leases.refresh()
+        await clock.advance(1.0)
+
+
+# ---------------------------------------------------------------------------- pure parts
+
+
+def test_fair_shares_meets_small_wants_and_splits_the_rest() -> None:
+    assert fair_shares(1.0, {"a": 1.0, "b": 1.0}) == {"a": 0.5, "b": 0.5}
+    shares = fair_shares(1.0, {"a": 0.1, "b": 1.0, "c": 1.0})
+    assert shares == pytest.approx({"a": 0.1, "b": 0.45, "c": 0.45})
+    spare = fair_shares(1.0, {"a": 0.2, "b": 0.4})
+    assert spare == pytest.approx({"a": 0.4, "b": 0.6})
+    assert fair_shares(1.0, {}) == {}
+    assert sum(fair_shares(1.0, {str(i): i / 7 for i in range(9)}).values()) == pytest.approx(1)
+
+
+def test_demand_fraction_takes_the_tightest_limit() -> None:
+    demand = Demand({Dimension.REQUESTS: 30.0, Dimension.INPUT_TOKENS: 10.0}, 2)
+    limits = {Dimension.REQUESTS: 60.0, Dimension.INPUT_TOKENS: 600.0}
+    assert demand_fraction(demand, limits, 1.0) == 30.0
+    assert demand_fraction(demand, {Dimension.CONCURRENCY: 4.0}, 1.0) == 0.5
+    assert demand_fraction(demand, limits, 0.0) == 0.0
+
+
+def test_settings_are_checked() -> None:
+    with pytest.raises(ValueError, match="interval"):
+        LeaseSettings(ttl=1.0, refresh_interval=2.0)
+    with pytest.raises(ValueError, match="safe_share"):
+        LeaseSettings(safe_share=1.5)
+    with pytest.raises(ValueError, match="headroom"):
+        LeaseSettings(headroom=0.5)
+
+
+# ---------------------------------------------------------------------------- rounds
+
+
+async def test_a_replica_alone_gets_the_whole_pool(fake_clock: FakeClock) -> None:
+    store = MemoryStore(fake_clock)
+    replica = Replica("a", store, fake_clock)
+    assert replica.share == SETTINGS.safe_share  # before the first round: safe, unverified
+    await rounds(fake_clock, [replica], 1)
+    assert replica.share == 1.0
+    assert replica.leases.holdings()["t1"] == (1.0, True)
+    (record,) = await records(store)
+    assert (record.replica, record.grant, record.pool) == ("a", 1.0, "unlisted")
+    assert (
+        replica.registry.get_sample_value("gtm_regional_quota_lease_share", {"tenant": "t1"}) == 1.0
+    )
+
+
+async def test_two_busy_replicas_converge_to_halves_and_never_overclaim(
+    fake_clock: FakeClock,
+) -> None:
+    store = MemoryStore(fake_clock)
+    a, b = Replica("a", store, fake_clock), Replica("b", store, fake_clock)
+    await rounds(fake_clock, [a], 2, load=500)
+    for _ in range(5):
+        await rounds(fake_clock, [a, b], 1, load=500)
+        assert sum(pool_totals(await records(store)).values()) <= 1.0 + 1e-9
+        backed = [r.leases.holdings()["t1"] for r in (a, b)]
+        assert sum(share for share, ok in backed if ok) <= 1.0 + 1e-9
+    assert a.share == pytest.approx(0.5)
+    assert b.share == pytest.approx(0.5)
+
+
+async def test_shares_follow_demand(fake_clock: FakeClock) -> None:
+    store = MemoryStore(fake_clock)
+    heavy, light = Replica("heavy", store, fake_clock), Replica("light", store, fake_clock)
+    for _ in range(8):
+        heavy.load(200)  # twice the pool rate of 100/s
+        light.load(10)
+        await rounds(fake_clock, [heavy, light], 1)
+    assert light.share == pytest.approx(0.125, abs=0.03)  # 10 % demand + 25 % headroom
+    assert heavy.share == pytest.approx(1 - light.share, abs=1e-6)
+
+
+async def test_outage_falls_back_to_the_safe_share_and_reconverges(
+    fake_clock: FakeClock,
+) -> None:
+    store = FlakyStore(MemoryStore(fake_clock))
+    a, b = Replica("a", store, fake_clock), Replica("b", store, fake_clock)
+    await rounds(fake_clock, [a, b], 4, load=500)
+    assert (a.share, b.share) == pytest.approx((0.5, 0.5))
+    store.down = True
+    for replica in (a, b):
+        with pytest.raises(StateUnavailable):
+            await replica.leases.refresh()
+    assert a.share == 0.5  # still within the lease
+    await fake_clock.advance(SETTINGS.ttl)
+    assert (a.share, b.share) == (SETTINGS.safe_share, SETTINGS.safe_share)
+    assert a.registry.get_sample_value("gtm_regional_quota_safe_mode") == 1.0
+    await fake_clock.advance(10.0)  # the store expires the old leases meanwhile
+    store.down = False
+    await rounds(fake_clock, [a, b], 4, load=500)
+    assert (a.share, b.share) == pytest.approx((0.5, 0.5))
+    assert a.leases.holdings()["t1"] == (0.5, True)
+    assert a.registry.get_sample_value("gtm_regional_quota_safe_mode") == 0.0
+
+
+async def test_a_lost_lease_is_replaced(fake_clock: FakeClock) -> None:
+    store = MemoryStore(fake_clock)
+    a = Replica("a", store, fake_clock)
+    await rounds(fake_clock, [a], 1)
+    (kv,) = (await store.range(keys.prefix(keys.Kind.QUOTA_LEASE))).kvs
+    await store.revoke_lease(kv.lease)
+    await rounds(fake_clock, [a], 1)
+    assert a.share == 1.0
+    (record,) = await records(store)
+    assert record.grant == 1.0
+
+
+async def test_close_hands_the_share_to_the_others(fake_clock: FakeClock) -> None:
+    store = MemoryStore(fake_clock)
+    a, b = Replica("a", store, fake_clock), Replica("b", store, fake_clock)
+    await rounds(fake_clock, [a, b], 3, load=500)
+    await a.leases.close()
+    await rounds(fake_clock, [b], 2, load=500)
+    assert b.share == 1.0
+    assert a.share == SETTINGS.safe_share  # a closed replica no longer holds a lease
+
+
+async def test_other_pools_do_not_count(fake_clock: FakeClock) -> None:
+    store = MemoryStore(fake_clock)
+    a = Replica("a", store, fake_clock)
+    other = Replica("b", store, fake_clock)
+    other.leases.configure({"t1": Pool("eu-west", 0.5)})
+    await rounds(fake_clock, [a, other], 2, load=500)
+    assert a.share == 1.0
+    assert other.share == 1.0
+    totals = pool_totals(await records(store))
+    assert totals == {("t1", "unlisted"): 1.0, ("t1", "eu-west"): 1.0}
+
+
+async def test_invalid_records_are_ignored(fake_clock: FakeClock) -> None:
+    store = MemoryStore(fake_clock)
+    await store.put(keys.quota_lease("t1", "broken"), b"{not json")
+    a = Replica("a", store, fake_clock)
+    await rounds(fake_clock, [a], 1)
+    assert a.share == 1.0
+
+
+async def test_forgotten_tenants_are_dropped(fake_clock: FakeClock) -> None:
+    store = MemoryStore(fake_clock)
+    a = Replica("a", store, fake_clock)
+    await rounds(fake_clock, [a], 1)
+    a.leases.configure({})
+    assert a.leases.holdings() == {}
+    assert a.registry.get_sample_value("gtm_regional_quota_lease_share", {"tenant": "t1"}) is None
