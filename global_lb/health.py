@@ -130,6 +130,7 @@ class HealthChecker:
         self._on_change = on_change
         self._ready = asyncio.Event()
         self._rounds = 0
+        self._dirty = False
 
     @property
     def config(self) -> HealthCheckConfig:
@@ -153,6 +154,7 @@ class HealthChecker:
         self._targets = dict(targets)
         for gone in set(self._trackers) - set(targets):
             del self._trackers[gone]
+            self._dirty = True  # the next round publishes a table without it
         if any(rid not in self._trackers for rid in targets):
             self._ready.clear()
 
@@ -170,7 +172,8 @@ class HealthChecker:
         if all(rid in self._trackers and self._trackers[rid].up is not None for rid in targets):
             self._ready.set()
         fail_open = self._all_down()
-        if changed or fail_open != self._table.fail_open:
+        if changed or self._dirty or fail_open != self._table.fail_open:
+            self._dirty = False
             self._publish(fail_open)
             return True
         return False

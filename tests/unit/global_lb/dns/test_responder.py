@@ -1,0 +1,277 @@
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+import dns.edns
+import dns.flags
+import dns.message
+import dns.rcode
+import dns.rdatatype
+import pytest
+
+from gtm.clock import FakeClock
+from gtm.metrics import new_registry
+from global_lb.dns.responder import Responder
+from global_lb.dns.rrl import RrlConfig
+from global_lb.dns.zone import NameServer, ZoneConfig
+from global_lb.geo import ChainLocator, MaxMindLocator
+from global_lb.metrics import GlobalMetrics
+from global_lb.router import GlobalRouter
+from global_lb.view import GlobalView
+from tests.unit.global_lb.helpers import address_of, view, write_city_db
+
+RESOLVER = ipaddress.ip_address("127.0.0.1")
+
+
+class Harness:
+    def __init__(self, tmp_path: Path, router: GlobalRouter, **zone: object) -> None:
+        self.view: GlobalView | None = view()
+        self.registry = new_registry()
+        self.clock = FakeClock()
+        self.responder = Responder(
+            ZoneConfig(
+                name_servers=(NameServer(addresses=(ipaddress.ip_address("127.0.0.53"),)),), **zone
+            ),  # type: ignore[arg-type]
+            view=lambda: self.view,
+            router=router,
+            locator=ChainLocator(MaxMindLocator(write_city_db(tmp_path / "city.mmdb"))),
+            metrics=GlobalMetrics(self.registry),
+            clock=self.clock,
+            rrl=RrlConfig(rate=0),
+        )
+
+    def ask(
+        self,
+        name: str,
+        rdtype: str = "A",
+        subnet: tuple[str, int] | None = None,
+        source: str = "127.0.0.1",
+        udp: bool = True,
+        **kw: object,
+    ) -> dns.message.Message:
+        options = [dns.edns.ECSOption(*subnet)] if subnet else []
+        edns = 0 if (subnet or "use_edns" in kw) else None
+        kw.pop("use_edns", None)
+        q = dns.message.make_query(name, rdtype, use_edns=edns, options=options, **kw)  # type: ignore[arg-type]
+        raw = self.responder.respond(q.to_wire(), ipaddress.ip_address(source), udp=udp)
+        assert raw is not None
+        reply = dns.message.from_wire(raw)
+        assert reply.id == q.id
+        return reply
+
+
+@pytest.fixture
+def h(tmp_path: Path, dns_router: GlobalRouter) -> Harness:
+    return Harness(tmp_path, dns_router)
+
+
+def addresses(reply: dns.message.Message) -> list[str]:
+    return [rdata.to_text() for rrset in reply.answer for rdata in rrset]
+
+
+def scope(reply: dns.message.Message) -> int:
+    (option,) = [o for o in reply.options if isinstance(o, dns.edns.ECSOption)]
+    return option.scopelen
+
+
+@pytest.mark.parametrize(
+    ("subnet", "region"),
+    [
+        (("81.2.69.0", 24), "eu-west"),  # London
+        (("216.160.83.0", 24), "us-west"),  # Seattle area
+        (("198.51.100.0", 24), "eu-central"),  # Frankfurt
+        (("2001:218::", 32), "ap-northeast"),  # Tokyo
+    ],
+)
+def test_api_answers_the_nearest_region_with_the_network_as_scope(
+    h: Harness, subnet: tuple[str, int], region: str
+) -> None:
+    reply = h.ask("api.inference.example.", subnet=subnet)
+    assert reply.rcode() == dns.rcode.NOERROR and reply.flags & dns.flags.AA
+    assert addresses(reply) == [address_of(region)]
+    assert scope(reply) == subnet[1]
+    assert reply.answer[0].ttl == 30
+
+
+def test_aaaa_answers_the_ipv6_endpoint(h: Harness) -> None:
+    reply = h.ask("api.inference.example.", "AAAA", subnet=("2a02:c7f::", 48))
+    assert addresses(reply) == [address_of("eu-central", 6)]
+    assert scope(reply) == 32  # the database network is wider than the source
+
+
+def test_scope_longer_than_source_when_the_source_spans_two_countries(h: Harness) -> None:
+    # 203.0.113.0/24 is Tokyo (/25) and Singapore (/25): a /24 answer must not be cached
+    # for the whole /24.
+    reply = h.ask("api.inference.example.", subnet=("203.0.113.0", 24))
+    assert scope(reply) == 25
+
+
+def test_without_ecs_the_resolver_address_decides_and_no_option_is_sent(h: Harness) -> None:
+    reply = h.ask("api.inference.example.", source="81.2.69.7")
+    assert addresses(reply) == [address_of("eu-west")]
+    assert reply.options == ()
+
+
+def test_ecs_source_zero_gets_scope_zero(h: Harness) -> None:
+    reply = h.ask("api.inference.example.", subnet=("0.0.0.0", 0), source="81.2.69.7")
+    assert addresses(reply) == [address_of("eu-west")]
+    assert scope(reply) == 0
+
+
+def test_gdpr_client_is_never_answered_outside_the_eea(h: Harness) -> None:
+    # Linköping, Sweden: GDPR applies; the nearest allowed regions are in the EEA.
+    reply = h.ask("us.api.inference.example.", subnet=("89.160.20.0", 24))
+    assert reply.rcode() == dns.rcode.NOERROR
+    assert reply.answer == []  # NODATA
+    assert reply.authority[0].rdtype == dns.rdatatype.SOA
+    assert scope(reply) == 24
+    assert addresses(h.ask("api.inference.example.", subnet=("89.160.20.0", 24))) in (
+        [address_of("eu-west")],
+        [address_of("eu-central")],
+    )
+
+
+def test_jurisdiction_and_region_names(h: Harness) -> None:
+    assert addresses(h.ask("eu.api.inference.example.", subnet=("216.160.83.0", 24))) == [
+        address_of("eu-west")
+    ]
+    assert addresses(h.ask("JP.api.inference.example.", subnet=("81.2.69.0", 24))) == [
+        address_of("ap-northeast")
+    ]
+    assert addresses(h.ask("us-east.api.inference.example.", subnet=("81.2.69.0", 24))) == [
+        address_of("us-east")
+    ]
+
+
+def test_unavailable_region_name_is_nodata(h: Harness) -> None:
+    h.view = view(revision=2, down=["us-east"], drained=["eu-west"])
+    for name in ("us-east.api.inference.example.", "eu-west.api.inference.example."):
+        reply = h.ask(name, subnet=("81.2.69.0", 24))
+        assert (reply.rcode(), reply.answer) == (dns.rcode.NOERROR, [])
+        assert reply.authority[0].rdtype == dns.rdatatype.SOA
+
+
+def test_answers_change_when_the_view_changes(h: Harness) -> None:
+    assert addresses(h.ask("api.inference.example.", subnet=("81.2.69.0", 24))) == [
+        address_of("eu-west")
+    ]
+    h.view = view(revision=2, down=["eu-west"])
+    assert addresses(h.ask("api.inference.example.", subnet=("81.2.69.0", 24))) != [
+        address_of("eu-west")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "rdtype", "rcode"),
+    [
+        ("nope.inference.example.", "A", dns.rcode.NXDOMAIN),
+        ("x.eu-west.api.inference.example.", "A", dns.rcode.NXDOMAIN),
+        ("example.com.", "A", dns.rcode.REFUSED),
+        ("xinference.example.", "A", dns.rcode.REFUSED),
+        ("api.inference.example.", "AXFR", dns.rcode.REFUSED),
+    ],
+)
+def test_error_codes(h: Harness, name: str, rdtype: str, rcode: int) -> None:
+    reply = h.ask(name, rdtype)
+    assert reply.rcode() == rcode
+    if rcode == dns.rcode.NXDOMAIN:
+        assert reply.authority[0].rdtype == dns.rdatatype.SOA
+        assert reply.authority[0].name.to_text() == "inference.example."
+
+
+def test_refused_for_another_class(h: Harness) -> None:
+    assert h.ask("api.inference.example.", "A", rdclass="CH").rcode() == dns.rcode.REFUSED
+
+
+def test_apex_soa_ns_and_name_server_address(h: Harness) -> None:
+    soa = h.ask("inference.example.", "SOA")
+    assert soa.answer[0][0].mname.to_text() == "ns1.inference.example."
+    assert soa.answer[0][0].minimum == 30
+    ns = h.ask("inference.example.", "NS")
+    assert [r.to_text() for r in ns.answer[0]] == ["ns1.inference.example."]
+    assert addresses(h.ask("ns1.inference.example.")) == ["127.0.0.53"]
+    assert h.ask("inference.example.", "A").answer == []
+
+
+def test_any_gets_a_minimal_hinfo(h: Harness) -> None:
+    reply = h.ask("api.inference.example.", "ANY")
+    (rrset,) = reply.answer
+    assert rrset.rdtype == dns.rdatatype.HINFO and rrset[0].cpu == b"RFC8482"
+
+
+def test_other_types_on_existing_names_are_nodata(h: Harness) -> None:
+    reply = h.ask("api.inference.example.", "TXT")
+    assert (reply.rcode(), reply.answer) == (dns.rcode.NOERROR, [])
+
+
+def test_edns_version_1_is_badvers(h: Harness) -> None:
+    q = dns.message.make_query("api.inference.example.", "A", use_edns=1)
+    reply = dns.message.from_wire(h.responder.respond(q.to_wire(), RESOLVER) or b"")
+    assert reply.rcode() == dns.rcode.BADVERS
+
+
+def test_no_view_yet_is_servfail(h: Harness) -> None:
+    h.view = None
+    assert h.ask("api.inference.example.").rcode() == dns.rcode.SERVFAIL
+
+
+def test_rate_limiting_drops_and_slips(tmp_path: Path, dns_router: GlobalRouter) -> None:
+    h = Harness(tmp_path, dns_router)
+    h.responder._rrl = type(h.responder._rrl)(RrlConfig(rate=2, slip=2), h.clock)
+    wire = dns.message.make_query("api.inference.example.", "A").to_wire()
+    replies = [h.responder.respond(wire, RESOLVER, udp=True) for _ in range(6)]
+    assert [r is not None for r in replies] == [True, True, False, True, False, True]
+    slipped = dns.message.from_wire(replies[3])  # type: ignore[arg-type]
+    assert slipped.flags & dns.flags.TC and not slipped.answer
+    assert h.responder.respond(wire, RESOLVER, udp=False) is not None  # TCP is never limited
+
+
+def test_metrics_count_answers_by_name_region_and_rcode(h: Harness) -> None:
+    h.ask("api.inference.example.", subnet=("81.2.69.0", 24))
+    h.ask("api.inference.example.", subnet=("81.2.69.0", 24))
+    h.ask("nope.inference.example.")
+    sample = h.registry.get_sample_value
+    assert (
+        sample(
+            "gtm_global_dns_responses_total",
+            {"kind": "api", "region": "eu-west", "rcode": "NOERROR"},
+        )
+        == 2
+    )
+    assert (
+        sample(
+            "gtm_global_dns_responses_total", {"kind": "other", "region": "", "rcode": "NXDOMAIN"}
+        )
+        == 1
+    )
+    assert sample("gtm_global_dns_ecs_scope_prefix_length_count", {"family": "ipv4"}) == 2
+
+
+def test_too_many_addresses_truncate_over_udp_but_not_tcp(
+    tmp_path: Path, dns_router: GlobalRouter
+) -> None:
+    from dataclasses import replace
+
+    from gtm.models import Endpoint
+
+    h = Harness(tmp_path, dns_router, max_addresses=64)
+    base = view()
+    many = tuple(
+        Endpoint(url=f"http://[fd00::{i:x}]:80", address=ipaddress.ip_address(f"fd00::{i:x}"))
+        for i in range(1, 41)
+    )
+    regions = tuple(replace(r, endpoints=many) if r.id == "eu-west" else r for r in base.regions)
+    h.view = replace(base, regions=regions)
+    udp = h.ask("eu-west.api.inference.example.", "AAAA", subnet=("81.2.69.0", 24), payload=512)
+    assert udp.flags & dns.flags.TC and udp.answer == []
+    tcp = h.ask("eu-west.api.inference.example.", "AAAA", subnet=("81.2.69.0", 24), udp=False)
+    assert len(tcp.answer[0]) == 40
+
+
+def test_internal_errors_cost_one_servfail(h: Harness) -> None:
+    def broken() -> GlobalView:
+        raise RuntimeError("boom")
+
+    h.responder._view_source = broken
+    assert h.ask("api.inference.example.").rcode() == dns.rcode.SERVFAIL

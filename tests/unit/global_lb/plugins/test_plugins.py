@@ -1,0 +1,195 @@
+"""Table-driven tests of each global-tier plugin, one class per module."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import pytest
+
+from gtm.models import ClientInfo, GeoPoint, RouteRequest
+from gtm.routing import Scored
+from global_lb.plugins import affinity, health, load, model, residency, spread, ttft
+from global_lb.plugins import global_registry
+from global_lb.view import ANY_MODEL, RegionState, RequestContext
+from tests.unit.global_lb.helpers import MODEL, REGION_IDS, load as load_of, summary, view
+
+LONDON = GeoPoint(lat=51.51, lon=-0.09)
+
+
+def req(
+    model_name: str = MODEL,
+    tenant: str = "demo-global",
+    rid: str = "r",
+    tokens: int = 1000,
+    point: GeoPoint | None = LONDON,
+) -> RouteRequest:
+    return RouteRequest(
+        request_id=rid,
+        model=model_name,
+        input_tokens=tokens,
+        tenant=tenant,
+        client=ClientInfo(location=point),
+    )
+
+
+def ctx_for(v, allowed=frozenset(REGION_IDS), point: GeoPoint | None = LONDON) -> RequestContext:  # type: ignore[no-untyped-def]
+    return RequestContext(v, frozenset(allowed), point, "GB", "rule-x")
+
+
+def test_registry_has_every_global_type_and_the_builtins() -> None:
+    names = set(global_registry().type_names())
+    assert {
+        "residency-filter", "health-filter", "model-filter", "ttft-scorer", "ttft-cost-model",
+        "load-scorer", "tenant-affinity-scorer", "headroom-spread-picker", "max-score-picker",
+    } <= names  # fmt: skip
+
+
+def test_residency_filter_keeps_only_allowed_and_names_the_rule() -> None:
+    v = view()
+    result = residency.ResidencyFilter().filter(req(), v.regions, ctx_for(v, {"eu-west"}))
+    assert [c.id for c in result.kept] == ["eu-west"]
+    assert len(result.removed) == 5
+    assert all("rule-x" in why for _, why in result.removed)
+
+
+def test_residency_filter_with_an_empty_set_removes_everything() -> None:
+    v = view()
+    result = residency.ResidencyFilter().filter(req(), v.regions, ctx_for(v, set()))
+    assert result.kept == ()
+
+
+@pytest.mark.parametrize(
+    ("down", "drained", "removed"),
+    [
+        ((), (), {}),
+        (("eu-west",), (), {"eu-west": "unhealthy"}),
+        ((), ("us-east",), {"us-east": "drained"}),
+    ],
+)
+def test_health_filter(
+    down: tuple[str, ...], drained: tuple[str, ...], removed: dict[str, str]
+) -> None:
+    v = view(down=down, drained=drained)
+    result = health.HealthFilter().filter(req(), v.regions, ctx_for(v))
+    assert {cid: why.split(":")[0] for cid, why in result.removed} == removed
+    assert len(result.kept) == 6 - len(removed)
+
+
+def test_model_filter() -> None:
+    v = view(
+        summaries=[
+            summary("eu-west", load_of(model="other")),
+            summary("us-east", load_of(healthy_gpus=0)),
+        ]
+    )
+    result = model.ModelFilter().filter(req(), v.regions, ctx_for(v))
+    assert {cid for cid, _ in result.removed} == {"eu-west", "us-east"}
+    # Regions without a summary are kept; DNS (any model) keeps everything.
+    assert model.ModelFilter().filter(req(ANY_MODEL), v.regions, ctx_for(v)).removed == ()
+
+
+def test_ttft_cost_is_rtt_plus_queue_plus_own_prefill() -> None:
+    v = view(summaries=[summary("eu-west", load_of(queued=20_000, prefill=20_000, gpus=4))])
+    region = v.by_id["eu-west"]
+    ctx = ctx_for(v)
+    cost = ttft.TtftScorer().cost_ms(req(tokens=1000), region, ctx)
+    rtt = ctx.rtt_ms(region)
+    # 20k queued tokens at 20k tok/s = 1 s; 1000 own tokens on one of 4 GPUs = 200 ms.
+    assert cost == pytest.approx(rtt + 1000.0 + 200.0)
+    # Without a summary only the RTT counts; a model missing from the summary is ∞.
+    assert ttft.TtftScorer().cost_ms(req(), v.by_id["us-east"], ctx) == pytest.approx(
+        ctx.rtt_ms(v.by_id["us-east"])
+    )
+    assert math.isinf(ttft.TtftScorer().cost_ms(req("other"), region, ctx))
+
+
+def test_ttft_scores_are_in_unit_interval_best_is_one() -> None:
+    v = view()
+    scores = ttft.TtftScorer().score(req(), v.regions, ctx_for(v))
+    assert max(scores.values()) == 1.0 and scores["eu-west"] == 1.0
+    assert all(0.0 <= s <= 1.0 for s in scores.values())
+    assert scores["eu-central"] > scores["us-east"] > scores["ap-southeast"]
+
+
+def test_measured_latency_overrides_the_distance_model() -> None:
+    from global_lb.view import LatencyModel
+
+    v = view(latency=LatencyModel({("GB", "us-east"): 1.0}))
+    assert ctx_for(v).rtt_ms(v.by_id["us-east"]) == 1.0
+    assert ctx_for(v, point=None).rtt_ms(v.by_id["eu-west"]) == pytest.approx(26.0)
+
+
+def test_load_scorer_is_headroom() -> None:
+    v = view(summaries=[summary("eu-west", load_of(running=60, waiting=15, max_running=100))])
+    scores = load.LoadScorer().score(req(), v.regions, ctx_for(v))
+    assert scores["eu-west"] == pytest.approx(0.25)
+    assert scores["us-east"] == 1.0  # no summary: unknown load counts as idle
+
+
+def test_affinity_is_stable_and_moves_only_when_the_home_is_full() -> None:
+    scorer = affinity.TenantAffinityScorer()
+    v = view(summaries=[summary(r, load_of(running=10)) for r in REGION_IDS])
+    homes = {t: scorer.home(req(tenant=t), v.regions) for t in ("t1", "t2", "t3", "t4", "t5")}
+    assert homes == {t: scorer.home(req(tenant=t), v.regions) for t in homes}
+    assert len(set(homes.values())) > 1  # tenants spread over regions
+    home = homes["t1"]
+    full = view(
+        summaries=[summary(r, load_of(running=95 if r == home else 10)) for r in REGION_IDS]
+    )
+    assert scorer.home(req(tenant="t1"), full.regions) != home
+    scores = scorer.score(req(tenant="t1"), v.regions, ctx_for(v))
+    assert sorted(scores.values()) == [0.0] * 5 + [1.0]
+
+
+def scored(v, totals: dict[str, float]) -> list[Scored[RegionState]]:  # type: ignore[no-untyped-def]
+    return [Scored(v.by_id[r], t) for r, t in totals.items()]
+
+
+def test_spread_picker_takes_the_best_with_headroom() -> None:
+    v = view(summaries=[summary(r, load_of(running=10)) for r in REGION_IDS])
+    pick = spread.HeadroomSpreadPicker().pick(req(), scored(v, {"eu-west": 1.0, "eu-central": 0.9}))
+    assert pick.id == "eu-west"
+
+
+def test_spread_picker_spreads_a_saturated_best_by_headroom() -> None:
+    loads = {"eu-west": 95, "eu-central": 40, "us-east": 80}
+    v = view(summaries=[summary(r, load_of(running=loads.get(r, 0))) for r in REGION_IDS])
+    picker = spread.HeadroomSpreadPicker()
+    totals = {"eu-west": 1.0, "eu-central": 0.9, "us-east": 0.6, "ap-northeast": 0.1}
+    picks = Counter(picker.pick(req(rid=str(i)), scored(v, totals)).id for i in range(2000))
+    # Headroom 0.05 : 0.60 : 0.20 over the 3 best; ap-northeast is outside the band.
+    assert set(picks) == {"eu-west", "eu-central", "us-east"}
+    assert picks["eu-central"] / 2000 == pytest.approx(0.60 / 0.85, abs=0.05)
+    assert picks["us-east"] / 2000 == pytest.approx(0.20 / 0.85, abs=0.05)
+
+
+def test_spread_picker_spreads_displaced_clients() -> None:
+    v = view(down=["eu-west"])
+    survivors = {"eu-central": 1.0, "us-east": 0.7, "us-west": 0.5}
+    picks = Counter(
+        spread.HeadroomSpreadPicker().pick(req(rid=str(i)), scored(v, survivors)).id
+        for i in range(600)
+    )
+    assert len(picks) == 3  # not all of eu-west's clients land on eu-central
+    far = req(point=GeoPoint(lat=35.0, lon=139.0))  # Tokyo: not displaced by eu-west
+    assert spread.HeadroomSpreadPicker().pick(far, scored(v, survivors)).id == "eu-central"
+
+
+def test_spread_picker_is_deterministic_per_request() -> None:
+    v = view(summaries=[summary(r, load_of(running=90)) for r in REGION_IDS])
+    totals = {"eu-west": 1.0, "eu-central": 0.9, "us-east": 0.8}
+    picker = spread.HeadroomSpreadPicker(params=spread.Params(seed=7))
+    first = [picker.pick(req(rid=str(i)), scored(v, totals)).id for i in range(50)]
+    assert first == [picker.pick(req(rid=str(i)), scored(v, totals)).id for i in range(50)]
+
+
+def test_spread_picker_without_headroom_returns_the_best() -> None:
+    v = view(summaries=[summary(r, load_of(running=100)) for r in REGION_IDS])
+    pick = spread.HeadroomSpreadPicker().pick(req(), scored(v, {"us-east": 0.9, "eu-west": 1.0}))
+    assert pick.id == "eu-west"
+
+
+def test_spread_params_are_validated() -> None:
+    with pytest.raises(ValueError, match="saturation"):
+        spread.Params(saturation=1.5)

@@ -1,0 +1,146 @@
+from __future__ import annotations
+
+import ipaddress
+
+import pytest
+
+from gtm.models import ClientInfo, GeoPoint, RouteRequest
+from global_lb import profiles
+from global_lb.geo import Location, LocationSource
+from global_lb.plugins import global_registry
+from global_lb.router import GlobalRouter, Refusal, cell_of, spread_slot, token_bucket
+from tests.unit.global_lb.helpers import MODEL, REGION_IDS, load, summary, view
+
+LONDON = GeoPoint(lat=51.51, lon=-0.09)
+STOCKHOLM = GeoPoint(lat=59.33, lon=18.06)
+SEATTLE = GeoPoint(lat=47.6, lon=-122.3)
+
+
+def located(country: str | None, point: GeoPoint | None) -> Location:
+    return Location(country, point, ipaddress.ip_network("192.0.2.0/24"), LocationSource.DATABASE)
+
+
+def request(
+    tenant: str = "demo-global", model: str = MODEL, rid: str = "r1", **kw: object
+) -> RouteRequest:
+    return RouteRequest(request_id=rid, model=model, input_tokens=500, tenant=tenant, **kw)  # type: ignore[arg-type]
+
+
+def test_nearest_region_wins_and_fallbacks_are_ranked(router: GlobalRouter) -> None:
+    outcome = router.decide(request(), view(), located("GB", LONDON))
+    assert outcome.region == "eu-west"
+    assert outcome.fallbacks[0] == "eu-central"
+    assert set(outcome.fallbacks) == set(outcome.allowed) - {"eu-west"}
+    assert outcome.http_status == 200
+    assert outcome.reasons == ("residency:allowed",)
+    assert outcome.predicted_ttft_ms is not None and outcome.predicted_ttft_ms < 60
+
+
+@pytest.mark.parametrize(
+    ("tenant", "country", "point", "allowed"),
+    [
+        ("demo-global", "SE", STOCKHOLM, {"eu-west", "eu-central"}),  # GDPR: EEA only
+        ("demo-eu", "US", SEATTLE, {"eu-west", "eu-central"}),  # tenant pinned to the EU
+        ("acme-health", "US", SEATTLE, {"us-east", "us-west"}),
+    ],
+)
+def test_choice_and_fallbacks_stay_inside_the_allowed_set(
+    router: GlobalRouter, tenant: str, country: str, point: GeoPoint, allowed: set[str]
+) -> None:
+    outcome = router.decide(request(tenant), view(), located(country, point))
+    assert set(outcome.allowed) == allowed
+    assert outcome.region in allowed
+    assert set(outcome.fallbacks) <= allowed
+
+
+def test_residency_refusal_is_451_with_the_reason(router: GlobalRouter) -> None:
+    outcome = router.decide(request("acme-health"), view(), located("SE", STOCKHOLM))
+    assert outcome.refusal is Refusal.RESIDENCY
+    assert outcome.http_status == 451
+    assert outcome.region is None and outcome.fallbacks == ()
+    assert outcome.reasons == ("residency:denied", "refused:residency")
+    assert "gdpr-stays-in-eea" in outcome.detail
+
+
+def test_unknown_tenant_is_refused(router: GlobalRouter) -> None:
+    outcome = router.decide(request("nobody"), view(), located("GB", LONDON))
+    assert outcome.refusal is Refusal.RESIDENCY
+    assert outcome.verdict.reason.value == "unknown-tenant"
+
+
+def test_all_allowed_regions_down_is_503_never_outside(router: GlobalRouter) -> None:
+    outcome = router.decide(
+        request("demo-eu"), view(down=["eu-west", "eu-central"]), located("GB", LONDON)
+    )
+    assert outcome.refusal is Refusal.NO_AVAILABLE_REGION
+    assert outcome.http_status == 503
+    assert outcome.region is None
+    assert outcome.trace is not None and outcome.trace.filters[-1].plugin == "health"
+
+
+def test_model_served_nowhere_allowed_is_404(router: GlobalRouter) -> None:
+    summaries = [summary(r, load(model="other/model")) for r in ("eu-west", "eu-central")]
+    outcome = router.decide(request("demo-eu"), view(summaries=summaries), located("GB", LONDON))
+    assert outcome.refusal is Refusal.MODEL_NOT_SERVED
+    assert outcome.http_status == 404
+
+
+def test_drained_region_takes_no_new_requests(router: GlobalRouter) -> None:
+    outcome = router.decide(request(), view(drained=["eu-west"]), located("GB", LONDON))
+    assert outcome.region == "eu-central"
+    assert outcome.trace is not None
+    assert ("eu-west", "drained") in outcome.trace.filters[1].reasons
+
+
+def test_loaded_region_loses_to_an_idle_neighbour(router: GlobalRouter) -> None:
+    busy = summary("eu-west", load(running=50, queued=400_000, prefill=20_000))
+    others = [summary(r, load()) for r in REGION_IDS if r != "eu-west"]
+    outcome = router.decide(request(), view(summaries=[busy, *others]), located("GB", LONDON))
+    assert outcome.region == "eu-central"
+
+
+def test_decisions_are_cached_per_view_revision(router: GlobalRouter) -> None:
+    first = view(revision=1)
+    a = router.decide(request(rid="a"), first, located("GB", LONDON))
+    b = router.decide(request(rid="a"), first, located("GB", LONDON))
+    assert (a.cached, b.cached) == (False, True)
+    assert b.region == a.region and b.decision_id == "a"
+    moved = view(revision=2, down=["eu-west"])
+    c = router.decide(request(rid="a"), moved, located("GB", LONDON))
+    assert (c.cached, c.region) == (False, "eu-central")
+
+
+def test_cache_off_runs_the_profile_every_time() -> None:
+    spec = profiles.profile_spec(None, "global-default", profiles.DEFAULT_REQUEST_PROFILE)
+    router = GlobalRouter(profiles.build(global_registry(), spec, None), spec, cache_size=0)
+    v = view()
+    assert not router.decide(request(), v, located("GB", LONDON)).cached
+    assert not router.decide(request(), v, located("GB", LONDON)).cached
+
+
+def test_location_defaults_to_the_request_client(router: GlobalRouter) -> None:
+    outcome = router.decide(request(client=ClientInfo(country="US", location=SEATTLE)), view())
+    assert outcome.region == "us-west"
+
+
+def test_unknown_location_uses_the_policy_assumption(router: GlobalRouter) -> None:
+    outcome = router.decide(request(), view(), located(None, None))
+    assert outcome.verdict.assumed_jurisdiction == "world"
+    assert outcome.region is not None
+
+
+def test_outcome_json_has_the_decision_api_fields(router: GlobalRouter) -> None:
+    data = router.decide(request(), view(), located("GB", LONDON)).to_json()
+    assert {"decision_id", "region", "fallbacks", "allowed", "scores", "reasons", "trace"} <= set(
+        data
+    )
+    assert data["client"]["country"] == "GB"
+    assert [f["plugin"] for f in data["trace"]["filters"]] == ["residency", "health", "model"]
+
+
+def test_cache_key_helpers() -> None:
+    assert cell_of(None, None) is None
+    assert cell_of(LONDON, "GB") == ("GB", 103, 0)
+    assert token_bucket(0) == token_bucket(63) == 0
+    assert token_bucket(64) < token_bucket(128) < token_bucket(100_000)
+    assert 0 <= spread_slot("x") < 16
