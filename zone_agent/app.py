@@ -115,6 +115,10 @@ class ZoneAgent:
         return self._view
 
     @property
+    def registry(self) -> CollectorRegistry:
+        return self._registry
+
+    @property
     def profile(self) -> ZoneProfile:
         return self._profile
 
@@ -315,6 +319,14 @@ class ZoneAgent:
             context = current.kv_usage * blocks * size / batch
             expected = profile.decode_step_s(int(batch), context)
             self.health.observe_decode(worker.id, observed, expected, tokens, now)
+
+    async def refresh(self) -> ZoneView:
+        """Catch up with the store (if any), then scrape every worker: a view that
+        reflects everything written to the store before this call."""
+        if self._watcher is not None and self._store is not None:
+            await self._watcher.wait_for_revision(await self._store.current_revision())
+        await self.scrape_round()
+        return self._view
 
     async def check_round(self) -> None:
         """Active health checks of every worker; rebuild the view if one changed state."""

@@ -1,0 +1,202 @@
+"""Workers that fail, hang, reset, cut streams or speak garbage, via the emulator's fault
+API: the agent retries before the first byte, ejects outliers, never hangs or crashes,
+and releases every charge."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+import httpx
+import openai
+import pytest
+from openai import AsyncStream
+from openai.types.chat import ChatCompletionChunk, ChatCompletionMessageParam
+
+from gtm.gpu_profiles import LLAMA_8B
+from zone_agent.health import HealthConfig
+from zone_agent.profiles import builtin_profile
+
+from .conftest import FAST_HEALTH, ZoneFactory, eventually
+
+pytestmark = pytest.mark.integration
+
+HELLO: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Hello, faults."}]
+
+
+async def _drain(stream: AsyncStream[ChatCompletionChunk], received: list[str]) -> None:
+    async for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            received.append(chunk.choices[0].delta.content)
+
+
+async def _ask(zone: object, client: openai.AsyncOpenAI) -> str:
+    raw = await client.chat.completions.with_raw_response.create(
+        model=LLAMA_8B, messages=HELLO, max_tokens=3
+    )
+    return raw.headers["x-gtm-gpu"]
+
+
+async def test_5xx_is_retried_elsewhere_and_the_gpu_ejected(make_zone: ZoneFactory) -> None:
+    zone = await make_zone(["H100", "H100"])
+    await zone.faults(zone.sims[0], {"error_rate": 1.0, "error_status": 500})
+    zone.agent.set_profile(builtin_profile("round-robin"))  # make sure gpu-0 gets asked
+    served = [await _ask(zone, zone.client) for _ in range(6)]
+    assert set(served) == {"gpu-1"}
+    retries = zone.agent.registry.get_sample_value("gtm_zone_retries_total", {"reason": "http_500"})
+    assert retries == 2  # FAST_HEALTH: ejected after 2 consecutive failures
+    assert zone.agent.health.ejected_until("gpu-0") is not None
+    assert zone.agent.registry.get_sample_value("gtm_zone_ejections_total", {"gpu": "gpu-0"}) == 1
+    gpu0 = zone.agent.view.gpu("gpu-0")
+    assert gpu0 is not None
+    assert "ejected" in (gpu0.unavailable_reason() or "")
+    await zone.no_leaks()
+
+
+async def test_every_gpu_failing_is_a_502_not_a_hang(make_zone: ZoneFactory) -> None:
+    zone = await make_zone(
+        ["H100", "H100"],
+        health=HealthConfig(**{**FAST_HEALTH.model_dump(), "consecutive_failures": 50}),
+    )
+    for sim in zone.sims:
+        await zone.faults(sim, {"error_rate": 1.0, "error_status": 503})
+    with pytest.raises(openai.APIStatusError) as info:
+        await zone.client.chat.completions.create(model=LLAMA_8B, messages=HELLO, max_tokens=3)
+    assert info.value.status_code == 502
+    assert "failed on 2 GPU(s)" in info.value.message
+    await zone.no_leaks()
+
+
+async def test_a_hanging_worker_times_out_and_the_request_moves_on(make_zone: ZoneFactory) -> None:
+    zone = await make_zone(["H100", "H100"], upstream_timeout_s=0.5)
+    await zone.faults(zone.sims[0], {"hang": True})
+    zone.agent.set_profile(builtin_profile("round-robin"))
+    started = time.monotonic()
+    served = [await _ask(zone, zone.client) for _ in range(2)]
+    assert served.count("gpu-1") == 2
+    assert time.monotonic() - started >= 0.5
+    assert (
+        zone.agent.registry.get_sample_value("gtm_zone_retries_total", {"reason": "timeout"}) == 1
+    )
+    await zone.no_leaks()
+    await zone.faults(zone.sims[0])
+
+
+async def test_a_cut_stream_reaches_the_client_as_an_error(make_zone: ZoneFactory) -> None:
+    zone = await make_zone(["H100"])
+    await zone.faults(zone.sims[0], {"stop_stream_after": 3})
+    stream = await zone.client.chat.completions.create(
+        model=LLAMA_8B, messages=HELLO, max_tokens=50, stream=True, extra_body={"ignore_eos": True}
+    )
+    received: list[str] = []
+    with pytest.raises((openai.APIError, httpx.HTTPError)):
+        await _drain(stream, received)
+    assert 0 < len(received) <= 3
+    await zone.no_leaks()
+    failures = zone.agent.registry.get_sample_value(
+        "gtm_zone_upstream_failures_total", {"gpu": "gpu-0", "outcome": "reset"}
+    )
+    assert failures == 1
+
+
+async def test_client_disconnect_cancels_upstream_and_releases(make_zone: ZoneFactory) -> None:
+    zone = await make_zone(["H100"], sim_overrides={"speedup": 20.0})
+    sim = zone.sims[0]
+    async with aiohttp.ClientSession() as http:
+        response = await http.post(
+            zone.url + "/v1/chat/completions",
+            json={
+                "model": LLAMA_8B,
+                "messages": HELLO,
+                "max_tokens": 5000,
+                "stream": True,
+                "ignore_eos": True,
+            },
+        )
+        assert response.status == 200
+        first = await response.content.readany()
+        assert first.startswith(b"data:")
+        assert zone.agent.accounting.totals().streams == 1
+        response.close()  # the client goes away mid-stream
+    await zone.no_leaks()
+
+    async def worker_idle() -> bool:
+        return sim.driver(LLAMA_8B).in_flight == 0
+
+    await eventually(worker_idle)
+
+
+async def test_a_dead_worker_is_retried_elsewhere(make_zone: ZoneFactory) -> None:
+    zone = await make_zone(["H100", "H100"])
+    zone.agent.set_profile(builtin_profile("round-robin"))
+    await zone.sims[0].stop()  # healthy a moment ago; now nothing listens there
+    served = [await _ask(zone, zone.client) for _ in range(3)]
+    assert set(served) == {"gpu-1"}
+    retries = zone.agent.registry.get_sample_value("gtm_zone_retries_total", {"reason": "connect"})
+    assert retries is not None
+    assert retries >= 1
+    await zone.no_leaks()
+
+
+async def _garbage_worker() -> tuple[asyncio.Server, str]:
+    """Healthy on GET, garbage (not HTTP at all) on every POST."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            line = await reader.readline()
+            while (await reader.readline()) not in (b"\r\n", b""):
+                pass
+            if line.startswith(b"GET"):
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+            else:
+                writer.write(b"\x00\x13garbage \xff\xfe not http\r\n\r\n")
+            await writer.drain()
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, f"http://127.0.0.1:{port}"
+
+
+async def test_garbage_from_a_worker_is_retried_not_crashed_on(make_zone: ZoneFactory) -> None:
+    server, url = await _garbage_worker()
+    try:
+        zone = await make_zone(
+            ["H100"], extra_workers=[f"{url},gpu=H100,id=garbage,model={LLAMA_8B}"]
+        )
+        zone.agent.set_profile(builtin_profile("round-robin"))
+        served = [await _ask(zone, zone.client) for _ in range(3)]
+        assert set(served) == {"gpu-0"}
+        resets = zone.agent.registry.get_sample_value(
+            "gtm_zone_upstream_failures_total", {"gpu": "garbage", "outcome": "reset"}
+        )
+        assert resets is not None
+        assert resets >= 1
+        await zone.no_leaks()
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_a_throttled_gpu_is_detected_and_deweighted(make_zone: ZoneFactory) -> None:
+    zone = await make_zone(["H100", "H100", "H100"], sim_overrides={"speedup": 200.0})
+    zone.agent.set_profile(builtin_profile("round-robin"))
+    await zone.faults(zone.sims[2], {"thermal_throttle": True})
+    for _round in range(3):
+        await asyncio.gather(
+            *(
+                zone.client.chat.completions.create(
+                    model=LLAMA_8B, messages=HELLO, max_tokens=40, extra_body={"ignore_eos": True}
+                )
+                for _ in range(6)
+            )
+        )
+        await zone.agent.scrape_round()
+    slowdowns = zone.agent.health.slowdowns()
+    assert slowdowns["gpu-2"] > 1.15
+    assert slowdowns["gpu-0"] < 1.1
+    weight = zone.agent.view.gpu("gpu-2")
+    assert weight is not None
+    assert weight.health.weight < 0.9
