@@ -1,0 +1,266 @@
+"""The whole global tier on loopback: the OpenAI SDK through the front door to stand-in
+regional LBs (test code only) that forward to an emulated GPU worker."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import dns.asyncquery
+import dns.edns
+import dns.message
+import openai
+import pytest
+import yaml
+from aiohttp import web
+from openai import AsyncOpenAI
+
+from fleetsim.server import GpuSimConfig, GpuSimServer
+from gtm.clock import SystemClock
+from gtm.gpu_profiles import LLAMA_8B
+from gtm.metrics import new_registry
+from global_lb.app import GlobalConfig, GlobalTier
+from global_lb.dns.rrl import RrlConfig
+from global_lb.frontdoor import FrontDoorConfig
+from global_lb.geo import ChainLocator, MaxMindLocator
+from global_lb.health import HealthCheckConfig
+from policies import verify
+from tests.unit.global_lb.helpers import REGION_IDS, address_of, topology, write_city_db
+
+pytestmark = pytest.mark.integration
+
+LONDON = "81.2.69.7"
+STOCKHOLM = "89.160.20.7"
+
+
+@dataclass
+class StandIn:
+    """A stand-in for one region's regional LB: forwards to the emulated worker."""
+
+    region: str
+    worker_url: str
+    runner: web.AppRunner | None = None
+    port: int = 0
+    seen: list[str] = field(default_factory=list)
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_route("*", "/v1/{tail:.*}", self._forward)
+        self.runner = web.AppRunner(app, access_log=None)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", self.port)
+        await site.start()
+        self.port = self.runner.addresses[0][1]
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+            self.runner = None
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def _forward(self, request: web.Request) -> web.StreamResponse:
+        self.seen.append(request.headers.get("x-gtm-decision-id", ""))
+        async with aiohttp.ClientSession() as session, session.request(
+            request.method, self.worker_url + request.path, data=await request.read(),
+            headers={"Content-Type": "application/json"},
+        ) as upstream:  # fmt: skip
+            response = web.StreamResponse(status=upstream.status)
+            response.content_type = upstream.content_type
+            await response.prepare(request)
+            async for chunk in upstream.content.iter_any():
+                await response.write(chunk)
+            await response.write_eof()
+            return response
+
+
+@dataclass
+class Deployment:
+    tier: GlobalTier
+    stand_ins: dict[str, StandIn]
+    http: str
+    audit_dir: Path
+
+    def client(self, key: str, client_ip: str = LONDON) -> AsyncOpenAI:
+        return AsyncOpenAI(
+            base_url=self.http + "/v1",
+            api_key=key,
+            max_retries=0,
+            timeout=20.0,
+            default_headers={"X-Forwarded-For": client_ip},
+        )
+
+
+@pytest.fixture
+async def deployment(tmp_path: Path) -> AsyncIterator[Deployment]:
+    worker = GpuSimServer(
+        GpuSimConfig(
+            port=0, speedup=1000.0, gpu_type="H100", models=(LLAMA_8B,), seed=1, warmup_passes=0
+        ),
+        registry=new_registry(),
+    )
+    await worker.start()
+    stand_ins = {r: StandIn(r, worker.url) for r in REGION_IDS}
+    for stand_in in stand_ins.values():
+        await stand_in.start()
+    regions = topology(ports={r: s.port for r, s in stand_ins.items()})
+    # The URLs point at the stand-ins on 127.0.0.1; DNS answers keep the 127.0.1.N addresses.
+    fixed = [
+        r.model_copy(
+            update={
+                "endpoints": (
+                    r.endpoints[0].model_copy(
+                        update={"url": f"http://127.0.0.1:{stand_ins[r.id].port}"}
+                    ),
+                )
+            }
+        )
+        for r in regions
+    ]
+    topo = tmp_path / "topology.yaml"
+    topo.write_text(
+        yaml.safe_dump({"regions": [r.model_dump(mode="json", by_alias=True) for r in fixed]})
+    )
+    config = GlobalConfig(
+        dns_listen="127.0.0.1:0",
+        http_listen="127.0.0.1:0",
+        topology=str(topo),
+        audit_dir=str(tmp_path / "audit"),
+        rrl=RrlConfig(rate=0),
+        # One health round at start; the test drives later rounds itself (check_once).
+        health=HealthCheckConfig(interval=3600.0, fall=2, rise=2),
+        front_door=FrontDoorConfig(trusted_proxies=(ipaddress.ip_network("127.0.0.0/8"),)),
+    )
+    tier = GlobalTier(
+        config,
+        clock=SystemClock(),
+        registry=new_registry(),
+        locator=ChainLocator(MaxMindLocator(write_city_db(tmp_path / "city.mmdb"))),
+    )
+    endpoints = await tier.start()
+    await tier.health.wait_ready()
+    assert endpoints.http is not None
+    yield Deployment(tier, stand_ins, endpoints.http, tmp_path / "audit")
+    await tier.stop()
+    for stand_in in stand_ins.values():
+        await stand_in.stop()
+    await worker.stop()
+
+
+async def test_chat_completion_end_to_end_with_region_headers(deployment: Deployment) -> None:
+    async with deployment.client("gtm-demo-global") as client:
+        raw = await client.chat.completions.with_raw_response.create(
+            model=LLAMA_8B,
+            messages=[{"role": "user", "content": "Hello from London"}],
+            max_tokens=8,
+        )
+    completion = raw.parse()
+    assert completion.choices[0].message.content
+    assert raw.headers["x-gtm-region"] == "eu-west"
+    decision = raw.headers["x-gtm-decision-id"]
+    assert deployment.stand_ins["eu-west"].seen == [decision]
+
+
+async def test_streaming_passes_through(deployment: Deployment) -> None:
+    async with deployment.client("gtm-demo-global", "216.160.83.9") as client:
+        stream = await client.chat.completions.create(
+            model=LLAMA_8B,
+            messages=[{"role": "user", "content": "stream please"}],
+            max_tokens=16,
+            stream=True,
+        )
+        chunks = [chunk async for chunk in stream]
+    assert len(chunks) > 2
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert deployment.stand_ins["us-west"].seen
+
+
+async def test_residency_refusal_is_451_with_a_json_reason(deployment: Deployment) -> None:
+    async with deployment.client("gtm-acme-health-example", STOCKHOLM) as client:
+        with pytest.raises(openai.APIStatusError) as info:
+            await client.chat.completions.create(
+                model=LLAMA_8B, messages=[{"role": "user", "content": "hi"}], max_tokens=4
+            )
+    assert info.value.status_code == 451
+    body = info.value.response.json()
+    assert body["error"]["type"] == "residency_refused"
+    assert body["error"]["code"] == "residency:denied"
+    assert not any(s.seen for s in deployment.stand_ins.values())
+
+
+async def test_bad_key_is_401(deployment: Deployment) -> None:
+    async with deployment.client("gtm-wrong-key") as client:
+        with pytest.raises(openai.AuthenticationError):
+            await client.chat.completions.create(
+                model=LLAMA_8B, messages=[{"role": "user", "content": "x"}]
+            )
+
+
+async def test_retry_on_the_next_allowed_region_then_failover(deployment: Deployment) -> None:
+    await deployment.stand_ins["eu-west"].stop()  # dies; the health checks have not noticed
+    async with deployment.client("gtm-demo-eu") as client:
+        raw = await client.chat.completions.with_raw_response.create(
+            model=LLAMA_8B, messages=[{"role": "user", "content": "still there?"}], max_tokens=4
+        )
+    assert raw.headers["x-gtm-region"] == "eu-central"  # the next region inside the EU set
+    sample = deployment.tier.metrics  # counters on the tier's registry
+    assert sample.retries.labels("eu-west", "eu-central")._value.get() == 1
+    # Two failed health rounds (fall = 2): DNS and the front door stop using eu-west.
+    await deployment.tier.health.check_once()
+    await deployment.tier.health.check_once()
+    view = deployment.tier.keeper.view
+    assert view is not None and not view.by_id["eu-west"].available
+    dns_address = deployment.tier.endpoints.dns
+    assert dns_address is not None
+    query = dns.message.make_query(
+        "api.inference.example.", "A", use_edns=0, options=[dns.edns.ECSOption("81.2.69.0", 24)]
+    )
+    reply = await dns.asyncquery.udp(query, dns_address.host, port=dns_address.port, timeout=5)
+    assert [r.to_text() for rrset in reply.answer for r in rrset] != [address_of("eu-west")]
+    async with deployment.client("gtm-demo-eu") as client:
+        raw = await client.chat.completions.with_raw_response.create(
+            model=LLAMA_8B, messages=[{"role": "user", "content": "again"}], max_tokens=4
+        )
+    assert raw.headers["x-gtm-region"] == "eu-central"
+    assert sample.retries.labels("eu-west", "eu-central")._value.get() == 1  # no new retry
+
+
+async def test_route_api_service_endpoints_and_audit(deployment: Deployment) -> None:
+    async with aiohttp.ClientSession() as http:
+        async with http.post(
+            deployment.http + "/v1/route",
+            json={"model": LLAMA_8B, "client_ip": STOCKHOLM, "input_tokens": 100},
+            headers={"Authorization": "Bearer gtm-demo-global"},
+        ) as response:
+            assert response.status == 200
+            decision = await response.json()
+        assert decision["region"] in ("eu-west", "eu-central")
+        assert set(decision["allowed"]) == {"eu-west", "eu-central"}
+        assert decision["client"]["country"] == "SE"
+        assert decision["trace"]["filters"][0]["plugin"] == "residency"
+        for path, status in (("/healthz", 200), ("/readyz", 200)):
+            async with http.get(deployment.http + path) as response:
+                assert response.status == status
+        async with http.get(deployment.http + "/metrics") as response:
+            text = await response.text()
+        assert 'gtm_global_decisions_total{channel="route",outcome="' in text
+        async with http.post(deployment.http + "/v1/route", json={"model": "m"}) as response:
+            assert response.status == 401
+    report = verify([deployment.audit_dir])
+    assert report.ok and report.records >= 1
+    records = [
+        json.loads(line)["record"]
+        for line in (deployment.audit_dir)
+        .glob("global-*.jsonl")
+        .__next__()
+        .read_text()
+        .splitlines()
+    ]
+    assert records[-1]["client_country"] == "SE"
+    assert "prompt" not in json.dumps(records)
