@@ -166,6 +166,13 @@ class Batch:
                 self._uncached = self.index.zeros + float(request.input_tokens)
         return self._uncached
 
+    def uncached_at(self, position: int) -> float:
+        """``uncached[position]`` without building the array when nothing matched."""
+        self.matched  # noqa: B018 (computing it sets any_match)
+        if not self.any_match:
+            return float(self.request.input_tokens)
+        return float(self.uncached[position])
+
     @property
     def queued(self) -> Floats:
         """Uncached prompt tokens already waiting at each candidate (ours + others')."""
@@ -246,7 +253,8 @@ class GpuCostModel(Protocol):
 @dataclass(frozen=True, slots=True)
 class _Step:
     plugin: str
-    removed: Bools | None  # None: removed nothing
+    #: The filter's mask (it may name candidates already removed); None: removed nothing.
+    removed: Bools | None
     reason: Callable[[int], str]
 
 
@@ -314,17 +322,23 @@ class ZoneDecision(NamedTuple):
 
 
 def _filter_steps(steps: Sequence[_Step], ids: tuple[str, ...]) -> tuple[FilterStep, ...]:
+    """Trace records of the filter steps; each step's mask counts only the candidates
+    still alive before it (the runner keeps the raw masks)."""
     out: list[FilterStep] = []
-    remaining = len(ids)
+    alive = np.ones(len(ids), dtype=np.bool_)
     for step in steps:
-        removed = [] if step.removed is None else [int(i) for i in np.flatnonzero(step.removed)]
-        remaining -= len(removed)
+        if step.removed is None:
+            removed: list[int] = []
+        else:
+            hit = step.removed & alive
+            alive &= ~step.removed
+            removed = [int(i) for i in np.flatnonzero(hit)]
         out.append(
             FilterStep(
                 plugin=step.plugin,
                 removed=tuple(ids[i] for i in removed),
                 reasons=tuple((ids[i], step.reason(i)) for i in removed),
-                remaining=remaining,
+                remaining=int(alive.sum()),
             )
         )
     return tuple(out)
@@ -441,7 +455,7 @@ class ZoneProfile:
                 self._refuse(RETRY_STEP, index, steps)
         observe = self._observe
         for plugin in self.filters:
-            t0 = timer()
+            t0 = timer() if observe else 0.0
             try:
                 removal = plugin.removes(batch)
             except GtmError:
@@ -453,14 +467,15 @@ class ZoneProfile:
             if removal is None:
                 steps.append(_Step(plugin.name, None, _ALREADY_TRIED))
                 continue
-            removed = removal.mask & alive
-            alive &= ~removed
+            # Survivors: alive AND NOT mask, in place (for booleans a > b is a & ~b).
+            # What this step removed is worked out from the masks only for a trace.
+            np.greater(alive, removal.mask, out=alive)
             batch.all_alive = False
-            steps.append(_Step(plugin.name, removed, removal.reason))
+            steps.append(_Step(plugin.name, removal.mask, removal.reason))
             if not fany(alive):
                 self._refuse(plugin.name, index, steps)
         totals, scores = self._score(batch)
-        t0 = timer()
+        t0 = timer() if observe else 0.0
         try:
             choice = self.picker.pick(batch, totals)
         except GtmError:
@@ -484,8 +499,8 @@ class ZoneProfile:
             choice=choice,
             gpu=view.gpus[index.positions[choice]],
             predicted_ttft_ms=predicted,
-            uncached_tokens=float(batch.uncached[choice]),
-            matched_blocks=int(batch.matched[choice]),
+            uncached_tokens=batch.uncached_at(choice),
+            matched_blocks=int(batch.matched[choice]) if batch.any_match else 0,
             steps=tuple(steps),
             scores=scores,
             totals=totals,
@@ -550,7 +565,6 @@ class ZoneProfile:
             picker=self.picker.name,
             weights=self.weights,
         )
-        last = steps[-1]
-        hit = np.flatnonzero(last.removed) if last.removed is not None else np.zeros(0)
-        why = f"e.g. {index.ids[int(hit[0])]!r}: {last.reason(int(hit[0]))}" if len(hit) else ""
+        last = trace.filters[-1] if trace.filters else None
+        why = f"e.g. {last.reasons[0][0]!r}: {last.reasons[0][1]}" if last and last.reasons else ""
         raise NoEligibleCandidate(filter_name, why, trace=trace)

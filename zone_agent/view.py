@@ -163,6 +163,8 @@ class ModelIndex:
     #: Free KV blocks = max(0, kv_free_base − max(0, own KV charge − kv_own_base)).
     kv_free_base: Floats = field(init=False)
     kv_own_base: Floats = field(init=False)
+    #: Sum of ``rate`` over every candidate.
+    rate_sum: float = field(init=False)
     #: All True (copied as each decision's survivor mask); all 0.0.
     all_true: Bools = field(init=False)
     zeros: Floats = field(init=False)
@@ -191,6 +193,7 @@ class ModelIndex:
             "kv_free_base": _frozen(np.where(unknown, self.kv_total, self.kv_free_scraped)),
             "kv_own_base": _frozen(np.where(unknown, 0.0, self.own_kv_at_scrape)),
         }
+        derived["rate_sum"] = float(self.rate.sum())
         derived["all_true"] = _frozen(np.ones(len(self.ids), dtype=np.bool_))
         derived["zeros"] = _frozen(np.zeros(len(self.ids)))
         sizes = set(self.block_size.tolist())

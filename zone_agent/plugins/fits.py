@@ -24,8 +24,9 @@ import numpy as np
 
 from gtm.errors import NoEligibleCandidate
 from gtm.models import Frozen
-from zone_agent._np import fany, fmax
+from zone_agent._np import fall, fany, fmax
 from zone_agent.pipeline import Batch, Removal
+from zone_agent.view import Bools, Floats
 
 TYPE_NAME = "fits-filter"
 
@@ -61,40 +62,39 @@ class FitsFilter:
     def removes(self, batch: Batch, /) -> Removal | None:
         request, index, alive = batch.request, batch.index, batch.alive
         needed = request.max_prompt_tokens + request.output_tokens_or_one
-        # Fast path: the request fits the smallest context and KV cache of the model's
-        # GPUs (the usual case), so only the free-KV rule needs per-GPU work.
+        # KV blocks needed: a scalar when every GPU of the model has one block size.
         uniform = index.uniform_block_size
+        blocks: float | Floats
         if uniform:
-            most: float = math.ceil(request.input_tokens / uniform) + request.prompts
-            blocks = np.full(len(index.ids), float(most))
+            blocks = most = float(math.ceil(request.input_tokens / uniform) + request.prompts)
         else:
             blocks = np.ceil(request.input_tokens / index.block_size) + request.prompts
             most = fmax(blocks)
-        if needed <= index.min_max_model_len and most <= index.min_kv_total:
-            hard = None
-        else:
+        # Fast path: the request fits the smallest context and KV cache of the model's
+        # GPUs (the usual case), so only the free-KV rule may need per-GPU work.
+        hard: Bools | None = None
+        if needed > index.min_max_model_len or most > index.min_kv_total:
             too_long = index.max_model_len < needed
-            if (too_long | ~alive).all():
+            if fall(too_long | ~alive):
                 limit = int(index.max_model_len[alive].max())
                 raise PromptTooLong(self._name, limit, needed, request.max_prompt_tokens)
-            hard = too_long | (blocks > index.kv_total)
+            hard = too_long | (index.kv_total < blocks)
         mask = hard
-        if self._free_kv and fmax(blocks) > index.min_kv_free_bound - float(batch.kv_own.max()):
-            short = blocks > batch.kv_free
+        if self._free_kv and most > index.min_kv_free_bound - fmax(batch.kv_own):
+            short = batch.kv_free < blocks
             if fany(short):
                 ok = alive & ~short if hard is None else alive & ~hard & ~short
                 if fany(ok):
                     mask = short if hard is None else hard | short
         if mask is None or not fany(mask):
             return None
-        too_long = index.max_model_len < needed
-        too_big = blocks > index.kv_total
+        needs = np.broadcast_to(np.asarray(blocks, dtype=np.float64), (len(index.ids),))
 
         def reason(i: int) -> str:
-            if too_long[i]:
+            if index.max_model_len[i] < needed:
                 return f"context {int(index.max_model_len[i])} < {needed} tokens needed"
-            if too_big[i]:
-                return f"KV cache of {int(index.kv_total[i])} blocks < {int(blocks[i])} needed"
-            return f"{int(batch.kv_free[i])} free KV blocks < {int(blocks[i])} needed"
+            if index.kv_total[i] < needs[i]:
+                return f"KV cache of {int(index.kv_total[i])} blocks < {int(needs[i])} needed"
+            return f"{int(batch.kv_free[i])} free KV blocks < {int(needs[i])} needed"
 
         return Removal(mask, reason)

@@ -32,6 +32,8 @@ Score: ``exp(-(cost - best) / scale_ms)`` (:func:`gtm.routing.cost.cost_to_score
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from pydantic import Field
 
@@ -85,14 +87,29 @@ class TtftCost:
         return costs
 
     def _bounded_uncached(self, batch: Batch) -> Floats:
-        """Uncached tokens, with cache credit only where the bounded-load cap allows."""
+        """Uncached tokens, with cache credit only where the bounded-load cap allows.
+
+        Only GPUs holding part of the prompt get credit, so only they are checked.
+        """
         index, alive, request = batch.index, batch.alive, batch.request
-        rate = index.rate
-        share = rate / max(float(rate[alive].sum()), 1e-9)
-        total = float(batch.streams[alive].sum()) + request.sequences
-        cap = np.ceil((1.0 + self._epsilon) * total * share)
-        over = batch.streams + request.sequences > cap
-        return np.where(over, float(request.input_tokens), batch.uncached)
+        uncached = batch.uncached
+        streams = batch.streams
+        if batch.all_alive:
+            rate_sum, total = index.rate_sum, float(streams.sum())
+        else:
+            rate_sum, total = float(index.rate @ alive), float(streams @ alive)
+        total += request.sequences
+        scale = (1.0 + self._epsilon) * total / max(rate_sum, 1e-9)
+        over = [
+            int(i)
+            for i in np.flatnonzero(batch.matched)
+            if streams[i] + request.sequences > math.ceil(scale * index.rate[i])
+        ]
+        if not over:
+            return uncached
+        capped = uncached.copy()
+        capped[over] = float(request.input_tokens)
+        return capped
 
     def scores(self, batch: Batch, /) -> Floats:
         costs = self.costs_ms(batch)

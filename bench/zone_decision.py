@@ -1,0 +1,268 @@
+"""Cost of one zone-agent GPU decision, with 64 and with 1,000 GPUs in the zone.
+
+The zone: GPUs of four types (H100, A100-80GB, L40S, V100) serving one model, ~3 %
+unavailable (ejected, draining), fresh scrapes with random batches, queues and KV usage,
+the agent's own in-flight charges on every GPU and a prefix index holding ~10 blocks of
+recently routed prompts per GPU. Requests are 2,000-token chats, half of them sharing a
+system prompt that some GPUs hold.
+
+Printed per zone size and profile (latencies in µs, one decision = ``ZoneProfile.decide``
+including the in-flight snapshot, the prefix lookup and the predicted TTFT; the trace is
+built only on demand):
+
+* ``p50`` / ``p99`` — without metrics, after ``gc.freeze()`` as ``gtm zone`` does at start;
+* ``p99 +metrics`` — with per-plugin latency histograms (what ``gtm zone`` runs);
+* ``trace`` — p50 of turning one decision into its ``gtm.models.Decision`` (top 16);
+* ``generic`` — p50 of the same default decision (same filters, the same TTFT formula)
+  through the generic :class:`gtm.routing.profile.Profile` over GPU objects, for scale.
+
+Targets (issue 5): 64 GPUs p99 < 50 µs, 1,000 GPUs p99 < 250 µs (default profile).
+
+    python bench/zone_decision.py           # full run (~1 min)
+    python bench/zone_decision.py --smoke   # a few seconds (CI)
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import random
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from gtm.gpu_profiles import LLAMA_8B
+from gtm.metrics import new_registry
+from gtm.models import GpuWorker, RouteRequest, Tier, WorkerState
+from gtm.routing import FilterResult, Profile, RoutingMetrics, WeightedScorer
+from gtm.routing.cost import predicted_ttft_ms, scores_from_costs
+from gtm.routing.framework import partition
+from gtm.routing.pickers.max_score import MaxScorePicker
+from zone_agent.accounting import Accounting
+from zone_agent.health import HealthStatus
+from zone_agent.pipeline import ZoneProfile
+from zone_agent.prefix import consistent_hash_key, text_block_hashes
+from zone_agent.profiles import BUILTIN_PROFILES, DEFAULT_PROFILE, builtin_profile
+from zone_agent.request import Endpoint, ZoneRequest
+from zone_agent.scrape import Flavor, GpuMetrics, ModelMetrics
+from zone_agent.view import GpuState, ViewBuilder, ZoneView
+
+SIZES = (64, 1_000)
+TARGETS = {64: 50e-6, 1_000: 250e-6}
+GPU_TYPES = ("H100", "A100-80GB", "L40S", "V100")
+NOW = 1_000.0
+
+
+def zone(n: int, rng: random.Random) -> ZoneView:
+    acc = Accounting()
+    states = []
+    for i in range(n):
+        gid = f"gpu-{i:04d}"
+        worker = GpuWorker(
+            id=gid,
+            zone_id="zone-a",
+            region_id="region-1",
+            url=f"http://10.0.{i // 250}.{i % 250}:8000",
+            gpu_type=GPU_TYPES[i % len(GPU_TYPES)],
+            models=(LLAMA_8B,),
+            state=WorkerState.DRAINING if rng.random() < 0.01 else WorkerState.READY,
+        )
+        load = ModelMetrics(
+            running=rng.randrange(0, 200),
+            waiting=rng.randrange(0, 8),
+            kv_usage=rng.random() * 0.9,
+        )
+        ejected = rng.random() < 0.02
+        states.append(
+            GpuState(
+                worker=worker,
+                slot=acc.slot(gid),
+                metrics=GpuMetrics(NOW - rng.random() * 0.25, Flavor.VLLM, {LLAMA_8B: load}),
+                health=HealthStatus(not ejected, "ejected (outlier)" if ejected else None),
+            )
+        )
+    for i in range(n):
+        for _ in range(rng.randrange(0, 4)):
+            blocks = text_block_hashes(rng.randbytes(256 * 10))
+            acc.start(
+                f"gpu-{i:04d}",
+                prefill_tokens=rng.randrange(0, 8_000),
+                kv_blocks=rng.randrange(0, 400),
+                prefix_hashes=blocks,
+                prefix_capacity=5_000,
+            )
+    return ViewBuilder("zone-a", "region-1").build(states, acc, NOW)
+
+
+def requests(view: ZoneView, count: int, rng: random.Random) -> list[ZoneRequest]:
+    system = ("You are a helpful assistant. " * 40).encode()
+    shared = text_block_hashes(system + b"x" * 6000)
+    # A few GPUs hold the shared system prompt, as after earlier requests.
+    for i in range(0, len(view.gpus), 16):
+        view.accounting.prefix.insert(view.gpus[i].slot, shared[:4], 5_000)
+    out = []
+    for k in range(count):
+        own = shared if k % 2 else text_block_hashes(rng.randbytes(8_000))
+        out.append(
+            ZoneRequest(
+                request_id=f"req-{k}",
+                model=LLAMA_8B,
+                endpoint=Endpoint.CHAT,
+                input_tokens=2_000,
+                max_prompt_tokens=2_000,
+                max_output_tokens=256,
+                prefix_hashes=own,
+                tokens_per_block=64.0,
+                hash_key=consistent_hash_key(f"prompt {k}"),
+                seq=k,
+            )
+        )
+    return out
+
+
+def measure(
+    decide: Callable[[ZoneRequest], object], reqs: Sequence[ZoneRequest], budget: float
+) -> list[float]:
+    samples: list[float] = []
+    timer = time.perf_counter
+    deadline = timer() + budget
+    i = 0
+    while timer() < deadline or len(samples) < 200:
+        request = reqs[i % len(reqs)]
+        start = timer()
+        decide(request)
+        samples.append(timer() - start)
+        i += 1
+    return samples
+
+
+def quantile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def us(seconds: float) -> str:
+    return f"{seconds * 1e6:,.1f}"
+
+
+# ---------------------------------------------------------------- the generic framework
+
+
+class _Available:
+    name = "healthy"
+
+    def filter(
+        self, request: RouteRequest, candidates: Sequence[GpuState], ctx: ZoneView, /
+    ) -> FilterResult[GpuState]:
+        return partition(candidates, lambda g: g.unavailable_reason())
+
+
+class _ServesModel:
+    name = "serves-model"
+
+    def filter(
+        self, request: RouteRequest, candidates: Sequence[GpuState], ctx: ZoneView, /
+    ) -> FilterResult[GpuState]:
+        return partition(
+            candidates, lambda g: None if request.model in g.worker.models else "model"
+        )
+
+
+class _Ttft:
+    """The default profile's TTFT cost, one candidate at a time."""
+
+    name = "ttft"
+
+    def cost_ms(self, request: RouteRequest, candidate: GpuState, ctx: ZoneView, /) -> float:
+        index = ctx.by_model[request.model]
+        i = index.position_of_slot[candidate.slot]
+        acc = ctx.accounting
+        queued = float(acc.pending[candidate.slot] + index.external_queued[i])
+        return predicted_ttft_ms(0.0, queued, request.input_tokens, float(index.rate[i]))
+
+    def score(
+        self, request: RouteRequest, candidates: Sequence[GpuState], ctx: ZoneView, /
+    ) -> Mapping[str, float]:
+        return scores_from_costs({g.id: self.cost_ms(request, g, ctx) for g in candidates}, 250.0)
+
+
+def generic_p50(view: ZoneView, budget: float) -> float:
+    ttft = _Ttft()
+    profile: Profile[GpuState, ZoneView] = Profile(
+        "generic",
+        Tier.ZONE,
+        [_Available(), _ServesModel()],
+        [WeightedScorer(ttft, 1.0)],
+        MaxScorePicker(),
+        cost_model=ttft,
+        trace_scores=16,
+    )
+    request = RouteRequest(request_id="r", model=LLAMA_8B, input_tokens=2_000, tenant="t")
+    candidates = view.gpus
+    samples = measure(lambda _: profile.run(request, candidates, view), [None], budget)  # type: ignore[list-item]
+    return statistics.median(samples)
+
+
+# ---------------------------------------------------------------- main
+
+
+def run(n: int, names: Sequence[str], budget: float, rng: random.Random) -> dict[str, float]:
+    view = zone(n, rng)
+    reqs = requests(view, 512, rng)
+    gc.collect()
+    gc.freeze()
+    results: dict[str, float] = {}
+    for name in names:
+        plain: ZoneProfile = builtin_profile(name)
+        metered = builtin_profile(name, metrics=RoutingMetrics(new_registry()))
+        samples = measure(lambda r, p=plain: p.decide(r, view), reqs, budget)  # type: ignore[misc]
+        with_metrics = measure(lambda r, p=metered: p.decide(r, view), reqs, budget / 2)  # type: ignore[misc]
+        decision = plain.decide(reqs[1], view)
+        trace = measure(lambda _, d=decision: d.to_decision(16), reqs[:1], budget / 4)  # type: ignore[misc]
+        row = [
+            f"{n:,}",
+            name,
+            f"{1 / statistics.fmean(samples):,.0f}",
+            us(statistics.median(samples)),
+            us(quantile(samples, 0.99)),
+            us(quantile(with_metrics, 0.99)),
+            us(statistics.median(trace)),
+        ]
+        if name == DEFAULT_PROFILE:
+            generic = generic_p50(view, budget / 2)
+            row.append(us(generic))
+            results["p99"] = quantile(samples, 0.99)
+        else:
+            row.append("")
+        print("  ".join(c.rjust(w) for c, w in zip(row, WIDTHS, strict=True)), flush=True)
+    gc.unfreeze()
+    return results
+
+
+HEADER = ("GPUs", "profile", "decisions/s", "p50", "p99", "p99 +metrics", "trace", "generic p50")
+WIDTHS = (6, 24, 11, 7, 7, 12, 7, 11)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="a few-second run for CI")
+    parser.add_argument("--profile", action="append", help="only these profiles (repeatable)")
+    args = parser.parse_args()
+    budget = 0.05 if args.smoke else 1.0
+    names = args.profile or ([DEFAULT_PROFILE] if args.smoke else list(BUILTIN_PROFILES))
+    if DEFAULT_PROFILE not in names:
+        names.insert(0, DEFAULT_PROFILE)
+    rng = random.Random(20_260_105)
+    print(f"zone decision latency in µs ({'smoke' if args.smoke else 'full'} run)")
+    print("  ".join(h.rjust(w) for h, w in zip(HEADER, WIDTHS, strict=True)))
+    verdicts = []
+    for n in SIZES:
+        got = run(n, names, budget, rng)["p99"]
+        bound = TARGETS[n]
+        verdict = "met" if got < bound else "MISSED"
+        verdicts.append(f"target: {n:,} GPUs p99 < {us(bound)} µs: {us(got)} µs, {verdict}")
+    print("\n".join(verdicts))
+
+
+if __name__ == "__main__":
+    main()
