@@ -11,12 +11,15 @@ first and then evicts the least recently used cached block, dropping its hash.
 Counters follow vLLM's ``vllm:prefix_cache_queries_total`` / ``..._hits_total``: both
 are in *tokens* (prompt tokens looked up, and tokens found cached).
 
-Sans-io and synchronous; the engine owns one pool.
+Sans-io and synchronous; the engine owns one pool. Per-block state lives in arrays
+and int-only dicts, which the garbage collector does not traverse: a pool can have
+millions of blocks, and lists of that size made every full collection take ~100 ms.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from array import array
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
 
@@ -28,10 +31,11 @@ class BlockPool:
             raise ValueError("a block pool needs at least one block")
         self.num_blocks = num_blocks
         self.enable_caching = enable_caching
-        self._free: deque[int] = deque(range(num_blocks))
+        # A stack of never-hashed free blocks; popped from the end, so block 0 goes first.
+        self._free = array("q", range(num_blocks - 1, -1, -1))
         self._evictable: OrderedDict[int, None] = OrderedDict()  # oldest first
-        self._ref = [0] * num_blocks
-        self._hash_of: list[int | None] = [None] * num_blocks
+        self._ref = array("q", bytes(8 * num_blocks))  # reference counts, all 0
+        self._hash_of: dict[int, int] = {}  # block -> hash, for registered blocks
         self._by_hash: dict[int, int] = {}
         self.query_tokens = 0
         self.hit_tokens = 0
@@ -95,7 +99,7 @@ class BlockPool:
         out: list[int] = []
         for _ in range(count):
             if self._free:
-                block = self._free.popleft()
+                block = self._free.pop()
             else:
                 block, _ = self._evictable.popitem(last=False)
                 self._drop_hash(block)
@@ -106,7 +110,7 @@ class BlockPool:
 
     def register(self, block: int, block_hash: int) -> None:
         """Publish a full block under its prefix hash (first writer wins, like vLLM)."""
-        if not self.enable_caching or self._hash_of[block] is not None:
+        if not self.enable_caching or block in self._hash_of:
             return
         if block_hash in self._by_hash:
             return  # an identical block is cached already; this copy stays private
@@ -119,7 +123,7 @@ class BlockPool:
             self._ref[block] -= 1
             if self._ref[block] > 0:
                 continue
-            if self._hash_of[block] is not None:
+            if block in self._hash_of:
                 self._evictable[block] = None
             else:
                 self._free.append(block)
@@ -132,8 +136,6 @@ class BlockPool:
         self._evictable.clear()
 
     def _drop_hash(self, block: int) -> None:
-        block_hash = self._hash_of[block]
-        if block_hash is not None:
-            self._hash_of[block] = None
-            if self._by_hash.get(block_hash) == block:
-                del self._by_hash[block_hash]
+        block_hash = self._hash_of.pop(block, None)
+        if block_hash is not None and self._by_hash.get(block_hash) == block:
+            del self._by_hash[block_hash]

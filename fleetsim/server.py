@@ -7,7 +7,9 @@ Endpoints
     loopback-only ``/admin/faults`` (GET/POST/DELETE) and ``/admin/lag`` (GET/DELETE).
 
 Each served model has its own :class:`~fleetsim.engine.Engine` (performance model of
-the GPU type) run in real time by an :class:`~fleetsim.driver.EngineDriver`. A request
+the GPU type) run in real time by an :class:`~fleetsim.driver.EngineDriver`; several
+``--model`` options therefore behave like separate GPUs behind one address (they do not
+share capacity), which keeps each model's figures equal to its profile. A request
 is tokenized with :mod:`gtm.tokens` (the routers' estimator), queued in the engine,
 and its tokens are streamed as the engine's forward passes produce them. Text and
 embeddings are deterministic per ``--seed`` (:mod:`fleetsim.textgen`).
