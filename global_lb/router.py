@@ -34,7 +34,7 @@ from enum import StrEnum
 from typing import Any
 
 from global_lb.geo import Location
-from global_lb.plugins import health, model, residency
+from global_lb.plugins import affinity, health, model, residency, spread
 from global_lb.profiles import RegionProfile
 from global_lb.view import GlobalView, RegionState, RequestContext
 from gtm.errors import NoEligibleCandidate
@@ -180,6 +180,10 @@ def spread_slot(request_id: str) -> int:
     return zlib.crc32(request_id.encode()) % SPREAD_SLOTS
 
 
+#: A cache entry saying "this key's decisions are randomised: look up per spread slot".
+_PER_SLOT: Any = object()
+
+
 @dataclass(slots=True)
 class _Cache:
     revision: object = None
@@ -210,6 +214,9 @@ class GlobalRouter:
     ) -> None:
         self._profile = profile
         self._filter_types = {p.plugin_name: p.type for p in spec.plugins}
+        # The tenant enters the cache key only when a scorer depends on it (affinity).
+        self._per_tenant = any(p.type == affinity.TYPE_NAME for p in spec.plugins)
+        self._spread_probe = _spread_probe(spec)
         self._cache_size = cache_size
         self._cache = _Cache()
         self._timer = timer
@@ -280,23 +287,35 @@ class GlobalRouter:
         cache = self._cache
         if cache.revision is not view.revision:
             cache = self._cache = _Cache(view.revision)
-        key = (
+        key: tuple[object, ...] = (
             cell_of(point, country),
             verdict.allowed,
-            verdict.rule,
             request.model,
-            request.tenant,
+            request.tenant if self._per_tenant else None,
             token_bucket(request.input_tokens),
-            spread_slot(request.request_id),
         )
         found = cache.entries.get(key)
+        if found is _PER_SLOT:
+            key = (*key, spread_slot(request.request_id))
+            found = cache.entries.get(key)
         if found is not None:
             return found, True
         found = self._run(request, view, verdict, point, country)
         if len(cache.entries) >= self._cache_size:
             cache.entries.clear()
+        if len(key) == 5 and self._randomised(request, found, view):
+            cache.entries[key] = _PER_SLOT
+            key = (*key, spread_slot(request.request_id))
         cache.entries[key] = found
         return found, False
+
+    def _randomised(self, request: RouteRequest, found: _Cached, view: GlobalView) -> bool:
+        """Whether the picker drew at random for this decision (then cache per slot)."""
+        probe = self._spread_probe
+        if probe is None or not found.scores:
+            return False
+        best = view.by_id.get(found.scores[0][0])
+        return best is not None and probe.spreads(request, best)
 
     def _run(
         self,
@@ -334,6 +353,18 @@ class GlobalRouter:
             return self._profile.choose(request, view.regions, ctx).candidate
         except NoEligibleCandidate:
             return None
+
+
+def _spread_probe(spec: ProfileSpec) -> spread.HeadroomSpreadPicker | None:
+    """A twin of the profile's spread picker (same parameters), to ask whether it would
+    draw at random; ``None`` when the profile's picker is not one."""
+    name = spec.profile.picker
+    for plugin in spec.plugins:
+        if plugin.plugin_name == name and plugin.type == spread.TYPE_NAME:
+            return spread.HeadroomSpreadPicker(
+                name, spread.Params.model_validate(dict(plugin.parameters))
+            )
+    return None
 
 
 def _from_decision(decision: Decision) -> _Cached:

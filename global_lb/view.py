@@ -30,6 +30,8 @@ ANY_MODEL = "gtm:any-model"
 #: RTT assumed from a client of unknown coordinates to every region: the model's
 #: intercept. Equal for every region, so it leaves the choice to capacity and TTFT.
 UNKNOWN_CLIENT_RTT_MS = rtt_ms_from_distance(0.0)
+#: Client locations whose RTTs a view remembers (a view lives about a second).
+_RTT_MEMO_SIZE = 65_536
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +128,40 @@ class LatencyModel:
 
     def __init__(self, measured: Mapping[tuple[str, str], float] | None = None) -> None:
         self._measured = dict(measured or {})
+        # RTTs are a pure function of (client point, country, region places); 50
+        # great-circle distances per client are most of a decision's cost, and clients
+        # repeat, so they are memoised across views (bounded, cleared when full).
+        self._signatures: dict[tuple[tuple[str, float, float], ...], int] = {}
+        self._memo: dict[tuple[float, float, str | None, int], Mapping[str, float]] = {}
+
+    def signature(self, places: tuple[tuple[str, float, float], ...]) -> int:
+        """A small id for a set of region places (ids and coordinates)."""
+        found = self._signatures.get(places)
+        if found is None:
+            if len(self._signatures) >= 64:
+                self._signatures.clear()
+                self._memo.clear()
+            found = self._signatures[places] = len(self._signatures) + 1
+        return found
+
+    def rtts(
+        self,
+        signature: int,
+        regions: tuple[RegionState, ...],
+        point: GeoPoint | None,
+        country: str | None,
+    ) -> Mapping[str, float]:
+        """RTT from a client to each of ``regions`` (whose places have ``signature``)."""
+        # Unknown coordinates use an impossible point as their key (NaN never compares equal).
+        lat, lon = (point.lat, point.lon) if point is not None else (999.0, 999.0)
+        key = (lat, lon, country, signature)
+        found = self._memo.get(key)
+        if found is None:
+            found = {r.id: self.rtt_ms(point, country, r) for r in regions}
+            if len(self._memo) >= _RTT_MEMO_SIZE:
+                self._memo.clear()
+            self._memo[key] = found
+        return found
 
     @property
     def measured(self) -> Mapping[tuple[str, str], float]:
@@ -155,9 +191,17 @@ class GlobalView:
     #: The fleet snapshot is stale (the store is unreachable): serving the last one.
     stale: bool = False
     by_id: Mapping[str, RegionState] = field(init=False)
+    #: Identifies the regions' ids and locations, for the latency model's RTT memo.
+    signature: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "by_id", MappingProxyType({r.id: r for r in self.regions}))
+        places = tuple((r.id, r.location.lat, r.location.lon) for r in self.regions)
+        object.__setattr__(self, "signature", self.latency.signature(places))
+
+    def rtts(self, point: GeoPoint | None, country: str | None) -> Mapping[str, float]:
+        """RTT in ms from a client at ``point`` in ``country`` to every region."""
+        return self.latency.rtts(self.signature, self.regions, point, country)
 
     @property
     def policy_revision(self) -> str:
@@ -180,7 +224,13 @@ class RequestContext:
     residency_rule: str = ""
 
     def rtt_ms(self, region: RegionState) -> float:
-        return self.view.latency.rtt_ms(self.client_point, self.client_country, region)
+        found = self.rtts().get(region.id)
+        if found is None:  # a candidate from outside the view
+            return self.view.latency.rtt_ms(self.client_point, self.client_country, region)
+        return found
+
+    def rtts(self) -> Mapping[str, float]:
+        return self.view.rtts(self.client_point, self.client_country)
 
 
 # ---------------------------------------------------------------------------- building

@@ -69,10 +69,14 @@ class HeadroomSpreadPicker:
         best = scored[0]
         for item in scored[1:]:
             best = better(best, item)
-        region = best.candidate
-        if region.headroom(request.model) > self._min_headroom and not _displaced(request, region):
-            return region
+        if not self.spreads(request, best.candidate):
+            return best.candidate
         return self._spread(request, best, scored)
+
+    def spreads(self, request: RouteRequest, best: RegionState) -> bool:
+        """Whether the pick is random for this request: the best region is near saturation
+        or the client was displaced from a nearer, unavailable region."""
+        return best.headroom(request.model) <= self._min_headroom or _displaced(request, best)
 
     def _spread(
         self,

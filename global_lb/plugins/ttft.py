@@ -49,13 +49,21 @@ class TtftScorer:
     def score(
         self, request: RouteRequest, candidates: Sequence[RegionState], ctx: RequestContext, /
     ) -> Mapping[str, float]:
-        costs = {c.id: self.cost_ms(request, c, ctx) for c in candidates}
+        rtts = ctx.rtts()
+        costs = {c.id: self._cost(request, c, rtts.get(c.id), ctx) for c in candidates}
         return scores_from_costs(costs, self._scale)
 
     def cost_ms(
         self, request: RouteRequest, candidate: RegionState, ctx: RequestContext, /
     ) -> float:
-        rtt = ctx.rtt_ms(candidate)
+        return self._cost(request, candidate, None, ctx)
+
+    @staticmethod
+    def _cost(
+        request: RouteRequest, candidate: RegionState, rtt: float | None, ctx: RequestContext
+    ) -> float:
+        if rtt is None:
+            rtt = ctx.rtt_ms(candidate)
         if candidate.summary is None:
             return rtt
         load = candidate.loads.get(request.model)
