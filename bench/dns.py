@@ -263,8 +263,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"target: gtm ≥ {target}× {peer}: {ratio:.2f}×, {'met' if met else 'MISSED'}")
     if missing and not args.smoke:
         return 2
-    # Throughput targets are reported, not enforced: CI machines vary too much.
-    return 0 if ok or args.smoke else 0
+    # Throughput targets are reported, not enforced (shared CI machines vary too much).
+    print(f"all targets met: {'yes' if ok else 'no'}")
+    return 0
 
 
 if __name__ == "__main__":
