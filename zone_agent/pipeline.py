@@ -377,6 +377,7 @@ class ZoneProfile:
         cost_model: GpuCostModel | None = None,
         metrics: RoutingMetrics | None = None,
         timer: Callable[[], float] = time.perf_counter,
+        plugin_timing_every: int = 16,
     ) -> None:
         if not name:
             raise PluginError("a profile needs a name")
@@ -401,6 +402,12 @@ class ZoneProfile:
         self.weights = tuple((ws.scorer.name, float(ws.weight)) for ws in scorers)
         self._weight_sum = sum(w for _, w in self.weights)
         self._timer = timer
+        if plugin_timing_every < 1:
+            raise PluginError("plugin_timing_every must be >= 1")
+        # Per-plugin latency is sampled (one decision in N), as the generic runner does:
+        # a histogram observation costs about as much as a cheap plugin.
+        self._timing_every = plugin_timing_every
+        self._decisions = 0
         self._observe = self._observers(metrics)
         self._decision_obs = (
             None if metrics is None else metrics.decision_duration.labels(Tier.ZONE, name).observe
@@ -453,7 +460,8 @@ class ZoneProfile:
             steps.append(_Step(RETRY_STEP, tried, _ALREADY_TRIED))
             if not fany(alive):
                 self._refuse(RETRY_STEP, index, steps)
-        observe = self._observe
+        self._decisions += 1
+        observe = self._observe if self._decisions % self._timing_every == 0 else {}
         for plugin in self.filters:
             t0 = timer() if observe else 0.0
             try:
@@ -474,7 +482,7 @@ class ZoneProfile:
             steps.append(_Step(plugin.name, removal.mask, removal.reason))
             if not fany(alive):
                 self._refuse(plugin.name, index, steps)
-        totals, scores = self._score(batch)
+        totals, scores = self._score(batch, observe)
         t0 = timer() if observe else 0.0
         try:
             choice = self.picker.pick(batch, totals)
@@ -488,7 +496,7 @@ class ZoneProfile:
             raise PluginError(
                 f"picker {self.picker.name!r} chose position {choice}, which is not a survivor"
             )
-        predicted = self._predict(batch, choice)
+        predicted = self._predict(batch, choice, observe)
         duration = timer() - started
         if self._decision_obs is not None:
             self._decision_obs(duration)
@@ -510,8 +518,9 @@ class ZoneProfile:
             duration_s=duration,
         )
 
-    def _score(self, batch: Batch) -> tuple[Floats, tuple[tuple[str, Floats], ...]]:
-        observe = self._observe
+    def _score(
+        self, batch: Batch, observe: dict[str, Callable[[float], None]]
+    ) -> tuple[Floats, tuple[tuple[str, Floats], ...]]:
         scores: list[tuple[str, Floats]] = []
         totals: Floats | None = None
         for ws in self.scorers:
@@ -539,7 +548,9 @@ class ZoneProfile:
             totals = totals / self._weight_sum
         return totals, tuple(scores)
 
-    def _predict(self, batch: Batch, choice: int) -> float | None:
+    def _predict(
+        self, batch: Batch, choice: int, observe: dict[str, Callable[[float], None]]
+    ) -> float | None:
         model = self.cost_model
         if model is None:
             return None
@@ -550,8 +561,8 @@ class ZoneProfile:
             raise
         except Exception as exc:
             raise _failed(ExtensionPoint.COST_MODEL, model.name, exc) from exc
-        if self._observe:
-            self._observe[_COST_KEY](self._timer() - t0)
+        if observe:
+            observe[_COST_KEY](self._timer() - t0)
         cost = float(costs[choice])
         return cost if math.isfinite(cost) and cost >= 0 else None
 

@@ -147,15 +147,20 @@ def test_metrics_are_recorded_per_plugin() -> None:
         MaxScorePicker(),
         cost_model=TtftCost(),
         metrics=metrics,
+        plugin_timing_every=2,
     )
-    p.decide(make_request(), make_view([Gpu("a")]))
+    for _ in range(4):
+        p.decide(make_request(), make_view([Gpu("a")]))
     labels = {"tier": "zone", "extension_point": "scorer", "plugin": "ttft-cost"}
-    assert registry.get_sample_value("gtm_routing_plugin_duration_seconds_count", labels) == 1
+    # Plugins are timed on one decision in two; every decision is timed.
+    assert registry.get_sample_value("gtm_routing_plugin_duration_seconds_count", labels) == 2
+    cost = {"tier": "zone", "extension_point": "cost_model", "plugin": "ttft-cost"}
+    assert registry.get_sample_value("gtm_routing_plugin_duration_seconds_count", cost) == 2
     assert (
         registry.get_sample_value(
             "gtm_routing_decision_duration_seconds_count", {"tier": "zone", "profile": "t"}
         )
-        == 1
+        == 4
     )
 
 

@@ -1,0 +1,304 @@
+"""The zone agent as a proxy, against nginx, in front of the same emulated workers.
+
+Four ``gtm gpu-sim`` worker processes (H100 profile, ``--speedup`` 10⁶ so a 1-token
+answer costs the worker almost nothing but HTTP) sit behind, in the same run:
+
+* **direct** — the client spreads requests over the workers itself (the floor);
+* **agent** — ``gtm zone`` (one process, default profile, every request tokenized,
+  decided, charged and proxied with keep-alive pooling);
+* **nginx** — Debian's nginx, one worker process, ``least_conn`` upstream with
+  ``keepalive 64``, ``proxy_buffering off`` (as for SSE).
+
+Latency: sequential requests (one in flight); the *added* latency of a proxy is its p50
+(p99) minus the direct p50 (p99). Throughput: a closed loop of ``--concurrency``
+clients for a fixed time, in requests/s, and the ratio agent / nginx. The client is
+Python (aiohttp) on the same machine, so on a small box it shares the CPUs with the
+proxy under test: compare the two proxies with each other, not with other machines.
+
+Issue 5 targets: added latency p50 < 1 ms; throughput ≥ 0.5 × nginx.
+
+    python bench/zone_proxy.py           # full run (~1 min); fails if nginx is missing
+    python bench/zone_proxy.py --smoke   # a few seconds; skips the nginx peer if absent
+
+Needs: the ``nginx`` binary on PATH or in /usr/sbin (Debian: ``apt-get install -y nginx``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+
+from gtm.gpu_profiles import LLAMA_8B
+
+STARTUP_TIMEOUT_S = 60.0
+WORKERS = 4
+BODY = {
+    "model": LLAMA_8B,
+    "messages": [{"role": "user", "content": "Hello, how are you today?"}],
+    "max_tokens": 1,
+}
+TARGET_ADDED_P50_S = 1e-3
+TARGET_THROUGHPUT_RATIO = 0.5
+
+NGINX_CONF = """\
+worker_processes 1;
+daemon off;
+pid {prefix}/nginx.pid;
+error_log {prefix}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {prefix}/body;
+    proxy_temp_path {prefix}/proxy;
+    fastcgi_temp_path {prefix}/fastcgi;
+    uwsgi_temp_path {prefix}/uwsgi;
+    scgi_temp_path {prefix}/scgi;
+    upstream workers {{
+        least_conn;
+{servers}
+        keepalive 64;
+    }}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            proxy_pass http://workers;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+        }}
+    }}
+}}
+"""
+
+
+def find_nginx() -> str | None:
+    return shutil.which("nginx") or next(
+        (p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if Path(p).exists()), None
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Process:
+    proc: asyncio.subprocess.Process
+    url: str
+
+    async def stop(self) -> None:
+        if self.proc.returncode is None:
+            self.proc.terminate()
+            try:
+                await asyncio.wait_for(self.proc.wait(), 20)
+            except TimeoutError:
+                self.proc.kill()
+                await self.proc.wait()
+
+
+async def start_listening(args: Sequence[str]) -> Process:
+    """Start a ``gtm`` subcommand and wait for its "listening on URL" line."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "gtm.cli",
+        "--log-level",
+        "warning",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    assert proc.stdout is not None
+    line = (await asyncio.wait_for(proc.stdout.readline(), STARTUP_TIMEOUT_S)).decode()
+    match = re.search(r"listening on (\S+)", line)
+    if match is None:
+        proc.kill()
+        raise SystemExit(f"gtm {args[0]} did not start: {line!r}")
+    return Process(proc, match.group(1))
+
+
+def write_nginx_conf(prefix: Path, workers: Sequence[str], port: int) -> Path:
+    """nginx's configuration and temp directories under ``prefix`` (writable by its
+    worker, which may run as another user)."""
+    prefix.chmod(0o777)
+    for sub in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
+        (prefix / sub).mkdir(mode=0o777, exist_ok=True)
+    servers = "\n".join(f"        server {w.removeprefix('http://')};" for w in workers)
+    conf = prefix / "nginx.conf"
+    conf.write_text(NGINX_CONF.format(prefix=prefix, servers=servers, port=port))
+    return conf
+
+
+async def start_nginx(nginx: str, workers: Sequence[str], prefix: Path) -> Process:
+    port = free_port()
+    conf = write_nginx_conf(prefix, workers, port)
+    proc = await asyncio.create_subprocess_exec(
+        nginx, "-p", str(prefix), "-c", str(conf), stderr=asyncio.subprocess.DEVNULL
+    )
+    url = f"http://127.0.0.1:{port}"
+    async with aiohttp.ClientSession() as http:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while True:
+            try:
+                async with http.get(url + "/health") as response:
+                    if response.status == 200:
+                        break
+            except aiohttp.ClientError:
+                pass
+            if time.monotonic() > deadline or proc.returncode is not None:
+                raise SystemExit(f"nginx did not start (see {prefix}/error.log)")
+            await asyncio.sleep(0.05)
+    return Process(proc, url)
+
+
+async def latencies(http: aiohttp.ClientSession, urls: Sequence[str], count: int) -> list[float]:
+    out = []
+    for i in range(count):
+        url = urls[i % len(urls)] + "/v1/chat/completions"
+        start = time.perf_counter()
+        async with http.post(url, json=BODY) as response:
+            await response.read()
+            if response.status != 200:
+                raise SystemExit(f"{url}: HTTP {response.status}")
+        out.append(time.perf_counter() - start)
+    return out
+
+
+async def throughput(
+    http: aiohttp.ClientSession, urls: Sequence[str], concurrency: int, seconds: float
+) -> float:
+    done = 0
+    deadline = time.perf_counter() + seconds
+
+    async def client(k: int) -> None:
+        nonlocal done
+        i = k
+        while time.perf_counter() < deadline:
+            async with http.post(urls[i % len(urls)] + "/v1/chat/completions", json=BODY) as r:
+                await r.read()
+                if r.status != 200:
+                    raise SystemExit(f"HTTP {r.status}")
+            done += 1
+            i += 1
+
+    start = time.perf_counter()
+    async with asyncio.TaskGroup() as group:
+        for k in range(concurrency):
+            group.create_task(client(k))
+    return done / (time.perf_counter() - start)
+
+
+def quantile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f}"
+
+
+async def run(smoke: bool, concurrency: int) -> int:
+    nginx = find_nginx()
+    if nginx is None and not smoke:
+        print("nginx not found: install it (Debian: apt-get install -y nginx)", file=sys.stderr)
+        return 2
+    count = 100 if smoke else 2_000
+    seconds = 1.0 if smoke else 8.0
+    workers = [
+        await start_listening(
+            [
+                "gpu-sim",
+                "--port",
+                "0",
+                "--gpu-type",
+                "H100",
+                "--speedup",
+                "1000000",
+                "--warmup-passes",
+                "0",
+                "--seed",
+                str(i),
+            ]
+        )
+        for i in range(WORKERS)
+    ]
+    urls = [w.url for w in workers]
+    args = [
+        "zone",
+        "--zone",
+        "bench-a",
+        "--region",
+        "bench",
+        "--listen",
+        f"127.0.0.1:{free_port()}",
+    ]
+    for i, url in enumerate(urls):
+        args += ["--worker", f"{url},gpu=H100,id=gpu-{i}"]
+    agent = await start_listening(args)
+    procs = [*workers, agent]
+    with tempfile.TemporaryDirectory(prefix="gtm-bench-nginx-") as tmp:
+        try:
+            if nginx is not None:
+                procs.append(await start_nginx(nginx, urls, Path(tmp)))
+            targets = {"direct": urls, "agent": [agent.url]}
+            if nginx is not None:
+                targets["nginx"] = [procs[-1].url]
+            connector = aiohttp.TCPConnector(limit=concurrency)
+            async with aiohttp.ClientSession(connector=connector) as http:
+                for target in targets.values():  # warm up pools and code paths
+                    await latencies(http, target, 50)
+                lat = {name: await latencies(http, t, count) for name, t in targets.items()}
+                rps = {
+                    name: await throughput(http, t, concurrency, seconds)
+                    for name, t in targets.items()
+                }
+        finally:
+            for proc in reversed(procs):
+                await proc.stop()
+    print(f"zone agent vs nginx, {WORKERS} emulated H100 workers ({'smoke' if smoke else 'full'})")
+    print(
+        f"{'path':>8} {'p50 ms':>9} {'p99 ms':>9} {'added p50':>10} {'added p99':>10} {'req/s':>9}"
+    )
+    base50, base99 = statistics.median(lat["direct"]), quantile(lat["direct"], 0.99)
+    for name in targets:
+        p50, p99 = statistics.median(lat[name]), quantile(lat[name], 0.99)
+        print(
+            f"{name:>8} {ms(p50):>9} {ms(p99):>9} {ms(p50 - base50):>10} {ms(p99 - base99):>10}"
+            f" {rps[name]:>9,.0f}"
+        )
+    added = statistics.median(lat["agent"]) - base50
+    print(f"target: agent added latency p50 < 1 ms: {ms(added)} ms, "
+          f"{'met' if added < TARGET_ADDED_P50_S else 'MISSED'}")  # fmt: skip
+    if "nginx" in targets:
+        ratio = rps["agent"] / rps["nginx"]
+        verdict = "met" if ratio >= TARGET_THROUGHPUT_RATIO else "MISSED"
+        print(f"target: agent throughput ≥ 0.5 × nginx: {ratio:.2f} ×, {verdict}")
+    else:
+        print("nginx not found: the peer comparison was not run (smoke mode)")
+    return 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="a few-second run for CI")
+    parser.add_argument("--concurrency", type=int, default=32, help="closed-loop clients")
+    args = parser.parse_args()
+    sys.exit(asyncio.run(run(args.smoke, args.concurrency)))
+
+
+if __name__ == "__main__":
+    main()
