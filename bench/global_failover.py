@@ -86,6 +86,7 @@ async def one_run(work: Path) -> tuple[float, float]:
     )
     endpoints = await tier.start()
     assert endpoints.dns is not None
+    dns_at = endpoints.dns
     assert endpoints.http is not None
     await tier.health.wait_ready()
     query = dns.message.make_query(
@@ -93,9 +94,7 @@ async def one_run(work: Path) -> tuple[float, float]:
     )
 
     async def dns_uses_victim() -> bool:
-        reply = await dns.asyncquery.udp(
-            query, endpoints.dns.host, port=endpoints.dns.port, timeout=1
-        )  # type: ignore[union-attr]
+        reply = await dns.asyncquery.udp(query, dns_at.host, port=dns_at.port, timeout=1)
         return [r.to_text() for rrset in reply.answer for r in rrset] == [victim_address]
 
     async with aiohttp.ClientSession() as http:
@@ -103,7 +102,7 @@ async def one_run(work: Path) -> tuple[float, float]:
         async def route_uses_victim() -> bool:
             body = {"model": "m", "tenant": "demo-global", "client_ip": "81.2.69.142"}
             async with http.post(f"{endpoints.http}/v1/route", json=body) as response:
-                return (await response.json())["region"] == victim
+                return bool((await response.json())["region"] == victim)
 
         assert await dns_uses_victim(), "eu-west must answer London first"
         assert await route_uses_victim(), "eu-west must serve London first"

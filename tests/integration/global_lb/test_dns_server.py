@@ -8,6 +8,7 @@ import random
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import dns.asyncquery
 import dns.edns
@@ -16,9 +17,6 @@ import dns.message
 import dns.rcode
 import pytest
 
-from gtm.clock import SystemClock
-from gtm.metrics import new_registry
-from gtm.models import Endpoint
 from global_lb.dns.responder import Responder
 from global_lb.dns.rrl import RrlConfig
 from global_lb.dns.server import BoundAddress, DnsServer
@@ -26,6 +24,9 @@ from global_lb.dns.zone import ZoneConfig
 from global_lb.geo import ChainLocator, MaxMindLocator
 from global_lb.metrics import GlobalMetrics
 from global_lb.router import GlobalRouter
+from gtm.clock import SystemClock
+from gtm.metrics import new_registry
+from gtm.models import Endpoint
 from tests.unit.global_lb.helpers import address_of, view, write_city_db
 
 pytestmark = pytest.mark.integration
@@ -60,12 +61,12 @@ async def server(tmp_path: Path, dns_router: GlobalRouter) -> AsyncIterator[Boun
 
 
 def make(
-    name: str, rdtype: str = "A", subnet: tuple[str, int] | None = None, **kw: object
+    name: str, rdtype: str = "A", subnet: tuple[str, int] | None = None, **kw: Any
 ) -> dns.message.Message:
-    options = [dns.edns.ECSOption(*subnet)] if subnet else []
+    options: list[dns.edns.Option] = [dns.edns.ECSOption(*subnet)] if subnet else []
     return dns.message.make_query(
         name, rdtype, use_edns=0 if subnet else None, options=options, **kw
-    )  # type: ignore[arg-type]
+    )
 
 
 def answers(reply: dns.message.Message) -> list[str]:
@@ -96,21 +97,22 @@ async def test_answers_over_udp_and_tcp(
     if expected is not None:
         assert answers(reply) == [expected]
     else:  # loopback resolver, unknown location: some region, no ECS option
-        assert len(answers(reply)) == 1 and reply.options == ()
+        assert len(answers(reply)) == 1
+        assert reply.options == ()
     if scope is not None:
         (option,) = reply.options
-        assert option.scopelen == scope  # type: ignore[attr-defined]
+        assert option.scopelen == scope
 
 
 async def test_nodata_nxdomain_refused_formerr(server: BoundAddress) -> None:
-    at = {"where": server.host, "port": server.port, "timeout": 5}
+    at: dict[str, Any] = {"where": server.host, "port": server.port, "timeout": 5}
     nodata = await dns.asyncquery.udp(
         make("us.api.inference.example.", subnet=("89.160.20.0", 24)), **at
-    )  # type: ignore[arg-type]
+    )
     assert (nodata.rcode(), nodata.answer, len(nodata.authority)) == (dns.rcode.NOERROR, [], 1)
-    nx = await dns.asyncquery.udp(make("nope.inference.example."), **at)  # type: ignore[arg-type]
+    nx = await dns.asyncquery.udp(make("nope.inference.example."), **at)
     assert nx.rcode() == dns.rcode.NXDOMAIN
-    refused = await dns.asyncquery.tcp(make("example.org."), **at)  # type: ignore[arg-type]
+    refused = await dns.asyncquery.tcp(make("example.org."), **at)
     assert refused.rcode() == dns.rcode.REFUSED
     bad = make("api.inference.example.", subnet=("81.2.64.0", 20)).to_wire()
     bad = bad[:-1] + bytes([bad[-1] | 0x0F])  # set bits beyond the /20 source
@@ -121,9 +123,11 @@ async def test_nodata_nxdomain_refused_formerr(server: BoundAddress) -> None:
 async def test_truncation_and_tcp_fallback(server: BoundAddress) -> None:
     query = make("ap-southeast.api.inference.example.", "AAAA", ("216.160.83.0", 24), payload=512)
     udp = await dns.asyncquery.udp(query, server.host, port=server.port, timeout=5)
-    assert udp.flags & dns.flags.TC and udp.answer == []
+    assert udp.flags & dns.flags.TC
+    assert udp.answer == []
     tcp = await dns.asyncquery.tcp(query, server.host, port=server.port, timeout=5)
-    assert len(tcp.answer[0]) == 40 and not tcp.flags & dns.flags.TC
+    assert len(tcp.answer[0]) == 40
+    assert not tcp.flags & dns.flags.TC
 
 
 async def test_tcp_pipelines_several_queries_on_one_connection(server: BoundAddress) -> None:
@@ -147,14 +151,14 @@ async def test_tcp_pipelines_several_queries_on_one_connection(server: BoundAddr
     assert got == [address_of("eu-west"), address_of("us-west"), address_of("eu-central")]
 
 
-async def udp_raw(server: BoundAddress, packet: bytes, timeout: float = 5.0) -> bytes:
+async def udp_raw(server: BoundAddress, packet: bytes) -> bytes:
     loop = asyncio.get_running_loop()
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.setblocking(False)
     try:
         await loop.sock_connect(sock, (server.host, server.port))
         await loop.sock_sendall(sock, packet)
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(5.0):
             return await loop.sock_recv(sock, 65535)
     finally:
         sock.close()

@@ -20,14 +20,14 @@ from aiohttp import web
 from openai import AsyncOpenAI
 
 from fleetsim.server import GpuSimConfig, GpuSimServer
-from gtm.clock import SystemClock
-from gtm.gpu_profiles import LLAMA_8B
-from gtm.metrics import new_registry
 from global_lb.app import GlobalConfig, GlobalTier
 from global_lb.dns.rrl import RrlConfig
 from global_lb.frontdoor import FrontDoorConfig
 from global_lb.geo import ChainLocator, MaxMindLocator
 from global_lb.health import HealthCheckConfig
+from gtm.clock import SystemClock
+from gtm.gpu_profiles import LLAMA_8B
+from gtm.metrics import new_registry
 from policies import verify
 from tests.unit.global_lb.helpers import REGION_IDS, address_of, topology, write_city_db
 
@@ -215,7 +215,8 @@ async def test_retry_on_the_next_allowed_region_then_failover(deployment: Deploy
     await deployment.tier.health.check_once()
     await deployment.tier.health.check_once()
     view = deployment.tier.keeper.view
-    assert view is not None and not view.by_id["eu-west"].available
+    assert view is not None
+    assert not view.by_id["eu-west"].available
     dns_address = deployment.tier.endpoints.dns
     assert dns_address is not None
     query = dns.message.make_query(
@@ -253,7 +254,8 @@ async def test_route_api_service_endpoints_and_audit(deployment: Deployment) -> 
         async with http.post(deployment.http + "/v1/route", json={"model": "m"}) as response:
             assert response.status == 401
     report = verify([deployment.audit_dir])
-    assert report.ok and report.records >= 1
+    assert report.ok
+    assert report.records >= 1
     records = [
         json.loads(line)["record"]
         for line in (deployment.audit_dir)

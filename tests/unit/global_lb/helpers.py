@@ -8,15 +8,15 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 
-from mmdb_writer import MMDBWriter, MmdbF64
-from netaddr import IPSet
+from mmdb_writer import MmdbF64, MMDBWriter
+from netaddr import IPSet  # type: ignore[import-untyped]
 
-from gtm.models import Drain, DrainTarget, Endpoint, ModelLoad, Region, RegionSummary
-from gtm.policy_store import ActivePolicy, activate
-from gtm.state.snapshot import FleetSnapshot
 from global_lb.health import HealthTable
 from global_lb.keeper import build_view, merged_regions
 from global_lb.view import GlobalView, LatencyModel
+from gtm.models import Drain, DrainTarget, Endpoint, ModelLoad, Region, RegionSummary
+from gtm.policy_store import ActivePolicy, activate
+from gtm.state.snapshot import FleetSnapshot
 from policies import load_examples
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"

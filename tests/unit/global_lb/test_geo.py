@@ -6,8 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from gtm.errors import ConfigError
-from gtm.models import GeoPoint
 from global_lb.geo import (
     AssumedLocation,
     ChainLocator,
@@ -21,6 +19,8 @@ from global_lb.geo import (
     open_locator,
     special_purpose_entries,
 )
+from gtm.errors import ConfigError
+from gtm.models import GeoPoint
 from tests.unit.global_lb.helpers import maxmind_test_db, write_city_db
 
 ip = ipaddress.ip_address

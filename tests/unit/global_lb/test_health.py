@@ -2,12 +2,11 @@ from __future__ import annotations
 
 from collections import deque
 
-import pytest
-
-from gtm.clock import FakeClock
-from gtm.metrics import new_registry
 from global_lb.health import HealthCheckConfig, HealthChecker, HealthTable, ProbeResult
 from global_lb.metrics import GlobalMetrics
+from gtm.clock import FakeClock
+from gtm.metrics import new_registry
+from gtm.tasks import TaskSupervisor
 
 
 class ScriptedProber:
@@ -55,7 +54,8 @@ async def test_first_result_decides_then_fall_and_rise_thresholds() -> None:
     assert await hc.check_once()  # the second: down
     assert hc.table.is_down("a") is not None
     prober.set("http://c", True)
-    assert not await hc.check_once() and not await hc.check_once()
+    assert not await hc.check_once()
+    assert not await hc.check_once()
     assert await hc.check_once()  # third success: up
     assert hc.table.is_down("c") is None
     assert [t.epoch for t in seen] == [1, 2, 3]
@@ -82,7 +82,8 @@ async def test_fail_open_when_every_check_fails_at_once() -> None:
     await hc.check_once()
     await hc.check_once()
     assert not hc.table.fail_open
-    assert hc.table.is_down("a") is not None and hc.table.is_down("b") is None
+    assert hc.table.is_down("a") is not None
+    assert hc.table.is_down("b") is None
 
 
 async def test_run_probes_every_interval_on_the_injected_clock() -> None:
@@ -95,14 +96,11 @@ async def test_run_probes_every_interval_on_the_injected_clock() -> None:
         config=HealthCheckConfig(interval=1.0),
     )
     hc.set_targets({"a": "http://a"})
-    import asyncio
-
-    task = asyncio.get_running_loop().create_task(hc.run())  # noqa: TID251
-    await clock.advance_until(lambda: hc.rounds >= 3, step=0.5)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert hc.rounds >= 3 and set(prober.calls) == {"http://a"}
+    async with TaskSupervisor(registry=new_registry(), clock=clock) as tasks:
+        tasks.spawn("health", hc.run())
+        await clock.advance_until(lambda: hc.rounds >= 3, step=0.5)
+    assert hc.rounds >= 3
+    assert set(prober.calls) == {"http://a"}
 
 
 async def test_targets_that_leave_are_forgotten() -> None:

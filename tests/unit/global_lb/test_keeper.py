@@ -4,11 +4,11 @@ from pathlib import Path
 
 import pytest
 
-from gtm.errors import ConfigError
-from gtm.metrics import new_registry
 from global_lb.health import HealthTable
 from global_lb.keeper import ViewKeeper, build_view, load_topology
 from global_lb.metrics import GlobalMetrics
+from gtm.errors import ConfigError
+from gtm.metrics import new_registry
 from tests.unit.global_lb.helpers import example_policy, health_table, snapshot, summary, topology
 
 
@@ -53,7 +53,8 @@ def test_drains_and_fail_open() -> None:
     v = build_view(
         example_policy(), snapshot(drained=["us-east"]), health_table(["eu-west"], fail_open=True)
     )
-    assert v.by_id["us-east"].drained and not v.by_id["us-east"].available
+    assert v.by_id["us-east"].drained
+    assert not v.by_id["us-east"].available
     assert v.by_id["eu-west"].available  # fail-open ignores the checks
 
 
@@ -69,14 +70,20 @@ def test_keeper_rebuilds_only_when_a_source_moves() -> None:
         topology=topology(),
         on_regions=lambda t: targets.append(dict(t)),
     )
-    assert keeper.refresh() and not keeper.refresh()
+    assert keeper.refresh()
+    assert not keeper.refresh()
     first = keeper.view
-    assert targets and targets[0]["eu-west"] == "http://127.0.1.4:8000"
+    assert targets
+    assert targets[0]["eu-west"] == "http://127.0.1.4:8000"
     table[0] = health_table(["eu-west"], epoch=2)
     assert keeper.refresh()
-    assert keeper.view is not first and not keeper.view.by_id["eu-west"].available  # type: ignore[union-attr]
+    assert keeper.view is not None
+    assert keeper.view is not first
+    assert not keeper.view.by_id["eu-west"].available
     snap[0] = snapshot(2, drained=["us-east"])
-    assert keeper.refresh() and keeper.view.by_id["us-east"].drained  # type: ignore[union-attr]
+    assert keeper.refresh()
+    assert keeper.view is not None
+    assert keeper.view.by_id["us-east"].drained
     assert len(targets) == 1  # endpoints did not change
 
 
@@ -87,17 +94,19 @@ def test_keeper_waits_for_a_policy() -> None:
         health=HealthTable,
         metrics=GlobalMetrics(new_registry()),
     )
-    assert not keeper.refresh() and keeper.view is None
+    assert not keeper.refresh()
+    assert keeper.view is None
 
 
 def test_topology_file(tmp_path: Path) -> None:
     path = tmp_path / "t.yaml"
     path.write_text(
-        "regions:\n  - id: r1\n    location: {lat: 1, lon: 2}\n    jurisdiction: xx\n    country: DE\n"
+        "regions:\n  - id: r1\n    location: {lat: 1, lon: 2}\n"
+        "    jurisdiction: xx\n    country: DE\n"
         "    endpoints: [{url: 'http://127.0.1.1:80', address: 127.0.1.1}]\n"
     )
     (region,) = load_topology(path)
     assert region.endpoints[0].url == "http://127.0.1.1:80"
     path.write_text("regions: [{id: r1}]\n")
-    with pytest.raises(ConfigError, match="regions.0.location"):
+    with pytest.raises(ConfigError, match=r"regions\.0\.location"):
         load_topology(path)

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from gtm.errors import ConfigError
 from global_lb import profiles
 from global_lb.plugins import global_registry
+from gtm.errors import ConfigError
 from tests.unit.global_lb.helpers import example_policy
 
 

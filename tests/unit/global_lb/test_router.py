@@ -1,14 +1,15 @@
 from __future__ import annotations
 
 import ipaddress
+from typing import Any
 
 import pytest
 
-from gtm.models import ClientInfo, GeoPoint, RouteRequest
 from global_lb import profiles
 from global_lb.geo import Location, LocationSource
 from global_lb.plugins import global_registry
 from global_lb.router import GlobalRouter, Refusal, cell_of, spread_slot, token_bucket
+from gtm.models import ClientInfo, GeoPoint, RouteRequest
 from tests.unit.global_lb.helpers import MODEL, REGION_IDS, load, summary, view
 
 LONDON = GeoPoint(lat=51.51, lon=-0.09)
@@ -21,9 +22,9 @@ def located(country: str | None, point: GeoPoint | None) -> Location:
 
 
 def request(
-    tenant: str = "demo-global", model: str = MODEL, rid: str = "r1", **kw: object
+    tenant: str = "demo-global", model: str = MODEL, rid: str = "r1", **kw: Any
 ) -> RouteRequest:
-    return RouteRequest(request_id=rid, model=model, input_tokens=500, tenant=tenant, **kw)  # type: ignore[arg-type]
+    return RouteRequest(request_id=rid, model=model, input_tokens=500, tenant=tenant, **kw)
 
 
 def test_nearest_region_wins_and_fallbacks_are_ranked(router: GlobalRouter) -> None:
@@ -33,7 +34,8 @@ def test_nearest_region_wins_and_fallbacks_are_ranked(router: GlobalRouter) -> N
     assert set(outcome.fallbacks) == set(outcome.allowed) - {"eu-west"}
     assert outcome.http_status == 200
     assert outcome.reasons == ("residency:allowed",)
-    assert outcome.predicted_ttft_ms is not None and outcome.predicted_ttft_ms < 60
+    assert outcome.predicted_ttft_ms is not None
+    assert outcome.predicted_ttft_ms < 60
 
 
 @pytest.mark.parametrize(
@@ -57,7 +59,8 @@ def test_residency_refusal_is_451_with_the_reason(router: GlobalRouter) -> None:
     outcome = router.decide(request("acme-health"), view(), located("SE", STOCKHOLM))
     assert outcome.refusal is Refusal.RESIDENCY
     assert outcome.http_status == 451
-    assert outcome.region is None and outcome.fallbacks == ()
+    assert outcome.region is None
+    assert outcome.fallbacks == ()
     assert outcome.reasons == ("residency:denied", "refused:residency")
     assert "gdpr-stays-in-eea" in outcome.detail
 
@@ -75,7 +78,8 @@ def test_all_allowed_regions_down_is_503_never_outside(router: GlobalRouter) -> 
     assert outcome.refusal is Refusal.NO_AVAILABLE_REGION
     assert outcome.http_status == 503
     assert outcome.region is None
-    assert outcome.trace is not None and outcome.trace.filters[-1].plugin == "health"
+    assert outcome.trace is not None
+    assert outcome.trace.filters[-1].plugin == "health"
 
 
 def test_model_served_nowhere_allowed_is_404(router: GlobalRouter) -> None:
@@ -104,7 +108,8 @@ def test_decisions_are_cached_per_view_revision(router: GlobalRouter) -> None:
     a = router.decide(request(rid="a"), first, located("GB", LONDON))
     b = router.decide(request(rid="a"), first, located("GB", LONDON))
     assert (a.cached, b.cached) == (False, True)
-    assert b.region == a.region and b.decision_id == "a"
+    assert b.region == a.region
+    assert b.decision_id == "a"
     moved = view(revision=2, down=["eu-west"])
     c = router.decide(request(rid="a"), moved, located("GB", LONDON))
     assert (c.cached, c.region) == (False, "eu-central")

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import ipaddress
 from pathlib import Path
+from typing import Any
 
 import dns.edns
 import dns.flags
@@ -10,8 +11,6 @@ import dns.rcode
 import dns.rdatatype
 import pytest
 
-from gtm.clock import FakeClock
-from gtm.metrics import new_registry
 from global_lb.dns.responder import Responder
 from global_lb.dns.rrl import RrlConfig
 from global_lb.dns.zone import NameServer, ZoneConfig
@@ -19,20 +18,22 @@ from global_lb.geo import ChainLocator, MaxMindLocator
 from global_lb.metrics import GlobalMetrics
 from global_lb.router import GlobalRouter
 from global_lb.view import GlobalView
+from gtm.clock import FakeClock
+from gtm.metrics import new_registry
 from tests.unit.global_lb.helpers import address_of, view, write_city_db
 
 RESOLVER = ipaddress.ip_address("127.0.0.1")
 
 
 class Harness:
-    def __init__(self, tmp_path: Path, router: GlobalRouter, **zone: object) -> None:
+    def __init__(self, tmp_path: Path, router: GlobalRouter, **zone: Any) -> None:
         self.view: GlobalView | None = view()
         self.registry = new_registry()
         self.clock = FakeClock()
         self.responder = Responder(
             ZoneConfig(
                 name_servers=(NameServer(addresses=(ipaddress.ip_address("127.0.0.53"),)),), **zone
-            ),  # type: ignore[arg-type]
+            ),
             view=lambda: self.view,
             router=router,
             locator=ChainLocator(MaxMindLocator(write_city_db(tmp_path / "city.mmdb"))),
@@ -88,7 +89,8 @@ def test_api_answers_the_nearest_region_with_the_network_as_scope(
     h: Harness, subnet: tuple[str, int], region: str
 ) -> None:
     reply = h.ask("api.inference.example.", subnet=subnet)
-    assert reply.rcode() == dns.rcode.NOERROR and reply.flags & dns.flags.AA
+    assert reply.rcode() == dns.rcode.NOERROR
+    assert reply.flags & dns.flags.AA
     assert addresses(reply) == [address_of(region)]
     assert scope(reply) == subnet[1]
     assert reply.answer[0].ttl == 30
@@ -197,7 +199,8 @@ def test_apex_soa_ns_and_name_server_address(h: Harness) -> None:
 def test_any_gets_a_minimal_hinfo(h: Harness) -> None:
     reply = h.ask("api.inference.example.", "ANY")
     (rrset,) = reply.answer
-    assert rrset.rdtype == dns.rdatatype.HINFO and rrset[0].cpu == b"RFC8482"
+    assert rrset.rdtype == dns.rdatatype.HINFO
+    assert rrset[0].cpu == b"RFC8482"
 
 
 def test_other_types_on_existing_names_are_nodata(h: Harness) -> None:
@@ -223,7 +226,8 @@ def test_rate_limiting_drops_and_slips(tmp_path: Path, dns_router: GlobalRouter)
     replies = [h.responder.respond(wire, RESOLVER, udp=True) for _ in range(6)]
     assert [r is not None for r in replies] == [True, True, False, True, False, True]
     slipped = dns.message.from_wire(replies[3])  # type: ignore[arg-type]
-    assert slipped.flags & dns.flags.TC and not slipped.answer
+    assert slipped.flags & dns.flags.TC
+    assert not slipped.answer
     assert h.responder.respond(wire, RESOLVER, udp=False) is not None  # TCP is never limited
 
 
@@ -264,7 +268,8 @@ def test_too_many_addresses_truncate_over_udp_but_not_tcp(
     regions = tuple(replace(r, endpoints=many) if r.id == "eu-west" else r for r in base.regions)
     h.view = replace(base, regions=regions)
     udp = h.ask("eu-west.api.inference.example.", "AAAA", subnet=("81.2.69.0", 24), payload=512)
-    assert udp.flags & dns.flags.TC and udp.answer == []
+    assert udp.flags & dns.flags.TC
+    assert udp.answer == []
     tcp = h.ask("eu-west.api.inference.example.", "AAAA", subnet=("81.2.69.0", 24), udp=False)
     assert len(tcp.answer[0]) == 40
 

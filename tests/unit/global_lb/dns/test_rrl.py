@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import ipaddress
 
-from gtm.clock import FakeClock
 from global_lb.dns.rrl import ResponseRateLimiter, RrlAction, RrlConfig
+from gtm.clock import FakeClock
 
 
 def test_limit_per_prefix_with_slip_and_refill() -> None:

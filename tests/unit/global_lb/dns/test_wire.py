@@ -26,10 +26,12 @@ def test_plain_query() -> None:
 def test_edns_and_ecs() -> None:
     data = query(use_edns=0, payload=4096, options=[dns.edns.ECSOption("81.2.69.0", 24)])
     q = wire.parse_query(data)
-    assert q.edns and q.payload == 4096
+    assert q.edns
+    assert q.payload == 4096
     assert q.ecs == wire.ClientSubnet(1, 24, 0, bytes([81, 2, 69]))
     six = wire.parse_query(query(use_edns=0, options=[dns.edns.ECSOption("2001:db8:1::", 48)]))
-    assert six.ecs is not None and six.ecs.padded()[:6] == bytes.fromhex("20010db80001")
+    assert six.ecs is not None
+    assert six.ecs.padded()[:6] == bytes.fromhex("20010db80001")
 
 
 def ecs_query(option: bytes) -> bytes:
@@ -92,7 +94,7 @@ def test_bad_queries(mutate, rcode: Rcode | None) -> None:  # type: ignore[no-un
         assert reply is None
     else:
         assert reply is not None
-        assert dns.message.from_wire(reply, question_only=True).rcode() == rcode
+        assert int(dns.message.from_wire(reply, question_only=True).rcode()) == int(rcode)
 
 
 def test_two_opt_records_are_formerr() -> None:
@@ -107,10 +109,13 @@ def test_response_truncates_when_too_big() -> None:
     q = wire.parse_query(query())
     body = b"".join(wire.rr(wire.QNAME_POINTER, 1, 30, bytes([10, 0, 0, i])) for i in range(40))
     small = dns.message.from_wire(wire.response(q, 0, 40, 0, body, max_size=512))
-    assert small.flags & dns.flags.TC and not small.answer
+    assert small.flags & dns.flags.TC
+    assert not small.answer
     big = dns.message.from_wire(wire.response(q, 0, 40, 0, body, max_size=65535))
-    assert not big.flags & dns.flags.TC and len(big.answer[0]) == 40
-    assert big.flags & dns.flags.AA and big.id == q.id
+    assert not big.flags & dns.flags.TC
+    assert len(big.answer[0]) == 40
+    assert big.flags & dns.flags.AA
+    assert big.id == q.id
 
 
 def test_response_echoes_ecs_with_scope() -> None:

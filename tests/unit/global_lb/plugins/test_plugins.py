@@ -7,12 +7,21 @@ from collections import Counter
 
 import pytest
 
+from global_lb.plugins import (
+    affinity,
+    global_registry,
+    health,
+    load,
+    model,
+    residency,
+    spread,
+    ttft,
+)
+from global_lb.view import ANY_MODEL, RegionState, RequestContext
 from gtm.models import ClientInfo, GeoPoint, RouteRequest
 from gtm.routing import Scored
-from global_lb.plugins import affinity, health, load, model, residency, spread, ttft
-from global_lb.plugins import global_registry
-from global_lb.view import ANY_MODEL, RegionState, RequestContext
-from tests.unit.global_lb.helpers import MODEL, REGION_IDS, load as load_of, summary, view
+from tests.unit.global_lb.helpers import MODEL, REGION_IDS, summary, view
+from tests.unit.global_lb.helpers import load as load_of
 
 LONDON = GeoPoint(lat=51.51, lon=-0.09)
 
@@ -107,7 +116,8 @@ def test_ttft_cost_is_rtt_plus_queue_plus_own_prefill() -> None:
 def test_ttft_scores_are_in_unit_interval_best_is_one() -> None:
     v = view()
     scores = ttft.TtftScorer().score(req(), v.regions, ctx_for(v))
-    assert max(scores.values()) == 1.0 and scores["eu-west"] == 1.0
+    assert max(scores.values()) == 1.0
+    assert scores["eu-west"] == 1.0
     assert all(0.0 <= s <= 1.0 for s in scores.values())
     assert scores["eu-central"] > scores["us-east"] > scores["ap-southeast"]
 
