@@ -6,11 +6,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gtm.metrics import DECISION_LATENCY_BUCKETS
 
-#: ECS scope prefix lengths observed in answers: every length an answer can carry
-#: (0 = valid for everyone) up to /32, then the IPv6 lengths resolvers cache (RFC 7871
-#: §11.1: resolvers send at most /56 for IPv6).
-_SCOPE_BUCKETS = (0, 8, 12, 16, 20, 22, 24, 28, 32, 40, 48, 56, 64, 128)
-
 
 class GlobalMetrics:
     """Every metric of the global tier (one instance per registry)."""
@@ -54,11 +49,11 @@ class GlobalMetrics:
             ["reason"],
             registry=registry,
         )
-        self.ecs_scope = Histogram(
-            "gtm_global_dns_ecs_scope_prefix_length",
-            "SCOPE PREFIX-LENGTH of answers to queries carrying EDNS Client Subnet.",
-            ["family"],
-            buckets=_SCOPE_BUCKETS,
+        self.ecs_scope = Counter(
+            "gtm_global_dns_ecs_scope_total",
+            "Answers to queries carrying EDNS Client Subnet, by family and the SCOPE "
+            "PREFIX-LENGTH answered (0: valid for every client).",
+            ["family", "scope"],
             registry=registry,
         )
         self.dns_rebuilds = Counter(

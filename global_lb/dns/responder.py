@@ -58,6 +58,8 @@ log = logging.getLogger(__name__)
 #: Bounds of the caches (entries); a full cache is cleared, which only costs recomputing.
 MAX_CLIENTS = 262_144
 MAX_ANSWERS = 262_144
+#: Whole responses remembered by query bytes (about 100 bytes each).
+MAX_PACKETS = 131_072
 #: RFC 8482 §4.2: answer ANY with one synthesized HINFO record, CPU "RFC8482", OS "".
 _HINFO_RFC8482 = b"\x07RFC8482\x00"
 _TENANT_FOR_DNS = "dns"
@@ -83,6 +85,21 @@ class _Prepared:
     body: bytes
     location_dependent: bool
     counter: Any  # the prometheus counter child of (kind, region, rcode)
+
+
+@dataclass(frozen=True, slots=True)
+class _Fast:
+    """A whole response, minus its ID, and what answering it counts."""
+
+    tail: bytes
+    counter: Any
+    scope: Any
+    #: The answer depends on the resolver's address: look it up per client.
+    per_client: bool
+
+
+#: The fast-path entry saying "this query's answer depends on who asks".
+_PER_CLIENT = _Fast(b"", None, None, True)
 
 
 class Responder:
@@ -116,8 +133,10 @@ class Responder:
         self._answers: dict[tuple[bytes, int, Cell], _Prepared] = {}
         self._dns_allowed: dict[str | None, frozenset[str]] = {}
         self._counters: dict[tuple[str, str, str], Counter] = {}
-        self._scope_v4 = metrics.ecs_scope.labels("ipv4")
-        self._scope_v6 = metrics.ecs_scope.labels("ipv6")
+        # What the last slow-path answer counted, for the fast path to repeat.
+        self._last: tuple[Counter, Counter | None, bool] | None = None
+        self._packets: dict[tuple[bytes, bool], _Fast] = {}
+        self._per_client: dict[tuple[bytes, bool, IPAddress], _Fast] = {}
 
     # ------------------------------------------------------------------ entry point
 
@@ -131,6 +150,53 @@ class Responder:
             return _servfail(packet)
 
     def _respond(self, packet: bytes, client: IPAddress, udp: bool) -> bytes | None:
+        if udp and self._rrl.enabled:
+            action = self._rrl.check(client)
+            if action is RrlAction.DROP:
+                self._metrics.dns_dropped.labels("rate-limited").inc()
+                return None
+            if action is RrlAction.SLIP:
+                return self._slip(packet)
+        # Fast path: while the view is the same, the same query (all but its ID) gets the
+        # same response (all but its ID) — from the same resolver, when its address (not
+        # an ECS option) located the client.
+        body = (packet[2:], udp)
+        if self._view_source() is self._view:
+            hit = self._packets.get(body)
+            if hit is not None and hit.per_client:
+                hit = self._per_client.get((*body, client))
+            if hit is not None:
+                hit.counter.inc()
+                if hit.scope is not None:
+                    hit.scope.inc()
+                return packet[:2] + hit.tail
+        self._last = None
+        reply = self._respond_slow(packet, client, udp)
+        last = self._last
+        if reply is not None and last is not None:
+            self._remember(body, client, _Fast(reply[2:], *last))
+        return reply
+
+    def _remember(self, body: tuple[bytes, bool], client: IPAddress, fast: _Fast) -> None:
+        if len(self._packets) >= MAX_PACKETS or len(self._per_client) >= MAX_PACKETS:
+            self._packets.clear()
+            self._per_client.clear()
+        if fast.per_client:
+            self._packets[body] = _PER_CLIENT
+            self._per_client[(*body, client)] = fast
+        else:
+            self._packets[body] = fast
+
+    def _slip(self, packet: bytes) -> bytes | None:
+        """RRL's slip: the query's header and question, TC set, nothing else."""
+        try:
+            query = wire.parse_query(packet)
+        except WireError as exc:
+            return wire.error_response(exc)
+        self._metrics.dns_truncated.labels("rrl-slip").inc()
+        return wire.response(query, Rcode.NOERROR, 0, 0, b"", max_size=0)
+
+    def _respond_slow(self, packet: bytes, client: IPAddress, udp: bool) -> bytes | None:
         try:
             query = wire.parse_query(packet)
         except WireError as exc:
@@ -142,14 +208,7 @@ class Responder:
             return reply
         max_size = 65_535
         if udp:
-            action = self._rrl.check(client)
-            if action is RrlAction.DROP:
-                self._metrics.dns_dropped.labels("rate-limited").inc()
-                return None
             max_size = min(query.payload, wire.MAX_UDP_PAYLOAD) if query.edns else 512
-            if action is RrlAction.SLIP:
-                self._metrics.dns_truncated.labels("rrl-slip").inc()
-                return wire.response(query, Rcode.NOERROR, 0, 0, b"", max_size=0)
         return self._answer(query, client, max_size)
 
     # ------------------------------------------------------------------ answering
@@ -180,9 +239,13 @@ class Responder:
             self._answers[key] = prepared
         prepared.counter.inc()
         scope = None
+        scope_counter = None
         if query.ecs is not None:
             scope = located.scope if (located is not None and prepared.location_dependent) else 0
-            (self._scope_v4 if query.ecs.family == 1 else self._scope_v6).observe(scope)
+            scope_counter = self._scope_counter(query.ecs.family, scope)
+            scope_counter.inc()
+        by_resolver = located is not None and (query.ecs is None or query.ecs.source == 0)
+        self._last = (prepared.counter, scope_counter, by_resolver and prepared.location_dependent)
         reply = wire.response(
             query,
             prepared.rcode,
@@ -201,8 +264,17 @@ class Responder:
         scope = 0 if query.ecs is not None else None
         return wire.response(query, rcode, 0, 0, b"", max_size=max_size, ecs_scope=scope)
 
+    def _scope_counter(self, family: int, scope: int) -> Counter:
+        key = ("ipv4" if family == 1 else "ipv6", str(scope), "")
+        counter = self._counters.get(key)
+        if counter is None:
+            counter = self._counters[key] = self._metrics.ecs_scope.labels(key[0], key[1])
+        return counter
+
     def _reset(self, view: GlobalView | None) -> None:
         self._view = view
+        self._packets = {}
+        self._per_client = {}
         self._choices = {}
         self._answers = {}
         self._dns_allowed = {}

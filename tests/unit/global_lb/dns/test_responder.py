@@ -249,7 +249,7 @@ def test_metrics_count_answers_by_name_region_and_rcode(h: Harness) -> None:
         )
         == 1
     )
-    assert sample("gtm_global_dns_ecs_scope_prefix_length_count", {"family": "ipv4"}) == 2
+    assert sample("gtm_global_dns_ecs_scope_total", {"family": "ipv4", "scope": "24"}) == 2
 
 
 def test_too_many_addresses_truncate_over_udp_but_not_tcp(
@@ -280,3 +280,29 @@ def test_internal_errors_cost_one_servfail(h: Harness) -> None:
 
     h.responder._view_source = broken
     assert h.ask("api.inference.example.").rcode() == dns.rcode.SERVFAIL
+
+
+def test_fast_path_repeats_answers_per_resolver_when_the_resolver_decides(h: Harness) -> None:
+    wire_query = dns.message.make_query("api.inference.example.", "A").to_wire()
+    london = h.responder.respond(wire_query, ipaddress.ip_address("81.2.69.7"))
+    seattle = h.responder.respond(wire_query, ipaddress.ip_address("216.160.83.9"))
+    again = h.responder.respond(wire_query, ipaddress.ip_address("81.2.69.7"))
+    assert london is not None
+    assert seattle is not None
+    assert addresses(dns.message.from_wire(london)) == [address_of("eu-west")]
+    assert addresses(dns.message.from_wire(seattle)) == [address_of("us-west")]
+    assert again == london
+    sample = h.registry.get_sample_value
+    labels = {"kind": "api", "region": "eu-west", "rcode": "NOERROR"}
+    assert sample("gtm_global_dns_responses_total", labels) == 2  # the fast path counts too
+
+
+def test_fast_path_keeps_the_query_id(h: Harness) -> None:
+    first = dns.message.make_query("api.inference.example.", "A", use_edns=0)
+    second = dns.message.make_query("api.inference.example.", "A", use_edns=0)
+    second.id = (first.id + 1) % 65536
+    replies = [
+        dns.message.from_wire(h.responder.respond(q.to_wire(), RESOLVER) or b"")
+        for q in (first, second)
+    ]
+    assert [r.id for r in replies] == [first.id, second.id]
