@@ -53,6 +53,9 @@ from zone_agent.view import GpuState, ViewBuilder, ViewSettings, ZoneView, profi
 
 log = logging.getLogger(__name__)
 
+#: How long start-up waits for the state store's first listing before serving anyway (s).
+STORE_WAIT_S = 5.0
+
 #: How long in-flight requests get to finish when the agent stops (s).
 SHUTDOWN_GRACE_S = 2.0
 
@@ -158,7 +161,12 @@ class ZoneAgent:
         )
         if self._watcher is not None:
             self._supervisor.spawn("snapshot", self._watcher.run())
-            await self._watcher.wait_ready()
+            try:
+                await asyncio.wait_for(self._watcher.wait_ready(), STORE_WAIT_S)
+            except TimeoutError:
+                # Static stability: a store that is down must not stop the agent from
+                # serving its static workers; registered ones join when it answers.
+                log.warning("state store not answering; starting with static workers only")
         self._sync_inventory()
         await asyncio.gather(self.check_round(), self.scrape_round())
         self._supervisor.run_loop("scrape", self.scrape_round, interval=cfg.scrape_interval_s)
