@@ -33,6 +33,7 @@ from global_lb.view import (
     jurisdiction_members,
     loads_of,
     policy_regions,
+    terms_of,
 )
 from gtm.errors import ConfigError
 from gtm.models import DrainTarget, Frozen, GeoPoint, Region, RegionSummary
@@ -123,7 +124,8 @@ def build_view(
                 health_reason=why,
                 drained=snapshot.is_drained(DrainTarget.REGION, rid),
                 summary=summary,
-                loads=loads_of(summary),
+                loads=(loads := loads_of(summary)),
+                terms=terms_of(loads),
             )
         )
     outages = tuple(s.location for s in states if not s.available)

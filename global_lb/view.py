@@ -18,10 +18,11 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import NamedTuple
 
 from gtm.models import Endpoint, GeoPoint, ModelLoad, Region, RegionSummary
 from gtm.policy_store import ActivePolicy
-from gtm.routing.cost import rtt_ms_from_distance
+from gtm.routing.cost import RTT_INTERCEPT_MS, RTT_MS_PER_KM, rtt_ms_from_distance
 
 #: The model name DNS decisions use: a DNS query names no model, so the region's
 #: aggregate load over every model it serves stands in.
@@ -30,6 +31,8 @@ ANY_MODEL = "gtm:any-model"
 #: RTT assumed from a client of unknown coordinates to every region: the model's
 #: intercept. Equal for every region, so it leaves the choice to capacity and TTFT.
 UNKNOWN_CLIENT_RTT_MS = rtt_ms_from_distance(0.0)
+#: Mean Earth radius (IUGG), as in gtm.models.GeoPoint.distance_km.
+EARTH_RADIUS_KM = 6371.0088
 #: Client locations whose RTTs a view remembers (a view lives about a second).
 _RTT_MEMO_SIZE = 65_536
 
@@ -61,6 +64,8 @@ class RegionState:
     summary: RegionSummary | None = None
     #: Per-model load, and the aggregate over models under :data:`ANY_MODEL`.
     loads: Mapping[str, ModelLoad] = field(default_factory=lambda: MappingProxyType({}))
+    #: :class:`ModelTerms` per model (derived from ``loads``; see :func:`terms_of`).
+    terms: Mapping[str, ModelTerms] = field(default_factory=lambda: MappingProxyType({}))
     #: Locations of the view's unavailable regions (shared by every region of a view):
     #: lets a picker tell that a client was displaced from a nearer, failed region.
     outages: tuple[GeoPoint, ...] = ()
@@ -81,11 +86,42 @@ class RegionState:
         """
         if self.summary is None:
             return 1.0
-        load = self.loads.get(model)
-        if load is None or load.max_running_requests == 0:
-            return 0.0
+        terms = self.terms.get(model)
+        return 0.0 if terms is None else terms.headroom
+
+
+class ModelTerms(NamedTuple):
+    """A region's per-model numbers that every decision reads, computed once per view."""
+
+    #: Queueing delay: queued prefill tokens / the region's prefill rate (∞: no capacity).
+    queue_ms: float
+    #: Prefill time per prompt token on one GPU (the region's rate / its healthy GPUs).
+    ms_per_token: float
+    headroom: float
+    #: At least one healthy GPU serves the model.
+    serves: bool
+
+
+def model_terms(load: ModelLoad) -> ModelTerms:
+    serves = load.healthy_gpus > 0
+    if load.max_running_requests == 0:
+        headroom = 0.0
+    else:
         used = (load.running_requests + load.waiting_requests) / load.max_running_requests
-        return max(0.0, 1.0 - used)
+        headroom = max(0.0, 1.0 - used)
+    rate = load.prefill_tokens_per_s
+    if rate <= 0.0 or not serves:
+        return ModelTerms(math.inf, 0.0, headroom, serves)
+    return ModelTerms(
+        1000.0 * load.queued_prefill_tokens / rate,
+        1000.0 * load.healthy_gpus / rate,
+        headroom,
+        serves,
+    )
+
+
+def terms_of(loads: Mapping[str, ModelLoad]) -> Mapping[str, ModelTerms]:
+    return MappingProxyType({model: model_terms(load) for model, load in loads.items()})
 
 
 def aggregate_load(models: Iterable[ModelLoad]) -> ModelLoad | None:
@@ -133,6 +169,7 @@ class LatencyModel:
         # repeat, so they are memoised across views (bounded, cleared when full).
         self._signatures: dict[tuple[tuple[str, float, float], ...], int] = {}
         self._memo: dict[tuple[float, float, str | None, int], Mapping[str, float]] = {}
+        self._trig: dict[int, tuple[tuple[str, float, float, float], ...]] = {}
 
     def signature(self, places: tuple[tuple[str, float, float], ...]) -> int:
         """A small id for a set of region places (ids and coordinates)."""
@@ -141,7 +178,12 @@ class LatencyModel:
             if len(self._signatures) >= 64:
                 self._signatures.clear()
                 self._memo.clear()
+                self._trig.clear()
             found = self._signatures[places] = len(self._signatures) + 1
+            self._trig[found] = tuple(
+                (rid, math.radians(lat), math.radians(lon), math.cos(math.radians(lat)))
+                for rid, lat, lon in places
+            )
         return found
 
     def rtts(
@@ -157,11 +199,40 @@ class LatencyModel:
         key = (lat, lon, country, signature)
         found = self._memo.get(key)
         if found is None:
-            found = {r.id: self.rtt_ms(point, country, r) for r in regions}
+            found = self._compute(signature, regions, point, country)
             if len(self._memo) >= _RTT_MEMO_SIZE:
                 self._memo.clear()
             self._memo[key] = found
         return found
+
+    def _compute(
+        self,
+        signature: int,
+        regions: tuple[RegionState, ...],
+        point: GeoPoint | None,
+        country: str | None,
+    ) -> dict[str, float]:
+        trig = self._trig.get(signature)
+        if point is None or trig is None or self._measured:
+            return {r.id: self.rtt_ms(point, country, r) for r in regions}
+        # The haversine of GeoPoint.distance_km, with the regions' radians and cosines
+        # computed once per set of regions: ~5× faster than calling it per region.
+        lat1, lon1 = math.radians(point.lat), math.radians(point.lon)
+        cos1 = math.cos(lat1)
+        sin, asin, sqrt = math.sin, math.asin, math.sqrt
+        km = 2.0 * EARTH_RADIUS_KM
+        return {
+            rid: RTT_INTERCEPT_MS
+            + RTT_MS_PER_KM
+            * km
+            * asin(
+                min(
+                    1.0,
+                    sqrt(sin((lat2 - lat1) / 2) ** 2 + cos1 * cos2 * sin((lon2 - lon1) / 2) ** 2),
+                )
+            )
+            for rid, lat2, lon2, cos2 in trig
+        }
 
     @property
     def measured(self) -> Mapping[tuple[str, str], float]:

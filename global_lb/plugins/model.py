@@ -45,5 +45,5 @@ class ModelFilter:
 def _serves(region: RegionState, model: str) -> bool:
     if region.summary is None:
         return True
-    load = region.loads.get(model)
-    return load is not None and load.healthy_gpus > 0
+    terms = region.terms.get(model)
+    return terms is not None and terms.serves

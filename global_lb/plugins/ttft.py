@@ -66,11 +66,9 @@ class TtftScorer:
             rtt = ctx.rtt_ms(candidate)
         if candidate.summary is None:
             return rtt
-        load = candidate.loads.get(request.model)
-        if load is None or load.prefill_tokens_per_s <= 0.0 or load.healthy_gpus == 0:
+        terms = candidate.terms.get(request.model)
+        if terms is None:
             return math.inf
-        rate = load.prefill_tokens_per_s
-        queue_ms = 1000.0 * load.queued_prefill_tokens / rate
-        # The request is prefilled on one GPU: the region's rate over its healthy GPUs.
-        own_ms = 1000.0 * request.input_tokens * load.healthy_gpus / rate
-        return rtt + queue_ms + own_ms
+        # The request is prefilled on one GPU: ms_per_token is the region's rate over its
+        # healthy GPUs (ModelTerms); queue_ms is ∞ where nothing can prefill.
+        return rtt + terms.queue_ms + request.input_tokens * terms.ms_per_token

@@ -203,3 +203,14 @@ def test_spread_picker_without_headroom_returns_the_best() -> None:
 def test_spread_params_are_validated() -> None:
     with pytest.raises(ValueError, match="saturation"):
         spread.Params(saturation=1.5)
+
+
+def test_fast_rtt_table_matches_the_distance_model() -> None:
+    from gtm.routing.cost import rtt_ms_from_distance
+
+    v = view()
+    for point in (LONDON, GeoPoint(lat=-33.9, lon=151.2), GeoPoint(lat=47.6, lon=-122.3)):
+        table = v.rtts(point, "GB")
+        for region in v.regions:
+            expected = rtt_ms_from_distance(point.distance_km(region.location))
+            assert table[region.id] == pytest.approx(expected, rel=1e-9)
