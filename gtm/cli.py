@@ -31,15 +31,15 @@ class _Entry:
 _COMMANDS: dict[str, _Entry] = {
     "up": _Entry("Start a whole local multi-region deployment.", None, "gtm up"),
     "global": _Entry("Run the global tier (GeoDNS + HTTP front door).", "global_lb.cli:global_cmd"),
-    "regional": _Entry("Run one region's regional LB.", None, "regional LB"),
+    "regional": _Entry("Run one region's regional LB.", "regional_lb.cli:regional"),
     "zone": _Entry("Run one zone's zone agent.", "zone_agent.cli:zone"),
     "gpu-sim": _Entry("Run an emulated vLLM-compatible GPU worker.", "fleetsim.cli:gpu_sim"),
     "policy": _Entry(
         "Check, apply, explain policy files; print their schema.", "gtm.policy_cli:policy"
     ),
     "route": _Entry("Ask for a routing decision and print its trace.", "global_lb.cli:route"),
-    "drain": _Entry("Drain a region, zone or GPU.", None, "regional LB"),
-    "undrain": _Entry("Undo a drain.", None, "regional LB"),
+    "drain": _Entry("Drain a region, zone or GPU.", "gtm.drain_cli:drain"),
+    "undrain": _Entry("Undo a drain.", "gtm.drain_cli:undrain"),
     "audit": _Entry("Verify the hash-chained audit log.", "policies.cli:audit"),
     "chaos": _Entry("Fault proxy (Toxiproxy API) and game-day runner.", "chaos.cli:chaos"),
     "sim": _Entry("Run the discrete-event fleet simulator.", None, "fleet simulator"),

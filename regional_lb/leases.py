@@ -67,6 +67,9 @@ log = logging.getLogger(__name__)
 
 #: Tolerance of the "sum of shares ≤ 1" check: shares are rounded when stored.
 _EPS = 1e-9
+#: Doorman's "safe capacity" as a share of the pool: right for two replicas per pool (a
+#: common HA pair), when a replica cut off from the store then over-admits nothing.
+DEFAULT_SAFE_SHARE = 0.5
 
 
 class QuotaLeaseRecord(StoredRecord):
@@ -94,7 +97,7 @@ class LeaseSettings:
     #: shares follow demand within a couple of seconds).
     refresh_interval: float = 1.0
     #: Share used without a valid lease (store down, lease lost, starting up).
-    safe_share: float = 0.5
+    safe_share: float = DEFAULT_SAFE_SHARE
     #: Smallest want, so an idle replica keeps a foothold for its next request.
     min_want: float = 0.02
     #: Wants are demand × headroom, so a growing demand is visible before it is refused.

@@ -1,0 +1,136 @@
+"""``gtm drain`` / ``gtm undrain``: put or remove an operator's drain of a region, zone
+or GPU in the state store.
+
+A drain is a :class:`gtm.models.Drain` record at ``keys.drain(target, id)``; every tier
+follows it through its fleet snapshot: the global tier stops choosing a drained region,
+a regional LB a drained zone (and spills a drained region's traffic), a zone agent a
+drained GPU. In-flight requests finish. The record stays until ``gtm undrain``.
+
+Drains are meant for a shared store (``--state etcd://HOST:PORT`` or ``GTM_STATE``): the
+embedded ``memory`` store lives inside one process, so a drain written there by this
+command would vanish with it; it is refused with a message saying so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+import click
+
+from gtm.clock import SystemClock
+from gtm.errors import ConfigError, GtmError
+from gtm.metrics import new_registry
+from gtm.models import Drain, DrainTarget
+from gtm.state import codec, keys
+from gtm.state.url import ACCEPTED_FORMS, StateUrl, StoreKind, open_store, parse_state_url
+
+T = TypeVar("T")
+
+
+def _parse_state(ctx: click.Context, param: click.Parameter, value: str) -> StateUrl:
+    try:
+        url = parse_state_url(value)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from exc
+    if url.kind is StoreKind.MEMORY:
+        raise click.BadParameter(
+            "drains must go to a shared store (etcd://HOST:PORT, or set GTM_STATE): the "
+            "embedded memory store ends with this command",
+            ctx,
+            param,
+        )
+    return url
+
+
+_TARGET = click.argument("target", type=click.Choice([t.value for t in DrainTarget]))
+_ID = click.argument("target_id", metavar="ID")
+_STATE = click.option(
+    "--state",
+    "state_url",
+    metavar="URL",
+    callback=_parse_state,
+    envvar="GTM_STATE",
+    default="memory",
+    help=f"State store: {ACCEPTED_FORMS}. Read from GTM_STATE when not given.",
+)
+_TIMEOUT = click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.05),
+    default=2.0,
+    show_default=True,
+    help="Seconds to wait for the store.",
+)
+
+
+def _key(target: str, target_id: str) -> str:
+    try:
+        return keys.drain(DrainTarget(target), target_id)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="ID") from None
+
+
+@click.command("drain", context_settings={"help_option_names": ["-h", "--help"]})
+@_TARGET
+@_ID
+@_STATE
+@_TIMEOUT
+@click.option("--reason", default="", help="Why (kept in the record, shown to operators).")
+@click.option("--by", "by", default=None, help="Who drains (default: the login name).")
+def drain(
+    target: str, target_id: str, state_url: StateUrl, timeout: float, reason: str, by: str | None
+) -> None:
+    """Drain a region, zone or GPU: it takes no new requests until undrained."""
+    key = _key(target, target_id)
+    try:
+        record = Drain(
+            target=DrainTarget(target),
+            id=target_id,
+            reason=reason,
+            by=by if by is not None else getpass.getuser(),
+            at=SystemClock().wall(),
+        )
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+    async def work() -> int:
+        store = open_store(state_url, clock=SystemClock(), registry=new_registry(), timeout=timeout)
+        try:
+            return await store.put(key, codec.encode(record))
+        finally:
+            await store.aclose()
+
+    revision = _run(work)
+    click.echo(f"drained {target} {target_id} (revision {revision})")
+
+
+@click.command("undrain", context_settings={"help_option_names": ["-h", "--help"]})
+@_TARGET
+@_ID
+@_STATE
+@_TIMEOUT
+def undrain(target: str, target_id: str, state_url: StateUrl, timeout: float) -> None:
+    """Undo a drain of a region, zone or GPU."""
+    key = _key(target, target_id)
+
+    async def work() -> bool:
+        store = open_store(state_url, clock=SystemClock(), registry=new_registry(), timeout=timeout)
+        try:
+            return await store.delete(key)
+        finally:
+            await store.aclose()
+
+    if _run(work):
+        click.echo(f"undrained {target} {target_id}")
+    else:
+        click.echo(f"{target} {target_id} was not drained")
+
+
+def _run(work: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run ``work``; store errors become a clean exit with the reason."""
+    try:
+        return asyncio.run(work())
+    except GtmError as exc:
+        raise click.ClickException(str(exc)) from exc

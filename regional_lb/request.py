@@ -1,0 +1,251 @@
+"""From an OpenAI request (body + headers) to the facts the regional tier decides on.
+
+Prompt sizes are counted with :mod:`gtm.tokens` (the estimator the emulated workers
+charge with), so the quota charged on admission is close to what the worker reports.
+
+Prefix fingerprints must agree with the zone agents' ``prefix_sketch``: they hash
+256-byte blocks of the same prompt text, prefix-chained with BLAKE2b (the zone agent's
+``zone_agent/prefix.py``; the tiers cannot import each other, so
+``tests/unit/regional_lb/test_request.py`` checks the two agree). The zone sketch only
+holds each prompt's leading blocks, so only :data:`SKETCH_BLOCKS` are hashed here.
+
+Inter-tier headers (all optional)::
+
+    x-gtm-hops             regional hops so far (the global front door sends 1)
+    x-gtm-spilled-from     comma-separated regions the request was spilled from
+    x-gtm-client-country   ISO 3166-1 alpha-2 country of the client (from the front door)
+    x-gtm-data-class       the request's data class (residency), default "default"
+    x-gtm-priority         interactive | batch | best-effort (at most the tenant's class)
+    x-request-id           the client's request id, echoed
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from gtm.models import Priority
+from gtm.tokens import PromptError, count_chat_tokens, count_text_tokens, parse_chat_messages
+from regional_lb.errors import BadRequest
+
+HEADER_HOPS = "x-gtm-hops"
+HEADER_SPILLED_FROM = "x-gtm-spilled-from"
+HEADER_CLIENT_COUNTRY = "x-gtm-client-country"
+HEADER_DATA_CLASS = "x-gtm-data-class"
+HEADER_PRIORITY = "x-gtm-priority"
+HEADER_REQUEST_ID = "x-request-id"
+HEADER_REGION = "x-gtm-region"
+HEADER_ZONE = "x-gtm-zone"
+HEADER_DECISION = "x-gtm-decision-id"
+HEADER_PEER_TOKEN = "x-gtm-peer-token"
+
+#: Bytes of prompt text per prefix block, as the zone agent hashes them.
+BLOCK_BYTES = 256
+#: Leading blocks the zone agents put in their sketches (two) and a margin.
+SKETCH_BLOCKS = 8
+MAX_MODEL_NAME = 256
+MAX_CHOICES = 16
+MAX_INPUTS = 2048
+
+_ID = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\Z")
+_COUNTRY = re.compile(r"^[A-Z]{2}\Z")
+
+
+class Endpoint(StrEnum):
+    CHAT = "/v1/chat/completions"
+    COMPLETION = "/v1/completions"
+    EMBEDDING = "/v1/embeddings"
+
+
+@dataclass(frozen=True, slots=True)
+class BodyFacts:
+    """What the decision needs from a body. Holds no prompt text."""
+
+    model: str
+    input_tokens: int
+    #: ``max_tokens`` / ``max_completion_tokens`` × choices, when given.
+    max_output_tokens: int | None
+    stream: bool
+    prefix_hashes: tuple[int, ...] = ()
+    tokens_per_block: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class HopInfo:
+    """Where the request has been: regional hops and the regions it was spilled from."""
+
+    hops: int = 0
+    spilled_from: tuple[str, ...] = ()
+
+
+def text_block_hashes(data: bytes, limit: int = SKETCH_BLOCKS) -> tuple[int, ...]:
+    """Prefix-chained 64-bit hashes of the first ``limit`` full 256-byte blocks of
+    ``data``, computed exactly as the zone agent computes them."""
+    parent = b"\0" * 8
+    out: list[int] = []
+    end = min(len(data), limit * BLOCK_BYTES) - BLOCK_BYTES + 1
+    for start in range(0, end, BLOCK_BYTES):
+        parent = hashlib.blake2b(parent + data[start : start + BLOCK_BYTES], digest_size=8).digest()
+        out.append(int.from_bytes(parent, "little"))
+    return tuple(out)
+
+
+def parse_json_body(raw: bytes) -> Mapping[str, object]:
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadRequest(
+            f"the request body is not valid JSON: {exc}", code="invalid_json"
+        ) from None
+    except RecursionError:
+        raise BadRequest("the request body is nested too deeply", code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise BadRequest("the request body must be a JSON object", code="invalid_json")
+    return body
+
+
+def _model(body: Mapping[str, object]) -> str:
+    model = body.get("model")
+    if not isinstance(model, str) or not model or len(model) > MAX_MODEL_NAME:
+        raise BadRequest(
+            "model must be a non-empty string of at most 256 characters", param="model"
+        )
+    return model
+
+
+def _positive_int(body: Mapping[str, object], name: str, limit: int | None = None) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise BadRequest(f"{name} must be a positive integer", param=name)
+    if limit is not None and value > limit:
+        raise BadRequest(f"{name} must be at most {limit}", param=name)
+    return value
+
+
+def _is_token(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
+
+
+def _items(value: object, field: str) -> tuple[int, str, int]:
+    """(total tokens, text of the first item, tokens of the first item) of ``prompt`` /
+    ``input``: a string, token ids, a list of strings or a list of token-id lists."""
+    items: list[str | list[int]] = []
+    single = isinstance(value, list) and bool(value) and all(_is_token(x) for x in value)
+    if isinstance(value, str) or (single and isinstance(value, list)):
+        items.append(value)
+    elif isinstance(value, list) and value:
+        for item in value:
+            if not (
+                isinstance(item, str) or (isinstance(item, list) and all(map(_is_token, item)))
+            ):
+                raise BadRequest(
+                    f"{field} must be a string, a list of strings, token ids or lists of token ids",
+                    param=field,
+                )
+            items.append(item)
+    else:
+        raise BadRequest(f"{field} must be a non-empty string or list", param=field)
+    if len(items) > MAX_INPUTS:
+        raise BadRequest(f"at most {MAX_INPUTS} items in {field}", param=field)
+    counts = [count_text_tokens(i) if isinstance(i, str) else len(i) for i in items]
+    first = items[0]
+    text = first if isinstance(first, str) else " ".join(str(t) for t in first)
+    return sum(counts), text, counts[0]
+
+
+def body_facts(body: Mapping[str, object], endpoint: Endpoint) -> BodyFacts:
+    """Validate what the decision needs; the worker validates everything else."""
+    model = _model(body)
+    if endpoint is Endpoint.CHAT:
+        try:
+            messages = parse_chat_messages(body.get("messages"))
+        except PromptError as exc:
+            raise BadRequest(str(exc), param="messages") from None
+        tokens = first_tokens = count_chat_tokens(messages)
+        text = "".join(f"{m.role}\n{m.name or ''}\n{m.text}\n" for m in messages)
+        output = _positive_int(body, "max_completion_tokens") or _positive_int(body, "max_tokens")
+    elif endpoint is Endpoint.COMPLETION:
+        tokens, text, first_tokens = _items(body.get("prompt"), "prompt")
+        output = _positive_int(body, "max_tokens")
+    else:
+        tokens, text, first_tokens = _items(body.get("input"), "input")
+        output = 0
+    choices = 1 if endpoint is Endpoint.EMBEDDING else (_positive_int(body, "n", MAX_CHOICES) or 1)
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise BadRequest("stream must be a boolean", param="stream")
+    data = text.encode("utf-8", "surrogatepass")
+    hashes = text_block_hashes(data) if endpoint is not Endpoint.EMBEDDING else ()
+    return BodyFacts(
+        model=model,
+        input_tokens=tokens,
+        max_output_tokens=None if output is None else output * choices,
+        stream=stream and endpoint is not Endpoint.EMBEDDING,
+        prefix_hashes=hashes,
+        tokens_per_block=first_tokens * BLOCK_BYTES / len(data) if data else 0.0,
+    )
+
+
+# ---------------------------------------------------------------------------- headers
+
+
+def request_id(headers: Mapping[str, str]) -> str:
+    rid = headers.get(HEADER_REQUEST_ID, "")
+    if rid and len(rid) <= 128 and rid.isprintable():
+        return rid
+    return uuid.uuid4().hex
+
+
+def hop_info(headers: Mapping[str, str]) -> HopInfo:
+    """Hops and spill chain from the headers; malformed values are a 400."""
+    raw_hops = headers.get(HEADER_HOPS, "0").strip() or "0"
+    if not raw_hops.isdigit() or len(raw_hops) > 3:
+        raise BadRequest(f"{HEADER_HOPS} must be a small non-negative integer", param=HEADER_HOPS)
+    chain = tuple(p.strip() for p in headers.get(HEADER_SPILLED_FROM, "").split(",") if p.strip())
+    if len(chain) > 16 or not all(_ID.match(region) for region in chain):
+        raise BadRequest(
+            f"{HEADER_SPILLED_FROM} must be a comma-separated list of region ids",
+            param=HEADER_SPILLED_FROM,
+        )
+    return HopInfo(int(raw_hops), chain)
+
+
+def client_country(headers: Mapping[str, str]) -> str | None:
+    value = headers.get(HEADER_CLIENT_COUNTRY, "").strip().upper()
+    if not value:
+        return None
+    if not _COUNTRY.match(value):
+        raise BadRequest(
+            f"{HEADER_CLIENT_COUNTRY} must be an ISO 3166-1 alpha-2 code",
+            param=HEADER_CLIENT_COUNTRY,
+        )
+    return value
+
+
+def data_class(headers: Mapping[str, str]) -> str:
+    value = headers.get(HEADER_DATA_CLASS, "default").strip() or "default"
+    if not _ID.match(value):
+        raise BadRequest(f"{HEADER_DATA_CLASS} must be a lowercase id", param=HEADER_DATA_CLASS)
+    return value
+
+
+def priority(headers: Mapping[str, str], tenant_class: Priority) -> Priority:
+    """The request's band: the header may lower the tenant's class, never raise it."""
+    value = headers.get(HEADER_PRIORITY, "").strip().lower()
+    if not value:
+        return tenant_class
+    try:
+        asked = Priority(value)
+    except ValueError:
+        choices = ", ".join(p.value for p in Priority)
+        raise BadRequest(
+            f"{HEADER_PRIORITY} must be one of {choices}", param=HEADER_PRIORITY
+        ) from None
+    return asked if asked.rank >= tenant_class.rank else tenant_class

@@ -1,0 +1,272 @@
+"""The regional decision for one admitted request (sans-io): a zone, a peer, the queue,
+or a refusal.
+
+::
+
+    residency excludes this region ─────────────────────────────▶ REFUSE (451)
+    Envoy split: the request's draw falls in the peers' share ──▶ SPILL (degraded)
+    zone profile (filters → scores → pick) finds a zone ────────▶ LOCAL
+    every zone saturated / none healthy, an allowed peer fits ──▶ SPILL (saturated)
+    every zone saturated ───────────────────────────────────────▶ QUEUE (fair queue)
+    nothing serves the model here or in an allowed peer ────────▶ REFUSE (404)
+    zones serve it but none is healthy ─────────────────────────▶ REFUSE (503)
+
+Spilling happens only to peers inside the request's residency-allowed set
+(:mod:`regional_lb.spill`), never when the residency verdict says
+``on_saturation: reject``, and — unless configured otherwise — never for a request
+whose client country is unknown here (the front door did not say): the verdict for an
+unknown location can be broader than the one the global tier applied, and spilling on
+it could leave the client's jurisdiction. Each spill is counted against
+:class:`~regional_lb.spill.SpillLimiter`; when it says no, the request is served (or
+queued) locally.
+
+The draw between region and peers uses :func:`gtm.routing.request_rng` on the request
+id, so the same request over the same view always gets the same answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from gtm.errors import NoEligibleCandidate
+from gtm.models import Decision, DecisionTrace, RouteRequest
+from gtm.routing import request_rng
+from policies.documents import SaturationPolicy
+from regional_lb.priority import OVERPROVISIONING_FACTOR, PANIC_THRESHOLD, PrioritySplit, split
+from regional_lb.profiles import ZoneProfile
+from regional_lb.spill import PeerOption, SpillLimiter, SpillSettings, spill_options
+from regional_lb.view import (
+    RegionalView,
+    ZoneAccounting,
+    ZoneContext,
+    ZoneState,
+    capacity_health,
+    zone_candidates,
+)
+
+
+class Route(StrEnum):
+    LOCAL = "local"
+    SPILL = "spill"
+    QUEUE = "queue"
+    REFUSE = "refuse"
+
+
+class Reason(StrEnum):
+    """Why a request went where it went (metric labels and logs)."""
+
+    CHOSEN = "chosen"
+    DEGRADED = "degraded"  # Envoy overprovisioning sent it to a peer
+    DRAINED = "region-drained"
+    SATURATED = "saturated"
+    UNAVAILABLE = "no-healthy-zone"
+    RESIDENCY = "residency"
+    MODEL_NOT_FOUND = "model-not-found"
+
+
+@dataclass(frozen=True, slots=True)
+class RouterSettings:
+    overprovisioning_factor: float = OVERPROVISIONING_FACTOR
+    panic_threshold: float = PANIC_THRESHOLD
+    spill: SpillSettings = field(default_factory=SpillSettings)
+    #: Refuse to spill requests whose client country is unknown (fail closed).
+    spill_requires_client_country: bool = True
+    #: Seed of the per-request draw between region and peers.
+    seed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Inputs:
+    """What one decision depends on besides the request and the view."""
+
+    allowed: frozenset[str]
+    on_saturation: SaturationPolicy
+    hops: int = 0
+    spilled_from: tuple[str, ...] = ()
+    client_country_known: bool = False
+    tokens_per_block: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class RegionalDecision:
+    route: Route
+    reason: Reason
+    zone: ZoneState | None = None
+    decision: Decision | None = None
+    peer: PeerOption | None = None
+    #: Further peers to try (in order) if the chosen one fails before the first byte.
+    fallbacks: tuple[PeerOption, ...] = ()
+    split: PrioritySplit | None = None
+    #: The zone profile's partial trace when it found no zone.
+    trace: DecisionTrace | None = None
+
+
+class RegionalRouter:
+    """Zone choice + spillover for one region. ``decide`` is synchronous and does no I/O;
+    its only state is the spill rate limiter."""
+
+    def __init__(
+        self,
+        profile: ZoneProfile,
+        *,
+        saturation_filter: str,
+        settings: RouterSettings | None = None,
+        limiter: SpillLimiter | None = None,
+    ) -> None:
+        self._profile = profile
+        self._saturation = saturation_filter
+        self._settings = settings or RouterSettings()
+        self._limiter = limiter or SpillLimiter(self._settings.spill)
+
+    @property
+    def settings(self) -> RouterSettings:
+        return self._settings
+
+    @property
+    def profile(self) -> ZoneProfile:
+        return self._profile
+
+    def decide(
+        self,
+        request: RouteRequest,
+        view: RegionalView,
+        inputs: Inputs,
+        *,
+        accounting: ZoneAccounting | None,
+        now: float,
+        now_wall: float,
+    ) -> RegionalDecision:
+        if view.region not in inputs.allowed:
+            return RegionalDecision(Route.REFUSE, Reason.RESIDENCY)
+        zones = zone_candidates(view, request.model, accounting)
+        options = self._options(request, view, inputs, now_wall)
+        priority = self._split(zones, options, request, view)
+        if options and (view.region_drained or self._draw(request) >= priority.local_load):
+            reason = Reason.DRAINED if view.region_drained else Reason.DEGRADED
+            spilled = self._spill(options, reason, priority, now)
+            if spilled is not None:
+                return spilled
+        ctx = ZoneContext(view, inputs.allowed, priority.local_panic, inputs.tokens_per_block)
+        try:
+            choice = self._profile.choose(request, zones, ctx)
+        except NoEligibleCandidate as exc:
+            return self._no_zone(exc, zones, options, priority, view, request, inputs, now)
+        return RegionalDecision(
+            Route.LOCAL, Reason.CHOSEN, choice.candidate, choice.decision, split=priority
+        )
+
+    def place(
+        self,
+        request: RouteRequest,
+        view: RegionalView,
+        inputs: Inputs,
+        *,
+        accounting: ZoneAccounting | None,
+        excluded: frozenset[str] = frozenset(),
+    ) -> RegionalDecision | None:
+        """A zone for a request leaving the fair queue or being retried (``excluded``:
+        zones it failed on), or ``None`` if no zone can take it now."""
+        zones = zone_candidates(view, request.model, accounting)
+        ctx = ZoneContext(view, inputs.allowed, False, inputs.tokens_per_block, excluded)
+        try:
+            choice = self._profile.choose(request, zones, ctx)
+        except NoEligibleCandidate:
+            return None
+        return RegionalDecision(Route.LOCAL, Reason.CHOSEN, choice.candidate, choice.decision)
+
+    # ------------------------------------------------------------------ parts
+
+    def _options(
+        self, request: RouteRequest, view: RegionalView, inputs: Inputs, now_wall: float
+    ) -> tuple[PeerOption, ...]:
+        settings = self._settings
+        if inputs.on_saturation is not SaturationPolicy.SPILL_WITHIN_ALLOWED:
+            return ()
+        if settings.spill_requires_client_country and not inputs.client_country_known:
+            return ()
+        return spill_options(
+            view,
+            request,
+            allowed=inputs.allowed,
+            spilled_from=inputs.spilled_from,
+            hops=inputs.hops,
+            now_wall=now_wall,
+            settings=settings.spill,
+        )
+
+    def _split(
+        self,
+        zones: tuple[ZoneState, ...],
+        options: tuple[PeerOption, ...],
+        request: RouteRequest,
+        view: RegionalView,
+    ) -> PrioritySplit:
+        healthy = total = 0
+        for option in options:
+            summary = view.peers[option.region].summary
+            load = summary.load_for(request.model) if summary is not None else None
+            if load is not None:
+                healthy += load.healthy_gpus
+                total += load.gpus
+        return split(
+            capacity_health(zones, request.model),
+            (healthy, total),
+            factor=self._settings.overprovisioning_factor,
+            panic_threshold=self._settings.panic_threshold,
+        )
+
+    def _draw(self, request: RouteRequest) -> float:
+        return request_rng(request, self._settings.seed).random()
+
+    def _spill(
+        self,
+        options: tuple[PeerOption, ...],
+        reason: Reason,
+        priority: PrioritySplit | None,
+        now: float,
+    ) -> RegionalDecision | None:
+        for index, option in enumerate(options):
+            if self._limiter.allow(option.region, now):
+                return RegionalDecision(
+                    Route.SPILL,
+                    reason,
+                    peer=option,
+                    fallbacks=options[index + 1 :],
+                    split=priority,
+                )
+        return None
+
+    def _no_zone(
+        self,
+        exc: NoEligibleCandidate,
+        zones: tuple[ZoneState, ...],
+        options: tuple[PeerOption, ...],
+        priority: PrioritySplit,
+        view: RegionalView,
+        request: RouteRequest,
+        inputs: Inputs,
+        now: float,
+    ) -> RegionalDecision:
+        saturated = exc.filter_name == self._saturation
+        reason = Reason.SATURATED if saturated else Reason.UNAVAILABLE
+        if options:
+            spilled = self._spill(options, reason, priority, now)
+            if spilled is not None:
+                return RegionalDecision(
+                    spilled.route,
+                    spilled.reason,
+                    peer=spilled.peer,
+                    fallbacks=spilled.fallbacks,
+                    split=priority,
+                    trace=exc.trace,
+                )
+        if saturated:
+            return RegionalDecision(Route.QUEUE, reason, split=priority, trace=exc.trace)
+        served = any(z.serves_model for z in zones) or any(
+            (p.summary is not None and p.summary.load_for(request.model) is not None)
+            for p in view.peers.values()
+            if p.id in inputs.allowed
+        )
+        refusal = reason if served else Reason.MODEL_NOT_FOUND
+        return RegionalDecision(Route.REFUSE, refusal, split=priority, trace=exc.trace)

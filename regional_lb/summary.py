@@ -1,0 +1,190 @@
+"""The region summary the global tier (and peer regional LBs) route on, under a lease.
+
+:func:`build_summary` is pure: the view (zone summaries), this replica's in-flight
+corrections and its spill rates in, a :class:`gtm.models.RegionSummary` out. Per model,
+over the region's non-drained zones:
+
+* capacity and load are the zones' sums (``ModelLoad``), healthy GPUs and prefill rate
+  counting healthy zones only, with what this replica sent since each zone's summary
+  added to the queue (as zone choice sees it);
+* ``predicted_ttft`` is the best zone's intra-region RTT + queueing delay, i.e. the TTFT
+  of a request with nothing to prefill (each caller adds its RTT and own prefill);
+* ``saturated_models`` lists the models no zone can take more of, ``saturation`` is the
+  share of the region's request capacity in use;
+* ``spill_in_per_s`` / ``spill_out_per_s`` are this replica's rates over the last
+  :attr:`RateMeter.window_s` seconds (peers use ``spill_out`` to avoid ping-pong).
+
+With several replicas per region, each publishes the same key; the last write wins,
+and the rates are that replica's view. :class:`SummaryPublisher` writes every interval
+under a lease of three intervals, so a dead regional LB's summary disappears by itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from collections.abc import Iterable
+
+from gtm.errors import LeaseNotFound
+from gtm.models import Endpoint, ModelLoad, ModelTtft, RegionSummary
+from gtm.state import codec, keys
+from gtm.state.store import StateStore
+from regional_lb.view import RegionalView, ZoneAccounting, ZoneState, is_saturated, zone_candidates
+
+log = logging.getLogger(__name__)
+
+
+class RateMeter:
+    """Events per second over a sliding window of whole seconds (sans-io: pass ``now``)."""
+
+    def __init__(self, window_s: int = 10) -> None:
+        if window_s < 1:
+            raise ValueError("window_s must be >= 1")
+        self.window_s = window_s
+        self._buckets: deque[tuple[int, int]] = deque()  # (second, count)
+
+    def add(self, now: float, count: int = 1) -> None:
+        second = math.floor(now)
+        if self._buckets and self._buckets[-1][0] == second:
+            self._buckets[-1] = (second, self._buckets[-1][1] + count)
+        else:
+            self._buckets.append((second, count))
+        self._trim(second)
+
+    def _trim(self, second: int) -> None:
+        while self._buckets and self._buckets[0][0] <= second - self.window_s:
+            self._buckets.popleft()
+
+    def rate(self, now: float) -> float:
+        self._trim(math.floor(now))
+        return sum(count for _, count in self._buckets) / self.window_s
+
+
+def _model_names(view: RegionalView) -> list[str]:
+    names = {
+        m.model for z in view.zones.values() if z.summary is not None for m in z.summary.models
+    }
+    return sorted(names)
+
+
+def _aggregate(model: str, zones: Iterable[ZoneState]) -> ModelLoad:
+    serving = [z for z in zones if z.load is not None and not z.drained]
+    healthy = [z for z in serving if z.healthy]
+    loads = [z.load for z in serving if z.load is not None]
+    fresh = [z.load for z in healthy if z.load is not None]
+    kv_total = sum(x.kv_blocks_total for x in fresh)
+    return ModelLoad(
+        model=model,
+        gpus=sum(x.gpus for x in loads),
+        healthy_gpus=sum(x.healthy_gpus for x in fresh),
+        prefill_tokens_per_s=math.fsum(x.prefill_tokens_per_s for x in fresh),
+        decode_tokens_per_s=math.fsum(x.decode_tokens_per_s for x in fresh),
+        queued_prefill_tokens=sum(z.queued_tokens for z in healthy),
+        running_requests=sum(x.running_requests for x in fresh)
+        + sum(z.unseen_requests for z in healthy),
+        waiting_requests=sum(x.waiting_requests for x in fresh),
+        max_running_requests=sum(x.max_running_requests for x in fresh),
+        kv_blocks_total=kv_total,
+        kv_blocks_free=min(kv_total, sum(x.kv_blocks_free for x in fresh)),
+    )
+
+
+def _best_ttft(zones: Iterable[ZoneState]) -> float | None:
+    costs = [
+        z.info.rtt_ms + 1000.0 * z.queued_tokens / z.load.prefill_tokens_per_s
+        for z in zones
+        if z.healthy and not z.drained and z.load is not None
+    ]
+    return min(costs) if costs else None
+
+
+def build_summary(
+    view: RegionalView,
+    accounting: ZoneAccounting | None,
+    *,
+    published_at: float,
+    spill_in_per_s: float = 0.0,
+    spill_out_per_s: float = 0.0,
+    endpoints: tuple[Endpoint, ...] = (),
+) -> RegionSummary:
+    """The region's summary from its current view (``published_at``: wall-clock s)."""
+    settings = view.settings
+    models: list[ModelLoad] = []
+    ttfts: list[ModelTtft] = []
+    saturated: list[str] = []
+    busy = capacity = 0
+    for model in _model_names(view):
+        zones = zone_candidates(view, model, accounting)
+        models.append(_aggregate(model, zones))
+        best = _best_ttft(zones)
+        if best is not None:
+            ttfts.append(ModelTtft(model=model, ttft_ms=best))
+        open_zones = [
+            z
+            for z in zones
+            if z.healthy
+            and not z.drained
+            and z.load is not None
+            and not is_saturated(z.load, z.unseen_requests, settings)
+        ]
+        if not open_zones:
+            saturated.append(model)
+        for zone in zones:
+            if zone.healthy and not zone.drained and zone.load is not None:
+                busy += zone.running
+                capacity += (
+                    zone.load.max_running_requests
+                    + settings.queue_depth_per_gpu * zone.load.healthy_gpus
+                )
+    live = [z for z in view.zones.values() if z.summary is not None and not z.drained]
+    healthy_zones = [z for z in live if z.summary is not None and z.summary.healthy]
+    return RegionSummary(
+        region_id=view.region,
+        published_at=published_at,
+        healthy=bool(healthy_zones) and not view.region_drained,
+        zones_total=len(view.zones),
+        zones_healthy=len(healthy_zones),
+        models=tuple(models),
+        saturation=1.0 if capacity == 0 else min(1.0, busy / capacity),
+        saturated_models=tuple(saturated),
+        predicted_ttft=tuple(ttfts),
+        spill_in_per_s=spill_in_per_s,
+        spill_out_per_s=spill_out_per_s,
+        endpoints=endpoints,
+    )
+
+
+class SummaryPublisher:
+    """Writes the region summary under a lease; call :meth:`publish` every interval."""
+
+    def __init__(self, store: StateStore, region_id: str, *, ttl_s: float) -> None:
+        self._store = store
+        self._ttl = ttl_s
+        self.key = keys.region_summary(region_id)
+        self._lease = 0
+        self.published = 0
+
+    async def publish(self, summary: RegionSummary) -> None:
+        """Write ``summary``, refreshing (or re-granting) the lease. Store errors
+        propagate (the supervised loop logs them and retries with backoff)."""
+        if self._lease:
+            try:
+                await self._store.keep_alive(self._lease)
+            except LeaseNotFound:
+                log.warning("region summary lease %#x expired; granting a new one", self._lease)
+                self._lease = 0
+        if not self._lease:
+            self._lease = (await self._store.grant_lease(self._ttl)).id
+        await self._store.put(self.key, codec.encode(summary), lease=self._lease)
+        self.published += 1
+
+    async def withdraw(self) -> None:
+        """Revoke the lease (the summary goes with it). Never raises."""
+        lease, self._lease = self._lease, 0
+        if not lease:
+            return
+        try:
+            await self._store.revoke_lease(lease)
+        except Exception:
+            log.warning("could not revoke the region summary lease %#x; it will expire", lease)
