@@ -343,6 +343,13 @@ class Proxy:
         headers[HEADER_GPU] = decision.gpu_id
         headers[HEADER_DECISION] = uuid.uuid4().hex
         headers[HEADER_REQUEST_ID] = decision.request.request_id
+        if upstream.content_length is not None and len(first) == upstream.content_length:
+            # The whole (non-streamed) body came in one read: answer it as one response,
+            # so headers and body leave in a single write instead of two.
+            whole = web.Response(
+                status=upstream.status, reason=upstream.reason, headers=headers, body=first
+            )
+            return whole, Outcome.SUCCESS, True
         response = web.StreamResponse(
             status=upstream.status, reason=upstream.reason, headers=headers
         )
