@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import statistics
 import sys
 import tempfile
@@ -136,6 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="one run (CI)")
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args(argv)
+    logging.disable(logging.WARNING)  # the tier's start-up and region-down warnings
     results = asyncio.run(run(1 if args.smoke else args.runs))
     dns_times = [d for d, _ in results]
     http_times = [h for _, h in results]
