@@ -195,6 +195,7 @@ class RegionalService:
         self._router: RegionalRouter | None = None
         self._view = self._builder.build(self.snapshots.current, None, now_wall=clock.wall())
         self._synced = False
+        self._advertise = settings.advertise_url
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -209,6 +210,15 @@ class RegionalService:
     @property
     def ready(self) -> bool:
         return self._policy is not None and self._router is not None and self._synced
+
+    @property
+    def advertise_url(self) -> str | None:
+        return self._advertise
+
+    def advertise(self, url: str) -> None:
+        """Where peers and the global tier reach this replica (when not configured)."""
+        if self._advertise is None:
+            self._advertise = url
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -235,9 +245,8 @@ class RegionalService:
         )
         tasks.run_loop("queue", self._tick, interval=self.settings.queue_tick_s)
 
-    async def stop(self) -> None:
-        """Stop background work, refuse what still waits, give leases back."""
-        await self.tasks.aclose()
+    def refuse_waiting(self) -> None:
+        """Answer every queued request 503 (shutting down): they would not be served."""
         for item in list(self.queue.items()):
             self.queue.remove(item)
             if not item.payload.future.done():
@@ -246,6 +255,11 @@ class RegionalService:
                         "the regional LB is shutting down", reason="shutdown", retry_after_s=1.0
                     )
                 )
+
+    async def stop(self) -> None:
+        """Stop background work, refuse what still waits, give leases back."""
+        await self.tasks.aclose()
+        self.refuse_waiting()
         for name, action in (("leases", self.leases.close), ("summary", self._publisher.withdraw)):
             try:
                 await action()
@@ -322,7 +336,7 @@ class RegionalService:
 
     async def publish_summary(self) -> None:
         now = self._clock.monotonic()
-        url = self.settings.advertise_url
+        url = self._advertise
         summary = build_summary(
             self._view,
             self.accounting,
@@ -820,18 +834,32 @@ def error_response(exc: ApiError) -> web.Response:
     return web.json_response(exc.body(), status=exc.status, headers=exc.headers())
 
 
+#: Seconds in-flight requests get to finish when the server stops (then cancelled).
+SHUTDOWN_GRACE_S = 5.0
+
+
 @contextlib.asynccontextmanager
 async def serving(service: RegionalService, host: str, port: int) -> AsyncIterator[web.AppRunner]:
-    """Start ``service`` and serve it on ``host:port`` (0: any free port)."""
-    await service.start()
+    """Serve ``service`` on ``host:port`` (0: any free port) and start it."""
     # handler_cancellation: a client that goes away cancels its handler (aiohttp >= 3.9
     # leaves it running by default), which releases its queue slot, ticket and zone.
-    runner = web.AppRunner(service.build_app(), handler_cancellation=True, access_log=None)
+    runner = web.AppRunner(
+        service.build_app(),
+        handler_cancellation=True,
+        shutdown_timeout=SHUTDOWN_GRACE_S,
+        access_log=None,
+    )
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
     try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        bound_host, bound_port = runner.addresses[0][:2]
+        service.advertise(f"http://{bound_host}:{bound_port}")
+        await service.start()
         yield runner
     finally:
+        # Queued requests are told at once; in-flight ones get the grace period; then
+        # the background work stops and the leases are given back.
+        service.refuse_waiting()
         await runner.cleanup()
         await service.stop()
