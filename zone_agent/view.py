@@ -245,10 +245,8 @@ class ViewSettings:
 def _model_metrics(state: GpuState, model: str) -> ModelMetrics | None:
     if state.metrics is None:
         return None
-    found = state.metrics.models.get(model)
-    if found is None and len(state.metrics.models) == 1:
-        found = next(iter(state.metrics.models.values()))
-    return found
+    # Samples without a model label (an engine serving one model) count for it.
+    return state.metrics.models.get(model) or state.metrics.models.get("")
 
 
 def _loaded(state: GpuState, model: str, now: float, settings: ViewSettings) -> bool:
