@@ -9,7 +9,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: up test check bench fmt clean help
+.PHONY: up test check bench fmt clean help system-deps
 
 help:
 	@sed -n '2,6p' Makefile
@@ -48,6 +48,10 @@ check: $(VENV)/.installed-test
 
 bench: $(VENV)/.installed-test
 	@for b in bench/[a-z]*.py; do echo "== $$b"; $(BIN)/python $$b --smoke || exit 1; done
+
+# Debian packages for the browser test and the benchmarks' peers (nginx, gdnsd, ...).
+system-deps:
+	scripts/install-system-deps
 
 fmt: $(VENV)/.installed-test
 	$(BIN)/ruff format .
