@@ -65,10 +65,18 @@ class Reason(StrEnum):
     MODEL_NOT_FOUND = "model-not-found"
 
 
+class PanicMode(StrEnum):
+    """Envoy's two panic behaviours (envoyproxy.io, "Panic threshold")."""
+
+    ALL = "all"  # balance over every zone, whatever its health (Envoy's default)
+    NONE = "none"  # fail the traffic instead (Envoy's ``fail_traffic_on_panic``)
+
+
 @dataclass(frozen=True, slots=True)
 class RouterSettings:
     overprovisioning_factor: float = OVERPROVISIONING_FACTOR
     panic_threshold: float = PANIC_THRESHOLD
+    panic_mode: PanicMode = PanicMode.ALL
     spill: SpillSettings = field(default_factory=SpillSettings)
     #: Refuse to spill requests whose client country is unknown (fail closed).
     spill_requires_client_country: bool = True
@@ -147,7 +155,8 @@ class RegionalRouter:
             spilled = self._spill(options, reason, priority, now)
             if spilled is not None:
                 return spilled
-        ctx = ZoneContext(view, inputs.allowed, priority.local_panic, inputs.tokens_per_block)
+        panic = priority.local_panic and self._settings.panic_mode is PanicMode.ALL
+        ctx = ZoneContext(view, inputs.allowed, panic, inputs.tokens_per_block)
         try:
             choice = self._profile.choose(request, zones, ctx)
         except NoEligibleCandidate as exc:

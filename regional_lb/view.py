@@ -267,6 +267,8 @@ class ZoneState:
     unseen_requests: int = 0
     unseen_tokens: int = 0
     saturated: bool = False
+    #: Whether it would be full with every GPU healthy (what panic mode goes by).
+    saturated_in_panic: bool = False
 
     @property
     def drained(self) -> bool:
@@ -309,13 +311,18 @@ class ZoneState:
         return self.load.kv_blocks_free / self.load.kv_blocks_total
 
 
-def is_saturated(load: ModelLoad, unseen_requests: int, settings: ViewSettings) -> bool:
+def is_saturated(
+    load: ModelLoad, unseen_requests: int, settings: ViewSettings, *, all_healthy: bool = False
+) -> bool:
     """Full: running + waiting (+ unseen) reach capacity + a short queue per healthy
-    GPU, or the KV cache is past the threshold (llm-d's detector, per zone)."""
-    if load.healthy_gpus == 0 or load.max_running_requests == 0:
+    GPU, or the KV cache is past the threshold (llm-d's detector, per zone).
+
+    ``all_healthy`` counts every GPU as healthy (Envoy's panic mode ignores health)."""
+    gpus = load.gpus if all_healthy else load.healthy_gpus
+    if gpus == 0 or load.max_running_requests == 0:
         return True
     busy = load.running_requests + load.waiting_requests + unseen_requests
-    if busy >= load.max_running_requests + settings.queue_depth_per_gpu * load.healthy_gpus:
+    if busy >= load.max_running_requests + settings.queue_depth_per_gpu * gpus:
         return True
     if load.kv_blocks_total > 0:
         used = 1.0 - load.kv_blocks_free / load.kv_blocks_total
@@ -333,7 +340,8 @@ def zone_candidates(
         load = info.summary.load_for(model) if info.summary is not None else None
         unseen = accounting.unseen(info.id, model) if accounting is not None else (0, 0)
         saturated = load is None or is_saturated(load, unseen[0], settings)
-        out.append(ZoneState(info.id, info, load, unseen[0], unseen[1], saturated))
+        panicked = load is None or is_saturated(load, unseen[0], settings, all_healthy=True)
+        out.append(ZoneState(info.id, info, load, unseen[0], unseen[1], saturated, panicked))
     return tuple(out)
 
 

@@ -33,4 +33,6 @@ class SaturationFilter:
     def filter(
         self, request: RouteRequest, candidates: Sequence[ZoneState], ctx: ZoneContext, /
     ) -> FilterResult[ZoneState]:
+        if ctx.panic:  # health is ignored: so is the health-scaled capacity
+            return partition(candidates, lambda z: "saturated" if z.saturated_in_panic else None)
         return partition(candidates, lambda z: "saturated" if z.saturated else None)
