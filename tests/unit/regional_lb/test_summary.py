@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+import pytest
+
+from gtm.clock import FakeClock
+from gtm.models import Endpoint, RegionSummary
+from gtm.state import codec, keys
+from gtm.state.memory import MemoryStore
+from regional_lb.summary import RateMeter, SummaryPublisher, build_summary
+from regional_lb.view import ZoneAccounting
+from tests.unit.regional_lb.helpers import MODEL, NOW, model_load, view, zone
+
+
+def test_the_summary_aggregates_healthy_undrained_zones() -> None:
+    regional = view(
+        [
+            zone("a", model_load(gpus=2, running=4, max_running=16, queued=1_000, rate=10_000.0)),
+            zone("b", model_load(gpus=2, healthy=0, running=0, max_running=16)),
+            zone("c", model_load(gpus=4), drained=True),
+        ]
+    )
+    accounting = ZoneAccounting()
+    accounting.observe(regional.zones)
+    accounting.start("a", MODEL, 500)
+    summary = build_summary(
+        regional,
+        accounting,
+        published_at=NOW,
+        spill_in_per_s=1.5,
+        spill_out_per_s=0.5,
+        endpoints=(Endpoint(url="http://lb"),),
+    )
+    (load,) = summary.models
+    assert (load.gpus, load.healthy_gpus) == (4, 2)  # the drained zone is not capacity
+    assert load.running_requests == 5  # 4 reported + 1 we sent since
+    assert load.queued_prefill_tokens == 1_500
+    assert load.max_running_requests == 16
+    assert summary.ttft_for(MODEL) == pytest.approx(2.0 + 150.0)
+    assert summary.saturated_models == ()
+    assert summary.saturation == pytest.approx(5 / (16 + 5 * 2))
+    assert (summary.zones_total, summary.zones_healthy) == (3, 2)
+    assert summary.healthy
+    assert (summary.spill_in_per_s, summary.spill_out_per_s) == (1.5, 0.5)
+    assert summary.endpoints[0].url == "http://lb"
+
+
+def test_a_full_region_lists_its_saturated_models() -> None:
+    regional = view([zone("a", model_load(running=16, waiting=10)), zone("b", healthy=False)])
+    summary = build_summary(regional, None, published_at=NOW)
+    assert summary.saturated_models == (MODEL,)
+    assert summary.saturation == 1.0
+    empty = build_summary(view([]), None, published_at=NOW)
+    assert not empty.healthy
+    assert empty.saturation == 1.0
+    drained = build_summary(view([zone("a")], drained=True), None, published_at=NOW)
+    assert not drained.healthy
+
+
+def test_rate_meter_counts_a_sliding_window() -> None:
+    meter = RateMeter(window_s=10)
+    for t in range(20):
+        meter.add(float(t), 2)
+    assert meter.rate(19.5) == pytest.approx(2.0)
+    assert meter.rate(100.0) == 0.0
+    with pytest.raises(ValueError, match="window_s"):
+        RateMeter(0)
+
+
+async def test_publisher_writes_under_a_lease_and_withdraws(fake_clock: FakeClock) -> None:
+    store = MemoryStore(fake_clock)
+    publisher = SummaryPublisher(store, "r1", ttl_s=3.0)
+    summary = RegionSummary(region_id="r1", published_at=NOW)
+    await publisher.publish(summary)
+    kv = await store.get(keys.region_summary("r1"))
+    assert kv is not None
+    assert kv.lease != 0
+    assert codec.decode(kv.key, kv.value, RegionSummary) == summary
+    await store.revoke_lease(kv.lease)  # expired behind our back: a new lease next time
+    await publisher.publish(summary)
+    again = await store.get(keys.region_summary("r1"))
+    assert again is not None
+    assert again.lease not in (0, kv.lease)
+    await publisher.withdraw()
+    await publisher.withdraw()  # twice: harmless
+    assert await store.get(keys.region_summary("r1")) is None
+    assert publisher.published == 2
