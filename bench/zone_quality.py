@@ -58,6 +58,21 @@ class TraceRequest:
     hash_ids: tuple[int, ...]
 
 
+def synthetic_trace(count: int) -> list[TraceRequest]:
+    """Conversations whose every turn repeats the history and adds two blocks (for CI
+    machines without the shared data directory; smoke mode only)."""
+    rng = random.Random(5)
+    out: list[TraceRequest] = []
+    histories: list[list[int]] = [[] for _ in range(8)]
+    next_id = 0
+    for i in range(count):
+        history = histories[rng.randrange(len(histories))]
+        history.extend((next_id, next_id + 1))
+        next_id += 2
+        out.append(TraceRequest(i * 150.0, len(history) * BLOCK_TOKENS - 100, 200, tuple(history)))
+    return out
+
+
 def load_trace(path: Path, count: int, max_input: int) -> list[TraceRequest]:
     out: list[TraceRequest] = []
     with path.open() as lines:
@@ -246,17 +261,21 @@ def quantile(samples: list[float], q: float) -> float:
 
 
 async def main_async(args: argparse.Namespace) -> int:
-    if not TRACE.exists():
-        print(f"trace not found: {TRACE}", file=sys.stderr)
-        return 2
     count = 40 if args.smoke else args.requests
     profiles = ["default", *(["least-pending-tokens"] if args.smoke else BASELINES)]
     profiles += [p for p in args.profiles if p not in profiles]
-    trace = load_trace(TRACE, count, args.max_input)
+    if args.trace.exists():
+        trace = load_trace(args.trace, count, args.max_input)
+    elif args.smoke:
+        print(f"trace not found ({args.trace}): smoke run on a synthetic conversation trace")
+        trace = synthetic_trace(count)
+    else:
+        print(f"trace not found: {args.trace} (pass --trace PATH)", file=sys.stderr)
+        return 2
     texts = [prompt(r) for r in trace]
     span = (trace[-1].at_ms - trace[0].at_ms) / 1000.0
     print(
-        f"Mooncake conversation trace: {len(trace)} requests over {span:.0f} s of trace time, "
+        f"trace: {len(trace)} requests over {span:.0f} s of trace time, "
         f"mean input {statistics.fmean(r.input_length for r in trace):,.0f} tokens, "
         f"mean output {statistics.fmean(r.output_length for r in trace):,.0f}; "
         f"fleet {', '.join(FLEET)}; speedup {args.speedup:g}, load ×{args.load:g}"
@@ -293,6 +312,7 @@ def main() -> None:
         "--max-input", type=int, default=32_768, help="skip longer prompts (V100 context)"
     )
     parser.add_argument("--profiles", nargs="*", default=[], help="more profiles to compare")
+    parser.add_argument("--trace", type=Path, default=TRACE, help="a Mooncake-format trace")
     sys.exit(asyncio.run(main_async(parser.parse_args())))
 
 
