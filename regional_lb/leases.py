@@ -40,9 +40,10 @@ admit at most
 and at most ``max_concurrent + N`` concurrent requests for N replicas (each may run
 one). With every replica connected the last term is 0: with the default one-second
 burst, a minute's admissions stay within 1/60 ≈ 1.7 % of the quota plus one request
-per replica. A replica cut off from the store over-admits by at most its safe share;
-choosing ``safe_share ≤ 1 / replicas`` makes even that 0, at the price of
-under-using the pool during an outage.
+per replica. A replica cut off from the store over-admits by at most its safe share of
+the pool (once its record expires, the connected replicas may claim the whole pool, as
+they must if it really died); a smaller safe share lowers that bound and the cut-off
+replica's throughput alike (``bench/regional.py`` measures both).
 """
 
 from __future__ import annotations

@@ -44,6 +44,7 @@ from gtm.clock import Clock
 from gtm.errors import GtmError
 from gtm.models import ClientInfo, Endpoint, Priority, RouteRequest
 from gtm.policy_store import ActivePolicy, PolicyWatcher
+from gtm.state.memory import MemoryStore
 from gtm.state.snapshot import SnapshotWatcher
 from gtm.state.store import StateStore
 from gtm.tasks import TaskSupervisor
@@ -232,6 +233,9 @@ class RegionalService:
         if self._static_policy is not None:
             self._apply_policy(self._static_policy)
         tasks = self.tasks
+        if isinstance(self._store, MemoryStore):
+            # The embedded store expires leases lazily; watchers (ours) need it on time.
+            self._store.run_expiry(tasks)
         tasks.spawn("snapshot-watch", self.snapshots.run())
         tasks.spawn("snapshot-follow", self._follow_snapshots())
         if self.policies is not None:
