@@ -77,7 +77,8 @@ def _identifier(name: str, value: str) -> str:
 @click.option(
     "--advertise-url",
     default=None,
-    help="URL peers and the global tier use to reach this replica (default: http://LISTEN).",
+    help="URL peers and the global tier use to reach this replica (default: the bound "
+    "http://HOST:PORT).",
 )
 @click.option(
     "--zone-url",
@@ -142,7 +143,7 @@ def regional(
     settings = RegionalSettings(
         region=region,
         replica_id=replica,
-        advertise_url=advertise_url or f"http://{listen}",
+        advertise_url=advertise_url,
         leases=LeaseSettings(safe_share=safe_share),
         router=RouterSettings(spill_requires_client_country=not spill_unknown_location),
         view=ViewSettings(local_zone=local_zone, zone_urls=MappingProxyType(_zone_urls(zone_urls))),
@@ -184,7 +185,7 @@ async def serve(
             gc.freeze()
             click.echo(
                 f"regional LB {settings.region} (replica {settings.replica_id}) listening on "
-                f"http://{host}:{port}"
+                f"{service.advertise_url}"
             )
             sys.stdout.flush()
             await stop.wait()

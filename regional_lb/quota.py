@@ -167,10 +167,13 @@ class QuotaLimiter:
     ) -> None:
         """Set (or replace, after a policy reload) a tenant's quotas and pool fraction.
 
-        Bucket levels and the in-flight count survive a replacement, so a policy reload
-        neither refills a tenant's buckets nor forgets its running requests.
+        ``grant`` is the lease share a *new* tenant starts with; a replaced tenant keeps
+        the grant in force, its bucket levels and its in-flight count, so a policy
+        reload neither refills its buckets nor forgets its running requests.
         """
         previous = self._tenants.get(tenant)
+        if previous is not None:
+            grant = previous.grant
         state = _Tenant(quotas, fraction, self._settings, grant, now)
         if previous is not None:
             state.inherit(previous, now)

@@ -242,6 +242,7 @@ async def make_region(
         *,
         policy: ActivePolicy | None = None,
         store_override: StateStore | None = None,
+        static_policy: bool = True,
         **settings: Any,
     ) -> Region:
         base = RegionalSettings(region=region, replica_id=f"{region}-r1", queue_tick_s=0.01)
@@ -250,7 +251,7 @@ async def make_region(
             store=store_override or store,
             clock=clock,
             registry=new_registry(),
-            policy=policy or active_policy,
+            policy=(policy or active_policy) if static_policy else None,
         )
         context = serving(service, "127.0.0.1", 0)
         runner = await context.__aenter__()

@@ -155,7 +155,9 @@ def test_reconfigure_keeps_levels_and_in_flight() -> None:
     limiter = limiter_with(requests_per_minute=600, max_concurrent=50)
     for _ in range(10):
         admitted(limiter.admit("t1", Cost(1, 1), 0.0))
+    limiter.set_grant("t1", Grant(0.5, math.inf, 0.5))
     limiter.configure("t1", quotas(requests_per_minute=1200), 1.0, FULL, 0.0)
+    assert limiter.share("t1", 0.0) == 0.5  # the lease share in force is kept
     assert limiter.in_flight("t1") == 10  # open tickets survive...
     rejected(limiter.admit("t1", Cost(1, 1), 0.0))  # ...and the bucket was not refilled
 

@@ -1,0 +1,33 @@
+"""A regional LB without --policies follows the policy applied to the store, hot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from gtm.clock import SystemClock
+from gtm.policy_store import apply
+from gtm.state.memory import MemoryStore
+from tests.integration.regional_lb.conftest import RegionFactory, chat, until
+from tests.unit.regional_lb.policy_fixtures import policy
+
+pytestmark = pytest.mark.integration
+
+
+async def test_policies_come_from_the_store_and_reload(
+    make_region: RegionFactory, store: MemoryStore, clock: SystemClock, tmp_path: Path
+) -> None:
+    first = policy(tmp_path / "one", quotas={"alpha": {"requests_per_minute": 6000}})
+    await apply(store, first.policy_set, 0, clock=clock)
+    region = await make_region("us-east", policy=None, static_policy=False)
+    await until(lambda: region.service.policy is not None)
+    assert region.service.limiter.pool_limits("alpha")["requests"] == 6000
+    second = policy(tmp_path / "two", quotas={"alpha": {"requests_per_minute": 60}})
+    await apply(store, second.policy_set, 1, clock=clock)
+    await until(lambda: region.service.limiter.pool_limits("alpha").get("requests") == 60)
+    assert region.service.policy is not None
+    assert region.service.policy.generation == 2
+    async with aiohttp.ClientSession() as http, await chat(http, region, model="none") as response:
+        assert response.status == 404  # served with the new policy: authenticated, no zone
