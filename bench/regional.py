@@ -19,7 +19,7 @@
    request, the share spilled afterwards (Envoy overprovisioning: 30 % when half the
    region is gone), and the real CPU time from the watch event to the first decision.
 
-    python bench/regional.py           # full run (~30 s)
+    python bench/regional.py           # full run (~6 s)
     python bench/regional.py --smoke   # a few seconds (CI)
 """
 
