@@ -378,22 +378,29 @@ class RegionalService:
         view = self._view
         now = self._clock.monotonic()
 
+        # Models no zone can take more of now: their other queued heads are not tried
+        # again in this pass (dispatching only ever makes zones fuller).
+        full: set[str] = set()
+
         def placeable(waiter: _Waiter) -> bool:
             # Places the head as a side effect: pop() takes exactly the first head this
             # accepts, so the stashed decision is the popped request's.
             if waiter.future.done():
                 return True
+            if waiter.request.model in full:
+                return False
             waiter.decision = router.place(
                 waiter.request, view, waiter.inputs, accounting=self.accounting
             )
+            if waiter.decision is None:
+                full.add(waiter.request.model)
             return waiter.decision is not None
 
         while (item := self.queue.pop(placeable)) is not None:
             waiter = item.payload
-            if waiter.future.done() or waiter.decision is None:
-                continue
             decision = waiter.decision
-            assert decision.zone is not None
+            if waiter.future.done() or decision is None or decision.zone is None:
+                continue
             self.accounting.start(
                 decision.zone.id, waiter.request.model, waiter.request.input_tokens
             )

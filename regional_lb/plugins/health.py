@@ -1,5 +1,5 @@
-"""``health-filter``: removes drained zones, zones this request already failed on, and
-unhealthy zones unless in panic.
+"""``health-filter``: removes drained zones, zones this request already failed on, zones
+whose agent URL is unknown, and unhealthy zones unless in panic.
 
 Unhealthy: no summary (the zone agent's lease expired), a summary that says so, or no
 healthy GPU with prefill capacity for the model. In Envoy's *panic* mode
@@ -42,6 +42,8 @@ class HealthFilter:
                 removed.append((zone.id, "drained"))
             elif zone.id in ctx.excluded:
                 removed.append((zone.id, "already failed for this request"))
+            elif zone.info.url is None:
+                removed.append((zone.id, "no zone agent URL (Zone record or --zone-url)"))
             elif ctx.panic or zone.healthy:
                 kept.append(zone)
             elif zone.info.summary is None:
