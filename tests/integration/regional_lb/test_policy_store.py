@@ -10,6 +10,7 @@ import pytest
 from gtm.clock import SystemClock
 from gtm.policy_store import apply
 from gtm.state.memory import MemoryStore
+from regional_lb.quota import Dimension
 from tests.integration.regional_lb.conftest import RegionFactory, chat, until
 from tests.unit.regional_lb.policy_fixtures import policy
 
@@ -23,10 +24,10 @@ async def test_policies_come_from_the_store_and_reload(
     await apply(store, first.policy_set, 0, clock=clock)
     region = await make_region("us-east", policy=None, static_policy=False)
     await until(lambda: region.service.policy is not None)
-    assert region.service.limiter.pool_limits("alpha")["requests"] == 6000
+    assert region.service.limiter.pool_limits("alpha")[Dimension.REQUESTS] == 6000
     second = policy(tmp_path / "two", quotas={"alpha": {"requests_per_minute": 60}})
     await apply(store, second.policy_set, 1, clock=clock)
-    await until(lambda: region.service.limiter.pool_limits("alpha").get("requests") == 60)
+    await until(lambda: region.service.limiter.pool_limits("alpha").get(Dimension.REQUESTS) == 60)
     assert region.service.policy is not None
     assert region.service.policy.generation == 2
     async with aiohttp.ClientSession() as http, await chat(http, region, model="none") as response:
