@@ -646,7 +646,7 @@ class RegionalService:
             )
         model, tokens = admitted.route_request.model, admitted.route_request.input_tokens
         first = decision.zone
-        decision_id = decision.decision.request_id if decision.decision else uuid.uuid4().hex
+        decision_id = uuid.uuid4().hex
         charged = {"pending": precharged}
 
         def next_target(tried: frozenset[str]) -> Target | None:

@@ -99,6 +99,9 @@ async def test_refusals_are_openai_errors(
     code, error = await status(json=body, headers=auth("demo-eu"))
     assert code == 451
     assert "residency" in error["error"]["message"]
+    # Data classified de-only is processed in Germany only (example residency rules).
+    code, error = await status(json=body, headers={**auth(), "x-gtm-data-class": "de-only"})
+    assert code == 451
     code, error = await status(json=body, headers={**auth(), "x-gtm-hops": "9"})
     assert (code, error["error"]["code"]) == (508, "hop_limit_reached")
     code, error = await status(json=body, headers={**auth(), "x-gtm-client-country": "Germany"})
