@@ -49,7 +49,7 @@ from gtm.state.snapshot import SnapshotWatcher
 from gtm.state.store import StateStore
 from gtm.tasks import TaskSupervisor
 from policies import ApiKeyError, AuditWriter, ResidencyQuery, Verdict, decision_record
-from policies.documents import Tenant
+from policies.documents import Quotas, Tenant
 from regional_lb import request as req
 from regional_lb.errors import (
     ApiError,
@@ -288,7 +288,14 @@ class RegionalService:
         while True:
             active = await watcher.wait_for_generation(generation + 1)
             generation = active.generation
-            self._apply_policy(active)
+            try:
+                self._apply_policy(active)
+            except GtmError as exc:  # e.g. a routing profile this tier cannot build
+                log.error(
+                    "policy generation %d not applied; keeping the one in force: %s",
+                    generation,
+                    exc,
+                )
 
     def _apply_policy(self, policy: ActivePolicy) -> None:
         """Swap in a policy: profile, router, tenants' quotas and lease pools."""
@@ -308,17 +315,7 @@ class RegionalService:
                 self.settings.leases.safe_share, math.inf, self.settings.leases.safe_share
             )
             self.limiter.configure(tenant.id, tenant.quotas, pool.fraction, grant, now)
-            quotas = tenant.quotas
-            if any(
-                v is not None
-                for v in (
-                    quotas.requests_per_minute,
-                    quotas.input_tokens_per_minute,
-                    quotas.output_tokens_per_minute,
-                    quotas.weighted_tokens_per_minute,
-                    quotas.max_concurrent,
-                )
-            ):
+            if has_limits(tenant.quotas):
                 pools[tenant.id] = pool
         for tenant_id in self.limiter.tenants():
             if tenant_id not in policy.policy_set.tenants:
@@ -538,7 +535,7 @@ class RegionalService:
         verdict = policy.engine.allowed_regions(query)
         band = req.priority(headers, Priority(tenant.priority.value))
         if verdict.refused or self.settings.region not in verdict.allowed:
-            self._audit_decision(query, verdict, None, request)
+            self._audit_decision(query, verdict, None)
             self.metrics.rejected.labels(tenant.id, "residency").inc()
             code = verdict.reason.value if verdict.refused else "region_not_allowed"
             raise ResidencyRefused(
@@ -611,7 +608,6 @@ class RegionalService:
         query: ResidencyQuery,
         verdict: Verdict,
         chosen: str | None,
-        request: web.Request | None = None,
     ) -> None:
         if self._audit is None or self._policy is None:
             return
@@ -839,6 +835,20 @@ class RegionalService:
             body=generate_latest(self.registry),
             headers={"Content-Type": CONTENT_TYPE_LATEST},
         )
+
+
+def has_limits(quotas: Quotas) -> bool:
+    """Whether a tenant's quotas limit anything (unlimited tenants need no leases)."""
+    return any(
+        v is not None
+        for v in (
+            quotas.requests_per_minute,
+            quotas.input_tokens_per_minute,
+            quotas.output_tokens_per_minute,
+            quotas.weighted_tokens_per_minute,
+            quotas.max_concurrent,
+        )
+    )
 
 
 def error_response(exc: ApiError) -> web.Response:

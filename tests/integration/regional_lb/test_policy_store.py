@@ -32,3 +32,11 @@ async def test_policies_come_from_the_store_and_reload(
     assert region.service.policy.generation == 2
     async with aiohttp.ClientSession() as http, await chat(http, region, model="none") as response:
         assert response.status == 404  # served with the new policy: authenticated, no zone
+    # A policy whose regional profile this tier cannot build is logged and skipped.
+    broken = policy(tmp_path / "three", regional_scorer="no-such-scorer")
+    await apply(store, broken.policy_set, 2, clock=clock)
+    watcher = region.service.policies
+    assert watcher is not None
+    await watcher.wait_for_generation(3)
+    assert region.service.policy.generation == 2
+    assert region.service.limiter.pool_limits("alpha").get(Dimension.REQUESTS) == 60

@@ -63,19 +63,21 @@ def policy(
     directory: Path,
     quotas: Mapping[str, Mapping[str, object]] | None = None,
     priorities: Mapping[str, str] | None = None,
+    *,
+    regional_scorer: str = "ttft-scorer",
 ) -> ActivePolicy:
-    """The example policies with the test tenants (written under ``directory``)."""
+    """The example policies with the test tenants (written under ``directory``);
+    ``regional_scorer`` replaces the type of the regional profile's TTFT scorer."""
     directory.mkdir(parents=True, exist_ok=True)
     tenants = directory / "tenants.yaml"
     tenants.write_text(yaml.safe_dump(tenants_document(quotas, priorities)))
     examples = examples_path()
-    files = [
-        examples / name
-        for name in (
-            "jurisdictions.yaml",
-            "regions.yaml",
-            "residency.yaml",
-            "routing-profiles.yaml",
+    routing = directory / "routing-profiles.yaml"
+    text = (examples / "routing-profiles.yaml").read_text()
+    routing.write_text(
+        text.replace(
+            "- {type: ttft-scorer, name: ttft}", f"- {{type: {regional_scorer}, name: ttft}}"
         )
-    ]
-    return activate(1, load_paths([*files, tenants]))
+    )
+    files = [examples / name for name in ("jurisdictions.yaml", "regions.yaml", "residency.yaml")]
+    return activate(1, load_paths([*files, routing, tenants]))
