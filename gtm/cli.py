@@ -29,7 +29,7 @@ class _Entry:
 
 
 _COMMANDS: dict[str, _Entry] = {
-    "up": _Entry("Start a whole local multi-region deployment.", None, "gtm up"),
+    "up": _Entry("Start a whole local multi-region deployment.", "gtm.up.cli:up"),
     "global": _Entry("Run the global tier (GeoDNS + HTTP front door).", "global_lb.cli:global_cmd"),
     "regional": _Entry("Run one region's regional LB.", "regional_lb.cli:regional"),
     "zone": _Entry("Run one zone's zone agent.", "zone_agent.cli:zone"),

@@ -1,0 +1,1 @@
+"""Package data: the example topology of ``gtm up`` and the client cities of ``gtm load``."""

