@@ -21,7 +21,6 @@ Inter-tier headers (all optional)::
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import uuid
@@ -29,6 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from gtm.fingerprint import TEXT_BLOCK_BYTES, text_block_hashes
 from gtm.models import Priority
 from gtm.tokens import PromptError, count_chat_tokens, count_text_tokens, parse_chat_messages
 from regional_lb.errors import BadRequest
@@ -45,7 +45,7 @@ HEADER_DECISION = "x-gtm-decision-id"
 HEADER_PEER_TOKEN = "x-gtm-peer-token"
 
 #: Bytes of prompt text per prefix block, as the zone agent hashes them.
-BLOCK_BYTES = 256
+BLOCK_BYTES = TEXT_BLOCK_BYTES
 #: Leading blocks the zone agents put in their sketches (two) and a margin.
 SKETCH_BLOCKS = 8
 MAX_MODEL_NAME = 256
@@ -81,18 +81,6 @@ class HopInfo:
 
     hops: int = 0
     spilled_from: tuple[str, ...] = ()
-
-
-def text_block_hashes(data: bytes, limit: int = SKETCH_BLOCKS) -> tuple[int, ...]:
-    """Prefix-chained 64-bit hashes of the first ``limit`` full 256-byte blocks of
-    ``data``, computed exactly as the zone agent computes them."""
-    parent = b"\0" * 8
-    out: list[int] = []
-    end = min(len(data), limit * BLOCK_BYTES) - BLOCK_BYTES + 1
-    for start in range(0, end, BLOCK_BYTES):
-        parent = hashlib.blake2b(parent + data[start : start + BLOCK_BYTES], digest_size=8).digest()
-        out.append(int.from_bytes(parent, "little"))
-    return tuple(out)
 
 
 def parse_json_body(raw: bytes) -> Mapping[str, object]:
@@ -182,7 +170,9 @@ def body_facts(body: Mapping[str, object], endpoint: Endpoint) -> BodyFacts:
     if not isinstance(stream, bool):
         raise BadRequest("stream must be a boolean", param="stream")
     data = text.encode("utf-8", "surrogatepass")
-    hashes = text_block_hashes(data) if endpoint is not Endpoint.EMBEDDING else ()
+    hashes = (
+        text_block_hashes(data, limit=SKETCH_BLOCKS) if endpoint is not Endpoint.EMBEDDING else ()
+    )
     return BodyFacts(
         model=model,
         input_tokens=tokens,

@@ -2,16 +2,10 @@
 
 Fingerprints
     The agent cannot see a worker's KV cache, so, like SGLang's cache-aware router and
-    llm-d's approximate prefix scorer, it remembers what it *sent* where. A prompt is cut
-    into blocks of :data:`BLOCK_BYTES` bytes of its UTF-8 text and each block is hashed
-    together with its parent's hash (prefix-chained, as vLLM's automatic prefix caching
-    hashes token blocks), so two prompts share their first ``k`` hashes exactly when they
-    share their first ``k`` blocks of text. Hashing text instead of token ids is a
-    deliberate cost choice: tokenizing a 12,000-token prompt with :mod:`gtm.tokens`
-    takes ~6 ms of CPU, hashing its ~50 kB of text in 256-byte blocks ~0.3 ms, and the
-    index only has to agree with itself. A block covers ``input_tokens · 256 / bytes``
-    tokens of that prompt (≈ 64 tokens of English, the block size of Dynamo's KV-router
-    benchmark, ai-dynamo/dynamo docs/benchmarks/kv-router-ab-testing.md).
+    llm-d's approximate prefix scorer, it remembers what it *sent* where, keyed by the
+    prompt fingerprints of :mod:`gtm.fingerprint` (prefix-chained hashes of 256-byte text
+    blocks, shared with the regional LB). A block covers ``input_tokens · 256 / bytes``
+    tokens of that prompt.
 
 Index
     :class:`PrefixIndex` maps a block hash to a bit mask of the GPU slots that got it
@@ -26,27 +20,19 @@ import hashlib
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 
-#: Bytes of prompt text per prefix block (see the module docstring).
-BLOCK_BYTES = 256
+from gtm.fingerprint import MAX_TEXT_BLOCKS, TEXT_BLOCK_BYTES, text_block_hashes
+
+#: Bytes of prompt text per prefix block (the fingerprint every tier shares).
+BLOCK_BYTES = TEXT_BLOCK_BYTES
 
 #: Characters hashed by the consistent-hash baseline: the seeds' example keys requests by
 #: the MD5 of the first 256 characters of the prompt.
 HASH_KEY_CHARS = 256
 
-#: Longest prompt fingerprinted, in blocks (16 MiB of text / 256 B); the request body
-#: limit makes anything longer impossible anyway.
-MAX_BLOCKS = 65_536
+#: Longest prompt fingerprinted, in blocks.
+MAX_BLOCKS = MAX_TEXT_BLOCKS
 
-
-def text_block_hashes(data: bytes, block_bytes: int = BLOCK_BYTES) -> tuple[int, ...]:
-    """Prefix-chained 64-bit hashes of every *full* ``block_bytes`` block of ``data``."""
-    parent = b"\0" * 8
-    out: list[int] = []
-    blake2b = hashlib.blake2b
-    for start in range(0, min(len(data), MAX_BLOCKS * block_bytes) - block_bytes + 1, block_bytes):
-        parent = blake2b(parent + data[start : start + block_bytes], digest_size=8).digest()
-        out.append(int.from_bytes(parent, "little"))
-    return tuple(out)
+__all__ = ["BLOCK_BYTES", "MAX_BLOCKS", "PrefixIndex", "consistent_hash_key", "text_block_hashes"]
 
 
 def consistent_hash_key(text: str) -> int:

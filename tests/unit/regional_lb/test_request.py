@@ -14,11 +14,11 @@ LONG = "You are a helpful assistant. " * 100
 
 
 def test_prefix_hashes_match_the_zone_agents() -> None:
-    data = LONG.encode()
-    ours = req.text_block_hashes(data)
-    assert len(ours) == req.SKETCH_BLOCKS
-    assert ours == zone_agent_hashes(data)[: req.SKETCH_BLOCKS]
-    assert req.text_block_hashes(b"short") == ()
+    facts = req.body_facts({"model": "m", "prompt": LONG}, req.Endpoint.COMPLETION)
+    assert len(facts.prefix_hashes) == req.SKETCH_BLOCKS
+    assert facts.prefix_hashes == zone_agent_hashes(LONG.encode())[: req.SKETCH_BLOCKS]
+    short = req.body_facts({"model": "m", "prompt": "short"}, req.Endpoint.COMPLETION)
+    assert short.prefix_hashes == ()
 
 
 def test_chat_facts() -> None:
