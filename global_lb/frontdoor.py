@@ -56,6 +56,10 @@ HOPS_HEADER = "x-gtm-hops"
 REGION_HEADER = "x-gtm-region"
 DECISION_HEADER = "x-gtm-decision-id"
 DATA_CLASS_HEADER = "x-gtm-data-class"
+#: The client's country as the front door located it, for the regional LB's residency
+#: check on spillover. Set only by the front door: a client's own value is dropped, or a
+#: client could claim a country whose rules suit it.
+CLIENT_COUNTRY_HEADER = "x-gtm-client-country"
 #: Hop-by-hop headers (RFC 9110 §7.6.1) and ones aiohttp sets itself: never copied.
 _HOP_BY_HOP = frozenset(
     {
@@ -363,7 +367,8 @@ class FrontDoor:
     ) -> web.StreamResponse:
         assert outcome.region is not None
         targets = [outcome.region, *outcome.fallbacks][: self._config.max_attempts]
-        headers = self._upstream_headers(request, target.hops, outcome.decision_id)
+        country = None if outcome.location is None else outcome.location.country
+        headers = self._upstream_headers(request, target.hops, outcome.decision_id, country)
         last_error = "no region to try"
         for attempt, region_id in enumerate(targets):
             region = view.by_id.get(region_id)
@@ -390,12 +395,14 @@ class FrontDoor:
         )
 
     def _upstream_headers(
-        self, request: web.Request, hops: int, decision_id: str
+        self, request: web.Request, hops: int, decision_id: str, client_country: str | None
     ) -> CIMultiDict[str]:
         headers: CIMultiDict[str] = CIMultiDict()
         for name, value in request.headers.items():
-            if name.lower() not in _HOP_BY_HOP:
+            if name.lower() not in _HOP_BY_HOP and name.lower() != CLIENT_COUNTRY_HEADER:
                 headers.add(name, value)
+        if client_country is not None:
+            headers[CLIENT_COUNTRY_HEADER] = client_country
         forwarded = request.headers.get("X-Forwarded-For")
         peer = request.remote or ""
         headers["X-Forwarded-For"] = f"{forwarded}, {peer}" if forwarded else peer

@@ -46,6 +46,7 @@ class StandIn:
     runner: web.AppRunner | None = None
     port: int = 0
     seen: list[str] = field(default_factory=list)
+    countries: list[str | None] = field(default_factory=list)
 
     async def start(self) -> None:
         app = web.Application()
@@ -67,6 +68,7 @@ class StandIn:
 
     async def _forward(self, request: web.Request) -> web.StreamResponse:
         self.seen.append(request.headers.get("x-gtm-decision-id", ""))
+        self.countries.append(request.headers.get("x-gtm-client-country"))
         async with aiohttp.ClientSession() as session, session.request(
             request.method, self.worker_url + request.path, data=await request.read(),
             headers={"Content-Type": "application/json"},
@@ -165,6 +167,24 @@ async def test_chat_completion_end_to_end_with_region_headers(deployment: Deploy
     assert raw.headers["x-gtm-region"] == "eu-west"
     decision = raw.headers["x-gtm-decision-id"]
     assert deployment.stand_ins["eu-west"].seen == [decision]
+
+
+async def test_client_country_is_forwarded_and_cannot_be_spoofed(
+    deployment: Deployment,
+) -> None:
+    """The regional LB re-checks residency on spillover with the country the front door
+    located; a client's own x-gtm-client-country must not reach it."""
+    async with AsyncOpenAI(
+        base_url=deployment.http + "/v1",
+        api_key="gtm-demo-global",
+        max_retries=0,
+        timeout=20.0,
+        default_headers={"X-Forwarded-For": LONDON, "x-gtm-client-country": "US"},
+    ) as client:
+        await client.chat.completions.create(
+            model=LLAMA_8B, messages=[{"role": "user", "content": "hi"}], max_tokens=4
+        )
+    assert deployment.stand_ins["eu-west"].countries == ["GB"]
 
 
 async def test_streaming_passes_through(deployment: Deployment) -> None:
