@@ -20,7 +20,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
-from gtm.errors import GtmError
+# The error shape every tier answers with; re-exported for the server.
+from gtm.openai_errors import ApiError as ApiError
+from gtm.openai_errors import ErrorType as ErrorType
 
 #: Largest token id accepted in a token-id prompt (ids are int32 in every engine).
 MAX_TOKEN_ID = 2**31 - 1
@@ -30,45 +32,6 @@ MAX_INPUTS = 2048
 
 PositiveInt = Annotated[int, Field(ge=1)]
 TokenId = Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]
-
-
-class ErrorType(StrEnum):
-    INVALID_REQUEST = "invalid_request_error"
-    NOT_FOUND = "not_found_error"
-    RATE_LIMIT = "rate_limit_exceeded"
-    SERVER = "server_error"
-    UNAVAILABLE = "service_unavailable"
-    PERMISSION = "permission_error"
-
-
-class ApiError(GtmError):
-    """An error answered to the client in OpenAI's JSON shape."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        type: ErrorType = ErrorType.INVALID_REQUEST,
-        param: str | None = None,
-        code: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.type = type
-        self.param = param
-        self.code = code
-
-    def body(self) -> dict[str, dict[str, str | None]]:
-        return {
-            "error": {
-                "message": self.message,
-                "type": self.type.value,
-                "param": self.param,
-                "code": self.code,
-            }
-        }
 
 
 def validation_error(exc: ValidationError) -> ApiError:

@@ -47,6 +47,7 @@ from global_lb.router import GlobalRouter, RouteOutcome
 from global_lb.view import GlobalView
 from gtm.clock import Clock
 from gtm.models import ClientInfo, Frozen, RouteRequest
+from gtm.openai_errors import openai_error
 from policies import ApiKeyError, ResidencyQuery, TenantDirectory, decision_record
 from policies.documents import Tenant
 
@@ -94,12 +95,6 @@ class FrontDoorConfig(Frozen):
     max_body_bytes: int = Field(default=32 << 20, ge=1024, le=1 << 30)
     #: More hops than this is a loop between tiers (global → regional → zone is 3).
     max_hops: int = Field(default=4, ge=1, le=16)
-
-
-def openai_error(status: int, message: str, kind: str, code: str, **headers: str) -> web.Response:
-    """An error in the OpenAI API's shape (the SDKs read ``error.message``/``code``)."""
-    body = {"error": {"message": message, "type": kind, "code": code, "param": None}}
-    return web.json_response(body, status=status, headers=headers)
 
 
 def client_address(

@@ -21,23 +21,11 @@ OpenAI SDKs parse into ``openai.APIStatusError``)::
 
 from __future__ import annotations
 
-import math
-from enum import StrEnum
-
+from gtm import openai_errors
 from gtm.errors import GtmError
+from gtm.openai_errors import ErrorType
 
-
-class ErrorType(StrEnum):
-    """OpenAI's ``error.type`` values (``requests``/``tokens`` are its 429 types)."""
-
-    INVALID_REQUEST = "invalid_request_error"
-    AUTHENTICATION = "authentication_error"
-    PERMISSION = "permission_error"
-    NOT_FOUND = "not_found_error"
-    REQUESTS = "requests"
-    TOKENS = "tokens"
-    SERVER = "server_error"
-    UNAVAILABLE = "service_unavailable"
+__all__ = ["ApiError", "ErrorType"]
 
 
 class RegionalError(GtmError):
@@ -48,42 +36,8 @@ class LeaseProtocolError(RegionalError):
     """A quota lease record cannot be used (the message names the key)."""
 
 
-class ApiError(RegionalError):
-    """An error answered to the client in OpenAI's JSON shape."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        type: ErrorType = ErrorType.INVALID_REQUEST,
-        param: str | None = None,
-        code: str | None = None,
-        retry_after_s: float | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.type = type
-        self.param = param
-        self.code = code
-        self.retry_after_s = retry_after_s
-
-    def body(self) -> dict[str, dict[str, str | None]]:
-        return {
-            "error": {
-                "message": self.message,
-                "type": self.type.value,
-                "param": self.param,
-                "code": self.code,
-            }
-        }
-
-    def headers(self) -> dict[str, str]:
-        if self.retry_after_s is None:
-            return {}
-        # Retry-After takes whole seconds (RFC 9110 §10.2.3); never advertise 0.
-        return {"Retry-After": str(max(1, math.ceil(self.retry_after_s)))}
+class ApiError(openai_errors.ApiError, RegionalError):
+    """An error answered to the client in OpenAI's JSON shape (:mod:`gtm.openai_errors`)."""
 
 
 class BadRequest(ApiError):

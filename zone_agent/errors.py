@@ -14,61 +14,19 @@ OpenAI SDKs parse into ``openai.APIStatusError``)::
 
 from __future__ import annotations
 
-import math
-from enum import StrEnum
-
+from gtm import openai_errors
 from gtm.errors import GtmError
+from gtm.openai_errors import ErrorType
 
-
-class ErrorType(StrEnum):
-    """OpenAI's ``error.type`` values (and the emulator's)."""
-
-    INVALID_REQUEST = "invalid_request_error"
-    NOT_FOUND = "not_found_error"
-    SERVER = "server_error"
-    UNAVAILABLE = "service_unavailable"
+__all__ = ["ApiError", "ErrorType"]
 
 
 class ZoneError(GtmError):
     """Root of the zone agent's errors."""
 
 
-class ApiError(ZoneError):
-    """An error answered to the client in OpenAI's JSON shape."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        *,
-        type: ErrorType = ErrorType.INVALID_REQUEST,
-        param: str | None = None,
-        code: str | None = None,
-        retry_after_s: float | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.type = type
-        self.param = param
-        self.code = code
-        self.retry_after_s = retry_after_s
-
-    def body(self) -> dict[str, dict[str, str | None]]:
-        return {
-            "error": {
-                "message": self.message,
-                "type": self.type.value,
-                "param": self.param,
-                "code": self.code,
-            }
-        }
-
-    def headers(self) -> dict[str, str]:
-        if self.retry_after_s is None:
-            return {}
-        # Retry-After takes whole seconds (RFC 9110 §10.2.3); never advertise 0.
-        return {"Retry-After": str(max(1, math.ceil(self.retry_after_s)))}
+class ApiError(openai_errors.ApiError, ZoneError):
+    """An error answered to the client in OpenAI's JSON shape (:mod:`gtm.openai_errors`)."""
 
 
 class BadRequest(ApiError):

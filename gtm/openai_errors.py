@@ -1,0 +1,82 @@
+"""Errors in the OpenAI API's JSON shape, answered by every tier and the emulator.
+
+OpenAI's SDKs read ``{"error": {"message", "type", "param", "code"}}`` and pick their
+exception class from the HTTP status (401 → AuthenticationError, 404 → NotFoundError,
+429 → RateLimitError, …), so one shape serves every OpenAI client. ``Retry-After`` is
+given in whole seconds (RFC 9110 §10.2.3) and never as 0, which clients read as "now".
+"""
+
+from __future__ import annotations
+
+import math
+from enum import StrEnum
+
+from aiohttp import web
+
+from gtm.errors import GtmError
+
+
+class ErrorType(StrEnum):
+    """The ``error.type`` values gtm answers with (OpenAI's own where one exists)."""
+
+    INVALID_REQUEST = "invalid_request_error"
+    AUTHENTICATION = "authentication_error"
+    PERMISSION = "permission_error"
+    NOT_FOUND = "not_found_error"
+    RATE_LIMIT = "rate_limit_exceeded"
+    #: Quota kinds, as OpenAI's rate-limit errors name the exhausted limit.
+    REQUESTS = "requests"
+    TOKENS = "tokens"
+    SERVER = "server_error"
+    UNAVAILABLE = "service_unavailable"
+
+
+class ApiError(GtmError):
+    """An error answered to the client in OpenAI's JSON shape."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        type: ErrorType = ErrorType.INVALID_REQUEST,
+        param: str | None = None,
+        code: str | None = None,
+        retry_after_s: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.param = param
+        self.code = code
+        self.retry_after_s = retry_after_s
+
+    def body(self) -> dict[str, dict[str, str | None]]:
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.type.value,
+                "param": self.param,
+                "code": self.code,
+            }
+        }
+
+    def headers(self) -> dict[str, str]:
+        if self.retry_after_s is None:
+            return {}
+        return {"Retry-After": str(max(1, math.ceil(self.retry_after_s)))}
+
+    def response(self, **extra_headers: str) -> web.Response:
+        """The aiohttp response carrying this error."""
+        return web.json_response(
+            self.body(), status=self.status, headers={**self.headers(), **extra_headers}
+        )
+
+
+def openai_error(
+    status: int, message: str, type: str, code: str | None = None, **headers: str
+) -> web.Response:
+    """An error response in OpenAI's shape, for call sites with no exception at hand."""
+    body = {"error": {"message": message, "type": type, "param": None, "code": code}}
+    return web.json_response(body, status=status, headers=headers)
