@@ -19,6 +19,7 @@ from gtm.topology import example_text
 from gtm.up.banner import Listeners, demo_keys, render
 from gtm.up.config import DEFAULT_DNS_LISTEN, DEFAULT_HTTP_LISTEN, UpConfig
 from gtm.up.fleet import Fleet, Plan, make_plan, remove_run_dir, wait_ready
+from gtm.up.status import StatusPage
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +170,9 @@ async def _run(plan: Plan) -> int:
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, on_signal)
-    fleet = _fleet(plan)
+    clock = SystemClock()
+    status = StatusPage(plan.deployment, clock=clock)
+    fleet = _fleet(plan, clock, status)
     try:
         listeners = await fleet.start()
         store = fleet.store
@@ -180,6 +183,7 @@ async def _run(plan: Plan) -> int:
             http=listeners.http,
             limit_s=plan.config.ready_timeout_s,
         )
+        await status.attach(store, front_door=listeners.http.url)
         starting = False
         shown = Listeners(
             dns=listeners.dns,
@@ -204,17 +208,18 @@ async def _run(plan: Plan) -> int:
         click.echo(f"gtm up: {exc}", err=True)
         return EXIT_FAILED
     finally:
+        await status.aclose()
         await fleet.stop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
 
 
-def _fleet(plan: Plan) -> Fleet:
+def _fleet(plan: Plan, clock: SystemClock, status: StatusPage) -> Fleet:
     # Imported here: each mode imports what it runs (the in-process one, every tier).
     if plan.config.processes:
         from gtm.up.processes import ProcessFleet
 
-        return ProcessFleet(plan, clock=SystemClock())
+        return ProcessFleet(plan, clock=clock, app_hook=status.install)
     from gtm.up.inprocess import InProcessFleet
 
-    return InProcessFleet(plan, clock=SystemClock())
+    return InProcessFleet(plan, clock=clock, app_hook=status.install)

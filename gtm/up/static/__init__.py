@@ -1,0 +1,1 @@
+"""Static assets of the status page (package data)."""
