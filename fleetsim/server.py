@@ -243,7 +243,9 @@ class GpuSimServer:
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/embeddings", self._embeddings)
         app.router.add_get("/v1/models", self._list_models)
-        app.router.add_get("/health", self._health)
+        app.router.add_get("/health", self._health)  # vLLM's name
+        app.router.add_get("/readyz", self._health)  # ready = every model loaded
+        app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/metrics", self._metrics_endpoint)
         app.router.add_route("*", "/admin/faults", self._admin_faults)
         app.router.add_route("*", "/admin/lag", self._admin_lag)
@@ -663,6 +665,12 @@ class GpuSimServer:
         if loading:
             return web.json_response({"status": "loading", "models": loading}, status=503)
         return web.json_response({"status": "ok", "models": list(self._drivers)})
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        """Liveness: the process answers (a loading model is not a reason to restart it)."""
+        if self._stopping:
+            return web.json_response({"status": "stopping"}, status=503)
+        return web.json_response({"status": "ok"})
 
     async def _metrics_endpoint(self, request: web.Request) -> web.Response:
         payload = generate_latest(self._registry)

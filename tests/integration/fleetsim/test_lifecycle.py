@@ -59,6 +59,8 @@ async def test_cold_start_then_serving_and_registration_follow_the_load(
     health = await sim.http.get(sim.url + "/health")
     assert health.status_code == 503
     assert health.json()["status"] == "loading"
+    assert (await sim.http.get(sim.url + "/readyz")).status_code == 503
+    assert (await sim.http.get(sim.url + "/healthz")).status_code == 200  # alive while loading
 
     # A request sent while loading waits for the load, then is served.
     async with TaskSupervisor(registry=new_registry()) as supervisor:
@@ -80,6 +82,7 @@ async def test_cold_start_then_serving_and_registration_follow_the_load(
     assert response.usage is not None
     assert response.usage.completion_tokens == 3
     assert (await sim.http.get(sim.url + "/health")).status_code == 200
+    assert (await sim.http.get(sim.url + "/readyz")).status_code == 200
 
     await clock.advance(sim.server.config.lease_ttl_s)  # the next keep-alive rewrites it
     record = await _record(store, key)
