@@ -1,0 +1,1 @@
+"""The discrete-event fleet simulator (``gtm sim``, ``gtm bench routing``): see README.md."""

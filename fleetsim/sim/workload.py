@@ -1,0 +1,98 @@
+"""The simulated requests: a trace's sizes and prefixes, at a target rate, with a
+client place and tenant per session (:mod:`fleetsim.workload`). Built once and fed
+identically to every policy."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fleetsim.traces import MOONCAKE_BLOCK_TOKENS, Trace
+from fleetsim.workload import Geography, Place
+from gtm.gpu_profiles import get_profile, saturated_tokens_per_s
+from gtm.models import GeoPoint
+
+#: Repeated passes over a trace get disjoint prefix ids (a new user population).
+_REPEAT_STRIDE = 1 << 40
+
+
+@dataclass(frozen=True, slots=True)
+class SimRequest:
+    at_s: float
+    input_tokens: int
+    output_tokens: int
+    prefix_hashes: tuple[int, ...]
+    block_tokens: int
+    hash_key: int
+    tenant: str
+    country: str
+    point: GeoPoint
+    place_id: int
+
+
+def fleet_capacity_rps(gpu_types: Sequence[str], model: str, trace: Trace) -> float:
+    """Requests/s the fleet serves kept full of the trace's mean request (no cache)."""
+    reqs = trace.requests
+    mean_in = max(1, round(sum(r.input_tokens for r in reqs) / len(reqs)))
+    mean_out = max(1, round(sum(r.output_tokens for r in reqs) / len(reqs)))
+    tokens = sum(
+        saturated_tokens_per_s(get_profile(t, model), mean_in, mean_out) for t in gpu_types
+    )
+    return tokens / (mean_in + mean_out)
+
+
+def build_requests(
+    trace: Trace,
+    geography: Geography,
+    *,
+    rate_rps: float,
+    duration_s: float,
+    max_input: int = 32_768,
+) -> list[SimRequest]:
+    """The trace replayed at ``rate_rps`` for ``duration_s`` (looped with fresh prefix
+    ids when it runs out), each request with its session's tenant and place."""
+    source = [r for r in trace.requests if r.input_tokens + r.output_tokens <= max_input]
+    if not source or rate_rps <= 0:
+        return []
+    span = max(source[-1].at_s, 1e-9)
+    speed = rate_rps / (len(source) / span)
+    places: dict[str, int] = {}
+    out: list[SimRequest] = []
+    rep = 0
+    while True:
+        base = rep * span / speed
+        for k, r in enumerate(source):
+            at = base + r.at_s / speed
+            if at >= duration_s:
+                return out
+            offset = rep * _REPEAT_STRIDE
+            hashes = tuple(h + offset for h in r.prefix_hashes)
+            session = hashes[0] if hashes else (rep << 32) + k
+            tenant, place = geography.sample(session, at)
+            key = f"{place.city}/{place.country}"
+            pid = places.setdefault(key, len(places))
+            out.append(
+                SimRequest(
+                    at,
+                    r.input_tokens,
+                    max(1, r.output_tokens),
+                    hashes,
+                    MOONCAKE_BLOCK_TOKENS,
+                    _hash_key(hashes, k, rep),
+                    tenant,
+                    place.country,
+                    place.point,
+                    pid,
+                )
+            )
+        rep += 1
+
+
+def _hash_key(hashes: tuple[int, ...], k: int, rep: int) -> int:
+    # The consistent-hash baseline keys on the prompt's start: the first block.
+    seed = f"{hashes[0]}" if hashes else f"{rep}:{k}"
+    return int.from_bytes(hashlib.md5(seed.encode(), usedforsecurity=False).digest(), "big")
+
+
+__all__ = ["Place", "SimRequest", "build_requests", "fleet_capacity_rps"]
