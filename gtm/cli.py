@@ -30,6 +30,7 @@ class _Entry:
 
 _COMMANDS: dict[str, _Entry] = {
     "up": _Entry("Start a whole local multi-region deployment.", "gtm.up.cli:up"),
+    "load": _Entry("Replay a real inference trace through a deployment.", "gtm.up.cli:load"),
     "global": _Entry("Run the global tier (GeoDNS + HTTP front door).", "global_lb.cli:global_cmd"),
     "regional": _Entry("Run one region's regional LB.", "regional_lb.cli:regional"),
     "zone": _Entry("Run one zone's zone agent.", "zone_agent.cli:zone"),
@@ -42,8 +43,8 @@ _COMMANDS: dict[str, _Entry] = {
     "undrain": _Entry("Undo a drain.", "gtm.drain_cli:undrain"),
     "audit": _Entry("Verify the hash-chained audit log.", "policies.cli:audit"),
     "chaos": _Entry("Fault proxy (Toxiproxy API) and game-day runner.", "chaos.cli:chaos"),
-    "sim": _Entry("Run the discrete-event fleet simulator.", None, "fleet simulator"),
-    "bench": _Entry("Side-by-side routing benchmarks.", None, "fleet simulator"),
+    "sim": _Entry("Run the discrete-event fleet simulator.", "fleetsim.sim_cli:sim"),
+    "bench": _Entry("Side-by-side routing benchmarks.", "fleetsim.sim_cli:bench"),
     "state": _Entry("Inspect the state store (etcd or embedded).", "gtm.state.cli:state", ""),
 }
 

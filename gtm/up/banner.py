@@ -18,6 +18,7 @@ from policies import ApiKeyError, PolicySet, TenantDirectory
 DEMO_KEYS: tuple[tuple[str, str], ...] = (
     ("gtm-demo-global", "no residency restriction of its own"),
     ("gtm-demo-eu", "EU-resident: served in EU regions only, from anywhere"),
+    ("gtm-load-test", "gtm load's tenant: no quotas (gtm/data/load-tenant.yaml)"),
 )
 
 #: A London client network (MaxMind's test data and real GeoLite2 agree on 81.2.69.0/24).
@@ -77,7 +78,7 @@ def render(listeners: Listeners, deployment: Deployment, keys: list[tuple[str, s
         lines.append(f"  not deployed (policy regions): {', '.join(deployment.undeployed)}")
     lines.append(f"  logs, audit trail      {listeners.run_dir}")
     if keys:
-        lines += ["", "Demo API keys (policies/examples/tenants.yaml; local demos only):"]
+        lines += ["", "Demo API keys (local demos only):"]
         lines += [f"  {key:<18} tenant {tenant}: {why}" for key, tenant, why in keys]
     key = keys[0][0] if keys else "<your API key>"
     lines += ["", "Try:", *examples(dns, http, key, _model(deployment))]

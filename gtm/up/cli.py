@@ -4,6 +4,7 @@ Ctrl-C (SIGINT) or SIGTERM."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import signal
 import sys
@@ -223,3 +224,107 @@ def _fleet(plan: Plan, clock: SystemClock, status: StatusPage) -> Fleet:
     from gtm.up.inprocess import InProcessFleet
 
     return InProcessFleet(plan, clock=clock, app_hook=status.install)
+
+
+# ---------------------------------------------------------------------------- gtm load
+
+
+@click.command("load", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--trace",
+    "trace_kind",
+    type=click.Choice(["azure-conv", "azure-code", "mooncake"]),
+    default="azure-conv",
+    show_default=True,
+    help="Which trace to replay.",
+)
+@click.option(
+    "--path",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="The trace file (default: ../shared/data/traces/..., or $GTM_DATA_DIR).",
+)
+@click.option(
+    "--rate-scale", type=float, default=1.0, show_default=True, help="Arrivals N× the trace's."
+)
+@click.option(
+    "--duration", type=float, default=60.0, show_default=True, help="Seconds of trace to replay."
+)
+@click.option(
+    "--clients-from",
+    type=click.Choice(["cities", "loopback"]),
+    default="cities",
+    show_default=True,
+    help="cities: clients spread over the world's 500 largest cities by population "
+    "(X-Forwarded-For from 2001:db8::/32, placed by gtm up's geo map); loopback: none.",
+)
+@click.option("--url", default="http://127.0.0.1:8080", show_default=True, help="The front door.")
+@click.option(
+    "--api-key",
+    default="gtm-load-test",
+    show_default=True,
+    help="Tenant API key (gtm up's load-test tenant has no quotas; the demo ones do).",
+)
+@click.option(
+    "--model", default="meta-llama/Llama-3.1-8B-Instruct", show_default=True, help="Model asked."
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of clients and prompts.")
+@click.option(
+    "--max-input-tokens",
+    type=int,
+    default=16_384,
+    show_default=True,
+    help="Cap on a prompt's size (long-context traces).",
+)
+@click.option(
+    "--json", "json_path", type=click.Path(dir_okay=False), help="Also write the summary here."
+)
+@click.option(
+    "--min-success",
+    type=click.FloatRange(0.0, 1.0),
+    default=0.0,
+    show_default=True,
+    help="Exit with status 1 when the success ratio is below this.",
+)
+def load(
+    trace_kind: str,
+    path: str | None,
+    json_path: str | None,
+    min_success: float,
+    **options: Any,
+) -> None:
+    """Replay a real inference trace through the front door (open loop), with clients
+    spread over the world; print progress and a summary (success, TTFT p50/p99, share
+    per region, spills, refusals)."""
+    from fleetsim.traces import TraceKind, load_trace
+    from gtm.up.load import LoadConfig, render_summary, run_load
+
+    try:
+        config = LoadConfig(
+            url=options["url"].rstrip("/"),
+            api_key=options["api_key"],
+            model=options["model"],
+            rate_scale=options["rate_scale"],
+            duration_s=options["duration"],
+            clients_from=options["clients_from"],
+            seed=options["seed"],
+            max_input_tokens=options["max_input_tokens"],
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = "--" + str(first["loc"][0]).replace("_", "-") if first["loc"] else "options"
+        raise click.UsageError(f"{where}: {first['msg']}") from None
+    try:
+        trace = load_trace(TraceKind(trace_kind), path)
+        summary = run_load(config, trace, clock=SystemClock())
+    except GtmError as exc:
+        click.echo(f"gtm load: {exc}", err=True)
+        sys.exit(EXIT_FAILED)
+    except KeyboardInterrupt:
+        click.echo("\ngtm load: interrupted", err=True)
+        sys.exit(130)
+    click.echo(render_summary(summary, "gtm load: summary"))
+    if json_path is not None:
+        Path(json_path).write_text(json.dumps(summary, indent=2) + "\n", "utf-8")
+    ratio = summary["success_ratio"]
+    sys.exit(1 if ratio is not None and ratio < min_success else 0)

@@ -18,6 +18,7 @@ import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Protocol
 
@@ -36,7 +37,8 @@ from gtm.state.store import StateStore
 from gtm.topology import Deployment, Topology, ZonePlacement, load_topology, resolve
 from gtm.up.clients import bundled_cities, geo_map
 from gtm.up.config import HostPort, UpConfig
-from policies import PolicyError, PolicySet, load_examples, load_paths
+from policies import PolicyError, PolicySet, load_paths
+from policies.loader import examples_path
 
 log = logging.getLogger(__name__)
 
@@ -76,9 +78,17 @@ class Plan:
         return self.config.http.port or self.topology.regional_port
 
 
+#: Added to the example policies (only to them): ``gtm load``'s tenant, without quotas.
+LOAD_TENANT_RESOURCE = "load-tenant.yaml"
+
+
 def load_policies(paths: tuple[str, ...]) -> PolicySet:
+    """The given policy files, or the shipped examples plus the load-test tenant."""
     try:
-        return load_paths(list(paths)) if paths else load_examples()
+        if paths:
+            return load_paths(list(paths))
+        with resources.as_file(resources.files("gtm.data") / LOAD_TENANT_RESOURCE) as extra:
+            return load_paths([examples_path(), extra])
     except PolicyError as exc:
         raise ConfigError(f"policies: {exc}") from None
 
