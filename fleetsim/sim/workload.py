@@ -68,7 +68,9 @@ def build_requests(
                 return out
             offset = rep * _REPEAT_STRIDE
             hashes = tuple(h + offset for h in r.prefix_hashes)
-            session = hashes[0] if hashes else (rep << 32) + k
+            # Mooncake's first block is a prompt shared by everyone (id 0): a session
+            # (conversation) is keyed by its second block.
+            session = hashes[min(1, len(hashes) - 1)] if hashes else (rep << 32) + k
             tenant, place = geography.sample(session, at)
             key = f"{place.city}/{place.country}"
             pid = places.setdefault(key, len(places))

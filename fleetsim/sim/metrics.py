@@ -1,0 +1,110 @@
+"""Per-policy figures from a run: latency percentiles, goodput at SLO, utilisation,
+prefix hits, cross-region share, refusals, residency violations, fairness, cost."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fleetsim.sim.simulator import RunResult, Status
+from fleetsim.sim.workload import SimRequest
+
+#: SLO of the goodput figure (issue 10): TTFT ≤ 2 s and TPOT ≤ 100 ms.
+SLO_TTFT_S = 2.0
+SLO_TPOT_S = 0.1
+#: On-demand $/GPU-hour (assumption: typical 2025 cloud list prices per GPU; a 70B
+#: worker of N GPUs pays N×).
+GPU_PRICE_PER_H = {
+    "H200": 4.5, "H100": 3.5, "A100-80GB": 2.5, "A100-40GB": 2.0,
+    "L40S": 1.5, "L4": 0.8, "V100": 1.0,
+}  # fmt: skip
+#: Inter-region egress, $/GB (assumption: Azure's published intra-continent rate).
+EGRESS_PER_GB = 0.02
+#: Bytes per token crossing regions (prompt text in, tokens out): ~4 bytes of text.
+BYTES_PER_TOKEN = 4
+
+
+@dataclass(frozen=True, slots=True)
+class Summary:
+    policy: str
+    requests: int
+    served: int
+    refused: int
+    timed_out: int
+    ttft_p50: float
+    ttft_p90: float
+    ttft_p99: float
+    tpot_p50: float
+    e2e_p50: float
+    e2e_p99: float
+    goodput_rps: float
+    slo_fraction: float
+    output_tps: float
+    input_tps: float
+    gpu_busy: float
+    prefix_hit: float
+    cross_region: float
+    cross_region_gb: float
+    spills: int
+    violations: int
+    jain: float
+    cost_usd: float
+    sim_rps: float
+
+
+def jain(values: np.ndarray) -> float:
+    if len(values) == 0 or not np.any(values):
+        return 1.0
+    return float(values.sum() ** 2 / (len(values) * (values**2).sum()))
+
+
+def summarise(result: RunResult, requests: list[SimRequest]) -> Summary:
+    o = result.outcomes
+    ok = o.status == Status.OK
+    outs = np.array([r.output_tokens for r in requests], dtype=np.float64)
+    ins = np.array([r.input_tokens for r in requests], dtype=np.float64)
+    ttft, e2e = o.ttft_s[ok], o.e2e_s[ok]
+    tpot = np.where(outs[ok] > 1, (e2e - ttft) / np.maximum(1, outs[ok] - 1), 0.0)
+    good = (ttft <= SLO_TTFT_S) & (tpot <= SLO_TPOT_S)
+    span = max(result.sim_s, 1e-9)
+    tenants = sorted({r.tenant for r in requests})
+    tenant_of = np.array([tenants.index(r.tenant) for r in requests])
+    met = np.zeros(len(requests), dtype=np.bool_)
+    met[np.flatnonzero(ok)[good]] = True
+    share = np.array(
+        [met[tenant_of == k].mean() if np.any(tenant_of == k) else 0.0 for k in range(len(tenants))]
+    )
+    cross = ok & (o.region >= 0) & (o.home >= 0) & (o.region != o.home)
+    cross_gb = float(((ins + outs)[cross]).sum()) * BYTES_PER_TOKEN / 1e9
+    gpu_h = sum(GPU_PRICE_PER_H.get(t, 2.0) for t in result.gpu_types) * span / 3600.0
+
+    def pct(a: np.ndarray, q: float) -> float:
+        return float(np.percentile(a, q)) if len(a) else float("nan")
+
+    return Summary(
+        policy=result.policy,
+        requests=len(requests),
+        served=int(ok.sum()),
+        refused=int((o.status == Status.REFUSED).sum()),
+        timed_out=int((o.status == Status.TIMED_OUT).sum()),
+        ttft_p50=pct(ttft, 50),
+        ttft_p90=pct(ttft, 90),
+        ttft_p99=pct(ttft, 99),
+        tpot_p50=pct(tpot, 50),
+        e2e_p50=pct(e2e, 50),
+        e2e_p99=pct(e2e, 99),
+        goodput_rps=float(good.sum()) / span,
+        slo_fraction=float(good.sum()) / max(1, len(requests)),
+        output_tps=float(outs[ok].sum()) / span,
+        input_tps=float(ins[ok].sum()) / span,
+        gpu_busy=float(result.gpu_busy_s.sum()) / (len(result.gpu_busy_s) * span),
+        prefix_hit=result.prefix_hit_tokens / max(1, result.prefix_queried_tokens),
+        cross_region=float(cross.sum()) / max(1, int(ok.sum())),
+        cross_region_gb=cross_gb,
+        spills=result.spills,
+        violations=int(o.violation.sum()),
+        jain=jain(share),
+        cost_usd=gpu_h + cross_gb * EGRESS_PER_GB,
+        sim_rps=len(requests) / max(result.wall_s, 1e-9),
+    )

@@ -1,0 +1,169 @@
+"""The benchmark report: a Markdown table per load, targets, and plots (matplotlib,
+optional extra ``report``) written to a directory (``reports/`` by default)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from fleetsim.sim.metrics import Summary
+from fleetsim.sim.simulator import RunResult, Status
+
+COLUMNS = (
+    ("policy", "policy", "{}"),
+    ("TTFT p50 s", "ttft_p50", "{:.2f}"),
+    ("p90", "ttft_p90", "{:.2f}"),
+    ("p99", "ttft_p99", "{:.2f}"),
+    ("TPOT p50 ms", "tpot_p50", "{:.0f}"),
+    ("E2E p50 s", "e2e_p50", "{:.1f}"),
+    ("goodput req/s", "goodput_rps", "{:.1f}"),
+    ("in SLO", "slo_fraction", "{:.0%}"),
+    ("out tok/s", "output_tps", "{:,.0f}"),
+    ("GPU busy", "gpu_busy", "{:.0%}"),
+    ("prefix hit", "prefix_hit", "{:.0%}"),
+    ("cross-region", "cross_region", "{:.1%}"),
+    ("spills", "spills", "{}"),
+    ("refused", "refused", "{}"),
+    ("timed out", "timed_out", "{}"),
+    ("residency viol.", "violations", "{}"),
+    ("Jain", "jain", "{:.2f}"),
+    ("cost $", "cost_usd", "{:,.0f}"),
+    ("sim req/s", "sim_rps", "{:,.0f}"),
+)
+
+
+def table(rows: Sequence[Summary]) -> str:
+    head = "| " + " | ".join(c[0] for c in COLUMNS) + " |"
+    sep = "|" + "|".join("---" if i == 0 else "---:" for i in range(len(COLUMNS))) + "|"
+    lines = [head, sep]
+    for row in rows:
+        cells = []
+        for _, attr, fmt in COLUMNS:
+            value = getattr(row, attr)
+            if attr == "tpot_p50":
+                value = value * 1000
+            cells.append(
+                "n/a" if isinstance(value, float) and math.isnan(value) else fmt.format(value)
+            )
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def targets(rows: Sequence[Summary]) -> list[str]:
+    """The issue's quality bars, each with met / MISSED."""
+    by = {r.policy: r for r in rows}
+    ours = by.get("gtm")
+    if ours is None:
+        return []
+    out = []
+
+    def line(ok: bool, text: str) -> None:
+        out.append(f"- {'met' if ok else '**MISSED**'}: {text}")
+
+    rr = by.get("round-robin")
+    if rr is not None:
+        line(
+            ours.ttft_p99 <= 0.5 * rr.ttft_p99,
+            f"gtm p99 TTFT {ours.ttft_p99:.2f} s ≤ 0.5 × round robin's {rr.ttft_p99:.2f} s",
+        )
+    others = [r for r in rows if r.policy != "gtm" and not math.isnan(r.ttft_p99)]
+    if others:
+        best = min(others, key=lambda r: r.ttft_p99)
+        line(
+            ours.ttft_p99 <= 0.8 * best.ttft_p99,
+            f"gtm p99 TTFT ≤ 0.8 × the best baseline's ({best.policy}, {best.ttft_p99:.2f} s)",
+        )
+    lc = by.get("least-connections")
+    if lc is not None:
+        line(
+            ours.goodput_rps >= 1.2 * lc.goodput_rps,
+            f"gtm goodput {ours.goodput_rps:.1f} ≥ 1.2 × least connections' "
+            f"{lc.goodput_rps:.1f} req/s",
+        )
+    line(ours.violations == 0, f"gtm residency violations: {ours.violations}")
+    line(
+        ours.sim_rps >= 5000,
+        f"simulated requests per wall second: {ours.sim_rps:,.0f} (target 5,000)",
+    )
+    return out
+
+
+def write_report(
+    directory: Path,
+    title: str,
+    per_load: Mapping[float, Sequence[Summary]],
+    results: Mapping[float, Sequence[RunResult]],
+    preamble: str = "",
+) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    parts = [f"# {title}", "", preamble, ""]
+    for load, rows in per_load.items():
+        parts += [f"## Load {load:.0%}", "", table(rows), "", "Targets:", "", *targets(rows), ""]
+    plots = _plots(directory, per_load, results)
+    parts += [f"![{p.stem}]({p.name})" for p in plots]
+    path = directory / "routing.md"
+    path.write_text("\n".join(parts) + "\n", encoding="utf-8")
+    return path
+
+
+def _plots(
+    directory: Path,
+    per_load: Mapping[float, Sequence[Summary]],
+    results: Mapping[float, Sequence[RunResult]],
+) -> list[Path]:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    out: list[Path] = []
+    top = max(results)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for res in results[top]:
+        o = res.outcomes
+        ttft = np.sort(o.ttft_s[o.status == Status.OK])
+        if len(ttft):
+            ax.plot(ttft, np.linspace(0, 1, len(ttft)), label=res.policy)
+    ax.set_xscale("log")
+    ax.set_xlabel("TTFT (s)")
+    ax.set_ylabel("CDF")
+    ax.set_title(f"TTFT CDF at load {top:.0%}")
+    ax.legend(fontsize=6)
+    out.append(_save(fig, directory / "ttft_cdf.png"))
+    fig, ax = plt.subplots(figsize=(7, 4))
+    names = [r.policy for r in next(iter(per_load.values()))]
+    loads = sorted(per_load)
+    for name in names:
+        ax.plot(
+            loads,
+            [next(r.goodput_rps for r in per_load[x] if r.policy == name) for x in loads],
+            marker="o",
+            label=name,
+        )
+    ax.set_xlabel("offered load")
+    ax.set_ylabel("goodput (req/s in SLO)")
+    ax.legend(fontsize=6)
+    out.append(_save(fig, directory / "goodput_vs_load.png"))
+    gtm = next((r for r in results[top] if r.policy == "gtm"), results[top][0])
+    if gtm.util_timeline:
+        fig, ax = plt.subplots(figsize=(7, 3))
+        grid = np.array([u for _, u in gtm.util_timeline]).T
+        ax.imshow(grid, aspect="auto", vmin=0, vmax=1, cmap="viridis")
+        ax.set_ylabel("region")
+        ax.set_xlabel("simulated s")
+        ax.set_title(f"{gtm.policy}: GPU busy fraction per region")
+        out.append(_save(fig, directory / "utilisation_heatmap.png"))
+    return out
+
+
+def _save(fig: object, path: Path) -> Path:
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # type: ignore[attr-defined]
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)  # type: ignore[arg-type]
+    return path
