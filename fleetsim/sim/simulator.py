@@ -41,7 +41,15 @@ from global_lb.profiles import DEFAULT_REQUEST_PROFILE, build, profile_spec
 from global_lb.router import GlobalRouter
 from gtm.errors import NoEligibleCandidate, RoutingError
 from gtm.gpu_profiles import get_profile
-from gtm.models import ClientInfo, Endpoint, GpuWorker, Priority, Region, RouteRequest
+from gtm.models import (
+    ClientInfo,
+    Endpoint,
+    GpuWorker,
+    Priority,
+    Region,
+    RegionSummary,
+    RouteRequest,
+)
 from gtm.policy_store import ActivePolicy
 from gtm.routing.cost import rtt_ms_from_distance
 from gtm.state.snapshot import FleetSnapshot
@@ -259,7 +267,7 @@ class Simulator:
             for r in self.region_ids
         }
         self.zacc = {r: ZoneAccounting() for r in self.region_ids}
-        self.region_summaries: dict[str, object] = {}
+        self.region_summaries: dict[str, RegionSummary] = {}
         self._revision = 0
         self._tiers_tick(0.0)
 
@@ -272,7 +280,7 @@ class Simulator:
             revision=self._revision,
             regions=MappingProxyType(self.regions),
             zone_summaries=MappingProxyType(zs),
-            region_summaries=MappingProxyType(dict(self.region_summaries)),  # type: ignore[arg-type]
+            region_summaries=MappingProxyType(dict(self.region_summaries)),
         )
         self.rviews = {}
         summaries = {}
