@@ -265,7 +265,7 @@ class LoadRun:
         self._in_flight = 0
         self._all_done = asyncio.Event()
 
-    def _body(self, request: TraceRequest) -> dict[str, Any]:
+    def body(self, request: TraceRequest) -> dict[str, Any]:
         tokens = min(request.input_tokens, self.config.max_input_tokens)
         prompt = self._prompts.prompt(tokens, request.prefix_hashes)
         return {
@@ -277,7 +277,7 @@ class LoadRun:
             "stream_options": {"include_usage": True},
         }
 
-    def _headers(self) -> tuple[dict[str, str], str]:
+    def headers(self) -> tuple[dict[str, str], str]:
         headers = {"Authorization": f"Bearer {self.config.api_key}"}
         if self._sampler is None:
             return headers, ""
@@ -310,10 +310,10 @@ class LoadRun:
             if self._in_flight >= self.config.max_in_flight:
                 self._record(Outcome(False, 0, "client-overload"))
                 continue
-            headers, city = self._headers()
+            headers, city = self.headers()
             self._in_flight += 1
             self.tally.sent += 1
-            body = self._body(request)
+            body = self.body(request)
             self._supervisor.spawn(f"request-{index}", self._one(session, body, headers, city))
 
     async def _one(

@@ -1,30 +1,93 @@
+from __future__ import annotations
+
 from pathlib import Path
 
 import pytest
 
-from fleetsim.traces import MOONCAKE_BLOCK_TOKENS, TraceKind, load_trace, read_mooncake
+from fleetsim.traces import (
+    TRACE_FILES,
+    TraceKind,
+    data_dir,
+    load_trace,
+    read_azure,
+    read_mooncake,
+)
 from gtm.errors import ConfigError
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "traces"
+AZURE = """TIMESTAMP,ContextTokens,GeneratedTokens
+2023-11-16 18:15:46.6805900,374,44
+2023-11-16 18:15:50.9951690,396,109
+2023-11-16 18:15:46.1805900,10,1
+"""
+
+MOONCAKE = [
+    '{"timestamp": 1000, "input_length": 600, "output_length": 5, "hash_ids": [0, 1]}',
+    "",
+    '{"timestamp": 0, "input_length": 7, "output_length": 3, "hash_ids": [0]}',
+]
 
 
-def test_mooncake_sample_has_prefix_blocks_of_512_tokens() -> None:
-    trace = load_trace(TraceKind.MOONCAKE, DATA / "mooncake_conversation_sample.jsonl")
-    assert len(trace.requests) == 41
-    assert trace.requests[0].at_s == 0.0
-    for r in trace.requests:
-        assert len(r.prefix_hashes) == -(-r.input_tokens // MOONCAKE_BLOCK_TOKENS)
-    assert [r.at_s for r in trace.requests] == sorted(r.at_s for r in trace.requests)
+def test_azure_rows_become_sorted_offsets() -> None:
+    trace = read_azure(AZURE, "a.csv")
+    assert [r.at_s for r in trace.requests] == pytest.approx([0.0, 0.5, 4.814578])
+    assert trace.requests[1].input_tokens == 374
+    assert trace.requests[1].output_tokens == 44
+    assert trace.duration_s == pytest.approx(4.814578)
+    assert trace.rate_per_s == pytest.approx(3 / 4.814578)
 
 
-def test_azure_sample_reads_offsets_and_sizes() -> None:
-    trace = load_trace(TraceKind.AZURE_CONV, DATA / "azure_conv_sample.csv")
-    assert len(trace.requests) == 30
-    assert trace.requests[0].at_s == 0.0
-    assert all(r.input_tokens > 0 for r in trace.requests)
-    assert trace.rate_per_s > 0
+def test_mooncake_lines_keep_their_prefix_hashes() -> None:
+    trace = read_mooncake(MOONCAKE, "m.jsonl")
+    assert [(r.at_s, r.prefix_hashes) for r in trace.requests] == [(0.0, (0,)), (1.0, (0, 1))]
 
 
-def test_malformed_mooncake_line_names_the_line() -> None:
-    with pytest.raises(ConfigError, match="line 2"):
-        read_mooncake(['{"timestamp": 0, "input_length": 5, "output_length": 1}', "{}"], "x")
+def test_window_speeds_arrivals_up() -> None:
+    trace = read_mooncake(MOONCAKE, "m.jsonl")
+    assert len(trace.window(0.5, rate_scale=1.0)) == 1
+    assert len(trace.window(0.5, rate_scale=4.0)) == 2
+    with pytest.raises(ValueError, match="positive"):
+        trace.window(1.0, rate_scale=0.0)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,1,1\n", "line 2"),
+        ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.1,-1,1\n", "line 2"),
+        ("TIMESTAMP,ContextTokens,GeneratedTokens\n", "no requests"),
+        ("a,b\n1,2\n", "line 2"),
+    ],
+)
+def test_bad_azure_files_name_the_line(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        read_azure(text, "a.csv")
+
+
+@pytest.mark.parametrize(
+    ("lines", "message"), [(["{"], "line 1"), (['{"timestamp": 1}'], "line 1"), ([], "no requests")]
+)
+def test_bad_mooncake_files_name_the_line(lines: list[str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        read_mooncake(lines, "m.jsonl")
+
+
+def test_load_from_a_path(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text(AZURE)
+    assert len(load_trace(TraceKind.AZURE_CODE, path).requests) == 3
+    with pytest.raises(ConfigError, match="cannot read the mooncake trace"):
+        load_trace(TraceKind.MOONCAKE, tmp_path / "missing.jsonl")
+
+
+def test_data_dir_follows_the_environment(tmp_path: Path) -> None:
+    assert data_dir({"GTM_DATA_DIR": str(tmp_path)}) == tmp_path
+
+
+def test_the_shared_traces_load() -> None:
+    # CI and developers have ../shared/data beside the repository.
+    conv = load_trace(TraceKind.AZURE_CONV)
+    assert len(conv.requests) == 19_366
+    assert 5.0 < conv.rate_per_s < 6.0
+    mooncake = load_trace(TraceKind.MOONCAKE)
+    assert mooncake.requests[0].prefix_hashes
+    assert set(TRACE_FILES) == set(TraceKind)
