@@ -369,7 +369,10 @@ async def spill_reaction() -> tuple[float, float, float]:
     store = MemoryStore(clock)
     registry = new_registry()
     watcher = SnapshotWatcher(store, clock=clock, registry=registry, probe_interval=1.0)
-    builder = ViewBuilder("us-east")
+    # Zone agent URLs as `--zone-url` gives them (no Zone records in this in-process run);
+    # a zone without an endpoint is unhealthy.
+    zone_urls = {z: f"http://{z}.zone.test" for z in ("us-east-a", "us-east-b")}
+    builder = ViewBuilder("us-east", settings=ViewSettings(zone_urls=zone_urls))
     router = RegionalRouter(
         build(profile_spec(None)),
         saturation_filter="saturation",
@@ -401,9 +404,22 @@ async def spill_reaction() -> tuple[float, float, float]:
         step = 0.01
         for i in range(int(10.0 / step)):
             now = clock.monotonic()
-            if now < loss_at:
-                await store.keep_alive(leases["us-east-b"])
-            await store.keep_alive(leases["us-east-a"])
+            # Live zone agents republish their summary every second (zone_agent/summary.py);
+            # a summary that only keeps its lease alive ages into "stale" and would
+            # make the region spill everything whatever the loss.
+            alive = ("us-east-a", "us-east-b") if now < loss_at else ("us-east-a",)
+            if i % int(1.0 / step) == 0:
+                for zone in alive:
+                    fresh = ZoneSummary(
+                        zone_id=zone,
+                        region_id="us-east",
+                        published_at=clock.wall(),
+                        models=(_load(gpus=4),),
+                    )
+                    key = keys.zone_summary("us-east", zone)
+                    await store.put(key, codec.encode(fresh), lease=leases[zone])
+            for zone in alive:
+                await store.keep_alive(leases[zone])
             peer = peer.model_copy(update={"published_at": clock.wall()})
             await store.put(keys.region_summary("us-west"), codec.encode(peer))
             await store.expire_due()
