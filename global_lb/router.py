@@ -21,7 +21,15 @@ picker's draw — the request id, so decisions are cached per view revision unde
   splits a cell's traffic, it does so in sixteenths instead of per request.
 
 A new view revision (a summary published, a health change, a new policy) starts an
-empty cache. ``cache_size=0`` turns caching off (every decision runs the profile).
+empty cache. ``cache_size=0`` turns caching off (every decision is computed).
+
+**Fast path.** A cache miss runs :mod:`global_lb.pipeline`: the profile's filters,
+scorers and picker over arrays precomputed per view, with the same results (a property
+test runs both). The trace is not built on that path: :attr:`RouteOutcome.trace` runs
+the profile when first read (``gtm route``, ``POST /v1/route``), so forwarding a request
+never pays for it. Refusals after the residency verdict (every allowed region down, or
+none serving the model) and profiles with plugins the fast path does not know run the
+generic profile.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from enum import StrEnum
 from typing import Any
 
 from global_lb.geo import Location
+from global_lb.pipeline import FastChoice, RegionPipeline, compile_pipeline
 from global_lb.plugins import affinity, health, model, residency, spread
 from global_lb.profiles import RegionProfile
 from global_lb.view import GlobalView, RegionState, RequestContext
@@ -66,6 +75,49 @@ HTTP_STATUS: Mapping[Refusal, int] = {
 }
 
 
+class TraceSource:
+    """A decision's trace: given, or built on first read by running the routing profile
+    over the same request, view and context (the fast path builds none).
+
+    Memoised: several outcomes (cache hits) share one source, and the profile runs at
+    most once for it. The view and the request are immutable, so a later run sees what
+    the decision saw.
+    """
+
+    __slots__ = ("_build", "_trace")
+
+    def __init__(
+        self,
+        trace: DecisionTrace | None = None,
+        build: Callable[[], DecisionTrace | None] | None = None,
+    ) -> None:
+        self._trace = trace
+        self._build = build
+
+    @classmethod
+    def rerun(
+        cls,
+        profile: RegionProfile,
+        request: RouteRequest,
+        view: GlobalView,
+        ctx: RequestContext,
+    ) -> TraceSource:
+        def build() -> DecisionTrace | None:
+            try:
+                return profile.choose(request, view.regions, ctx).decision.trace
+            except NoEligibleCandidate as exc:
+                return exc.trace
+
+        return cls(build=build)
+
+    def get(self) -> DecisionTrace | None:
+        build = self._build
+        if build is not None:
+            self._trace = build()
+            self._build = None
+        return self._trace
+
+
 @dataclass(frozen=True, slots=True)
 class RouteOutcome:
     """One region decision: where to go, where to go next, and why."""
@@ -78,13 +130,20 @@ class RouteOutcome:
     refusal: Refusal | None = None
     #: Human-readable detail of a refusal (the filter that emptied the set and why).
     detail: str = ""
-    trace: DecisionTrace | None = None
+    #: Where :attr:`trace` comes from (built on first read after a fast-path decision).
+    trace_source: TraceSource | None = field(default=None, repr=False, compare=False)
     predicted_ttft_ms: float | None = None
     #: (region, total score) of the survivors, best first.
     scores: tuple[tuple[str, float], ...] = ()
     cached: bool = False
     location: Location | None = None
     view_revision: str = ""
+
+    @property
+    def trace(self) -> DecisionTrace | None:
+        """Who removed what and every survivor's scores (``None`` for a residency
+        refusal, decided before any profile runs)."""
+        return None if self.trace_source is None else self.trace_source.get()
 
     @property
     def allowed(self) -> tuple[str, ...]:
@@ -196,13 +255,17 @@ class _Cached:
     fallbacks: tuple[str, ...]
     refusal: Refusal | None
     detail: str
-    trace: DecisionTrace | None
+    trace: TraceSource
     predicted_ttft_ms: float | None
     scores: tuple[tuple[str, float], ...]
 
 
 class GlobalRouter:
-    """Chooses regions with a routing profile, over views, with a per-view cache."""
+    """Chooses regions with a routing profile, over views, with a per-view cache.
+
+    ``profile`` must be built from ``spec`` (``profiles.build``). ``fast_path=False``
+    runs the generic profile on every cache miss (what the fast path is checked against).
+    """
 
     def __init__(
         self,
@@ -211,8 +274,10 @@ class GlobalRouter:
         *,
         cache_size: int = DEFAULT_CACHE_SIZE,
         timer: Callable[[], float] = time.perf_counter,
+        fast_path: bool = True,
     ) -> None:
         self._profile = profile
+        self._pipeline = compile_pipeline(spec) if fast_path else None
         self._filter_types = {p.plugin_name: p.type for p in spec.plugins}
         # The tenant enters the cache key only when a scorer depends on it (affinity).
         self._per_tenant = any(p.type == affinity.TYPE_NAME for p in spec.plugins)
@@ -224,6 +289,11 @@ class GlobalRouter:
     @property
     def profile(self) -> RegionProfile:
         return self._profile
+
+    @property
+    def pipeline(self) -> RegionPipeline | None:
+        """The fast path (``None``: the profile runs every decision)."""
+        return self._pipeline
 
     def verdict(self, request: RouteRequest, view: GlobalView, country: str | None) -> Verdict:
         query = ResidencyQuery(request.tenant, request.model, request.data_class, country)
@@ -266,7 +336,7 @@ class GlobalRouter:
             verdict=verdict,
             refusal=cached.refusal,
             detail=cached.detail,
-            trace=cached.trace,
+            trace_source=cached.trace,
             predicted_ttft_ms=cached.predicted_ttft_ms,
             scores=cached.scores,
             cached=hit,
@@ -326,12 +396,16 @@ class GlobalRouter:
         country: str | None,
     ) -> _Cached:
         ctx = RequestContext(view, verdict.allowed, point, country, verdict.rule or "")
+        pipeline = self._pipeline
+        if pipeline is not None:
+            fast = pipeline.decide(request, view, verdict.allowed, point, country)
+            if fast is not None:
+                return _from_fast(fast, TraceSource.rerun(self._profile, request, view, ctx))
         try:
             choice = self._profile.choose(request, view.regions, ctx)
         except NoEligibleCandidate as exc:
-            return _Cached(
-                None, (), self._refusal_of(exc.filter_name), str(exc), exc.trace, None, ()
-            )
+            refusal = self._refusal_of(exc.filter_name)
+            return _Cached(None, (), refusal, str(exc), TraceSource(exc.trace), None, ())
         return _from_decision(choice.decision)
 
     def _refusal_of(self, filter_name: str) -> Refusal:
@@ -349,6 +423,10 @@ class GlobalRouter:
     ) -> RegionState | None:
         """Run the profile without residency lookup or cache (DNS answers build their
         own context); ``None`` when every region was filtered out."""
+        pipeline = self._pipeline
+        if pipeline is not None:
+            fast = pipeline.decide(request, view, ctx.allowed, ctx.client_point, ctx.client_country)
+            return None if fast is None else fast.region
         try:
             return self._profile.choose(request, view.regions, ctx).candidate
         except NoEligibleCandidate:
@@ -371,6 +449,11 @@ def _from_decision(decision: Decision) -> _Cached:
     ranked = sorted(decision.trace.scores, key=lambda s: (-s.total, s.candidate))
     scores = tuple((s.candidate, s.total) for s in ranked)
     fallbacks = tuple(cid for cid, _ in scores if cid != decision.choice)
+    trace = TraceSource(decision.trace)
+    return _Cached(decision.choice, fallbacks, None, "", trace, decision.predicted_ttft_ms, scores)
+
+
+def _from_fast(fast: FastChoice, trace: TraceSource) -> _Cached:
     return _Cached(
-        decision.choice, fallbacks, None, "", decision.trace, decision.predicted_ttft_ms, scores
+        fast.region.id, fast.fallbacks, None, "", trace, fast.predicted_ttft_ms, fast.scores
     )
