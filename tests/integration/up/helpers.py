@@ -141,3 +141,39 @@ def processes_with(*markers: str) -> list[int]:
         if all(m in cmdline for m in markers) and int(entry.name) != os.getpid():
             found.append(int(entry.name))
     return found
+
+
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    # Let the page's fetch of /api/v1/fleet and its first render finish first.
+    "--virtual-time-budget=5000",
+)
+
+
+async def chromium(tmp_path: Path, url: str, *action: str) -> str:
+    """Run headless Chromium (Debian's ``chromium``) on ``url``; its stdout."""
+    process = await asyncio.create_subprocess_exec(
+        "chromium",
+        *CHROMIUM_FLAGS,
+        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+        "--window-size=1400,1400",
+        *action,
+        url,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        out, _ = await asyncio.wait_for(process.communicate(), 60.0)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert process.returncode == 0, f"chromium exited with {process.returncode}"
+    return out.decode()

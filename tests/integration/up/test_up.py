@@ -5,17 +5,19 @@ one process per tier against a real etcd."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import aiohttp
 import openai
 import pytest
 
 from gtm.testing.etcd import EtcdServer
-from tests.integration.up.helpers import Up, processes_with, running_up
+from tests.integration.up.helpers import Up, chromium, processes_with, running_up
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -67,6 +69,64 @@ async def check_openai(up: Up) -> None:
         assert raw.headers["x-gtm-region"] in EU
 
 
+async def check_status_page(up: Up, tmp_path: Path) -> None:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"{up.base_url}/api/v1/fleet") as response,
+    ):
+        assert response.status == 200
+        fleet = await response.json()
+    assert [r["id"] for r in fleet["regions"]] == [r.id for r in up.topology.regions]
+    assert fleet["totals"]["gpus_ready"] == 24
+    dom = await chromium(tmp_path, f"{up.base_url}/status", "--dump-dom")
+    assert 'data-ready="1"' in dom
+    for region in up.topology.regions:
+        assert f'class="region" data-region="{region.id}" data-status="healthy"' in dom
+        assert f'<article class="card" data-region="{region.id}">' in dom
+    shot = tmp_path / "status.png"
+    await chromium(tmp_path, f"{up.base_url}/status", f"--screenshot={shot}")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert shot.stat().st_size > 50_000  # a map and six tables, not a blank page
+
+
+async def drain_through_status_api(up: Up) -> None:
+    async with aiohttp.ClientSession() as session:
+        url = f"{up.base_url}/api/v1/drains/region/eu-west"
+        async with session.post(url) as response:
+            assert response.status == 200
+
+        async def moved() -> bool:
+            return await up.resolve("api.inference.example.", LONDON) == [up.address("eu-central")]
+
+        await eventually(moved, "a drained eu-west no longer answers London")
+        async with session.delete(url) as response:
+            assert (await response.json())["existed"] is True
+
+        async def back() -> bool:
+            return await up.resolve("api.inference.example.", LONDON) == [up.address("eu-west")]
+
+        await eventually(back, "an undrained eu-west answers London again")
+        async with session.post(f"{up.base_url}/api/v1/drains/planet/earth") as response:
+            assert response.status == 400
+
+
+async def check_load(up: Up, tmp_path: Path) -> None:
+    summary_path = tmp_path / "load.json"
+    command = [
+        sys.executable, "-m", "gtm.cli", "load", "--trace", "azure-conv",
+        "--duration", "5", "--rate-scale", "2", "--url", up.base_url,
+        "--json", str(summary_path), "--min-success", "0.99",
+    ]  # fmt: skip
+    done = await asyncio.to_thread(subprocess.run, command, capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    summary = json.loads(summary_path.read_text())
+    assert summary["requests"] >= 10
+    assert summary["success_ratio"] >= 0.99
+    assert summary["ttft_ms"]["p50"] > 0
+    assert len(summary["region_share"]) >= 2  # clients from cities all over the world
+    assert "TTFT       p50" in done.stdout.decode()
+
+
 async def test_in_process_default(tmp_path: Path) -> None:
     async with running_up(tmp_path, "--speedup", "10") as up:
         assert "gtm-demo-global" in up.banner
@@ -75,6 +135,9 @@ async def test_in_process_default(tmp_path: Path) -> None:
         assert "6 regions, 12 zones, 24 emulated GPUs" in up.banner
         await check_dns(up)
         await check_openai(up)
+        await check_status_page(up, tmp_path)
+        await drain_through_status_api(up)
+        await check_load(up, tmp_path)
 
 
 async def test_processes_against_etcd(tmp_path: Path, own_etcd_server: EtcdServer) -> None:
