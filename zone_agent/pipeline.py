@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol, TypeVar, runtime_checkable
 
@@ -38,7 +38,7 @@ from gtm.routing.framework import ExtensionPoint
 from gtm.routing.metrics import RoutingMetrics
 from zone_agent._np import fany, fmax, fmin
 from zone_agent.request import ZoneRequest
-from zone_agent.view import Bools, Floats, GpuState, ModelIndex, ZoneView
+from zone_agent.view import Bools, Floats, GpuState, Ints, ModelIndex, ZoneView
 
 T = TypeVar("T")
 
@@ -71,14 +71,15 @@ class Batch:
         "_kv_free",
         "_kv_own",
         "_matched",
+        "_matches",
         "_pending",
         "_prefilling",
         "_queued",
         "_streams",
+        "_survivors",
         "_uncached",
         "alive",
         "all_alive",
-        "any_match",
         "index",
         "memo",
         "request",
@@ -100,8 +101,8 @@ class Batch:
         self._kv_own: Floats | None = None
         self._prefilling: Floats | None = None
         self._matched: Floats | None = None
-        #: Whether any candidate holds a leading block of the prompt (set with ``matched``).
-        self.any_match = False
+        self._matches: dict[int, int] | None = None
+        self._survivors: Ints | None = None
         self._uncached: Floats | None = None
         self._queued: Floats | None = None
         self._kv_free: Floats | None = None
@@ -136,42 +137,73 @@ class Batch:
         return self._prefilling
 
     @property
+    def matches(self) -> Mapping[int, int]:
+        """Position → leading prefix blocks of the request it recently got from us, for
+        the candidates holding at least one (usually none or a few: kept sparse)."""
+        if self._matches is None:
+            self._matches = {}
+            if self.request.prefix_hashes:
+                hits = self.view.accounting.prefix.match(self.request.prefix_hashes)
+                if hits:
+                    where = self.index.position_of_slot
+                    self._matches = {
+                        where[slot]: blocks for slot, blocks in hits.items() if slot in where
+                    }
+        return self._matches
+
+    @property
+    def any_match(self) -> bool:
+        """Whether any candidate holds a leading block of the prompt."""
+        return bool(self.matches)
+
+    @property
     def matched(self) -> Floats:
         """Leading prefix blocks of the request each candidate recently got from us."""
         if self._matched is None:
-            matched = self.index.zeros  # shared, read-only: most requests match nowhere
-            if self.request.prefix_hashes:
-                hits = self.view.accounting.prefix.match(self.request.prefix_hashes)
-                where = self.index.position_of_slot
-                for slot, blocks in hits.items():
-                    position = where.get(slot)
-                    if position is not None:
-                        if not self.any_match:
-                            matched = np.zeros(len(self.index.ids))
-                            self.any_match = True
-                        matched[position] = blocks
-            self._matched = matched
+            matches = self.matches
+            if not matches:
+                self._matched = self.index.zeros  # shared, read-only
+            else:
+                self._matched = np.zeros(len(self.index.ids))
+                for position, blocks in matches.items():
+                    self._matched[position] = blocks
         return self._matched
+
+    def uncached_tokens(self, blocks: int) -> float:
+        """Prompt tokens left to prefill at a GPU holding the first ``blocks`` blocks
+        (the scalar form of :attr:`uncached`, the same float operations)."""
+        request = self.request
+        return max(0.0, request.input_tokens - blocks * request.tokens_per_block)
 
     @property
     def uncached(self) -> Floats:
         """This request's prompt tokens each candidate still has to prefill."""
         if self._uncached is None:
             request = self.request
-            matched = self.matched
-            if self.any_match:
-                saved = matched * request.tokens_per_block
+            if self.matches:
+                saved = self.matched * request.tokens_per_block
                 self._uncached = np.maximum(0.0, request.input_tokens - saved)
             else:
                 self._uncached = self.index.zeros + float(request.input_tokens)
         return self._uncached
 
     def uncached_at(self, position: int) -> float:
-        """``uncached[position]`` without building the array when nothing matched."""
-        self.matched  # noqa: B018 (computing it sets any_match)
-        if not self.any_match:
+        """``uncached[position]`` without building the array."""
+        blocks = self.matches.get(position)
+        if blocks is None:
             return float(self.request.input_tokens)
-        return float(self.uncached[position])
+        return self.uncached_tokens(blocks)
+
+    @property
+    def survivors(self) -> Ints:
+        """Positions of the alive candidates, ascending (fixed once the filters ran)."""
+        if self._survivors is not None:
+            return self._survivors
+        return self.alive.nonzero()[0]
+
+    def seal(self) -> None:
+        """The filters are done: ``alive`` no longer changes, so cache ``survivors``."""
+        self._survivors = self.alive.nonzero()[0]
 
     @property
     def queued(self) -> Floats:
@@ -199,9 +231,11 @@ class Batch:
 # ---------------------------------------------------------------------------- plugins
 
 
-@dataclass(frozen=True, slots=True)
-class Removal:
-    """What a filter removes (a mask over all candidates) and why, lazily per candidate."""
+class Removal(NamedTuple):
+    """What a filter removes (a mask over all candidates) and why, lazily per candidate.
+
+    (A NamedTuple, as :class:`ZoneDecision`: built in C, a few per decision.)
+    """
 
     mask: Bools
     reason: Callable[[int], str]
@@ -250,8 +284,7 @@ class GpuCostModel(Protocol):
 # ---------------------------------------------------------------------------- decisions
 
 
-@dataclass(frozen=True, slots=True)
-class _Step:
+class _Step(NamedTuple):
     plugin: str
     #: The filter's mask (it may name candidates already removed); None: removed nothing.
     removed: Bools | None
@@ -482,6 +515,7 @@ class ZoneProfile:
             steps.append(_Step(plugin.name, removal.mask, removal.reason))
             if not fany(alive):
                 self._refuse(plugin.name, index, steps)
+        batch.seal()
         totals, scores = self._score(batch, observe)
         t0 = timer() if observe else 0.0
         try:
@@ -508,7 +542,7 @@ class ZoneProfile:
             gpu=view.gpus[index.positions[choice]],
             predicted_ttft_ms=predicted,
             uncached_tokens=batch.uncached_at(choice),
-            matched_blocks=int(batch.matched[choice]) if batch.any_match else 0,
+            matched_blocks=batch.matches.get(choice, 0),
             steps=tuple(steps),
             scores=scores,
             totals=totals,
@@ -541,7 +575,11 @@ class ZoneProfile:
             ):
                 column = np.clip(np.nan_to_num(column, nan=0.0), 0.0, 1.0)
             scores.append((ws.scorer.name, column))
-            totals = column * ws.weight if totals is None else totals + column * ws.weight
+            if totals is None:
+                # x · 1.0 is x exactly: a lone scorer of weight 1 needs no arithmetic.
+                totals = column if ws.weight == 1.0 else column * ws.weight
+            else:
+                totals = totals + column * ws.weight
         if totals is None:
             return np.zeros(len(batch.index.ids)), ()
         if len(self.scorers) > 1 or self._weight_sum != 1.0:

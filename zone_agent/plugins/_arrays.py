@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from zone_agent._np import fany
-from zone_agent.view import Bools, Floats
+from zone_agent.view import Bools, Floats, Ints
 
 
 def lower_is_better(values: Floats, alive: Bools) -> Floats:
@@ -42,3 +42,12 @@ def first_max(values: Floats, alive: Bools, all_alive: bool = False) -> int:
     if all_alive:
         return int(values.argmax())
     return int(np.where(alive, values, -np.inf).argmax())
+
+
+def first_max_of(values: Floats, survivors: Ints, all_alive: bool = False) -> int:
+    """:func:`first_max` given the alive positions (ascending): a gather and an argmax,
+    ~3× cheaper than masking with ``np.where`` on small arrays. (Same choice, except that
+    when every alive value is −inf this one still names an alive position.)"""
+    if all_alive:
+        return int(values.argmax())
+    return int(survivors[values[survivors].argmax()])

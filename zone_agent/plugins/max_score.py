@@ -16,7 +16,7 @@ from pydantic import Field
 from gtm.models import Frozen
 from gtm.routing.framework import uniform_index
 from zone_agent.pipeline import Batch
-from zone_agent.plugins._arrays import first_max
+from zone_agent.plugins._arrays import first_max_of
 from zone_agent.view import Floats
 
 TYPE_NAME = "max-score-picker"
@@ -39,7 +39,7 @@ class MaxScorePicker:
         return self._name
 
     def pick(self, batch: Batch, totals: Floats, /) -> int:
-        best = first_max(totals, batch.alive, batch.all_alive)
+        best = first_max_of(totals, batch.survivors, batch.all_alive)
         if self._near <= 0.0:
             return best
         close = np.flatnonzero(batch.alive & (totals >= totals[best] - self._near))

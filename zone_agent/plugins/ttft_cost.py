@@ -33,6 +33,7 @@ Score: ``exp(-(cost - best) / scale_ms)`` (:func:`gtm.routing.cost.cost_to_score
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import numpy as np
 from pydantic import Field
@@ -75,24 +76,29 @@ class TtftCost:
         if cached is not None:
             return cached
         index, request = batch.index, batch.request
-        batch.matched  # noqa: B018 (computing it sets any_match)
-        if not batch.any_match:
-            tokens = batch.queued + float(request.input_tokens)
-        else:
-            tokens = batch.queued + self._bounded_uncached(batch)
+        tokens = batch.queued + float(request.input_tokens)
+        matches = batch.matches
+        if matches:
+            # Few GPUs hold part of the prompt: correct just those, one float at a time
+            # (the same operations as ``queued + uncached`` over the whole array).
+            queued = batch.queued
+            for position, uncached in self._bounded_uncached(batch, matches):
+                tokens[position] = float(queued[position]) + uncached
         costs = tokens * index.ms_per_token
         if self._decode:
-            costs += np.ceil(tokens * index.inv_max_batched) * index.step_extra_ms
+            passes = np.multiply(tokens, index.inv_max_batched, out=tokens)
+            np.ceil(passes, out=passes)
+            passes *= index.step_extra_ms
+            costs += passes
         batch.memo[self._memo] = costs
         return costs
 
-    def _bounded_uncached(self, batch: Batch) -> Floats:
-        """Uncached tokens, with cache credit only where the bounded-load cap allows.
-
-        Only GPUs holding part of the prompt get credit, so only they are checked.
-        """
+    def _bounded_uncached(
+        self, batch: Batch, matches: Mapping[int, int]
+    ) -> list[tuple[int, float]]:
+        """Uncached tokens of the GPUs holding part of the prompt, with cache credit
+        only where the bounded-load cap allows (else the whole prompt)."""
         index, alive, request = batch.index, batch.alive, batch.request
-        uncached = batch.uncached
         streams = batch.streams
         if batch.all_alive:
             rate_sum, total = index.rate_sum, float(streams.sum())
@@ -100,22 +106,31 @@ class TtftCost:
             rate_sum, total = float(index.rate @ alive), float(streams @ alive)
         total += request.sequences
         scale = (1.0 + self._epsilon) * total / max(rate_sum, 1e-9)
-        over = [
-            int(i)
-            for i in np.flatnonzero(batch.matched)
-            if streams[i] + request.sequences > math.ceil(scale * index.rate[i])
-        ]
-        if not over:
-            return uncached
-        capped = uncached.copy()
-        capped[over] = float(request.input_tokens)
-        return capped
+        whole = float(request.input_tokens)
+        rate = index.rate
+        out = []
+        for position in sorted(matches):
+            if float(streams[position]) + request.sequences > math.ceil(
+                scale * float(rate[position])
+            ):
+                out.append((position, whole))
+            else:
+                out.append((position, batch.uncached_tokens(matches[position])))
+        return out
 
     def scores(self, batch: Batch, /) -> Floats:
         costs = self.costs_ms(batch)
-        live = costs if batch.all_alive else np.where(batch.alive, costs, np.inf)
-        best = fmin(live)
-        if not best < np.inf:
+        if batch.all_alive:
+            best = fmin(costs)
+        else:
+            live = costs[batch.survivors]
+            best = fmin(live) if len(live) else math.inf
+        if not best < math.inf:
             return np.zeros(len(costs))
-        # exp(-(cost - best) / scale): 1 for the best, 0 for an infinite cost.
-        return np.exp((best - costs) * self._inv_scale)
+        # exp(-(cost - best) / scale): 1 for the best, 0 for an infinite cost. A removed
+        # candidate may cost less than the best: its exponent is clamped to 0 (its score
+        # is ignored; exp of a large positive number would overflow).
+        exponent = np.subtract(best, costs)
+        exponent *= self._inv_scale
+        np.minimum(exponent, 0.0, out=exponent)
+        return np.exp(exponent, out=exponent)
