@@ -54,13 +54,10 @@ class FastChoice(NamedTuple):
     region: RegionState
     #: (region id, total score) of the survivors, best first (ties: smaller id first).
     scores: tuple[tuple[str, float], ...]
+    #: The other survivors in that order.
+    fallbacks: tuple[str, ...]
     #: The cost model's price of the choice (``None``: no cost model, or not finite).
     predicted_ttft_ms: float | None
-
-    @property
-    def fallbacks(self) -> tuple[str, ...]:
-        chosen = self.region.id
-        return tuple([rid for rid, _ in self.scores if rid != chosen])
 
 
 # ---------------------------------------------------------------------------- per view
@@ -122,6 +119,7 @@ class Prepared:
     models: dict[str, ModelColumns] = field(default_factory=dict)
     allowed: dict[frozenset[str], int] = field(default_factory=dict)
     survivors: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    survivor_ids: dict[int, tuple[str, ...]] = field(default_factory=dict)
     homes: dict[tuple[str, str, int], int | None] = field(default_factory=dict)
 
     @classmethod
@@ -152,6 +150,16 @@ class Prepared:
             if len(self.allowed) >= _MEMO_SIZE:
                 self.allowed.clear()
             self.allowed[allowed] = found
+        return found
+
+    def names(self, mask: int) -> tuple[str, ...]:
+        """The ids of :meth:`positions`."""
+        found = self.survivor_ids.get(mask)
+        if found is None:
+            found = tuple(self.ids[i] for i in self.positions(mask))
+            if len(self.survivor_ids) >= _MEMO_SIZE:
+                self.survivor_ids.clear()
+            self.survivor_ids[mask] = found
         return found
 
     def positions(self, mask: int) -> tuple[int, ...]:
@@ -269,6 +277,10 @@ class RegionPipeline:
         for scorer in scorers:  # summed in order, like Profile._weight_sum
             self._weight_sum += scorer.weight
         self._spread = spread_params
+        #: (ttft weight, load weight, ttft scale) when the scorers are exactly those two.
+        self._ttft_load: tuple[float, float, float] | None = None
+        if tuple(sc.kind for sc in scorers) == (ttft.TYPE_NAME, load.TYPE_NAME):
+            self._ttft_load = (scorers[0].weight, scorers[1].weight, scorers[0].scale)
         self._priced = priced
         self._prepared: Prepared | None = None
 
@@ -298,13 +310,16 @@ class RegionPipeline:
             return None
         positions = prep.positions(mask)
         totals, costs = self._totals(request, prep, columns, mask, positions, point, country)
-        best = _best(positions, totals, prep.ids)
         order = _order(prep, positions, totals)
-        chosen = best
+        # The first in that order is the picker's best: highest total, ties to the
+        # smallest id (gtm.routing.better).
+        chosen = best = positions[order[0]]
         if self._spread is not None and self._spreads(request, prep, columns, best):
             chosen = _draw(request, columns, positions, totals, order, best, self._spread)
-        ids = prep.ids
-        ranked = tuple([(ids[positions[k]], totals[k]) for k in order])
+        names = tuple(map(prep.names(mask).__getitem__, order))
+        ranked = tuple(zip(names, map(totals.__getitem__, order), strict=True))
+        chosen_id = prep.ids[chosen]
+        fallbacks = names[1:] if chosen == best else tuple([n for n in names if n != chosen_id])
         predicted = None
         if self._priced:
             if costs:
@@ -312,7 +327,7 @@ class RegionPipeline:
             else:
                 (cost,) = self._costs(request, prep, columns, (chosen,), point, country)
             predicted = cost if math.isfinite(cost) and cost >= 0.0 else None
-        return FastChoice(view.regions[chosen], ranked, predicted)
+        return FastChoice(view.regions[chosen], ranked, fallbacks, predicted)
 
     # ------------------------------------------------------------------ scores
 
@@ -329,6 +344,8 @@ class RegionPipeline:
         """Each survivor's ``Σ wᵢ·sᵢ / Σ wᵢ`` (and its TTFT cost, when computed)."""
         if not self._scorers:
             return [0.0] * len(positions), []
+        if self._ttft_load is not None:
+            return self._ttft_and_load(request, prep, columns, positions, point, country)
         costs: list[float] = []
         sums: list[float] | None = None
         for scorer in self._scorers:
@@ -349,6 +366,36 @@ class RegionPipeline:
         assert sums is not None
         ws = self._weight_sum
         return [t / ws for t in sums], costs
+
+    def _ttft_and_load(
+        self,
+        request: RouteRequest,
+        prep: Prepared,
+        columns: ModelColumns,
+        positions: tuple[int, ...],
+        point: GeoPoint | None,
+        country: str | None,
+    ) -> tuple[list[float], list[float]]:
+        """The usual profile (``ttft-scorer`` then ``load-scorer``) in one pass: the
+        same expressions as :func:`_ttft_scores` and the general loop, fused."""
+        assert self._ttft_load is not None
+        w0, w1, scale = self._ttft_load
+        ws = self._weight_sum
+        costs = self._costs(request, prep, columns, positions, point, country)
+        headroom = columns.headroom
+        best = min(filter(math.isfinite, costs), default=None)
+        if best is None:
+            return [(w0 * 0.0 + w1 * headroom[i]) / ws for i in positions], costs
+        exp, inf = math.exp, math.inf
+        totals = [
+            (
+                w0 * (1.0 if (x := c - best) <= 0.0 else exp(-x / scale) if x < inf else 0.0)
+                + w1 * headroom[i]
+            )
+            / ws
+            for c, i in zip(costs, positions, strict=True)
+        ]
+        return totals, costs
 
     def _costs(
         self,
@@ -446,11 +493,3 @@ def _draw(
         if draw < 0.0:
             return position
     return pool[-1]
-
-
-def _best(positions: tuple[int, ...], totals: list[float], ids: tuple[str, ...]) -> int:
-    """The position with the highest total; ties to the smallest id (``better``)."""
-    top = max(totals)
-    if totals.count(top) == 1:
-        return positions[totals.index(top)]
-    return min((positions[k] for k, t in enumerate(totals) if t == top), key=ids.__getitem__)

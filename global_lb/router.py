@@ -100,9 +100,12 @@ class TraceSource:
         profile: RegionProfile,
         request: RouteRequest,
         view: GlobalView,
-        ctx: RequestContext,
+        verdict: Verdict,
+        point: GeoPoint | None,
+        country: str | None,
     ) -> TraceSource:
         def build() -> DecisionTrace | None:
+            ctx = RequestContext(view, verdict.allowed, point, country, verdict.rule or "")
             try:
                 return profile.choose(request, view.regions, ctx).decision.trace
             except NoEligibleCandidate as exc:
@@ -395,12 +398,13 @@ class GlobalRouter:
         point: GeoPoint | None,
         country: str | None,
     ) -> _Cached:
-        ctx = RequestContext(view, verdict.allowed, point, country, verdict.rule or "")
         pipeline = self._pipeline
         if pipeline is not None:
             fast = pipeline.decide(request, view, verdict.allowed, point, country)
             if fast is not None:
-                return _from_fast(fast, TraceSource.rerun(self._profile, request, view, ctx))
+                trace = TraceSource.rerun(self._profile, request, view, verdict, point, country)
+                return _from_fast(fast, trace)
+        ctx = RequestContext(view, verdict.allowed, point, country, verdict.rule or "")
         try:
             choice = self._profile.choose(request, view.regions, ctx)
         except NoEligibleCandidate as exc:
