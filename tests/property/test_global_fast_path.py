@@ -18,6 +18,7 @@ from global_lb.plugins import global_registry
 from global_lb.router import GlobalRouter, RouteOutcome
 from global_lb.view import ANY_MODEL, LatencyModel, RequestContext
 from gtm.models import ClientInfo, GeoPoint, ModelLoad, RegionSummary, RouteRequest
+from gtm.routing import load_profile_spec
 from tests.unit.global_lb.helpers import MODEL, REGION_IDS, example_policy, summary, view
 
 OTHER_MODEL = "other/model"
@@ -68,7 +69,7 @@ SPECS: list[Mapping[str, Any]] = [
 
 
 def _routers(data: Mapping[str, Any]) -> tuple[GlobalRouter, GlobalRouter]:
-    spec = profiles.load_profile_spec(dict(data))
+    spec = load_profile_spec(dict(data))
     build = profiles.build(global_registry(), spec, None)
     fast = GlobalRouter(build, spec, cache_size=0)
     assert fast.pipeline is not None  # every spec above compiles

@@ -9,6 +9,7 @@ from global_lb.pipeline import compile_pipeline
 from global_lb.plugins import global_registry
 from global_lb.router import GlobalRouter
 from gtm.models import GeoPoint, RouteRequest
+from gtm.routing import load_profile_spec
 from tests.unit.global_lb.helpers import MODEL, REGION_IDS, load, summary, view
 
 LONDON = GeoPoint(lat=51.51, lon=-0.09)
@@ -17,7 +18,7 @@ LONDON = GeoPoint(lat=51.51, lon=-0.09)
 def spec_with(**changes: Any) -> Any:
     data = dict(profiles.DEFAULT_REQUEST_PROFILE)
     data.update(changes)
-    return profiles.load_profile_spec(data)
+    return load_profile_spec(data)
 
 
 def routers(spec: Any) -> tuple[GlobalRouter, GlobalRouter]:
