@@ -145,9 +145,11 @@ class Batch:
             if self.request.prefix_hashes:
                 hits = self.view.accounting.prefix.match(self.request.prefix_hashes)
                 if hits:
-                    where = self.index.position_of_slot
+                    where = self.index.position_of_slot.get
                     self._matches = {
-                        where[slot]: blocks for slot, blocks in hits.items() if slot in where
+                        position: blocks
+                        for slot, blocks in hits.items()
+                        if (position := where(slot)) is not None
                     }
         return self._matches
 
@@ -218,8 +220,10 @@ class Batch:
         minus our own charge."""
         if self._kv_free is None:
             index = self.index
-            sent_since = np.maximum(0.0, self.kv_own - index.kv_own_base)
-            self._kv_free = np.maximum(0.0, index.kv_free_base - sent_since)
+            free = self.kv_own - index.kv_own_base  # KV blocks sent since the scrape
+            np.maximum(free, 0.0, out=free)
+            np.subtract(index.kv_free_base, free, out=free)
+            self._kv_free = np.maximum(free, 0.0, out=free)
         return self._kv_free
 
     def rng(self, seed: int) -> random.Random:

@@ -109,14 +109,18 @@ class PrefixIndex:
         alive = get(hashes[0], 0)
         matched: dict[int, int] = {}
         depth = 1
-        while alive and depth < len(hashes):
-            still = alive & get(hashes[depth], 0)
-            for slot in iter_bits(alive & ~still):
-                matched[slot] = depth
+        end = len(hashes)
+        while alive:
+            still = alive & get(hashes[depth], 0) if depth < end else 0
+            # The slots that stop matching here, lowest first (iter_bits, inline: this
+            # runs on every decision).
+            gone = alive & ~still
+            while gone:
+                low = gone & -gone
+                matched[low.bit_length() - 1] = depth
+                gone ^= low
             alive = still
             depth += 1
-        for slot in iter_bits(alive):
-            matched[slot] = depth
         return matched
 
     def holders(self, block: int) -> int:

@@ -80,21 +80,23 @@ class FitsFilter:
                 raise PromptTooLong(self._name, limit, needed, request.max_prompt_tokens)
             hard = too_long | (index.kv_total < blocks)
         mask = hard
+        short: Bools | None = None
         if self._free_kv and most > index.min_kv_free_bound - fmax(batch.kv_own):
             short = batch.kv_free < blocks
             if fany(short):
-                ok = alive & ~short if hard is None else alive & ~hard & ~short
+                # Survivors that have room (for booleans a > b is a & ~b).
+                ok = np.greater(alive, short) if hard is None else alive & ~hard & ~short
                 if fany(ok):
                     mask = short if hard is None else hard | short
-        if mask is None or not fany(mask):
+        if mask is None or (mask is not short and not fany(mask)):
             return None
-        needs = np.broadcast_to(np.asarray(blocks, dtype=np.float64), (len(index.ids),))
 
         def reason(i: int) -> str:
+            need = int(blocks if isinstance(blocks, float) else blocks[i])
             if index.max_model_len[i] < needed:
                 return f"context {int(index.max_model_len[i])} < {needed} tokens needed"
-            if index.kv_total[i] < needs[i]:
-                return f"KV cache of {int(index.kv_total[i])} blocks < {int(needs[i])} needed"
-            return f"{int(batch.kv_free[i])} free KV blocks < {int(needs[i])} needed"
+            if index.kv_total[i] < need:
+                return f"KV cache of {int(index.kv_total[i])} blocks < {need} needed"
+            return f"{int(batch.kv_free[i])} free KV blocks < {need} needed"
 
         return Removal(mask, reason)

@@ -98,25 +98,26 @@ class TtftCost:
     ) -> list[tuple[int, float]]:
         """Uncached tokens of the GPUs holding part of the prompt, with cache credit
         only where the bounded-load cap allows (else the whole prompt)."""
-        index, alive, request = batch.index, batch.alive, batch.request
+        index, request = batch.index, batch.request
         streams = batch.streams
         if batch.all_alive:
             rate_sum, total = index.rate_sum, float(streams.sum())
         else:
-            rate_sum, total = float(index.rate @ alive), float(streams @ alive)
-        total += request.sequences
-        scale = (1.0 + self._epsilon) * total / max(rate_sum, 1e-9)
-        whole = float(request.input_tokens)
-        rate = index.rate
-        out = []
-        for position in sorted(matches):
-            if float(streams[position]) + request.sequences > math.ceil(
-                scale * float(rate[position])
-            ):
-                out.append((position, whole))
-            else:
-                out.append((position, batch.uncached_tokens(matches[position])))
-        return out
+            alive = batch.alive
+            rate_sum, total = float(np.dot(index.rate, alive)), float(np.dot(streams, alive))
+        sequences = request.sequences
+        scale = (1.0 + self._epsilon) * (total + sequences) / max(rate_sum, 1e-9)
+        rate, whole, per_block = index.rate, float(request.input_tokens), request.tokens_per_block
+        return [
+            (
+                position,
+                whole
+                if float(streams[position]) + sequences > math.ceil(scale * float(rate[position]))
+                # Batch.uncached_tokens, inline (this loop is on every cache hit).
+                else max(0.0, request.input_tokens - blocks * per_block),
+            )
+            for position, blocks in sorted(matches.items())
+        ]
 
     def scores(self, batch: Batch, /) -> Floats:
         costs = self.costs_ms(batch)

@@ -1,0 +1,215 @@
+"""The decision path's shortcuts give exactly what the plain formulation gives.
+
+The zone's decision keeps prefix matches sparse (a dict of the few GPUs holding part of
+the prompt), masks by gathering the survivors instead of ``np.where``, and walks the
+prefix index with inline bit loops (see ``bench/zone_decision.py``). Each test here
+computes the same thing the straightforward way — dense arrays, one GPU at a time, the
+formulas of the module docstrings — on randomized zones, and demands equal results (not
+approximately equal: the same float operations), so the two can never drift apart.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gtm.gpu_profiles import LLAMA_8B
+from tests.unit.zone_agent.helpers import Gpu, batch, make_request, make_view
+from zone_agent.accounting import Accounting
+from zone_agent.health import HealthStatus
+from zone_agent.pipeline import Batch
+from zone_agent.plugins._arrays import first_max, first_max_of
+from zone_agent.plugins.ttft_cost import Params, TtftCost
+from zone_agent.prefix import PrefixIndex, iter_bits
+from zone_agent.profiles import builtin_profile
+
+SETTINGS = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+TEXTS = ("system prompt one " * 120, "system prompt two " * 90, "other " * 200)
+TYPES = ("H100", "A100-80GB", "L40S", "V100")
+
+
+@st.composite
+def zones(draw: st.DrawFn) -> tuple[Batch, np.random.Generator]:
+    """A zone with in-flight charges and prefix blocks, a request, and some removals."""
+    count = draw(st.integers(1, 70))
+    acc = Accounting()
+    gpus = [
+        Gpu(
+            f"g{i:02d}",
+            gpu_type=draw(st.sampled_from(TYPES)),
+            health=HealthStatus(True, weight=draw(st.sampled_from([0.1, 0.5, 1.0]))),
+            running=draw(st.none() | st.floats(0, 300)),
+            kv_usage=draw(st.floats(0, 1)),
+        )
+        for i in range(count)
+    ]
+    view = make_view(gpus, acc)
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    for _ in range(draw(st.integers(0, 3 * count))):
+        text = TEXTS[int(rng.integers(len(TEXTS)))][: int(rng.integers(256, 2200))]
+        acc.start(
+            f"g{int(rng.integers(count)):02d}",
+            prefill_tokens=float(rng.integers(0, 40_000)),
+            sequences=int(rng.integers(1, 4)),
+            kv_blocks=float(rng.integers(0, 2_000)),
+            prefix_hashes=make_request(text=text).prefix_hashes,
+            prefix_capacity=int(rng.choice([4, 40, 5_000])),
+        )
+    text = draw(st.sampled_from([*TEXTS, ""]))
+    request = make_request(
+        tokens=draw(st.integers(1, 30_000)),
+        text=text or None,
+        sequences=draw(st.integers(1, 3)),
+        request_id=f"r{draw(st.integers(0, 99))}",
+    )
+    b = batch(view, request)
+    if draw(st.booleans()):
+        b.alive[:] = rng.random(count) < 0.7
+        b.all_alive = False
+    return b, rng
+
+
+def dense_matched(b: Batch) -> list[float]:
+    """Leading blocks per candidate, looked up one GPU at a time."""
+    hits = b.view.accounting.prefix.match(b.request.prefix_hashes)
+    return [float(hits.get(int(slot), 0)) for slot in b.index.slots]
+
+
+def reference_costs(b: Batch, *, decode: bool = True, epsilon: float = 0.25) -> list[float]:
+    """ttft-cost's formula (its module docstring), per GPU, with the dense arrays."""
+    index, request = b.index, b.request
+    matched = np.array(dense_matched(b))
+    uncached = np.maximum(0.0, request.input_tokens - matched * request.tokens_per_block)
+    streams = b.view.accounting.streams[index.slots]
+    if b.all_alive:
+        rate_sum, total = index.rate_sum, float(streams.sum())
+    else:
+        rate_sum, total = float(np.dot(index.rate, b.alive)), float(np.dot(streams, b.alive))
+    scale = (1.0 + epsilon) * (total + request.sequences) / max(rate_sum, 1e-9)
+    queued = b.view.accounting.pending[index.slots] + index.external_queued
+    out = []
+    for i in range(len(index.ids)):
+        own = float(uncached[i])
+        if matched[i] and streams[i] + request.sequences > math.ceil(scale * index.rate[i]):
+            own = float(request.input_tokens)  # over the bounded-load cap: no cache credit
+        tokens = float(queued[i]) + own
+        cost = tokens * float(index.ms_per_token[i])
+        if decode:
+            cost += math.ceil(tokens * float(index.inv_max_batched[i])) * float(
+                index.step_extra_ms[i]
+            )
+        out.append(cost)
+    return out
+
+
+@SETTINGS
+@given(zone=zones())
+def test_sparse_matches_equal_the_dense_lookup(zone: tuple[Batch, np.random.Generator]) -> None:
+    b, _ = zone
+    dense = dense_matched(b)
+    assert b.matched.tolist() == dense
+    assert b.any_match == any(dense)
+    for position in range(len(dense)):
+        assert b.uncached_at(position) == float(b.uncached[position])
+
+
+@SETTINGS
+@given(zone=zones(), decode=st.booleans())
+def test_ttft_costs_equal_the_per_gpu_formula(
+    zone: tuple[Batch, np.random.Generator], decode: bool
+) -> None:
+    b, _ = zone
+    costs = TtftCost(params=Params(decode_pressure=decode)).costs_ms(b)
+    assert costs.tolist() == reference_costs(b, decode=decode)
+
+
+@SETTINGS
+@given(zone=zones())
+def test_ttft_scores_mask_like_where(zone: tuple[Batch, np.random.Generator]) -> None:
+    b, _ = zone
+    scorer = TtftCost()
+    costs = scorer.costs_ms(b)
+    live = np.where(b.alive, costs, np.inf)
+    best = float(live.min()) if len(live) else math.inf
+    scores = scorer.scores(b)
+    if not best < math.inf:
+        assert not scores.any()
+        return
+    for i in np.flatnonzero(b.alive):
+        assert scores[i] == np.exp((best - costs[i]) * (1.0 / 250.0))
+    assert ((scores >= 0.0) & (scores <= 1.0)).all()
+
+
+@SETTINGS
+@given(
+    values=st.lists(
+        st.sampled_from([0.0, 0.25, 0.5, 1.0, -np.inf, np.inf]) | st.floats(0, 1), min_size=1
+    ),
+    data=st.data(),
+)
+def test_first_max_of_survivors_equals_the_masked_argmax(
+    values: list[float], data: st.DataObject
+) -> None:
+    totals = np.array(values)
+    alive = np.array(data.draw(st.lists(st.booleans(), min_size=len(values), max_size=len(values))))
+    if not alive.any():
+        alive[data.draw(st.integers(0, len(values) - 1))] = True
+    survivors = alive.nonzero()[0]
+    masked = first_max(totals, alive)
+    gathered = first_max_of(totals, survivors)
+    if np.isneginf(totals[alive]).all():
+        assert alive[gathered]  # the gather never names a removed GPU
+    else:
+        assert gathered == masked
+    assert first_max_of(totals, survivors, all_alive=True) == first_max(totals, alive, True)
+
+
+def reference_match(index: PrefixIndex, hashes: tuple[int, ...]) -> dict[int, int]:
+    """Leading blocks per slot, one slot at a time (the definition)."""
+    out: dict[int, int] = {}
+    slots = set(iter_bits(index.holders(hashes[0]))) if hashes else set()
+    for slot in slots:
+        depth = 0
+        while depth < len(hashes) and index.holders(hashes[depth]) >> slot & 1:
+            depth += 1
+        out[slot] = depth
+    return out
+
+
+@SETTINGS
+@given(
+    inserts=st.lists(
+        st.tuples(st.integers(0, 80), st.integers(0, 12), st.integers(1, 12)), max_size=40
+    ),
+    query=st.integers(0, 12),
+)
+def test_prefix_match_equals_the_per_slot_walk(
+    inserts: list[tuple[int, int, int]], query: int
+) -> None:
+    chain = tuple(range(1000, 1012))
+    index = PrefixIndex()
+    for slot, start, length in inserts:
+        index.insert(slot, chain[: min(12, start + length)], capacity=length + start)
+    hashes = chain[:query]
+    assert dict(index.match(hashes)) == reference_match(index, hashes)
+
+
+@SETTINGS
+@given(zone=zones())
+def test_a_decision_picks_the_cheapest_survivor(zone: tuple[Batch, np.random.Generator]) -> None:
+    """End to end: the default profile chooses a survivor of least predicted TTFT."""
+    b, _ = zone
+    decision = builtin_profile("default").decide(b.request, b.view)
+    survivors = batch(b.view, b.request)
+    survivors.alive[:] = decision.alive
+    survivors.all_alive = False
+    costs = reference_costs(survivors)
+    best = min(costs[i] for i in np.flatnonzero(decision.alive))
+    assert decision.alive[decision.choice]
+    assert math.isclose(costs[decision.choice], best, rel_tol=1e-9)
+    assert decision.predicted_ttft_ms is not None
+    assert math.isclose(decision.predicted_ttft_ms, costs[decision.choice], rel_tol=1e-9)
+    assert decision.gpu.worker.models == (LLAMA_8B,)
