@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 
 #: Exit status when the deployment cannot start (bad options, a port in use, not ready).
 EXIT_FAILED = 2
+#: Exit status after a Ctrl-C that came before the deployment was up (128 + SIGINT).
+EXIT_INTERRUPTED = 130
 
 
 @click.command("up", context_settings={"help_option_names": ["-h", "--help"]})
@@ -132,11 +134,23 @@ def up(print_topology: bool, **options: Any) -> None:
     except GtmError as exc:
         click.echo(f"gtm up: {exc}", err=True)
         sys.exit(EXIT_FAILED)
+    except KeyboardInterrupt:
+        sys.exit(EXIT_INTERRUPTED)
+    status = EXIT_FAILED
     try:
         _quiet_console(plan)
         status = asyncio.run(_run(plan))
+    except KeyboardInterrupt:
+        # Ctrl-C before the event loop's own handlers were in place: nothing had
+        # started yet that needs stopping.
+        click.echo("gtm up: interrupted", err=True)
+        status = EXIT_INTERRUPTED
     finally:
-        remove_run_dir(plan)
+        logs = plan.run_dir / "logs"
+        if status == EXIT_FAILED and plan.config.processes and logs.is_dir():
+            click.echo(f"gtm up: the processes' logs say why: {logs}", err=True)
+        else:
+            remove_run_dir(plan)
     sys.exit(status)
 
 
@@ -322,7 +336,7 @@ def load(
         sys.exit(EXIT_FAILED)
     except KeyboardInterrupt:
         click.echo("\ngtm load: interrupted", err=True)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
     click.echo(render_summary(summary, "gtm load: summary"))
     if json_path is not None:
         Path(json_path).write_text(json.dumps(summary, indent=2) + "\n", "utf-8")

@@ -35,7 +35,7 @@ from pathlib import Path
 from aiohttp import web
 
 from gtm.clock import Clock
-from gtm.errors import ConfigError
+from gtm.errors import ConfigError, GtmError
 from gtm.metrics import new_registry
 from gtm.state.store import StateStore
 from gtm.state.url import open_store
@@ -87,6 +87,16 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
     """In the child, before exec: get SIGTERM when the parent dies (Linux only)."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+async def _start_etcd(server: EtcdServer) -> GtmError | None:
+    """Start ``server`` in a thread; its failure is returned (the caller raises it), so
+    the supervisor does not log it a second time as a crash."""
+    try:
+        await asyncio.to_thread(server.start)
+    except GtmError as exc:
+        return exc
+    return None
 
 
 def free_port(host: str) -> int:
@@ -172,6 +182,7 @@ class ProcessFleet:
         self._registry = new_registry()
         self._supervisor = TaskSupervisor(registry=self._registry, clock=clock, component="up")
         self._etcd: EtcdServer | None = None
+        self._etcd_start: asyncio.Task[GtmError | None] | None = None
         self._store: StateStore | None = None
         self._state = plan.config.state
         self.children: list[Child] = []
@@ -203,7 +214,12 @@ class ProcessFleet:
         os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
         if not plan.config.uses_etcd:
             self._etcd = EtcdServer(plan.run_dir / "etcd", fsync=False)
-            await asyncio.to_thread(self._etcd.start)
+            # Started in a thread (it blocks until healthy). A cancelled await does not
+            # stop the thread, so stop() waits for this task before stopping etcd.
+            self._etcd_start = self._supervisor.spawn("etcd-start", _start_etcd(self._etcd))
+            failure = await asyncio.shield(self._etcd_start)
+            if failure is not None:
+                raise failure
             self._state = self._etcd.etcd_url
             log.info("started a private etcd at %s", self._state)
         self._store = open_store(self._state, clock=self._clock, registry=self._registry)
@@ -296,6 +312,8 @@ class ProcessFleet:
             self._status_runner = None
         for kind in STOP_ORDER:
             await self._stop_kind(kind)
+        if self._etcd_start is not None and not self._etcd_start.done():
+            await asyncio.wait([self._etcd_start])
         await self._supervisor.aclose()
         if self._store is not None:
             if self._etcd is None:
