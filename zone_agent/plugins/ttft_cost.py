@@ -49,7 +49,8 @@ TYPE_NAME = "ttft-cost"
 #: float at a time; beyond, over whole arrays. A numpy operation on a small array costs
 #: ~0.5–1 µs here and a Python float operation ~0.1 µs: with the five or so operations
 #: per GPU, the two cost about the same near 16 GPUs (bench/zone_decision.py, 1,000 GPUs
-#: with ~60 holding a shared system prompt: sparse ~270 µs, arrays ~150 µs p50).
+#: with ~60 holding a shared system prompt: p50 ~270 µs one at a time, ~115–145 µs with
+#: arrays).
 SPARSE_MAX = 16
 
 

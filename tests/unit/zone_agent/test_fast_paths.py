@@ -220,3 +220,14 @@ def test_a_decision_picks_the_cheapest_survivor(zone: tuple[Batch, np.random.Gen
     assert decision.predicted_ttft_ms is not None
     assert math.isclose(decision.predicted_ttft_ms, costs[decision.choice], rel_tol=1e-9)
     assert decision.gpu.worker.models == (LLAMA_8B,)
+
+
+def test_a_removed_gpu_far_cheaper_than_the_survivors_does_not_overflow() -> None:
+    """exp((best − cost)/scale) of a removed, much cheaper GPU used to overflow (a
+    RuntimeWarning: an error in the tests, a PluginError for the request)."""
+    acc = Accounting()
+    view = make_view([Gpu("a", drained=True), Gpu("b")], acc)
+    acc.start("b", prefill_tokens=1e9)
+    decision = builtin_profile("default").decide(make_request(), view)
+    assert decision.gpu_id == "b"
+    assert all(0.0 <= s <= 1.0 for s in decision.scores[0][1])
