@@ -162,6 +162,18 @@ async def test_processes_against_etcd(tmp_path: Path, own_etcd_server: EtcdServe
         assert len(children) == 8 + 4 + 2 + 1  # GPUs, zone agents, regional LBs, global
         await check_dns(up)
         await check_openai(up)
+        # The status page has a port of its own here (the front door is another process).
+        status = f"http://127.0.0.1:{up.http_port + 1}"
+        assert f"{status}/status" in up.banner
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"{status}/api/v1/fleet") as response,
+        ):
+            fleet = await response.json()
+        assert {r["id"]: r["status"] for r in fleet["regions"]} == {
+            "eu-west": "healthy",
+            "eu-central": "healthy",
+        }
 
         await asyncio.to_thread(gtm, "drain", "region", "eu-west")
 
