@@ -334,11 +334,11 @@ def load(
     except GtmError as exc:
         click.echo(f"gtm load: {exc}", err=True)
         sys.exit(EXIT_FAILED)
-    except KeyboardInterrupt:
-        click.echo("\ngtm load: interrupted", err=True)
-        sys.exit(EXIT_INTERRUPTED)
-    click.echo(render_summary(summary, "gtm load: summary"))
+    header = "gtm load: summary" + (" (interrupted)" if summary["interrupted"] else "")
+    click.echo(render_summary(summary, header))
     if json_path is not None:
         Path(json_path).write_text(json.dumps(summary, indent=2) + "\n", "utf-8")
     ratio = summary["success_ratio"]
+    if summary["interrupted"]:
+        sys.exit(EXIT_INTERRUPTED)
     sys.exit(1 if ratio is not None and ratio < min_success else 0)

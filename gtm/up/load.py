@@ -35,6 +35,7 @@ from pydantic import Field
 
 from fleetsim.traces import MOONCAKE_BLOCK_TOKENS, Trace, TraceRequest
 from gtm.clock import Clock
+from gtm.errors import ConfigError
 from gtm.metrics import new_registry
 from gtm.models import Frozen
 from gtm.tasks import TaskSupervisor
@@ -289,6 +290,7 @@ class LoadRun:
         timeout = aiohttp.ClientTimeout(total=self.config.timeout_s)
         connector = aiohttp.TCPConnector(limit=self.config.max_in_flight)
         async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+            await self._preflight(session)
             progress = self._supervisor.run_loop("progress", self._report, interval=0.5)
             try:
                 await self._dispatch(session)
@@ -299,6 +301,18 @@ class LoadRun:
                 await self._supervisor.aclose()
         self._report_now()
         return self.tally
+
+    async def _preflight(self, session: aiohttp.ClientSession) -> None:
+        """Fail at once, clearly, when nothing answers at the front door's address."""
+        url = f"{self.config.url}/healthz"
+        try:
+            async with session.get(url, timeout=aiohttp.ClientTimeout(total=5.0)):
+                return
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise ConfigError(
+                f"no front door answers at {self.config.url} ({type(exc).__name__}); "
+                "is `gtm up` running? (--url names another one)"
+            ) from None
 
     async def _dispatch(self, session: aiohttp.ClientSession) -> None:
         start = self._clock.monotonic()
@@ -428,6 +442,15 @@ def run_load(
     window = trace.window(config.duration_s, config.rate_scale)
     out.write(describe(trace, config, window) + "\n")
     bar = ProgressBar(out, clock.monotonic(), config.duration_s)
-    tally = asyncio.run(LoadRun(config, window, clock=clock, progress=bar).run())
+    run = LoadRun(config, window, clock=clock, progress=bar)
+    interrupted = False
+    try:
+        asyncio.run(run.run())
+    except KeyboardInterrupt:
+        # asyncio.run has cancelled the run (and the requests in flight) by now; what
+        # finished before Ctrl-C is still worth a summary.
+        interrupted = True
     bar.finish()
-    return tally.summary()
+    summary = run.tally.summary()
+    summary["interrupted"] = interrupted
+    return summary
