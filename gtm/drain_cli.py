@@ -38,7 +38,9 @@ def _parse_state(ctx: click.Context, param: click.Parameter, value: str) -> Stat
     if url.kind is StoreKind.MEMORY:
         raise click.BadParameter(
             "drains must go to a shared store (etcd://HOST:PORT, or set GTM_STATE): the "
-            "embedded memory store ends with this command",
+            "embedded memory store ends with this command. For a `gtm up` on its embedded "
+            "store, use its API: curl -X POST "
+            "http://127.0.0.1:8080/api/v1/drains/TARGET/ID (DELETE to undrain)",
             ctx,
             param,
         )
