@@ -8,12 +8,18 @@ given in whole seconds (RFC 9110 §10.2.3) and never as 0, which clients read as
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import math
+from collections.abc import Callable
 from enum import StrEnum
 
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 
 from gtm.errors import GtmError
+
+log = logging.getLogger(__name__)
 
 
 class ErrorType(StrEnum):
@@ -72,6 +78,50 @@ class ApiError(GtmError):
         return web.json_response(
             self.body(), status=self.status, headers={**self.headers(), **extra_headers}
         )
+
+
+class BadRequest(ApiError):
+    """400: the request is malformed; the message names the field and what was expected."""
+
+    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
+        super().__init__(400, message, param=param, code=code or "invalid_value")
+
+
+def error_middleware(service: str, count: Callable[[str, int], None]) -> Middleware:
+    """An aiohttp middleware that answers every failure in OpenAI's shape and counts every
+    response as ``count(route, status)``.
+
+    :class:`ApiError` is answered as it says; aiohttp's own 4xx/5xx (unknown route, wrong
+    method) get the same shape; anything else is logged once and answered 500 naming
+    ``service`` — the server never drops a connection on a bug.
+    """
+
+    @web.middleware
+    async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+        resource = request.match_info.route.resource
+        route = resource.canonical if resource is not None else "unmatched"
+        try:
+            response = await handler(request)
+        except ApiError as exc:
+            response = exc.response()
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            response = ApiError(exc.status, exc.reason, code=str(exc.status)).response()
+        except (asyncio.CancelledError, ConnectionResetError):
+            raise
+        except Exception:
+            log.exception("unexpected error handling %s %s", request.method, request.path)
+            response = ApiError(
+                500,
+                f"internal error in the {service}",
+                type=ErrorType.SERVER,
+                code="internal_error",
+            ).response()
+        count(route, response.status)
+        return response
+
+    return errors
 
 
 def openai_error(

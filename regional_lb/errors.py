@@ -23,9 +23,8 @@ from __future__ import annotations
 
 from gtm import openai_errors
 from gtm.errors import GtmError
-from gtm.openai_errors import ErrorType
-
-__all__ = ["ApiError", "ErrorType"]
+from gtm.openai_errors import BadRequest as BadRequest  # shared; re-exported
+from gtm.openai_errors import ErrorType as ErrorType
 
 
 class RegionalError(GtmError):
@@ -38,11 +37,6 @@ class LeaseProtocolError(RegionalError):
 
 class ApiError(openai_errors.ApiError, RegionalError):
     """An error answered to the client in OpenAI's JSON shape (:mod:`gtm.openai_errors`)."""
-
-
-class BadRequest(ApiError):
-    def __init__(self, message: str, *, param: str | None = None, code: str | None = None):
-        super().__init__(400, message, param=param, code=code or "invalid_value")
 
 
 class Unauthorized(ApiError):

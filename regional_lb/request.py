@@ -21,7 +21,6 @@ Inter-tier headers (all optional)::
 
 from __future__ import annotations
 
-import json
 import re
 import uuid
 from collections.abc import Mapping
@@ -30,8 +29,9 @@ from enum import StrEnum
 
 from gtm.fingerprint import TEXT_BLOCK_BYTES, text_block_hashes
 from gtm.models import Priority
+from gtm.openai_errors import BadRequest
+from gtm.openai_request import positive_int, require_model
 from gtm.tokens import PromptError, count_chat_tokens, count_text_tokens, parse_chat_messages
-from regional_lb.errors import BadRequest
 
 HEADER_HOPS = "x-gtm-hops"
 HEADER_SPILLED_FROM = "x-gtm-spilled-from"
@@ -48,7 +48,6 @@ HEADER_PEER_TOKEN = "x-gtm-peer-token"
 BLOCK_BYTES = TEXT_BLOCK_BYTES
 #: Leading blocks the zone agents put in their sketches (two) and a margin.
 SKETCH_BLOCKS = 8
-MAX_MODEL_NAME = 256
 MAX_CHOICES = 16
 MAX_INPUTS = 2048
 
@@ -81,40 +80,6 @@ class HopInfo:
 
     hops: int = 0
     spilled_from: tuple[str, ...] = ()
-
-
-def parse_json_body(raw: bytes) -> Mapping[str, object]:
-    try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadRequest(
-            f"the request body is not valid JSON: {exc}", code="invalid_json"
-        ) from None
-    except RecursionError:
-        raise BadRequest("the request body is nested too deeply", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise BadRequest("the request body must be a JSON object", code="invalid_json")
-    return body
-
-
-def _model(body: Mapping[str, object]) -> str:
-    model = body.get("model")
-    if not isinstance(model, str) or not model or len(model) > MAX_MODEL_NAME:
-        raise BadRequest(
-            "model must be a non-empty string of at most 256 characters", param="model"
-        )
-    return model
-
-
-def _positive_int(body: Mapping[str, object], name: str, limit: int | None = None) -> int | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise BadRequest(f"{name} must be a positive integer", param=name)
-    if limit is not None and value > limit:
-        raise BadRequest(f"{name} must be at most {limit}", param=name)
-    return value
 
 
 def _is_token(value: object) -> bool:
@@ -150,7 +115,7 @@ def _items(value: object, field: str) -> tuple[int, str, int]:
 
 def body_facts(body: Mapping[str, object], endpoint: Endpoint) -> BodyFacts:
     """Validate what the decision needs; the worker validates everything else."""
-    model = _model(body)
+    model = require_model(body)
     if endpoint is Endpoint.CHAT:
         try:
             messages = parse_chat_messages(body.get("messages"))
@@ -158,14 +123,14 @@ def body_facts(body: Mapping[str, object], endpoint: Endpoint) -> BodyFacts:
             raise BadRequest(str(exc), param="messages") from None
         tokens = first_tokens = count_chat_tokens(messages)
         text = "".join(f"{m.role}\n{m.name or ''}\n{m.text}\n" for m in messages)
-        output = _positive_int(body, "max_completion_tokens") or _positive_int(body, "max_tokens")
+        output = positive_int(body, "max_completion_tokens") or positive_int(body, "max_tokens")
     elif endpoint is Endpoint.COMPLETION:
         tokens, text, first_tokens = _items(body.get("prompt"), "prompt")
-        output = _positive_int(body, "max_tokens")
+        output = positive_int(body, "max_tokens")
     else:
         tokens, text, first_tokens = _items(body.get("input"), "input")
         output = 0
-    choices = 1 if endpoint is Endpoint.EMBEDDING else (_positive_int(body, "n", MAX_CHOICES) or 1)
+    choices = 1 if endpoint is Endpoint.EMBEDDING else (positive_int(body, "n", MAX_CHOICES) or 1)
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise BadRequest("stream must be a boolean", param="stream")

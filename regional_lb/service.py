@@ -43,6 +43,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from gtm.clock import Clock
 from gtm.errors import GtmError
 from gtm.models import ClientInfo, Endpoint, Priority, RouteRequest
+from gtm.openai_errors import error_middleware
+from gtm.openai_request import parse_json_body
 from gtm.policy_store import ActivePolicy, PolicyWatcher
 from gtm.state.memory import MemoryStore
 from gtm.state.snapshot import SnapshotWatcher
@@ -526,7 +528,7 @@ class RegionalService:
             raise ApiError(
                 413, f"the request body is too large: {exc.text}", code="body_too_large"
             ) from None
-        facts = req.body_facts(req.parse_json_body(raw), endpoint)
+        facts = req.body_facts(parse_json_body(raw), endpoint)
         if not policy.tenants.allows_model(tenant.id, facts.model):
             raise ModelNotAllowed(facts.model)
         trusted = self._from_peer(headers)
@@ -761,7 +763,13 @@ class RegionalService:
 
     def build_app(self) -> web.Application:
         app = web.Application(
-            client_max_size=self.settings.max_body_bytes, middlewares=[self._errors]
+            client_max_size=self.settings.max_body_bytes,
+            middlewares=[
+                error_middleware(
+                    "regional LB",
+                    lambda route, status: self.metrics.responses.labels(route, str(status)).inc(),
+                )
+            ],
         )
         for endpoint in req.Endpoint:
             app.router.add_post(endpoint.value, self._handler(endpoint))
@@ -776,29 +784,6 @@ class RegionalService:
             return await self.handle(request, endpoint)
 
         return handle
-
-    @web.middleware
-    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        """Every failure becomes an OpenAI-shaped error; count every response."""
-        resource = request.match_info.route.resource
-        endpoint = resource.canonical if resource is not None else "unmatched"
-        try:
-            response = await handler(request)
-        except ApiError as exc:
-            response = error_response(exc)
-        except web.HTTPException as exc:
-            if exc.status < 400:
-                raise
-            response = error_response(ApiError(exc.status, exc.reason, code=str(exc.status)))
-        except (asyncio.CancelledError, ConnectionResetError):
-            raise
-        except Exception:
-            log.exception("unexpected error handling %s %s", request.method, request.path)
-            response = error_response(
-                ApiError(500, "internal error in the regional LB", code="internal_error")
-            )
-        self.metrics.responses.labels(endpoint, str(response.status)).inc()
-        return response
 
     async def _models(self, request: web.Request) -> web.Response:
         names = sorted(
@@ -849,10 +834,6 @@ def has_limits(quotas: Quotas) -> bool:
             quotas.max_concurrent,
         )
     )
-
-
-def error_response(exc: ApiError) -> web.Response:
-    return web.json_response(exc.body(), status=exc.status, headers=exc.headers())
 
 
 #: Seconds in-flight requests get to finish when the server stops (then cancelled).

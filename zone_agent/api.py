@@ -29,6 +29,7 @@ from aiohttp import web
 
 from gtm.clock import Clock
 from gtm.models import decision_adapter
+from gtm.openai_request import parse_json_body
 from zone_agent.accounting import Accounting
 from zone_agent.errors import BadRequest
 from zone_agent.metrics import ZoneMetrics
@@ -42,7 +43,7 @@ from zone_agent.proxy import (
     decide_or_refuse,
     request_id_of,
 )
-from zone_agent.request import Endpoint, ZoneRequest, parse_json_body, zone_request
+from zone_agent.request import Endpoint, ZoneRequest, zone_request
 from zone_agent.view import ZoneView
 
 HEADER_UPSTREAM = "x-gtm-upstream"

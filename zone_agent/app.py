@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 
 import aiohttp
 from aiohttp import web
@@ -35,13 +35,13 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from gtm.clock import Clock, SystemClock
 from gtm.gpu_profiles import UnknownProfile
 from gtm.models import DrainTarget, GpuWorker
+from gtm.openai_errors import error_middleware
 from gtm.state.snapshot import SnapshotWatcher
 from gtm.state.store import StateStore
 from gtm.tasks import TaskSupervisor
 from zone_agent.accounting import Accounting, SlotLoad
 from zone_agent.api import AssignApi
 from zone_agent.config import ZoneConfig
-from zone_agent.errors import ApiError, ErrorType
 from zone_agent.health import HealthTracker, probe
 from zone_agent.metrics import ZoneMetrics
 from zone_agent.pipeline import ZoneProfile
@@ -58,8 +58,6 @@ STORE_WAIT_S = 5.0
 
 #: How long in-flight requests get to finish when the agent stops (s).
 SHUTDOWN_GRACE_S = 2.0
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class ZoneAgent:
@@ -359,7 +357,13 @@ class ZoneAgent:
 
     def build_app(self) -> web.Application:
         app = web.Application(
-            client_max_size=self.config.max_body_bytes, middlewares=[self._errors]
+            client_max_size=self.config.max_body_bytes,
+            middlewares=[
+                error_middleware(
+                    "zone agent",
+                    lambda route, status: self.metrics.requests.labels(route, str(status)).inc(),
+                )
+            ],
         )
         proxy = Proxy(
             ProxySettings(self.config.zone, self.config.max_attempts, self.config.trace_top),
@@ -389,34 +393,6 @@ class ZoneAgent:
         app.router.add_get("/metrics", self._metrics_endpoint)
         return app
 
-    @web.middleware
-    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        """Every failure becomes an OpenAI-shaped error; count every response."""
-        resource = request.match_info.route.resource
-        endpoint = resource.canonical if resource is not None else "unmatched"
-        try:
-            response = await handler(request)
-        except ApiError as exc:
-            response = _error_response(exc)
-        except web.HTTPException as exc:
-            if exc.status < 400:
-                raise
-            response = _error_response(ApiError(exc.status, exc.reason, code=str(exc.status)))
-        except (asyncio.CancelledError, ConnectionResetError):
-            raise
-        except Exception:
-            log.exception("unexpected error handling %s %s", request.method, request.path)
-            response = _error_response(
-                ApiError(
-                    500,
-                    "internal error in the zone agent",
-                    type=ErrorType.SERVER,
-                    code="internal_error",
-                )
-            )
-        self.metrics.requests.labels(endpoint, str(response.status)).inc()
-        return response
-
     async def _healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
@@ -435,7 +411,3 @@ class ZoneAgent:
         response = web.Response(body=generate_latest(self._registry))
         response.headers["Content-Type"] = CONTENT_TYPE_LATEST
         return response
-
-
-def _error_response(exc: ApiError) -> web.Response:
-    return web.json_response(exc.body(), status=exc.status, headers=exc.headers())

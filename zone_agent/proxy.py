@@ -36,13 +36,14 @@ from multidict import CIMultiDict
 
 from gtm.clock import Clock
 from gtm.errors import NoEligibleCandidate
+from gtm.openai_request import parse_json_body
 from zone_agent.accounting import Accounting, Ticket
 from zone_agent.errors import ApiError, BadRequest, ErrorType, ModelNotFound, NoCapacity
 from zone_agent.health import HealthTracker, Outcome
 from zone_agent.metrics import ZoneMetrics
 from zone_agent.pipeline import ModelNotServed, ZoneDecision, ZoneProfile
 from zone_agent.plugins.fits import PromptTooLong
-from zone_agent.request import CanaryChoice, Endpoint, ZoneRequest, parse_json_body, zone_request
+from zone_agent.request import CanaryChoice, Endpoint, ZoneRequest, zone_request
 from zone_agent.view import ZoneView
 
 log = logging.getLogger(__name__)

@@ -9,20 +9,19 @@ else on any JSON value.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from gtm.openai_errors import BadRequest
+from gtm.openai_request import positive_int, require_model
 from gtm.tokens import PromptError, count_chat_tokens, count_text_tokens, parse_chat_messages
-from zone_agent.errors import BadRequest
 from zone_agent.prefix import BLOCK_BYTES, consistent_hash_key, text_block_hashes
 
 #: Most choices (``n``) and prompts per request (as the emulator and vLLM's defaults).
 MAX_CHOICES = 16
 MAX_INPUTS = 2048
 #: Longest model name accepted (as ``gtm.models.ModelName``).
-MAX_MODEL_NAME = 256
 
 
 class Endpoint(StrEnum):
@@ -93,41 +92,6 @@ class Prompt:
     fingerprint_text: str
 
 
-def parse_json_body(raw: bytes) -> Mapping[str, object]:
-    """The body as a JSON object, or a 400 saying why not."""
-    try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BadRequest(
-            f"the request body is not valid JSON: {exc}", code="invalid_json"
-        ) from None
-    except RecursionError:
-        raise BadRequest("the request body is nested too deeply", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise BadRequest("the request body must be a JSON object", code="invalid_json")
-    return body
-
-
-def _model(body: Mapping[str, object]) -> str:
-    model = body.get("model")
-    if not isinstance(model, str) or not model or len(model) > MAX_MODEL_NAME:
-        raise BadRequest(
-            "model must be a non-empty string of at most 256 characters", param="model"
-        )
-    return model
-
-
-def _positive_int(body: Mapping[str, object], name: str, limit: int | None = None) -> int | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise BadRequest(f"{name} must be a positive integer", param=name)
-    if limit is not None and value > limit:
-        raise BadRequest(f"{name} must be at most {limit}", param=name)
-    return value
-
-
 def _chat_prompt(body: Mapping[str, object]) -> Prompt:
     try:
         messages = parse_chat_messages(body.get("messages"))
@@ -183,19 +147,17 @@ def zone_request(
     canary: CanaryChoice = CanaryChoice.AUTO,
 ) -> ZoneRequest:
     """Validate what the decision needs from ``body``; the worker validates the rest."""
-    model = _model(body)
+    model = require_model(body)
     if endpoint is Endpoint.CHAT:
         prompt = _chat_prompt(body)
-        max_output = _positive_int(body, "max_completion_tokens") or _positive_int(
-            body, "max_tokens"
-        )
+        max_output = positive_int(body, "max_completion_tokens") or positive_int(body, "max_tokens")
     elif endpoint is Endpoint.COMPLETION:
         prompt = _items_prompt(body.get("prompt"), "prompt")
-        max_output = _positive_int(body, "max_tokens")
+        max_output = positive_int(body, "max_tokens")
     else:
         prompt = _items_prompt(body.get("input"), "input")
         max_output = 0
-    n = 1 if endpoint is Endpoint.EMBEDDING else (_positive_int(body, "n", MAX_CHOICES) or 1)
+    n = 1 if endpoint is Endpoint.EMBEDDING else (positive_int(body, "n", MAX_CHOICES) or 1)
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise BadRequest("stream must be a boolean", param="stream")

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from gtm.errors import GtmError
-from gtm.openai_errors import ApiError, ErrorType, openai_error
+from gtm.openai_errors import ApiError, BadRequest, ErrorType, openai_error
 
 
 def test_body_has_openais_shape() -> None:
@@ -38,3 +38,15 @@ def test_response_and_helper_serialise_json() -> None:
         "error": {"message": "refused", "type": "residency_refused", "param": None,
                   "code": "residency:denied"}
     }  # fmt: skip
+
+
+def test_bad_request_is_a_400_naming_the_field() -> None:
+    error = BadRequest("bad", param="model")
+    assert isinstance(error, ApiError)
+    assert isinstance(error, GtmError)
+    assert error.status == 400
+    assert error.body()["error"] == {
+        "message": "bad", "type": "invalid_request_error", "param": "model",
+        "code": "invalid_value",
+    }  # fmt: skip
+    assert BadRequest("x", code="invalid_json").code == "invalid_json"

@@ -5,7 +5,6 @@ import pytest
 from gtm.errors import GtmError
 from regional_lb.errors import (
     ApiError,
-    BadRequest,
     LoopDetected,
     ModelNotAllowed,
     ModelNotFound,
@@ -21,7 +20,6 @@ from regional_lb.errors import (
 @pytest.mark.parametrize(
     ("error", "status", "kind", "code"),
     [
-        (BadRequest("bad", param="model"), 400, "invalid_request_error", "invalid_value"),
         (Unauthorized("who"), 401, "authentication_error", "invalid_api_key"),
         (ModelNotAllowed("m"), 403, "permission_error", "model_not_allowed"),
         (ModelNotFound("m", "r1"), 404, "not_found_error", "model_not_found"),

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from gtm.models import Priority
+from gtm.openai_request import parse_json_body
 from gtm.tokens import count_chat_tokens, count_text_tokens, parse_chat_messages
 from regional_lb import request as req
 from regional_lb.errors import BadRequest
@@ -91,7 +92,7 @@ def test_bad_bodies_are_400s_naming_the_field(
     raw: bytes, endpoint: req.Endpoint, param: str | None
 ) -> None:
     with pytest.raises(BadRequest) as caught:
-        req.body_facts(req.parse_json_body(raw), endpoint)
+        req.body_facts(parse_json_body(raw), endpoint)
     assert caught.value.status == 400
     assert caught.value.param == param
 
