@@ -25,7 +25,9 @@ POOL = Pool("unlisted", 1.0)
 
 
 class Replica:
-    def __init__(self, name: str, store: FlakyStore | MemoryStore, clock: FakeClock) -> None:
+    def __init__(
+        self, name: str, store: FlakyStore[MemoryStore] | MemoryStore, clock: FakeClock
+    ) -> None:
         self.name = name
         self.clock = clock
         self.limiter = QuotaLimiter()

@@ -1,8 +1,8 @@
 """SnapshotWatcher over the embedded store, on a fake clock.
 
-Store outages are simulated by :class:`SwitchableStore`, a thin wrapper that can be
-switched "down": calls raise StateUnavailable and open watches end with it — the same
-signals EtcdStore gives (the real-etcd version of these tests is in
+Store outages are simulated by :class:`gtm.testing.outage.OutageStore`: while it is
+"down", calls raise StateUnavailable and open watches end with it — the same signals
+EtcdStore gives (the real-etcd version of these tests is in
 tests/integration/gtm/test_snapshot_etcd.py).
 """
 
@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator
 
 import pytest
 
 from gtm.clock import FakeClock
-from gtm.errors import StateUnavailable
 from gtm.metrics import new_registry
 from gtm.models import (
     Drain,
@@ -29,97 +28,8 @@ from gtm.models import (
 from gtm.state import codec, keys
 from gtm.state.memory import MemoryStore
 from gtm.state.snapshot import SnapshotWatcher
-from gtm.state.store import KeyValue, Lease, RangeResult, TxnResult, WatchBatch
 from gtm.tasks import Backoff, TaskSupervisor
-
-
-class SwitchableStore:
-    """Delegates to a MemoryStore; while ``down``, every call fails like an outage."""
-
-    def __init__(self, inner: MemoryStore) -> None:
-        self.inner = inner
-        self.down = False
-        self._outage = asyncio.Event()
-
-    def set_down(self, down: bool) -> None:
-        self.down = down
-        if down:
-            self._outage.set()
-        else:
-            self._outage = asyncio.Event()
-
-    def _check(self) -> None:
-        if self.down:
-            raise StateUnavailable("simulated outage")
-
-    async def get(self, key: str) -> KeyValue | None:
-        self._check()
-        return await self.inner.get(key)
-
-    async def range(self, prefix: str) -> RangeResult:
-        self._check()
-        return await self.inner.range(prefix)
-
-    async def put(self, key: str, value: bytes, *, lease: int = 0) -> int:
-        self._check()
-        return await self.inner.put(key, value, lease=lease)
-
-    async def delete(self, key: str) -> bool:
-        self._check()
-        return await self.inner.delete(key)
-
-    async def compare_and_swap(
-        self, key: str, value: bytes, *, expected_mod_revision: int, lease: int = 0
-    ) -> TxnResult:
-        self._check()
-        return await self.inner.compare_and_swap(
-            key, value, expected_mod_revision=expected_mod_revision, lease=lease
-        )
-
-    async def compare_and_delete(self, key: str, *, expected_mod_revision: int) -> TxnResult:
-        self._check()
-        return await self.inner.compare_and_delete(key, expected_mod_revision=expected_mod_revision)
-
-    async def grant_lease(self, ttl: float) -> Lease:
-        self._check()
-        return await self.inner.grant_lease(ttl)
-
-    async def keep_alive(self, lease_id: int) -> float:
-        self._check()
-        return await self.inner.keep_alive(lease_id)
-
-    async def revoke_lease(self, lease_id: int) -> None:
-        self._check()
-        await self.inner.revoke_lease(lease_id)
-
-    async def current_revision(self) -> int:
-        self._check()
-        return await self.inner.current_revision()
-
-    async def compact(self, revision: int) -> None:
-        self._check()
-        await self.inner.compact(revision)
-
-    def watch(self, prefix: str, *, start_revision: int) -> AsyncGenerator[WatchBatch, None]:
-        return self._watch(prefix, start_revision)
-
-    async def _watch(self, prefix: str, start_revision: int) -> AsyncGenerator[WatchBatch, None]:
-        self._check()
-        outage = self._outage
-        stream = aiter(self.inner.watch(prefix, start_revision=start_revision))
-        while True:
-            next_batch = asyncio.ensure_future(anext(stream))  # noqa: TID251 - test-local race
-            lost = asyncio.ensure_future(outage.wait())  # noqa: TID251
-            done, _ = await asyncio.wait({next_batch, lost}, return_when=asyncio.FIRST_COMPLETED)
-            if lost in done:
-                next_batch.cancel()
-                raise StateUnavailable("simulated outage: watch stream lost")
-            lost.cancel()
-            yield next_batch.result()
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
+from gtm.testing.outage import OutageStore
 
 REGION = Region(
     id="eu-west", location=GeoPoint(lat=53.35, lon=-6.26), jurisdiction="EU", country="IE"
@@ -138,14 +48,18 @@ def gpu(gpu_id: str, zone_id: str = "eu-west-a") -> GpuWorker:
     )
 
 
-async def put_gpu(store: SwitchableStore | MemoryStore, record: GpuWorker, lease: int = 0) -> int:
+async def put_gpu(
+    store: OutageStore[MemoryStore] | MemoryStore, record: GpuWorker, lease: int = 0
+) -> int:
     key = keys.gpu(record.region_id, record.zone_id, record.id)
     return await store.put(key, codec.encode(record), lease=lease)
 
 
 @pytest.fixture
-async def fleet(fake_clock: FakeClock) -> AsyncIterator[tuple[SwitchableStore, SnapshotWatcher]]:
-    store = SwitchableStore(MemoryStore(fake_clock))
+async def fleet(
+    fake_clock: FakeClock,
+) -> AsyncIterator[tuple[OutageStore[MemoryStore], SnapshotWatcher]]:
+    store = OutageStore(MemoryStore(fake_clock))
     await store.put(keys.region("eu-west"), codec.encode(REGION))
     await store.put(keys.zone("eu-west", "eu-west-a"), codec.encode(ZONE))
     await put_gpu(store, gpu("gpu-1"))
@@ -173,7 +87,7 @@ def sample(watcher: SnapshotWatcher, name: str) -> float | None:
 
 
 async def test_first_listing_builds_the_snapshot(
-    fleet: tuple[SwitchableStore, SnapshotWatcher],
+    fleet: tuple[OutageStore[MemoryStore], SnapshotWatcher],
 ) -> None:
     store, watcher = fleet
     snap = watcher.current
@@ -187,7 +101,7 @@ async def test_first_listing_builds_the_snapshot(
 
 
 async def test_changes_swap_in_a_new_snapshot_sharing_untouched_maps(
-    fleet: tuple[SwitchableStore, SnapshotWatcher],
+    fleet: tuple[OutageStore[MemoryStore], SnapshotWatcher],
 ) -> None:
     store, watcher = fleet
     before = watcher.current
@@ -204,7 +118,7 @@ async def test_changes_swap_in_a_new_snapshot_sharing_untouched_maps(
 
 
 async def test_lease_expiry_removes_a_worker(
-    fleet: tuple[SwitchableStore, SnapshotWatcher], fake_clock: FakeClock
+    fleet: tuple[OutageStore[MemoryStore], SnapshotWatcher], fake_clock: FakeClock
 ) -> None:
     store, watcher = fleet
     lease = await store.grant_lease(2.0)
@@ -217,7 +131,7 @@ async def test_lease_expiry_removes_a_worker(
 
 
 async def test_invalid_and_mismatched_records_are_skipped_and_counted(
-    fleet: tuple[SwitchableStore, SnapshotWatcher],
+    fleet: tuple[OutageStore[MemoryStore], SnapshotWatcher],
 ) -> None:
     store, watcher = fleet
     await store.put(keys.gpu("eu-west", "eu-west-a", "broken"), b"{not json")
@@ -239,7 +153,7 @@ async def test_invalid_and_mismatched_records_are_skipped_and_counted(
 
 
 async def test_drains_and_summaries_are_followed(
-    fleet: tuple[SwitchableStore, SnapshotWatcher],
+    fleet: tuple[OutageStore[MemoryStore], SnapshotWatcher],
 ) -> None:
     store, watcher = fleet
     drain = Drain(target=DrainTarget.ZONE, id="eu-west-a", reason="maintenance")
@@ -253,11 +167,11 @@ async def test_drains_and_summaries_are_followed(
 
 
 async def test_outage_keeps_last_snapshot_marked_stale_then_resumes_without_relist(
-    fleet: tuple[SwitchableStore, SnapshotWatcher], fake_clock: FakeClock
+    fleet: tuple[OutageStore[MemoryStore], SnapshotWatcher], fake_clock: FakeClock
 ) -> None:
     store, watcher = fleet
     served = watcher.current
-    store.set_down(True)
+    store.down = True
     await asyncio.wait_for(watcher.wait_stale(True), 5)
     assert watcher.current is served, "static stability: the last snapshot stays in force"
     assert sample(watcher, "gtm_snapshot_stale") == 1.0
@@ -267,7 +181,7 @@ async def test_outage_keeps_last_snapshot_marked_stale_then_resumes_without_reli
     assert retries >= 3.0, "backoff ≤ 1 s: at least three failed retries in 3 s"
     assert sample(watcher, "gtm_snapshot_staleness_seconds") == watcher.staleness_seconds()
 
-    store.set_down(False)
+    store.down = False
     revision = await put_gpu(store, gpu("gpu-after"))
     # The backoff ends; the watch resumes from the old revision.
     await fake_clock.advance_until(lambda: watcher.current.revision >= revision)
@@ -278,25 +192,25 @@ async def test_outage_keeps_last_snapshot_marked_stale_then_resumes_without_reli
 
 
 async def test_quiet_reconnect_clears_staleness_through_the_probe(
-    fleet: tuple[SwitchableStore, SnapshotWatcher], fake_clock: FakeClock
+    fleet: tuple[OutageStore[MemoryStore], SnapshotWatcher], fake_clock: FakeClock
 ) -> None:
     _, watcher = fleet
     store = fleet[0]
-    store.set_down(True)
+    store.down = True
     await asyncio.wait_for(watcher.wait_stale(True), 5)
-    store.set_down(False)
+    store.down = False
     # No writes: only the probe can tell that the store is back.
     await fake_clock.advance_until(lambda: not watcher.stale)
     assert watcher.staleness_seconds() == 0.0
 
 
 async def test_compaction_while_away_forces_a_relist_that_drops_deleted_keys(
-    fleet: tuple[SwitchableStore, SnapshotWatcher], fake_clock: FakeClock
+    fleet: tuple[OutageStore[MemoryStore], SnapshotWatcher], fake_clock: FakeClock
 ) -> None:
     store, watcher = fleet
-    store.set_down(True)
+    store.down = True
     await asyncio.wait_for(watcher.wait_stale(True), 5)
-    store.set_down(False)  # back, but the watcher is still in its backoff sleep
+    store.down = False  # back, but the watcher is still in its backoff sleep
     await store.delete(keys.gpu("eu-west", "eu-west-a", "gpu-1"))
     revision = await put_gpu(store, gpu("gpu-new"))
     await store.compact(revision)
