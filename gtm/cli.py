@@ -42,6 +42,7 @@ _COMMANDS: dict[str, _Entry] = {
     "drain": _Entry("Drain a region, zone or GPU.", "gtm.drain_cli:drain"),
     "undrain": _Entry("Undo a drain.", "gtm.drain_cli:undrain"),
     "audit": _Entry("Verify the hash-chained audit log.", "policies.cli:audit"),
+    "admin": _Entry("Admin API tokens (create, list, revoke).", "gtm.admin_cli:admin"),
     "chaos": _Entry("Fault proxy (Toxiproxy API) and game-day runner.", "chaos.cli:chaos"),
     "sim": _Entry("Run the discrete-event fleet simulator.", "fleetsim.sim_cli:sim"),
     "bench": _Entry("Side-by-side routing benchmarks.", "fleetsim.sim_cli:bench"),

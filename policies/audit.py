@@ -49,7 +49,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 from policies.errors import AuditChainError, AuditError
 from policies.residency import ResidencyQuery, Verdict
@@ -70,6 +70,13 @@ _PREV = b'"prev":"'
 _SEQ = b'","seq":'
 _RECORD = b',"record":'
 _PAYLOAD_START = len(_HEAD) + 64 + 2  # after '{"hash":"<64 hex>",'
+
+
+class ChainRecord(Protocol):
+    """What a chain line carries: :class:`AuditRecord` here; other logs (the admin audit
+    log of :mod:`gtm.admin_auth`) reuse the same chain format with their own record type."""
+
+    def to_json(self) -> dict[str, Any]: ...
 
 
 class FsyncPolicy(StrEnum):
@@ -175,7 +182,7 @@ def _canonical(data: Any) -> bytes:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
 
 
-def encode_line(seq: int, prev: str, record: AuditRecord) -> tuple[bytes, str]:
+def encode_line(seq: int, prev: str, record: ChainRecord) -> tuple[bytes, str]:
     """The line for ``record`` and its hash."""
     payload = b"%s%s%s%d%s%s" % (
         _PREV,
@@ -325,7 +332,7 @@ class AuditWriter:
             return Head(parsed.seq, parsed.hash)
         return Head(0, GENESIS)
 
-    def append(self, record: AuditRecord) -> Head:
+    def append(self, record: ChainRecord) -> Head:
         """Append ``record``; returns its position in the chain."""
         with self._lock:
             if self._lock_fd < 0:
