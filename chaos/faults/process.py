@@ -1,0 +1,90 @@
+"""``kill`` (SIGKILL, held down until rollback) and ``pause`` (SIGSTOP / SIGCONT).
+
+A kill first asks gtm up to *hold* the child (its supervisor would otherwise restart
+it after a backoff of ~0.5 s), then sends SIGKILL and waits until the pid is gone;
+rollback releases the hold, which restarts the child at once. A pause needs no hold:
+a stopped process does not exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from typing import Literal
+
+from chaos.deployment import Deployment
+from chaos.faults.base import FaultError, Injected, SpecBase, TierName
+
+#: How long a killed process may take to disappear (it is SIGKILLed: milliseconds).
+GONE_WITHIN_S = 5.0
+_POLL_S = 0.02
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie (a zombie is dead for our purposes)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            state = stat.read().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+async def wait_gone(pid: int, limit_s: float = GONE_WITHIN_S) -> None:
+    """Wait until ``pid`` is gone (its parent, gtm up, reaps it)."""
+    deadline = time.monotonic() + limit_s
+    while pid_alive(pid):
+        if time.monotonic() > deadline:
+            raise FaultError(f"pid {pid} is still alive {limit_s:.0f} s after SIGKILL")
+        await asyncio.sleep(_POLL_S)
+
+
+async def _live_pid(deployment: Deployment, tier: str) -> int:
+    await deployment.refresh()
+    child = deployment.child(tier)
+    if child.pid is None:
+        raise FaultError(f"{tier} is not running (it may be held down by another fault)")
+    return child.pid
+
+
+class KillFault(SpecBase):
+    """SIGKILL a tier or GPU process and keep it down until rollback."""
+
+    kind: Literal["kill"] = "kill"
+    tier: TierName
+
+    async def inject(self, deployment: Deployment) -> Injected:
+        pid = await _live_pid(deployment, self.tier)
+        await deployment.hold(self.tier)
+        try:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            await wait_gone(pid)
+        except BaseException:
+            await deployment.release(self.tier)
+            raise
+
+        async def undo() -> None:
+            await deployment.release(self.tier)
+
+        return Injected(f"kill -9 {self.tier} (pid {pid}), held down", undo)
+
+
+class PauseFault(SpecBase):
+    """SIGSTOP a tier or GPU process; rollback sends SIGCONT."""
+
+    kind: Literal["pause"] = "pause"
+    tier: TierName
+
+    async def inject(self, deployment: Deployment) -> Injected:
+        pid = await _live_pid(deployment, self.tier)
+        os.kill(pid, signal.SIGSTOP)
+
+        async def undo() -> None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+        return Injected(f"SIGSTOP {self.tier} (pid {pid})", undo)
