@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -137,6 +138,7 @@ class Responder:
         self._last: tuple[Counter, Counter | None, bool] | None = None
         self._packets: dict[tuple[bytes, bool], _Fast] = {}
         self._per_client: dict[tuple[bytes, bool, IPAddress], _Fast] = {}
+        self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ entry point
 
@@ -170,11 +172,15 @@ class Responder:
                 if hit.scope is not None:
                     hit.scope.inc()
                 return packet[:2] + hit.tail
-        self._last = None
-        reply = self._respond_slow(packet, client, udp)
-        last = self._last
-        if reply is not None and last is not None:
-            self._remember(body, client, _Fast(reply[2:], *last))
+        # One slow path at a time: UDP is answered in a thread of its own, TCP on the
+        # event loop; the caches and ``_last`` are shared. The fast path above only
+        # reads (a dict swapped by ``_reset`` is replaced whole, never mutated).
+        with self._lock:
+            self._last = None
+            reply = self._respond_slow(packet, client, udp)
+            last = self._last
+            if reply is not None and last is not None:
+                self._remember(body, client, _Fast(reply[2:], *last))
         return reply
 
     def _remember(self, body: tuple[bytes, bool], client: IPAddress, fast: _Fast) -> None:
@@ -272,13 +278,14 @@ class Responder:
         return counter
 
     def _reset(self, view: GlobalView | None) -> None:
-        self._view = view
+        # The view last: until it is set, the fast path (another thread) misses.
         self._packets = {}
         self._per_client = {}
         self._choices = {}
         self._answers = {}
         self._dns_allowed = {}
         self._names = {} if view is None else self.zone.names(view)
+        self._view = view
         # RFC 1982 serial: seconds since the epoch mod 2^32 grows with every view.
         self._serial = max(self._serial + 1, int(self._wall())) % (1 << 32)
         self._metrics.dns_rebuilds.inc()
