@@ -1,4 +1,4 @@
-"""``gtm chaos``: the fault proxy now, the game-day runner later.
+"""``gtm chaos``: the fault proxy and the game-day runner.
 
 ``gtm chaos proxy`` serves the Toxiproxy 2.x API. Like Toxiproxy it has no
 authentication, so it binds loopback unless ``--allow-remote`` says otherwise.
@@ -18,11 +18,16 @@ import click
 
 from chaos.proxy.server import FaultProxyServer
 from chaos.proxy.service import TOXIPROXY_VERSION, FaultProxyService
-from gtm.cli import EXIT_NOT_AVAILABLE
-from gtm.errors import ConfigError
+from gtm.errors import ConfigError, GtmError
 from gtm.metrics import new_registry
 
 log = logging.getLogger(__name__)
+
+#: ``gtm chaos run`` exit statuses: a criterion failed / the scenario file is invalid /
+#: Ctrl-C (128 + SIGINT).
+EXIT_FAILED = 1
+EXIT_BAD_SCENARIO = 2
+EXIT_INTERRUPTED = 130
 
 #: Toxiproxy's default API port (``cmd/server/server.go``).
 DEFAULT_PORT = 8474
@@ -119,19 +124,84 @@ async def _until_signalled() -> None:
             loop.remove_signal_handler(signum)
 
 
-@chaos.command(
-    name="run",
-    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+@chaos.command(name="run")
+@click.argument(
+    "scenario_file", metavar="SCENARIO.yaml", type=click.Path(dir_okay=False, path_type=Path)
 )
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def run_command(args: tuple[str, ...]) -> None:
-    """Run a game-day scenario (not available yet)."""
-    click.echo(
-        "gtm chaos run: not available yet — the scenario runner is being built as part "
-        "of the chaos work; `gtm chaos proxy` is available.",
-        err=True,
+@click.option(
+    "--report",
+    "report_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Directory for journal.json, summary.md and timeline.png "
+    "(default: reports/chaos/<scenario file name>).",
+)
+@click.option(
+    "--attach",
+    metavar="URL",
+    help="Use a running `gtm up --processes` (its status page URL) instead of launching one; "
+    "it is left running. The scenario's deployment section is then ignored.",
+)
+@click.option(
+    "--toxiproxy-url",
+    metavar="URL",
+    help="Toxiproxy API that network faults use (default: the deployment's own fault "
+    "proxy, from `gtm up --chaos-links`).",
+)
+@click.option(
+    "--run-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Keep the launched deployment's logs here (default: a temporary directory).",
+)
+@click.option("--check", is_flag=True, help="Only validate the scenario file, then exit.")
+def run_command(
+    scenario_file: Path,
+    report_dir: Path | None,
+    attach: str | None,
+    toxiproxy_url: str | None,
+    run_dir: Path | None,
+    check: bool,
+) -> None:
+    """Run a game-day scenario: launch (or --attach to) a multi-process deployment, check
+    the steady-state hypothesis before, inject the method's faults under load, always roll
+    them back, check after, and write a report. Exit status: 0 every criterion passed,
+    1 a criterion failed or the run could not complete, 2 the scenario file is invalid,
+    130 interrupted (faults rolled back, report written)."""
+    from chaos.scenario import ScenarioError, load_scenario
+
+    try:
+        scenario, topology = load_scenario(scenario_file)
+    except ScenarioError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_BAD_SCENARIO)
+    if check:
+        click.echo(f"{scenario_file}: valid ({scenario.title}, {len(scenario.method)} step(s))")
+        return
+    from chaos.runner import RunOptions, ScenarioRun
+    from gtm.clock import SystemClock
+
+    options = RunOptions(
+        report_dir=report_dir or Path("reports") / "chaos" / scenario_file.stem,
+        attach=attach,
+        toxiproxy_url=toxiproxy_url,
+        run_dir=run_dir,
     )
-    sys.exit(EXIT_NOT_AVAILABLE)
+    run = ScenarioRun(
+        scenario, str(scenario_file), topology, options, clock=SystemClock(), out=sys.stderr
+    )
+    try:
+        outcome = asyncio.run(run.run())
+    except KeyboardInterrupt:
+        click.echo(f"interrupted; report in {options.report_dir}", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except GtmError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_FAILED)
+    for m in outcome.results:
+        mark = "PASS" if m.passed else "FAIL"
+        click.echo(f"  {mark}  {m.name}: {m.value_text()} ({m.tolerance}) {m.detail}", err=True)
+    verdict = "PASS" if outcome.passed else f"FAIL ({outcome.status.value})"
+    click.echo(f"{scenario.title}: {verdict} — report {outcome.summary}", err=True)
+    sys.exit(0 if outcome.passed else EXIT_FAILED)
 
 
 __all__ = ["chaos", "is_loopback"]

@@ -2,7 +2,7 @@ import pytest
 from click.testing import CliRunner
 
 from chaos.cli import chaos, is_loopback
-from gtm.cli import EXIT_NOT_AVAILABLE, cli
+from gtm.cli import cli
 
 
 @pytest.mark.parametrize(
@@ -29,12 +29,6 @@ def test_non_loopback_host_is_refused_without_allow_remote() -> None:
     assert result.exit_code == 2
     assert "no authentication" in result.output
     assert "--allow-remote" in result.output
-
-
-def test_run_is_not_available_yet() -> None:
-    result = CliRunner().invoke(cli, ["chaos", "run", "scenario.yaml"])
-    assert result.exit_code == EXIT_NOT_AVAILABLE
-    assert "not available yet" in result.output
 
 
 def test_proxy_help_is_reachable_from_gtm() -> None:

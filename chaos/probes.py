@@ -1,0 +1,462 @@
+"""The steady-state probes: typed criteria with tolerances, and their arithmetic over a
+:class:`~chaos.journal.Journal`.
+
+Each probe is a frozen model (a member of the :data:`Probe` union, discriminated on
+``probe``) with a pure ``measure(journal) -> Measurement``. The runner calls them on the
+journal as it stands at the end of a phase; tests call them on synthetic journals.
+
+Windows: a probe looks at one phase (``before`` the first fault, ``during`` the faults,
+``after`` the last rollback, or ``all``), optionally skipping its first ``skip_s``
+seconds — the detection time a criterion allows (e.g. "TTFT p99 back in SLO ≤ 2H").
+A request belongs to the window it was *sent* in.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from chaos.journal import DnsRecord, FaultAction, Journal, Phase, RequestRecord
+from gtm.models import Frozen, Identifier
+from gtm.up.load import percentile
+
+
+class Window(StrEnum):
+    BEFORE = "before"
+    DURING = "during"
+    AFTER = "after"
+    ALL = "all"
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """A probe's result: the measured value, the tolerance as text, pass or fail, and
+    how many samples it is based on (a criterion measured on nothing fails)."""
+
+    name: str
+    value: float | None
+    tolerance: str
+    passed: bool
+    samples: int
+    detail: str = ""
+
+    def value_text(self) -> str:
+        if self.value is None:
+            return "–"
+        if float(self.value).is_integer():
+            return f"{int(self.value)}"
+        return f"{self.value:.4g}"
+
+
+def window_bounds(journal: Journal, window: Window, skip_s: float) -> tuple[float, float] | None:
+    """[start, end) of a window; None when the run never reached it."""
+    if window is Window.ALL:
+        start = journal.phase_start(Phase.BEFORE)
+        if start is None:
+            return None
+        end = journal.ended_at if journal.ended_at is not None else math.inf
+        return start + skip_s, end
+    bounds = journal.phase_window(Phase(window.value))
+    if bounds is None:
+        return None
+    return bounds[0] + skip_s, bounds[1]
+
+
+def requests_in(
+    journal: Journal, window: Window, skip_s: float, stream: str | None
+) -> list[RequestRecord] | None:
+    bounds = window_bounds(journal, window, skip_s)
+    if bounds is None:
+        return None
+    start, end = bounds
+    return [
+        r
+        for r in journal.requests
+        if start <= r.sent_at < end and (stream is None or r.stream == stream)
+    ]
+
+
+def dns_in(journal: Journal, window: Window, skip_s: float, name: str) -> list[DnsRecord] | None:
+    bounds = window_bounds(journal, window, skip_s)
+    if bounds is None:
+        return None
+    start, end = bounds
+    wanted = _fqdn(name)
+    return [d for d in journal.dns if start <= d.at < end and _fqdn(d.name) == wanted]
+
+
+def _fqdn(name: str) -> str:
+    return name.lower().rstrip(".") + "."
+
+
+def _not_reached(name: str, tolerance: str, window: Window) -> Measurement:
+    return Measurement(name, None, tolerance, False, 0, f"the run never reached {window.value}")
+
+
+class _Probe(Frozen):
+    #: Shown in the report; defaults to a description of the probe.
+    name: str = ""
+    window: Window = Window.ALL
+    skip_s: float = Field(default=0.0, ge=0.0)
+    #: Only requests of this load stream (None: all).
+    stream: str | None = None
+
+    def label(self, default: str) -> str:
+        where = f"{self.window.value}" + (f"+{self.skip_s:g}s" if self.skip_s else "")
+        scope = f", stream {self.stream}" if self.stream else ""
+        return self.name or f"{default} ({where}{scope})"
+
+
+class SuccessRate(_Probe):
+    """Share of requests that succeeded (after the client's retries, or on the first
+    attempt with ``first_attempt``)."""
+
+    probe: Literal["success_rate"] = "success_rate"
+    min: float = Field(ge=0.0, le=1.0)
+    first_attempt: bool = False
+
+    def measure(self, journal: Journal) -> Measurement:
+        label = self.label("success rate" + (" (first attempt)" if self.first_attempt else ""))
+        tolerance = f"≥ {100 * self.min:g} %"
+        found = requests_in(journal, self.window, self.skip_s, self.stream)
+        if found is None:
+            return _not_reached(label, tolerance, self.window)
+        if not found:
+            return Measurement(label, None, tolerance, False, 0, "no requests in the window")
+        ok = sum(1 for r in found if r.ok and (r.attempts == 1 or not self.first_attempt))
+        rate = ok / len(found)
+        return Measurement(
+            label, rate, tolerance, rate >= self.min, len(found), f"{ok}/{len(found)} succeeded"
+        )
+
+
+class TtftP99(_Probe):
+    """p99 time to first token of the successful requests, ms."""
+
+    probe: Literal["ttft_p99"] = "ttft_p99"
+    max_ms: float = Field(gt=0.0)
+
+    def measure(self, journal: Journal) -> Measurement:
+        label = self.label("TTFT p99 ms")
+        tolerance = f"≤ {self.max_ms:g} ms"
+        found = requests_in(journal, self.window, self.skip_s, self.stream)
+        if found is None:
+            return _not_reached(label, tolerance, self.window)
+        ttfts = [r.ttft_s for r in found if r.ok and r.ttft_s is not None]
+        p99 = percentile(ttfts, 99)
+        if p99 is None:
+            return Measurement(label, None, tolerance, False, 0, "no successful requests")
+        value = 1000.0 * p99
+        return Measurement(label, value, tolerance, value <= self.max_ms, len(ttfts))
+
+
+class ResidencyViolations(_Probe):
+    """Requests of a residency-bound stream served outside its allowed regions, plus
+    DNS answers for its jurisdiction's names that point outside them. Must be 0."""
+
+    probe: Literal["residency_violations"] = "residency_violations"
+    stream: str | None = Field(min_length=1)
+    allowed_regions: tuple[Identifier, ...] = Field(min_length=1)
+    #: Residency-bound DNS names (``eu.api.<zone>``) whose answers are audited too.
+    dns_names: tuple[str, ...] = ()
+    max: int = Field(default=0, ge=0)
+
+    def measure(self, journal: Journal) -> Measurement:
+        label = self.label("residency violations")
+        tolerance = f"≤ {self.max}"
+        found = requests_in(journal, self.window, self.skip_s, self.stream)
+        if found is None:
+            return _not_reached(label, tolerance, self.window)
+        allowed = set(self.allowed_regions)
+        bad_requests = [r for r in found if r.ok and r.region and r.region not in allowed]
+        bad_dns: list[DnsRecord] = []
+        answers = 0
+        for name in self.dns_names:
+            records = dns_in(journal, self.window, self.skip_s, name) or []
+            answers += len(records)
+            bad_dns += [d for d in records if any(g not in allowed for g in d.regions)]
+        count = len(bad_requests) + len(bad_dns)
+        samples = len(found) + answers
+        detail = f"{len(bad_requests)} requests, {len(bad_dns)} DNS answers outside " + ",".join(
+            self.allowed_regions
+        )
+        return Measurement(
+            label, float(count), tolerance, count <= self.max and samples > 0, samples, detail
+        )
+
+
+class RefusalCodes(_Probe):
+    """Failed requests of a stream must fail with one of these statuses (fail closed:
+    451 residency refusal, 503 no capacity in-jurisdiction) — never hang, never 5xx
+    from a crash. Measured: failures with any other status."""
+
+    probe: Literal["refusal_codes"] = "refusal_codes"
+    allowed_statuses: tuple[int, ...] = Field(min_length=1)
+    max: int = Field(default=0, ge=0)
+
+    def measure(self, journal: Journal) -> Measurement:
+        label = self.label("failures with other statuses")
+        tolerance = f"≤ {self.max} (allowed {', '.join(map(str, self.allowed_statuses))})"
+        found = requests_in(journal, self.window, self.skip_s, self.stream)
+        if found is None:
+            return _not_reached(label, tolerance, self.window)
+        failed = [r for r in found if not r.ok]
+        bad = [r for r in failed if r.status not in self.allowed_statuses]
+        reasons = sorted({f"{r.status}:{r.reason}" for r in bad})
+        detail = f"{len(failed)} failed; other: {', '.join(reasons[:5])}" if bad else ""
+        return Measurement(
+            label,
+            float(len(bad)),
+            tolerance,
+            len(bad) <= self.max,
+            len(found),
+            detail or f"{len(failed)} failed, all with allowed statuses",
+        )
+
+
+class RequestsLost(_Probe):
+    """Requests that failed after every client attempt."""
+
+    probe: Literal["requests_lost"] = "requests_lost"
+    max: int = Field(ge=0)
+
+    def measure(self, journal: Journal) -> Measurement:
+        label = self.label("requests lost")
+        tolerance = f"≤ {self.max}"
+        found = requests_in(journal, self.window, self.skip_s, self.stream)
+        if found is None:
+            return _not_reached(label, tolerance, self.window)
+        lost = [r for r in found if not r.ok]
+        reasons = sorted({r.reason or str(r.status) for r in lost})
+        return Measurement(
+            label,
+            float(len(lost)),
+            tolerance,
+            len(lost) <= self.max and bool(found),
+            len(found),
+            ", ".join(reasons[:5]),
+        )
+
+
+class RetryRatio(_Probe):
+    """Extra attempts per request (Google SRE: per-client retries < 10 %)."""
+
+    probe: Literal["retry_ratio"] = "retry_ratio"
+    max: float = Field(ge=0.0)
+
+    def measure(self, journal: Journal) -> Measurement:
+        label = self.label("retry ratio")
+        tolerance = f"≤ {self.max:g}"
+        found = requests_in(journal, self.window, self.skip_s, self.stream)
+        if found is None:
+            return _not_reached(label, tolerance, self.window)
+        if not found:
+            return Measurement(label, None, tolerance, False, 0, "no requests in the window")
+        extra = sum(r.attempts - 1 for r in found)
+        ratio = extra / len(found)
+        return Measurement(
+            label,
+            ratio,
+            tolerance,
+            ratio <= self.max,
+            len(found),
+            f"{extra} retries for {len(found)} requests",
+        )
+
+
+class SpillShare(_Probe):
+    """Share of successful requests a regional LB spilled to another region."""
+
+    probe: Literal["spill_share"] = "spill_share"
+    max: float = Field(ge=0.0, le=1.0)
+    #: Only spills out of these regions count (empty: all).
+    from_regions: tuple[Identifier, ...] = ()
+
+    def measure(self, journal: Journal) -> Measurement:
+        label = self.label("spill share")
+        tolerance = f"≤ {100 * self.max:g} %"
+        found = requests_in(journal, self.window, self.skip_s, self.stream)
+        if found is None:
+            return _not_reached(label, tolerance, self.window)
+        ok = [r for r in found if r.ok]
+        if not ok:
+            return Measurement(label, None, tolerance, False, 0, "no successful requests")
+        spilled = [r for r in ok if r.spilled_from and self._counts(r.spilled_from)]
+        share = len(spilled) / len(ok)
+        return Measurement(
+            label, share, tolerance, share <= self.max, len(ok), f"{len(spilled)}/{len(ok)} spilled"
+        )
+
+    def _counts(self, spilled_from: str) -> bool:
+        origin = spilled_from.split(",")[0]
+        return not self.from_regions or origin in self.from_regions
+
+
+class DnsAnswers(_Probe):
+    """Audit the answers for one DNS name: none may contain an excluded region, each
+    must contain the required ones, and (unless ``allow_empty``) none may be empty
+    (NODATA/NXDOMAIN) — fail open means an answer is always given."""
+
+    probe: Literal["dns_answers"] = "dns_answers"
+    dns_name: str = Field(min_length=1, max_length=253)
+    exclude_regions: tuple[Identifier, ...] = ()
+    require_regions: tuple[Identifier, ...] = ()
+    allow_empty: bool = True
+    max: int = Field(default=0, ge=0)
+
+    def measure(self, journal: Journal) -> Measurement:
+        label = self.label(f"bad DNS answers for {self.dns_name}")
+        tolerance = f"≤ {self.max}"
+        found = dns_in(journal, self.window, self.skip_s, self.dns_name)
+        if found is None:
+            return _not_reached(label, tolerance, self.window)
+        bad = [d for d in found if not self._good(d)]
+        detail = (
+            f"{len(bad)}/{len(found)} bad; first at t={bad[0].at:.2f}s: "
+            f"{bad[0].rcode} {','.join(bad[0].regions) or 'no answer'}"
+            if bad
+            else f"{len(found)} answers checked"
+        )
+        return Measurement(
+            label,
+            float(len(bad)),
+            tolerance,
+            len(bad) <= self.max and bool(found),
+            len(found),
+            detail,
+        )
+
+    def _good(self, record: DnsRecord) -> bool:
+        if not record.regions:
+            return self.allow_empty and not self.require_regions
+        if any(r in self.exclude_regions for r in record.regions):
+            return False
+        return all(r in record.regions for r in self.require_regions)
+
+
+class FailoverTime(_Probe):
+    """Time from a fault's injection to the last request or DNS answer that still went
+    to the dead target: the last answer naming a target region, the last request
+    served by one, or the last request that needed a retry or failed (its attempt hit
+    the dead target). 0 when nothing went there after the fault."""
+
+    probe: Literal["failover_time"] = "failover_time"
+    #: The method step whose injection starts the clock.
+    step: str = Field(min_length=1)
+    max_s: float = Field(gt=0.0)
+    #: Dead targets (regions); default: what the fault reports as its targets.
+    targets: tuple[str, ...] = ()
+    #: DNS names whose answers are watched (default: every name polled).
+    dns_names: tuple[str, ...] = ()
+
+    def measure(self, journal: Journal) -> Measurement:
+        label = self.name or f"failover time after {self.step}"
+        tolerance = f"≤ {self.max_s:g} s"
+        inject = next(
+            (
+                f
+                for f in journal.faults
+                if f.step == self.step and f.action is FaultAction.INJECT and not f.error
+            ),
+            None,
+        )
+        if inject is None:
+            return Measurement(label, None, tolerance, False, 0, f"step {self.step} never injected")
+        end = next(
+            (
+                f.at
+                for f in journal.faults
+                if f.step == self.step and f.action is FaultAction.ROLLBACK
+            ),
+            journal.ended_at if journal.ended_at is not None else math.inf,
+        )
+        targets = set(self.targets or inject.targets)
+        names = {_fqdn(n) for n in self.dns_names}
+        last, samples, culprit = inject.at, 0, "nothing went to the dead target"
+        for d in journal.dns:
+            if inject.at <= d.at < end and (not names or _fqdn(d.name) in names):
+                samples += 1
+                if targets.intersection(d.regions) and d.at > last:
+                    last, culprit = d.at, f"DNS {d.name} → {','.join(d.regions)}"
+        for r in journal.requests:
+            if inject.at <= r.sent_at < end:
+                samples += 1
+                hit = (r.ok and r.region in targets) or r.attempts > 1 or not r.ok
+                if hit and r.sent_at > last:
+                    last, culprit = r.sent_at, _describe(r)
+        value = last - inject.at
+        return Measurement(
+            label,
+            value,
+            tolerance,
+            value <= self.max_s and samples > 0,
+            samples,
+            f"last: {culprit}",
+        )
+
+
+def _describe(record: RequestRecord) -> str:
+    if record.ok:
+        where = record.region + (
+            f" after {record.attempts} attempts" if record.attempts > 1 else ""
+        )
+        return f"request at t={record.sent_at:.2f}s served by {where}"
+    return f"request at t={record.sent_at:.2f}s failed ({record.status} {record.reason})"
+
+
+class Oscillation(_Probe):
+    """How often a region entered or left the answers for a DNS name (failback: the
+    region comes back once — 1 change — and stays). Measured: changes in the window."""
+
+    probe: Literal["oscillation"] = "oscillation"
+    dns_name: str = Field(min_length=1, max_length=253)
+    region: Identifier
+    max: int = Field(ge=0)
+
+    def measure(self, journal: Journal) -> Measurement:
+        label = self.label(f"{self.region} in/out changes for {self.dns_name}")
+        tolerance = f"≤ {self.max}"
+        found = dns_in(journal, self.window, self.skip_s, self.dns_name)
+        if found is None:
+            return _not_reached(label, tolerance, self.window)
+        changes = count_changes([self.region in d.regions for d in found if d.rcode == "NOERROR"])
+        return Measurement(
+            label, float(changes), tolerance, changes <= self.max and bool(found), len(found)
+        )
+
+
+def count_changes(states: Sequence[bool]) -> int:
+    """Number of flips in a sequence of states."""
+    return sum(1 for a, b in itertools.pairwise(states) if a != b)
+
+
+Probe = Annotated[
+    SuccessRate
+    | TtftP99
+    | ResidencyViolations
+    | RefusalCodes
+    | RequestsLost
+    | RetryRatio
+    | SpillShare
+    | DnsAnswers
+    | FailoverTime
+    | Oscillation,
+    Field(discriminator="probe"),
+]
+
+
+def measure_all(probes: Sequence[Probe], journal: Journal) -> list[Measurement]:
+    return [p.measure(journal) for p in probes]
+
+
+def request_counts(journal: Journal) -> tuple[int, int, int]:
+    """(requests, lost, retried) of the whole run."""
+    lost = sum(1 for r in journal.requests if not r.ok)
+    retried = sum(1 for r in journal.requests if r.attempts > 1)
+    return len(journal.requests), lost, retried

@@ -1,0 +1,408 @@
+"""``gtm chaos run``: one game day, start to report.
+
+1. launch ``gtm up --processes`` (or attach to a running one) — :mod:`chaos.deployment`;
+2. start the load (:mod:`chaos.traffic`) and the DNS poller; t = 0 is the load's start;
+3. run the method: each step's fault is injected at its ``at_s`` and rolled back after
+   its ``duration_s``; right before the first injection the ``before`` probes are the
+   gate — if they fail nothing is injected and the run is *aborted*;
+4. whatever happens — a step that raises, Ctrl-C — every fault still in force is rolled
+   back (in reverse order, each on its own: one failed rollback does not skip the rest);
+5. when the load is done, every probe is measured on the journal and the report is
+   written (:mod:`chaos.report`).
+
+The method executor (:func:`run_method`) takes the injection as a function, so the
+rollback guarantees are tested with fakes and a :class:`~gtm.clock.FakeClock`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, TextIO
+from urllib.parse import urlsplit
+
+from chaos.deployment import Deployment, LaunchSpec
+from chaos.journal import (
+    FaultAction,
+    FaultRecord,
+    Journal,
+    NoteRecord,
+    Phase,
+    PhaseRecord,
+    RunStatus,
+)
+from chaos.probes import Measurement, Window, measure_all
+from chaos.progress import ProgressLine
+from chaos.report import collect_environment, verdict, write_report
+from chaos.scenario import Scenario, Step
+from chaos.traffic import DnsPoller, Planned, Traffic, plan
+from fleetsim.traces import load_trace
+from gtm.clock import Clock
+from gtm.errors import GtmError
+from gtm.metrics import new_registry
+from gtm.tasks import TaskSupervisor
+
+log = logging.getLogger(__name__)
+
+#: How often the live line is redrawn, s.
+PROGRESS_INTERVAL_S = 0.5
+
+
+class FaultHandle(Protocol):
+    """What an injected fault gives back (:class:`chaos.faults.base.Injected`)."""
+
+    def describe(self) -> str: ...
+
+    async def rollback(self) -> None: ...
+
+
+Injector = Callable[[Step], Awaitable[FaultHandle]]
+
+
+def fault_targets(step: Step) -> tuple[str, ...]:
+    """The regions (or zones, GPUs) a fault takes away, from its spec's fields:
+    ``region``, ``zone``, ``gpu``, or a tier ``regional/<region>`` / ``zone/<zone>``."""
+    fault = step.fault
+    found: list[str] = []
+    for name in ("region", "zone", "gpu"):
+        value = getattr(fault, name, None)
+        if isinstance(value, str):
+            found.append(value)
+    tier = getattr(fault, "tier", None)
+    if isinstance(tier, str) and "/" in tier:
+        found.append(tier.split("/", 1)[1])
+    return tuple(found)
+
+
+class Timeline:
+    """Run time (s since the load started) on the injected clock, and phase changes."""
+
+    def __init__(self, clock: Clock, journal: Journal, t0: float) -> None:
+        self.clock = clock
+        self.journal = journal
+        self.t0 = t0
+        self.phase = Phase.SETUP
+
+    def now(self) -> float:
+        return self.clock.monotonic() - self.t0
+
+    async def until(self, at: float) -> None:
+        delay = at - self.now()
+        if delay > 0:
+            await self.clock.sleep(delay)
+
+    def enter(self, phase: Phase) -> None:
+        self.phase = phase
+        self.journal.phases.append(PhaseRecord(self.now(), phase))
+
+    def note(self, text: str) -> None:
+        self.journal.notes.append(NoteRecord(self.now(), text))
+
+
+@dataclass(frozen=True, slots=True)
+class _Event:
+    at: float
+    order: int
+    action: FaultAction
+    step: Step
+
+
+def _events(steps: Sequence[Step]) -> list[_Event]:
+    events = [_Event(s.at_s, 1, FaultAction.INJECT, s) for s in steps]
+    events += [
+        _Event(s.at_s + s.duration_s, 0, FaultAction.ROLLBACK, s)
+        for s in steps
+        if s.duration_s is not None
+    ]
+    # At equal times a rollback goes first: a fault ending as another starts.
+    return sorted(events, key=lambda e: (e.at, e.order))
+
+
+async def _rollback(timeline: Timeline, step: Step, handle: FaultHandle) -> None:
+    error = ""
+    try:
+        await handle.rollback()
+    except (GtmError, OSError) as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        log.error("rollback of %s failed: %s", step.id, error)
+    timeline.journal.faults.append(
+        FaultRecord(
+            timeline.now(),
+            FaultAction.ROLLBACK,
+            step.id,
+            step.fault.kind,
+            handle.describe(),
+            fault_targets(step),
+            error,
+        )
+    )
+
+
+async def run_method(
+    steps: Sequence[Step],
+    inject: Injector,
+    timeline: Timeline,
+    gate: Callable[[], Sequence[Measurement]],
+) -> RunStatus:
+    """Inject and roll back on the timeline; returns completed, aborted (the gate
+    failed) or failed (an injection raised). Every fault in force is rolled back on
+    every way out, Ctrl-C (cancellation) included."""
+    injected: dict[str, FaultHandle] = {}
+    status = RunStatus.COMPLETED
+    try:
+        for event in _events(steps):
+            await timeline.until(event.at)
+            step = event.step
+            if event.action is FaultAction.ROLLBACK:
+                handle = injected.pop(step.id, None)
+                if handle is not None:
+                    await _rollback(timeline, step, handle)
+                continue
+            if timeline.phase is not Phase.DURING:
+                failed = [m for m in gate() if not m.passed]
+                if failed:
+                    timeline.note(
+                        "steady state not met before the first fault; nothing injected: "
+                        + "; ".join(f"{m.name} = {m.value_text()} ({m.tolerance})" for m in failed)
+                    )
+                    return RunStatus.ABORTED
+                timeline.enter(Phase.DURING)
+            try:
+                handle = await inject(step)
+            except GtmError as exc:
+                timeline.journal.faults.append(
+                    FaultRecord(
+                        timeline.now(),
+                        FaultAction.INJECT,
+                        step.id,
+                        step.fault.kind,
+                        f"{step.fault.kind} failed",
+                        fault_targets(step),
+                        f"{type(exc).__name__}: {exc}",
+                    )
+                )
+                status = RunStatus.FAILED
+                return status
+            injected[step.id] = handle
+            timeline.journal.faults.append(
+                FaultRecord(
+                    timeline.now(),
+                    FaultAction.INJECT,
+                    step.id,
+                    step.fault.kind,
+                    handle.describe(),
+                    fault_targets(step),
+                )
+            )
+        return status
+    finally:
+        for step_id in reversed(list(injected)):
+            step = next(s for s in steps if s.id == step_id)
+            await _rollback(timeline, step, injected.pop(step_id))
+        if status is not RunStatus.ABORTED and timeline.phase is Phase.DURING:
+            timeline.enter(Phase.AFTER)
+
+
+# ---------------------------------------------------------------------------- the run
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    report_dir: Path
+    attach: str | None = None
+    toxiproxy_url: str | None = None
+    run_dir: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunOutcome:
+    status: RunStatus
+    passed: bool
+    results: tuple[Measurement, ...]
+    summary: Path
+
+
+def region_by_address(deployment: Deployment) -> dict[str, str]:
+    """DNS answers are regional LB addresses; which region each one is."""
+    return {(urlsplit(r.url).hostname or r.url): name for name, r in deployment.regions.items()}
+
+
+class _Deployment(Deployment):
+    """The deployment handle, with ``--toxiproxy-url`` in place of its own fault proxy
+    (so the network faults drive a real Toxiproxy when one is given)."""
+
+    toxiproxy_url: str | None = None
+
+    @property
+    def chaos_api_url(self) -> str | None:
+        return self.toxiproxy_url or super().chaos_api_url
+
+
+def _open_deployment(scenario: Scenario, topology: Path | None, options: RunOptions) -> Deployment:
+    if options.attach is not None:
+        handle = _Deployment.attach(options.attach)
+    else:
+        handle = _Deployment.launch(_launch_spec(scenario, topology, options))
+    if isinstance(handle, _Deployment):
+        handle.toxiproxy_url = options.toxiproxy_url
+    return handle
+
+
+def _launch_spec(scenario: Scenario, topology: Path | None, options: RunOptions) -> LaunchSpec:
+    spec = scenario.deployment
+    return LaunchSpec(
+        topology=topology,
+        speedup=spec.speedup,
+        etcd_members=spec.etcd_members,
+        chaos_links=spec.chaos_links,
+        ready_timeout_s=spec.ready_timeout_s,
+        scrape_interval_s=spec.scrape_interval_s,
+        run_dir=options.run_dir,
+    )
+
+
+def _describe_deployment(scenario: Scenario, topology: Path | None, options: RunOptions) -> str:
+    if options.attach is not None:
+        return f"attached to {options.attach}"
+    spec = scenario.deployment
+    links = ",".join(k.value for k in spec.chaos_links) or "none"
+    return (
+        f"gtm up --processes, topology {topology or 'example'}, speedup {spec.speedup:g}×, "
+        f"{spec.etcd_members} etcd member(s), chaos links {links}"
+    )
+
+
+class ScenarioRun:
+    """One run of one scenario (use once)."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        source: str,
+        topology: Path | None,
+        options: RunOptions,
+        *,
+        clock: Clock,
+        out: TextIO,
+    ) -> None:
+        self.scenario = scenario
+        self.source = source
+        self.topology = topology
+        self.options = options
+        self.clock = clock
+        self.progress = ProgressLine(out)
+        self.journal = Journal(t0_wall=clock.wall())
+        self.timeline = Timeline(clock, self.journal, clock.monotonic())
+        self._traffic: Traffic | None = None
+
+    async def run(self) -> RunOutcome:
+        scenario, timeline = self.scenario, self.timeline
+        trace = load_trace(scenario.load.trace)
+        planned = plan(scenario.load, trace)
+        status = RunStatus.FAILED
+        self.progress.message(
+            f"gtm chaos run: {scenario.title} — {len(planned)} requests over "
+            f"{scenario.load.duration_s:g} s, {len(scenario.method)} fault step(s)"
+        )
+        try:
+            async with _open_deployment(scenario, self.topology, self.options) as deployment:
+                status = await self._with(deployment, planned)
+        except asyncio.CancelledError:
+            status = RunStatus.INTERRUPTED
+            timeline.note("interrupted (Ctrl-C): faults rolled back, deployment stopped")
+            raise
+        except GtmError as exc:
+            status = RunStatus.FAILED
+            timeline.note(f"run failed: {type(exc).__name__}: {exc}")
+            self.progress.message(f"error: {exc}")
+        finally:
+            outcome = self._finish(status)
+        return outcome
+
+    async def _with(self, deployment: Deployment, planned: Sequence[Planned]) -> RunStatus:
+        scenario, timeline = self.scenario, self.timeline
+        # t = 0: the load starts now; start-up notes before it have negative times.
+        setup = timeline.now()
+        timeline.t0 = self.clock.monotonic()
+        self.journal.t0_wall = self.clock.wall()
+        timeline.journal.notes.append(
+            NoteRecord(
+                -setup,
+                f"deployment ready ({_describe_deployment(scenario, self.topology, self.options)})",
+            )
+        )
+        timeline.enter(Phase.BEFORE)
+        supervisor = TaskSupervisor(registry=new_registry(), clock=self.clock, component="chaos")
+        traffic = Traffic(
+            scenario.load,
+            planned,
+            deployment.front_door_url,
+            self.journal,
+            clock=self.clock,
+            t0=timeline.t0,
+            supervisor=supervisor,
+        )
+        self._traffic = traffic
+        poller = DnsPoller(
+            scenario.dns,
+            (deployment.dns.host, deployment.dns.port),
+            region_by_address(deployment),
+            self.journal,
+            clock=self.clock,
+            t0=timeline.t0,
+        )
+        try:
+            load = supervisor.spawn("load", traffic.run())
+            if scenario.dns.names:
+                supervisor.run_loop("dns", poller.poll_once, interval=scenario.dns.interval_s)
+            supervisor.run_loop("progress", self._draw, interval=PROGRESS_INTERVAL_S)
+
+            async def inject(step: Step) -> FaultHandle:
+                self.progress.message(
+                    f"{timeline.now():6.1f} s  inject {step.id}: {step.fault.kind}"
+                )
+                return await step.fault.inject(deployment)
+
+            gate_probes = [p for p in scenario.hypothesis if p.window is Window.BEFORE]
+            status = await run_method(
+                scenario.steps(),
+                inject,
+                timeline,
+                lambda: measure_all(gate_probes, self.journal),
+            )
+            if status is RunStatus.COMPLETED:
+                await load
+            else:
+                load.cancel()
+            timeline.enter(Phase.TEARDOWN)
+            return status
+        finally:
+            await supervisor.aclose()
+
+    async def _draw(self) -> None:
+        in_flight = self._traffic.in_flight if self._traffic is not None else 0
+        self.progress.update(self.journal, self.timeline.now(), self.timeline.phase, in_flight)
+
+    def _finish(self, status: RunStatus) -> RunOutcome:
+        timeline = self.timeline
+        if not self.journal.phases or self.journal.phases[-1].phase is not Phase.TEARDOWN:
+            timeline.enter(Phase.TEARDOWN)
+        self.journal.ended_at = self.journal.phases[-1].at
+        self.progress.finish()
+        results = tuple(measure_all(self.scenario.hypothesis, self.journal))
+        environment = collect_environment(
+            _describe_deployment(self.scenario, self.topology, self.options)
+        )
+        summary = write_report(
+            self.options.report_dir,
+            self.scenario,
+            self.source,
+            self.journal,
+            results,
+            status,
+            environment,
+        )
+        return RunOutcome(status, verdict(status, results), results, summary)
