@@ -391,6 +391,10 @@ class Principal:
     role: Role
 
 
+#: Where :func:`admin_middleware` leaves the :class:`Principal` for the handler.
+PRINCIPAL_KEY = web.RequestKey("gtm.admin.principal", Principal)
+
+
 class AdminGuard:
     """Authenticates admin requests and audits every one.
 
@@ -531,6 +535,7 @@ def admin_middleware(
         except ApiError as exc:
             guard.record(request, principal, exc.status)
             return answer(exc)
+        request[PRINCIPAL_KEY] = principal
         try:
             response = await handler(request)
             status = response.status

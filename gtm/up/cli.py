@@ -14,8 +14,15 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
+from gtm.admin_auth import (
+    TOKEN_FILE_NAME,
+    AdminAuthError,
+    AdminGuard,
+    default_admin_dir,
+    ensure_local_operator_token,
+)
 from gtm.clock import SystemClock
-from gtm.errors import GtmError
+from gtm.errors import ConfigError, GtmError
 from gtm.topology import example_text
 from gtm.up.banner import Listeners, demo_keys, render
 from gtm.up.config import DEFAULT_DNS_LISTEN, DEFAULT_HTTP_LISTEN, UpConfig
@@ -98,11 +105,20 @@ EXIT_INTERRUPTED = 130
     help="Keep logs and the audit trail here (default: a temporary directory, removed).",
 )
 @click.option(
+    "--admin-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    envvar="GTM_ADMIN_DIR",
+    help="Admin token directory: the drain API needs an operator token from "
+    f"{TOKEN_FILE_NAME} here; one is created on first run in operator.token "
+    "(default: ~/.config/gtm/admin).",
+)
+@click.option(
     "--print-topology",
     is_flag=True,
     help="Print the topology (the example, or --topology) as YAML and exit.",
 )
-def up(print_topology: bool, **options: Any) -> None:
+def up(print_topology: bool, admin_dir: Path | None, **options: Any) -> None:
     """Start a whole local multi-region deployment: the example topology (six regions on
     four continents, two zones each, emulated GPUs of mixed types), every tier, GeoDNS
     and the HTTP front door; print where everything listens. Ctrl-C stops it cleanly."""
@@ -139,7 +155,12 @@ def up(print_topology: bool, **options: Any) -> None:
     status = EXIT_FAILED
     try:
         _quiet_console(plan)
-        status = asyncio.run(_run(plan))
+        try:
+            guard = _admin_guard(admin_dir or default_admin_dir(), plan)
+        except GtmError as exc:
+            click.echo(f"gtm up: {exc}", err=True)
+            sys.exit(EXIT_FAILED)
+        status = asyncio.run(_run(plan, guard))
     except KeyboardInterrupt:
         # Ctrl-C before the event loop's own handlers were in place: nothing had
         # started yet that needs stopping.
@@ -169,7 +190,28 @@ def _quiet_console(plan: Plan) -> None:
     root.addHandler(file_handler)
 
 
-async def _run(plan: Plan) -> int:
+def _admin_guard(directory: Path, plan: Plan) -> AdminGuard:
+    """The drain API's guard: tokens from ``directory`` (an operator token is created
+    there on first run), actions audited in the run directory's ``admin-audit`` chain."""
+    clock = SystemClock()
+    try:
+        token_path, created = ensure_local_operator_token(directory, now=clock.wall())
+        guard = AdminGuard.from_options(
+            token_file=directory / TOKEN_FILE_NAME,
+            audit_dir=plan.run_dir / "admin-audit",
+            clock=clock,
+        )
+    except (AdminAuthError, OSError) as exc:
+        raise ConfigError(f"--admin-dir {directory}: {exc}") from None
+    click.echo(
+        f"gtm up: {'created' if created else 'using'} the admin operator token {token_path} "
+        "(drain API: send it as 'Authorization: Bearer …', or use `gtm drain --api`)",
+        err=True,
+    )
+    return guard
+
+
+async def _run(plan: Plan, guard: AdminGuard) -> int:
     """Start, wait for readiness, print the banner, serve until a signal; stop."""
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
@@ -186,7 +228,7 @@ async def _run(plan: Plan) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, on_signal)
     clock = SystemClock()
-    status = StatusPage(plan.deployment, clock=clock)
+    status = StatusPage(plan.deployment, clock=clock, guard=guard)
     fleet = _fleet(plan, clock, status)
     try:
         listeners = await fleet.start()
@@ -225,6 +267,7 @@ async def _run(plan: Plan) -> int:
     finally:
         await status.aclose()
         await fleet.stop()
+        guard.close()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
 

@@ -15,7 +15,9 @@ page (``static/status.html``, with the world map of :mod:`gtm.up.worldmap` inlin
 
 ``POST``/``DELETE /api/v1/drains/{region|zone|gpu}/{id}`` drain and undrain through the
 deployment's own store — the way to drain the embedded (in-memory) store, which no
-other process can reach. Only loopback clients may use it.
+other process can reach. They are admin APIs (:mod:`gtm.admin_auth`): ``gtm up`` requires
+an operator bearer token (it creates one on first run); without a guard only loopback
+clients may use them. Every call is audited.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import getpass
-import ipaddress
 import json
 import logging
 import time
@@ -37,6 +38,13 @@ import aiohttp
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
+from gtm.admin_auth import (
+    LOOPBACK_PRINCIPAL,
+    PRINCIPAL_KEY,
+    AdminGuard,
+    admin_middleware,
+    path_prefix,
+)
 from gtm.clock import Clock
 from gtm.errors import StateError
 from gtm.metrics import new_registry
@@ -308,20 +316,19 @@ def page_html() -> str:
     return html.replace("{{WORLD_PATH}}", world["path"])
 
 
-def _is_loopback(peer: str | None) -> bool:
-    try:
-        return ipaddress.ip_address((peer or "").partition("%")[0]).is_loopback
-    except ValueError:
-        return False
-
-
 class StatusPage:
     """Routes on an aiohttp app (:meth:`install`), fed once :meth:`attach`-ed to a
     running deployment; :meth:`aclose` stops its loops."""
 
-    def __init__(self, deployment: Deployment, *, clock: Clock) -> None:
+    #: The admin routes: guarded and audited by :attr:`guard`.
+    ADMIN_PREFIX = "/api/v1/drains/"
+
+    def __init__(
+        self, deployment: Deployment, *, clock: Clock, guard: AdminGuard | None = None
+    ) -> None:
         self._deployment = deployment
         self._clock = clock
+        self.guard = guard if guard is not None else AdminGuard(tokens=None, clock=clock)
         self._registry = new_registry()
         self._supervisor = TaskSupervisor(registry=self._registry, clock=clock, component="status")
         self._html = page_html()
@@ -333,6 +340,7 @@ class StatusPage:
         self._document: dict[str, Any] | None = None
 
     def install(self, app: web.Application) -> None:
+        app.middlewares.append(admin_middleware(self.guard, path_prefix(self.ADMIN_PREFIX)))
         app.router.add_get("/status", self._page)
         app.router.add_get("/status/", self._page)
         app.router.add_get("/api/v1/fleet", self._fleet)
@@ -398,8 +406,6 @@ class StatusPage:
         return web.json_response(self._document, headers={"Cache-Control": "no-store"})
 
     def _drain_key(self, request: web.Request) -> tuple[DrainTarget, str, str] | web.Response:
-        if not _is_loopback(request.remote):
-            return web.json_response({"error": "drains only from loopback"}, status=403)
         if self._store is None:
             return web.json_response({"error": "starting"}, status=503)
         target_text, target_id = request.match_info["target"], request.match_info["id"]
@@ -422,8 +428,12 @@ class StatusPage:
             return parsed
         target, target_id, key = parsed
         by = "gtm up"
-        with contextlib.suppress(KeyError, OSError):
-            by = getpass.getuser()
+        principal = request.get(PRINCIPAL_KEY)
+        if principal is not None and principal.who != LOOPBACK_PRINCIPAL:
+            by = f"admin-token:{principal.who}"
+        else:
+            with contextlib.suppress(KeyError, OSError):
+                by = getpass.getuser()
         record = Drain(target=target, id=target_id, reason="status page", by=by, at=time.time())
         assert self._store is not None
         try:

@@ -54,6 +54,12 @@ class Up:
     http_port: int
     banner: str
     topology: Topology
+    admin_dir: Path
+
+    def admin_headers(self) -> dict[str, str]:
+        """The operator token ``gtm up`` created for its drain API."""
+        token = (self.admin_dir / "operator.token").read_text().strip()
+        return {"Authorization": f"Bearer {token}"}
 
     @property
     def base_url(self) -> str:
@@ -105,6 +111,7 @@ async def running_up(
             *("--topology", str(topology_path)),
             *("--dns-listen", f"127.0.0.1:{dns_port}", "--http-listen", f"127.0.0.1:{http_port}"),
             *("--run-dir", str(tmp_path / "run")),
+            *("--admin-dir", str(tmp_path / "admin")),
             *args,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
@@ -116,7 +123,9 @@ async def running_up(
             banner = await asyncio.wait_for(_read_banner(process), START_TIMEOUT_S)
         except (TimeoutError, AssertionError) as exc:
             raise AssertionError(f"{exc}\nstderr:\n{stderr_path.read_text()[-4000:]}") from None
-        yield Up(process, dns_port, http_port, banner, load_topology(topology_path))
+        yield Up(
+            process, dns_port, http_port, banner, load_topology(topology_path), tmp_path / "admin"
+        )
         process.send_signal(signal.SIGINT)
         code = await asyncio.wait_for(process.wait(), STOP_TIMEOUT_S)
         errors = stderr_path.read_text()

@@ -90,8 +90,11 @@ async def check_status_page(up: Up, tmp_path: Path) -> None:
 
 
 async def drain_through_status_api(up: Up) -> None:
-    async with aiohttp.ClientSession() as session:
-        url = f"{up.base_url}/api/v1/drains/region/eu-west"
+    url = f"{up.base_url}/api/v1/drains/region/eu-west"
+    async with aiohttp.ClientSession() as anonymous, anonymous.post(url) as response:
+        assert response.status == 401  # the drain API needs gtm up's operator token
+        assert response.headers["WWW-Authenticate"].startswith("Bearer")
+    async with aiohttp.ClientSession(headers=up.admin_headers()) as session:
         async with session.post(url) as response:
             assert response.status == 200
 
@@ -108,6 +111,14 @@ async def drain_through_status_api(up: Up) -> None:
         await eventually(back, "an undrained eu-west answers London again")
         async with session.post(f"{up.base_url}/api/v1/drains/planet/earth") as response:
             assert response.status == 400
+    # `gtm drain --api` sends the same token (read from --token-file).
+    token_file = str(up.admin_dir / "operator.token")
+    for verb, said in (("drain", "drained zone"), ("undrain", "undrained zone")):
+        command = [sys.executable, "-m", "gtm.cli", verb, "zone", "eu-west-a",
+                   "--api", up.base_url, "--token-file", token_file]  # fmt: skip
+        done = await asyncio.to_thread(subprocess.run, command, capture_output=True, timeout=30)
+        assert done.returncode == 0, done.stderr.decode()
+        assert said in done.stdout.decode()
 
 
 async def check_load(up: Up, tmp_path: Path) -> None:
