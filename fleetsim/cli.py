@@ -6,6 +6,7 @@ import asyncio
 import gc
 import signal
 import sys
+from pathlib import Path
 
 import click
 from pydantic import ValidationError
@@ -14,6 +15,7 @@ from fleetsim.metrics import MetricsFlavor
 from fleetsim.perfmodel import WARMUP_PASSES
 from fleetsim.registration import DEFAULT_LEASE_TTL_S
 from fleetsim.server import GpuSimConfig, GpuSimServer
+from gtm.admin_auth import AdminGuard, check_admin_bind
 from gtm.clock import SystemClock
 from gtm.errors import GtmError
 from gtm.gpu_profiles import LLAMA_8B, gpu_types, model_names
@@ -75,8 +77,37 @@ from gtm.state.store import StateStore
 @click.option(
     "--lease-ttl", type=float, default=DEFAULT_LEASE_TTL_S, show_default=True, help="Lease TTL, s."
 )
-def gpu_sim(**options: object) -> None:
+@click.option(
+    "--admin-token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Require bearer tokens from this file on /admin/* (see `gtm admin token create`). "
+    "Without it, only loopback clients may use /admin/*.",
+)
+@click.option(
+    "--admin-audit-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Append every admin call to a hash-chained audit log here (`gtm audit verify`).",
+)
+@click.option(
+    "--allow-remote-admin",
+    is_flag=True,
+    help="Allow a non-loopback --host; needs --admin-token-file as well.",
+)
+def gpu_sim(
+    admin_token_file: Path | None,
+    admin_audit_dir: Path | None,
+    allow_remote_admin: bool,
+    **options: object,
+) -> None:
     """Run an emulated vLLM-compatible GPU worker (OpenAI API, vLLM metrics, faults)."""
+    try:
+        check_admin_bind(
+            str(options["host"]), allow_remote=allow_remote_admin, token_file=admin_token_file
+        )
+    except GtmError as exc:
+        raise click.UsageError(f"--host: {exc}") from None
     options["lease_ttl_s"] = options.pop("lease_ttl")
     try:
         config = GpuSimConfig.model_validate(options)
@@ -85,13 +116,19 @@ def gpu_sim(**options: object) -> None:
         where = "--" + str(first["loc"][0]).replace("_", "-") if first["loc"] else "options"
         raise click.UsageError(f"{where}: {first['msg']}") from None
     try:
-        asyncio.run(serve(config))
+        admin = AdminGuard.from_options(
+            token_file=admin_token_file, audit_dir=admin_audit_dir, clock=SystemClock()
+        )
+    except GtmError as exc:
+        raise click.UsageError(str(exc)) from None
+    try:
+        asyncio.run(serve(config, admin))
     except GtmError as exc:
         click.echo(f"gtm gpu-sim: {exc}", err=True)
         sys.exit(2)
 
 
-async def serve(config: GpuSimConfig) -> None:
+async def serve(config: GpuSimConfig, admin: AdminGuard | None = None) -> None:
     """Run the worker until SIGINT or SIGTERM, then stop cleanly."""
     clock = SystemClock()
     registry = new_registry()
@@ -106,7 +143,7 @@ async def serve(config: GpuSimConfig) -> None:
         loop.add_signal_handler(signum, stop.set)
     server: GpuSimServer | None = None
     try:
-        server = GpuSimServer(config, registry=registry, clock=clock, store=store)
+        server = GpuSimServer(config, registry=registry, clock=clock, store=store, admin=admin)
         url = await server.start()
         # Everything allocated so far (imported modules, the app) lives for the whole
         # process: move it out of the collector's reach, so that full collections scan
@@ -123,5 +160,7 @@ async def serve(config: GpuSimConfig) -> None:
             await server.stop()
         if store is not None:
             await store.aclose()
+        if admin is not None:
+            admin.close()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)

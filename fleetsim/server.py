@@ -4,7 +4,8 @@ Endpoints
     ``POST /v1/chat/completions``, ``POST /v1/completions`` (SSE streaming or not,
     ``usage`` filled, ``stream_options.include_usage``), ``POST /v1/embeddings``,
     ``GET /v1/models``, ``GET /health``, ``GET /metrics`` (vLLM or SGLang names), and the
-    loopback-only ``/admin/faults`` (GET/POST/DELETE) and ``/admin/lag`` (GET/DELETE).
+    admin ``/admin/faults`` (GET/POST/DELETE) and ``/admin/lag`` (GET/DELETE): loopback
+    clients only, or bearer tokens with ``--admin-token-file`` (:mod:`gtm.admin_auth`).
 
 Each served model has its own :class:`~fleetsim.engine.Engine` (performance model of
 the GPU type) run in real time by an :class:`~fleetsim.driver.EngineDriver`; several
@@ -39,12 +40,13 @@ from pydantic import BaseModel, Field, ValidationError
 from fleetsim import openai_api as api
 from fleetsim.driver import EngineDriver, Notifier, RequestStream
 from fleetsim.engine import Engine, EngineConfig, EngineError, EngineRequest, RequestTooLong
-from fleetsim.faults import CRASH_EXIT_STATUS, FaultInjector, Faults, is_loopback
+from fleetsim.faults import CRASH_EXIT_STATUS, FaultInjector, Faults
 from fleetsim.lagprobe import LagProbe
 from fleetsim.metrics import EngineMetrics, MetricsFlavor, ModelSnapshot
 from fleetsim.perfmodel import WARMUP_PASSES, Degradation
 from fleetsim.registration import DEFAULT_LEASE_TTL_S, WorkerRegistration
 from fleetsim.textgen import Completion, embedding
+from gtm.admin_auth import AdminGuard, admin_middleware, path_prefix
 from gtm.clock import Clock, SystemClock
 from gtm.errors import ConfigError
 from gtm.gpu_profiles import LLAMA_8B, GpuProfile, ModelKind, UnknownProfile, get_profile
@@ -176,9 +178,12 @@ class GpuSimServer:
         clock: Clock | None = None,
         store: StateStore | None = None,
         exit_fn: Callable[[int], None] = os._exit,
+        admin: AdminGuard | None = None,
     ) -> None:
         self.config = config
         self._clock = clock or SystemClock()
+        # Without a token file the admin API trusts loopback clients only.
+        self._admin = admin or AdminGuard(tokens=None, clock=self._clock)
         self._registry = registry
         self._store = store
         self._exit = exit_fn
@@ -238,7 +243,10 @@ class GpuSimServer:
         return [driver.snapshot() for driver in self._drivers.values()]
 
     def build_app(self) -> web.Application:
-        app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[self._guard])
+        app = web.Application(
+            client_max_size=MAX_BODY_BYTES,
+            middlewares=[self._guard, admin_middleware(self._admin, path_prefix("/admin/"))],
+        )
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/embeddings", self._embeddings)
@@ -678,17 +686,7 @@ class GpuSimServer:
         response.headers["Content-Type"] = CONTENT_TYPE_LATEST
         return response
 
-    def _loopback_only(self, request: web.Request) -> None:
-        if not is_loopback(request.remote):
-            raise api.ApiError(
-                403,
-                "admin endpoints accept loopback clients only",
-                type=api.ErrorType.PERMISSION,
-                code="forbidden",
-            )
-
     async def _admin_faults(self, request: web.Request) -> web.StreamResponse:
-        self._loopback_only(request)
         if request.method == "GET":
             return web.json_response(self._faults.faults.model_dump())
         if request.method == "DELETE":
@@ -722,7 +720,6 @@ class GpuSimServer:
         return response
 
     async def _admin_lag(self, request: web.Request) -> web.Response:
-        self._loopback_only(request)
         if request.method == "DELETE":
             self._lag.reset()
         elif request.method != "GET":

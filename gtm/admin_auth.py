@@ -306,10 +306,14 @@ def is_loopback_host(host: str) -> bool:
 
 
 def is_loopback_peer(peer: str | None) -> bool:
+    """Whether an aiohttp ``request.remote`` is loopback (IPv4-mapped IPv6 included)."""
     try:
-        return ipaddress.ip_address((peer or "").partition("%")[0]).is_loopback
+        address = ipaddress.ip_address((peer or "").partition("%")[0])
     except ValueError:
         return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback
+    return address.is_loopback
 
 
 def check_admin_bind(host: str, *, allow_remote: bool, token_file: Path | None) -> None:

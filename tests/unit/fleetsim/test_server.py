@@ -51,14 +51,17 @@ def _request_from(peer: str) -> object:
 
 
 async def test_admin_endpoints_refuse_non_loopback_peers() -> None:
+    # Without --admin-token-file the admin guard trusts loopback peers only.
     server = GpuSimServer(GpuSimConfig(), registry=new_registry())
-    outsider = _request_from("192.0.2.10")
+    guard = server._admin
     with pytest.raises(api.ApiError) as info:
-        await server._admin_faults(outsider)  # type: ignore[arg-type]
+        guard.authorize(_request_from("192.0.2.10"))  # type: ignore[arg-type]
     assert info.value.status == 403
     assert info.value.body()["error"]["type"] == "permission_error"
     with pytest.raises(api.ApiError):
-        await server._admin_lag(_request_from("2001:db8::1"))  # type: ignore[arg-type]
+        guard.authorize(_request_from("2001:db8::1"))  # type: ignore[arg-type]
+    assert guard.authorize(_request_from("127.0.0.1")).who == "loopback"  # type: ignore[arg-type]
+    assert guard.authorize(_request_from("::ffff:127.0.0.1")).who == "loopback"  # type: ignore[arg-type]
     response = await server._admin_faults(_request_from("127.0.0.1"))  # type: ignore[arg-type]
     assert response.status == 200
 
