@@ -1,22 +1,44 @@
-"""One side-by-side benchmark: every policy on identical arrivals, at each load."""
+"""One side-by-side benchmark: every policy on identical arrivals, at each load.
+
+**Load** is the offered request rate over the fleet's capacity: the requests/s the
+whole fleet serves when every GPU is kept full of the trace's mean request
+(:func:`~fleetsim.sim.workload.fleet_capacity_rps`, no prefix cache). Clients are
+where people live (``cities_top5000.csv``), so demand is not spread evenly over the
+regions; by default (``fleet_shape="demand"``) each region gets GPUs in proportion to
+the demand nearest to it, as an operator provisions, so that a nearest-region policy
+is not overloaded by construction. ``"equal"`` gives every region the same share.
+"""
 
 from __future__ import annotations
 
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fleetsim.sim.fleet import scaled_fleet
+from fleetsim.sim.fleet import FleetSpec, scaled_fleet
 from fleetsim.sim.metrics import Summary, summarise
 from fleetsim.sim.policies import POLICIES, policy
 from fleetsim.sim.report import write_report
-from fleetsim.sim.simulator import RunResult, Simulator
-from fleetsim.sim.workload import SimRequest, build_requests, fleet_capacity_rps
+from fleetsim.sim.simulator import (
+    CLIENT_TIMEOUT_S,
+    DRAIN_S,
+    FaultPlan,
+    RunResult,
+    Simulator,
+    Status,
+)
+from fleetsim.sim.workload import (
+    SimRequest,
+    build_requests,
+    fleet_capacity_rps,
+    nearest_region_counts,
+)
 from fleetsim.traces import Trace
 from fleetsim.workload import Geography, Place
-from gtm.policy_store import activate
+from gtm.policy_store import ActivePolicy, activate
 from policies import load_examples
 
 
@@ -30,6 +52,68 @@ class BenchConfig:
     model: str = "meta-llama/Llama-3.1-8B-Instruct"
     seed: int = 0
     max_input: int = 32_768
+    #: "demand": GPUs per region in proportion to the demand nearest to it; "equal".
+    fleet_shape: str = "demand"
+    #: Enforce the example tenants' quotas (scaled to the fleet) in gtm's regional tier.
+    quotas: bool = True
+    faults: FaultPlan | None = None
+    drain_s: float = DRAIN_S
+    client_timeout_s: float = CLIENT_TIMEOUT_S
+
+
+@dataclass(frozen=True, slots=True)
+class Setup:
+    """The fleet and what the report says about it."""
+
+    fleet: FleetSpec
+    capacity_rps: float
+    demand: tuple[int, ...]
+    quota_scale: float | None
+
+
+def prepare(config: BenchConfig, trace: Trace, places: tuple[Place, ...]) -> Setup:
+    """Build the fleet (shaped by demand if asked) and its capacity and quota scale."""
+    active = _active()
+    fleet = scaled_fleet(active, config.gpus, config.regions)
+    geography = Geography(places, seed=config.seed)
+    capacity = fleet_capacity_rps(fleet.gpu_types(), config.model, trace)
+    probe = build_requests(
+        trace, geography, rate_rps=capacity, duration_s=config.duration_s,
+        max_input=config.max_input,
+    )  # fmt: skip
+    demand = nearest_region_counts(probe, [r.record for r in fleet.regions])
+    if config.fleet_shape == "demand" and sum(demand) > 0:
+        fleet = scaled_fleet(active, config.gpus, config.regions, weights=demand)
+        capacity = fleet_capacity_rps(fleet.gpu_types(), config.model, trace)
+    scale = quota_scale(active, probe, config.duration_s) if config.quotas else None
+    return Setup(fleet, capacity, tuple(demand), scale)
+
+
+def quota_scale(active: ActivePolicy, requests: Sequence[SimRequest], duration_s: float) -> float:
+    """The factor on the example tenants' quotas that makes each tenant's tightest
+    per-minute limit equal to its average demand at load 1.0 (``requests``): below
+    saturation quotas bind only on bursts, above it they hold tenants to their share.
+    """
+    minutes = max(duration_s, 1e-9) / 60.0
+    need = 1e-9
+    for name in sorted({r.tenant for r in requests}):
+        tenant = active.tenants.get(name)
+        if tenant is None or tenant.quotas is None:
+            continue
+        q = tenant.quotas
+        mine = [r for r in requests if r.tenant == name]
+        ins = sum(r.input_tokens for r in mine)
+        outs = sum(r.output_tokens for r in mine)
+        per_minute = (
+            (q.requests_per_minute, len(mine)),
+            (q.input_tokens_per_minute, ins),
+            (q.output_tokens_per_minute, outs),
+            (q.weighted_tokens_per_minute, ins + q.output_weight * outs),
+        )
+        for limit, used in per_minute:
+            if limit is not None:
+                need = max(need, used / minutes / limit)
+    return need
 
 
 def run_bench(
@@ -40,10 +124,11 @@ def run_bench(
     out_dir: Path | None = None,
     echo: Callable[[str], None] = print,
 ) -> dict[float, list[Summary]]:
-    active = activate(1, load_examples())
-    fleet = scaled_fleet(active, config.gpus, config.regions)
-    capacity = fleet_capacity_rps(fleet.gpu_types(), config.model, trace)
+    active = _active()
+    setup = prepare(config, trace, places)
+    fleet, capacity = setup.fleet, setup.capacity_rps
     geography = Geography(places, seed=config.seed)
+    echo(_fleet_line(config, setup))
     per_load: dict[float, list[Summary]] = {}
     results: dict[float, list[RunResult]] = {}
     for load in config.loads:
@@ -53,24 +138,27 @@ def run_bench(
         )  # fmt: skip
         echo(
             f"load {load:.0%}: {len(requests):,} requests over {config.duration_s:g} simulated s "
-            f"({load * capacity:,.1f} req/s; fleet {fleet.gpu_count} GPUs in "
-            f"{len(fleet.regions)} regions, capacity ≈ {capacity:,.1f} req/s)"
+            f"({load * capacity:,.1f} req/s; capacity ≈ {capacity:,.1f} req/s)"
         )
         rows, runs = [], []
         for name in config.policies:
             started = time.perf_counter()
             sim = Simulator(
                 fleet, active, policy(name), requests, model=config.model,
-                duration_s=config.duration_s, progress=_progress(name, config.duration_s),
-                seed=config.seed,
+                duration_s=config.duration_s, progress=_progress(name, config, len(requests)),
+                seed=config.seed, drain_s=config.drain_s,
+                client_timeout_s=config.client_timeout_s, quota_scale=setup.quota_scale,
+                faults=config.faults,
             )  # fmt: skip
             result = sim.run()
             summary = summarise(result, list(requests))
             sys.stderr.write("\r\033[K")
             echo(
                 f"  {name:<26} TTFT p50 {summary.ttft_p50:7.2f} s  p99 {summary.ttft_p99:8.2f} s"
-                f"  goodput {summary.goodput_rps:7.1f} req/s  {summary.sim_rps:,.0f} simulated "
-                f"req/s ({time.perf_counter() - started:.1f} s wall)"
+                f"  goodput {summary.goodput_rps:7.1f} req/s  busy {summary.gpu_busy:4.0%}"
+                f"  refused {summary.refused:,}  timed out {summary.timed_out:,}"
+                f"  {summary.sim_rps:,.0f} simulated req/s"
+                f" ({time.perf_counter() - started:.1f} s wall)"
             )
             rows.append(summary)
             runs.append(result)
@@ -82,22 +170,107 @@ def run_bench(
             "Routing benchmark",
             per_load,
             results,
-            preamble=(
-                f"Trace `{trace.source}` ({trace.kind.value}); {fleet.gpu_count} GPUs in "
-                f"{len(fleet.regions)} regions; model {config.model}; "
-                f"{config.duration_s:g} simulated s per run; seed {config.seed}. "
-                "Simulator: fleetsim/sim (analytic GPU model, tiers' real decision code)."
-            ),
+            preamble=_preamble(config, trace, setup),
+            extra=_reasons(results),
         )
         echo(f"report: {path}")
     return per_load
 
 
-def _progress(name: str, duration_s: float) -> Callable[[float], None]:
+def _active() -> ActivePolicy:
+    return activate(1, load_examples())
+
+
+def _fleet_line(config: BenchConfig, setup: Setup) -> str:
+    per_region = ", ".join(
+        f"{r.id} {sum(len(z.gpus) for z in r.zones)}" for r in setup.fleet.regions
+    )
+    return (
+        f"fleet {setup.fleet.gpu_count} GPUs ({config.fleet_shape}-shaped: {per_region}); "
+        f"capacity ≈ {setup.capacity_rps:,.1f} req/s"
+    )
+
+
+def _preamble(config: BenchConfig, trace: Trace, setup: Setup) -> str:
+    fleet = setup.fleet
+    total = max(1, sum(setup.demand))
+    rows = [
+        "| region | GPUs | share of GPUs | share of clients nearest |",
+        "|---|---:|---:|---:|",
+    ]
+    for region, nearest in zip(fleet.regions, setup.demand, strict=False):
+        count = sum(len(z.gpus) for z in region.zones)
+        rows.append(
+            f"| {region.id} | {count} | {count / fleet.gpu_count:.0%} | {nearest / total:.0%} |"
+        )
+    faults = config.faults or FaultPlan()
+    fault_text = (
+        f" Faults: {faults.crash_fraction:.0%} of the GPUs crash at {faults.crash_at_s:g} s "
+        f"(detected {faults.detect_s:g} s later), {faults.slow_fraction:.0%} run "
+        f"{faults.slowdown:g}× slower."
+        if faults.any
+        else ""
+    )
+    quota = (
+        f"Quotas: the example tenants' limits × {setup.quota_scale:,.1f} (each tenant's "
+        "tightest per-minute limit = its mean demand at load 100 %), enforced by "
+        "`regional_lb.quota` in gtm's regional tier; baselines have no quotas."
+        if setup.quota_scale is not None
+        else "Quotas: off."
+    )
+    return "\n".join(
+        [
+            f"Trace `{trace.source}` ({trace.kind.value}); {fleet.gpu_count} GPUs in "
+            f"{len(fleet.regions)} regions ({config.fleet_shape}-shaped); model "
+            f"{config.model}; {config.duration_s:g} simulated s of arrivals per run, then up "
+            f"to {config.drain_s:g} s to finish; seed {config.seed}. Simulator: fleetsim/sim "
+            "(analytic GPU model, the tiers' real decision code).",
+            "",
+            f"Load = offered req/s ÷ fleet capacity ({setup.capacity_rps:,.1f} req/s: every "
+            "GPU kept full of the trace's mean request, no prefix cache). Rates and GPU busy "
+            "are over the arrival window. TTFT percentiles count every request not refused; "
+            "one that never got a first token (client gave up after "
+            f"{config.client_timeout_s:g} s, regional queue TTL, GPU crash, horizon) is "
+            'infinitely late ("timeout"). Cross-region: served outside the region nearest '
+            "the client. Jain: over tenants, share of each tenant's demand (VTC units) "
+            f"served within the SLO. {quota}{fault_text}",
+            "",
+            *rows,
+        ]
+    )
+
+
+def _reasons(results: dict[float, list[RunResult]]) -> list[str]:
+    """Why requests were not served, per load and policy (nothing hidden)."""
+    lines = ["## Requests not served, by reason", ""]
+    for load, runs in results.items():
+        for res in runs:
+            o = res.outcomes
+            counts = Counter(
+                o.reason[k] for k in range(o.n) if o.status[k] not in (Status.OK, Status.PENDING)
+            )
+            if counts:
+                text = "; ".join(f"{why} {n:,}" for why, n in counts.most_common())
+                lines.append(f"- load {load:.0%}, {res.policy}: {text}")
+    return [*lines, ""]
+
+
+def _progress(name: str, config: BenchConfig, requests: int) -> Callable[[float], None]:
+    started = time.perf_counter()
+    total = config.duration_s + config.drain_s
+
     def show(at: float) -> None:
-        done = min(1.0, at / duration_s) if duration_s > 0 else 1.0
+        done = min(1.0, at / total) if total > 0 else 1.0
         bar = "#" * int(30 * done)
-        sys.stderr.write(f"\r  {name:<26} [{bar:<30}] {done:4.0%}")
+        wall = time.perf_counter() - started
+        rate = requests * min(1.0, at / max(config.duration_s, 1e-9)) / max(wall, 1e-9)
+        eta = "" if done <= 0 else f" eta {wall * (1 - done) / done:4.0f} s"
+        sys.stderr.write(
+            f"\r  {name:<26} [{bar:<30}] {done:4.0%} sim {at:6.0f} s  ~{rate:,.0f} req/s{eta}"
+        )
         sys.stderr.flush()
 
     return show
+
+
+__all__ = ["BenchConfig", "Setup", "prepare", "quota_scale", "run_bench"]

@@ -8,6 +8,7 @@ GPUs, whose types cycle through the example topology's mix of that region
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gtm.errors import ConfigError
@@ -43,9 +44,15 @@ class FleetSpec:
 
 
 def scaled_fleet(
-    policy: ActivePolicy, gpus: int, regions: int = 6, zones_per_region: int = 2
+    policy: ActivePolicy,
+    gpus: int,
+    regions: int = 6,
+    zones_per_region: int = 2,
+    weights: Sequence[float] | None = None,
 ) -> FleetSpec:
-    """``gpus`` GPUs over the first ``regions`` regions of the example topology."""
+    """``gpus`` GPUs over the first ``regions`` regions of the example topology: equal
+    shares, or in proportion to ``weights`` (one per region, e.g. the demand nearest
+    to each; every region keeps at least one GPU per zone)."""
     topology = load_topology()
     specs = topology.regions[:regions]
     if not specs or regions < 1:
@@ -56,13 +63,14 @@ def scaled_fleet(
             "zones one GPU"
         )
     known = {r.id: r for r in _policy_regions(policy)}
+    shares = _shares(gpus, len(specs), zones_per_region, weights)
     out: list[RegionSpec] = []
     for ri, spec in enumerate(specs):
         record = known.get(spec.id)
         if record is None:
             raise ConfigError(f"region {spec.id} is not in the policies' Regions")
         mix = [g.type for z in spec.zones for g in z.gpus for _ in range(g.count)]
-        share = gpus // len(specs) + (1 if ri < gpus % len(specs) else 0)
+        share = shares[ri]
         zones = []
         for zi in range(zones_per_region):
             count = share // zones_per_region + (1 if zi < share % zones_per_region else 0)
@@ -75,6 +83,23 @@ def scaled_fleet(
             )
         out.append(RegionSpec(spec.id, record, tuple(zones)))
     return FleetSpec(tuple(out))
+
+
+def _shares(gpus: int, regions: int, floor: int, weights: Sequence[float] | None) -> list[int]:
+    """GPUs per region: ``floor`` each, the rest by largest remainder of ``weights``."""
+    if weights is None:
+        return [gpus // regions + (1 if ri < gpus % regions else 0) for ri in range(regions)]
+    if len(weights) < regions or any(w < 0 for w in weights[:regions]):
+        raise ConfigError(f"need {regions} non-negative region weights, got {list(weights)}")
+    w = [float(x) for x in weights[:regions]]
+    total = sum(w) or 1.0
+    spare = gpus - floor * regions
+    exact = [spare * x / total for x in w]
+    out = [floor + int(e) for e in exact]
+    by_remainder = sorted(range(regions), key=lambda k: (-(exact[k] - int(exact[k])), k))
+    for k in by_remainder[: gpus - sum(out)]:
+        out[k] += 1
+    return out
 
 
 def _policy_regions(policy: ActivePolicy) -> list[Region]:

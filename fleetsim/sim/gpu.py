@@ -56,6 +56,8 @@ class Job:
     first_token_at: float = -1.0
     finished_at: float = -1.0
     d_start: float = 0.0
+    #: The client gives up if the first token has not come by then (absolute sim s).
+    deadline: float = math.inf
 
 
 @dataclass(slots=True)
@@ -65,6 +67,8 @@ class GpuEvents:
     first_tokens: list[Job] = field(default_factory=list)
     finished: list[Job] = field(default_factory=list)
     rejected: list[Job] = field(default_factory=list)
+    #: Jobs whose client gave up before they were admitted (deadline passed).
+    expired: list[Job] = field(default_factory=list)
 
 
 class FastGpu:
@@ -90,6 +94,7 @@ class FastGpu:
         "prefix_block_tokens",
         "profile",
         "queried_tokens",
+        "slowdown",
         "t",
         "used_blocks",
         "version",
@@ -125,6 +130,9 @@ class FastGpu:
         self.version = 0
         self.hit_tokens = 0
         self.queried_tokens = 0
+        #: Every pass takes this many times longer (a degraded GPU: thermal throttling,
+        #: a bad NVLink, a noisy neighbour); 1.0 is the profile's speed.
+        self.slowdown = 1.0
 
     # ------------------------------------------------------------------ state
 
@@ -161,9 +169,9 @@ class FastGpu:
             pairs += chunk * (head.cached_tokens + head.input_tokens) / 2.0
             compute = (chunk + self.dec_count) / prof.prefill_tokens_per_s
             compute += pairs * prof.attention_s_per_pair
-            return prof.step_overhead_s + max(memory, compute), chunk
+            return (prof.step_overhead_s + max(memory, compute)) * self.slowdown, chunk
         compute = self.dec_count / prof.prefill_tokens_per_s + pairs * prof.attention_s_per_pair
-        return prof.step_overhead_s + max(memory, compute), 0.0
+        return (prof.step_overhead_s + max(memory, compute)) * self.slowdown, 0.0
 
     def idle(self) -> bool:
         return not self.prefill and self.dec_count == 0
@@ -244,6 +252,51 @@ class FastGpu:
             self.dec_input = self.dec_start = 0.0
         self._admit(now, out)
         return out
+
+    def expire(self, now: float) -> GpuEvents:
+        """Drop jobs whose client gave up (deadline passed) before their first token:
+        waiting ones, and admitted ones still in prefill (vLLM aborts them and frees
+        their blocks)."""
+        self.advance(now)
+        out = GpuEvents()
+        if any(job.deadline <= now for job in self.waiting):
+            keep: deque[Job] = deque()
+            for job in self.waiting:
+                (out.expired if job.deadline <= now else keep).append(job)
+            self.waiting = keep
+        if any(job.deadline <= now for job in self.prefill):
+            still: deque[Job] = deque()
+            for job in self.prefill:
+                if job.deadline <= now:
+                    self.pending = max(0.0, self.pending - max(0.0, job.remaining))
+                    self.used_blocks -= job.blocks
+                    out.expired.append(job)
+                else:
+                    still.append(job)
+            self.prefill = still
+        if out.expired:
+            self._admit(now, out)
+        return out
+
+    def slow_down(self, now: float, factor: float) -> None:
+        """From ``now`` on, every pass takes ``factor`` × the profile's time."""
+        self.advance(now)
+        self.slowdown = factor
+        self.version += 1
+
+    def crash(self, now: float) -> list[Job]:
+        """The GPU dies: every job on it is lost; it stays empty (and idle) afterwards."""
+        self.advance(now)
+        lost = [*self.waiting, *self.prefill, *(entry[2] for entry in self._dec_heap)]
+        self.waiting.clear()
+        self.prefill.clear()
+        self._dec_heap.clear()
+        self.pending = 0.0
+        self.dec_count = 0
+        self.dec_input = self.dec_start = 0.0
+        self.used_blocks = 0
+        self.version += 1
+        return lost
 
     def _finish(self, job: Job, now: float, out: GpuEvents) -> None:
         job.finished_at = now

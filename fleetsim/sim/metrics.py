@@ -1,5 +1,16 @@
 """Per-policy figures from a run: latency percentiles, goodput at SLO, utilisation,
-prefix hits, cross-region share, refusals, residency violations, fairness, cost."""
+prefix hits, cross-region share, refusals, residency violations, fairness, cost.
+
+Every rate is over the arrival window (``RunResult.window_s``), counting the requests
+that arrived in it wherever they finished. TTFT percentiles are over every request that
+was not refused: one that never got a first token (client timeout, regional queue TTL,
+GPU crash, cut off at the horizon) counts as infinitely late, so a policy cannot look
+fast by timing its slow requests out — a percentile that lands on one prints as
+"timeout". GPU busy is the fraction of the window a GPU had at least one request in
+prefill or decode. Cross-region: served outside the region nearest the client.
+Fairness: Jain's index over the tenants of the share of each tenant's demand, in VTC
+service units (input + 2 × output tokens), that was served within the SLO.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +20,7 @@ import numpy as np
 
 from fleetsim.sim.simulator import RunResult, Status
 from fleetsim.sim.workload import SimRequest
+from regional_lb.fairqueue import OUTPUT_WEIGHT as VTC_OUTPUT_WEIGHT
 
 #: SLO of the goodput figure (issue 10): TTFT ≤ 2 s and TPOT ≤ 100 ms.
 SLO_TTFT_S = 2.0
@@ -32,6 +44,7 @@ class Summary:
     served: int
     refused: int
     timed_out: int
+    failed: int
     ttft_p50: float
     ttft_p90: float
     ttft_p99: float
@@ -67,20 +80,20 @@ def summarise(result: RunResult, requests: list[SimRequest]) -> Summary:
     ttft, e2e = o.ttft_s[ok], o.e2e_s[ok]
     tpot = np.where(outs[ok] > 1, (e2e - ttft) / np.maximum(1, outs[ok] - 1), 0.0)
     good = (ttft <= SLO_TTFT_S) & (tpot <= SLO_TPOT_S)
-    span = max(result.sim_s, 1e-9)
-    tenants = sorted({r.tenant for r in requests})
-    tenant_of = np.array([tenants.index(r.tenant) for r in requests])
+    span = max(result.window_s, 1e-9)
+    # Not refused: served, or waited and never got an answer (infinitely late).
+    asked = o.status != Status.REFUSED
+    ttft_all = np.where(ok, o.ttft_s, np.inf)[asked]
     met = np.zeros(len(requests), dtype=np.bool_)
     met[np.flatnonzero(ok)[good]] = True
-    share = np.array(
-        [met[tenant_of == k].mean() if np.any(tenant_of == k) else 0.0 for k in range(len(tenants))]
-    )
+    share = tenant_service_share(requests, met)
     cross = ok & (o.region >= 0) & (o.home >= 0) & (o.region != o.home)
     cross_gb = float(((ins + outs)[cross]).sum()) * BYTES_PER_TOKEN / 1e9
     gpu_h = sum(GPU_PRICE_PER_H.get(t, 2.0) for t in result.gpu_types) * span / 3600.0
 
     def pct(a: np.ndarray, q: float) -> float:
-        return float(np.percentile(a, q)) if len(a) else float("nan")
+        # "higher": a percentile is a value some request really saw (inf included).
+        return float(np.percentile(a, q, method="higher")) if len(a) else float("nan")
 
     return Summary(
         policy=result.policy,
@@ -88,9 +101,10 @@ def summarise(result: RunResult, requests: list[SimRequest]) -> Summary:
         served=int(ok.sum()),
         refused=int((o.status == Status.REFUSED).sum()),
         timed_out=int((o.status == Status.TIMED_OUT).sum()),
-        ttft_p50=pct(ttft, 50),
-        ttft_p90=pct(ttft, 90),
-        ttft_p99=pct(ttft, 99),
+        failed=int((o.status == Status.FAILED).sum()),
+        ttft_p50=pct(ttft_all, 50),
+        ttft_p90=pct(ttft_all, 90),
+        ttft_p99=pct(ttft_all, 99),
         tpot_p50=pct(tpot, 50),
         e2e_p50=pct(e2e, 50),
         e2e_p99=pct(e2e, 99),
@@ -98,7 +112,7 @@ def summarise(result: RunResult, requests: list[SimRequest]) -> Summary:
         slo_fraction=float(good.sum()) / max(1, len(requests)),
         output_tps=float(outs[ok].sum()) / span,
         input_tps=float(ins[ok].sum()) / span,
-        gpu_busy=float(result.gpu_busy_s.sum()) / (len(result.gpu_busy_s) * span),
+        gpu_busy=float(result.gpu_busy_window_s.sum()) / (len(result.gpu_busy_window_s) * span),
         prefix_hit=result.prefix_hit_tokens / max(1, result.prefix_queried_tokens),
         cross_region=float(cross.sum()) / max(1, int(ok.sum())),
         cross_region_gb=cross_gb,
@@ -108,3 +122,14 @@ def summarise(result: RunResult, requests: list[SimRequest]) -> Summary:
         cost_usd=gpu_h + cross_gb * EGRESS_PER_GB,
         sim_rps=len(requests) / max(result.wall_s, 1e-9),
     )
+
+
+def tenant_service_share(requests: list[SimRequest], met: np.ndarray) -> np.ndarray:
+    """Per tenant (sorted by id): VTC units served within the SLO / VTC units asked."""
+    tenants = sorted({r.tenant for r in requests})
+    index = {t: k for k, t in enumerate(tenants)}
+    tenant_of = np.array([index[r.tenant] for r in requests], dtype=np.int64)
+    units = np.array([r.input_tokens + VTC_OUTPUT_WEIGHT * r.output_tokens for r in requests])
+    asked = np.bincount(tenant_of, weights=units, minlength=len(tenants))
+    served = np.bincount(tenant_of[met], weights=units[met], minlength=len(tenants))
+    return np.asarray(served / np.maximum(asked, 1e-9), dtype=np.float64)

@@ -28,6 +28,7 @@ COLUMNS = (
     ("spills", "spills", "{}"),
     ("refused", "refused", "{}"),
     ("timed out", "timed_out", "{}"),
+    ("failed", "failed", "{}"),
     ("residency viol.", "violations", "{}"),
     ("Jain", "jain", "{:.2f}"),
     ("cost $", "cost_usd", "{:,.0f}"),
@@ -45,15 +46,22 @@ def table(rows: Sequence[Summary]) -> str:
             value = getattr(row, attr)
             if attr == "tpot_p50":
                 value = value * 1000
-            cells.append(
-                "n/a" if isinstance(value, float) and math.isnan(value) else fmt.format(value)
-            )
+            if isinstance(value, float) and math.isnan(value):
+                cells.append("n/a")
+            elif isinstance(value, float) and math.isinf(value):
+                cells.append("timeout")
+            else:
+                cells.append(fmt.format(value))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def targets(rows: Sequence[Summary]) -> list[str]:
-    """The issue's quality bars, each with met / MISSED."""
+#: Offered load at or above which the fleet counts as saturated (utilisation target).
+SATURATION_LOAD = 1.0
+
+
+def targets(rows: Sequence[Summary], load: float | None = None) -> list[str]:
+    """The issue's quality bars, each with met / MISSED (``load``: the rows' load)."""
     by = {r.policy: r for r in rows}
     ours = by.get("gtm")
     if ours is None:
@@ -84,9 +92,15 @@ def targets(rows: Sequence[Summary]) -> list[str]:
             f"{lc.goodput_rps:.1f} req/s",
         )
     line(ours.violations == 0, f"gtm residency violations: {ours.violations}")
+    if load is not None and load >= SATURATION_LOAD:
+        line(
+            ours.gpu_busy >= 0.9,
+            f"gtm GPU busy {ours.gpu_busy:.0%} ≥ 90 % at saturation (load {load:.0%})",
+        )
     line(
         ours.sim_rps >= 5000,
-        f"simulated requests per wall second: {ours.sim_rps:,.0f} (target 5,000)",
+        f"simulated requests per wall second (gtm, all three tiers in the loop): "
+        f"{ours.sim_rps:,.0f} (target 5,000)",
     )
     return out
 
@@ -97,11 +111,14 @@ def write_report(
     per_load: Mapping[float, Sequence[Summary]],
     results: Mapping[float, Sequence[RunResult]],
     preamble: str = "",
+    extra: Sequence[str] = (),
 ) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     parts = [f"# {title}", "", preamble, ""]
     for load, rows in per_load.items():
-        parts += [f"## Load {load:.0%}", "", table(rows), "", "Targets:", "", *targets(rows), ""]
+        parts += [f"## Load {load:.0%}", "", table(rows), "", "Targets:", ""]
+        parts += [*targets(rows, load), ""]
+    parts += [*extra]
     plots = _plots(directory, per_load, results)
     parts += [f"![{p.stem}]({p.name})" for p in plots]
     path = directory / "routing.md"
@@ -126,9 +143,12 @@ def _plots(
     fig, ax = plt.subplots(figsize=(7, 4))
     for res in results[top]:
         o = res.outcomes
+        # Over every request not refused: the curve stops below 1 by the share that
+        # never got a first token.
+        asked = int((o.status != Status.REFUSED).sum())
         ttft = np.sort(o.ttft_s[o.status == Status.OK])
-        if len(ttft):
-            ax.plot(ttft, np.linspace(0, 1, len(ttft)), label=res.policy)
+        if len(ttft) and asked:
+            ax.plot(ttft, np.arange(1, len(ttft) + 1) / asked, label=res.policy)
     ax.set_xscale("log")
     ax.set_xlabel("TTFT (s)")
     ax.set_ylabel("CDF")

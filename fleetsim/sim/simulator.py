@@ -16,14 +16,28 @@ as the agent does (``start`` at dispatch, ``prefill_done`` at the first token, `
 at the end). Network: client↔region RTT from the fitted distance model
 (:func:`gtm.routing.cost.rtt_ms_from_distance`), region↔region from the measured Azure
 table (:class:`regional_lb.rtt.RegionRtt`), added to TTFT and E2E.
+
+Also in the loop for gtm: each region's tenant quotas (:class:`regional_lb.quota.QuotaLimiter`,
+the example tenants' limits × ``quota_scale``) and its VTC fair queue
+(:class:`regional_lb.fairqueue.FairQueue`: strict priority bands, per-band TTL, VTC
+order between tenants), exactly as :mod:`regional_lb.service` drives them.
+
+Measurement: arrivals run for ``duration_s`` (the *window*); the run then continues up
+to ``drain_s`` more so that work admitted in the window can finish; whatever is still
+unfinished at that horizon ends TIMED_OUT. Clients give up when no first token has come
+``client_timeout_s`` after they sent the request (the job leaves the GPU's waiting
+queue). GPU busy time is counted inside the window only. Faults (:class:`FaultPlan`):
+a fraction of the GPUs runs slower for the whole run, and a fraction crashes at a given
+time — requests on a crashed GPU FAIL, and the zone view marks it unhealthy
+``detect_s`` later (until then dispatches to it fail too).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -54,14 +68,19 @@ from gtm.policy_store import ActivePolicy
 from gtm.routing.cost import rtt_ms_from_distance
 from gtm.state.snapshot import FleetSnapshot
 from policies import ResidencyQuery, Verdict
+from policies.documents import Quotas
 from regional_lb import profiles as regional_profiles
-from regional_lb.router import Inputs, RegionalRouter, Route
+from regional_lb.fairqueue import FairQueue, RefusalReason
+from regional_lb.quota import Cost, Grant, QuotaLimiter, Rejection, Usage, pool_of
+from regional_lb.quota import Ticket as QuotaTicket
+from regional_lb.router import Inputs, RegionalDecision, RegionalRouter, Route
 from regional_lb.rtt import RegionRtt
 from regional_lb.summary import build_summary as region_summary
 from regional_lb.view import ViewBuilder as RegionalViewBuilder
 from regional_lb.view import ViewSettings as RegionalViewSettings
 from regional_lb.view import ZoneAccounting
 from zone_agent.accounting import Accounting, Ticket
+from zone_agent.health import HealthStatus
 from zone_agent.pipeline import ModelNotServed
 from zone_agent.pipeline import ZoneProfile as GpuProfileRunner
 from zone_agent.profiles import builtin_profile
@@ -80,11 +99,52 @@ SKYWALKER_PUSH_AT = 2.0
 SKYWALKER_PEER_MAX = 1.0
 
 
+#: A client gives up when no first token has come this long after it sent the request
+#: (assumption: a chat UI user waits half a minute; the interactive regional queue's
+#: own TTL is 10 s).
+CLIENT_TIMEOUT_S = 30.0
+#: How long the run goes on after the arrival window so admitted work can finish.
+DRAIN_S = 60.0
+#: Seconds from a GPU crash until the zone agent marks it unhealthy (assumption: a
+#: couple of failed health probes at the agent's 1 s scrape).
+DETECT_S = 2.0
+
+
 class Status:
     OK = 0
     REFUSED = 1
     TIMED_OUT = 2
     PENDING = 3
+    #: Lost on a GPU that crashed.
+    FAILED = 4
+
+
+@dataclass(frozen=True, slots=True)
+class FaultPlan:
+    """GPU failures during a run (chosen per seed, disjoint sets)."""
+
+    #: Fraction of the GPUs that crash at ``crash_at_s`` and stay down.
+    crash_fraction: float = 0.0
+    crash_at_s: float = 0.0
+    #: Fraction of the GPUs that run ``slowdown`` × slower for the whole run.
+    slow_fraction: float = 0.0
+    slowdown: float = 2.0
+    detect_s: float = DETECT_S
+
+    @property
+    def any(self) -> bool:
+        return self.crash_fraction > 0 or self.slow_fraction > 0
+
+
+@dataclass(slots=True)
+class _Waiting:
+    """A request in a region's fair queue."""
+
+    index: int
+    extra_ms: float
+    request: RouteRequest
+    inputs: Inputs
+    decision: RegionalDecision | None = None
 
 
 @dataclass(slots=True)
@@ -126,6 +186,12 @@ class RunResult:
     gpu_types: tuple[str, ...]
     max_kv_fraction: float
     spills: int
+    #: Length of the arrival window the rates and busy fractions are measured over.
+    window_s: float
+    #: Busy seconds of each GPU inside the window.
+    gpu_busy_window_s: np.ndarray
+    crashed_gpus: int
+    slow_gpus: int
     util_timeline: list[tuple[float, tuple[float, ...]]]
     prefix_hit_tokens: int
     prefix_queried_tokens: int
@@ -151,9 +217,19 @@ class _Pool:
             )
             states.append(GpuState(worker=worker, slot=self.acc.slot(gpu_id)))
             self.gpus[gpu_id] = FastGpu(gpu_id, get_profile(gpu_type, model))
-        self.view: ZoneView = ViewBuilder(zone_id, region).build(states, self.acc, 0.0)
+        self.states = states
+        self.builder = ViewBuilder(zone_id, region)
+        self.view: ZoneView = self.builder.build(states, self.acc, 0.0)
         self.profile: GpuProfileRunner | None = None
         self.running_tokens = 0.0
+
+    def mark_down(self, gpu_id: str, now: float, reason: str) -> None:
+        """The agent's health check found ``gpu_id`` dead: rebuild the view without it."""
+        self.states = [
+            dataclasses.replace(s, health=HealthStatus(False, reason)) if s.id == gpu_id else s
+            for s in self.states
+        ]
+        self.view = self.builder.build(self.states, self.acc, now)
 
     def matched_blocks(self, hashes: tuple[int, ...]) -> int:
         hits = self.acc.prefix.match(hashes)
@@ -187,6 +263,10 @@ class Simulator:
         duration_s: float | None = None,
         progress: Callable[[float], None] | None = None,
         seed: int = 0,
+        drain_s: float = DRAIN_S,
+        client_timeout_s: float = CLIENT_TIMEOUT_S,
+        quota_scale: float | None = None,
+        faults: FaultPlan | None = None,
     ) -> None:
         self.fleet = fleet
         self.policy = policy
@@ -199,6 +279,10 @@ class Simulator:
         self.duration_s = (
             duration_s if duration_s is not None else (requests[-1].at_s if requests else 0.0)
         )
+        self.drain_s = drain_s
+        self.client_timeout_s = client_timeout_s
+        self._timeout_reason = f"client timeout: no first token in {client_timeout_s:g} s"
+        self.faults = faults or FaultPlan()
         self.region_ids = tuple(r.id for r in fleet.regions)
         self.region_index = {r: i for i, r in enumerate(self.region_ids)}
         self.rtt = RegionRtt()
@@ -220,6 +304,7 @@ class Simulator:
                 flat = [g for zone in zones for g in zone.gpus]
                 self._add_pool(f"{region.id}-pool", region.id, flat)
         self.gpu_list = [g for p in self.pools.values() for g in p.gpus.values()]
+        self.gpu_pool = [p for p in self.pools.values() for _ in p.gpus]
         self.gpu_pos = {id(g): i for i, g in enumerate(self.gpu_list)}
         self.gpu_region = np.array(
             [self.region_index[p.region] for p in self.pools.values() for _ in p.gpus]
@@ -229,17 +314,19 @@ class Simulator:
         self._seq = 0
         self.out = Outcomes(len(requests))
         self.live: dict[int, _Live] = {}
-        self.by_job: dict[int, _Live] = {}
-        self.queues: dict[str, deque[tuple[int, float, RouteRequest, Inputs]]] = {
-            r: deque() for r in self.region_ids
-        }
         self.spills = 0
         self.verdicts: dict[tuple[str, str], Verdict] = {}
         self.place_rtt: dict[tuple[int, str], float] = {}
         self.util_timeline: list[tuple[float, tuple[float, ...]]] = []
         self._busy_mark = np.zeros(len(self.gpu_list))
+        self._busy_window: np.ndarray | None = None
+        self.quota_tickets: dict[int, tuple[str, QuotaTicket]] = {}
+        self.limiters: dict[str, QuotaLimiter] = {}
+        self.bands: dict[str, Priority] = {}
+        self.queues: dict[str, FairQueue[_Waiting]] = {r: FairQueue() for r in self.region_ids}
+        self._plan_faults()
         if self.hier:
-            self._setup_tiers()
+            self._setup_tiers(quota_scale)
 
     # ------------------------------------------------------------------ setup
 
@@ -249,7 +336,23 @@ class Simulator:
         self.pools[zone_id] = pool
         self.region_pools[region].append(pool)
 
-    def _setup_tiers(self) -> None:
+    def _plan_faults(self) -> None:
+        """Pick the crashing and the slow GPUs (same picks for every policy)."""
+        plan = self.faults
+        # Sorted by id so that the picks do not depend on how a policy pools its GPUs.
+        order = sorted(range(len(self.gpu_list)), key=lambda k: self.gpu_list[k].gpu_id)
+        rng = np.random.default_rng(self.seed + 7919)
+        order = [order[k] for k in rng.permutation(len(order))]
+        n_crash = round(plan.crash_fraction * len(order))
+        n_slow = round(plan.slow_fraction * len(order))
+        self.crash_set = order[:n_crash]
+        self.slow_set = order[n_crash : n_crash + n_slow]
+        for k in self.slow_set:
+            self.gpu_list[k].slowdown = plan.slowdown
+        self.dead: set[int] = set()
+        self._crashed = self._detected = False
+
+    def _setup_tiers(self, quota_scale: float | None) -> None:
         spec = profile_spec(self.policy, "global-default", DEFAULT_REQUEST_PROFILE)
         self.global_router = GlobalRouter(build(global_registry(), spec, None), spec)
         zone_urls = MappingProxyType({z: f"http://{z}.sim" for z in self.pools})
@@ -267,6 +370,19 @@ class Simulator:
             for r in self.region_ids
         }
         self.zacc = {r: ZoneAccounting() for r in self.region_ids}
+        for name in sorted({r.tenant for r in self.requests}):
+            tenant = self.policy.tenants.get(name)
+            self.bands[name] = (
+                Priority.INTERACTIVE if tenant is None else Priority(tenant.priority.value)
+            )
+            if quota_scale is None or tenant is None or tenant.quotas is None:
+                continue
+            quotas = scale_quotas(tenant.quotas, quota_scale)
+            for region in self.region_ids:
+                limiter = self.limiters.setdefault(region, QuotaLimiter())
+                # One regional LB replica per region: it holds the whole pool (share 1).
+                grant = Grant(1.0, math.inf, 1.0)
+                limiter.configure(name, quotas, pool_of(tenant, region).fraction, grant, 0.0)
         self.region_summaries: dict[str, RegionSummary] = {}
         self._revision = 0
         self._tiers_tick(0.0)
@@ -341,6 +457,13 @@ class Simulator:
         out.status[i] = status
         out.reason[i] = reason
 
+    def _end_unserved(self, i: int, status: int, reason: str, *, ran: bool = False) -> None:
+        """End a request that produced no response; refund its quota unless it ran."""
+        held = self.quota_tickets.pop(i, None)
+        if held is not None:
+            self.limiters[held[0]].finish(held[1], self.requests[i].at_s, refund=not ran)
+        self._end(i, status, reason)
+
     def _push_gpu(self, gpu: FastGpu) -> None:
         at = gpu.next_event_at()
         if at is not None:
@@ -367,9 +490,14 @@ class Simulator:
         try:
             decision = pool.profile.decide(zr, pool.view)
         except (NoEligibleCandidate, ModelNotServed, RoutingError) as exc:
-            self._end(i, Status.REFUSED, f"zone: {type(exc).__name__}")
+            self._end_unserved(i, Status.REFUSED, f"zone: {type(exc).__name__}")
             return False
         gpu = pool.gpus[decision.gpu_id]
+        self.out.region[i] = self.region_index[pool.region]
+        if self.gpu_pos[id(gpu)] in self.dead:
+            # Crashed and not yet detected: the connection is refused.
+            self._end_unserved(i, Status.FAILED, "gpu crashed (not yet detected)")
+            return False
         ticket = pool.acc.start(
             decision.gpu_id,
             prefill_tokens=decision.uncached_tokens,
@@ -378,13 +506,19 @@ class Simulator:
             prefix_capacity=gpu.cache_capacity,
         )
         job = Job(i, req.input_tokens, max(1, req.output_tokens), req.prefix_hashes)
+        job.deadline = req.at_s + self.client_timeout_s
         live = _Live(i, job, pool, ticket, extra_ms, self.region_index[pool.region])
         self.live[i] = live
-        self.out.region[i] = live.region
         if self.hier:
             self.zacc[pool.region].start(pool.zone_id, self.model, req.input_tokens)
         self._gpu_events(gpu, gpu.add(job, now), now)
         return True
+
+    def _release(self, live: _Live, now: float) -> None:
+        """Give back what the agent and the regional LB charged for ``live``."""
+        live.ticket.close()
+        if self.hier:
+            self.zacc[live.pool.region].finish(live.pool.zone_id, self.model, live.job.input_tokens)
 
     def _gpu_events(self, gpu: FastGpu, ev: GpuEvents, now: float) -> None:
         for job in ev.first_tokens:
@@ -394,32 +528,43 @@ class Simulator:
             req = self.requests[job.index]
             self.out.ttft_s[job.index] = now - req.at_s + live.extra_ms / 1000.0
             self.out.cached[job.index] = job.cached_tokens
+        regions_freed: set[str] = set()
         for job in ev.finished:
             live = self.live.pop(job.index)
-            live.ticket.close()
             live.pool.running_tokens -= job.input_tokens
+            self._release(live, now)
             req = self.requests[job.index]
             self.out.e2e_s[job.index] = now - req.at_s + live.extra_ms / 1000.0
+            held = self.quota_tickets.pop(job.index, None)
+            if held is not None:
+                usage = Usage(req.input_tokens, req.output_tokens)
+                self.limiters[held[0]].finish(held[1], now, usage=usage)
             self._end(job.index, Status.OK, "")
-            if self.hier:
-                self.zacc[live.pool.region].finish(live.pool.zone_id, self.model, job.input_tokens)
-                self._drain_queue(live.pool.region, now)
+            regions_freed.add(live.pool.region)
         for job in ev.rejected:
             live = self.live.pop(job.index)
-            live.ticket.close()
-            if self.hier:
-                self.zacc[live.pool.region].finish(live.pool.zone_id, self.model, job.input_tokens)
-            self._end(job.index, Status.REFUSED, "gpu: does not fit")
+            self._release(live, now)
+            self._end_unserved(job.index, Status.REFUSED, "gpu: does not fit")
+            regions_freed.add(live.pool.region)
+        for job in ev.expired:
+            live = self.live.pop(job.index)
+            self._release(live, now)
+            self._end_unserved(job.index, Status.TIMED_OUT, self._timeout_reason)
+            regions_freed.add(live.pool.region)
         self._push_gpu(gpu)
+        if self.hier:
+            for region in regions_freed:
+                if len(self.queues[region]):
+                    self._drain_queue(region, now)
 
     # ------------------------------------------------------------------ gtm path
 
-    def _route_gtm(self, i: int, now: float) -> None:
+    def _route_gtm(self, i: int, now: float, verdict: Verdict) -> None:
         req = self.requests[i]
-        verdict = self._verdict(req.tenant, req.country)
         if verdict.refused:
             self._end(i, Status.REFUSED, "residency")
             return
+        band = self.bands.get(req.tenant, Priority.INTERACTIVE)
         rr = RouteRequest.model_construct(
             request_id=str(i),
             model=self.model,
@@ -428,7 +573,7 @@ class Simulator:
             tenant=req.tenant,
             client=ClientInfo.model_construct(ip=None, country=req.country, location=req.point),
             data_class="default",
-            priority=Priority.INTERACTIVE,
+            priority=band,
             prefix_hashes=req.prefix_hashes,
         )
         outcome = self.global_router.decide(rr, self.gview, verdict=verdict)
@@ -436,7 +581,14 @@ class Simulator:
             self._end(i, Status.REFUSED, f"global: {outcome.refusal}")
             return
         region = outcome.region
-        self.out.home[i] = self.region_index[region]
+        limiter = self.limiters.get(region)
+        if limiter is not None:
+            admitted = limiter.admit(req.tenant, Cost(req.input_tokens, req.output_tokens), now)
+            if isinstance(admitted, Rejection):
+                self._end(i, Status.REFUSED, f"quota: {admitted.reason.value}")
+                return
+            if admitted.open:
+                self.quota_tickets[i] = (region, admitted)
         inputs = Inputs(
             allowed=verdict.allowed,
             on_saturation=verdict.on_saturation,
@@ -466,32 +618,60 @@ class Simulator:
             )
             self._regional(i, rr, peer, hop, now, extra + decision.peer.rtt_ms)
         elif decision.route is Route.QUEUE:
-            self.queues[region].append((i, extra, rr, inputs))
+            req = self.requests[i]
+            offered = self.queues[region].offer(
+                req.tenant,
+                rr.priority,
+                _Waiting(i, extra, rr, inputs),
+                input_tokens=req.input_tokens,
+                output_tokens=req.output_tokens,
+                now=now,
+            )
+            if isinstance(offered, RefusalReason):
+                self._end_unserved(i, Status.REFUSED, f"regional queue: {offered.value}")
+            else:
+                self._drain_queue(region, now)
         else:
-            self._end(i, Status.REFUSED, f"regional: {decision.reason}")
+            self._end_unserved(i, Status.REFUSED, f"regional: {decision.reason}")
 
     def _drain_queue(self, region: str, now: float) -> None:
+        """Expire, then hand queued requests to zones with room (regional_lb.service)."""
         queue = self.queues[region]
-        while queue:
-            i, extra, rr, inputs = queue[0]
-            if now - self.requests[i].at_s > QUEUE_TTL_S:
-                queue.popleft()
-                self._end(i, Status.TIMED_OUT, "queue ttl")
-                continue
-            placed = self.routers[region].place(
-                rr, self.rviews[region], inputs, accounting=self.zacc[region]
-            )
-            if placed is None or placed.zone is None:
-                return
-            queue.popleft()
-            self._dispatch(i, self.pools[placed.zone.id], now, extra)
+        for expired in queue.expire(now):
+            self._end_unserved(expired.payload.index, Status.TIMED_OUT, "regional queue ttl")
+        gave_up = [
+            item
+            for item in queue.items()
+            if self.requests[item.payload.index].at_s + self.client_timeout_s <= now
+        ]
+        for item in gave_up:
+            # The client went away while waiting (regional_lb.service removes it too).
+            queue.remove(item)
+            self._end_unserved(item.payload.index, Status.TIMED_OUT, self._timeout_reason)
+        if not len(queue):
+            return
+        router, view, acc = self.routers[region], self.rviews[region], self.zacc[region]
+        full = False
+
+        def placeable(waiting: _Waiting) -> bool:
+            nonlocal full
+            if full:
+                return False
+            waiting.decision = router.place(waiting.request, view, waiting.inputs, accounting=acc)
+            full = waiting.decision is None or waiting.decision.zone is None
+            return not full
+
+        while (popped := queue.pop(placeable)) is not None:
+            waiting = popped.payload
+            zone = waiting.decision.zone if waiting.decision is not None else None
+            assert zone is not None
+            self._dispatch(waiting.index, self.pools[zone.id], now, waiting.extra_ms)
 
     # ------------------------------------------------------------------ baselines
 
-    def _route_baseline(self, i: int, now: float) -> None:
+    def _route_baseline(self, i: int, now: float, verdict: Verdict) -> None:
         req = self.requests[i]
         mode = self.spec.region_mode
-        verdict = self._verdict(req.tenant, req.country)
         if mode is RegionMode.GEODNS:
             home = self._nearest(req, self.region_ids)
         else:
@@ -500,7 +680,6 @@ class Simulator:
                 return
             home = self._nearest(req, [r for r in self.region_ids if r in verdict.allowed])
         assert home is not None
-        self.out.home[i] = self.region_index[home]
         target, extra = home, self._client_rtt(req, home)
         peers = [r for r in self.region_ids if r != home and r in verdict.allowed]
         if mode is RegionMode.GORGO and peers:
@@ -555,42 +734,49 @@ class Simulator:
         heap = self.heap
         gpus = self.gpu_list
         route = self._route_gtm if self.hier else self._route_baseline
+        out = self.out
+        region_ids = self.region_ids
         next_tick = self.tick_s
+        window = self.duration_s
+        horizon = window + self.drain_s
         i, n = 0, len(requests)
-        last_progress = 0.0
-        while i < n or heap:
+        while True:
             t_arr = requests[i].at_s if i < n else math.inf
             t_gpu = heap[0][0] if heap else math.inf
             t_next = min(t_arr, t_gpu)
-            if next_tick <= t_next and (i < n or any(self.queues.values()) or heap):
+            if (
+                next_tick <= t_next
+                and next_tick <= horizon
+                and (i < n or heap or self.live or self._queued())
+            ):
                 self._tick(next_tick)
                 next_tick += self.tick_s
                 continue
+            if t_next > horizon:
+                break
             if t_arr <= t_gpu:
-                route(i, t_arr)
                 req = requests[i]
+                # The nearest region to the client: what "cross-region" is measured from.
+                out.home[i] = self.region_index[self._nearest(req, region_ids) or region_ids[0]]
                 verdict = self._verdict(req.tenant, req.country)
-                region = self.out.region[i]
-                if region >= 0 and self.region_ids[region] not in verdict.allowed:
-                    self.out.violation[i] = True
+                route(i, t_arr, verdict)
+                region = out.region[i]
+                if region >= 0 and region_ids[region] not in verdict.allowed:
+                    out.violation[i] = True
                 i += 1
-                if self.progress is not None and t_arr - last_progress >= 1.0:
-                    last_progress = t_arr
-                    self.progress(t_arr)
             else:
                 _, _, g, version = heapq.heappop(heap)
                 gpu = gpus[g]
                 if gpu.version != version:
                     continue
                 self._gpu_events(gpu, gpu.on_event(t_gpu), t_gpu)
-        end = max(self.duration_s, next_tick - self.tick_s)
+        end = min(horizon, max(window, next_tick - self.tick_s))
+        self._capture_window(window)
         for gpu in gpus:
             gpu.advance(end)
-        for region, queue in self.queues.items():
-            for j, *_ in queue:
-                self._end(j, Status.TIMED_OUT, "queue at end")
-            queue.clear()
-            del region
+        self._finish_leftovers(i)
+        busy_window = self._busy_window
+        assert busy_window is not None
         return RunResult(
             policy=self.spec.name,
             outcomes=self.out,
@@ -604,16 +790,50 @@ class Simulator:
             util_timeline=self.util_timeline,
             prefix_hit_tokens=sum(g.hit_tokens for g in gpus),
             prefix_queried_tokens=sum(g.queried_tokens for g in gpus),
+            window_s=window,
+            gpu_busy_window_s=busy_window,
+            crashed_gpus=len(self.crash_set),
+            slow_gpus=len(self.slow_set),
         )
 
+    def _queued(self) -> bool:
+        return any(len(q) for q in self.queues.values())
+
+    def _finish_leftovers(self, next_arrival: int) -> None:
+        """End what the horizon cut off: still on a GPU, still queued, never arrived."""
+        for index in sorted(self.live):
+            self._release(self.live[index], self.duration_s + self.drain_s)
+            self._end_unserved(index, Status.TIMED_OUT, "unfinished at the horizon", ran=True)
+        self.live.clear()
+        for queue in self.queues.values():
+            while (item := queue.pop()) is not None:
+                self._end_unserved(item.payload.index, Status.TIMED_OUT, "queued at the horizon")
+        for index in range(next_arrival, len(self.requests)):
+            self._end(index, Status.TIMED_OUT, "arrived after the horizon")
+
+    def _capture_window(self, now: float) -> None:
+        if self._busy_window is None:
+            for gpu in self.gpu_list:
+                gpu.advance(now)
+            self._busy_window = np.array([g.busy_s for g in self.gpu_list])
+
     def _tick(self, now: float) -> None:
+        if self._busy_window is None and now >= self.duration_s:
+            self._capture_window(self.duration_s)
+        self._faults_tick(now)
         if self.hier:
             self._tiers_tick(now)
-            for region in self.region_ids:
-                if self.queues[region]:
-                    self._drain_queue(region, now)
         for gpu in self.gpu_list:
-            gpu.advance(now)
+            if gpu.waiting or gpu.prefill:
+                ev = gpu.expire(now)
+                if ev.expired or ev.rejected:
+                    self._gpu_events(gpu, ev, now)
+            else:
+                gpu.advance(now)
+        if self.hier:
+            for region in self.region_ids:
+                if len(self.queues[region]):
+                    self._drain_queue(region, now)
         busy = np.array([g.busy_s for g in self.gpu_list])
         delta = (busy - self._busy_mark) / self.tick_s
         self._busy_mark = busy
@@ -621,3 +841,33 @@ class Simulator:
         self.util_timeline.append(
             (now, tuple(float(x) for x in per_region / np.maximum(1, self.region_gpus)))
         )
+        if self.progress is not None:
+            self.progress(now)
+
+    def _faults_tick(self, now: float) -> None:
+        plan = self.faults
+        if self.crash_set and not self._crashed and now >= plan.crash_at_s:
+            self._crashed = True
+            for k in self.crash_set:
+                self.dead.add(k)
+                for job in self.gpu_list[k].crash(now):
+                    live = self.live.pop(job.index)
+                    self._release(live, now)
+                    if job.first_token_at >= 0:
+                        live.pool.running_tokens -= job.input_tokens
+                    self._end_unserved(job.index, Status.FAILED, "gpu crashed", ran=True)
+        if self._crashed and not self._detected and now >= plan.crash_at_s + plan.detect_s:
+            self._detected = True
+            for k in self.crash_set:
+                gpu = self.gpu_list[k]
+                self.gpu_pool[k].mark_down(gpu.gpu_id, now, "crashed")
+
+
+def scale_quotas(quotas: Quotas, scale: float) -> Quotas:
+    """``quotas`` with every limit multiplied by ``scale`` (the weight kept)."""
+    update = {
+        name: max(1, round(value * scale))
+        for name, value in quotas.model_dump().items()
+        if name != "output_weight" and value is not None
+    }
+    return quotas.model_copy(update=update)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from fleetsim.traces import MOONCAKE_BLOCK_TOKENS, Trace
 from fleetsim.workload import Geography, Place
 from gtm.gpu_profiles import get_profile, saturated_tokens_per_s
-from gtm.models import GeoPoint
+from gtm.models import GeoPoint, Region
 
 #: Repeated passes over a trace get disjoint prefix ids (a new user population).
 _REPEAT_STRIDE = 1 << 40
@@ -40,6 +40,20 @@ def fleet_capacity_rps(gpu_types: Sequence[str], model: str, trace: Trace) -> fl
         saturated_tokens_per_s(get_profile(t, model), mean_in, mean_out) for t in gpu_types
     )
     return tokens / (mean_in + mean_out)
+
+
+def nearest_region_counts(requests: Sequence[SimRequest], regions: Sequence[Region]) -> list[int]:
+    """How many requests come from clients nearest to each region (by great circle)."""
+    counts = [0] * len(regions)
+    nearest: dict[int, int] = {}
+    for r in requests:
+        k = nearest.get(r.place_id)
+        if k is None:
+            k = nearest[r.place_id] = min(
+                range(len(regions)), key=lambda j: r.point.distance_km(regions[j].location)
+            )
+        counts[k] += 1
+    return counts
 
 
 def build_requests(
@@ -97,4 +111,10 @@ def _hash_key(hashes: tuple[int, ...], k: int, rep: int) -> int:
     return int.from_bytes(hashlib.md5(seed.encode(), usedforsecurity=False).digest(), "big")
 
 
-__all__ = ["Place", "SimRequest", "build_requests", "fleet_capacity_rps"]
+__all__ = [
+    "Place",
+    "SimRequest",
+    "build_requests",
+    "fleet_capacity_rps",
+    "nearest_region_counts",
+]

@@ -1,3 +1,4 @@
+import math
 import random
 from functools import cache
 
@@ -7,9 +8,9 @@ import pytest
 from fleetsim.sim.bench import BenchConfig, run_bench
 from fleetsim.sim.fleet import FleetSpec, scaled_fleet
 from fleetsim.sim.gpu import FastGpu, Job
-from fleetsim.sim.metrics import summarise
+from fleetsim.sim.metrics import jain, summarise, tenant_service_share
 from fleetsim.sim.policies import POLICIES, SMOKE_POLICIES
-from fleetsim.sim.simulator import Simulator, Status
+from fleetsim.sim.simulator import FaultPlan, Simulator, Status, scale_quotas
 from fleetsim.sim.workload import SimRequest, build_requests
 from fleetsim.traces import Trace, TraceKind, TraceRequest
 from fleetsim.workload import Geography, Place
@@ -69,8 +70,8 @@ def test_tokens_are_conserved() -> None:
     summary = summarise(result, reqs)
     ok = result.outcomes.status == Status.OK
     served_out = sum(r.output_tokens for r, good in zip(reqs, ok, strict=True) if good)
-    assert summary.output_tps * result.sim_s == pytest.approx(served_out)
-    assert summary.served + summary.refused + summary.timed_out == len(reqs)
+    assert summary.output_tps * result.window_s == pytest.approx(served_out)
+    assert summary.served + summary.refused + summary.timed_out + summary.failed == len(reqs)
 
 
 def test_same_seed_same_result() -> None:
@@ -108,3 +109,111 @@ def test_smoke_benchmark_writes_a_report(tmp_path: object) -> None:
     text = (out / "routing.md").read_text()
     assert "| gtm |" in text
     assert "residency violations: 0" in text
+
+
+def overload(rate: float = 60.0, duration: float = 20.0) -> list[SimRequest]:
+    return build_requests(
+        synthetic_trace(1200), Geography(PLACES), rate_rps=rate, duration_s=duration
+    )
+
+
+@pytest.mark.parametrize("name", ["gtm", "round-robin"])
+def test_overload_ends_every_request_and_reports_timeouts(name: str) -> None:
+    # 3x what 6 GPUs serve: the client timeout, the regional queue TTL and the horizon
+    # must end what is never served — counted, not dropped.
+    fleet = scaled_fleet(active(), 12)
+    reqs = overload()
+    sim = Simulator(
+        fleet, active(), POLICIES[name], reqs, model=LLAMA_8B, duration_s=20.0,
+        drain_s=10.0, client_timeout_s=5.0,
+    )  # fmt: skip
+    result = sim.run()
+    o = result.outcomes
+    assert np.all(o.ends == 1)
+    assert not np.any(o.status == Status.PENDING)
+    assert (o.status == Status.TIMED_OUT).sum() > 0
+    assert result.sim_s <= 30.0 + 1e-9
+    summary = summarise(result, reqs)
+    assert math.isinf(summary.ttft_p99)
+    # Served requests got their first token before the client gave up.
+    ok = o.status == Status.OK
+    assert np.all(o.ttft_s[ok] <= 5.0 + 1.0)
+    assert 0.0 < summary.gpu_busy <= 1.0
+
+
+def test_quotas_refuse_over_limit_and_refund_nothing_twice() -> None:
+    fleet = scaled_fleet(active(), 12)
+    reqs = overload(rate=40.0)
+    tight = Simulator(
+        fleet, active(), POLICIES["gtm"], reqs, model=LLAMA_8B, quota_scale=0.05
+    ).run()
+    loose = Simulator(
+        fleet, active(), POLICIES["gtm"], reqs, model=LLAMA_8B, quota_scale=1000.0
+    ).run()
+    tight_quota = sum(1 for r in tight.outcomes.reason if r.startswith("quota:"))
+    loose_quota = sum(1 for r in loose.outcomes.reason if r.startswith("quota:"))
+    assert tight_quota > 0
+    assert loose_quota == 0
+    assert np.all(tight.outcomes.ends == 1)
+
+
+def test_scale_quotas_scales_every_limit_but_the_weight() -> None:
+    tenant = active().tenants.get("demo-global")
+    assert tenant is not None
+    assert tenant.quotas is not None
+    scaled = scale_quotas(tenant.quotas, 10.0)
+    assert scaled.requests_per_minute == 10 * (tenant.quotas.requests_per_minute or 0)
+    assert scaled.max_concurrent == 10 * (tenant.quotas.max_concurrent or 0)
+    assert scaled.output_weight == tenant.quotas.output_weight
+
+
+@pytest.mark.parametrize("name", ["gtm", "least-connections"])
+def test_crashed_gpus_fail_their_requests_then_get_none(name: str) -> None:
+    fleet = scaled_fleet(active(), 12)
+    reqs = workload(fleet, rate=20.0, duration=20.0)
+    plan = FaultPlan(crash_fraction=0.25, crash_at_s=5.0, detect_s=1.0)
+    sim = Simulator(fleet, active(), POLICIES[name], reqs, model=LLAMA_8B, faults=plan)
+    result = sim.run()
+    o = result.outcomes
+    assert result.crashed_gpus == 3
+    assert np.all(o.ends == 1)
+    failed = o.status == Status.FAILED
+    assert failed.sum() > 0
+    # After detection nothing is sent to a dead GPU: failures are only around the crash.
+    at = np.array([r.at_s for r in reqs])
+    assert np.all(at[failed] <= 5.0 + 1.0 + 1.0)
+    for k in sim.crash_set:
+        gpu = sim.gpu_list[k]
+        assert gpu.idle()
+        assert gpu.used_blocks == 0
+
+
+def test_slow_gpus_make_latency_worse_and_runs_stay_deterministic() -> None:
+    fleet = scaled_fleet(active(), 12)
+    reqs = workload(fleet)
+    plan = FaultPlan(slow_fraction=0.5, slowdown=3.0)
+
+    def run(faults: FaultPlan | None) -> float:
+        result = Simulator(
+            fleet, active(), POLICIES["round-robin"], reqs, model=LLAMA_8B, faults=faults
+        ).run()
+        return summarise(result, reqs).e2e_p50
+
+    assert run(plan) > run(None)
+    assert run(plan) == run(plan)
+
+
+def test_fleet_shaped_by_weights_keeps_a_gpu_per_zone() -> None:
+    fleet = scaled_fleet(active(), 60, weights=[10, 0, 0, 30, 0, 20])
+    counts = [sum(len(z.gpus) for z in r.zones) for r in fleet.regions]
+    assert sum(counts) == 60
+    assert min(counts) == 2
+    assert counts[3] > counts[5] > counts[0] > counts[1]
+
+
+def test_jain_is_one_when_every_tenant_gets_the_same_share() -> None:
+    reqs = workload(scaled_fleet(active(), 12))
+    met = np.ones(len(reqs), dtype=np.bool_)
+    assert jain(tenant_service_share(reqs, met)) == pytest.approx(1.0)
+    only_first = np.array([r.tenant == reqs[0].tenant for r in reqs])
+    assert jain(tenant_service_share(reqs, only_first)) < 0.7
