@@ -1,7 +1,8 @@
 """``gtm chaos``: the fault proxy and the game-day runner.
 
 ``gtm chaos proxy`` serves the Toxiproxy 2.x API. Like Toxiproxy it has no
-authentication, so it binds loopback unless ``--allow-remote`` says otherwise.
+authentication by default, so it binds loopback unless ``--allow-remote`` says otherwise;
+``--admin-token-file`` turns on bearer tokens (opt-in: Toxiproxy clients send none).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import click
 
 from chaos.proxy.server import FaultProxyServer
 from chaos.proxy.service import TOXIPROXY_VERSION, FaultProxyService
+from gtm.admin_auth import AdminGuard
+from gtm.clock import SystemClock
 from gtm.errors import ConfigError, GtmError
 from gtm.metrics import new_registry
 
@@ -67,35 +70,69 @@ def chaos() -> None:
 @click.option(
     "--allow-remote",
     is_flag=True,
-    help="Allow a non-loopback --host. The API has NO authentication: anyone who can "
-    "reach it can redirect and break traffic.",
+    help="Allow a non-loopback --host. Without --admin-token-file the API has NO "
+    "authentication: anyone who can reach it can redirect and break traffic.",
+)
+@click.option(
+    "--admin-token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Require bearer tokens from this file (`gtm admin token create`) on every route "
+    "but /version and /metrics. Off by default: Toxiproxy clients send no token.",
+)
+@click.option(
+    "--admin-audit-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="With --admin-token-file: append every API call to a hash-chained audit log here.",
 )
 def proxy_command(
-    host: str, port: int, config_file: Path | None, seed: int | None, allow_remote: bool
+    host: str,
+    port: int,
+    config_file: Path | None,
+    seed: int | None,
+    allow_remote: bool,
+    admin_token_file: Path | None,
+    admin_audit_dir: Path | None,
 ) -> None:
     """Serve the Toxiproxy 2.x API (proxies, toxics, /populate, /reset, /version)."""
     if not is_loopback(host):
         if not allow_remote:
             raise click.UsageError(
                 f"--host {host} is not a loopback address. The fault proxy API has no "
-                "authentication; pass --allow-remote to expose it anyway."
+                "authentication unless --admin-token-file is given; pass --allow-remote to "
+                "expose it."
             )
-        click.echo(
-            f"WARNING: the fault proxy API on {host} has no authentication; anyone who "
-            "can reach it can redirect and break traffic.",
-            err=True,
-        )
+        if admin_token_file is None:
+            click.echo(
+                f"WARNING: the fault proxy API on {host} has no authentication; anyone who "
+                "can reach it can redirect and break traffic (see --admin-token-file).",
+                err=True,
+            )
+    guard = None
+    if admin_token_file is not None:
+        try:
+            guard = AdminGuard.from_options(
+                token_file=admin_token_file, audit_dir=admin_audit_dir, clock=SystemClock()
+            )
+        except GtmError as exc:
+            raise click.UsageError(str(exc)) from None
     config = config_file.read_bytes() if config_file is not None else None
     try:
-        asyncio.run(_serve(host, port, config, seed))
+        asyncio.run(_serve(host, port, config, seed, guard))
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
+    finally:
+        if guard is not None:
+            guard.close()
 
 
-async def _serve(host: str, port: int, config: bytes | None, seed: int | None) -> None:
+async def _serve(
+    host: str, port: int, config: bytes | None, seed: int | None, guard: AdminGuard | None = None
+) -> None:
     registry = new_registry()
     service = FaultProxyService(registry=registry, rng=random.Random(seed))
-    server = FaultProxyServer(service, registry)
+    server = FaultProxyServer(service, registry, guard)
     await server.start(host, port)
     try:
         if config is not None:

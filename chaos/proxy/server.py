@@ -15,6 +15,12 @@ Errors are ``{"error": msg, "status": code}`` plus a newline, sent as
 can produce a traceback: unexpected failures are logged and answered with a 500 body.
 
 Unlike Toxiproxy, ``/metrics`` is always served (gtm services always expose metrics).
+
+Authentication is opt-in (``gtm chaos proxy --admin-token-file``), so that the API stays
+interchangeable with Toxiproxy's for clients that cannot send headers: with a guard
+(:mod:`gtm.admin_auth`), every route but ``/version`` and ``/metrics`` needs a bearer
+token (``read-only`` for GET, ``operator`` otherwise) and every call is audited; refusals
+keep this API's error shape and add ``WWW-Authenticate``.
 """
 
 from __future__ import annotations
@@ -33,7 +39,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from chaos.proxy import gojson
 from chaos.proxy.errors import ApiError
 from chaos.proxy.service import TOXIPROXY_VERSION, FaultProxyService
+from gtm.admin_auth import AdminGuard, admin_middleware
 from gtm.errors import ConfigError
+from gtm.openai_errors import ApiError as AdminRefusal
 
 log = logging.getLogger(__name__)
 
@@ -267,8 +275,24 @@ class ApiDispatcher:
             return error_response("internal error (see the server log)", 500)
 
 
-def build_app(service: FaultProxyService, registry: CollectorRegistry) -> web.Application:
+#: Paths open without a token even when a guard is configured (no state, no faults).
+OPEN_PATHS = frozenset({"/version", "/metrics"})
+
+
+def _refusal(error: AdminRefusal) -> web.StreamResponse:
+    response = error_response(error.message, error.status)
+    response.headers.update(error.headers())
+    return response
+
+
+def build_app(
+    service: FaultProxyService, registry: CollectorRegistry, guard: AdminGuard | None = None
+) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY_BYTES)
+    if guard is not None:
+        app.middlewares.append(
+            admin_middleware(guard, lambda r: r.path not in OPEN_PATHS, render=_refusal)
+        )
     app.router.add_route("*", "/{tail:.*}", ApiDispatcher(service, registry).handle)
     return app
 
@@ -288,9 +312,14 @@ def listen_socket(host: str, port: int) -> socket.socket:
 class FaultProxyServer:
     """The API server plus the proxies it manages; ``start`` → ``close``."""
 
-    def __init__(self, service: FaultProxyService, registry: CollectorRegistry) -> None:
+    def __init__(
+        self,
+        service: FaultProxyService,
+        registry: CollectorRegistry,
+        guard: AdminGuard | None = None,
+    ) -> None:
         self.service = service
-        self._app = build_app(service, registry)
+        self._app = build_app(service, registry, guard)
         self._runner: web.AppRunner | None = None
         self.address: tuple[str, int] | None = None
 
