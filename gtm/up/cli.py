@@ -26,6 +26,7 @@ from gtm.errors import ConfigError, GtmError
 from gtm.topology import example_text
 from gtm.up.banner import Listeners, demo_keys, render
 from gtm.up.config import DEFAULT_DNS_LISTEN, DEFAULT_HTTP_LISTEN, UpConfig
+from gtm.up.control import LinkKind
 from gtm.up.fleet import Fleet, Plan, make_plan, remove_run_dir, wait_ready
 from gtm.up.status import StatusPage
 
@@ -114,6 +115,22 @@ EXIT_INTERRUPTED = 130
     "(default: ~/.config/gtm/admin).",
 )
 @click.option(
+    "--etcd-members",
+    type=click.Choice(["1", "3"]),
+    default="1",
+    show_default=True,
+    help="With --processes and no --state: members of gtm up's private etcd (3 lets a "
+    "leader die without losing the store).",
+)
+@click.option(
+    "--chaos-links",
+    default="",
+    metavar="KIND[,KIND...]",
+    help="With --processes: route these connections through fault-proxy links (a "
+    "`gtm chaos proxy` child; its Toxiproxy API is in GET /api/v1/deployment): "
+    "global-regional, regional-zone, etcd (every tier to every etcd member).",
+)
+@click.option(
     "--print-topology",
     is_flag=True,
     help="Print the topology (the example, or --topology) as YAML and exit.",
@@ -140,6 +157,8 @@ def up(print_topology: bool, admin_dir: Path | None, **options: Any) -> None:
             scrape_interval_s=options["scrape_interval"],
             ready_timeout_s=options["ready_timeout"],
             run_dir=options["run_dir"],
+            etcd_members=int(options["etcd_members"]),
+            chaos_links=_link_kinds(options["chaos_links"]),
         )
     except ValidationError as exc:
         first = exc.errors()[0]
@@ -173,6 +192,21 @@ def up(print_topology: bool, admin_dir: Path | None, **options: Any) -> None:
         else:
             remove_run_dir(plan)
     sys.exit(status)
+
+
+def _link_kinds(text: str) -> tuple[LinkKind, ...]:
+    kinds = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        try:
+            kinds.append(LinkKind(part))
+        except ValueError:
+            raise click.UsageError(
+                f"--chaos-links: unknown link kind {part!r}; expected a comma-separated "
+                f"list of {', '.join(k.value for k in LinkKind)}"
+            ) from None
+    return tuple(dict.fromkeys(kinds))
 
 
 def _quiet_console(plan: Plan) -> None:
@@ -241,6 +275,7 @@ async def _run(plan: Plan, guard: AdminGuard) -> int:
             limit_s=plan.config.ready_timeout_s,
         )
         await status.attach(store, front_door=listeners.http.url)
+        fleet.mark_ready()
         starting = False
         shown = Listeners(
             dns=listeners.dns,

@@ -5,12 +5,14 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from gtm.errors import ConfigError
 from gtm.models import Frozen
 from gtm.state.url import StoreKind, parse_state_url
+from gtm.up.control import LinkKind
 
 #: ARCHITECTURE §9 defaults: DNS on 5353 (UDP and TCP; 53 needs privileges), the front
 #: door on 8080.
@@ -72,6 +74,11 @@ class UpConfig(Frozen):
     ready_timeout_s: float = Field(default=DEFAULT_READY_TIMEOUT_S, gt=0.0)
     #: Keep logs and the audit trail here (default: a temporary directory, removed).
     run_dir: str | None = None
+    #: Members of the private etcd (--processes without --state etcd://…): 1, or 3 so
+    #: that a leader can be lost without losing the store.
+    etcd_members: Literal[1, 3] = 1
+    #: Inter-tier connections routed through fault-proxy links (--processes only).
+    chaos_links: tuple[LinkKind, ...] = ()
 
     @field_validator("state")
     @classmethod
@@ -82,6 +89,20 @@ class UpConfig(Frozen):
     @classmethod
     def _listen(cls, value: str | None) -> str | None:
         return None if value is None else str(parse_listen(value, "listen address"))
+
+    @model_validator(mode="after")
+    def _processes_only(self) -> UpConfig:
+        if not self.processes and (self.etcd_members != 1 or self.chaos_links):
+            raise ValueError(
+                "--etcd-members and --chaos-links need --processes (the in-process "
+                "deployment has one in-memory store and no connections to put links on)"
+            )
+        if self.etcd_members != 1 and self.uses_etcd:
+            raise ValueError(
+                "--etcd-members sizes gtm up's private etcd; with --state etcd://… the "
+                "cluster is yours (list its members in --state)"
+            )
+        return self
 
     @property
     def mode(self) -> Mode:

@@ -20,17 +20,22 @@ Why a hold and not a flag file: a hold must be acknowledged (the caller needs to
 the supervisor saw it before it kills the process, or the restart races the kill), and
 the status listener is already there, loopback-only, with JSON errors. Child names are
 ``global``, ``regional/<region>``, ``zone/<zone>``, ``gpu/<gpu>`` and ``chaos-proxy``;
-in URLs the ``/`` is percent-encoded or written as ``.`` (``regional.eu-west``).
+in URLs as they are (``/api/v1/children/regional/eu-west/hold``) or percent-encoded.
 
 The etcd endpoints exist only when ``gtm up`` started the etcd itself (no ``--state``).
 """
 
 from __future__ import annotations
 
+import ipaddress
+from collections.abc import Awaitable, Callable
 from enum import StrEnum
+from typing import Protocol
 
+from aiohttp import web
 from pydantic import Field
 
+from gtm.errors import GtmError
 from gtm.models import Frozen
 
 
@@ -109,6 +114,92 @@ class DeploymentDocument(Frozen):
     links: tuple[LinkInfo, ...] = ()
 
 
-def child_name(kind: str, name: str) -> str:
-    """The control API's name of a child: ``global`` or ``<kind>/<name>``."""
-    return kind if kind == name else f"{kind}/{name}"
+def link_name(source: str, target: str) -> str:
+    """A link's proxy name: ``<source>-><target>`` with ``/`` as ``.`` (Toxiproxy puts
+    names in URL paths)."""
+    return f"{source}->{target}".replace("/", ".")
+
+
+class Controlled(Protocol):
+    """What the control API drives (gtm.up.processes.ProcessFleet)."""
+
+    async def document(self) -> DeploymentDocument: ...
+
+    async def hold(self, name: str) -> ChildInfo: ...
+
+    async def release(self, name: str) -> ChildInfo: ...
+
+    async def etcd_member(self, name: str, action: str) -> EtcdMemberInfo: ...
+
+    async def etcd_all(self, action: str) -> tuple[EtcdMemberInfo, ...]: ...
+
+
+Handler = Callable[[web.Request], Awaitable[web.Response]]
+
+
+def _is_loopback(peer: str | None) -> bool:
+    try:
+        return ipaddress.ip_address((peer or "").partition("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+class ControlApi:
+    """The routes of the module docstring on an aiohttp app, over a :class:`Controlled`."""
+
+    def __init__(self, fleet: Controlled) -> None:
+        self._fleet = fleet
+
+    def install(self, app: web.Application) -> None:
+        add = app.router.add_route
+        add("GET", "/api/v1/deployment", self._guard(self._document))
+        add("POST", "/api/v1/children/{name:.+}/hold", self._guard(self._hold))
+        add("POST", "/api/v1/children/{name:.+}/release", self._guard(self._release))
+        add("POST", "/api/v1/etcd/members/{name}/{action:kill|start}", self._guard(self._member))
+        add("POST", "/api/v1/etcd/{action:stop|start}", self._guard(self._cluster))
+
+    @staticmethod
+    def _guard(handler: Handler) -> Handler:
+        """Loopback only; a bad name is a 404 naming what exists; a failure a 503."""
+
+        async def guarded(request: web.Request) -> web.Response:
+            if not _is_loopback(request.remote):
+                return _error(403, "the control API accepts loopback clients only")
+            try:
+                return await handler(request)
+            except KeyError as exc:
+                return _error(404, str(exc.args[0]) if exc.args else "not found")
+            except LookupError as exc:
+                return _error(409 if str(exc) != "starting" else 503, str(exc))
+            except GtmError as exc:
+                return _error(503, str(exc))
+
+        return guarded
+
+    async def _document(self, request: web.Request) -> web.Response:
+        document = await self._fleet.document()
+        return web.json_response(
+            document.model_dump(mode="json"), headers={"Cache-Control": "no-store"}
+        )
+
+    async def _hold(self, request: web.Request) -> web.Response:
+        info = await self._fleet.hold(request.match_info["name"])
+        return web.json_response(info.model_dump(mode="json"))
+
+    async def _release(self, request: web.Request) -> web.Response:
+        info = await self._fleet.release(request.match_info["name"])
+        return web.json_response(info.model_dump(mode="json"))
+
+    async def _member(self, request: web.Request) -> web.Response:
+        info = await self._fleet.etcd_member(
+            request.match_info["name"], request.match_info["action"]
+        )
+        return web.json_response(info.model_dump(mode="json"))
+
+    async def _cluster(self, request: web.Request) -> web.Response:
+        members = await self._fleet.etcd_all(request.match_info["action"])
+        return web.json_response({"members": [m.model_dump(mode="json") for m in members]})

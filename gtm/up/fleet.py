@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import aiohttp
 import dns.asyncquery
@@ -30,7 +30,7 @@ import dns.rdatatype
 
 from gtm.clock import Clock
 from gtm.errors import ConfigError, GtmError, StateError
-from gtm.models import RegionSummary, ZoneSummary
+from gtm.models import Region, RegionSummary, Zone, ZoneSummary
 from gtm.policy_store import apply
 from gtm.state import codec, keys
 from gtm.state.store import StateStore
@@ -137,20 +137,47 @@ class Fleet(Protocol):
 
     async def stop(self) -> None: ...
 
+    def mark_ready(self) -> None:
+        """Called once the deployment passed :func:`wait_ready`."""
+        ...
+
 
 # ---------------------------------------------------------------------------- the store
 
 
-async def seed_store(store: StateStore, plan: Plan, clock: Clock) -> int:
+_Placed = TypeVar("_Placed", Region, Zone)
+
+
+async def seed_store(
+    store: StateStore,
+    plan: Plan,
+    clock: Clock,
+    *,
+    urls: Mapping[str, str] | None = None,
+) -> int:
     """Apply the policies and write the region and zone records; return the policy
     generation in force. Records are static (no lease): the deployment owns them and
-    :func:`unseed_store` removes them on the way out."""
+    :func:`unseed_store` removes them on the way out.
+
+    ``urls`` (region or zone id → URL) replaces where the tier above reaches that
+    region's LB or zone agent: ``--chaos-links`` puts a fault-proxy link there. DNS
+    answers keep the region's own address."""
+    moved = urls or {}
     result = await apply(store, plan.policy_set, None, clock=clock, applied_by="gtm up")
     for region in plan.deployment.regions:
-        await store.put(keys.region(region.id), codec.encode(region.region))
+        record = _moved(region.region, moved.get(region.id))
+        await store.put(keys.region(region.id), codec.encode(record))
         for zone in region.zones:
-            await store.put(keys.zone(region.id, zone.id), codec.encode(zone.record()))
+            zone_record = _moved(zone.record(), moved.get(zone.id))
+            await store.put(keys.zone(region.id, zone.id), codec.encode(zone_record))
     return result.generation
+
+
+def _moved(record: _Placed, url: str | None) -> _Placed:
+    if url is None or not record.endpoints:
+        return record
+    first = record.endpoints[0].model_copy(update={"url": url})
+    return record.model_copy(update={"endpoints": (first, *record.endpoints[1:])})
 
 
 async def unseed_store(store: StateStore, plan: Plan) -> None:

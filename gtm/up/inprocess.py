@@ -128,6 +128,9 @@ class InProcessFleet:
             state=plan.config.state,
         )
 
+    def mark_ready(self) -> None:
+        """Nothing to do: the in-process deployment has no control API."""
+
     async def stop(self) -> None:
         await self._stack.aclose()
 

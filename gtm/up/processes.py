@@ -13,7 +13,17 @@ own file in the run directory. ``gtm up`` supervises them:
   ``PR_SET_PDEATHSIG``, so even a ``kill -9`` of ``gtm up`` leaves no orphans.
 
 Without ``--state etcd://…``, ``gtm up`` starts a private etcd in the run directory
-(:class:`gtm.testing.etcd.EtcdServer`) and stops it last.
+(:class:`gtm.testing.etcd_cluster.EtcdCluster`: one member, or three with
+``--etcd-members 3``) and stops it last.
+
+For chaos drills (:mod:`gtm.up.control`): the status listener also serves a control API
+(the deployment's addresses and pids; hold a child down; kill and start etcd members),
+and ``--chaos-links`` routes chosen inter-tier connections through fault-proxy links
+served by a ``gtm chaos proxy`` child (Toxiproxy API): global → each regional LB
+(the region record's URL points at the link; DNS answers keep the region's address),
+regional → each zone agent (the zone record's URL), and each tier → each etcd member
+(the child's ``--state`` lists its links). A toxic on a link is then a fault between
+exactly those two tiers.
 """
 
 from __future__ import annotations
@@ -21,28 +31,45 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import json
 import logging
 import os
 import random
 import signal
 import socket
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+import aiohttp
 from aiohttp import web
 
 from gtm.clock import Clock
-from gtm.errors import ConfigError, GtmError
+from gtm.errors import ConfigError, GtmError, StateError
 from gtm.metrics import new_registry
+from gtm.models import GpuWorker
+from gtm.state import codec, keys
 from gtm.state.store import StateStore
-from gtm.state.url import open_store
+from gtm.state.url import open_store, parse_state_url
 from gtm.tasks import Backoff, TaskSupervisor
-from gtm.testing.etcd import EtcdServer
+from gtm.testing.etcd_cluster import EtcdCluster
 from gtm.topology import GpuPlacement, RegionPlacement, ZonePlacement
 from gtm.up.config import HostPort
+from gtm.up.control import (
+    ChildInfo,
+    ControlApi,
+    DeploymentDocument,
+    EtcdMemberInfo,
+    GpuInfo,
+    LinkInfo,
+    LinkKind,
+    RegionInfo,
+    ZoneInfo,
+    link_name,
+)
 from gtm.up.fleet import Plan, Started, seed_store, unseed_store
 from gtm.up.inprocess import LOCAL_PROXIES
 
@@ -64,10 +91,20 @@ class TierKind(StrEnum):
     ZONE = "zone"
     REGIONAL = "regional"
     GLOBAL = "global"
+    CHAOS_PROXY = "chaos-proxy"
 
 
-#: Stop order: the entry points first, so nothing sends work to a stopped tier below.
-STOP_ORDER = (TierKind.GLOBAL, TierKind.REGIONAL, TierKind.ZONE, TierKind.GPU)
+#: Stop order: the entry points first, so nothing sends work to a stopped tier below;
+#: the fault proxy last, as the tiers' connections run through it.
+STOP_ORDER = (
+    TierKind.GLOBAL,
+    TierKind.REGIONAL,
+    TierKind.ZONE,
+    TierKind.GPU,
+    TierKind.CHAOS_PROXY,
+)
+#: How long the fault proxy may take to answer its API after it is started, s.
+CHAOS_PROXY_START_S = 20.0
 
 
 @dataclass(slots=True)
@@ -81,6 +118,30 @@ class Child:
     process: asyncio.subprocess.Process | None = None
     restarts: int = 0
     exited: list[int] = field(default_factory=list)
+    #: Held down (control API): not restarted when it exits, until released.
+    held: bool = False
+    released: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def control_name(self) -> str:
+        """``global``, ``chaos-proxy``, or ``regional/<id>``, ``zone/<id>``, ``gpu/<id>``."""
+        if self.kind in (TierKind.GLOBAL, TierKind.CHAOS_PROXY):
+            return self.name
+        return f"{'gpu' if self.kind is TierKind.GPU else self.kind.value}/{self.name}"
+
+    @property
+    def pid(self) -> int | None:
+        process = self.process
+        return process.pid if process is not None and process.returncode is None else None
+
+    def info(self) -> ChildInfo:
+        return ChildInfo(
+            name=self.control_name,
+            kind=self.kind.value,
+            pid=self.pid,
+            held=self.held,
+            restarts=self.restarts,
+        )
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
@@ -89,11 +150,11 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-async def _start_etcd(server: EtcdServer) -> GtmError | None:
-    """Start ``server`` in a thread; its failure is returned (the caller raises it), so
-    the supervisor does not log it a second time as a crash."""
+async def _start_etcd(cluster: EtcdCluster) -> GtmError | None:
+    """Start ``cluster`` (its members start in threads); its failure is returned (the
+    caller raises it), so the supervisor does not log it a second time as a crash."""
     try:
-        await asyncio.to_thread(server.start)
+        await cluster.start_all()
     except GtmError as exc:
         return exc
     return None
@@ -181,8 +242,13 @@ class ProcessFleet:
         self._app_hook = app_hook
         self._registry = new_registry()
         self._supervisor = TaskSupervisor(registry=self._registry, clock=clock, component="up")
-        self._etcd: EtcdServer | None = None
+        self._etcd: EtcdCluster | None = None
         self._etcd_start: asyncio.Task[GtmError | None] | None = None
+        self._links: tuple[LinkInfo, ...] = ()
+        self._chaos_api: str | None = None
+        self._started: Started | None = None
+        self._ready = False
+        self._gpu_urls: dict[str, str] = {}
         self._store: StateStore | None = None
         self._state = plan.config.state
         self.children: list[Child] = []
@@ -213,35 +279,126 @@ class ProcessFleet:
         # children exec at once, so its fork handlers have nothing to do.
         os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
         if not plan.config.uses_etcd:
-            self._etcd = EtcdServer(plan.run_dir / "etcd", fsync=False)
-            # Started in a thread (it blocks until healthy). A cancelled await does not
-            # stop the thread, so stop() waits for this task before stopping etcd.
+            self._etcd = EtcdCluster(plan.run_dir / "etcd", members=plan.config.etcd_members)
+            # Members start in threads (each blocks until healthy). A cancelled await
+            # does not stop a thread, so stop() waits for this task before stopping etcd.
             self._etcd_start = self._supervisor.spawn("etcd-start", _start_etcd(self._etcd))
             failure = await asyncio.shield(self._etcd_start)
             if failure is not None:
                 raise failure
             self._state = self._etcd.etcd_url
             log.info("started a private etcd at %s", self._state)
+        self._links = self._plan_links()
         self._store = open_store(self._state, clock=self._clock, registry=self._registry)
-        await seed_store(self._store, plan, self._clock)
+        moved = {
+            link.target.partition("/")[2]: f"http://{link.listen}"
+            for link in self._links
+            if link.kind is not LinkKind.ETCD
+        }
+        await seed_store(self._store, plan, self._clock, urls=moved)
         dns, http = _fixed(plan.dns), _fixed(plan.http)
         logs = plan.run_dir / "logs"
         logs.mkdir(exist_ok=True)
         audit = plan.run_dir / "audit"
         audit.mkdir(exist_ok=True)
-        state, config = self._state, plan.config
+        config = plan.config
+        if self._links:
+            await self._start_chaos_proxy()
         for gpu in plan.deployment.gpus:
+            state = self._state_for(f"gpu/{gpu.id}")
             self._add(gpu.id, TierKind.GPU, gpu_argv(gpu, state, config.speedup))
         for zone in plan.deployment.zones:
+            state = self._state_for(f"zone/{zone.id}")
             self._add(zone.id, TierKind.ZONE, zone_argv(zone, state, config.scrape_interval_s))
         for region in plan.deployment.regions:
+            state = self._state_for(f"regional/{region.id}")
             self._add(region.id, TierKind.REGIONAL, regional_argv(region, state, audit))
+        state = self._state_for("global")
         self._add("global", TierKind.GLOBAL, global_argv(plan, state, dns, http))
         for child in self.children:
-            await self._spawn(child)
-            self._supervisor.spawn(f"watch:{child.name}", self._watch(child))
+            if child.process is None:
+                await self._spawn(child)
+                self._supervisor.spawn(f"watch:{child.name}", self._watch(child))
         status_url = await self._start_status(http)
-        return Started(dns=dns, http=http, status_url=status_url, state=self._state)
+        self._started = Started(dns=dns, http=http, status_url=status_url, state=self._state)
+        return self._started
+
+    # ------------------------------------------------------------------ chaos links
+
+    def _etcd_upstreams(self) -> dict[str, str]:
+        """etcd member name → its client address (``HOST:PORT``)."""
+        if self._etcd is not None:
+            return {
+                name: f"{member.host}:{member.port}" for name, member in self._etcd.members.items()
+            }
+        endpoints = parse_state_url(self._state).endpoints
+        return {f"etcd-{i}": str(e) for i, e in enumerate(endpoints, start=1)}
+
+    def _plan_links(self) -> tuple[LinkInfo, ...]:
+        """The fault-proxy links ``--chaos-links`` asks for, on free loopback ports."""
+        kinds = set(self.plan.config.chaos_links)
+        deployment = self.plan.deployment
+        pairs: list[tuple[LinkKind, str, str, str]] = []
+        if LinkKind.GLOBAL_REGIONAL in kinds:
+            for region in deployment.regions:
+                upstream = str(HostPort(region.host, region.port))
+                pairs.append(
+                    (LinkKind.GLOBAL_REGIONAL, "global", f"regional/{region.id}", upstream)
+                )
+        if LinkKind.REGIONAL_ZONE in kinds:
+            for zone in deployment.zones:
+                upstream = str(HostPort(zone.host, zone.port))
+                pairs.append(
+                    (LinkKind.REGIONAL_ZONE, f"regional/{zone.region}", f"zone/{zone.id}", upstream)
+                )
+        if LinkKind.ETCD in kinds:
+            tiers = [
+                *(f"gpu/{g.id}" for g in deployment.gpus),
+                *(f"zone/{z.id}" for z in deployment.zones),
+                *(f"regional/{r.id}" for r in deployment.regions),
+                "global",
+            ]
+            members = self._etcd_upstreams()
+            for tier in tiers:
+                for member, upstream in members.items():
+                    pairs.append((LinkKind.ETCD, tier, f"etcd/{member}", upstream))
+        return tuple(
+            LinkInfo(
+                name=link_name(source, target),
+                kind=kind,
+                source=source,
+                target=target,
+                listen=f"127.0.0.1:{free_port('127.0.0.1')}",
+                upstream=upstream,
+            )
+            for kind, source, target, upstream in pairs
+        )
+
+    def _state_for(self, tier: str) -> str:
+        """The ``--state`` of ``tier``: its etcd links when it has any."""
+        mine = [
+            link.listen
+            for link in self._links
+            if link.kind is LinkKind.ETCD and link.source == tier
+        ]
+        return f"etcd://{','.join(mine)}" if mine else self._state
+
+    async def _start_chaos_proxy(self) -> None:
+        """Start ``gtm chaos proxy`` with every link, and wait until its API answers."""
+        port = free_port("127.0.0.1")
+        config = self.plan.run_dir / "chaos-links.json"
+        body = [
+            {"name": link.name, "listen": link.listen, "upstream": link.upstream, "enabled": True}
+            for link in self._links
+        ]
+        config.write_text(json.dumps(body, indent=2) + "\n", "utf-8")
+        self._chaos_api = f"http://127.0.0.1:{port}"
+        argv = _gtm("chaos", "proxy", "--port", str(port), "--config", str(config), "--seed", "0")
+        self._add("chaos-proxy", TierKind.CHAOS_PROXY, argv)
+        child = self.children[-1]
+        await self._spawn(child)
+        self._supervisor.spawn(f"watch:{child.name}", self._watch(child))
+        await _wait_http(f"{self._chaos_api}/version", CHAOS_PROXY_START_S, child)
 
     def _add(self, name: str, kind: TierKind, argv: list[str]) -> None:
         log_path = self.plan.run_dir / "logs" / f"{kind.value}-{name}.log"
@@ -260,7 +417,8 @@ class ProcessFleet:
             )
 
     async def _watch(self, child: Child) -> None:
-        """Restart ``child`` whenever it exits, until the deployment stops."""
+        """Restart ``child`` whenever it exits, until the deployment stops (a held
+        child is restarted by its release instead)."""
         while True:
             process = child.process
             if process is None:
@@ -268,7 +426,13 @@ class ProcessFleet:
             code = await process.wait()
             if self._stopping:
                 return
+            if child.process is not process:
+                continue  # a release already started a new one
             child.exited.append(code)
+            if child.held:
+                log.warning("%s exited with status %s; held down", child.control_name, code)
+                await child.released.wait()
+                continue
             delay = RESTART_BACKOFF.delay(min(child.restarts, 5), self._rng)
             log.warning(
                 "%s %s exited with status %s; restarting in %.1f s (log: %s)",
@@ -290,6 +454,7 @@ class ProcessFleet:
             return f"{http.url}/status"
         app = web.Application()
         self._app_hook(app)
+        ControlApi(self).install(app)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await runner.setup()
         self._status_runner = runner
@@ -321,7 +486,7 @@ class ProcessFleet:
             await self._store.aclose()
             self._store = None
         if self._etcd is not None:
-            await asyncio.to_thread(self._etcd.stop)
+            await self._etcd.aclose()
             self._etcd = None
 
     async def _stop_kind(self, kind: TierKind) -> None:
@@ -352,3 +517,128 @@ class ProcessFleet:
             for c in self.children
             if c.process is not None and c.process.returncode is None
         }
+
+    # ------------------------------------------------------------------ control API
+
+    def mark_ready(self) -> None:
+        self._ready = True
+
+    def _child(self, name: str) -> Child:
+        for child in self.children:
+            if child.control_name == name:
+                return child
+        known = ", ".join(c.control_name for c in self.children)
+        raise KeyError(f"no child {name!r}; children: {known}")
+
+    async def hold(self, name: str) -> ChildInfo:
+        """Keep ``name`` down when it exits (until :meth:`release`)."""
+        child = self._child(name)
+        if not child.held:
+            child.held = True
+            child.released = asyncio.Event()
+        return child.info()
+
+    async def release(self, name: str) -> ChildInfo:
+        """Supervise ``name`` again; start it now if it is down."""
+        child = self._child(name)
+        if child.held:
+            child.held = False
+            if not self._stopping and child.pid is None:
+                child.restarts += 1
+                await self._spawn(child)
+            child.released.set()
+        return child.info()
+
+    def _cluster(self) -> EtcdCluster:
+        if self._etcd is None:
+            raise LookupError(
+                "gtm up did not start this etcd (it was given --state): it cannot control it"
+            )
+        return self._etcd
+
+    async def etcd_member(self, name: str, action: str) -> EtcdMemberInfo:
+        """``kill`` (SIGKILL) or ``start`` one member of the private etcd."""
+        cluster = self._cluster()
+        cluster.member(name)  # KeyError naming the members
+        if action == "kill":
+            await cluster.kill(name)
+        else:
+            await cluster.restart(name)
+        return self._member_info(cluster, name)
+
+    async def etcd_all(self, action: str) -> tuple[EtcdMemberInfo, ...]:
+        """``stop`` or ``start`` every member of the private etcd."""
+        cluster = self._cluster()
+        if action == "stop":
+            await cluster.stop_all()
+        else:
+            await cluster.start_all()
+        return tuple(self._member_info(cluster, n) for n in cluster.names)
+
+    @staticmethod
+    def _member_info(cluster: EtcdCluster, name: str) -> EtcdMemberInfo:
+        member = cluster.member(name)
+        return EtcdMemberInfo(name=name, client_url=member.client_url, pid=member.pid)
+
+    async def _gpu_info(self) -> tuple[GpuInfo, ...]:
+        """GPUs with their registered URLs (the last known while the store is down)."""
+        try:
+            result = await self.store.range(keys.prefix(keys.Kind.GPU))
+        except StateError:
+            pass
+        else:
+            for kv in result.kvs:
+                with contextlib.suppress(StateError):
+                    worker = codec.decode(kv.key, kv.value, GpuWorker)
+                    self._gpu_urls[worker.id] = worker.url
+        return tuple(
+            GpuInfo(name=g.id, region=g.region, zone=g.zone, url=self._gpu_urls.get(g.id))
+            for g in self.plan.deployment.gpus
+        )
+
+    async def document(self) -> DeploymentDocument:
+        """``GET /api/v1/deployment``."""
+        started = self._started
+        if started is None:
+            raise LookupError("starting")
+        deployment = self.plan.deployment
+        cluster = self._etcd
+        return DeploymentDocument(
+            ready=self._ready,
+            front_door_url=started.http.url,
+            dns_host=started.dns.host,
+            dns_port=started.dns.port,
+            status_url=started.status_url,
+            state=self._state,
+            run_dir=str(self.plan.run_dir),
+            regions=tuple(
+                RegionInfo(name=r.id, url=r.url, zones=tuple(z.id for z in r.zones))
+                for r in deployment.regions
+            ),
+            zones=tuple(ZoneInfo(name=z.id, region=z.region, url=z.url) for z in deployment.zones),
+            gpus=await self._gpu_info(),
+            children=tuple(c.info() for c in self.children),
+            etcd=()
+            if cluster is None
+            else tuple(self._member_info(cluster, n) for n in cluster.names),
+            chaos_api_url=self._chaos_api,
+            links=self._links,
+        )
+
+
+async def _wait_http(url: str, limit_s: float, child: Child) -> None:
+    """Wait until ``url`` answers 200 (bounded); fail early if ``child`` exits."""
+    deadline = time.monotonic() + limit_s
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1.0)) as session:
+        while True:
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                async with session.get(url) as response:
+                    if response.status == 200:
+                        return
+            process = child.process
+            if process is None or process.returncode is not None or time.monotonic() > deadline:
+                raise ConfigError(
+                    f"{child.control_name} did not answer {url} (see {child.log_path})"
+                )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(process.wait(), 0.05)
