@@ -11,6 +11,7 @@ the boundary where the library is called — e.g. etcd errors only in
     │   ├── StateUnavailable        store unreachable or a call timed out (retryable)
     │   ├── CompactedError          a watch asked for a revision already compacted
     │   ├── LeaseNotFound           the lease expired or was revoked
+    │   ├── StateAccessDenied       etcd refused our credentials or a key (auth, roles)
     │   └── CodecError              a stored value is not a valid record
     └── RoutingError                anything about a routing decision
         ├── NoEligibleCandidate     filtering removed every candidate (names the filter)
@@ -43,6 +44,10 @@ class StateError(GtmError):
 
 class StateUnavailable(StateError):
     """The store could not be reached or did not answer in time. Safe to retry."""
+
+
+class StateAccessDenied(StateError):
+    """etcd refused the credentials or the access (not retryable: fix the configuration)."""
 
 
 class CompactedError(StateError):

@@ -11,6 +11,9 @@ requests", no answer within ``timeout``
 watch response with ``compact_revision``    CompactedError (re-list, watch again)
 NOT_FOUND "requested lease not found"       LeaseNotFound
 "request is too large" / message too large  StateError naming the size limit
+PERMISSION_DENIED, failed authentication,   StateAccessDenied saying what to check
+"user name is empty"
+UNAUTHENTICATED "invalid auth token"        re-authenticate and retry once
 anything else                               StateError with etcd's message
 ==========================================  ==========================================
 
@@ -18,12 +21,17 @@ Why the gRPC stubs and not aetcd's high-level methods: aetcd's ``transaction`` d
 response header (so a CAS could not return the revision it made), its ``revoke_lease``
 turns NOT_FOUND into a generic ``ClientError``, and its ``watch`` flattens responses into
 single events (losing the batch revision a watcher resumes from) through an unbounded
-queue. So this module takes the channel, stubs and protobuf messages from aetcd
-(``aetcd.Client`` / ``aetcd.rpc``) and makes the calls itself; that is also where every
+queue. So this module takes the stubs and protobuf messages from aetcd (``aetcd.rpc``)
+and makes the calls itself; that is also where every
 call gets its deadline (``timeout``, default :data:`DEFAULT_TIMEOUT`).
 
 Connections: gRPC channels are lazy, so constructing the store never blocks and an etcd
-that is down makes calls fail with StateUnavailable after at most ``timeout``. With
+that is down makes calls fail with StateUnavailable after at most ``timeout``. The
+channel is our own (aetcd 1.0's ``Client`` has no TLS): with ``tls`` it is a secure
+channel verifying etcd's certificate against the given CA (and presenting our client
+certificate for ``--client-cert-auth``); with ``user``/``password`` the first call
+authenticates and every call carries etcd's token, re-authenticating once when etcd
+says the token expired (simple tokens expire after ``--auth-token-ttl``, 300 s). With
 several endpoints, a call that finds its endpoint unavailable moves the store to the
 next one for later calls (the failing call still raises: callers retry with backoff).
 
@@ -47,11 +55,18 @@ from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-import aetcd
+import grpc
 from aetcd import rpc
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from gtm.errors import CompactedError, LeaseNotFound, StateError, StateUnavailable
+from gtm.errors import (
+    CompactedError,
+    ConfigError,
+    LeaseNotFound,
+    StateAccessDenied,
+    StateError,
+    StateUnavailable,
+)
 from gtm.state.store import (
     EventType,
     KeyValue,
@@ -64,7 +79,12 @@ from gtm.state.store import (
 )
 
 if TYPE_CHECKING:
-    from gtm.state.url import Endpoint
+    from gtm.state.url import Endpoint, EtcdTls
+
+#: The key whose range answer gives the store's revision: inside ``/gtm/``, because a gtm
+#: role is granted only that prefix (a range outside it is PERMISSION_DENIED); the
+#: header's revision is the whole store's either way.
+_REVISION_PROBE_KEY = b"/gtm/"
 
 #: Deadline of every call, seconds. A healthy etcd answers in milliseconds (its own
 #: request timeout is 5 s for a leader change), and static stability prefers failing
@@ -135,6 +155,43 @@ def _batch(response: Any) -> WatchBatch:
     return WatchBatch(max(e.kv.mod_revision for e in events), events)
 
 
+class _TokenExpired(StateUnavailable):
+    """etcd no longer knows our auth token; the call is retried after re-authenticating."""
+
+
+def _read_tls(tls: EtcdTls) -> grpc.ChannelCredentials:
+    def read(path: Any) -> bytes:
+        try:
+            return bytes(path.read_bytes())
+        except OSError as exc:
+            raise ConfigError(f"cannot read etcd TLS file {path}: {exc.strerror}") from None
+
+    return grpc.ssl_channel_credentials(
+        root_certificates=read(tls.ca),
+        private_key=read(tls.key) if tls.key else None,
+        certificate_chain=read(tls.cert) if tls.cert else None,
+    )
+
+
+class _Connection:
+    """One endpoint's channel, stubs and auth metadata (the part of aetcd.Client we use)."""
+
+    def __init__(
+        self, target: str, options: dict[str, int], credentials: grpc.ChannelCredentials | None
+    ) -> None:
+        pairs = list(options.items())
+        if credentials is None:
+            self.channel = rpc.insecure_channel(target, options=pairs)
+        else:
+            self.channel = rpc.secure_channel(target, credentials, options=pairs)
+        self.kvstub = rpc.KVStub(self.channel)
+        self.leasestub = rpc.LeaseStub(self.channel)
+        self.metadata: tuple[tuple[str, str], ...] | None = None
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+
 def _check_key(key: str) -> bytes:
     if not key:
         raise ValueError("state-store keys must not be empty")
@@ -151,11 +208,20 @@ class EtcdStore:
         timeout: float = DEFAULT_TIMEOUT,
         registry: CollectorRegistry | None = None,
         keepalive_interval: float = KEEPALIVE_INTERVAL,
+        tls: EtcdTls | None = None,
+        user: str | None = None,
+        password: str | None = None,
     ) -> None:
         if not endpoints:
             raise ValueError("at least one etcd endpoint is needed")
         if not timeout > 0:
             raise ValueError(f"timeout must be positive, got {timeout!r}")
+        if (user is None) != (password is None):
+            raise ValueError("etcd user and password go together")
+        self._credentials = None if tls is None else _read_tls(tls)
+        self._has_client_cert = tls is not None and tls.cert is not None
+        self._user = user
+        self._password = password
         self._endpoints = tuple(endpoints)
         self._timeout = timeout
         self._current = 0
@@ -202,7 +268,7 @@ class EtcdStore:
         return RangeResult(int(response.header.revision), tuple(_kv(kv) for kv in response.kvs))
 
     async def current_revision(self) -> int:
-        request = rpc.RangeRequest(key=b"\0", count_only=True)
+        request = rpc.RangeRequest(key=_REVISION_PROBE_KEY, count_only=True)
         response = await self._unary("current_revision", _range, request)
         return int(response.header.revision)
 
@@ -366,20 +432,29 @@ class EtcdStore:
             raise StateUnavailable("the etcd state store is closed")
         client = self._clients.get(self._current)
         if client is None:
-            endpoint = self.endpoint
-            host = f"[{endpoint.host}]" if ":" in endpoint.host else endpoint.host
-            client = aetcd.Client(host, endpoint.port, options=self._options)
+            # Building the channel and stubs does no network I/O.
+            client = _Connection(str(self.endpoint), self._options, self._credentials)
             self._clients[self._current] = client
-        try:
-            await client.connect()  # builds the channel and stubs; no network I/O
-        except aetcd.ClientError as exc:
-            raise StateUnavailable(f"cannot connect to etcd at {self.endpoint}: {exc}") from exc
+        if self._user is not None and client.metadata is None:
+            reply = await rpc.AuthStub(client.channel).Authenticate(
+                rpc.AuthenticateRequest(name=self._user, password=self._password),
+                timeout=self._timeout,
+            )
+            client.metadata = (("token", reply.token),)
         return client
 
     async def _unary(
         self, op: str, method: Callable[[Any], Any], request: Any, *, lease: int = 0
     ) -> Any:
         """Call ``method(client)`` — a unary stub method — with the deadline, translated."""
+        try:
+            with self._translate(op, lease=lease):
+                client = await self._client()
+                return await method(client)(
+                    request, timeout=self._timeout, metadata=client.metadata
+                )
+        except _TokenExpired:
+            pass  # the token was dropped: the retry authenticates again
         with self._translate(op, lease=lease):
             client = await self._client()
             return await method(client)(request, timeout=self._timeout, metadata=client.metadata)
@@ -416,6 +491,9 @@ class EtcdStore:
         where = f"etcd at {self.endpoint}"
         if code == rpc.StatusCode.NOT_FOUND and "lease not found" in details:
             return LeaseNotFound(lease)
+        denied = self._access_error(op, code, details)
+        if denied is not None:
+            return denied
         if "too large" in details or "larger than max" in details:
             return StateError(f"{where} refused {op}: the request is too large ({details})")
         if code in _RETRYABLE:
@@ -424,6 +502,52 @@ class EtcdStore:
             return StateUnavailable(f"{where} unavailable during {op}: {code.name}: {details}")
         return StateError(f"{where} failed {op}: {code.name}: {details}")
 
+    def _access_error(self, op: str, code: Any, details: str) -> StateError | None:
+        """Authentication and authorisation failures, with what to check (None if other)."""
+        where = f"etcd at {self.endpoint}"
+        who = (
+            f"user {self._user!r}"
+            if self._user
+            else "the client certificate's user (its common name)"
+        )
+        if code == rpc.StatusCode.UNAUTHENTICATED and "invalid auth token" in details:
+            client = self._clients.get(self._current)
+            if client is not None:
+                client.metadata = None
+            return _TokenExpired(f"{where}: the auth token expired during {op}; retry")
+        if code == rpc.StatusCode.PERMISSION_DENIED:
+            return StateAccessDenied(
+                f"{where} denied {op} to {who} ({details}): give its role readwrite on the "
+                "/gtm/ prefix (etcdctl role grant-permission ROLE --prefix=true readwrite /gtm/)"
+            )
+        if "authentication failed" in details:
+            return StateAccessDenied(
+                f"{where} refused {who} ({details}): check user= in the --state URL and the "
+                "password in password-file= or $GTM_ETCD_PASSWORD"
+            )
+        if "user name is empty" in details or "user name not found" in details:
+            return StateAccessDenied(
+                f"{where} requires authentication ({details}): add user=NAME&password-file=PATH "
+                "to the --state URL, or a client certificate (cacert=, cert=, key=) whose "
+                "common name is an etcd user"
+            )
+        if (
+            code == rpc.StatusCode.UNAVAILABLE
+            and self._credentials is not None
+            and ("handshake" in details.lower() or "certificate" in details.lower())
+        ):
+            mine = (
+                "that etcd trusts the CA of cert="
+                if self._has_client_cert
+                else "whether etcd demands a client certificate (add cert= and key=)"
+            )
+            return StateUnavailable(
+                f"{where}: TLS handshake failed during {op} ({details}): check that cacert= "
+                f"is the CA that signed etcd's certificate (whose names include this host), "
+                f"and {mine}"
+            )
+        return None
+
     def _failover(self) -> None:
         if len(self._endpoints) > 1:
             self._current = (self._current + 1) % len(self._endpoints)
@@ -431,3 +555,56 @@ class EtcdStore:
 
 def _range(client: Any) -> Any:
     return client.kvstub.Range
+
+
+def enable_auth(
+    endpoint: Endpoint,
+    *,
+    root_password: str,
+    user: str = "gtm",
+    password: str | None = None,
+    prefix: str = "/gtm/",
+    tls: EtcdTls | None = None,
+    timeout: float = 10.0,
+) -> None:
+    """Turn on etcd authentication the way gtm expects it, on a cluster without it.
+
+    Makes the ``root`` user (role ``root``, which etcd requires before enabling auth), a
+    role named ``user`` with readwrite on ``prefix`` only, and the user ``user`` with
+    that role — with ``password``, or none (certificate-only: etcd's
+    ``--client-cert-auth`` maps a client certificate's common name to the user) — then
+    enables auth. The equivalent etcdctl commands are in SECURITY.md. Synchronous: for
+    set-up scripts and test fixtures.
+    """
+    raw = _encode(prefix)
+    credentials = None if tls is None else _read_tls(tls)
+    target = str(endpoint)
+    channel = (
+        grpc.secure_channel(target, credentials)
+        if credentials is not None
+        else grpc.insecure_channel(target)
+    )
+    try:
+        auth = rpc.AuthStub(channel)
+        auth.UserAdd(rpc.AuthUserAddRequest(name="root", password=root_password), timeout=timeout)
+        auth.UserGrantRole(rpc.AuthUserGrantRoleRequest(user="root", role="root"), timeout=timeout)
+        auth.RoleAdd(rpc.AuthRoleAddRequest(name=user), timeout=timeout)
+        permission = rpc.Permission(
+            permType=rpc.Permission.READWRITE, key=raw, range_end=_prefix_end(raw)
+        )
+        auth.RoleGrantPermission(
+            rpc.AuthRoleGrantPermissionRequest(name=user, perm=permission), timeout=timeout
+        )
+        if password is None:
+            request = rpc.AuthUserAddRequest(
+                name=user, options=rpc.UserAddOptions(no_password=True)
+            )
+        else:
+            request = rpc.AuthUserAddRequest(name=user, password=password)
+        auth.UserAdd(request, timeout=timeout)
+        auth.UserGrantRole(rpc.AuthUserGrantRoleRequest(user=user, role=user), timeout=timeout)
+        auth.AuthEnable(rpc.AuthEnableRequest(), timeout=timeout)
+    except grpc.RpcError as exc:
+        raise StateError(f"could not enable authentication on etcd at {endpoint}: {exc}") from exc
+    finally:
+        channel.close()

