@@ -50,9 +50,12 @@ from gtm.admin_auth import AdminGuard, admin_middleware, path_prefix
 from gtm.clock import Clock, SystemClock
 from gtm.errors import ConfigError
 from gtm.gpu_profiles import LLAMA_8B, GpuProfile, ModelKind, UnknownProfile, get_profile
+from gtm.http_limits import HttpLimits, limited_app
 from gtm.models import Frozen, GpuWorker, Identifier, ModelName, WorkerState
 from gtm.state.store import StateStore
 from gtm.tasks import TaskSupervisor
+from gtm.tls import TlsMaterial
+from gtm.tls import scheme as tls_scheme
 from gtm.tokens import PromptError, block_hashes, encode_chat, encode_text, parse_chat_messages
 
 log = logging.getLogger(__name__)
@@ -91,6 +94,8 @@ class GpuSimConfig(Frozen):
     worker_id: Identifier | None = None
     advertise_url: str | None = None
     lease_ttl_s: float = Field(default=DEFAULT_LEASE_TTL_S, ge=1.0, le=3600.0)
+    #: Header/body/JSON-depth limits, slow-client timeouts, per-client concurrency.
+    limits: HttpLimits = HttpLimits()
 
 
 def build_profile(config: GpuSimConfig, model: str) -> GpuProfile:
@@ -179,8 +184,11 @@ class GpuSimServer:
         store: StateStore | None = None,
         exit_fn: Callable[[int], None] = os._exit,
         admin: AdminGuard | None = None,
+        tls: TlsMaterial | None = None,
     ) -> None:
         self.config = config
+        #: mTLS: serve only TLS and require a zone agent's (or ops) certificate.
+        self._tls = tls
         self._clock = clock or SystemClock()
         # Without a token file the admin API trusts loopback clients only.
         self._admin = admin or AdminGuard(tokens=None, clock=self._clock)
@@ -243,7 +251,8 @@ class GpuSimServer:
         return [driver.snapshot() for driver in self._drivers.values()]
 
     def build_app(self) -> web.Application:
-        app = web.Application(
+        app = limited_app(
+            self.config.limits,
             client_max_size=MAX_BODY_BYTES,
             middlewares=[self._guard, admin_middleware(self._admin, path_prefix("/admin/"))],
         )
@@ -268,12 +277,15 @@ class GpuSimServer:
             access_log=None,
         )
         await runner.setup()
-        site = web.TCPSite(runner, self.config.host, self.config.port)
+        server_ssl = self._tls.server_context() if self._tls is not None else None
+        site = web.TCPSite(runner, self.config.host, self.config.port, ssl_context=server_ssl)
         await site.start()
         self._runner = runner
         self.port = _bound_port(runner)
         host = self.config.host if ":" not in self.config.host else f"[{self.config.host}]"
-        self.url = f"http://{host}:{self.port}"
+        self.url = f"{tls_scheme(server_ssl)}://{host}:{self.port}"
+        if self._tls is not None:
+            self._supervisor.spawn("tls-reload", self._tls.run())
         for model, driver in self._drivers.items():
             self._supervisor.spawn(f"engine:{model}", driver.run())
         self._supervisor.spawn("lag-probe", self._lag.run())

@@ -46,6 +46,7 @@ from global_lb.requests import CHAT, COMPLETIONS, EMBEDDINGS, BadRequest, parse_
 from global_lb.router import GlobalRouter, RouteOutcome
 from global_lb.view import GlobalView
 from gtm.clock import Clock
+from gtm.http_limits import HttpLimits, limited_app
 from gtm.models import ClientInfo, Frozen, RouteRequest
 from gtm.openai_errors import openai_error
 from policies import ApiKeyError, ResidencyQuery, TenantDirectory, decision_record
@@ -93,6 +94,8 @@ class FrontDoorConfig(Frozen):
     #: Longest gap between two chunks of a streamed answer.
     read_timeout: float = Field(default=300.0, gt=0.0, le=3600.0)
     max_body_bytes: int = Field(default=32 << 20, ge=1024, le=1 << 30)
+    #: Header/body/JSON-depth limits, slow-client timeouts, per-client concurrency.
+    limits: HttpLimits = HttpLimits()
     #: More hops than this is a loop between tiers (global → regional → zone is 3).
     max_hops: int = Field(default=4, ge=1, le=16)
 
@@ -154,7 +157,7 @@ class FrontDoor:
         self._locations: dict[IPAddress, Location] = {}
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self._config.max_body_bytes)
+        app = limited_app(self._config.limits, client_max_size=self._config.max_body_bytes)
         app.router.add_post(CHAT, self._forward)
         app.router.add_post(COMPLETIONS, self._forward)
         app.router.add_post(EMBEDDINGS, self._forward)

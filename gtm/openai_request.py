@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
+from gtm.http_limits import MAX_JSON_DEPTH, json_too_deep
 from gtm.openai_errors import BadRequest
 
 #: Longest model name accepted (matches :data:`gtm.models.ModelName`).
@@ -18,6 +19,11 @@ MAX_MODEL_NAME = 256
 
 def parse_json_body(raw: bytes) -> Mapping[str, object]:
     """The body as a JSON object, or a 400 saying why not."""
+    if json_too_deep(raw, MAX_JSON_DEPTH):  # checked first: json.loads recurses
+        raise BadRequest(
+            f"the request body is nested too deeply (over {MAX_JSON_DEPTH} levels)",
+            code="invalid_json",
+        )
     try:
         body = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -42,6 +42,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from gtm.clock import Clock
 from gtm.errors import GtmError
+from gtm.http_limits import HttpLimits, limited_app
 from gtm.models import ClientInfo, Endpoint, Priority, RouteRequest
 from gtm.openai_errors import error_middleware
 from gtm.openai_request import parse_json_body
@@ -118,6 +119,8 @@ class RegionalSettings:
     #: ``router.spill.max_hops``.
     loop_hops: int = 4
     max_body_bytes: int = 16 << 20
+    #: Header/body/JSON-depth limits, slow-client timeouts, per-client concurrency.
+    limits: HttpLimits = field(default_factory=HttpLimits)
 
 
 @dataclass(slots=True)
@@ -762,7 +765,8 @@ class RegionalService:
     # ------------------------------------------------------------------ HTTP
 
     def build_app(self) -> web.Application:
-        app = web.Application(
+        app = limited_app(
+            self.settings.limits,
             client_max_size=self.settings.max_body_bytes,
             middlewares=[
                 error_middleware(

@@ -34,6 +34,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from gtm.clock import Clock, SystemClock
 from gtm.gpu_profiles import UnknownProfile
+from gtm.http_limits import limited_app
 from gtm.models import DrainTarget, GpuWorker
 from gtm.openai_errors import error_middleware
 from gtm.state.snapshot import SnapshotWatcher
@@ -356,7 +357,8 @@ class ZoneAgent:
     # ------------------------------------------------------------------ HTTP
 
     def build_app(self) -> web.Application:
-        app = web.Application(
+        app = limited_app(
+            self.config.limits,
             client_max_size=self.config.max_body_bytes,
             middlewares=[
                 error_middleware(

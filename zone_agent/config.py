@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 from pydantic import Field
 
 from gtm.errors import ConfigError
+from gtm.http_limits import HttpLimits
 from gtm.models import Frozen, GpuWorker, Identifier, ModelName
 from zone_agent.health import HealthConfig
 from zone_agent.profiles import DEFAULT_PROFILE
@@ -99,6 +100,8 @@ class ZoneConfig(Frozen):
     #: Attempts per request, on distinct GPUs, before the first byte (ARCHITECTURE §6).
     max_attempts: int = Field(default=3, ge=1, le=3)
     max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+    #: Header/body/JSON-depth limits, slow-client timeouts, per-client concurrency.
+    limits: HttpLimits = HttpLimits()
     #: How long a ``/v1/assign`` decision is charged to its GPU (the bytes go elsewhere,
     #: so the agent never sees the request end): until scrapes have caught up.
     assign_hold_s: float = Field(default=1.0, ge=0.0)

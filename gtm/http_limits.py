@@ -1,0 +1,216 @@
+"""Input hardening shared by every gtm HTTP server (front door, regional LB, zone agent,
+emulator, status page, fault proxy).
+
+:func:`limited_app` builds an :class:`aiohttp.web.Application` whose first middleware
+enforces :class:`HttpLimits`, and whose connection handler gets the matching parser
+limits and timeouts (``handler_args``), so a server opts in where its app is built:
+
+============================  ========  =============================================
+limit                         answer    how
+============================  ========  =============================================
+header count / size           431       counted on the parsed headers (RFC 6585 §5);
+                                        past the parser's hard ceiling (2× the count,
+                                        ``max_header_bytes`` per line) aiohttp answers
+                                        400 before any gtm code runs
+body size                     413       ``Content-Length`` checked before reading; a
+                                        chunked body is cut at the limit while read
+JSON nesting depth            400       scanned before parsing (:func:`json_too_deep`)
+slow headers (slowloris)      closed    the connection's idle/header timer:
+                                        ``header_timeout_s`` from connect or from the
+                                        end of the previous response until a complete
+                                        header block
+slow body                     408       the whole body within ``body_timeout_s``; the
+                                        connection is closed after ``lingering_s``
+concurrency per client        429       in-flight requests per peer address, with
+                                        ``Retry-After``
+============================  ========  =============================================
+
+Every refusal is JSON in the OpenAI error shape (:mod:`gtm.openai_errors`) and closes
+the connection when the request's body was not read (its bytes would otherwise be
+parsed as the next request).
+
+Defaults, and why. 100 headers and 8190 bytes per header line are Apache httpd's
+``LimitRequestFields`` / ``LimitRequestFieldSize`` defaults (and aiohttp's line limit);
+32 KiB of headers in all is nginx's ``large_client_header_buffers 4 8k``. A 20 s header
+timeout is Apache ``mod_reqtimeout``'s first header stage (``header=20-40``) and stays
+above aiohttp's client keep-alive (15 s), so pooled inter-tier connections are closed by
+the client side first and never raced. 64 levels of JSON is far above any OpenAI request
+(chat messages with tool calls nest under 10) and far below CPython's recursion limit.
+1024 concurrent requests per address: tiers talk to each other over few addresses (all
+of a front door's traffic to a region comes from one), so the bound stops one client
+from taking every slot without throttling a tier; lower it at an internet-facing door.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
+from pydantic import Field
+
+from gtm.models import Frozen
+from gtm.openai_errors import ApiError, BadRequest, ErrorType
+
+#: Deepest JSON nesting accepted by :func:`gtm.openai_request.parse_json_body`.
+MAX_JSON_DEPTH = 64
+
+# A JSON string (escapes included; the unrolled form is linear, no backtracking) or a
+# bracket. Strings are matched only so that brackets inside them are skipped.
+_JSON_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+_OPEN = frozenset(b"[{")
+
+
+def json_too_deep(raw: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether ``raw`` nests arrays/objects deeper than ``limit``, found by a scan that
+    does not recurse (so it is safe on any input, before ``json.loads``)."""
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return False  # the common case: cannot be deeper than the number of openers
+    depth = 0
+    for match in _JSON_TOKEN.finditer(raw):
+        first = match.group()[0]
+        if first in _OPEN:
+            depth += 1
+            if depth > limit:
+                return True
+        elif first != 0x22:  # a closing bracket ('"' starts a skipped string)
+            depth = max(0, depth - 1)
+    return False
+
+
+class HttpLimits(Frozen):
+    """Per-server input limits; see the module docstring for the defaults' sources."""
+
+    max_headers: int = Field(default=100, ge=8, le=10_000)
+    max_header_line_bytes: int = Field(default=8190, ge=256, le=1 << 20)
+    max_header_bytes: int = Field(default=32 << 10, ge=1024, le=1 << 22)
+    max_json_depth: int = Field(default=MAX_JSON_DEPTH, ge=2, le=512)
+    header_timeout_s: float = Field(default=20.0, gt=0.0, le=3600.0)
+    body_timeout_s: float = Field(default=30.0, gt=0.0, le=3600.0)
+    #: In-flight requests per client address; 0 turns the bound off.
+    max_concurrent_per_client: int = Field(default=1024, ge=0)
+    retry_after_s: float = Field(default=1.0, gt=0.0)
+    #: After refusing a request whose body was not read, how long the rest of the body
+    #: is read and dropped before closing, so the client sees the answer rather than a
+    #: reset (aiohttp's default is 10 s; a slow sender should not hold a slot that long).
+    lingering_s: float = Field(default=2.0, ge=0.0, le=60.0)
+
+    def handler_args(self) -> dict[str, Any]:
+        """aiohttp connection-handler settings: the parser's hard ceilings (above the
+        limits the middleware answers 431 for) and the header (keep-alive) timer."""
+        return {
+            "max_headers": self.max_headers * 2,
+            "max_field_size": self.max_header_bytes,
+            "keepalive_timeout": self.header_timeout_s,
+            "lingering_time": self.lingering_s,
+        }
+
+
+def _refuse(status: int, message: str, code: str, **kwargs: Any) -> web.Response:
+    response = ApiError(status, message, code=code, **kwargs).response()
+    response.force_close()
+    return response
+
+
+def _header_problem(request: web.Request, limits: HttpLimits) -> str | None:
+    headers = request.raw_headers
+    if len(headers) > limits.max_headers:
+        return f"{len(headers)} header fields; at most {limits.max_headers} are accepted"
+    total = 0
+    for name, value in headers:
+        line = len(name) + len(value) + 4  # "name: value\r\n"
+        if line > limits.max_header_line_bytes:
+            shown = name[:64].decode("latin-1")
+            return (
+                f"header field {shown!r} is {line} bytes; at most "
+                f"{limits.max_header_line_bytes} are accepted"
+            )
+        total += line
+    if total > limits.max_header_bytes:
+        return f"{total} bytes of header fields; at most {limits.max_header_bytes} are accepted"
+    return None
+
+
+def limits_middleware(limits: HttpLimits, *, max_body_bytes: int) -> Middleware:
+    """The middleware of :func:`limited_app` (first in the chain)."""
+    in_flight: dict[str, int] = {}
+    cap = limits.max_concurrent_per_client
+
+    @web.middleware
+    async def limit(request: web.Request, handler: Handler) -> web.StreamResponse:
+        problem = _header_problem(request, limits)
+        if problem is not None:
+            return _refuse(431, f"request header fields too large: {problem}", "headers_too_large")
+        peer = request.remote or "-"
+        active = in_flight.get(peer, 0)
+        if cap and active >= cap:
+            return ApiError(
+                429,
+                f"too many concurrent requests from {peer} (at most {cap}); retry later",
+                type=ErrorType.RATE_LIMIT,
+                code="client_concurrency",
+                retry_after_s=limits.retry_after_s,
+            ).response()
+        in_flight[peer] = active + 1
+        try:
+            refusal = await _read_body(request, limits, max_body_bytes)
+            if refusal is not None:
+                return refusal
+            return await handler(request)
+        finally:
+            remaining = in_flight[peer] - 1
+            if remaining:
+                in_flight[peer] = remaining
+            else:
+                del in_flight[peer]
+
+    return limit
+
+
+async def _read_body(
+    request: web.Request, limits: HttpLimits, max_body_bytes: int
+) -> web.Response | None:
+    """Read the whole body now (handlers then get it from aiohttp's cache), bounded in
+    size and time; check its JSON depth. A refusal, or None."""
+    if not request.body_exists:
+        return None
+    length = request.content_length
+    if length is not None and length > max_body_bytes:
+        return _refuse(
+            413, f"request body is {length} bytes; at most {max_body_bytes}", "body_too_large"
+        )
+    try:
+        async with asyncio.timeout(limits.body_timeout_s):
+            raw = await request.read()
+    except TimeoutError:
+        return _refuse(
+            408,
+            f"request body not received within {limits.body_timeout_s:g} s",
+            "body_timeout",
+        )
+    except web.HTTPRequestEntityTooLarge:
+        return _refuse(413, f"request body is over {max_body_bytes} bytes", "body_too_large")
+    if raw.lstrip()[:1] in (b"{", b"[") and json_too_deep(raw, limits.max_json_depth):
+        error = BadRequest(
+            f"the request body is nested too deeply (over {limits.max_json_depth} levels)",
+            code="invalid_json",
+        )
+        return error.response()
+    return None
+
+
+def limited_app(
+    limits: HttpLimits,
+    *,
+    client_max_size: int,
+    middlewares: Iterable[Middleware] = (),
+) -> web.Application:
+    """An application with ``limits`` applied (their middleware first)."""
+    return web.Application(
+        client_max_size=client_max_size,
+        middlewares=[limits_middleware(limits, max_body_bytes=client_max_size), *middlewares],
+        handler_args=limits.handler_args(),
+    )
