@@ -175,7 +175,7 @@ def render_summary(
     ]
     for step in scenario.steps():
         until = f" for {step.duration_s:g} s" if step.duration_s else " until the method ends"
-        spec = json.dumps(step.fault.model_dump(mode="json"), sort_keys=True)
+        spec = json.dumps(step.spec_json(), sort_keys=True)
         lines.append(f"- `{step.id}` at {step.at_s:g} s{until}: `{spec}`")
     lines += [
         "",

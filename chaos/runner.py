@@ -18,13 +18,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TextIO
 from urllib.parse import urlsplit
 
+import yaml
+
 from chaos.deployment import Deployment, LaunchSpec
+from chaos.faults import Injected
 from chaos.journal import (
     FaultAction,
     FaultRecord,
@@ -34,7 +38,7 @@ from chaos.journal import (
     PhaseRecord,
     RunStatus,
 )
-from chaos.probes import Measurement, Window, measure_all
+from chaos.probes import Measurement, Window
 from chaos.progress import ProgressLine
 from chaos.report import collect_environment, verdict, write_report
 from chaos.scenario import Scenario, Step
@@ -44,6 +48,7 @@ from gtm.clock import Clock
 from gtm.errors import GtmError
 from gtm.metrics import new_registry
 from gtm.tasks import TaskSupervisor
+from gtm.topology import RegionSpec, Topology, load_topology
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +72,8 @@ def fault_targets(step: Step) -> tuple[str, ...]:
     ``region``, ``zone``, ``gpu``, or a tier ``regional/<region>`` / ``zone/<zone>``."""
     fault = step.fault
     found: list[str] = []
+    if fault is None:
+        return ()
     for name in ("region", "zone", "gpu"):
         value = getattr(fault, name, None)
         if isinstance(value, str):
@@ -133,7 +140,7 @@ async def _rollback(timeline: Timeline, step: Step, handle: FaultHandle) -> None
             timeline.now(),
             FaultAction.ROLLBACK,
             step.id,
-            step.fault.kind,
+            step.kind,
             handle.describe(),
             fault_targets(step),
             error,
@@ -178,8 +185,8 @@ async def run_method(
                         timeline.now(),
                         FaultAction.INJECT,
                         step.id,
-                        step.fault.kind,
-                        f"{step.fault.kind} failed",
+                        step.kind,
+                        f"{step.kind} failed",
                         fault_targets(step),
                         f"{type(exc).__name__}: {exc}",
                     )
@@ -192,7 +199,7 @@ async def run_method(
                     timeline.now(),
                     FaultAction.INJECT,
                     step.id,
-                    step.fault.kind,
+                    step.kind,
                     handle.describe(),
                     fault_targets(step),
                 )
@@ -245,13 +252,33 @@ def _open_deployment(scenario: Scenario, topology: Path | None, options: RunOpti
     if options.attach is not None:
         handle = _Deployment.attach(options.attach)
     else:
-        handle = _Deployment.launch(_launch_spec(scenario, topology, options))
+        private = private_topology(topology, options.report_dir, random.Random())
+        handle = _Deployment.launch(_launch_spec(scenario, private, options))
     if isinstance(handle, _Deployment):
         handle.toxiproxy_url = options.toxiproxy_url
     return handle
 
 
-def _launch_spec(scenario: Scenario, topology: Path | None, options: RunOptions) -> LaunchSpec:
+def private_topology(source: Path | None, directory: Path, rng: random.Random) -> Path:
+    """A copy of the topology on a random 127.x.y.0/24 block with a random zone-port
+    base, so a run never collides with ``make up`` (127.0.1.N:8101…) or another run."""
+    topology = load_topology(source)
+    block = f"127.{rng.randrange(100, 250)}.{rng.randrange(1, 250)}"
+    moved = Topology(
+        regions=tuple(
+            RegionSpec(id=r.id, address=f"{block}.{i}", zones=r.zones)
+            for i, r in enumerate(topology.regions, start=1)
+        ),
+        models=topology.models,
+        zone_port_base=rng.randrange(20_000, 30_000),
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "topology.yaml"
+    path.write_text(yaml.safe_dump(moved.model_dump(mode="json")), "utf-8")
+    return path
+
+
+def _launch_spec(scenario: Scenario, topology: Path, options: RunOptions) -> LaunchSpec:
     spec = scenario.deployment
     return LaunchSpec(
         topology=topology,
@@ -297,11 +324,12 @@ class ScenarioRun:
         self.journal = Journal(t0_wall=clock.wall())
         self.timeline = Timeline(clock, self.journal, clock.monotonic())
         self._traffic: Traffic | None = None
+        self._gate_results: dict[int, Measurement] = {}
 
     async def run(self) -> RunOutcome:
         scenario, timeline = self.scenario, self.timeline
         trace = load_trace(scenario.load.trace)
-        planned = plan(scenario.load, trace)
+        planned = plan(scenario.effective_load(), trace)
         status = RunStatus.FAILED
         self.progress.message(
             f"gtm chaos run: {scenario.title} — {len(planned)} requests over "
@@ -361,18 +389,13 @@ class ScenarioRun:
             supervisor.run_loop("progress", self._draw, interval=PROGRESS_INTERVAL_S)
 
             async def inject(step: Step) -> FaultHandle:
-                self.progress.message(
-                    f"{timeline.now():6.1f} s  inject {step.id}: {step.fault.kind}"
-                )
+                self.progress.message(f"{timeline.now():6.1f} s  inject {step.id}: {step.kind}")
+                if step.fault is None:
+                    # The traffic plan already carries the surge (effective_load).
+                    return Injected(f"arrivals ×{step.load_factor:g}")
                 return await step.fault.inject(deployment)
 
-            gate_probes = [p for p in scenario.hypothesis if p.window is Window.BEFORE]
-            status = await run_method(
-                scenario.steps(),
-                inject,
-                timeline,
-                lambda: measure_all(gate_probes, self.journal),
-            )
+            status = await run_method(scenario.steps(), inject, timeline, self._gate)
             if status is RunStatus.COMPLETED:
                 await load
             else:
@@ -381,6 +404,18 @@ class ScenarioRun:
             return status
         finally:
             await supervisor.aclose()
+
+    def _gate(self) -> list[Measurement]:
+        """The ``before`` probes, measured right before the first fault. They are kept
+        as the run's "before" results: requests sent before the fault but still in
+        flight when it struck belong to the fault, not to the steady state."""
+        gate = {
+            i: p.measure(self.journal)
+            for i, p in enumerate(self.scenario.hypothesis)
+            if p.window is Window.BEFORE
+        }
+        self._gate_results = gate
+        return list(gate.values())
 
     async def _draw(self) -> None:
         in_flight = self._traffic.in_flight if self._traffic is not None else 0
@@ -392,7 +427,10 @@ class ScenarioRun:
             timeline.enter(Phase.TEARDOWN)
         self.journal.ended_at = self.journal.phases[-1].at
         self.progress.finish()
-        results = tuple(measure_all(self.scenario.hypothesis, self.journal))
+        results = tuple(
+            self._gate_results.get(i) or p.measure(self.journal)
+            for i, p in enumerate(self.scenario.hypothesis)
+        )
         environment = collect_environment(
             _describe_deployment(self.scenario, self.topology, self.options)
         )

@@ -25,15 +25,16 @@ file and the field path, and the CLI exits 2 on it.
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from chaos.faults import FaultSpec
 from chaos.probes import FailoverTime, Probe
-from chaos.traffic import DnsSpec, LoadSpec
+from chaos.traffic import DnsSpec, LoadSpec, Multiplier
 from gtm.errors import ConfigError
 from gtm.models import Frozen
 from gtm.up.control import LinkKind
@@ -60,13 +61,34 @@ class DeploymentSpec(Frozen):
 
 
 class Step(Frozen):
-    """One fault on the timeline: injected ``at_s`` after the load starts, rolled back
-    ``duration_s`` later (or when the method ends)."""
+    """One change on the timeline, at ``at_s`` after the load starts, undone
+    ``duration_s`` later (or when the method ends): a ``fault`` (the
+    :data:`chaos.faults.FaultSpec` union), or a ``load_factor`` — arrivals that many
+    times faster for the step's duration (flash crowd, overload)."""
 
     id: str = Field(default="", max_length=40, pattern=r"^[a-z0-9-]*$")
     at_s: float = Field(ge=0.0)
     duration_s: float | None = Field(default=None, gt=0.0)
-    fault: FaultSpec
+    fault: FaultSpec | None = None
+    load_factor: float | None = Field(default=None, gt=0.0, le=100.0)
+
+    @model_validator(mode="after")
+    def _one(self) -> Step:
+        if (self.fault is None) == (self.load_factor is None):
+            raise ValueError("a step has exactly one of fault, load_factor")
+        if self.load_factor is not None and self.duration_s is None:
+            raise ValueError("a load_factor step needs duration_s")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return self.fault.kind if self.fault is not None else "load"
+
+    def spec_json(self) -> dict[str, Any]:
+        """The step's replayable spec (the fault's fields, or the load factor)."""
+        if self.fault is not None:
+            return self.fault.model_dump(mode="json")
+        return {"load_factor": self.load_factor}
 
 
 class Scenario(Frozen):
@@ -94,6 +116,12 @@ class Scenario(Frozen):
                     f"probe {probe.probe} names stream {probe.stream!r}; the load has "
                     f"{sorted(streams)}"
                 )
+        surges = [(s.at_s, s.at_s + (s.duration_s or 0.0)) for s in self.method if s.load_factor]
+        if surges and self.load.multipliers:
+            raise ValueError("use load_factor steps or load.multipliers, not both")
+        for (a0, a1), (b0, _b1) in itertools.pairwise(sorted(surges)):
+            if b0 < a1:
+                raise ValueError(f"load_factor steps overlap ({a0:g}–{a1:g} s and {b0:g} s)")
         last = max(s.at_s + (s.duration_s or 0.0) for s in self.method)
         if last >= self.load.duration_s:
             raise ValueError(
@@ -101,6 +129,19 @@ class Scenario(Frozen):
                 f"{self.load.duration_s:g} s: faults must happen under load"
             )
         return self
+
+    def effective_load(self) -> LoadSpec:
+        """The load with the ``load_factor`` steps as rate multipliers."""
+        surges = sorted((s for s in self.method if s.load_factor), key=lambda s: s.at_s)
+        if not surges:
+            return self.load
+        multipliers: list[Multiplier] = []
+        for step in surges:
+            assert step.load_factor is not None
+            assert step.duration_s is not None
+            multipliers.append(Multiplier(at_s=step.at_s, factor=step.load_factor))
+            multipliers.append(Multiplier(at_s=step.at_s + step.duration_s, factor=1.0))
+        return self.load.model_copy(update={"multipliers": tuple(multipliers)})
 
     def steps(self) -> tuple[Step, ...]:
         """The method with every step named (``step-N`` when the file names none)."""
@@ -143,12 +184,29 @@ def load_scenario(path: Path) -> tuple[Scenario, Path | None]:
         scenario = Scenario.model_validate(data)
     except ValidationError as exc:
         problems = [
-            f"  {_field_path(tuple(e['loc']))}: {e['msg']}" for e in exc.errors(include_url=False)
+            f"  {_field_path(tuple(e['loc']))}: {e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors(include_url=False)
         ]
         raise ScenarioError(f"{path}: invalid scenario:\n" + "\n".join(problems)) from None
+    scenario = _resolve_paths(scenario, path.parent)
     topology = scenario.deployment.topology
     if topology is not None and not topology.is_absolute():
         topology = path.parent / topology
     if topology is not None and not topology.is_file():
         raise ScenarioError(f"{path}: deployment.topology: no file {topology}")
     return scenario, topology
+
+
+def _resolve_paths(scenario: Scenario, folder: Path) -> Scenario:
+    """Relative file paths in fault specs (``policy-push``'s ``paths``) are relative to
+    the scenario file, so a suite runs from any directory."""
+    method = []
+    for step in scenario.method:
+        paths = getattr(step.fault, "paths", None)
+        if step.fault is not None and isinstance(paths, tuple):
+            resolved = tuple(p if p.is_absolute() else folder / p for p in paths)
+            step = step.model_copy(
+                update={"fault": step.fault.model_copy(update={"paths": resolved})}
+            )
+        method.append(step)
+    return scenario.model_copy(update={"method": tuple(method)})
