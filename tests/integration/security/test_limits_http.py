@@ -198,18 +198,22 @@ async def test_slowloris_is_cut_off_while_normal_clients_are_served(server: Serv
 
 async def test_concurrency_per_client_is_bounded_with_retry_after(server: Server) -> None:
     async with aiohttp.ClientSession() as session:
-        held = [asyncio.ensure_future(session.get(f"{server.url}/hold")) for _ in range(2)]
-        for _ in range(2):
-            await asyncio.wait_for(server.entered.get(), 5.0)
-        async with session.get(f"{server.url}/echo") as response:
-            assert response.status == 429
-            assert response.headers["Retry-After"] == "1"
-            assert (await response.json())["error"]["code"] == "client_concurrency"
-        server.release.set()
-        for future in held:
-            response = await future
-            assert response.status == 200
-            response.release()
+
+        async def hold() -> int:
+            async with session.get(f"{server.url}/hold") as response:
+                return response.status
+
+        async def probe() -> int:
+            for _ in range(2):
+                await asyncio.wait_for(server.entered.get(), 5.0)
+            async with session.get(f"{server.url}/echo") as response:
+                assert response.headers["Retry-After"] == "1"
+                assert (await response.json())["error"]["code"] == "client_concurrency"
+                status = response.status
+            server.release.set()
+            return status
+
+        assert await asyncio.gather(hold(), hold(), probe()) == [200, 200, 429]
         async with session.get(f"{server.url}/echo") as response:
             assert response.status == 200  # slots are given back
 
