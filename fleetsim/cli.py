@@ -21,6 +21,7 @@ from gtm.errors import GtmError
 from gtm.gpu_profiles import LLAMA_8B, gpu_types, model_names
 from gtm.metrics import new_registry
 from gtm.state.store import StateStore
+from gtm.tls import TlsConfig, click_options, config_from_options, material
 
 
 @click.command("gpu-sim", context_settings={"help_option_names": ["-h", "--help"]})
@@ -95,6 +96,7 @@ from gtm.state.store import StateStore
     is_flag=True,
     help="Allow a non-loopback --host; needs --admin-token-file as well.",
 )
+@click_options("gpu")
 def gpu_sim(
     admin_token_file: Path | None,
     admin_audit_dir: Path | None,
@@ -110,6 +112,12 @@ def gpu_sim(
         raise click.UsageError(f"--host: {exc}") from None
     options["lease_ttl_s"] = options.pop("lease_ttl")
     try:
+        tls = config_from_options(
+            {k: options.pop(k) for k in ("tls_ca", "tls_cert", "tls_key", "tls_client")}
+        )
+    except GtmError as exc:
+        raise click.UsageError(str(exc)) from None
+    try:
         config = GpuSimConfig.model_validate(options)
     except ValidationError as exc:
         first = exc.errors()[0]
@@ -122,16 +130,19 @@ def gpu_sim(
     except GtmError as exc:
         raise click.UsageError(str(exc)) from None
     try:
-        asyncio.run(serve(config, admin))
+        asyncio.run(serve(config, admin, tls))
     except GtmError as exc:
         click.echo(f"gtm gpu-sim: {exc}", err=True)
         sys.exit(2)
 
 
-async def serve(config: GpuSimConfig, admin: AdminGuard | None = None) -> None:
+async def serve(
+    config: GpuSimConfig, admin: AdminGuard | None = None, tls: TlsConfig | None = None
+) -> None:
     """Run the worker until SIGINT or SIGTERM, then stop cleanly."""
     clock = SystemClock()
     registry = new_registry()
+    tls_material = material(tls, clock=clock, registry=registry)
     store: StateStore | None = None
     if config.state:
         from gtm.state.url import open_store
@@ -143,7 +154,9 @@ async def serve(config: GpuSimConfig, admin: AdminGuard | None = None) -> None:
         loop.add_signal_handler(signum, stop.set)
     server: GpuSimServer | None = None
     try:
-        server = GpuSimServer(config, registry=registry, clock=clock, store=store, admin=admin)
+        server = GpuSimServer(
+            config, registry=registry, clock=clock, store=store, admin=admin, tls=tls_material
+        )
         url = await server.start()
         # Everything allocated so far (imported modules, the app) lives for the whole
         # process: move it out of the collector's reach, so that full collections scan

@@ -50,7 +50,7 @@ import logging
 import os
 import re
 import ssl
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -58,6 +58,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
+import click
 from cryptography import x509
 from prometheus_client import CollectorRegistry, Gauge
 
@@ -418,3 +419,93 @@ def connector_ssl(context: ssl.SSLContext | None) -> ssl.SSLContext | bool:
 def scheme(context: ssl.SSLContext | None) -> str:
     """The URL scheme a server with this context advertises."""
     return "http" if context is None else "https"
+
+
+# ---------------------------------------------------------------------------- CLI
+
+#: The identity patterns each tier expects by default (``--tls-peer`` / ``--tls-client``):
+#: who dials whom in ARCHITECTURE.md §1. ``ops/*`` are operators' tools (Prometheus,
+#: ``gtm up``'s status page, curl with an ops certificate).
+DEFAULT_PEERS: Mapping[str, tuple[str, ...]] = {
+    "global": ("region/*",),
+    "regional": ("zone/*", "region/*"),  # its zones, and peer regions for spillover
+    "zone": ("gpu/*",),
+    "gpu": (),
+}
+DEFAULT_CLIENTS: Mapping[str, tuple[str, ...]] = {
+    "global": (),
+    "regional": ("global/*", "region/*", "ops/*"),
+    "zone": ("region/*", "ops/*"),
+    "gpu": ("zone/*", "ops/*"),
+}
+
+_F = Callable[..., Any]
+
+
+def click_options(tier: str) -> Callable[[_F], _F]:
+    """``--tls-ca/--tls-cert/--tls-key`` (env ``GTM_TLS_CA/CERT/KEY``) and the identity
+    patterns ``--tls-peer``/``--tls-client`` with ``tier``'s defaults."""
+    path = click.Path(dir_okay=False)
+    options = [
+        click.option(
+            "--tls-ca",
+            envvar="GTM_TLS_CA",
+            type=path,
+            help="CA (PEM) that signs the tiers' certificates. With --tls-cert and --tls-key: "
+            "mutual TLS on every listener and connection between tiers, no plaintext.",
+        ),
+        click.option(
+            "--tls-cert",
+            envvar="GTM_TLS_CERT",
+            type=path,
+            help="This process's certificate (PEM) with a spiffe://gtm/KIND/NAME URI SAN; "
+            "reloaded without a restart when the file changes.",
+        ),
+        click.option("--tls-key", envvar="GTM_TLS_KEY", type=path, help="Its private key (PEM)."),
+    ]
+    if DEFAULT_PEERS[tier] or tier == "global":
+        options.append(
+            click.option(
+                "--tls-peer",
+                multiple=True,
+                default=DEFAULT_PEERS[tier],
+                show_default=True,
+                help="Identity (KIND/NAME, shell wildcards) a server this process dials must "
+                "present. Repeatable.",
+            )
+        )
+    if DEFAULT_CLIENTS[tier]:
+        options.append(
+            click.option(
+                "--tls-client",
+                multiple=True,
+                default=DEFAULT_CLIENTS[tier],
+                show_default=True,
+                help="Identity a client must present to be served. Repeatable.",
+            )
+        )
+
+    def decorate(command: _F) -> _F:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return decorate
+
+
+def config_from_options(options: Mapping[str, Any]) -> TlsConfig | None:
+    """The TlsConfig of :func:`click_options`' values (None when TLS is off)."""
+    return TlsConfig.from_options(
+        ca=options.get("tls_ca"),
+        cert=options.get("tls_cert"),
+        key=options.get("tls_key"),
+        peers=tuple(options.get("tls_peer") or ()),
+        clients=tuple(options.get("tls_client") or ()),
+    )
+
+
+def material(
+    config: TlsConfig | None, *, clock: Clock, registry: CollectorRegistry
+) -> TlsMaterial | None:
+    """:class:`TlsMaterial` for ``config`` (None when TLS is off)."""
+    return None if config is None else TlsMaterial(config, clock=clock, registry=registry)
