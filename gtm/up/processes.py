@@ -49,6 +49,7 @@ from aiohttp import web
 
 from gtm.clock import Clock
 from gtm.errors import ConfigError, GtmError, StateError
+from gtm.http_limits import HttpLimits, limited_app
 from gtm.metrics import new_registry
 from gtm.models import GpuWorker
 from gtm.state import codec, keys
@@ -452,7 +453,7 @@ class ProcessFleet:
         where = self.plan.config.status()
         if self._app_hook is None or where is None:
             return f"{http.url}/status"
-        app = web.Application()
+        app = limited_app(HttpLimits(), client_max_size=1 << 20)  # small JSON APIs only
         self._app_hook(app)
         ControlApi(self).install(app)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
