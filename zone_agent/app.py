@@ -40,6 +40,8 @@ from gtm.openai_errors import error_middleware
 from gtm.state.snapshot import SnapshotWatcher
 from gtm.state.store import StateStore
 from gtm.tasks import TaskSupervisor
+from gtm.tls import TlsMaterial, client_session_options, connector_ssl
+from gtm.tls import scheme as tls_scheme
 from zone_agent.accounting import Accounting, SlotLoad
 from zone_agent.api import AssignApi
 from zone_agent.config import ZoneConfig
@@ -72,8 +74,15 @@ class ZoneAgent:
         clock: Clock | None = None,
         store: StateStore | None = None,
         profile: ZoneProfile | None = None,
+        tls: TlsMaterial | None = None,
+        plain_workers: bool = False,
     ) -> None:
         self.config = config
+        #: mTLS: serve only TLS; dial workers with our certificate, expecting gpu/*
+        #: identities, and refuse http:// workers unless ``plain_workers`` (a vLLM
+        #: without TLS) says they are allowed.
+        self._tls = tls
+        self._plain_workers = plain_workers
         self._clock = clock or SystemClock()
         self._registry = registry
         self._store = store
@@ -142,8 +151,12 @@ class ZoneAgent:
     async def start(self) -> str:
         """Open the pools, take a first look at the fleet, listen; return the base URL."""
         cfg = self.config
+        client_ssl = self._tls.client_context() if self._tls is not None else None
+        refuse_plain = {} if self._plain_workers else client_session_options(client_ssl)
         self._upstream = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, limit_per_host=cfg.pool_per_worker),
+            connector=aiohttp.TCPConnector(
+                limit=0, limit_per_host=cfg.pool_per_worker, ssl=connector_ssl(client_ssl)
+            ),
             timeout=aiohttp.ClientTimeout(
                 total=None,
                 connect=None,
@@ -151,13 +164,19 @@ class ZoneAgent:
                 sock_read=cfg.upstream_timeout_s,
             ),
             auto_decompress=False,
+            **refuse_plain,
         )
         self._probes = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, limit_per_host=4),
+            connector=aiohttp.TCPConnector(
+                limit=0, limit_per_host=4, ssl=connector_ssl(client_ssl)
+            ),
             timeout=aiohttp.ClientTimeout(
                 total=max(cfg.scrape_timeout_s, cfg.health.check_timeout_s)
             ),
+            **refuse_plain,
         )
+        if self._tls is not None:
+            self._supervisor.spawn("tls-reload", self._tls.run())
         if self._watcher is not None:
             self._supervisor.spawn("snapshot", self._watcher.run())
             try:
@@ -183,7 +202,8 @@ class ZoneAgent:
             access_log=None,
         )
         await runner.setup()
-        site = web.TCPSite(runner, cfg.host, cfg.port)
+        server_ssl = self._tls.server_context() if self._tls is not None else None
+        site = web.TCPSite(runner, cfg.host, cfg.port, ssl_context=server_ssl)
         await site.start()
         self._runner = runner
         for address in runner.addresses:
@@ -191,7 +211,7 @@ class ZoneAgent:
                 self.port = int(address[1])
                 break
         host = cfg.host if ":" not in cfg.host else f"[{cfg.host}]"
-        self.url = f"http://{host}:{self.port}"
+        self.url = f"{tls_scheme(server_ssl)}://{host}:{self.port}"
         log.info("zone agent %s/%s listening on %s", cfg.region, cfg.zone, self.url)
         return self.url
 

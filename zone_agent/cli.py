@@ -14,6 +14,7 @@ from gtm.clock import SystemClock
 from gtm.errors import GtmError
 from gtm.metrics import new_registry
 from gtm.state.store import StateStore
+from gtm.tls import TlsConfig, click_options, config_from_options, material
 from zone_agent.app import ZoneAgent
 from zone_agent.config import ZoneConfig, parse_worker
 from zone_agent.profiles import BUILTIN_PROFILES, DEFAULT_PROFILE
@@ -65,6 +66,13 @@ def _listen(value: str) -> tuple[str, int]:
     show_default=True,
     help="Longest wait for a byte from a worker, s.",
 )
+@click_options("zone")
+@click.option(
+    "--tls-plain-workers",
+    is_flag=True,
+    help="With TLS on: still dial http:// workers in the clear (a vLLM without TLS); "
+    "https:// workers get mutual TLS either way.",
+)
 def zone(
     zone: str,
     region: str,
@@ -74,10 +82,13 @@ def zone(
     profile: str,
     scrape_interval: float,
     upstream_timeout: float,
+    tls_plain_workers: bool,
+    **tls_options: object,
 ) -> None:
     """Run one zone's agent: choose a GPU for each request by predicted TTFT and proxy it."""
     host, port = _listen(listen)
     try:
+        tls = config_from_options(tls_options)
         config = ZoneConfig(
             zone=zone,
             region=region,
@@ -95,16 +106,23 @@ def zone(
     except GtmError as exc:
         raise click.UsageError(str(exc)) from None
     try:
-        asyncio.run(serve(config, state))
+        asyncio.run(serve(config, state, tls, plain_workers=tls_plain_workers))
     except GtmError as exc:
         click.echo(f"gtm zone: {exc}", err=True)
         sys.exit(2)
 
 
-async def serve(config: ZoneConfig, state: str | None) -> None:
+async def serve(
+    config: ZoneConfig,
+    state: str | None,
+    tls: TlsConfig | None = None,
+    *,
+    plain_workers: bool = False,
+) -> None:
     """Run the agent until SIGINT or SIGTERM, then stop cleanly."""
     clock = SystemClock()
     registry = new_registry()
+    tls_material = material(tls, clock=clock, registry=registry)
     store: StateStore | None = None
     if state:
         from gtm.state.url import open_store
@@ -114,7 +132,14 @@ async def serve(config: ZoneConfig, state: str | None) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    agent = ZoneAgent(config, registry=registry, clock=clock, store=store)
+    agent = ZoneAgent(
+        config,
+        registry=registry,
+        clock=clock,
+        store=store,
+        tls=tls_material,
+        plain_workers=plain_workers,
+    )
     try:
         url = await agent.start()
         # Start-up objects live for the whole process: out of the collector's reach, so
