@@ -18,6 +18,7 @@ from gtm.errors import GtmError
 from gtm.metrics import new_registry
 from gtm.policy_store import ActivePolicy, activate
 from gtm.state.url import open_store
+from gtm.tls import TlsConfig, click_options, config_from_options, material
 from policies import AuditWriter, PolicyError, load_paths
 from regional_lb.leases import DEFAULT_SAFE_SHARE, LeaseSettings
 from regional_lb.profiles import PROFILE_NAME
@@ -113,6 +114,7 @@ def _identifier(name: str, value: str) -> str:
     help="Secret shared by the regional LBs (env GTM_PEER_TOKEN): spilled requests that "
     "carry it are not charged twice.",
 )
+@click_options("regional")
 def regional(
     region: str,
     state: str,
@@ -127,9 +129,14 @@ def regional(
     audit_dir: Path | None,
     spill_unknown_location: bool,
     peer_token: str | None,
+    **tls_options: object,
 ) -> None:
     """Run one region's regional LB: quotas, fair queueing, zone choice, spillover."""
     host, port = _listen(listen)
+    try:
+        tls = config_from_options(tls_options)
+    except GtmError as exc:
+        raise click.UsageError(str(exc)) from None
     region = _identifier("--region", region)
     replica = _identifier("--replica-id", replica_id or f"{region}-{os.getpid()}")
     policy: ActivePolicy | None = None
@@ -151,7 +158,7 @@ def regional(
         peer_token=peer_token or None,
     )
     try:
-        asyncio.run(serve(settings, state, host, port, policy, audit_dir))
+        asyncio.run(serve(settings, state, host, port, policy, audit_dir, tls))
     except GtmError as exc:
         click.echo(f"gtm regional: {exc}", err=True)
         sys.exit(2)
@@ -164,10 +171,12 @@ async def serve(
     port: int,
     policy: ActivePolicy | None,
     audit_dir: Path | None,
+    tls: TlsConfig | None = None,
 ) -> None:
     """Run the replica until SIGINT or SIGTERM, then stop cleanly."""
     clock = SystemClock()
     registry = new_registry()
+    tls_material = material(tls, clock=clock, registry=registry)
     store = open_store(state, clock=clock, registry=registry)
     audit = AuditWriter(audit_dir, prefix="regional") if audit_dir is not None else None
     stop = asyncio.Event()
@@ -175,7 +184,13 @@ async def serve(
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     service = RegionalService(
-        settings, store=store, clock=clock, registry=registry, policy=policy, audit=audit
+        settings,
+        store=store,
+        clock=clock,
+        registry=registry,
+        policy=policy,
+        audit=audit,
+        tls=tls_material,
     )
     try:
         async with serving(service, host, port):

@@ -51,6 +51,8 @@ from gtm.state.memory import MemoryStore
 from gtm.state.snapshot import SnapshotWatcher
 from gtm.state.store import StateStore
 from gtm.tasks import TaskSupervisor
+from gtm.tls import TlsMaterial, client_session_options, connector_ssl
+from gtm.tls import scheme as tls_scheme
 from policies import ApiKeyError, AuditWriter, ResidencyQuery, Verdict, decision_record
 from policies.documents import Quotas, Tenant
 from regional_lb import request as req
@@ -161,8 +163,13 @@ class RegionalService:
         registry: CollectorRegistry,
         policy: ActivePolicy | None = None,
         audit: AuditWriter | None = None,
+        tls: TlsMaterial | None = None,
     ) -> None:
         self.settings = settings
+        #: mTLS: serve only TLS (global/region/ops clients), dial zones and peer regions
+        #: with our certificate, never in the clear.
+        self.tls = tls
+        self._client_ssl = tls.client_context() if tls is not None else None
         self._store = store
         self._clock = clock
         self.registry = registry
@@ -230,7 +237,10 @@ class RegionalService:
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
                 auto_decompress=False,
-                connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True),
+                connector=aiohttp.TCPConnector(
+                    limit=0, enable_cleanup_closed=True, ssl=connector_ssl(self._client_ssl)
+                ),
+                **client_session_options(self._client_ssl),
             )
         return self._session
 
@@ -241,6 +251,8 @@ class RegionalService:
         if isinstance(self._store, MemoryStore):
             # The embedded store expires leases lazily; watchers (ours) need it on time.
             self._store.run_expiry(tasks)
+        if self.tls is not None:
+            tasks.spawn("tls-reload", self.tls.run())
         tasks.spawn("snapshot-watch", self.snapshots.run())
         tasks.spawn("snapshot-follow", self._follow_snapshots())
         if self.policies is not None:
@@ -857,10 +869,11 @@ async def serving(service: RegionalService, host: str, port: int) -> AsyncIterat
     )
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, port)
+        server_ssl = service.tls.server_context() if service.tls is not None else None
+        site = web.TCPSite(runner, host, port, ssl_context=server_ssl)
         await site.start()
         bound_host, bound_port = runner.addresses[0][:2]
-        service.advertise(f"http://{bound_host}:{bound_port}")
+        service.advertise(f"{tls_scheme(server_ssl)}://{bound_host}:{bound_port}")
         await service.start()
         yield runner
     finally:
