@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +56,8 @@ from gtm.state.snapshot import SnapshotWatcher
 from gtm.state.store import StateStore
 from gtm.state.url import open_store
 from gtm.tasks import TaskSupervisor
+from gtm.tls import TlsMaterial, client_session_options, connector_ssl
+from gtm.tls import scheme as tls_scheme
 from policies import PolicyError, load_examples, load_paths
 
 log = logging.getLogger(__name__)
@@ -115,8 +118,15 @@ class GlobalTier:
         prober: Prober | None = None,
         audit: AuditSink | None = None,
         policy: ActivePolicy | None = None,
+        tls: TlsMaterial | None = None,
+        front_door_tls: bool = False,
     ) -> None:
         self.config = config
+        #: mTLS to the regional LBs (health checks and proxied requests, never in the
+        #: clear); the front door serves TLS (no client certificates) only when
+        #: ``front_door_tls``: its clients are end users.
+        self.tls = tls
+        self.front_door_tls = front_door_tls and tls is not None
         self._clock = clock
         self._registry = registry
         self.metrics = GlobalMetrics(registry)
@@ -199,10 +209,16 @@ class GlobalTier:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> Endpoints:
+        client_ssl = self.tls.client_context() if self.tls is not None else None
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=1024, ttl_dns_cache=30)
+            connector=aiohttp.TCPConnector(
+                limit=1024, ttl_dns_cache=30, ssl=connector_ssl(client_ssl)
+            ),
+            **client_session_options(client_ssl),
         )
         try:
+            if self.tls is not None:
+                self._supervisor.spawn("tls-reload", self.tls.run())
             self.keeper.refresh()
             self._supervisor.spawn("snapshots", self.snapshots.run())
             self._supervisor.spawn("policies", self.policies.run())
@@ -251,14 +267,27 @@ class GlobalTier:
         host, port = parse_listen(self.config.http_listen, 8080)
         self._runner = web.AppRunner(self.front_door.app(), access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port, reuse_port=self.config.reuse_port or None)
+        server_ssl = self.front_door_ssl()
+        site = web.TCPSite(
+            self._runner,
+            host,
+            port,
+            reuse_port=self.config.reuse_port or None,
+            ssl_context=server_ssl,
+        )
         try:
             await site.start()
         except OSError as exc:
             raise ConfigError(f"cannot listen for HTTP on {host}:{port}: {exc.strerror}") from None
         bound = self._runner.addresses[0]  # the bound port, when 0 was asked for
         shown = f"[{bound[0]}]" if ":" in str(bound[0]) else str(bound[0])
-        return f"http://{shown}:{bound[1]}"
+        return f"{tls_scheme(server_ssl)}://{shown}:{bound[1]}"
+
+    def front_door_ssl(self) -> ssl.SSLContext | None:
+        """The front door's server context (TLS without client certificates), or None."""
+        if self.tls is None or not self.front_door_tls:
+            return None
+        return self.tls.server_context(client_certs=False)
 
     def _client_session(self) -> aiohttp.ClientSession:
         if self._session is None:

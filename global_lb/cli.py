@@ -33,6 +33,7 @@ from gtm.models import ClientInfo, RouteRequest
 from gtm.state.snapshot import FleetSnapshot, SnapshotWatcher
 from gtm.state.url import open_store
 from gtm.tasks import TaskSupervisor
+from gtm.tls import TlsConfig, click_options, config_from_options, material
 
 
 def _fail(exc: Exception) -> None:
@@ -111,11 +112,22 @@ def _fail(exc: Exception) -> None:
 @click.option(
     "--reuse-port", is_flag=True, help="SO_REUSEPORT, to run several worker processes on one port."
 )
+@click_options("global")
+@click.option(
+    "--front-door-tls",
+    is_flag=True,
+    help="Serve the front door over TLS too, with the --tls-cert certificate (clients need "
+    "no certificate of their own). Without it the front door is plain HTTP, as a local "
+    "listener behind a TLS-terminating load balancer usually is.",
+)
 def global_cmd(**options: Any) -> None:
     """Run the global tier: GeoDNS (EDNS Client Subnet) and the HTTP front door."""
     try:
         config = _config(options)
-        asyncio.run(_serve(config))
+        tls = config_from_options(options)
+        if options["front_door_tls"] and tls is None:
+            raise ConfigError("--front-door-tls needs --tls-ca, --tls-cert and --tls-key")
+        asyncio.run(_serve(config, tls, front_door_tls=options["front_door_tls"]))
     except GtmError as exc:
         _fail(exc)
 
@@ -142,8 +154,17 @@ def _config(options: dict[str, Any]) -> GlobalConfig:
     )
 
 
-async def _serve(config: GlobalConfig) -> None:
-    tier = GlobalTier(config, clock=SystemClock(), registry=new_registry())
+async def _serve(
+    config: GlobalConfig, tls: TlsConfig | None = None, *, front_door_tls: bool = False
+) -> None:
+    clock, registry = SystemClock(), new_registry()
+    tier = GlobalTier(
+        config,
+        clock=clock,
+        registry=registry,
+        tls=material(tls, clock=clock, registry=registry),
+        front_door_tls=front_door_tls,
+    )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
