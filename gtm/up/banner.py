@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from gtm.topology import Deployment
 from gtm.up.config import HostPort
 from gtm.up.fleet import DNS_ZONE
+from gtm.up.tls import https
 from policies import ApiKeyError, PolicySet, TenantDirectory
 
 #: The demo keys of ``policies/examples/tenants.yaml`` (fixed, documented values: local
@@ -35,6 +36,8 @@ class Listeners:
     state: str
     ready_s: float
     run_dir: str
+    #: Where gtm up --tls keeps its CA and certificates (empty without --tls).
+    tls: tuple[str, ...] = ()
 
 
 def demo_keys(policy_set: PolicySet) -> list[tuple[str, str, str]]:
@@ -73,10 +76,12 @@ def render(listeners: Listeners, deployment: Deployment, keys: list[tuple[str, s
     for region in deployment.regions:
         zones = ", ".join(f"{z.id} :{z.port}" for z in region.zones)
         types = "+".join(g.gpu_type for z in region.zones for g in z.gpus)
-        lines.append(f"  {'region ' + region.id:<22}{region.url}  zones {zones}  GPUs {types}")
+        url = https(region.url) if listeners.tls else region.url
+        lines.append(f"  {'region ' + region.id:<22}{url}  zones {zones}  GPUs {types}")
     if deployment.undeployed:
         lines.append(f"  not deployed (policy regions): {', '.join(deployment.undeployed)}")
     lines.append(f"  logs, audit trail      {listeners.run_dir}")
+    lines += listeners.tls
     if keys:
         lines += ["", "Demo API keys (local demos only):"]
         lines += [f"  {key:<18} tenant {tenant}: {why}" for key, tenant, why in keys]

@@ -29,6 +29,7 @@ from gtm.up.config import DEFAULT_DNS_LISTEN, DEFAULT_HTTP_LISTEN, UpConfig
 from gtm.up.control import LinkKind
 from gtm.up.fleet import Fleet, Plan, make_plan, remove_run_dir, wait_ready
 from gtm.up.status import StatusPage
+from gtm.up.tls import describe
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +124,18 @@ EXIT_INTERRUPTED = 130
     "leader die without losing the store).",
 )
 @click.option(
+    "--tls",
+    is_flag=True,
+    help="Mutual TLS between every tier (the front door stays plain HTTP): a local CA and "
+    "per-tier certificates are made in --tls-dir on first run and reused.",
+)
+@click.option(
+    "--tls-dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Where --tls keeps its CA and certificates (default: ~/.local/state/gtm/tls).",
+)
+@click.option(
     "--chaos-links",
     default="",
     metavar="KIND[,KIND...]",
@@ -159,6 +172,8 @@ def up(print_topology: bool, admin_dir: Path | None, **options: Any) -> None:
             run_dir=options["run_dir"],
             etcd_members=int(options["etcd_members"]),
             chaos_links=_link_kinds(options["chaos_links"]),
+            tls=options["tls"],
+            tls_dir=options["tls_dir"],
         )
     except ValidationError as exc:
         first = exc.errors()[0]
@@ -285,6 +300,7 @@ async def _run(plan: Plan, guard: AdminGuard) -> int:
             state=listeners.state,
             ready_s=ready_s,
             run_dir=str(plan.run_dir),
+            tls=describe(plan.config),
         )
         click.echo(render(shown, plan.deployment, demo_keys(plan.policy_set)))
         sys.stdout.flush()

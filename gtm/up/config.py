@@ -79,6 +79,10 @@ class UpConfig(Frozen):
     etcd_members: Literal[1, 3] = 1
     #: Inter-tier connections routed through fault-proxy links (--processes only).
     chaos_links: tuple[LinkKind, ...] = ()
+    #: Mutual TLS between every tier (gtm/up/tls.py); certificates in ``tls_dir``
+    #: (default: ~/.local/state/gtm/tls), made on first run and reused.
+    tls: bool = False
+    tls_dir: str | None = None
 
     @field_validator("state")
     @classmethod
@@ -102,6 +106,12 @@ class UpConfig(Frozen):
                 "--etcd-members sizes gtm up's private etcd; with --state etcd://… the "
                 "cluster is yours (list its members in --state)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _tls_dir_needs_tls(self) -> UpConfig:
+        if self.tls_dir is not None and not self.tls:
+            raise ValueError("--tls-dir needs --tls")
         return self
 
     @property

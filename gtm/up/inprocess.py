@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 
 from fleetsim.server import GpuSimConfig, GpuSimServer
 from global_lb.app import GlobalConfig, GlobalTier
@@ -34,9 +35,11 @@ from gtm.state.memory import MemoryStore
 from gtm.state.store import StateStore
 from gtm.state.url import open_store
 from gtm.tasks import TaskSupervisor
+from gtm.tls import TlsMaterial
 from gtm.topology import GpuPlacement, RegionPlacement, ZonePlacement
 from gtm.up.config import HostPort
 from gtm.up.fleet import DNS_ZONE, Plan, Started, seed_store, unseed_store
+from gtm.up.tls import GLOBAL_IDENTITY, LocalTls, https, moved_urls, tls_directory
 from policies import AuditWriter
 from regional_lb.service import RegionalService, RegionalSettings, serving
 from zone_agent.app import ZoneAgent
@@ -94,6 +97,13 @@ class InProcessFleet:
         self.zones: dict[str, ZoneAgent] = {}
         self.regions: dict[str, RegionalService] = {}
         self.global_tier: GlobalTier | None = None
+        tls_dir = tls_directory(plan.config)
+        self.tls = LocalTls.prepare(plan.deployment, tls_dir) if tls_dir is not None else None
+
+    def _tls(self, identity: str, tier: str, registry: CollectorRegistry) -> TlsMaterial | None:
+        if self.tls is None:
+            return None
+        return self.tls.material(identity, tier, clock=self._clock, registry=registry)
 
     @property
     def store(self) -> StateStore:
@@ -113,7 +123,9 @@ class InProcessFleet:
         if isinstance(self._store, MemoryStore):
             self._store.run_expiry(self._supervisor)
         self._stack.push_async_callback(self._supervisor.aclose)
-        generation = await seed_store(self._store, plan, self._clock)
+        generation = await seed_store(
+            self._store, plan, self._clock, urls=moved_urls(plan.deployment, self.tls)
+        )
         self._stack.push_async_callback(unseed_store, self._store, plan)
         log.info("policies applied as generation %d", generation)
         await asyncio.gather(*(self._start_gpu(g) for g in plan.deployment.gpus))
@@ -148,7 +160,14 @@ class InProcessFleet:
             zone=gpu.zone,
             worker_id=gpu.id,
         )
-        server = GpuSimServer(config, registry=new_registry(), clock=self._clock, store=self._store)
+        registry = new_registry()
+        server = GpuSimServer(
+            config,
+            registry=registry,
+            clock=self._clock,
+            store=self._store,
+            tls=self._tls(f"gpu/{gpu.id}", "gpu", registry),
+        )
         await server.start()
         self._stack.push_async_callback(server.stop)
         self.gpus[gpu.id] = server
@@ -161,7 +180,14 @@ class InProcessFleet:
             port=zone.port,
             scrape_interval_s=self.plan.config.scrape_interval_s,
         )
-        agent = ZoneAgent(config, registry=new_registry(), clock=self._clock, store=self._store)
+        registry = new_registry()
+        agent = ZoneAgent(
+            config,
+            registry=registry,
+            clock=self._clock,
+            store=self._store,
+            tls=self._tls(f"zone/{zone.id}", "zone", registry),
+        )
         try:
             await agent.start()
         except OSError as exc:
@@ -174,15 +200,23 @@ class InProcessFleet:
 
     async def _start_region(self, region: RegionPlacement) -> None:
         settings = RegionalSettings(
-            region=region.id, replica_id=f"{region.id}-1", advertise_url=region.url
+            region=region.id,
+            replica_id=f"{region.id}-1",
+            advertise_url=https(region.url) if self.tls is not None else region.url,
         )
         # One audit directory per writer: a writer locks its directory.
         audit = AuditWriter(
             self.plan.run_dir / "audit" / f"regional-{region.id}", prefix="regional"
         )
         self._stack.callback(audit.close)
+        registry = new_registry()
         service = RegionalService(
-            settings, store=self._store, clock=self._clock, registry=new_registry(), audit=audit
+            settings,
+            store=self._store,
+            clock=self._clock,
+            registry=registry,
+            audit=audit,
+            tls=self._tls(f"region/{region.id}", "regional", registry),
         )
         try:
             await self._stack.enter_async_context(serving(service, region.host, region.port))
@@ -195,12 +229,14 @@ class InProcessFleet:
 
     async def _start_global(self) -> HostPort:
         plan = self.plan
+        registry = new_registry()
         tier = GlobalTier(
             global_config(plan, http_listen=None),
             clock=self._clock,
-            registry=new_registry(),
+            registry=registry,
             store=self._store,
             policy=activate(0, plan.policy_set),
+            tls=self._tls(GLOBAL_IDENTITY, "global", registry),
         )
         self.global_tier = tier
         await tier.start()
