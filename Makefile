@@ -3,16 +3,17 @@
 #   make test    run the whole test suite (starts its own etcd servers on loopback)
 #   make check   lint, format check, type check, import-layer contracts
 #   make bench   run the benchmarks in smoke mode (BENCH_FULL=1 for full runs)
+#   make chaos   run every game-day scenario (chaos/scenarios), reports in reports/chaos/
 
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: up test check bench fmt clean help system-deps
+.PHONY: up test check bench chaos fmt clean help system-deps
 
 help:
-	@sed -n '2,6p' Makefile
+	@sed -n '2,7p' Makefile
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +49,14 @@ check: $(VENV)/.installed-test
 
 bench: $(VENV)/.installed-test
 	@for b in bench/[a-z]*.py; do echo "== $$b"; $(BIN)/python $$b --smoke || exit 1; done
+
+# Every game-day scenario in turn (each launches its own gtm up --processes); a failed
+# scenario does not stop the rest, the target fails at the end. Reports: reports/chaos/.
+chaos: $(VENV)/.installed-test
+	@status=0; for s in chaos/scenarios/*.yaml; do \
+	    echo "== $$s"; \
+	    $(BIN)/gtm chaos run "$$s" --report "reports/chaos/$$(basename "$$s" .yaml)" || status=1; \
+	done; exit $$status
 
 # Debian packages for the browser test and the benchmarks' peers (nginx, gdnsd, ...).
 system-deps:

@@ -220,6 +220,7 @@ class Traffic:
                     )
                     continue
                 self.in_flight += 1
+                self._done.clear()
                 self.sent += 1
                 self._supervisor.spawn(f"request-{index}", self._one(session, item))
             if self.in_flight:
@@ -232,8 +233,6 @@ class Traffic:
             self.in_flight -= 1
             if self.in_flight == 0:
                 self._done.set()
-            else:
-                self._done.clear()
         self._journal.requests.append(record)
 
     async def _attempts(self, session: aiohttp.ClientSession, item: Planned) -> RequestRecord:
