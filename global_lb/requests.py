@@ -7,11 +7,12 @@ output budget. The body itself is forwarded untouched.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gtm.errors import GtmError
+from gtm.openai_errors import ApiError
+from gtm.openai_request import parse_json_body
 from gtm.tokens import (
     PromptError,
     count_chat_tokens,
@@ -39,11 +40,9 @@ class RequestFacts:
 
 def parse_body(path: str, body: bytes) -> RequestFacts:
     try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BadRequest(f"the body is not valid JSON: {exc}") from None
-    if not isinstance(data, Mapping):
-        raise BadRequest("the body must be a JSON object")
+        data = parse_json_body(body)  # the shared parser: depth-limited, never recurses out
+    except ApiError as exc:
+        raise BadRequest(exc.message) from None
     model = data.get("model")
     if not isinstance(model, str) or not model:
         raise BadRequest("'model' is required and must be a non-empty string")
