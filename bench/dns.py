@@ -10,6 +10,14 @@ loopback, one after the other in the same run:
 * **PowerDNS** 4.x (Debian ``pdns-server`` + ``pdns-backend-bind``) with the same zone
   and ``api`` as a LUA record ``pickclosest({...})`` over the six region addresses.
 
+Fair shares of the machine: each configuration runs gtm with ``W`` DNS processes
+(``--dns-workers W``, SO_REUSEPORT) against gdnsd with ``W`` UDP threads
+(``udp_threads``) and PowerDNS with ``W`` receiver threads — for ``W`` = 1 and ``W`` =
+the number of cores (``--workers``). dnsperf (16 client sockets, one thread) runs on the same
+machine and needs a core of its own, so on a 2-core machine the W=2 servers share a
+core with it. Each configuration is repeated (``--repeat``), gtm and gdnsd alternating,
+and the ratio is taken within each repetition; the range over repetitions is printed.
+
 Each server first gets one warm-up pass over the 10,000 queries (gtm locates a subnet
 and decides for its geo cell once, then answers from precomputed responses until the
 view changes — as it would for a resolver population in steady state).
@@ -17,10 +25,11 @@ view changes — as it would for a resolver population in steady state).
 Printed: queries/s, lost queries and average latency per server, and gtm's ratios to
 the peers. Targets (issue 7): gtm ≥ 0.8 × gdnsd, ≥ 5 × PowerDNS LUA, no lost queries.
 Needs the Debian packages ``dnsperf gdnsd pdns-server pdns-backend-bind``; with
-``--smoke`` a missing peer is reported and skipped (exit 0), a full run fails (exit 2).
+``--smoke`` missing packages are reported and the run exits 0; a full run fails (exit 2).
 
-    python bench/dns.py           # 15 s per server
-    python bench/dns.py --smoke   # 2 s per server (CI)
+    python bench/dns.py                 # W=1 and W=cores, 3 runs each, 15 s per run
+    python bench/dns.py --repeat 5      # more runs, a tighter range
+    python bench/dns.py --smoke         # W=1, 2 s per server, once (CI)
 """
 
 from __future__ import annotations
@@ -40,10 +49,11 @@ import re  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
 import socket  # noqa: E402
+import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
-from collections.abc import Sequence  # noqa: E402
+from collections.abc import Callable, Sequence  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 
 import dns.edns  # noqa: E402
@@ -122,7 +132,7 @@ def dnsperf(name: str, port: int, queries: Path, seconds: float) -> Result:
     measured run."""
     base = ["dnsperf", "-s", "127.0.0.1", "-p", str(port), "-B", "-d", str(queries)]
     subprocess.run([*base, "-n", "1", "-c", "4", "-q", "64"], capture_output=True, check=True)
-    command = [*base, "-l", str(seconds), "-c", "4", "-q", "256", "-t", "2"]
+    command = [*base, "-l", str(seconds), "-c", "16", "-q", "256", "-t", "2"]
     output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
 
     def number(label: str) -> float:
@@ -153,7 +163,7 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 # ---------------------------------------------------------------------------- servers
 
 
-def start_gtm(work: Path, port: int) -> subprocess.Popen[bytes]:
+def start_gtm(work: Path, port: int, workers: int) -> subprocess.Popen[bytes]:
     from global_lb.app import load_policy
     from global_lb.keeper import merged_regions
     from gtm.state.snapshot import FleetSnapshot
@@ -173,7 +183,7 @@ def start_gtm(work: Path, port: int) -> subprocess.Popen[bytes]:
     command = [
         sys.executable, "-m", "gtm.cli", "--log-level", "error", "global",
         "--dns-listen", f"127.0.0.1:{port}", "--http-listen", "off", "--rrl-rate", "0",
-        "--topology", str(topology),
+        "--topology", str(topology), "--dns-workers", str(workers),
     ]  # fmt: skip
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -186,10 +196,15 @@ ns1 IN A 127.0.0.53
 """
 
 
-def start_gdnsd(work: Path, port: int) -> subprocess.Popen[bytes]:
-    config = work / "gdnsd"
+def start_gdnsd(work: Path, port: int, workers: int) -> subprocess.Popen[bytes]:
+    config = work / f"gdnsd-{port}"
     (config / "zones").mkdir(parents=True)
-    (config / "config").write_text(f"options => {{ listen => [ 127.0.0.1:{port} ] }}\n")
+    # udp_threads: gdnsd's UDP threads per listen address (SO_REUSEPORT sockets, as
+    # gtm's workers); tcp_threads 1: TCP is not measured.
+    (config / "config").write_text(
+        f"options => {{ listen => [ 127.0.0.1:{port} ], udp_threads => {workers}, "
+        "tcp_threads => 1 }\n"
+    )
     (config / "zones" / ZONE.rstrip(".")).write_text(
         ZONE_FILE.format(api=f"api IN A {REGION_ADDRESSES[3]}")
     )
@@ -198,8 +213,8 @@ def start_gdnsd(work: Path, port: int) -> subprocess.Popen[bytes]:
     )
 
 
-def start_pdns(work: Path, port: int) -> subprocess.Popen[bytes]:
-    config = work / "pdns"
+def start_pdns(work: Path, port: int, workers: int) -> subprocess.Popen[bytes]:
+    config = work / f"pdns-{port}"
     config.mkdir()
     addresses = ",".join(f"'{a}'" for a in REGION_ADDRESSES)
     (config / "zone").write_text(
@@ -212,63 +227,99 @@ def start_pdns(work: Path, port: int) -> subprocess.Popen[bytes]:
         "pdns_server", "--no-config", "--daemon=no", "--guardian=no", "--disable-syslog",
         f"--socket-dir={config}", "--local-address=127.0.0.1", f"--local-port={port}",
         "--launch=bind", f"--bind-config={config / 'named.conf'}", "--enable-lua-records=yes",
-        "--edns-subnet-processing=yes", "--loglevel=3",
+        "--edns-subnet-processing=yes", "--loglevel=3", f"--receiver-threads={workers}",
+        "--reuseport=yes",
     ]  # fmt: skip
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-SERVERS = (
-    ("gtm", start_gtm, None),
-    ("gdnsd", start_gdnsd, "gdnsd"),
-    ("powerdns-lua", start_pdns, "pdns_server"),
-)
+Starter = Callable[[Path, int, int], "subprocess.Popen[bytes]"]
+SERVERS: dict[str, tuple[Starter, str]] = {
+    "gtm": (start_gtm, sys.executable),
+    "gdnsd": (start_gdnsd, "gdnsd"),
+    "powerdns-lua": (start_pdns, "pdns_server"),
+}
+
+
+def measure(name: str, work: Path, queries: Path, seconds: float, workers: int) -> Result:
+    start, _ = SERVERS[name]
+    port = free_port()
+    process = start(work, port, workers)
+    try:
+        wait_answering(port)
+        return dnsperf(name, port, queries, seconds)
+    finally:
+        stop(process)
+
+
+def _line(result: Result) -> str:
+    return f"{result.name} {result.qps:,.0f} qps (lost {result.lost} of {result.sent:,})"
+
+
+def _range(values: Sequence[float]) -> str:
+    low, high, mid = min(values), max(values), statistics.median(values)
+    return f"{low:.2f}–{high:.2f}× (median {mid:.2f}×)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--smoke", action="store_true", help="2 s per server (CI)")
-    parser.add_argument("--seconds", type=float, default=15.0)
+    parser.add_argument("--smoke", action="store_true", help="2 s per server, once, W=1 (CI)")
+    parser.add_argument("--seconds", type=float, default=15.0, help="measured seconds per run")
+    parser.add_argument("--repeat", type=int, default=3, help="repetitions per configuration")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="W of the multi-process configuration (default: the number of cores)",
+    )
     args = parser.parse_args(argv)
     seconds = 2.0 if args.smoke else args.seconds
+    repeat = 1 if args.smoke else args.repeat
+    configurations = [1] if args.smoke else sorted({1, args.workers})
     if shutil.which("dnsperf") is None:
         print("dnsperf is not installed (Debian package dnsperf)")
         return 0 if args.smoke else 2
-    results: dict[str, Result] = {}
-    missing: list[str] = []
+    missing = [f"{n} ({b} not installed)" for n, (_, b) in SERVERS.items() if not shutil.which(b)]
+    if missing:
+        print("skipped: " + ", ".join(missing))
+        return 0 if args.smoke else 2
+    print(
+        f"dnsperf -c 16 -q 256 (one thread), {SUBNETS:,} ECS client subnets, {seconds:.0f} s "
+        f"per run after a warm-up pass, loopback, {os.cpu_count()} cores (shared with dnsperf)"
+    )
+    ok = True
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         queries = query_file(work / "queries.bin", SUBNETS)
-        for name, start, binary in SERVERS:
-            if binary is not None and shutil.which(binary) is None:
-                missing.append(f"{name} ({binary} not installed)")
-                continue
-            port = free_port()
-            process = start(work, port)
-            try:
-                wait_answering(port)
-                results[name] = dnsperf(name, port, queries, seconds)
-            except (RuntimeError, subprocess.CalledProcessError) as exc:
-                missing.append(f"{name} ({exc})")
-            finally:
-                stop(process)
-    print(f"dnsperf, {SUBNETS:,} ECS client subnets, {seconds:.0f} s per server, loopback")
-    for result in results.values():
-        print(
-            f"  {result.name:<13} {result.qps:>10,.0f} qps   lost {result.lost:>6} of "
-            f"{result.sent:>9,}   avg latency {result.latency_ms:6.2f} ms"
-        )
-    for why in missing:
-        print(f"  skipped: {why}")
-    gtm = results.get("gtm")
-    ok = gtm is not None and gtm.lost == 0
-    for peer, target in (("gdnsd", TARGET_VS_GDNSD), ("powerdns-lua", TARGET_VS_PDNS)):
-        if gtm is not None and peer in results:
-            ratio = gtm.qps / results[peer].qps
-            met = ratio >= target
-            ok &= met
-            print(f"target: gtm ≥ {target}× {peer}: {ratio:.2f}×, {'met' if met else 'MISSED'}")
-    if missing and not args.smoke:
-        return 2
+        for workers in configurations:
+            print(
+                f"W={workers}: gtm --dns-workers {workers} | gdnsd udp_threads {workers} | "
+                f"PowerDNS receiver-threads {workers}"
+            )
+            vs_gdnsd: list[float] = []
+            gtm_runs: list[Result] = []
+            for rep in range(repeat):
+                gtm = measure("gtm", work, queries, seconds, workers)
+                gdnsd = measure("gdnsd", work, queries, seconds, workers)
+                gtm_runs.append(gtm)
+                vs_gdnsd.append(gtm.qps / gdnsd.qps)
+                print(f"  run {rep + 1}: {_line(gtm)}   {_line(gdnsd)}   {vs_gdnsd[-1]:.2f}×")
+            pdns = measure("powerdns-lua", work, queries, seconds, workers)
+            vs_pdns = [g.qps / pdns.qps for g in gtm_runs]
+            print(f"  {_line(pdns)}")
+            lost = sum(g.lost for g in gtm_runs)
+            met_gdnsd = statistics.median(vs_gdnsd) >= TARGET_VS_GDNSD
+            met_pdns = min(vs_pdns) >= TARGET_VS_PDNS
+            print(
+                f"  target gtm ≥ {TARGET_VS_GDNSD}× gdnsd: {_range(vs_gdnsd)}, "
+                f"{'met' if met_gdnsd else 'MISSED'} (median)"
+            )
+            print(
+                f"  target gtm ≥ {TARGET_VS_PDNS:.0f}× PowerDNS LUA: {_range(vs_pdns)}, "
+                f"{'met' if met_pdns else 'MISSED'}"
+            )
+            print(f"  gtm lost queries: {lost} ({'met' if lost == 0 else 'MISSED'})")
+            ok &= met_gdnsd and met_pdns and lost == 0
     # Throughput targets are reported, not enforced (shared CI machines vary too much).
     print(f"all targets met: {'yes' if ok else 'no'}")
     return 0

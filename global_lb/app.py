@@ -31,6 +31,7 @@ from global_lb.audit import AuditSink, AuditWriter, MemoryAudit
 from global_lb.dns.responder import Responder
 from global_lb.dns.rrl import RrlConfig
 from global_lb.dns.server import BoundAddress, DnsServer, parse_listen
+from global_lb.dns.workers import DnsWorkers
 from global_lb.dns.zone import ZoneConfig
 from global_lb.frontdoor import FrontDoor, FrontDoorConfig
 from global_lb.geo import AssumedLocation, CidrMap, GeoLocator, load_geo_map, open_locator
@@ -86,6 +87,8 @@ class GlobalConfig(Frozen):
     #: Treat a region without a published summary as down (once regional LBs publish).
     require_summaries: bool = False
     reuse_port: bool = False
+    #: DNS processes sharing the DNS port with SO_REUSEPORT (this one included).
+    dns_workers: int = Field(default=1, ge=1, le=64)
     decision_cache: int = Field(default=65_536, ge=0)
 
 
@@ -200,6 +203,7 @@ class GlobalTier:
             ready=lambda: self.health.ready,
         )
         self._dns: DnsServer | None = None
+        self.dns_pool: DnsWorkers | None = None
         self._runner: web.AppRunner | None = None
         self.endpoints = Endpoints(None, None)
 
@@ -239,6 +243,9 @@ class GlobalTier:
 
     async def stop(self) -> None:
         await self._supervisor.aclose()
+        if self.dns_pool is not None:
+            await self.dns_pool.stop()
+            self.dns_pool = None
         if self._dns is not None:
             await self._dns.stop()
             self._dns = None
@@ -258,8 +265,25 @@ class GlobalTier:
         if self.config.dns_listen is None:
             return None
         host, port = parse_listen(self.config.dns_listen, 53)
-        self._dns = DnsServer(self.responder, host, port, reuse_port=self.config.reuse_port)
-        return await self._dns.start()
+        workers = self.config.dns_workers
+        reuse_port = self.config.reuse_port or workers > 1
+        self._dns = DnsServer(self.responder, host, port, reuse_port=reuse_port)
+        bound = await self._dns.start()
+        if workers > 1:
+            only_dns = {"http_listen": None, "dns_workers": 1, "audit_dir": None}
+            child = self.config.model_copy(
+                update={**only_dns, "dns_listen": str(bound), "reuse_port": True}
+            )
+            self.dns_pool = DnsWorkers(
+                child,
+                workers - 1,
+                metrics=self.metrics,
+                registry=self._registry,
+                clock=self._clock,
+                supervisor=self._supervisor,
+            )
+            await self.dns_pool.start()
+        return bound
 
     async def _start_http(self) -> str | None:
         if self.config.http_listen is None:

@@ -112,6 +112,14 @@ def _fail(exc: Exception) -> None:
 @click.option(
     "--reuse-port", is_flag=True, help="SO_REUSEPORT, to run several worker processes on one port."
 )
+@click.option(
+    "--dns-workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="DNS processes sharing the DNS port (SO_REUSEPORT), this one included; "
+    "one per core answers the most queries/s.",
+)
 @click_options("global")
 @click.option(
     "--front-door-tls",
@@ -151,6 +159,7 @@ def _config(options: dict[str, Any]) -> GlobalConfig:
         front_door=FrontDoorConfig(trusted_proxies=trusted),
         require_summaries=options["require_summaries"],
         reuse_port=options["reuse_port"],
+        dns_workers=options["dns_workers"],
     )
 
 
@@ -172,7 +181,10 @@ async def _serve(
     endpoints = await tier.start()
     try:
         if endpoints.dns is not None:
-            click.echo(f"gtm global: DNS (UDP+TCP) on {endpoints.dns}, zone {config.zone.zone}")
+            workers = f", {config.dns_workers} processes" if config.dns_workers > 1 else ""
+            click.echo(
+                f"gtm global: DNS (UDP+TCP) on {endpoints.dns}, zone {config.zone.zone}{workers}"
+            )
         if endpoints.http is not None:
             click.echo(f"gtm global: front door on {endpoints.http}")
         await stop.wait()

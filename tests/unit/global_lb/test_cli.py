@@ -55,3 +55,20 @@ def test_global_help_lists_the_architecture_flags() -> None:
     assert code == 0
     for flag in ("--dns-listen", "--http-listen", "--state", "--policies", "--geoip-db"):
         assert flag in out
+
+
+def test_global_dns_workers_flag_is_checked_and_reaches_the_config() -> None:
+    from global_lb.cli import _config
+
+    code, out, _ = run("global", "--help")
+    assert "--dns-workers" in out
+    code, _, err = run("global", "--dns-workers", "0")
+    assert code == 2
+    assert "--dns-workers" in err
+    options = {
+        "dns_listen": "127.0.0.1:0", "http_listen": "off", "state": "memory", "policies": (),
+        "geoip_db": None, "geo_map": None, "topology": None, "audit_dir": None,
+        "zone": "inference.example.", "ttl": 30, "rrl_rate": 0.0, "trusted": (),
+        "require_summaries": False, "reuse_port": False, "dns_workers": 3,
+    }  # fmt: skip
+    assert _config(options).dns_workers == 3
