@@ -121,6 +121,7 @@ class Prepared:
     survivors: dict[int, tuple[int, ...]] = field(default_factory=dict)
     survivor_ids: dict[int, tuple[str, ...]] = field(default_factory=dict)
     homes: dict[tuple[str, str, int], int | None] = field(default_factory=dict)
+    rows: dict[tuple[float, float, str | None, str, int], Rows] = field(default_factory=dict)
 
     @classmethod
     def of(cls, view: GlobalView) -> Prepared:
@@ -171,6 +172,50 @@ class Prepared:
                 self.survivors.clear()
             self.survivors[mask] = found
         return found
+
+
+class Rows(NamedTuple):
+    """The survivors' columns for one (client point, country, model, survivor mask),
+    in position order: what a decision reads besides the prompt size."""
+
+    #: ``rtt + base``: the prompt-independent part of the ttft cost (same float order as
+    #: ``(rtt + queue_ms) + tokens × ms_per_token``).
+    fixed: tuple[float, ...]
+    per_token: tuple[float, ...]
+    headroom: tuple[float, ...]
+
+
+def survivor_rows(
+    prep: Prepared,
+    columns: ModelColumns,
+    model_name: str,
+    mask: int,
+    positions: tuple[int, ...],
+    point: GeoPoint | None,
+    country: str | None,
+) -> Rows:
+    """:class:`Rows`, memoised per view: clients repeat (cities, resolvers), and a
+    repeat skips the RTT lookup and three gathers over the regions."""
+    lat, lon = (point.lat, point.lon) if point is not None else (999.0, 999.0)
+    key = (lat, lon, country, model_name, mask)
+    found = prep.rows.get(key)
+    if found is None:
+        rtts = tuple(prep.view.rtts(point, country).values())
+        base, per_token, headroom = columns.base, columns.per_token, columns.headroom
+        found = Rows(
+            tuple([rtts[i] + base[i] for i in positions]),
+            tuple([per_token[i] for i in positions]),
+            tuple([headroom[i] for i in positions]),
+        )
+        if len(prep.rows) >= _ROWS_MEMO_SIZE:
+            prep.rows.clear()
+        prep.rows[key] = found
+    return found
+
+
+#: Client rows remembered per view (a view lives about a second; 50 regions × 3 floats
+#: a row, so the bound is a few tens of MB at most).
+_ROWS_MEMO_SIZE = 65_536
 
 
 # ---------------------------------------------------------------------------- compiling
@@ -345,7 +390,8 @@ class RegionPipeline:
         if not self._scorers:
             return [0.0] * len(positions), []
         if self._ttft_load is not None:
-            return self._ttft_and_load(request, prep, columns, positions, point, country)
+            rows = survivor_rows(prep, columns, request.model, mask, positions, point, country)
+            return self._ttft_and_load(request, rows)
         costs: list[float] = []
         sums: list[float] | None = None
         for scorer in self._scorers:
@@ -367,33 +413,23 @@ class RegionPipeline:
         ws = self._weight_sum
         return [t / ws for t in sums], costs
 
-    def _ttft_and_load(
-        self,
-        request: RouteRequest,
-        prep: Prepared,
-        columns: ModelColumns,
-        positions: tuple[int, ...],
-        point: GeoPoint | None,
-        country: str | None,
-    ) -> tuple[list[float], list[float]]:
+    def _ttft_and_load(self, request: RouteRequest, rows: Rows) -> tuple[list[float], list[float]]:
         """The usual profile (``ttft-scorer`` then ``load-scorer``) in one pass: the
         same expressions as :func:`_ttft_scores` and the general loop, fused."""
         assert self._ttft_load is not None
         w0, w1, scale = self._ttft_load
         ws = self._weight_sum
-        costs = self._costs(request, prep, columns, positions, point, country)
-        headroom = columns.headroom
+        tokens = request.input_tokens
+        costs = [a + tokens * b for a, b in zip(rows.fixed, rows.per_token, strict=True)]
+        headroom = rows.headroom
         best = min(filter(math.isfinite, costs), default=None)
         if best is None:
-            return [(w0 * 0.0 + w1 * headroom[i]) / ws for i in positions], costs
+            return [(w0 * 0.0 + w1 * h) / ws for h in headroom], costs
         exp, inf = math.exp, math.inf
         totals = [
-            (
-                w0 * (1.0 if (x := c - best) <= 0.0 else exp(-x / scale) if x < inf else 0.0)
-                + w1 * headroom[i]
-            )
+            (w0 * (1.0 if (x := c - best) <= 0.0 else exp(-x / scale) if x < inf else 0.0) + w1 * h)
             / ws
-            for c, i in zip(costs, positions, strict=True)
+            for c, h in zip(costs, headroom, strict=True)
         ]
         return totals, costs
 

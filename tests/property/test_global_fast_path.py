@@ -132,6 +132,7 @@ def _same(fast: RouteOutcome, slow: RouteOutcome) -> None:
     client_point=points,
     model=st.sampled_from([MODEL, OTHER_MODEL, ANY_MODEL]),
     tokens=st.integers(0, 50_000),
+    tokens2=st.integers(0, 50_000),
     down=st.sets(st.sampled_from(REGION_IDS)),
     drained=st.sets(st.sampled_from(REGION_IDS), max_size=2),
     found=region_summaries,
@@ -151,6 +152,7 @@ def test_fast_path_decides_like_the_profile(
     client_point: GeoPoint | None,
     model: str,
     tokens: int,
+    tokens2: int,
     down: set[str],
     drained: set[str],
     found: dict[str, list[ModelLoad]],
@@ -178,6 +180,10 @@ def test_fast_path_decides_like_the_profile(
     )
     fast, slow = ROUTERS[which]
     _same(fast.decide(request, v, location), slow.decide(request, v, location))
+    # Same view, client and model, another prompt size: the fast path reuses the
+    # client's memoised rows (pipeline.survivor_rows) and still decides the same.
+    again = request.model_copy(update={"input_tokens": tokens2, "request_id": rid + "-2"})
+    _same(fast.decide(again, v, location), slow.decide(again, v, location))
     # The DNS path (no residency lookup, no cache) agrees too.
     allowed = slow.verdict(request, v, country).allowed
     ctx = RequestContext(v, allowed, point, country)

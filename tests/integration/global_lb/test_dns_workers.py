@@ -60,7 +60,7 @@ def _ask_from(port: int, sockets: int) -> list[str]:
     query = dns.message.make_query(
         "api.inference.example.", "A", use_edns=0, options=[dns.edns.ECSOption(*LONDON)]
     )
-    found = []
+    found: list[str] = []
     for _ in range(sockets):
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
             sock.settimeout(5.0)

@@ -19,7 +19,7 @@ RESPONSES = "gtm_global_dns_responses_total"
 
 
 def _value(metrics: GlobalMetrics, *labels: str) -> float:
-    return metrics.dns_responses.labels(*labels)._value.get()
+    return float(metrics.dns_responses.labels(*labels)._value.get())
 
 
 def test_a_report_round_trips_every_counter_total() -> None:
