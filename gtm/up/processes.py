@@ -73,6 +73,7 @@ from gtm.up.control import (
 )
 from gtm.up.fleet import Plan, Started, seed_store, unseed_store
 from gtm.up.inprocess import LOCAL_PROXIES
+from gtm.up.tls import GLOBAL_IDENTITY, LocalTls, https, moved_urls, tls_directory
 
 log = logging.getLogger(__name__)
 
@@ -203,12 +204,14 @@ def zone_argv(zone: ZonePlacement, state: str, scrape_interval_s: float) -> list
     )
 
 
-def regional_argv(region: RegionPlacement, state: str, audit_root: Path) -> list[str]:
+def regional_argv(
+    region: RegionPlacement, state: str, audit_root: Path, *, advertise: str | None = None
+) -> list[str]:
     # One audit directory per writer: a writer locks its directory.
     return _gtm(
         "regional",
         *("--region", region.id, "--state", state, "--listen", f"{region.host}:{region.port}"),
-        *("--replica-id", f"{region.id}-1", "--advertise-url", region.url),
+        *("--replica-id", f"{region.id}-1", "--advertise-url", advertise or region.url),
         *("--audit-dir", str(audit_root / f"regional-{region.id}")),
     )
 
@@ -296,7 +299,16 @@ class ProcessFleet:
             for link in self._links
             if link.kind is not LinkKind.ETCD
         }
-        await seed_store(self._store, plan, self._clock, urls=moved)
+        # gtm up --tls: every child gets its identity's certificate (gtm/up/tls.py).
+        tls_dir = tls_directory(plan.config)
+        tls = LocalTls.prepare(plan.deployment, tls_dir) if tls_dir is not None else None
+        await seed_store(
+            self._store, plan, self._clock, urls=moved_urls(plan.deployment, tls, moved)
+        )
+
+        def with_tls(argv: list[str], identity: str) -> list[str]:
+            return argv if tls is None else [*argv, *tls.argv(identity)]
+
         dns, http = _fixed(plan.dns), _fixed(plan.http)
         logs = plan.run_dir / "logs"
         logs.mkdir(exist_ok=True)
@@ -307,15 +319,20 @@ class ProcessFleet:
             await self._start_chaos_proxy()
         for gpu in plan.deployment.gpus:
             state = self._state_for(f"gpu/{gpu.id}")
-            self._add(gpu.id, TierKind.GPU, gpu_argv(gpu, state, config.speedup))
+            argv = with_tls(gpu_argv(gpu, state, config.speedup), f"gpu/{gpu.id}")
+            self._add(gpu.id, TierKind.GPU, argv)
         for zone in plan.deployment.zones:
             state = self._state_for(f"zone/{zone.id}")
-            self._add(zone.id, TierKind.ZONE, zone_argv(zone, state, config.scrape_interval_s))
+            argv = with_tls(zone_argv(zone, state, config.scrape_interval_s), f"zone/{zone.id}")
+            self._add(zone.id, TierKind.ZONE, argv)
         for region in plan.deployment.regions:
             state = self._state_for(f"regional/{region.id}")
-            self._add(region.id, TierKind.REGIONAL, regional_argv(region, state, audit))
+            advertise = https(region.url) if tls is not None else None
+            argv = regional_argv(region, state, audit, advertise=advertise)
+            self._add(region.id, TierKind.REGIONAL, with_tls(argv, f"region/{region.id}"))
         state = self._state_for("global")
-        self._add("global", TierKind.GLOBAL, global_argv(plan, state, dns, http))
+        argv = with_tls(global_argv(plan, state, dns, http), GLOBAL_IDENTITY)
+        self._add("global", TierKind.GLOBAL, argv)
         for child in self.children:
             if child.process is None:
                 await self._spawn(child)

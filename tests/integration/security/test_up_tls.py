@@ -87,3 +87,21 @@ async def test_up_tls_end_to_end(tmp_path: Path) -> None:
     async with running_up(tmp_path, "--tls", "--tls-dir", str(tls_dir), regions=REGIONS[:1]) as up:
         assert (tls_dir / "ca.pem").read_bytes() == ca
         assert "CA " in up.banner
+
+
+async def test_up_tls_processes(tmp_path: Path) -> None:
+    """One process per tier (and a private etcd), each with its own certificate."""
+    tls_dir = tmp_path / "tls"
+    args = ("--processes", "--tls", "--tls-dir", str(tls_dir))
+    async with running_up(tmp_path, *args, regions=REGIONS[:1]) as up:
+        client = openai.AsyncOpenAI(base_url=f"{up.base_url}/v1", api_key="gtm-demo-global")
+        async with client:
+            raw = await client.chat.completions.with_raw_response.create(
+                model=CHAT, messages=[{"role": "user", "content": "hello"}], max_tokens=8
+            )
+        assert raw.headers["x-gtm-region"] == "eu-west"
+        assert raw.headers["x-gtm-gpu"].startswith(raw.headers["x-gtm-zone"])
+        ops = _client(tls_dir, "ops/gtm-up", ("region/*",))
+        assert await _status(_regional_url(up, "https"), ops) == 200
+        with pytest.raises(aiohttp.ClientError):
+            await _status(_regional_url(up, "http"), None)
