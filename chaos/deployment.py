@@ -7,6 +7,11 @@ Two ways in, both async context managers::
     async with Deployment.attach("http://127.0.0.1:8081/status") as d:
         ...   # someone else's gtm up --processes; left running on exit
 
+The control API is an admin API: the handle sends ``gtm up``'s operator token. A
+launched deployment gets an admin directory of its own (``--admin-dir``), whose token it
+reads; an attached one takes ``admin_token`` or ``admin_token_file``, else the local
+operator token ``gtm up`` keeps in :func:`gtm.admin_auth.default_admin_dir`.
+
 Everything the handle knows comes from ``gtm up``'s control API
 (:mod:`gtm.up.control`): :meth:`Deployment.refresh` re-reads it (pids change when the
 supervisor restarts a child). Launching waits for ``ready`` in that document — set only
@@ -19,8 +24,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 import urllib.parse
 from dataclasses import dataclass
@@ -31,6 +38,7 @@ from typing import Any, Literal, Self, TypeVar
 import aiohttp
 from pydantic import Field, ValidationError
 
+from gtm.admin_auth import LOCAL_TOKEN_NAME, default_admin_dir, read_token
 from gtm.clock import SystemClock
 from gtm.errors import GtmError
 from gtm.metrics import new_registry
@@ -54,7 +62,8 @@ DEFAULT_READY_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 30.0
 #: Between two reads of the control API while waiting for ``ready``.
 POLL_INTERVAL_S = 0.2
-HTTP_TIMEOUT_S = 5.0
+#: A control call may start an etcd cluster (an election) on a loaded machine.
+HTTP_TIMEOUT_S = 30.0
 
 _T = TypeVar("_T")
 
@@ -100,9 +109,13 @@ def _quote_child(name: str) -> str:
 class Deployment:
     """See the module docstring. Build with :meth:`launch` or :meth:`attach`."""
 
-    def __init__(self, *, status_url: str | None, spec: LaunchSpec | None) -> None:
+    def __init__(
+        self, *, status_url: str | None, spec: LaunchSpec | None, admin_token: str | None = None
+    ) -> None:
         self._status_url = status_url
         self._spec = spec
+        self._token = admin_token
+        self._scratch: Path | None = None
         self._process: asyncio.subprocess.Process | None = None
         self._log_path: Path | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -117,9 +130,21 @@ class Deployment:
         return cls(status_url=None, spec=spec)
 
     @classmethod
-    def attach(cls, status_url: str) -> Deployment:
-        """A deployment already running (its status page URL, or its base URL)."""
-        return cls(status_url=status_url, spec=None)
+    def attach(
+        cls,
+        status_url: str,
+        *,
+        admin_token: str | None = None,
+        admin_token_file: Path | None = None,
+    ) -> Deployment:
+        """A deployment already running (its status page URL, or its base URL).
+        The operator token: ``admin_token``, else read from ``admin_token_file``, else
+        the local one gtm up created (none: loopback-only, as gtm up without tokens)."""
+        if admin_token is None:
+            path = admin_token_file or default_admin_dir() / LOCAL_TOKEN_NAME
+            if admin_token_file is not None or path.exists():
+                admin_token = read_token(path)
+        return cls(status_url=status_url, spec=None, admin_token=admin_token)
 
     async def __aenter__(self) -> Self:
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=HTTP_TIMEOUT_S))
@@ -152,6 +177,9 @@ class Deployment:
         if self._process is not None:
             await self._stop_process(self._process)
             self._process = None
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
 
     # ------------------------------------------------------------------ what it is
 
@@ -330,9 +358,13 @@ class Deployment:
             raise DeploymentError("the deployment handle is not entered")
         return self._session
 
+    def auth_headers(self) -> dict[str, str]:
+        """The ``Authorization`` header for gtm's admin APIs (empty without a token)."""
+        return {"Authorization": f"Bearer {self._token}"} if self._token else {}
+
     async def _request(self, method: str, url: str) -> Any:
         try:
-            async with self.session.request(method, url) as response:
+            async with self.session.request(method, url, headers=self.auth_headers()) as response:
                 body = await response.json(content_type=None)
                 if response.status >= 400:
                     error = body.get("error") if isinstance(body, dict) else body
@@ -343,7 +375,7 @@ class Deployment:
 
     # ------------------------------------------------------------------ launching
 
-    def _command(self, spec: LaunchSpec, status_port: int) -> list[str]:
+    def _command(self, spec: LaunchSpec, status_port: int, admin_dir: Path) -> list[str]:
         command = [sys.executable, "-m", "gtm.cli", "up", "--processes"]
         if spec.topology is not None:
             command += ["--topology", str(spec.topology)]
@@ -355,6 +387,7 @@ class Deployment:
             *("--speedup", repr(spec.speedup), "--etcd-members", str(spec.etcd_members)),
             *("--scrape-interval", repr(spec.scrape_interval_s)),
             *("--ready-timeout", repr(spec.ready_timeout_s)),
+            *("--admin-dir", str(admin_dir)),
         ]
         if spec.run_dir is not None:
             command += ["--run-dir", str(spec.run_dir)]
@@ -365,20 +398,26 @@ class Deployment:
     async def _launch(self, spec: LaunchSpec) -> None:
         status_port = free_port("127.0.0.1")
         self._status_url = f"http://127.0.0.1:{status_port}/status"
-        log_dir = spec.run_dir or Path(os.environ.get("TMPDIR", "/tmp"))
-        log_dir.mkdir(parents=True, exist_ok=True)
-        self._log_path = log_dir / f"gtm-up-{status_port}.stderr"
+        # Our own files (gtm up's admin directory and its stderr) go in the run
+        # directory when there is one (kept), else in a scratch directory (removed).
+        if spec.run_dir is not None:
+            own = spec.run_dir
+            own.mkdir(parents=True, exist_ok=True)
+        else:
+            own = self._scratch = Path(tempfile.mkdtemp(prefix="gtm-chaos-"))
+        admin_dir = own / "admin"
+        self._log_path = own / "gtm-up.stderr"
         with self._log_path.open("wb") as log:
             self._process = await asyncio.create_subprocess_exec(
-                *self._command(spec, status_port),
+                *self._command(spec, status_port, admin_dir),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=log,
                 start_new_session=True,
             )
-        await self._wait_ready(spec.ready_timeout_s + 15.0)
+        await self._wait_ready(spec.ready_timeout_s + 15.0, admin_dir)
 
-    async def _wait_ready(self, limit_s: float) -> None:
+    async def _wait_ready(self, limit_s: float, admin_dir: Path) -> None:
         deadline = time.monotonic() + limit_s
         last = "no answer yet"
         while time.monotonic() < deadline:
@@ -388,6 +427,9 @@ class Deployment:
                     f"gtm up exited with status {process.returncode} before it was ready; "
                     f"its log ({self._log_path}):\n{self._log_tail()}"
                 )
+            token_path = admin_dir / LOCAL_TOKEN_NAME
+            if self._token is None and token_path.exists():
+                self._token = read_token(token_path)
             try:
                 doc = await self.refresh()
             except DeploymentError as exc:

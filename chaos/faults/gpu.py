@@ -27,7 +27,7 @@ from pydantic import Field
 
 from chaos.deployment import Deployment
 from chaos.faults.base import FaultError, Injected, Name, SpecBase
-from chaos.faults.process import wait_gone
+from chaos.faults.process import wait_down
 
 
 class GpuFaultMode(StrEnum):
@@ -83,7 +83,7 @@ class GpuFault(SpecBase):
             try:
                 await _call(deployment.session, "POST", url, self.body(), crash=True)
                 if pid is not None:
-                    await wait_gone(pid)
+                    await wait_down(deployment, tier, pid)
             except BaseException:
                 await deployment.release(tier)
                 raise

@@ -33,12 +33,18 @@ def pid_alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-async def wait_gone(pid: int, limit_s: float = GONE_WITHIN_S) -> None:
-    """Wait until ``pid`` is gone (its parent, gtm up, reaps it)."""
+async def wait_down(
+    deployment: Deployment, tier: str, pid: int, limit_s: float = GONE_WITHIN_S
+) -> None:
+    """Wait until gtm up's supervisor has seen ``tier`` (``pid``) exit: the process is
+    gone and reaped, and the control API reports no pid for it."""
     deadline = time.monotonic() + limit_s
-    while pid_alive(pid):
+    while True:
+        await deployment.refresh()
+        if deployment.child(tier).pid != pid and not pid_alive(pid):
+            return
         if time.monotonic() > deadline:
-            raise FaultError(f"pid {pid} is still alive {limit_s:.0f} s after SIGKILL")
+            raise FaultError(f"{tier} (pid {pid}) is still running {limit_s:.0f} s later")
         await asyncio.sleep(_POLL_S)
 
 
@@ -62,7 +68,7 @@ class KillFault(SpecBase):
         try:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            await wait_gone(pid)
+            await wait_down(deployment, self.tier, pid)
         except BaseException:
             await deployment.release(self.tier)
             raise

@@ -14,6 +14,7 @@ Served on the status page's listener, next to ``/api/v1/fleet``:
 ``POST /api/v1/etcd/members/{name}/kill``              SIGKILL one etcd member
 ``POST /api/v1/etcd/members/{name}/start``             start it again (same data dir/ports)
 ``POST /api/v1/etcd/stop`` / ``/api/v1/etcd/start``    the whole private etcd cluster
+                                                       (stop is SIGKILL: an outage)
 =====================================================  ===================================
 
 Why a hold and not a flag file: a hold must be acknowledged (the caller needs to know
@@ -23,6 +24,11 @@ the status listener is already there, loopback-only, with JSON errors. Child nam
 in URLs as they are (``/api/v1/children/regional/eu-west/hold``) or percent-encoded.
 
 The etcd endpoints exist only when ``gtm up`` started the etcd itself (no ``--state``).
+
+These are admin APIs (:mod:`gtm.admin_auth`), guarded like the drain API: ``gtm up``
+requires its operator token (``Authorization: Bearer …``; a read-only token may ``GET``
+the document), and every call is audited. Without a guard only loopback clients may
+call them.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from typing import Protocol
 from aiohttp import web
 from pydantic import Field
 
+from gtm.admin_auth import AdminGuard, admin_middleware, path_prefix
 from gtm.errors import GtmError
 from gtm.models import Frozen
 
@@ -151,10 +158,16 @@ def _error(status: int, message: str) -> web.Response:
 class ControlApi:
     """The routes of the module docstring on an aiohttp app, over a :class:`Controlled`."""
 
-    def __init__(self, fleet: Controlled) -> None:
+    #: The admin routes: guarded and audited by the guard, when there is one.
+    PREFIXES = ("/api/v1/deployment", "/api/v1/children/", "/api/v1/etcd/")
+
+    def __init__(self, fleet: Controlled, *, guard: AdminGuard | None = None) -> None:
         self._fleet = fleet
+        self._admin = guard
 
     def install(self, app: web.Application) -> None:
+        if self._admin is not None:
+            app.middlewares.append(admin_middleware(self._admin, path_prefix(*self.PREFIXES)))
         add = app.router.add_route
         add("GET", "/api/v1/deployment", self._guard(self._document))
         add("POST", "/api/v1/children/{name:.+}/hold", self._guard(self._hold))

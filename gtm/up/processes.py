@@ -43,10 +43,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from aiohttp import web
 
+from gtm.admin_auth import AdminGuard
 from gtm.clock import Clock
 from gtm.errors import ConfigError, GtmError, StateError
 from gtm.http_limits import HttpLimits, limited_app
@@ -240,8 +242,16 @@ def global_argv(plan: Plan, state: str, dns: HostPort, http: HostPort) -> list[s
 class ProcessFleet:
     """The deployment as supervised child processes: ``start()``, then ``stop()``."""
 
-    def __init__(self, plan: Plan, *, clock: Clock, app_hook: AppHook | None = None) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        *,
+        clock: Clock,
+        app_hook: AppHook | None = None,
+        guard: AdminGuard | None = None,
+    ) -> None:
         self.plan = plan
+        self._guard = guard
         self._clock = clock
         self._app_hook = app_hook
         self._registry = new_registry()
@@ -292,7 +302,15 @@ class ProcessFleet:
                 raise failure
             self._state = self._etcd.etcd_url
             log.info("started a private etcd at %s", self._state)
+        dns, http = _fixed(plan.dns), _fixed(plan.http)
+        logs = plan.run_dir / "logs"
+        logs.mkdir(exist_ok=True)
+        audit = plan.run_dir / "audit"
+        audit.mkdir(exist_ok=True)
+        config = plan.config
         self._links = self._plan_links()
+        if self._links:
+            await self._start_chaos_proxy(avoid={dns.port, http.port})
         self._store = open_store(self._state, clock=self._clock, registry=self._registry)
         moved = {
             link.target.partition("/")[2]: f"http://{link.listen}"
@@ -300,7 +318,7 @@ class ProcessFleet:
             if link.kind is not LinkKind.ETCD
         }
         # gtm up --tls: every child gets its identity's certificate (gtm/up/tls.py).
-        tls_dir = tls_directory(plan.config)
+        tls_dir = tls_directory(config)
         tls = LocalTls.prepare(plan.deployment, tls_dir) if tls_dir is not None else None
         await seed_store(
             self._store, plan, self._clock, urls=moved_urls(plan.deployment, tls, moved)
@@ -309,14 +327,6 @@ class ProcessFleet:
         def with_tls(argv: list[str], identity: str) -> list[str]:
             return argv if tls is None else [*argv, *tls.argv(identity)]
 
-        dns, http = _fixed(plan.dns), _fixed(plan.http)
-        logs = plan.run_dir / "logs"
-        logs.mkdir(exist_ok=True)
-        audit = plan.run_dir / "audit"
-        audit.mkdir(exist_ok=True)
-        config = plan.config
-        if self._links:
-            await self._start_chaos_proxy()
         for gpu in plan.deployment.gpus:
             state = self._state_for(f"gpu/{gpu.id}")
             argv = with_tls(gpu_argv(gpu, state, config.speedup), f"gpu/{gpu.id}")
@@ -353,7 +363,8 @@ class ProcessFleet:
         return {f"etcd-{i}": str(e) for i, e in enumerate(endpoints, start=1)}
 
     def _plan_links(self) -> tuple[LinkInfo, ...]:
-        """The fault-proxy links ``--chaos-links`` asks for, on free loopback ports."""
+        """The fault-proxy links ``--chaos-links`` asks for; each listens on a port the
+        proxy picks (``:0``), read back once it started."""
         kinds = set(self.plan.config.chaos_links)
         deployment = self.plan.deployment
         pairs: list[tuple[LinkKind, str, str, str]] = []
@@ -386,7 +397,7 @@ class ProcessFleet:
                 kind=kind,
                 source=source,
                 target=target,
-                listen=f"127.0.0.1:{free_port('127.0.0.1')}",
+                listen="127.0.0.1:0",
                 upstream=upstream,
             )
             for kind, source, target, upstream in pairs
@@ -401,22 +412,37 @@ class ProcessFleet:
         ]
         return f"etcd://{','.join(mine)}" if mine else self._state
 
-    async def _start_chaos_proxy(self) -> None:
-        """Start ``gtm chaos proxy`` with every link, and wait until its API answers."""
+    async def _start_chaos_proxy(self, *, avoid: set[int]) -> None:
+        """Start ``gtm chaos proxy`` with every link, wait until its API answers, and
+        read back the ports its links bound. They are then written into its
+        ``--config``, so a restarted proxy listens where the tiers expect it."""
         port = free_port("127.0.0.1")
+        while port in avoid:  # the front door's ports are chosen but not bound yet
+            port = free_port("127.0.0.1")
         config = self.plan.run_dir / "chaos-links.json"
-        body = [
-            {"name": link.name, "listen": link.listen, "upstream": link.upstream, "enabled": True}
-            for link in self._links
-        ]
-        config.write_text(json.dumps(body, indent=2) + "\n", "utf-8")
+        _write_links(config, self._links)
         self._chaos_api = f"http://127.0.0.1:{port}"
         argv = _gtm("chaos", "proxy", "--port", str(port), "--config", str(config), "--seed", "0")
         self._add("chaos-proxy", TierKind.CHAOS_PROXY, argv)
         child = self.children[-1]
         await self._spawn(child)
         self._supervisor.spawn(f"watch:{child.name}", self._watch(child))
-        await _wait_http(f"{self._chaos_api}/version", CHAOS_PROXY_START_S, child)
+        # It serves its API first and then creates the links of --config: wait for all.
+        names = {link.name for link in self._links}
+        proxies = await _wait_http(
+            f"{self._chaos_api}/proxies",
+            CHAOS_PROXY_START_S,
+            child,
+            done=lambda body: isinstance(body, dict) and names <= body.keys(),
+        )
+        try:
+            bound = {name: str(proxy["listen"]) for name, proxy in proxies.items()}
+            self._links = tuple(
+                link.model_copy(update={"listen": bound[link.name]}) for link in self._links
+            )
+        except (AttributeError, KeyError, TypeError) as exc:
+            raise ConfigError(f"the fault proxy's /proxies is not as expected: {exc!r}") from None
+        _write_links(config, self._links)
 
     def _add(self, name: str, kind: TierKind, argv: list[str]) -> None:
         log_path = self.plan.run_dir / "logs" / f"{kind.value}-{name}.log"
@@ -472,7 +498,7 @@ class ProcessFleet:
             return f"{http.url}/status"
         app = limited_app(HttpLimits(), client_max_size=1 << 20)  # small JSON APIs only
         self._app_hook(app)
-        ControlApi(self).install(app)
+        ControlApi(self, guard=self._guard).install(app)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await runner.setup()
         self._status_runner = runner
@@ -585,10 +611,11 @@ class ProcessFleet:
         return self._member_info(cluster, name)
 
     async def etcd_all(self, action: str) -> tuple[EtcdMemberInfo, ...]:
-        """``stop`` or ``start`` every member of the private etcd."""
+        """``stop`` (SIGKILL: an outage; data are kept) or ``start`` every member of
+        the private etcd."""
         cluster = self._cluster()
         if action == "stop":
-            await cluster.stop_all()
+            await cluster.kill_all()
         else:
             await cluster.start_all()
         return tuple(self._member_info(cluster, n) for n in cluster.names)
@@ -644,15 +671,27 @@ class ProcessFleet:
         )
 
 
-async def _wait_http(url: str, limit_s: float, child: Child) -> None:
-    """Wait until ``url`` answers 200 (bounded); fail early if ``child`` exits."""
+def _write_links(path: Path, links: tuple[LinkInfo, ...]) -> None:
+    """The fault proxy's ``--config`` (a ``/populate`` body)."""
+    body = [
+        {"name": link.name, "listen": link.listen, "upstream": link.upstream, "enabled": True}
+        for link in links
+    ]
+    path.write_text(json.dumps(body, indent=2) + "\n", "utf-8")
+
+
+async def _wait_http(url: str, limit_s: float, child: Child, *, done: Callable[[Any], bool]) -> Any:
+    """Wait until ``url`` answers 200 with a JSON body that is ``done`` (bounded) and
+    return it; fail early if ``child`` exits."""
     deadline = time.monotonic() + limit_s
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1.0)) as session:
         while True:
-            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
                 async with session.get(url) as response:
                     if response.status == 200:
-                        return
+                        body = await response.json()
+                        if done(body):
+                            return body
             process = child.process
             if process is None or process.returncode is not None or time.monotonic() > deadline:
                 raise ConfigError(

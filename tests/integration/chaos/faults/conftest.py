@@ -1,0 +1,66 @@
+"""One small real deployment per test module: ``gtm up --processes`` with two regions of
+one zone and one GPU each, a 3-member etcd and every kind of fault-proxy link."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+import yaml
+
+from chaos.deployment import Deployment, LaunchSpec
+from gtm.topology import GpuGroup, RegionSpec, Topology, ZoneSpec
+from gtm.up.control import LinkKind
+
+CHAT = "meta-llama/Llama-3.1-8B-Instruct"
+#: Bound on waiting for an effect (a restart, a registration, a DNS change).
+CONVERGE_S = 20.0
+
+
+def small_topology(path: Path) -> Path:
+    """eu-west and eu-central, one zone of one L4 each, on a random 127.x.y.0/24."""
+    rng = random.Random()
+    block = f"127.{rng.randrange(100, 250)}.{rng.randrange(1, 250)}"
+    regions = tuple(
+        RegionSpec(
+            id=region,
+            address=f"{block}.{i}",
+            zones=(
+                ZoneSpec(id=f"{region}-a", gpus=(GpuGroup(type="L4", count=1, models=(CHAT,)),)),
+            ),
+        )
+        for i, region in enumerate(("eu-west", "eu-central"), start=1)
+    )
+    topology = Topology(
+        regions=regions, models=(CHAT,), zone_port_base=rng.randrange(20_000, 30_000)
+    )
+    path.write_text(yaml.safe_dump(topology.model_dump(mode="json")), "utf-8")
+    return path
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], what: str) -> None:
+    deadline = time.monotonic() + CONVERGE_S
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {CONVERGE_S} s: {what}")
+        await asyncio.sleep(0.05)
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def deployment(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Deployment]:
+    root = tmp_path_factory.mktemp("deployment")
+    spec = LaunchSpec(
+        topology=small_topology(root / "topology.yaml"),
+        speedup=50.0,
+        etcd_members=3,
+        run_dir=root / "run",
+        chaos_links=tuple(LinkKind),
+        ready_timeout_s=60.0,
+    )
+    async with Deployment.launch(spec) as launched:
+        yield launched
