@@ -29,7 +29,7 @@ from gtm.up.config import DEFAULT_DNS_LISTEN, DEFAULT_HTTP_LISTEN, UpConfig
 from gtm.up.control import LinkKind
 from gtm.up.fleet import Fleet, Plan, make_plan, remove_run_dir, wait_ready
 from gtm.up.status import StatusPage
-from gtm.up.tls import describe
+from gtm.up.tls import describe, ops_context
 
 log = logging.getLogger(__name__)
 
@@ -289,7 +289,9 @@ async def _run(plan: Plan, guard: AdminGuard) -> int:
             http=listeners.http,
             limit_s=plan.config.ready_timeout_s,
         )
-        await status.attach(store, front_door=listeners.http.url)
+        await status.attach(
+            store, front_door=listeners.http.url, tls=ops_context(plan, clock=clock)
+        )
         fleet.mark_ready()
         starting = False
         shown = Listeners(

@@ -27,6 +27,7 @@ import contextlib
 import getpass
 import json
 import logging
+import ssl
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -53,7 +54,9 @@ from gtm.state import codec, keys
 from gtm.state.snapshot import FleetSnapshot, SnapshotWatcher
 from gtm.state.store import StateStore
 from gtm.tasks import TaskSupervisor
+from gtm.tls import connector_ssl
 from gtm.topology import Deployment, RegionPlacement, ZonePlacement
+from gtm.up.tls import https
 
 log = logging.getLogger(__name__)
 
@@ -347,16 +350,23 @@ class StatusPage:
         app.router.add_post("/api/v1/drains/{target}/{id}", self._drain)
         app.router.add_delete("/api/v1/drains/{target}/{id}", self._undrain)
 
-    async def attach(self, store: StateStore, *, front_door: str) -> None:
-        """Start following ``store`` and scraping the front door and regional LBs."""
+    async def attach(
+        self, store: StateStore, *, front_door: str, tls: ssl.SSLContext | None = None
+    ) -> None:
+        """Start following ``store`` and scraping the front door and regional LBs (over
+        mutual TLS with ``tls``, gtm up's ``ops`` identity, under ``gtm up --tls``)."""
         self._store = store
         self._watcher = SnapshotWatcher(
             store, clock=self._clock, registry=self._registry, component="status"
         )
         self._sources = {"global": f"{front_door}/metrics"} | {
-            f"regional:{r.id}": f"{r.url}/metrics" for r in self._deployment.regions
+            f"regional:{r.id}": f"{https(r.url) if tls else r.url}/metrics"
+            for r in self._deployment.regions
         }
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_S))
+        self._session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_S),
+            connector=aiohttp.TCPConnector(ssl=connector_ssl(tls)),
+        )
         self._supervisor.spawn("snapshot", self._watcher.run())
         await self._watcher.wait_ready()
         await self.collect()

@@ -18,6 +18,7 @@ load``) and in production it sits behind the operator's own TLS terminator (``gt
 from __future__ import annotations
 
 import os
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,10 +26,12 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from gtm.clock import Clock
+from gtm.metrics import new_registry
 from gtm.testing.pki import LocalPki, ensure_local_pki
 from gtm.tls import DEFAULT_CLIENTS, DEFAULT_PEERS, TlsConfig, TlsMaterial
 from gtm.topology import Deployment
 from gtm.up.config import UpConfig
+from gtm.up.fleet import Plan
 
 GLOBAL_IDENTITY = "global/gtm-up"
 OPS_IDENTITY = "ops/gtm-up"
@@ -113,6 +116,17 @@ def moved_urls(
     for key, url in (links or {}).items():
         merged[key] = https(url) if tls is not None else url
     return merged or None
+
+
+def ops_context(plan: Plan, *, clock: Clock) -> ssl.SSLContext | None:
+    """A client context with gtm up's ``ops`` identity (its status page scrapes the
+    regional LBs' /metrics with it); None without ``--tls``."""
+    directory = tls_directory(plan.config)
+    if directory is None:
+        return None
+    tls = LocalTls.prepare(plan.deployment, directory)  # issued already: only reads
+    material = tls.material(OPS_IDENTITY, "global", clock=clock, registry=new_registry())
+    return material.client_context()
 
 
 def tls_directory(config: UpConfig) -> Path | None:
