@@ -187,7 +187,7 @@ async def _until_signalled() -> None:
 @click.option(
     "--run-dir",
     type=click.Path(file_okay=False, path_type=Path),
-    help="Keep the launched deployment's logs here (default: a temporary directory).",
+    help="The launched deployment's run directory: logs, audit trail (default: REPORT/deployment).",
 )
 @click.option("--check", is_flag=True, help="Only validate the scenario file, then exit.")
 def run_command(
@@ -216,11 +216,13 @@ def run_command(
     from chaos.runner import RunOptions, ScenarioRun
     from gtm.clock import SystemClock
 
+    report = report_dir or Path("reports") / "chaos" / scenario_file.stem
     options = RunOptions(
-        report_dir=report_dir or Path("reports") / "chaos" / scenario_file.stem,
+        report_dir=report,
         attach=attach,
         toxiproxy_url=toxiproxy_url,
-        run_dir=run_dir,
+        # The deployment's logs and audit trail are the report's artifacts.
+        run_dir=run_dir or report / "deployment",
     )
     run = ScenarioRun(
         scenario, str(scenario_file), topology, options, clock=SystemClock(), out=sys.stderr

@@ -296,9 +296,10 @@ def _describe_deployment(scenario: Scenario, topology: Path | None, options: Run
         return f"attached to {options.attach}"
     spec = scenario.deployment
     links = ",".join(k.value for k in spec.chaos_links) or "none"
+    logs = f", logs in {options.run_dir / 'logs'}" if options.run_dir is not None else ""
     return (
         f"gtm up --processes, topology {topology or 'example'}, speedup {spec.speedup:g}×, "
-        f"{spec.etcd_members} etcd member(s), chaos links {links}"
+        f"{spec.etcd_members} etcd member(s), chaos links {links}{logs}"
     )
 
 
