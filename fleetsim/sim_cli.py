@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from fleetsim.sim.bench import BenchConfig, run_bench
 from fleetsim.sim.policies import POLICIES
+from fleetsim.sim.simulator import CLIENT_TIMEOUT_S, DRAIN_S, FaultPlan
 from fleetsim.traces import TraceKind, data_dir, load_trace
 from fleetsim.workload import CITIES_FILE, read_places
 from gtm.errors import ConfigError
@@ -40,37 +42,95 @@ def _common(fn: click.decorators.FC) -> click.decorators.FC:
         click.option("--gpus", type=click.IntRange(2, 100_000), default=48, show_default=True),
         click.option("--regions", type=click.IntRange(1, 6), default=6, show_default=True),
         click.option("--duration", type=click.FloatRange(1.0), default=60.0, show_default=True,
-                     help="simulated seconds per run"),
+                     help="simulated seconds of arrivals per run (then up to --drain more "
+                          "to finish)"),
         click.option("--seed", type=int, default=0, show_default=True),
         click.option("--out", type=click.Path(file_okay=False, path_type=Path),
                      default=Path("reports"), show_default=True),
+        click.option("--fleet-shape", type=click.Choice(["demand", "equal"]), default="demand",
+                     show_default=True,
+                     help="GPUs per region: in proportion to the clients nearest to it, or "
+                          "equal shares"),
+        click.option("--quotas/--no-quotas", default=True, show_default=True,
+                     help="enforce the example tenants' quotas (scaled to the fleet) in "
+                          "gtm's regional tier"),
+        click.option("--client-timeout", type=click.FloatRange(0.1), default=CLIENT_TIMEOUT_S,
+                     show_default=True,
+                     help="seconds a client waits for its first token before giving up"),
+        click.option("--drain", type=click.FloatRange(0.0), default=DRAIN_S, show_default=True,
+                     help="simulated seconds after the arrivals for work to finish"),
+        click.option("--crash-fraction", type=click.FloatRange(0.0, 1.0), default=0.0,
+                     show_default=True, help="fraction of the GPUs that crash at --crash-at"),
+        click.option("--crash-at", type=click.FloatRange(0.0), default=0.0, show_default=True,
+                     help="simulated second of the crash"),
+        click.option("--slow-fraction", type=click.FloatRange(0.0, 1.0), default=0.0,
+                     show_default=True, help="fraction of the GPUs that run --slowdown × slower"),
+        click.option("--slowdown", type=click.FloatRange(1.0), default=2.0, show_default=True),
     ]  # fmt: skip
     for option in reversed(options):
         fn = option(fn)
     return fn
 
 
-def _run(trace_kind: str, trace_path: Path | None, config: BenchConfig, out: Path) -> None:
+@dataclass(frozen=True, slots=True)
+class _Options:
+    """The options every simulator command shares besides fleet size and loads."""
+
+    fleet_shape: str
+    quotas: bool
+    client_timeout: float
+    drain: float
+    crash_fraction: float
+    crash_at: float
+    slow_fraction: float
+    slowdown: float
+
+    def config(
+        self, gpus: int, regions: int, loads: tuple[float, ...], duration: float,
+        names: tuple[str, ...], seed: int,
+    ) -> BenchConfig:  # fmt: skip
+        faults = FaultPlan(
+            crash_fraction=self.crash_fraction, crash_at_s=self.crash_at,
+            slow_fraction=self.slow_fraction, slowdown=self.slowdown,
+        )  # fmt: skip
+        return BenchConfig(
+            gpus, regions, loads, duration, names, seed=seed, fleet_shape=self.fleet_shape,
+            quotas=self.quotas, faults=faults if faults.any else None, drain_s=self.drain,
+            client_timeout_s=self.client_timeout,
+        )  # fmt: skip
+
+
+def _run(
+    trace_kind: str, trace_path: Path | None, config: BenchConfig, out: Path, name: str
+) -> None:
     try:
         trace = load_trace(TraceKind(trace_kind), trace_path)
         places = read_places(data_dir() / CITIES_FILE)
-        run_bench(config, trace, places, out_dir=out, echo=click.echo)
+        run_bench(config, trace, places, out_dir=out, echo=click.echo, report_name=name)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
 
 
 @click.command("sim")
 @_common
-@click.option("--load", type=click.FloatRange(0.01, 2.0), default=0.85, show_default=True)
+@click.option("--load", type=click.FloatRange(0.01, 2.0), default=0.85, show_default=True,
+              help="offered req/s ÷ the fleet's capacity")  # fmt: skip
 @click.option("--policy", "policy_names", default="gtm", show_default=True,
               help="comma-separated policies")  # fmt: skip
 def sim(
     trace_kind: str, trace_path: Path | None, gpus: int, regions: int, duration: float,
-    seed: int, out: Path, load: float, policy_names: str,
+    seed: int, out: Path, load: float, policy_names: str, fleet_shape: str, quotas: bool,
+    client_timeout: float, drain: float, crash_fraction: float, crash_at: float,
+    slow_fraction: float, slowdown: float,
 ) -> None:  # fmt: skip
-    """Run the discrete-event fleet simulator for one load and print its figures."""
-    config = BenchConfig(gpus, regions, (load,), duration, _policies(policy_names), seed=seed)
-    _run(trace_kind, trace_path, config, out)
+    """Run the discrete-event fleet simulator for one load; print its figures
+    (simulated requests per wall second included) and write OUT/sim.md."""
+    options = _Options(
+        fleet_shape, quotas, client_timeout, drain, crash_fraction, crash_at, slow_fraction,
+        slowdown,
+    )  # fmt: skip
+    config = options.config(gpus, regions, (load,), duration, _policies(policy_names), seed)
+    _run(trace_kind, trace_path, config, out, "sim")
 
 
 @click.group("bench")
@@ -80,12 +140,21 @@ def bench() -> None:
 
 @bench.command("routing")
 @_common
-@click.option("--load", "loads", default="0.5,0.7,0.85,0.95", show_default=True)
+@click.option("--load", "loads", default="0.5,0.7,0.85,0.95", show_default=True,
+              help="comma-separated offered loads (req/s ÷ the fleet's capacity)")  # fmt: skip
 @click.option("--policies", "policy_names", default="", help="comma-separated (default: all)")
 def routing(
     trace_kind: str, trace_path: Path | None, gpus: int, regions: int, duration: float,
-    seed: int, out: Path, loads: str, policy_names: str,
+    seed: int, out: Path, loads: str, policy_names: str, fleet_shape: str, quotas: bool,
+    client_timeout: float, drain: float, crash_fraction: float, crash_at: float,
+    slow_fraction: float, slowdown: float,
 ) -> None:  # fmt: skip
-    """Every policy on identical arrivals at each load: Markdown table + plots in --out."""
-    config = BenchConfig(gpus, regions, _loads(loads), duration, _policies(policy_names), seed=seed)
-    _run(trace_kind, trace_path, config, out)
+    """Every policy on identical arrivals at each load: Markdown table + plots in
+    OUT/routing.md (simulated requests per wall second included)."""
+    options = _Options(
+        fleet_shape, quotas, client_timeout, drain, crash_fraction, crash_at, slow_fraction,
+        slowdown,
+    )  # fmt: skip
+    names = _policies(policy_names)
+    config = options.config(gpus, regions, _loads(loads), duration, names, seed)
+    _run(trace_kind, trace_path, config, out, "routing")

@@ -11,6 +11,7 @@ is not overloaded by construction. ``"equal"`` gives every region the same share
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections import Counter
@@ -123,6 +124,7 @@ def run_bench(
     *,
     out_dir: Path | None = None,
     echo: Callable[[str], None] = print,
+    report_name: str = "routing",
 ) -> dict[float, list[Summary]]:
     active = _active()
     setup = prepare(config, trace, places)
@@ -154,7 +156,7 @@ def run_bench(
             summary = summarise(result, list(requests))
             sys.stderr.write("\r\033[K")
             echo(
-                f"  {name:<26} TTFT p50 {summary.ttft_p50:7.2f} s  p99 {summary.ttft_p99:8.2f} s"
+                f"  {name:<26} TTFT p50 {_secs(summary.ttft_p50)}  p99 {_secs(summary.ttft_p99)}"
                 f"  goodput {summary.goodput_rps:7.1f} req/s  busy {summary.gpu_busy:4.0%}"
                 f"  refused {summary.refused:,}  timed out {summary.timed_out:,}"
                 f"  {summary.sim_rps:,.0f} simulated req/s"
@@ -172,9 +174,14 @@ def run_bench(
             results,
             preamble=_preamble(config, trace, setup),
             extra=_reasons(results),
+            name=report_name,
         )
         echo(f"report: {path}")
     return per_load
+
+
+def _secs(value: float) -> str:
+    return "timeout" if math.isinf(value) else f"{value:6.2f} s"
 
 
 def _active() -> ActivePolicy:

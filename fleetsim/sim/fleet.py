@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from gtm.errors import ConfigError
 from gtm.models import Region
 from gtm.policy_store import ActivePolicy
-from gtm.topology import load_topology
+from gtm.topology import Topology, load_topology, resolve
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +82,23 @@ def scaled_fleet(
                 )
             )
         out.append(RegionSpec(spec.id, record, tuple(zones)))
+    return FleetSpec(tuple(out))
+
+
+def fleet_from_topology(policy: ActivePolicy, topology: Topology, model: str) -> FleetSpec:
+    """Exactly the GPUs of a ``gtm up`` topology that serve ``model`` (ids as placed)."""
+    deployment = resolve(topology, policy.policy_set.regions)
+    out: list[RegionSpec] = []
+    for region in deployment.regions:
+        zones = tuple(
+            ZoneSpec(z.id, tuple((g.id, g.gpu_type) for g in z.gpus if model in g.models))
+            for z in region.zones
+        )
+        zones = tuple(z for z in zones if z.gpus)
+        if zones:
+            out.append(RegionSpec(region.id, region.region, zones))
+    if not out:
+        raise ConfigError(f"no GPU of the topology serves {model}")
     return FleetSpec(tuple(out))
 
 

@@ -112,16 +112,19 @@ def write_report(
     results: Mapping[float, Sequence[RunResult]],
     preamble: str = "",
     extra: Sequence[str] = (),
+    name: str = "routing",
 ) -> Path:
+    """``directory/<name>.md`` and its plots (``routing``: ``ttft_cdf.png``, …; any other
+    name prefixes the plots with it, so ``gtm sim`` does not overwrite the benchmark's)."""
     directory.mkdir(parents=True, exist_ok=True)
     parts = [f"# {title}", "", preamble, ""]
     for load, rows in per_load.items():
         parts += [f"## Load {load:.0%}", "", table(rows), "", "Targets:", ""]
         parts += [*targets(rows, load), ""]
     parts += [*extra]
-    plots = _plots(directory, per_load, results)
+    plots = _plots(directory, per_load, results, "" if name == "routing" else f"{name}-")
     parts += [f"![{p.stem}]({p.name})" for p in plots]
-    path = directory / "routing.md"
+    path = directory / f"{name}.md"
     path.write_text("\n".join(parts) + "\n", encoding="utf-8")
     return path
 
@@ -130,6 +133,7 @@ def _plots(
     directory: Path,
     per_load: Mapping[float, Sequence[Summary]],
     results: Mapping[float, Sequence[RunResult]],
+    prefix: str = "",
 ) -> list[Path]:
     try:
         import matplotlib
@@ -154,7 +158,7 @@ def _plots(
     ax.set_ylabel("CDF")
     ax.set_title(f"TTFT CDF at load {top:.0%}")
     ax.legend(fontsize=6)
-    out.append(_save(fig, directory / "ttft_cdf.png"))
+    out.append(_save(fig, directory / f"{prefix}ttft_cdf.png"))
     fig, ax = plt.subplots(figsize=(7, 4))
     names = [r.policy for r in next(iter(per_load.values()))]
     loads = sorted(per_load)
@@ -168,7 +172,7 @@ def _plots(
     ax.set_xlabel("offered load")
     ax.set_ylabel("goodput (req/s in SLO)")
     ax.legend(fontsize=6)
-    out.append(_save(fig, directory / "goodput_vs_load.png"))
+    out.append(_save(fig, directory / f"{prefix}goodput_vs_load.png"))
     gtm = next((r for r in results[top] if r.policy == "gtm"), results[top][0])
     if gtm.util_timeline:
         fig, ax = plt.subplots(figsize=(7, 3))
@@ -177,7 +181,7 @@ def _plots(
         ax.set_ylabel("region")
         ax.set_xlabel("simulated s")
         ax.set_title(f"{gtm.policy}: GPU busy fraction per region")
-        out.append(_save(fig, directory / "utilisation_heatmap.png"))
+        out.append(_save(fig, directory / f"{prefix}utilisation_heatmap.png"))
     return out
 
 

@@ -40,6 +40,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from time import perf_counter_ns
 from types import MappingProxyType
 
 import numpy as np
@@ -195,6 +196,10 @@ class RunResult:
     util_timeline: list[tuple[float, tuple[float, ...]]]
     prefix_hit_tokens: int
     prefix_queried_tokens: int
+    #: Wall seconds spent inside each tier's decision code ("global", "regional",
+    #: "zone") and in publishing summaries and rebuilding views ("publish"); the rest
+    #: of the run is the simulator's own work (GPU model, accounting, events).
+    tier_wall_s: dict[str, float] = field(default_factory=dict)
 
 
 class _Pool:
@@ -267,6 +272,7 @@ class Simulator:
         client_timeout_s: float = CLIENT_TIMEOUT_S,
         quota_scale: float | None = None,
         faults: FaultPlan | None = None,
+        network: bool = True,
     ) -> None:
         self.fleet = fleet
         self.policy = policy
@@ -283,6 +289,8 @@ class Simulator:
         self.client_timeout_s = client_timeout_s
         self._timeout_reason = f"client timeout: no first token in {client_timeout_s:g} s"
         self.faults = faults or FaultPlan()
+        #: False: no client or inter-region RTT is added (a loopback deployment).
+        self.network = network
         self.region_ids = tuple(r.id for r in fleet.regions)
         self.region_index = {r: i for i, r in enumerate(self.region_ids)}
         self.rtt = RegionRtt()
@@ -317,6 +325,9 @@ class Simulator:
         self.spills = 0
         self.verdicts: dict[tuple[str, str], Verdict] = {}
         self.place_rtt: dict[tuple[int, str], float] = {}
+        self.place_home: dict[int, int] = {}
+        self.place_client: dict[int, ClientInfo] = {}
+        self.tier_ns = {"global": 0, "regional": 0, "zone": 0, "publish": 0}
         self.util_timeline: list[tuple[float, tuple[float, ...]]] = []
         self._busy_mark = np.zeros(len(self.gpu_list))
         self._busy_window: np.ndarray | None = None
@@ -414,7 +425,14 @@ class Simulator:
             region_summaries=MappingProxyType(summaries),
         )
         health = HealthTable(self._revision, MappingProxyType({}), False)
-        self.gview = build_view(self.policy, snap2, health, topology=tuple(self.regions.values()))
+        # As gtm up runs the global tier: a region without a summary is down.
+        self.gview = build_view(
+            self.policy,
+            snap2,
+            health,
+            topology=tuple(self.regions.values()),
+            require_summaries=True,
+        )
         # Peers' views need the fresh region summaries too (spill decisions).
         snap3 = FleetSnapshot(
             revision=self._revision,
@@ -436,6 +454,10 @@ class Simulator:
         return found
 
     def _client_rtt(self, req: SimRequest, region: str) -> float:
+        """Client↔region RTT added to the request's latency (0 without a network)."""
+        return self._fitted_rtt(req, region) if self.network else 0.0
+
+    def _fitted_rtt(self, req: SimRequest, region: str) -> float:
         key = (req.place_id, region)
         found = self.place_rtt.get(key)
         if found is None:
@@ -443,10 +465,26 @@ class Simulator:
             found = self.place_rtt[key] = rtt_ms_from_distance(km)
         return found
 
+    def _home(self, req: SimRequest) -> int:
+        """The region nearest the client (index): what cross-region is measured from."""
+        found = self.place_home.get(req.place_id)
+        if found is None:
+            nearest = self._nearest(req, self.region_ids) or self.region_ids[0]
+            found = self.place_home[req.place_id] = self.region_index[nearest]
+        return found
+
+    def _client(self, req: SimRequest) -> ClientInfo:
+        found = self.place_client.get(req.place_id)
+        if found is None:
+            found = self.place_client[req.place_id] = ClientInfo.model_construct(
+                ip=None, country=req.country, location=req.point
+            )
+        return found
+
     def _nearest(self, req: SimRequest, among: Sequence[str]) -> str | None:
         best = None
         for r in among:
-            rtt = self._client_rtt(req, r)
+            rtt = self._fitted_rtt(req, r)
             if best is None or rtt < best[0]:
                 best = (rtt, r)
         return None if best is None else best[1]
@@ -488,7 +526,9 @@ class Simulator:
             seq=pool.acc.next_seq(),
         )
         try:
+            t0 = perf_counter_ns()
             decision = pool.profile.decide(zr, pool.view)
+            self.tier_ns["zone"] += perf_counter_ns() - t0
         except (NoEligibleCandidate, ModelNotServed, RoutingError) as exc:
             self._end_unserved(i, Status.REFUSED, f"zone: {type(exc).__name__}")
             return False
@@ -571,12 +611,14 @@ class Simulator:
             input_tokens=req.input_tokens,
             max_output_tokens=req.output_tokens,
             tenant=req.tenant,
-            client=ClientInfo.model_construct(ip=None, country=req.country, location=req.point),
+            client=self._client(req),
             data_class="default",
             priority=band,
             prefix_hashes=req.prefix_hashes,
         )
+        t0 = perf_counter_ns()
         outcome = self.global_router.decide(rr, self.gview, verdict=verdict)
+        self.tier_ns["global"] += perf_counter_ns() - t0
         if outcome.region is None:
             self._end(i, Status.REFUSED, f"global: {outcome.refusal}")
             return
@@ -600,9 +642,11 @@ class Simulator:
     def _regional(
         self, i: int, rr: RouteRequest, region: str, inputs: Inputs, now: float, extra: float
     ) -> None:
+        t0 = perf_counter_ns()
         decision = self.routers[region].decide(
             rr, self.rviews[region], inputs, accounting=self.zacc[region], now=now, now_wall=now
         )
+        self.tier_ns["regional"] += perf_counter_ns() - t0
         if decision.route is Route.LOCAL and decision.zone is not None:
             self._dispatch(i, self.pools[decision.zone.id], now, extra)
         elif decision.route is Route.SPILL and decision.peer is not None:
@@ -616,7 +660,8 @@ class Simulator:
                 client_country_known=True,
                 tokens_per_block=inputs.tokens_per_block,
             )
-            self._regional(i, rr, peer, hop, now, extra + decision.peer.rtt_ms)
+            hop_ms = decision.peer.rtt_ms if self.network else 0.0
+            self._regional(i, rr, peer, hop, now, extra + hop_ms)
         elif decision.route is Route.QUEUE:
             req = self.requests[i]
             offered = self.queues[region].offer(
@@ -757,7 +802,7 @@ class Simulator:
             if t_arr <= t_gpu:
                 req = requests[i]
                 # The nearest region to the client: what "cross-region" is measured from.
-                out.home[i] = self.region_index[self._nearest(req, region_ids) or region_ids[0]]
+                out.home[i] = self._home(req)
                 verdict = self._verdict(req.tenant, req.country)
                 route(i, t_arr, verdict)
                 region = out.region[i]
@@ -781,6 +826,7 @@ class Simulator:
             policy=self.spec.name,
             outcomes=self.out,
             wall_s=time.perf_counter() - started,
+            tier_wall_s={k: v / 1e9 for k, v in self.tier_ns.items()},
             sim_s=end,
             gpu_busy_s=np.array([g.busy_s for g in gpus]),
             gpu_region=self.gpu_region,
@@ -822,7 +868,9 @@ class Simulator:
             self._capture_window(self.duration_s)
         self._faults_tick(now)
         if self.hier:
+            t0 = perf_counter_ns()
             self._tiers_tick(now)
+            self.tier_ns["publish"] += perf_counter_ns() - t0
         for gpu in self.gpu_list:
             if gpu.waiting or gpu.prefill:
                 ev = gpu.expire(now)
