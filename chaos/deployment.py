@@ -125,7 +125,7 @@ class Deployment:
     # ------------------------------------------------------------------ entry
 
     @classmethod
-    def launch(cls, spec: LaunchSpec) -> Deployment:
+    def launch(cls, spec: LaunchSpec) -> Self:
         """``gtm up --processes`` with ``spec``, started on ``async with``."""
         return cls(status_url=None, spec=spec)
 
@@ -136,7 +136,7 @@ class Deployment:
         *,
         admin_token: str | None = None,
         admin_token_file: Path | None = None,
-    ) -> Deployment:
+    ) -> Self:
         """A deployment already running (its status page URL, or its base URL).
         The operator token: ``admin_token``, else read from ``admin_token_file``, else
         the local one gtm up created (none: loopback-only, as gtm up without tokens)."""
