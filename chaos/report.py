@@ -188,7 +188,16 @@ def render_summary(
     ]
     if plot is not None:
         lines += [f"![timeline]({plot})", ""]
-    lines += ["Every event (each request, DNS answer, fault) is in `journal.json`.", ""]
+    lines += [
+        "Every event (each request, DNS answer, fault) is in `journal.json`; the "
+        "deployment's logs and audit trail are artifacts too (see Deployment above).",
+        "",
+        "## Review (fill in after the game day, blameless)",
+        "",
+        "- What surprised us / what went well / where we got lucky:",
+        "- Action items (owner, severity, ticket, re-test date):",
+        "",
+    ]
     return "\n".join(lines)
 
 
