@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import shutil
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -303,6 +304,14 @@ def _describe_deployment(scenario: Scenario, topology: Path | None, options: Run
     )
 
 
+def prune_etcd_data(run_dir: Path) -> None:
+    """Drop the private etcd's data directories from a finished run's artifacts: etcd
+    preallocates 64 MB per WAL file, and the data is the store of a deployment that is
+    gone. The etcd logs (``etcd/<member>.log``) stay."""
+    for member in run_dir.glob("etcd/*/member"):
+        shutil.rmtree(member, ignore_errors=True)
+
+
 class ScenarioRun:
     """One run of one scenario (use once)."""
 
@@ -424,6 +433,8 @@ class ScenarioRun:
 
     def _finish(self, status: RunStatus) -> RunOutcome:
         timeline = self.timeline
+        if self.options.attach is None and self.options.run_dir is not None:
+            prune_etcd_data(self.options.run_dir)
         if not self.journal.phases or self.journal.phases[-1].phase is not Phase.TEARDOWN:
             timeline.enter(Phase.TEARDOWN)
         self.journal.ended_at = self.journal.phases[-1].at
