@@ -58,6 +58,9 @@ class FastChoice(NamedTuple):
     fallbacks: tuple[str, ...]
     #: The cost model's price of the choice (``None``: no cost model, or not finite).
     predicted_ttft_ms: float | None
+    #: The spread picker drew at random (the best region is near saturation or the
+    #: client was displaced): decisions differ per request id.
+    spread: bool = False
 
 
 # ---------------------------------------------------------------------------- per view
@@ -359,7 +362,9 @@ class RegionPipeline:
         # The first in that order is the picker's best: highest total, ties to the
         # smallest id (gtm.routing.better).
         chosen = best = positions[order[0]]
-        if self._spread is not None and self._spreads(request, prep, columns, best):
+        spreads = self._spread is not None and self._spreads(request, prep, columns, best)
+        if spreads:
+            assert self._spread is not None
             chosen = _draw(request, columns, positions, totals, order, best, self._spread)
         names = tuple(map(prep.names(mask).__getitem__, order))
         ranked = tuple(zip(names, map(totals.__getitem__, order), strict=True))
@@ -372,7 +377,7 @@ class RegionPipeline:
             else:
                 (cost,) = self._costs(request, prep, columns, (chosen,), point, country)
             predicted = cost if math.isfinite(cost) and cost >= 0.0 else None
-        return FastChoice(view.regions[chosen], ranked, fallbacks, predicted)
+        return FastChoice(view.regions[chosen], ranked, fallbacks, predicted, spreads)
 
     # ------------------------------------------------------------------ scores
 

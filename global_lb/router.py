@@ -252,6 +252,16 @@ class _Cache:
     entries: dict[tuple[object, ...], _Cached] = field(default_factory=dict)
 
 
+#: Verdicts remembered per policy generation (tenant × model × data class × country).
+_VERDICT_MEMO_SIZE = 65_536
+
+
+@dataclass(slots=True)
+class _VerdictMemo:
+    engine: object
+    entries: dict[tuple[str, str, str, str | None], Verdict] = field(default_factory=dict)
+
+
 @dataclass(frozen=True, slots=True)
 class _Cached:
     region: str | None
@@ -261,6 +271,8 @@ class _Cached:
     trace: TraceSource
     predicted_ttft_ms: float | None
     scores: tuple[tuple[str, float], ...]
+    #: Whether the picker drew at random (the fast path knows; ``None``: ask the probe).
+    spread: bool | None = None
 
 
 class GlobalRouter:
@@ -287,6 +299,7 @@ class GlobalRouter:
         self._spread_probe = _spread_probe(spec)
         self._cache_size = cache_size
         self._cache = _Cache()
+        self._verdicts = _VerdictMemo(None)
         self._timer = timer
 
     @property
@@ -299,8 +312,21 @@ class GlobalRouter:
         return self._pipeline
 
     def verdict(self, request: RouteRequest, view: GlobalView, country: str | None) -> Verdict:
-        query = ResidencyQuery(request.tenant, request.model, request.data_class, country)
-        return view.policy.engine.allowed_regions(query)
+        # The engine memoises verdicts by ResidencyQuery, but building and hashing that
+        # dataclass costs more than the rest of a cached decision: remember them here
+        # by a plain tuple, per engine (a policy generation).
+        engine = view.policy.engine
+        memo = self._verdicts
+        if memo.engine is not engine:
+            memo = self._verdicts = _VerdictMemo(engine)
+        key = (request.tenant, request.model, request.data_class, country)
+        found = memo.entries.get(key)
+        if found is None:
+            found = engine.allowed_regions(ResidencyQuery(*key))
+            if len(memo.entries) >= _VERDICT_MEMO_SIZE:
+                memo.entries.clear()
+            memo.entries[key] = found
+        return found
 
     def decide(
         self,
@@ -384,6 +410,8 @@ class GlobalRouter:
 
     def _randomised(self, request: RouteRequest, found: _Cached, view: GlobalView) -> bool:
         """Whether the picker drew at random for this decision (then cache per slot)."""
+        if found.spread is not None:
+            return found.spread
         probe = self._spread_probe
         if probe is None or not found.scores:
             return False
@@ -459,5 +487,12 @@ def _from_decision(decision: Decision) -> _Cached:
 
 def _from_fast(fast: FastChoice, trace: TraceSource) -> _Cached:
     return _Cached(
-        fast.region.id, fast.fallbacks, None, "", trace, fast.predicted_ttft_ms, fast.scores
+        fast.region.id,
+        fast.fallbacks,
+        None,
+        "",
+        trace,
+        fast.predicted_ttft_ms,
+        fast.scores,
+        fast.spread,
     )

@@ -149,3 +149,26 @@ def test_cache_key_helpers() -> None:
     assert token_bucket(0) == token_bucket(63) == 0
     assert token_bucket(64) < token_bucket(128) < token_bucket(100_000)
     assert 0 <= spread_slot("x") < 16
+
+
+def test_verdicts_are_the_engines_and_follow_a_new_policy_generation(
+    router: GlobalRouter,
+) -> None:
+    from dataclasses import replace
+
+    from gtm.policy_store import activate
+    from policies import ResidencyQuery, load_examples
+
+    first = view()
+    got = router.verdict(request(tenant="demo-eu"), first, "SE")
+    assert got == first.policy.engine.allowed_regions(
+        ResidencyQuery("demo-eu", MODEL, "default", "SE")
+    )
+    assert router.verdict(request(tenant="demo-eu"), first, "SE") is got  # remembered
+    # A new generation brings a new engine: its verdicts, not the remembered ones.
+    newer = replace(first, policy=activate(2, load_examples()))
+    again = router.verdict(request(tenant="demo-eu"), newer, "SE")
+    assert again == newer.policy.engine.allowed_regions(
+        ResidencyQuery("demo-eu", MODEL, "default", "SE")
+    )
+    assert again is not got
