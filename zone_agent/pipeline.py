@@ -28,7 +28,9 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol, TypeVar, runtime_checkable
+from functools import partial
+from types import MappingProxyType
+from typing import Any, NamedTuple, NoReturn, Protocol, TypeVar, cast, runtime_checkable
 
 import numpy as np
 
@@ -75,6 +77,7 @@ class Batch:
         "_pending",
         "_prefilling",
         "_queued",
+        "_rate_sum",
         "_streams",
         "_survivors",
         "_uncached",
@@ -86,13 +89,26 @@ class Batch:
         "view",
     )
 
-    def __init__(self, request: ZoneRequest, view: ZoneView, index: ModelIndex) -> None:
+    def __init__(
+        self,
+        request: ZoneRequest,
+        view: ZoneView,
+        index: ModelIndex,
+        survivors: tuple[Bools, Ints, bool] | None = None,
+    ) -> None:
+        """``survivors``: the alive mask, its positions and whether nothing was removed,
+        when the filters already ran (the batch is then sealed; the mask is read-only)."""
         self.request = request
         self.view = view
         self.index = index
-        self.alive: Bools = index.all_true.copy()
-        #: True while no filter removed anything (plugins may skip masking then).
-        self.all_alive = True
+        self._survivors: Ints | None
+        if survivors is None:
+            self.alive: Bools = index.all_true.copy()
+            #: True while no filter removed anything (plugins may skip masking then).
+            self.all_alive = True
+            self._survivors = None
+        else:
+            self.alive, self._survivors, self.all_alive = survivors
         #: Arrays a plugin computed for this decision, for the others (e.g. TTFT costs,
         #: used by the scorer and the cost model).
         self.memo: dict[str, Floats] = {}
@@ -102,10 +118,10 @@ class Batch:
         self._prefilling: Floats | None = None
         self._matched: Floats | None = None
         self._matches: dict[int, int] | None = None
-        self._survivors: Ints | None = None
         self._uncached: Floats | None = None
         self._queued: Floats | None = None
         self._kv_free: Floats | None = None
+        self._rate_sum: float | None = None
 
     def __len__(self) -> int:
         return len(self.index.ids)
@@ -215,6 +231,25 @@ class Batch:
         return self._queued
 
     @property
+    def rate_sum(self) -> float:
+        """Sum of the survivors' prefill rates (tokens/s)."""
+        if self._rate_sum is None:
+            index = self.index
+            if self.all_alive:
+                self._rate_sum = index.rate_sum
+            else:
+                self._rate_sum = float(np.dot(index.rate, self.alive))
+        return self._rate_sum
+
+    def streams_sum(self) -> float:
+        """Our sequences in flight over the survivors. (Counts of sequences are whole
+        numbers, so every order of summation gives this same float.)"""
+        streams = self.streams
+        if self.all_alive:
+            return float(np.add.reduce(streams))
+        return float(np.add.reduce(streams[self.survivors]))
+
+    @property
     def kv_free(self) -> Floats:
         """Free KV blocks: the last fresh scrape minus what we sent since, else capacity
         minus our own charge."""
@@ -285,6 +320,191 @@ class GpuCostModel(Protocol):
         ...
 
 
+# ---------------------------------------------------------------------------- fused filters
+
+
+class _IndexFilter(Protocol):
+    """A filter whose removal, when no GPU is half-open, depends on the view alone."""
+
+    @property
+    def name(self) -> str: ...
+
+    def index_removal(self, index: ModelIndex, /) -> Removal | None: ...
+
+
+class _FitsRole(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def shortcut(self, request: ZoneRequest, index: ModelIndex, /) -> object | None: ...
+
+    def soft_removal(self, batch: Batch, need: Any, /) -> Removal | None: ...
+
+
+class _CanaryRole(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def idle(self, request: ZoneRequest, index: ModelIndex, /) -> bool: ...
+
+
+class _Prepared(NamedTuple):
+    """The fused filters' work that depends on the view alone (cached on the index)."""
+
+    alive: Bools
+    survivors: Ints
+    all_alive: bool
+    #: The healthy and serves-model steps; then all steps when nothing else removes.
+    steps: tuple[_Step, ...]
+    idle_steps: tuple[_Step, ...]
+    #: :attr:`Batch.rate_sum` of ``alive``.
+    rate_sum: float
+
+
+_UNPREPARED = object()
+
+
+class FusedFilters:
+    """The default filter chain — healthy, serves-model, fits, optionally canary — as
+    one step, for the usual request (:meth:`ZoneProfile.decide` falls back to running
+    the filters one by one for any other).
+
+    ``healthy-filter`` and ``serves-model-filter`` depend on the view alone when no GPU
+    is half-open, so their survivors and trace steps are worked out once per view and
+    model (cached in :attr:`ModelIndex.memo`), not once per request. ``fits-filter``
+    needs per-GPU work only for its free-KV rule (its scalar shortcut says when), and
+    ``canary-filter`` removes nothing when no GPU is a canary and the request pins
+    nothing. Each calls the plugin's own code, so the survivors, the steps and their
+    reasons are those of the one-by-one run (``tests/property``, ``tests/unit`` check).
+    """
+
+    def __init__(
+        self,
+        healthy: _IndexFilter,
+        serves: _IndexFilter,
+        fits: _FitsRole,
+        canary: _CanaryRole | None,
+    ) -> None:
+        self._index_filters = (healthy, serves)
+        self._fits = fits
+        self._canary = canary
+        self._canary_step: tuple[_Step, ...] = ()
+        if canary is not None:
+            self._canary_step = (_Step(canary.name, None, _ALREADY_TRIED),)
+        self._tail = (_Step(fits.name, None, _ALREADY_TRIED), *self._canary_step)
+
+    @classmethod
+    def of(cls, filters: Sequence[GpuFilter]) -> FusedFilters | None:
+        """The fused form of ``filters``, or None when they are not the default chain."""
+        roles = [getattr(f, "fused_role", None) for f in filters]
+        if roles[:3] != ["healthy", "serves-model", "fits"] or roles[3:] not in ([], ["canary"]):
+            return None
+        healthy, serves, fits = (cast(Any, f) for f in filters[:3])
+        return cls(healthy, serves, fits, cast(Any, filters[3]) if len(filters) > 3 else None)
+
+    def run(
+        self, request: ZoneRequest, view: ZoneView, index: ModelIndex
+    ) -> tuple[Batch, tuple[_Step, ...]] | None:
+        """The filtered batch and its steps, or None: run the filters one by one."""
+        prepared = index.memo.get(self, _UNPREPARED)
+        if prepared is _UNPREPARED:
+            prepared = index.memo[self] = self._prepare(index)
+        if prepared is None:
+            return None
+        assert isinstance(prepared, _Prepared)
+        canary = self._canary
+        if canary is not None and not canary.idle(request, index):
+            return None
+        need = self._fits.shortcut(request, index)
+        if need is None:
+            return None
+        batch = Batch(request, view, index, prepared[:3])
+        removal = self._fits.soft_removal(batch, need)
+        if removal is None:
+            batch._rate_sum = prepared.rate_sum
+            return batch, prepared.idle_steps
+        # The free-KV rule removes only when some survivor has room: never all.
+        alive = np.greater(prepared.alive, removal.mask)
+        batch.alive, batch.all_alive = alive, False
+        batch.seal()
+        step = _Step(self._fits.name, removal.mask, removal.reason)
+        return batch, (*prepared.steps, step, *self._canary_step)
+
+    def _prepare(self, index: ModelIndex) -> _Prepared | None:
+        if index.any_half_open:
+            return None  # the healthy filter then depends on our in-flight streams
+        alive = index.all_true
+        steps: list[_Step] = []
+        for plugin in self._index_filters:
+            removal = plugin.index_removal(index)
+            if removal is None:
+                steps.append(_Step(plugin.name, None, _ALREADY_TRIED))
+                continue
+            alive = np.greater(alive, removal.mask)
+            steps.append(_Step(plugin.name, removal.mask, removal.reason))
+            if not fany(alive):
+                return None  # the one-by-one run refuses, naming the filter
+        alive.flags.writeable = False
+        survivors = alive.nonzero()[0]
+        survivors.flags.writeable = False
+        all_alive = alive is index.all_true
+        rate_sum = index.rate_sum if all_alive else float(np.dot(index.rate, alive))
+        return _Prepared(alive, survivors, all_alive, tuple(steps), (*steps, *self._tail), rate_sum)
+
+
+class _CostScorer(Protocol):
+    scale_ms: float
+
+    def costs_ms(self, batch: Batch, /) -> Floats: ...
+
+
+class CheapestPick:
+    """A lone cost scorer (``ttft-cost``) under the plain ``max-score-picker``: the
+    choice is the survivor of lowest cost, found without working out the scores.
+
+    The scorer scores ``exp(-(cost - best) / scale)``: 1 for the cheapest and strictly
+    less for anything that costs more — except that exp of a tiny negative number
+    rounds to 1, so a survivor costing a hair more than the best ties with it, and the
+    picker takes the first of the tied. Only when a second survivor costs within
+    ``1e-9 × scale`` of the best (where exp may round to 1; it surely does not below
+    ``-1e-9``) are the scores worked out to pick, so the choice is always the picker's.
+    The scores themselves are worked out only for a trace (:attr:`ZoneDecision.scores`).
+    """
+
+    #: Costs this close to the best (in units of the scorer's scale) may tie with it.
+    NEAR = 1e-9
+
+    def __init__(self, scorer: _CostScorer) -> None:
+        self._scorer = scorer
+        self._margin = self.NEAR * scorer.scale_ms
+
+    @classmethod
+    def of(cls, scorers: Sequence[WeightedGpuScorer], picker: GpuPicker) -> CheapestPick | None:
+        if len(scorers) != 1 or not getattr(picker, "picks_max_total", False):
+            return None
+        scorer = scorers[0].scorer
+        if getattr(scorer, "fused_role", None) != "cost-score":
+            return None
+        return cls(cast(Any, scorer))
+
+    def choose(self, batch: Batch) -> int:
+        """The position to choose, or -1: work the scores out and let the picker pick."""
+        costs = self._scorer.costs_ms(batch)
+        if batch.all_alive:
+            k = int(costs.argmin())
+            best = float(costs[k])
+            live = costs
+        else:
+            survivors = batch.survivors
+            live = costs[survivors]
+            at = int(live.argmin())
+            best = float(live[at])
+            k = int(survivors[at])
+        if not best < math.inf or np.count_nonzero(live <= best + self._margin) != 1:
+            return -1
+        return k
+
+
 # ---------------------------------------------------------------------------- decisions
 
 
@@ -293,6 +513,11 @@ class _Step(NamedTuple):
     #: The filter's mask (it may name candidates already removed); None: removed nothing.
     removed: Bools | None
     reason: Callable[[int], str]
+
+
+class Scored(NamedTuple):
+    totals: Floats
+    columns: tuple[tuple[str, Floats], ...]
 
 
 class ZoneDecision(NamedTuple):
@@ -311,16 +536,34 @@ class ZoneDecision(NamedTuple):
     uncached_tokens: float
     matched_blocks: int
     steps: tuple[_Step, ...]
-    scores: tuple[tuple[str, Floats], ...]
-    totals: Floats
+    #: The scores when the decision needed them; else None, and :attr:`scores` and
+    #: :attr:`totals` are worked out when asked for (a trace), by ``rescore``.
+    scored: Scored | None
     alive: Bools
     weights: tuple[tuple[str, float], ...]
     picker: str
     duration_s: float = 0.0
+    rescore: Callable[[], Scored] | None = None
 
     @property
     def gpu_id(self) -> str:
         return self.model_index.ids[self.choice]
+
+    @property
+    def totals(self) -> Floats:
+        """Each candidate's weighted total score (values of removed ones are ignored)."""
+        return self._scored().totals
+
+    @property
+    def scores(self) -> tuple[tuple[str, Floats], ...]:
+        """Each scorer's name and scores."""
+        return self._scored().columns
+
+    def _scored(self) -> Scored:
+        if self.scored is not None:
+            return self.scored
+        assert self.rescore is not None
+        return self.rescore()
 
     def to_decision(self, top: int | None = 16) -> Decision:
         """The decision as a :class:`gtm.models.Decision` (scores of the ``top`` best
@@ -384,6 +627,9 @@ def _filter_steps(steps: Sequence[_Step], ids: tuple[str, ...]) -> tuple[FilterS
 # ---------------------------------------------------------------------------- profile
 
 
+_NO_OBSERVERS: Mapping[str, Callable[[float], None]] = MappingProxyType({})
+
+
 def _failed(point: ExtensionPoint, name: str, exc: Exception) -> PluginError:
     return PluginError(f"{point} plugin {name!r} failed: {type(exc).__name__}: {exc}")
 
@@ -415,7 +661,11 @@ class ZoneProfile:
         metrics: RoutingMetrics | None = None,
         timer: Callable[[], float] = time.perf_counter,
         plugin_timing_every: int = 16,
+        fast_paths: bool = True,
     ) -> None:
+        """``fast_paths=False`` runs every decision through the plugins one by one
+        (:class:`FusedFilters` and :class:`CheapestPick` off): the reference the fast
+        paths are tested and benchmarked against."""
         if not name:
             raise PluginError("a profile needs a name")
         for ws in scorers:
@@ -450,6 +700,11 @@ class ZoneProfile:
             None if metrics is None else metrics.decision_duration.labels(Tier.ZONE, name).observe
         )
         self._metrics = metrics
+        self._fused = FusedFilters.of(self.filters) if fast_paths else None
+        self._cheapest = CheapestPick.of(self.scorers, self.picker) if fast_paths else None
+        self._scorers_in_range = tuple(
+            (ws, bool(getattr(ws.scorer, "scores_in_range", False))) for ws in self.scorers
+        )
 
     def _observers(self, metrics: RoutingMetrics | None) -> dict[str, Callable[[float], None]]:
         if metrics is None:
@@ -471,6 +726,20 @@ class ZoneProfile:
             out[_COST_KEY] = histogram.labels(Tier.ZONE, ExtensionPoint.COST_MODEL, name).observe
         return out
 
+    def without_fast_paths(self) -> ZoneProfile:
+        """The same profile (the same plugin objects) deciding with the reference runner."""
+        return ZoneProfile(
+            self.name,
+            self.filters,
+            self.scorers,
+            self.picker,
+            cost_model=self.cost_model,
+            metrics=self._metrics,
+            timer=self._timer,
+            plugin_timing_every=self._timing_every,
+            fast_paths=False,
+        )
+
     def decide(
         self, request: ZoneRequest, view: ZoneView, *, exclude: frozenset[str] = frozenset()
     ) -> ZoneDecision:
@@ -487,6 +756,76 @@ class ZoneProfile:
         index = view.by_model.get(request.model)
         if index is None or not index.ids:
             raise ModelNotServed(request.model)
+        self._decisions += 1
+        observe = self._observe if self._decisions % self._timing_every == 0 else _NO_OBSERVERS
+        # Decisions whose plugins are timed run the filters one by one, so that each
+        # filter's histogram times that filter.
+        fused = None
+        if self._fused is not None and not exclude and not observe:
+            fused = self._fused.run(request, view, index)
+        if fused is None:
+            batch, steps = self._filter(request, view, index, exclude, observe)
+        else:
+            batch, steps = fused
+        alive = batch.alive
+        scored: Scored | None = None
+        choice = -1
+        if self._cheapest is not None and not observe:
+            choice = self._cheapest.choose(batch)
+        if choice < 0:
+            scored = self._score(batch, observe)
+            choice = self._pick(batch, scored.totals, observe)
+        predicted = self._predict(batch, choice, observe)
+        duration = timer() - started
+        if self._decision_obs is not None:
+            self._decision_obs(duration)
+        return ZoneDecision(
+            profile=self.name,
+            request=request,
+            model_index=index,
+            choice=choice,
+            gpu=view.gpus[index.positions[choice]],
+            predicted_ttft_ms=predicted,
+            uncached_tokens=batch.uncached_at(choice),
+            matched_blocks=batch.matches.get(choice, 0),
+            steps=steps,
+            scored=scored,
+            alive=alive,
+            weights=self.weights,
+            picker=self.picker.name,
+            duration_s=duration,
+            rescore=None if scored is not None else partial(self._score, batch, _NO_OBSERVERS),
+        )
+
+    def _pick(
+        self, batch: Batch, totals: Floats, observe: Mapping[str, Callable[[float], None]]
+    ) -> int:
+        timer = self._timer
+        t0 = timer() if observe else 0.0
+        try:
+            choice = self.picker.pick(batch, totals)
+        except GtmError:
+            raise
+        except Exception as exc:
+            raise _failed(ExtensionPoint.PICKER, self.picker.name, exc) from exc
+        if observe:
+            observe[self.picker.name](timer() - t0)
+        if not (0 <= choice < len(batch.index.ids)) or not batch.alive[choice]:
+            raise PluginError(
+                f"picker {self.picker.name!r} chose position {choice}, which is not a survivor"
+            )
+        return choice
+
+    def _filter(
+        self,
+        request: ZoneRequest,
+        view: ZoneView,
+        index: ModelIndex,
+        exclude: frozenset[str],
+        observe: Mapping[str, Callable[[float], None]],
+    ) -> tuple[Batch, tuple[_Step, ...]]:
+        """Run the filters one by one (the reference runner)."""
+        timer = self._timer
         batch = Batch(request, view, index)
         alive = batch.alive
         steps: list[_Step] = []
@@ -497,8 +836,6 @@ class ZoneProfile:
             steps.append(_Step(RETRY_STEP, tried, _ALREADY_TRIED))
             if not fany(alive):
                 self._refuse(RETRY_STEP, index, steps)
-        self._decisions += 1
-        observe = self._observe if self._decisions % self._timing_every == 0 else {}
         for plugin in self.filters:
             t0 = timer() if observe else 0.0
             try:
@@ -520,49 +857,13 @@ class ZoneProfile:
             if not fany(alive):
                 self._refuse(plugin.name, index, steps)
         batch.seal()
-        totals, scores = self._score(batch, observe)
-        t0 = timer() if observe else 0.0
-        try:
-            choice = self.picker.pick(batch, totals)
-        except GtmError:
-            raise
-        except Exception as exc:
-            raise _failed(ExtensionPoint.PICKER, self.picker.name, exc) from exc
-        if observe:
-            observe[self.picker.name](timer() - t0)
-        if not (0 <= choice < len(index.ids)) or not alive[choice]:
-            raise PluginError(
-                f"picker {self.picker.name!r} chose position {choice}, which is not a survivor"
-            )
-        predicted = self._predict(batch, choice, observe)
-        duration = timer() - started
-        if self._decision_obs is not None:
-            self._decision_obs(duration)
-        return ZoneDecision(
-            profile=self.name,
-            request=request,
-            model_index=index,
-            choice=choice,
-            gpu=view.gpus[index.positions[choice]],
-            predicted_ttft_ms=predicted,
-            uncached_tokens=batch.uncached_at(choice),
-            matched_blocks=batch.matches.get(choice, 0),
-            steps=tuple(steps),
-            scores=scores,
-            totals=totals,
-            alive=alive,
-            weights=self.weights,
-            picker=self.picker.name,
-            duration_s=duration,
-        )
+        return batch, tuple(steps)
 
-    def _score(
-        self, batch: Batch, observe: dict[str, Callable[[float], None]]
-    ) -> tuple[Floats, tuple[tuple[str, Floats], ...]]:
+    def _score(self, batch: Batch, observe: Mapping[str, Callable[[float], None]]) -> Scored:
         scores: list[tuple[str, Floats]] = []
         totals: Floats | None = None
-        for ws in self.scorers:
-            t0 = self._timer()
+        for ws, in_range in self._scorers_in_range:
+            t0 = self._timer() if observe else 0.0
             try:
                 column = ws.scorer.scores(batch)
             except GtmError:
@@ -574,9 +875,7 @@ class ZoneProfile:
             # One reduction each: NaN fails both comparisons, so only a broken scorer
             # pays for the repair (clamp to [0, 1], NaN → 0), as the generic runner does.
             # Scorers whose values are in range by construction say so and skip it.
-            if not getattr(ws.scorer, "scores_in_range", False) and not (
-                fmin(column) >= 0.0 and fmax(column) <= 1.0
-            ):
+            if not in_range and not (fmin(column) >= 0.0 and fmax(column) <= 1.0):
                 column = np.clip(np.nan_to_num(column, nan=0.0), 0.0, 1.0)
             scores.append((ws.scorer.name, column))
             if totals is None:
@@ -585,18 +884,18 @@ class ZoneProfile:
             else:
                 totals = totals + column * ws.weight
         if totals is None:
-            return np.zeros(len(batch.index.ids)), ()
+            return Scored(np.zeros(len(batch.index.ids)), ())
         if len(self.scorers) > 1 or self._weight_sum != 1.0:
             totals = totals / self._weight_sum
-        return totals, tuple(scores)
+        return Scored(totals, tuple(scores))
 
     def _predict(
-        self, batch: Batch, choice: int, observe: dict[str, Callable[[float], None]]
+        self, batch: Batch, choice: int, observe: Mapping[str, Callable[[float], None]]
     ) -> float | None:
         model = self.cost_model
         if model is None:
             return None
-        t0 = self._timer()
+        t0 = self._timer() if observe else 0.0
         try:
             costs = model.costs_ms(batch)
         except GtmError:
@@ -608,7 +907,7 @@ class ZoneProfile:
         cost = float(costs[choice])
         return cost if math.isfinite(cost) and cost >= 0 else None
 
-    def _refuse(self, filter_name: str, index: ModelIndex, steps: list[_Step]) -> None:
+    def _refuse(self, filter_name: str, index: ModelIndex, steps: Sequence[_Step]) -> NoReturn:
         if self._metrics is not None:
             self._metrics.no_eligible.labels(Tier.ZONE, self.name, filter_name).inc()
         trace = DecisionTrace(

@@ -172,6 +172,9 @@ class ModelIndex:
     uniform_block_size: float = field(init=False)
     #: min(kv_free_base): free blocks ≥ this minus our largest charge, everywhere.
     min_kv_free_bound: float = field(init=False)
+    #: What decisions work out once per view (e.g. the fused filters' survivors), keyed
+    #: by whoever computed it. Filled lazily; the arrays in it are read-only.
+    memo: dict[object, object] = field(init=False, default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         unknown = np.isnan(self.kv_free_scraped)

@@ -17,9 +17,10 @@ from gtm.models import WorkerState
 from tests.unit.zone_agent.helpers import Gpu, make_request, make_view
 from zone_agent.accounting import Accounting
 from zone_agent.health import HealthStatus
-from zone_agent.pipeline import ModelNotServed
+from zone_agent.pipeline import ModelNotServed, ZoneProfile
 from zone_agent.plugins.fits import PromptTooLong
 from zone_agent.profiles import BUILTIN_PROFILES, builtin_profile
+from zone_agent.request import CanaryChoice, ZoneRequest
 from zone_agent.view import ZoneView
 
 PROFILES = {name: builtin_profile(name) for name in BUILTIN_PROFILES}
@@ -125,3 +126,114 @@ def test_never_a_bad_gpu_and_never_a_wrong_refusal(
         assert not eligible, refusal
     if isinstance(refusal, PromptTooLong):
         assert refusal.needed == needed
+
+
+# ------------------------------------------------------------ fast paths = reference runner
+
+REFERENCE = {name: p.without_fast_paths() for name, p in PROFILES.items()}
+TEXTS = ("system prompt one " * 120, "system prompt two " * 90, "other " * 200)
+
+
+@st.composite
+def busy_zones(draw: st.DrawFn) -> ZoneView:
+    """Up to 70 GPUs (the fast paths' sizes), some canaries and versions, with in-flight
+    charges (KV blocks too, so the free-KV rule bites) and prefix blocks held."""
+    count = draw(st.integers(1, 70))
+    # Zone-wide odds, so that many zones have no half-open, ejected or canary GPU at all.
+    rare = st.integers(0, draw(st.sampled_from([0, 20, 200])))
+    gpus = []
+    for i in range(count):
+        gpu = draw(gpus_strategy(i))
+        gpu.health = HealthStatus(
+            draw(rare) != 1,
+            "ejected (outlier)",
+            weight=gpu.health.weight,
+            half_open=draw(rare) == 1,
+        )
+        if draw(rare) != 1:
+            gpu.state, gpu.drained = WorkerState.READY, False
+        labels: tuple[tuple[str, str], ...] = ()
+        if draw(rare) == 1:
+            labels = (("canary", "true"),)
+        if draw(rare) == 1:
+            labels += (("version", draw(st.sampled_from(["v1", "v2"]))),)
+        gpu.labels = labels
+        gpus.append(gpu)
+    acc = Accounting()
+    view = make_view(gpus, acc)
+    for _ in range(draw(st.integers(0, 3 * count))):
+        text = draw(st.sampled_from(TEXTS))[: draw(st.integers(256, 2200))]
+        acc.start(
+            f"gpu-{draw(st.integers(0, count - 1)):02d}",
+            prefill_tokens=draw(st.integers(0, 40_000)),
+            sequences=draw(st.integers(1, 4)),
+            kv_blocks=float(draw(st.integers(0, 3_000))),
+            prefix_hashes=make_request(text=text).prefix_hashes,
+            prefix_capacity=draw(st.sampled_from([4, 40, 5_000])),
+        )
+    return view
+
+
+gpus_strategy = gpus
+
+
+def outcome(profile: ZoneProfile, request: ZoneRequest, view: ZoneView) -> object:
+    """Everything a decision says, down to the trace with every score (or the refusal)."""
+    try:
+        d = profile.decide(request, view)
+    except (ModelNotServed, NoEligibleCandidate) as exc:
+        trace = getattr(exc, "trace", None)
+        return type(exc), str(exc), getattr(exc, "filter_name", None), trace
+    scores = tuple((name, column[d.alive].tolist()) for name, column in d.scores)
+    return (
+        d.choice,
+        d.gpu_id,
+        d.predicted_ttft_ms,
+        d.uncached_tokens,
+        d.matched_blocks,
+        d.alive.tolist(),
+        d.totals[d.alive].tolist(),
+        scores,
+        d.to_decision(None),
+    )
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    view=busy_zones(),
+    model=st.sampled_from(MODELS),
+    tokens=st.integers(1, 40_000),
+    max_output=st.none() | st.integers(1, 8_000),
+    profile=st.sampled_from(sorted(PROFILES)),
+    seq=st.integers(0, 1000),
+    text=st.sampled_from(("", *TEXTS)),
+    version=st.none() | st.sampled_from(["v1", "v2"]),
+    canary=st.sampled_from(list(CanaryChoice)),
+    request_id=st.text(min_size=1, max_size=8),
+)
+def test_fast_paths_decide_exactly_as_the_reference_runner(
+    view: ZoneView,
+    model: str,
+    tokens: int,
+    max_output: int | None,
+    profile: str,
+    seq: int,
+    text: str,
+    version: str | None,
+    canary: CanaryChoice,
+    request_id: str,
+) -> None:
+    request = make_request(
+        tokens=tokens,
+        model=model,
+        max_output=max_output,
+        seq=seq,
+        text=text[: 1 + tokens % 2200] if text else None,
+        version=version,
+        canary=canary,
+        request_id=request_id,
+    )
+    fast, reference = PROFILES[profile], REFERENCE[profile]
+    # Twice: the second decision over the same view uses what the first cached.
+    for _ in range(2):
+        assert outcome(fast, request, view) == outcome(reference, request, view)

@@ -19,7 +19,8 @@ from pydantic import Field
 
 from gtm.models import Frozen
 from zone_agent.pipeline import Batch, Removal
-from zone_agent.request import CanaryChoice
+from zone_agent.request import CanaryChoice, ZoneRequest
+from zone_agent.view import ModelIndex
 
 TYPE_NAME = "canary-filter"
 
@@ -35,6 +36,8 @@ def _unit_hash(request_id: str) -> float:
 
 
 class CanaryFilter:
+    fused_role = "canary"
+
     def __init__(self, name: str = TYPE_NAME, params: Params | None = None) -> None:
         self._name = name
         self._fraction = (params or Params()).fraction
@@ -43,9 +46,16 @@ class CanaryFilter:
     def name(self) -> str:
         return self._name
 
+    @staticmethod
+    def idle(request: ZoneRequest, index: ModelIndex, /) -> bool:
+        """Whether it surely removes nothing: no pin, no choice, no canary GPU."""
+        return (
+            request.version is None and request.canary is CanaryChoice.AUTO and not index.any_canary
+        )
+
     def removes(self, batch: Batch, /) -> Removal | None:
         request, index = batch.request, batch.index
-        if request.version is None and request.canary is CanaryChoice.AUTO and not index.any_canary:
+        if self.idle(request, index):
             return None
         mask = np.zeros(len(index), dtype=np.bool_)
         if request.version is not None:

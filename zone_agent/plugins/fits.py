@@ -19,6 +19,8 @@ the wait.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -26,7 +28,8 @@ from gtm.errors import NoEligibleCandidate
 from gtm.models import Frozen
 from zone_agent._np import fall, fany, fmax
 from zone_agent.pipeline import Batch, Removal
-from zone_agent.view import Bools, Floats
+from zone_agent.request import ZoneRequest
+from zone_agent.view import Bools, Floats, ModelIndex
 
 TYPE_NAME = "fits-filter"
 
@@ -50,7 +53,36 @@ class Params(Frozen):
     free_kv: bool = True
 
 
+class Demand(NamedTuple):
+    """What a request needs of a GPU: context tokens and KV blocks at admission."""
+
+    #: Longest prompt plus ``max_tokens`` (or one): the context length it needs.
+    needed: int
+    #: KV blocks at admission: a scalar when every GPU of the model has one block size.
+    blocks: float | Floats
+    #: The most blocks it needs anywhere.
+    most: float
+
+
+def demand(request: ZoneRequest, index: ModelIndex) -> Demand:
+    needed = request.max_prompt_tokens + request.output_tokens_or_one
+    uniform = index.uniform_block_size
+    if uniform:
+        most = float(math.ceil(request.input_tokens / uniform) + request.prompts)
+        return Demand(needed, most, most)
+    blocks = np.ceil(request.input_tokens / index.block_size) + request.prompts
+    return Demand(needed, blocks, fmax(blocks))
+
+
+def hard_rules_may_bite(index: ModelIndex, need: Demand) -> bool:
+    """False when the request fits the smallest context and KV cache of the model's GPUs
+    (the usual case): then only the free-KV rule may need per-GPU work."""
+    return need.needed > index.min_max_model_len or need.most > index.min_kv_total
+
+
 class FitsFilter:
+    fused_role = "fits"
+
     def __init__(self, name: str = TYPE_NAME, params: Params | None = None) -> None:
         self._name = name
         self._free_kv = (params or Params()).free_kv
@@ -61,42 +93,52 @@ class FitsFilter:
 
     def removes(self, batch: Batch, /) -> Removal | None:
         request, index, alive = batch.request, batch.index, batch.alive
-        needed = request.max_prompt_tokens + request.output_tokens_or_one
-        # KV blocks needed: a scalar when every GPU of the model has one block size.
-        uniform = index.uniform_block_size
-        blocks: float | Floats
-        if uniform:
-            blocks = most = float(math.ceil(request.input_tokens / uniform) + request.prompts)
-        else:
-            blocks = np.ceil(request.input_tokens / index.block_size) + request.prompts
-            most = fmax(blocks)
-        # Fast path: the request fits the smallest context and KV cache of the model's
-        # GPUs (the usual case), so only the free-KV rule may need per-GPU work.
-        hard: Bools | None = None
-        if needed > index.min_max_model_len or most > index.min_kv_total:
-            too_long = index.max_model_len < needed
-            if fall(too_long | ~alive):
-                limit = int(index.max_model_len[alive].max())
-                raise PromptTooLong(self._name, limit, needed, request.max_prompt_tokens)
-            hard = too_long | (index.kv_total < blocks)
+        need = demand(request, index)
+        if not hard_rules_may_bite(index, need):
+            return self.soft_removal(batch, need)
+        needed, blocks = need.needed, need.blocks
+        too_long = index.max_model_len < needed
+        if fall(too_long | ~alive):
+            limit = int(index.max_model_len[alive].max())
+            raise PromptTooLong(self._name, limit, needed, request.max_prompt_tokens)
+        hard: Bools = too_long | (index.kv_total < blocks)
         mask = hard
-        short: Bools | None = None
-        if self._free_kv and most > index.min_kv_free_bound - fmax(batch.kv_own):
+        if self._free_kv and need.most > index.min_kv_free_bound - fmax(batch.kv_own):
             short = batch.kv_free < blocks
-            if fany(short):
-                # Survivors that have room (for booleans a > b is a & ~b).
-                ok = np.greater(alive, short) if hard is None else alive & ~hard & ~short
-                if fany(ok):
-                    mask = short if hard is None else hard | short
-        if mask is None or (mask is not short and not fany(mask)):
+            # Survivors that have room.
+            if fany(short) and fany(alive & ~hard & ~short):
+                mask = hard | short
+        if not fany(mask):
             return None
+        return Removal(mask, _reasons(batch, need))
 
-        def reason(i: int) -> str:
-            need = int(blocks if isinstance(blocks, float) else blocks[i])
-            if index.max_model_len[i] < needed:
-                return f"context {int(index.max_model_len[i])} < {needed} tokens needed"
-            if index.kv_total[i] < need:
-                return f"KV cache of {int(index.kv_total[i])} blocks < {need} needed"
-            return f"{int(batch.kv_free[i])} free KV blocks < {need} needed"
+    @staticmethod
+    def shortcut(request: ZoneRequest, index: ModelIndex, /) -> Demand | None:
+        """The request's demand when no hard rule can bite at any GPU of ``index`` (then
+        :meth:`soft_removal` is all this filter does), else None."""
+        need = demand(request, index)
+        return None if hard_rules_may_bite(index, need) else need
 
-        return Removal(mask, reason)
+    def soft_removal(self, batch: Batch, need: Demand, /) -> Removal | None:
+        """The free-KV rule alone (for a request no hard rule can refuse anywhere)."""
+        if not (self._free_kv and need.most > batch.index.min_kv_free_bound - fmax(batch.kv_own)):
+            return None
+        short = batch.kv_free < need.blocks
+        # Survivors that have room (for booleans a > b is a & ~b).
+        if fany(short) and fany(np.greater(batch.alive, short)):
+            return Removal(short, _reasons(batch, need))
+        return None
+
+
+def _reasons(batch: Batch, need: Demand) -> Callable[[int], str]:
+    index, needed, blocks = batch.index, need.needed, need.blocks
+
+    def reason(i: int) -> str:
+        want = int(blocks if isinstance(blocks, float) else blocks[i])
+        if index.max_model_len[i] < needed:
+            return f"context {int(index.max_model_len[i])} < {needed} tokens needed"
+        if index.kv_total[i] < want:
+            return f"KV cache of {int(index.kv_total[i])} blocks < {want} needed"
+        return f"{int(batch.kv_free[i])} free KV blocks < {want} needed"
+
+    return reason

@@ -12,8 +12,11 @@ no routing policy can send traffic to a GPU the agent considers unhealthy.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from gtm.models import Frozen
 from zone_agent.pipeline import Batch, Removal
+from zone_agent.view import ModelIndex
 
 TYPE_NAME = "healthy-filter"
 
@@ -24,6 +27,8 @@ class Params(Frozen):
 
 class HealthyFilter:
     ensures_health = True
+    #: Its place in :class:`zone_agent.pipeline.FusedFilters`.
+    fused_role = "healthy"
 
     def __init__(self, name: str = TYPE_NAME, params: Params | None = None) -> None:
         self._name = name
@@ -34,14 +39,21 @@ class HealthyFilter:
 
     def removes(self, batch: Batch, /) -> Removal | None:
         index = batch.index
-        if index.any_half_open:
-            mask = index.unavailable | (index.half_open & (batch.streams > 0))
-        elif index.any_unavailable:
-            mask = index.unavailable
-        else:
+        if not index.any_half_open:
+            return self.index_removal(index)
+        mask = index.unavailable | (index.half_open & (batch.streams > 0))
+        return Removal(mask, _reasons(index))
+
+    def index_removal(self, index: ModelIndex, /) -> Removal | None:
+        """What :meth:`removes` removes when no GPU of ``index`` is half-open: a function
+        of the view alone, so the fused path works it out once per view."""
+        if not index.any_unavailable:
             return None
+        return Removal(index.unavailable, _reasons(index))
 
-        def reason(i: int) -> str:
-            return index.reasons[i] or "half-open: its one trial request is in flight"
 
-        return Removal(mask, reason)
+def _reasons(index: ModelIndex) -> Callable[[int], str]:
+    def reason(i: int) -> str:
+        return index.reasons[i] or "half-open: its one trial request is in flight"
+
+    return reason

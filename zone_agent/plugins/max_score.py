@@ -33,6 +33,8 @@ class MaxScorePicker:
         self._name = name
         self._near = p.near_equal
         self._seed = p.seed
+        #: Whether it always picks the first survivor of highest total.
+        self.picks_max_total = self._near <= 0.0
 
     @property
     def name(self) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from gtm.models import Frozen
 from zone_agent.pipeline import Batch, Removal
+from zone_agent.view import ModelIndex
 
 TYPE_NAME = "serves-model-filter"
 
@@ -21,6 +22,8 @@ class Params(Frozen):
 
 
 class ServesModelFilter:
+    fused_role = "serves-model"
+
     def __init__(self, name: str = TYPE_NAME, params: Params | None = None) -> None:
         self._name = name
 
@@ -29,8 +32,11 @@ class ServesModelFilter:
         return self._name
 
     def removes(self, batch: Batch, /) -> Removal | None:
-        loaded = batch.index.loaded
-        if batch.index.all_loaded:
+        return self.index_removal(batch.index)
+
+    def index_removal(self, index: ModelIndex, /) -> Removal | None:
+        """A function of the view alone (the index's model is the request's)."""
+        if index.all_loaded:
             return None
-        model = batch.request.model
-        return Removal(~loaded, lambda i: f"model {model!r} is not loaded on the worker")
+        model = index.model
+        return Removal(~index.loaded, lambda i: f"model {model!r} is not loaded on the worker")

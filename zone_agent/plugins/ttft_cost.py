@@ -66,6 +66,8 @@ class Params(Frozen):
 
 class TtftCost:
     scores_in_range = True  # exp of a non-positive number
+    #: Scores fall strictly with cost, as :class:`zone_agent.pipeline.CheapestPick` needs.
+    fused_role = "cost-score"
 
     def __init__(
         self, name: str = TYPE_NAME, params: Params | None = None, *, sparse_max: int = SPARSE_MAX
@@ -73,6 +75,7 @@ class TtftCost:
         p = params or Params()
         self._sparse_max = sparse_max
         self._name = name
+        self.scale_ms = p.scale_ms
         self._inv_scale = 1.0 / p.scale_ms
         self._epsilon = p.bounded_load_epsilon
         self._decode = p.decode_pressure
@@ -110,13 +113,8 @@ class TtftCost:
     def _load_scale(self, batch: Batch) -> float:
         """Sequences per unit of prefill rate a GPU may hold and keep cache credit:
         ``(1+ε) × (in-flight sequences + this request's) / Σ rate``, over the survivors."""
-        index, streams = batch.index, batch.streams
-        if batch.all_alive:
-            rate_sum, total = index.rate_sum, float(streams.sum())
-        else:
-            alive = batch.alive
-            rate_sum, total = float(np.dot(index.rate, alive)), float(np.dot(streams, alive))
-        return (1.0 + self._epsilon) * (total + batch.request.sequences) / max(rate_sum, 1e-9)
+        total = batch.streams_sum()
+        return (1.0 + self._epsilon) * (total + batch.request.sequences) / max(batch.rate_sum, 1e-9)
 
     def _bounded_uncached_array(self, batch: Batch) -> Floats:
         """Uncached tokens per candidate, cache credit only where the cap allows (the
@@ -162,5 +160,6 @@ class TtftCost:
         # is ignored; exp of a large positive number would overflow).
         exponent = np.subtract(best, costs)
         exponent *= self._inv_scale
-        np.minimum(exponent, 0.0, out=exponent)
+        if not batch.all_alive:
+            np.minimum(exponent, 0.0, out=exponent)
         return np.exp(exponent, out=exponent)

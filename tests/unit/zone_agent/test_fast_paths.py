@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -20,8 +21,12 @@ from gtm.gpu_profiles import LLAMA_8B
 from tests.unit.zone_agent.helpers import Gpu, batch, make_request, make_view
 from zone_agent.accounting import Accounting
 from zone_agent.health import HealthStatus
-from zone_agent.pipeline import Batch
+from zone_agent.pipeline import Batch, WeightedGpuScorer, ZoneProfile
 from zone_agent.plugins._arrays import first_max, first_max_of
+from zone_agent.plugins.fits import FitsFilter
+from zone_agent.plugins.healthy import HealthyFilter
+from zone_agent.plugins.max_score import MaxScorePicker
+from zone_agent.plugins.serves_model import ServesModelFilter
 from zone_agent.plugins.ttft_cost import Params, TtftCost
 from zone_agent.prefix import PrefixIndex, iter_bits
 from zone_agent.profiles import builtin_profile
@@ -231,3 +236,75 @@ def test_a_removed_gpu_far_cheaper_than_the_survivors_does_not_overflow() -> Non
     decision = builtin_profile("default").decide(make_request(), view)
     assert decision.gpu_id == "b"
     assert all(0.0 <= s <= 1.0 for s in decision.scores[0][1])
+
+
+# ------------------------------------------------------------ fused filters, cheapest pick
+
+
+class FixedCosts(TtftCost):
+    """``ttft-cost`` with the costs given (to put two GPUs a hair apart)."""
+
+    def __init__(self, costs: list[float]) -> None:
+        super().__init__("ttft")
+        self._fixed = costs
+
+    def costs_ms(self, batch: Batch, /) -> np.ndarray:
+        return np.array(self._fixed)
+
+
+def fixed_profile(costs: list[float], *, fast: bool) -> ZoneProfile:
+    scorer = FixedCosts(costs)
+    return ZoneProfile(
+        "t",
+        [HealthyFilter(), ServesModelFilter(), FitsFilter()],
+        [WeightedGpuScorer(scorer, 1.0)],
+        MaxScorePicker(),
+        cost_model=scorer,
+        fast_paths=fast,
+    )
+
+
+@pytest.mark.parametrize(
+    ("costs", "choice", "worked_out"),
+    [
+        # One ulp above 10: exp(-1.8e-15 / 250) rounds to 1, the two tie and the picker
+        # takes the first; one ulp above 100 (1.4e-14) already scores less than 1. Both
+        # are within the margin, so the scores are worked out to pick.
+        ([float(np.nextafter(10.0, 20.0)), 10.0, 300.0], 0, True),
+        ([float(np.nextafter(100.0, 200.0)), 100.0, 300.0], 1, True),
+        ([100.001, 100.0, 300.0], 1, False),
+        ([300.0, 100.0, 100.0], 1, True),
+        # Nothing can serve (infinite costs): every score is 0, the first survivor wins.
+        ([math.inf, math.inf, math.inf], 0, True),
+    ],
+)
+def test_cheapest_pick_is_the_pickers_choice_even_on_near_ties(
+    costs: list[float], choice: int, worked_out: bool
+) -> None:
+    view = make_view([Gpu(f"g{i}") for i in range(3)])
+    fast = fixed_profile(costs, fast=True).decide(make_request(), view)
+    reference = fixed_profile(costs, fast=False).decide(make_request(), view)
+    assert fast.choice == reference.choice == choice
+    assert (fast.scored is not None) is worked_out
+    assert reference.scored is not None
+    # Without them, the trace works the scores out when asked, and gets the same.
+    assert fast.to_decision(None) == reference.to_decision(None)
+
+
+def test_fused_filters_work_the_view_out_once_and_fall_back_when_they_must() -> None:
+    acc = Accounting()
+    gpus = [Gpu("a"), Gpu("b", health=HealthStatus(False, "ejected (outlier)")), Gpu("c")]
+    view = make_view(gpus, acc)
+    profile = builtin_profile("default")
+    first = profile.decide(make_request(), view)
+    index = view.by_model[first.request.model]
+    assert len(index.memo) == 1  # the survivors of healthy + serves-model, cached
+    assert first.alive.tolist() == [True, False, True]
+    again = profile.decide(make_request(request_id="req-2"), view)
+    assert again.alive is first.alive
+    # A half-open GPU depends on our in-flight streams: the reference runner decides.
+    half = make_view([Gpu("a", health=HealthStatus(True, half_open=True)), Gpu("b")], acc)
+    acc.start("a", prefill_tokens=10.0)
+    decision = profile.decide(make_request(), half)
+    assert decision.gpu_id == "b"
+    assert list(half.by_model[decision.request.model].memo.values()) == [None]
