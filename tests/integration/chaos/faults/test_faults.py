@@ -335,3 +335,37 @@ async def test_a_fault_on_a_held_tier_says_so(deployment: Deployment) -> None:
             await PauseFault(tier="zone/eu-central-a").inject(deployment)
     finally:
         await injected.rollback()
+
+
+async def test_the_control_api_needs_the_operator_token(deployment: Deployment) -> None:
+    url = f"{deployment.control_url}/api/v1/children/global/hold"
+    async with deployment.session.post(url) as response:
+        assert response.status == 401
+        assert response.headers["WWW-Authenticate"].startswith("Bearer")
+    async with deployment.session.get(f"{deployment.control_url}/api/v1/deployment") as response:
+        assert response.status == 401
+    await deployment.refresh()
+    assert deployment.child("global").held is False
+
+
+async def test_the_control_api_names_what_exists(deployment: Deployment) -> None:
+    headers = deployment.auth_headers()
+    url = f"{deployment.control_url}/api/v1/children/regional%2Fus-east/hold"
+    async with deployment.session.post(url, headers=headers) as response:
+        assert response.status == 404
+        body = await response.json()
+    assert "no child 'regional/us-east'" in body["error"]
+    assert "regional/eu-west" in body["error"]
+    url = f"{deployment.control_url}/api/v1/etcd/members/etcd-9/kill"
+    async with deployment.session.post(url, headers=headers) as response:
+        assert response.status == 404
+        assert "etcd-1" in (await response.json())["error"]
+
+
+async def test_attach_sees_the_same_deployment(deployment: Deployment) -> None:
+    token = deployment.auth_headers()["Authorization"].removeprefix("Bearer ")
+    async with Deployment.attach(deployment.status_url, admin_token=token) as attached:
+        assert attached.document.front_door_url == deployment.front_door_url
+        await deployment.refresh()
+        assert set(attached.pids) == set(deployment.pids)
+        assert attached.etcd_members.keys() == deployment.etcd_members.keys()
