@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -203,7 +203,18 @@ def _file_stem(identity: str) -> str:
     return identity.replace("/", "-")
 
 
-def _needs_issue(cert_path: Path, key_path: Path, ca: CertificateAuthority) -> bool:
+def _names(cert: x509.Certificate) -> set[str]:
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return set()
+    found = {str(a) for a in san.get_values_for_type(x509.IPAddress)}
+    return found | set(san.get_values_for_type(x509.DNSName))
+
+
+def _needs_issue(
+    cert_path: Path, key_path: Path, ca: CertificateAuthority, hosts: Iterable[str]
+) -> bool:
     if not (cert_path.is_file() and key_path.is_file()):
         return True
     try:
@@ -212,8 +223,17 @@ def _needs_issue(cert_path: Path, key_path: Path, ca: CertificateAuthority) -> b
         return True
     if cert.issuer != ca.cert.subject:
         return True
+    if not {str(_host(h)) for h in hosts} <= _names(cert):
+        return True  # the deployment moved to an address the certificate does not name
     left = cert.not_valid_after_utc - _now()
     return left < dt.timedelta(days=EXPIRY_WARNING_DAYS)
+
+
+def _host(host: str) -> object:
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return host
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,9 +249,15 @@ class LocalPki:
         return self.leaves[identity]
 
 
-def ensure_local_pki(directory: Path, identities: Iterable[str]) -> LocalPki:
+def ensure_local_pki(
+    directory: Path,
+    identities: Iterable[str],
+    hosts: Mapping[str, Sequence[str]] | None = None,
+) -> LocalPki:
     """The CA in ``directory`` (made on first use) and a certificate for every identity
-    (issued when missing, from another CA, or within 30 days of expiry)."""
+    (issued when missing, from another CA, not naming its ``hosts[identity]`` addresses,
+    or within 30 days of expiry)."""
+    hosts = hosts or {}
     directory.mkdir(parents=True, exist_ok=True)
     os.chmod(directory, 0o700)
     ca_cert, ca_key = directory / "ca.pem", directory / "ca-key.pem"
@@ -246,8 +272,9 @@ def ensure_local_pki(directory: Path, identities: Iterable[str]) -> LocalPki:
     for identity in identities:
         stem = _file_stem(identity)
         cert_path, key_path = directory / f"{stem}.pem", directory / f"{stem}-key.pem"
-        if _needs_issue(cert_path, key_path, ca):
-            ca.issue(identity).write(cert_path, key_path)
+        wanted = tuple(hosts.get(identity, ()))
+        if _needs_issue(cert_path, key_path, ca, wanted):
+            ca.issue(identity, hosts=wanted).write(cert_path, key_path)
             created.append(identity)
         leaves[identity] = LeafFiles(cert_path, key_path)
     return LocalPki(directory, ca_cert, leaves, tuple(created))

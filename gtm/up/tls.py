@@ -69,7 +69,13 @@ class LocalTls:
 
     @classmethod
     def prepare(cls, deployment: Deployment, directory: Path | None = None) -> LocalTls:
-        return cls(ensure_local_pki(directory or default_tls_dir(), identities(deployment)))
+        # Regional LBs and zone agents also name their addresses, so that curl (which
+        # checks host names, not gtm identities) can reach them with an ops certificate.
+        hosts = {f"region/{r.id}": (r.host,) for r in deployment.regions} | {
+            f"zone/{z.id}": (z.host,) for z in deployment.zones
+        }
+        pki = ensure_local_pki(directory or default_tls_dir(), identities(deployment), hosts)
+        return cls(pki)
 
     @property
     def ca(self) -> Path:

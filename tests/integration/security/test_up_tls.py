@@ -58,9 +58,13 @@ async def test_up_tls_end_to_end(tmp_path: Path) -> None:
         assert raw.headers["x-gtm-gpu"].startswith(raw.headers["x-gtm-zone"])
         assert raw.parse().choices[0].message.content
 
-        # An operator's certificate from the local CA is served...
+        # An operator's certificate from the local CA is served, by gtm's own client and
+        # by an ordinary one that checks host names (as curl does)...
         ops = _client(tls_dir, "ops/gtm-up", ("region/*",))
         assert await _status(_regional_url(up, "https"), ops) == 200
+        curl_like = ssl.create_default_context(cafile=tls_dir / "ca.pem")
+        curl_like.load_cert_chain(tls_dir / "ops-gtm-up.pem", tls_dir / "ops-gtm-up-key.pem")
+        assert await _status(_regional_url(up, "https"), curl_like) == 200
         # ...plaintext is not...
         with pytest.raises(aiohttp.ClientError):
             await _status(_regional_url(up, "http"), None)

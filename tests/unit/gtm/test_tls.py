@@ -201,3 +201,12 @@ def test_local_pki_is_made_once_then_reused(tmp_path: Path) -> None:
     again = ensure_local_pki(tmp_path / "tls", ["region/eu", "zone/eu-a", "gpu/g1"])
     assert again.created == ("gpu/g1",)
     assert again.files("region/eu").cert.read_bytes() == first.files("region/eu").cert.read_bytes()
+
+
+def test_local_pki_reissues_a_certificate_that_does_not_name_its_host(tmp_path: Path) -> None:
+    first = ensure_local_pki(tmp_path, ["region/eu"], {"region/eu": ("127.0.1.1",)})
+    assert first.created == ("ca", "region/eu")
+    same = ensure_local_pki(tmp_path, ["region/eu"], {"region/eu": ("127.0.1.1",)})
+    assert same.created == ()
+    moved = ensure_local_pki(tmp_path, ["region/eu"], {"region/eu": ("127.0.1.9",)})
+    assert moved.created == ("region/eu",)
