@@ -354,6 +354,9 @@ class FailoverTime(_Probe):
     targets: tuple[str, ...] = ()
     #: DNS names whose answers are watched (default: every name polled).
     dns_names: tuple[str, ...] = ()
+    #: A request whose TTFT exceeds this also went to the dead target: a black-holed or
+    #: stalled GPU shows from outside only as time (the load does not see GPU ids).
+    slow_ms: float | None = Field(default=None, gt=0.0)
 
     def measure(self, journal: Journal) -> Measurement:
         label = self.name or f"failover time after {self.step}"
@@ -387,7 +390,12 @@ class FailoverTime(_Probe):
         for r in journal.requests:
             if inject.at <= r.sent_at < end:
                 samples += 1
-                hit = (r.ok and r.region in targets) or r.attempts > 1 or not r.ok
+                slow = (
+                    self.slow_ms is not None
+                    and r.ttft_s is not None
+                    and 1000.0 * r.ttft_s > self.slow_ms
+                )
+                hit = (r.ok and r.region in targets) or r.attempts > 1 or not r.ok or slow
                 if hit and r.sent_at > last:
                     last, culprit = r.sent_at, _describe(r)
         value = last - inject.at
@@ -402,6 +410,11 @@ class FailoverTime(_Probe):
 
 
 def _describe(record: RequestRecord) -> str:
+    if record.ok and record.ttft_s is not None and record.attempts == 1:
+        return (
+            f"request at t={record.sent_at:.2f}s served by {record.region}, "
+            f"TTFT {1000 * record.ttft_s:.0f} ms"
+        )
     if record.ok:
         where = record.region + (
             f" after {record.attempts} attempts" if record.attempts > 1 else ""

@@ -226,3 +226,12 @@ def test_a_run_that_never_ended_has_an_open_last_window() -> None:
     j.ended_at = None
     j.phases.pop()
     assert window_bounds(j, Window.AFTER, 0) == (20.0, math.inf)
+
+
+def test_failover_time_counts_slow_requests_when_asked() -> None:
+    j = journal(fault_at=10, rollback_at=20)
+    j.requests += [ok(10.5, ttft=0.2), ok(12.0, ttft=8.0), ok(13.0, ttft=0.3)]
+    assert FailoverTime(step="kill", max_s=1.0).measure(j).value == 0.0
+    slow = FailoverTime(step="kill", max_s=1.0, slow_ms=5000).measure(j)
+    assert slow.value == pytest.approx(2.0)
+    assert "TTFT 8000 ms" in slow.detail
