@@ -74,7 +74,7 @@ def run(gpus: int, duration_s: float, load: float, limit_s: float | None) -> Sca
     sys.stderr.write("\r\033[K")
     return Scale(
         gpus, duration_s, len(requests), wall, cpu, limit_s, result,
-        summarise(result, list(requests)),
+        summarise(result, list(requests), setup.capacity_tps),
     )  # fmt: skip
 
 

@@ -35,6 +35,7 @@ from fleetsim.sim.workload import (
     SimRequest,
     build_requests,
     fleet_capacity_rps,
+    fleet_capacity_tps,
     nearest_region_counts,
 )
 from fleetsim.traces import Trace
@@ -68,6 +69,7 @@ class Setup:
 
     fleet: FleetSpec
     capacity_rps: float
+    capacity_tps: float
     demand: tuple[int, ...]
     quota_scale: float | None
 
@@ -87,7 +89,8 @@ def prepare(config: BenchConfig, trace: Trace, places: tuple[Place, ...]) -> Set
         fleet = scaled_fleet(active, config.gpus, config.regions, weights=demand)
         capacity = fleet_capacity_rps(fleet.gpu_types(), config.model, trace)
     scale = quota_scale(active, probe, config.duration_s) if config.quotas else None
-    return Setup(fleet, capacity, tuple(demand), scale)
+    tps = fleet_capacity_tps(fleet.gpu_types(), config.model, trace)
+    return Setup(fleet, capacity, tps, tuple(demand), scale)
 
 
 def quota_scale(active: ActivePolicy, requests: Sequence[SimRequest], duration_s: float) -> float:
@@ -153,11 +156,12 @@ def run_bench(
                 faults=config.faults,
             )  # fmt: skip
             result = sim.run()
-            summary = summarise(result, list(requests))
+            summary = summarise(result, list(requests), setup.capacity_tps)
             sys.stderr.write("\r\033[K")
             echo(
                 f"  {name:<26} TTFT p50 {_secs(summary.ttft_p50)}  p99 {_secs(summary.ttft_p99)}"
-                f"  goodput {summary.goodput_rps:7.1f} req/s  busy {summary.gpu_busy:4.0%}"
+                f"  goodput {summary.goodput_rps:7.1f} req/s  capacity used "
+                f"{summary.capacity_used:4.0%}  busy {summary.gpu_busy:4.0%}"
                 f"  refused {summary.refused:,}  timed out {summary.timed_out:,}"
                 f"  {summary.sim_rps:,.0f} simulated req/s"
                 f" ({time.perf_counter() - started:.1f} s wall)"
@@ -235,7 +239,9 @@ def _preamble(config: BenchConfig, trace: Trace, setup: Setup) -> str:
             "",
             f"Load = offered req/s ÷ fleet capacity ({setup.capacity_rps:,.1f} req/s: every "
             "GPU kept full of the trace's mean request, no prefix cache). Rates and GPU busy "
-            "are over the arrival window. TTFT percentiles count every request not refused; "
+            "are over the arrival window; GPU busy = share of the window a GPU had work, "
+            "capacity used = tokens served/s ÷ the fleet's saturated token rate. TTFT "
+            "percentiles count every request not refused; "
             "one that never got a first token (client gave up after "
             f"{config.client_timeout_s:g} s, regional queue TTL, GPU crash, horizon) is "
             'infinitely late ("timeout"). Cross-region: served outside the region nearest '

@@ -7,7 +7,10 @@ was not refused: one that never got a first token (client timeout, regional queu
 GPU crash, cut off at the horizon) counts as infinitely late, so a policy cannot look
 fast by timing its slow requests out — a percentile that lands on one prints as
 "timeout". GPU busy is the fraction of the window a GPU had at least one request in
-prefill or decode. Cross-region: served outside the region nearest the client.
+prefill or decode — with a memory-bound decode, a GPU holding one request is as "busy"
+as one holding fifty, so spreading policies look busy at any load; *capacity used* is
+the utilisation that matters: tokens served per second ÷ the fleet's saturated token
+rate. Cross-region: served outside the region nearest the client.
 Fairness: Jain's index over the tenants of the share of each tenant's demand, in VTC
 service units (input + 2 × output tokens), that was served within the SLO.
 """
@@ -56,6 +59,10 @@ class Summary:
     output_tps: float
     input_tps: float
     gpu_busy: float
+    #: Prompt + output tokens served per second ÷ what the fleet serves kept full of
+    #: the trace's mean request (NaN when not given). Prefix-cache hits can push it
+    #: past 100 %.
+    capacity_used: float
     prefix_hit: float
     cross_region: float
     cross_region_gb: float
@@ -72,7 +79,9 @@ def jain(values: np.ndarray) -> float:
     return float(values.sum() ** 2 / (len(values) * (values**2).sum()))
 
 
-def summarise(result: RunResult, requests: list[SimRequest]) -> Summary:
+def summarise(
+    result: RunResult, requests: list[SimRequest], capacity_tps: float | None = None
+) -> Summary:
     o = result.outcomes
     ok = o.status == Status.OK
     outs = np.array([r.output_tokens for r in requests], dtype=np.float64)
@@ -113,6 +122,9 @@ def summarise(result: RunResult, requests: list[SimRequest]) -> Summary:
         output_tps=float(outs[ok].sum()) / span,
         input_tps=float(ins[ok].sum()) / span,
         gpu_busy=float(result.gpu_busy_window_s.sum()) / (len(result.gpu_busy_window_s) * span),
+        capacity_used=(
+            float((ins + outs)[ok].sum()) / span / capacity_tps if capacity_tps else float("nan")
+        ),
         prefix_hit=result.prefix_hit_tokens / max(1, result.prefix_queried_tokens),
         cross_region=float(cross.sum()) / max(1, int(ok.sum())),
         cross_region_gb=cross_gb,

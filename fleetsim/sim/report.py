@@ -23,6 +23,7 @@ COLUMNS = (
     ("in SLO", "slo_fraction", "{:.0%}"),
     ("out tok/s", "output_tps", "{:,.0f}"),
     ("GPU busy", "gpu_busy", "{:.0%}"),
+    ("capacity used", "capacity_used", "{:.0%}"),
     ("prefix hit", "prefix_hit", "{:.0%}"),
     ("cross-region", "cross_region", "{:.1%}"),
     ("spills", "spills", "{}"),
@@ -94,8 +95,9 @@ def targets(rows: Sequence[Summary], load: float | None = None) -> list[str]:
     line(ours.violations == 0, f"gtm residency violations: {ours.violations}")
     if load is not None and load >= SATURATION_LOAD:
         line(
-            ours.gpu_busy >= 0.9,
-            f"gtm GPU busy {ours.gpu_busy:.0%} ≥ 90 % at saturation (load {load:.0%})",
+            ours.capacity_used >= 0.9,
+            f"gtm GPU utilisation (capacity used) {ours.capacity_used:.0%} ≥ 90 % at "
+            f"saturation (load {load:.0%}; GPU busy {ours.gpu_busy:.0%})",
         )
     line(
         ours.sim_rps >= 5000,

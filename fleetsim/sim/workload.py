@@ -33,13 +33,25 @@ class SimRequest:
 
 def fleet_capacity_rps(gpu_types: Sequence[str], model: str, trace: Trace) -> float:
     """Requests/s the fleet serves kept full of the trace's mean request (no cache)."""
+    return fleet_capacity_tps(gpu_types, model, trace) / _mean_tokens(trace)
+
+
+def fleet_capacity_tps(gpu_types: Sequence[str], model: str, trace: Trace) -> float:
+    """Tokens/s (prompt + output) the fleet serves kept full of the trace's mean request."""
+    mean_in, mean_out = _mean_sizes(trace)
+    return sum(saturated_tokens_per_s(get_profile(t, model), mean_in, mean_out) for t in gpu_types)
+
+
+def _mean_sizes(trace: Trace) -> tuple[int, int]:
     reqs = trace.requests
     mean_in = max(1, round(sum(r.input_tokens for r in reqs) / len(reqs)))
     mean_out = max(1, round(sum(r.output_tokens for r in reqs) / len(reqs)))
-    tokens = sum(
-        saturated_tokens_per_s(get_profile(t, model), mean_in, mean_out) for t in gpu_types
-    )
-    return tokens / (mean_in + mean_out)
+    return mean_in, mean_out
+
+
+def _mean_tokens(trace: Trace) -> int:
+    mean_in, mean_out = _mean_sizes(trace)
+    return mean_in + mean_out
 
 
 def nearest_region_counts(requests: Sequence[SimRequest], regions: Sequence[Region]) -> list[int]:
@@ -116,5 +128,6 @@ __all__ = [
     "SimRequest",
     "build_requests",
     "fleet_capacity_rps",
+    "fleet_capacity_tps",
     "nearest_region_counts",
 ]

@@ -1,6 +1,7 @@
 import math
 import random
 from functools import cache
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from fleetsim.sim.simulator import FaultPlan, Simulator, Status, scale_quotas
 from fleetsim.sim.workload import SimRequest, build_requests
 from fleetsim.traces import Trace, TraceKind, TraceRequest
 from fleetsim.workload import Geography, Place
+from gtm.errors import ConfigError
 from gtm.gpu_profiles import LLAMA_8B, get_profile
 from gtm.models import GeoPoint
 from gtm.policy_store import ActivePolicy, activate
@@ -217,3 +219,68 @@ def test_jain_is_one_when_every_tenant_gets_the_same_share() -> None:
     assert jain(tenant_service_share(reqs, met)) == pytest.approx(1.0)
     only_first = np.array([r.tenant == reqs[0].tenant for r in reqs])
     assert jain(tenant_service_share(reqs, only_first)) < 0.7
+
+
+def test_cross_region_is_measured_from_the_clients_nearest_region() -> None:
+    fleet = scaled_fleet(active(), 12)
+    reqs = workload(fleet)
+    for name in ("round-robin", "gtm"):
+        sim = Simulator(fleet, active(), POLICIES[name], reqs, model=LLAMA_8B)
+        result = sim.run()
+        o = result.outcomes
+        ok = o.status == Status.OK
+        nearest = [
+            min(sim.region_ids, key=lambda r: r_.point.distance_km(sim.regions[r].location))
+            for r_ in reqs
+        ]
+        home = np.array([sim.region_index[r] for r in nearest])
+        assert np.array_equal(o.home, home)
+        expected = float((o.region[ok] != home[ok]).mean())
+        assert summarise(result, reqs).cross_region == pytest.approx(expected)
+        if name == "round-robin":
+            # Nearest-allowed routing: only residency can move a client away.
+            assert expected == 0.0
+
+
+def test_fleet_from_a_gtm_up_topology_has_exactly_its_gpus() -> None:
+    from bench.sim_fidelity import MODEL, topology
+    from fleetsim.sim.fleet import fleet_from_topology
+    from gtm.topology import resolve
+
+    topo = topology()
+    fleet = fleet_from_topology(active(), topo, MODEL)
+    placed = resolve(topo, active().policy_set.regions).gpus
+    assert fleet.gpu_count == 16 == len(placed)
+    ids = sorted(g for r in fleet.regions for z in r.zones for g, _ in z.gpus)
+    assert ids == sorted(g.id for g in placed)
+    with pytest.raises(ConfigError, match="serves"):
+        fleet_from_topology(active(), topo, "no/such-model")
+
+
+def test_gtm_sim_command_prints_simulated_requests_per_second(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from fleetsim.sim_cli import sim
+
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text(
+        "\n".join(
+            f'{{"timestamp": {k * 100}, "input_length": {600 + 7 * k}, '
+            f'"output_length": {20 + k % 50}, "hash_ids": [{k % 9}, {k}]}}'
+            for k in range(300)
+        )
+    )
+    result = CliRunner().invoke(
+        sim,
+        ["--trace-path", str(trace), "--gpus", "12", "--duration", "8", "--out",
+         str(tmp_path / "out"), "--policy", "gtm,least-connections", "--crash-fraction",
+         "0.1", "--crash-at", "3"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "simulated req/s" in result.output
+    report = (tmp_path / "out" / "sim.md").read_text()
+    assert "| gtm |" in report
+    assert "crash at 3 s" in report
+    bad = CliRunner().invoke(sim, ["--trace-path", str(trace), "--policy", "nope"])
+    assert bad.exit_code == 2
+    assert "unknown policies" in bad.output
