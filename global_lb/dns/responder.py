@@ -136,7 +136,8 @@ class Responder:
         self._counters: dict[tuple[str, str, str], Counter] = {}
         # What the last slow-path answer counted, for the fast path to repeat.
         self._last: tuple[Counter, Counter | None, bool] | None = None
-        self._packets: dict[tuple[bytes, bool], _Fast] = {}
+        #: By transport (index: ``udp``), query bytes after the ID → response.
+        self._packets: tuple[dict[bytes, _Fast], dict[bytes, _Fast]] = ({}, {})
         self._per_client: dict[tuple[bytes, bool, IPAddress], _Fast] = {}
         self._lock = threading.Lock()
 
@@ -162,11 +163,11 @@ class Responder:
         # Fast path: while the view is the same, the same query (all but its ID) gets the
         # same response (all but its ID) — from the same resolver, when its address (not
         # an ECS option) located the client.
-        body = (packet[2:], udp)
+        body = packet[2:]
         if self._view_source() is self._view:
-            hit = self._packets.get(body)
+            hit = self._packets[udp].get(body)
             if hit is not None and hit.per_client:
-                hit = self._per_client.get((*body, client))
+                hit = self._per_client.get((body, udp, client))
             if hit is not None:
                 hit.counter.inc()
                 if hit.scope is not None:
@@ -174,24 +175,26 @@ class Responder:
                 return packet[:2] + hit.tail
         # One slow path at a time: UDP is answered in a thread of its own, TCP on the
         # event loop; the caches and ``_last`` are shared. The fast path above only
-        # reads (a dict swapped by ``_reset`` is replaced whole, never mutated).
+        # reads, and one dict operation is atomic under the GIL; ``_reset`` replaces
+        # the dicts whole.
         with self._lock:
             self._last = None
             reply = self._respond_slow(packet, client, udp)
             last = self._last
             if reply is not None and last is not None:
-                self._remember(body, client, _Fast(reply[2:], *last))
+                self._remember(body, udp, client, _Fast(reply[2:], *last))
         return reply
 
-    def _remember(self, body: tuple[bytes, bool], client: IPAddress, fast: _Fast) -> None:
-        if len(self._packets) >= MAX_PACKETS or len(self._per_client) >= MAX_PACKETS:
-            self._packets.clear()
+    def _remember(self, body: bytes, udp: bool, client: IPAddress, fast: _Fast) -> None:
+        packets = self._packets[udp]
+        if len(packets) >= MAX_PACKETS or len(self._per_client) >= MAX_PACKETS:
+            packets.clear()
             self._per_client.clear()
         if fast.per_client:
-            self._packets[body] = _PER_CLIENT
-            self._per_client[(*body, client)] = fast
+            packets[body] = _PER_CLIENT
+            self._per_client[(body, udp, client)] = fast
         else:
-            self._packets[body] = fast
+            packets[body] = fast
 
     def _slip(self, packet: bytes) -> bytes | None:
         """RRL's slip: the query's header and question, TC set, nothing else."""
@@ -279,7 +282,7 @@ class Responder:
 
     def _reset(self, view: GlobalView | None) -> None:
         # The view last: until it is set, the fast path (another thread) misses.
-        self._packets = {}
+        self._packets = ({}, {})
         self._per_client = {}
         self._choices = {}
         self._answers = {}
