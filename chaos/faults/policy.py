@@ -55,16 +55,11 @@ class PolicyPushFault(SpecBase):
         try:
             policy_set = load_paths(list(self.paths))
             result = await apply(store, policy_set, None, clock=clock, applied_by=_who())
-        except PolicyError as exc:
+        except (PolicyError, StateError) as exc:
+            # Invalid policies are "rejected"; a store that failed the apply "not applied".
+            outcome = "rejected" if isinstance(exc, PolicyError) else "not applied"
             return PolicyPushInjected(
-                f"policy push {shown}: rejected ({_first_line(exc)})",
-                applied=False,
-                error=str(exc),
-                undo=None,
-            )
-        except StateError as exc:
-            return PolicyPushInjected(
-                f"policy push {shown}: not applied ({_first_line(exc)})",
+                f"policy push {shown}: {outcome} ({_first_line(exc)})",
                 applied=False,
                 error=str(exc),
                 undo=None,

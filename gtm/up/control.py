@@ -34,6 +34,7 @@ call them.
 from __future__ import annotations
 
 import ipaddress
+import urllib.parse
 from collections.abc import Awaitable, Callable
 from enum import StrEnum
 from typing import Protocol
@@ -68,6 +69,11 @@ class GpuInfo(Frozen):
     zone: str
     #: From the worker's registration in the store (None until it registered).
     url: str | None = None
+
+    @property
+    def port(self) -> int | None:
+        """The worker's port (it changes when the worker restarts: it binds port 0)."""
+        return None if self.url is None else urllib.parse.urlsplit(self.url).port
 
 
 class ZoneInfo(Frozen):

@@ -95,6 +95,7 @@ async def test_the_document_names_everything(deployment: Deployment) -> None:
     assert deployment.zone("eu-west-a").region == "eu-west"
     assert len(deployment.gpus) == 2
     assert all(g.url for g in deployment.gpus.values())
+    assert all(g.port for g in deployment.gpus.values())
     assert set(deployment.pids) >= {"global", "regional/eu-west", "zone/eu-west-a"}
     assert len(deployment.etcd_members) == 3
     assert deployment.chaos_api_url is not None
