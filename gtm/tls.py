@@ -269,20 +269,13 @@ def cert_info(path: Path) -> CertInfo:
         cert = x509.load_pem_x509_certificate(path.read_bytes())
     except (OSError, ValueError) as exc:
         raise TlsError(f"cannot read certificate {path}: {exc}") from exc
-    identity = cert.subject.rfc4514_string()
     try:
         san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        uris = san.get_values_for_type(x509.UniformResourceIdentifier)
     except x509.ExtensionNotFound:
-        san = None
-    if san is not None:
-        ours = peer_identities(
-            {
-                "subjectAltName": [
-                    ("URI", u) for u in san.get_values_for_type(x509.UniformResourceIdentifier)
-                ]
-            }
-        )
-        identity = ours[0] if ours else identity
+        uris = []
+    ours = [u.removeprefix(_URI_PREFIX) for u in uris if u.startswith(_URI_PREFIX)]
+    identity = ours[0] if ours else cert.subject.rfc4514_string()
     return CertInfo(identity, cert.not_valid_after_utc.timestamp())
 
 
@@ -384,8 +377,11 @@ class TlsMaterial:
         """Check for new files and refresh the gauge every ``interval`` seconds, forever."""
         while True:
             await self._clock.sleep(interval)
-            if not self.reload_if_changed():
-                self.check_expiry()
+            try:
+                if not self.reload_if_changed():
+                    self.check_expiry()
+            except TlsError as exc:  # files changed again mid-reload: next round
+                log.warning("TLS reload failed, retrying in %.0f s: %s", interval, exc)
 
 
 async def _refuse_plaintext(
