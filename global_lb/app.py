@@ -344,6 +344,7 @@ class GlobalTier:
 
     async def _refresh(self) -> None:
         self.keeper.refresh()
+        self.responder.flush_counts()  # DNS answers on the fast path, counted in batches
 
 
 class _LazyProber:

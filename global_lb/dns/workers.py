@@ -316,6 +316,7 @@ async def _child(config: GlobalConfig) -> None:
         _emit(json.dumps({"ready": str(endpoints.dns)}))
 
         async def report() -> None:
+            tier.responder.flush_counts()
             _emit(encode_report(list(counter_samples(registry))))
 
         async def parent_gone() -> None:

@@ -235,6 +235,7 @@ def test_metrics_count_answers_by_name_region_and_rcode(h: Harness) -> None:
     h.ask("api.inference.example.", subnet=("81.2.69.0", 24))
     h.ask("api.inference.example.", subnet=("81.2.69.0", 24))
     h.ask("nope.inference.example.")
+    h.responder.flush_counts()  # the fast path counts in batches (the tier: every second)
     sample = h.registry.get_sample_value
     assert (
         sample(
@@ -250,6 +251,22 @@ def test_metrics_count_answers_by_name_region_and_rcode(h: Harness) -> None:
         == 1
     )
     assert sample("gtm_global_dns_ecs_scope_total", {"family": "ipv4", "scope": "24"}) == 2
+
+
+def test_fast_path_answers_are_counted_at_each_flush_over_both_transports(h: Harness) -> None:
+    labels = {"kind": "api", "region": "eu-west", "rcode": "NOERROR"}
+    scope = {"family": "ipv4", "scope": "24"}
+    sample = h.registry.get_sample_value
+    h.ask("api.inference.example.", subnet=("81.2.69.0", 24))  # slow path: counted at once
+    assert sample("gtm_global_dns_responses_total", labels) == 1
+    for udp in (True, True, False, False, False):  # fast path (TCP's first is slow)
+        h.ask("api.inference.example.", subnet=("81.2.69.0", 24), udp=udp)
+    assert sample("gtm_global_dns_responses_total", labels) == 2
+    h.responder.flush_counts()
+    assert sample("gtm_global_dns_responses_total", labels) == 6
+    assert sample("gtm_global_dns_ecs_scope_total", scope) == 6
+    h.responder.flush_counts()  # nothing new: nothing added twice
+    assert sample("gtm_global_dns_responses_total", labels) == 6
 
 
 def test_too_many_addresses_truncate_over_udp_but_not_tcp(
@@ -292,6 +309,7 @@ def test_fast_path_repeats_answers_per_resolver_when_the_resolver_decides(h: Har
     assert addresses(dns.message.from_wire(london)) == [address_of("eu-west")]
     assert addresses(dns.message.from_wire(seattle)) == [address_of("us-west")]
     assert again == london
+    h.responder.flush_counts()
     sample = h.registry.get_sample_value
     labels = {"kind": "api", "region": "eu-west", "rcode": "NOERROR"}
     assert sample("gtm_global_dns_responses_total", labels) == 2  # the fast path counts too
