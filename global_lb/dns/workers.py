@@ -217,6 +217,9 @@ class DnsWorkers:
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             limit=_LINE_LIMIT,
+            # Its own session: a terminal's Ctrl-C reaches the parent only, which stops
+            # the children itself (instead of seeing them die and restarting them).
+            start_new_session=True,
         )
         assert process.stdin is not None
         assert process.stdout is not None
@@ -231,7 +234,8 @@ class DnsWorkers:
                     "its error is logged above"
                 )
         except (TimeoutError, ConnectionError) as exc:
-            process.kill()
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
             await process.wait()
             raise ConfigError(f"DNS worker {index} did not start: {exc or 'timed out'}") from None
         except BaseException:
@@ -261,8 +265,8 @@ class DnsWorkers:
                 attempt += 1
                 try:
                     self._processes[index] = await self._spawn(index)
-                except ConfigError as exc:
-                    log.warning("%s", exc)
+                except (ConfigError, OSError) as exc:
+                    log.warning("DNS worker %d: %s", index, exc)
                     continue
                 self._restarts.inc()
                 self._alive.set(len(self.pids))
@@ -273,7 +277,16 @@ class DnsWorkers:
     async def _pump(self, index: int, process: asyncio.subprocess.Process) -> None:
         """Counter reports until the child's stdout closes (it exited)."""
         assert process.stdout is not None
-        while line := await process.stdout.readline():
+        while True:
+            try:
+                line = await process.stdout.readline()
+            except ValueError:  # a line over the limit: not a child we can trust
+                log.warning("DNS worker %d wrote an overlong line; restarting it", index)
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+                return
+            if not line:
+                return
             samples = decode_report(line)
             if samples is not None:
                 self._merger.add(index, samples)
