@@ -3,6 +3,7 @@
 #   make test    run the whole test suite (starts its own etcd servers on loopback)
 #   make check   lint, format check, type check, import-layer contracts
 #   make bench   run the benchmarks in smoke mode (BENCH_FULL=1 for full runs)
+#   make fuzz    the fuzz tests (tests/fuzz) with ~20x the cases of `make test`
 #   make chaos   run every game-day scenario (chaos/scenarios), reports in reports/chaos/
 
 PYTHON ?= python3
@@ -40,6 +41,10 @@ up: $(VENV)/.installed-run
 
 test: $(VENV)/.installed-test
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# Random seeds, shrinking, 20x the cases (tests/fuzz/profiles.py); no per-test timeout.
+fuzz: $(VENV)/.installed-test
+	HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest tests/fuzz --timeout=0 $(PYTEST_ARGS)
 
 check: $(VENV)/.installed-test
 	$(BIN)/ruff check .
