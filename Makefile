@@ -11,10 +11,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: up test check bench chaos fmt clean help system-deps
+.PHONY: up test check bench chaos fuzz fmt clean help system-deps
 
 help:
-	@sed -n '2,7p' Makefile
+	@sed -n '2,8p' Makefile
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
