@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 .PHONY: up test check bench chaos fuzz fmt clean help system-deps
 
 help:
-	@sed -n '2,8p' Makefile
+	@sed -n '2,7p' Makefile
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
