@@ -47,7 +47,7 @@ FIELDS = (
 @st.composite
 def mutated(draw: st.DrawFn, valid: dict[str, Any]) -> dict[str, Any]:
     """``valid`` with a few fields removed, replaced by any JSON, or added."""
-    body = json.loads(json.dumps(valid))
+    body: dict[str, Any] = json.loads(json.dumps(valid))
     for _ in range(draw(st.integers(min_value=1, max_value=3))):
         key = draw(st.sampled_from(FIELDS))
         action = draw(st.sampled_from(("set", "drop", "nest")))

@@ -213,7 +213,7 @@ async def test_concurrency_per_client_is_bounded_with_retry_after(server: Server
             server.release.set()
             return status
 
-        assert await asyncio.gather(hold(), hold(), probe()) == [200, 200, 429]
+        assert list(await asyncio.gather(hold(), hold(), probe())) == [200, 200, 429]
         async with session.get(f"{server.url}/echo") as response:
             assert response.status == 200  # slots are given back
 
