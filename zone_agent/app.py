@@ -24,6 +24,7 @@ answered in OpenAI's shape; an unexpected one is a 500 in that shape, never a cr
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Mapping
 
@@ -164,6 +165,9 @@ class ZoneAgent:
                 sock_read=cfg.upstream_timeout_s,
             ),
             auto_decompress=False,
+            # A proxy keeps no cookies: one client's must never reach another's request
+            # (and the jar's lookup costs on every request).
+            cookie_jar=aiohttp.DummyCookieJar(),
             **refuse_plain,
         )
         self._probes = aiohttp.ClientSession(
@@ -377,13 +381,17 @@ class ZoneAgent:
     # ------------------------------------------------------------------ HTTP
 
     def build_app(self) -> web.Application:
+        requests = functools.cache(
+            lambda route, status: self.metrics.requests.labels(route, str(status))
+        )
         app = limited_app(
             self.config.limits,
             client_max_size=self.config.max_body_bytes,
             middlewares=[
                 error_middleware(
                     "zone agent",
-                    lambda route, status: self.metrics.requests.labels(route, str(status)).inc(),
+                    # A cached child per (route, status): .labels() locks and allocates.
+                    lambda route, status: requests(route, status).inc(),
                 )
             ],
         )

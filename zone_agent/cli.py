@@ -17,6 +17,7 @@ from gtm.state.store import StateStore
 from gtm.tls import TlsConfig, click_options, config_from_options, material
 from zone_agent.app import ZoneAgent
 from zone_agent.config import ZoneConfig, parse_worker
+from zone_agent.loop import LoopKind, run
 from zone_agent.profiles import BUILTIN_PROFILES, DEFAULT_PROFILE
 
 
@@ -66,6 +67,13 @@ def _listen(value: str) -> tuple[str, int]:
     show_default=True,
     help="Longest wait for a byte from a worker, s.",
 )
+@click.option(
+    "--event-loop",
+    type=click.Choice([k.value for k in LoopKind]),
+    default=LoopKind.AUTO.value,
+    show_default=True,
+    help="Event loop: uvloop (faster proxying), asyncio's own, or auto (uvloop when installed).",
+)
 @click_options("zone")
 @click.option(
     "--tls-plain-workers",
@@ -83,6 +91,7 @@ def zone(
     scrape_interval: float,
     upstream_timeout: float,
     tls_plain_workers: bool,
+    event_loop: str,
     **tls_options: object,
 ) -> None:
     """Run one zone's agent: choose a GPU for each request by predicted TTFT and proxy it."""
@@ -106,7 +115,7 @@ def zone(
     except GtmError as exc:
         raise click.UsageError(str(exc)) from None
     try:
-        asyncio.run(serve(config, state, tls, plain_workers=tls_plain_workers))
+        run(serve(config, state, tls, plain_workers=tls_plain_workers), LoopKind(event_loop))
     except GtmError as exc:
         click.echo(f"gtm zone: {exc}", err=True)
         sys.exit(2)

@@ -23,6 +23,7 @@ accounting.Ticket`), send it upstream over a keep-alive pool, and relay the resp
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 import uuid
@@ -33,6 +34,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
+from yarl import URL
 
 from gtm.clock import Clock
 from gtm.errors import NoEligibleCandidate
@@ -107,15 +109,34 @@ class _Retry(Exception):
         self.outcome = outcome
 
 
-def request_id_of(request: web.Request) -> str:
+class Ids:
+    """Unique ids for requests and decisions: a random 64-bit prefix per process and a
+    counter (32 hex digits, as ``uuid4().hex``). ``uuid4`` costs a ``getrandom`` system
+    call and an object per id, twice per proxied request."""
+
+    def __init__(self) -> None:
+        self._prefix = uuid.uuid4().hex[:16]
+        self._next = itertools.count(1).__next__
+
+    def new(self) -> str:
+        return f"{self._prefix}{self._next():016x}"
+
+
+_IDS = Ids()
+
+
+def request_id_of(request: web.Request, ids: Ids = _IDS) -> str:
     rid = request.headers.get(HEADER_REQUEST_ID, "")
     if rid and len(rid) <= 128 and rid.isprintable():
         return rid
-    return uuid.uuid4().hex
+    return ids.new()
 
 
 def canary_of(request: web.Request) -> CanaryChoice:
-    raw = request.headers.get(HEADER_CANARY, CanaryChoice.AUTO.value).strip().lower()
+    raw = request.headers.get(HEADER_CANARY)
+    if raw is None:
+        return CanaryChoice.AUTO
+    raw = raw.strip().lower()
     try:
         return CanaryChoice(raw)
     except ValueError:
@@ -215,6 +236,25 @@ class Proxy:
         self._session = session
         self._metrics = metrics
         self._clock = clock
+        self._ids = Ids()
+        # Per-request lookups cached: a labelled child costs a lock and a tuple per
+        # ``.labels()`` call, a URL a parse per request. Both are bounded by the
+        # GPUs (× profiles, × endpoints) the zone has had.
+        self._assigned: dict[tuple[str, str], Callable[[], None]] = {}
+        self._urls: dict[tuple[str, str], URL] = {}
+
+    def _count_assignment(self, decision: ZoneDecision) -> None:
+        key = (decision.gpu_id, decision.profile)
+        inc = self._assigned.get(key)
+        if inc is None:
+            inc = self._assigned[key] = self._metrics.assignments.labels(*key).inc
+        inc()
+
+    def _url(self, base: str, path: str) -> URL:
+        url = self._urls.get((base, path))
+        if url is None:
+            url = self._urls[(base, path)] = URL(base + path)
+        return url
 
     def routes(self, app: web.Application) -> None:
         for endpoint in Endpoint:
@@ -251,7 +291,7 @@ class Proxy:
                 if last is None:
                     raise
                 break
-            self._metrics.assignments.labels(decision.gpu_id, decision.profile).inc()
+            self._count_assignment(decision)
             self._metrics.decision.observe(time.perf_counter() - started)
             try:
                 return await self._attempt(request, raw, facts, decision, started)
@@ -278,7 +318,7 @@ class Proxy:
         try:
             try:
                 upstream = await self._session().post(
-                    decision.gpu.worker.url + request.path,
+                    self._url(decision.gpu.worker.url, request.path),
                     data=raw,
                     headers=upstream_headers(request, facts.request_id),
                 )
@@ -342,7 +382,7 @@ class Proxy:
         headers = response_headers(upstream.headers)
         headers[HEADER_ZONE] = self._settings.zone_id
         headers[HEADER_GPU] = decision.gpu_id
-        headers[HEADER_DECISION] = uuid.uuid4().hex
+        headers[HEADER_DECISION] = self._ids.new()
         headers[HEADER_REQUEST_ID] = decision.request.request_id
         if upstream.content_length is not None and len(first) == upstream.content_length:
             # The whole (non-streamed) body came in one read: answer it as one response,

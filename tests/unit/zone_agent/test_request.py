@@ -7,6 +7,7 @@ import pytest
 from gtm.openai_request import parse_json_body
 from gtm.tokens import count_chat_tokens, count_text_tokens, parse_chat_messages
 from zone_agent.errors import BadRequest
+from zone_agent.proxy import Ids
 from zone_agent.request import Endpoint, zone_request
 
 CHAT = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi!"}]
@@ -110,3 +111,10 @@ def test_growing_conversation_keeps_its_prefix_blocks() -> None:
     assert len(first.prefix_hashes) >= 7
     assert longer.prefix_hashes[: len(first.prefix_hashes)] == first.prefix_hashes
     assert first.tokens_per_block > 0
+
+
+def test_ids_are_unique_hex_of_uuid_length() -> None:
+    first, second = Ids(), Ids()
+    ids = [first.new() for _ in range(1000)] + [second.new() for _ in range(1000)]
+    assert len(set(ids)) == len(ids)
+    assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
