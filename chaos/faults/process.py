@@ -23,14 +23,30 @@ GONE_WITHIN_S = 5.0
 _POLL_S = 0.02
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether ``pid`` exists and is not a zombie (a zombie is dead for our purposes)."""
+def proc_state(pid: int) -> str | None:
+    """The kernel's one-letter state of ``pid`` (``/proc/PID/stat``: R, S, T, Z…), or
+    None when there is no such process."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-            state = stat.read().rpartition(")")[2].split()[0]
+            return stat.read().rpartition(")")[2].split()[0]
     except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
+        return None
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie (a zombie is dead for our purposes)."""
+    return proc_state(pid) not in (None, "Z", "X")
+
+
+async def wait_state(pid: int, stopped: bool, limit_s: float = GONE_WITHIN_S) -> None:
+    """Wait until ``pid`` is (or is no longer) stopped by a signal: a signal is
+    delivered asynchronously, so ``kill`` returning does not mean it took effect."""
+    deadline = time.monotonic() + limit_s
+    while (proc_state(pid) == "T") != stopped and pid_alive(pid):
+        if time.monotonic() > deadline:
+            what = "stopped" if stopped else "running again"
+            raise FaultError(f"pid {pid} is not {what} {limit_s:.0f} s after the signal")
+        await asyncio.sleep(_POLL_S)
 
 
 async def wait_down(
@@ -88,9 +104,15 @@ class PauseFault(SpecBase):
     async def inject(self, deployment: Deployment) -> Injected:
         pid = await _live_pid(deployment, self.tier)
         os.kill(pid, signal.SIGSTOP)
+        try:
+            await wait_state(pid, stopped=True)
+        except BaseException:
+            os.kill(pid, signal.SIGCONT)
+            raise
 
         async def undo() -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
+                await wait_state(pid, stopped=False)
 
         return Injected(f"SIGSTOP {self.tier} (pid {pid})", undo)

@@ -31,7 +31,7 @@ from chaos.faults import (
     PolicyPushFault,
     PolicyPushInjected,
 )
-from chaos.faults.process import pid_alive
+from chaos.faults.process import pid_alive, proc_state
 from chaos.proxy.client import ToxiproxyClient
 from gtm.errors import CompactedError, StateUnavailable
 from gtm.models import DrainTarget
@@ -49,11 +49,6 @@ pytestmark = [
 #: A held-down child must stay down at least this long: several restart backoffs
 #: (gtm.up.processes.RESTART_BACKOFF starts at 0.5 s).
 HELD_FOR_S = 1.5
-
-
-def proc_state(pid: int) -> str:
-    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
-        return stat.read().rpartition(")")[2].split()[0]
 
 
 async def healthz_seconds(url: str, timeout_s: float = 5.0) -> float:
