@@ -8,7 +8,6 @@ authentication by default, so it binds loopback unless ``--allow-remote`` says o
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import random
 import signal
@@ -19,7 +18,7 @@ import click
 
 from chaos.proxy.server import FaultProxyServer
 from chaos.proxy.service import TOXIPROXY_VERSION, FaultProxyService
-from gtm.admin_auth import AdminGuard
+from gtm.admin_auth import AdminGuard, is_loopback_host
 from gtm.clock import SystemClock
 from gtm.errors import ConfigError, GtmError
 from gtm.metrics import new_registry
@@ -36,14 +35,8 @@ EXIT_INTERRUPTED = 130
 DEFAULT_PORT = 8474
 
 
-def is_loopback(host: str) -> bool:
-    """Only loopback hosts are safe for an API without authentication."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
+#: Only loopback hosts are safe for an API without authentication.
+is_loopback = is_loopback_host
 
 
 @click.group(name="chaos")

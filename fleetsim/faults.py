@@ -23,12 +23,12 @@ Random choices (which request fails) come from a generator seeded by the worker'
 
 from __future__ import annotations
 
-import ipaddress
 import random
 from typing import Annotated, Literal
 
 from pydantic import Field
 
+from gtm.admin_auth import is_loopback_peer
 from gtm.models import Frozen
 
 #: Exit status of an injected crash (sysexits.h EX_SOFTWARE: internal software error).
@@ -77,14 +77,5 @@ class FaultInjector:
         return rate > 0 and self._rng.random() < rate
 
 
-def is_loopback(peer: str | None) -> bool:
-    """Whether an aiohttp ``request.remote`` address is a loopback address."""
-    if not peer:
-        return False
-    try:
-        address = ipaddress.ip_address(peer.split("%", 1)[0])
-    except ValueError:
-        return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped.is_loopback
-    return address.is_loopback
+#: Whether an aiohttp ``request.remote`` is loopback (the admin guard's own check).
+is_loopback = is_loopback_peer
