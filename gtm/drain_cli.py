@@ -85,7 +85,7 @@ _TIMEOUT = click.option(
     type=click.FloatRange(min=0.05),
     default=2.0,
     show_default=True,
-    help="Seconds to wait for the store.",
+    help="Seconds to wait for the store (or the --api).",
 )
 
 
@@ -103,8 +103,16 @@ def _key(target: str, target_id: str) -> str:
 @_API
 @_TOKEN
 @_TIMEOUT
-@click.option("--reason", default="", help="Why (kept in the record, shown to operators).")
-@click.option("--by", "by", default=None, help="Who drains (default: the login name).")
+@click.option(
+    "--reason", default="", help="Why (kept in the record, shown to operators; --state only)."
+)
+@click.option(
+    "--by",
+    "by",
+    default=None,
+    help="Who drains (default: the login name; --state only: the drain API records the "
+    "token's id).",
+)
 def drain(
     target: str,
     target_id: str,
