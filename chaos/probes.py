@@ -99,6 +99,20 @@ def _not_reached(name: str, tolerance: str, window: Window) -> Measurement:
     return Measurement(name, None, tolerance, False, 0, f"the run never reached {window.value}")
 
 
+def _counted(
+    found: list[RequestRecord] | None, ignore_statuses: tuple[int, ...]
+) -> list[RequestRecord] | None:
+    if found is None or not ignore_statuses:
+        return found
+    return [r for r in found if r.ok or r.status not in ignore_statuses]
+
+
+def dead_target_failure(record: RequestRecord) -> bool:
+    """A failure that can come from a dead target: no HTTP answer or a 5xx. A 4xx is a
+    live tier refusing (quota, residency), not traffic to the dead one."""
+    return not record.ok and (record.status == 0 or record.status >= 500)
+
+
 class _Probe(Frozen):
     #: Shown in the report; defaults to a description of the probe.
     name: str = ""
@@ -120,11 +134,17 @@ class SuccessRate(_Probe):
     probe: Literal["success_rate"] = "success_rate"
     min: float = Field(ge=0.0, le=1.0)
     first_attempt: bool = False
+    #: Failures with these statuses are left out (neither success nor failure): e.g.
+    #: 429, a tenant's own quota working as documented, where the criterion is about
+    #: availability. Each scenario that uses it says why.
+    ignore_statuses: tuple[int, ...] = ()
 
     def measure(self, journal: Journal) -> Measurement:
         label = self.label("success rate" + (" (first attempt)" if self.first_attempt else ""))
         tolerance = f"≥ {100 * self.min:g} %"
-        found = requests_in(journal, self.window, self.skip_s, self.stream)
+        found = _counted(
+            requests_in(journal, self.window, self.skip_s, self.stream), self.ignore_statuses
+        )
         if found is None:
             return _not_reached(label, tolerance, self.window)
         if not found:
@@ -225,11 +245,15 @@ class RequestsLost(_Probe):
 
     probe: Literal["requests_lost"] = "requests_lost"
     max: int = Field(ge=0)
+    #: As :attr:`SuccessRate.ignore_statuses`.
+    ignore_statuses: tuple[int, ...] = ()
 
     def measure(self, journal: Journal) -> Measurement:
         label = self.label("requests lost")
         tolerance = f"≤ {self.max}"
-        found = requests_in(journal, self.window, self.skip_s, self.stream)
+        found = _counted(
+            requests_in(journal, self.window, self.skip_s, self.stream), self.ignore_statuses
+        )
         if found is None:
             return _not_reached(label, tolerance, self.window)
         lost = [r for r in found if not r.ok]
@@ -343,8 +367,9 @@ class DnsAnswers(_Probe):
 class FailoverTime(_Probe):
     """Time from a fault's injection to the last request or DNS answer that still went
     to the dead target: the last answer naming a target region, the last request
-    served by one, or the last request that needed a retry or failed (its attempt hit
-    the dead target). 0 when nothing went there after the fault."""
+    served by one, or the last request that needed a retry or failed without an HTTP
+    answer or with a 5xx (its attempt hit the dead target). 0 when nothing went there
+    after the fault."""
 
     probe: Literal["failover_time"] = "failover_time"
     #: The method step whose injection starts the clock.
@@ -395,7 +420,12 @@ class FailoverTime(_Probe):
                     and r.ttft_s is not None
                     and 1000.0 * r.ttft_s > self.slow_ms
                 )
-                hit = (r.ok and r.region in targets) or r.attempts > 1 or not r.ok or slow
+                hit = (
+                    (r.ok and r.region in targets)
+                    or r.attempts > 1
+                    or dead_target_failure(r)
+                    or slow
+                )
                 if hit and r.sent_at > last:
                     last, culprit = r.sent_at, _describe(r)
         value = last - inject.at

@@ -235,3 +235,14 @@ def test_failover_time_counts_slow_requests_when_asked() -> None:
     slow = FailoverTime(step="kill", max_s=1.0, slow_ms=5000).measure(j)
     assert slow.value == pytest.approx(2.0)
     assert "TTFT 8000 ms" in slow.detail
+
+
+def test_ignored_statuses_and_refusals_are_not_the_dead_target() -> None:
+    j = journal(fault_at=10, rollback_at=20)
+    j.requests += [ok(11), failed(12, 429, "http-429:rate_limit_exceeded", attempts=1), ok(13)]
+    assert RequestsLost(max=0, window=Window.DURING).measure(j).value == 1
+    assert RequestsLost(max=0, window=Window.DURING, ignore_statuses=(429,)).measure(j).passed
+    rate = SuccessRate(min=1.0, window=Window.DURING, ignore_statuses=(429,)).measure(j)
+    assert rate.value == 1.0
+    assert rate.samples == 2
+    assert FailoverTime(step="kill", max_s=1.0).measure(j).value == 0.0
