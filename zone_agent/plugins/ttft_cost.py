@@ -98,9 +98,9 @@ class TtftCost:
             if matches:
                 # Few GPUs hold part of the prompt: correct just those, one float at a
                 # time (the same operations as ``queued + uncached`` over the array).
-                queued = batch.queued
+                queued = batch.queued.item  # a Python float, without a numpy scalar
                 for position, uncached in self._bounded_uncached(batch, matches):
-                    tokens[position] = float(queued[position]) + uncached
+                    tokens[position] = queued(position) + uncached
         costs = tokens * index.ms_per_token
         if self._decode:
             passes = np.multiply(tokens, index.inv_max_batched, out=tokens)
@@ -131,15 +131,17 @@ class TtftCost:
     ) -> list[tuple[int, float]]:
         """Uncached tokens of the GPUs holding part of the prompt, with cache credit
         only where the bounded-load cap allows (else the whole prompt)."""
-        index, request, streams = batch.index, batch.request, batch.streams
+        index, request = batch.index, batch.request
         sequences = request.sequences
         scale = self._load_scale(batch)
-        rate, whole, per_block = index.rate, float(request.input_tokens), request.tokens_per_block
+        # ``.item`` gives Python floats, without a numpy scalar each.
+        streams, rate = batch.streams.item, index.rate.item
+        whole, per_block = float(request.input_tokens), request.tokens_per_block
         return [
             (
                 position,
                 whole
-                if float(streams[position]) + sequences > math.ceil(scale * float(rate[position]))
+                if streams(position) + sequences > math.ceil(scale * rate(position))
                 # Batch.uncached_tokens, inline (this loop is on every cache hit).
                 else max(0.0, request.input_tokens - blocks * per_block),
             )
