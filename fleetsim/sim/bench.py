@@ -79,7 +79,7 @@ def prepare(config: BenchConfig, trace: Trace, places: tuple[Place, ...]) -> Set
     active = _active()
     fleet = scaled_fleet(active, config.gpus, config.regions)
     geography = Geography(places, seed=config.seed)
-    capacity = fleet_capacity_rps(fleet.gpu_types(), config.model, trace)
+    capacity = fleet_capacity_rps(fleet.gpu_types(), config.model, trace, config.max_input)
     probe = build_requests(
         trace, geography, rate_rps=capacity, duration_s=config.duration_s,
         max_input=config.max_input,
@@ -87,9 +87,9 @@ def prepare(config: BenchConfig, trace: Trace, places: tuple[Place, ...]) -> Set
     demand = nearest_region_counts(probe, [r.record for r in fleet.regions])
     if config.fleet_shape == "demand" and sum(demand) > 0:
         fleet = scaled_fleet(active, config.gpus, config.regions, weights=demand)
-        capacity = fleet_capacity_rps(fleet.gpu_types(), config.model, trace)
+        capacity = fleet_capacity_rps(fleet.gpu_types(), config.model, trace, config.max_input)
     scale = quota_scale(active, probe, config.duration_s) if config.quotas else None
-    tps = fleet_capacity_tps(fleet.gpu_types(), config.model, trace)
+    tps = fleet_capacity_tps(fleet.gpu_types(), config.model, trace, config.max_input)
     return Setup(fleet, capacity, tps, tuple(demand), scale)
 
 
@@ -238,7 +238,7 @@ def _preamble(config: BenchConfig, trace: Trace, setup: Setup) -> str:
             "(analytic GPU model, the tiers' real decision code).",
             "",
             f"Load = offered req/s ÷ fleet capacity ({setup.capacity_rps:,.1f} req/s: every "
-            "GPU kept full of the trace's mean request, no prefix cache). Rates and GPU busy "
+            "GPU kept full of the mean replayed request, no prefix cache). Rates and GPU busy "
             "are over the arrival window; GPU busy = share of the window a GPU had work, "
             "capacity used = tokens served/s ÷ the fleet's saturated token rate. TTFT "
             "percentiles count every request not refused; "
