@@ -17,6 +17,21 @@ mask, a scorer a float array, and the trace is assembled only when someone asks 
 (:meth:`ZoneDecision.to_decision`: ``/v1/assign``, debug logs). A decision is then a
 handful of numpy operations: see ``bench/zone_decision.py``.
 
+Two fast paths cut the numpy calls of the usual decision (``bench/zone_decision.py``
+prints both ways; ``tests/property/test_zone_agent_decisions.py`` demands the same
+choice, costs and trace from both on random zones):
+
+* :class:`FusedFilters` — the default chain (healthy, serves-model, fits, canary) as one
+  step: what depends on the view alone is worked out once per view and model, and only
+  the free-KV rule runs per request; anything unusual (a retry, a half-open GPU, a
+  canary or version pin, a request a hard rule may refuse) runs the filters one by one;
+* :class:`CheapestPick` — a lone cost scorer under the plain max-score picker picks the
+  cheapest survivor, and the scores are worked out only for a trace.
+
+Decisions whose plugins are timed (one in ``plugin_timing_every``) take the reference
+path, so each plugin's histogram times that plugin. ``ZoneProfile.without_fast_paths``
+is the reference runner.
+
 Decisions are sans-io: synchronous, over an immutable :class:`~zone_agent.view.ZoneView`
 plus a copy of the agent's in-flight charges taken when the decision starts.
 """
