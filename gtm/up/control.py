@@ -33,7 +33,6 @@ call them.
 
 from __future__ import annotations
 
-import ipaddress
 import urllib.parse
 from collections.abc import Awaitable, Callable
 from enum import StrEnum
@@ -42,7 +41,7 @@ from typing import Protocol
 from aiohttp import web
 from pydantic import Field
 
-from gtm.admin_auth import AdminGuard, admin_middleware, path_prefix
+from gtm.admin_auth import AdminGuard, admin_middleware, is_loopback_peer, path_prefix
 from gtm.errors import GtmError
 from gtm.models import Frozen
 
@@ -150,13 +149,6 @@ class Controlled(Protocol):
 Handler = Callable[[web.Request], Awaitable[web.Response]]
 
 
-def _is_loopback(peer: str | None) -> bool:
-    try:
-        return ipaddress.ip_address((peer or "").partition("%")[0]).is_loopback
-    except ValueError:
-        return False
-
-
 def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
@@ -186,7 +178,7 @@ class ControlApi:
         """Loopback only; a bad name is a 404 naming what exists; a failure a 503."""
 
         async def guarded(request: web.Request) -> web.Response:
-            if not _is_loopback(request.remote):
+            if not is_loopback_peer(request.remote):
                 return _error(403, "the control API accepts loopback clients only")
             try:
                 return await handler(request)
