@@ -274,10 +274,13 @@ def plot_timeline(journal: Journal, path: Path, title: str) -> Path:
     axes[2].set_xlabel("seconds since the run started")
     if data.per_region:
         axes[2].legend(fontsize=7, loc="upper left", ncol=3)
+    starts: Counter[float] = Counter()
     for step, _description, start, end in journal.fault_windows():
         for ax in axes:
             ax.axvspan(start, end, color="tab:orange", alpha=0.2)
-        axes[0].annotate(step, (start, 1.0), fontsize=7, va="bottom")
+        # Steps that start together are labelled one under the other.
+        axes[0].annotate(step, (start, 0.95 - 0.1 * starts[round(start)]), fontsize=7, va="top")
+        starts[round(start)] += 1
     fig.suptitle(title, fontsize=10)
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
