@@ -29,7 +29,9 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=48)
     parser.add_argument("--duration", type=float, default=120.0)
     parser.add_argument("--load", default="0.85", help="comma-separated loads")
-    parser.add_argument("--out", type=Path, default=Path("reports"))
+    parser.add_argument(
+        "--out", type=Path, help="report directory (default: reports/; none with --smoke)"
+    )
     args = parser.parse_args()
     config = BenchConfig(
         gpus=12 if args.smoke else args.gpus,
@@ -39,7 +41,9 @@ def main() -> None:
     )
     trace = load_trace(TraceKind.MOONCAKE)
     places = read_places(data_dir() / CITIES_FILE)
-    rows = run_bench(config, trace, places, out_dir=args.out)
+    # A smoke run (make bench) must not overwrite the real report.
+    out = args.out if args.out is not None else (None if args.smoke else Path("reports"))
+    rows = run_bench(config, trace, places, out_dir=out)
     for load, summaries in rows.items():
         print(f"\nload {load:.0%}\n{table(summaries)}\n")
         print("\n".join(targets(summaries, load)))
