@@ -18,7 +18,10 @@ of the same repetition. Everything is warmed up first (sequential, then concurre
 requests on every path), then measured ``--repeat`` times with the order of the paths
 rotated; figures are printed as ranges over the repetitions. The client is Python
 (aiohttp) on the same machine, so on a small box it shares the CPUs with the proxy
-under test: compare the proxies with each other, not with other machines.
+under test: compare the proxies with each other, not with other machines. Each proxy's
+own CPU time per request in the throughput phase (``/proc/PID/stat``; nginx: master and
+workers) is printed too: on a shared, busy machine requests/s swing with the other jobs,
+CPU per request much less.
 
 Issue 5 targets: added latency p50 < 1 ms; throughput ≥ 0.5 × nginx.
 
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import shutil
 import socket
@@ -183,9 +187,34 @@ async def latencies(http: aiohttp.ClientSession, urls: Sequence[str], count: int
     return out
 
 
+def cpu_seconds(pids: Sequence[int]) -> float:
+    """User + system CPU time of these processes so far (``/proc/PID/stat``)."""
+    total = 0
+    for pid in pids:
+        # Fields after the ")" closing the command name: utime and stime are the 12th
+        # and 13th (proc(5): fields 14 and 15 of the line).
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def with_children(pid: int) -> list[int]:
+    """``pid`` and its child processes (nginx's master and its workers)."""
+    out = [pid]
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
 async def throughput(
     http: aiohttp.ClientSession, urls: Sequence[str], concurrency: int, seconds: float
-) -> float:
+) -> tuple[float, int]:
+    """Requests/s of a closed loop, and how many requests were done."""
     done = 0
     deadline = time.perf_counter() + seconds
 
@@ -204,7 +233,7 @@ async def throughput(
     async with asyncio.TaskGroup() as group:
         for k in range(concurrency):
             group.create_task(client(k))
-    return done / (time.perf_counter() - start)
+    return done / (time.perf_counter() - start), done
 
 
 def quantile(samples: list[float], q: float) -> float:
@@ -246,6 +275,8 @@ class Round:
     p50: dict[str, float]
     p99: dict[str, float]
     rps: dict[str, float]
+    #: The proxy's own CPU time per request in the throughput phase, seconds.
+    cpu: dict[str, float]
 
 
 async def measure_round(
@@ -255,17 +286,21 @@ async def measure_round(
     seconds: float,
     concurrency: int,
     order: int,
+    pids: dict[str, list[int]],
 ) -> Round:
     # Rotate the order each repetition, so no target always runs first (or last).
     names = list(targets)
     names = names[order % len(names) :] + names[: order % len(names)]
-    p50, p99, rps = {}, {}, {}
+    p50, p99, rps, cpu = {}, {}, {}, {}
     for name in names:
         lat = await latencies(http, targets[name], count)
         p50[name], p99[name] = statistics.median(lat), quantile(lat, 0.99)
     for name in names:
-        rps[name] = await throughput(http, targets[name], concurrency, seconds)
-    return Round(p50, p99, rps)
+        before = cpu_seconds(pids[name]) if name in pids else 0.0
+        rps[name], done = await throughput(http, targets[name], concurrency, seconds)
+        if name in pids:
+            cpu[name] = (cpu_seconds(pids[name]) - before) / max(1, done)
+    return Round(p50, p99, rps, cpu)
 
 
 async def run(smoke: bool, concurrency: int, repeat: int) -> int:
@@ -299,13 +334,16 @@ async def run(smoke: bool, concurrency: int, repeat: int) -> int:
     with tempfile.TemporaryDirectory(prefix="gtm-bench-nginx-") as tmp:
         try:
             targets: dict[str, list[str]] = {"direct": urls}
+            pids: dict[str, list[int]] = {}
             for name, loop in AGENTS.items():
                 agent = await start_agent(urls, loop)
                 procs.append(agent)
                 targets[name] = [agent.url]
+                pids[name] = [agent.proc.pid]
             if nginx is not None:
                 procs.append(await start_nginx(nginx, urls, Path(tmp)))
                 targets["nginx"] = [procs[-1].url]
+                pids["nginx"] = with_children(procs[-1].proc.pid)
             connector = aiohttp.TCPConnector(limit=concurrency)
             async with aiohttp.ClientSession(connector=connector) as http:
                 # Warm up pools, caches and code paths: sequential, then concurrent.
@@ -314,7 +352,7 @@ async def run(smoke: bool, concurrency: int, repeat: int) -> int:
                     await throughput(http, target, concurrency, 0.2 if smoke else 1.0)
                 for k in range(repeat):
                     rounds.append(
-                        await measure_round(http, targets, count, seconds, concurrency, k)
+                        await measure_round(http, targets, count, seconds, concurrency, k, pids)
                     )
                     print(f"  repetition {k + 1}/{repeat} done", file=sys.stderr, flush=True)
         finally:
@@ -337,15 +375,17 @@ def report(targets: dict[str, list[str]], rounds: list[Round], smoke: bool) -> N
     )
     print(
         f"{'path':>14} {'p50 ms':>13} {'p99 ms':>13} {'added p50':>13} {'added p99':>13}"
-        f" {'req/s':>13}"
+        f" {'req/s':>13} {'CPU µs/req':>13}"
     )
     for name in targets:
         added50 = [r.p50[name] - r.p50["direct"] for r in rounds]
         added99 = [r.p99[name] - r.p99["direct"] for r in rounds]
+        cpu = [r.cpu[name] * 1e6 for r in rounds if name in r.cpu]
         print(
             f"{name:>14} {span([r.p50[name] for r in rounds], ms):>13}"
             f" {span([r.p99[name] for r in rounds], ms):>13} {span(added50, ms):>13}"
             f" {span(added99, ms):>13} {span([r.rps[name] for r in rounds], '{:,.0f}'.format):>13}"
+            f" {span(cpu, '{:,.0f}'.format) if cpu else '':>13}"
         )
     for agent in AGENTS:
         added = [r.p50[agent] - r.p50["direct"] for r in rounds]
@@ -361,6 +401,14 @@ def report(targets: dict[str, list[str]], rounds: list[Round], smoke: bool) -> N
                 f"target: {agent} throughput ≥ 0.5 × nginx: {span(ratios, '{:.2f}'.format)} ×, "
                 f"met in {met}/{len(rounds)} repetitions"
             )
+            # CPU per request bounds a proxy's throughput per core, whatever the client
+            # manages to send, and swings far less than requests/s on a busy machine.
+            cpu = [r.cpu["nginx"] / r.cpu[agent] for r in rounds if r.cpu[agent] > 0]
+            if cpu:
+                print(
+                    f"{agent} CPU per request vs nginx's: nginx / agent = "
+                    f"{span(cpu, '{:.2f}'.format)} ×"
+                )
     if "nginx" not in targets:
         print("nginx not found: the peer comparison was not run (smoke mode)")
 

@@ -480,9 +480,10 @@ class CheapestPick:
     The scorer scores ``exp(-(cost - best) / scale)``: 1 for the cheapest and strictly
     less for anything that costs more — except that exp of a tiny negative number
     rounds to 1, so a survivor costing a hair more than the best ties with it, and the
-    picker takes the first of the tied. Only when a second survivor costs within
-    ``1e-9 × scale`` of the best (where exp may round to 1; it surely does not below
-    ``-1e-9``) are the scores worked out to pick, so the choice is always the picker's.
+    picker takes the first of the tied. Only when a second survivor costs more than the
+    best but within ``1e-9 × scale`` of it (where exp may round to 1; it surely does not
+    below ``-1e-9``) are the scores worked out to pick, so the choice is always the
+    picker's. (Survivors costing exactly the best tie at 1: argmin finds the first.)
     The scores themselves are worked out only for a trace (:attr:`ZoneDecision.scores`).
     """
 
@@ -515,7 +516,12 @@ class CheapestPick:
             at = int(live.argmin())
             best = float(live[at])
             k = int(survivors[at])
-        if not best < math.inf or np.count_nonzero(live <= best + self._margin) != 1:
+        if not best < math.inf:
+            return -1
+        near = np.count_nonzero(live <= best + self._margin)
+        # Exact ties (an idle zone of one GPU type) all score exp(0) = 1, and argmin
+        # found the first of them, as the picker would.
+        if near != 1 and near != np.count_nonzero(live == best):
             return -1
         return k
 

@@ -273,7 +273,9 @@ def fixed_profile(costs: list[float], *, fast: bool) -> ZoneProfile:
         ([float(np.nextafter(10.0, 20.0)), 10.0, 300.0], 0, True),
         ([float(np.nextafter(100.0, 200.0)), 100.0, 300.0], 1, True),
         ([100.001, 100.0, 300.0], 1, False),
-        ([300.0, 100.0, 100.0], 1, True),
+        # Exact ties score exp(0) = 1 each: the first, without the scores.
+        ([300.0, 100.0, 100.0], 1, False),
+        ([100.0, 100.0, float(np.nextafter(100.0, 200.0))], 0, True),
         # Nothing can serve (infinite costs): every score is 0, the first survivor wins.
         ([math.inf, math.inf, math.inf], 0, True),
     ],
