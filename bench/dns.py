@@ -301,7 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0 if args.smoke else 2
     print(
         f"dnsperf -c 16 -q 256 (one thread), {SUBNETS:,} ECS client subnets, {seconds:.0f} s "
-        f"per run after a warm-up pass, loopback, {os.cpu_count()} cores (shared with dnsperf)"
+        f"per run after warm-up passes, loopback, {os.cpu_count()} cores (shared with dnsperf)"
     )
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
