@@ -111,7 +111,7 @@ def test_udp_packets_never_break_the_server(server: BoundAddress) -> None:
         sock.settimeout(5.0)
         counter = iter(range(1, 1 << 30))
 
-        @fuzz_settings(600)
+        @fuzz_settings(1200)
         @given(packet=packets())
         def batch(packet: bytes) -> None:
             sock.sendto(packet, (server.host, server.port))
@@ -121,7 +121,7 @@ def test_udp_packets_never_break_the_server(server: BoundAddress) -> None:
 
 
 def test_tcp_streams_never_break_the_server(server: BoundAddress) -> None:
-    @fuzz_settings(100)
+    @fuzz_settings(120)
     @given(packet=packets(), frame_length=st.none() | st.integers(0, 65535))
     def batch(packet: bytes, frame_length: int | None) -> None:
         length = len(packet) if frame_length is None else frame_length

@@ -81,7 +81,7 @@ def _assert_error_shape(status: int, headers: dict[str, str], data: bytes) -> No
 
 
 def test_openai_endpoints_survive_fuzzed_bodies(emulator: Emulator) -> None:
-    @fuzz_settings(300)
+    @fuzz_settings(400)
     @given(data=st.data())
     def batch(data: st.DataObject) -> None:
         path = data.draw(st.sampled_from(sorted(VALID)))
@@ -106,7 +106,7 @@ def fault_bodies(draw: st.DrawFn) -> bytes:
 
 
 def test_admin_fault_api_survives_fuzzed_bodies(emulator: Emulator) -> None:
-    @fuzz_settings(150)
+    @fuzz_settings(200)
     @given(body=fault_bodies())
     def batch(body: bytes) -> None:
         status, headers, payload = emulator.client.request("POST", "/admin/faults", body)
@@ -127,7 +127,7 @@ def any_body(draw: st.DrawFn) -> bytes:
     return draw(http_body(path) | st.just(b"[" * 5000 + b"]" * 5000))
 
 
-@fuzz_settings(600)
+@fuzz_settings(1000)
 @given(raw=any_body(), endpoint=st.integers(min_value=0, max_value=2))
 def test_every_tier_parser_answers_400_or_a_request(raw: bytes, endpoint: int) -> None:
     """The front door's, regional LB's and zone agent's parsers (sans-io): a fuzzed body

@@ -88,7 +88,7 @@ def _load(name: str, contents: bytes) -> PolicySet | PolicyError:
             return exc
 
 
-@fuzz_settings(40)
+@fuzz_settings(50)
 @given(change=mutated_file())
 def test_mutated_policies_load_whole_or_fail_naming_file_and_field(
     change: tuple[str, bytes],
