@@ -589,9 +589,11 @@ class ZoneDecision(NamedTuple):
     def to_decision(self, top: int | None = 16) -> Decision:
         """The decision as a :class:`gtm.models.Decision` (scores of the ``top`` best
         survivors and always the choice; None: all)."""
+        scored = self._scored()  # once: without eager scores, each access works them out
+        totals = scored.totals
         alive = np.flatnonzero(self.alive)
         if top is not None and len(alive) > top:
-            best = alive[np.argsort(-self.totals[alive], kind="stable")[:top]]
+            best = alive[np.argsort(-totals[alive], kind="stable")[:top]]
             keep = sorted({int(i) for i in best} | {self.choice})
         else:
             keep = [int(i) for i in alive]
@@ -599,8 +601,8 @@ class ZoneDecision(NamedTuple):
         scores = tuple(
             CandidateScore(
                 candidate=ids[i],
-                scores=tuple((name, float(column[i])) for name, column in self.scores),
-                total=float(self.totals[i]),
+                scores=tuple((name, float(column[i])) for name, column in scored.columns),
+                total=float(totals[i]),
             )
             for i in keep
         )
