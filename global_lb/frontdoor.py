@@ -445,7 +445,11 @@ class FrontDoor:
         for name, value in upstream.headers.items():
             if name.lower() not in _HOP_BY_HOP:
                 response.headers.add(name, value)
-        response.headers[REGION_HEADER] = region_id
+        # The regional LB names the region that served the request, which differs from
+        # ``region_id`` when it spilled to a peer: keep its answer so clients (and a
+        # client-side residency audit) see where the bytes were really processed.
+        if REGION_HEADER not in response.headers:
+            response.headers[REGION_HEADER] = region_id
         response.headers[DECISION_HEADER] = outcome.decision_id
         if upstream.content_length is not None:
             response.content_length = upstream.content_length

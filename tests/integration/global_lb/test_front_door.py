@@ -47,6 +47,8 @@ class StandIn:
     port: int = 0
     seen: list[str] = field(default_factory=list)
     countries: list[str | None] = field(default_factory=list)
+    #: When set, answers as a regional LB that spilled the request to this peer region.
+    served_by: str | None = None
 
     async def start(self) -> None:
         app = web.Application()
@@ -75,6 +77,9 @@ class StandIn:
         ) as upstream:  # fmt: skip
             response = web.StreamResponse(status=upstream.status)
             response.content_type = upstream.content_type
+            if self.served_by is not None:
+                response.headers["x-gtm-region"] = self.served_by
+                response.headers["x-gtm-spilled-from"] = self.region
             await response.prepare(request)
             async for chunk in upstream.content.iter_any():
                 await response.write(chunk)
@@ -286,3 +291,20 @@ async def test_route_api_service_endpoints_and_audit(deployment: Deployment) -> 
     ]
     assert records[-1]["client_country"] == "SE"
     assert "prompt" not in json.dumps(records)
+
+
+async def test_region_header_names_the_region_a_regional_lb_spilled_to(
+    deployment: Deployment,
+) -> None:
+    """The front door keeps the regional LB's ``x-gtm-region`` (where the request was
+    really served) instead of overwriting it with the region it forwarded to."""
+    deployment.stand_ins["eu-west"].served_by = "eu-central"
+    async with deployment.client("gtm-demo-global") as client:
+        raw = await client.chat.completions.with_raw_response.create(
+            model=LLAMA_8B,
+            messages=[{"role": "user", "content": "Hello from London"}],
+            max_tokens=4,
+        )
+    assert raw.headers["x-gtm-region"] == "eu-central"
+    assert raw.headers["x-gtm-spilled-from"] == "eu-west"
+    assert deployment.stand_ins["eu-west"].seen  # it went to eu-west first
