@@ -23,8 +23,8 @@ kind                              fields
                                   (black-hole, refuse)
 ``latency``                       ``source``, ``target``, ``latency_ms``, ``jitter_ms``,
                                   ``direction`` (upstream, downstream, both)
-``all-health-checks-fail``        ``latency_ms`` (> the 500 ms probe timeout; default
-                                  1000)
+``all-health-checks-fail``        ``latency_ms`` (> the 1,000 ms probe timeout; default
+                                  2000)
 ``policy-push``                   ``paths`` (policy files/directories)
 ================================  ======================================================
 """

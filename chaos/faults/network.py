@@ -11,7 +11,7 @@ is that agent's connection to every etcd member.
   proxy (open connections are closed, new ones refused — a dead host).
 * ``latency``: a ``latency`` toxic (with jitter) on the chosen direction(s).
 * ``all-health-checks-fail``: ``latency`` toxics longer than the global LB's probe
-  timeout (0.5 s) on every global → regional link: every probe times out at once
+  timeout (1 s) on every global → regional link: every probe times out at once
   (the monitoring bug of scenario 11) while requests still get through, slowly.
 
 Rollback removes exactly the toxics this fault added (and re-enables what it disabled).
@@ -31,10 +31,11 @@ from chaos.deployment import Deployment, UnknownTarget
 from chaos.faults.base import FaultError, Injected, SpecBase
 from chaos.proxy.client import ToxiproxyClient
 from chaos.proxy.errors import ToxiproxyError
+from global_lb.health import HealthCheckConfig
 from gtm.up.control import LinkInfo, LinkKind
 
-#: The global LB's default health-probe timeout (global_lb.health.HealthCheckConfig), s.
-PROBE_TIMEOUT_MS = 500
+#: The global LB's default health-probe timeout, ms.
+PROBE_TIMEOUT_MS = round(HealthCheckConfig().timeout * 1000)
 #: ``all-health-checks-fail``'s default added latency: twice the probe timeout, so
 #: jitter-free probes fail every time.
 HEALTH_FAIL_LATENCY_MS = 2 * PROBE_TIMEOUT_MS

@@ -23,6 +23,7 @@ from chaos.faults import (
     parse_fault,
 )
 from chaos.faults.network import Direction
+from global_lb.health import HealthCheckConfig
 from gtm.errors import ConfigError
 
 EXAMPLES = """
@@ -81,7 +82,7 @@ def test_defaults() -> None:
     assert latency.jitter_ms == 0
     health = parse_fault({"kind": "all-health-checks-fail"})
     assert isinstance(health, AllHealthChecksFailFault)
-    assert health.latency_ms == 1000
+    assert health.latency_ms == 2 * HealthCheckConfig().timeout * 1000
 
 
 @pytest.mark.parametrize(
@@ -121,7 +122,7 @@ def test_defaults() -> None:
         ),
         (
             {"kind": "all-health-checks-fail", "latency_ms": 100},
-            "fault.latency_ms: Input should be greater than 500",
+            "fault.latency_ms: Input should be greater than 1000",
         ),
         ({"kind": "policy-push", "paths": []}, "fault.paths: Tuple should have at least 1 item"),
         ({"kind": "etcd-compact", "keep": -1}, "fault.keep: Input should be greater than or"),
