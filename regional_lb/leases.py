@@ -44,6 +44,16 @@ per replica. A replica cut off from the store over-admits by at most its safe sh
 the pool (once its record expires, the connected replicas may claim the whole pool, as
 they must if it really died); a smaller safe share lowers that bound and the cut-off
 replica's throughput alike (``bench/regional.py`` measures both).
+
+**Alone in its pool** (the common case of one regional LB per region, whose pool is
+that region's share of the tenant), a replica whose lease runs out keeps the share it
+held instead of dropping to the safe share (``keep_share_when_alone``): when the store
+is down for everyone — the static-stability case, chaos scenario ``etcd-down`` — nobody
+can claim the pool meanwhile, so keeping it over-admits nothing, while the safe share
+would refuse half the tenant's traffic for as long as etcd is away. The price is the
+rare case where only this replica is cut off *and* a new replica joins the same pool
+in that window: the pool is then over-admitted by at most this replica's share until it
+reconnects. Set ``keep_share_when_alone=False`` for Doorman's strict behaviour.
 """
 
 from __future__ import annotations
@@ -99,6 +109,9 @@ class LeaseSettings:
     refresh_interval: float = 1.0
     #: Share used without a valid lease (store down, lease lost, starting up).
     safe_share: float = DEFAULT_SAFE_SHARE
+    #: A replica that was alone in its pool at its last round keeps its share when its
+    #: lease runs out (see the module docstring for the bound).
+    keep_share_when_alone: bool = True
     #: Smallest want, so an idle replica keeps a foothold for its next request.
     min_want: float = 0.02
     #: Wants are demand × headroom, so a growing demand is visible before it is refused.
@@ -173,6 +186,8 @@ class _Holding:
     smoothed: float = 0.0
     #: The last (want, grant) we wrote under our current lease.
     written: tuple[float, float] | None = None
+    #: Whether no other replica held a record in the pool at our last round.
+    alone: bool = False
 
 
 class CapacityLeases:
@@ -264,10 +279,16 @@ class CapacityLeases:
                 self._holdings[tenant] = holding
             self._push(tenant, holding)
 
-    def _push(self, tenant: str, holding: _Holding) -> None:
+    def _fallback(self, holding: _Holding) -> float:
+        """The share enforced once the lease runs out without a refresh."""
         safe = self._settings.safe_share
+        if holding.alone and self._settings.keep_share_when_alone:
+            return max(safe, holding.in_use)
+        return safe
+
+    def _push(self, tenant: str, holding: _Holding) -> None:
         if holding.backed:
-            grant = Grant(holding.in_use, self._valid_until, safe)
+            grant = Grant(holding.in_use, self._valid_until, self._fallback(holding))
         else:
             grant = Grant(holding.in_use, math.inf, holding.in_use)
         self._limiter.set_grant(tenant, grant)
@@ -309,6 +330,7 @@ class CapacityLeases:
         for tenant, holding in self._holdings.items():
             holding.backed = False
             holding.written = None
+            holding.alone = False  # others may have claimed the pool while we were away
             holding.in_use = self._settings.safe_share
             self._push(tenant, holding)
 
@@ -356,6 +378,7 @@ class CapacityLeases:
         records, _ = await self._pool_records(tenant, pool)
         others = [r for r in records if r.replica != self._replica]
         mine = next((r for r in records if r.replica == self._replica), None)
+        holding.alone = not others
         if holding.backed and mine is None:
             # Someone removed our record: what we use is no longer accounted for.
             holding.backed = False

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -26,7 +27,11 @@ POOL = Pool("unlisted", 1.0)
 
 class Replica:
     def __init__(
-        self, name: str, store: FlakyStore[MemoryStore] | MemoryStore, clock: FakeClock
+        self,
+        name: str,
+        store: FlakyStore[MemoryStore] | MemoryStore,
+        clock: FakeClock,
+        settings: LeaseSettings = SETTINGS,
     ) -> None:
         self.name = name
         self.clock = clock
@@ -46,7 +51,7 @@ class Replica:
             region="r1",
             clock=clock,
             registry=self.registry,
-            settings=SETTINGS,
+            settings=settings,
         )
         self.leases.configure({"t1": POOL})
 
@@ -170,6 +175,48 @@ async def test_outage_falls_back_to_the_safe_share_and_reconverges(
     assert (a.share, b.share) == pytest.approx((0.5, 0.5))
     assert a.leases.holdings()["t1"] == (0.5, True)
     assert a.registry.get_sample_value("gtm_regional_quota_safe_mode") == 0.0
+
+
+async def test_a_replica_alone_in_its_pool_keeps_its_share_through_an_outage(
+    fake_clock: FakeClock,
+) -> None:
+    """Static stability: with the store down for everyone, nobody can claim the pool, so
+    the only replica of a pool keeps enforcing what it held (not the safe share)."""
+    store = FlakyStore(MemoryStore(fake_clock))
+    alone = Replica("a", store, fake_clock)
+    await rounds(fake_clock, [alone], 3, load=500)
+    assert alone.share == 1.0
+    store.down = True
+    with pytest.raises(StateUnavailable):
+        await alone.leases.refresh()
+    await fake_clock.advance(SETTINGS.ttl * 4)
+    assert alone.share == 1.0
+    assert alone.registry.get_sample_value("gtm_regional_quota_safe_mode") == 1.0
+    store.down = False
+    await rounds(fake_clock, [alone], 2, load=500)
+    assert alone.leases.holdings()["t1"] == (1.0, True)
+
+
+async def test_keep_share_when_alone_off_is_doorman_strict(fake_clock: FakeClock) -> None:
+    store = FlakyStore(MemoryStore(fake_clock))
+    strict = dataclasses.replace(SETTINGS, keep_share_when_alone=False)
+    alone = Replica("a", store, fake_clock, settings=strict)
+    await rounds(fake_clock, [alone], 3, load=500)
+    store.down = True
+    await fake_clock.advance(SETTINGS.ttl)
+    assert alone.share == SETTINGS.safe_share
+
+
+async def test_a_replica_that_was_not_alone_falls_back_to_the_safe_share(
+    fake_clock: FakeClock,
+) -> None:
+    store = FlakyStore(MemoryStore(fake_clock))
+    a, b = Replica("a", store, fake_clock), Replica("b", store, fake_clock)
+    await rounds(fake_clock, [a, b], 4, load=500)
+    await b.leases.close()  # b leaves; a has not seen that yet
+    store.down = True
+    await fake_clock.advance(SETTINGS.ttl)
+    assert a.share == SETTINGS.safe_share
 
 
 async def test_a_lost_lease_is_replaced(fake_clock: FakeClock) -> None:
