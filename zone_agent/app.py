@@ -396,7 +396,14 @@ class ZoneAgent:
             ],
         )
         proxy = Proxy(
-            ProxySettings(self.config.zone, self.config.max_attempts, self.config.trace_top),
+            ProxySettings(
+                self.config.zone,
+                self.config.max_attempts,
+                self.config.trace_top,
+                first_byte_floor_s=self.config.first_byte_floor_s,
+                first_byte_ttft_factor=self.config.first_byte_ttft_factor,
+                first_byte_cap_s=self.config.upstream_timeout_s,
+            ),
             view=lambda: self._view,
             profile=lambda: self._profile,
             accounting=self.accounting,

@@ -97,6 +97,10 @@ class ZoneConfig(Frozen):
     #: Longest wait for any byte from a worker (response headers, then between chunks).
     #: A non-streamed completion sends nothing until it is done, so this is generous.
     upstream_timeout_s: float = Field(default=300.0, gt=0.0)
+    #: First-byte deadline of a streamed response: max(floor, factor × predicted TTFT),
+    #: then retried on another GPU (``zone_agent.proxy``: a black-holed GPU).
+    first_byte_floor_s: float = Field(default=5.0, gt=0.0)
+    first_byte_ttft_factor: float = Field(default=4.0, ge=1.0)
     #: Attempts per request, on distinct GPUs, before the first byte (ARCHITECTURE §6).
     max_attempts: int = Field(default=3, ge=1, le=3)
     max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)

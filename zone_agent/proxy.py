@@ -14,6 +14,14 @@ accounting.Ticket`), send it upstream over a keep-alive pool, and relay the resp
 * **Cancellation**: when the client goes away aiohttp cancels the handler; the upstream
   response is closed (the worker sees the disconnect and aborts the request) and the
   ticket released. Every path closes the ticket in a ``finally``.
+* **First-byte deadline** (streaming requests): a GPU that accepts a request and then
+  says nothing (black-holed, wedged) would hold it for the whole upstream timeout. A
+  streamed response's first chunk comes after the prefill, so it must arrive within
+  ``first_byte_ttft_factor`` × the decision's predicted TTFT, and never sooner than
+  ``first_byte_floor_s``; past that the attempt counts as a timeout (passive health) and
+  the request is retried on another GPU — nothing has reached the client yet.
+  Non-streamed responses send nothing until they are done, so only the upstream
+  timeout applies to them.
 * **Passive health**: connect failures, timeouts, resets and 5xx count towards ejection;
   a completed response counts as a success. A client going away blames nobody.
 * **Headers**: ``x-request-id`` (the client's, or a new one) goes upstream and back;
@@ -87,6 +95,25 @@ class ProxySettings:
     zone_id: str
     max_attempts: int = 3
     trace_top: int = 16
+    #: Shortest first-byte deadline of a streamed response, s: above the TTFT of a long
+    #: prompt on a busy GPU, below what an interactive client waits (the chaos anchor's
+    #: black-holed-GPU scenario bounds the stall at ~10 s including one retry).
+    first_byte_floor_s: float = 5.0
+    #: The deadline in multiples of the predicted TTFT (the prediction is a queueing
+    #: estimate: 4× leaves room for its error before a GPU is called silent).
+    first_byte_ttft_factor: float = 4.0
+    #: Longest first-byte deadline, s (the upstream read timeout).
+    first_byte_cap_s: float = 300.0
+
+    def first_byte_timeout(self, facts: ZoneRequest, decision: ZoneDecision) -> float | None:
+        """Seconds the GPU has to send the first chunk, or ``None`` (no deadline)."""
+        if not facts.stream:
+            return None
+        predicted_s = (decision.predicted_ttft_ms or 0.0) / 1000.0
+        return min(
+            self.first_byte_cap_s,
+            max(self.first_byte_floor_s, self.first_byte_ttft_factor * predicted_s),
+        )
 
 
 class _Retry(Exception):
@@ -315,13 +342,16 @@ class Proxy:
         upstream: aiohttp.ClientResponse | None = None
         outcome: Outcome | None = None
         completed = False
+        limit = self._settings.first_byte_timeout(facts, decision)
+        deadline = None if limit is None else asyncio.get_running_loop().time() + limit
         try:
             try:
-                upstream = await self._session().post(
-                    self._url(decision.gpu.worker.url, request.path),
-                    data=raw,
-                    headers=upstream_headers(request, facts.request_id),
-                )
+                async with asyncio.timeout_at(deadline):
+                    upstream = await self._session().post(
+                        self._url(decision.gpu.worker.url, request.path),
+                        data=raw,
+                        headers=upstream_headers(request, facts.request_id),
+                    )
             except aiohttp.ClientConnectorError as exc:
                 outcome = Outcome.CONNECT
                 raise _Retry("connect", f"connect failed: {exc.os_error}") from None
@@ -340,7 +370,7 @@ class Proxy:
                 )
             try:
                 response, outcome, completed = await self._relay(
-                    request, upstream, ticket, decision, started
+                    request, upstream, ticket, decision, started, deadline
                 )
             except _Retry as retry:
                 outcome = retry.outcome
@@ -363,6 +393,7 @@ class Proxy:
         ticket: Ticket,
         decision: ZoneDecision,
         started: float,
+        deadline: float | None = None,
     ) -> tuple[web.StreamResponse, Outcome | None, bool]:
         """Relay the response; (response, outcome for health, upstream fully read).
 
@@ -370,7 +401,8 @@ class Proxy:
         that fails between its headers and its first token is still retried elsewhere.
         """
         try:
-            first = await upstream.content.readany()
+            async with asyncio.timeout_at(deadline):
+                first = await upstream.content.readany()
         except TimeoutError:
             raise _Retry("timeout", "no first byte in time", outcome=Outcome.TIMEOUT) from None
         except (aiohttp.ClientError, OSError) as exc:

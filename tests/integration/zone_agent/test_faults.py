@@ -83,6 +83,36 @@ async def test_a_hanging_worker_times_out_and_the_request_moves_on(make_zone: Zo
     await zone.faults(zone.sims[0])
 
 
+async def test_a_silent_gpu_misses_the_first_byte_deadline_and_the_stream_moves_on(
+    make_zone: ZoneFactory,
+) -> None:
+    """A streamed request must see its first chunk within max(floor, factor × predicted
+    TTFT), not the (long) upstream timeout: a black-holed GPU costs one floor, then the
+    request is served by another GPU and the silent one is charged a timeout."""
+    zone = await make_zone(["H100", "H100"], upstream_timeout_s=60.0, first_byte_floor_s=0.5)
+    await zone.faults(zone.sims[0], {"hang": True})
+    zone.agent.set_profile(builtin_profile("round-robin"))  # one of two asks gpu-0
+    started = time.monotonic()
+    for _ in range(2):
+        raw = await zone.client.chat.completions.with_raw_response.create(
+            model=LLAMA_8B, messages=HELLO, max_tokens=3, stream=True
+        )
+        received: list[str] = []
+        await _drain(raw.parse(), received)
+        assert raw.headers["x-gtm-gpu"] == "gpu-1"
+        assert received
+    elapsed = time.monotonic() - started
+    assert 0.5 <= elapsed < 10.0  # one floor, far from the 60 s upstream timeout
+    assert (
+        zone.agent.registry.get_sample_value(
+            "gtm_zone_upstream_failures_total", {"gpu": "gpu-0", "outcome": "timeout"}
+        )
+        == 1
+    )
+    await zone.no_leaks()
+    await zone.faults(zone.sims[0])
+
+
 async def test_a_cut_stream_reaches_the_client_as_an_error(make_zone: ZoneFactory) -> None:
     zone = await make_zone(["H100"])
     await zone.faults(zone.sims[0], {"stop_stream_after": 3})
