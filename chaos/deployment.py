@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import shutil
 import signal
@@ -30,6 +31,7 @@ import sys
 import tempfile
 import time
 import urllib.parse
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -60,12 +62,16 @@ from gtm.up.processes import free_port
 #: Bounds for a loaded 2-core machine.
 DEFAULT_READY_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 30.0
+#: Longest wait for one teardown step before the handle moves on (see ``aclose``).
+CLOSE_STEP_S = 10.0
 #: Between two reads of the control API while waiting for ``ready``.
 POLL_INTERVAL_S = 0.2
 #: A control call may start an etcd cluster (an election) on a loaded machine.
 HTTP_TIMEOUT_S = 30.0
 
 _T = TypeVar("_T")
+
+log = logging.getLogger(__name__)
 
 
 class DeploymentError(GtmError):
@@ -167,13 +173,17 @@ class Deployment:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the store and session; stop gtm up if this handle launched it."""
-        if self._store is not None:
-            await self._store.aclose()
-            self._store = None
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        """Close the store and session; stop gtm up if this handle launched it.
+
+        Each step is bounded (``CLOSE_STEP_S``): a store or session that does not close
+        in time is logged and left behind, so the deployment below is always stopped.
+        """
+        store, self._store = self._store, None
+        if store is not None:
+            await _bounded("closing the state store", store.aclose())
+        session, self._session = self._session, None
+        if session is not None:
+            await _bounded("closing the HTTP session", session.close())
         if self._process is not None:
             await self._stop_process(self._process)
             self._process = None
@@ -465,3 +475,11 @@ class Deployment:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
                 await process.wait()
+
+
+async def _bounded(what: str, step: Coroutine[Any, Any, None]) -> None:
+    try:
+        async with asyncio.timeout(CLOSE_STEP_S):
+            await step
+    except TimeoutError:
+        log.warning("chaos deployment: %s took over %g s; moving on", what, CLOSE_STEP_S)

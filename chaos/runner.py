@@ -55,6 +55,9 @@ log = logging.getLogger(__name__)
 
 #: How often the live line is redrawn, s.
 PROGRESS_INTERVAL_S = 0.5
+#: How long the run's own tasks (DNS poller, progress line) get to stop at teardown; a
+#: task stuck past it is named in the journal instead of hanging the run.
+TEARDOWN_TASKS_S = 10.0
 
 
 class FaultHandle(Protocol):
@@ -413,7 +416,18 @@ class ScenarioRun:
             timeline.enter(Phase.TEARDOWN)
             return status
         finally:
-            await supervisor.aclose()
+            await self._stop_tasks(supervisor)
+
+    async def _stop_tasks(self, supervisor: TaskSupervisor) -> None:
+        names = supervisor.names
+        try:
+            async with asyncio.timeout(TEARDOWN_TASKS_S):
+                await supervisor.aclose()
+        except TimeoutError:
+            stuck = ", ".join(sorted(names))
+            text = f"teardown: tasks {stuck} did not stop in {TEARDOWN_TASKS_S:g} s"
+            log.warning("%s", text)
+            self.timeline.note(text)
 
     def _gate(self) -> list[Measurement]:
         """The ``before`` probes, measured right before the first fault. They are kept
