@@ -55,6 +55,11 @@ class HealthConfig(Frozen):
     #: Envoy's defaults: ``consecutive_5xx: 5``, ``base_ejection_time: 30s``,
     #: ``max_ejection_time: 300s``, ``max_ejection_percent: 10``.
     consecutive_failures: int = Field(default=5, ge=1)
+    #: Missed first-byte deadlines in a row that eject at once. The deadline is already
+    #: generous (max(5 s, 4 × predicted TTFT), ``zone_agent.proxy``), so two misses are
+    #: strong evidence of a black hole — and each released miss makes the silent GPU look
+    #: idle again, drawing new requests in until it is ejected (chaos ``black-holed-gpu``).
+    consecutive_timeouts: int = Field(default=2, ge=1)
     base_ejection_s: float = Field(default=30.0, gt=0.0)
     max_ejection_s: float = Field(default=300.0, gt=0.0)
     max_ejected_fraction: float = Field(default=0.1, ge=0.0, le=1.0)
@@ -106,6 +111,7 @@ class _Gpu:
         "ok_streak",
         "passive_streak",
         "slowness",
+        "timeout_streak",
         "up",
         "up_since",
     )
@@ -116,6 +122,7 @@ class _Gpu:
         self.ok_streak = 0
         self.fail_streak = 0
         self.passive_streak = 0
+        self.timeout_streak = 0
         self.ejected_until: float | None = None
         self.ejected_at = -math.inf
         self.ejections = 0
@@ -173,12 +180,18 @@ class HealthTracker:
         gpu = self._gpu(gpu_id, now)
         if outcome is Outcome.SUCCESS:
             gpu.passive_streak = 0
+            gpu.timeout_streak = 0
             gpu.half_open = False
             return False
         gpu.passive_streak += 1
+        gpu.timeout_streak = gpu.timeout_streak + 1 if outcome is Outcome.TIMEOUT else 0
         if gpu.ejected_until is not None and gpu.ejected_until > now:
             return False
-        if gpu.half_open or gpu.passive_streak >= self.config.consecutive_failures:
+        if (
+            gpu.half_open
+            or gpu.passive_streak >= self.config.consecutive_failures
+            or gpu.timeout_streak >= self.config.consecutive_timeouts
+        ):
             return self._eject(gpu, now)
         return False
 
@@ -198,6 +211,7 @@ class HealthTracker:
         gpu.ejected_until = now + min(cfg.max_ejection_s, cfg.base_ejection_s * gpu.ejections)
         gpu.half_open = False
         gpu.passive_streak = 0
+        gpu.timeout_streak = 0
         return True
 
     def ejected_until(self, gpu_id: str) -> float | None:

@@ -67,6 +67,24 @@ def test_consecutive_failures_eject_and_ejections_grow() -> None:
     assert health.next_expiry(12.0) == pytest.approx(32.0)
 
 
+def test_missed_first_byte_deadlines_in_a_row_eject_sooner() -> None:
+    """Two timeouts in a row eject (a black-holed GPU), before consecutive_failures."""
+    health = tracker("a", "b", "c", "d")
+    assert not health.record("a", Outcome.TIMEOUT, 1.0)
+    assert health.record("a", Outcome.TIMEOUT, 1.5)
+    assert not health.status("a", 2.0).eligible
+
+
+def test_a_timeout_streak_is_broken_by_other_outcomes() -> None:
+    health = tracker("a", "b", "c", "d")
+    assert not health.record("a", Outcome.TIMEOUT, 1.0)
+    assert not health.record("a", Outcome.SUCCESS, 1.1)
+    assert not health.record("a", Outcome.TIMEOUT, 1.2)
+    assert not health.record("b", Outcome.TIMEOUT, 1.3)
+    assert not health.record("b", Outcome.ERROR_5XX, 1.4)  # streak of timeouts broken
+    assert health.status("b", 1.5).eligible
+
+
 def test_success_resets_the_streak_and_closes_half_open() -> None:
     health = tracker("a", "b")
     health.record("a", Outcome.ERROR_5XX, 1.0)
