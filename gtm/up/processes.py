@@ -164,20 +164,32 @@ async def _start_etcd(cluster: EtcdCluster) -> GtmError | None:
     return None
 
 
+#: Ports chosen ahead of binding come from below Linux's default ephemeral range
+#: (32768–60999, ``net.ipv4.ip_local_port_range``) and below the zone ports tests and
+#: chaos runs place at 20000–30000: a port picked now and bound a moment later must not
+#: be taken meanwhile by a child binding port 0 (this once failed a CI run).
+_PICK_RANGE = (10_000, 20_000)
+
+
 def free_port(host: str) -> int:
     """A port free for both TCP and UDP on ``host`` now (a DNS server needs both)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    for _ in range(50):
-        with socket.socket(family, socket.SOCK_STREAM) as tcp:
-            tcp.bind((host, 0))
-            port = int(tcp.getsockname()[1])
-            with socket.socket(family, socket.SOCK_DGRAM) as udp:
-                try:
-                    udp.bind((host, port))
-                except OSError:
-                    continue
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randrange(*_PICK_RANGE)
+        if _bindable(family, host, port):
             return port
-    raise ConfigError(f"no free port on {host}")
+    raise ConfigError(f"no free port on {host} in {_PICK_RANGE[0]}-{_PICK_RANGE[1] - 1}")
+
+
+def _bindable(family: socket.AddressFamily, host: str, port: int) -> bool:
+    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+        with socket.socket(family, kind) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                return False
+    return True
 
 
 def _fixed(address: HostPort) -> HostPort:
