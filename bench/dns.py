@@ -49,7 +49,6 @@ import random  # noqa: E402
 import re  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
-import socket  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
@@ -62,6 +61,8 @@ import dns.exception  # noqa: E402
 import dns.message  # noqa: E402
 import dns.query  # noqa: E402
 import yaml  # noqa: E402
+
+from gtm.up.processes import free_port  # noqa: E402
 
 ZONE = "inference.example."
 SUBNETS = 10_000
@@ -77,21 +78,6 @@ class Result:
     sent: int
     lost: int
     latency_ms: float
-
-
-def free_port() -> int:
-    """A port free for both UDP and TCP on 127.0.0.1."""
-    for _ in range(50):
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
-            udp.bind(("127.0.0.1", 0))
-            port = int(udp.getsockname()[1])
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp:
-                try:
-                    tcp.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
-            return port
-    raise RuntimeError("no free port")
 
 
 def query_file(path: Path, count: int, seed: int = 1) -> Path:
@@ -259,7 +245,7 @@ def warmup_passes(workers: int) -> int:
 
 def measure(name: str, work: Path, queries: Path, seconds: float, workers: int) -> Result:
     start, _ = SERVERS[name]
-    port = free_port()
+    port = free_port("127.0.0.1")
     process = start(work, port, workers)
     try:
         wait_answering(port)

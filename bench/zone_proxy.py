@@ -37,9 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
@@ -48,11 +46,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import aiohttp
+# Run as a script, bench/ comes first on sys.path and bench/dns.py would shadow dnspython
+# (which gtm.up.processes imports): drop it.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-from gtm.gpu_profiles import LLAMA_8B
+import aiohttp  # noqa: E402
 
-STARTUP_TIMEOUT_S = 60.0
+from gtm.gpu_profiles import LLAMA_8B  # noqa: E402
+from gtm.testing.processes import STARTUP_TIMEOUT_S, start_listening  # noqa: E402
+from gtm.testing.processes import GtmProcess as Process  # noqa: E402
+from gtm.up.processes import free_port  # noqa: E402
+
 WORKERS = 4
 BODY = {
     "model": LLAMA_8B,
@@ -99,48 +103,6 @@ def find_nginx() -> str | None:
     )
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@dataclass
-class Process:
-    proc: asyncio.subprocess.Process
-    url: str
-
-    async def stop(self) -> None:
-        if self.proc.returncode is None:
-            self.proc.terminate()
-            try:
-                await asyncio.wait_for(self.proc.wait(), 20)
-            except TimeoutError:
-                self.proc.kill()
-                await self.proc.wait()
-
-
-async def start_listening(args: Sequence[str]) -> Process:
-    """Start a ``gtm`` subcommand and wait for its "listening on URL" line."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gtm.cli",
-        "--log-level",
-        "warning",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    assert proc.stdout is not None
-    line = (await asyncio.wait_for(proc.stdout.readline(), STARTUP_TIMEOUT_S)).decode()
-    match = re.search(r"listening on (\S+)", line)
-    if match is None:
-        proc.kill()
-        raise SystemExit(f"gtm {args[0]} did not start: {line!r}")
-    return Process(proc, match.group(1))
-
-
 def write_nginx_conf(prefix: Path, workers: Sequence[str], port: int) -> Path:
     """nginx's configuration and temp directories under ``prefix`` (writable by its
     worker, which may run as another user)."""
@@ -154,7 +116,7 @@ def write_nginx_conf(prefix: Path, workers: Sequence[str], port: int) -> Path:
 
 
 async def start_nginx(nginx: str, workers: Sequence[str], prefix: Path) -> Process:
-    port = free_port()
+    port = free_port("127.0.0.1")
     conf = write_nginx_conf(prefix, workers, port)
     proc = await asyncio.create_subprocess_exec(
         nginx, "-p", str(prefix), "-c", str(conf), stderr=asyncio.subprocess.DEVNULL
@@ -260,7 +222,7 @@ async def start_agent(urls: Sequence[str], loop: str) -> Process:
         "--region",
         "bench",
         "--listen",
-        f"127.0.0.1:{free_port()}",
+        f"127.0.0.1:{free_port('127.0.0.1')}",
         "--event-loop",
         loop,
     ]

@@ -30,7 +30,6 @@ import argparse
 import asyncio
 import json
 import random
-import re
 import statistics
 import sys
 import time
@@ -42,12 +41,12 @@ from pathlib import Path
 import aiohttp
 
 from gtm.gpu_profiles import LLAMA_8B
+from gtm.testing.processes import start_listening
 
 TRACE = Path(__file__).resolve().parents[2] / "shared/data/traces/mooncake/conversation_trace.jsonl"
 BLOCK_TOKENS = 512  # Mooncake's hash_ids block size
 FLEET = ("H100", "H100", "A100-80GB", "A100-80GB", "L40S", "L40S", "V100", "V100")
 BASELINES = ("round-robin", "least-connections", "least-pending-tokens")
-STARTUP_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,41 +119,6 @@ def prompt(request: TraceRequest) -> str:
     return "".join(parts)
 
 
-@dataclass
-class Proc:
-    proc: asyncio.subprocess.Process
-    url: str
-
-    async def stop(self) -> None:
-        if self.proc.returncode is None:
-            self.proc.terminate()
-            try:
-                await asyncio.wait_for(self.proc.wait(), 20)
-            except TimeoutError:
-                self.proc.kill()
-                await self.proc.wait()
-
-
-async def start(args: Sequence[str]) -> Proc:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gtm.cli",
-        "--log-level",
-        "warning",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    assert proc.stdout is not None
-    line = (await asyncio.wait_for(proc.stdout.readline(), STARTUP_TIMEOUT_S)).decode()
-    match = re.search(r"listening on (\S+)", line)
-    if match is None:
-        proc.kill()
-        raise SystemExit(f"gtm {args[0]} did not start: {line!r}")
-    return Proc(proc, match.group(1))
-
-
 @dataclass(frozen=True, slots=True)
 class Outcome:
     ttft_s: float | None  # wall seconds (None: failed)
@@ -202,7 +166,7 @@ async def run_profile(
 ) -> Result:
     workers = await asyncio.gather(
         *(
-            start(
+            start_listening(
                 [
                     "gpu-sim",
                     "--port",
@@ -224,7 +188,7 @@ async def run_profile(
             "--profile", profile, "--scrape-interval", "0.1"]  # fmt: skip
     for i, (worker, gpu) in enumerate(zip(workers, FLEET, strict=True)):
         args += ["--worker", f"{worker.url},gpu={gpu},id=gpu-{i}"]
-    agent = await start(args)
+    agent = await start_listening(args)
     try:
         timeout = aiohttp.ClientTimeout(total=None, sock_read=300)
         connector = aiohttp.TCPConnector(limit=0)
