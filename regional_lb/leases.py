@@ -22,7 +22,9 @@ capacity split evenly), and changes its own claim by a *write-then-verify* proto
   only if the records (its own included) sum to at most 1; otherwise write the old share
   back and try again next round. Two replicas growing at once: the one whose verifying
   read comes later sees both claims, so at most the earlier one proceeds (or neither,
-  and both retry with the loop's jitter).
+  and both retry with the loop's jitter). A replica that gives back a claim before it
+  ever had one verified enforces 0 until one is — its record says 0, and others may
+  have verified claims counting on that.
 
 Each replica's enforced share is therefore at most its record, and every record that
 is in use was verified against every earlier one, so the shares in use sum to at most
@@ -414,6 +416,14 @@ class CapacityLeases:
             self._push(tenant, holding)
             return
         self._m_conflicts.labels(tenant).inc()
+        if not holding.backed:
+            # Our record will say 0 and another replica may have verified a claim that
+            # counts on it; still using the unrecorded safe share would over-allocate the
+            # pool (two replicas starting together: one verified at 1.0, the other on 0.3).
+            # Enforce nothing until a round verifies a claim — with each other's wants
+            # known, the next round's fair shares no longer collide.
+            holding.in_use = 0.0
+            self._push(tenant, holding)
         log.info(
             "tenant %s pool %s over-claimed (%.3f); giving back our claim of %.3f",
             tenant,

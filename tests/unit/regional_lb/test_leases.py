@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import math
 
@@ -141,6 +142,53 @@ async def test_two_busy_replicas_converge_to_halves_and_never_overclaim(
         assert sum(share for share, ok in backed if ok) <= 1.0 + 1e-9
     assert a.share == pytest.approx(0.5)
     assert b.share == pytest.approx(0.5)
+
+
+class StaleFirstRead:
+    """A store whose first ``range`` answer is delivered only after ``release`` is set:
+    the replica acts on a listing that another replica's whole round has since changed."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self._store = store
+        self.release = asyncio.Event()
+        self._first = True
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._store, name)
+
+    async def range(self, prefix: str) -> object:
+        listing = await self._store.range(prefix)
+        if self._first:
+            self._first = False
+            await self.release.wait()
+        return listing
+
+
+async def test_a_claim_lost_at_startup_enforces_nothing_until_verified(
+    fake_clock: FakeClock,
+) -> None:
+    # b reads the empty pool, then a claims and verifies the whole pool, then b claims it
+    # too, sees the collision and gives its claim back. b must not go on using the
+    # unrecorded safe share beside a's verified 1.0 (a CI run caught 0.3 + 1.0).
+    store = MemoryStore(fake_clock)
+    stale = StaleFirstRead(store)
+    a = Replica("a", store, fake_clock)
+    b = Replica("b", stale, fake_clock)  # type: ignore[arg-type]
+
+    async def a_then_release() -> None:
+        await a.leases.refresh()
+        stale.release.set()
+
+    await asyncio.gather(b.leases.refresh(), a_then_release())
+    assert a.leases.holdings()["t1"] == (1.0, True)
+    assert b.leases.holdings()["t1"] == (0.0, False)
+    assert a.share + b.share <= 1.0 + 1e-9
+    assert b.registry.get_sample_value(
+        "gtm_regional_quota_lease_conflicts_total", {"tenant": "t1"}
+    ) == 1.0
+    # With each other's wants on record the next rounds converge without colliding.
+    await rounds(fake_clock, [a, b], 3, load=500)
+    assert (a.share, b.share) == pytest.approx((0.5, 0.5))
 
 
 async def test_shares_follow_demand(fake_clock: FakeClock) -> None:
