@@ -4,7 +4,7 @@ or a refusal.
 ::
 
     residency excludes this region ─────────────────────────────▶ REFUSE (451)
-    Envoy split: the request's draw falls in the peers' share ──▶ SPILL (degraded)
+    split: the request's draw falls in the peers' share ────────▶ SPILL (degraded)
     zone profile (filters → scores → pick) finds a zone ────────▶ LOCAL
     every zone saturated / none healthy, an allowed peer fits ──▶ SPILL (saturated)
     every zone saturated ───────────────────────────────────────▶ QUEUE (fair queue)
@@ -20,8 +20,12 @@ it could leave the client's jurisdiction. Each spill is counted against
 :class:`~regional_lb.spill.SpillLimiter`; when it says no, the request is served (or
 queued) locally.
 
-The draw between region and peers uses :func:`gtm.routing.request_rng` on the request
-id, so the same request over the same view always gets the same answer.
+The split (:mod:`regional_lb.priority`) is capacity-aware by default: the peers' share
+is the part of the demand admitted here (:class:`~regional_lb.priority.DemandMeter`,
+fed by every decision) that the zones' measured headroom cannot take. Envoy's
+health-count overprovisioning is ``SplitMode.ENVOY``. The draw between region and peers
+uses :func:`gtm.routing.request_rng` on the request id, so the same request over the
+same view and demand always gets the same answer.
 """
 
 from __future__ import annotations
@@ -33,7 +37,18 @@ from gtm.errors import NoEligibleCandidate
 from gtm.models import Decision, DecisionTrace, RouteRequest
 from gtm.routing import request_rng
 from policies.documents import SaturationPolicy
-from regional_lb.priority import OVERPROVISIONING_FACTOR, PANIC_THRESHOLD, PrioritySplit, split
+from regional_lb.fastpath import FastZoneChoice
+from regional_lb.priority import (
+    OVERPROVISIONING_FACTOR,
+    PANIC_THRESHOLD,
+    CapacitySettings,
+    DemandMeter,
+    PrioritySplit,
+    SplitMode,
+    capacity_split,
+    split,
+    zone_headroom,
+)
 from regional_lb.profiles import ZoneProfile
 from regional_lb.spill import PeerOption, SpillLimiter, SpillSettings, spill_options
 from regional_lb.view import (
@@ -57,7 +72,7 @@ class Reason(StrEnum):
     """Why a request went where it went (metric labels and logs)."""
 
     CHOSEN = "chosen"
-    DEGRADED = "degraded"  # Envoy overprovisioning sent it to a peer
+    DEGRADED = "degraded"  # the split sent it to a peer (excess demand, or Envoy's)
     DRAINED = "region-drained"
     SATURATED = "saturated"
     UNAVAILABLE = "no-healthy-zone"
@@ -74,6 +89,9 @@ class PanicMode(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class RouterSettings:
+    #: How the proactive region/peers split is computed (capacity-aware by default).
+    split_mode: SplitMode = SplitMode.CAPACITY
+    capacity: CapacitySettings = field(default_factory=CapacitySettings)
     overprovisioning_factor: float = OVERPROVISIONING_FACTOR
     panic_threshold: float = PANIC_THRESHOLD
     panic_mode: PanicMode = PanicMode.ALL
@@ -112,7 +130,8 @@ class RegionalDecision:
 
 class RegionalRouter:
     """Zone choice + spillover for one region. ``decide`` is synchronous and does no I/O;
-    its only state is the spill rate limiter."""
+    its state is the spill rate limiter and the admitted-demand meter (pass the same
+    ones to the router that replaces this one when the policy changes)."""
 
     def __init__(
         self,
@@ -121,11 +140,16 @@ class RegionalRouter:
         saturation_filter: str,
         settings: RouterSettings | None = None,
         limiter: SpillLimiter | None = None,
+        demand: DemandMeter | None = None,
+        fast: FastZoneChoice | None = None,
     ) -> None:
         self._profile = profile
         self._saturation = saturation_filter
         self._settings = settings or RouterSettings()
         self._limiter = limiter or SpillLimiter(self._settings.spill)
+        self._demand = demand or DemandMeter(self._settings.capacity.demand_decay_s)
+        #: Zone choice without the trace (regional_lb.fastpath), for ``trace=False``.
+        self._fast = fast
 
     @property
     def settings(self) -> RouterSettings:
@@ -134,6 +158,10 @@ class RegionalRouter:
     @property
     def profile(self) -> ZoneProfile:
         return self._profile
+
+    @property
+    def demand(self) -> DemandMeter:
+        return self._demand
 
     def decide(
         self,
@@ -144,12 +172,15 @@ class RegionalRouter:
         accounting: ZoneAccounting | None,
         now: float,
         now_wall: float,
+        trace: bool = True,
     ) -> RegionalDecision:
         if view.region not in inputs.allowed:
             return RegionalDecision(Route.REFUSE, Reason.RESIDENCY)
+        # Demand is what was admitted here, wherever it ends up (see the priority module).
+        self._demand.add(request.model, request.input_tokens, now)
         zones = zone_candidates(view, request.model, accounting)
         options = self._options(request, view, inputs, now_wall)
-        priority = self._split(zones, options, request, view)
+        priority = self._split(zones, options, request, view, now)
         if options and (view.region_drained or self._draw(request) >= priority.local_load):
             reason = Reason.DRAINED if view.region_drained else Reason.DEGRADED
             spilled = self._spill(options, reason, priority, now)
@@ -157,6 +188,10 @@ class RegionalRouter:
                 return spilled
         panic = priority.local_panic and self._settings.panic_mode is PanicMode.ALL
         ctx = ZoneContext(view, inputs.allowed, panic, inputs.tokens_per_block)
+        if not trace and self._fast is not None:
+            picked = self._fast.choose(request, zones, ctx)
+            if picked is not None:
+                return RegionalDecision(Route.LOCAL, Reason.CHOSEN, picked, split=priority)
         try:
             choice = self._profile.choose(request, zones, ctx)
         except NoEligibleCandidate as exc:
@@ -173,11 +208,16 @@ class RegionalRouter:
         *,
         accounting: ZoneAccounting | None,
         excluded: frozenset[str] = frozenset(),
+        trace: bool = True,
     ) -> RegionalDecision | None:
         """A zone for a request leaving the fair queue or being retried (``excluded``:
         zones it failed on), or ``None`` if no zone can take it now."""
         zones = zone_candidates(view, request.model, accounting)
         ctx = ZoneContext(view, inputs.allowed, False, inputs.tokens_per_block, excluded)
+        if not trace and self._fast is not None:
+            picked = self._fast.choose(request, zones, ctx)
+            if picked is not None:
+                return RegionalDecision(Route.LOCAL, Reason.CHOSEN, picked)
         try:
             choice = self._profile.choose(request, zones, ctx)
         except NoEligibleCandidate:
@@ -210,7 +250,9 @@ class RegionalRouter:
         options: tuple[PeerOption, ...],
         request: RouteRequest,
         view: RegionalView,
+        now: float,
     ) -> PrioritySplit:
+        settings = self._settings
         healthy = total = 0
         for option in options:
             summary = view.peers[option.region].summary
@@ -218,12 +260,40 @@ class RegionalRouter:
             if load is not None:
                 healthy += load.healthy_gpus
                 total += load.gpus
-        return split(
-            capacity_health(zones, request.model),
+        local = capacity_health(zones, request.model)
+        if settings.split_mode is SplitMode.ENVOY:
+            return split(
+                local,
+                (healthy, total),
+                factor=settings.overprovisioning_factor,
+                panic_threshold=settings.panic_threshold,
+            )
+        return capacity_split(
+            self._headroom(zones),
+            self._demand.tokens_per_s(request.model, now),
+            local,
             (healthy, total),
-            factor=self._settings.overprovisioning_factor,
-            panic_threshold=self._settings.panic_threshold,
+            panic_threshold=settings.panic_threshold,
         )
+
+    def _headroom(self, zones: tuple[ZoneState, ...]) -> float:
+        """Prompt tokens/s the region's zones can take on now (see the priority module):
+        none from a zone that is drained, unhealthy or dark. A zone's concurrency and KV
+        limits are not rates: the saturation filter applies them per request, and a
+        request no zone can take then spills as ``saturated`` (or queues)."""
+        capacity = self._settings.capacity
+        free = 0.0
+        for zone in zones:
+            load = zone.load
+            if load is None or zone.drained or not zone.healthy:
+                continue
+            free += zone_headroom(
+                load.prefill_tokens_per_s,
+                zone.queued_tokens,
+                target_utilisation=capacity.target_utilisation,
+                backlog_horizon_s=capacity.backlog_horizon_s,
+            )
+        return free
 
     def _draw(self, request: RouteRequest) -> float:
         return request_rng(request, self._settings.seed).random()

@@ -69,6 +69,7 @@ from regional_lb.errors import (
 from regional_lb.fairqueue import FairQueue, QueueSettings, RefusalReason
 from regional_lb.leases import CapacityLeases, LeaseSettings
 from regional_lb.metrics import RegionalMetrics
+from regional_lb.priority import DemandMeter
 from regional_lb.profiles import PROFILE_NAME, build, profile_spec, regional_registry
 from regional_lb.proxy import Forwarder, ProxySettings, Relayed, Target, TargetKind, UsageTap
 from regional_lb.quota import (
@@ -197,6 +198,8 @@ class RegionalService:
         self.accounting = ZoneAccounting()
         self._builder = ViewBuilder(settings.region, settings=settings.view)
         self._spill_limiter = SpillLimiter(settings.router.spill)
+        # Admitted demand outlives the router a policy change replaces.
+        self._demand = DemandMeter(settings.router.capacity.demand_decay_s)
         self._spill_in = RateMeter()
         self._spill_out = RateMeter()
         self._publisher = SummaryPublisher(
@@ -323,6 +326,7 @@ class RegionalService:
             saturation_filter=spec.profile.filters[-1],
             settings=self.settings.router,
             limiter=self._spill_limiter,
+            demand=self._demand,
         )
         now = self._clock.monotonic()
         pools = {}

@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from policies.documents import SaturationPolicy
+from regional_lb.priority import SplitMode
 from regional_lb.profiles import build, profile_spec
 from regional_lb.router import (
     Inputs,
@@ -194,21 +195,26 @@ def test_a_drained_region_sends_everything_to_peers() -> None:
     assert decide(view([zone("a")], drained=True)).route is Route.LOCAL  # nowhere else
 
 
-def test_overprovisioning_keeps_traffic_home_down_to_71_percent_health() -> None:
+def test_envoy_mode_keeps_traffic_home_down_to_71_percent_health() -> None:
     # 3 of 4 GPUs healthy (75 % x 1.4 > 100 %): nothing spills.
     regional = view([zone("a", model_load(gpus=4, healthy=3))], [peer("r2")])
-    routes = {decide(regional, request_id=f"q{i}").route for i in range(200)}
+    envoy = router(split_mode=SplitMode.ENVOY)
+    routes = {decide(regional, using=envoy, request_id=f"q{i}").route for i in range(200)}
     assert routes == {Route.LOCAL}
 
 
-def test_a_sick_zone_sheds_load_to_peers_in_proportion() -> None:
-    # One of two equal zones lost: 50 % healthy x 1.4 = 70 % stays, 30 % spills.
+def test_envoy_mode_a_sick_zone_sheds_load_to_peers_in_proportion() -> None:
+    # One of two equal zones lost: 50 % healthy x 1.4 = 70 % stays, 30 % spills,
+    # whatever the demand (Envoy's split counts healthy GPUs, not load).
     regional = view(
         [zone("a"), zone("b", model_load(healthy=0))], [peer("r2", model_load(gpus=10))]
     )
     limiter = SpillLimiter(SpillSettings(per_peer_rate=0.0, per_peer_burst=1e9))
     spiller = RegionalRouter(
-        build(profile_spec(None)), saturation_filter="saturation", limiter=limiter
+        build(profile_spec(None)),
+        saturation_filter="saturation",
+        limiter=limiter,
+        settings=RouterSettings(split_mode=SplitMode.ENVOY),
     )
     routes = [decide(regional, using=spiller, request_id=f"q{i}").route for i in range(2000)]
     spilled = routes.count(Route.SPILL) / len(routes)
