@@ -41,6 +41,7 @@ from pydantic import Field, ValidationError
 
 from global_lb.audit import AuditSink
 from global_lb.geo import GeoLocator, IPAddress, IPNetwork, Location
+from global_lb.inflight import InflightLedger
 from global_lb.metrics import GlobalMetrics
 from global_lb.requests import CHAT, COMPLETIONS, EMBEDDINGS, BadRequest, parse_body
 from global_lb.router import GlobalRouter, RouteOutcome
@@ -143,9 +144,13 @@ class FrontDoor:
         clock: Clock,
         session: Callable[[], aiohttp.ClientSession],
         ready: Callable[[], bool] = lambda: True,
+        ledger: InflightLedger | None = None,
     ) -> None:
         self._config = config
-        self._view = view
+        self._base_view = view
+        #: What this front door sent each region since its last summary: decisions read
+        #: it (global_lb.inflight), so one summary interval does not herd to one region.
+        self._ledger = ledger if ledger is not None else InflightLedger()
         self._router = router
         self._locator = locator
         self._metrics = metrics
@@ -155,6 +160,15 @@ class FrontDoor:
         self._session = session
         self._ready = ready
         self._locations: dict[IPAddress, Location] = {}
+
+    @property
+    def ledger(self) -> InflightLedger:
+        return self._ledger
+
+    def _view(self) -> GlobalView | None:
+        """The current view with this front door's unseen charges on it."""
+        base = self._base_view()
+        return None if base is None else self._ledger.view(base, self._clock.wall())
 
     def app(self) -> web.Application:
         app = limited_app(self._config.limits, client_max_size=self._config.max_body_bytes)
@@ -357,7 +371,7 @@ class FrontDoor:
             return openai_error(400, message, "invalid_request_error", "invalid_request")
         if outcome.refusal is not None:
             return _refusal_response(outcome)
-        target = _Target(body, hops, found.id, data_class, facts.model)
+        target = _Target(body, hops, found.id, data_class, facts.model, facts.input_tokens)
         return await self._send(request, view, target, outcome)
 
     async def _send(
@@ -380,7 +394,16 @@ class FrontDoor:
                     view, target.tenant, target.data_class, target.model, outcome, region_id
                 )
             url = region.endpoints[0].url.rstrip("/") + request.path_qs
-            result = await self._attempt(request, url, headers, target.body, region_id, outcome)
+            # Charged before the first byte: decisions made while this one waits for its
+            # answer see it. Taken back when the attempt ends (a failure never loaded the
+            # region; a finished request no longer does), unless a summary took it over.
+            charge = self._ledger.charge(
+                region_id, target.model, target.input_tokens, self._clock.wall()
+            )
+            try:
+                result = await self._attempt(request, url, headers, target.body, region_id, outcome)
+            finally:
+                self._ledger.cancel(charge)
             if isinstance(result, web.StreamResponse):
                 return result
             last_error = result
@@ -476,6 +499,7 @@ class _Target:
     tenant: str
     data_class: str
     model: str
+    input_tokens: int = 0
 
 
 def _bad_request(message: str) -> web.Response:

@@ -44,6 +44,8 @@ class ViewRevision:
     snapshot: int
     policy: int
     health: int
+    #: The in-flight ledger's overlay on top of it (:mod:`global_lb.inflight`; 0: none).
+    ledger: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,18 +104,22 @@ class ModelTerms(NamedTuple):
     serves: bool
 
 
-def model_terms(load: ModelLoad) -> ModelTerms:
+def model_terms(
+    load: ModelLoad, unseen_requests: float = 0, unseen_tokens: float = 0
+) -> ModelTerms:
+    """``load``'s terms; ``unseen_*``: requests and prompt tokens sent since the summary
+    (the in-flight ledger, :mod:`global_lb.inflight`) count as waiting and queued."""
     serves = load.healthy_gpus > 0
     if load.max_running_requests == 0:
         headroom = 0.0
     else:
-        used = (load.running_requests + load.waiting_requests) / load.max_running_requests
-        headroom = max(0.0, 1.0 - used)
+        busy = load.running_requests + load.waiting_requests + unseen_requests
+        headroom = max(0.0, 1.0 - busy / load.max_running_requests)
     rate = load.prefill_tokens_per_s
     if rate <= 0.0 or not serves:
         return ModelTerms(math.inf, 0.0, headroom, serves)
     return ModelTerms(
-        1000.0 * load.queued_prefill_tokens / rate,
+        1000.0 * (load.queued_prefill_tokens + unseen_tokens) / rate,
         1000.0 * load.healthy_gpus / rate,
         headroom,
         serves,

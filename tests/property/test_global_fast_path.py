@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from global_lb import profiles
 from global_lb.geo import Location, LocationSource
+from global_lb.inflight import InflightLedger, LedgerSettings
 from global_lb.plugins import global_registry
 from global_lb.router import GlobalRouter, RouteOutcome
 from global_lb.view import ANY_MODEL, LatencyModel, RequestContext
@@ -143,6 +144,15 @@ def _same(fast: RouteOutcome, slow: RouteOutcome) -> None:
     ),
     rid=st.text("abcdef0123456789", min_size=1, max_size=12),
     prefix=st.lists(st.integers(0, 2**63), max_size=2),
+    charges=st.lists(
+        st.tuples(
+            st.sampled_from(REGION_IDS),
+            st.sampled_from([MODEL, OTHER_MODEL]),
+            st.integers(0, 200_000),
+            st.sampled_from([0.5, 1.0, 3.0]),
+        ),
+        max_size=6,
+    ),
 )
 def test_fast_path_decides_like_the_profile(
     which: int,
@@ -159,6 +169,7 @@ def test_fast_path_decides_like_the_profile(
     measured: dict[tuple[str, str], float],
     rid: str,
     prefix: list[int],
+    charges: list[tuple[str, str, int, float]],
 ) -> None:
     summaries: list[RegionSummary] = [summary(r, *ms) for r, ms in found.items()]
     v = view(
@@ -167,6 +178,12 @@ def test_fast_path_decides_like_the_profile(
         drained=drained,
         latency=LatencyModel(measured) if measured else None,
     )
+    # The in-flight ledger's overlay (what the front door and the simulator decide
+    # over) is a view like any other: both paths must read its charged terms alike.
+    ledger = InflightLedger(LedgerSettings(resolution_ms=0.0))
+    for region, charged_model, charged_tokens, requests in charges:
+        ledger.charge(region, charged_model, charged_tokens, now=2.0, requests=requests)
+    v = ledger.view(v, now=2.0)
     request = RouteRequest(
         request_id=rid,
         model=model,

@@ -1,0 +1,272 @@
+"""The global tier's in-flight ledger: what this replica sent to each region since that
+region's last summary.
+
+Region summaries are published about once a second and reach the global tier through
+the state store, so every decision inside one second reads the same loads. Without a
+correction, all of them go to the region that looked best when its summary was
+published — a herd, the more so as the decision cache repeats the choice per client
+cell. The regional tier solved the same problem for zones with its "unseen" ledger
+(:class:`regional_lb.view.ZoneAccounting`, llm-d's router-local in-flight accounting in
+spirit); this is its counterpart for regions:
+
+* **charge** when a request is sent to a region (the front door, when it forwards; the
+  simulator, when it hands a request to a regional LB): one request and its prompt
+  tokens, by model;
+* **reconcile** when a newer summary of that region arrives: charges made at or before
+  its ``published_at`` are in its load now and are dropped; later ones stay;
+* **expire** charges older than :attr:`LedgerSettings.expire_s` whatever the summaries
+  say (a region whose summaries stopped must not pile up charges forever; by then the
+  request has been prefilled or queued where the next summary will show it);
+* **cancel** a charge whose forward failed (connection error, 5xx, a refusal): the
+  region never took that request.
+
+Scoring sees the charges through :meth:`InflightLedger.view`: an *overlay* of the global
+view whose regions' :class:`~global_lb.view.ModelTerms` count the unseen requests as
+waiting (headroom) and their prompt tokens as queued prefill (TTFT cost) — exactly what
+the regional tier adds for zones. The overlay is an ordinary immutable
+:class:`~global_lb.view.GlobalView` (its :class:`~global_lb.view.ViewRevision` carries
+the ledger epoch), so the router's fast path, its generic profile, its decision cache
+and traces all read the same numbers; the fast path == profile property holds on
+overlays too (tests/property/test_global_fast_path.py).
+
+**Resolution.** A new overlay resets the per-view caches (decision cache, the fast
+path's per-view arrays), so it is rebuilt only when some region's charges not yet in
+the overlay reach :attr:`LedgerSettings.resolution_ms` of queueing or
+:attr:`LedgerSettings.resolution_headroom` of its running capacity, and whenever the
+base view changes. ``resolution_ms=0`` rebuilds on every charge.
+
+**Clocks.** Charges are stamped with the caller's wall-clock seconds (``now``), compared
+with the summaries' ``published_at`` (the regional LB's wall clock). A request charged
+just before a summary was published but still in transit is dropped as "seen" one
+summary early; clock skew between tiers shifts that by the skew. Both errors last at
+most one publish interval.
+
+**DNS does not charge.** A DNS answer is cached by resolvers for its TTL and stands for
+an unknown number of requests (a resolver hides its clients, and the global tier never
+sees the requests that follow), and the responder decides once per client cell per view,
+so a charge could not change the answers already handed out. The DNS profile's spread
+picker spreads cells instead, and DNS-steered traffic reaches the regional LBs directly,
+showing in their next summary. The responder reads the base view (an overlay per charge
+would empty its per-view answer cache on every forwarded request).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from global_lb.view import ANY_MODEL, GlobalView, ModelTerms, RegionState, model_terms
+
+#: Charges older than this are dropped even without a newer summary: the regional LBs
+#: publish every second (regional_lb README), so 5 s is several missed publications.
+DEFAULT_EXPIRE_S = 5.0
+#: Unreflected queueing that triggers a new overlay: 2 % of the TTFT scorer's 100 ms
+#: scale (global_lb.plugins.ttft), i.e. a 2 % score difference.
+DEFAULT_RESOLUTION_MS = 2.0
+#: Unreflected share of a region's running capacity that triggers a new overlay: 1 %
+#: of the load scorer's and the spread picker's headroom.
+DEFAULT_RESOLUTION_HEADROOM = 0.01
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerSettings:
+    expire_s: float = DEFAULT_EXPIRE_S
+    resolution_ms: float = DEFAULT_RESOLUTION_MS
+    resolution_headroom: float = DEFAULT_RESOLUTION_HEADROOM
+
+    def __post_init__(self) -> None:
+        if not (self.expire_s > 0 and self.resolution_ms >= 0 and self.resolution_headroom >= 0):
+            raise ValueError(
+                "ledger settings: expire_s must be > 0, resolutions >= 0; "
+                f"got {self.expire_s}, {self.resolution_ms}, {self.resolution_headroom}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class Unseen:
+    """What a region's last summary cannot know about yet, for one model."""
+
+    requests: float = 0.0
+    tokens: float = 0.0
+
+
+@dataclass(slots=True)
+class Charge:
+    """One charge (a forwarded request, or a share of one); :meth:`InflightLedger.cancel`
+    takes it back."""
+
+    region: str
+    model: str
+    requests: float
+    tokens: float
+    at: float
+    live: bool = True
+
+
+class InflightLedger:
+    """Charges per region and model since each region's last summary; builds overlays.
+
+    Not thread-safe: the front door and the simulator call it from one thread (the event
+    loop), between decisions, so no decision sees a half-applied change.
+    """
+
+    def __init__(self, settings: LedgerSettings | None = None) -> None:
+        self._settings = settings or LedgerSettings()
+        #: Per region, its live charges in the order they were made.
+        self._charges: dict[str, deque[Charge]] = {}
+        #: (region, model) -> [requests, tokens] of the live charges.
+        self._totals: dict[tuple[str, str], list[float]] = {}
+        #: region -> ``published_at`` of the summary last reconciled against.
+        self._seen: dict[str, float] = {}
+        self._base: GlobalView | None = None
+        self._overlay: GlobalView | None = None
+        self._epoch = 0
+        #: Something changed that the overlay must show (charges past the resolution,
+        #: a cancel, a reconcile, an expiry).
+        self._stale = True
+        #: Per region, charged since the overlay was built: [requests, tokens].
+        self._pending: dict[str, list[float]] = {}
+
+    @property
+    def settings(self) -> LedgerSettings:
+        return self._settings
+
+    # ------------------------------------------------------------------ charges
+
+    def charge(
+        self, region: str, model: str, input_tokens: float, now: float, requests: float = 1.0
+    ) -> Charge:
+        """Count ``requests`` of ``model`` with ``input_tokens`` prompt tokens (in all)
+        as sent to ``region`` at wall time ``now``."""
+        entry = Charge(region, model, float(requests), float(input_tokens), now)
+        self._charges.setdefault(region, deque()).append(entry)
+        self._add(entry, 1.0)
+        pending = self._pending.setdefault(region, [0.0, 0.0])
+        pending[0] += entry.requests
+        pending[1] += entry.tokens
+        if not self._stale and self._material(region, pending):
+            self._stale = True
+        return entry
+
+    def cancel(self, charge: Charge) -> None:
+        """The region never took ``charge``'s request (the forward failed or was refused)."""
+        if charge.live:
+            charge.live = False
+            self._add(charge, -1.0)
+            self._stale = True
+
+    def unseen(self, region: str, model: str) -> Unseen:
+        """Requests and prompt tokens of ``model`` charged to ``region`` and not yet in a
+        summary (``model`` :data:`~global_lb.view.ANY_MODEL`: every model's)."""
+        if model == ANY_MODEL:
+            requests = tokens = 0.0
+            for (rid, _), (r, t) in self._totals.items():
+                if rid == region:
+                    requests += r
+                    tokens += t
+            return Unseen(requests, tokens)
+        found = self._totals.get((region, model))
+        return Unseen() if found is None else Unseen(found[0], found[1])
+
+    def reconcile(self, view: GlobalView, now: float) -> None:
+        """Drop what ``view``'s newer summaries account for, and charges past expiry."""
+        for region in view.regions:
+            summary = region.summary
+            if summary is None or self._seen.get(region.id) == summary.published_at:
+                continue
+            self._seen[region.id] = summary.published_at
+            self._drop(region.id, summary.published_at)
+        cutoff = now - self._settings.expire_s
+        for region_id in list(self._charges):
+            self._drop(region_id, cutoff, before=True)
+
+    def _drop(self, region: str, until: float, *, before: bool = False) -> None:
+        charges = self._charges.get(region)
+        while charges and (charges[0].at < until if before else charges[0].at <= until):
+            entry = charges.popleft()
+            if entry.live:
+                entry.live = False
+                self._add(entry, -1.0)
+                self._stale = True
+        if charges is not None and not charges:
+            del self._charges[region]
+
+    def _add(self, entry: Charge, sign: float) -> None:
+        key = (entry.region, entry.model)
+        totals = self._totals.setdefault(key, [0.0, 0.0])
+        totals[0] += sign * entry.requests
+        totals[1] += sign * entry.tokens
+        if totals[0] <= 1e-9 and totals[1] <= 1e-9:
+            del self._totals[key]  # also clears float dust from adding and removing
+
+    def _material(self, region: str, pending: list[float]) -> bool:
+        """Whether ``pending`` charges on ``region`` move its terms past the resolution."""
+        settings = self._settings
+        base = self._base
+        state = None if base is None else base.by_id.get(region)
+        if state is None or state.summary is None:
+            return False  # the overlay cannot show them: no load to add them to
+        load = state.loads.get(ANY_MODEL)
+        if load is None:
+            return False
+        rate, slots = load.prefill_tokens_per_s, load.max_running_requests
+        queued = rate > 0.0 and 1000.0 * pending[1] / rate >= settings.resolution_ms
+        return queued or (slots > 0 and pending[0] / slots >= settings.resolution_headroom)
+
+    # ------------------------------------------------------------------ overlay
+
+    def view(self, base: GlobalView, now: float) -> GlobalView:
+        """``base`` with the unseen charges added to its regions' terms (``base`` itself
+        when nothing is charged). Reconciles with ``base`` first when it is new."""
+        if base is not self._base:
+            self._base = base
+            self._stale = True
+            self.reconcile(base, now)
+        else:
+            self._expire(now)
+        if not self._stale and self._overlay is not None:
+            return self._overlay
+        self._stale = False
+        self._pending.clear()
+        self._overlay = self._build(base)
+        return self._overlay
+
+    def _expire(self, now: float) -> None:
+        cutoff = now - self._settings.expire_s
+        for region_id in list(self._charges):
+            charges = self._charges[region_id]
+            if charges and charges[0].at < cutoff:
+                self._drop(region_id, cutoff, before=True)
+
+    def _build(self, base: GlobalView) -> GlobalView:
+        charged = {rid for rid, _ in self._totals}
+        if not charged:
+            return base
+        self._epoch += 1
+        regions = tuple(
+            self._charged_state(r) if r.id in charged and r.summary is not None else r
+            for r in base.regions
+        )
+        revision = dataclasses.replace(base.revision, ledger=self._epoch)
+        return dataclasses.replace(base, revision=revision, regions=regions)
+
+    def _charged_state(self, state: RegionState) -> RegionState:
+        terms: dict[str, ModelTerms] = {}
+        for model, load in state.loads.items():
+            unseen = self.unseen(state.id, model)
+            if unseen.requests == 0.0 and unseen.tokens == 0.0:
+                terms[model] = state.terms[model]
+            else:
+                terms[model] = model_terms(load, unseen.requests, unseen.tokens)
+        return dataclasses.replace(state, terms=MappingProxyType(terms))
+
+
+__all__ = [
+    "DEFAULT_EXPIRE_S",
+    "Charge",
+    "InflightLedger",
+    "LedgerSettings",
+    "Unseen",
+]
