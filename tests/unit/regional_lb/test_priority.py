@@ -1,8 +1,19 @@
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from regional_lb.priority import OVERPROVISIONING_FACTOR, PANIC_THRESHOLD, health, split
+from regional_lb.priority import (
+    OVERPROVISIONING_FACTOR,
+    PANIC_THRESHOLD,
+    CapacitySettings,
+    DemandMeter,
+    capacity_split,
+    health,
+    split,
+    zone_headroom,
+)
 
 
 def test_envoy_defaults() -> None:
@@ -38,3 +49,115 @@ def test_health_is_clamped() -> None:
     assert health(5, 0) == 0.0
     assert health(7, 5) == 1.0
     assert health(-1, 5) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("headroom", "demand", "expected_local"),
+    [
+        (8_000.0, 5_000.0, 1.0),  # the survivor can take it all: nothing spills
+        (8_000.0, 8_000.0, 1.0),  # exactly enough
+        (8_000.0, 10_000.0, 0.8),  # the excess, 2k of 10k, spills
+        (4_000.0, 16_000.0, 0.25),
+        (0.0, 100.0, 0.0),  # no headroom at all: everything is excess
+        (8_000.0, 0.0, 1.0),  # no demand measured yet: stay home
+        (0.0, 0.0, 1.0),
+        (-5.0, 10.0, 0.0),  # clamped
+    ],
+)
+def test_capacity_split_spills_exactly_the_excess(
+    headroom: float, demand: float, expected_local: float
+) -> None:
+    result = capacity_split(headroom, demand, (1, 2), (10, 10))
+    assert result.local_load == pytest.approx(expected_local)
+    assert result.local_load + result.spill_load == pytest.approx(1.0)
+    assert result.degraded is (expected_local < 1.0)
+    assert result.demand_tokens_per_s == max(0.0, demand)
+    assert result.headroom_tokens_per_s == max(0.0, headroom)
+    assert result.local_health == 0.5  # health is still reported (and panic computed)
+    assert not result.local_panic
+
+
+def test_capacity_split_keeps_envoys_panic_rule() -> None:
+    # 1 of 4 GPUs healthy and no peer to take the rest: the zones ignore health.
+    assert capacity_split(1_000.0, 500.0, (1, 4), (0, 0)).local_panic
+    assert not capacity_split(1_000.0, 500.0, (1, 4), (10, 10)).local_panic
+
+
+def test_envoy_split_measures_no_demand() -> None:
+    result = split((1, 2), (10, 10))
+    assert math.isnan(result.demand_tokens_per_s)
+    assert math.isnan(result.headroom_tokens_per_s)
+
+
+@pytest.mark.parametrize(
+    ("rate", "pending", "expected"),
+    [
+        (10_000.0, 0.0, 8_000.0),  # 80 % target utilisation
+        (10_000.0, 4_000.0, 6_000.0),  # 4k pending over the 2 s horizon claim 2k/s
+        (10_000.0, 16_000.0, 0.0),  # 1.6 s of queue: nothing left
+        (10_000.0, 90_000.0, 0.0),  # never negative
+        (0.0, 0.0, 0.0),  # a zone with no rate has no headroom
+        (10_000.0, -5.0, 8_000.0),
+    ],
+)
+def test_zone_headroom(rate: float, pending: float, expected: float) -> None:
+    assert zone_headroom(rate, pending) == pytest.approx(expected)
+
+
+def test_zone_headroom_settings() -> None:
+    assert zone_headroom(10_000.0, 1_000.0, target_utilisation=1.0, backlog_horizon_s=1.0) == (
+        pytest.approx(9_000.0)
+    )
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"target_utilisation": 0.0},
+        {"target_utilisation": 1.5},
+        {"backlog_horizon_s": 0.0},
+        {"demand_decay_s": -1.0},
+        {"demand_decay_s": math.inf},
+    ],
+)
+def test_capacity_settings_are_checked(bad: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        CapacitySettings(**bad)
+
+
+def test_demand_meter_converges_to_a_steady_rate() -> None:
+    meter = DemandMeter(decay_s=10.0)
+    now = 0.0
+    for _ in range(600):  # 60 s of 10 requests/s of 500 tokens
+        meter.add("m", 500, now)
+        now += 0.1
+    # Six time constants: within e^-6 = 0.25 % (plus the sawtooth of one request).
+    assert meter.tokens_per_s("m", now) == pytest.approx(5_000.0, rel=0.01)
+    assert meter.requests_per_s("m", now) == pytest.approx(10.0, rel=0.01)
+    assert meter.tokens_per_s("other", now) == 0.0
+
+
+def test_demand_meter_decays_when_admissions_stop() -> None:
+    meter = DemandMeter(decay_s=10.0)
+    meter.add("m", 1_000, 0.0)
+    assert meter.tokens_per_s("m", 0.0) == pytest.approx(100.0)
+    assert meter.tokens_per_s("m", 10.0) == pytest.approx(100.0 / math.e)
+    assert meter.tokens_per_s("m", 5.0) == pytest.approx(100.0 * math.exp(-0.5))
+    # A clock read out of order decays nothing (never grows either).
+    assert meter.tokens_per_s("m", -3.0) == pytest.approx(100.0)
+
+
+def test_demand_meter_stays_bounded() -> None:
+    meter = DemandMeter(max_models=3)
+    for i in range(5):
+        meter.add(f"m{i}", 10, float(i))
+    assert meter.models() == ("m2", "m3", "m4")  # the least recently admitted went
+
+
+@pytest.mark.parametrize(
+    ("decay", "models", "field"),
+    [(0.0, 1, "decay_s"), (math.nan, 1, "decay_s"), (1.0, 0, "max_models")],
+)
+def test_demand_meter_settings_are_checked(decay: float, models: int, field: str) -> None:
+    with pytest.raises(ValueError, match=field):
+        DemandMeter(decay, max_models=models)
