@@ -110,7 +110,8 @@ def test_a_cancelled_charge_is_taken_back_once() -> None:
     failed = ledger.charge("eu-west", MODEL, 3_000, now=2.0)
     ledger.cancel(failed)
     ledger.cancel(failed)
-    assert kept.live and not failed.live
+    assert kept.live
+    assert not failed.live
     assert ledger.unseen("eu-west", MODEL) == Unseen(1.0, 1_000.0)
     assert ledger.view(base, now=2.0).by_id["eu-west"].terms[MODEL] == model_terms(load(), 1, 1_000)
 
