@@ -50,6 +50,7 @@ from fleetsim.sim.gpu import FastGpu, GpuEvents, Job
 from fleetsim.sim.policies import PolicySpec, RegionMode
 from fleetsim.sim.workload import SimRequest
 from global_lb.health import HealthTable
+from global_lb.inflight import InflightLedger, LedgerSettings
 from global_lb.keeper import build_view
 from global_lb.plugins import global_registry
 from global_lb.profiles import DEFAULT_REQUEST_PROFILE, build, profile_spec
@@ -273,6 +274,7 @@ class Simulator:
         quota_scale: float | None = None,
         faults: FaultPlan | None = None,
         network: bool = True,
+        ledger: LedgerSettings | None = None,
     ) -> None:
         self.fleet = fleet
         self.policy = policy
@@ -291,6 +293,7 @@ class Simulator:
         self.faults = faults or FaultPlan()
         #: False: no client or inter-region RTT is added (a loopback deployment).
         self.network = network
+        self.ledger_settings = ledger
         self.region_ids = tuple(r.id for r in fleet.regions)
         self.region_index = {r: i for i, r in enumerate(self.region_ids)}
         self.rtt = RegionRtt()
@@ -366,6 +369,8 @@ class Simulator:
     def _setup_tiers(self, quota_scale: float | None) -> None:
         spec = profile_spec(self.policy, "global-default", DEFAULT_REQUEST_PROFILE)
         self.global_router = GlobalRouter(build(global_registry(), spec, None), spec)
+        # What the global tier sent each region since its last summary (as the front door).
+        self.ledger = InflightLedger(self.ledger_settings)
         zone_urls = MappingProxyType({z: f"http://{z}.sim" for z in self.pools})
         self.regional_views = {
             r: RegionalViewBuilder(
@@ -617,7 +622,8 @@ class Simulator:
             prefix_hashes=req.prefix_hashes,
         )
         t0 = perf_counter_ns()
-        outcome = self.global_router.decide(rr, self.gview, verdict=verdict)
+        view = self.ledger.view(self.gview, now)
+        outcome = self.global_router.decide(rr, view, verdict=verdict)
         self.tier_ns["global"] += perf_counter_ns() - t0
         if outcome.region is None:
             self._end(i, Status.REFUSED, f"global: {outcome.refusal}")
@@ -637,6 +643,7 @@ class Simulator:
             client_country_known=True,
             tokens_per_block=float(req.block_tokens),
         )
+        self.ledger.charge(region, self.model, req.input_tokens, now)
         self._regional(i, rr, region, inputs, now, self._client_rtt(req, region))
 
     def _regional(
