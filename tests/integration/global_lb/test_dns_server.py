@@ -32,8 +32,12 @@ from tests.unit.global_lb.helpers import address_of, view, write_city_db
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture
-async def server(tmp_path: Path, dns_router: GlobalRouter) -> AsyncIterator[BoundAddress]:
+@pytest.fixture(params=[True, False], ids=["batched", "one-by-one"])
+async def server(
+    tmp_path: Path, dns_router: GlobalRouter, request: pytest.FixtureRequest
+) -> AsyncIterator[BoundAddress]:
+    """The server reading UDP in batches (recvmmsg) and one datagram at a time: every
+    test runs against both loops."""
     from dataclasses import replace
 
     base = view()
@@ -54,8 +58,9 @@ async def server(tmp_path: Path, dns_router: GlobalRouter) -> AsyncIterator[Boun
         clock=SystemClock(),
         rrl=RrlConfig(rate=0),
     )
-    dns_server = DnsServer(responder, "127.0.0.1", 0)
+    dns_server = DnsServer(responder, "127.0.0.1", 0, batched=request.param)
     address = await dns_server.start()
+    assert dns_server.udp_batched is request.param
     yield address
     await dns_server.stop()
 
