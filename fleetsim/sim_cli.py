@@ -52,8 +52,9 @@ def _common(fn: click.decorators.FC) -> click.decorators.FC:
                      help="GPUs per region: in proportion to the clients nearest to it, or "
                           "equal shares"),
         click.option("--quotas/--no-quotas", default=True, show_default=True,
-                     help="enforce the example tenants' quotas (scaled to the fleet) in "
-                          "gtm's regional tier"),
+                     help="enforce the example tenants' quotas (scaled to the fleet) for "
+                          "every policy: in gtm's regional tier, in a per-region gateway "
+                          "in front of each baseline"),
         click.option("--client-timeout", type=click.FloatRange(0.1), default=CLIENT_TIMEOUT_S,
                      show_default=True,
                      help="seconds a client waits for its first token before giving up"),

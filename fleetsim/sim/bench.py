@@ -56,7 +56,7 @@ class BenchConfig:
     max_input: int = 32_768
     #: "demand": GPUs per region in proportion to the demand nearest to it; "equal".
     fleet_shape: str = "demand"
-    #: Enforce the example tenants' quotas (scaled to the fleet) in gtm's regional tier.
+    #: Enforce the example tenants' quotas (scaled to the fleet) for every policy.
     quotas: bool = True
     faults: FaultPlan | None = None
     drain_s: float = DRAIN_S
@@ -225,7 +225,9 @@ def _preamble(config: BenchConfig, trace: Trace, setup: Setup) -> str:
     quota = (
         f"Quotas: the example tenants' limits × {setup.quota_scale:,.1f} (each tenant's "
         "tightest per-minute limit = its mean demand at load 100 %), enforced by "
-        "`regional_lb.quota` in gtm's regional tier; baselines have no quotas."
+        "`regional_lb.quota` for every policy alike: in gtm's regional tier, and for a "
+        "baseline at the region it picked (the API gateway, e.g. LiteLLM or Envoy AI "
+        "Gateway per-tenant limits, in front of its balancer)."
         if setup.quota_scale is not None
         else "Quotas: off."
     )

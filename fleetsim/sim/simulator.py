@@ -339,8 +339,12 @@ class Simulator:
         self.bands: dict[str, Priority] = {}
         self.queues: dict[str, FairQueue[_Waiting]] = {r: FairQueue() for r in self.region_ids}
         self._plan_faults()
+        # Every policy meets the same per-tenant limits: gtm's regional LBs, or for a
+        # baseline the API gateway in front of each region's balancer (LiteLLM / Envoy AI
+        # Gateway-style per-tenant rate limits), configured alike.
+        self._setup_quotas(quota_scale)
         if self.hier:
-            self._setup_tiers(quota_scale)
+            self._setup_tiers()
 
     # ------------------------------------------------------------------ setup
 
@@ -366,7 +370,36 @@ class Simulator:
         self.dead: set[int] = set()
         self._crashed = self._detected = False
 
-    def _setup_tiers(self, quota_scale: float | None) -> None:
+    def _setup_quotas(self, quota_scale: float | None) -> None:
+        for name in sorted({r.tenant for r in self.requests}):
+            tenant = self.policy.tenants.get(name)
+            self.bands[name] = (
+                Priority.INTERACTIVE if tenant is None else Priority(tenant.priority.value)
+            )
+            if quota_scale is None or tenant is None or tenant.quotas is None:
+                continue
+            quotas = scale_quotas(tenant.quotas, quota_scale)
+            for region in self.region_ids:
+                limiter = self.limiters.setdefault(region, QuotaLimiter())
+                # One regional LB replica per region: it holds the whole pool (share 1).
+                grant = Grant(1.0, math.inf, 1.0)
+                limiter.configure(name, quotas, pool_of(tenant, region).fraction, grant, 0.0)
+
+    def _admit(self, i: int, region: str, now: float) -> bool:
+        """The region's quota check for request ``i`` (refused and ended when over)."""
+        limiter = self.limiters.get(region)
+        if limiter is None:
+            return True
+        req = self.requests[i]
+        admitted = limiter.admit(req.tenant, Cost(req.input_tokens, req.output_tokens), now)
+        if isinstance(admitted, Rejection):
+            self._end(i, Status.REFUSED, f"quota: {admitted.reason.value}")
+            return False
+        if admitted.open:
+            self.quota_tickets[i] = (region, admitted)
+        return True
+
+    def _setup_tiers(self) -> None:
         spec = profile_spec(self.policy, "global-default", DEFAULT_REQUEST_PROFILE)
         self.global_router = GlobalRouter(build(global_registry(), spec, None), spec)
         # What the global tier sent each region since its last summary (as the front door).
@@ -386,19 +419,6 @@ class Simulator:
             for r in self.region_ids
         }
         self.zacc = {r: ZoneAccounting() for r in self.region_ids}
-        for name in sorted({r.tenant for r in self.requests}):
-            tenant = self.policy.tenants.get(name)
-            self.bands[name] = (
-                Priority.INTERACTIVE if tenant is None else Priority(tenant.priority.value)
-            )
-            if quota_scale is None or tenant is None or tenant.quotas is None:
-                continue
-            quotas = scale_quotas(tenant.quotas, quota_scale)
-            for region in self.region_ids:
-                limiter = self.limiters.setdefault(region, QuotaLimiter())
-                # One regional LB replica per region: it holds the whole pool (share 1).
-                grant = Grant(1.0, math.inf, 1.0)
-                limiter.configure(name, quotas, pool_of(tenant, region).fraction, grant, 0.0)
         self.region_summaries: dict[str, RegionSummary] = {}
         self._revision = 0
         self._tiers_tick(0.0)
@@ -629,14 +649,8 @@ class Simulator:
             self._end(i, Status.REFUSED, f"global: {outcome.refusal}")
             return
         region = outcome.region
-        limiter = self.limiters.get(region)
-        if limiter is not None:
-            admitted = limiter.admit(req.tenant, Cost(req.input_tokens, req.output_tokens), now)
-            if isinstance(admitted, Rejection):
-                self._end(i, Status.REFUSED, f"quota: {admitted.reason.value}")
-                return
-            if admitted.open:
-                self.quota_tickets[i] = (region, admitted)
+        if not self._admit(i, region, now):
+            return
         inputs = Inputs(
             allowed=verdict.allowed,
             on_saturation=verdict.on_saturation,
@@ -740,7 +754,8 @@ class Simulator:
             target, extra = self._skywalker(home, peers, extra)
         if target != home:
             self.spills += 1
-        self._dispatch(i, self.region_pools[target][0], now, extra)
+        if self._admit(i, target, now):
+            self._dispatch(i, self.region_pools[target][0], now, extra)
 
     def _gorgo_cost(self, req: SimRequest, region: str) -> tuple[float, float]:
         """(local cost ms, unmatched tokens) of ``region`` for ``req``, per GPU."""
