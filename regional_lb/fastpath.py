@@ -73,11 +73,12 @@ class FastZoneChoice:
         registry.build_profile(spec, tier=Tier.REGIONAL)
         plugins = {p.plugin_name: registry.build_plugin(p) for p in spec.plugins}
         body = spec.profile
-        picker = body.picker if isinstance(body.picker, str) else body.picker[0]
+        # build_profile checked there is exactly one picker.
+        pickers = (body.picker,) if isinstance(body.picker, str) else tuple(body.picker or ())
         return cls(
             [plugins[name] for name in body.filters],
             [(plugins[ref.ref], ref.weight) for ref in body.scorers],
-            plugins[picker],
+            plugins[pickers[0]],
         )
 
     def choose(

@@ -1,0 +1,326 @@
+"""The regional fast path (regional_lb.fastpath) decides exactly as the reference profile.
+
+Property: on random views (zones healthy or not, drained, dark, full, without URL, with
+hot prefixes; peers with or without room), random accounting, requests, residency
+inputs, split and panic settings and profiles, a router with the fast path and
+``trace=False`` returns, decision after decision, the reference router's decision but
+for the trace record (``decision``) — and ``place`` does too. The routers keep state
+(spill limiter, demand meter), so each example runs a sequence of decisions on both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gtm.models import RouteRequest
+from gtm.routing import load_profile_spec
+from policies.documents import SaturationPolicy
+from regional_lb.fastpath import FastZoneChoice
+from regional_lb.priority import SplitMode
+from regional_lb.profiles import DEFAULT_PROFILE, build, profile_spec, with_saturation_last
+from regional_lb.router import (
+    Inputs,
+    PanicMode,
+    RegionalDecision,
+    RegionalRouter,
+    Route,
+    RouterSettings,
+)
+from regional_lb.view import (
+    PeerInfo,
+    RegionalView,
+    ZoneAccounting,
+    ZoneContext,
+    ZoneInfo,
+    zone_candidates,
+)
+from tests.unit.regional_lb.helpers import MODEL, NOW, model_load, peer, view, zone
+
+REGION = "r1"
+PEERS = ("r2", "r3", "r4")
+BLOCKS = (11, 12, 13, 14, 15)
+
+
+def _profile(scorers: list[dict[str, Any]], picker: str = "max-score") -> dict[str, Any]:
+    return {
+        "name": "regional-default",
+        "plugins": [
+            {"type": "residency-filter", "name": "residency"},
+            {"type": "health-filter", "name": "health"},
+            {"type": "model-filter", "name": "model"},
+            {"type": "ttft-scorer", "name": "ttft", "parameters": {"scale_ms": 50.0}},
+            {"type": "prefix-affinity-scorer", "name": "prefix-affinity"},
+            {"type": "load-scorer", "name": "load"},
+            {"type": "kv-cache-scorer", "name": "kv"},
+            {"type": "max-score-picker", "name": "max-score"},
+        ],
+        "profile": {
+            "filters": ["residency", "health", "model"],
+            "scorers": scorers,
+            "picker": picker,
+            "cost_model": "ttft",
+        },
+    }
+
+
+SPECS = [
+    profile_spec(None),
+    with_saturation_last(load_profile_spec(_profile([]))),
+    with_saturation_last(
+        load_profile_spec(
+            _profile(
+                [
+                    {"ref": "load", "weight": 2.0},
+                    {"ref": "ttft", "weight": 1.0},
+                    {"ref": "kv", "weight": 0.5},
+                ]
+            )
+        )
+    ),
+    with_saturation_last(
+        load_profile_spec(
+            _profile([{"ref": "prefix-affinity", "weight": 1.0}, {"ref": "kv", "weight": 3.0}])
+        )
+    ),
+]
+
+loads = st.builds(
+    lambda gpus, healthy, running, waiting, queued, rate, kv, model: model_load(
+        gpus=gpus,
+        healthy=min(healthy, gpus),
+        running=running,
+        waiting=waiting,
+        queued=queued,
+        rate=rate,
+        kv=kv,
+        model=model,
+    ),
+    gpus=st.integers(0, 4),
+    healthy=st.integers(0, 4),
+    running=st.integers(0, 20),
+    waiting=st.sampled_from([0, 0, 3, 40]),
+    queued=st.integers(0, 100_000),
+    rate=st.sampled_from([0.0, 5_000.0, 10_000.0, 10_000.0]),
+    kv=st.sampled_from([(0, 0), (100, 90), (100, 10), (100, 50)]),
+    model=st.sampled_from([MODEL, MODEL, MODEL, "other"]),
+)
+
+
+@st.composite
+def zones(draw: st.DrawFn, index: int) -> ZoneInfo:
+    info = zone(
+        f"z{index}",
+        draw(loads),
+        region=REGION,
+        healthy=draw(st.booleans() | st.just(True)),
+        drained=draw(st.sampled_from([False, False, False, True])),
+        sketch=tuple(draw(st.lists(st.sampled_from(BLOCKS), max_size=4, unique=True))),
+        rtt=draw(st.sampled_from([0.5, 2.0, 2.0])),
+        summary=draw(st.sampled_from([True, True, True, False])),
+    )
+    if draw(st.integers(0, 9)) == 0:
+        info = dataclasses.replace(info, url=None)
+    return info
+
+
+@st.composite
+def peers(draw: st.DrawFn, region: str) -> PeerInfo:
+    return peer(
+        region,
+        draw(loads),
+        rtt=draw(st.sampled_from([10.0, 50.0, 120.0])),
+        drained=draw(st.sampled_from([False, False, True])),
+        saturation=draw(st.sampled_from([0.0, 0.5, 0.95])),
+        spill_out_per_s=draw(st.sampled_from([0.0, 0.0, 3.0])),
+    )
+
+
+@st.composite
+def views(draw: st.DrawFn) -> RegionalView:
+    count = draw(st.integers(1, 4))
+    chosen = draw(st.lists(st.sampled_from(PEERS), max_size=3, unique=True))
+    return view(
+        [draw(zones(i)) for i in range(count)],
+        [draw(peers(p)) for p in chosen],
+        region=REGION,
+        drained=draw(st.sampled_from([False, False, False, True])),
+    )
+
+
+@st.composite
+def inputs(draw: st.DrawFn) -> Inputs:
+    allowed = {REGION} if draw(st.integers(0, 9)) else set()
+    allowed |= set(draw(st.lists(st.sampled_from(PEERS), max_size=3, unique=True)))
+    return Inputs(
+        allowed=frozenset(allowed),
+        on_saturation=draw(st.sampled_from(list(SaturationPolicy))),
+        hops=draw(st.integers(0, 2)),
+        spilled_from=tuple(draw(st.lists(st.sampled_from(PEERS), max_size=1))),
+        client_country_known=draw(st.booleans() | st.just(True)),
+        tokens_per_block=draw(st.sampled_from([0.0, 512.0, 64.0])),
+    )
+
+
+requests = st.builds(
+    lambda rid, tokens, prefix, model: RouteRequest(
+        request_id=rid, model=model, input_tokens=tokens, tenant="t1", prefix_hashes=prefix
+    ),
+    rid=st.text("abcdef0123456789", min_size=1, max_size=8),
+    tokens=st.integers(0, 40_000),
+    prefix=st.lists(st.sampled_from(BLOCKS), max_size=4).map(tuple),
+    model=st.sampled_from([MODEL, MODEL, MODEL, "other"]),
+)
+
+
+def _routers(which: int, split_mode: SplitMode, panic: PanicMode) -> list[RegionalRouter]:
+    spec = SPECS[which]
+    router_settings = RouterSettings(split_mode=split_mode, panic_mode=panic)
+    return [
+        RegionalRouter(
+            build(spec),
+            saturation_filter="saturation",
+            settings=router_settings,
+            fast=FastZoneChoice.compile(spec) if fast else None,
+        )
+        for fast in (True, False)
+    ]
+
+
+def _same(fast: RegionalDecision | None, slow: RegionalDecision | None) -> None:
+    if slow is None or fast is None:
+        assert fast is slow
+        return
+    # The fast path leaves out only the trace record of a local choice.
+    if fast.decision is None and slow.decision is not None:
+        assert slow.route is Route.LOCAL
+        assert slow.decision.choice == (fast.zone.id if fast.zone is not None else None)
+        slow = dataclasses.replace(slow, decision=None)
+    assert fast == slow
+
+
+@settings(
+    max_examples=300,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+@given(
+    which=st.integers(0, len(SPECS) - 1),
+    split_mode=st.sampled_from(list(SplitMode)),
+    panic=st.sampled_from(list(PanicMode)),
+    regional=views(),
+    steps=st.lists(st.tuples(requests, inputs(), st.integers(0, 3)), min_size=1, max_size=4),
+    sent=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 30_000)), max_size=6),
+    excluded=st.sets(st.sampled_from(["z0", "z1", "z2"]), max_size=2),
+)
+def test_fast_path_decides_like_the_reference(
+    which: int,
+    split_mode: SplitMode,
+    panic: PanicMode,
+    regional: RegionalView,
+    steps: list[tuple[RouteRequest, Inputs, int]],
+    sent: list[tuple[int, int]],
+    excluded: set[str],
+) -> None:
+    fast, slow = _routers(which, split_mode, panic)
+    accounting = ZoneAccounting()
+    accounting.observe(regional.zones)
+    zone_ids = list(regional.zones)
+    # Requests sent since the summaries (unseen by them): they count towards saturation.
+    for index, tokens in sent:
+        accounting.start(zone_ids[index % len(zone_ids)], MODEL, tokens)
+    for step, (request, given_inputs, extra) in enumerate(steps):
+        now = NOW + step * 0.01
+        a = fast.decide(
+            request,
+            regional,
+            given_inputs,
+            accounting=accounting,
+            now=now,
+            now_wall=now,
+            trace=False,
+        )
+        b = slow.decide(
+            request, regional, given_inputs, accounting=accounting, now=now, now_wall=now
+        )
+        _same(a, b)
+        if a.route is Route.LOCAL and a.zone is not None:
+            for _ in range(extra):  # what the service charges at dispatch
+                accounting.start(a.zone.id, request.model, request.input_tokens)
+        tried = frozenset(excluded)
+        _same(
+            fast.place(
+                request, regional, given_inputs, accounting=accounting, excluded=tried, trace=False
+            ),
+            slow.place(request, regional, given_inputs, accounting=accounting, excluded=tried),
+        )
+
+
+def _plain_view() -> RegionalView:
+    return view(
+        [zone("a", model_load(queued=50_000)), zone("b", model_load(queued=1_000))],
+        region=REGION,
+    )
+
+
+def _plain_inputs() -> Inputs:
+    return Inputs(allowed=frozenset({REGION}), on_saturation=SaturationPolicy.REJECT)
+
+
+def test_the_fast_path_is_taken_and_leaves_out_only_the_trace() -> None:
+    fast, slow = _routers(0, SplitMode.CAPACITY, PanicMode.ALL)
+    request = RouteRequest(request_id="r", model=MODEL, input_tokens=1000, tenant="t1")
+    regional = _plain_view()
+    a = fast.decide(
+        request, regional, _plain_inputs(), accounting=None, now=NOW, now_wall=NOW, trace=False
+    )
+    b = slow.decide(request, regional, _plain_inputs(), accounting=None, now=NOW, now_wall=NOW)
+    assert a.zone is not None
+    assert a.zone.id == "b"
+    assert a.decision is None  # no trace built: the fast path chose
+    assert b.decision is not None
+    assert b.decision.choice == "b"
+    assert a == dataclasses.replace(b, decision=None)
+    # Asked for the trace, the router with a fast path runs the reference (both routers
+    # have now metered the same demand twice).
+    traced = fast.decide(request, regional, _plain_inputs(), accounting=None, now=NOW, now_wall=NOW)
+    again = slow.decide(request, regional, _plain_inputs(), accounting=None, now=NOW, now_wall=NOW)
+    assert traced.decision is not None
+    assert traced == again
+
+
+def test_a_scorer_outside_its_contract_defers_to_the_reference() -> None:
+    class Broken:
+        name = "broken"
+
+        def score(self, request: object, candidates: Any, ctx: object) -> dict[str, float]:
+            return {c.id: 7.0 for c in candidates}
+
+    choice = FastZoneChoice.compile(profile_spec(None))
+    broken = FastZoneChoice(choice._filters, [(Broken(), 1.0)], choice._picker)
+    regional = _plain_view()
+    zones = zone_candidates(regional, MODEL)
+    ctx = ZoneContext(regional, frozenset({REGION}))
+    request = RouteRequest(request_id="r", model=MODEL, input_tokens=10, tenant="t1")
+    assert choice.choose(request, zones, ctx) is not None
+    assert broken.choose(request, zones, ctx) is None
+
+
+def test_every_zone_filtered_out_defers_to_the_reference() -> None:
+    choice = FastZoneChoice.compile(profile_spec(None))
+    regional = view([zone("a", model_load(), drained=True)], region=REGION)
+    request = RouteRequest(request_id="r", model=MODEL, input_tokens=10, tenant="t1")
+    ctx = ZoneContext(regional, frozenset({REGION}))
+    assert choice.choose(request, zone_candidates(regional, MODEL), ctx) is None
+
+
+def test_compile_refuses_what_the_reference_refuses() -> None:
+    data = dict(DEFAULT_PROFILE)
+    data["profile"] = {**DEFAULT_PROFILE["profile"], "scorers": [{"ref": "nope", "weight": 1}]}
+    with pytest.raises(Exception, match="nope"):
+        FastZoneChoice.compile(load_profile_spec(data))
