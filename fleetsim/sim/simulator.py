@@ -73,6 +73,7 @@ from policies import ResidencyQuery, Verdict
 from policies.documents import Quotas
 from regional_lb import profiles as regional_profiles
 from regional_lb.fairqueue import FairQueue, RefusalReason
+from regional_lb.fastpath import FastZoneChoice
 from regional_lb.quota import Cost, Grant, QuotaLimiter, Rejection, Usage, pool_of
 from regional_lb.quota import Ticket as QuotaTicket
 from regional_lb.router import Inputs, RegionalDecision, RegionalRouter, Route
@@ -414,7 +415,9 @@ class Simulator:
         rspec = regional_profiles.profile_spec(self.policy)
         self.routers = {
             r: RegionalRouter(
-                regional_profiles.build(rspec), saturation_filter=regional_profiles.SATURATION
+                regional_profiles.build(rspec),
+                saturation_filter=regional_profiles.SATURATION,
+                fast=FastZoneChoice.compile(rspec),
             )
             for r in self.region_ids
         }
@@ -665,7 +668,13 @@ class Simulator:
     ) -> None:
         t0 = perf_counter_ns()
         decision = self.routers[region].decide(
-            rr, self.rviews[region], inputs, accounting=self.zacc[region], now=now, now_wall=now
+            rr,
+            self.rviews[region],
+            inputs,
+            accounting=self.zacc[region],
+            now=now,
+            now_wall=now,
+            trace=False,
         )
         self.tier_ns["regional"] += perf_counter_ns() - t0
         if decision.route is Route.LOCAL and decision.zone is not None:
@@ -723,7 +732,9 @@ class Simulator:
             nonlocal full
             if full:
                 return False
-            waiting.decision = router.place(waiting.request, view, waiting.inputs, accounting=acc)
+            waiting.decision = router.place(
+                waiting.request, view, waiting.inputs, accounting=acc, trace=False
+            )
             full = waiting.decision is None or waiting.decision.zone is None
             return not full
 
