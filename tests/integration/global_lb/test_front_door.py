@@ -3,6 +3,7 @@ regional LBs (test code only) that forward to an emulated GPU worker."""
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
 from collections.abc import AsyncIterator
@@ -25,6 +26,7 @@ from global_lb.dns.rrl import RrlConfig
 from global_lb.frontdoor import FrontDoorConfig
 from global_lb.geo import ChainLocator, MaxMindLocator
 from global_lb.health import HealthCheckConfig
+from global_lb.inflight import Unseen
 from gtm.clock import SystemClock
 from gtm.gpu_profiles import LLAMA_8B
 from gtm.metrics import new_registry
@@ -49,6 +51,9 @@ class StandIn:
     countries: list[str | None] = field(default_factory=list)
     #: When set, answers as a regional LB that spilled the request to this peer region.
     served_by: str | None = None
+    #: When set, a request waits for it after setting ``arrived``.
+    gate: asyncio.Event | None = None
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def start(self) -> None:
         app = web.Application()
@@ -71,6 +76,9 @@ class StandIn:
     async def _forward(self, request: web.Request) -> web.StreamResponse:
         self.seen.append(request.headers.get("x-gtm-decision-id", ""))
         self.countries.append(request.headers.get("x-gtm-client-country"))
+        self.arrived.set()
+        if self.gate is not None:
+            await self.gate.wait()
         async with aiohttp.ClientSession() as session, session.request(
             request.method, self.worker_url + request.path, data=await request.read(),
             headers={"Content-Type": "application/json"},
@@ -308,3 +316,31 @@ async def test_region_header_names_the_region_a_regional_lb_spilled_to(
     assert raw.headers["x-gtm-region"] == "eu-central"
     assert raw.headers["x-gtm-spilled-from"] == "eu-west"
     assert deployment.stand_ins["eu-west"].seen  # it went to eu-west first
+
+
+async def test_a_forward_is_charged_to_its_region_until_it_ends(deployment: Deployment) -> None:
+    """The front door's in-flight ledger holds the request while eu-west works on it
+    (decisions meanwhile see it), and gives it back when the answer is complete."""
+    stand_in = deployment.stand_ins["eu-west"]
+    stand_in.gate = asyncio.Event()
+    ledger = deployment.tier.front_door.ledger
+
+    async def while_in_flight() -> Unseen:
+        await stand_in.arrived.wait()
+        charged = ledger.unseen("eu-west", LLAMA_8B)
+        assert stand_in.gate is not None
+        stand_in.gate.set()
+        return charged
+
+    async with deployment.client("gtm-demo-global") as client:
+        completion, charged = await asyncio.gather(
+            client.chat.completions.create(
+                model=LLAMA_8B, messages=[{"role": "user", "content": "count me"}], max_tokens=4
+            ),
+            while_in_flight(),
+        )
+    assert completion.choices[0].message.content
+    assert charged.requests == 1.0
+    assert charged.tokens > 0
+    assert ledger.unseen("eu-west", LLAMA_8B) == Unseen()
+    assert ledger.unseen("eu-central", LLAMA_8B) == Unseen()
