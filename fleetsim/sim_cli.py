@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from fleetsim.sim.bench import BenchConfig, run_bench
-from fleetsim.sim.policies import POLICIES
+from fleetsim.sim.policies import ABLATIONS, POLICIES
 from fleetsim.sim.simulator import CLIENT_TIMEOUT_S, DRAIN_S, FaultPlan
 from fleetsim.traces import TraceKind, data_dir, load_trace
 from fleetsim.workload import CITIES_FILE, read_places
@@ -27,9 +27,10 @@ def _loads(text: str) -> tuple[float, ...]:
 
 def _policies(text: str) -> tuple[str, ...]:
     names = tuple(x.strip() for x in text.split(",") if x.strip()) if text else tuple(POLICIES)
-    unknown = [n for n in names if n not in POLICIES]
+    unknown = [n for n in names if n not in POLICIES and n not in ABLATIONS]
     if unknown:
-        raise click.BadParameter(f"unknown policies {unknown}; known: {', '.join(POLICIES)}")
+        known = ", ".join([*POLICIES, *ABLATIONS])
+        raise click.BadParameter(f"unknown policies {unknown}; known: {known}")
     return names
 
 
@@ -143,7 +144,9 @@ def bench() -> None:
 @_common
 @click.option("--load", "loads", default="0.5,0.7,0.85,0.95", show_default=True,
               help="comma-separated offered loads (req/s ÷ the fleet's capacity)")  # fmt: skip
-@click.option("--policies", "policy_names", default="", help="comma-separated (default: all)")
+@click.option("--policies", "policy_names", default="",
+              help="comma-separated (default: gtm and every baseline; gtm-no-ledger, gtm "
+                   "without its global in-flight ledger, on request)")  # fmt: skip
 def routing(
     trace_kind: str, trace_path: Path | None, gpus: int, regions: int, duration: float,
     seed: int, out: Path, loads: str, policy_names: str, fleet_shape: str, quotas: bool,

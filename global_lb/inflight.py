@@ -72,6 +72,8 @@ DEFAULT_RESOLUTION_HEADROOM = 0.01
 
 @dataclass(frozen=True, slots=True)
 class LedgerSettings:
+    #: False: nothing is charged and decisions read the summaries alone (for A/B runs).
+    enabled: bool = True
     expire_s: float = DEFAULT_EXPIRE_S
     resolution_ms: float = DEFAULT_RESOLUTION_MS
     resolution_headroom: float = DEFAULT_RESOLUTION_HEADROOM
@@ -141,6 +143,9 @@ class InflightLedger:
         """Count ``requests`` of ``model`` with ``input_tokens`` prompt tokens (in all)
         as sent to ``region`` at wall time ``now``."""
         entry = Charge(region, model, float(requests), float(input_tokens), now)
+        if not self._settings.enabled:
+            entry.live = False
+            return entry
         self._charges.setdefault(region, deque()).append(entry)
         self._add(entry, 1.0)
         pending = self._pending.setdefault(region, [0.0, 0.0])
@@ -220,6 +225,8 @@ class InflightLedger:
     def view(self, base: GlobalView, now: float) -> GlobalView:
         """``base`` with the unseen charges added to its regions' terms (``base`` itself
         when nothing is charged). Reconciles with ``base`` first when it is new."""
+        if not self._settings.enabled:
+            return base
         if base is not self._base:
             self._base = base
             self._stale = True

@@ -148,8 +148,9 @@ def run_bench(
         rows, runs = [], []
         for name in config.policies:
             started = time.perf_counter()
+            spec = policy(name)
             sim = Simulator(
-                fleet, active, policy(name), requests, model=config.model,
+                fleet, active, spec, requests, model=config.model, ledger=spec.ledger,
                 duration_s=config.duration_s, progress=_progress(name, config, len(requests)),
                 seed=config.seed, drain_s=config.drain_s,
                 client_timeout_s=config.client_timeout_s, quota_scale=setup.quota_scale,

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
 
+from global_lb.inflight import LedgerSettings
+
 
 class RegionMode(StrEnum):
     """How a request's region is chosen."""
@@ -40,6 +42,8 @@ class PolicySpec:
     #: region's whole pool for the others).
     zone_profile: str
     description: str = ""
+    #: gtm's global in-flight ledger (``None``: the defaults, as the front door runs it).
+    ledger: LedgerSettings | None = None
 
 
 def _zone_baseline(name: str, profile: str, what: str) -> PolicySpec:
@@ -80,12 +84,27 @@ POLICIES: Mapping[str, PolicySpec] = MappingProxyType(
     }
 )
 
+#: Variants of gtm with one mechanism off, to measure what it brings (not baselines:
+#: never in the default set, never "the best baseline").
+ABLATIONS: Mapping[str, PolicySpec] = MappingProxyType(
+    {
+        "gtm-no-ledger": PolicySpec(
+            "gtm-no-ledger",
+            RegionMode.GTM,
+            "default",
+            "gtm without the global in-flight ledger (summaries alone)",
+            ledger=LedgerSettings(enabled=False),
+        ),
+    }
+)
+
 #: A short set for smoke runs and tests.
 SMOKE_POLICIES = ("gtm", "round-robin", "least-connections", "gorgo")
 
 
 def policy(name: str) -> PolicySpec:
-    found = POLICIES.get(name)
+    found = POLICIES.get(name) or ABLATIONS.get(name)
     if found is None:
-        raise KeyError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
+        known = ", ".join([*POLICIES, *ABLATIONS])
+        raise KeyError(f"unknown policy {name!r}; known: {known}")
     return found

@@ -148,6 +148,15 @@ def test_a_region_without_a_summary_is_left_as_it_is() -> None:
     assert overlay.by_id["eu-west"].headroom(MODEL) == 1.0
 
 
+def test_a_disabled_ledger_charges_nothing() -> None:
+    ledger = InflightLedger(LedgerSettings(enabled=False))
+    base = _view()
+    charge = ledger.charge("eu-west", MODEL, 50_000, now=1.0)
+    assert not charge.live
+    assert ledger.unseen("eu-west", MODEL) == Unseen()
+    assert ledger.view(base, now=1.0) is base
+
+
 def test_settings_are_checked() -> None:
     with pytest.raises(ValueError, match="expire_s"):
         LedgerSettings(expire_s=0.0)

@@ -3,11 +3,16 @@ meets the same tenant quotas, and gtm's global tier charges its in-flight ledger
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import numpy as np
 import pytest
 
 from fleetsim.sim.fleet import scaled_fleet
-from fleetsim.sim.policies import POLICIES
+from fleetsim.sim.metrics import Summary
+from fleetsim.sim.policies import POLICIES, RegionMode, policy
+from fleetsim.sim.report import targets
 from fleetsim.sim.simulator import Simulator, Status
 from global_lb.inflight import LedgerSettings
 from gtm.gpu_profiles import LLAMA_8B
@@ -55,3 +60,30 @@ def test_the_global_ledger_stops_one_summary_from_herding() -> None:
     # rest to the next best itself (22).
     charged = _spills(LedgerSettings(expire_s=100.0))
     assert charged * 2 < blind
+
+
+def _row(name: str, p99: float, goodput: float) -> Summary:
+    values: dict[str, Any] = {f.name: 0.0 for f in dataclasses.fields(Summary)}
+    values.update(policy=name, ttft_p99=p99, goodput_rps=goodput, violations=0, sim_rps=1.0)
+    return Summary(**values)
+
+
+def test_the_ablation_runs_gtm_without_its_ledger_and_is_never_the_best_baseline() -> None:
+    ablation = policy("gtm-no-ledger")
+    assert ablation.region_mode is RegionMode.GTM
+    assert ablation.ledger is not None
+    assert not ablation.ledger.enabled
+    assert "gtm-no-ledger" not in POLICIES  # not in the default set
+    lines = targets(
+        [
+            _row("gtm", 3.0, 60.0),
+            _row("gtm-no-ledger", 1.0, 50.0),
+            _row("llm-d-blend", 4.0, 55.0),
+            _row("least-connections", 9.0, 49.0),
+        ]
+    )
+    best = next(line for line in lines if "best baseline" in line)
+    assert best.startswith("- met")
+    assert "llm-d-blend, 4.00 s" in best
+    goodput = next(line for line in lines if "least connections" in line)
+    assert goodput.startswith("- met")
