@@ -19,8 +19,12 @@ of the demand the region's zones cannot take:
   cache limits are not rates: the zone profile's saturation filter applies them to each
   request (:func:`regional_lb.view.is_saturated`), and what no zone can take spills as
   ``saturated`` or queues.
-* ``local_load = min(1, Σ headroom / demand)``: a region spills only when its remaining
-  zones really cannot take the load, and then only the excess.
+* ``spill = min(demand − Σ headroom, peers' headroom) / demand`` (never below 0): a
+  region spills only when its remaining zones really cannot take the load, then only
+  the excess, and no more than the allowed peers can take — their headroom, the same
+  formula over their region summaries. When every region is short (a global overload),
+  spilling only moves queues around and adds a hop: the excess then waits at home (fair
+  queue) or spills as ``saturated`` when a zone is full and a peer is not.
 
 The backlog term closes the loop on a slow, damped path: a zone that falls behind the
 estimate (prefix-cache misses, long decodes) takes proportionally less until its queue
@@ -97,6 +101,7 @@ class PrioritySplit:
     #: (NaN in Envoy mode, which does not measure them).
     demand_tokens_per_s: float = math.nan
     headroom_tokens_per_s: float = math.nan
+    peer_headroom_tokens_per_s: float = math.nan
 
     @property
     def degraded(self) -> bool:
@@ -172,25 +177,30 @@ def capacity_split(
     local: tuple[float, float],
     peers: tuple[float, float],
     *,
+    peer_headroom_tokens_per_s: float = math.inf,
     panic_threshold: float = PANIC_THRESHOLD,
 ) -> PrioritySplit:
-    """Keep what the zones' headroom covers of the admitted demand; spill the excess.
+    """Keep what the zones' headroom covers of the admitted demand; spill the excess,
+    up to what the peers' headroom can take.
 
     ``local``/``peers`` are (healthy, total) GPU counts, for the health figures and
     Envoy's panic rule (a capacity split still panics when most of the region is
     condemned and the peers cannot take the rest)."""
     headroom = max(0.0, headroom_tokens_per_s)
     demand = max(0.0, demand_tokens_per_s)
-    keep = 1.0 if demand <= headroom else headroom / demand
+    elsewhere = max(0.0, peer_headroom_tokens_per_s)
+    excess = min(max(0.0, demand - headroom), elsewhere)
+    spill = 0.0 if demand <= 0.0 else min(1.0, excess / demand)
     envoy = split(local, peers, panic_threshold=panic_threshold)
     return PrioritySplit(
-        keep,
-        1.0 - keep,
+        1.0 - spill,
+        spill,
         envoy.local_health,
         envoy.spill_health,
         envoy.local_panic,
         demand,
         headroom,
+        elsewhere,
     )
 
 

@@ -253,13 +253,21 @@ class RegionalRouter:
         now: float,
     ) -> PrioritySplit:
         settings = self._settings
+        capacity = settings.capacity
         healthy = total = 0
+        elsewhere = 0.0
         for option in options:
             summary = view.peers[option.region].summary
             load = summary.load_for(request.model) if summary is not None else None
             if load is not None:
                 healthy += load.healthy_gpus
                 total += load.gpus
+                elsewhere += zone_headroom(
+                    load.prefill_tokens_per_s,
+                    load.queued_prefill_tokens,
+                    target_utilisation=capacity.target_utilisation,
+                    backlog_horizon_s=capacity.backlog_horizon_s,
+                )
         local = capacity_health(zones, request.model)
         if settings.split_mode is SplitMode.ENVOY:
             return split(
@@ -273,6 +281,7 @@ class RegionalRouter:
             self._demand.tokens_per_s(request.model, now),
             local,
             (healthy, total),
+            peer_headroom_tokens_per_s=elsewhere,
             panic_threshold=settings.panic_threshold,
         )
 

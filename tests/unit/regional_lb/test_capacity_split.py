@@ -55,7 +55,11 @@ class Run:
 
 
 def region(
-    claimed_rate: float, pending: float, *, peers: tuple[str, ...] = ("r2",)
+    claimed_rate: float,
+    pending: float,
+    *,
+    peers: tuple[str, ...] = ("r2",),
+    peer_queued: int = 0,
 ) -> RegionalView:
     return view(
         [
@@ -63,7 +67,8 @@ def region(
             zone("a", model_load(gpus=1), summary=False),
             zone("b", model_load(gpus=1, rate=claimed_rate, queued=round(pending))),
         ],
-        [peer(p, model_load(gpus=8)) for p in peers],
+        # Peers: 10k tok/s each (8k of headroom when idle).
+        [peer(p, model_load(gpus=8, queued=peer_queued)) for p in peers],
     )
 
 
@@ -73,6 +78,7 @@ def simulate(
     real_rate: float | None = None,
     allowed: frozenset[str] = frozenset({"r1", "r2"}),
     peers: tuple[str, ...] = ("r2",),
+    peer_queued: int = 0,
     mode: SplitMode = SplitMode.CAPACITY,
 ) -> Run:
     clock = FakeClock(start=0.0)
@@ -87,12 +93,12 @@ def simulate(
     drain = real_rate if real_rate is not None else claimed_rate
     step = 1.0 / ARRIVALS_PER_S
     pending = 0.0
-    current = region(claimed_rate, pending, peers=peers)
+    current = region(claimed_rate, pending, peers=peers, peer_queued=peer_queued)
     routes: list[tuple[float, Route, Reason, str | None]] = []
     for i in range(round((WARM_UP_S + MEASURED_S) * ARRIVALS_PER_S)):
         now = clock.monotonic()
         if i % round(PUBLISH_S * ARRIVALS_PER_S) == 0:
-            current = region(claimed_rate, pending, peers=peers)
+            current = region(claimed_rate, pending, peers=peers, peer_queued=peer_queued)
         decision = router.decide(
             route_request(f"req-{i}", tokens=TOKENS),
             current,
@@ -157,6 +163,23 @@ def test_the_split_does_not_oscillate(
     assert len(shares) == 20
     assert all(s == pytest.approx(expected_spill, abs=0.12) for s in shares), shares
     assert max(shares) - min(shares) <= 0.2, shares
+
+
+@pytest.mark.parametrize(
+    ("peer_queued", "expected_spill"),
+    [
+        # The peer's 12k queued tokens claim 6k/s of its 8k headroom: 2k of the 3k
+        # excess (40 % of the 5k demand) can go, the rest waits at home.
+        (12_000, 0.4),
+        # 16k queued: the peer is as short as we are; nothing is moved there.
+        (16_000, 0.0),
+    ],
+)
+def test_no_more_is_spilled_than_the_peer_has_room_for(
+    peer_queued: int, expected_spill: float
+) -> None:
+    run = simulate(claimed_rate=2_500.0, peer_queued=peer_queued)
+    assert run.spill_share() == pytest.approx(expected_spill, abs=TOLERANCE)
 
 
 def test_envoy_mode_spills_30_percent_even_with_headroom() -> None:

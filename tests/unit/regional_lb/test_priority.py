@@ -77,6 +77,25 @@ def test_capacity_split_spills_exactly_the_excess(
     assert not result.local_panic
 
 
+@pytest.mark.parametrize(
+    ("headroom", "demand", "peers", "expected_spill"),
+    [
+        (4_000.0, 10_000.0, 1e9, 0.6),  # peers take the whole excess
+        (4_000.0, 10_000.0, 3_000.0, 0.3),  # only what the peers have room for
+        (4_000.0, 10_000.0, 0.0, 0.0),  # every region short: nothing moves
+        (0.0, 10_000.0, 2_500.0, 0.25),
+        (12_000.0, 10_000.0, 0.0, 0.0),
+    ],
+)
+def test_capacity_split_spills_no_more_than_the_peers_can_take(
+    headroom: float, demand: float, peers: float, expected_spill: float
+) -> None:
+    result = capacity_split(headroom, demand, (2, 2), (4, 4), peer_headroom_tokens_per_s=peers)
+    assert result.spill_load == pytest.approx(expected_spill)
+    assert result.local_load == pytest.approx(1.0 - expected_spill)
+    assert result.peer_headroom_tokens_per_s == peers
+
+
 def test_capacity_split_keeps_envoys_panic_rule() -> None:
     # 1 of 4 GPUs healthy and no peer to take the rest: the zones ignore health.
     assert capacity_split(1_000.0, 500.0, (1, 4), (0, 0)).local_panic
@@ -87,6 +106,7 @@ def test_envoy_split_measures_no_demand() -> None:
     result = split((1, 2), (10, 10))
     assert math.isnan(result.demand_tokens_per_s)
     assert math.isnan(result.headroom_tokens_per_s)
+    assert math.isnan(result.peer_headroom_tokens_per_s)
 
 
 @pytest.mark.parametrize(
