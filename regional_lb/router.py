@@ -287,14 +287,15 @@ class RegionalRouter:
 
     def _headroom(self, zones: tuple[ZoneState, ...]) -> float:
         """Prompt tokens/s the region's zones can take on now (see the priority module):
-        none from a zone that is drained, unhealthy or dark. A zone's concurrency and KV
-        limits are not rates: the saturation filter applies them per request, and a
-        request no zone can take then spills as ``saturated`` (or queues)."""
+        none from a zone the health filter would not pass (drained, unhealthy, dark, no
+        agent URL). A zone's concurrency and KV limits are not rates: the saturation
+        filter applies them per request, and a request no zone can take then spills as
+        ``saturated`` (or queues)."""
         capacity = self._settings.capacity
         free = 0.0
         for zone in zones:
             load = zone.load
-            if load is None or zone.drained or not zone.healthy:
+            if load is None or zone.drained or not zone.healthy or zone.info.url is None:
                 continue
             free += zone_headroom(
                 load.prefill_tokens_per_s,

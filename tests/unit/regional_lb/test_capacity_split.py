@@ -9,7 +9,7 @@ router decides every arrival over the latest view, exactly as the service does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -235,3 +235,24 @@ def test_demand_is_what_was_admitted_and_survives_a_new_router() -> None:
     assert decision.split is not None
     assert decision.split.demand_tokens_per_s == pytest.approx(1_100.0)
     assert decision.split.headroom_tokens_per_s == pytest.approx(8_000.0)
+
+
+def test_only_zones_the_health_filter_passes_have_headroom() -> None:
+    r = RegionalRouter(build(profile_spec(None)), saturation_filter="saturation")
+    inputs = Inputs(allowed=frozenset({"r1", "r2"}), on_saturation=SPILL, client_country_known=True)
+    regional = view(
+        [
+            zone("a"),  # 10k tok/s: 8k of headroom
+            zone("b", drained=True),
+            zone("c", healthy=False),
+            zone("d", model_load(healthy=0)),
+            zone("e", summary=False),
+            replace(zone("f"), url=None),  # no agent URL: never picked
+            zone("g", model_load(queued=6_000)),  # 6k pending over 2 s: 5k left
+        ],
+        [peer("r2")],
+    )
+    decision = r.decide(route_request(), regional, inputs, accounting=None, now=0, now_wall=0)
+    assert decision.split is not None
+    assert decision.split.headroom_tokens_per_s == pytest.approx(8_000.0 + 5_000.0)
+    assert decision.split.peer_headroom_tokens_per_s == pytest.approx(8_000.0)
