@@ -98,6 +98,9 @@ class Accounting:
         self.streams: Array = np.zeros(size)
         self.prefilling: Array = np.zeros(size)
         self.kv_blocks: Array = np.zeros(size)
+        #: ``streams.sum()``, kept as charges come and go (sequences are whole numbers,
+        #: so the running sum is exact): a decision's bounded-load cap needs it.
+        self.streams_total = 0.0
         self.prefix = PrefixIndex()
         self.hot = HotBlocks()
         self._open: set[Ticket] = set()
@@ -128,6 +131,11 @@ class Accounting:
         self.prefilling = grown(self.prefilling)
         self.kv_blocks = grown(self.kv_blocks)
 
+    @property
+    def slot_count(self) -> int:
+        """How many slots are allocated (they are 0 … slot_count − 1)."""
+        return len(self._slot_of)
+
     def next_seq(self) -> int:
         """Arrival numbers for round-robin baselines (1, 2, 3...)."""
         return next(self._seq)
@@ -144,11 +152,18 @@ class Accounting:
         prefix_hashes: tuple[int, ...] = (),
         prefix_capacity: int = 0,
     ) -> Ticket:
-        """Charge a request to ``gpu_id``; remember its prefix blocks went there."""
+        """Charge a request to ``gpu_id``; remember its prefix blocks went there.
+
+        ``kv_blocks`` is a whole number of blocks (sums of them stay exact and never
+        drift below zero, which the free-KV rule's shortcut relies on).
+        """
+        if not (kv_blocks >= 0 and float(kv_blocks).is_integer()):
+            raise ValueError(f"kv_blocks must be a whole number >= 0, got {kv_blocks!r}")
         slot = self.slot(gpu_id)
         self.pending[slot] += prefill_tokens
         self.prefilling[slot] += 1
         self.streams[slot] += sequences
+        self.streams_total += sequences
         self.kv_blocks[slot] += kv_blocks
         if prefix_hashes:
             self.prefix.insert(slot, prefix_hashes, prefix_capacity)
@@ -164,6 +179,7 @@ class Accounting:
 
     def _release_stream(self, ticket: Ticket, sequences: float, kv: float) -> None:
         self.streams[ticket.slot] -= sequences
+        self.streams_total -= sequences
         self.kv_blocks[ticket.slot] -= kv
         self._open.discard(ticket)
         if not self._open and self._idle is not None:

@@ -54,6 +54,7 @@ from gtm.models import CandidateScore, Decision, DecisionTrace, FilterStep, Tier
 from gtm.routing.framework import ExtensionPoint
 from gtm.routing.metrics import RoutingMetrics
 from zone_agent._np import fany, fmax, fmin
+from zone_agent.accounting import Accounting
 from zone_agent.request import ZoneRequest
 from zone_agent.view import Bools, Floats, GpuState, Ints, ModelIndex, ZoneView
 
@@ -77,6 +78,22 @@ class ModelNotServed(RoutingError):
 # ---------------------------------------------------------------------------- the batch
 
 
+class StreamsHint(NamedTuple):
+    """Where the survivors' streams are in the accounting (worked out once per view)."""
+
+    #: The survivors' accounting slots.
+    slots: Ints
+    #: The accounting's other slots, when it had ``slot_count`` slots (None: many).
+    outside: tuple[int, ...] | None
+    slot_count: int
+
+
+#: Up to this many accounting slots outside the survivors, their streams are subtracted
+#: from the running total one at a time (~0.1 µs each) instead of gathering and summing
+#: the survivors' (~1.5 µs).
+STREAMS_OUTSIDE_MAX = 8
+
+
 class Batch:
     """One decision's working data: the request, the model's index, per-candidate loads.
 
@@ -94,6 +111,7 @@ class Batch:
         "_queued",
         "_rate_sum",
         "_streams",
+        "_streams_hint",
         "_survivors",
         "_uncached",
         "alive",
@@ -110,9 +128,11 @@ class Batch:
         view: ZoneView,
         index: ModelIndex,
         survivors: tuple[Bools, Ints, bool] | None = None,
+        streams_hint: StreamsHint | None = None,
     ) -> None:
         """``survivors``: the alive mask, its positions and whether nothing was removed,
-        when the filters already ran (the batch is then sealed; the mask is read-only)."""
+        when the filters already ran (the batch is then sealed; the mask is read-only);
+        ``streams_hint``: where their streams are in the accounting, when known."""
         self.request = request
         self.view = view
         self.index = index
@@ -124,6 +144,7 @@ class Batch:
             self._survivors = None
         else:
             self.alive, self._survivors, self.all_alive = survivors
+        self._streams_hint = streams_hint
         #: Arrays a plugin computed for this decision, for the others (e.g. TTFT costs,
         #: used by the scorer and the cost model).
         self.memo: dict[str, Floats] = {}
@@ -259,6 +280,17 @@ class Batch:
     def streams_sum(self) -> float:
         """Our sequences in flight over the survivors. (Counts of sequences are whole
         numbers, so every order of summation gives this same float.)"""
+        hint = self._streams_hint
+        if hint is not None:
+            acc = self.view.accounting
+            if hint.outside is not None and acc.slot_count == hint.slot_count:
+                # The running total minus the few slots that are not survivors.
+                total, at = acc.streams_total, acc.streams.item
+                for slot in hint.outside:
+                    total -= at(slot)
+                return total
+            # One gather from the accounting instead of two (all slots, then survivors).
+            return float(np.add.reduce(acc.streams[hint.slots]))
         streams = self.streams
         if self.all_alive:
             return float(np.add.reduce(streams))
@@ -267,7 +299,9 @@ class Batch:
     @property
     def kv_free(self) -> Floats:
         """Free KV blocks: the last fresh scrape minus what we sent since, else capacity
-        minus our own charge."""
+        minus our own charge. (Never below ``kv_free_base − kv_own``: our charge is a
+        sum of whole blocks, never negative, so what we sent since is at most all of it
+        — the free-KV rule's cheap test.)"""
         if self._kv_free is None:
             index = self.index
             free = self.kv_own - index.kv_own_base  # KV blocks sent since the scrape
@@ -374,6 +408,7 @@ class _Prepared(NamedTuple):
     idle_steps: tuple[_Step, ...]
     #: :attr:`Batch.rate_sum` of ``alive``.
     rate_sum: float
+    streams_hint: StreamsHint
 
 
 _UNPREPARED = object()
@@ -423,7 +458,7 @@ class FusedFilters:
         """The filtered batch and its steps, or None: run the filters one by one."""
         prepared = index.memo.get(self, _UNPREPARED)
         if prepared is _UNPREPARED:
-            prepared = index.memo[self] = self._prepare(index)
+            prepared = index.memo[self] = self._prepare(index, view.accounting)
         if prepared is None:
             return None
         assert isinstance(prepared, _Prepared)
@@ -433,19 +468,19 @@ class FusedFilters:
         need = self._fits.shortcut(request, index)
         if need is None:
             return None
-        batch = Batch(request, view, index, prepared[:3])
+        batch = Batch(request, view, index, prepared[:3], prepared.streams_hint)
         removal = self._fits.soft_removal(batch, need)
         if removal is None:
             batch._rate_sum = prepared.rate_sum
             return batch, prepared.idle_steps
         # The free-KV rule removes only when some survivor has room: never all.
         alive = np.greater(prepared.alive, removal.mask)
-        batch.alive, batch.all_alive = alive, False
+        batch.alive, batch.all_alive, batch._streams_hint = alive, False, None
         batch.seal()
         step = _Step(self._fits.name, removal.mask, removal.reason)
         return batch, (*prepared.steps, step, *self._canary_step)
 
-    def _prepare(self, index: ModelIndex) -> _Prepared | None:
+    def _prepare(self, index: ModelIndex, accounting: Accounting) -> _Prepared | None:
         if index.any_half_open:
             return None  # the healthy filter then depends on our in-flight streams
         alive = index.all_true
@@ -464,7 +499,22 @@ class FusedFilters:
         survivors.flags.writeable = False
         all_alive = alive is index.all_true
         rate_sum = index.rate_sum if all_alive else float(np.dot(index.rate, alive))
-        return _Prepared(alive, survivors, all_alive, tuple(steps), (*steps, *self._tail), rate_sum)
+        slots = index.slots[survivors]
+        slots.flags.writeable = False
+        count = accounting.slot_count
+        outside = sorted(set(range(count)).difference(slots.tolist()))
+        hint = StreamsHint(
+            slots, tuple(outside) if len(outside) <= STREAMS_OUTSIDE_MAX else None, count
+        )
+        return _Prepared(
+            alive,
+            survivors,
+            all_alive,
+            tuple(steps),
+            (*steps, *self._tail),
+            rate_sum,
+            hint,
+        )
 
 
 class _CostScorer(Protocol):
@@ -507,17 +557,25 @@ class CheapestPick:
         """The position to choose, or -1: work the scores out and let the picker pick."""
         costs = self._scorer.costs_ms(batch)
         if batch.all_alive:
-            k = int(costs.argmin())
-            best = float(costs[k])
             live = costs
+            k = at = int(costs.argmin())
         else:
             survivors = batch.survivors
-            live = costs[survivors]
+            live = costs[survivors]  # a copy
             at = int(live.argmin())
-            best = float(live[at])
             k = int(survivors[at])
+        best = live.item(at)
         if not best < math.inf:
             return -1
+        if len(live) == 1:
+            return k
+        # The runner-up, by a second argmin with the best set aside (two C calls,
+        # cheaper than comparing the whole array): the usual verdict, a clear winner.
+        live[at] = math.inf
+        second = live.item(live.argmin())
+        live[at] = best  # ``costs`` itself when every candidate is alive: put it back
+        if second > best + self._margin:
+            return k
         near = np.count_nonzero(live <= best + self._margin)
         # Exact ties (an idle zone of one GPU type) all score exp(0) = 1, and argmin
         # found the first of them, as the picker would.

@@ -94,13 +94,12 @@ class TtftCost:
         if len(matches) > self._sparse_max:
             tokens = batch.queued + self._bounded_uncached_array(batch)
         else:
-            tokens = batch.queued + float(request.input_tokens)
+            queued = batch.queued
+            tokens = queued + float(request.input_tokens)
             if matches:
                 # Few GPUs hold part of the prompt: correct just those, one float at a
                 # time (the same operations as ``queued + uncached`` over the array).
-                queued = batch.queued.item  # a Python float, without a numpy scalar
-                for position, uncached in self._bounded_uncached(batch, matches):
-                    tokens[position] = queued(position) + uncached
+                self._credit(batch, matches, queued, tokens)
         costs = tokens * index.ms_per_token
         if self._decode:
             passes = np.multiply(tokens, index.inv_max_batched, out=tokens)
@@ -126,27 +125,29 @@ class TtftCost:
         # Where no prefix matched, uncached is already the whole prompt: no need to mask.
         return np.where(over, float(request.input_tokens), batch.uncached)
 
-    def _bounded_uncached(
-        self, batch: Batch, matches: Mapping[int, int]
-    ) -> list[tuple[int, float]]:
-        """Uncached tokens of the GPUs holding part of the prompt, with cache credit
-        only where the bounded-load cap allows (else the whole prompt)."""
-        index, request = batch.index, batch.request
+    def _credit(
+        self, batch: Batch, matches: Mapping[int, int], queued: Floats, tokens: Floats
+    ) -> None:
+        """Give the GPUs holding part of the prompt their cache credit in ``tokens``
+        (``queued + the whole prompt``), where the bounded-load cap allows it.
+
+        The scalar form of :meth:`_bounded_uncached_array`, for the usual handful of
+        GPUs: Python floats (``.item``: no numpy scalar each), the same IEEE operations
+        in the same order, so the results are the array form's to the bit. A GPU over
+        the cap keeps the whole prompt, which ``tokens`` already holds.
+        """
+        request, index = batch.request, batch.index
         sequences = request.sequences
         scale = self._load_scale(batch)
-        # ``.item`` gives Python floats, without a numpy scalar each.
-        streams, rate = batch.streams.item, index.rate.item
-        whole, per_block = float(request.input_tokens), request.tokens_per_block
-        return [
-            (
-                position,
-                whole
-                if streams(position) + sequences > math.ceil(scale * rate(position))
+        # Our streams read at each GPU's slot: no gather of the whole column.
+        streams, slot = batch.view.accounting.streams.item, index.slots.item
+        rate, queued_at = index.rate.item, queued.item
+        prompt, per_block = request.input_tokens, request.tokens_per_block
+        ceil = math.ceil
+        for position, blocks in matches.items():
+            if streams(slot(position)) + sequences <= ceil(scale * rate(position)):
                 # Batch.uncached_tokens, inline (this loop is on every cache hit).
-                else max(0.0, request.input_tokens - blocks * per_block),
-            )
-            for position, blocks in sorted(matches.items())
-        ]
+                tokens[position] = queued_at(position) + max(0.0, prompt - blocks * per_block)
 
     def scores(self, batch: Batch, /) -> Floats:
         costs = self.costs_ms(batch)
