@@ -21,6 +21,7 @@ from gtm.state.url import open_store
 from gtm.tls import TlsConfig, click_options, config_from_options, material
 from policies import AuditWriter, PolicyError, load_paths
 from regional_lb.leases import DEFAULT_SAFE_SHARE, LeaseSettings
+from regional_lb.priority import SplitMode
 from regional_lb.profiles import PROFILE_NAME
 from regional_lb.router import RouterSettings
 from regional_lb.service import RegionalService, RegionalSettings, serving
@@ -108,6 +109,16 @@ def _identifier(name: str, value: str) -> str:
     help="Also spill requests whose client country is unknown (by default they stay).",
 )
 @click.option(
+    "--split",
+    "split_mode",
+    type=click.Choice([m.value for m in SplitMode]),
+    default=SplitMode.CAPACITY.value,
+    show_default=True,
+    help="What share of the traffic to spill before a zone is full: 'capacity' spills the "
+    "admitted demand the zones' measured headroom cannot take; 'envoy' spills by the share "
+    "of unhealthy GPUs (Envoy's overprovisioning factor 1.4), whatever the load.",
+)
+@click.option(
     "--peer-token",
     envvar="GTM_PEER_TOKEN",
     default=None,
@@ -128,6 +139,7 @@ def regional(
     safe_share: float,
     audit_dir: Path | None,
     spill_unknown_location: bool,
+    split_mode: str,
     peer_token: str | None,
     **tls_options: object,
 ) -> None:
@@ -152,7 +164,10 @@ def regional(
         replica_id=replica,
         advertise_url=advertise_url,
         leases=LeaseSettings(safe_share=safe_share),
-        router=RouterSettings(spill_requires_client_country=not spill_unknown_location),
+        router=RouterSettings(
+            split_mode=SplitMode(split_mode),
+            spill_requires_client_country=not spill_unknown_location,
+        ),
         view=ViewSettings(local_zone=local_zone, zone_urls=MappingProxyType(_zone_urls(zone_urls))),
         profile_name=profile,
         peer_token=peer_token or None,

@@ -11,6 +11,7 @@ def test_help_lists_the_options() -> None:
     assert result.exit_code == 0
     for option in ("--region", "--state", "--listen", "--policies", "--replica-id", "--zone-url"):
         assert option in result.output
+    assert "--split [capacity|envoy]" in result.output
 
 
 def test_bad_arguments_are_usage_errors() -> None:
@@ -24,6 +25,9 @@ def test_bad_arguments_are_usage_errors() -> None:
     bad_zone = runner.invoke(cli, ["regional", "--region", "eu-west", "--zone-url", "a=ftp://x"])
     assert bad_zone.exit_code == 2
     assert "ZONE=URL" in bad_zone.output
+    bad_split = runner.invoke(cli, ["regional", "--region", "eu-west", "--split", "random"])
+    assert bad_split.exit_code == 2
+    assert "'capacity', 'envoy'" in bad_split.output
 
 
 def test_a_region_outside_the_policy_set_is_refused() -> None:
