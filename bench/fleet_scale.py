@@ -7,6 +7,12 @@ and per CPU second (the machine is shared: CPU time leaves out what other jobs t
 where the wall time went (global / regional / zone decisions, summary publishing, the
 simulator itself), and the quality figures; writes ``reports/scale.md``.
 
+Peer, measured in the same run on the same arrivals: the simulator with the regional
+tier's reference profile (``regional_fast_path=False``: a full decision trace per
+request) instead of its property-tested fast path (:mod:`regional_lb.fastpath`). The
+two runs must end every request identically (checked); the ratio of their CPU seconds
+is printed.
+
     python bench/fleet_scale.py            # 1,000 GPUs × 600 s and 10,000 GPUs × 120 s
     python bench/fleet_scale.py --smoke    # 60 GPUs × 20 s
 """
@@ -19,6 +25,8 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from fleetsim.sim.bench import BenchConfig, prepare
 from fleetsim.sim.metrics import Summary, summarise
@@ -35,6 +43,9 @@ from policies import load_examples
 FULL: tuple[tuple[int, float, float | None], ...] = ((1_000, 600.0, 600.0), (10_000, 120.0, None))
 SMOKE: tuple[tuple[int, float, float | None], ...] = ((60, 20.0, None),)
 TARGET_RPS = 5_000
+#: (GPUs, simulated s) of the fast path vs reference comparison (full run, smoke run).
+COMPARE = (1_000, 20.0)
+COMPARE_SMOKE = (60, 10.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +60,9 @@ class Scale:
     summary: Summary
 
 
-def run(gpus: int, duration_s: float, load: float, limit_s: float | None) -> Scale:
+def run(
+    gpus: int, duration_s: float, load: float, limit_s: float | None, *, fast: bool = True
+) -> Scale:
     config = BenchConfig(gpus=gpus, duration_s=duration_s, loads=(load,), policies=("gtm",))
     trace = load_trace(TraceKind.MOONCAKE)
     places = read_places(data_dir() / CITIES_FILE)
@@ -59,7 +72,8 @@ def run(gpus: int, duration_s: float, load: float, limit_s: float | None) -> Sca
         duration_s=duration_s,
     )  # fmt: skip
     print(
-        f"{gpus:,} GPUs × {duration_s:g} s at {load:.0%}: {len(requests):,} requests",
+        f"{gpus:,} GPUs × {duration_s:g} s at {load:.0%}: {len(requests):,} requests"
+        + ("" if fast else " (regional reference profile)"),
         flush=True,
     )
     started_cpu = time.process_time()
@@ -68,6 +82,7 @@ def run(gpus: int, duration_s: float, load: float, limit_s: float | None) -> Sca
         setup.fleet, activate(1, load_examples()), policy("gtm"), requests,
         model=config.model, duration_s=duration_s, quota_scale=setup.quota_scale,
         progress=_progress(len(requests), duration_s, config.drain_s),
+        regional_fast_path=fast,
     )  # fmt: skip
     result = sim.run()
     wall = time.perf_counter() - started
@@ -121,7 +136,9 @@ def lines(runs: list[Scale]) -> list[str]:
             )
         else:
             target = next((d for g, d, _ in FULL if g == r.gpus), math.inf)
-            if r.duration_s >= target:
+            if math.isinf(target):
+                out.append(f"- no scale target at {r.gpus:,} GPUs (a smoke or custom run)")
+            elif r.duration_s >= target:
                 out.append(
                     f"- met: {r.gpus:,} GPUs × {r.duration_s:g} simulated s ran "
                     f"({r.wall_s:,.0f} s wall)"
@@ -141,6 +158,42 @@ def lines(runs: list[Scale]) -> list[str]:
     return out
 
 
+def compare(gpus: int, duration_s: float, load: float) -> list[str]:
+    """The same run with the regional fast path and with the reference profile: the
+    outcomes must be identical; the CPU seconds are compared."""
+    fast = run(gpus, duration_s, load, None)
+    slow = run(gpus, duration_s, load, None, fast=False)
+    a, b = fast.result.outcomes, slow.result.outcomes
+    same = (
+        all(
+            np.array_equal(getattr(a, name), getattr(b, name), equal_nan=True)
+            for name in ("status", "ttft_s", "e2e_s", "region", "cached", "ends")
+        )
+        and a.reason == b.reason
+        and fast.result.spills == slow.result.spills
+    )
+    if not same:
+        raise SystemExit("the regional fast path changed the simulation's outcomes: a bug")
+
+    def share(r: Scale) -> float:
+        return r.result.tier_wall_s.get("regional", 0.0) / max(r.wall_s, 1e-9)
+
+    return [
+        f"Regional fast path vs the reference profile, same {fast.requests:,} requests "
+        f"({gpus:,} GPUs × {duration_s:g} s), outcomes identical:",
+        "",
+        "| regional path | CPU s | sim req/s (CPU) | regional share of wall |",
+        "|---|---:|---:|---:|",
+        *(
+            f"| {label} | {r.cpu_s:,.1f} | {r.requests / r.cpu_s:,.0f} | {share(r):.0%} |"
+            for label, r in (("fast path", fast), ("reference profile", slow))
+        ),
+        "",
+        f"- fast path: {slow.cpu_s / fast.cpu_s:.2f}× the reference's simulated requests "
+        "per CPU second",
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true")
@@ -150,6 +203,11 @@ def main() -> None:
         "--duration", type=float, help="simulated seconds instead of the target's (shorter runs)"
     )
     parser.add_argument("--out", type=Path, default=Path("reports"))
+    parser.add_argument(
+        "--no-compare",
+        action="store_true",
+        help="skip the regional fast path vs reference profile comparison",
+    )
     args = parser.parse_args()
     plan = SMOKE if args.smoke else FULL
     if args.only is not None:
@@ -157,6 +215,10 @@ def main() -> None:
     if args.duration is not None:
         # A shorter run measures the speed, not the wall-clock target of the full one.
         plan = tuple((g, args.duration, None) for g, _, _ in plan)
+    compared: list[str] = []
+    if not args.no_compare:
+        compared = compare(*(COMPARE_SMOKE if args.smoke else COMPARE), args.load)
+        print("\n".join(compared), flush=True)
     runs = []
     for gpus, duration, limit in plan:
         runs.append(run(gpus, duration, args.load, limit))
@@ -170,6 +232,8 @@ def main() -> None:
         "rebuilding the views every simulated second, and the simulator's own work.",
         "",
         *lines(runs),
+        "",
+        *compared,
     ]
     if not args.smoke:
         args.out.mkdir(parents=True, exist_ok=True)

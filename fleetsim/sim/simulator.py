@@ -276,6 +276,7 @@ class Simulator:
         faults: FaultPlan | None = None,
         network: bool = True,
         ledger: LedgerSettings | None = None,
+        regional_fast_path: bool = True,
     ) -> None:
         self.fleet = fleet
         self.policy = policy
@@ -295,6 +296,9 @@ class Simulator:
         #: False: no client or inter-region RTT is added (a loopback deployment).
         self.network = network
         self.ledger_settings = ledger
+        #: Regional zone choice without the trace record (regional_lb.fastpath; the same
+        #: decisions, property-tested). False runs the reference profile (to compare).
+        self.regional_fast_path = regional_fast_path
         self.region_ids = tuple(r.id for r in fleet.regions)
         self.region_index = {r: i for i, r in enumerate(self.region_ids)}
         self.rtt = RegionRtt()
@@ -417,7 +421,7 @@ class Simulator:
             r: RegionalRouter(
                 regional_profiles.build(rspec),
                 saturation_filter=regional_profiles.SATURATION,
-                fast=FastZoneChoice.compile(rspec),
+                fast=FastZoneChoice.compile(rspec) if self.regional_fast_path else None,
             )
             for r in self.region_ids
         }
