@@ -32,12 +32,14 @@ from __future__ import annotations
 import argparse
 import csv
 import gc
+import math
 import random
 import shutil
 import statistics
 import sys
 import tempfile
 import time
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -151,6 +153,40 @@ def workload(n: int, rng: random.Random) -> list[Item]:
     return items
 
 
+class Collections:
+    """Counts the cyclic garbage collector's runs (``gc.callbacks``) while installed."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.by_generation = [0, 0, 0]
+        self.seconds = 0.0
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        self.count += 1
+        self.by_generation[info["generation"]] += 1
+        self.seconds += time.perf_counter() - self._started
+
+    def __enter__(self) -> Collections:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Timings:
+    seconds: Sequence[float]
+    cached: Sequence[int]
+    #: Whether the garbage collector ran during the decision.
+    collected: Sequence[int]
+    collections: Collections
+
+
 def run(
     router: GlobalRouter,
     policy: ActivePolicy,
@@ -159,25 +195,44 @@ def run(
     clock: Callable[[], float] = time.perf_counter,
     *,
     fresh_latency: bool = False,
-) -> tuple[list[float], list[bool]]:
-    """Each decision's time, and whether it was a cache hit."""
+) -> Timings:
+    """Each decision's time, whether it was a cache hit, and whether a collection ran
+    inside it."""
     rng = random.Random(7)
-    timings: list[float] = []
-    cached: list[bool] = []
+    # Arrays, not lists: the collector never walks them (a 200,000-item list would
+    # lengthen every full collection the decisions pay for).
+    timings = array("d")
+    cached = array("b")
+    collected = array("b")
     latency = None if fresh_latency else LatencyModel()
     view = make_view(policy, 1, rng, latency)
     decide = router.decide
-    for i, item in enumerate(items):
-        if i and i % every == 0:
-            view = make_view(policy, i, rng, latency)
-        start = clock()
-        outcome = decide(item.request, view, item.location)
-        timings.append(clock() - start)
-        cached.append(outcome.cached)
-    return timings, cached
+    with Collections() as gcs:
+        for i, item in enumerate(items):
+            if i and i % every == 0:
+                view = make_view(policy, i, rng, latency)
+            before = gcs.count
+            start = clock()
+            outcome = decide(item.request, view, item.location)
+            timings.append(clock() - start)
+            cached.append(outcome.cached)
+            collected.append(gcs.count != before)
+    return Timings(timings, cached, collected, gcs)
 
 
-def quantile(values: list[float], q: float) -> float:
+def calibration(repeat: int = 5) -> float:
+    """Seconds for a fixed pure-Python loop (``sum(range(1000))``), best of ``repeat``:
+    how fast this machine runs Python right now, next to the figures it qualifies."""
+    best = math.inf
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(1000):
+            sum(range(1000))
+        best = min(best, (time.perf_counter() - start) / 1000)
+    return best
+
+
+def quantile(values: Sequence[float], q: float) -> float:
     return statistics.quantiles(values, n=1000)[int(q * 1000) - 1]
 
 
@@ -214,10 +269,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     figures: dict[str, tuple[float, float]] = {}
     for label, router in routers.items():
         stream = items if "fast" in label else items[: min(len(items), 5_000)]
-        wall, cached = run(
-            router, policy, stream, args.revision_every, fresh_latency=args.fresh_latency
-        )
-        cpu, _ = run(
+        timed = run(router, policy, stream, args.revision_every, fresh_latency=args.fresh_latency)
+        wall, cached = timed.seconds, timed.cached
+        on_cpu = run(
             router,
             policy,
             stream,
@@ -225,15 +279,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             time.thread_time,
             fresh_latency=args.fresh_latency,
         )
+        cpu = on_cpu.seconds
         figures[label] = (quantile(wall, 0.99) * us, quantile(cpu, 0.99) * us)
         hit_ratio = sum(cached) / len(cached)
         print(f"  {label:<25} {_figures(wall, cpu)} | hit ratio {hit_ratio:.3f}")
         if label == "fast path + cache":
             for part, hit in (("warm (cache hits)", True), ("cold (cache misses)", False)):
-                w = [t for t, c in zip(wall, cached, strict=True) if c is hit]
-                c_ = [t for t, c in zip(cpu, cached, strict=True) if c is hit]
+                w = [t for t, c in zip(wall, cached, strict=True) if bool(c) is hit]
+                c_ = [t for t, c in zip(cpu, cached, strict=True) if bool(c) is hit]
                 if len(w) >= 100:
                     print(f"    {part:<23} {_figures(w, c_)} | {len(w):,} decisions")
+            _print_collections(on_cpu)
+    print(
+        f"this machine now: sum(range(1000)) in {calibration() * us:.1f} µs (pure-Python speed "
+        "the figures above scale with; other jobs on a shared machine slow it)"
+    )
     p99, c99 = figures["fast path + cache"]
     peer99 = figures["profile + cache (peer)"][1]
     print(f"fast path + cache vs profile + cache (cpu p99): {peer99 / c99:.1f}x faster")
@@ -246,7 +306,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _figures(wall: list[float], cpu: list[float]) -> str:
+def _print_collections(timed: Timings) -> None:
+    """How much of the tail is the garbage collector: it runs inside a decision that
+    allocates past a threshold and scans every young object (gc.freeze() keeps the
+    start-up objects out; the caches' entries are young)."""
+    gcs = timed.collections
+    share = sum(timed.collected) / len(timed.collected)
+    rest = [t for t, g in zip(timed.seconds, timed.collected, strict=True) if not g]
+    gen = "/".join(str(n) for n in gcs.by_generation)
+    print(
+        f"    garbage collector: {gcs.count:,} runs (gen 0/1/2: {gen}), "
+        f"{gcs.seconds * 1e3:.0f} ms, inside {share:.1%} of decisions; "
+        f"cpu p99 of the others {quantile(rest, 0.99) * 1e6:.1f}"
+    )
+
+
+def _figures(wall: Sequence[float], cpu: Sequence[float]) -> str:
     us = 1e6
     return (
         f"wall p50 {quantile(wall, 0.5) * us:6.1f} p99 {quantile(wall, 0.99) * us:7.1f} | "
