@@ -5,18 +5,32 @@ Llama-3.1-8B), the Mooncake conversation trace, emulated GPUs ``--speedup`` × f
 than real ones. The scenario runs
 
 * **live**: ``gtm up`` (in-process, or ``--processes``: every tier and GPU its own OS
-  process against etcd) on private loopback addresses, driven by ``gtm load`` (open
-  loop, clients placed at the 500 largest cities, the load-test tenant without quotas);
-* **simulated**: ``fleetsim.sim`` on exactly the same GPUs (ids, types, zones), the same
-  requests at the same instants (``Trace.window``; sizes capped as ``gtm load`` caps
-  them), the same client cities (``ClientSampler`` with the same seed) and policies —
-  with time stretched by the speedup (simulated s = wall s × speedup, latencies divided
-  back) and no network delay (loopback).
+  process) on private loopback addresses; this script replays the trace window open
+  loop through the front door as ``gtm load`` does (same prompts, caps, tenant and
+  client cities for the same seed) and records, per request, the instant it was
+  actually sent, its TTFT (first content token), its end and where it ran;
+* **simulated**: ``fleetsim.sim`` on exactly the same GPUs (ids, types, zones), with
+  the *live run's send instants* as arrivals (and, for comparison, the trace's
+  scheduled instants), the same sizes and client cities, summaries republished every
+  ``SUMMARY_INTERVAL_S`` of wall time as the live zone agents and regional LBs do, and
+  GPUs that start cold-warm as the emulated ones do (``WARMUP_PASSES`` slower passes
+  after the model load). Time is stretched by the speedup (simulated s = wall s ×
+  speedup, latencies divided back) and there is no network delay (loopback).
 
-Printed: TTFT p50/p99, end-to-end p50/p99, success ratio and throughput (requests
-completed per second) of both, and how far apart they are (target: within 10 %).
+Before the load, a few single requests (nothing else in flight) measure the tiers'
+own overhead: live TTFT minus what the GPU's engine model says for that request on the
+GPU that served it (``x-gtm-gpu``), fitted as ``a + b × prompt tokens`` (the tiers
+tokenise and hash the prompt). The simulator has no proxies, so this measured
+overhead is added to its TTFT and end-to-end times (``--no-overhead`` leaves it out).
 
-    python bench/sim_fidelity.py                 # 60 s of trace at ~50 % load
+Printed: TTFT p50/p99, end-to-end p50/p99, success ratio and throughput (requests that
+completed within the arrival window, per second) of both, how far apart they are
+(target: within 10 %), and how starved of CPU the live run was: the share of the run
+some task on this machine waited for a CPU (``/proc/pressure/cpu``) and the CPU the
+deployment used. A live run whose emulated GPUs do not get the CPU they need runs
+its forward passes late, and then measures the machine, not the model.
+
+    python bench/sim_fidelity.py                 # 60 s of trace at ~30 % load
     python bench/sim_fidelity.py --processes     # live side as one process per tier
     python bench/sim_fidelity.py --smoke         # 10 s, a few seconds of set-up
 """
@@ -24,7 +38,9 @@ completed per second) of both, and how far apart they are (target: within 10 %).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import math
 import os
 import random
 import signal
@@ -32,6 +48,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,19 +58,25 @@ from typing import Any
 # (gtm.up imports it).
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
+import aiohttp  # noqa: E402
 import numpy as np  # noqa: E402
 import yaml  # noqa: E402
 
+from fleetsim.engine import Engine, EngineRequest  # noqa: E402
 from fleetsim.sim.fleet import FleetSpec, fleet_from_topology  # noqa: E402
+from fleetsim.sim.passgpu import use_pass_level  # noqa: E402
 from fleetsim.sim.policies import policy  # noqa: E402
 from fleetsim.sim.simulator import Simulator, Status  # noqa: E402
 from fleetsim.sim.workload import SimRequest, fleet_capacity_rps  # noqa: E402
-from fleetsim.traces import MOONCAKE_BLOCK_TOKENS, Trace, TraceKind, load_trace  # noqa: E402
+from fleetsim.traces import MOONCAKE_BLOCK_TOKENS, TraceKind, TraceRequest, load_trace  # noqa: E402
+from gtm.gpu_profiles import get_profile  # noqa: E402
+from gtm.metrics import new_registry  # noqa: E402
 from gtm.policy_store import ActivePolicy, activate  # noqa: E402
+from gtm.tasks import TaskSupervisor  # noqa: E402
 from gtm.topology import GpuGroup, RegionSpec, Topology, ZoneSpec  # noqa: E402
 from gtm.up.clients import ClientSampler, bundled_cities  # noqa: E402
 from gtm.up.fleet import load_policies  # noqa: E402
-from gtm.up.load import LoadConfig  # noqa: E402
+from gtm.up.load import LoadConfig, PromptMaker  # noqa: E402
 from gtm.up.processes import free_port  # noqa: E402
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -62,6 +86,13 @@ BANNER_END = "Ctrl-C stops everything."
 ZONE_GPUS = (("H100", 2), ("A100-80GB", 1), ("L40S", 1))
 REGIONS = ("us-east", "eu-west")
 TARGET = 0.10
+#: Wall seconds between zone and region summaries in gtm up (zone_agent.config
+#: ZoneConfig.summary_interval_s, regional_lb.service ServiceSettings.summary_interval_s).
+SUMMARY_INTERVAL_S = 1.0
+#: Prompt sizes of the overhead probes (each sent alone, three times, unique prompts).
+PROBE_TOKENS = (64, 1024, 8192)
+PROBE_REPEATS = 3
+FIGURES = ("ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99", "success", "throughput")
 
 
 def topology() -> Topology:
@@ -84,6 +115,9 @@ def topology() -> Topology:
     return Topology(regions=regions, models=(MODEL,), zone_port_base=rng.randrange(20_000, 30_000))
 
 
+# ---------------------------------------------------------------------------- figures
+
+
 @dataclass(frozen=True, slots=True)
 class Figures:
     ttft_p50: float
@@ -94,13 +128,355 @@ class Figures:
     throughput: float
 
 
+@dataclass(frozen=True, slots=True)
+class Served:
+    """Per-request results (wall seconds, index = position in the trace window)."""
+
+    #: When the request was sent, from the first send.
+    sent_s: np.ndarray
+    ok: np.ndarray
+    ttft_s: np.ndarray
+    e2e_s: np.ndarray
+    region: tuple[str, ...]
+
+
+def nearest_rank(values: np.ndarray, q: float) -> float:
+    """Nearest-rank percentile, as ``gtm load`` reports it."""
+    if not len(values):
+        return float("nan")
+    ordered = np.sort(values)
+    rank = max(1, math.ceil(q / 100.0 * len(ordered)))
+    return float(ordered[min(rank, len(ordered)) - 1])
+
+
+def figures(served: Served, window_s: float) -> Figures:
+    """The compared figures; throughput = successes that ended inside the window, /s."""
+    ok = served.ok
+    ttft, e2e = served.ttft_s[ok], served.e2e_s[ok]
+    in_window = int(np.sum(served.sent_s[ok] + e2e <= window_s))
+    return Figures(
+        ttft_p50=nearest_rank(ttft, 50),
+        ttft_p99=nearest_rank(ttft, 99),
+        e2e_p50=nearest_rank(e2e, 50),
+        e2e_p99=nearest_rank(e2e, 99),
+        success=float(ok.mean()) if len(ok) else 0.0,
+        throughput=in_window / window_s,
+    )
+
+
+# ---------------------------------------------------------------------------- CPU
+
+
+@dataclass(frozen=True, slots=True)
+class CpuMark:
+    at: float
+    #: /proc/pressure/cpu "some" total (µs some task waited for a CPU), if available.
+    stall_us: int | None
+    #: CPU seconds used so far by the process tree rooted at the deployment.
+    tree_cpu_s: float
+    #: Seconds the tree's main threads spent runnable but waiting for a CPU
+    #: (/proc/PID/schedstat, second field).
+    tree_wait_s: float
+    processes: int
+
+
+def _psi_some_us() -> int | None:
+    try:
+        text = Path("/proc/pressure/cpu").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("some"):
+            return int(line.rsplit("total=", 1)[1])
+    return None
+
+
+def _tree(root: int) -> list[int]:
+    """``root`` and its live descendants (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, stack = [], [root]
+    while stack:
+        pid = stack.pop()
+        found.append(pid)
+        stack.extend(children.get(pid, ()))
+    return found
+
+
+def cpu_mark(root: int) -> CpuMark:
+    tick = os.sysconf("SC_CLK_TCK")
+    cpu = wait = 0.0
+    pids = _tree(root)
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            sched = Path(f"/proc/{pid}/schedstat").read_text().split()
+        except OSError:
+            continue  # it ended in between
+        cpu += (int(fields[11]) + int(fields[12])) / tick
+        wait += int(sched[1]) / 1e9
+    return CpuMark(time.monotonic(), _psi_some_us(), cpu, wait, len(pids))
+
+
+@dataclass(frozen=True, slots=True)
+class CpuUse:
+    wall_s: float
+    #: Share of the run during which some task waited for a CPU (None: no PSI).
+    stalled: float | None
+    #: CPU cores the deployment kept busy on average.
+    deployment_cores: float
+    #: Its processes' time runnable but not running, ÷ wall ÷ processes: the share of
+    #: the run an emulated GPU's (or a tier's) event loop waited for a CPU.
+    deployment_waiting: float
+    load_average: float
+
+    def describe(self) -> str:
+        stalled = "n/a" if self.stalled is None else f"{self.stalled:.0%}"
+        return (
+            f"live run CPU: the deployment used {self.deployment_cores:.2f} of "
+            f"{os.cpu_count()} cores and its event loops waited for a CPU "
+            f"{self.deployment_waiting:.0%} of the run; some task on the machine waited "
+            f"{stalled} of the time; load average {self.load_average:.1f}"
+        )
+
+
+def cpu_use(start: CpuMark, end: CpuMark) -> CpuUse:
+    wall = max(1e-9, end.at - start.at)
+    stalled = (
+        None
+        if start.stall_us is None or end.stall_us is None
+        else (end.stall_us - start.stall_us) / 1e6 / wall
+    )
+    waiting = (end.tree_wait_s - start.tree_wait_s) / wall / max(1, end.processes)
+    cores = (end.tree_cpu_s - start.tree_cpu_s) / wall
+    return CpuUse(wall, stalled, cores, waiting, os.getloadavg()[0])
+
+
 # ---------------------------------------------------------------------------- live
 
 
+@dataclass(frozen=True, slots=True)
+class Reply:
+    ok: bool
+    status: int
+    reason: str
+    ttft_s: float | None
+    e2e_s: float
+    region: str
+    gpu: str
+    prompt_tokens: int
+    cached_tokens: int
+
+
+async def _read(
+    response: aiohttp.ClientResponse, started: float
+) -> tuple[float | None, bool, dict[str, Any]]:
+    """(TTFT, ended with [DONE], usage) of a streamed chat completion."""
+    ttft: float | None = None
+    usage: dict[str, Any] = {}
+    async for raw in response.content:
+        line = raw.strip()
+        if not line.startswith(b"data:"):
+            continue
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            return ttft, True, usage
+        if ttft is None and b'"content"' in data:
+            chunk = json.loads(data)
+            choices = chunk.get("choices") or []
+            if choices and (choices[0].get("delta") or {}).get("content"):
+                ttft = time.monotonic() - started
+        elif b'"usage"' in data:
+            usage = json.loads(data).get("usage") or {}
+    return ttft, False, usage
+
+
+async def send(
+    session: aiohttp.ClientSession, url: str, body: dict[str, Any], headers: dict[str, str]
+) -> Reply:
+    """One streamed chat completion through the front door (as ``gtm load`` sends it)."""
+    started = time.monotonic()
+    try:
+        async with session.post(f"{url}/v1/chat/completions", json=body, headers=headers) as r:
+            region, gpu = r.headers.get("x-gtm-region", ""), r.headers.get("x-gtm-gpu", "")
+            if r.status != 200:
+                return Reply(False, r.status, f"http-{r.status}", None,
+                             time.monotonic() - started, region, gpu, 0, 0)  # fmt: skip
+            ttft, complete, usage = await _read(r, started)
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        return Reply(False, 0, type(exc).__name__, None, time.monotonic() - started, "", "", 0, 0)
+    details = usage.get("prompt_tokens_details") or {}
+    return Reply(
+        complete and ttft is not None, 200, "" if complete else "truncated-stream", ttft,
+        time.monotonic() - started, region, gpu, int(usage.get("prompt_tokens", 0)),
+        int(details.get("cached_tokens", 0)),
+    )  # fmt: skip
+
+
+def body_for(prompts: PromptMaker, load: LoadConfig, r: TraceRequest) -> dict[str, Any]:
+    """``gtm load``'s request body for ``r`` (``LoadRun.body``)."""
+    tokens = min(r.input_tokens, load.max_input_tokens)
+    return {
+        "model": load.model,
+        "messages": [{"role": "user", "content": prompts.prompt(tokens, r.prefix_hashes)}],
+        "max_tokens": max(1, min(r.output_tokens, load.max_output_tokens)),
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Overhead:
+    """The tiers' overhead on an otherwise idle deployment: a + b × prompt tokens (s)."""
+
+    fixed_s: float
+    per_token_s: float
+    samples: tuple[tuple[int, float, float], ...]  # (prompt tokens, live TTFT, model TTFT)
+
+    def at(self, prompt_tokens: np.ndarray) -> np.ndarray:
+        return np.maximum(0.0, self.fixed_s + self.per_token_s * prompt_tokens)
+
+
+def gpu_types(fleet: FleetSpec) -> dict[str, str]:
+    return {
+        gpu_id: t for region in fleet.regions for zone in region.zones for gpu_id, t in zone.gpus
+    }
+
+
+async def probe_overhead(
+    session: aiohttp.ClientSession,
+    url: str,
+    load: LoadConfig,
+    types: dict[str, str],
+    speedup: float,
+) -> Overhead:
+    """Single requests, one at a time: live TTFT minus the engine model's TTFT for the
+    same prompt on the same GPU (a replica engine per GPU fed the same probes, so the
+    warm-up passes and the prefix cache are accounted for)."""
+    prompts = PromptMaker(load.seed + 1)
+    engines: dict[str, Engine] = {}
+    samples = []
+    headers = {"Authorization": f"Bearer {load.api_key}"}
+    for k, tokens in enumerate(t for t in PROBE_TOKENS for _ in range(PROBE_REPEATS)):
+        body = {
+            "model": load.model,
+            "messages": [{"role": "user", "content": prompts.prompt(tokens)}],
+            "max_tokens": 1, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True},
+        }  # fmt: skip
+        reply = await send(session, url, body, headers)
+        if not reply.ok or reply.ttft_s is None or not reply.gpu:
+            print(f"overhead probe of {tokens} tokens failed ({reply.reason}); skipped")
+            continue
+        if reply.gpu not in types:
+            raise SystemExit(f"the front door named GPU {reply.gpu!r}, not in the topology")
+        engine = engines.setdefault(reply.gpu, Engine(get_profile(types[reply.gpu], load.model)))
+        engine.add(EngineRequest(f"probe-{k}", reply.prompt_tokens, 1), 0.0)
+        start = 0.0
+        while engine.has_work:
+            step = engine.step(start)
+            assert step is not None
+            start = step.end
+        model_ttft = start / speedup
+        samples.append((reply.prompt_tokens, reply.ttft_s, model_ttft))
+    if len({s[0] for s in samples}) < 2:
+        return Overhead(0.0, 0.0, tuple(samples))
+    x = np.array([s[0] for s in samples], dtype=float)
+    y = np.array([s[1] - s[2] for s in samples])
+    slope, intercept = np.polyfit(x, y, 1)
+    return Overhead(float(intercept), float(slope), tuple(samples))
+
+
+@dataclass(frozen=True, slots=True)
+class LiveRun:
+    served: Served
+    replies: tuple[Reply, ...]
+    cities: tuple[int, ...]  # index into bundled_cities() per request
+    overhead: Overhead
+    cpu: CpuUse
+
+
+async def replay(
+    url: str, load: LoadConfig, window: Sequence[TraceRequest], types: dict[str, str],
+    speedup: float, root_pid: int,
+) -> LiveRun:  # fmt: skip
+    """Open-loop replay of ``window`` through the front door, recording send instants."""
+    cities = bundled_cities()
+    index_of = {id(c): k for k, c in enumerate(cities)}
+    sampler = ClientSampler(cities, random.Random(load.seed))
+    prompts = PromptMaker(load.seed)
+    prepared = []
+    for r in window:  # bodies and clients first: no prompt generation during the run
+        client = sampler.sample()
+        headers = {
+            "Authorization": f"Bearer {load.api_key}",
+            "X-Forwarded-For": str(client.address),
+        }
+        prepared.append((body_for(prompts, load, r), headers, index_of[id(client.city)]))
+    timeout = aiohttp.ClientTimeout(total=load.timeout_s)
+    connector = aiohttp.TCPConnector(limit=load.max_in_flight)
+    n = len(window)
+    sent = np.full(n, np.nan)
+    replies: list[Reply | None] = [None] * n
+    supervisor = TaskSupervisor(registry=new_registry(), component="fidelity")
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+        overhead = await probe_overhead(session, url, load, types, speedup)
+        done = asyncio.Event()
+        remaining = [n]
+
+        async def one(k: int, at: float) -> None:
+            sent[k] = time.monotonic() - at
+            try:
+                replies[k] = await send(session, url, prepared[k][0], prepared[k][1])
+            finally:
+                remaining[0] -= 1
+                if not remaining[0]:
+                    done.set()
+
+        mark = cpu_mark(root_pid)
+        start = time.monotonic()
+        for k, r in enumerate(window):
+            delay = start + r.at_s / load.rate_scale - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            supervisor.spawn(f"request-{k}", one(k, start))
+        if n:
+            await done.wait()
+        cpu = cpu_use(mark, cpu_mark(root_pid))
+        await supervisor.aclose()
+    got = [
+        r if r is not None else Reply(False, 0, "not-sent", None, 0.0, "", "", 0, 0)
+        for r in replies
+    ]
+    served = Served(
+        sent_s=sent - np.nanmin(sent) if n else sent,
+        ok=np.array([r.ok for r in got], dtype=bool),
+        ttft_s=np.array([np.nan if r.ttft_s is None else r.ttft_s for r in got]),
+        e2e_s=np.array([r.e2e_s for r in got]),
+        region=tuple(r.region for r in got),
+    )
+    return LiveRun(served, tuple(got), tuple(p[2] for p in prepared), overhead, cpu)
+
+
 def live(
-    topo: Topology, load: LoadConfig, speedup: float, processes: bool, workdir: Path
-) -> dict[str, Any]:
-    """``gtm up`` + ``gtm load --json``; the load's summary."""
+    topo: Topology,
+    types: dict[str, str],
+    load: LoadConfig,
+    window: Sequence[TraceRequest],
+    speedup: float,
+    processes: bool,
+    workdir: Path,
+) -> LiveRun:
+    """``gtm up`` on ``topo``, then :func:`replay` through its front door."""
     topo_path = workdir / "topology.yaml"
     topo_path.write_text(yaml.safe_dump(topo.model_dump(mode="json")), "utf-8")
     dns_port, http_port = free_port("127.0.0.1"), free_port("127.0.0.1")
@@ -119,20 +495,8 @@ def live(
     )  # fmt: skip
     try:
         _wait_banner(up, workdir)
-        out = workdir / "load.json"
-        done = subprocess.run(
-            [
-                sys.executable, "-m", "gtm.cli", "load", "--trace", "mooncake",
-                "--rate-scale", f"{load.rate_scale:g}", "--duration", f"{load.duration_s:g}",
-                "--url", f"http://127.0.0.1:{http_port}", "--seed", str(load.seed),
-                "--json", str(out),
-            ],
-            capture_output=True, text=True, timeout=load.duration_s * 4 + 120, check=False,
-        )  # fmt: skip
-        if not out.exists():
-            raise SystemExit(f"gtm load failed ({done.returncode}):\n{done.stderr[-3000:]}")
-        summary: dict[str, Any] = json.loads(out.read_text())
-        return summary
+        url = f"http://127.0.0.1:{http_port}"
+        return asyncio.run(replay(url, load, window, types, speedup, up.pid))
     finally:
         up.send_signal(signal.SIGINT)
         try:
@@ -156,31 +520,22 @@ def _wait_banner(up: subprocess.Popen[bytes], workdir: Path) -> None:
     raise SystemExit("gtm up was not ready within 120 s")
 
 
-def live_figures(summary: dict[str, Any], duration_s: float) -> Figures:
-    return Figures(
-        ttft_p50=summary["ttft_ms"]["p50"] / 1000.0,
-        ttft_p99=summary["ttft_ms"]["p99"] / 1000.0,
-        e2e_p50=summary["latency_ms"]["p50"] / 1000.0,
-        e2e_p99=summary["latency_ms"]["p99"] / 1000.0,
-        success=summary["success_ratio"] or 0.0,
-        throughput=summary["succeeded"] / duration_s,
-    )
-
-
 # ---------------------------------------------------------------------------- simulated
 
 
-def sim_requests(trace: Trace, load: LoadConfig, speedup: float) -> list[SimRequest]:
-    """``gtm load``'s requests: same window, caps, cities (same seed), in sim time."""
-    sampler = ClientSampler(bundled_cities(), random.Random(load.seed))
-    places: dict[str, int] = {}
+def sim_requests(
+    window: Sequence[TraceRequest], load: LoadConfig, speedup: float, at_wall_s: np.ndarray,
+    cities: Sequence[int],
+) -> list[SimRequest]:  # fmt: skip
+    """The replayed requests in sim time: sent at ``at_wall_s`` (wall s), sizes capped as
+    ``gtm load`` caps them, from ``cities`` (indices into the bundled cities)."""
+    bundled = bundled_cities()
     out = []
-    for k, r in enumerate(trace.window(load.duration_s, load.rate_scale)):
-        city = sampler.sample().city
-        pid = places.setdefault(f"{city.name}/{city.country}", len(places))
+    for k, r in enumerate(window):
+        city = bundled[cities[k]]
         out.append(
             SimRequest(
-                at_s=r.at_s / load.rate_scale * speedup,
+                at_s=float(at_wall_s[k]) * speedup,
                 input_tokens=min(r.input_tokens, load.max_input_tokens),
                 output_tokens=max(1, min(r.output_tokens, load.max_output_tokens)),
                 prefix_hashes=r.prefix_hashes,
@@ -189,58 +544,158 @@ def sim_requests(trace: Trace, load: LoadConfig, speedup: float) -> list[SimRequ
                 tenant="load-test",
                 country=city.country,
                 point=city.location,
-                place_id=pid,
+                place_id=cities[k],
             )
         )
     return out
 
 
+def sampled_cities(load: LoadConfig, n: int) -> tuple[int, ...]:
+    """The cities ``gtm load`` draws for its first ``n`` requests (same seed)."""
+    cities = bundled_cities()
+    index_of = {id(c): k for k, c in enumerate(cities)}
+    sampler = ClientSampler(cities, random.Random(load.seed))
+    return tuple(index_of[id(sampler.sample().city)] for _ in range(n))
+
+
 def simulate(
     fleet: FleetSpec, active: ActivePolicy, requests: list[SimRequest], load: LoadConfig,
-    speedup: float,
-) -> Figures:  # fmt: skip
-    window = load.duration_s * speedup
-    result = Simulator(
-        fleet, active, policy("gtm"), requests, model=MODEL, duration_s=window,
-        drain_s=load.timeout_s * speedup, client_timeout_s=load.timeout_s * speedup,
-        network=False,
-    ).run()  # fmt: skip
-    o = result.outcomes
-    ok = o.status == Status.OK
-    ttft, e2e = o.ttft_s[ok] / speedup, o.e2e_s[ok] / speedup
-
-    def pct(a: np.ndarray, q: float) -> float:
-        return float(np.percentile(a, q, method="inverted_cdf")) if len(a) else float("nan")
-
-    return Figures(
-        ttft_p50=pct(ttft, 50), ttft_p99=pct(ttft, 99), e2e_p50=pct(e2e, 50),
-        e2e_p99=pct(e2e, 99), success=float(ok.mean()) if len(ok) else 0.0,
-        throughput=float(ok.sum()) / load.duration_s,
+    speedup: float, overhead: Overhead | None, warmup: bool = True, pass_level: bool = False,
+    summary_interval_s: float = SUMMARY_INTERVAL_S,
+) -> Served:  # fmt: skip
+    """One simulated run; per-request results in wall seconds (overhead added)."""
+    order = sorted(range(len(requests)), key=lambda k: requests[k].at_s)
+    ordered = [requests[k] for k in order]
+    sim = Simulator(
+        fleet, active, policy("gtm"), ordered, model=MODEL,
+        tick_s=summary_interval_s * speedup,
+        duration_s=load.duration_s * speedup, drain_s=load.timeout_s * speedup,
+        client_timeout_s=load.timeout_s * speedup, network=False,
     )  # fmt: skip
+    if pass_level:
+        use_pass_level(sim, warm_up=warmup)
+    elif warmup:
+        for gpu in sim.gpu_list:
+            gpu.start_warm_up()
+    o = sim.run().outcomes
+    back = np.empty(len(order), dtype=int)
+    back[np.array(order, dtype=int)] = np.arange(len(order))
+    ok = (o.status == Status.OK)[back]
+    prompt = np.array([r.input_tokens for r in requests], dtype=float)
+    extra = overhead.at(prompt) if overhead is not None else np.zeros(len(requests))
+    names = fleet.regions
+    return Served(
+        sent_s=np.array([r.at_s for r in requests]) / speedup,
+        ok=ok,
+        ttft_s=o.ttft_s[back] / speedup + extra,
+        e2e_s=o.e2e_s[back] / speedup + extra,
+        region=tuple(names[int(i)].id if i >= 0 else "" for i in o.region[back]),
+    )
+
+
+# ---------------------------------------------------------------------------- terms
+
+#: Simulator variants, each leaving out one term (or using the pass-level engine).
+VARIANTS: dict[str, dict[str, Any]] = {
+    "no warm-up": {"warmup": False},
+    "summaries every 0.5 s (was: 1 sim s)": {"summary_interval_s": 0.5},
+    "pass-level GPUs": {"pass_level": True},
+}
+
+
+def terms(
+    fleet: FleetSpec, active: ActivePolicy, window: Sequence[TraceRequest], load: LoadConfig,
+    speedup: float, seeds: int,
+) -> list[str]:  # fmt: skip
+    """How much each term moves the simulated figures: each variant ÷ the full model,
+    over ``seeds`` client draws (min–max), on the trace's own arrival times."""
+    at = np.array([r.at_s / load.rate_scale for r in window])
+    ratios: dict[str, dict[str, list[float]]] = {v: {f: [] for f in FIGURES} for v in VARIANTS}
+    for seed in range(seeds):
+        seeded = load.model_copy(update={"seed": seed})
+        reqs = sim_requests(window, seeded, speedup, at, sampled_cities(seeded, len(window)))
+        base = figures(simulate(fleet, active, reqs, seeded, speedup, None), load.duration_s)
+        for name, options in VARIANTS.items():
+            run = simulate(fleet, active, reqs, seeded, speedup, None, **options)
+            got = figures(run, load.duration_s)
+            for f in FIGURES:
+                ratios[name][f].append(getattr(got, f) / getattr(base, f))
+        print(f"  seed {seed}: " + ", ".join(f"{f} {getattr(base, f):.3f}" for f in FIGURES),
+              flush=True)  # fmt: skip
+    rows = [
+        "| variant ÷ full model | " + " | ".join(FIGURES) + " |",
+        "|---|" + "---:|" * len(FIGURES),
+    ]
+    for name, per in ratios.items():
+        cells = [f"{min(v):.2f}–{max(v):.2f}" for v in per.values()]
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
+    return rows
 
 
 # ---------------------------------------------------------------------------- main
 
 
-def compare(live_f: Figures, sim_f: Figures) -> list[str]:
-    rows = ["| figure | live | simulated | sim ÷ live | within 10 % |", "|---|---:|---:|---:|---|"]
-    for name in ("ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99", "success", "throughput"):
-        a, b = getattr(live_f, name), getattr(sim_f, name)
-        ratio = b / a if a else float("nan")
-        ok = abs(ratio - 1.0) <= TARGET
-        rows.append(
-            f"| {name} | {a:.3f} | {b:.3f} | {ratio:.2f} | {'met' if ok else '**MISSED**'} |"
-        )
+def compare(columns: Sequence[tuple[str, Figures]]) -> list[str]:
+    """A Markdown table: each column's figures, and each simulated one ÷ the first."""
+    head = "| figure | " + " | ".join(name for name, _ in columns) + " | "
+    head += " | ".join(f"{name} ÷ {columns[0][0]}" for name, _ in columns[1:]) + " |"
+    rows = [head, "|---|" + "---:|" * (2 * len(columns) - 1)]
+    base = columns[0][1]
+    for name in FIGURES:
+        a = getattr(base, name)
+        cells = [f"{getattr(f, name):.3f}" for _, f in columns]
+        for _, f in columns[1:]:
+            ratio = getattr(f, name) / a if a else float("nan")
+            mark = "" if abs(ratio - 1.0) <= TARGET else " **(>10 %)**"
+            cells.append(f"{ratio:.2f}{mark}")
+        rows.append(f"| {name} | " + " | ".join(cells) + " |")
     return rows
+
+
+def per_request(live_run: LiveRun, sim: Served) -> list[str]:
+    """Request by request: how the simulated TTFT compares with the live one."""
+    both = live_run.served.ok & sim.ok
+    if not both.any():
+        return []
+    ratio = sim.ttft_s[both] / live_run.served.ttft_s[both]
+    same_region = np.mean(
+        [a == b for a, b, k in zip(live_run.served.region, sim.region, both, strict=True) if k]
+    )
+    cached = [
+        r.cached_tokens / r.prompt_tokens for r in live_run.replies if r.ok and r.prompt_tokens
+    ]
+    return [
+        f"per request (both ok, {int(both.sum())}): sim TTFT ÷ live TTFT p10 "
+        f"{np.percentile(ratio, 10):.2f}, p50 {np.percentile(ratio, 50):.2f}, p90 "
+        f"{np.percentile(ratio, 90):.2f}; same region {same_region:.0%}; live prefix-cache "
+        f"hit share of prompt tokens {np.mean(cached) if cached else 0:.0%}",
+        "live regions "
+        + str(dict(Counter(live_run.served.region)))
+        + ", simulated "
+        + str(dict(Counter(sim.region))),
+    ]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--smoke", action="store_true", help="10 s of trace")
     parser.add_argument("--processes", action="store_true", help="live side: --processes")
     parser.add_argument("--speedup", type=float, default=2.0)
-    parser.add_argument("--load", type=float, default=0.5, help="offered load (of capacity)")
+    parser.add_argument("--load", type=float, default=0.3, help="offered load (of capacity)")
     parser.add_argument("--duration", type=float, default=60.0, help="wall s of trace")
+    parser.add_argument(
+        "--no-overhead",
+        action="store_true",
+        help="do not add the measured tier overhead to simulated latencies",
+    )
+    parser.add_argument(
+        "--no-warmup",
+        action="store_true",
+        help="simulated GPUs start warm (the emulated ones do not)",
+    )
+    parser.add_argument("--terms", type=int, default=0, metavar="SEEDS",
+                        help="no live run: how much each simulator term moves the figures, "
+                        "over SEEDS client draws")  # fmt: skip
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     duration = 10.0 if args.smoke else args.duration
@@ -250,37 +705,68 @@ def main() -> None:
     fleet = fleet_from_topology(active, topo, MODEL)
     capacity = fleet_capacity_rps(fleet.gpu_types(), MODEL, trace)
     # Live GPUs are `speedup`× faster: the fleet serves speedup × capacity req/s of wall.
-    native = trace.rate_per_s
-    rate_scale = args.load * capacity * args.speedup / native
+    rate_scale = args.load * capacity * args.speedup / trace.rate_per_s
     load = LoadConfig(rate_scale=rate_scale, duration_s=duration, seed=0)
-    requests = sim_requests(trace, load, args.speedup)
+    window = trace.window(duration, rate_scale)
     print(
         f"{fleet.gpu_count} GPUs in {len(fleet.regions)} regions, speedup {args.speedup:g}, "
         f"capacity ≈ {capacity:.2f} req/s (real GPUs); load {args.load:.0%} → "
-        f"{len(requests)} requests in {duration:g} s of wall (rate scale {rate_scale:.2f})",
+        f"{len(window)} requests in {duration:g} s of wall (rate scale {rate_scale:.2f})",
         flush=True,
     )
-    started = time.perf_counter()
-    sim_f = simulate(fleet, active, requests, load, args.speedup)
-    print(f"simulated in {time.perf_counter() - started:.1f} s", flush=True)
+    if args.terms:
+        print("\n".join(terms(fleet, active, window, load, args.speedup, args.terms)))
+        return
     with tempfile.TemporaryDirectory(prefix="gtm-fidelity-") as tmp:
-        summary = live(topo, load, args.speedup, args.processes, Path(tmp))
-    live_f = live_figures(summary, duration)
-    rows = compare(live_f, sim_f)
-    print("\n".join(rows))
+        run = live(topo, gpu_types(fleet), load, window, args.speedup, args.processes, Path(tmp))
+    oh = run.overhead
+    print(
+        f"tier overhead on an idle deployment: {1000 * oh.fixed_s:.1f} ms + "
+        f"{1e6 * oh.per_token_s:.2f} µs per prompt token (live − model TTFT of "
+        + ", ".join(f"{n} tok {1000 * (a - b):.0f} ms" for n, a, b in oh.samples)
+        + ")"
+    )
+    print(run.cpu.describe())
+    overhead = None if args.no_overhead else oh
+    warm = not args.no_warmup
+    scheduled = np.array([r.at_s / rate_scale for r in window])
+    as_sent = sim_requests(window, load, args.speedup, run.served.sent_s, run.cities)
+    as_scheduled = sim_requests(
+        window, load, args.speedup, scheduled, sampled_cities(load, len(window))
+    )
+    sim_sent = simulate(fleet, active, as_sent, load, args.speedup, overhead, warm)
+    sim_pass = simulate(fleet, active, as_sent, load, args.speedup, overhead, warm, pass_level=True)
+    sim_sched = simulate(fleet, active, as_scheduled, load, args.speedup, overhead, warm)
+    columns = [
+        ("live", figures(run.served, duration)),
+        ("sim", figures(sim_sent, duration)),
+        ("sim (pass-level GPUs)", figures(sim_pass, duration)),
+        ("sim (trace times)", figures(sim_sched, duration)),
+    ]
+    print("\n".join(compare(columns)))
+    print("\n".join(per_request(run, sim_sent)))
+    reasons = Counter(r.reason for r in run.replies if not r.ok)
+    if reasons:
+        print("live failures: " + ", ".join(f"{k} {n}" for k, n in reasons.most_common()))
+    late = run.served.sent_s - scheduled
+    print(f"send lateness (live send − trace schedule): p50 {np.median(late) * 1000:.0f} ms, "
+          f"max {np.max(late) * 1000:.0f} ms" if len(late) else "")  # fmt: skip
     if args.json is not None:
         args.json.write_text(
-            json.dumps({"live": _dict(live_f),
-                        "simulated": _dict(sim_f), "requests": len(requests),
-                        "speedup": args.speedup, "load": args.load,
-                        "processes": args.processes, "duration_s": duration,
-                        "live_summary": summary}, indent=2),
+            json.dumps({name: _dict(f) for name, f in columns}
+                       | {"requests": len(window), "speedup": args.speedup, "load": args.load,
+                          "processes": args.processes, "duration_s": duration,
+                          "overhead_ms": [1000 * oh.fixed_s, 1000 * oh.per_token_s],
+                          "cpu": {"deployment_cores": run.cpu.deployment_cores,
+                                  "deployment_waiting": run.cpu.deployment_waiting,
+                                  "stalled": run.cpu.stalled,
+                                  "load_average": run.cpu.load_average}}, indent=2),
             encoding="utf-8",
         )  # fmt: skip
 
 
 def _dict(f: Figures) -> dict[str, float]:
-    return {name: getattr(f, name) for name in Figures.__slots__}
+    return {name: getattr(f, name) for name in FIGURES}
 
 
 if __name__ == "__main__":

@@ -33,11 +33,15 @@ import math
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
+from fleetsim.perfmodel import Degradation
 from gtm.gpu_profiles import GpuProfile
 
 #: Prompt tokens one prefix hash stands for by default (Mooncake's block).
 PREFIX_BLOCK_TOKENS = 512
 _EPS = 1e-9
+#: While a GPU warms up its pass time falls with every pass; it is re-evaluated every
+#: this many passes (at the step's midpoint), so a 64-pass warm-up costs 16 extra events.
+WARMUP_STEP_PASSES = 4.0
 
 
 @dataclass(slots=True, eq=False)
@@ -75,8 +79,12 @@ class FastGpu:
     """One worker's batch, advanced analytically (see the module docstring)."""
 
     __slots__ = (
+        "_admit_at",
         "_dec_heap",
         "_seq",
+        "_warm_from",
+        "_warm_next",
+        "_warmup",
         "block_size",
         "busy_s",
         "cache",
@@ -99,6 +107,7 @@ class FastGpu:
         "used_blocks",
         "version",
         "waiting",
+        "warm_factor",
     )
 
     def __init__(
@@ -133,6 +142,14 @@ class FastGpu:
         #: Every pass takes this many times longer (a degraded GPU: thermal throttling,
         #: a bad NVLink, a noisy neighbour); 1.0 is the profile's speed.
         self.slowdown = 1.0
+        #: The emulator's warm-up (:class:`fleetsim.perfmodel.Degradation`): the first
+        #: passes after a model load run slower. 1.0 (warm) unless :meth:`start_warm_up`.
+        self.warm_factor = 1.0
+        self._warmup = Degradation()
+        self._warm_from = self._warm_next = 0.0
+        #: A request that arrives while a pass runs joins the batch at the next pass
+        #: boundary (the engine schedules whole passes): this boundary, or −inf.
+        self._admit_at = -math.inf
 
     # ------------------------------------------------------------------ state
 
@@ -169,9 +186,10 @@ class FastGpu:
             pairs += chunk * (head.cached_tokens + head.input_tokens) / 2.0
             compute = (chunk + self.dec_count) / prof.prefill_tokens_per_s
             compute += pairs * prof.attention_s_per_pair
-            return (prof.step_overhead_s + max(memory, compute)) * self.slowdown, chunk
+            slow = self.slowdown * self.warm_factor
+            return (prof.step_overhead_s + max(memory, compute)) * slow, chunk
         compute = self.dec_count / prof.prefill_tokens_per_s + pairs * prof.attention_s_per_pair
-        return (prof.step_overhead_s + max(memory, compute)) * self.slowdown, 0.0
+        return (prof.step_overhead_s + max(memory, compute)) * self.slowdown * self.warm_factor, 0.0
 
     def idle(self) -> bool:
         return not self.prefill and self.dec_count == 0
@@ -186,12 +204,50 @@ class FastGpu:
         if self.idle():
             return
         self.busy_s += dt
+        if self.warm_factor != 1.0:
+            dt = self._advance_warming(dt)
+            if dt <= 0.0:
+                return
         tau, chunk = self._pass_time()
         self.passes += dt / tau
         if chunk:
             done = dt * chunk / tau
             self.prefill[0].remaining -= done
             self.pending = max(0.0, self.pending - done)
+
+    def start_warm_up(self, degradation: Degradation | None = None) -> None:
+        """From now on the GPU runs the emulator's warm-up: the model was just loaded,
+        the first ``warmup_passes`` passes are slower (as :class:`fleetsim.engine.Engine`
+        runs them on a worker that starts)."""
+        self._warmup = degradation or Degradation()
+        self._warm_from = self.passes
+        self._warm_next = self.passes
+        self._next_warm_step()
+        self.version += 1
+
+    def _next_warm_step(self) -> None:
+        done = self.passes - self._warm_from
+        if done >= self._warmup.warmup_passes - _EPS:
+            self.warm_factor = 1.0
+            return
+        self._warm_next = self.passes + WARMUP_STEP_PASSES
+        self.warm_factor = self._warmup.warmup_factor(int(done + WARMUP_STEP_PASSES / 2))
+
+    def _advance_warming(self, dt: float) -> float:
+        """Advance ``dt`` s of passes while warming up; the time left once warm."""
+        while dt > 0.0 and self.warm_factor != 1.0:
+            tau, chunk = self._pass_time()
+            step = min(dt, max(0.0, self._warm_next - self.passes) * tau)
+            self.passes += step / tau
+            if chunk:
+                done = step * chunk / tau
+                self.prefill[0].remaining -= done
+                self.pending = max(0.0, self.pending - done)
+            dt -= step
+            if self.passes >= self._warm_next - 1e-9:
+                self.passes = max(self.passes, self._warm_next)
+                self._next_warm_step()
+        return dt
 
     def next_event_at(self) -> float | None:
         if self.idle():
@@ -202,6 +258,10 @@ class FastGpu:
             best = self.t + max(0.0, self.prefill[0].remaining) * tau / chunk
         if self._dec_heap:
             best = min(best, self.t + max(0.0, self._dec_heap[0][0] - self.passes) * tau)
+        if self.warm_factor != 1.0:  # the pass time changes there
+            best = min(best, self.t + max(0.0, self._warm_next - self.passes) * tau)
+        if self._admit_at > self.t and self.waiting:
+            best = min(best, self._admit_at)
         return best
 
     # ------------------------------------------------------------------ events
@@ -212,7 +272,14 @@ class FastGpu:
         job.arrived_at = now
         self.waiting.append(job)
         out = GpuEvents()
-        self._admit(now, out)
+        if self.idle():
+            self._admit(now, out)  # an idle engine starts a pass for it at once
+        elif self._admit_at <= now:
+            # Busy: it waits for the pass in progress to end, on average half a pass
+            # (arrivals fall uniformly within passes; the pass time is constant until
+            # the next event). Later arrivals before then join at the same boundary.
+            self._admit_at = now + 0.5 * self._pass_time()[0]
+            self.version += 1
         return out
 
     def on_event(self, now: float) -> GpuEvents:
@@ -250,6 +317,7 @@ class FastGpu:
         if self.dec_count == 0:
             # Keep the running sums exact (no float drift across an idle period).
             self.dec_input = self.dec_start = 0.0
+        self._admit_at = -math.inf  # a pass boundary: whoever waits joins now
         self._admit(now, out)
         return out
 
