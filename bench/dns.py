@@ -4,8 +4,9 @@ Every server gets the same 10,000 queries for ``api.inference.example. A``, each
 an EDNS Client Subnet option from a distinct /24 (dnsperf's binary input, ``-B``), on
 loopback, one after the other in the same run:
 
-* **gtm** — ``gtm global`` (a separate process), DNS only, rate limiting off, over the
-  example topology (six regions) with the bundled GeoLite2 database;
+* **gtm** — ``gtm global`` (a separate process), DNS only, rate limiting off (gdnsd has
+  none), over the example topology (six regions) with the bundled GeoLite2 database;
+  UDP is read and written in batches (``recvmmsg``/``sendmmsg``, as gdnsd does);
 * **gdnsd** 3.x (Debian ``gdnsd``) serving an equivalent static zone (one A record);
 * **PowerDNS** 4.x (Debian ``pdns-server`` + ``pdns-backend-bind``) with the same zone
   and ``api`` as a LUA record ``pickclosest({...})`` over the six region addresses.
@@ -22,8 +23,14 @@ Each server first gets one warm-up pass over the 10,000 queries (gtm locates a s
 and decides for its geo cell once, then answers from precomputed responses until the
 view changes — as it would for a resolver population in steady state).
 
-Printed: queries/s, lost queries and average latency per server, and gtm's ratios to
-the peers. Targets (issue 7): gtm ≥ 0.8 × gdnsd, ≥ 5 × PowerDNS LUA, no lost queries.
+**Same client for every server.** One dnsperf command (``-c 16 -q 256 -t 2``, one
+thread, the same query file) drives each server; the servers alternate, so each ratio
+compares runs seconds apart.
+
+Printed: queries/s, lost queries and CPU per answered query (the server's process tree,
+from ``/proc``: a figure other jobs on a shared machine disturb less than queries/s)
+per server, and gtm's ratios to the peers. Targets (issue 7): gtm ≥ 0.8 × gdnsd,
+≥ 5 × PowerDNS LUA, no lost queries.
 Needs the Debian packages ``dnsperf gdnsd pdns-server pdns-backend-bind``; with
 ``--smoke`` missing packages are reported and the run exits 0; a full run fails (exit 2).
 
@@ -78,6 +85,28 @@ class Result:
     sent: int
     lost: int
     latency_ms: float
+    #: CPU seconds the server (its process tree) used per answered query in the
+    #: measured run: what a query costs it, whatever else shares the machine.
+    cpu_per_query: float
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process and its descendants (Linux ``/proc``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    pending = [pid]
+    while pending:
+        current = pending.pop()
+        try:
+            # Fields after the command (which may hold spaces): utime is the 14th
+            # field of the whole line, stime the 15th (proc(5)).
+            fields = Path(f"/proc/{current}/stat").read_text().rpartition(")")[2].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+            for task in Path(f"/proc/{current}/task").iterdir():
+                pending.extend(int(c) for c in (task / "children").read_text().split())
+        except (OSError, ValueError, IndexError):
+            continue  # exited meanwhile
+    return total
 
 
 def query_file(path: Path, count: int, seed: int = 1) -> Path:
@@ -113,7 +142,9 @@ def wait_answering(port: int, timeout: float = 30.0) -> None:
     raise RuntimeError(f"no DNS answer on port {port} within {timeout:.0f} s")
 
 
-def dnsperf(name: str, port: int, queries: Path, seconds: float, warmups: int = 1) -> Result:
+def dnsperf(
+    name: str, port: int, queries: Path, seconds: float, warmups: int = 1, pid: int | None = None
+) -> Result:
     """Warm-up passes over every query (each subnet once per pass: gtm locates and
     decides per new subnet, as a resolver population's first queries would make it),
     then the measured run.
@@ -128,7 +159,9 @@ def dnsperf(name: str, port: int, queries: Path, seconds: float, warmups: int = 
         warm = [*base, "-n", "1", "-c", "16", "-q", "64"]
         subprocess.run(warm, capture_output=True, check=True)
     command = [*base, "-l", str(seconds), "-c", "16", "-q", "256", "-t", "2"]
+    cpu_before = tree_cpu_seconds(pid) if pid is not None else 0.0
     output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    cpu = tree_cpu_seconds(pid) - cpu_before if pid is not None else math.nan
 
     def number(label: str) -> float:
         match = re.search(rf"{label}:\s+([0-9.]+)", output)
@@ -136,12 +169,14 @@ def dnsperf(name: str, port: int, queries: Path, seconds: float, warmups: int = 
             raise RuntimeError(f"dnsperf output has no {label!r}:\n{output}")
         return float(match.group(1))
 
+    sent, lost = int(number("Queries sent")), int(number("Queries lost"))
     return Result(
         name,
         number("Queries per second"),
-        int(number("Queries sent")),
-        int(number("Queries lost")),
+        sent,
+        lost,
         number("Average Latency \\(s\\)") * 1000.0,
+        cpu / max(1, sent - lost),
     )
 
 
@@ -249,13 +284,16 @@ def measure(name: str, work: Path, queries: Path, seconds: float, workers: int) 
     process = start(work, port, workers)
     try:
         wait_answering(port)
-        return dnsperf(name, port, queries, seconds, warmup_passes(workers))
+        return dnsperf(name, port, queries, seconds, warmup_passes(workers), process.pid)
     finally:
         stop(process)
 
 
 def _line(result: Result) -> str:
-    return f"{result.name} {result.qps:,.0f} qps (lost {result.lost} of {result.sent:,})"
+    return (
+        f"{result.name} {result.qps:,.0f} qps (lost {result.lost} of {result.sent:,}; "
+        f"{result.cpu_per_query * 1e6:.1f} µs CPU/query)"
+    )
 
 
 def _range(values: Sequence[float]) -> str:
@@ -300,12 +338,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "pass(es) each"
             )
             vs_gdnsd: list[float] = []
+            cpu_vs_gdnsd: list[float] = []
             gtm_runs: list[Result] = []
             for rep in range(repeat):
                 gtm = measure("gtm", work, queries, seconds, workers)
                 gdnsd = measure("gdnsd", work, queries, seconds, workers)
                 gtm_runs.append(gtm)
                 vs_gdnsd.append(gtm.qps / gdnsd.qps)
+                cpu_vs_gdnsd.append(gtm.cpu_per_query / gdnsd.cpu_per_query)
                 print(f"  run {rep + 1}: {_line(gtm)}   {_line(gdnsd)}   {vs_gdnsd[-1]:.2f}×")
             pdns = measure("powerdns-lua", work, queries, seconds, workers)
             vs_pdns = [g.qps / pdns.qps for g in gtm_runs]
@@ -322,6 +362,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{'met' if met_pdns else 'MISSED'}"
             )
             print(f"  gtm lost queries: {lost} ({'met' if lost == 0 else 'MISSED'})")
+            print(
+                "  CPU per query, gtm / gdnsd (how much more a query costs gtm; qps ratios "
+                f"also depend on dnsperf's share of the cores): {_range(cpu_vs_gdnsd)}"
+            )
             ok &= met_gdnsd and met_pdns and lost == 0
     # Throughput targets are reported, not enforced (shared CI machines vary too much).
     print(f"all targets met: {'yes' if ok else 'no'}")

@@ -195,6 +195,24 @@ class Responder:
             self._metrics.dns_dropped.labels("internal-error").inc()
             return _servfail(packet)
 
+    def respond_udp(self, packet: bytes, client: IPAddress) -> bytes | None:
+        """``respond(packet, client, udp=True)``: the UDP loops call this per datagram.
+
+        The fast path of :meth:`_respond` inlined for the common case (no rate limiting,
+        the view unchanged, an answer that does not depend on the resolver): two Python
+        calls fewer per query, about a tenth of a cached answer's CPU. Everything else
+        goes through :meth:`respond`. Never raises.
+        """
+        try:  # free in 3.11 when nothing is raised
+            if not self._rrl.enabled and self._view_source() is self._view:
+                hit = self._packets[1].get(packet[2:])  # index: udp
+                if hit is not None and not hit.per_client:
+                    self._tally.hits[1][hit.slot] += 1
+                    return packet[:2] + hit.tail
+        except Exception:  # respond() below logs it and answers
+            pass
+        return self.respond(packet, client, udp=True)
+
     def _respond(self, packet: bytes, client: IPAddress, udp: bool) -> bytes | None:
         if udp and self._rrl.enabled:
             action = self._rrl.check(client)

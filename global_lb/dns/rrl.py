@@ -60,10 +60,8 @@ class ResponseRateLimiter:
         self._v6 = config.ipv6_prefix
         self._clock = clock
         self._buckets: dict[tuple[int, int], _Bucket] = {}
-
-    @property
-    def enabled(self) -> bool:
-        return self._rate > 0.0
+        #: A plain attribute, not a property: read on every UDP query.
+        self.enabled = self._rate > 0.0
 
     def prefix(self, address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> tuple[int, int]:
         if address.version == 4:

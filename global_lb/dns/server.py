@@ -105,19 +105,15 @@ class _UdpThread:
 
     def _run_batched(self) -> None:
         assert self._batch is not None
-        respond = self._responder.respond
-
-        def answer(packet: bytes, client: IPAddress) -> bytes | None:
-            return respond(packet, client, udp=True)
 
         def send_one(reply: bytes, client: IPAddress, port: int) -> None:
             with contextlib.suppress(OSError):
                 self._sock.sendto(reply, (str(client), port))
 
-        self._batch.serve(answer, lambda: self._stopping, send_one)
+        self._batch.serve(self._responder.respond_udp, lambda: self._stopping, send_one)
 
     def _run(self) -> None:
-        sock, respond = self._sock, self._responder.respond
+        sock, respond = self._sock, self._responder.respond_udp
         recv, send = sock.recvfrom, sock.sendto
         # Peer address string → parsed address: parsing costs more than answering a
         # repeated query; resolvers are few.
@@ -139,7 +135,7 @@ class _UdpThread:
                 if len(peers) >= 65_536:
                     peers.clear()
                 peers[host] = client
-            reply = respond(data, client, udp=True)
+            reply = respond(data, client)
             if reply is not None:
                 # Not contextlib.suppress: a context manager per query costs ~0.5 µs.
                 try:  # noqa: SIM105

@@ -324,3 +324,54 @@ def test_fast_path_keeps_the_query_id(h: Harness) -> None:
         for q in (first, second)
     ]
     assert [r.id for r in replies] == [first.id, second.id]
+
+
+UDP_QUERIES = [
+    dns.message.make_query(
+        "api.inference.example.", "A", use_edns=0, options=[dns.edns.ECSOption("81.2.69.0", 24)]
+    ).to_wire(),
+    dns.message.make_query("api.inference.example.", "A").to_wire(),  # the resolver decides
+    dns.message.make_query("eu.api.inference.example.", "AAAA", use_edns=0).to_wire(),
+    dns.message.make_query("nope.inference.example.", "A").to_wire(),
+    dns.message.make_query("example.org.", "A").to_wire(),
+    dns.message.make_query("api.inference.example.", "ANY").to_wire(),
+    b"\x12\x34\x01\x00\x00\x01",  # cut short: FORMERR
+]
+
+
+@pytest.mark.parametrize("rate", [0.0, 3.0])
+def test_respond_udp_answers_exactly_like_respond(
+    tmp_path: Path, dns_router: GlobalRouter, rate: float
+) -> None:
+    """The UDP loops' entry point (fast path inlined) against ``respond(udp=True)``:
+    same bytes, twice over (slow path, then cached), from two resolvers, with and
+    without rate limiting."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    inlined = Harness(tmp_path / "a", dns_router)
+    reference = Harness(tmp_path / "b", dns_router)
+    for harness in (inlined, reference):
+        harness.responder._rrl = type(harness.responder._rrl)(
+            RrlConfig(rate=rate, slip=2), harness.clock
+        )
+    for source in ("81.2.69.7", "216.160.83.9"):
+        client = ipaddress.ip_address(source)
+        for _ in range(2):
+            for query in UDP_QUERIES:
+                got = inlined.responder.respond_udp(query, client)
+                assert got == reference.responder.respond(query, client, udp=True)
+    inlined.responder.flush_counts()
+    reference.responder.flush_counts()
+    for name in ("gtm_global_dns_responses_total", "gtm_global_dns_dropped_total"):
+        assert _totals(inlined, name) == _totals(reference, name)
+    if rate:
+        assert _totals(inlined, "gtm_global_dns_dropped_total")  # the limit was reached
+
+
+def _totals(h: Harness, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    return {
+        tuple(sorted(s.labels.items())): s.value
+        for family in h.registry.collect()
+        for s in family.samples
+        if s.name == name
+    }
