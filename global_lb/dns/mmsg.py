@@ -70,7 +70,9 @@ class _MMsgHdr(ctypes.Structure):
 # attribute access costs ~0.2 µs; a memoryview index ~0.03 µs).
 _MMSG_WORDS = ctypes.sizeof(_MMsgHdr) // 8  # 8 on LP64
 _NAMELEN_WORD = _MsgHdr.msg_namelen.offset // 8
-_LEN_WORD = _MMsgHdr.msg_len.offset // 8
+#: msg_len as a 32-bit word index (the kernel writes 32 bits; the padding after it
+#: stays zero, but a 32-bit view does not depend on that).
+_LEN_INT = _MMsgHdr.msg_len.offset // 4
 
 
 @cache
@@ -132,6 +134,9 @@ class BatchedUdp:
             rx.msg_iovlen = 1
             tx.msg_iov = ctypes.addressof(self._tx_iov) + i * iov_size
             tx.msg_iovlen = 1
+            # Every peer of an AF_INET socket is a sockaddr_in, of an AF_INET6 socket a
+            # sockaddr_in6 (IPv4 peers too, mapped): one length for every response.
+            tx.msg_namelen = 28 if self._v6 else 16
         self._rx_words = memoryview(self._rx).cast("B").cast("Q")
         self._tx_words = memoryview(self._tx).cast("B").cast("Q")
         self._tx_iov_words = memoryview(self._tx_iov).cast("B").cast("Q")
@@ -171,9 +176,10 @@ class BatchedUdp:
         received = memoryview(self._received)
         to_send = memoryview(self._to_send)
         names = memoryview(self._names)
-        rx, tx, tx_iov = self._rx_words, self._tx_words, self._tx_iov_words
+        rx = memoryview(self._rx).cast("B").cast("I")
+        tx, tx_iov = self._tx_words, self._tx_iov_words
         name_at = self._name_at
-        step, namelen_word, len_word = _MMSG_WORDS, _NAMELEN_WORD, _LEN_WORD
+        step, rx_step = _MMSG_WORDS, 2 * _MMSG_WORDS
         # Where the address bytes sit in a sockaddr_in (4..8) / sockaddr_in6 (8..24).
         start, end = (8, 24) if self._v6 else (4, 8)
         peers: dict[bytes, IPAddress] = {}
@@ -187,9 +193,8 @@ class BatchedUdp:
                 continue  # EINTR, or an ICMP error reported on the next read
             sent = 0
             for i in range(count):
-                length = rx[i * step + len_word] & 0xFFFFFFFF
-                namelen = rx[i * step + namelen_word] & 0xFFFFFFFF
-                if not namelen:  # the wake-up of shutdown(), not a datagram
+                length = rx[i * rx_step + _LEN_INT]
+                if not length:  # the wake-up of shutdown(), or nothing to answer
                     continue
                 offset = i * _NAME_SIZE
                 key = names[offset + start : offset + end].tobytes()
@@ -211,7 +216,6 @@ class BatchedUdp:
                 to_send[out : out + size] = reply
                 tx_iov[2 * sent + 1] = size
                 tx[sent * step] = name_at[i]
-                tx[sent * step + namelen_word] = namelen
                 sent += 1
             if sent:
                 self._send(sent)
