@@ -52,7 +52,6 @@ would empty its per-view answer cache on every forwarded request).
 
 from __future__ import annotations
 
-import dataclasses
 from collections import deque
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -130,6 +129,11 @@ class InflightLedger:
         self._stale = True
         #: Per region, charged since the overlay was built: [requests, tokens].
         self._pending: dict[str, list[float]] = {}
+        #: Regions whose totals changed since the overlay was built (only they are
+        #: rebuilt when the base view is the same).
+        self._changed: set[str] = set()
+        #: The base view the overlay was built on.
+        self._built_on: GlobalView | None = None
 
     @property
     def settings(self) -> LedgerSettings:
@@ -199,6 +203,7 @@ class InflightLedger:
             del self._charges[region]
 
     def _add(self, entry: Charge, sign: float) -> None:
+        self._changed.add(entry.region)
         key = (entry.region, entry.model)
         totals = self._totals.setdefault(key, [0.0, 0.0])
         totals[0] += sign * entry.requests
@@ -249,15 +254,27 @@ class InflightLedger:
 
     def _build(self, base: GlobalView) -> GlobalView:
         charged = {rid for rid, _ in self._totals}
+        previous, changed = self._overlay, self._changed
+        self._changed = set()
         if not charged:
+            self._built_on = base
             return base
         self._epoch += 1
-        regions = tuple(
-            self._charged_state(r) if r.id in charged and r.summary is not None else r
-            for r in base.regions
-        )
-        revision = dataclasses.replace(base.revision, ledger=self._epoch)
-        return dataclasses.replace(base, revision=revision, regions=regions)
+        if previous is not None and self._built_on is base:
+            # Same summaries: only the regions charged or discharged since change.
+            regions = tuple(
+                self._state(r, charged) if r.id in changed else p
+                for r, p in zip(base.regions, previous.regions, strict=True)
+            )
+        else:
+            regions = tuple(self._state(r, charged) for r in base.regions)
+        self._built_on = base
+        return base.overlay(regions, self._epoch)
+
+    def _state(self, state: RegionState, charged: set[str]) -> RegionState:
+        if state.id not in charged or state.summary is None:
+            return state
+        return self._charged_state(state)
 
     def _charged_state(self, state: RegionState) -> RegionState:
         terms: dict[str, ModelTerms] = {}
@@ -267,7 +284,7 @@ class InflightLedger:
                 terms[model] = state.terms[model]
             else:
                 terms[model] = model_terms(load, unseen.requests, unseen.tokens)
-        return dataclasses.replace(state, terms=MappingProxyType(terms))
+        return state.with_terms(MappingProxyType(terms))
 
 
 __all__ = [
