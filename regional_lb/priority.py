@@ -164,7 +164,11 @@ def zone_headroom(
     backlog_horizon_s: float = BACKLOG_HORIZON_S,
 ) -> float:
     """Prompt tokens/s a zone can take on: its prefill rate at the target utilisation,
-    less the share its pending tokens claim over the backlog horizon (never negative)."""
+    less the share its pending tokens claim over the backlog horizon (never negative).
+
+    Equivalently ``rate × (target − queueing delay / horizon)``, with the queueing part
+    of the zone's predicted TTFT (pending / rate, ARCHITECTURE §2): a zone whose queue
+    already takes 0.8 × 2 s = 1.6 s to work off has no headroom left."""
     if prefill_tokens_per_s <= 0.0:
         return 0.0
     free = prefill_tokens_per_s * target_utilisation - max(0.0, pending_tokens) / backlog_horizon_s
