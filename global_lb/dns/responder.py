@@ -213,6 +213,20 @@ class Responder:
             pass
         return self.respond(packet, client, udp=True)
 
+    def udp_table(self) -> tuple[Mapping[bytes, _Fast], list[int]] | None:
+        """The UDP fast path's table, for a loop that answers a batch itself.
+
+        ``(query bytes after the ID → cached response, hit counts by slot)``: a hit
+        that is not ``per_client`` is answered with the query's ID + ``tail`` and
+        counted with ``counts[slot] += 1``; everything else goes to :meth:`respond_udp`.
+        ``None`` when every datagram must go there (rate limiting is on, or the view
+        changed since the table was filled). Valid for one batch (microseconds): a
+        view that changes meanwhile is seen by the next batch.
+        """
+        if self._rrl.enabled or self._view_source() is not self._view:
+            return None
+        return self._packets[1], self._tally.hits[1]
+
     def _respond(self, packet: bytes, client: IPAddress, udp: bool) -> bytes | None:
         if udp and self._rrl.enabled:
             action = self._rrl.check(client)

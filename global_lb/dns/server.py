@@ -110,7 +110,10 @@ class _UdpThread:
             with contextlib.suppress(OSError):
                 self._sock.sendto(reply, (str(client), port))
 
-        self._batch.serve(self._responder.respond_udp, lambda: self._stopping, send_one)
+        responder = self._responder
+        self._batch.serve(
+            responder.respond_udp, lambda: self._stopping, send_one, responder.udp_table
+        )
 
     def _run(self) -> None:
         sock, respond = self._sock, self._responder.respond_udp

@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import ipaddress
 import select
 import socket
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
+import dns.edns
+import dns.message
 import pytest
 
 from global_lb.dns import mmsg
-from global_lb.geo import IPAddress
+from global_lb.dns.responder import Responder
+from global_lb.dns.rrl import RrlConfig
+from global_lb.dns.server import DnsServer
+from global_lb.dns.zone import ZoneConfig
+from global_lb.geo import ChainLocator, IPAddress, MaxMindLocator
+from global_lb.metrics import GlobalMetrics
+from global_lb.router import GlobalRouter
+from gtm.clock import SystemClock
+from gtm.metrics import new_registry
+from tests.unit.global_lb.helpers import view, write_city_db
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(30)]
 
@@ -144,3 +158,59 @@ def test_a_socket_of_another_family_is_refused() -> None:
         pytest.raises(OSError, match="not an IP socket"),
     ):
         mmsg.BatchedUdp(sock)
+
+
+async def test_cached_answers_copied_by_the_batch_loop_are_exact_and_counted(
+    tmp_path: Path, dns_router: GlobalRouter
+) -> None:
+    """The batched loop answers cache hits itself (Responder.udp_table): each reply
+    must be the one respond() gives, with the query's own ID, and be counted."""
+    registry = new_registry()
+    responder = Responder(
+        ZoneConfig(),
+        view=lambda: current,
+        router=dns_router,
+        locator=ChainLocator(MaxMindLocator(write_city_db(tmp_path / "city.mmdb"))),
+        metrics=GlobalMetrics(registry),
+        clock=SystemClock(),
+        rrl=RrlConfig(rate=0),
+    )
+    current = view()
+    server = DnsServer(responder, "127.0.0.1", 0, batched=True)
+    address = await server.start()
+    try:
+        assert server.udp_batched
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.setblocking(False)
+        loop = asyncio.get_running_loop()
+        await loop.sock_connect(sock, (address.host, address.port))
+        query = dns.message.make_query(
+            "api.inference.example.", "A", use_edns=0, options=[dns.edns.ECSOption("81.2.69.0", 24)]
+        )
+        expected_tail = None
+        for round_ in range(5):
+            ids = [(round_ * 64 + k) % 65536 for k in range(40)]
+            for ident in ids:  # a burst: the server reads several per batch
+                query.id = ident
+                await loop.sock_sendall(sock, query.to_wire())
+            got = {}
+            for _ in ids:
+                async with asyncio.timeout(5):
+                    raw = await loop.sock_recv(sock, 4096)
+                got[int.from_bytes(raw[:2])] = raw
+            assert sorted(got) == sorted(ids)
+            tails = {raw[2:] for raw in got.values()}
+            assert len(tails) == 1  # the same response, each with its query's ID
+            if expected_tail is None:
+                query.id = 7
+                reference = responder.respond(query.to_wire(), ipaddress.ip_address("127.0.0.1"))
+                assert reference is not None
+                expected_tail = reference[2:]
+            assert tails == {expected_tail}
+        sock.close()
+        responder.flush_counts()
+        labels = {"kind": "api", "region": "eu-west", "rcode": "NOERROR"}
+        answered = registry.get_sample_value("gtm_global_dns_responses_total", labels)
+        assert answered == 5 * 40 + 1  # every UDP answer and the reference query
+    finally:
+        await server.stop()
