@@ -30,7 +30,7 @@ some task on this machine waited for a CPU (``/proc/pressure/cpu``) and the CPU 
 deployment used. A live run whose emulated GPUs do not get the CPU they need runs
 its forward passes late, and then measures the machine, not the model.
 
-    python bench/sim_fidelity.py                 # 60 s of trace at ~30 % load
+    python bench/sim_fidelity.py                 # 60 s of trace at ~50 % load
     python bench/sim_fidelity.py --processes     # live side as one process per tier
     python bench/sim_fidelity.py --smoke         # 10 s, a few seconds of set-up
 """
@@ -178,6 +178,21 @@ class CpuMark:
     #: (/proc/PID/schedstat, second field).
     tree_wait_s: float
     processes: int
+    #: CPU seconds by kind of process (gpu-sim, zone, regional, global, etcd, gtm up).
+    by_kind: dict[str, float]
+
+
+#: ``gtm`` subcommands of gtm up --processes children, in the order they are looked for
+#: (a GPU's arguments name its zone and region with --zone/--region, never bare).
+KINDS = ("gpu-sim", "zone", "regional", "global")
+
+
+def _kind(pid: int) -> str:
+    args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    for kind in KINDS:
+        if kind in args:
+            return kind
+    return "etcd" if args and args[0].endswith("etcd") else "gtm up"
 
 
 def _psi_some_us() -> int | None:
@@ -214,16 +229,20 @@ def _tree(root: int) -> list[int]:
 def cpu_mark(root: int) -> CpuMark:
     tick = os.sysconf("SC_CLK_TCK")
     cpu = wait = 0.0
+    by_kind: dict[str, float] = {}
     pids = _tree(root)
     for pid in pids:
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             sched = Path(f"/proc/{pid}/schedstat").read_text().split()
+            kind = _kind(pid)
         except OSError:
             continue  # it ended in between
-        cpu += (int(fields[11]) + int(fields[12])) / tick
+        used = (int(fields[11]) + int(fields[12])) / tick
+        cpu += used
+        by_kind[kind] = by_kind.get(kind, 0.0) + used
         wait += int(sched[1]) / 1e9
-    return CpuMark(time.monotonic(), _psi_some_us(), cpu, wait, len(pids))
+    return CpuMark(time.monotonic(), _psi_some_us(), cpu, wait, len(pids), by_kind)
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,14 +256,21 @@ class CpuUse:
     #: the run an emulated GPU's (or a tier's) event loop waited for a CPU.
     deployment_waiting: float
     load_average: float
+    #: CPU seconds used during the run, by kind of process.
+    by_kind: dict[str, float]
 
-    def describe(self) -> str:
+    def describe(self, requests: int) -> str:
         stalled = "n/a" if self.stalled is None else f"{self.stalled:.0%}"
+        kinds = ", ".join(
+            f"{kind} {1000 * used / max(1, requests):.0f}"
+            for kind, used in sorted(self.by_kind.items(), key=lambda kv: -kv[1])
+        )
         return (
             f"live run CPU: the deployment used {self.deployment_cores:.2f} of "
             f"{os.cpu_count()} cores and its event loops waited for a CPU "
             f"{self.deployment_waiting:.0%} of the run; some task on the machine waited "
-            f"{stalled} of the time; load average {self.load_average:.1f}"
+            f"{stalled} of the time; load average {self.load_average:.1f}\n"
+            f"CPU ms per request by process kind: {kinds}"
         )
 
 
@@ -257,7 +283,8 @@ def cpu_use(start: CpuMark, end: CpuMark) -> CpuUse:
     )
     waiting = (end.tree_wait_s - start.tree_wait_s) / wall / max(1, end.processes)
     cores = (end.tree_cpu_s - start.tree_cpu_s) / wall
-    return CpuUse(wall, stalled, cores, waiting, os.getloadavg()[0])
+    by_kind = {k: v - start.by_kind.get(k, 0.0) for k, v in end.by_kind.items()}
+    return CpuUse(wall, stalled, cores, waiting, os.getloadavg()[0], by_kind)
 
 
 # ---------------------------------------------------------------------------- live
@@ -681,7 +708,7 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="10 s of trace")
     parser.add_argument("--processes", action="store_true", help="live side: --processes")
     parser.add_argument("--speedup", type=float, default=2.0)
-    parser.add_argument("--load", type=float, default=0.3, help="offered load (of capacity)")
+    parser.add_argument("--load", type=float, default=0.5, help="offered load (of capacity)")
     parser.add_argument("--duration", type=float, default=60.0, help="wall s of trace")
     parser.add_argument(
         "--no-overhead",
@@ -726,7 +753,7 @@ def main() -> None:
         + ", ".join(f"{n} tok {1000 * (a - b):.0f} ms" for n, a, b in oh.samples)
         + ")"
     )
-    print(run.cpu.describe())
+    print(run.cpu.describe(len(window)))
     overhead = None if args.no_overhead else oh
     warm = not args.no_warmup
     scheduled = np.array([r.at_s / rate_scale for r in window])
@@ -759,6 +786,7 @@ def main() -> None:
                           "overhead_ms": [1000 * oh.fixed_s, 1000 * oh.per_token_s],
                           "cpu": {"deployment_cores": run.cpu.deployment_cores,
                                   "deployment_waiting": run.cpu.deployment_waiting,
+                                  "cpu_s_by_kind": run.cpu.by_kind,
                                   "stalled": run.cpu.stalled,
                                   "load_average": run.cpu.load_average}}, indent=2),
             encoding="utf-8",

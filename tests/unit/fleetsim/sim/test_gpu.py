@@ -102,13 +102,15 @@ def test_an_arrival_during_a_pass_waits_for_its_end_on_average() -> None:
 
 @pytest.mark.parametrize(("gpu_type", "rate"), [("H100", 1.0), ("A100-80GB", 0.5), ("L40S", 0.5)])
 def test_moderate_load_per_request_times_agree_with_the_engine(gpu_type: str, rate: float) -> None:
+    # Measured over seeds 1-5: per-request TTFT ratio 0.985-0.998, median TTFT ratio
+    # 0.95-1.00 (the analytic model a little optimistic: no preemption), E2E within 1 %.
     arrivals = poisson(rate, 200, seed=3)
     f_ttft, f_e2e = drive(fast(gpu_type), arrivals)
     p_ttft, p_e2e = drive(passes(gpu_type), arrivals)
-    assert np.median(f_ttft / p_ttft) == pytest.approx(1.0, abs=0.05)
-    assert np.median(f_e2e / p_e2e) == pytest.approx(1.0, abs=0.03)
-    assert np.median(f_ttft) == pytest.approx(np.median(p_ttft), rel=0.05)
-    assert np.median(f_e2e) == pytest.approx(np.median(p_e2e), rel=0.03)
+    assert np.median(f_ttft / p_ttft) == pytest.approx(1.0, abs=0.03)
+    assert np.median(f_e2e / p_e2e) == pytest.approx(1.0, abs=0.02)
+    assert np.median(f_ttft) == pytest.approx(np.median(p_ttft), rel=0.06)
+    assert np.median(f_e2e) == pytest.approx(np.median(p_e2e), rel=0.02)
 
 
 def test_the_simulator_runs_on_pass_level_gpus_and_ends_everything_once() -> None:
