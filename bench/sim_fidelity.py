@@ -391,6 +391,7 @@ async def probe_overhead(
     warm-up passes and the prefix cache are accounted for)."""
     prompts = PromptMaker(load.seed + 1)
     engines: dict[str, Engine] = {}
+    clocks: dict[str, float] = {}
     samples = []
     headers = {"Authorization": f"Bearer {load.api_key}"}
     for k, tokens in enumerate(t for t in PROBE_TOKENS for _ in range(PROBE_REPEATS)):
@@ -407,18 +408,23 @@ async def probe_overhead(
         if reply.gpu not in types:
             raise SystemExit(f"the front door named GPU {reply.gpu!r}, not in the topology")
         engine = engines.setdefault(reply.gpu, Engine(get_profile(types[reply.gpu], load.model)))
-        engine.add(EngineRequest(f"probe-{k}", reply.prompt_tokens, 1), 0.0)
-        start = 0.0
+        # Each probe arrives at an idle GPU: after the previous one on it ended.
+        arrival = end = clocks.get(reply.gpu, 0.0)
+        engine.add(EngineRequest(f"probe-{k}", reply.prompt_tokens, 1), arrival)
         while engine.has_work:
-            step = engine.step(start)
+            step = engine.step(end)
             assert step is not None
-            start = step.end
-        model_ttft = start / speedup
+            end = step.end
+        clocks[reply.gpu] = end
+        model_ttft = (end - arrival) / speedup
         samples.append((reply.prompt_tokens, reply.ttft_s, model_ttft))
     if len({s[0] for s in samples}) < 2:
         return Overhead(0.0, 0.0, tuple(samples))
-    x = np.array([s[0] for s in samples], dtype=float)
-    y = np.array([s[1] - s[2] for s in samples])
+    # The median per prompt size (probes land on different GPUs and a starved event
+    # loop adds outliers), then a line through those.
+    sizes = sorted({t for t, _, _ in samples})
+    x = np.array([np.median([t for t, _, _ in samples if t == n]) for n in sizes])
+    y = np.array([np.median([a - b for t, a, b in samples if t == n]) for n in sizes])
     slope, intercept = np.polyfit(x, y, 1)
     return Overhead(float(intercept), float(slope), tuple(samples))
 
