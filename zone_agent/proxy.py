@@ -2,10 +2,11 @@
 
 For each request: parse and count it (:mod:`zone_agent.request`), decide
 (:class:`~zone_agent.pipeline.ZoneProfile`), charge the GPU (:class:`~zone_agent.
-accounting.Ticket`), send it upstream over a keep-alive pool, and relay the response.
+accounting.Ticket`), send it upstream over a keep-alive pool
+(:class:`~zone_agent.upstream.UpstreamPool`), and relay the response.
 
-* **Streaming**: the body is relayed chunk by chunk as it arrives (``iter_any``), never
-  buffered, with ``auto_decompress`` off so the bytes are the worker's own.
+* **Streaming**: the body is relayed chunk by chunk as it arrives, never buffered or
+  decompressed, so the bytes are the worker's own.
 * **Retries** happen only before the first byte reaches the client, on a GPU not tried
   yet, at most ``max_attempts`` (3) in all: on a connect failure, a timeout or reset
   before the response headers, a 5xx, or a 429 (that worker's queue is full). Once the
@@ -42,7 +43,6 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
-from yarl import URL
 
 from gtm.clock import Clock
 from gtm.errors import NoEligibleCandidate
@@ -54,6 +54,7 @@ from zone_agent.metrics import ZoneMetrics
 from zone_agent.pipeline import ModelNotServed, ZoneDecision, ZoneProfile
 from zone_agent.plugins.fits import PromptTooLong
 from zone_agent.request import CanaryChoice, Endpoint, ZoneRequest, zone_request
+from zone_agent.upstream import UpstreamConnectError, UpstreamError, UpstreamPool, UpstreamResponse
 from zone_agent.view import ZoneView
 
 log = logging.getLogger(__name__)
@@ -215,11 +216,14 @@ def decide_or_refuse(
         ) from None
 
 
-def upstream_headers(request: web.Request, request_id: str) -> CIMultiDict[str]:
-    headers: CIMultiDict[str] = CIMultiDict(
-        (k, v) for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP
-    )
-    headers[HEADER_REQUEST_ID] = request_id
+def upstream_headers(request: web.Request, request_id: str) -> list[tuple[str, str]]:
+    """The client's end-to-end headers, with ``x-request-id`` set to ``request_id``."""
+    headers = [
+        (k, v)
+        for k, v in request.headers.items()
+        if (low := k.lower()) not in _HOP_BY_HOP and low != HEADER_REQUEST_ID
+    ]
+    headers.append((HEADER_REQUEST_ID, request_id))
     return headers
 
 
@@ -250,7 +254,7 @@ class Proxy:
         accounting: Accounting,
         health: HealthTracker,
         on_ejection: Callable[[str], None],
-        session: Callable[[], aiohttp.ClientSession],
+        session: Callable[[], UpstreamPool],
         metrics: ZoneMetrics,
         clock: Clock,
     ) -> None:
@@ -265,10 +269,8 @@ class Proxy:
         self._clock = clock
         self._ids = Ids()
         # Per-request lookups cached: a labelled child costs a lock and a tuple per
-        # ``.labels()`` call, a URL a parse per request. Both are bounded by the
-        # GPUs (× profiles, × endpoints) the zone has had.
+        # ``.labels()`` call. Bounded by the GPUs (× profiles) the zone has had.
         self._assigned: dict[tuple[str, str], Callable[[], None]] = {}
-        self._urls: dict[tuple[str, str], URL] = {}
 
     def _count_assignment(self, decision: ZoneDecision) -> None:
         key = (decision.gpu_id, decision.profile)
@@ -276,12 +278,6 @@ class Proxy:
         if inc is None:
             inc = self._assigned[key] = self._metrics.assignments.labels(*key).inc
         inc()
-
-    def _url(self, base: str, path: str) -> URL:
-        url = self._urls.get((base, path))
-        if url is None:
-            url = self._urls[(base, path)] = URL(base + path)
-        return url
 
     def routes(self, app: web.Application) -> None:
         for endpoint in Endpoint:
@@ -339,7 +335,7 @@ class Proxy:
     ) -> web.StreamResponse:
         gpu_id = decision.gpu_id
         ticket = charge(self._acc, decision)
-        upstream: aiohttp.ClientResponse | None = None
+        upstream: UpstreamResponse | None = None
         outcome: Outcome | None = None
         completed = False
         limit = self._settings.first_byte_timeout(facts, decision)
@@ -348,17 +344,18 @@ class Proxy:
             try:
                 async with asyncio.timeout_at(deadline):
                     upstream = await self._session().post(
-                        self._url(decision.gpu.worker.url, request.path),
-                        data=raw,
-                        headers=upstream_headers(request, facts.request_id),
+                        decision.gpu.worker.url,
+                        request.path,
+                        upstream_headers(request, facts.request_id),
+                        raw,
                     )
-            except aiohttp.ClientConnectorError as exc:
+            except UpstreamConnectError as exc:
                 outcome = Outcome.CONNECT
                 raise _Retry("connect", f"connect failed: {exc.os_error}") from None
             except TimeoutError:
                 outcome = Outcome.TIMEOUT
                 raise _Retry("timeout", "no response headers in time") from None
-            except (aiohttp.ClientError, OSError) as exc:
+            except (UpstreamError, OSError) as exc:
                 outcome = Outcome.RESET
                 raise _Retry("reset", f"failed before the response: {exc!r}") from None
             if upstream.status >= 500 or upstream.status == 429:
@@ -389,7 +386,7 @@ class Proxy:
     async def _relay(
         self,
         request: web.Request,
-        upstream: aiohttp.ClientResponse,
+        upstream: UpstreamResponse,
         ticket: Ticket,
         decision: ZoneDecision,
         started: float,
@@ -402,10 +399,10 @@ class Proxy:
         """
         try:
             async with asyncio.timeout_at(deadline):
-                first = await upstream.content.readany()
+                first = await upstream.readany()
         except TimeoutError:
             raise _Retry("timeout", "no first byte in time", outcome=Outcome.TIMEOUT) from None
-        except (aiohttp.ClientError, OSError) as exc:
+        except (UpstreamError, OSError) as exc:
             raise _Retry(
                 "reset", f"failed before the first byte: {exc!r}", outcome=Outcome.RESET
             ) from None
@@ -434,10 +431,10 @@ class Proxy:
             while chunk:
                 await response.write(chunk)
                 try:
-                    chunk = await upstream.content.readany()
+                    chunk = await upstream.readany()
                 except TimeoutError:
                     return _cut(request, response), Outcome.TIMEOUT, False
-                except (aiohttp.ClientError, OSError):
+                except (UpstreamError, OSError):
                     return _cut(request, response), Outcome.RESET, False
             await response.write_eof()
         except (ConnectionResetError, aiohttp.ClientConnectionResetError):
@@ -453,10 +450,10 @@ def _cut(request: web.Request, response: web.StreamResponse) -> web.StreamRespon
     return response
 
 
-async def _bounded_body(response: aiohttp.ClientResponse) -> bytes:
+async def _bounded_body(response: UpstreamResponse) -> bytes:
     try:
-        return await asyncio.wait_for(response.content.read(_ERROR_BODY_BYTES), 5.0)
-    except (TimeoutError, aiohttp.ClientError, OSError):
+        return await asyncio.wait_for(response.read(_ERROR_BODY_BYTES), 5.0)
+    except (TimeoutError, UpstreamError, OSError):
         return b""
 
 
