@@ -214,17 +214,9 @@ class BatchedUdp:
                 length = rx[i * rx_step + _LEN_INT]
                 if not length:  # the wake-up of shutdown(), or nothing to answer
                     continue
-                offset = i * _NAME_SIZE
-                key = names[offset + start : offset + end].tobytes()
-                client = peers.get(key)
-                if client is None:
-                    client = address_of(key)
-                    if len(peers) >= MAX_PEERS:
-                        peers.clear()
-                    peers[key] = client
                 at = i * SLOT_SIZE
                 out = sent * SLOT_SIZE
-                if cached is not None:
+                if cached is not None:  # a hit needs no client address
                     hit = cached.get(received[at + 2 : at + length].tobytes())
                     if hit is not None and not hit.per_client:
                         counts[hit.slot] += 1
@@ -236,6 +228,14 @@ class BatchedUdp:
                         tx[sent * step] = name_at[i]
                         sent += 1
                         continue
+                offset = i * _NAME_SIZE
+                key = names[offset + start : offset + end].tobytes()
+                client = peers.get(key)
+                if client is None:
+                    client = address_of(key)
+                    if len(peers) >= MAX_PEERS:
+                        peers.clear()
+                    peers[key] = client
                 reply = respond(received[at : at + length].tobytes(), client)
                 if reply is None:
                     continue
