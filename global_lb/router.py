@@ -94,18 +94,6 @@ class TraceSource:
         self._trace = trace
         self._build = build
 
-    @classmethod
-    def rerun(
-        cls,
-        profile: RegionProfile,
-        request: RouteRequest,
-        view: GlobalView,
-        verdict: Verdict,
-        point: GeoPoint | None,
-        country: str | None,
-    ) -> TraceSource:
-        return _Rerun(profile, request, view, verdict, point, country)
-
     def get(self) -> DecisionTrace | None:
         build = self._build
         if build is not None:
@@ -114,8 +102,9 @@ class TraceSource:
         return self._trace
 
 
-class _Rerun(TraceSource):
-    """:meth:`TraceSource.rerun`'s source: the profile's arguments in slots.
+class RerunTrace(TraceSource):
+    """A fast-path decision's trace source: runs the profile over the same arguments
+    on first read; they are kept in slots.
 
     Not a closure: a closure over six values is eight objects the cyclic garbage
     collector tracks (function, cells), one is one — and every cold decision keeps one
@@ -466,7 +455,7 @@ class GlobalRouter:
         if pipeline is not None:
             fast = pipeline.decide(request, view, verdict.allowed, point, country)
             if fast is not None:
-                trace = TraceSource.rerun(self._profile, request, view, verdict, point, country)
+                trace = RerunTrace(self._profile, request, view, verdict, point, country)
                 return _from_fast(fast, trace)
         ctx = RequestContext(view, verdict.allowed, point, country, verdict.rule or "")
         try:
