@@ -6,9 +6,9 @@ their prefix cache, warm-up) — one simulator event per forward pass, where
 :class:`~fleetsim.sim.gpu.FastGpu` jumps analytically between arrivals and completions.
 It is far too slow for fleet-scale runs; it exists to measure how much the analytic
 model alone moves the simulator's figures on a small scenario
-(``bench/sim_fidelity.py --gpu pass``), with everything else (routing, arrivals,
-summaries) unchanged. :func:`use_pass_level` swaps it into a constructed
-:class:`~fleetsim.sim.simulator.Simulator`.
+(the "pass-level GPUs" column and ``--terms`` of ``bench/sim_fidelity.py``), with
+everything else (routing, arrivals, summaries) unchanged. :func:`use_pass_level`
+swaps it into a constructed :class:`~fleetsim.sim.simulator.Simulator`.
 """
 
 from __future__ import annotations
