@@ -154,6 +154,8 @@ class Served:
     ttft_s: np.ndarray
     e2e_s: np.ndarray
     region: tuple[str, ...]
+    #: Requests served in another region than the one the global tier chose.
+    spilled: int = 0
 
 
 def nearest_rank(values: np.ndarray, q: float) -> float:
@@ -317,6 +319,8 @@ class Reply:
     gpu: str
     prompt_tokens: int
     cached_tokens: int
+    #: The region(s) that passed the request on (``x-gtm-spilled-from``), if any.
+    spilled_from: str = ""
 
 
 async def _read(
@@ -350,6 +354,7 @@ async def send(
     try:
         async with session.post(f"{url}/v1/chat/completions", json=body, headers=headers) as r:
             region, gpu = r.headers.get("x-gtm-region", ""), r.headers.get("x-gtm-gpu", "")
+            spilled = r.headers.get("x-gtm-spilled-from", "")
             if r.status != 200:
                 return Reply(False, r.status, f"http-{r.status}", None,
                              time.monotonic() - started, region, gpu, 0, 0)  # fmt: skip
@@ -360,7 +365,7 @@ async def send(
     return Reply(
         complete and ttft is not None, 200, "" if complete else "truncated-stream", ttft,
         time.monotonic() - started, region, gpu, int(usage.get("prompt_tokens", 0)),
-        int(details.get("cached_tokens", 0)),
+        int(details.get("cached_tokens", 0)), spilled,
     )  # fmt: skip
 
 
@@ -626,7 +631,8 @@ def simulate(
     elif warmup:
         for gpu in sim.gpu_list:
             gpu.start_warm_up()
-    o = sim.run().outcomes
+    result = sim.run()
+    o = result.outcomes
     back = np.empty(len(order), dtype=int)
     back[np.array(order, dtype=int)] = np.arange(len(order))
     ok = (o.status == Status.OK)[back]
@@ -639,6 +645,7 @@ def simulate(
         ttft_s=o.ttft_s[back] / speedup + extra,
         e2e_s=o.e2e_s[back] / speedup + extra,
         region=tuple(names[int(i)].id if i >= 0 else "" for i in o.region[back]),
+        spilled=result.spills,
     )
 
 
@@ -701,11 +708,20 @@ def compare(columns: Sequence[tuple[str, Figures]]) -> list[str]:
     return rows
 
 
-def per_request(live_run: LiveRun, sim: Served) -> list[str]:
+def per_request(live_run: LiveRun, sim: Served, fleet: FleetSpec) -> list[str]:
     """Request by request: how the simulated TTFT compares with the live one."""
     both = live_run.served.ok & sim.ok
     if not both.any():
         return []
+    cities = bundled_cities()
+    nearest = [
+        min(fleet.regions, key=lambda r: cities[c].location.distance_km(r.record.location)).id
+        for c in live_run.cities
+    ]
+
+    def near(regions: Sequence[str]) -> float:
+        return float(np.mean([a == b for a, b, k in zip(regions, nearest, both, strict=True) if k]))
+
     ratio = sim.ttft_s[both] / live_run.served.ttft_s[both]
     same_region = np.mean(
         [a == b for a, b, k in zip(live_run.served.region, sim.region, both, strict=True) if k]
@@ -713,7 +729,11 @@ def per_request(live_run: LiveRun, sim: Served) -> list[str]:
     cached = [
         r.cached_tokens / r.prompt_tokens for r in live_run.replies if r.ok and r.prompt_tokens
     ]
+    spilled = np.mean([bool(r.spilled_from) for r in live_run.replies if r.ok])
     return [
+        f"spilled to the other region: live {spilled:.0%} of successes, simulated "
+        f"{sim.spilled / max(1, int(sim.ok.sum())):.0%}; served in the client's nearest "
+        f"region: live {near(live_run.served.region):.0%}, simulated {near(sim.region):.0%}",
         f"per request (both ok, {int(both.sum())}): sim TTFT ÷ live TTFT p10 "
         f"{np.percentile(ratio, 10):.2f}, p50 {np.percentile(ratio, 50):.2f}, p90 "
         f"{np.percentile(ratio, 90):.2f}; same region {same_region:.0%}; live prefix-cache "
@@ -793,7 +813,7 @@ def main() -> None:
         ("sim (trace times)", figures(sim_sched, duration)),
     ]
     print("\n".join(compare(columns)))
-    print("\n".join(per_request(run, sim_sent)))
+    print("\n".join(per_request(run, sim_sent, fleet)))
     reasons = Counter(r.reason for r in run.replies if not r.ok)
     if reasons:
         print("live failures: " + ", ".join(f"{k} {n}" for k, n in reasons.most_common()))
