@@ -860,22 +860,23 @@ class ZoneProfile:
         duration = timer() - started
         if self._decision_obs is not None:
             self._decision_obs(duration)
+        # Positional: the NamedTuple's __new__ binds them without a keyword dict.
         return ZoneDecision(
-            profile=self.name,
-            request=request,
-            model_index=index,
-            choice=choice,
-            gpu=view.gpus[index.positions[choice]],
-            predicted_ttft_ms=predicted,
-            uncached_tokens=batch.uncached_at(choice),
-            matched_blocks=batch.matches.get(choice, 0),
-            steps=steps,
-            scored=scored,
-            alive=alive,
-            weights=self.weights,
-            picker=self.picker.name,
-            duration_s=duration,
-            rescore=None if scored is not None else partial(self._score, batch, _NO_OBSERVERS),
+            self.name,
+            request,
+            index,
+            choice,
+            view.gpus[index.positions.item(choice)],
+            predicted,
+            batch.uncached_at(choice),
+            batch.matches.get(choice, 0),
+            steps,
+            scored,
+            alive,
+            self.weights,
+            self.picker.name,
+            duration,
+            None if scored is not None else partial(self._score, batch, _NO_OBSERVERS),
         )
 
     def _pick(
@@ -985,8 +986,8 @@ class ZoneProfile:
             raise _failed(ExtensionPoint.COST_MODEL, model.name, exc) from exc
         if observe:
             observe[_COST_KEY](self._timer() - t0)
-        cost = float(costs[choice])
-        return cost if math.isfinite(cost) and cost >= 0 else None
+        cost = costs.item(choice)  # a Python float, without a numpy scalar
+        return cost if cost >= 0 and cost < math.inf else None
 
     def _refuse(self, filter_name: str, index: ModelIndex, steps: Sequence[_Step]) -> NoReturn:
         if self._metrics is not None:
