@@ -137,9 +137,11 @@ def test_overload_ends_every_request_and_reports_timeouts(name: str) -> None:
     assert result.sim_s <= 30.0 + 1e-9
     summary = summarise(result, reqs)
     assert math.isinf(summary.ttft_p99)
-    # Served requests got their first token before the client gave up.
+    # Served requests got their first token before the client gave up — as the GPU sees
+    # it, up to one tick late (jobs are expired at ticks); TTFT adds the network: the
+    # client's RTT (≤ 0.31 s: 26 ms + 0.0143 ms/km over 20,000 km) and a spill hop.
     ok = o.status == Status.OK
-    assert np.all(o.ttft_s[ok] <= 5.0 + 1.0)
+    assert np.all(o.ttft_s[ok] <= 5.0 + sim.tick_s + 1.0)
     assert 0.0 < summary.gpu_busy <= 1.0
 
 
