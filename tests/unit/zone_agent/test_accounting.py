@@ -1,6 +1,9 @@
 from __future__ import annotations
 
 import asyncio
+import math
+
+import pytest
 
 from zone_agent.accounting import Accounting, SlotLoad
 
@@ -68,4 +71,27 @@ async def test_wait_idle_returns_when_the_last_ticket_closes() -> None:
         assert not waiter.done()
         ticket.close()
     assert waiter.done()
+    assert acc.open_tickets == 0
+
+
+def test_the_running_streams_total_is_the_sum_of_the_slots() -> None:
+    acc = Accounting(capacity=2)
+    tickets = [acc.start(f"g{i % 3}", prefill_tokens=1, sequences=1 + i % 4) for i in range(9)]
+    assert acc.streams_total == float(acc.streams.sum()) == sum(1 + i % 4 for i in range(9))
+    for ticket in tickets[::2]:
+        ticket.close()
+        ticket.close()  # released once
+    assert acc.streams_total == float(acc.streams.sum())
+    for ticket in tickets:
+        ticket.close()
+    assert acc.streams_total == 0.0
+    assert acc.slot_count == 3
+
+
+@pytest.mark.parametrize("kv", [-1.0, 0.5, math.inf, math.nan])
+def test_kv_charges_are_whole_blocks(kv: float) -> None:
+    acc = Accounting()
+    with pytest.raises(ValueError, match="whole number"):
+        acc.start("g", prefill_tokens=1, kv_blocks=kv)
+    assert acc.totals() == SlotLoad()
     assert acc.open_tickets == 0

@@ -310,3 +310,28 @@ def test_fused_filters_work_the_view_out_once_and_fall_back_when_they_must() -> 
     decision = profile.decide(make_request(), half)
     assert decision.gpu_id == "b"
     assert list(half.by_model[decision.request.model].memo.values()) == [None]
+
+
+def test_the_survivors_streams_come_from_the_running_total_or_a_gather() -> None:
+    """The fused batch sums its survivors' streams from the accounting's running total
+    minus the slots outside them; the same as summing the survivors, and a gather once
+    the accounting has a slot the view did not know."""
+    acc = Accounting()
+    acc.slot("elsewhere")  # a GPU of another zone view: its streams never count
+    gpus = [Gpu("a"), Gpu("b", health=HealthStatus(False, "ejected (outlier)")), Gpu("c")]
+    view = make_view(gpus, acc)
+    for gpu, sequences in (("a", 2), ("b", 3), ("c", 1), ("elsewhere", 5)):
+        acc.start(gpu, prefill_tokens=0.0, sequences=sequences)
+    profile = builtin_profile("default")
+    index = view.by_model[make_request().model]
+    fused = profile._fused
+    assert fused is not None
+
+    def summed() -> float:
+        run = fused.run(make_request(), view, index)
+        assert run is not None
+        return run[0].streams_sum()
+
+    assert summed() == 3.0  # a and c
+    acc.start("new-gpu", prefill_tokens=0.0, sequences=7)  # a slot the view never saw
+    assert summed() == 3.0
