@@ -183,9 +183,10 @@ async def test_a_claim_lost_at_startup_enforces_nothing_until_verified(
     assert a.leases.holdings()["t1"] == (1.0, True)
     assert b.leases.holdings()["t1"] == (0.0, False)
     assert a.share + b.share <= 1.0 + 1e-9
-    assert b.registry.get_sample_value(
-        "gtm_regional_quota_lease_conflicts_total", {"tenant": "t1"}
-    ) == 1.0
+    assert (
+        b.registry.get_sample_value("gtm_regional_quota_lease_conflicts_total", {"tenant": "t1"})
+        == 1.0
+    )
     # With each other's wants on record the next rounds converge without colliding.
     await rounds(fake_clock, [a, b], 3, load=500)
     assert (a.share, b.share) == pytest.approx((0.5, 0.5))
