@@ -27,6 +27,7 @@ otherwise equal to the traced one.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from enum import Enum
 from itertools import repeat
 from typing import Any, cast
 
@@ -37,6 +38,16 @@ from regional_lb.view import ZoneContext, ZoneState
 
 #: ``Scored(candidate, total)`` without the NamedTuple's Python-level ``_make``.
 _new_tuple = tuple.__new__
+
+
+class Deferred(Enum):
+    """Why the fast path chose no zone."""
+
+    #: The filters removed every zone (or none was offered): the reference raises
+    #: ``NoEligibleCandidate`` — ``place`` needs nothing more, ``decide`` its trace.
+    EMPTY = "empty"
+    #: Anything else unusual (a score to repair, a plugin error): the reference decides.
+    REFERENCE = "reference"
 
 
 class FastZoneChoice:
@@ -86,24 +97,33 @@ class FastZoneChoice:
     ) -> ZoneState | None:
         """The zone the reference profile would choose, or ``None``: let the reference
         decide (it refuses, repairs a score, or a plugin fails)."""
+        picked = self.pick(request, zones, ctx)
+        return None if isinstance(picked, Deferred) else picked
+
+    def pick(
+        self, request: RouteRequest, zones: Sequence[ZoneState], ctx: ZoneContext
+    ) -> ZoneState | Deferred:
+        """Like :meth:`choose`, saying why it chose none."""
         try:
             return self._choose(request, zones, ctx)
         except Exception:  # the reference runs again and reports it, with its own error
-            return None
+            return Deferred.REFERENCE
 
     def _choose(
         self, request: RouteRequest, zones: Sequence[ZoneState], ctx: ZoneContext
-    ) -> ZoneState | None:
+    ) -> ZoneState | Deferred:
         current: Sequence[ZoneState] = zones
-        if not current or len({z.id for z in current}) != len(current):
-            return None
+        if not current:
+            return Deferred.EMPTY
+        if len({z.id for z in current}) != len(current):
+            return Deferred.REFERENCE
         for plugin in self._filters:
             result = plugin.filter(request, current, ctx)
             if len(result.kept) + len(result.removed) != len(current):
-                return None
+                return Deferred.REFERENCE
             current = result.kept
             if not current:
-                return None
+                return Deferred.EMPTY
         ids = [z.id for z in current]
         totals = [0.0] * len(ids)
         for plugin, weight in zip(self._scorers, self._weights, strict=True):
@@ -113,7 +133,7 @@ class FastZoneChoice:
                 # Exactly the values the reference keeps unrepaired (finite floats or
                 # ints in [0, 1]); anything else is repaired and recorded there.
                 if type(value) not in (float, int) or not 0.0 <= value <= 1.0:
-                    return None
+                    return Deferred.REFERENCE
             totals = [t + weight * s for t, s in zip(totals, column, strict=True)]
         ws = self._weight_sum
         finals = [t / ws for t in totals] if self._scorers else totals
@@ -121,8 +141,8 @@ class FastZoneChoice:
             "list[Scored[ZoneState]]",
             list(map(_new_tuple, repeat(Scored), zip(current, finals, strict=True))),
         )
-        choice = self._picker.pick(request, scored)
-        return choice if choice in current else None
+        choice: ZoneState = self._picker.pick(request, scored)
+        return choice if choice in current else Deferred.REFERENCE
 
 
-__all__ = ["FastZoneChoice"]
+__all__ = ["Deferred", "FastZoneChoice"]

@@ -37,7 +37,7 @@ from gtm.errors import NoEligibleCandidate
 from gtm.models import Decision, DecisionTrace, RouteRequest
 from gtm.routing import request_rng
 from policies.documents import SaturationPolicy
-from regional_lb.fastpath import FastZoneChoice
+from regional_lb.fastpath import Deferred, FastZoneChoice
 from regional_lb.priority import (
     OVERPROVISIONING_FACTOR,
     PANIC_THRESHOLD,
@@ -215,8 +215,10 @@ class RegionalRouter:
         zones = zone_candidates(view, request.model, accounting)
         ctx = ZoneContext(view, inputs.allowed, False, inputs.tokens_per_block, excluded)
         if not trace and self._fast is not None:
-            picked = self._fast.choose(request, zones, ctx)
-            if picked is not None:
+            picked = self._fast.pick(request, zones, ctx)
+            if picked is Deferred.EMPTY:
+                return None  # the reference raises NoEligibleCandidate: no zone now
+            if not isinstance(picked, Deferred):
                 return RegionalDecision(Route.LOCAL, Reason.CHOSEN, picked)
         try:
             choice = self._profile.choose(request, zones, ctx)

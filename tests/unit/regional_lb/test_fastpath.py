@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from gtm.models import RouteRequest
 from gtm.routing import load_profile_spec
 from policies.documents import SaturationPolicy
-from regional_lb.fastpath import FastZoneChoice
+from regional_lb.fastpath import Deferred, FastZoneChoice
 from regional_lb.priority import SplitMode
 from regional_lb.profiles import DEFAULT_PROFILE, build, profile_spec, with_saturation_last
 from regional_lb.router import (
@@ -314,6 +314,7 @@ def test_a_scorer_outside_its_contract_defers_to_the_reference() -> None:
     request = RouteRequest(request_id="r", model=MODEL, input_tokens=10, tenant="t1")
     assert choice.choose(request, zones, ctx) is not None
     assert broken.choose(request, zones, ctx) is None
+    assert broken.pick(request, zones, ctx) is Deferred.REFERENCE
 
 
 def test_every_zone_filtered_out_defers_to_the_reference() -> None:
@@ -321,7 +322,12 @@ def test_every_zone_filtered_out_defers_to_the_reference() -> None:
     regional = view([zone("a", model_load(), drained=True)], region=REGION)
     request = RouteRequest(request_id="r", model=MODEL, input_tokens=10, tenant="t1")
     ctx = ZoneContext(regional, frozenset({REGION}))
-    assert choice.choose(request, zone_candidates(regional, MODEL), ctx) is None
+    zones = zone_candidates(regional, MODEL)
+    assert choice.choose(request, zones, ctx) is None
+    # place() needs nothing more than "no zone now"; decide() runs the reference for
+    # the refusal's filter name and trace.
+    assert choice.pick(request, zones, ctx) is Deferred.EMPTY
+    assert choice.pick(request, (), ctx) is Deferred.EMPTY
 
 
 def test_compile_refuses_what_the_reference_refuses() -> None:
