@@ -321,6 +321,8 @@ class GlobalRouter:
         self._filter_types = {p.plugin_name: p.type for p in spec.plugins}
         # The tenant enters the cache key only when a scorer depends on it (affinity).
         self._per_tenant = any(p.type == affinity.TYPE_NAME for p in spec.plugins)
+        # ... and the conversation (first prefix block) when it keys homes by conversation.
+        self._per_conversation = any(affinity.per_conversation(p) for p in spec.plugins)
         self._spread_probe = _spread_probe(spec)
         self._cache_size = cache_size
         self._cache = _Cache()
@@ -415,7 +417,9 @@ class GlobalRouter:
             cell_of(point, country),
             verdict.allowed,
             request.model,
-            request.tenant if self._per_tenant else None,
+            affinity.affinity_key(request, per_conversation=self._per_conversation)
+            if self._per_tenant
+            else None,
             token_bucket(request.input_tokens),
         )
         found = cache.entries.get(key)

@@ -22,6 +22,7 @@ from pydantic import Field
 
 from global_lb.view import RegionState, RequestContext
 from gtm.models import Frozen, RouteRequest
+from gtm.routing import PluginSpec
 
 TYPE_NAME = "tenant-affinity-scorer"
 
@@ -33,6 +34,18 @@ DEFAULT_EPSILON = 0.25
 class Params(Frozen):
     epsilon: float = Field(default=DEFAULT_EPSILON, gt=0.0, le=100.0, allow_inf_nan=False)
     per_conversation: bool = False
+
+
+def affinity_key(request: RouteRequest, *, per_conversation: bool) -> str:
+    """What the home region is hashed from: the tenant, or the tenant and conversation."""
+    if per_conversation and request.prefix_hashes:
+        return f"{request.tenant}/{request.prefix_hashes[0]}"
+    return request.tenant
+
+
+def per_conversation(spec: PluginSpec) -> bool:
+    """Whether an affinity plugin spec keys homes by conversation."""
+    return spec.type == TYPE_NAME and Params.model_validate(spec.parameters).per_conversation
 
 
 class TenantAffinityScorer:
@@ -47,9 +60,7 @@ class TenantAffinityScorer:
         return self._name
 
     def key(self, request: RouteRequest) -> str:
-        if self._per_conversation and request.prefix_hashes:
-            return f"{request.tenant}/{request.prefix_hashes[0]}"
-        return request.tenant
+        return affinity_key(request, per_conversation=self._per_conversation)
 
     def score(
         self, request: RouteRequest, candidates: Sequence[RegionState], ctx: RequestContext, /

@@ -10,6 +10,7 @@ from global_lb.geo import Location, LocationSource
 from global_lb.plugins import global_registry
 from global_lb.router import GlobalRouter, Refusal, cell_of, spread_slot, token_bucket
 from gtm.models import ClientInfo, GeoPoint, RouteRequest
+from gtm.routing import load_profile_spec
 from tests.unit.global_lb.helpers import MODEL, REGION_IDS, load, summary, view
 
 LONDON = GeoPoint(lat=51.51, lon=-0.09)
@@ -172,3 +173,42 @@ def test_verdicts_are_the_engines_and_follow_a_new_policy_generation(
         ResidencyQuery("demo-eu", MODEL, "default", "SE")
     )
     assert again is not got
+
+
+def test_per_conversation_affinity_is_part_of_the_cache_key() -> None:
+    # Two conversations of one tenant may have different home regions: a cached decision
+    # for the first must not be served to the second (it was, before the key held the
+    # conversation).
+    spec = load_profile_spec(
+        {
+            "name": "global-default",
+            "plugins": [
+                {"type": "residency-filter", "name": "residency"},
+                {"type": "health-filter", "name": "health"},
+                {"type": "model-filter", "name": "model"},
+                {
+                    "type": "tenant-affinity-scorer",
+                    "name": "home",
+                    "parameters": {"per_conversation": True},
+                },
+                {"type": "max-score-picker", "name": "max"},
+            ],
+            "profile": {
+                "filters": ["model", "residency", "health"],
+                "scorers": [{"ref": "home"}],
+                "picker": "max",
+            },
+        }
+    )
+    build = profiles.build(global_registry(), spec, None)
+    cached = GlobalRouter(build, spec)
+    uncached = GlobalRouter(build, spec, cache_size=0)
+    v = view(summaries=[summary(r, load(running=10)) for r in REGION_IDS])
+    where = located("US", SEATTLE)
+    homes = set()
+    for conversation in range(12):
+        req = request(rid=f"c{conversation}", prefix_hashes=(1000 + conversation, 7))
+        region = cached.decide(req, v, where).region
+        assert region == uncached.decide(req, v, where).region
+        homes.add(region)
+    assert len(homes) > 1  # conversations of one tenant really have different homes
