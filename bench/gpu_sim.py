@@ -28,7 +28,6 @@ import asyncio
 import json
 import math
 import os
-import re
 import resource
 import sys
 import time
@@ -42,21 +41,19 @@ from fleetsim.perfmodel import predict_saturation
 from gtm.gpu_profiles import LLAMA_8B, get_profile
 from gtm.metrics import new_registry
 from gtm.tasks import TaskSupervisor
+from gtm.testing.processes import GtmProcess, StartError, start_listening
 from gtm.tokens import count_chat_tokens, parse_chat_messages
 
 LAG_TARGET_MS = 10.0
 CAPACITY_LAG_MS = 50.0
 THROUGHPUT_TOLERANCE = 0.05
-STARTUP_TIMEOUT_S = 60.0
 
 
 @dataclass
-class Worker:
-    proc: asyncio.subprocess.Process
-    url: str
+class Worker(GtmProcess):
+    """A ``gtm gpu-sim`` child, with the CPU time it has used."""
 
     def cpu_seconds(self) -> float:
-        """User + system CPU time of the worker process so far (Linux /proc; else NaN)."""
         try:
             with open(f"/proc/{self.proc.pid}/stat") as stat:
                 fields = stat.read().rsplit(")", 1)[1].split()
@@ -64,41 +61,15 @@ class Worker:
             return math.nan
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    async def stop(self) -> None:
-        if self.proc.returncode is None:
-            self.proc.terminate()
-            await asyncio.wait_for(self.proc.wait(), 30)
-
 
 async def start_worker(gpu: str, extra: Sequence[str] = ()) -> Worker:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gtm.cli",
-        "--log-level",
-        "warning",
-        "gpu-sim",
-        "--port",
-        "0",
-        "--speedup",
-        "1",
-        "--gpu-type",
-        gpu,
-        "--model",
-        LLAMA_8B,
-        "--warmup-passes",
-        "0",
-        "--max-queue",
-        "1000000",
-        *extra,
-        stdout=asyncio.subprocess.PIPE,
-    )
-    assert proc.stdout is not None
-    line = (await asyncio.wait_for(proc.stdout.readline(), STARTUP_TIMEOUT_S)).decode()
-    match = re.search(r"listening on (\S+)", line)
-    if not match:
-        raise SystemExit(f"gpu-sim did not start: {line!r}")
-    return Worker(proc, match.group(1))
+    args = ["gpu-sim", "--port", "0", "--speedup", "1", "--gpu-type", gpu, "--model", LLAMA_8B]
+    args += ["--warmup-passes", "0", "--max-queue", "1000000", *extra]
+    try:
+        started = await start_listening(args)
+    except StartError as exc:
+        raise SystemExit(str(exc)) from exc
+    return Worker(started.proc, started.url)
 
 
 @dataclass
