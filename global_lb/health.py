@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol
@@ -189,14 +189,6 @@ class HealthChecker:
         while True:
             await self.check_once()
             await self._clock.sleep(self._config.interval)
-
-    def run_step(self) -> Callable[[], Awaitable[None]]:
-        """One round as a step for :meth:`gtm.tasks.TaskSupervisor.run_loop`."""
-
-        async def step() -> None:
-            await self.check_once()
-
-        return step
 
     def _apply(self, region_id: str, result: ProbeResult) -> bool:
         tracker = self._trackers.setdefault(region_id, _Tracker())

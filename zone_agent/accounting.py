@@ -68,10 +68,6 @@ class Ticket:
         self._prefilled = False
         self.closed = False
 
-    @property
-    def prefilled(self) -> bool:
-        return self._prefilled
-
     def prefill_done(self) -> None:
         """The first byte of the response arrived: the prompt is prefilled."""
         if self._prefilled or self.closed:

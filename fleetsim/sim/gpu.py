@@ -157,10 +157,6 @@ class FastGpu:
     def running(self) -> int:
         return len(self.prefill) + self.dec_count
 
-    @property
-    def in_system(self) -> int:
-        return len(self.waiting) + self.running
-
     def fits(self, job: Job) -> bool:
         return self._blocks_for(job) <= self.capacity_blocks
 
@@ -345,12 +341,6 @@ class FastGpu:
         if out.expired:
             self._admit(now, out)
         return out
-
-    def slow_down(self, now: float, factor: float) -> None:
-        """From ``now`` on, every pass takes ``factor`` × the profile's time."""
-        self.advance(now)
-        self.slowdown = factor
-        self.version += 1
 
     def crash(self, now: float) -> list[Job]:
         """The GPU dies: every job on it is lost; it stays empty (and idle) afterwards."""
