@@ -378,7 +378,7 @@ class FrontDoor:
         self, request: web.Request, view: GlobalView, target: _Target, outcome: RouteOutcome
     ) -> web.StreamResponse:
         assert outcome.region is not None
-        targets = [outcome.region, *outcome.fallbacks][: self._config.max_attempts]
+        targets = outcome.targets(self._config.max_attempts)
         country = None if outcome.location is None else outcome.location.country
         headers = self._upstream_headers(request, target.hops, outcome.decision_id, country)
         last_error = "no region to try"

@@ -31,8 +31,11 @@ as is every trace (:class:`global_lb.router.TraceSource` runs the profile on dem
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
-from collections.abc import Mapping, Sequence
+import operator
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -48,19 +51,122 @@ MAX_SCORE_PICKER = "max-score-picker"
 _MEMO_SIZE = 4096
 
 
+class Ranking:
+    """The survivors, best first, with their totals and the fallbacks after a choice:
+    worked out when first read.
+
+    A decision needs only its region; the front door reads the fallbacks only when a
+    forward fails and the scores only for ``POST /v1/route`` and ``gtm route``. Ordering
+    50 regions and pairing their ids with their totals was a third of a cold decision
+    (~15 µs of CPU and 50 tuples per decision for the collector, bench/global_decision.py),
+    so a decision keeps the survivors' ids and totals and this orders them on demand,
+    once (outcomes served from the decision cache share it).
+    """
+
+    __slots__ = ("_best", "_chosen", "_fallbacks", "_names", "_order", "_scores", "_totals")
+
+    def __init__(
+        self,
+        names: tuple[str, ...],
+        totals: Sequence[float],
+        best: int,
+        chosen: int,
+        order: Sequence[int] | None = None,
+    ) -> None:
+        #: The survivors' ids in view order, their totals, and the indices of the best
+        #: and of the chosen one (they differ when the spread picker drew another).
+        self._names = names
+        self._totals = totals
+        self._best = best
+        self._chosen = chosen
+        self._order = order
+        self._scores: tuple[tuple[str, float], ...] | None = None
+        self._fallbacks: tuple[str, ...] | None = None
+
+    @classmethod
+    def given(cls, scores: tuple[tuple[str, float], ...], fallbacks: tuple[str, ...]) -> Ranking:
+        """A ranking already worked out (the generic profile's, or none)."""
+        ranking = cls(tuple(r for r, _ in scores[:1]), (), 0, 0, ())
+        ranking._scores = scores
+        ranking._fallbacks = fallbacks
+        return ranking
+
+    @property
+    def best(self) -> str | None:
+        """The survivor with the highest total (``None``: no survivors)."""
+        names = self._names
+        return names[self._best] if names else None
+
+    def head(self, n: int) -> tuple[str, ...]:
+        """The first ``n`` :attr:`fallbacks`, without ordering the rest (a retry reads
+        a few; ``heapq.nsmallest`` is a partial selection)."""
+        if self._fallbacks is not None or self._order is not None:
+            return self.fallbacks[:n]
+        totals, names, chosen = self._totals, self._names, self._chosen
+        top = heapq.nsmallest(n + 1, range(len(names)), key=lambda k: (-totals[k], names[k]))
+        return tuple([names[k] for k in top if k != chosen][:n])
+
+    def order(self) -> Sequence[int]:
+        """Indices into the survivors by total descending, then id ascending."""
+        found = self._order
+        if found is None:
+            found = self._order = ranked_order(self._names, self._totals)
+        return found
+
+    @property
+    def scores(self) -> tuple[tuple[str, float], ...]:
+        """(region id, total score) of the survivors, best first."""
+        found = self._scores
+        if found is None:
+            order, names, totals = self.order(), self._names, self._totals
+            found = self._scores = tuple(
+                zip(map(names.__getitem__, order), map(totals.__getitem__, order), strict=True)
+            )
+        return found
+
+    @property
+    def fallbacks(self) -> tuple[str, ...]:
+        """The other survivors in that order."""
+        found = self._fallbacks
+        if found is None:
+            chosen = self._chosen
+            found = self._fallbacks = tuple([self._names[k] for k in self.order() if k != chosen])
+        return found
+
+
+#: No survivors (a refusal).
+NO_RANKING = Ranking.given((), ())
+
+
+def ranked_order(names: tuple[str, ...], totals: Sequence[float]) -> list[int]:
+    """Indices into ``names`` by total descending, then id ascending."""
+    indices = range(len(totals))
+    if all(a < b for a, b in itertools.pairwise(names)):
+        return sorted(indices, key=totals.__getitem__, reverse=True)  # stable: ids stay in order
+    return sorted(indices, key=lambda k: (-totals[k], names[k]))
+
+
 class FastChoice(NamedTuple):
     """A decision of the fast path (a NamedTuple: built in C)."""
 
     region: RegionState
-    #: (region id, total score) of the survivors, best first (ties: smaller id first).
-    scores: tuple[tuple[str, float], ...]
-    #: The other survivors in that order.
-    fallbacks: tuple[str, ...]
+    #: The survivors' scores and the fallbacks, worked out when read.
+    ranking: Ranking
     #: The cost model's price of the choice (``None``: no cost model, or not finite).
     predicted_ttft_ms: float | None
     #: The spread picker drew at random (the best region is near saturation or the
     #: client was displaced): decisions differ per request id.
     spread: bool = False
+
+    @property
+    def scores(self) -> tuple[tuple[str, float], ...]:
+        """(region id, total score) of the survivors, best first (ties: smaller id first)."""
+        return self.ranking.scores
+
+    @property
+    def fallbacks(self) -> tuple[str, ...]:
+        """The other survivors in that order."""
+        return self.ranking.fallbacks
 
 
 # ---------------------------------------------------------------------------- per view
@@ -125,6 +231,7 @@ class Prepared:
     survivor_ids: dict[int, tuple[str, ...]] = field(default_factory=dict)
     homes: dict[tuple[str, str, int], int | None] = field(default_factory=dict)
     rows: dict[tuple[float, float, str | None, str, int], Rows] = field(default_factory=dict)
+    subsets: dict[tuple[str, int], Subset] = field(default_factory=dict)
 
     @classmethod
     def of(cls, view: GlobalView) -> Prepared:
@@ -156,6 +263,21 @@ class Prepared:
             self.allowed[allowed] = found
         return found
 
+    def subset(self, columns: ModelColumns, model_name: str, mask: int) -> Subset:
+        """``columns`` of the regions in ``mask``, memoised per view."""
+        key = (model_name, mask)
+        found = self.subsets.get(key)
+        if found is None:
+            positions = self.positions(mask)
+            pick = _picker_of(positions)
+            per_token = pick(columns.per_token)
+            uniform = per_token[0] if per_token.count(per_token[0]) == len(per_token) else None
+            found = Subset(pick, pick(columns.base), per_token, pick(columns.headroom), uniform)
+            if len(self.subsets) >= _MEMO_SIZE:
+                self.subsets.clear()
+            self.subsets[key] = found
+        return found
+
     def names(self, mask: int) -> tuple[str, ...]:
         """The ids of :meth:`positions`."""
         found = self.survivor_ids.get(mask)
@@ -177,6 +299,25 @@ class Prepared:
         return found
 
 
+def _picker_of(positions: tuple[int, ...]) -> Callable[[Sequence[float]], tuple[float, ...]]:
+    """A gather of ``positions`` (``operator.itemgetter``: in C), always a tuple."""
+    if len(positions) == 1:
+        (only,) = positions
+        return lambda values: (values[only],)
+    return operator.itemgetter(*positions)
+
+
+class Subset(NamedTuple):
+    """A model's columns for the regions of one survivor mask (in position order)."""
+
+    pick: Callable[[Sequence[float]], tuple[float, ...]]
+    base: tuple[float, ...]
+    per_token: tuple[float, ...]
+    headroom: tuple[float, ...]
+    #: See :attr:`Rows.uniform`.
+    uniform: float | None
+
+
 class Rows(NamedTuple):
     """The survivors' columns for one (client point, country, model, survivor mask),
     in position order: what a decision reads besides the prompt size."""
@@ -186,6 +327,29 @@ class Rows(NamedTuple):
     fixed: tuple[float, ...]
     per_token: tuple[float, ...]
     headroom: tuple[float, ...]
+    #: The smallest finite ``fixed`` (``None``: none is finite).
+    low: float | None
+    #: Every survivor's ``per_token`` when they are all equal (same GPUs everywhere),
+    #: else ``None``: then the cheapest cost is ``low + tokens × uniform`` (rounding is
+    #: monotonic, so adding one number to each keeps the smallest the smallest).
+    uniform: float | None
+
+
+class ShiftedCosts(Sequence[float]):
+    """``fixed[k] + shift`` on demand: the survivors' TTFT costs when only the chosen
+    one's is read (the predicted TTFT)."""
+
+    __slots__ = ("_fixed", "_shift")
+
+    def __init__(self, fixed: tuple[float, ...], shift: float) -> None:
+        self._fixed = fixed
+        self._shift = shift
+
+    def __getitem__(self, k: int) -> float:  # type: ignore[override]  # no slices
+        return self._fixed[k] + self._shift
+
+    def __len__(self) -> int:
+        return len(self._fixed)
 
 
 def survivor_rows(
@@ -203,13 +367,12 @@ def survivor_rows(
     key = (lat, lon, country, model_name, mask)
     found = prep.rows.get(key)
     if found is None:
+        sub = prep.subset(columns, model_name, mask)
+        # In view order (the latency model builds its table from view.regions).
         rtts = tuple(prep.view.rtts(point, country).values())
-        base, per_token, headroom = columns.base, columns.per_token, columns.headroom
-        found = Rows(
-            tuple([rtts[i] + base[i] for i in positions]),
-            tuple([per_token[i] for i in positions]),
-            tuple([headroom[i] for i in positions]),
-        )
+        fixed = tuple(map(operator.add, sub.pick(rtts), sub.base))
+        low = min(filter(math.isfinite, fixed), default=None)
+        found = Rows(fixed, sub.per_token, sub.headroom, low, sub.uniform)
         if len(prep.rows) >= _ROWS_MEMO_SIZE:
             prep.rows.clear()
         prep.rows[key] = found
@@ -358,26 +521,30 @@ class RegionPipeline:
             return None
         positions = prep.positions(mask)
         totals, costs = self._totals(request, prep, columns, mask, positions, point, country)
-        order = _order(prep, positions, totals)
-        # The first in that order is the picker's best: highest total, ties to the
-        # smallest id (gtm.routing.better).
-        chosen = best = positions[order[0]]
-        spreads = self._spread is not None and self._spreads(request, prep, columns, best)
+        # The picker's best: highest total, ties to the smallest id (gtm.routing.better).
+        # One pass, not a sort: the order is worked out only when read (Ranking).
+        names = prep.names(mask)
+        if prep.id_ordered:  # the first of equal maxima is the smallest id
+            k = totals.index(max(totals))
+        else:
+            k = min(range(len(totals)), key=lambda i: (-totals[i], names[i]))
+        best = k
+        spreads = self._spread is not None and self._spreads(request, prep, columns, positions[k])
+        order = None
         if spreads:
             assert self._spread is not None
-            chosen = _draw(request, columns, positions, totals, order, best, self._spread)
-        names = tuple(map(prep.names(mask).__getitem__, order))
-        ranked = tuple(zip(names, map(totals.__getitem__, order), strict=True))
-        chosen_id = prep.ids[chosen]
-        fallbacks = names[1:] if chosen == best else tuple([n for n in names if n != chosen_id])
+            order = ranked_order(names, totals)
+            k = _draw(request, columns, positions, totals, order, k, self._spread)
+        ranking = Ranking(names, totals, best, k, order)
+        chosen = positions[k]
         predicted = None
         if self._priced:
             if costs:
-                cost = costs[positions.index(chosen)]
+                cost = costs[k]
             else:
                 (cost,) = self._costs(request, prep, columns, (chosen,), point, country)
             predicted = cost if math.isfinite(cost) and cost >= 0.0 else None
-        return FastChoice(view.regions[chosen], ranked, fallbacks, predicted, spreads)
+        return FastChoice(view.regions[chosen], ranking, predicted, spreads)
 
     # ------------------------------------------------------------------ scores
 
@@ -390,7 +557,7 @@ class RegionPipeline:
         positions: tuple[int, ...],
         point: GeoPoint | None,
         country: str | None,
-    ) -> tuple[list[float], list[float]]:
+    ) -> tuple[list[float], Sequence[float]]:
         """Each survivor's ``Σ wᵢ·sᵢ / Σ wᵢ`` (and its TTFT cost, when computed)."""
         if not self._scorers:
             return [0.0] * len(positions), []
@@ -418,25 +585,41 @@ class RegionPipeline:
         ws = self._weight_sum
         return [t / ws for t in sums], costs
 
-    def _ttft_and_load(self, request: RouteRequest, rows: Rows) -> tuple[list[float], list[float]]:
+    def _ttft_and_load(
+        self, request: RouteRequest, rows: Rows
+    ) -> tuple[list[float], Sequence[float]]:
         """The usual profile (``ttft-scorer`` then ``load-scorer``) in one pass: the
-        same expressions as :func:`_ttft_scores` and the general loop, fused."""
+        same numbers as :func:`_ttft_scores` and the general loop, fused.
+
+        ``exp((best - cost) / scale)`` is :func:`_ttft_scores`' expression exactly, for
+        every cost: ``best - cost`` is ``-(cost - best)`` (IEEE subtraction is
+        antisymmetric, and so is division), ``exp(-0.0)`` is 1.0 and ``exp(-inf)`` 0.0.
+        """
         assert self._ttft_load is not None
         w0, w1, scale = self._ttft_load
         ws = self._weight_sum
         tokens = request.input_tokens
+        exp = math.exp
+        if rows.uniform is not None:
+            # Same per-token time everywhere: the cheapest cost is the smallest fixed
+            # part's, and only the chosen region's cost is read (ShiftedCosts).
+            shift = tokens * rows.uniform
+            costs: Sequence[float] = ShiftedCosts(rows.fixed, shift)
+            if rows.low is None:
+                return [(w0 * 0.0 + w1 * h) / ws for h in rows.headroom], costs
+            best = rows.low + shift
+            return [
+                (w0 * exp((best - (f + shift)) / scale) + w1 * h) / ws
+                for f, h in zip(rows.fixed, rows.headroom, strict=True)
+            ], costs
         costs = [a + tokens * b for a, b in zip(rows.fixed, rows.per_token, strict=True)]
-        headroom = rows.headroom
-        best = min(filter(math.isfinite, costs), default=None)
-        if best is None:
-            return [(w0 * 0.0 + w1 * h) / ws for h in headroom], costs
-        exp, inf = math.exp, math.inf
-        totals = [
-            (w0 * (1.0 if (x := c - best) <= 0.0 else exp(-x / scale) if x < inf else 0.0) + w1 * h)
-            / ws
-            for c, h in zip(costs, headroom, strict=True)
-        ]
-        return totals, costs
+        low = min(filter(math.isfinite, costs), default=None)
+        if low is None:
+            return [(w0 * 0.0 + w1 * h) / ws for h in rows.headroom], costs
+        return [
+            (w0 * exp((low - c) / scale) + w1 * h) / ws
+            for c, h in zip(costs, rows.headroom, strict=True)
+        ], costs
 
     def _costs(
         self,
@@ -486,14 +669,6 @@ def _ttft_scores(costs: list[float], scale: float) -> list[float]:
     ]
 
 
-def _order(prep: Prepared, positions: tuple[int, ...], totals: list[float]) -> list[int]:
-    """Indices into ``positions``, by total descending, then id ascending."""
-    if prep.id_ordered:  # a stable sort keeps equal totals in (id) order
-        return sorted(range(len(totals)), key=totals.__getitem__, reverse=True)
-    ids = prep.ids
-    return sorted(range(len(totals)), key=lambda k: (-totals[k], ids[positions[k]]))
-
-
 def _affinity(
     request: RouteRequest, prep: Prepared, mask: int, positions: tuple[int, ...], scorer: _Scorer
 ) -> list[float]:
@@ -517,20 +692,21 @@ def _draw(
     columns: ModelColumns,
     positions: tuple[int, ...],
     totals: list[float],
-    order: list[int],
+    order: Sequence[int],
     best: int,
     params: spread.Params,
 ) -> int:
-    """``HeadroomSpreadPicker._spread``: a headroom-weighted draw among the best."""
-    floor = params.band * totals[positions.index(best)]
-    pool = [positions[k] for k in order if totals[k] >= floor][: params.spread_over]
-    weights = [columns.headroom[i] for i in pool]
+    """``HeadroomSpreadPicker._spread``: a headroom-weighted draw among the best.
+    ``best`` and the result are indices into ``positions``."""
+    floor = params.band * totals[best]
+    pool = [k for k in order if totals[k] >= floor][: params.spread_over]
+    weights = [columns.headroom[positions[k]] for k in pool]
     total = sum(weights)
     if total <= 0.0:
         return best
     draw = request_rng(request, params.seed).random() * total
-    for position, weight in zip(pool, weights, strict=True):
+    for k, weight in zip(pool, weights, strict=True):
         draw -= weight
         if draw < 0.0:
-            return position
+            return k
     return pool[-1]

@@ -42,7 +42,7 @@ from enum import StrEnum
 from typing import Any
 
 from global_lb.geo import Location
-from global_lb.pipeline import FastChoice, RegionPipeline, compile_pipeline
+from global_lb.pipeline import NO_RANKING, FastChoice, Ranking, RegionPipeline, compile_pipeline
 from global_lb.plugins import affinity, health, model, residency, spread
 from global_lb.profiles import RegionProfile
 from global_lb.view import GlobalView, RegionState, RequestContext
@@ -152,8 +152,6 @@ class RouteOutcome:
 
     decision_id: str
     region: str | None
-    #: Other surviving regions, best first: where retries go (all inside ``allowed``).
-    fallbacks: tuple[str, ...]
     verdict: Verdict
     refusal: Refusal | None = None
     #: Human-readable detail of a refusal (the filter that emptied the set and why).
@@ -161,11 +159,28 @@ class RouteOutcome:
     #: Where :attr:`trace` comes from (built on first read after a fast-path decision).
     trace_source: TraceSource | None = field(default=None, repr=False, compare=False)
     predicted_ttft_ms: float | None = None
-    #: (region, total score) of the survivors, best first.
-    scores: tuple[tuple[str, float], ...] = ()
+    #: The survivors in order (:attr:`scores`, :attr:`fallbacks`): worked out when read.
+    ranking: Ranking = field(default=NO_RANKING, repr=False, compare=False)
     cached: bool = False
     location: Location | None = None
     view_revision: str = ""
+
+    @property
+    def fallbacks(self) -> tuple[str, ...]:
+        """Other surviving regions, best first: where retries go (all inside ``allowed``)."""
+        return self.ranking.fallbacks
+
+    @property
+    def scores(self) -> tuple[tuple[str, float], ...]:
+        """(region, total score) of the survivors, best first."""
+        return self.ranking.scores
+
+    def targets(self, attempts: int) -> tuple[str, ...]:
+        """The region then its first fallbacks, ``attempts`` in all (where a request is
+        forwarded and retried): orders only as many survivors as that needs."""
+        if self.region is None or attempts <= 0:
+            return ()
+        return (self.region, *self.ranking.head(attempts - 1))
 
     @property
     def trace(self) -> DecisionTrace | None:
@@ -183,7 +198,7 @@ class RouteOutcome:
         codes = [f"residency:{self.verdict.reason.value}"]
         if self.refusal is not None:
             codes.append(f"refused:{self.refusal.value}")
-        elif self.region is not None and self.scores and self.scores[0][0] != self.region:
+        elif self.region is not None and self.ranking.best not in (None, self.region):
             codes.append("spread")
         return tuple(codes)
 
@@ -290,12 +305,11 @@ class _VerdictMemo:
 @dataclass(frozen=True, slots=True)
 class _Cached:
     region: str | None
-    fallbacks: tuple[str, ...]
     refusal: Refusal | None
     detail: str
     trace: TraceSource
     predicted_ttft_ms: float | None
-    scores: tuple[tuple[str, float], ...]
+    ranking: Ranking
     #: Whether the picker drew at random (the fast path knows; ``None``: ask the probe).
     spread: bool | None = None
 
@@ -377,7 +391,6 @@ class GlobalRouter:
             return RouteOutcome(
                 decision_id=request.request_id,
                 region=None,
-                fallbacks=(),
                 verdict=verdict,
                 refusal=Refusal.RESIDENCY,
                 detail=verdict.explain(),
@@ -388,13 +401,12 @@ class GlobalRouter:
         return RouteOutcome(
             decision_id=request.request_id,
             region=cached.region,
-            fallbacks=cached.fallbacks,
             verdict=verdict,
             refusal=cached.refusal,
             detail=cached.detail,
             trace_source=cached.trace,
             predicted_ttft_ms=cached.predicted_ttft_ms,
-            scores=cached.scores,
+            ranking=cached.ranking,
             cached=hit,
             location=location,
             view_revision=revision,
@@ -442,9 +454,10 @@ class GlobalRouter:
         if found.spread is not None:
             return found.spread
         probe = self._spread_probe
-        if probe is None or not found.scores:
+        scores = found.ranking.scores
+        if probe is None or not scores:
             return False
-        best = view.by_id.get(found.scores[0][0])
+        best = view.by_id.get(scores[0][0])
         return best is not None and probe.spreads(request, best)
 
     def _run(
@@ -466,7 +479,7 @@ class GlobalRouter:
             choice = self._profile.choose(request, view.regions, ctx)
         except NoEligibleCandidate as exc:
             refusal = self._refusal_of(exc.filter_name)
-            return _Cached(None, (), refusal, str(exc), TraceSource(exc.trace), None, ())
+            return _Cached(None, refusal, str(exc), TraceSource(exc.trace), None, NO_RANKING)
         return _from_decision(choice.decision)
 
     def _refusal_of(self, filter_name: str) -> Refusal:
@@ -510,18 +523,12 @@ def _from_decision(decision: Decision) -> _Cached:
     ranked = sorted(decision.trace.scores, key=lambda s: (-s.total, s.candidate))
     scores = tuple((s.candidate, s.total) for s in ranked)
     fallbacks = tuple(cid for cid, _ in scores if cid != decision.choice)
+    ranking = Ranking.given(scores, fallbacks)
     trace = TraceSource(decision.trace)
-    return _Cached(decision.choice, fallbacks, None, "", trace, decision.predicted_ttft_ms, scores)
+    return _Cached(decision.choice, None, "", trace, decision.predicted_ttft_ms, ranking)
 
 
 def _from_fast(fast: FastChoice, trace: TraceSource) -> _Cached:
     return _Cached(
-        fast.region.id,
-        fast.fallbacks,
-        None,
-        "",
-        trace,
-        fast.predicted_ttft_ms,
-        fast.scores,
-        fast.spread,
+        fast.region.id, None, "", trace, fast.predicted_ttft_ms, fast.ranking, fast.spread
     )
