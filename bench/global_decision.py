@@ -52,7 +52,7 @@ from global_lb.geo import Location, LocationSource
 from global_lb.health import HealthTable
 from global_lb.keeper import build_view
 from global_lb.plugins import global_registry
-from global_lb.router import GlobalRouter
+from global_lb.router import GlobalRouter, settle_collector
 from global_lb.view import GlobalView, LatencyModel
 from gtm.models import ClientInfo, GeoPoint, ModelLoad, RegionSummary, RouteRequest
 from gtm.policy_store import ActivePolicy, activate
@@ -261,7 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "profile, no cache (peer)": GlobalRouter(profile, spec, cache_size=0, fast_path=False),
     }
     gc.collect()
-    gc.freeze()  # what a server does after start-up (gtm/routing/README.md)
+    settle_collector()  # what `gtm global` does after start-up (gc.freeze, gen-0 threshold)
     latency = "a new latency model per view" if args.fresh_latency else "one latency model"
     print(f"global decision over {len(policy.policy_set.regions)} regions, {n:,} decisions"
           f" (view changes every {args.revision_every:,}; {latency}), µs")  # fmt: skip
@@ -315,7 +315,8 @@ def _print_collections(timed: Timings) -> None:
     rest = [t for t, g in zip(timed.seconds, timed.collected, strict=True) if not g]
     gen = "/".join(str(n) for n in gcs.by_generation)
     print(
-        f"    garbage collector: {gcs.count:,} runs (gen 0/1/2: {gen}), "
+        f"    garbage collector (gen-0 threshold {gc.get_threshold()[0]:,}): {gcs.count:,} runs"
+        f" (gen 0/1/2: {gen}), "
         f"{gcs.seconds * 1e3:.0f} ms, inside {share:.1%} of decisions; "
         f"cpu p99 of the others {quantile(rest, 0.99) * 1e6:.1f}"
     )

@@ -14,7 +14,6 @@ embeds it). Its moving parts run as supervised tasks:
 
 from __future__ import annotations
 
-import gc
 import logging
 import ssl
 from collections.abc import Sequence
@@ -46,7 +45,7 @@ from global_lb.health import (
 from global_lb.keeper import ViewKeeper, load_topology
 from global_lb.metrics import GlobalMetrics
 from global_lb.plugins import global_registry
-from global_lb.router import GlobalRouter
+from global_lb.router import GlobalRouter, settle_collector
 from global_lb.view import LatencyModel
 from gtm.clock import Clock
 from gtm.errors import ConfigError
@@ -236,8 +235,9 @@ class GlobalTier:
             await self.stop()
             raise
         # Start-up objects live for the process: keep the cyclic GC from walking them on
-        # every full collection (gtm/routing/README.md, "Cost of a decision").
-        gc.freeze()
+        # every full collection (gtm/routing/README.md, "Cost of a decision"), and young
+        # collections out of most decisions (global_lb.router.settle_collector).
+        settle_collector()
         self.endpoints = Endpoints(dns, http)
         return self.endpoints
 

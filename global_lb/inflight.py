@@ -52,6 +52,7 @@ would empty its per-view answer cache on every forwarded request).
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -139,6 +140,9 @@ class InflightLedger:
         self._changed: set[str] = set()
         #: The base view the overlay was built on.
         self._built_on: GlobalView | None = None
+        #: The oldest live charge's time (a lower bound; ∞: none): the front door asks
+        #: for the view before every decision, and most of the time nothing expires.
+        self._oldest = math.inf
 
     @property
     def settings(self) -> LedgerSettings:
@@ -156,6 +160,7 @@ class InflightLedger:
             entry.live = False
             return entry
         self._charges.setdefault(region, deque()).append(entry)
+        self._oldest = min(self._oldest, now)
         self._add(entry, 1.0)
         pending = self._pending.setdefault(region, [0.0, 0.0])
         pending[0] += entry.requests
@@ -195,6 +200,10 @@ class InflightLedger:
         cutoff = now - self._settings.expire_s
         for region_id in list(self._charges):
             self._drop(region_id, cutoff, before=True)
+        self._oldest = self._oldest_charge()
+
+    def _oldest_charge(self) -> float:
+        return min((charges[0].at for charges in self._charges.values()), default=math.inf)
 
     def _drop(self, region: str, until: float, *, before: bool = False) -> None:
         charges = self._charges.get(region)
@@ -252,10 +261,13 @@ class InflightLedger:
 
     def _expire(self, now: float) -> None:
         cutoff = now - self._settings.expire_s
+        if self._oldest >= cutoff:
+            return  # nothing is old enough (the usual case)
         for region_id in list(self._charges):
             charges = self._charges[region_id]
             if charges and charges[0].at < cutoff:
                 self._drop(region_id, cutoff, before=True)
+        self._oldest = self._oldest_charge()
 
     def _build(self, base: GlobalView) -> GlobalView:
         charged = {rid for rid, _ in self._totals}

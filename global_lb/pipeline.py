@@ -184,35 +184,56 @@ class ModelColumns:
     headroom: tuple[float, ...]
 
 
+class _Entry(NamedTuple):
+    """One region's numbers in :class:`ModelColumns`."""
+
+    serves: bool
+    base: float
+    per_token: float
+    headroom: float
+
+
+def _entry(region: RegionState, model_name: str) -> _Entry:
+    terms = region.terms.get(model_name)
+    serves = (
+        region.summary is None or model_name == ANY_MODEL or (terms is not None and terms.serves)
+    )
+    headroom = region.headroom(model_name)
+    # Without a summary the cost is the RTT alone: rtt + 0.0 + tokens × 0.0 is rtt
+    # exactly (adding zero to a finite float or ∞ is exact).
+    if region.summary is None:
+        return _Entry(serves, 0.0, 0.0, headroom)
+    if terms is None:
+        return _Entry(serves, math.inf, 0.0, headroom)
+    return _Entry(serves, terms.queue_ms, terms.ms_per_token, headroom)
+
+
 def model_columns(regions: Sequence[RegionState], model_name: str) -> ModelColumns:
+    entries = [_entry(region, model_name) for region in regions]
     serves = 0
-    base: list[float] = []
-    per_token: list[float] = []
-    for i, region in enumerate(regions):
-        terms = region.terms.get(model_name)
-        if (
-            region.summary is None
-            or model_name == ANY_MODEL
-            or (terms is not None and terms.serves)
-        ):
+    for i, entry in enumerate(entries):
+        if entry.serves:
             serves |= 1 << i
-        # Without a summary the cost is the RTT alone: rtt + 0.0 + tokens × 0.0 is rtt
-        # exactly (adding zero to a finite float or ∞ is exact).
-        if region.summary is None:
-            base.append(0.0)
-            per_token.append(0.0)
-        elif terms is None:
-            base.append(math.inf)
-            per_token.append(0.0)
-        else:
-            base.append(terms.queue_ms)
-            per_token.append(terms.ms_per_token)
     return ModelColumns(
         serves,
-        tuple(base),
-        tuple(per_token),
-        tuple(r.headroom(model_name) for r in regions),
+        tuple([e.base for e in entries]),
+        tuple([e.per_token for e in entries]),
+        tuple([e.headroom for e in entries]),
     )
+
+
+def patched_columns(
+    columns: ModelColumns, regions: Sequence[RegionState], model_name: str, changed: list[int]
+) -> ModelColumns:
+    """``columns`` with the regions at ``changed`` positions worked out again."""
+    serves = columns.serves
+    base, per_token = list(columns.base), list(columns.per_token)
+    headroom = list(columns.headroom)
+    for i in changed:
+        entry = _entry(regions[i], model_name)
+        serves = serves | 1 << i if entry.serves else serves & ~(1 << i)
+        base[i], per_token[i], headroom[i] = entry.base, entry.per_token, entry.headroom
+    return ModelColumns(serves, tuple(base), tuple(per_token), tuple(headroom))
 
 
 @dataclass(slots=True)
@@ -232,24 +253,80 @@ class Prepared:
     homes: dict[tuple[str, str, int], int | None] = field(default_factory=dict)
     rows: dict[tuple[float, float, str | None, str, int], Rows] = field(default_factory=dict)
     subsets: dict[tuple[str, int], Subset] = field(default_factory=dict)
+    #: The previous view's (an overlay of the same regions: the in-flight ledger's) and
+    #: the positions whose regions differ from it (bit mask). Its per-model columns are
+    #: patched rather than rebuilt, and its per-mask memos carry over for masks clear of
+    #: the changed positions (clients' rows included). One level: the previous view's
+    #: own parent is dropped.
+    parent: Prepared | None = None
+    changed: int = 0
 
     @classmethod
-    def of(cls, view: GlobalView) -> Prepared:
+    def of(cls, view: GlobalView, previous: Prepared | None = None) -> Prepared:
+        """``view``'s, derived from ``previous`` when it has the same regions in the same
+        places (the in-flight ledger's overlays of one base view: only a few regions'
+        terms differ, and a new overlay comes every few tens of decisions)."""
         regions = view.regions
+        ids = tuple(r.id for r in regions)
+        if previous is not None and _same_places(previous, view, ids):
+            return previous.derive(view)
         available = 0
         for i, region in enumerate(regions):
             if region.healthy and not region.drained:
                 available |= 1 << i
-        ids = tuple(r.id for r in regions)
         return cls(view, ids, available, list(ids) == sorted(ids))
+
+    def derive(self, view: GlobalView) -> Prepared:
+        """:meth:`of` ``view`` (same ids, places and latency model as this one's)."""
+        changed = 0
+        available = self.available
+        for i, (old, new) in enumerate(zip(self.view.regions, view.regions, strict=True)):
+            if old is not new:
+                changed |= 1 << i
+                if new.healthy and not new.drained:
+                    available |= 1 << i
+                else:
+                    available &= ~(1 << i)
+        self.parent = None  # one level is enough, and a chain would keep every view
+        # Shared: functions of the ids alone.
+        return Prepared(
+            view,
+            self.ids,
+            available,
+            self.id_ordered,
+            allowed=self.allowed,
+            survivors=self.survivors,
+            survivor_ids=self.survivor_ids,
+            parent=self,
+            changed=changed,
+        )
 
     def columns(self, model_name: str) -> ModelColumns:
         found = self.models.get(model_name)
         if found is None:
             if len(self.models) >= _MEMO_SIZE:
                 self.models.clear()
-            found = self.models[model_name] = model_columns(self.view.regions, model_name)
+            parent = self.parent
+            inherited = None if parent is None else parent.models.get(model_name)
+            if inherited is None:
+                found = model_columns(self.view.regions, model_name)
+            else:
+                changed = list(self.positions(self.changed))
+                found = patched_columns(inherited, self.view.regions, model_name, changed)
+            self.models[model_name] = found
         return found
+
+    def inherited_subset(self, key: tuple[str, int]) -> Subset | None:
+        parent = self.parent
+        if parent is None or key[1] & self.changed:
+            return None
+        return parent.subsets.get(key)
+
+    def inherited_rows(self, key: tuple[float, float, str | None, str, int]) -> Rows | None:
+        parent = self.parent
+        if parent is None or key[4] & self.changed:
+            return None
+        return parent.rows.get(key)
 
     def allowed_mask(self, allowed: frozenset[str]) -> int:
         found = self.allowed.get(allowed)
@@ -267,6 +344,8 @@ class Prepared:
         """``columns`` of the regions in ``mask``, memoised per view."""
         key = (model_name, mask)
         found = self.subsets.get(key)
+        if found is None:
+            found = self.inherited_subset(key)
         if found is None:
             positions = self.positions(mask)
             pick = _picker_of(positions)
@@ -297,6 +376,13 @@ class Prepared:
                 self.survivors.clear()
             self.survivors[mask] = found
         return found
+
+
+def _same_places(previous: Prepared, view: GlobalView, ids: tuple[str, ...]) -> bool:
+    """Whether ``view``'s per-client numbers (RTTs) are ``previous``'s: same regions in
+    the same order and places, same latency model."""
+    old = previous.view
+    return ids == previous.ids and view.latency is old.latency and view.signature == old.signature
 
 
 def _picker_of(positions: tuple[int, ...]) -> Callable[[Sequence[float]], tuple[float, ...]]:
@@ -366,6 +452,10 @@ def survivor_rows(
     lat, lon = (point.lat, point.lon) if point is not None else (999.0, 999.0)
     key = (lat, lon, country, model_name, mask)
     found = prep.rows.get(key)
+    if found is None and prep.parent is not None:
+        found = prep.inherited_rows(key)
+        if found is not None:
+            prep.rows[key] = found
     if found is None:
         sub = prep.subset(columns, model_name, mask)
         # In view order (the latency model builds its table from view.regions).
@@ -498,7 +588,7 @@ class RegionPipeline:
     def prepared(self, view: GlobalView) -> Prepared:
         found = self._prepared
         if found is None or found.view is not view:
-            found = self._prepared = Prepared.of(view)
+            found = self._prepared = Prepared.of(view, found)
         return found
 
     def decide(
@@ -530,12 +620,10 @@ class RegionPipeline:
             k = min(range(len(totals)), key=lambda i: (-totals[i], names[i]))
         best = k
         spreads = self._spread is not None and self._spreads(request, prep, columns, positions[k])
-        order = None
         if spreads:
             assert self._spread is not None
-            order = ranked_order(names, totals)
-            k = _draw(request, columns, positions, totals, order, k, self._spread)
-        ranking = Ranking(names, totals, best, k, order)
+            k = _draw(request, columns, positions, names, totals, k, self._spread)
+        ranking = Ranking(names, totals, best, k)
         chosen = positions[k]
         predicted = None
         if self._priced:
@@ -691,15 +779,21 @@ def _draw(
     request: RouteRequest,
     columns: ModelColumns,
     positions: tuple[int, ...],
+    names: tuple[str, ...],
     totals: list[float],
-    order: Sequence[int],
     best: int,
     params: spread.Params,
 ) -> int:
     """``HeadroomSpreadPicker._spread``: a headroom-weighted draw among the best.
-    ``best`` and the result are indices into ``positions``."""
+    ``best`` and the result are indices into ``positions``. The pool is the first
+    ``spread_over`` of the ranking above the band, picked without ordering the rest
+    (``heapq.nsmallest`` is ``sorted(...)[:n]``; ids are unique, so no ties)."""
     floor = params.band * totals[best]
-    pool = [k for k in order if totals[k] >= floor][: params.spread_over]
+    pool = heapq.nsmallest(
+        params.spread_over,
+        [k for k, total in enumerate(totals) if total >= floor],
+        key=lambda k: (-totals[k], names[k]),
+    )
     weights = [columns.headroom[positions[k]] for k in pool]
     total = sum(weights)
     if total <= 0.0:
