@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from gtm.models import RegionSummary, RouteRequest
 from regional_lb.buckets import TokenBucket
-from regional_lb.view import PeerInfo, RegionalView
+from regional_lb.view import PeerInfo, PeerStatic, RegionalView
 
 #: ARCHITECTURE §6 allows retries "with loop prevention across tiers"; two regional
 #: hops (the region the global tier chose, then one spill) bound every path.
@@ -127,19 +127,54 @@ def spill_options(
     """The peers that may take ``request``, cheapest first (empty when out of hops)."""
     if hops >= settings.max_hops:
         return ()
+    model = request.model
+    statics = view.memo.peers.get((model, settings))
+    if statics is None:
+        statics = view.memo.peers[(model, settings)] = _peer_statics(view, model, settings)
+    # The request-dependent rest of why_not (residency, path, summary age), then
+    # peer_ttft_ms with the summary's part precomputed (the same arithmetic, in order).
     excluded = frozenset((view.region, *spilled_from))
+    tokens = request.input_tokens
     options: list[PeerOption] = []
-    for peer in view.peers.values():
-        reason = why_not(
-            peer, request, allowed=allowed, excluded=excluded, now_wall=now_wall, settings=settings
-        )
-        if reason is not None or peer.summary is None or peer.url is None:
+    for p in statics:
+        peer = p.info
+        if peer.id not in allowed or peer.id in excluded:
             continue
-        ttft = peer_ttft_ms(peer.summary, request)
+        if now_wall - p.summary.published_at > settings.max_summary_age_s:
+            continue
+        ttft = p.queueing_ms + 1000.0 * tokens * p.healthy_gpus / p.prefill_tokens_per_s
         if math.isfinite(ttft):
-            options.append(PeerOption(peer.id, peer.url, peer.rtt_ms, ttft))
+            options.append(PeerOption(peer.id, p.url, peer.rtt_ms, ttft))
     options.sort(key=lambda o: (o.cost_ms, o.region))
     return tuple(options)
+
+
+def _peer_statics(
+    view: RegionalView, model: str, settings: SpillSettings
+) -> tuple[PeerStatic, ...]:
+    """The peers of ``view`` that pass :func:`why_not`'s request-independent checks for
+    ``model`` and have a finite prefill rate (:func:`peer_ttft_ms` is inf otherwise)."""
+    out: list[PeerStatic] = []
+    for peer in view.peers.values():
+        summary = peer.summary
+        if peer.drained or peer.url is None or summary is None or not summary.healthy:
+            continue
+        load = summary.load_for(model)
+        if load is None or load.healthy_gpus == 0 or load.prefill_tokens_per_s <= 0.0:
+            continue
+        if model in summary.saturated_models or summary.saturation >= settings.max_peer_saturation:
+            continue
+        if summary.spill_out_per_s > settings.max_peer_spill_out:
+            continue
+        queueing = summary.ttft_for(model)
+        if queueing is None:
+            queueing = load.queue_delay_ms()
+        out.append(
+            PeerStatic(
+                peer, summary, peer.url, load.healthy_gpus, load.prefill_tokens_per_s, queueing
+            )
+        )
+    return tuple(out)
 
 
 class SpillLimiter:

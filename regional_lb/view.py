@@ -77,6 +77,50 @@ class PeerInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class ZoneStatic:
+    """The request-independent part of one zone's candidate state for one model
+    (:func:`zone_candidates` adds what the accounting says was sent since)."""
+
+    info: ZoneInfo
+    load: ModelLoad | None
+    #: Saturated whatever was sent since (no summary for the model, no GPU, full KV).
+    full: bool
+    full_in_panic: bool
+    #: Running + waiting requests of the summary, and the busy count at which the zone
+    #: is full (healthy GPUs / every GPU): see :func:`is_saturated`.
+    busy: int
+    limit: int
+    limit_in_panic: int
+
+
+@dataclass(frozen=True, slots=True)
+class PeerStatic:
+    """The request-independent part of one peer as a spill target for one model: the
+    peer passed every check of :func:`regional_lb.spill.why_not` that does not depend on
+    the request's residency, path or the clock."""
+
+    info: PeerInfo
+    summary: RegionSummary
+    url: str
+    healthy_gpus: int
+    prefill_tokens_per_s: float
+    queueing_ms: float
+
+
+class ViewMemo:
+    """What decisions derive from one view alone, computed on first use (a view is
+    immutable, so it never goes stale; views change once per publish, decisions come
+    hundreds of times a second)."""
+
+    __slots__ = ("candidates", "peers")
+
+    def __init__(self) -> None:
+        self.candidates: dict[str, tuple[ZoneStatic, ...]] = {}
+        #: Keyed by (model, the spill settings the checks used).
+        self.peers: dict[tuple[str, object], tuple[PeerStatic, ...]] = {}
+
+
+@dataclass(frozen=True, slots=True)
 class RegionalView:
     """Everything zone choice and spillover read, at one revision. Immutable."""
 
@@ -88,6 +132,8 @@ class RegionalView:
     region_drained: bool = False
     stale: bool = False
     settings: ViewSettings = field(default_factory=ViewSettings)
+    #: Per-view derived data (not part of the view's value).
+    memo: ViewMemo = field(default_factory=ViewMemo, init=False, repr=False, compare=False)
 
     @property
     def policy_generation(self) -> int:
@@ -334,14 +380,45 @@ def zone_candidates(
     view: RegionalView, model: str, accounting: ZoneAccounting | None = None
 ) -> tuple[ZoneState, ...]:
     """Every zone of the region as a candidate for ``model``, in id order."""
+    statics = view.memo.candidates.get(model)
+    if statics is None:
+        statics = view.memo.candidates[model] = _zone_statics(view, model)
     out: list[ZoneState] = []
+    for z in statics:
+        info = z.info
+        unseen = accounting.unseen(info.id, model) if accounting is not None else (0, 0)
+        # is_saturated, with the summary's part precomputed (the same sums, in order).
+        saturated = z.full or z.busy + unseen[0] >= z.limit
+        panicked = z.full_in_panic or z.busy + unseen[0] >= z.limit_in_panic
+        out.append(ZoneState(info.id, info, z.load, unseen[0], unseen[1], saturated, panicked))
+    return tuple(out)
+
+
+def _zone_statics(view: RegionalView, model: str) -> tuple[ZoneStatic, ...]:
     settings = view.settings
+    out: list[ZoneStatic] = []
     for info in view.zones.values():
         load = info.summary.load_for(model) if info.summary is not None else None
-        unseen = accounting.unseen(info.id, model) if accounting is not None else (0, 0)
-        saturated = load is None or is_saturated(load, unseen[0], settings)
-        panicked = load is None or is_saturated(load, unseen[0], settings, all_healthy=True)
-        out.append(ZoneState(info.id, info, load, unseen[0], unseen[1], saturated, panicked))
+        if load is None:
+            out.append(ZoneStatic(info, None, True, True, 0, 0, 0))
+            continue
+        kv_full = False
+        if load.kv_blocks_total > 0:
+            used = 1.0 - load.kv_blocks_free / load.kv_blocks_total
+            kv_full = used >= settings.kv_cache_util_threshold
+        no_room = load.max_running_requests == 0
+        depth = settings.queue_depth_per_gpu
+        out.append(
+            ZoneStatic(
+                info,
+                load,
+                no_room or load.healthy_gpus == 0 or kv_full,
+                no_room or load.gpus == 0 or kv_full,
+                load.running_requests + load.waiting_requests,
+                load.max_running_requests + depth * load.healthy_gpus,
+                load.max_running_requests + depth * load.gpus,
+            )
+        )
     return tuple(out)
 
 

@@ -168,24 +168,32 @@ class FastGpu:
 
     def _pass_time(self) -> tuple[float, float]:
         """(seconds per pass, prompt tokens prefilled per pass) in the current state."""
+        # Runs several times per event: builtins min/max and helper calls are inlined
+        # (same arithmetic, same association, so the same floats).
         prof = self.profile
-        context = self._context()
+        dec = self.dec_count
+        context = self.dec_input + dec * self.passes - self.dec_start
         memory = prof.weight_read_s + context * prof.kv_read_s_per_token
         # Attention: each decoding sequence attends to its context; a prefill chunk's
         # tokens attend, on average, to half the prompt (causal) — the pairs term of
         # forward_time_s.
-        pairs = context + self.dec_count
+        pairs = context + dec
         if self.prefill:
             head = self.prefill[0]
             # The pass packs the queue's prompts FIFO up to the token budget (vLLM V1).
-            chunk = max(1.0, min(prof.max_num_batched_tokens - self.dec_count, self.pending))
+            chunk: float = prof.max_num_batched_tokens - dec
+            if self.pending < chunk:
+                chunk = self.pending
+            if chunk < 1.0:
+                chunk = 1.0
             pairs += chunk * (head.cached_tokens + head.input_tokens) / 2.0
-            compute = (chunk + self.dec_count) / prof.prefill_tokens_per_s
+            compute = (chunk + dec) / prof.prefill_tokens_per_s
             compute += pairs * prof.attention_s_per_pair
             slow = self.slowdown * self.warm_factor
-            return (prof.step_overhead_s + max(memory, compute)) * slow, chunk
-        compute = self.dec_count / prof.prefill_tokens_per_s + pairs * prof.attention_s_per_pair
-        return (prof.step_overhead_s + max(memory, compute)) * self.slowdown * self.warm_factor, 0.0
+            return (prof.step_overhead_s + (compute if compute > memory else memory)) * slow, chunk
+        compute = dec / prof.prefill_tokens_per_s + pairs * prof.attention_s_per_pair
+        step = prof.step_overhead_s + (compute if compute > memory else memory)
+        return step * self.slowdown * self.warm_factor, 0.0
 
     def idle(self) -> bool:
         return not self.prefill and self.dec_count == 0
@@ -197,7 +205,7 @@ class FastGpu:
         if dt <= 0.0:
             return
         self.t = now
-        if self.idle():
+        if not self.prefill and self.dec_count == 0:
             return
         self.busy_s += dt
         if self.warm_factor != 1.0:
@@ -209,7 +217,8 @@ class FastGpu:
         if chunk:
             done = dt * chunk / tau
             self.prefill[0].remaining -= done
-            self.pending = max(0.0, self.pending - done)
+            left = self.pending - done
+            self.pending = left if left > 0.0 else 0.0
 
     def start_warm_up(self, degradation: Degradation | None = None) -> None:
         """From now on the GPU runs the emulator's warm-up: the model was just loaded,
@@ -246,18 +255,27 @@ class FastGpu:
         return dt
 
     def next_event_at(self) -> float | None:
-        if self.idle():
+        if not self.prefill and self.dec_count == 0:
             return None
         tau, chunk = self._pass_time()
+        t = self.t
         best = math.inf
+        # Once per event: min/max inlined (same values: ties keep the earlier one).
         if chunk:
-            best = self.t + max(0.0, self.prefill[0].remaining) * tau / chunk
+            remaining = self.prefill[0].remaining
+            best = t + (remaining if remaining > 0.0 else 0.0) * tau / chunk
         if self._dec_heap:
-            best = min(best, self.t + max(0.0, self._dec_heap[0][0] - self.passes) * tau)
+            ahead = self._dec_heap[0][0] - self.passes
+            at = t + (ahead if ahead > 0.0 else 0.0) * tau
+            if at < best:
+                best = at
         if self.warm_factor != 1.0:  # the pass time changes there
-            best = min(best, self.t + max(0.0, self._warm_next - self.passes) * tau)
-        if self._admit_at > self.t and self.waiting:
-            best = min(best, self._admit_at)
+            ahead = self._warm_next - self.passes
+            at = t + (ahead if ahead > 0.0 else 0.0) * tau
+            if at < best:
+                best = at
+        if self._admit_at > t and self.waiting and self._admit_at < best:
+            best = self._admit_at
         return best
 
     # ------------------------------------------------------------------ events
@@ -363,19 +381,21 @@ class FastGpu:
 
     def _admit(self, now: float, out: GpuEvents) -> None:
         limit = self.profile.max_num_seqs
-        while self.waiting and self.running < limit:
-            job = self.waiting[0]
-            need = self._blocks_for(job)
+        waiting = self.waiting
+        while waiting and len(self.prefill) + self.dec_count < limit:
+            job = waiting[0]
+            need = math.ceil((job.input_tokens + job.output_tokens) / self.block_size)
             if need > self.capacity_blocks:
-                self.waiting.popleft()
+                waiting.popleft()
                 out.rejected.append(job)
                 continue
             if self.used_blocks + need > self.capacity_blocks:
                 break
-            self.waiting.popleft()
+            waiting.popleft()
             job.blocks = need
             self.used_blocks += need
-            self.max_used_blocks = max(self.max_used_blocks, self.used_blocks)
+            if self.used_blocks > self.max_used_blocks:
+                self.max_used_blocks = self.used_blocks
             job.cached_tokens = self._lookup(job)
             job.remaining = float(job.input_tokens - job.cached_tokens)
             self.pending += job.remaining
