@@ -17,6 +17,7 @@ Index
 from __future__ import annotations
 
 import hashlib
+import heapq
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 
@@ -143,17 +144,45 @@ class HotBlocks:
             raise ValueError("capacity must be >= 1")
         self._capacity = capacity
         self._counts: dict[int, int] = {}
+        #: When each block got its counter (the counters' insertion order).
+        self._since: dict[int, int] = {}
+        self._clock = 0
+        #: (count, since, block) for every counter, smallest first; entries whose count
+        #: or since no longer match are stale and skipped (a lazy-deletion heap: the
+        #: victim costs O(log capacity), not a scan of every counter).
+        self._heap: list[tuple[int, int, int]] = []
 
     def add(self, block: int) -> None:
         counts = self._counts
-        if block in counts:
-            counts[block] += 1
-        elif len(counts) < self._capacity:
-            counts[block] = 1
-        else:
-            victim = min(counts, key=counts.__getitem__)
-            floor = counts.pop(victim)
-            counts[block] = floor + 1
+        found = counts.get(block)
+        if found is not None:
+            counts[block] = found + 1
+            heapq.heappush(self._heap, (found + 1, self._since[block], block))
+            if len(self._heap) > 4 * self._capacity + 64:
+                self._compact()
+            return
+        count = 1
+        if len(counts) >= self._capacity:
+            # The smallest counter; among equals the oldest (what a scan of the counters
+            # in insertion order picks first).
+            heap, since = self._heap, self._since
+            while True:
+                low, at, victim = heap[0]
+                if counts.get(victim) == low and since[victim] == at:
+                    break
+                heapq.heappop(heap)
+            heapq.heappop(heap)
+            count = counts.pop(victim) + 1
+            del since[victim]
+        self._clock += 1
+        counts[block] = count
+        self._since[block] = self._clock
+        heapq.heappush(self._heap, (count, self._clock, block))
+
+    def _compact(self) -> None:
+        since = self._since
+        self._heap = [(count, since[block], block) for block, count in self._counts.items()]
+        heapq.heapify(self._heap)
 
     def top(self, k: int) -> tuple[int, ...]:
         """The ``k`` most frequent blocks, most frequent first (ties: smaller hash)."""

@@ -3,6 +3,8 @@ from __future__ import annotations
 import hashlib
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from zone_agent.prefix import (
     BLOCK_BYTES,
@@ -85,3 +87,39 @@ def test_hot_blocks_keeps_the_frequent_ones() -> None:
     assert 1 in hot.top(3)
     with pytest.raises(ValueError, match="capacity"):
         HotBlocks(0)
+
+
+class _ScanHotBlocks:
+    """The reference Space-Saving: the victim found by scanning every counter in
+    insertion order (what HotBlocks did before its heap)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.counts: dict[int, int] = {}
+
+    def add(self, block: int) -> None:
+        counts = self.counts
+        if block in counts:
+            counts[block] += 1
+        elif len(counts) < self.capacity:
+            counts[block] = 1
+        else:
+            victim = min(counts, key=counts.__getitem__)
+            counts[block] = counts.pop(victim) + 1
+
+
+@given(
+    capacity=st.integers(min_value=1, max_value=12),
+    blocks=st.lists(st.integers(min_value=0, max_value=30), max_size=400),
+)
+@settings(max_examples=300, deadline=None)
+def test_hot_blocks_heap_keeps_exactly_the_scans_counters(capacity: int, blocks: list[int]) -> None:
+    # Same counters (and so the same top-k) as the O(capacity) scan, tie order included.
+    fast, reference = HotBlocks(capacity), _ScanHotBlocks(capacity)
+    for block in blocks:
+        fast.add(block)
+        reference.add(block)
+        assert fast.top(capacity) == tuple(
+            b for b, _ in sorted(reference.counts.items(), key=lambda i: (-i[1], i[0]))
+        )
+    assert fast._counts == reference.counts
