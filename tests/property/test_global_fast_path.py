@@ -153,6 +153,16 @@ def _same(fast: RouteOutcome, slow: RouteOutcome) -> None:
         ),
         max_size=6,
     ),
+    more_charges=st.lists(
+        st.tuples(
+            st.sampled_from(REGION_IDS),
+            st.sampled_from([MODEL, OTHER_MODEL]),
+            st.integers(0, 200_000),
+            st.sampled_from([0.5, 1.0, 3.0]),
+        ),
+        max_size=3,
+    ),
+    same_gpus=st.booleans(),
 )
 def test_fast_path_decides_like_the_profile(
     which: int,
@@ -170,7 +180,12 @@ def test_fast_path_decides_like_the_profile(
     rid: str,
     prefix: list[int],
     charges: list[tuple[str, str, int, float]],
+    more_charges: list[tuple[str, str, int, float]],
+    same_gpus: bool,
 ) -> None:
+    if same_gpus:  # one per-token prefill time everywhere (pipeline.Rows.uniform)
+        same = {"gpus": 4, "healthy_gpus": 4, "prefill_tokens_per_s": 20_000.0}
+        found = {r: [m.model_copy(update=same) for m in ms] for r, ms in found.items()}
     summaries: list[RegionSummary] = [summary(r, *ms) for r, ms in found.items()]
     v = view(
         summaries=summaries,
@@ -183,7 +198,7 @@ def test_fast_path_decides_like_the_profile(
     ledger = InflightLedger(LedgerSettings(resolution_ms=0.0))
     for region, charged_model, charged_tokens, requests in charges:
         ledger.charge(region, charged_model, charged_tokens, now=2.0, requests=requests)
-    v = ledger.view(v, now=2.0)
+    base, v = v, ledger.view(v, now=2.0)
     request = RouteRequest(
         request_id=rid,
         model=model,
@@ -205,6 +220,13 @@ def test_fast_path_decides_like_the_profile(
     allowed = slow.verdict(request, v, country).allowed
     ctx = RequestContext(v, allowed, point, country)
     assert fast.choose_region(request, v, ctx) == slow.choose_region(request, v, ctx)
+    # A later overlay of the same base: the fast path derives its per-view arrays from
+    # the previous overlay's (pipeline.Prepared.derive) and still decides the same.
+    for region, charged_model, charged_tokens, requests in more_charges:
+        ledger.charge(region, charged_model, charged_tokens, now=2.5, requests=requests)
+    later = ledger.view(base, now=2.5)
+    for each in (request, again):
+        _same(fast.decide(each, later, location), slow.decide(each, later, location))
 
 
 def test_every_built_in_and_example_profile_compiles() -> None:

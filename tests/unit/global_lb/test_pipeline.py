@@ -67,3 +67,44 @@ def test_fast_decision_builds_its_trace_only_when_read() -> None:
     assert source._trace is None  # not built yet
     assert outcome.trace == slow.decide(request, v, london()).trace
     assert outcome.trace is outcome.trace  # built once
+
+
+def test_overlay_arrays_are_derived_from_the_previous_overlay() -> None:
+    from global_lb.inflight import InflightLedger, LedgerSettings
+    from global_lb.pipeline import model_columns
+
+    base = view(summaries=[summary(r, load(running=10 * i)) for i, r in enumerate(REGION_IDS)])
+    ledger = InflightLedger(LedgerSettings(resolution_ms=0.0))
+    fast, slow = routers(spec_with())
+    request = RouteRequest(request_id="r", model=MODEL, input_tokens=500, tenant="demo-global")
+    first = ledger.view(base, now=2.0)
+    fast.decide(request, first, london())
+    pipeline = fast.pipeline
+    assert pipeline is not None
+    before = pipeline.prepared(first)
+    ledger.charge("eu-west", MODEL, 400_000, now=2.0, requests=40)
+    second = ledger.view(base, now=2.0)
+    assert second is not first
+    a, b = fast.decide(request, second, london()), slow.decide(request, second, london())
+    assert (a.region, a.fallbacks, a.scores) == (b.region, b.fallbacks, b.scores)
+    after = pipeline.prepared(second)
+    # Only eu-west's terms changed: its bit is the one to patch; the id memos are shared.
+    assert after.parent is before
+    assert after.changed == 1 << REGION_IDS.index("eu-west")
+    assert after.allowed is before.allowed
+    assert after.columns(MODEL) == model_columns(second.regions, MODEL)
+    assert after.columns(MODEL) != before.columns(MODEL)
+
+
+def test_retry_targets_order_only_what_they_need() -> None:
+    busy = [summary(r, load(running=5 * i)) for i, r in enumerate(REGION_IDS)]
+    fast, _ = routers(spec_with())
+    request = RouteRequest(request_id="r", model=MODEL, input_tokens=10, tenant="demo-global")
+    full = fast.decide(request, view(summaries=busy), london())
+    assert len(full.fallbacks) == len(REGION_IDS) - 1
+    for attempts in range(len(REGION_IDS) + 2):
+        # A fresh decision each time: head() selects without the full order.
+        outcome = fast.decide(request, view(summaries=busy), london())
+        expected = (full.region, *full.fallbacks)[:attempts]
+        assert outcome.targets(attempts) == expected
+    assert full.ranking.best == full.scores[0][0]
