@@ -11,6 +11,7 @@ for the trace record (``decision``) — and ``place`` does too. The routers keep
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import pytest
@@ -31,12 +32,15 @@ from regional_lb.router import (
     Route,
     RouterSettings,
 )
+from regional_lb.spill import PeerOption, SpillSettings, peer_ttft_ms, spill_options, why_not
 from regional_lb.view import (
     PeerInfo,
     RegionalView,
     ZoneAccounting,
     ZoneContext,
     ZoneInfo,
+    ZoneState,
+    is_saturated,
     zone_candidates,
 )
 from tests.unit.regional_lb.helpers import MODEL, NOW, model_load, peer, view, zone
@@ -335,3 +339,143 @@ def test_compile_refuses_what_the_reference_refuses() -> None:
     data["profile"] = {**DEFAULT_PROFILE["profile"], "scorers": [{"ref": "nope", "weight": 1}]}
     with pytest.raises(Exception, match="nope"):
         FastZoneChoice.compile(load_profile_spec(data))
+
+
+def _reference_candidates(
+    regional: RegionalView, model: str, accounting: ZoneAccounting
+) -> tuple[ZoneState, ...]:
+    """zone_candidates as written before the per-view memo: every check per call."""
+    out = []
+    for info in regional.zones.values():
+        load = info.summary.load_for(model) if info.summary is not None else None
+        unseen = accounting.unseen(info.id, model)
+        full = load is None or is_saturated(load, unseen[0], regional.settings)
+        panicked = load is None or is_saturated(
+            load, unseen[0], regional.settings, all_healthy=True
+        )
+        out.append(ZoneState(info.id, info, load, unseen[0], unseen[1], full, panicked))
+    return tuple(out)
+
+
+def _reference_options(
+    regional: RegionalView, request: RouteRequest, given: Inputs, now_wall: float
+) -> tuple[PeerOption, ...]:
+    """spill_options as written before the per-view memo: why_not and peer_ttft_ms."""
+    spill = SpillSettings()
+    if given.hops >= spill.max_hops:
+        return ()
+    excluded = frozenset((regional.region, *given.spilled_from))
+    options = []
+    for info in regional.peers.values():
+        reason = why_not(
+            info,
+            request,
+            allowed=given.allowed,
+            excluded=excluded,
+            now_wall=now_wall,
+            settings=spill,
+        )
+        if reason is not None or info.summary is None or info.url is None:
+            continue
+        ttft = peer_ttft_ms(info.summary, request)
+        if math.isfinite(ttft):
+            options.append(PeerOption(info.id, info.url, info.rtt_ms, ttft))
+    options.sort(key=lambda o: (o.cost_ms, o.region))
+    return tuple(options)
+
+
+#: Loads near the saturation edges (busy = limit, KV at the threshold, no room).
+edge_loads = st.builds(
+    lambda gpus, healthy, running, waiting, max_running, kv, rate, model: model_load(
+        gpus=gpus,
+        healthy=min(healthy, gpus),
+        running=running,
+        waiting=waiting,
+        max_running=max_running,
+        kv=kv,
+        rate=rate,
+        model=model,
+    ),
+    gpus=st.integers(0, 3),
+    healthy=st.integers(0, 3),
+    running=st.integers(0, 24),
+    waiting=st.sampled_from([0, 0, 3]),
+    max_running=st.sampled_from([0, 4, 8]),
+    kv=st.sampled_from([(0, 0), (100, 20), (100, 21), (100, 90)]),
+    rate=st.sampled_from([0.0, 10_000.0, 10_000.0, 10_000.0]),
+    model=st.sampled_from([MODEL, MODEL, MODEL, "other"]),
+)
+
+
+@st.composite
+def edge_views(draw: st.DrawFn) -> RegionalView:
+    zone_infos = [
+        zone(f"z{i}", draw(edge_loads), region=REGION, healthy=draw(st.booleans()))
+        for i in range(draw(st.integers(1, 3)))
+    ]
+    peer_infos = [
+        peer(
+            p,
+            draw(edge_loads),
+            rtt=draw(st.sampled_from([10.0, 50.0])),
+            drained=draw(st.sampled_from([False, False, False, True])),
+            saturation=draw(st.sampled_from([0.0, 0.0, 0.0, 0.95])),
+            spill_out_per_s=draw(st.sampled_from([0.0, 0.0, 0.0, 3.0])),
+        )
+        for p in PEERS
+        if draw(st.integers(0, 3))
+    ]
+    return view(zone_infos, peer_infos, region=REGION)
+
+
+edge_inputs = st.builds(
+    lambda allowed, hops, spilled_from: Inputs(
+        allowed=frozenset({REGION, *allowed}),
+        on_saturation=SaturationPolicy.SPILL_WITHIN_ALLOWED,
+        hops=hops,
+        spilled_from=tuple(spilled_from),
+    ),
+    allowed=st.lists(st.sampled_from(PEERS), max_size=3, unique=True),
+    hops=st.sampled_from([0, 0, 1, 2]),
+    spilled_from=st.lists(st.sampled_from(PEERS), max_size=1),
+)
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(
+    regional=edge_views(),
+    steps=st.lists(
+        st.tuples(requests, edge_inputs, st.sampled_from([0.0, 5.0, 10.0, 30.0])),
+        min_size=1,
+        max_size=4,
+    ),
+    sent=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 30_000)), max_size=6),
+)
+def test_per_view_memo_gives_the_per_call_candidates_and_spill_options(
+    regional: RegionalView,
+    steps: list[tuple[RouteRequest, Inputs, float]],
+    sent: list[tuple[int, int]],
+) -> None:
+    # Candidates and peers derived once per view, then corrected per call (accounting,
+    # residency, path, summary age), equal what every check per call gives.
+    accounting = ZoneAccounting()
+    accounting.observe(regional.zones)
+    zone_ids = list(regional.zones)
+    for index, tokens in sent:
+        accounting.start(zone_ids[index % len(zone_ids)], MODEL, tokens)
+    for request, given_inputs, later in steps:
+        for model in (request.model, MODEL):
+            expected = _reference_candidates(regional, model, accounting)
+            assert zone_candidates(regional, model, accounting) == expected
+        now_wall = NOW + later  # 10 s: at the age limit, 30 s: every summary is stale
+        got = spill_options(
+            regional,
+            request,
+            allowed=given_inputs.allowed,
+            spilled_from=given_inputs.spilled_from,
+            hops=given_inputs.hops,
+            now_wall=now_wall,
+            settings=SpillSettings(),
+        )
+        assert got == _reference_options(regional, request, given_inputs, now_wall)
+        accounting.start(zone_ids[0], request.model, request.input_tokens)
