@@ -9,8 +9,13 @@ instead of two per query — what gdnsd and Knot do. Python has neither call
 (``socket.recvmsg`` is one datagram), hence ctypes over libc.
 
 Buffers are allocated once: ``batch`` receive slots of :data:`SLOT_SIZE` bytes, their
-peer addresses, and ``batch`` send slots. A response is copied into its send slot and
-sent to the address its query came from (the receive slot's address buffer, reused).
+peer addresses, and ``batch`` send slots. A response goes out in two pieces (two
+iovecs): its 2-byte ID, then the rest, to the address its query came from (the receive
+slot's address buffer, reused). A response computed by ``respond`` is copied into a send
+slot; a cached one is not copied at all: the ID is read from the query's receive slot
+and the rest from the cached bytes where they are (``CachedAnswer.address``) — two
+memoryview slice copies fewer per cached answer: 3-6 % less CPU per query, kernel
+included, in a same-process A/B of the two loops (16 queries in flight, loopback).
 
 :func:`available` says whether the calls exist (Linux with glibc or musl); elsewhere
 the server keeps its one-datagram loop (:mod:`global_lb.dns.server`).
@@ -40,6 +45,7 @@ SLOT_SIZE = 4096
 DEFAULT_BATCH = 64
 #: recvmmsg flag (linux/socket.h): block for the first datagram only.
 MSG_WAITFORONE = 0x10000
+_WAITFORONE = ctypes.c_int(MSG_WAITFORONE)
 #: Peer addresses remembered (address bytes → ipaddress object); resolvers are few,
 #: and a full table is cleared (parsing an address costs more than answering).
 MAX_PEERS = 65_536
@@ -52,6 +58,10 @@ class CachedAnswer(Protocol):
 
     @property
     def tail(self) -> bytes: ...  # the response after its 2-byte ID
+    @property
+    def address(self) -> int: ...  # where ``tail``'s bytes are (buffer_address)
+    @property
+    def size(self) -> int: ...  # len(tail)
     @property
     def slot(self) -> int: ...  # where its answers are counted
     @property
@@ -104,6 +114,12 @@ def _libc() -> ctypes.CDLL | None:
     return libc
 
 
+def buffer_address(data: bytes) -> int:
+    """Where the bytes of ``data`` are in memory; valid while ``data`` lives (a
+    ``c_char_p`` made from a bytes object points into it, without a copy)."""
+    return ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value or 0
+
+
 def available() -> bool:
     """Whether ``recvmmsg``/``sendmmsg`` can be called (64-bit Linux)."""
     return _libc() is not None
@@ -128,24 +144,27 @@ class BatchedUdp:
         self._rx = (_MMsgHdr * batch)()
         self._tx = (_MMsgHdr * batch)()
         self._rx_iov = (_IoVec * batch)()
-        self._tx_iov = (_IoVec * batch)()
+        # Two pieces per response: its 2-byte ID, then the rest (see serve()).
+        self._tx_iov = (_IoVec * (2 * batch))()
         # Addresses of the buffers: taken once, the bytearrays never grow.
         received = ctypes.addressof(ctypes.c_char.from_buffer(self._received))
         to_send = ctypes.addressof(ctypes.c_char.from_buffer(self._to_send))
         names = ctypes.addressof(ctypes.c_char.from_buffer(self._names))
         self._name_at = [names + i * _NAME_SIZE for i in range(batch)]
+        self._received_at = [received + i * SLOT_SIZE for i in range(batch)]
+        self._to_send_at = [to_send + i * SLOT_SIZE for i in range(batch)]
         iov_size = ctypes.sizeof(_IoVec)
         for i in range(batch):
             self._rx_iov[i].iov_base = received + i * SLOT_SIZE
             self._rx_iov[i].iov_len = SLOT_SIZE
-            self._tx_iov[i].iov_base = to_send + i * SLOT_SIZE
+            self._tx_iov[2 * i].iov_len = 2  # the ID; iov_base is set per response
             rx, tx = self._rx[i].msg_hdr, self._tx[i].msg_hdr
             rx.msg_name = self._name_at[i]
             rx.msg_namelen = _NAME_SIZE
             rx.msg_iov = ctypes.addressof(self._rx_iov) + i * iov_size
             rx.msg_iovlen = 1
-            tx.msg_iov = ctypes.addressof(self._tx_iov) + i * iov_size
-            tx.msg_iovlen = 1
+            tx.msg_iov = ctypes.addressof(self._tx_iov) + 2 * i * iov_size
+            tx.msg_iovlen = 2
             # Every peer of an AF_INET socket is a sockaddr_in, of an AF_INET6 socket a
             # sockaddr_in6 (IPv4 peers too, mapped): one length for every response.
             tx.msg_namelen = 28 if self._v6 else 16
@@ -186,45 +205,57 @@ class BatchedUdp:
         ``fallback(response, client, port)`` sends a response too long for a send slot
         (none is: UDP responses are truncated to at most 1,232 bytes). ``table()``,
         asked once per batch, gives cached answers by query bytes after the ID and
-        their hit counts (``Responder.udp_table``): a hit is copied into its send slot
-        without a Python call or a new bytes object — most of a query's CPU under load.
+        their hit counts (``Responder.udp_table``): a hit is sent without a Python call,
+        a new bytes object or a copy. The caller keeps a hit's bytes alive as long as it
+        holds the table (the responder replaces a full table, never empties it).
         """
         received = memoryview(self._received)
         to_send = memoryview(self._to_send)
         names = memoryview(self._names)
         rx = memoryview(self._rx).cast("B").cast("I")
-        tx, tx_iov = self._tx_words, self._tx_iov_words
-        name_at = self._name_at
-        step, rx_step = _MMSG_WORDS, 2 * _MMSG_WORDS
+        rx_words, tx, tx_iov = self._rx_words, self._tx_words, self._tx_iov_words
+        name_at, received_at, to_send_at = self._name_at, self._received_at, self._to_send_at
+        step, rx_step, len_int, namelen_word = _MMSG_WORDS, 2 * _MMSG_WORDS, _LEN_INT, _NAMELEN_WORD
         # Where the address bytes sit in a sockaddr_in (4..8) / sockaddr_in6 (8..24).
         start, end = (8, 24) if self._v6 else (4, 8)
         peers: dict[bytes, IPAddress] = {}
         address_of = ipaddress.ip_address
+        # The calls with their arguments converted once (ctypes converts Python ints
+        # through ``argtypes`` on every call otherwise: ~0.1 µs a call, two a batch).
+        recvmmsg, sendmmsg = self._recvmmsg, self._sendmmsg
+        fd = ctypes.c_int(self.sock.fileno())
+        rx_args = (fd, ctypes.c_void_p(self._rx_addr), ctypes.c_uint(self.batch), _WAITFORONE)
+        tx_ptr = ctypes.c_void_p(self._tx_addr)
         while not stopping():
-            try:
-                count = self.receive()
-            except OSError as exc:
-                if exc.errno == errno.EBADF:
+            count: int = recvmmsg(*rx_args, None)
+            if count < 0:
+                if ctypes.get_errno() == errno.EBADF:
                     return  # closed under us
                 continue  # EINTR, or an ICMP error reported on the next read
             sent = 0
             fast = table()
             cached, counts = fast if fast is not None else (None, [])
             for i in range(count):
-                length = rx[i * rx_step + _LEN_INT]
+                length = rx[i * rx_step + len_int]
                 if not length:  # the wake-up of shutdown(), or nothing to answer
+                    # The kernel may have cleared the slot's address length; every other
+                    # datagram leaves it at the socket family's size, which the next
+                    # read of the slot needs (no per-batch reset).
+                    rx_words[i * step + namelen_word] = _NAME_SIZE
                     continue
                 at = i * SLOT_SIZE
-                out = sent * SLOT_SIZE
                 if cached is not None:  # a hit needs no client address
                     hit = cached.get(received[at + 2 : at + length].tobytes())
                     if hit is not None and not hit.per_client:
                         counts[hit.slot] += 1
-                        tail = hit.tail
-                        size = 2 + len(tail)
-                        to_send[out : out + 2] = received[at : at + 2]  # the query's ID
-                        to_send[out + 2 : out + size] = tail
-                        tx_iov[2 * sent + 1] = size
+                        # Nothing copied: the ID is read from the query's receive slot,
+                        # the rest from the cached bytes (``address``), which the table
+                        # keeps alive (the table is replaced, never emptied, while a
+                        # batch may hold it: Responder.udp_table).
+                        word = 4 * sent
+                        tx_iov[word] = received_at[i]
+                        tx_iov[word + 2] = hit.address
+                        tx_iov[word + 3] = hit.size
                         tx[sent * step] = name_at[i]
                         sent += 1
                         continue
@@ -240,20 +271,32 @@ class BatchedUdp:
                 if reply is None:
                     continue
                 size = len(reply)
+                if size < 2:  # not a DNS message (respond() never makes one)
+                    continue
                 if size > SLOT_SIZE:
                     fallback(reply, client, int.from_bytes(names[offset + 2 : offset + 4]))
                     continue
+                out = sent * SLOT_SIZE
                 to_send[out : out + size] = reply
-                tx_iov[2 * sent + 1] = size
+                word = 4 * sent
+                tx_iov[word] = to_send_at[sent]  # the ID, then the rest
+                tx_iov[word + 2] = to_send_at[sent] + 2
+                tx_iov[word + 3] = size - 2
                 tx[sent * step] = name_at[i]
                 sent += 1
             if sent:
-                self._send(sent)
+                done = sendmmsg(fd, tx_ptr, sent, 0)
+                if done != sent:
+                    self._send(sent, done)
 
-    def _send(self, count: int) -> None:
-        """Send the first ``count`` send slots; a datagram the kernel refuses is dropped
-        (the client retries, as after any UDP loss) and the rest still go."""
-        done = 0
+    def _send(self, count: int, done: int) -> None:
+        """Send the rest of the first ``count`` send slots after a ``sendmmsg`` that
+        returned ``done`` (fewer, or -1). A datagram the kernel refuses is dropped (the
+        client retries, as after any UDP loss) and the rest still go."""
+        if done < 0:
+            if ctypes.get_errno() == errno.EBADF:
+                return
+            done = 1  # skip the datagram that failed
         fd = self.sock.fileno()
         while done < count:
             n = self._sendmmsg(fd, self._tx_addr + done * self._tx_size, count - done, 0)

@@ -42,7 +42,7 @@ from urllib.parse import urlsplit
 
 from prometheus_client import Counter
 
-from global_lb.dns import wire
+from global_lb.dns import mmsg, wire
 from global_lb.dns.rrl import ResponseRateLimiter, RrlAction, RrlConfig
 from global_lb.dns.wire import QType, Query, Rcode, WireError
 from global_lb.dns.zone import NameEntry, NameKind, Zone, ZoneConfig
@@ -97,6 +97,14 @@ class _Fast:
     slot: int
     #: The answer depends on the resolver's address: look it up per client.
     per_client: bool
+    #: Where ``tail``'s bytes are and how many: the batched UDP loop sends them from
+    #: there without a copy (mmsg.BatchedUdp.serve).
+    address: int = 0
+    size: int = 0
+
+    @classmethod
+    def of(cls, tail: bytes, slot: int, per_client: bool) -> _Fast:
+        return cls(tail, slot, per_client, mmsg.buffer_address(tail), len(tail))
 
 
 #: The fast-path entry saying "this query's answer depends on who asks".
@@ -221,7 +229,9 @@ class Responder:
         counted with ``counts[slot] += 1``; everything else goes to :meth:`respond_udp`.
         ``None`` when every datagram must go there (rate limiting is on, or the view
         changed since the table was filled). Valid for one batch (microseconds): a
-        view that changes meanwhile is seen by the next batch.
+        view that changes meanwhile is seen by the next batch. Entries are never
+        removed from a table handed out (a full one is replaced), so the bytes of a
+        hit (``address``) live as long as the caller holds the table.
         """
         if self._rrl.enabled or self._view_source() is not self._view:
             return None
@@ -256,7 +266,7 @@ class Responder:
             last = self._last
             if reply is not None and last is not None:
                 counter, scope, per_client = last
-                fast = _Fast(reply[2:], self._tally.slot(counter, scope), per_client)
+                fast = _Fast.of(reply[2:], self._tally.slot(counter, scope), per_client)
                 self._remember(body, udp, client, fast)
         return reply
 
@@ -268,8 +278,11 @@ class Responder:
     def _remember(self, body: bytes, udp: bool, client: IPAddress, fast: _Fast) -> None:
         packets = self._packets[udp]
         if len(packets) >= MAX_PACKETS or len(self._per_client) >= MAX_PACKETS:
-            packets.clear()
-            self._per_client.clear()
+            # A new table, not clear(): a batch may still hold the old one, and the
+            # batched loop sends its entries' bytes from where they are (udp_table).
+            packets = {}
+            self._packets = (packets, self._packets[1]) if not udp else (self._packets[0], packets)
+            self._per_client = {}
         if fast.per_client:
             packets[body] = _PER_CLIENT
             self._per_client[(body, udp, client)] = fast

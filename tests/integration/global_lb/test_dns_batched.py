@@ -9,6 +9,7 @@ import select
 import socket
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import dns.edns
@@ -132,6 +133,92 @@ def test_a_reply_longer_than_a_slot_goes_through_the_fallback(served: Served) ->
     assert str(client) == served.address[0]
     assert port == sock.getsockname()[1]
     sock.close()
+
+
+@dataclass(frozen=True)
+class Cached:
+    """A cached answer as the batched loop reads it (``mmsg.CachedAnswer``)."""
+
+    tail: bytes
+    slot: int
+    per_client: bool
+    address: int
+    size: int
+
+    @classmethod
+    def of(cls, tail: bytes, slot: int, per_client: bool = False) -> Cached:
+        return cls(tail, slot, per_client, mmsg.buffer_address(tail), len(tail))
+
+
+@pytest.mark.parametrize("family_host", [(socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")])
+def test_one_batch_mixing_cached_computed_and_dropped_answers(
+    family_host: tuple[socket.AddressFamily, str],
+) -> None:
+    """Every datagram is queued before the loop's first read, so one recvmmsg takes them
+    all: cached answers (sent from the cache's own bytes after the query's ID), answers
+    computed by ``respond``, a per-client entry (computed too), datagrams with no answer
+    and an empty one, in one sendmmsg, each to its sender with its own ID."""
+    family, host = family_host
+    server = socket.socket(family, socket.SOCK_DGRAM)
+    server.bind((host, 0))
+    batched = mmsg.BatchedUdp(server, batch=16)
+    table = {
+        b"hit-a": Cached.of(b"-answer-a", 0),
+        b"hit-b": Cached.of(b"-answer-b" * 20, 1),
+        b"mine": Cached.of(b"", 2, per_client=True),
+    }
+    counts = [0, 0, 0]
+    socks = [socket.socket(family, socket.SOCK_DGRAM) for _ in range(2)]
+    for sock in socks:
+        sock.bind((host, 0))
+    sent: list[tuple[int, bytes]] = [
+        (0, b"\x00\x01hit-a"),
+        (1, b"\x00\x02drop"),
+        (0, b"\x00\x03slow"),
+        (1, b"\x00\x04hit-b"),
+        (0, b""),
+        (1, b"\x00\x05mine"),
+        (0, b"\x00\x06hit-a"),
+        (1, b"\x00\x07hit-a"),
+    ]
+    for index, payload in sent:
+        socks[index].sendto(payload, server.getsockname())
+
+    def respond(packet: bytes, client: IPAddress) -> bytes | None:
+        return None if packet.endswith(b"drop") else packet + b"|" + str(client).encode()
+
+    stopping = False
+    thread = threading.Thread(
+        target=batched.serve,
+        args=(respond, lambda: stopping, lambda *_: None, lambda: (table, counts)),
+        daemon=True,
+    )
+    thread.start()
+    try:
+        expected: list[set[bytes]] = [set(), set()]
+        for index, payload in sent:
+            if not payload or payload.endswith(b"drop"):
+                continue
+            host_of = host.encode()
+            cached = table.get(payload[2:])
+            if cached is not None and not cached.per_client:
+                expected[index].add(payload[:2] + cached.tail)
+            else:
+                expected[index].add(payload + b"|" + host_of)
+        for index, sock in enumerate(socks):
+            sock.settimeout(5.0)
+            got = {sock.recv(4096) for _ in expected[index]}
+            assert got == expected[index]
+        assert counts == [3, 1, 0]  # hits counted by slot; the per-client entry is not one
+    finally:
+        stopping = True
+        with contextlib.suppress(OSError):
+            server.shutdown(socket.SHUT_RDWR)
+        thread.join(timeout=10)
+        server.close()
+        for sock in socks:
+            sock.close()
+    assert not thread.is_alive()
 
 
 def test_receive_takes_every_waiting_datagram() -> None:

@@ -375,3 +375,34 @@ def _totals(h: Harness, name: str) -> dict[tuple[tuple[str, str], ...], float]:
         for s in family.samples
         if s.name == name
     }
+
+
+def test_udp_table_entries_point_at_their_bytes_and_a_full_table_is_replaced(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batched loop sends a hit's bytes from ``address`` without a copy: each entry
+    must describe its own bytes, and a table handed out must keep its entries (a full
+    table is replaced, never emptied) so those bytes live while a batch holds it."""
+    import ctypes
+
+    from global_lb.dns import responder as module
+
+    monkeypatch.setattr(module, "MAX_PACKETS", 2)
+    names = ["api.inference.example.", "eu.api.inference.example.", "nope.inference.example."]
+    queries = [dns.message.make_query(n, "A", use_edns=0).to_wire() for n in names]
+    h.responder.respond(queries[0], RESOLVER)
+    h.responder.respond(queries[1], RESOLVER)
+    table = h.responder.udp_table()
+    assert table is not None
+    held, _ = table
+    before = dict(held)
+    assert set(before) == {q[2:] for q in queries[:2]}
+    h.responder.respond(queries[2], RESOLVER)  # the table is full: a new one
+    assert dict(held) == before  # the old one is untouched
+    fresh = h.responder.udp_table()
+    assert fresh is not None
+    assert fresh[0] is not held
+    assert set(fresh[0]) == {queries[2][2:]}
+    for entry in (*before.values(), *fresh[0].values()):
+        assert entry.size == len(entry.tail)
+        assert ctypes.string_at(entry.address, entry.size) == entry.tail
