@@ -138,10 +138,13 @@ class Ranking:
 NO_RANKING = Ranking.given((), ())
 
 
-def ranked_order(names: tuple[str, ...], totals: Sequence[float]) -> list[int]:
-    """Indices into ``names`` by total descending, then id ascending."""
+def ranked_order(
+    names: tuple[str, ...], totals: Sequence[float], ascending: bool = False
+) -> list[int]:
+    """Indices into ``names`` by total descending, then id ascending (``ascending``:
+    the caller knows ``names`` are in id order)."""
     indices = range(len(totals))
-    if all(a < b for a, b in itertools.pairwise(names)):
+    if ascending or all(a < b for a, b in itertools.pairwise(names)):
         return sorted(indices, key=totals.__getitem__, reverse=True)  # stable: ids stay in order
     return sorted(indices, key=lambda k: (-totals[k], names[k]))
 
@@ -157,6 +160,13 @@ class FastChoice(NamedTuple):
     #: The spread picker drew at random (the best region is near saturation or the
     #: client was displaced): decisions differ per request id.
     spread: bool = False
+    #: Set when the choice does not depend on the prompt size: every survivor has this
+    #: per-token prefill time, so a prompt adds the same to each cost and the TTFT
+    #: scores (cost differences) stay. The predicted TTFT for ``tokens`` is then
+    #: ``fixed + tokens × per_token`` (the same expression as the cost).
+    per_token: float | None = None
+    #: The chosen region's prompt-independent cost (with :attr:`per_token`).
+    fixed: float = 0.0
 
     @property
     def scores(self) -> tuple[tuple[str, float], ...]:
@@ -288,6 +298,9 @@ class Prepared:
                 else:
                     available &= ~(1 << i)
         self.parent = None  # one level is enough, and a chain would keep every view
+        if changed == (1 << len(self.ids)) - 1:  # a new base view: nothing carries over
+            return Prepared(view, self.ids, available, self.id_ordered, allowed=self.allowed,
+                            survivors=self.survivors, survivor_ids=self.survivor_ids)  # fmt: skip
         # Shared: functions of the ids alone.
         return Prepared(
             view,
@@ -425,11 +438,16 @@ class ShiftedCosts(Sequence[float]):
     """``fixed[k] + shift`` on demand: the survivors' TTFT costs when only the chosen
     one's is read (the predicted TTFT)."""
 
-    __slots__ = ("_fixed", "_shift")
+    __slots__ = ("_fixed", "_shift", "per_token")
 
-    def __init__(self, fixed: tuple[float, ...], shift: float) -> None:
+    def __init__(self, fixed: tuple[float, ...], shift: float, per_token: float) -> None:
         self._fixed = fixed
         self._shift = shift
+        #: Every survivor's per-token time (:attr:`Rows.uniform`).
+        self.per_token = per_token
+
+    def fixed(self, k: int) -> float:
+        return self._fixed[k]
 
     def __getitem__(self, k: int) -> float:  # type: ignore[override]  # no slices
         return self._fixed[k] + self._shift
@@ -458,9 +476,9 @@ def survivor_rows(
             prep.rows[key] = found
     if found is None:
         sub = prep.subset(columns, model_name, mask)
-        # In view order (the latency model builds its table from view.regions).
-        rtts = tuple(prep.view.rtts(point, country).values())
-        fixed = tuple(map(operator.add, sub.pick(rtts), sub.base))
+        view = prep.view
+        rtts = view.latency.row(view.signature, view.regions, point, country, positions)
+        fixed = tuple(map(operator.add, rtts, sub.base))
         low = min(filter(math.isfinite, fixed), default=None)
         found = Rows(fixed, sub.per_token, sub.headroom, low, sub.uniform)
         if len(prep.rows) >= _ROWS_MEMO_SIZE:
@@ -620,10 +638,14 @@ class RegionPipeline:
             k = min(range(len(totals)), key=lambda i: (-totals[i], names[i]))
         best = k
         spreads = self._spread is not None and self._spreads(request, prep, columns, positions[k])
+        order = None
         if spreads:
             assert self._spread is not None
-            k = _draw(request, columns, positions, names, totals, k, self._spread)
-        ranking = Ranking(names, totals, best, k)
+            # The draw's pool is the head of the ranking: order it (a sort keyed in C,
+            # cheaper than a partial selection keyed in Python) and keep the order.
+            order = ranked_order(names, totals, prep.id_ordered)
+            k = _draw(request, columns, positions, order, totals, k, self._spread)
+        ranking = Ranking(names, totals, best, k, order)
         chosen = positions[k]
         predicted = None
         if self._priced:
@@ -632,6 +654,9 @@ class RegionPipeline:
             else:
                 (cost,) = self._costs(request, prep, columns, (chosen,), point, country)
             predicted = cost if math.isfinite(cost) and cost >= 0.0 else None
+        if isinstance(costs, ShiftedCosts):
+            region = view.regions[chosen]
+            return FastChoice(region, ranking, predicted, spreads, costs.per_token, costs.fixed(k))
         return FastChoice(view.regions[chosen], ranking, predicted, spreads)
 
     # ------------------------------------------------------------------ scores
@@ -692,7 +717,7 @@ class RegionPipeline:
             # Same per-token time everywhere: the cheapest cost is the smallest fixed
             # part's, and only the chosen region's cost is read (ShiftedCosts).
             shift = tokens * rows.uniform
-            costs: Sequence[float] = ShiftedCosts(rows.fixed, shift)
+            costs: Sequence[float] = ShiftedCosts(rows.fixed, shift, rows.uniform)
             if rows.low is None:
                 return [(w0 * 0.0 + w1 * h) / ws for h in rows.headroom], costs
             best = rows.low + shift
@@ -779,21 +804,15 @@ def _draw(
     request: RouteRequest,
     columns: ModelColumns,
     positions: tuple[int, ...],
-    names: tuple[str, ...],
+    order: Sequence[int],
     totals: list[float],
     best: int,
     params: spread.Params,
 ) -> int:
     """``HeadroomSpreadPicker._spread``: a headroom-weighted draw among the best.
-    ``best`` and the result are indices into ``positions``. The pool is the first
-    ``spread_over`` of the ranking above the band, picked without ordering the rest
-    (``heapq.nsmallest`` is ``sorted(...)[:n]``; ids are unique, so no ties)."""
+    ``best`` and the result are indices into ``positions``; ``order`` ranks them."""
     floor = params.band * totals[best]
-    pool = heapq.nsmallest(
-        params.spread_over,
-        [k for k, total in enumerate(totals) if total >= floor],
-        key=lambda k: (-totals[k], names[k]),
-    )
+    pool = [k for k in order[: params.spread_over] if totals[k] >= floor]
     weights = [columns.headroom[positions[k]] for k in pool]
     total = sum(weights)
     if total <= 0.0:

@@ -35,6 +35,7 @@ generic profile.
 from __future__ import annotations
 
 import gc
+import math
 import time
 import zlib
 from collections.abc import Callable, Mapping
@@ -302,6 +303,10 @@ def spread_slot(request_id: str) -> int:
 
 #: A cache entry saying "this key's decisions are randomised: look up per spread slot".
 _PER_SLOT: Any = object()
+#: Entries under a key without the prompt size: "look up per token bucket" or "the
+#: choice does not depend on the prompt size: look up under bucket ``None``".
+_PER_BUCKET: Any = object()
+_ANY_SIZE: Any = object()
 
 
 @dataclass(slots=True)
@@ -330,6 +335,18 @@ class _Cached:
     ranking: Ranking
     #: Whether the picker drew at random (the fast path knows; ``None``: ask the probe).
     spread: bool | None = None
+    #: The choice holds for any prompt size (pipeline.FastChoice.per_token); the
+    #: predicted TTFT is then worked out per request from the chosen region's
+    #: prompt-independent cost.
+    per_token: float | None = None
+    fixed: float = 0.0
+
+    def predicted(self, tokens: int) -> float | None:
+        per_token = self.per_token
+        if per_token is None or self.predicted_ttft_ms is None:
+            return self.predicted_ttft_ms
+        cost = self.fixed + tokens * per_token
+        return cost if math.isfinite(cost) and cost >= 0.0 else None
 
 
 class GlobalRouter:
@@ -359,6 +376,7 @@ class GlobalRouter:
         self._cache_size = cache_size
         self._cache = _Cache()
         self._verdicts = _VerdictMemo(None)
+        self._revision: tuple[object, str] = (None, "")
         self._timer = timer
 
     @property
@@ -404,7 +422,7 @@ class GlobalRouter:
         country = location.country if location is not None else request.client.country
         if verdict is None:
             verdict = self.verdict(request, view, country)
-        revision = f"{view.revision.snapshot}.{view.revision.policy}.{view.revision.health}"
+        revision = self._revision_text(view)
         if verdict.refused:
             return RouteOutcome(
                 decision_id=request.request_id,
@@ -423,12 +441,22 @@ class GlobalRouter:
             refusal=cached.refusal,
             detail=cached.detail,
             trace_source=cached.trace,
-            predicted_ttft_ms=cached.predicted_ttft_ms,
+            predicted_ttft_ms=cached.predicted(request.input_tokens)
+            if hit
+            else cached.predicted_ttft_ms,
             ranking=cached.ranking,
             cached=hit,
             location=location,
             view_revision=revision,
         )
+
+    def _revision_text(self, view: GlobalView) -> str:
+        """``snapshot.policy.health`` of ``view``, formatted once per view revision."""
+        last = self._revision
+        if last[0] is not view.revision:
+            rev = view.revision
+            last = self._revision = (rev, f"{rev.snapshot}.{rev.policy}.{rev.health}")
+        return last[1]
 
     def _cached(
         self,
@@ -443,15 +471,17 @@ class GlobalRouter:
         cache = self._cache
         if cache.revision is not view.revision:
             cache = self._cache = _Cache(view.revision)
-        key: tuple[object, ...] = (
+        head: tuple[object, ...] = (
             cell_of(point, country),
             verdict.allowed,
             request.model,
             affinity.affinity_key(request, per_conversation=self._per_conversation)
             if self._per_tenant
             else None,
-            token_bucket(request.input_tokens),
         )
+        sizing = cache.entries.get(head)
+        bucket = None if sizing is _ANY_SIZE else token_bucket(request.input_tokens)
+        key = (*head, bucket)
         found = cache.entries.get(key)
         if found is _PER_SLOT:
             key = (*key, spread_slot(request.request_id))
@@ -461,6 +491,12 @@ class GlobalRouter:
         found = self._run(request, view, verdict, point, country)
         if len(cache.entries) >= self._cache_size:
             cache.entries.clear()
+        if sizing is None or head not in cache.entries:  # the first decision of ``head``
+            # Whether it depends on the prompt size is a property of the survivors (their
+            # per-token times), the same for every client of the key.
+            any_size = found.per_token is not None
+            cache.entries[head] = _ANY_SIZE if any_size else _PER_BUCKET
+            key = (*head, None if any_size else token_bucket(request.input_tokens))
         if len(key) == 5 and self._randomised(request, found, view):
             cache.entries[key] = _PER_SLOT
             key = (*key, spread_slot(request.request_id))
@@ -548,5 +584,13 @@ def _from_decision(decision: Decision) -> _Cached:
 
 def _from_fast(fast: FastChoice, trace: TraceSource) -> _Cached:
     return _Cached(
-        fast.region.id, None, "", trace, fast.predicted_ttft_ms, fast.ranking, fast.spread
+        fast.region.id,
+        None,
+        "",
+        trace,
+        fast.predicted_ttft_ms,
+        fast.ranking,
+        fast.spread,
+        fast.per_token,
+        fast.fixed,
     )

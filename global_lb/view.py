@@ -20,9 +20,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import NamedTuple
 
-import numpy as np
-import numpy.typing as npt
-
 from gtm.models import Endpoint, GeoPoint, ModelLoad, Region, RegionSummary
 from gtm.policy_store import ActivePolicy
 from gtm.routing.cost import RTT_INTERCEPT_MS, RTT_MS_PER_KM, rtt_ms_from_distance
@@ -38,6 +35,8 @@ UNKNOWN_CLIENT_RTT_MS = rtt_ms_from_distance(0.0)
 EARTH_RADIUS_KM = 6371.0088
 #: Client locations whose RTTs a view remembers (a view lives about a second).
 _RTT_MEMO_SIZE = 65_536
+#: An RTT not worked out yet (a NaN object of its own: never equal to a computed RTT).
+_UNKNOWN = float("nan")
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,12 +174,16 @@ def loads_of(summary: RegionSummary | None) -> Mapping[str, ModelLoad]:
 
 
 class _Trig(NamedTuple):
-    """A set of region places, ready for the haversine: ids, radians, cosines."""
+    """A set of region places, ready for the great-circle distance: unit vectors."""
 
     ids: tuple[str, ...]
-    lat: npt.NDArray[np.float64]
-    lon: npt.NDArray[np.float64]
-    cos: npt.NDArray[np.float64]
+    units: tuple[tuple[float, float, float], ...]
+
+
+def _unit(lat: float, lon: float) -> tuple[float, float, float]:
+    """The unit vector of a place on the sphere."""
+    phi, lam = math.radians(lat), math.radians(lon)
+    return (math.cos(phi) * math.cos(lam), math.cos(phi) * math.sin(lam), math.sin(phi))
 
 
 class LatencyModel:
@@ -199,6 +202,7 @@ class LatencyModel:
         self._signatures: dict[tuple[tuple[str, float, float], ...], int] = {}
         self._memo: dict[tuple[float, float, str | None, int], Mapping[str, float]] = {}
         self._trig: dict[int, _Trig] = {}
+        self._rows: dict[tuple[float, float, str | None, int], list[float]] = {}
 
     def signature(self, places: tuple[tuple[str, float, float], ...]) -> int:
         """A small id for a set of region places (ids and coordinates)."""
@@ -207,14 +211,11 @@ class LatencyModel:
             if len(self._signatures) >= 64:
                 self._signatures.clear()
                 self._memo.clear()
+                self._rows.clear()
                 self._trig.clear()
             found = self._signatures[places] = len(self._signatures) + 1
-            lat2 = np.radians(np.array([lat for _, lat, _ in places], dtype=np.float64))
             self._trig[found] = _Trig(
-                tuple(rid for rid, _, _ in places),
-                lat2,
-                np.radians(np.array([lon for _, _, lon in places], dtype=np.float64)),
-                np.cos(lat2),
+                tuple(rid for rid, _, _ in places), tuple(_unit(lat, lon) for _, lat, lon in places)
             )
         return found
 
@@ -231,36 +232,65 @@ class LatencyModel:
         key = (lat, lon, country, signature)
         found = self._memo.get(key)
         if found is None:
-            found = self._compute(signature, regions, point, country)
+            row = self.row(signature, regions, point, country, tuple(range(len(regions))))
+            found = dict(zip((r.id for r in regions), row, strict=True))
             if len(self._memo) >= _RTT_MEMO_SIZE:
                 self._memo.clear()
             self._memo[key] = found
         return found
 
-    def _compute(
+    def row(
         self,
         signature: int,
         regions: tuple[RegionState, ...],
         point: GeoPoint | None,
         country: str | None,
-    ) -> dict[str, float]:
+        positions: tuple[int, ...],
+    ) -> tuple[float, ...]:
+        """The RTTs to the regions at ``positions`` of ``regions``, in that order.
+
+        Works out only those (a decision needs its allowed regions' RTTs: a handful for
+        a residency-bound tenant) and remembers them per client across views; the rest
+        of the client's row is filled when asked for. Each RTT is one region's formula,
+        so it is the same number however the row was filled."""
+        lat, lon = (point.lat, point.lon) if point is not None else (999.0, 999.0)
+        key = (lat, lon, country, signature)
+        found = self._rows.get(key)
+        if found is None:
+            if len(self._rows) >= _RTT_MEMO_SIZE:
+                self._rows.clear()
+            found = self._rows[key] = [_UNKNOWN] * len(regions)
+        values = [found[i] for i in positions]
+        if _UNKNOWN in values:  # the placeholder object (``in`` checks identity first)
+            self._fill(found, signature, regions, point, country, positions)
+            values = [found[i] for i in positions]
+        return tuple(values)
+
+    def _fill(
+        self,
+        row: list[float],
+        signature: int,
+        regions: tuple[RegionState, ...],
+        point: GeoPoint | None,
+        country: str | None,
+        positions: tuple[int, ...],
+    ) -> None:
         trig = self._trig.get(signature)
         if point is None or trig is None or self._measured:
-            return {r.id: self.rtt_ms(point, country, r) for r in regions}
-        # The haversine of GeoPoint.distance_km over every region at once, with the
-        # regions' radians and cosines computed once per set of regions. A new client
-        # point is the slowest part of a cold decision: 50 regions took ~40 µs of CPU
-        # as a Python loop, ~20 µs as a dozen numpy operations (same results; measured
-        # on the shared 2-core machine, bench/global_decision.py).
+            for i in positions:
+                row[i] = self.rtt_ms(point, country, regions[i])
+            return
+        # The haversine of GeoPoint.distance_km as a chord between unit vectors:
+        # 2·asin(|u - p| / 2) is the central angle, and math.dist is one C call per
+        # region (~0.4 µs; the dozen numpy operations over all 50 regions took ~25 µs
+        # on a cold cache, and a residency-bound decision needs a handful of regions).
         lat1, lon1 = math.radians(point.lat), math.radians(point.lon)
-        sin = np.sin
-        half = (
-            sin((trig.lat - lat1) / 2) ** 2
-            + math.cos(lat1) * trig.cos * sin((trig.lon - lon1) / 2) ** 2
-        )
-        central = np.arcsin(np.minimum(1.0, np.sqrt(half)))
-        rtts = RTT_INTERCEPT_MS + RTT_MS_PER_KM * (2.0 * EARTH_RADIUS_KM) * central
-        return dict(zip(trig.ids, rtts.tolist(), strict=True))
+        cos1 = math.cos(lat1)
+        here = (cos1 * math.cos(lon1), cos1 * math.sin(lon1), math.sin(lat1))
+        dist, asin, units = math.dist, math.asin, trig.units
+        per_radian = RTT_MS_PER_KM * 2.0 * EARTH_RADIUS_KM
+        for i in positions:
+            row[i] = RTT_INTERCEPT_MS + per_radian * asin(min(1.0, 0.5 * dist(units[i], here)))
 
     @property
     def measured(self) -> Mapping[tuple[str, str], float]:

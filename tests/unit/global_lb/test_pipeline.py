@@ -108,3 +108,18 @@ def test_retry_targets_order_only_what_they_need() -> None:
         expected = (full.region, *full.fallbacks)[:attempts]
         assert outcome.targets(attempts) == expected
     assert full.ranking.best == full.scores[0][0]
+
+
+def test_latency_rows_are_the_full_table_however_they_were_filled() -> None:
+    from global_lb.view import LatencyModel
+
+    v = view(latency=LatencyModel())
+    point = GeoPoint(lat=35.7, lon=139.7)
+    # Part of the row first (a residency-bound decision), then the rest (the full table).
+    part = v.latency.row(v.signature, v.regions, point, "JP", (1, 4))
+    full = v.rtts(point, "JP")
+    assert part == (full[REGION_IDS[1]], full[REGION_IDS[4]])
+    fresh = view(latency=LatencyModel())
+    assert dict(fresh.rtts(point, "JP")) == dict(full)
+    every = tuple(range(len(REGION_IDS)))
+    assert v.latency.row(v.signature, v.regions, point, "JP", every) == tuple(full.values())

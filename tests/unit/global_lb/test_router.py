@@ -8,7 +8,14 @@ import pytest
 from global_lb import profiles
 from global_lb.geo import Location, LocationSource
 from global_lb.plugins import global_registry
-from global_lb.router import GlobalRouter, Refusal, cell_of, spread_slot, token_bucket
+from global_lb.router import (
+    GlobalRouter,
+    Refusal,
+    RouteOutcome,
+    cell_of,
+    spread_slot,
+    token_bucket,
+)
 from gtm.models import ClientInfo, GeoPoint, RouteRequest
 from gtm.routing import load_profile_spec
 from tests.unit.global_lb.helpers import MODEL, REGION_IDS, load, summary, view
@@ -231,3 +238,39 @@ def test_settle_collector_freezes_and_raises_the_young_threshold_only() -> None:
     finally:
         gc.unfreeze()
         gc.set_threshold(*saved)
+
+
+def test_decisions_independent_of_the_prompt_size_are_cached_across_sizes() -> None:
+    spec = profiles.profile_spec(None, "global-default", profiles.DEFAULT_REQUEST_PROFILE)
+    built = profiles.build(global_registry(), spec, None)
+    where = Location(
+        "GB",
+        GeoPoint(lat=51.5, lon=-0.1),
+        ipaddress.ip_network("192.0.2.0/24"),
+        LocationSource.DATABASE,
+    )
+
+    def pair(gpus: list[int]) -> tuple[RouteOutcome, RouteOutcome, RouteOutcome]:
+        loads = [summary(r, load(gpus=g, queued=5_000 * i)) for i, (r, g) in
+                 enumerate(zip(REGION_IDS, gpus, strict=True))]  # fmt: skip
+        v = view(summaries=loads)
+        cached = GlobalRouter(built, spec)
+        small = RouteRequest(request_id="a", model=MODEL, input_tokens=100, tenant="demo-global")
+        big = small.model_copy(update={"request_id": "b", "input_tokens": 3_000})
+        cached.decide(small, v, where)
+        uncached = GlobalRouter(built, spec, cache_size=0).decide(big, v, where)
+        return cached.decide(big, v, where), uncached, cached.decide(small, v, where)
+
+    # Same GPUs everywhere: a prompt adds the same prefill time to every region's cost,
+    # so the choice holds for every size; the predicted TTFT is the request's own.
+    big, uncached, small = pair([4] * len(REGION_IDS))
+    assert big.cached
+    assert small.cached
+    assert (big.region, big.predicted_ttft_ms) == (uncached.region, uncached.predicted_ttft_ms)
+    assert small.predicted_ttft_ms is not None
+    assert big.predicted_ttft_ms is not None
+    assert small.predicted_ttft_ms < big.predicted_ttft_ms
+    # Different GPUs per region: the size can change the choice; another bucket misses.
+    big, uncached, _ = pair([1, 2, 4, 8, 2, 1])
+    assert not big.cached
+    assert (big.region, big.predicted_ttft_ms) == (uncached.region, uncached.predicted_ttft_ms)
