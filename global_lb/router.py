@@ -16,7 +16,12 @@ picker's draw — the request id, so decisions are cached per view revision unde
 ``(cell, allowed, model, tenant, token bucket, spread slot)``:
 
 * the prompt size enters as its power-of-two bucket (its own-prefill term changes by
-  at most 2× inside one — a few ms against RTT differences of tens of ms);
+  at most 2× inside one — a few ms against RTT differences of tens of ms) — or not at
+  all when every surviving region has the same per-token prefill time (the same GPU
+  type everywhere): a prompt then adds the same time to every region's cost, the TTFT
+  scores compare cost differences, and the choice holds for any size (up to float
+  rounding); the predicted TTFT is worked out per request from the chosen region's
+  prompt-independent cost (the same expression as on a miss);
 * the request id enters as one of :data:`SPREAD_SLOTS` slots, so when the spread picker
   splits a cell's traffic, it does so in sixteenths instead of per request.
 
@@ -27,9 +32,11 @@ empty cache. ``cache_size=0`` turns caching off (every decision is computed).
 scorers and picker over arrays precomputed per view, with the same results (a property
 test runs both). The trace is not built on that path: :attr:`RouteOutcome.trace` runs
 the profile when first read (``gtm route``, ``POST /v1/route``), so forwarding a request
-never pays for it. Refusals after the residency verdict (every allowed region down, or
-none serving the model) and profiles with plugins the fast path does not know run the
-generic profile.
+never pays for it; nor for ordering the survivors (:class:`global_lb.pipeline.Ranking`:
+``scores`` and ``fallbacks`` are worked out when read, and :meth:`RouteOutcome.targets`
+selects the few retries the front door needs without ordering the rest). Refusals after
+the residency verdict (every allowed region down, or none serving the model) and
+profiles with plugins the fast path does not know run the generic profile.
 """
 
 from __future__ import annotations
