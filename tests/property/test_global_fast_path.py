@@ -107,6 +107,13 @@ loads = st.builds(
     gpus=st.integers(1, 8),
     healthy=st.integers(0, 8),
 )
+#: (region, model, prompt tokens, requests) charged to the in-flight ledger.
+CHARGES = st.tuples(
+    st.sampled_from(REGION_IDS),
+    st.sampled_from([MODEL, OTHER_MODEL]),
+    st.integers(0, 200_000),
+    st.sampled_from([0.5, 1.0, 3.0]),
+)
 region_summaries = st.dictionaries(
     st.sampled_from(REGION_IDS),
     st.lists(loads, min_size=1, max_size=2, unique_by=lambda m: m.model),
@@ -144,24 +151,8 @@ def _same(fast: RouteOutcome, slow: RouteOutcome) -> None:
     ),
     rid=st.text("abcdef0123456789", min_size=1, max_size=12),
     prefix=st.lists(st.integers(0, 2**63), max_size=2),
-    charges=st.lists(
-        st.tuples(
-            st.sampled_from(REGION_IDS),
-            st.sampled_from([MODEL, OTHER_MODEL]),
-            st.integers(0, 200_000),
-            st.sampled_from([0.5, 1.0, 3.0]),
-        ),
-        max_size=6,
-    ),
-    more_charges=st.lists(
-        st.tuples(
-            st.sampled_from(REGION_IDS),
-            st.sampled_from([MODEL, OTHER_MODEL]),
-            st.integers(0, 200_000),
-            st.sampled_from([0.5, 1.0, 3.0]),
-        ),
-        max_size=3,
-    ),
+    charges=st.lists(CHARGES, max_size=6),
+    more_charges=st.lists(CHARGES, max_size=3),
     same_gpus=st.booleans(),
 )
 def test_fast_path_decides_like_the_profile(
