@@ -44,7 +44,6 @@ from global_lb.health import (
 )
 from global_lb.keeper import ViewKeeper, load_topology
 from global_lb.metrics import GlobalMetrics
-from global_lb.plugins import global_registry
 from global_lb.router import GlobalRouter, settle_collector
 from global_lb.view import LatencyModel
 from gtm.clock import Clock
@@ -164,22 +163,9 @@ class GlobalTier:
             stale=lambda: self.snapshots.stale and self.snapshots.current.revision > 0,
             on_regions=self.health.set_targets,
         )
-        routing_metrics = RoutingMetrics(registry)
-        registry_ = global_registry()
-        request_spec = profiles.profile_spec(
-            initial, config.profile, profiles.DEFAULT_REQUEST_PROFILE
-        )
-        dns_spec = profiles.profile_spec(
-            initial, profiles.DNS_PROFILE_NAME, profiles.DEFAULT_DNS_PROFILE
-        )
-        self.router = GlobalRouter(
-            profiles.build(registry_, request_spec, routing_metrics),
-            request_spec,
-            cache_size=config.decision_cache,
-        )
-        self.dns_router = GlobalRouter(
-            profiles.build(registry_, dns_spec, routing_metrics), dns_spec, cache_size=0
-        )
+        # Both follow the policy in force: a hot-reloaded routing profile is swapped in
+        # when the first view built on it is decided over.
+        self.router, self.dns_router = build_routers(initial, config, RoutingMetrics(registry))
         self.responder = Responder(
             config.zone,
             view=lambda: self.keeper.view,
@@ -363,19 +349,15 @@ class _LazyProber:
 def build_routers(
     policy: ActivePolicy, config: GlobalConfig, metrics: RoutingMetrics | None
 ) -> tuple[GlobalRouter, GlobalRouter]:
-    """The request router (cached decisions) and the DNS router (the responder caches)."""
-    registry = global_registry()
-    request_spec = profiles.profile_spec(policy, config.profile, profiles.DEFAULT_REQUEST_PROFILE)
-    dns_spec = profiles.profile_spec(
-        policy, profiles.DNS_PROFILE_NAME, profiles.DEFAULT_DNS_PROFILE
+    """The request router (cached decisions) and the DNS router (the responder caches),
+    each following the routing profile of the policy in force (``--profile`` and
+    :data:`~global_lb.profiles.DNS_PROFILE_NAME`, else the built-in defaults)."""
+    request = profiles.follow(config.profile, profiles.DEFAULT_REQUEST_PROFILE, metrics)
+    dns = profiles.follow(profiles.DNS_PROFILE_NAME, profiles.DEFAULT_DNS_PROFILE, metrics)
+    return (
+        GlobalRouter(*request(policy), cache_size=config.decision_cache, follow=request),
+        GlobalRouter(*dns(policy), cache_size=0, follow=dns),
     )
-    request = GlobalRouter(
-        profiles.build(registry, request_spec, metrics),
-        request_spec,
-        cache_size=config.decision_cache,
-    )
-    dns = GlobalRouter(profiles.build(registry, dns_spec, metrics), dns_spec, cache_size=0)
-    return request, dns
 
 
 def _locator(config: GlobalConfig) -> GeoLocator:

@@ -11,14 +11,18 @@ Two profiles run at the global tier:
 
 Every global profile must run ``residency-filter``: a profile without it could answer
 outside the residency-allowed set, so building one is refused (fail closed).
+
+Both follow the policy in force (:func:`follow`): a policy generation applied while
+``gtm global`` runs swaps its profiles in (weights, plugins, picker) with the first
+view built on it; a profile that cannot be built is logged and the previous one stays.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from global_lb.plugins import residency
+from global_lb.plugins import global_registry, residency
 from global_lb.view import RegionState, RequestContext
 from gtm.errors import ConfigError, PluginError
 from gtm.models import Tier
@@ -79,6 +83,20 @@ def profile_spec(policy: ActivePolicy | None, name: str, default: Mapping[str, A
         raise ConfigError(str(exc)) from None
     require_residency(spec)
     return spec
+
+
+def follow(
+    name: str, default: Mapping[str, Any], metrics: RoutingMetrics | None
+) -> Callable[[ActivePolicy], tuple[RegionProfile, ProfileSpec]]:
+    """What builds the profile ``name`` (else ``default``) of a policy in force: a
+    router's ``follow`` (global_lb.router.GlobalRouter)."""
+    registry = global_registry()
+
+    def source(policy: ActivePolicy) -> tuple[RegionProfile, ProfileSpec]:
+        spec = profile_spec(policy, name, default)
+        return build(registry, spec, metrics), spec
+
+    return source
 
 
 def require_residency(spec: ProfileSpec) -> None:

@@ -42,6 +42,7 @@ profiles with plugins the fast path does not know run the generic profile.
 from __future__ import annotations
 
 import gc
+import logging
 import math
 import time
 import zlib
@@ -55,10 +56,13 @@ from global_lb.pipeline import NO_RANKING, FastChoice, Ranking, RegionPipeline, 
 from global_lb.plugins import affinity, health, model, residency, spread
 from global_lb.profiles import RegionProfile
 from global_lb.view import GlobalView, RegionState, RequestContext
-from gtm.errors import NoEligibleCandidate
+from gtm.errors import ConfigError, NoEligibleCandidate
 from gtm.models import Decision, DecisionTrace, GeoPoint, RouteRequest
+from gtm.policy_store import ActivePolicy
 from gtm.routing import ProfileSpec
 from policies import ResidencyQuery, Verdict
+
+log = logging.getLogger(__name__)
 
 #: Slots a cell's traffic is split into when the spread picker spreads it (see above).
 SPREAD_SLOTS = 16
@@ -407,11 +411,23 @@ class _Cached(NamedTuple):
         return cost if math.isfinite(cost) and cost >= 0.0 else None
 
 
+#: Builds a router's profile from a policy set in force (``GlobalRouter(follow=...)``):
+#: the profile and the spec it was built from. Raises :class:`gtm.errors.ConfigError`
+#: for a profile this tier cannot run.
+ProfileSource = Callable[[ActivePolicy], tuple[RegionProfile, ProfileSpec]]
+
+
 class GlobalRouter:
     """Chooses regions with a routing profile, over views, with a per-view cache.
 
     ``profile`` must be built from ``spec`` (``profiles.build``). ``fast_path=False``
     runs the generic profile on every cache miss (what the fast path is checked against).
+
+    ``follow``: the profile comes from the policy in force. When a view carries another
+    policy generation (a hot reload: ``gtm policy apply``), the router asks ``follow``
+    for that policy's profile before deciding over it, and swaps it in if its spec
+    differs (the decision cache starts afresh). A profile that cannot be built is
+    logged and the one in force stays — as the regional tier does.
     """
 
     def __init__(
@@ -422,24 +438,59 @@ class GlobalRouter:
         cache_size: int = DEFAULT_CACHE_SIZE,
         timer: Callable[[], float] = time.perf_counter,
         fast_path: bool = True,
+        follow: ProfileSource | None = None,
     ) -> None:
+        self._fast_path = fast_path
+        self._follow = follow
+        #: The policy the profile was last checked against (``None``: not yet).
+        self._followed: ActivePolicy | None = None
+        self._cache_size = cache_size
+        self._verdicts = _VerdictMemo(None)
+        self._revision: tuple[object, str] = (None, "")
+        self._timer = timer
+        self._install(profile, spec)
+
+    def _install(self, profile: RegionProfile, spec: ProfileSpec) -> None:
         self._profile = profile
-        self._pipeline = compile_pipeline(spec) if fast_path else None
+        self._spec = spec
+        self._pipeline = compile_pipeline(spec) if self._fast_path else None
         self._filter_types = {p.plugin_name: p.type for p in spec.plugins}
         # The tenant enters the cache key only when a scorer depends on it (affinity).
         self._per_tenant = any(p.type == affinity.TYPE_NAME for p in spec.plugins)
         # ... and the conversation (first prefix block) when it keys homes by conversation.
         self._per_conversation = any(affinity.per_conversation(p) for p in spec.plugins)
         self._spread_probe = _spread_probe(spec)
-        self._cache_size = cache_size
         self._cache = _Cache()
-        self._verdicts = _VerdictMemo(None)
-        self._revision: tuple[object, str] = (None, "")
-        self._timer = timer
+
+    def _follow_policy(self, policy: ActivePolicy) -> None:
+        """Swap in ``policy``'s profile if it differs from the one in force."""
+        self._followed = policy
+        if self._follow is None:
+            return
+        try:
+            profile, spec = self._follow(policy)
+        except ConfigError as exc:
+            log.error(
+                "policy generation %d: routing profile not applied; keeping %r: %s",
+                policy.generation,
+                self._spec.name,
+                exc,
+            )
+            return
+        if spec != self._spec:
+            log.info(
+                "policy generation %d: routing profile %r swapped in", policy.generation, spec.name
+            )
+            self._install(profile, spec)
 
     @property
     def profile(self) -> RegionProfile:
         return self._profile
+
+    @property
+    def spec(self) -> ProfileSpec:
+        """The spec of the profile in force."""
+        return self._spec
 
     @property
     def pipeline(self) -> RegionPipeline | None:
@@ -476,6 +527,8 @@ class GlobalRouter:
         ``location`` defaults to what ``request.client`` says (country and point).
         Never raises for a refusal: the outcome says why (``outcome.refusal``).
         """
+        if view.policy is not self._followed:
+            self._follow_policy(view.policy)
         point = location.point if location is not None else request.client.location
         country = location.country if location is not None else request.client.country
         if verdict is None:
@@ -607,6 +660,8 @@ class GlobalRouter:
     ) -> RegionState | None:
         """Run the profile without residency lookup or cache (DNS answers build their
         own context); ``None`` when every region was filtered out."""
+        if view.policy is not self._followed:
+            self._follow_policy(view.policy)
         pipeline = self._pipeline
         if pipeline is not None:
             fast = pipeline.decide(request, view, ctx.allowed, ctx.client_point, ctx.client_country)

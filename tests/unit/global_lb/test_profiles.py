@@ -1,11 +1,23 @@
 from __future__ import annotations
 
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
 import pytest
+import yaml
 
 from global_lb import profiles
+from global_lb.app import GlobalConfig, build_routers
 from global_lb.plugins import global_registry
+from global_lb.view import RequestContext
 from gtm.errors import ConfigError
-from tests.unit.global_lb.helpers import example_policy
+from gtm.models import ClientInfo, GeoPoint, RouteRequest
+from gtm.policy_store import ActivePolicy, activate
+from policies import load_paths
+from policies.loader import examples_path
+from tests.unit.global_lb.helpers import MODEL, example_policy, view
 
 
 def test_policy_profile_is_used_when_present() -> None:
@@ -46,3 +58,51 @@ def test_bad_plugin_parameters_are_config_errors() -> None:
     spec = profiles.profile_spec(None, "x", data)
     with pytest.raises(ConfigError, match="saturation"):
         profiles.build(global_registry(), spec, None)
+
+
+def _with_global_default(tmp_path: Path, name: str, **changes: Any) -> ActivePolicy:
+    """The example policies with the global-default profile changed, as generation 2."""
+    directory = tmp_path / name
+    shutil.copytree(examples_path(), directory)
+    path = directory / "routing-profiles.yaml"
+    document = yaml.safe_load(path.read_text())
+    for profile in document["spec"]["profiles"]:
+        if profile["name"] == "global-default":
+            profile.update(changes)
+    path.write_text(yaml.safe_dump(document))
+    return activate(2, load_paths([directory]))
+
+
+def test_routers_follow_a_hot_reloaded_profile(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = GlobalConfig()
+    router, dns = build_routers(example_policy(), config, None)
+    assert router.profile.picker_name == "max-score"
+    london = RouteRequest(
+        request_id="r1",
+        model=MODEL,
+        input_tokens=100,
+        tenant="demo-global",
+        client=ClientInfo(country="GB", location=GeoPoint(lat=51.5, lon=-0.1)),
+    )
+    assert router.decide(london, view()).region == "eu-west"
+    # Generation 2 weighs load alone: the view built on it brings the new profile.
+    load_only = _with_global_default(tmp_path, "load", scorers=[{"ref": "load", "weight": 1.0}])
+    reloaded = view(policy=load_only, revision=2)
+    router.decide(london, reloaded)
+    assert [ref.ref for ref in router.spec.profile.scorers] == ["load"]
+    assert router.pipeline is not None  # compiled again for the new profile
+    dns_spec = dns.spec
+    dns.choose_region(
+        london, reloaded, RequestContext(reloaded, frozenset({"eu-west"}), None, "GB")
+    )
+    assert dns.spec == dns_spec  # the policy has no global-dns profile: the default stays
+    # Generation 3 names a profile the global tier cannot run: logged, the last one stays.
+    broken = _with_global_default(tmp_path, "broken", filters=["health", "model"])
+    with caplog.at_level(logging.ERROR, logger="global_lb.router"):
+        outcome = router.decide(london, view(policy=broken, revision=3))
+    assert outcome.region is not None
+    assert [ref.ref for ref in router.spec.profile.scorers] == ["load"]
+    assert "routing profile not applied" in caplog.text
+    assert "residency-filter" in caplog.text
