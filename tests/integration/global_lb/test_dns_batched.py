@@ -301,3 +301,45 @@ async def test_cached_answers_copied_by_the_batch_loop_are_exact_and_counted(
         assert answered == 5 * 40 + 1  # every UDP answer and the reference query
     finally:
         await server.stop()
+
+
+def test_a_read_of_a_few_datagrams_pauses_before_the_next() -> None:
+    """Coalescing (mmsg module docstring): a read of 2..below-1 datagrams is followed by
+    one pause; a read of one, or of at least ``below``, is not. Every read here finds
+    what was queued before it (loopback delivers in ``sendto``), so the reads are 3, 5
+    and 1 datagrams whatever the scheduling."""
+    server = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    server.bind(("127.0.0.1", 0))
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sender.settimeout(5.0)
+    sender.bind(("127.0.0.1", 0))
+    address = server.getsockname()
+    pauses: list[float] = []
+    stopping = threading.Event()
+
+    def pause(seconds: float) -> None:
+        pauses.append(seconds)
+        for i in range(5):  # the next read: five, not followed by a pause
+            sender.sendto(b"b%d" % i, address)
+
+    def respond(packet: bytes, client: IPAddress) -> bytes | None:
+        if packet == b"b4":
+            sender.sendto(b"cc", address)  # the read after: one, not followed by a pause
+        if packet == b"cc":
+            stopping.set()
+        return packet
+
+    batched = mmsg.BatchedUdp(server, batch=8, coalesce_below=4, coalesce_s=0.25, sleep=pause)
+    for i in range(3):  # the first read: three, followed by one pause
+        sender.sendto(b"a%d" % i, address)
+    thread = threading.Thread(
+        target=batched.serve, args=(respond, stopping.is_set, lambda *_: None), daemon=True
+    )
+    thread.start()
+    answers = sorted(sender.recvfrom(64)[0] for _ in range(9))
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    assert answers == sorted([b"a0", b"a1", b"a2", b"b0", b"b1", b"b2", b"b3", b"b4", b"cc"])
+    assert pauses == [0.25]
+    sender.close()
+    server.close()
