@@ -34,18 +34,14 @@ import csv
 import gc
 import math
 import random
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-
-import yaml
 
 from global_lb import profiles
 from global_lb.geo import Location, LocationSource
@@ -55,10 +51,9 @@ from global_lb.plugins import global_registry
 from global_lb.router import GlobalRouter, settle_collector
 from global_lb.view import GlobalView, LatencyModel
 from gtm.models import ClientInfo, GeoPoint, ModelLoad, RegionSummary, RouteRequest
-from gtm.policy_store import ActivePolicy, activate
+from gtm.policy_store import ActivePolicy
 from gtm.state.snapshot import FleetSnapshot
-from policies import load_paths
-from policies.loader import examples_path
+from gtm.testing.azure import azure_regions_policy
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 TARGET_P99_S = 50e-6
@@ -69,34 +64,7 @@ REGIONS = 50
 
 def policy_with_azure_regions(count: int) -> ActivePolicy:
     """The example policies with the first ``count`` Azure regions as the topology."""
-    with (DATA / "latency" / "azure_regions.csv").open() as f:
-        rows = list(csv.DictReader(f))[:count]
-    regions = [
-        {"id": r["region_id"], "name": r["region_name"], "country": r["country_iso"],
-         "location": {"lat": float(r["lat"]), "lon": float(r["lon"])}}
-        for r in rows
-    ]  # fmt: skip
-    document = {
-        "apiVersion": "gtm.dev/v1",
-        "kind": "Regions",
-        "metadata": {"name": "azure"},
-        "spec": {"regions": regions},
-    }
-    with tempfile.TemporaryDirectory() as tmp:
-        shutil.copy(examples_path() / "jurisdictions.yaml", Path(tmp) / "jurisdictions.yaml")
-        tenants = yaml.safe_load((examples_path() / "tenants.yaml").read_text())
-        for tenant in tenants["spec"]["tenants"]:  # shares name the example regions
-            tenant.pop("regional_shares", None)
-        (Path(tmp) / "tenants.yaml").write_text(yaml.safe_dump(tenants))
-        residency = yaml.safe_load((examples_path() / "residency.yaml").read_text())
-        # The example's German-data rule needs a DE region; keep it only if there is one.
-        if not any(r["country"] == "DE" for r in regions):
-            residency["spec"]["rules"] = [
-                r for r in residency["spec"]["rules"] if r["name"] != "de-only-data"
-            ]
-        (Path(tmp) / "residency.yaml").write_text(yaml.safe_dump(residency))
-        (Path(tmp) / "regions.yaml").write_text(yaml.safe_dump(document))
-        return activate(1, load_paths([tmp]))
+    return azure_regions_policy(DATA / "latency" / "azure_regions.csv", count)
 
 
 def make_view(

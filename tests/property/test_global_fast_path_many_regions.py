@@ -8,16 +8,13 @@ latency target is set for (issue 7)."""
 
 from __future__ import annotations
 
-import csv
 import ipaddress
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 import pytest
-import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -29,11 +26,10 @@ from global_lb.plugins import global_registry
 from global_lb.router import GlobalRouter
 from global_lb.view import GlobalView, LatencyModel
 from gtm.models import ClientInfo, GeoPoint, ModelLoad, RegionSummary, RouteRequest
-from gtm.policy_store import ActivePolicy, activate
+from gtm.policy_store import ActivePolicy
 from gtm.routing import load_profile_spec
 from gtm.state.snapshot import FleetSnapshot
-from policies import load_paths
-from policies.loader import examples_path
+from gtm.testing.azure import azure_regions_policy
 from tests.property.test_global_fast_path import _same
 from tests.unit.global_lb.helpers import MODEL
 
@@ -41,30 +37,9 @@ AZURE = Path(__file__).resolve().parents[3] / "shared" / "data" / "latency" / "a
 REGIONS = 50
 
 
-def _azure_policy(tmp: Path) -> ActivePolicy:
-    """The example policies over the first 50 Azure regions (no regional shares)."""
-    with AZURE.open() as f:
-        rows = list(csv.DictReader(f))[:REGIONS]
-    regions = [
-        {"id": r["region_id"], "name": r["region_name"], "country": r["country_iso"],
-         "location": {"lat": float(r["lat"]), "lon": float(r["lon"])}}
-        for r in rows
-    ]  # fmt: skip
-    shutil.copy(examples_path() / "jurisdictions.yaml", tmp / "jurisdictions.yaml")
-    shutil.copy(examples_path() / "residency.yaml", tmp / "residency.yaml")
-    tenants = yaml.safe_load((examples_path() / "tenants.yaml").read_text())
-    for tenant in tenants["spec"]["tenants"]:
-        tenant.pop("regional_shares", None)
-    (tmp / "tenants.yaml").write_text(yaml.safe_dump(tenants))
-    document = {"apiVersion": "gtm.dev/v1", "kind": "Regions", "metadata": {"name": "azure"},
-                "spec": {"regions": regions}}  # fmt: skip
-    (tmp / "regions.yaml").write_text(yaml.safe_dump(document))
-    return activate(1, load_paths([tmp]))
-
-
 @pytest.fixture(scope="module")
-def azure(tmp_path_factory: pytest.TempPathFactory) -> ActivePolicy:
-    return _azure_policy(tmp_path_factory.mktemp("azure"))
+def azure() -> ActivePolicy:
+    return azure_regions_policy(AZURE, REGIONS)
 
 
 def _fused(load_weight: float, scale_ms: float, picker: str) -> Mapping[str, Any]:
