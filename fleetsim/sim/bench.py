@@ -12,10 +12,11 @@ is not overloaded by construction. ``"equal"`` gives every region the same share
 from __future__ import annotations
 
 import math
+import multiprocessing
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,6 +62,9 @@ class BenchConfig:
     faults: FaultPlan | None = None
     drain_s: float = DRAIN_S
     client_timeout_s: float = CLIENT_TIMEOUT_S
+    #: Runs (policy × load) simulated at once in worker processes; 1: one after the
+    #: other in this process, with a progress bar per run.
+    jobs: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,30 +138,27 @@ def run_bench(
     fleet, capacity = setup.fleet, setup.capacity_rps
     geography = Geography(places, seed=config.seed)
     echo(_fleet_line(config, setup))
-    per_load: dict[float, list[Summary]] = {}
-    results: dict[float, list[RunResult]] = {}
+    workloads: dict[float, Sequence[SimRequest]] = {}
     for load in config.loads:
-        requests: Sequence[SimRequest] = build_requests(
+        workloads[load] = build_requests(
             trace, geography, rate_rps=load * capacity, duration_s=config.duration_s,
             max_input=config.max_input,
         )  # fmt: skip
+    context = _Context(config, fleet, active, setup, workloads)
+    runs_of = _runs_in_order(context, config.jobs)
+    per_load: dict[float, list[Summary]] = {}
+    results: dict[float, list[RunResult]] = {}
+    started = time.perf_counter()
+    simulated = 0
+    for load in config.loads:
+        requests = workloads[load]
         echo(
             f"load {load:.0%}: {len(requests):,} requests over {config.duration_s:g} simulated s "
             f"({load * capacity:,.1f} req/s; capacity ≈ {capacity:,.1f} req/s)"
         )
         rows, runs = [], []
         for name in config.policies:
-            started = time.perf_counter()
-            spec = policy(name)
-            sim = Simulator(
-                fleet, active, spec, requests, model=config.model, ledger=spec.ledger,
-                duration_s=config.duration_s, progress=_progress(name, config, len(requests)),
-                seed=config.seed, drain_s=config.drain_s,
-                client_timeout_s=config.client_timeout_s, quota_scale=setup.quota_scale,
-                faults=config.faults,
-            )  # fmt: skip
-            result = sim.run()
-            summary = summarise(result, list(requests), setup.capacity_tps)
+            result, summary, wall = next(runs_of)
             sys.stderr.write("\r\033[K")
             echo(
                 f"  {name:<26} TTFT p50 {_secs(summary.ttft_p50)}  p99 {_secs(summary.ttft_p99)}"
@@ -165,12 +166,19 @@ def run_bench(
                 f"{summary.capacity_used:4.0%}  busy {summary.gpu_busy:4.0%}"
                 f"  refused {summary.refused:,}  timed out {summary.timed_out:,}"
                 f"  {summary.sim_rps:,.0f} simulated req/s"
-                f" ({time.perf_counter() - started:.1f} s wall)"
+                f" ({wall:.1f} s wall)"
             )
             rows.append(summary)
             runs.append(result)
+            simulated += len(requests)
         per_load[load] = rows
         results[load] = runs
+    elapsed = time.perf_counter() - started
+    echo(
+        f"{simulated:,} simulated requests in {elapsed:.1f} s wall: "
+        f"{simulated / max(elapsed, 1e-9):,.0f} simulated req/s over the machine "
+        f"({config.jobs} job{'s' if config.jobs > 1 else ''})"
+    )
     if out_dir is not None:
         path = write_report(
             out_dir,
@@ -183,6 +191,64 @@ def run_bench(
         )
         echo(f"report: {path}")
     return per_load
+
+
+@dataclass(frozen=True, slots=True)
+class _Context:
+    """What every run of one benchmark shares (handed to worker processes by fork)."""
+
+    config: BenchConfig
+    fleet: FleetSpec
+    active: ActivePolicy
+    setup: Setup
+    workloads: Mapping[float, Sequence[SimRequest]]
+
+
+#: A worker process's context, set once by :func:`_adopt` when the pool forks it.
+_WORKER: list[_Context] = []
+
+
+def _simulate(
+    context: _Context, load: float, name: str, *, bars: bool
+) -> tuple[RunResult, Summary, float]:
+    """One policy at one load: the run, its figures, its wall seconds."""
+    config, requests = context.config, context.workloads[load]
+    started = time.perf_counter()
+    spec = policy(name)
+    sim = Simulator(
+        context.fleet, context.active, spec, requests, model=config.model, ledger=spec.ledger,
+        duration_s=config.duration_s,
+        progress=_progress(name, config, len(requests)) if bars else None,
+        seed=config.seed, drain_s=config.drain_s, client_timeout_s=config.client_timeout_s,
+        quota_scale=context.setup.quota_scale, faults=config.faults,
+    )  # fmt: skip
+    result = sim.run()
+    summary = summarise(result, list(requests), context.setup.capacity_tps)
+    return result, summary, time.perf_counter() - started
+
+
+def _adopt(context: _Context) -> None:
+    _WORKER[:] = [context]
+
+
+def _work(job: tuple[float, str]) -> tuple[RunResult, Summary, float]:
+    return _simulate(_WORKER[0], *job, bars=False)
+
+
+def _runs_in_order(context: _Context, jobs: int) -> Iterator[tuple[RunResult, Summary, float]]:
+    """Every (load, policy) run in report order: here one by one, or in ``jobs`` worker
+    processes (forked: the workload and fleet are not copied; each run is the same
+    deterministic simulation wherever it runs, so the results are those of one process).
+    """
+    order = [(load, name) for load in context.config.loads for name in context.config.policies]
+    if jobs <= 1 or len(order) <= 1:
+        for load, name in order:
+            yield _simulate(context, load, name, bars=True)
+        return
+    with multiprocessing.get_context("fork").Pool(
+        min(jobs, len(order)), initializer=_adopt, initargs=(context,)
+    ) as pool:
+        yield from pool.imap(_work, order)
 
 
 def _secs(value: float) -> str:

@@ -1,5 +1,6 @@
 import math
 import random
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
@@ -111,6 +112,23 @@ def test_smoke_benchmark_writes_a_report(tmp_path: object) -> None:
     text = (out / "routing.md").read_text()
     assert "| gtm |" in text
     assert "residency violations: 0" in text
+
+
+def test_parallel_runs_give_the_same_report_as_one_process() -> None:
+    # --jobs 2: policies × loads in forked worker processes, results in report order.
+    config = BenchConfig(
+        gpus=12, loads=(0.5, 0.85), duration_s=8.0, policies=("gtm", "least-connections")
+    )
+    lines: list[str] = []
+    alone = run_bench(config, synthetic_trace(), PLACES, echo=lambda _: None)
+    forked = run_bench(replace(config, jobs=2), synthetic_trace(), PLACES, echo=lines.append)
+    assert list(forked) == list(alone) == [0.5, 0.85]
+    for load, rows in alone.items():
+        assert [r.policy for r in forked[load]] == ["gtm", "least-connections"]
+        for a, b in zip(rows, forked[load], strict=True):
+            # Everything but the wall-clock figure.
+            assert replace(a, sim_rps=0.0) == replace(b, sim_rps=0.0)
+    assert "(2 jobs)" in lines[-1]
 
 
 def overload(rate: float = 60.0, duration: float = 20.0) -> list[SimRequest]:
