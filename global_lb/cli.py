@@ -26,6 +26,7 @@ from global_lb.geo import load_geo_map, open_locator
 from global_lb.health import HealthTable
 from global_lb.keeper import build_view, load_topology
 from global_lb.router import RouteOutcome
+from gtm import native
 from gtm.clock import SystemClock
 from gtm.errors import ConfigError, GtmError
 from gtm.metrics import new_registry
@@ -135,6 +136,7 @@ def global_cmd(**options: Any) -> None:
         tls = config_from_options(options)
         if options["front_door_tls"] and tls is None:
             raise ConfigError("--front-door-tls needs --tls-ca, --tls-cert and --tls-key")
+        native.warn_if_not_compiled("global_lb.kernels")
         asyncio.run(_serve(config, tls, front_door_tls=options["front_door_tls"]))
     except GtmError as exc:
         _fail(exc)

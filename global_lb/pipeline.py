@@ -39,6 +39,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from global_lb import kernels
 from global_lb.plugins import affinity, health, load, model, residency, spread, ttft
 from global_lb.view import ANY_MODEL, GlobalView, RegionState
 from gtm.models import GeoPoint, RouteRequest
@@ -628,12 +629,12 @@ class RegionPipeline:
         if not mask:
             return None
         positions = prep.positions(mask)
-        totals, costs = self._totals(request, prep, columns, mask, positions, point, country)
+        totals, costs, top = self._totals(request, prep, columns, mask, positions, point, country)
         # The picker's best: highest total, ties to the smallest id (gtm.routing.better).
         # One pass, not a sort: the order is worked out only when read (Ranking).
         names = prep.names(mask)
         if prep.id_ordered:  # the first of equal maxima is the smallest id
-            k = totals.index(max(totals))
+            k = totals.index(max(totals)) if top is None else top
         else:
             k = min(range(len(totals)), key=lambda i: (-totals[i], names[i]))
         best = k
@@ -670,10 +671,11 @@ class RegionPipeline:
         positions: tuple[int, ...],
         point: GeoPoint | None,
         country: str | None,
-    ) -> tuple[list[float], Sequence[float]]:
-        """Each survivor's ``Σ wᵢ·sᵢ / Σ wᵢ`` (and its TTFT cost, when computed)."""
+    ) -> tuple[list[float], Sequence[float], int | None]:
+        """Each survivor's ``Σ wᵢ·sᵢ / Σ wᵢ``, its TTFT cost (when computed), and the
+        index of the first highest total (when found on the way)."""
         if not self._scorers:
-            return [0.0] * len(positions), []
+            return [0.0] * len(positions), [], None
         if self._ttft_load is not None:
             rows = survivor_rows(prep, columns, request.model, mask, positions, point, country)
             return self._ttft_and_load(request, rows)
@@ -696,13 +698,14 @@ class RegionPipeline:
                 sums = [t + w * s for t, s in zip(sums, column, strict=True)]
         assert sums is not None
         ws = self._weight_sum
-        return [t / ws for t in sums], costs
+        return [t / ws for t in sums], costs, None
 
     def _ttft_and_load(
         self, request: RouteRequest, rows: Rows
-    ) -> tuple[list[float], Sequence[float]]:
-        """The usual profile (``ttft-scorer`` then ``load-scorer``) in one pass: the
-        same numbers as :func:`_ttft_scores` and the general loop, fused.
+    ) -> tuple[list[float], Sequence[float], int]:
+        """The usual profile (``ttft-scorer`` then ``load-scorer``) in one pass
+        (:func:`kernels.ttft_load_totals`, compiled): the same numbers as
+        :func:`_ttft_scores` and the general loop, fused, and the first best.
 
         ``exp((best - cost) / scale)`` is :func:`_ttft_scores`' expression exactly, for
         every cost: ``best - cost`` is ``-(cost - best)`` (IEEE subtraction is
@@ -712,27 +715,27 @@ class RegionPipeline:
         w0, w1, scale = self._ttft_load
         ws = self._weight_sum
         tokens = request.input_tokens
-        exp = math.exp
         if rows.uniform is not None:
             # Same per-token time everywhere: the cheapest cost is the smallest fixed
             # part's, and only the chosen region's cost is read (ShiftedCosts).
             shift = tokens * rows.uniform
-            costs: Sequence[float] = ShiftedCosts(rows.fixed, shift, rows.uniform)
+            shifted = ShiftedCosts(rows.fixed, shift, rows.uniform)
             if rows.low is None:
-                return [(w0 * 0.0 + w1 * h) / ws for h in rows.headroom], costs
-            best = rows.low + shift
-            return [
-                (w0 * exp((best - (f + shift)) / scale) + w1 * h) / ws
-                for f, h in zip(rows.fixed, rows.headroom, strict=True)
-            ], costs
-        costs = [a + tokens * b for a, b in zip(rows.fixed, rows.per_token, strict=True)]
+                totals, top = kernels.load_totals(rows.headroom, w0, w1, ws)
+                return totals, shifted, top
+            totals, top = kernels.ttft_load_totals(
+                rows.fixed, rows.headroom, shift, rows.low + shift, w0, w1, ws, scale
+            )
+            return totals, shifted, top
+        costs = kernels.shifted_costs(rows.fixed, rows.per_token, tokens)
         low = min(filter(math.isfinite, costs), default=None)
         if low is None:
-            return [(w0 * 0.0 + w1 * h) / ws for h in rows.headroom], costs
-        return [
-            (w0 * exp((low - c) / scale) + w1 * h) / ws
-            for c, h in zip(costs, rows.headroom, strict=True)
-        ], costs
+            totals, top = kernels.load_totals(rows.headroom, w0, w1, ws)
+        else:
+            totals, top = kernels.ttft_load_totals(
+                costs, rows.headroom, 0.0, low, w0, w1, ws, scale
+            )
+        return totals, costs, top
 
     def _costs(
         self,

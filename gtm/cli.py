@@ -95,7 +95,14 @@ class _LazyGroup(click.Group):
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="gtm")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=lambda ctx, _param, value: _print_version(ctx) if value else None,
+    help="Show the version and whether the routing kernels are compiled, and exit.",
+)
 @click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"]),
@@ -115,6 +122,15 @@ def cli(log_level: str) -> None:
         format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
         stream=sys.stderr,
     )
+
+
+def _print_version(ctx: click.Context) -> None:
+    from gtm import native
+
+    click.echo(f"gtm, version {__version__}")
+    for kernel in native.kernels():
+        click.echo(f"  kernel {kernel.describe()}")
+    ctx.exit()
 
 
 def main() -> None:

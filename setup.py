@@ -1,0 +1,50 @@
+"""Builds gtm's compiled kernels; everything else is configured in pyproject.toml.
+
+The modules in ``KERNELS`` are plain, typed Python that mypyc (the compiler shipped with
+mypy) turns into C extensions at install time: the inner loops of the routing decisions
+and of the simulator. Each is optional: without a C compiler, or with
+``GTM_PURE_PYTHON=1`` in the environment, the install goes on and the same modules run
+as Python, with the same results and slower (``gtm version`` says which).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from setuptools import setup
+from setuptools.command.build_ext import build_ext
+
+KERNELS = ["global_lb/kernels.py"]
+
+
+class OptionalBuildExt(build_ext):
+    """A kernel that fails to compile is left as Python, with a warning, not an error."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as exc:
+            print(f"gtm: kernels not compiled, running as Python ({exc})", file=sys.stderr)
+
+    def build_extension(self, ext):  # type: ignore[no-untyped-def]
+        try:
+            super().build_extension(ext)
+        except Exception as exc:
+            print(f"gtm: {ext.name} not compiled, running as Python ({exc})", file=sys.stderr)
+
+
+def ext_modules() -> list[object]:
+    if os.environ.get("GTM_PURE_PYTHON"):
+        return []
+    try:
+        from mypyc.build import mypycify
+    except ImportError:
+        print("gtm: mypyc not found, kernels run as Python", file=sys.stderr)
+        return []
+    # Not the project's mypy configuration: its pydantic plugin is not in the build
+    # environment, and the kernels import nothing that needs it.
+    return list(mypycify(["--config-file=", *KERNELS], opt_level="3"))
+
+
+setup(ext_modules=ext_modules(), cmdclass={"build_ext": OptionalBuildExt})
