@@ -2,7 +2,7 @@
 
 The modules in ``KERNELS`` are plain, typed Python that mypyc (the compiler shipped with
 mypy) turns into C extensions at install time: the inner loops of the routing decisions
-and of the simulator. Each is optional: without a C compiler, or with
+and of the simulator; ``C_KERNELS`` are small C files over numpy arrays. Each is optional: without a C compiler, or with
 ``GTM_PURE_PYTHON=1`` in the environment, the install goes on and the same modules run
 as Python, with the same results and slower (``gtm version`` says which).
 """
@@ -12,10 +12,12 @@ from __future__ import annotations
 import os
 import sys
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 KERNELS = ["global_lb/kernels.py"]
+#: Hand-written C over numpy arrays (mypyc cannot read them without a call per item).
+C_KERNELS = [Extension("zone_agent._blend", ["zone_agent/_blend.c"], optional=True)]
 
 
 class OptionalBuildExt(build_ext):
@@ -41,10 +43,10 @@ def ext_modules() -> list[object]:
         from mypyc.build import mypycify
     except ImportError:
         print("gtm: mypyc not found, kernels run as Python", file=sys.stderr)
-        return []
+        return list(C_KERNELS)
     # Not the project's mypy configuration: its pydantic plugin is not in the build
     # environment, and the kernels import nothing that needs it.
-    return list(mypycify(["--config-file=", *KERNELS], opt_level="3"))
+    return [*mypycify(["--config-file=", *KERNELS], opt_level="3"), *C_KERNELS]
 
 
 setup(ext_modules=ext_modules(), cmdclass={"build_ext": OptionalBuildExt})

@@ -21,7 +21,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 #: Every kernel module, by name (``setup.py``'s ``KERNELS``, as modules).
-KERNEL_MODULES: tuple[str, ...] = ("global_lb.kernels",)
+KERNEL_MODULES: tuple[str, ...] = ("global_lb.kernels", "zone_agent._blend")
 
 
 class KernelState(StrEnum):
@@ -47,14 +47,19 @@ class Kernel:
 
 
 def kernel(module_name: str) -> Kernel:
-    """The state of one kernel module (imported by name)."""
-    module = importlib.import_module(module_name)
+    """The state of one kernel module (imported by name; a C-only kernel that was not
+    built does not import, and its callers use their numpy path)."""
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        return Kernel(module_name, KernelState.PYTHON, "")
     path = Path(module.__file__ or "")
     if not any(path.name.endswith(suffix) for suffix in EXTENSION_SUFFIXES):
         return Kernel(module_name, KernelState.PYTHON, str(path))
-    source = path.with_name(path.name.split(".", 1)[0] + ".py")
-    if source.exists() and source.stat().st_mtime > path.stat().st_mtime:
-        return Kernel(module_name, KernelState.STALE, str(path))
+    stem = path.name.split(".", 1)[0]
+    for source in (path.with_name(stem + ".py"), path.with_name(stem + ".c")):
+        if source.exists() and source.stat().st_mtime > path.stat().st_mtime:
+            return Kernel(module_name, KernelState.STALE, str(path))
     return Kernel(module_name, KernelState.COMPILED, str(path))
 
 

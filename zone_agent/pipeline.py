@@ -26,7 +26,9 @@ choice, costs and trace from both on random zones):
   the free-KV rule runs per request; anything unusual (a retry, a half-open GPU, a
   canary or version pin, a request a hard rule may refuse) runs the filters one by one;
 * :class:`CheapestPick` — a lone cost scorer under the plain max-score picker picks the
-  cheapest survivor, and the scores are worked out only for a trace.
+  cheapest survivor, and the scores are worked out only for a trace;
+* :class:`BlendPick` — the default's cost scorer and KV-cache room scorer under the plain
+  max-score picker: the weighted sum and the pick in one C call (``_blend.c``).
 
 Decisions whose plugins are timed (one in ``plugin_timing_every``) take the reference
 path, so each plugin's histogram times that plugin. ``ZoneProfile.without_fast_paths``
@@ -57,6 +59,12 @@ from zone_agent._np import fany, fmax, fmin
 from zone_agent.accounting import Accounting
 from zone_agent.request import ZoneRequest
 from zone_agent.view import Bools, Floats, GpuState, Ints, ModelIndex, ZoneView
+
+blend_choice: Callable[..., int] | None
+try:  # the default profile's score-and-pick in C (setup.py builds it when it can)
+    from zone_agent._blend import blend_choice
+except ImportError:  # pragma: no cover - an install without a C compiler
+    blend_choice = None
 
 T = TypeVar("T")
 
@@ -584,6 +592,91 @@ class CheapestPick:
         return k
 
 
+class BlendPick:
+    """A cost scorer (``ttft-cost``) then ``kv-cache-utilization-scorer`` under the plain
+    ``max-score-picker`` — the default profile: the runner's weighted sum and pick in
+    one place. The two scorers' own arrays, combined with the same operations in the
+    same order as :meth:`ZoneProfile._score` (``w₀·ttft``, ``+ room·w₁``, ``/ Σw``),
+    then the first survivor of highest total, as the picker takes it — so the choice is
+    the runner's, without the per-scorer dispatch and the scores record (a trace works
+    them out when asked). The division by ``Σw`` is skipped when ``Σw`` is a power of
+    two: it is then exact and keeps every order and tie.
+
+    With numpy that is about a dozen array operations (~1 µs each at 64 GPUs: the blend
+    took the 64-GPU decision p99 over its 50 µs target). The C kernel
+    ``zone_agent._blend.blend_choice`` does it in one pass; its ``exp`` may differ from
+    numpy's in the last bit, so on a near tie (best two totals within 1e-12) it returns
+    -1 and the numpy operations decide (``tests/unit/zone_agent/test_blend_kernel.py``).
+    """
+
+    def __init__(
+        self,
+        cost: GpuScorer,
+        cost_weight: float,
+        room: GpuScorer,
+        room_weight: float,
+        *,
+        kernel: bool = True,
+    ) -> None:
+        self._cost, self._room = cost, room
+        self._cost_weight, self._room_weight = cost_weight, room_weight
+        self._weight_sum = cost_weight + room_weight
+        self._exact_division = math.frexp(self._weight_sum)[0] == 0.5
+        self._costs = cast(_CostScorer, cost)
+        self._inv_scale = 1.0 / self._costs.scale_ms
+        #: The C kernel (zone_agent/_blend.c), when built and the arrays suit it.
+        self._kernel = blend_choice if kernel else None
+
+    @classmethod
+    def of(cls, scorers: Sequence[WeightedGpuScorer], picker: GpuPicker) -> BlendPick | None:
+        if len(scorers) != 2 or not getattr(picker, "picks_max_total", False):
+            return None
+        cost, room = scorers
+        if getattr(cost.scorer, "fused_role", None) != "cost-score":
+            return None
+        if getattr(room.scorer, "fused_role", None) != "kv-room":
+            return None
+        return cls(cost.scorer, float(cost.weight), room.scorer, float(room.weight))
+
+    def choose(self, batch: Batch) -> int:
+        kernel = self._kernel
+        if kernel is not None:
+            index = batch.index
+            choice = kernel(
+                self._costs.costs_ms(batch),
+                batch.view.accounting.kv_blocks,
+                index.slots,
+                index.kv_own_base,
+                index.kv_free_base,
+                index.inv_kv_total,
+                None if batch.all_alive else batch.survivors,
+                self._inv_scale,
+                self._cost_weight,
+                self._room_weight,
+                0.0 if self._exact_division else self._weight_sum,
+            )
+            if choice >= 0:
+                return int(choice)
+        return self.choose_with_numpy(batch)
+
+    def choose_with_numpy(self, batch: Batch) -> int:
+        """:meth:`choose` without the C kernel (the reference for its tests)."""
+        totals = self._cost.scores(batch)
+        if self._cost_weight != 1.0:  # x · 1.0 is x exactly: ZoneProfile._score skips it
+            totals = totals * self._cost_weight
+        room = self._room.scores(batch)
+        if self._room_weight != 1.0:
+            room = room * self._room_weight
+        totals = totals + room
+        if not self._exact_division:
+            totals = totals / self._weight_sum
+        # The picker's first survivor of highest total (plugins._arrays.first_max_of).
+        if batch.all_alive:
+            return int(totals.argmax())
+        survivors = batch.survivors
+        return int(survivors[totals[survivors].argmax()])
+
+
 # ---------------------------------------------------------------------------- decisions
 
 
@@ -783,6 +876,7 @@ class ZoneProfile:
         self._metrics = metrics
         self._fused = FusedFilters.of(self.filters) if fast_paths else None
         self._cheapest = CheapestPick.of(self.scorers, self.picker) if fast_paths else None
+        self._blend = BlendPick.of(self.scorers, self.picker) if fast_paths else None
         self._scorers_in_range = tuple(
             (ws, bool(getattr(ws.scorer, "scores_in_range", False))) for ws in self.scorers
         )
@@ -853,6 +947,8 @@ class ZoneProfile:
         choice = -1
         if self._cheapest is not None and not observe:
             choice = self._cheapest.choose(batch)
+        elif self._blend is not None and not observe:
+            choice = self._blend.choose(batch)
         if choice < 0:
             scored = self._score(batch, observe)
             choice = self._pick(batch, scored.totals, observe)

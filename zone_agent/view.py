@@ -159,6 +159,8 @@ class ModelIndex:
     #: 1000 / rate (inf where nothing can be prefilled): ms per uncached prompt token.
     ms_per_token: Floats = field(init=False)
     inv_max_batched: Floats = field(init=False)
+    #: 1 / max(kv_total, 1): KV room as a product (kv-cache-utilization-scorer).
+    inv_kv_total: Floats = field(init=False)
     step_extra_ms: Floats = field(init=False)
     #: Free KV blocks = max(0, kv_free_base − max(0, own KV charge − kv_own_base)).
     kv_free_base: Floats = field(init=False)
@@ -192,6 +194,7 @@ class ModelIndex:
                 )
             ),
             "inv_max_batched": _frozen(1.0 / np.maximum(self.max_batched, 1.0)),
+            "inv_kv_total": _frozen(1.0 / np.maximum(self.kv_total, 1.0)),
             "step_extra_ms": _frozen(1000.0 * self.step_extra_s),
             "kv_free_base": _frozen(np.where(unknown, self.kv_total, self.kv_free_scraped)),
             "kv_own_base": _frozen(np.where(unknown, 0.0, self.own_kv_at_scrape)),

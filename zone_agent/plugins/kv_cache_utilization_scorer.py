@@ -20,6 +20,11 @@ class Params(Frozen):
 
 
 class KvCacheUtilizationScorer:
+    #: In [0, 1] by construction (clamped): the runner skips its range check.
+    scores_in_range = True
+    #: Its place in :class:`zone_agent.pipeline.BlendPick` (the default profile).
+    fused_role = "kv-room"
+
     def __init__(self, name: str = TYPE_NAME, params: Params | None = None) -> None:
         self._name = name
 
@@ -28,5 +33,7 @@ class KvCacheUtilizationScorer:
         return self._name
 
     def scores(self, batch: Batch, /) -> Floats:
-        total = np.maximum(batch.index.kv_total, 1.0)
-        return np.clip(batch.kv_free / total, 0.0, 1.0)
+        # Free blocks are never negative (Batch.kv_free), so the product is ≥ 0: only
+        # the upper clamp is left (a scrape may report more free blocks than total).
+        room = np.multiply(batch.kv_free, batch.index.inv_kv_total)
+        return np.minimum(room, 1.0, out=room)

@@ -212,9 +212,9 @@ def test_prefix_match_equals_the_per_slot_walk(
 @SETTINGS
 @given(zone=zones())
 def test_a_decision_picks_the_cheapest_survivor(zone: tuple[Batch, np.random.Generator]) -> None:
-    """End to end: the default profile chooses a survivor of least predicted TTFT."""
+    """End to end: the TTFT-only profile chooses a survivor of least predicted TTFT."""
     b, _ = zone
-    decision = builtin_profile("default").decide(b.request, b.view)
+    decision = builtin_profile("ttft-only").decide(b.request, b.view)
     survivors = batch(b.view, b.request)
     survivors.alive[:] = decision.alive
     survivors.all_alive = False
@@ -225,6 +225,32 @@ def test_a_decision_picks_the_cheapest_survivor(zone: tuple[Batch, np.random.Gen
     assert decision.predicted_ttft_ms is not None
     assert math.isclose(decision.predicted_ttft_ms, costs[decision.choice], rel_tol=1e-9)
     assert decision.gpu.worker.models == (LLAMA_8B,)
+
+
+@SETTINGS
+@given(zone=zones())
+def test_the_default_blends_ttft_and_kv_room(zone: tuple[Batch, np.random.Generator]) -> None:
+    """End to end: the default profile chooses the first survivor of highest
+    ``(exp(-(cost - best) / 250) + KV room) / 2``, worked out here one GPU at a time."""
+    b, _ = zone
+    decision = builtin_profile("default").decide(b.request, b.view)
+    survivors = batch(b.view, b.request)
+    survivors.alive[:] = decision.alive
+    survivors.all_alive = False
+    costs = reference_costs(survivors)
+    alive = [int(i) for i in np.flatnonzero(decision.alive)]
+    best = min(costs[i] for i in alive)
+    kv_free, kv_total = survivors.kv_free, survivors.index.kv_total
+    totals = {
+        i: (math.exp(-(costs[i] - best) / 250.0) + min(1.0, kv_free[i] / max(kv_total[i], 1.0)))
+        / 2.0
+        for i in alive
+    }
+    top = max(totals.values())
+    assert decision.alive[decision.choice]
+    assert math.isclose(totals[decision.choice], top, rel_tol=1e-9, abs_tol=1e-12)
+    assert decision.predicted_ttft_ms is not None
+    assert math.isclose(decision.predicted_ttft_ms, costs[decision.choice], rel_tol=1e-9)
 
 
 def test_a_removed_gpu_far_cheaper_than_the_survivors_does_not_overflow() -> None:

@@ -32,7 +32,7 @@ BASELINES = {
 
 
 def test_default_and_every_baseline_of_the_issue_are_built_in() -> None:
-    assert set(BUILTIN_PROFILES) == BASELINES | {DEFAULT_PROFILE}
+    assert set(BUILTIN_PROFILES) == BASELINES | {DEFAULT_PROFILE, "ttft-only"}
 
 
 @pytest.mark.parametrize("name", sorted(BUILTIN_PROFILES))
@@ -52,7 +52,7 @@ def test_default_profile_shape() -> None:
         "fits-filter",
         "canary-filter",
     ]
-    assert p.weights == (("ttft", 1.0),)
+    assert p.weights == (("ttft", 1.0), ("kv-cache", 1.0))
     assert p.picker.name == "max-score-picker"
     assert p.cost_model is not None
     assert p.cost_model.name == "ttft"
