@@ -1,10 +1,11 @@
 """Builds gtm's compiled kernels; everything else is configured in pyproject.toml.
 
 The modules in ``KERNELS`` are plain, typed Python that mypyc (the compiler shipped with
-mypy) turns into C extensions at install time: the inner loops of the routing decisions
-and of the simulator; ``C_KERNELS`` are small C files over numpy arrays. Each is optional: without a C compiler, or with
-``GTM_PURE_PYTHON=1`` in the environment, the install goes on and the same modules run
-as Python, with the same results and slower (``gtm version`` says which).
+mypy) turns into C extensions at install time: the inner loops of the routing decisions;
+``C_KERNELS`` are small C files over numpy arrays. Each is optional: without a C
+compiler, or with ``GTM_PURE_PYTHON=1`` in the environment, the install goes on and the
+same code runs as Python (a C kernel's caller then uses numpy), with the same results,
+slower (``gtm --version`` says which).
 """
 
 from __future__ import annotations

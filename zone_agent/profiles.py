@@ -8,19 +8,21 @@ Profiles are :class:`gtm.routing.registry.ProfileSpec` configuration, as at ever
       - {type: serves-model-filter}
       - {type: fits-filter}
       - {type: canary-filter}
-      - {type: ttft-cost, name: ttft}
+      - {type: ttft-cost, name: ttft, parameters: {scale_ms: 2000}}
+      - {type: kv-cache-utilization-scorer, name: kv-cache}
       - {type: max-score-picker}
     profile:
       filters: [healthy-filter, serves-model-filter, fits-filter, canary-filter]
-      scorers: [{ref: ttft, weight: 1}]
+      scorers: [{ref: ttft, weight: 1}, {ref: kv-cache, weight: 1}]
       picker: max-score-picker
       cost_model: ttft
 
 :func:`zone_registry` holds the zone's plugin types (a :class:`PluginRegistry` of its
 own: the zone's pickers work on arrays, so they cannot be the generic ones registered
 under the same type names by :func:`gtm.routing.registry.default_registry`).
-:data:`BUILTIN_PROFILES` are the default and every baseline of issue 5, for side-by-side
-runs (``gtm zone --profile NAME``, ``bench/zone_quality.py``). Every profile carries the
+:data:`BUILTIN_PROFILES` are the default, ``ttft-only`` (the default before KV-cache
+room: predicted TTFT alone) and every baseline of issue 5, for side-by-side runs
+(``gtm zone --profile NAME``, ``bench/zone_quality.py``). Every profile carries the
 ``ttft-cost`` cost model, so each decision reports its predicted TTFT whatever chose it.
 """
 
@@ -139,20 +141,29 @@ def _baseline(
     }
 
 
-#: The default: predicted TTFT, plus KV-cache room. The TTFT cost prices the prefill
-#: (queue, this prompt, cache credit) but not the decode this request joins: a GPU with
-#: the prompt's prefix cached and a long-context batch wins it, and every sequence there
-#: decodes slower. llm-d's default scheduler weighs KV-cache utilisation next to prefix
-#: and queue for this reason. At weight 1 (`gtm bench routing --gpus 120 --load 0.85`,
-#: Mooncake conversations, seed 0) TPOT over 100 ms fell from 217 to 87 requests of
-#: 4,088, TTFT p99 from 3.13 to 2.68 s, goodput rose 59.3 → 61.9 req/s (seed 1: 61.2 →
-#: 62.9); weight 2 packed less still but lengthened the TTFT tail (p99 3.78 s).
+#: The default blends the TTFT score with KV-cache room. The TTFT cost prices the
+#: prefill (queue, this prompt, cache credit) but not the decode the request joins: a
+#: GPU with the prompt's prefix cached and a long-context batch wins it, and every
+#: sequence there decodes slower. llm-d's default scheduler weighs KV-cache utilisation
+#: next to prefix and queue for this reason. At weight 1 with the TTFT scale at 250 ms
+#: (`gtm bench routing --gpus 120 --load 0.85`, Mooncake conversations, seed 0) TPOT
+#: over 100 ms fell from 217 to 87 requests of 4,088 and goodput rose 59.3 → 61.9 req/s
+#: (seed 1: 61.2 → 62.9); weight 2 lengthened the TTFT tail (p99 3.78 s).
+#:
+#: The TTFT scale is the goodput SLO's TTFT bound (2 s): a GPU predicted a whole SLO
+#: later scores 1/e of the best. At 250 ms, TTFT differences far inside the SLO
+#: outweighed KV room, so a zone piled its work on its fastest GPUs (H100s 99 % busy,
+#: L40S 25 %, L4 idle) and their queues broke the SLO; at 1,000 GPUs goodput was 1.10×
+#: least connections'. At 2,000 ms: 1.23× (seed 1: 1.22×), 1.24×/1.23× at 120 GPUs;
+#: 1,000 ms gave 1.22×/1.20×, 3,000 ms 1.23× at 1,000 GPUs with no better tail.
+DEFAULT_TTFT_SCALE_MS = 2_000.0
+
 _DEFAULT: dict[str, Any] = {
     "name": DEFAULT_PROFILE,
     "plugins": [
         *_FILTER_PLUGINS,
         {"type": "canary-filter"},
-        _TTFT,
+        {**_TTFT, "parameters": {"scale_ms": DEFAULT_TTFT_SCALE_MS}},
         {"type": "kv-cache-utilization-scorer", "name": "kv-cache"},
         {"type": "max-score-picker"},
     ],

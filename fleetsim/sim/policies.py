@@ -95,6 +95,12 @@ ABLATIONS: Mapping[str, PolicySpec] = MappingProxyType(
             "gtm without the global in-flight ledger (summaries alone)",
             ledger=LedgerSettings(enabled=False),
         ),
+        "gtm-ttft-only": PolicySpec(
+            "gtm-ttft-only",
+            RegionMode.GTM,
+            "ttft-only",
+            "gtm with the zone's previous default: predicted TTFT alone, no KV-cache room",
+        ),
     }
 )
 

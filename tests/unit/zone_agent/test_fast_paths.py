@@ -29,7 +29,7 @@ from zone_agent.plugins.max_score import MaxScorePicker
 from zone_agent.plugins.serves_model import ServesModelFilter
 from zone_agent.plugins.ttft_cost import Params, TtftCost
 from zone_agent.prefix import PrefixIndex, iter_bits
-from zone_agent.profiles import builtin_profile
+from zone_agent.profiles import DEFAULT_TTFT_SCALE_MS, builtin_profile
 
 SETTINGS = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TEXTS = ("system prompt one " * 120, "system prompt two " * 90, "other " * 200)
@@ -231,7 +231,7 @@ def test_a_decision_picks_the_cheapest_survivor(zone: tuple[Batch, np.random.Gen
 @given(zone=zones())
 def test_the_default_blends_ttft_and_kv_room(zone: tuple[Batch, np.random.Generator]) -> None:
     """End to end: the default profile chooses the first survivor of highest
-    ``(exp(-(cost - best) / 250) + KV room) / 2``, worked out here one GPU at a time."""
+    ``(exp(-(cost - best) / scale) + KV room) / 2``, worked out here one GPU at a time."""
     b, _ = zone
     decision = builtin_profile("default").decide(b.request, b.view)
     survivors = batch(b.view, b.request)
@@ -241,8 +241,9 @@ def test_the_default_blends_ttft_and_kv_room(zone: tuple[Batch, np.random.Genera
     alive = [int(i) for i in np.flatnonzero(decision.alive)]
     best = min(costs[i] for i in alive)
     kv_free, kv_total = survivors.kv_free, survivors.index.kv_total
+    scale = DEFAULT_TTFT_SCALE_MS
     totals = {
-        i: (math.exp(-(costs[i] - best) / 250.0) + min(1.0, kv_free[i] / max(kv_total[i], 1.0)))
+        i: (math.exp(-(costs[i] - best) / scale) + min(1.0, kv_free[i] / max(kv_total[i], 1.0)))
         / 2.0
         for i in alive
     }
