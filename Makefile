@@ -10,9 +10,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
-# Compiled by mypyc at install (setup.py): a change reinstalls, so the extension in use
-# is never older than its source.
-KERNELS := $(wildcard */kernels.py */*/kernels.py)
+# Compiled at install (setup.py: mypyc, and small C files): a change reinstalls, so the
+# extension in use is never older than its source.
+KERNELS := $(wildcard */kernels.py */*/kernels.py */_*.c)
 
 .PHONY: up test check bench chaos fuzz fmt clean help system-deps
 
@@ -76,4 +76,4 @@ fmt: $(VENV)/.installed-test
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build *.egg-info
-	rm -f */kernels*.so */*/kernels*.so
+	rm -f */*.so */*/*.so  # the compiled kernels (setup.py)

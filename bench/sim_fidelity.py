@@ -708,8 +708,11 @@ def compare(columns: Sequence[tuple[str, Figures]]) -> list[str]:
     return rows
 
 
-def per_request(live_run: LiveRun, sim: Served, fleet: FleetSpec) -> list[str]:
-    """Request by request: how the simulated TTFT compares with the live one."""
+def per_request(
+    live_run: LiveRun, sim: Served, fleet: FleetSpec, replayed: Sequence[SimRequest]
+) -> list[str]:
+    """Request by request: how the simulated TTFT compares with the live one (and the
+    prompt sizes the live GPUs counted against the replayed ones)."""
     both = live_run.served.ok & sim.ok
     if not both.any():
         return []
@@ -730,7 +733,23 @@ def per_request(live_run: LiveRun, sim: Served, fleet: FleetSpec) -> list[str]:
         r.cached_tokens / r.prompt_tokens for r in live_run.replies if r.ok and r.prompt_tokens
     ]
     spilled = np.mean([bool(r.spilled_from) for r in live_run.replies if r.ok])
+    same = np.array([a == b for a, b in zip(live_run.served.region, sim.region, strict=True)])
+    sizes = [
+        r.prompt_tokens / q.input_tokens
+        for r, q in zip(live_run.replies, replayed, strict=True)
+        if r.ok and q.input_tokens
+    ]
+    by_region = []
+    for label, mask in (("same region", both & same), ("other region", both & ~same)):
+        if mask.any():
+            r = sim.ttft_s[mask] / live_run.served.ttft_s[mask]
+            by_region.append(f"{label} ({int(mask.sum())}) p50 {np.percentile(r, 50):.2f}")
     return [
+        "sim TTFT ÷ live TTFT by where they ran: "
+        + ", ".join(by_region)
+        + f"; prompt tokens the live GPU counted ÷ replayed: p50 "
+        f"{np.percentile(sizes, 50) if sizes else math.nan:.3f}, p90 "
+        f"{np.percentile(sizes, 90) if sizes else math.nan:.3f}",
         f"spilled to the other region: live {spilled:.0%} of successes, simulated "
         f"{sim.spilled / max(1, int(sim.ok.sum())):.0%}; served in the client's nearest "
         f"region: live {near(live_run.served.region):.0%}, simulated {near(sim.region):.0%}",
@@ -813,7 +832,7 @@ def main() -> None:
         ("sim (trace times)", figures(sim_sched, duration)),
     ]
     print("\n".join(compare(columns)))
-    print("\n".join(per_request(run, sim_sent, fleet)))
+    print("\n".join(per_request(run, sim_sent, fleet, as_sent)))
     reasons = Counter(r.reason for r in run.replies if not r.ok)
     if reasons:
         print("live failures: " + ", ".join(f"{k} {n}" for k, n in reasons.most_common()))
