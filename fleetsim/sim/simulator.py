@@ -159,6 +159,7 @@ class Outcomes:
     ttft_s: np.ndarray = field(init=False)
     e2e_s: np.ndarray = field(init=False)
     region: np.ndarray = field(init=False)
+    gpu: np.ndarray = field(init=False)
     home: np.ndarray = field(init=False)
     cached: np.ndarray = field(init=False)
     violation: np.ndarray = field(init=False)
@@ -171,6 +172,8 @@ class Outcomes:
         self.ttft_s = np.full(n, np.nan)
         self.e2e_s = np.full(n, np.nan)
         self.region = np.full(n, -1, dtype=np.int16)
+        #: The GPU that served the request (its index in ``Simulator.gpu_list``), or -1.
+        self.gpu = np.full(n, -1, dtype=np.int32)
         self.home = np.full(n, -1, dtype=np.int16)
         self.cached = np.zeros(n)
         self.violation = np.zeros(n, dtype=np.bool_)
@@ -566,6 +569,7 @@ class Simulator:
             return False
         gpu = pool.gpus[decision.gpu_id]
         self.out.region[i] = self.region_index[pool.region]
+        self.out.gpu[i] = self.gpu_pos[id(gpu)]
         if self.gpu_pos[id(gpu)] in self.dead:
             # Crashed and not yet detected: the connection is refused.
             self._end_unserved(i, Status.FAILED, "gpu crashed (not yet detected)")

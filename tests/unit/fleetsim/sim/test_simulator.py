@@ -64,6 +64,9 @@ def test_every_request_ends_exactly_once_and_kv_is_never_exceeded(name: str) -> 
     ok = o.status == Status.OK
     assert np.all(o.e2e_s[ok] >= o.ttft_s[ok])
     assert o.violation.sum() == 0 or name != "gtm"
+    # Every served request names the GPU that served it, in the region it is counted in.
+    assert np.all(o.gpu[ok] >= 0)
+    assert np.array_equal(result.gpu_region[o.gpu[ok]], o.region[ok])
 
 
 def test_tokens_are_conserved() -> None:
