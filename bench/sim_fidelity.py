@@ -53,11 +53,13 @@ whether or not the request ran in the same region as live, and whether or not it
 the prefix cache (the simulator gets fewer hits: 5 % of prompt tokens against 11 %);
 the prompt sizes the live GPUs counted equal the replayed ones, and both sides use the
 same GPU types (H100 83-86 %). An emulated H100 or A100 worker alone matches the engine
-model within 12 ms per request on overlapping arrivals (TTFT ratio 1.00-1.01). What
-differs is the global choice: of the clients nearest eu-west (105 of 126), live sends 25 %
-to us-east and the simulator 35 %, so live queues more in eu-west (live 79-88 requests
-there, simulated 69). The global tier's inputs in the two (summaries, ledger charges,
-spread draws keyed by request id) are where to look next.
+model within 12 ms per request on overlapping arrivals (TTFT ratio 1.00-1.01). The
+global choice differs run to run live (eu-west served 58-88 of 126 requests in six runs,
+the simulator 69) while the TTFT gap stays at 0.78-0.84; building the simulator's global
+view from region summaries one tick (1 s) older moved nothing (69 → 70 in eu-west, TTFT
+p50 unchanged). What is left to look at: the three proxies relaying other streams under
+concurrency (the idle probe measures them alone), and the zone agents' GPU choice with
+live scrapes.
 
     python bench/sim_fidelity.py                 # 60 s of trace at ~50 % load
     python bench/sim_fidelity.py --processes     # live side as one process per tier
