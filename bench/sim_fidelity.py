@@ -111,6 +111,7 @@ from gtm.up.clients import ClientSampler, bundled_cities  # noqa: E402
 from gtm.up.fleet import load_policies  # noqa: E402
 from gtm.up.load import LoadConfig, PromptMaker  # noqa: E402
 from gtm.up.processes import free_port  # noqa: E402
+from zone_agent.health import HealthConfig  # noqa: E402
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 #: gtm up prints this last once every region answers.
@@ -550,8 +551,10 @@ def live(
     speedup: float,
     processes: bool,
     workdir: Path,
+    settle_s: float = 0.0,
 ) -> LiveRun:
-    """``gtm up`` on ``topo``, then :func:`replay` through its front door."""
+    """``gtm up`` on ``topo``, then (after ``settle_s``) :func:`replay` through its front
+    door."""
     topo_path = workdir / "topology.yaml"
     topo_path.write_text(yaml.safe_dump(topo.model_dump(mode="json")), "utf-8")
     dns_port, http_port = free_port("127.0.0.1"), free_port("127.0.0.1")
@@ -570,6 +573,12 @@ def live(
     )  # fmt: skip
     try:
         _wait_banner(up, workdir)
+        if settle_s > 0:
+            # Zone agents ramp a new GPU's weight over HealthConfig.slow_start_s (Envoy's
+            # slow start); the simulator's fleet is in steady state, so the load starts
+            # once the ramp is over.
+            print(f"waiting {settle_s:g} s for the GPUs' slow start to end", flush=True)
+            time.sleep(settle_s)
         url = f"http://127.0.0.1:{http_port}"
         return asyncio.run(replay(url, load, window, types, speedup, up.pid))
     finally:
@@ -835,6 +844,13 @@ def main() -> None:
                         help="no live run: how much each simulator term moves the figures, "
                         "over SEEDS client draws")  # fmt: skip
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=HealthConfig().slow_start_s,
+        help="wall s between the deployment being up and the load (default: the zone "
+        "agents' slow start, so the live fleet is in steady state as the simulated one is)",
+    )
     args = parser.parse_args()
     duration = 10.0 if args.smoke else args.duration
     trace = load_trace(TraceKind.MOONCAKE)
@@ -856,7 +872,9 @@ def main() -> None:
         print("\n".join(terms(fleet, active, window, load, args.speedup, args.terms)))
         return
     with tempfile.TemporaryDirectory(prefix="gtm-fidelity-") as tmp:
-        run = live(topo, gpu_types(fleet), load, window, args.speedup, args.processes, Path(tmp))
+        settle = 0.0 if args.smoke else args.settle
+        run = live(topo, gpu_types(fleet), load, window, args.speedup, args.processes, Path(tmp),
+                   settle)  # fmt: skip
     oh = run.overhead
     print(
         f"tier overhead on an idle deployment: {1000 * oh.fixed_s:.1f} ms + "
