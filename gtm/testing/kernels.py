@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
+
+from gtm.native import KernelState
 
 
 def source_of(module_name: str) -> Path:
@@ -35,3 +38,9 @@ def python_twin(module_name: str) -> ModuleType:
     sys.modules[twin_name] = twin
     spec.loader.exec_module(twin)
     return twin
+
+
+def expected_state() -> KernelState:
+    """How the kernels must run here: compiled, unless ``GTM_PURE_PYTHON`` asked for an
+    install without them (CI never does: a silent fallback must fail it)."""
+    return KernelState.PYTHON if os.environ.get("GTM_PURE_PYTHON") else KernelState.COMPILED

@@ -4,7 +4,6 @@ and to the formulas it replaced."""
 from __future__ import annotations
 
 import math
-import os
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -14,7 +13,7 @@ from global_lb.view import EARTH_RADIUS_KM, _unit
 from gtm import native
 from gtm.models import GeoPoint
 from gtm.routing.cost import RTT_INTERCEPT_MS, RTT_MS_PER_KM, rtt_ms_from_distance
-from gtm.testing.kernels import python_twin
+from gtm.testing.kernels import expected_state, python_twin
 
 TWIN = python_twin("global_lb.kernels")
 PER_RADIAN = RTT_MS_PER_KM * 2.0 * EARTH_RADIUS_KM
@@ -29,12 +28,7 @@ costs = st.floats(0.0, 1e5) | st.just(math.inf)
 def test_the_kernels_run_compiled() -> None:
     # The README's latency figures are the compiled kernels'; an install that silently
     # fell back to Python must fail CI, not pass slower (GTM_PURE_PYTHON=1 opts out).
-    expected = (
-        native.KernelState.PYTHON
-        if os.environ.get("GTM_PURE_PYTHON")
-        else (native.KernelState.COMPILED)
-    )
-    assert native.kernel("global_lb.kernels").state is expected
+    assert native.kernel("global_lb.kernels").state is expected_state()
     assert TWIN.__file__ is not None
     assert TWIN.__file__.endswith("kernels.py")
 

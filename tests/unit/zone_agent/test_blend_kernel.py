@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gtm import native
+from gtm.testing.kernels import expected_state
 from zone_agent.pipeline import Batch, BlendPick, blend_choice
 from zone_agent.plugins.kv_cache_utilization_scorer import KvCacheUtilizationScorer
 from zone_agent.plugins.ttft_cost import Params, TtftCost
@@ -20,11 +21,7 @@ from .test_fast_paths import SETTINGS, zones
 def test_the_blend_kernel_is_built() -> None:
     # Without it the default profile decides with numpy, ~6 µs slower at 64 GPUs
     # (bench/zone_decision.py): CI must not pass on that quietly.
-    expected = (
-        native.KernelState.PYTHON
-        if os.environ.get("GTM_PURE_PYTHON")
-        else (native.KernelState.COMPILED)
-    )
+    expected = expected_state()
     assert native.kernel("zone_agent._blend").state is expected
     assert (blend_choice is None) is (expected is native.KernelState.PYTHON)
 
