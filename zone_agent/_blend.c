@@ -16,19 +16,25 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
+#include <string.h>
 
 /* Totals are in [0, 2]; exp() implementations agree to a few ulps (~1e-15 here). */
 #define NEAR_TIE 1e-12
 
+/* A 1-D C-contiguous buffer of 8-byte items whose struct format code (its last
+ * character: "d", "<d", "=d"...) is one of ``codes``: "d" for float64, "lq" for int64. */
 static int
-get_buffer(PyObject *obj, Py_buffer *view, const char *what, Py_ssize_t itemsize)
+get_buffer(PyObject *obj, Py_buffer *view, const char *what, const char *codes)
 {
     if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
         return -1;
     }
-    if (view->ndim != 1 || view->itemsize != itemsize) {
-        PyErr_Format(PyExc_TypeError, "%s: a 1-D array of %zd-byte items is needed", what,
-                     itemsize);
+    const char *format = view->format != NULL ? view->format : "B";
+    size_t length = strlen(format);
+    char code = length > 0 ? format[length - 1] : '\0';
+    if (view->ndim != 1 || view->itemsize != 8 || code == '\0' || strchr(codes, code) == NULL) {
+        PyErr_Format(PyExc_TypeError, "%s: a 1-D array of %s is needed (got format %s)", what,
+                     codes[0] == 'd' ? "float64" : "int64", format);
         PyBuffer_Release(view);
         return -1;
     }
@@ -58,13 +64,13 @@ blend_choice(PyObject *module, PyObject *args)
     Py_buffer b_costs, b_kv, b_slots, b_own_base, b_free_base, b_inv_total, b_surv;
     int have_surv = o_surv != Py_None;
     long result = -1;
-    if (get_buffer(o_costs, &b_costs, "costs", sizeof(double)) < 0) return NULL;
-    if (get_buffer(o_kv, &b_kv, "kv_blocks", sizeof(double)) < 0) goto r0;
-    if (get_buffer(o_slots, &b_slots, "slots", sizeof(long long)) < 0) goto r1;
-    if (get_buffer(o_own_base, &b_own_base, "kv_own_base", sizeof(double)) < 0) goto r2;
-    if (get_buffer(o_free_base, &b_free_base, "kv_free_base", sizeof(double)) < 0) goto r3;
-    if (get_buffer(o_inv_total, &b_inv_total, "inv_total", sizeof(double)) < 0) goto r4;
-    if (have_surv && get_buffer(o_surv, &b_surv, "survivors", sizeof(long long)) < 0) goto r5;
+    if (get_buffer(o_costs, &b_costs, "costs", "d") < 0) return NULL;
+    if (get_buffer(o_kv, &b_kv, "kv_blocks", "d") < 0) goto r0;
+    if (get_buffer(o_slots, &b_slots, "slots", "lq") < 0) goto r1;
+    if (get_buffer(o_own_base, &b_own_base, "kv_own_base", "d") < 0) goto r2;
+    if (get_buffer(o_free_base, &b_free_base, "kv_free_base", "d") < 0) goto r3;
+    if (get_buffer(o_inv_total, &b_inv_total, "inv_total", "d") < 0) goto r4;
+    if (have_surv && get_buffer(o_surv, &b_surv, "survivors", "lq") < 0) goto r5;
 
     Py_ssize_t n = b_costs.shape[0];
     Py_ssize_t slot_count = b_kv.shape[0];

@@ -76,6 +76,12 @@ def test_a_near_tie_or_bad_input_leaves_the_choice_to_numpy() -> None:
     assert blend_choice(infinite, *args[1:], None, 0.004, 1.0, 1.0, 0.0) == -1
     with pytest.raises(TypeError, match="costs"):
         blend_choice(np.ones((2, 2)), *args[1:], None, 0.004, 1.0, 1.0, 0.0)
+    with pytest.raises(TypeError, match="costs: a 1-D array of float64"):
+        blend_choice(np.ones(3, dtype=np.float32), *args[1:], None, 0.004, 1.0, 1.0, 0.0)
+    with pytest.raises(TypeError, match="costs: a 1-D array of float64"):
+        blend_choice(np.ones(3, dtype=np.int64), *args[1:], None, 0.004, 1.0, 1.0, 0.0)
+    with pytest.raises(TypeError, match="slots: a 1-D array of int64"):
+        blend_choice(costs, zeros, np.ones(3), zeros, ones, ones, None, 0.004, 1.0, 1.0, 0.0)
     with pytest.raises(ValueError, match="different lengths"):
         blend_choice(np.ones(4), *args[1:], None, 0.004, 1.0, 1.0, 0.0)
     with pytest.raises(IndexError, match="survivor"):
