@@ -10,6 +10,7 @@ import sys
 import click
 from pydantic import ValidationError
 
+from gtm import native
 from gtm.clock import SystemClock
 from gtm.errors import GtmError
 from gtm.metrics import new_registry
@@ -114,6 +115,7 @@ def zone(
         raise click.UsageError(f"{where}: {first['msg']}") from None
     except GtmError as exc:
         raise click.UsageError(str(exc)) from None
+    native.warn_if_not_compiled("zone_agent._blend")
     try:
         run(serve(config, state, tls, plain_workers=tls_plain_workers), LoopKind(event_loop))
     except GtmError as exc:

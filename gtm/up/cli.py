@@ -14,6 +14,7 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
+from gtm import native
 from gtm.admin_auth import (
     TOKEN_FILE_NAME,
     AdminAuthError,
@@ -179,6 +180,7 @@ def up(print_topology: bool, admin_dir: Path | None, **options: Any) -> None:
         first = exc.errors()[0]
         where = "--" + str(first["loc"][0]).replace("_", "-") if first["loc"] else "options"
         raise click.UsageError(f"{where}: {first['msg']}") from None
+    native.warn_if_not_compiled()  # every tier runs here: every kernel
     try:
         plan = make_plan(config)
     except GtmError as exc:

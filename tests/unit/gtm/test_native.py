@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import logging
 import os
+
+import pytest
 
 from gtm import native
 from gtm.testing.kernels import source_of
@@ -40,3 +43,16 @@ def test_version_lists_every_kernel() -> None:
     assert result.exit_code == 0
     for name in native.KERNEL_MODULES:
         assert f"kernel {name}: " in result.output
+
+
+def test_a_kernel_not_running_compiled_is_logged_with_what_to_do(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="gtm.native"):
+        native.warn_if_not_compiled("gtm.clock")  # a plain module stands for one
+    assert "kernel gtm.clock: python" in caplog.text
+    assert "not compiled" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="gtm.native"):
+        native.warn_if_not_compiled("no_such_module_xyz")  # a C kernel that was not built
+    assert "kernel no_such_module_xyz: python" in caplog.text
