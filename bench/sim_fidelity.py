@@ -178,6 +178,8 @@ class Served:
     cached_share: float = math.nan
     #: The GPU type that served each request ("" if none).
     gpu_type: tuple[str, ...] = ()
+    #: The GPU that served each request ("" if none).
+    gpu: tuple[str, ...] = ()
 
 
 def nearest_rank(values: np.ndarray, q: float) -> float:
@@ -678,6 +680,7 @@ def simulate(
         spilled=result.spills,
         cached_share=result.prefix_hit_tokens / max(1, result.prefix_queried_tokens),
         gpu_type=tuple(result.gpu_types[int(g)] if g >= 0 else "" for g in o.gpu[back]),
+        gpu=tuple(sim.gpu_list[int(g)].gpu_id if g >= 0 else "" for g in o.gpu[back]),
     )
 
 
@@ -778,11 +781,13 @@ def per_request(
         if r.ok and q.input_tokens
     ]
     uncached = np.array([r.ok and r.cached_tokens == 0 for r in live_run.replies])
+    same_gpu = np.array([r.gpu == g for r, g in zip(live_run.replies, sim.gpu, strict=True)])
     by_region = []
     for label, mask in (
         ("same region", both & same),
         ("other region", both & ~same),
         ("no live prefix-cache hit", both & uncached),
+        ("same GPU", both & same_gpu),
     ):
         if mask.any():
             r = sim.ttft_s[mask] / live_run.served.ttft_s[mask]
