@@ -14,27 +14,10 @@ import os
 import sys
 
 from setuptools import Extension, setup
-from setuptools.command.build_ext import build_ext
 
 KERNELS = ["global_lb/kernels.py"]
 #: Hand-written C over numpy arrays (mypyc cannot read them without a call per item).
 C_KERNELS = [Extension("zone_agent._blend", ["zone_agent/_blend.c"], optional=True)]
-
-
-class OptionalBuildExt(build_ext):
-    """A kernel that fails to compile is left as Python, with a warning, not an error."""
-
-    def run(self) -> None:
-        try:
-            super().run()
-        except Exception as exc:
-            print(f"gtm: kernels not compiled, running as Python ({exc})", file=sys.stderr)
-
-    def build_extension(self, ext):  # type: ignore[no-untyped-def]
-        try:
-            super().build_extension(ext)
-        except Exception as exc:
-            print(f"gtm: {ext.name} not compiled, running as Python ({exc})", file=sys.stderr)
 
 
 def ext_modules() -> list[object]:
@@ -47,7 +30,12 @@ def ext_modules() -> list[object]:
         return list(C_KERNELS)
     # Not the project's mypy configuration: its pydantic plugin is not in the build
     # environment, and the kernels import nothing that needs it.
-    return [*mypycify(["--config-file=", *KERNELS], opt_level="3"), *C_KERNELS]
+    compiled = mypycify(["--config-file=", *KERNELS], opt_level="3")
+    for extension in compiled:
+        # setuptools' own rule for optional extensions: one that fails to compile is
+        # left out with a warning, and the install goes on.
+        extension.optional = True
+    return [*compiled, *C_KERNELS]
 
 
-setup(ext_modules=ext_modules(), cmdclass={"build_ext": OptionalBuildExt})
+setup(ext_modules=ext_modules())
