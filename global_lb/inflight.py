@@ -284,24 +284,25 @@ class InflightLedger:
         charged = {rid for rid, _ in self._totals}
         previous, due = self._overlay, self._due
         self._due = set()
-        if previous is not None and self._built_on is base:
+        same_base = previous is not None and self._built_on is base
+        self._built_on = base
+        if same_base:
             # Same summaries: only the regions due are shown anew.
             for rid in due:
                 self._pending.pop(rid, None)
-            if not charged:
-                return base
+        else:
+            self._pending.clear()
+        if not charged:
+            return base
+        if same_base:
+            assert previous is not None
             regions = tuple(
                 self._state(r, charged) if r.id in due else p
                 for r, p in zip(base.regions, previous.regions, strict=True)
             )
         else:
-            self._pending.clear()
-            self._built_on = base
-            if not charged:
-                return base
             regions = tuple(self._state(r, charged) for r in base.regions)
         self._epoch += 1
-        self._built_on = base
         return base.overlay(regions, self._epoch)
 
     def _state(self, state: RegionState, charged: set[str]) -> RegionState:

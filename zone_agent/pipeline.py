@@ -530,6 +530,8 @@ class _CostScorer(Protocol):
 
     def costs_ms(self, batch: Batch, /) -> Floats: ...
 
+    def scores(self, batch: Batch, /) -> Floats: ...
+
 
 class CheapestPick:
     """A lone cost scorer (``ttft-cost``) under the plain ``max-score-picker``: the
@@ -618,13 +620,12 @@ class BlendPick:
         *,
         kernel: bool = True,
     ) -> None:
-        self._cost, self._room = cost, room
+        self._cost, self._room = cast(_CostScorer, cost), room
         self._cost_weight, self._room_weight = cost_weight, room_weight
         self._weight_sum = cost_weight + room_weight
         self._exact_division = math.frexp(self._weight_sum)[0] == 0.5
-        self._costs = cast(_CostScorer, cost)
-        self._inv_scale = 1.0 / self._costs.scale_ms
-        #: The C kernel (zone_agent/_blend.c), when built and the arrays suit it.
+        self._inv_scale = 1.0 / self._cost.scale_ms
+        #: The C kernel (zone_agent/_blend.c), when it was built and ``kernel`` is set.
         self._kernel = blend_choice if kernel else None
 
     @classmethod
@@ -643,7 +644,7 @@ class BlendPick:
         if kernel is not None:
             index = batch.index
             choice = kernel(
-                self._costs.costs_ms(batch),
+                self._cost.costs_ms(batch),
                 batch.view.accounting.kv_blocks,
                 index.slots,
                 index.kv_own_base,

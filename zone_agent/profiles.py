@@ -176,7 +176,7 @@ _DEFAULT: dict[str, Any] = {
 }
 
 #: The default before the KV-cache room scorer: predicted TTFT alone (for side-by-side
-#: runs: ``gtm bench routing`` and ``gtm sim --zone-profile ttft-only``).
+#: runs: ``gtm zone --profile ttft-only``, and the simulator's ``gtm-ttft-only``).
 _TTFT_ONLY: dict[str, Any] = {
     "name": "ttft-only",
     "plugins": [*_FILTER_PLUGINS, {"type": "canary-filter"}, _TTFT, {"type": "max-score-picker"}],
