@@ -60,8 +60,10 @@ def test_bad_plugin_parameters_are_config_errors() -> None:
         profiles.build(global_registry(), spec, None)
 
 
-def _with_global_default(tmp_path: Path, name: str, **changes: Any) -> ActivePolicy:
-    """The example policies with the global-default profile changed, as generation 2."""
+def _with_global_default(
+    tmp_path: Path, name: str, generation: int, **changes: Any
+) -> ActivePolicy:
+    """The example policies with the global-default profile changed, as ``generation``."""
     directory = tmp_path / name
     shutil.copytree(examples_path(), directory)
     path = directory / "routing-profiles.yaml"
@@ -70,7 +72,7 @@ def _with_global_default(tmp_path: Path, name: str, **changes: Any) -> ActivePol
         if profile["name"] == "global-default":
             profile.update(changes)
     path.write_text(yaml.safe_dump(document))
-    return activate(2, load_paths([directory]))
+    return activate(generation, load_paths([directory]))
 
 
 def test_routers_follow_a_hot_reloaded_profile(
@@ -88,7 +90,7 @@ def test_routers_follow_a_hot_reloaded_profile(
     )
     assert router.decide(london, view()).region == "eu-west"
     # Generation 2 weighs load alone: the view built on it brings the new profile.
-    load_only = _with_global_default(tmp_path, "load", scorers=[{"ref": "load", "weight": 1.0}])
+    load_only = _with_global_default(tmp_path, "load", 2, scorers=[{"ref": "load", "weight": 1.0}])
     reloaded = view(policy=load_only, revision=2)
     router.decide(london, reloaded)
     assert [ref.ref for ref in router.spec.profile.scorers] == ["load"]
@@ -99,10 +101,10 @@ def test_routers_follow_a_hot_reloaded_profile(
     )
     assert dns.spec == dns_spec  # the policy has no global-dns profile: the default stays
     # Generation 3 names a profile the global tier cannot run: logged, the last one stays.
-    broken = _with_global_default(tmp_path, "broken", filters=["health", "model"])
+    broken = _with_global_default(tmp_path, "broken", 3, filters=["health", "model"])
     with caplog.at_level(logging.ERROR, logger="global_lb.router"):
         outcome = router.decide(london, view(policy=broken, revision=3))
     assert outcome.region is not None
     assert [ref.ref for ref in router.spec.profile.scorers] == ["load"]
-    assert "routing profile not applied" in caplog.text
+    assert "policy generation 3: routing profile not applied" in caplog.text
     assert "residency-filter" in caplog.text
