@@ -145,8 +145,8 @@ def bench() -> None:
 @click.option("--load", "loads", default="0.5,0.7,0.85,0.95", show_default=True,
               help="comma-separated offered loads (req/s ÷ the fleet's capacity)")  # fmt: skip
 @click.option("--policies", "policy_names", default="",
-              help="comma-separated (default: gtm and every baseline; gtm-no-ledger, gtm "
-                   "without its global in-flight ledger, on request)")  # fmt: skip
+              help="comma-separated (default: gtm and every baseline; ablations of gtm, "
+                   "on request: " + ", ".join(ABLATIONS) + ")")  # fmt: skip
 @click.option("--jobs", type=click.IntRange(1, 256), default=1, show_default=True,
               help="runs (policy × load) simulated at once in worker processes, e.g. the "
                    "number of cores; the results are the same")  # fmt: skip
