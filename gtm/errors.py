@@ -13,9 +13,10 @@ the boundary where the library is called — e.g. etcd errors only in
     │   ├── LeaseNotFound           the lease expired or was revoked
     │   ├── StateAccessDenied       etcd refused our credentials or a key (auth, roles)
     │   └── CodecError              a stored value is not a valid record
-    └── RoutingError                anything about a routing decision
-        ├── NoEligibleCandidate     filtering removed every candidate (names the filter)
-        └── PluginError             unknown plugin type or invalid plugin parameters
+    ├── RoutingError                anything about a routing decision
+    │   ├── NoEligibleCandidate     filtering removed every candidate (names the filter)
+    │   └── PluginError             unknown plugin type or invalid plugin parameters
+    └── SimulationError             a fleet simulation could not run (a worker failed)
 """
 
 from __future__ import annotations
@@ -105,3 +106,8 @@ class NoEligibleCandidate(RoutingError):
 
 class PluginError(RoutingError):
     """A plugin type is unknown or its parameters are invalid."""
+
+
+class SimulationError(GtmError):
+    """A fleet simulation could not run to its end (e.g. one of its worker processes
+    failed; the message carries the worker's traceback)."""

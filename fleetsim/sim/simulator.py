@@ -38,10 +38,11 @@ import dataclasses
 import heapq
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter_ns
 from types import MappingProxyType
+from typing import Protocol
 
 import numpy as np
 
@@ -139,6 +140,29 @@ class FaultPlan:
         return self.crash_fraction > 0 or self.slow_fraction > 0
 
 
+@dataclass(frozen=True, slots=True)
+class Hop:
+    """A request a region spilled, on its way to the peer that decides again."""
+
+    #: When it reaches the peer (simulated s): sent + half the round trip.
+    at: float
+    index: int
+    region: str
+    hops: int
+    spilled_from: tuple[str, ...]
+    #: Latency added to the request's TTFT and E2E so far (ms): the client's round trip
+    #: and the way back of each hop.
+    extra_ms: float
+
+
+class SummaryLink(Protocol):
+    """How a process of a partitioned run gets the region summaries of the others."""
+
+    def share(self, mine: Mapping[str, RegionSummary]) -> dict[str, RegionSummary]:
+        """Every region's summary (``mine`` and the others'), in the fleet's order."""
+        ...
+
+
 @dataclass(slots=True)
 class _Waiting:
     """A request in a region's fair queue."""
@@ -205,6 +229,9 @@ class RunResult:
     #: "zone") and in publishing summaries and rebuilding views ("publish"); the rest
     #: of the run is the simulator's own work (GPU model, accounting, events).
     tier_wall_s: dict[str, float] = field(default_factory=dict)
+    #: Processes that simulated the run (fleetsim.sim.partition); ``tier_wall_s`` is
+    #: summed over them.
+    workers: int = 1
 
 
 class _Pool:
@@ -280,6 +307,7 @@ class Simulator:
         network: bool = True,
         ledger: LedgerSettings | None = None,
         regional_fast_path: bool = True,
+        workers: int = 1,
     ) -> None:
         self.fleet = fleet
         self.policy = policy
@@ -330,7 +358,20 @@ class Simulator:
         )
         self.region_gpus = np.bincount(self.gpu_region, minlength=len(self.region_ids))
         self.heap: list[tuple[float, int, int, int]] = []
+        #: Spilled requests on their way to a peer: (arrival, request, hops, the hop).
+        self.hops: list[tuple[float, int, int, Hop]] = []
         self._seq = 0
+        #: Worker processes for one run (fleetsim.sim.partition; 1: this one alone).
+        self.workers = workers
+        #: The regions this process simulates (all of them, unless a partitioned run
+        #: gave it a share) and their GPUs; hops to other regions wait in ``outbox``
+        #: for the next exchange, ``link`` carries the exchanges.
+        self.owned: frozenset[str] = frozenset(self.region_ids)
+        self.owned_gpus: list[FastGpu] = self.gpu_list
+        self.outbox: list[Hop] = []
+        self.link: SummaryLink | None = None
+        #: The next request of the workload to arrive.
+        self.next_arrival = 0
         self.out = Outcomes(len(requests))
         self.live: dict[int, _Live] = {}
         self.spills = 0
@@ -437,7 +478,12 @@ class Simulator:
         """Publish zone summaries, rebuild regional views and region summaries, then
         the global view — what the live publishers do every second."""
         self._revision += 1
-        zs = {p.zone_id: zone_summary(p.view, now) for p in self.pools.values()}
+        owned = [r for r in self.region_ids if r in self.owned]
+        zs = {
+            p.zone_id: zone_summary(p.view, now)
+            for p in self.pools.values()
+            if p.region in self.owned
+        }
         snap = FleetSnapshot(
             revision=self._revision,
             regions=MappingProxyType(self.regions),
@@ -446,13 +492,16 @@ class Simulator:
         )
         self.rviews = {}
         summaries = {}
-        for r in self.region_ids:
+        for r in owned:
             view = self.regional_views[r].build(snap, self.policy, now_wall=now)
             self.zacc[r].observe(view.zones)
             self.rviews[r] = view
             summaries[r] = region_summary(
                 view, self.zacc[r], published_at=now, endpoints=self.regions[r].endpoints
             )
+        if self.link is not None:
+            # The other processes' regions' summaries (a partitioned run), in order.
+            summaries = self.link.share(summaries)
         self.region_summaries = summaries
         snap2 = FleetSnapshot(
             revision=self._revision,
@@ -475,7 +524,7 @@ class Simulator:
             zone_summaries=MappingProxyType(zs),
             region_summaries=MappingProxyType(summaries),
         )
-        for r in self.region_ids:
+        for r in owned:
             self.rviews[r] = self.regional_views[r].build(snap3, self.policy, now_wall=now)
 
     # ------------------------------------------------------------------ helpers
@@ -569,6 +618,8 @@ class Simulator:
             return False
         gpu = pool.gpus[decision.gpu_id]
         self.out.region[i] = self.region_index[pool.region]
+        if pool.region not in self._verdict(req.tenant, req.country).allowed:
+            self.out.violation[i] = True
         self.out.gpu[i] = self.gpu_pos[id(gpu)]
         if self.gpu_pos[id(gpu)] in self.dead:
             # Crashed and not yet detected: the connection is refused.
@@ -640,18 +691,7 @@ class Simulator:
         if verdict.refused:
             self._end(i, Status.REFUSED, "residency")
             return
-        band = self.bands.get(req.tenant, Priority.INTERACTIVE)
-        rr = RouteRequest.model_construct(
-            request_id=str(i),
-            model=self.model,
-            input_tokens=req.input_tokens,
-            max_output_tokens=req.output_tokens,
-            tenant=req.tenant,
-            client=self._client(req),
-            data_class="default",
-            priority=band,
-            prefix_hashes=req.prefix_hashes,
-        )
+        rr = self._route_request(i)
         t0 = perf_counter_ns()
         view = self.ledger.view(self.gview, now)
         outcome = self.global_router.decide(rr, view, verdict=verdict)
@@ -660,6 +700,14 @@ class Simulator:
             self._end(i, Status.REFUSED, f"global: {outcome.refusal}")
             return
         region = outcome.region
+        # Charged as the front door charges a forward: before the region's own checks.
+        # (Its quota refusal would come back a round trip later and take the charge
+        # back; here the charge stays until the region's next summary, at most a tick.
+        # Global decisions so depend on nothing a region decides, which is what lets
+        # the regions of one run be simulated in parallel: fleetsim.sim.partition.)
+        self.ledger.charge(region, self.model, req.input_tokens, now)
+        if region not in self.owned:
+            return
         if not self._admit(i, region, now):
             return
         inputs = Inputs(
@@ -668,8 +716,42 @@ class Simulator:
             client_country_known=True,
             tokens_per_block=float(req.block_tokens),
         )
-        self.ledger.charge(region, self.model, req.input_tokens, now)
         self._regional(i, rr, region, inputs, now, self._client_rtt(req, region))
+
+    def _route_request(self, i: int) -> RouteRequest:
+        req = self.requests[i]
+        return RouteRequest.model_construct(
+            request_id=str(i),
+            model=self.model,
+            input_tokens=req.input_tokens,
+            max_output_tokens=req.output_tokens,
+            tenant=req.tenant,
+            client=self._client(req),
+            data_class="default",
+            priority=self.bands.get(req.tenant, Priority.INTERACTIVE),
+            prefix_hashes=req.prefix_hashes,
+        )
+
+    def _on_hop(self, hop: Hop) -> None:
+        """A spilled request reaches the peer region, which decides again."""
+        i = hop.index
+        req = self.requests[i]
+        verdict = self._verdict(req.tenant, req.country)
+        inputs = Inputs(
+            allowed=verdict.allowed,
+            on_saturation=verdict.on_saturation,
+            hops=hop.hops,
+            spilled_from=hop.spilled_from,
+            client_country_known=True,
+            tokens_per_block=float(req.block_tokens),
+        )
+        self._regional(i, self._route_request(i), hop.region, inputs, hop.at, hop.extra_ms)
+
+    def _send_hop(self, hop: Hop) -> None:
+        if hop.region in self.owned:
+            heapq.heappush(self.hops, (hop.at, hop.index, hop.hops, hop))
+        else:
+            self.outbox.append(hop)
 
     def _regional(
         self, i: int, rr: RouteRequest, region: str, inputs: Inputs, now: float, extra: float
@@ -689,17 +771,19 @@ class Simulator:
             self._dispatch(i, self.pools[decision.zone.id], now, extra)
         elif decision.route is Route.SPILL and decision.peer is not None:
             self.spills += 1
-            peer = decision.peer.region
-            hop = Inputs(
-                allowed=inputs.allowed,
-                on_saturation=inputs.on_saturation,
-                hops=inputs.hops + 1,
-                spilled_from=(*inputs.spilled_from, region),
-                client_country_known=True,
-                tokens_per_block=inputs.tokens_per_block,
+            # The request travels to the peer (half the round trip) and is decided
+            # again there; the answer's way back is added to its latency.
+            one_way_ms = decision.peer.rtt_ms / 2.0 if self.network else 0.0
+            self._send_hop(
+                Hop(
+                    now + one_way_ms / 1000.0,
+                    i,
+                    decision.peer.region,
+                    inputs.hops + 1,
+                    (*inputs.spilled_from, region),
+                    extra + one_way_ms,
+                )
             )
-            hop_ms = decision.peer.rtt_ms if self.network else 0.0
-            self._regional(i, rr, peer, hop, now, extra + hop_ms)
         elif decision.route is Route.QUEUE:
             req = self.requests[i]
             offered = self.queues[region].offer(
@@ -771,6 +855,8 @@ class Simulator:
             target, extra = self._gorgo(req, home, peers, extra)
         elif mode is RegionMode.SKYWALKER and peers:
             target, extra = self._skywalker(home, peers, extra)
+        if target not in self.owned:
+            return
         if target != home:
             self.spills += 1
         if self._admit(i, target, now):
@@ -815,64 +901,103 @@ class Simulator:
     # ------------------------------------------------------------------ the loop
 
     def run(self) -> RunResult:
+        """Simulate the whole run: here, or over :attr:`workers` processes when the
+        policy's regions can be simulated apart (:mod:`fleetsim.sim.partition`); the
+        outcomes are the same either way."""
         started = time.perf_counter()
+        if self.workers > 1:
+            from fleetsim.sim.partition import plan_partition, run_partitioned
+
+            plan = plan_partition(self, self.workers)
+            if plan is not None:
+                return run_partitioned(self, plan, started)
+        next_tick = self.advance(math.inf, inclusive=True, next_tick=self.tick_s, ticks=True)
+        return self.finish(started, next_tick)
+
+    def advance(self, barrier: float, *, inclusive: bool, next_tick: float, ticks: bool) -> float:
+        """Process the events before ``barrier`` (at it too if ``inclusive``) and never
+        past the horizon; with ``ticks``, the summary ticks due on the way as well.
+        Returns the time of the next tick not yet run.
+
+        Order at equal times: a tick, then an arrival, then a spilled request reaching
+        its peer, then a GPU event — whichever process simulates which regions.
+        """
         requests = self.requests
-        heap = self.heap
+        heap, hops = self.heap, self.hops
         gpus = self.gpu_list
         route = self._route_gtm if self.hier else self._route_baseline
-        out = self.out
-        region_ids = self.region_ids
-        next_tick = self.tick_s
+        home = self.out.home
+        horizon = self.duration_s + self.drain_s
+        if barrier > horizon:
+            barrier, inclusive = horizon, True
+        inf = math.inf
+        i, n = self.next_arrival, len(requests)
+        try:
+            while True:
+                t_arr = requests[i].at_s if i < n else inf
+                t_hop = hops[0][0] if hops else inf
+                t_gpu = heap[0][0] if heap else inf
+                t_next = t_arr if t_arr < t_hop else t_hop
+                if t_gpu < t_next:
+                    t_next = t_gpu
+                if ticks and next_tick <= t_next and next_tick <= horizon and self.busy(i):
+                    self.next_arrival = i
+                    self.tick(next_tick)
+                    next_tick += self.tick_s
+                    continue
+                if t_next > barrier or (t_next == barrier and not inclusive):
+                    return next_tick
+                if t_arr <= t_hop and t_arr <= t_gpu:
+                    req = requests[i]
+                    # The nearest region to the client: what "cross-region" is measured from.
+                    home[i] = self._home(req)
+                    route(i, t_arr, self._verdict(req.tenant, req.country))
+                    i += 1
+                elif t_hop <= t_gpu:
+                    self._on_hop(heapq.heappop(hops)[3])
+                else:
+                    _, _, g, version = heapq.heappop(heap)
+                    gpu = gpus[g]
+                    if gpu.version == version:
+                        self._gpu_events(gpu, gpu.on_event(t_gpu), t_gpu)
+        finally:
+            self.next_arrival = i
+
+    def busy(self, next_arrival: int | None = None) -> bool:
+        """Whether anything is left to simulate here (the summary ticks run while so)."""
+        i = self.next_arrival if next_arrival is None else next_arrival
+        return bool(
+            i < len(self.requests)
+            or self.heap
+            or self.hops
+            or self.outbox
+            or self.live
+            or self._queued()
+        )
+
+    def finish(self, started: float, next_tick: float) -> RunResult:
+        """End the run (what the horizon cut off) and gather this process's results."""
         window = self.duration_s
         horizon = window + self.drain_s
-        i, n = 0, len(requests)
-        while True:
-            t_arr = requests[i].at_s if i < n else math.inf
-            t_gpu = heap[0][0] if heap else math.inf
-            t_next = min(t_arr, t_gpu)
-            if (
-                next_tick <= t_next
-                and next_tick <= horizon
-                and (i < n or heap or self.live or self._queued())
-            ):
-                self._tick(next_tick)
-                next_tick += self.tick_s
-                continue
-            if t_next > horizon:
-                break
-            if t_arr <= t_gpu:
-                req = requests[i]
-                # The nearest region to the client: what "cross-region" is measured from.
-                out.home[i] = self._home(req)
-                verdict = self._verdict(req.tenant, req.country)
-                route(i, t_arr, verdict)
-                region = out.region[i]
-                if region >= 0 and region_ids[region] not in verdict.allowed:
-                    out.violation[i] = True
-                i += 1
-            else:
-                _, _, g, version = heapq.heappop(heap)
-                gpu = gpus[g]
-                if gpu.version != version:
-                    continue
-                self._gpu_events(gpu, gpu.on_event(t_gpu), t_gpu)
         end = min(horizon, max(window, next_tick - self.tick_s))
         self._capture_window(window)
+        gpus = self.owned_gpus
         for gpu in gpus:
             gpu.advance(end)
-        self._finish_leftovers(i)
+        self._finish_leftovers(self.next_arrival)
         busy_window = self._busy_window
         assert busy_window is not None
+        everyone = self.gpu_list
         return RunResult(
             policy=self.spec.name,
             outcomes=self.out,
             wall_s=time.perf_counter() - started,
             tier_wall_s={k: v / 1e9 for k, v in self.tier_ns.items()},
             sim_s=end,
-            gpu_busy_s=np.array([g.busy_s for g in gpus]),
+            gpu_busy_s=np.array([g.busy_s for g in everyone]),
             gpu_region=self.gpu_region,
-            gpu_types=tuple(g.profile.gpu_type for g in gpus),
-            max_kv_fraction=max(g.max_used_blocks / g.capacity_blocks for g in gpus),
+            gpu_types=tuple(g.profile.gpu_type for g in everyone),
+            max_kv_fraction=max((g.max_used_blocks / g.capacity_blocks for g in gpus), default=0.0),
             spills=self.spills,
             util_timeline=self.util_timeline,
             prefix_hit_tokens=sum(g.hit_tokens for g in gpus),
@@ -900,11 +1025,13 @@ class Simulator:
 
     def _capture_window(self, now: float) -> None:
         if self._busy_window is None:
-            for gpu in self.gpu_list:
+            for gpu in self.owned_gpus:
                 gpu.advance(now)
             self._busy_window = np.array([g.busy_s for g in self.gpu_list])
 
-    def _tick(self, now: float) -> None:
+    def tick(self, now: float) -> None:
+        """The summary tick at ``now``: faults due, summaries and views, GPU timeouts,
+        queued requests placed, the utilisation timeline."""
         if self._busy_window is None and now >= self.duration_s:
             self._capture_window(self.duration_s)
         self._faults_tick(now)
@@ -912,7 +1039,7 @@ class Simulator:
             t0 = perf_counter_ns()
             self._tiers_tick(now)
             self.tier_ns["publish"] += perf_counter_ns() - t0
-        for gpu in self.gpu_list:
+        for gpu in self.owned_gpus:
             if gpu.waiting or gpu.prefill:
                 ev = gpu.expire(now)
                 if ev.expired or ev.rejected:
@@ -938,6 +1065,8 @@ class Simulator:
         if self.crash_set and not self._crashed and now >= plan.crash_at_s:
             self._crashed = True
             for k in self.crash_set:
+                if self.gpu_pool[k].region not in self.owned:
+                    continue
                 self.dead.add(k)
                 for job in self.gpu_list[k].crash(now):
                     live = self.live.pop(job.index)
@@ -948,8 +1077,8 @@ class Simulator:
         if self._crashed and not self._detected and now >= plan.crash_at_s + plan.detect_s:
             self._detected = True
             for k in self.crash_set:
-                gpu = self.gpu_list[k]
-                self.gpu_pool[k].mark_down(gpu.gpu_id, now, "crashed")
+                if self.gpu_pool[k].region in self.owned:
+                    self.gpu_pool[k].mark_down(self.gpu_list[k].gpu_id, now, "crashed")
 
 
 def scale_quotas(quotas: Quotas, scale: float) -> Quotas:
