@@ -39,9 +39,11 @@ import signal
 import sys
 import time
 import traceback
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, Pipe
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -66,12 +68,8 @@ class Plan:
     #: The shortest one-way latency between regions of different groups (simulated s);
     #: ∞ when no request ever moves between regions after its region is chosen.
     lookahead_s: float
-
-    def worker_of(self, region: str) -> int:
-        for k, group in enumerate(self.groups):
-            if region in group:
-                return k
-        raise KeyError(region)
+    #: Region → the worker (index in ``groups``) that simulates it.
+    worker: Mapping[str, int]
 
 
 def plan_partition(sim: Simulator, workers: int) -> Plan | None:
@@ -110,7 +108,8 @@ def plan_partition(sim: Simulator, workers: int) -> Plan | None:
                         lookahead = min(lookahead, sim.rtt.between(a, b) / 2.0 / 1000.0)
         if not lookahead > 0.0:
             return None
-    return Plan(groups, lookahead)
+    worker = MappingProxyType({r: k for k, g in enumerate(groups) for r in g})
+    return Plan(groups, lookahead, worker)
 
 
 # ------------------------------------------------------------------------ messages
@@ -129,28 +128,40 @@ def _checked(conn: Connection, worker: int) -> Any:
     return body
 
 
+Arrivals = list[tuple[float, int, str]]
+
+
 class _Hub:
     """Worker 0's end of the exchanges: it talks to every other worker."""
 
     def __init__(self, plan: Plan, conns: Sequence[Connection]) -> None:
-        self._plan = plan
+        self.plan = plan
         self._conns = conns
 
-    def exchange(self, outbox: list[Hop], busy: bool) -> tuple[list[Hop], bool]:
-        """Swap the spills in flight; returns this worker's, and whether any worker
-        has anything left to simulate."""
-        inboxes: list[list[Hop]] = [[] for _ in self._plan.groups]
+    def exchange(
+        self, outbox: list[Hop], busy: bool, feeds: list[Arrivals] | None
+    ) -> tuple[list[Hop], bool, Arrivals | None]:
+        """Swap the spills in flight (and hand out the next window's arrivals);
+        returns this worker's spills, whether any worker has anything left to
+        simulate, and this worker's arrivals."""
+        plan = self.plan
+        inboxes: list[list[Hop]] = [[] for _ in plan.groups]
         any_busy = busy
         for hop in outbox:
-            inboxes[self._plan.worker_of(hop.region)].append(hop)
+            inboxes[plan.worker[hop.region]].append(hop)
         for k, conn in enumerate(self._conns, start=1):
             hops, child_busy = _checked(conn, k)
             any_busy = any_busy or child_busy
             for hop in hops:
-                inboxes[self._plan.worker_of(hop.region)].append(hop)
+                inboxes[plan.worker[hop.region]].append(hop)
         for k, conn in enumerate(self._conns, start=1):
-            conn.send((_OK, (inboxes[k], any_busy)))
-        return inboxes[0], any_busy
+            conn.send((_OK, (inboxes[k], any_busy, None if feeds is None else feeds[k])))
+        return inboxes[0], any_busy, None if feeds is None else feeds[0]
+
+    def send_feeds(self, feeds: list[Arrivals]) -> Arrivals:
+        for k, conn in enumerate(self._conns, start=1):
+            conn.send((_OK, feeds[k]))
+        return feeds[0]
 
     def share(self, mine: Mapping[str, RegionSummary]) -> dict[str, RegionSummary]:
         every = dict(mine)
@@ -168,11 +179,18 @@ class _Spoke:
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
 
-    def exchange(self, outbox: list[Hop], busy: bool) -> tuple[list[Hop], bool]:
+    def exchange(
+        self, outbox: list[Hop], busy: bool, feeds: list[Arrivals] | None
+    ) -> tuple[list[Hop], bool, Arrivals | None]:
         self._conn.send((_OK, (outbox, busy)))
         hops: list[Hop]
-        hops, any_busy = _checked(self._conn, 0)
-        return hops, any_busy
+        fed: Arrivals | None
+        hops, any_busy, fed = _checked(self._conn, 0)
+        return hops, any_busy, fed
+
+    def feed(self) -> Arrivals:
+        fed: Arrivals = _checked(self._conn, 0)
+        return fed
 
     def share(self, mine: Mapping[str, RegionSummary]) -> dict[str, RegionSummary]:
         self._conn.send((_OK, dict(mine)))
@@ -186,35 +204,85 @@ _Link = _Hub | _Spoke
 # ------------------------------------------------------------------------ the run
 
 
+@dataclass(slots=True)
+class _Windows:
+    """The barriers of a run: every tick, and every ``lookahead`` in between."""
+
+    horizon: float
+    tick_s: float
+    lookahead: float
+    start: float = 0.0
+    next_tick: float = 0.0
+
+    def next(self) -> tuple[float, bool, bool]:
+        """(barrier, whether it is a tick, whether it ends the run: inclusive)."""
+        at_tick = self.next_tick <= self.horizon and self.start + self.lookahead >= self.next_tick
+        if at_tick:
+            return self.next_tick, True, False
+        barrier = min(self.start + self.lookahead, self.horizon)
+        return barrier, False, barrier >= self.horizon
+
+
 def _simulate(sim: Simulator, plan: Plan, link: _Link) -> float:
-    """Run this worker's regions window by window; returns the next tick not run."""
-    horizon = sim.duration_s + sim.drain_s
-    tick_s, lookahead = sim.tick_s, plan.lookahead_s
-    next_tick, start = tick_s, 0.0
-    hops = sim.hops
+    """Run this worker's regions window by window; returns the next tick not run.
+
+    In a gtm run worker 0 makes every global decision a window ahead: the choices for
+    the next window go to the other workers with the exchange that ends this one, or,
+    when a tick ends it, right after the tick (they need its new global view)."""
+    windows = _Windows(sim.duration_s + sim.drain_s, sim.tick_s, plan.lookahead_s)
+    windows.next_tick = sim.tick_s
+    decides = isinstance(link, _Hub) and sim.feed is not None
+    barrier, at_tick, last = windows.next()
+    _next_feed(sim, link, barrier, last, decides, separate=True)
     while True:
-        at_tick = next_tick <= horizon and start + lookahead >= next_tick
-        barrier = next_tick if at_tick else min(start + lookahead, horizon)
-        last = not at_tick and barrier >= horizon
-        next_tick = sim.advance(barrier, inclusive=last, next_tick=next_tick, ticks=False)
+        windows.next_tick = sim.advance(
+            barrier, inclusive=last, next_tick=windows.next_tick, ticks=False
+        )
+        if last:
+            return windows.next_tick
         for hop in sim.outbox:
             if hop.at < barrier:  # the lookahead promises this never happens
                 raise SimulationError(
                     f"a spill to {hop.region} lands at {hop.at:.6f} s, inside the window "
-                    f"ending {barrier:.6f} s: the lookahead ({lookahead:.6f} s) is wrong"
+                    f"ending {barrier:.6f} s: the lookahead ({plan.lookahead_s:.6f} s) is "
+                    "wrong"
                 )
-        inbox, busy = link.exchange(sim.outbox, sim.busy())
+        windows.start = barrier
+        feeds = None
+        if not at_tick:
+            barrier_next, tick_next, last_next = windows.next()
+            if decides:
+                feeds = sim.decide_until(barrier_next, last_next, len(plan.groups), plan.worker)
+        inbox, busy, fed = link.exchange(sim.outbox, sim.busy(), feeds)
         sim.outbox = []
         for hop in inbox:
-            heapq.heappush(hops, (hop.at, hop.index, hop.hops, hop))
+            heapq.heappush(sim.hops, (hop.at, hop.index, hop.hops, hop))
         if at_tick:
             if not busy:
-                return next_tick  # nothing left anywhere: the run is over
-            sim.tick(next_tick)
-            next_tick += tick_s
-        elif last:
-            return next_tick
-        start = barrier
+                return windows.next_tick  # nothing left anywhere: the run is over
+            sim.tick(windows.next_tick)
+            windows.next_tick += sim.tick_s
+            barrier_next, tick_next, last_next = windows.next()
+            _next_feed(sim, link, barrier_next, last_next, decides, separate=True)
+        elif sim.feed is not None and fed is not None:
+            sim.feed.extend(fed)
+        barrier, at_tick, last = barrier_next, tick_next, last_next
+
+
+def _next_feed(
+    sim: Simulator, link: _Link, barrier: float, last: bool, decides: bool, *, separate: bool
+) -> None:
+    """The next window's arrivals, in a message of their own (the first window, and
+    after a tick)."""
+    if sim.feed is None:
+        return
+    if decides:
+        assert isinstance(link, _Hub)
+        feeds = sim.decide_until(barrier, last, len(link.plan.groups), link.plan.worker)
+        sim.feed.extend(link.send_feeds(feeds))
+    else:
+        assert isinstance(link, _Spoke)
+        sim.feed.extend(link.feed())
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,7 +295,6 @@ class _Share:
     e2e_s: np.ndarray
     region: np.ndarray
     gpu: np.ndarray
-    home: np.ndarray
     cached: np.ndarray
     violation: np.ndarray
     ends: np.ndarray
@@ -244,17 +311,9 @@ class _Share:
     tier_s: dict[str, float]
 
 
-_OUTCOME_ARRAYS = (
-    "status",
-    "ttft_s",
-    "e2e_s",
-    "region",
-    "gpu",
-    "home",
-    "cached",
-    "violation",
-    "ends",
-)
+#: What a worker that ended a request knows of it. (Not ``home``: worker 0 sets it for
+#: every request, and a spilled request's last worker never saw it arrive.)
+_OUTCOME_ARRAYS = ("status", "ttft_s", "e2e_s", "region", "gpu", "cached", "violation", "ends")
 
 
 def _share_of(sim: Simulator, result: RunResult) -> _Share:
@@ -317,6 +376,8 @@ def _child(sim: Simulator, plan: Plan, worker: int, conn: Connection) -> None:
     try:
         _own(sim, plan.groups[worker])
         sim.progress = None
+        if sim.feed is not None:
+            sim.next_arrival = len(sim.requests)  # worker 0 decides them all
         link = _Spoke(conn)
         sim.link = link
         next_tick = _simulate(sim, plan, link)
@@ -339,6 +400,8 @@ def run_partitioned(sim: Simulator, plan: Plan, started: float) -> RunResult:
     done = False
     sys.stdout.flush()
     sys.stderr.flush()
+    if sim.hier:
+        sim.feed = deque()
     try:
         for worker in range(1, len(plan.groups)):
             ours, theirs = Pipe(duplex=True)

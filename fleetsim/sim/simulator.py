@@ -38,6 +38,7 @@ import dataclasses
 import heapq
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter_ns
@@ -370,8 +371,13 @@ class Simulator:
         self.owned_gpus: list[FastGpu] = self.gpu_list
         self.outbox: list[Hop] = []
         self.link: SummaryLink | None = None
-        #: The next request of the workload to arrive.
+        #: The next request of the workload to arrive (to be decided, in a partitioned
+        #: gtm run's worker 0).
         self.next_arrival = 0
+        #: A partitioned gtm run's arrivals into this process's regions, already past
+        #: the global tier: (time, request, region). ``None``: arrivals come from
+        #: ``requests`` and are routed here.
+        self.feed: deque[tuple[float, int, str]] | None = None
         self.out = Outcomes(len(requests))
         self.live: dict[int, _Live] = {}
         self.spills = 0
@@ -687,35 +693,46 @@ class Simulator:
     # ------------------------------------------------------------------ gtm path
 
     def _route_gtm(self, i: int, now: float, verdict: Verdict) -> None:
-        req = self.requests[i]
+        rr = self._route_request(i)
+        region = self.decide_region(i, rr, now, verdict)
+        if region is not None and region in self.owned:
+            self.enter_region(i, rr, region, now, verdict)
+
+    def decide_region(self, i: int, rr: RouteRequest, now: float, verdict: Verdict) -> str | None:
+        """The global tier's choice for request ``i`` (``None``: refused and ended)."""
         if verdict.refused:
             self._end(i, Status.REFUSED, "residency")
-            return
-        rr = self._route_request(i)
+            return None
         t0 = perf_counter_ns()
         view = self.ledger.view(self.gview, now)
         outcome = self.global_router.decide(rr, view, verdict=verdict)
         self.tier_ns["global"] += perf_counter_ns() - t0
         if outcome.region is None:
             self._end(i, Status.REFUSED, f"global: {outcome.refusal}")
-            return
-        region = outcome.region
+            return None
         # Charged as the front door charges a forward: before the region's own checks.
         # (Its quota refusal would come back a round trip later and take the charge
         # back; here the charge stays until the region's next summary, at most a tick.
         # Global decisions so depend on nothing a region decides, which is what lets
         # the regions of one run be simulated in parallel: fleetsim.sim.partition.)
-        self.ledger.charge(region, self.model, req.input_tokens, now)
-        if region not in self.owned:
-            return
+        self.ledger.charge(outcome.region, self.model, rr.input_tokens, now)
+        return outcome.region
+
+    def enter_region(
+        self, i: int, rr: RouteRequest | None, region: str, now: float, verdict: Verdict
+    ) -> None:
+        """Request ``i`` reaches ``region``'s regional LB: quota, then its decision."""
         if not self._admit(i, region, now):
             return
+        req = self.requests[i]
         inputs = Inputs(
             allowed=verdict.allowed,
             on_saturation=verdict.on_saturation,
             client_country_known=True,
             tokens_per_block=float(req.block_tokens),
         )
+        if rr is None:
+            rr = self._route_request(i)
         self._regional(i, rr, region, inputs, now, self._client_rtt(req, region))
 
     def _route_request(self, i: int) -> RouteRequest:
@@ -932,9 +949,17 @@ class Simulator:
             barrier, inclusive = horizon, True
         inf = math.inf
         i, n = self.next_arrival, len(requests)
+        feed = self.feed
+        if feed is not None:
+            # Partitioned gtm run: the global tier's choices, made by worker 0, for the
+            # requests entering this process's regions (fleetsim.sim.partition).
+            requests, n = (), 0
         try:
             while True:
-                t_arr = requests[i].at_s if i < n else inf
+                if feed is None:
+                    t_arr = requests[i].at_s if i < n else inf
+                else:
+                    t_arr = feed[0][0] if feed else inf
                 t_hop = hops[0][0] if hops else inf
                 t_gpu = heap[0][0] if heap else inf
                 t_next = t_arr if t_arr < t_hop else t_hop
@@ -948,6 +973,9 @@ class Simulator:
                 if t_next > barrier or (t_next == barrier and not inclusive):
                     return next_tick
                 if t_arr <= t_hop and t_arr <= t_gpu:
+                    if feed is not None:
+                        self._enter_fed(*feed.popleft())
+                        continue
                     req = requests[i]
                     # The nearest region to the client: what "cross-region" is measured from.
                     home[i] = self._home(req)
@@ -961,13 +989,43 @@ class Simulator:
                     if gpu.version == version:
                         self._gpu_events(gpu, gpu.on_event(t_gpu), t_gpu)
         finally:
-            self.next_arrival = i
+            if feed is None:
+                self.next_arrival = i
+
+    def _enter_fed(self, at: float, i: int, region: str) -> None:
+        req = self.requests[i]
+        self.out.home[i] = self._home(req)
+        self.enter_region(i, None, region, at, self._verdict(req.tenant, req.country))
+
+    def decide_until(
+        self, barrier: float, inclusive: bool, workers: int, worker_of: Mapping[str, int]
+    ) -> list[list[tuple[float, int, str]]]:
+        """The global tier's choices for the arrivals before ``barrier`` (at it too if
+        ``inclusive``): per worker of a partitioned run, those entering its regions."""
+        feeds: list[list[tuple[float, int, str]]] = [[] for _ in range(workers)]
+        requests, home = self.requests, self.out.home
+        i, n = self.next_arrival, len(requests)
+        while i < n:
+            req = requests[i]
+            at = req.at_s
+            if at > barrier or (at == barrier and not inclusive):
+                break
+            # The nearest region to the client: what "cross-region" is measured from.
+            home[i] = self._home(req)
+            verdict = self._verdict(req.tenant, req.country)
+            region = self.decide_region(i, self._route_request(i), at, verdict)
+            if region is not None:
+                feeds[worker_of[region]].append((at, i, region))
+            i += 1
+        self.next_arrival = i
+        return feeds
 
     def busy(self, next_arrival: int | None = None) -> bool:
         """Whether anything is left to simulate here (the summary ticks run while so)."""
         i = self.next_arrival if next_arrival is None else next_arrival
         return bool(
             i < len(self.requests)
+            or self.feed
             or self.heap
             or self.hops
             or self.outbox

@@ -91,7 +91,7 @@ def build_requests(
         return []
     span = max(source[-1].at_s, 1e-9)
     speed = rate_rps / (len(source) / span)
-    places: dict[str, int] = {}
+    places: dict[tuple[str, str, float, float], int] = {}
     out: list[SimRequest] = []
     rep = 0
     while True:
@@ -106,7 +106,9 @@ def build_requests(
             # (conversation) is keyed by its second block.
             session = hashes[min(1, len(hashes) - 1)] if hashes else (rep << 32) + k
             tenant, place = geography.sample(session, at)
-            key = f"{place.city}/{place.country}"
+            # Not the name alone: cities of one country may share it (a place's RTTs
+            # are kept per id).
+            key = (place.city, place.country, place.point.lat, place.point.lon)
             pid = places.setdefault(key, len(places))
             out.append(
                 SimRequest(
