@@ -105,7 +105,9 @@ def plan_partition(sim: Simulator, workers: int) -> Plan | None:
             for other in groups[k + 1 :]:
                 for a in group:
                     for b in other:
-                        lookahead = min(lookahead, sim.rtt.between(a, b) / 2.0 / 1000.0)
+                        # Both ways: the measured table is not symmetric.
+                        for rtt_ms in (sim.rtt.between(a, b), sim.rtt.between(b, a)):
+                            lookahead = min(lookahead, rtt_ms / 2.0 / 1000.0)
         if not lookahead > 0.0:
             return None
     worker = MappingProxyType({r: k for k, g in enumerate(groups) for r in g})
@@ -131,7 +133,16 @@ def _checked(conn: Connection, worker: int) -> Any:
 Arrivals = list[tuple[float, int, str]]
 
 
-class _Hub:
+class _Timed:
+    """Counts the seconds a worker spends in exchanges (waiting for the others, mostly)."""
+
+    waited_s = 0.0
+
+    def _timed(self, started: float) -> None:
+        self.waited_s += time.perf_counter() - started
+
+
+class _Hub(_Timed):
     """Worker 0's end of the exchanges: it talks to every other worker."""
 
     def __init__(self, plan: Plan, conns: Sequence[Connection]) -> None:
@@ -144,6 +155,7 @@ class _Hub:
         """Swap the spills in flight (and hand out the next window's arrivals);
         returns this worker's spills, whether any worker has anything left to
         simulate, and this worker's arrivals."""
+        started = time.perf_counter()
         plan = self.plan
         inboxes: list[list[Hop]] = [[] for _ in plan.groups]
         any_busy = busy
@@ -156,23 +168,28 @@ class _Hub:
                 inboxes[plan.worker[hop.region]].append(hop)
         for k, conn in enumerate(self._conns, start=1):
             conn.send((_OK, (inboxes[k], any_busy, None if feeds is None else feeds[k])))
+        self._timed(started)
         return inboxes[0], any_busy, None if feeds is None else feeds[0]
 
     def send_feeds(self, feeds: list[Arrivals]) -> Arrivals:
+        started = time.perf_counter()
         for k, conn in enumerate(self._conns, start=1):
             conn.send((_OK, feeds[k]))
+        self._timed(started)
         return feeds[0]
 
     def share(self, mine: Mapping[str, RegionSummary]) -> dict[str, RegionSummary]:
+        started = time.perf_counter()
         every = dict(mine)
         for k, conn in enumerate(self._conns, start=1):
             every.update(_checked(conn, k))
         for conn in self._conns:
             conn.send((_OK, every))
+        self._timed(started)
         return every
 
 
-class _Spoke:
+class _Spoke(_Timed):
     """Another worker's end: it talks to the hub only (sends first, then reads: the
     hub reads first, so neither waits on a full pipe)."""
 
@@ -182,19 +199,25 @@ class _Spoke:
     def exchange(
         self, outbox: list[Hop], busy: bool, feeds: list[Arrivals] | None
     ) -> tuple[list[Hop], bool, Arrivals | None]:
+        started = time.perf_counter()
         self._conn.send((_OK, (outbox, busy)))
         hops: list[Hop]
         fed: Arrivals | None
         hops, any_busy, fed = _checked(self._conn, 0)
+        self._timed(started)
         return hops, any_busy, fed
 
     def feed(self) -> Arrivals:
+        started = time.perf_counter()
         fed: Arrivals = _checked(self._conn, 0)
+        self._timed(started)
         return fed
 
     def share(self, mine: Mapping[str, RegionSummary]) -> dict[str, RegionSummary]:
+        started = time.perf_counter()
         self._conn.send((_OK, dict(mine)))
         every: dict[str, RegionSummary] = _checked(self._conn, 0)
+        self._timed(started)
         return every
 
 
@@ -309,6 +332,7 @@ class _Share:
     prefix_hit_tokens: int
     prefix_queried_tokens: int
     tier_s: dict[str, float]
+    waited_s: float
 
 
 #: What a worker that ended a request knows of it. (Not ``home``: worker 0 sets it for
@@ -316,7 +340,7 @@ class _Share:
 _OUTCOME_ARRAYS = ("status", "ttft_s", "e2e_s", "region", "gpu", "cached", "violation", "ends")
 
 
-def _share_of(sim: Simulator, result: RunResult) -> _Share:
+def _share_of(sim: Simulator, result: RunResult, waited_s: float) -> _Share:
     out = result.outcomes
     ended = np.flatnonzero(out.ends > 0)
     owned_gpus = np.array(
@@ -337,6 +361,7 @@ def _share_of(sim: Simulator, result: RunResult) -> _Share:
         result.prefix_hit_tokens,
         result.prefix_queried_tokens,
         result.tier_wall_s,
+        waited_s,
     )
 
 
@@ -359,6 +384,7 @@ def _merge(result: RunResult, share: _Share) -> RunResult:
     result.spills += share.spills
     result.prefix_hit_tokens += share.prefix_hit_tokens
     result.prefix_queried_tokens += share.prefix_queried_tokens
+    result.worker_waited_s = (*result.worker_waited_s, share.waited_s)
     result.tier_wall_s = {k: v + share.tier_s.get(k, 0.0) for k, v in result.tier_wall_s.items()}
     return result
 
@@ -382,7 +408,7 @@ def _child(sim: Simulator, plan: Plan, worker: int, conn: Connection) -> None:
         sim.link = link
         next_tick = _simulate(sim, plan, link)
         result = sim.finish(0.0, next_tick)
-        conn.send((_OK, _share_of(sim, result)))
+        conn.send((_OK, _share_of(sim, result, link.waited_s)))
         code = 0
     except BaseException:  # everything goes back to the hub, then exit
         # The hub may be gone already (it failed first): nothing left to tell then.
@@ -419,6 +445,7 @@ def run_partitioned(sim: Simulator, plan: Plan, started: float) -> RunResult:
         sim.link = hub
         next_tick = _simulate(sim, plan, hub)
         result = sim.finish(started, next_tick)
+        result.worker_waited_s = (hub.waited_s,)
         for k, conn in enumerate(conns, start=1):
             result = _merge(result, _checked(conn, k))
         result.workers = len(plan.groups)

@@ -233,6 +233,9 @@ class RunResult:
     #: Processes that simulated the run (fleetsim.sim.partition); ``tier_wall_s`` is
     #: summed over them.
     workers: int = 1
+    #: Per worker of a partitioned run, the seconds it spent in exchanges (mostly
+    #: waiting for a slower worker to reach the barrier).
+    worker_waited_s: tuple[float, ...] = ()
 
 
 class _Pool:
