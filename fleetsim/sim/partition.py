@@ -33,14 +33,16 @@ from __future__ import annotations
 
 import contextlib
 import heapq
+import itertools
 import math
+import mmap
 import os
 import signal
 import sys
 import time
 import traceback
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, Pipe
 from types import MappingProxyType
@@ -72,240 +74,362 @@ class Plan:
     worker: Mapping[str, int]
 
 
+#: Worker 0's global decisions, as a share of a gtm run's work (measured with
+#: ``bench/fleet_scale.py``: the global tier and the arrival path around it are
+#: 14-16 % of a single process's time at 1,000 GPUs). The plan gives worker 0 that
+#: much less regional work.
+GLOBAL_SHARE = 0.15
+#: Lookahead below which a split is avoided when another exists (s): a shorter one
+#: makes the workers wait on each other more often (two regions 26 ms apart, eu-west
+#: and eu-central, would give 13 ms).
+SHORT_LOOKAHEAD_S = 0.025
+#: Exhaustive search up to this many assignments; greedy beyond.
+SEARCH_LIMIT = 100_000
+
+
 def plan_partition(sim: Simulator, workers: int) -> Plan | None:
     """Split ``sim``'s regions over up to ``workers`` processes, or ``None`` when its
     policy (or ``workers``) leaves nothing to run apart.
 
-    Groups are balanced by GPU count (largest region first, to the lightest group),
-    which is what the work follows: the global tier spreads load by capacity.
+    The work of a region follows its GPUs (the global tier spreads load by capacity);
+    in a gtm run worker 0 also makes every global decision (:data:`GLOBAL_SHARE`). The
+    plan minimises the busiest worker's load, among the splits whose lookahead is at
+    least :data:`SHORT_LOOKAHEAD_S` if there are any.
     """
     if workers < 2 or sim.spec.region_mode not in PARTITIONABLE:
         return None
-    gpus: dict[str, int] = {r: 0 for r in sim.region_ids}
-    for pool in sim.pools.values():
-        gpus[pool.region] += len(pool.gpus)
-    busy = [r for r in sim.region_ids if gpus[r] > 0]
-    if len(busy) < 2:
+    if sim.hier and not sim.network:
+        return None  # spills land at once: no lookahead
+    gpus = _probe(sim)
+    serving = [r for r in sim.region_ids if gpus[r] > 0]
+    count = min(workers, len(serving))
+    if count < 2:
         return None
-    count = min(workers, len(busy))
-    members: list[list[str]] = [[] for _ in range(count)]
-    load = [0] * count
-    for region in sorted(busy, key=lambda r: (-gpus[r], sim.region_ids.index(r))):
-        k = min(range(count), key=lambda j: (load[j], j))
-        members[k].append(region)
-        load[k] += gpus[region]
-    # A region without GPUs never serves; it goes with the first group.
-    members[0].extend(r for r in sim.region_ids if gpus[r] == 0)
-    groups = tuple(frozenset(m) for m in members)
-    lookahead = math.inf
-    if sim.hier:
-        if not sim.network:
-            return None  # spills land at once: no lookahead
-        for k, group in enumerate(groups):
-            for other in groups[k + 1 :]:
-                for a in group:
-                    for b in other:
-                        # Both ways: the measured table is not symmetric.
-                        for rtt_ms in (sim.rtt.between(a, b), sim.rtt.between(b, a)):
-                            lookahead = min(lookahead, rtt_ms / 2.0 / 1000.0)
-        if not lookahead > 0.0:
-            return None
+    extra = sum(gpus.values()) * GLOBAL_SHARE / (1.0 - GLOBAL_SHARE) if sim.hier else 0.0
+    best: tuple[tuple[bool, float, float], tuple[frozenset[str], ...], float] | None = None
+    for members in _splits(serving, count, gpus):
+        groups = tuple(frozenset(m) for m in members)
+        lookahead = _lookahead(sim, groups)
+        load = max(extra * (k == 0) + sum(gpus[r] for r in m) for k, m in enumerate(members))
+        key = (lookahead < SHORT_LOOKAHEAD_S, load, -lookahead)
+        if best is None or key < best[0]:
+            best = (key, groups, lookahead)
+    assert best is not None
+    _, groups, lookahead = best
+    if not lookahead > 0.0:
+        return None
+    # A region without GPUs never serves; it goes with worker 0.
+    idle = frozenset(r for r in sim.region_ids if gpus[r] == 0)
+    groups = (groups[0] | idle, *groups[1:])
     worker = MappingProxyType({r: k for k, g in enumerate(groups) for r in g})
     return Plan(groups, lookahead, worker)
 
 
+def _probe(sim: Simulator) -> dict[str, float]:
+    """Each region's share of the work: the requests it serves in the first
+    :func:`probe_seconds` of the run, simulated in a forked process (nothing here
+    changes). Neither GPU counts nor capacities tell it: at 1,000 GPUs on Mooncake,
+    ap-northeast's 118 GPUs served 29 % of the requests and ap-southeast's 183 GPUs 9 %,
+    and the shares of the first 6 s matched those of the whole minute within 1 %."""
+    ours, theirs = Pipe(duplex=False)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the probe: never returns
+        code = 1
+        try:
+            ours.close()
+            sim.progress = None
+            sim.advance(probe_seconds(sim), inclusive=False, next_tick=sim.tick_s, ticks=True)
+            served = sim.out.region[sim.out.region >= 0]
+            theirs.send((_RESULT, np.bincount(served, minlength=len(sim.region_ids))))
+            code = 0
+        except BaseException:
+            with contextlib.suppress(OSError):
+                theirs.send((_ERROR, traceback.format_exc()))
+        finally:
+            os._exit(code)
+    theirs.close()
+    try:
+        try:
+            tag, body = ours.recv()
+        except EOFError:
+            raise SimulationError("the partition probe exited without a word") from None
+        if tag == _ERROR:
+            raise SimulationError(f"the partition probe failed:\n{body}")
+    finally:
+        ours.close()
+        _reap(pid, stop=False)
+    return {
+        r: float(body[k]) + 1.0 if sim.region_pools[r] else 0.0
+        for k, r in enumerate(sim.region_ids)
+    }
+
+
+def probe_seconds(sim: Simulator) -> float:
+    """How much of the run the partition probe simulates: 5 % of the arrival window,
+    2-20 s."""
+    return min(20.0, max(2.0, 0.05 * sim.duration_s))
+
+
+def _splits(
+    regions: Sequence[str], count: int, weight: Mapping[str, float]
+) -> Iterator[list[list[str]]]:
+    """Every split of ``regions`` into ``count`` non-empty groups (or, when there are
+    too many, the greedy one: heaviest region first, to the lightest group)."""
+    if count ** len(regions) <= SEARCH_LIMIT:
+        for labels in itertools.product(range(count), repeat=len(regions)):
+            if len(set(labels)) == count:
+                members: list[list[str]] = [[] for _ in range(count)]
+                for region, k in zip(regions, labels, strict=True):
+                    members[k].append(region)
+                yield members
+        return
+    members = [[] for _ in range(count)]
+    load = [0.0] * count
+    for region in sorted(regions, key=lambda r: (-weight[r], regions.index(r))):
+        k = min(range(count), key=lambda j: (load[j], j))
+        members[k].append(region)
+        load[k] += weight[region]
+    yield members
+
+
+def _lookahead(sim: Simulator, groups: Sequence[frozenset[str]]) -> float:
+    """The shortest one-way latency between regions of different groups (s); ∞ when a
+    request never moves between regions once its region is chosen."""
+    if not sim.hier:
+        return math.inf
+    lookahead = math.inf
+    for k, group in enumerate(groups):
+        for other in groups[k + 1 :]:
+            for a in group:
+                for b in other:
+                    # Both ways: the measured table is not symmetric.
+                    for rtt_ms in (sim.rtt.between(a, b), sim.rtt.between(b, a)):
+                        lookahead = min(lookahead, rtt_ms / 2.0 / 1000.0)
+    return lookahead
+
+
 # ------------------------------------------------------------------------ messages
 
-_OK = "ok"
+_HOPS = "hops"
+_FEED = "feed"
+_BUSY = "busy"
+_SUMMARIES = "summaries"
+_RESULT = "result"
 _ERROR = "error"
 
-
-def _checked(conn: Connection, worker: int) -> Any:
-    try:
-        tag, body = conn.recv()
-    except EOFError:
-        raise SimulationError(f"simulation worker {worker} exited without a word") from None
-    if tag == _ERROR:
-        raise SimulationError(f"simulation worker {worker} failed:\n{body}")
-    return body
-
-
+#: Arrivals past the global tier, for one worker: (time, request, region).
 Arrivals = list[tuple[float, int, str]]
 
 
-class _Timed:
-    """Counts the seconds a worker spends in exchanges (waiting for the others, mostly)."""
+class _Peers:
+    """One worker's pipes to every other worker, and the clocks all of them share.
 
-    waited_s = 0.0
+    ``clocks[k]`` is worker k's *progress*: it has simulated every event before that
+    time and sent every spill those events made. Another worker may therefore simulate
+    anything before ``clocks[k] + lookahead`` — nothing worker k does later can land
+    sooner. ``clocks[n + k]``: worker 0 has sent worker k every arrival before that
+    time (a gtm run). The clocks live in memory shared by the forked workers and are
+    written after the messages they vouch for, so a reader that sees a clock and then
+    reads its pipes has every message that clock covers.
+    """
 
-    def _timed(self, started: float) -> None:
+    def __init__(
+        self, me: int, plan: Plan, conns: Mapping[int, Connection], clocks: memoryview
+    ) -> None:
+        self.me = me
+        self.plan = plan
+        self.conns = conns
+        self.clocks = clocks
+        self.n = len(plan.groups)
+        #: Seconds spent waiting for another worker (at a tick, or > lookahead ahead).
+        self.waited_s = 0.0
+        self.sim: Simulator | None = None
+        #: This worker's own progress (what it last published).
+        self.done = 0.0
+        #: Messages read while looking for another kind, per sender.
+        self._held: dict[int, list[tuple[str, Any]]] = {k: [] for k in conns}
+
+    # -- clocks
+
+    def publish(self, at: float) -> None:
+        """Progress to ``at``: send the spills made so far, then move the clock."""
+        sim = self.sim
+        assert sim is not None
+        if sim.outbox:
+            self._send_hops(sim.outbox)
+            sim.outbox = []
+        self.clocks[self.me] = at
+        self.done = at
+
+    def safe(self, fed: bool) -> float:
+        """The time before which this worker may simulate everything."""
+        lookahead = self.plan.lookahead_s
+        clocks = self.clocks
+        bound = math.inf
+        for k in self.conns:
+            bound = min(bound, clocks[k] + lookahead)
+        if fed:
+            bound = min(bound, clocks[self.n + self.me])
+        return bound
+
+    def fed_until(self, worker: int, at: float) -> None:
+        self.clocks[self.n + worker] = at
+
+    # -- messages
+
+    def _send_hops(self, hops: list[Hop]) -> None:
+        by_worker: dict[int, list[Hop]] = {}
+        for hop in hops:
+            if hop.at < self.done:
+                raise SimulationError(
+                    f"a spill to {hop.region} lands at {hop.at:.6f} s, before this worker's "
+                    f"progress {self.done:.6f} s: the lookahead "
+                    f"({self.plan.lookahead_s:.6f} s) is wrong"
+                )
+            by_worker.setdefault(self.plan.worker[hop.region], []).append(hop)
+        for k, mine in by_worker.items():
+            self.conns[k].send((_HOPS, mine))
+
+    def send_feeds(self, feeds: Sequence[Arrivals], until: float) -> None:
+        for k, conn in self.conns.items():
+            conn.send((_FEED, feeds[k]))
+            self.fed_until(k, until)
+
+    def drain(self) -> None:
+        """Take in whatever the others sent (spills, arrivals); never blocks."""
+        for k, conn in self.conns.items():
+            while conn.poll():
+                self._take(k, self._recv(k))
+
+    def _recv(self, k: int) -> tuple[str, Any]:
+        try:
+            tag, body = self.conns[k].recv()
+        except EOFError:
+            raise SimulationError(f"simulation worker {k} exited without a word") from None
+        if tag == _ERROR:
+            raise SimulationError(f"simulation worker {k} failed:\n{body}")
+        return tag, body
+
+    def _take(self, k: int, message: tuple[str, Any]) -> None:
+        sim = self.sim
+        assert sim is not None
+        tag, body = message
+        if tag == _HOPS:
+            horizon = sim.duration_s + sim.drain_s
+            for hop in body:
+                if hop.at > horizon:
+                    continue  # lands after the run (as in one process: never simulated)
+                if hop.at < self.done:
+                    raise SimulationError(
+                        f"a spill from worker {k} lands at {hop.at:.6f} s, in this worker's "
+                        f"past ({self.done:.6f} s): the lookahead is wrong"
+                    )
+                heapq.heappush(sim.hops, (hop.at, hop.index, hop.hops, hop))
+        elif tag == _FEED:
+            assert sim.feed is not None
+            sim.feed.extend(body)
+        else:
+            self._held[k].append(message)
+
+    def _expect(self, k: int, tag: str) -> Any:
+        """Worker k's next message of kind ``tag`` (taking in what comes before it)."""
+        held = self._held[k]
+        while True:
+            for j, (kind, body) in enumerate(held):
+                if kind == tag:
+                    del held[j]
+                    return body
+            self._take(k, self._recv(k))
+
+    def wait(self) -> None:
+        """Nothing to simulate until another worker moves on: look again shortly."""
+        started = time.perf_counter()
+        self.drain()
+        os.sched_yield()
         self.waited_s += time.perf_counter() - started
 
+    # -- at a tick: every worker in step
 
-class _Hub(_Timed):
-    """Worker 0's end of the exchanges: it talks to every other worker."""
-
-    def __init__(self, plan: Plan, conns: Sequence[Connection]) -> None:
-        self.plan = plan
-        self._conns = conns
-
-    def exchange(
-        self, outbox: list[Hop], busy: bool, feeds: list[Arrivals] | None
-    ) -> tuple[list[Hop], bool, Arrivals | None]:
-        """Swap the spills in flight (and hand out the next window's arrivals);
-        returns this worker's spills, whether any worker has anything left to
-        simulate, and this worker's arrivals."""
+    def anyone_busy(self, busy: bool) -> bool:
         started = time.perf_counter()
-        plan = self.plan
-        inboxes: list[list[Hop]] = [[] for _ in plan.groups]
-        any_busy = busy
-        for hop in outbox:
-            inboxes[plan.worker[hop.region]].append(hop)
-        for k, conn in enumerate(self._conns, start=1):
-            hops, child_busy = _checked(conn, k)
-            any_busy = any_busy or child_busy
-            for hop in hops:
-                inboxes[plan.worker[hop.region]].append(hop)
-        for k, conn in enumerate(self._conns, start=1):
-            conn.send((_OK, (inboxes[k], any_busy, None if feeds is None else feeds[k])))
-        self._timed(started)
-        return inboxes[0], any_busy, None if feeds is None else feeds[0]
-
-    def send_feeds(self, feeds: list[Arrivals]) -> Arrivals:
-        started = time.perf_counter()
-        for k, conn in enumerate(self._conns, start=1):
-            conn.send((_OK, feeds[k]))
-        self._timed(started)
-        return feeds[0]
+        for conn in self.conns.values():
+            conn.send((_BUSY, busy))
+        for k in self.conns:
+            busy = self._expect(k, _BUSY) or busy
+        self.waited_s += time.perf_counter() - started
+        return busy
 
     def share(self, mine: Mapping[str, RegionSummary]) -> dict[str, RegionSummary]:
+        """Every region's summary (this worker's and the others'), in the fleet's order."""
         started = time.perf_counter()
+        for conn in self.conns.values():
+            conn.send((_SUMMARIES, dict(mine)))
         every = dict(mine)
-        for k, conn in enumerate(self._conns, start=1):
-            every.update(_checked(conn, k))
-        for conn in self._conns:
-            conn.send((_OK, every))
-        self._timed(started)
-        return every
-
-
-class _Spoke(_Timed):
-    """Another worker's end: it talks to the hub only (sends first, then reads: the
-    hub reads first, so neither waits on a full pipe)."""
-
-    def __init__(self, conn: Connection) -> None:
-        self._conn = conn
-
-    def exchange(
-        self, outbox: list[Hop], busy: bool, feeds: list[Arrivals] | None
-    ) -> tuple[list[Hop], bool, Arrivals | None]:
-        started = time.perf_counter()
-        self._conn.send((_OK, (outbox, busy)))
-        hops: list[Hop]
-        fed: Arrivals | None
-        hops, any_busy, fed = _checked(self._conn, 0)
-        self._timed(started)
-        return hops, any_busy, fed
-
-    def feed(self) -> Arrivals:
-        started = time.perf_counter()
-        fed: Arrivals = _checked(self._conn, 0)
-        self._timed(started)
-        return fed
-
-    def share(self, mine: Mapping[str, RegionSummary]) -> dict[str, RegionSummary]:
-        started = time.perf_counter()
-        self._conn.send((_OK, dict(mine)))
-        every: dict[str, RegionSummary] = _checked(self._conn, 0)
-        self._timed(started)
-        return every
-
-
-_Link = _Hub | _Spoke
+        for k in self.conns:
+            every.update(self._expect(k, _SUMMARIES))
+        self.waited_s += time.perf_counter() - started
+        sim = self.sim
+        assert sim is not None
+        return {r: every[r] for r in sim.region_ids if r in every}
 
 
 # ------------------------------------------------------------------------ the run
 
-
-@dataclass(slots=True)
-class _Windows:
-    """The barriers of a run: every tick, and every ``lookahead`` in between."""
-
-    horizon: float
-    tick_s: float
-    lookahead: float
-    start: float = 0.0
-    next_tick: float = 0.0
-
-    def next(self) -> tuple[float, bool, bool]:
-        """(barrier, whether it is a tick, whether it ends the run: inclusive)."""
-        at_tick = self.next_tick <= self.horizon and self.start + self.lookahead >= self.next_tick
-        if at_tick:
-            return self.next_tick, True, False
-        barrier = min(self.start + self.lookahead, self.horizon)
-        return barrier, False, barrier >= self.horizon
+#: How far ahead of its own progress worker 0 decides arrivals, in lookaheads: the
+#: others may run one lookahead past worker 0, and need their arrivals for it.
+DECIDE_AHEAD = 2.0
 
 
-def _simulate(sim: Simulator, plan: Plan, link: _Link) -> float:
-    """Run this worker's regions window by window; returns the next tick not run.
+def _simulate(sim: Simulator, peers: _Peers) -> float:
+    """Run this worker's regions to the horizon; returns the next tick not run.
 
-    In a gtm run worker 0 makes every global decision a window ahead: the choices for
-    the next window go to the other workers with the exchange that ends this one, or,
-    when a tick ends it, right after the tick (they need its new global view)."""
-    windows = _Windows(sim.duration_s + sim.drain_s, sim.tick_s, plan.lookahead_s)
-    windows.next_tick = sim.tick_s
-    decides = isinstance(link, _Hub) and sim.feed is not None
-    barrier, at_tick, last = windows.next()
-    _next_feed(sim, link, barrier, last, decides, separate=True)
+    Between ticks a worker simulates as far as the others' clocks allow (and, in a gtm
+    run, as far as worker 0 has decided arrivals for it); at a tick all of them meet,
+    tell whether anything is left, and swap summaries."""
+    horizon = sim.duration_s + sim.drain_s
+    lookahead = peers.plan.lookahead_s
+    decides = sim.feed is not None and peers.me == 0
+    fed = sim.feed is not None and peers.me != 0
+    next_tick = sim.tick_s
+    decided = 0.0
+    done = 0.0
     while True:
-        windows.next_tick = sim.advance(
-            barrier, inclusive=last, next_tick=windows.next_tick, ticks=False
-        )
-        if last:
-            return windows.next_tick
-        for hop in sim.outbox:
-            if hop.at < barrier:  # the lookahead promises this never happens
-                raise SimulationError(
-                    f"a spill to {hop.region} lands at {hop.at:.6f} s, inside the window "
-                    f"ending {barrier:.6f} s: the lookahead ({plan.lookahead_s:.6f} s) is "
-                    "wrong"
-                )
-        windows.start = barrier
-        feeds = None
+        at_tick = next_tick <= horizon
+        bound = next_tick if at_tick else horizon
+        while True:
+            # The clocks before the pipes: messages are sent before the clocks move.
+            safe = peers.safe(fed)
+            peers.drain()
+            final = not at_tick and safe > bound
+            target = min(safe, bound)
+            if decides and decided != math.inf:
+                upto = min(target + DECIDE_AHEAD * lookahead, bound)
+                whole = not at_tick and upto >= horizon  # the last arrivals, at it too
+                if upto > decided or whole:
+                    feeds = sim.decide_until(upto, whole, peers.n, peers.plan.worker)
+                    assert sim.feed is not None
+                    sim.feed.extend(feeds[0])
+                    peers.send_feeds(feeds, math.inf if whole else upto)
+                    decided = math.inf if whole else upto
+            if target > done or final:
+                next_tick = sim.advance(
+                    target, inclusive=final, next_tick=next_tick, ticks=False,
+                    publish=peers.publish,
+                )  # fmt: skip
+                done = math.inf if final else target
+                peers.publish(done)
+                if final or target >= bound:
+                    break
+            else:
+                peers.wait()
         if not at_tick:
-            barrier_next, tick_next, last_next = windows.next()
-            if decides:
-                feeds = sim.decide_until(barrier_next, last_next, len(plan.groups), plan.worker)
-        inbox, busy, fed = link.exchange(sim.outbox, sim.busy(), feeds)
-        sim.outbox = []
-        for hop in inbox:
-            heapq.heappush(sim.hops, (hop.at, hop.index, hop.hops, hop))
-        if at_tick:
-            if not busy:
-                return windows.next_tick  # nothing left anywhere: the run is over
-            sim.tick(windows.next_tick)
-            windows.next_tick += sim.tick_s
-            barrier_next, tick_next, last_next = windows.next()
-            _next_feed(sim, link, barrier_next, last_next, decides, separate=True)
-        elif sim.feed is not None and fed is not None:
-            sim.feed.extend(fed)
-        barrier, at_tick, last = barrier_next, tick_next, last_next
-
-
-def _next_feed(
-    sim: Simulator, link: _Link, barrier: float, last: bool, decides: bool, *, separate: bool
-) -> None:
-    """The next window's arrivals, in a message of their own (the first window, and
-    after a tick)."""
-    if sim.feed is None:
-        return
-    if decides:
-        assert isinstance(link, _Hub)
-        feeds = sim.decide_until(barrier, last, len(link.plan.groups), link.plan.worker)
-        sim.feed.extend(link.send_feeds(feeds))
-    else:
-        assert isinstance(link, _Spoke)
-        sim.feed.extend(link.feed())
+            return next_tick
+        if not peers.anyone_busy(sim.busy()):
+            return next_tick  # nothing left anywhere: the run is over
+        sim.tick(next_tick)
+        next_tick += sim.tick_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -396,68 +520,82 @@ def _own(sim: Simulator, group: frozenset[str]) -> None:
     ]
 
 
-def _child(sim: Simulator, plan: Plan, worker: int, conn: Connection) -> None:
-    """A forked worker: simulate its regions, hand back its share, exit."""
+def _child(sim: Simulator, peers: _Peers) -> None:
+    """A forked worker: simulate its regions, hand its share to worker 0, exit."""
     code = 1
     try:
-        _own(sim, plan.groups[worker])
+        _own(sim, peers.plan.groups[peers.me])
         sim.progress = None
         if sim.feed is not None:
             sim.next_arrival = len(sim.requests)  # worker 0 decides them all
-        link = _Spoke(conn)
-        sim.link = link
-        next_tick = _simulate(sim, plan, link)
+        next_tick = _simulate(sim, peers)
         result = sim.finish(0.0, next_tick)
-        conn.send((_OK, _share_of(sim, result, link.waited_s)))
+        peers.conns[0].send((_RESULT, _share_of(sim, result, peers.waited_s)))
         code = 0
-    except BaseException:  # everything goes back to the hub, then exit
-        # The hub may be gone already (it failed first): nothing left to tell then.
+    except BaseException:  # everything goes to worker 0, then exit
+        # Worker 0 may be gone already (it failed first): nothing left to tell then.
         with contextlib.suppress(OSError):
-            conn.send((_ERROR, traceback.format_exc()))
+            peers.conns[0].send((_ERROR, traceback.format_exc()))
     finally:
-        conn.close()
+        for conn in peers.conns.values():
+            conn.close()
         os._exit(code)
 
 
 def run_partitioned(sim: Simulator, plan: Plan, started: float) -> RunResult:
     """``sim.run()`` over ``len(plan.groups)`` processes (this one and forked ones)."""
-    conns: list[Connection] = []
+    n = len(plan.groups)
+    # Every pair of workers has a pipe; the clocks are shared memory (MAP_SHARED).
+    ends: dict[tuple[int, int], Connection] = {}
+    for a in range(n):
+        for b in range(a + 1, n):
+            ends[a, b], ends[b, a] = Pipe(duplex=True)
+    shared = mmap.mmap(-1, 8 * 2 * n)
+    clocks = memoryview(shared).cast("d")
     pids: list[int] = []
-    done = False
+    finished = False
     sys.stdout.flush()
     sys.stderr.flush()
     if sim.hier:
         sim.feed = deque()
+    mine = {b: ends[0, b] for b in range(1, n)}
+    peers = _Peers(0, plan, mine, clocks)
     try:
-        for worker in range(1, len(plan.groups)):
-            ours, theirs = Pipe(duplex=True)
+        for worker in range(1, n):
             pid = os.fork()
             if pid == 0:  # the child: never returns
-                ours.close()
-                for other in conns:
-                    other.close()
-                _child(sim, plan, worker, theirs)
-            theirs.close()
-            conns.append(ours)
+                theirs = {b: ends[worker, b] for b in range(n) if b != worker}
+                for (a, _), conn in ends.items():
+                    if a != worker:
+                        conn.close()
+                child = _Peers(worker, plan, theirs, clocks)
+                child.sim = sim
+                sim.link = child
+                _child(sim, child)
             pids.append(pid)
+        for (a, _), conn in ends.items():
+            if a != 0:
+                conn.close()
         _own(sim, plan.groups[0])
-        hub = _Hub(plan, conns)
-        sim.link = hub
-        next_tick = _simulate(sim, plan, hub)
+        peers.sim = sim
+        sim.link = peers
+        next_tick = _simulate(sim, peers)
         result = sim.finish(started, next_tick)
-        result.worker_waited_s = (hub.waited_s,)
-        for k, conn in enumerate(conns, start=1):
-            result = _merge(result, _checked(conn, k))
-        result.workers = len(plan.groups)
+        result.worker_waited_s = (peers.waited_s,)
+        for k in range(1, n):
+            result = _merge(result, peers._expect(k, _RESULT))
+        result.workers = n
         result.wall_s = time.perf_counter() - started
-        done = True
+        finished = True
         return result
     finally:
-        for conn in conns:
+        for conn in mine.values():
             conn.close()
         for pid in pids:
-            _reap(pid, stop=not done)
+            _reap(pid, stop=not finished)
         sim.link = None
+        clocks.release()
+        shared.close()
 
 
 def _reap(pid: int, *, stop: bool) -> None:

@@ -934,7 +934,15 @@ class Simulator:
         next_tick = self.advance(math.inf, inclusive=True, next_tick=self.tick_s, ticks=True)
         return self.finish(started, next_tick)
 
-    def advance(self, barrier: float, *, inclusive: bool, next_tick: float, ticks: bool) -> float:
+    def advance(
+        self,
+        barrier: float,
+        *,
+        inclusive: bool,
+        next_tick: float,
+        ticks: bool,
+        publish: Callable[[float], None] | None = None,
+    ) -> float:
         """Process the events before ``barrier`` (at it too if ``inclusive``) and never
         past the horizon; with ``ticks``, the summary ticks due on the way as well.
         Returns the time of the next tick not yet run.
@@ -975,6 +983,9 @@ class Simulator:
                     continue
                 if t_next > barrier or (t_next == barrier and not inclusive):
                     return next_tick
+                if publish is not None:
+                    # Everything before t_next is done (a partitioned run's progress).
+                    publish(t_next)
                 if t_arr <= t_hop and t_arr <= t_gpu:
                     if feed is not None:
                         self._enter_fed(*feed.popleft())
