@@ -595,9 +595,13 @@ class Simulator:
             self.limiters[held[0]].finish(held[1], self.requests[i].at_s, refund=not ran)
         self._end(i, status, reason)
 
-    def _push_gpu(self, gpu: FastGpu) -> None:
+    def _push_gpu(self, gpu: FastGpu, now: float) -> None:
         at = gpu.next_event_at()
         if at is not None:
+            # Never in the past: the GPU's arithmetic may land a due event an ulp before
+            # ``now``, and a partitioned run has told the others it is done before now.
+            if at < now:
+                at = now
             self._seq += 1
             heapq.heappush(self.heap, (at, self._seq, self.gpu_pos[id(gpu)], gpu.version))
 
@@ -687,7 +691,7 @@ class Simulator:
             self._release(live, now)
             self._end_unserved(job.index, Status.TIMED_OUT, self._timeout_reason)
             regions_freed.add(live.pool.region)
-        self._push_gpu(gpu)
+        self._push_gpu(gpu, now)
         if self.hier:
             for region in regions_freed:
                 if len(self.queues[region]):
