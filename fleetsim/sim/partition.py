@@ -55,7 +55,7 @@ from gtm.errors import SimulationError
 from gtm.models import RegionSummary
 
 if TYPE_CHECKING:
-    from fleetsim.sim.simulator import Hop, RunResult, Simulator
+    from fleetsim.sim.simulator import Message, RunResult, Simulator
 
 #: Region choices that depend only on the arrival (and the global tier's own state):
 #: the regions can be simulated apart.
@@ -279,12 +279,12 @@ class _Peers:
 
     # -- messages
 
-    def _send_hops(self, hops: list[Hop]) -> None:
-        by_worker: dict[int, list[Hop]] = {}
+    def _send_hops(self, hops: list[Message]) -> None:
+        by_worker: dict[int, list[Message]] = {}
         for hop in hops:
             if hop.at < self.done:
                 raise SimulationError(
-                    f"a spill to {hop.region} lands at {hop.at:.6f} s, before this worker's "
+                    f"a message to {hop.region} lands at {hop.at:.6f} s, before this worker's "
                     f"progress {self.done:.6f} s: the lookahead "
                     f"({self.plan.lookahead_s:.6f} s) is wrong"
                 )
@@ -323,10 +323,10 @@ class _Peers:
                     continue  # lands after the run (as in one process: never simulated)
                 if hop.at < self.done:
                     raise SimulationError(
-                        f"a spill from worker {k} lands at {hop.at:.6f} s, in this worker's "
+                        f"a message from worker {k} lands at {hop.at:.6f} s, in this worker's "
                         f"past ({self.done:.6f} s): the lookahead is wrong"
                     )
-                heapq.heappush(sim.hops, (hop.at, hop.index, hop.hops, hop))
+                heapq.heappush(sim.hops, (hop.at, hop.index, hop.order, hop))
         elif tag == _FEED:
             assert sim.feed is not None
             sim.feed.extend(body)

@@ -154,6 +154,38 @@ class Hop:
     #: Latency added to the request's TTFT and E2E so far (ms): the client's round trip
     #: and the way back of each hop.
     extra_ms: float
+    #: The way back to the region that admitted it (ms): the one-way latencies of its
+    #: hops. That region holds its quota ticket until the answer has come back through.
+    back_ms: float
+
+    @property
+    def order(self) -> int:
+        """Tie-break among messages for one request at one instant."""
+        return self.hops
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """The end of a spilled request reaches the region that admitted it, which closes
+    the request's quota ticket (regional_lb.service relays the peer's answer and
+    finishes the ticket when the relay ends)."""
+
+    at: float
+    index: int
+    #: The admitting region.
+    region: str
+    usage: Usage | None
+    refund: bool
+    #: The time the ticket is finished at (the quota limiter's clock).
+    when: float
+
+    @property
+    def order(self) -> int:
+        return 1 << 30  # after any hop of the same request at the same instant
+
+
+#: What travels between regions during a run, ordered by (time, request, order).
+Message = Hop | Release
 
 
 class SummaryLink(Protocol):
@@ -362,8 +394,11 @@ class Simulator:
         )
         self.region_gpus = np.bincount(self.gpu_region, minlength=len(self.region_ids))
         self.heap: list[tuple[float, int, int, int]] = []
-        #: Spilled requests on their way to a peer: (arrival, request, hops, the hop).
-        self.hops: list[tuple[float, int, int, Hop]] = []
+        #: Spilled requests on their way to a peer and ends of spilled requests on their
+        #: way back: (arrival, request, order, the message).
+        self.hops: list[tuple[float, int, int, Message]] = []
+        #: Spilled requests: the way back (ms) and the region that admitted them.
+        self.spilled: dict[int, tuple[float, str]] = {}
         self._seq = 0
         #: Worker processes for one run (fleetsim.sim.partition; 1: this one alone).
         self.workers = workers
@@ -372,8 +407,10 @@ class Simulator:
         #: for the next exchange, ``link`` carries the exchanges.
         self.owned: frozenset[str] = frozenset(self.region_ids)
         self.owned_gpus: list[FastGpu] = self.gpu_list
-        self.outbox: list[Hop] = []
+        self.outbox: list[Message] = []
         self.link: SummaryLink | None = None
+        #: The simulated time of the event being handled.
+        self.now = 0.0
         #: The next request of the workload to arrive (to be decided, in a partitioned
         #: gtm run's worker 0).
         self.next_arrival = 0
@@ -590,10 +627,34 @@ class Simulator:
 
     def _end_unserved(self, i: int, status: int, reason: str, *, ran: bool = False) -> None:
         """End a request that produced no response; refund its quota unless it ran."""
-        held = self.quota_tickets.pop(i, None)
-        if held is not None:
-            self.limiters[held[0]].finish(held[1], self.requests[i].at_s, refund=not ran)
+        self._close_ticket(i, None, not ran, when=self.requests[i].at_s)
         self._end(i, status, reason)
+
+    def _close_ticket(
+        self, i: int, usage: Usage | None, refund: bool, *, when: float | None = None
+    ) -> None:
+        """Finish request ``i``'s quota ticket, in the region that admitted it: here and
+        now, or — a spilled request — when its end has travelled back there. ``when``:
+        the limiter's clock for it (default: the moment the ticket is finished)."""
+        spilled = self.spilled.pop(i, None)
+        if spilled is None:
+            held = self.quota_tickets.pop(i, None)
+            if held is not None:
+                clock = self.now if when is None else when
+                self.limiters[held[0]].finish(held[1], clock, usage=usage, refund=refund)
+            return
+        if not self.limiters:
+            return
+        back_ms, origin = spilled
+        at = self.now + back_ms / 1000.0
+        self._send(Release(at, i, origin, usage, refund, at if when is None else when))
+
+    def _on_release(self, release: Release) -> None:
+        held = self.quota_tickets.pop(release.index, None)
+        if held is not None:
+            self.limiters[held[0]].finish(
+                held[1], release.when, usage=release.usage, refund=release.refund
+            )
 
     def _push_gpu(self, gpu: FastGpu, now: float) -> None:
         at = gpu.next_event_at()
@@ -675,10 +736,7 @@ class Simulator:
             self._release(live, now)
             req = self.requests[job.index]
             self.out.e2e_s[job.index] = now - req.at_s + live.extra_ms / 1000.0
-            held = self.quota_tickets.pop(job.index, None)
-            if held is not None:
-                usage = Usage(req.input_tokens, req.output_tokens)
-                self.limiters[held[0]].finish(held[1], now, usage=usage)
+            self._close_ticket(job.index, Usage(req.input_tokens, req.output_tokens), False)
             self._end(job.index, Status.OK, "")
             regions_freed.add(live.pool.region)
         for job in ev.rejected:
@@ -760,6 +818,7 @@ class Simulator:
         """A spilled request reaches the peer region, which decides again."""
         i = hop.index
         req = self.requests[i]
+        self.spilled[i] = (hop.back_ms, hop.spilled_from[0])
         verdict = self._verdict(req.tenant, req.country)
         inputs = Inputs(
             allowed=verdict.allowed,
@@ -771,11 +830,17 @@ class Simulator:
         )
         self._regional(i, self._route_request(i), hop.region, inputs, hop.at, hop.extra_ms)
 
-    def _send_hop(self, hop: Hop) -> None:
-        if hop.region in self.owned:
-            heapq.heappush(self.hops, (hop.at, hop.index, hop.hops, hop))
+    def _send(self, message: Message) -> None:
+        if message.region in self.owned:
+            heapq.heappush(self.hops, (message.at, message.index, message.order, message))
         else:
-            self.outbox.append(hop)
+            self.outbox.append(message)
+
+    def _on_message(self, message: Message) -> None:
+        if isinstance(message, Hop):
+            self._on_hop(message)
+        else:
+            self._on_release(message)
 
     def _regional(
         self, i: int, rr: RouteRequest, region: str, inputs: Inputs, now: float, extra: float
@@ -798,7 +863,8 @@ class Simulator:
             # The request travels to the peer (half the round trip) and is decided
             # again there; the answer's way back is added to its latency.
             one_way_ms = decision.peer.rtt_ms / 2.0 if self.network else 0.0
-            self._send_hop(
+            back_ms = self.spilled[i][0] if i in self.spilled else 0.0
+            self._send(
                 Hop(
                     now + one_way_ms / 1000.0,
                     i,
@@ -806,6 +872,7 @@ class Simulator:
                     inputs.hops + 1,
                     (*inputs.spilled_from, region),
                     extra + one_way_ms,
+                    back_ms + one_way_ms,
                 )
             )
         elif decision.route is Route.QUEUE:
@@ -992,19 +1059,23 @@ class Simulator:
                     publish(t_next)
                 if t_arr <= t_hop and t_arr <= t_gpu:
                     if feed is not None:
+                        self.now = t_arr
                         self._enter_fed(*feed.popleft())
                         continue
                     req = requests[i]
                     # The nearest region to the client: what "cross-region" is measured from.
                     home[i] = self._home(req)
+                    self.now = t_arr
                     route(i, t_arr, self._verdict(req.tenant, req.country))
                     i += 1
                 elif t_hop <= t_gpu:
-                    self._on_hop(heapq.heappop(hops)[3])
+                    self.now = t_hop
+                    self._on_message(heapq.heappop(hops)[3])
                 else:
                     _, _, g, version = heapq.heappop(heap)
                     gpu = gpus[g]
                     if gpu.version == version:
+                        self.now = t_gpu
                         self._gpu_events(gpu, gpu.on_event(t_gpu), t_gpu)
         finally:
             if feed is None:
@@ -1089,6 +1160,7 @@ class Simulator:
 
     def _finish_leftovers(self, next_arrival: int) -> None:
         """End what the horizon cut off: still on a GPU, still queued, never arrived."""
+        self.now = self.duration_s + self.drain_s
         for index in sorted(self.live):
             self._release(self.live[index], self.duration_s + self.drain_s)
             self._end_unserved(index, Status.TIMED_OUT, "unfinished at the horizon", ran=True)
@@ -1108,6 +1180,7 @@ class Simulator:
     def tick(self, now: float) -> None:
         """The summary tick at ``now``: faults due, summaries and views, GPU timeouts,
         queued requests placed, the utilisation timeline."""
+        self.now = now
         if self._busy_window is None and now >= self.duration_s:
             self._capture_window(self.duration_s)
         self._faults_tick(now)
