@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import resource
 import sys
 import time
 from dataclasses import dataclass
@@ -46,6 +48,9 @@ TARGET_RPS = 5_000
 #: (GPUs, simulated s) of the fast path vs reference comparison (full run, smoke run).
 COMPARE = (1_000, 20.0)
 COMPARE_SMOKE = (60, 10.0)
+#: (GPUs, simulated s) of the one process vs several workers comparison.
+WORKERS_COMPARE = (1_000, 60.0)
+WORKERS_SMOKE = (60, 10.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +66,9 @@ class Scale:
 
 
 def run(
-    gpus: int, duration_s: float, load: float, limit_s: float | None, *, fast: bool = True
-) -> Scale:
+    gpus: int, duration_s: float, load: float, limit_s: float | None, *, fast: bool = True,
+    workers: int = 1,
+) -> Scale:  # fmt: skip
     config = BenchConfig(gpus=gpus, duration_s=duration_s, loads=(load,), policies=("gtm",))
     trace = load_trace(TraceKind.MOONCAKE)
     places = read_places(data_dir() / CITIES_FILE)
@@ -73,25 +79,39 @@ def run(
     )  # fmt: skip
     print(
         f"{gpus:,} GPUs × {duration_s:g} s at {load:.0%}: {len(requests):,} requests"
-        + ("" if fast else " (regional reference profile)"),
+        + ("" if fast else " (regional reference profile)")
+        + (f", {workers} workers" if workers > 1 else ", one process"),
         flush=True,
     )
-    started_cpu = time.process_time()
+    started_cpu = _cpu_s()
     started = time.perf_counter()
     sim = Simulator(
         setup.fleet, activate(1, load_examples()), policy("gtm"), requests,
         model=config.model, duration_s=duration_s, quota_scale=setup.quota_scale,
         progress=_progress(len(requests), duration_s, config.drain_s),
-        regional_fast_path=fast,
+        regional_fast_path=fast, workers=workers,
     )  # fmt: skip
     result = sim.run()
     wall = time.perf_counter() - started
-    cpu = time.process_time() - started_cpu
+    cpu = _cpu_s() - started_cpu
     sys.stderr.write("\r\033[K")
     return Scale(
         gpus, duration_s, len(requests), wall, cpu, limit_s, result,
         summarise(result, list(requests), setup.capacity_tps),
     )  # fmt: skip
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and of its finished children (a partitioned run's
+    workers and probe)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def default_workers() -> int:
+    """One worker per core this process may use (the issue's 2-core machine: 2), at
+    most one per region."""
+    return max(1, min(len(os.sched_getaffinity(0)), 6))
 
 
 def _progress(total: int, window: float, drain: float):  # type: ignore[no-untyped-def]
@@ -112,19 +132,23 @@ def _progress(total: int, window: float, drain: float):  # type: ignore[no-untyp
 
 def lines(runs: list[Scale]) -> list[str]:
     out = [
-        "| GPUs | simulated s | requests | wall s | CPU s | sim req/s (wall) | sim req/s (CPU) "
-        "| global | regional | zone | publish | simulator |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| GPUs | simulated s | requests | workers | wall s | CPU s | sim req/s (wall) "
+        "| sim req/s (CPU) | global | regional | zone | publish | waiting | simulator |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in runs:
-        tiers = r.result.tier_wall_s
-        share = {k: v / max(r.wall_s, 1e-9) for k, v in tiers.items()}
-        rest = max(0.0, 1.0 - sum(share.values()))
+        # Shares of the workers' time (wall × workers; tier times are summed over them).
+        spent = max(r.wall_s * r.result.workers, 1e-9)
+        share = {k: v / spent for k, v in r.result.tier_wall_s.items()}
+        waiting = sum(r.result.worker_waited_s) / spent
+        rest = max(0.0, 1.0 - sum(share.values()) - waiting)
         out.append(
-            f"| {r.gpus:,} | {r.duration_s:g} | {r.requests:,} | {r.wall_s:,.0f} | "
-            f"{r.cpu_s:,.0f} | {r.requests / r.wall_s:,.0f} | {r.requests / r.cpu_s:,.0f} | "
+            f"| {r.gpus:,} | {r.duration_s:g} | {r.requests:,} | {r.result.workers} | "
+            f"{r.wall_s:,.0f} | {r.cpu_s:,.0f} | {r.requests / r.wall_s:,.0f} | "
+            f"{r.requests / r.cpu_s:,.0f} | "
             f"{share.get('global', 0):.0%} | {share.get('regional', 0):.0%} | "
-            f"{share.get('zone', 0):.0%} | {share.get('publish', 0):.0%} | {rest:.0%} |"
+            f"{share.get('zone', 0):.0%} | {share.get('publish', 0):.0%} | {waiting:.0%} | "
+            f"{rest:.0%} |"
         )
     out += ["", "Targets:", ""]
     for r in runs:
@@ -197,6 +221,40 @@ def compare(gpus: int, duration_s: float, load: float) -> list[str]:
     ]
 
 
+def compare_workers(gpus: int, duration_s: float, load: float, workers: int) -> list[str]:
+    """The same run in one process and over ``workers`` (fleetsim.sim.partition): the
+    outcomes must be identical; the wall seconds are compared."""
+    one = run(gpus, duration_s, load, None, workers=1)
+    many = run(gpus, duration_s, load, None, workers=workers)
+    a, b = one.result.outcomes, many.result.outcomes
+    same = (
+        all(
+            np.array_equal(getattr(a, name), getattr(b, name), equal_nan=True)
+            for name in ("status", "ttft_s", "e2e_s", "region", "gpu", "cached", "ends")
+        )
+        and a.reason == b.reason
+        and one.result.spills == many.result.spills
+    )
+    if not same:
+        raise SystemExit("the partitioned run changed the simulation's outcomes: a bug")
+    return [
+        f"One process vs {many.result.workers} workers, same {one.requests:,} requests "
+        f"({gpus:,} GPUs × {duration_s:g} s), outcomes identical:",
+        "",
+        "| processes | wall s | CPU s | sim req/s (wall) | waiting (per worker, s) |",
+        "|---|---:|---:|---:|---|",
+        *(
+            f"| {r.result.workers} | {r.wall_s:,.1f} | {r.cpu_s:,.1f} | "
+            f"{r.requests / r.wall_s:,.0f} | "
+            f"{', '.join(f'{w:.1f}' for w in r.result.worker_waited_s) or '—'} |"
+            for r in (one, many)
+        ),
+        "",
+        f"- {many.result.workers} workers: {one.wall_s / many.wall_s:.2f}× one process's "
+        "simulated requests per wall second",
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true")
@@ -209,7 +267,14 @@ def main() -> None:
     parser.add_argument(
         "--no-compare",
         action="store_true",
-        help="skip the regional fast path vs reference profile comparison",
+        help="skip the comparisons (regional fast path vs reference profile; one process "
+        "vs --workers)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=default_workers(),
+        help="processes each run is simulated over (default: one per core, at most 6)",
     )
     args = parser.parse_args()
     plan = SMOKE if args.smoke else FULL
@@ -222,9 +287,13 @@ def main() -> None:
     if not args.no_compare:
         compared = compare(*(COMPARE_SMOKE if args.smoke else COMPARE), args.load)
         print("\n".join(compared), flush=True)
+        if args.workers > 1:
+            size = WORKERS_SMOKE if args.smoke else WORKERS_COMPARE
+            compared += ["", *compare_workers(*size, args.load, args.workers)]
+            print("\n".join(compared[-9:]), flush=True)
     runs = []
     for gpus, duration, limit in plan:
-        runs.append(run(gpus, duration, args.load, limit))
+        runs.append(run(gpus, duration, args.load, limit, workers=args.workers))
         print("\n".join(lines(runs[-1:])), flush=True)
     text = [
         "# Fleet simulator at scale",

@@ -68,6 +68,10 @@ def _common(fn: click.decorators.FC) -> click.decorators.FC:
         click.option("--slow-fraction", type=click.FloatRange(0.0, 1.0), default=0.0,
                      show_default=True, help="fraction of the GPUs that run --slowdown × slower"),
         click.option("--slowdown", type=click.FloatRange(1.0), default=2.0, show_default=True),
+        click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
+                     help="processes each run is simulated over, its regions split between "
+                          "them (e.g. the number of cores, for one big run); the outcomes "
+                          "are the same"),
     ]  # fmt: skip
     for option in reversed(options):
         fn = option(fn)
@@ -86,6 +90,7 @@ class _Options:
     crash_at: float
     slow_fraction: float
     slowdown: float
+    workers: int
 
     def config(
         self, gpus: int, regions: int, loads: tuple[float, ...], duration: float,
@@ -98,7 +103,7 @@ class _Options:
         return BenchConfig(
             gpus, regions, loads, duration, names, seed=seed, fleet_shape=self.fleet_shape,
             quotas=self.quotas, faults=faults if faults.any else None, drain_s=self.drain,
-            client_timeout_s=self.client_timeout,
+            client_timeout_s=self.client_timeout, workers=self.workers,
         )  # fmt: skip
 
 
@@ -123,13 +128,13 @@ def sim(
     trace_kind: str, trace_path: Path | None, gpus: int, regions: int, duration: float,
     seed: int, out: Path, load: float, policy_names: str, fleet_shape: str, quotas: bool,
     client_timeout: float, drain: float, crash_fraction: float, crash_at: float,
-    slow_fraction: float, slowdown: float,
+    slow_fraction: float, slowdown: float, workers: int,
 ) -> None:  # fmt: skip
     """Run the discrete-event fleet simulator for one load; print its figures
     (simulated requests per wall second included) and write OUT/sim.md."""
     options = _Options(
         fleet_shape, quotas, client_timeout, drain, crash_fraction, crash_at, slow_fraction,
-        slowdown,
+        slowdown, workers,
     )  # fmt: skip
     config = options.config(gpus, regions, (load,), duration, _policies(policy_names), seed)
     _run(trace_kind, trace_path, config, out, "sim")
@@ -154,13 +159,13 @@ def routing(
     trace_kind: str, trace_path: Path | None, gpus: int, regions: int, duration: float,
     seed: int, out: Path, loads: str, policy_names: str, jobs: int, fleet_shape: str,
     quotas: bool, client_timeout: float, drain: float, crash_fraction: float, crash_at: float,
-    slow_fraction: float, slowdown: float,
+    slow_fraction: float, slowdown: float, workers: int,
 ) -> None:  # fmt: skip
     """Every policy on identical arrivals at each load: Markdown table + plots in
     OUT/routing.md (simulated requests per wall second included)."""
     options = _Options(
         fleet_shape, quotas, client_timeout, drain, crash_fraction, crash_at, slow_fraction,
-        slowdown,
+        slowdown, workers,
     )  # fmt: skip
     names = _policies(policy_names)
     config = options.config(gpus, regions, _loads(loads), duration, names, seed)

@@ -65,6 +65,10 @@ class BenchConfig:
     #: Runs (policy × load) simulated at once in worker processes; 1: one after the
     #: other in this process, with a progress bar per run.
     jobs: int = 1
+    #: Processes one run is simulated over (its regions split between them:
+    #: fleetsim.sim.partition; the outcomes are the same). For one big run; ``jobs``
+    #: is the better use of cores for many small ones.
+    workers: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,7 +224,7 @@ def _simulate(
         duration_s=config.duration_s,
         progress=_progress(name, config, len(requests)) if bars else None,
         seed=config.seed, drain_s=config.drain_s, client_timeout_s=config.client_timeout_s,
-        quota_scale=context.setup.quota_scale, faults=config.faults,
+        quota_scale=context.setup.quota_scale, faults=config.faults, workers=config.workers,
     )  # fmt: skip
     result = sim.run()
     summary = summarise(result, list(requests), context.setup.capacity_tps)
