@@ -282,11 +282,13 @@ class _Peers:
     def _send_hops(self, hops: list[Message]) -> None:
         by_worker: dict[int, list[Message]] = {}
         for hop in hops:
-            if hop.at < self.done:
+            # Sent at the latest when the clock next moves: made by an event at or after
+            # the clock's last value, so it lands a lookahead later at least.
+            if hop.at < self.done + self.plan.lookahead_s:
                 raise SimulationError(
-                    f"a message to {hop.region} lands at {hop.at:.6f} s, before this worker's "
-                    f"progress {self.done:.6f} s: the lookahead "
-                    f"({self.plan.lookahead_s:.6f} s) is wrong"
+                    f"{type(hop).__name__} of request {hop.index} to {hop.region} lands at "
+                    f"{hop.at!r} s, sooner than this worker's progress {self.done!r} s + the "
+                    f"lookahead {self.plan.lookahead_s!r} s"
                 )
             by_worker.setdefault(self.plan.worker[hop.region], []).append(hop)
         for k, mine in by_worker.items():
@@ -323,8 +325,8 @@ class _Peers:
                     continue  # lands after the run (as in one process: never simulated)
                 if hop.at < self.done:
                     raise SimulationError(
-                        f"a message from worker {k} lands at {hop.at:.6f} s, in this worker's "
-                        f"past ({self.done:.6f} s): the lookahead is wrong"
+                        f"{type(hop).__name__} of request {hop.index} from worker {k} lands "
+                        f"at {hop.at!r} s, in this worker's past ({self.done!r} s)"
                     )
                 heapq.heappush(sim.hops, (hop.at, hop.index, hop.order, hop))
         elif tag == _FEED:

@@ -2,10 +2,20 @@
 own decision code in the loop.
 
 Events: request arrivals (a pointer into the pre-built workload, identical for every
-policy), GPU events (:class:`~fleetsim.sim.gpu.FastGpu` announces its next first token
-or completion; a version number drops stale ones), and the summary tick (every
-``tick_s``: zone summaries → regional views and region summaries → the global view,
-as the live publishers do once a second).
+policy), messages between regions (a spilled request reaching its peer, :class:`Hop`,
+half a round trip after the spill; the end of a spilled request reaching the region
+that admitted it, :class:`Release`, which then finishes its quota ticket), GPU events
+(:class:`~fleetsim.sim.gpu.FastGpu` announces its next first token or completion; a
+version number drops stale ones), and the summary tick (every ``tick_s``: zone
+summaries → regional views and region summaries → the global view, as the live
+publishers do once a second). At equal times: tick, arrival, message, GPU event.
+
+The global tier's choices depend on the global view and its in-flight ledger alone
+(the ledger is charged when a request is forwarded, before the region's quota check, as
+the front door charges), and regions affect each other only through messages that
+take at least the shortest inter-region one-way latency: so a run's regions can be
+simulated in several processes with the same outcomes (:mod:`fleetsim.sim.partition`,
+``workers``).
 
 gtm's path per request: residency verdict (:mod:`policies`) → :class:`GlobalRouter`
 ``.decide`` → :class:`RegionalRouter` ``.decide`` (LOCAL / SPILL to a peer, decided again
