@@ -32,6 +32,7 @@ rebuilt); that one is worker 0 and the hub of the exchanges, over pipes.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import heapq
 import itertools
 import math
@@ -236,7 +237,11 @@ class _Peers:
     """
 
     def __init__(
-        self, me: int, plan: Plan, conns: Mapping[int, Connection], clocks: memoryview
+        self,
+        me: int,
+        plan: Plan,
+        conns: Mapping[int, Connection],
+        clocks: ctypes.Array[ctypes.c_double],
     ) -> None:
         self.me = me
         self.plan = plan
@@ -250,6 +255,8 @@ class _Peers:
         self.done = 0.0
         #: Messages read while looking for another kind, per sender.
         self._held: dict[int, list[tuple[str, Any]]] = {k: [] for k in conns}
+        #: Workers that finished the run and closed their pipes.
+        self._finished: set[int] = set()
 
     # -- clocks
 
@@ -302,13 +309,20 @@ class _Peers:
     def drain(self) -> None:
         """Take in whatever the others sent (spills, arrivals); never blocks."""
         for k, conn in self.conns.items():
-            while conn.poll():
-                self._take(k, self._recv(k))
+            while k not in self._finished and conn.poll():
+                message = self._recv(k)
+                if message is not None:
+                    self._take(k, message)
 
-    def _recv(self, k: int) -> tuple[str, Any]:
+    def _recv(self, k: int) -> tuple[str, Any] | None:
+        """Worker k's next message; ``None`` when it has finished the run and closed its
+        end of the pipe (it published the end of the run, ∞, first): not a failure."""
         try:
             tag, body = self.conns[k].recv()
         except EOFError:
+            if self.clocks[k] == math.inf:
+                self._finished.add(k)
+                return None
             raise SimulationError(f"simulation worker {k} exited without a word") from None
         if tag == _ERROR:
             raise SimulationError(f"simulation worker {k} failed:\n{body}")
@@ -343,7 +357,10 @@ class _Peers:
                 if kind == tag:
                     del held[j]
                     return body
-            self._take(k, self._recv(k))
+            message = self._recv(k)
+            if message is None:
+                raise SimulationError(f"simulation worker {k} ended before sending {tag!r}")
+            self._take(k, message)
 
     def wait(self) -> None:
         """Nothing to simulate until another worker moves on: look again shortly."""
@@ -475,7 +492,14 @@ def _share_of(sim: Simulator, result: RunResult, waited_s: float) -> _Share:
     regions = np.array([k for k, r in enumerate(sim.region_ids) if r in sim.owned], dtype=np.int64)
     return _Share(
         ended,
-        *(getattr(out, name)[ended] for name in _OUTCOME_ARRAYS),
+        out.status[ended],
+        out.ttft_s[ended],
+        out.e2e_s[ended],
+        out.region[ended],
+        out.gpu[ended],
+        out.cached[ended],
+        out.violation[ended],
+        out.ends[ended],
         [out.reason[j] for j in ended],
         owned_gpus,
         result.gpu_busy_s[owned_gpus],
@@ -553,7 +577,7 @@ def run_partitioned(sim: Simulator, plan: Plan, started: float) -> RunResult:
         for b in range(a + 1, n):
             ends[a, b], ends[b, a] = Pipe(duplex=True)
     shared = mmap.mmap(-1, 8 * 2 * n)
-    clocks = memoryview(shared).cast("d")
+    clocks = (ctypes.c_double * (2 * n)).from_buffer(shared)
     pids: list[int] = []
     finished = False
     sys.stdout.flush()
@@ -596,8 +620,7 @@ def run_partitioned(sim: Simulator, plan: Plan, started: float) -> RunResult:
         for pid in pids:
             _reap(pid, stop=not finished)
         sim.link = None
-        clocks.release()
-        shared.close()
+        # The anonymous map (2 × workers doubles) goes with its last reference.
 
 
 def _reap(pid: int, *, stop: bool) -> None:
