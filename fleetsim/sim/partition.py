@@ -223,14 +223,19 @@ _ERROR = "error"
 #: Arrivals past the global tier, for one worker: (time, request, region).
 Arrivals = list[tuple[float, int, str]]
 
+#: Doubles between two clocks: one 64-byte cache line each. A worker moves its clock at
+#: every event while the others read theirs; sharing a line would bounce it between
+#: the cores at every write (false sharing).
+STRIDE = 8
+
 
 class _Peers:
     """One worker's pipes to every other worker, and the clocks all of them share.
 
-    ``clocks[k]`` is worker k's *progress*: it has simulated every event before that
+    ``clocks[k · STRIDE]`` is worker k's *progress*: it has simulated every event before that
     time and sent every spill those events made. Another worker may therefore simulate
     anything before ``clocks[k] + lookahead`` — nothing worker k does later can land
-    sooner. ``clocks[n + k]``: worker 0 has sent worker k every arrival before that
+    sooner. ``clocks[(n + k) · STRIDE]``: worker 0 has sent worker k every arrival before that
     time (a gtm run). The clocks live in memory shared by the forked workers and are
     written after the messages they vouch for, so a reader that sees a clock and then
     reads its pipes has every message that clock covers.
@@ -267,7 +272,7 @@ class _Peers:
         if sim.outbox:
             self._send_hops(sim.outbox)
             sim.outbox = []
-        self.clocks[self.me] = at
+        self.clocks[self.me * STRIDE] = at
         self.done = at
 
     def safe(self, fed: bool) -> float:
@@ -276,13 +281,13 @@ class _Peers:
         clocks = self.clocks
         bound = math.inf
         for k in self.conns:
-            bound = min(bound, clocks[k] + lookahead)
+            bound = min(bound, clocks[k * STRIDE] + lookahead)
         if fed:
-            bound = min(bound, clocks[self.n + self.me])
+            bound = min(bound, clocks[(self.n + self.me) * STRIDE])
         return bound
 
     def fed_until(self, worker: int, at: float) -> None:
-        self.clocks[self.n + worker] = at
+        self.clocks[(self.n + worker) * STRIDE] = at
 
     # -- messages
 
@@ -320,7 +325,7 @@ class _Peers:
         try:
             tag, body = self.conns[k].recv()
         except EOFError:
-            if self.clocks[k] == math.inf:
+            if self.clocks[k * STRIDE] == math.inf:
                 self._finished.add(k)
                 return None
             raise SimulationError(f"simulation worker {k} exited without a word") from None
@@ -576,8 +581,8 @@ def run_partitioned(sim: Simulator, plan: Plan, started: float) -> RunResult:
     for a in range(n):
         for b in range(a + 1, n):
             ends[a, b], ends[b, a] = Pipe(duplex=True)
-    shared = mmap.mmap(-1, 8 * 2 * n)
-    clocks = (ctypes.c_double * (2 * n)).from_buffer(shared)
+    shared = mmap.mmap(-1, 8 * STRIDE * 2 * n)
+    clocks = (ctypes.c_double * (STRIDE * 2 * n)).from_buffer(shared)
     pids: list[int] = []
     finished = False
     sys.stdout.flush()
