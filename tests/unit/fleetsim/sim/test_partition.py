@@ -179,3 +179,21 @@ def test_a_spill_inside_the_window_is_caught(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(partition, "plan_partition", too_long)
     with pytest.raises(SimulationError, match="lookahead"):
         run("gtm", 2)
+
+
+def test_the_probe_simulates_a_short_prefix_of_the_run() -> None:
+    sim = Simulator(
+        fleet(), active(), POLICIES["gtm"], busy_workload(), model=LLAMA_8B, duration_s=25.0
+    )
+    # 5 % of the 25 s window, but at least a second.
+    assert partition.probe_seconds(sim) == 1.25
+    assert len(busy_workload()) < partition.PROBE_ARRIVALS
+    many = Simulator(
+        fleet(), active(), POLICIES["gtm"], busy_workload(), model=LLAMA_8B, duration_s=400.0
+    )
+    assert partition.probe_seconds(many) == 20.0
+    # Past PROBE_ARRIVALS arrivals, up to the arrival that many in.
+    long = build_requests(synthetic_trace(3000), Geography(PLACES), rate_rps=500.0, duration_s=20.0)
+    assert len(long) > partition.PROBE_ARRIVALS
+    busy = Simulator(fleet(), active(), POLICIES["gtm"], long, model=LLAMA_8B, duration_s=200.0)
+    assert partition.probe_seconds(busy) == long[partition.PROBE_ARRIVALS].at_s
