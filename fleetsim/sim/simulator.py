@@ -939,16 +939,23 @@ class Simulator:
 
     # ------------------------------------------------------------------ baselines
 
+    def baseline_region(self, req: SimRequest) -> str | None:
+        """The region a baseline sends ``req`` to before any cross-region rule: the
+        nearest (GeoDNS), or the nearest its residency allows (``None``: none)."""
+        if self.spec.region_mode is RegionMode.GEODNS:
+            return self._nearest(req, self.region_ids)
+        verdict = self._verdict(req.tenant, req.country)
+        if verdict.refused:
+            return None
+        return self._nearest(req, [r for r in self.region_ids if r in verdict.allowed])
+
     def _route_baseline(self, i: int, now: float, verdict: Verdict) -> None:
         req = self.requests[i]
         mode = self.spec.region_mode
-        if mode is RegionMode.GEODNS:
-            home = self._nearest(req, self.region_ids)
-        else:
-            if verdict.refused:
-                self._end(i, Status.REFUSED, "residency")
-                return
-            home = self._nearest(req, [r for r in self.region_ids if r in verdict.allowed])
+        if mode is not RegionMode.GEODNS and verdict.refused:
+            self._end(i, Status.REFUSED, "residency")
+            return
+        home = self.baseline_region(req)
         assert home is not None
         target, extra = home, self._client_rtt(req, home)
         peers = [r for r in self.region_ids if r != home and r in verdict.allowed]
