@@ -1,32 +1,35 @@
 """One simulation over several processes: the fleet's regions split between them.
 
-Conservative parallel discrete-event simulation (Chandy–Misra–Bryant, with a global
-barrier instead of null messages: Fujimoto, *Parallel and Distributed Simulation
-Systems*, 2000, ch. 3). What couples the regions of a run, and how each is kept exact:
+Conservative parallel discrete-event simulation (Chandy and Misra, "Distributed
+simulation: a case study in design and verification of distributed programs", IEEE TSE
+1979; Fujimoto, *Parallel and Distributed Simulation Systems*, 2000, ch. 3): a worker
+simulates only what no other worker can still change. What couples the regions of a
+run, and how each is kept exact:
 
 * **Global decisions** depend on the global view (rebuilt from region summaries at
-  every tick) and on the in-flight ledger (charged by the global decisions alone). Every
-  process makes every global decision, in arrival order, on identical state — the same
-  choices everywhere — and goes on only with the requests whose region it simulates.
-* **Summaries**: at every tick each process publishes its regions' summaries and gets
-  the others' (:meth:`Hub.share`) before the global view and the regional views are
-  rebuilt, as the live publishers do.
-* **Spills** reach the peer region half a round trip after the spill decision
-  (:class:`~fleetsim.sim.simulator.Hop`). That delay is the *lookahead*: no process can
-  affect another sooner than the shortest one-way latency between regions simulated
-  by different processes, so the processes run in windows of that length and swap the
-  spills in flight at every window's end (:meth:`Hub.exchange`); a spill always lands
-  in a later window.
+  every tick) and on the in-flight ledger, which only global decisions charge. Worker 0
+  makes every one of them, in arrival order, ahead of the others, and feeds each worker
+  the arrivals that enter its regions (:meth:`Simulator.decide_until`).
+* **Messages between regions** — a spilled request reaching its peer
+  (:class:`~fleetsim.sim.simulator.Hop`), the end of a spilled request reaching the
+  region that admitted it (:class:`~fleetsim.sim.simulator.Release`) — take at least the
+  shortest one-way latency between regions of different workers: the *lookahead*. Each
+  worker publishes its progress (every event before it done, every message those events
+  made sent) in shared memory; another may simulate anything before that progress plus
+  the lookahead. No window, no barrier: a worker waits only when it is a lookahead ahead.
+* **Summaries**: at every tick (1 simulated s) the workers meet, tell whether anything is
+  left anywhere, and swap their regions' summaries before the views are rebuilt, as the
+  live publishers do.
 
-Ties at equal times break by what happened (tick, arrival, spill, GPU event; spills by
-request and hop), never by which process holds what, so a partitioned run ends every
-request exactly as the run in one process does (``tests/unit/fleetsim/sim/
+Ties at equal times break by what happened (tick, arrival, message, GPU event; messages
+by time, request and kind), never by which worker holds what, so a partitioned run ends
+every request exactly as the run in one process does (``tests/unit/fleetsim/sim/
 test_partition.py`` checks it to the bit). Policies whose region choice reads another
-region's live state at every arrival (GORGO, SkyWalker) and runs without a network
-(no lookahead) stay in one process.
+region's live state at every arrival (GORGO, SkyWalker), and runs without a network
+(no lookahead), stay in one process.
 
-The processes are forked from the one that built the simulator (nothing is copied or
-rebuilt); that one is worker 0 and the hub of the exchanges, over pipes.
+The workers are forked from the process that built the simulator (nothing is copied or
+rebuilt); that one is worker 0. Every pair of workers has a pipe.
 """
 
 from __future__ import annotations
