@@ -322,7 +322,15 @@ class _Tenant:
             return
         self.configured_share = share
         for dim, bucket in self.buckets.items():
+            shut = bucket.burst <= 0.0
             bucket.reconfigure(*self._rate_burst(dim, share), now)
+            if shut:
+                # At a share of 0 the replica admitted nothing, so it spent nothing: the
+                # share it gets comes with its whole burst, as if it had been configured
+                # with it. (A replica whose first claim collides enforces 0 until a claim
+                # is verified, regional_lb.leases; keeping the empty level refused the
+                # tenant's first requests after the claim with 429s.)
+                bucket.level = bucket.burst
         self.max_concurrent = self._concurrency(share)
 
     def _amounts(self, cost: Cost) -> dict[Dimension, float]:

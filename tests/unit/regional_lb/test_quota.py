@@ -178,3 +178,23 @@ def test_pools_follow_regional_shares() -> None:
     assert pool_of(listed, "us-east").id == UNLISTED_POOL
     assert pool_of(listed, "us-east").fraction == pytest.approx(0.2)
     assert pool_of(tenant(), "us-east") == Pool(UNLISTED_POOL, 1.0)
+
+
+def test_a_share_granted_after_a_share_of_0_comes_with_its_burst() -> None:
+    # A replica whose first lease claim collided enforces 0 until a claim is verified
+    # (regional_lb.leases); it admitted nothing meanwhile, so it has spent nothing.
+    limiter = limiter_with(Grant(0.0, math.inf, 0.0), requests_per_minute=600)
+    rejected(limiter.admit("t1", Cost(1, 1), 0.0))
+    limiter.set_grant("t1", FULL)
+    # The whole burst of the new share (10/s x 1 s), at once, then the rate.
+    for _ in range(10):
+        admitted(limiter.admit("t1", Cost(1, 1), 0.5))
+    rejected(limiter.admit("t1", Cost(1, 1), 0.5))
+
+
+def test_a_share_that_grows_from_a_spent_bucket_does_not_refill_it() -> None:
+    limiter = limiter_with(Grant(0.5, math.inf, 0.5), requests_per_minute=1200)
+    for _ in range(10):  # the burst at share 0.5: 20/s x 0.5 x 1 s
+        admitted(limiter.admit("t1", Cost(1, 1), 0.0))
+    limiter.set_grant("t1", FULL)
+    rejected(limiter.admit("t1", Cost(1, 1), 0.0))
