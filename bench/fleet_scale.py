@@ -2,16 +2,18 @@
 
 Issue 10's scale targets: 1,000 GPUs × 10 simulated minutes at 85 % load in < 10 min
 wall, 10,000 GPUs × 2 simulated minutes, ≥ 5,000 simulated requests per wall second.
-Prints, per run: requests, wall and process CPU seconds, simulated requests per wall
-and per CPU second (the machine is shared: CPU time leaves out what other jobs took),
-where the wall time went (global / regional / zone decisions, summary publishing, the
-simulator itself), and the quality figures; writes ``reports/scale.md``.
+Each run is simulated over ``--workers`` processes (default: one per core, the regions
+split between them: :mod:`fleetsim.sim.partition`). Prints, per run: requests, wall and
+CPU seconds (this process and its workers), simulated requests per wall and per CPU
+second, where the workers' time went (global / regional / zone decisions, summary
+publishing, waiting for each other, the simulator itself), and the quality figures;
+writes ``reports/scale.md``.
 
-Peer, measured in the same run on the same arrivals: the simulator with the regional
-tier's reference profile (``regional_fast_path=False``: a full decision trace per
-request) instead of its property-tested fast path (:mod:`regional_lb.fastpath`). The
-two runs must end every request identically (checked); the ratio of their CPU seconds
-is printed.
+Measured in the same run on the same arrivals, each pair required to end every request
+identically (checked): the simulator with the regional tier's reference profile
+(``regional_fast_path=False``: a full decision trace per request) against its
+property-tested fast path (:mod:`regional_lb.fastpath`), CPU seconds compared; and one
+process against the workers, wall seconds compared.
 
     python bench/fleet_scale.py            # 1,000 GPUs × 600 s and 10,000 GPUs × 120 s
     python bench/fleet_scale.py --smoke    # 60 GPUs × 20 s
