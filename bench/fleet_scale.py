@@ -291,8 +291,9 @@ def main() -> None:
         print("\n".join(compared), flush=True)
         if args.workers > 1:
             size = WORKERS_SMOKE if args.smoke else WORKERS_COMPARE
-            compared += ["", *compare_workers(*size, args.load, args.workers)]
-            print("\n".join(compared[-9:]), flush=True)
+            against_one = compare_workers(*size, args.load, args.workers)
+            print("\n".join(against_one), flush=True)
+            compared += ["", *against_one]
     runs = []
     for gpus, duration, limit in plan:
         runs.append(run(gpus, duration, args.load, limit, workers=args.workers))

@@ -68,7 +68,7 @@ PARTITIONABLE = frozenset({RegionMode.GTM, RegionMode.NEAREST_ALLOWED, RegionMod
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """Which regions each worker simulates, and the windows' length."""
+    """Which regions each worker simulates, and how far ahead of the others it may run."""
 
     groups: tuple[frozenset[str], ...]
     #: The shortest one-way latency between regions of different groups (simulated s);
@@ -95,26 +95,26 @@ def plan_partition(sim: Simulator, workers: int) -> Plan | None:
     """Split ``sim``'s regions over up to ``workers`` processes, or ``None`` when its
     policy (or ``workers``) leaves nothing to run apart.
 
-    The work of a region follows its GPUs (the global tier spreads load by capacity);
-    in a gtm run worker 0 also makes every global decision (:data:`GLOBAL_SHARE`). The
-    plan minimises the busiest worker's load, among the splits whose lookahead is at
-    least :data:`SHORT_LOOKAHEAD_S` if there are any.
+    A region's work is counted by where the probe's arrivals go (:func:`_probe`); in a
+    gtm run worker 0 also makes every global decision (:data:`GLOBAL_SHARE`). The plan
+    minimises the busiest worker's load, among the splits whose lookahead is at least
+    :data:`SHORT_LOOKAHEAD_S` if there are any.
     """
     if workers < 2 or sim.spec.region_mode not in PARTITIONABLE:
         return None
     if sim.hier and not sim.network:
         return None  # spills land at once: no lookahead
-    gpus = _probe(sim)
-    serving = [r for r in sim.region_ids if gpus[r] > 0]
+    work = _probe(sim)
+    serving = [r for r in sim.region_ids if work[r] > 0]
     count = min(workers, len(serving))
     if count < 2:
         return None
-    extra = sum(gpus.values()) * GLOBAL_SHARE / (1.0 - GLOBAL_SHARE) if sim.hier else 0.0
+    extra = sum(work.values()) * GLOBAL_SHARE / (1.0 - GLOBAL_SHARE) if sim.hier else 0.0
     best: tuple[tuple[bool, float, float], tuple[frozenset[str], ...], float] | None = None
-    for members in _splits(serving, count, gpus):
+    for members in _splits(serving, count, work):
         groups = tuple(frozenset(m) for m in members)
         lookahead = _lookahead(sim, groups)
-        load = max(extra * (k == 0) + sum(gpus[r] for r in m) for k, m in enumerate(members))
+        load = max(extra * (k == 0) + sum(work[r] for r in m) for k, m in enumerate(members))
         key = (lookahead < SHORT_LOOKAHEAD_S, load, -lookahead)
         if best is None or key < best[0]:
             best = (key, groups, lookahead)
@@ -123,7 +123,7 @@ def plan_partition(sim: Simulator, workers: int) -> Plan | None:
     if not lookahead > 0.0:
         return None
     # A region without GPUs never serves; it goes with worker 0.
-    idle = frozenset(r for r in sim.region_ids if gpus[r] == 0)
+    idle = frozenset(r for r in sim.region_ids if work[r] == 0)
     groups = (groups[0] | idle, *groups[1:])
     worker = MappingProxyType({r: k for k, g in enumerate(groups) for r in g})
     return Plan(groups, lookahead, worker)
@@ -242,7 +242,7 @@ def _lookahead(sim: Simulator, groups: Sequence[frozenset[str]]) -> float:
 
 # ------------------------------------------------------------------------ messages
 
-_HOPS = "hops"
+_MESSAGES = "messages"
 _FEED = "feed"
 _BUSY = "busy"
 _SUMMARIES = "summaries"
@@ -300,11 +300,11 @@ class _Peers:
     # -- clocks
 
     def publish(self, at: float) -> None:
-        """Progress to ``at``: send the spills made so far, then move the clock."""
+        """Progress to ``at``: send the messages made so far, then move the clock."""
         sim = self.sim
         assert sim is not None
         if sim.outbox:
-            self._send_hops(sim.outbox)
+            self._send_messages(sim.outbox)
             sim.outbox = []
         self.clocks[self.me * STRIDE] = at
         self.done = at
@@ -325,7 +325,7 @@ class _Peers:
 
     # -- messages
 
-    def _send_hops(self, hops: list[Message]) -> None:
+    def _send_messages(self, hops: list[Message]) -> None:
         by_worker: dict[int, list[Message]] = {}
         for hop in hops:
             # Sent at the latest when the clock next moves: made by an event at or after
@@ -338,7 +338,7 @@ class _Peers:
                 )
             by_worker.setdefault(self.plan.worker[hop.region], []).append(hop)
         for k, mine in by_worker.items():
-            self._send(k, (_HOPS, mine))
+            self._send(k, (_MESSAGES, mine))
 
     def send_feeds(self, feeds: Sequence[Arrivals], until: float) -> None:
         for k in self.conns:
@@ -358,7 +358,7 @@ class _Peers:
         return (sender * self.n + receiver) * STRIDE
 
     def drain(self) -> None:
-        """Take in whatever the others sent (spills, arrivals); never blocks. The
+        """Take in whatever the others sent (messages, arrivals); never blocks. The
         shared counts say how many messages wait in each pipe: no system call when
         none does (a poll per step cost worker 0 a tenth of its time)."""
         counters = self.counters
@@ -397,7 +397,7 @@ class _Peers:
         sim = self.sim
         assert sim is not None
         tag, body = message
-        if tag == _HOPS:
+        if tag == _MESSAGES:
             horizon = sim.duration_s + sim.drain_s
             for hop in body:
                 if hop.at > horizon:
@@ -407,7 +407,7 @@ class _Peers:
                         f"{type(hop).__name__} of request {hop.index} from worker {k} lands "
                         f"at {hop.at!r} s, in this worker's past ({self.done!r} s)"
                     )
-                heapq.heappush(sim.hops, (hop.at, hop.index, hop.order, hop))
+                heapq.heappush(sim.messages, (hop.at, hop.index, hop.order, hop))
         elif tag == _FEED:
             assert sim.feed is not None
             sim.feed.extend(body)

@@ -275,8 +275,8 @@ class RunResult:
     #: Processes that simulated the run (fleetsim.sim.partition); ``tier_wall_s`` is
     #: summed over them.
     workers: int = 1
-    #: Per worker of a partitioned run, the seconds it spent in exchanges (mostly
-    #: waiting for a slower worker to reach the barrier).
+    #: Per worker of a partitioned run, the seconds it spent waiting for the others
+    #: (at the ticks, and when it was a lookahead ahead of one).
     worker_waited_s: tuple[float, ...] = ()
 
 
@@ -406,15 +406,15 @@ class Simulator:
         self.heap: list[tuple[float, int, int, int]] = []
         #: Spilled requests on their way to a peer and ends of spilled requests on their
         #: way back: (arrival, request, order, the message).
-        self.hops: list[tuple[float, int, int, Message]] = []
+        self.messages: list[tuple[float, int, int, Message]] = []
         #: Spilled requests: the way back (ms) and the region that admitted them.
         self.spilled: dict[int, tuple[float, str]] = {}
         self._seq = 0
         #: Worker processes for one run (fleetsim.sim.partition; 1: this one alone).
         self.workers = workers
         #: The regions this process simulates (all of them, unless a partitioned run
-        #: gave it a share) and their GPUs; hops to other regions wait in ``outbox``
-        #: for the next exchange, ``link`` carries the exchanges.
+        #: gave it a share) and their GPUs; messages to other regions wait in ``outbox``
+        #: until the clock next moves, ``link`` swaps the region summaries at ticks.
         self.owned: frozenset[str] = frozenset(self.region_ids)
         self.owned_gpus: list[FastGpu] = self.gpu_list
         self.outbox: list[Message] = []
@@ -841,8 +841,14 @@ class Simulator:
         self._regional(i, self._route_request(i), hop.region, inputs, hop.at, hop.extra_ms)
 
     def _send(self, message: Message) -> None:
+        if message.at > self.duration_s + self.drain_s:
+            if isinstance(message, Hop):
+                # It would reach its peer after the run: it ends here, as what the
+                # horizon cut off (no region has it to end it later).
+                self._end_unserved(message.index, Status.TIMED_OUT, "in flight at the horizon")
+            return  # (a release after the run changes nothing the run reports)
         if message.region in self.owned:
-            heapq.heappush(self.hops, (message.at, message.index, message.order, message))
+            heapq.heappush(self.messages, (message.at, message.index, message.order, message))
         else:
             self.outbox.append(message)
 
@@ -873,7 +879,9 @@ class Simulator:
             # The request travels to the peer (half the round trip) and is decided
             # again there; the answer's way back is added to its latency.
             one_way_ms = decision.peer.rtt_ms / 2.0 if self.network else 0.0
-            back_ms = self.spilled[i][0] if i in self.spilled else 0.0
+            # The way back so far; the peer keeps it from here (it is where the
+            # request ends, or spills again).
+            back_ms = self.spilled.pop(i, (0.0, ""))[0]
             self._send(
                 Hop(
                     now + one_way_ms / 1000.0,
@@ -1035,11 +1043,12 @@ class Simulator:
         past the horizon; with ``ticks``, the summary ticks due on the way as well.
         Returns the time of the next tick not yet run.
 
-        Order at equal times: a tick, then an arrival, then a spilled request reaching
-        its peer, then a GPU event — whichever process simulates which regions.
+        Order at equal times: a tick, then an arrival, then a message between regions
+        (by request, then kind), then a GPU event — whichever process simulates which
+        regions.
         """
         requests = self.requests
-        heap, hops = self.heap, self.hops
+        heap, messages = self.heap, self.messages
         gpus = self.gpu_list
         route = self._route_gtm if self.hier else self._route_baseline
         home = self.out.home
@@ -1059,9 +1068,9 @@ class Simulator:
                     t_arr = requests[i].at_s if i < n else inf
                 else:
                     t_arr = feed[0][0] if feed else inf
-                t_hop = hops[0][0] if hops else inf
+                t_msg = messages[0][0] if messages else inf
                 t_gpu = heap[0][0] if heap else inf
-                t_next = t_arr if t_arr < t_hop else t_hop
+                t_next = t_arr if t_arr < t_msg else t_msg
                 if t_gpu < t_next:
                     t_next = t_gpu
                 if ticks and next_tick <= t_next and next_tick <= horizon and self.busy(i):
@@ -1074,7 +1083,7 @@ class Simulator:
                 if publish is not None:
                     # Everything before t_next is done (a partitioned run's progress).
                     publish(t_next)
-                if t_arr <= t_hop and t_arr <= t_gpu:
+                if t_arr <= t_msg and t_arr <= t_gpu:
                     if feed is not None:
                         self.now = t_arr
                         self._enter_fed(*feed.popleft())
@@ -1085,9 +1094,9 @@ class Simulator:
                     self.now = t_arr
                     route(i, t_arr, self._verdict(req.tenant, req.country))
                     i += 1
-                elif t_hop <= t_gpu:
-                    self.now = t_hop
-                    self._on_message(heapq.heappop(hops)[3])
+                elif t_msg <= t_gpu:
+                    self.now = t_msg
+                    self._on_message(heapq.heappop(messages)[3])
                 else:
                     _, _, g, version = heapq.heappop(heap)
                     gpu = gpus[g]
@@ -1133,7 +1142,7 @@ class Simulator:
             i < len(self.requests)
             or self.feed
             or self.heap
-            or self.hops
+            or self.messages
             or self.outbox
             or self.live
             or self._queued()

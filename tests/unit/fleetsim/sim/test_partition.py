@@ -13,7 +13,7 @@ from fleetsim.sim import partition
 from fleetsim.sim.fleet import FleetSpec, scaled_fleet
 from fleetsim.sim.partition import plan_partition
 from fleetsim.sim.policies import POLICIES
-from fleetsim.sim.simulator import FaultPlan, RunResult, Simulator, Status
+from fleetsim.sim.simulator import FaultPlan, Hop, RunResult, Simulator, Status
 from fleetsim.sim.workload import SimRequest, build_requests
 from fleetsim.workload import Geography, Place
 from gtm.errors import SimulationError
@@ -197,3 +197,18 @@ def test_the_probe_simulates_a_short_prefix_of_the_run() -> None:
     assert len(long) > partition.PROBE_ARRIVALS
     busy = Simulator(fleet(), active(), POLICIES["gtm"], long, model=LLAMA_8B, duration_s=200.0)
     assert partition.probe_seconds(busy) == long[partition.PROBE_ARRIVALS].at_s
+
+
+def test_a_spill_that_would_land_after_the_horizon_ends_where_it_was_sent() -> None:
+    # With no drain, a request spilled in the window's last milliseconds reaches its
+    # peer after the run: it must still end, exactly once, and in every worker count.
+    sim = Simulator(
+        fleet(), active(), POLICIES["gtm"], busy_workload(), model=LLAMA_8B,
+        duration_s=25.0, drain_s=0.0,
+    )  # fmt: skip
+    late = Hop(25.01, 7, "us-west", 1, ("us-east",), 0.0, 34.0)
+    sim._send(late)
+    assert not sim.messages
+    assert sim.out.ends[7] == 1
+    assert sim.out.status[7] == Status.TIMED_OUT
+    assert sim.out.reason[7] == "in flight at the horizon"
