@@ -64,7 +64,10 @@ class Worker(GtmProcess):
 
 async def start_worker(gpu: str, extra: Sequence[str] = ()) -> Worker:
     args = ["gpu-sim", "--port", "0", "--speedup", "1", "--gpu-type", gpu, "--model", LLAMA_8B]
-    args += ["--warmup-passes", "0", "--max-queue", "1000000", *extra]
+    # The lag target is about 10 ms stalls: sample the loop every 5 ms (the worker's
+    # default is coarser, to spare the CPU of a fleet of workers).
+    args += ["--warmup-passes", "0", "--max-queue", "1000000", "--lag-probe-interval", "0.005"]
+    args += extra
     try:
         started = await start_listening(args)
     except StartError as exc:

@@ -316,6 +316,18 @@ class CpuUse:
         )
 
 
+    def describe_idle(self) -> str:
+        """The deployment's background load: what it uses with no request in flight."""
+        kinds = ", ".join(
+            f"{kind} {used / self.wall_s:.3f}"
+            for kind, used in sorted(self.by_kind.items(), key=lambda kv: -kv[1])
+        )
+        return (
+            f"idle deployment: {self.deployment_cores:.2f} cores ({kinds}); some task "
+            f"waited {'n/a' if self.stalled is None else f'{self.stalled:.0%}'} of the time"
+        )
+
+
 def cpu_use(start: CpuMark, end: CpuMark) -> CpuUse:
     wall = max(1e-9, end.at - start.at)
     stalled = (
@@ -580,7 +592,9 @@ def live(
             # slow start); the simulator's fleet is in steady state, so the load starts
             # once the ramp is over.
             print(f"waiting {settle_s:g} s for the GPUs' slow start to end", flush=True)
+            mark = cpu_mark(up.pid)
             time.sleep(settle_s)
+            print(cpu_use(mark, cpu_mark(up.pid)).describe_idle(), flush=True)
         url = f"http://127.0.0.1:{http_port}"
         return asyncio.run(replay(url, load, window, types, speedup, up.pid))
     finally:
@@ -828,6 +842,27 @@ def per_request(
     ]
 
 
+def dump(path: Path, live_run: LiveRun, sim: Served, replayed: Sequence[SimRequest]) -> None:
+    """Per request: what was sent, and how it went live and simulated (wall seconds)."""
+    prompt = np.array([q.input_tokens for q in replayed], dtype=float)
+    overhead = live_run.overhead.at(prompt)
+    rows = [
+        "index,sent_s,input_tokens,output_tokens,live_ok,live_ttft_s,"
+        "live_e2e_s,live_region,live_gpu,live_cached_tokens,sim_ok,sim_ttft_s,"
+        "sim_overhead_s,sim_e2e_s,sim_region,sim_gpu"
+    ]
+    for k, (r, q) in enumerate(zip(live_run.replies, replayed, strict=True)):
+        rows.append(
+            f"{k},{live_run.served.sent_s[k]:.6f},{q.input_tokens},{q.output_tokens},"
+            f"{int(r.ok)},{r.ttft_s if r.ttft_s is not None else ''},"
+            f"{r.e2e_s:.6f},{r.region},"
+            f"{r.gpu},{r.cached_tokens},{int(sim.ok[k])},{sim.ttft_s[k]:.6f},"
+            f"{overhead[k]:.6f},{sim.e2e_s[k]:.6f},{sim.region[k]},"
+            f"{sim.gpu[k] if sim.gpu else ''}"
+        )
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="10 s of trace")
@@ -849,6 +884,9 @@ def main() -> None:
                         help="no live run: how much each simulator term moves the figures, "
                         "over SEEDS client draws")  # fmt: skip
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--dump", type=Path, help="also write one CSV row per request (live and simulated)"
+    )
     parser.add_argument(
         "--settle",
         type=float,
@@ -906,6 +944,8 @@ def main() -> None:
     ]
     print("\n".join(compare(columns)))
     print("\n".join(per_request(run, sim_sent, fleet, as_sent)))
+    if args.dump is not None:
+        dump(args.dump, run, sim_sent, as_sent)
     reasons = Counter(r.reason for r in run.replies if not r.ok)
     if reasons:
         print("live failures: " + ", ".join(f"{k} {n}" for k, n in reasons.most_common()))

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 from pydantic import ValidationError
 
+from fleetsim.lagprobe import PROBE_INTERVAL_S
 from fleetsim.metrics import MetricsFlavor
 from fleetsim.perfmodel import WARMUP_PASSES
 from fleetsim.registration import DEFAULT_LEASE_TTL_S
@@ -77,6 +78,15 @@ from gtm.tls import TlsConfig, click_options, config_from_options, material
 @click.option("--advertise-url", default=None, help="URL to register (default: the listen URL).")
 @click.option(
     "--lease-ttl", type=float, default=DEFAULT_LEASE_TTL_S, show_default=True, help="Lease TTL, s."
+)
+@click.option(
+    "--lag-probe-interval",
+    "lag_probe_interval_s",
+    type=float,
+    default=PROBE_INTERVAL_S,
+    show_default=True,
+    help="Seconds between the event-loop lag probe's wake-ups (/admin/lag); shorter sees "
+    "shorter stalls and costs more CPU.",
 )
 @click.option(
     "--admin-token-file",

@@ -18,10 +18,17 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Histogram
 
-#: Probe period (s): fine enough to see 10 ms stalls, cheap (200 wake-ups/s).
-PROBE_INTERVAL_S = 0.005
-#: Samples kept for percentiles: 60 s at the default interval.
-WINDOW_SAMPLES = 12_000
+#: Probe period (s). The probe samples the loop's lateness at a steady rate, so its
+#: percentiles estimate the share of time the loop is late whatever the period; a
+#: shorter one only gathers samples faster. Every wake-up costs the process CPU: at
+#: 5 ms (200 wake-ups/s) an idle emulated GPU used 4.2 % of a core, which across the 16
+#: workers of a ``gtm up`` fleet is two thirds of a core of pure background, enough to
+#: delay every other process on a 2-core machine (``bench/sim_fidelity.py`` prints the
+#: idle deployment's CPU); at 50 ms it uses 0.5 %. Benchmarks of the worker itself
+#: (``bench/gpu_sim.py``) pass ``--lag-probe-interval 0.005`` for more samples.
+PROBE_INTERVAL_S = 0.05
+#: Seconds of samples kept for percentiles.
+WINDOW_S = 60.0
 
 LAG_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
@@ -56,9 +63,12 @@ class LagProbe:
         registry: CollectorRegistry,
         *,
         interval: float = PROBE_INTERVAL_S,
-        window: int = WINDOW_SAMPLES,
+        window: int | None = None,
     ) -> None:
+        """``window``: samples kept for percentiles (default: :data:`WINDOW_S` of them)."""
         self._interval = interval
+        if window is None:
+            window = max(1, round(WINDOW_S / interval)) if interval > 0 else 1
         self._samples: deque[float] = deque(maxlen=window)
         self._histogram = Histogram(
             "gtm_gpusim_event_loop_lag_seconds",
@@ -66,6 +76,11 @@ class LagProbe:
             buckets=LAG_BUCKETS,
             registry=registry,
         )
+
+    @property
+    def window_samples(self) -> int:
+        """How many recent samples the percentiles are taken over."""
+        return self._samples.maxlen or 0
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()

@@ -41,7 +41,7 @@ from fleetsim import openai_api as api
 from fleetsim.driver import EngineDriver, Notifier, RequestStream
 from fleetsim.engine import Engine, EngineConfig, EngineError, EngineRequest, RequestTooLong
 from fleetsim.faults import CRASH_EXIT_STATUS, FaultInjector, Faults
-from fleetsim.lagprobe import LagProbe
+from fleetsim.lagprobe import PROBE_INTERVAL_S, LagProbe
 from fleetsim.metrics import EngineMetrics, MetricsFlavor, ModelSnapshot
 from fleetsim.perfmodel import WARMUP_PASSES, Degradation
 from fleetsim.registration import DEFAULT_LEASE_TTL_S, WorkerRegistration
@@ -94,6 +94,8 @@ class GpuSimConfig(Frozen):
     worker_id: Identifier | None = None
     advertise_url: str | None = None
     lease_ttl_s: float = Field(default=DEFAULT_LEASE_TTL_S, ge=1.0, le=3600.0)
+    #: Seconds between the event-loop lag probe's wake-ups (``/admin/lag``).
+    lag_probe_interval_s: float = Field(default=PROBE_INTERVAL_S, ge=0.001, le=10.0)
     #: Header/body/JSON-depth limits, slow-client timeouts, per-client concurrency.
     limits: HttpLimits = HttpLimits()
 
@@ -198,7 +200,7 @@ class GpuSimServer:
         self._supervisor = TaskSupervisor(registry=registry, clock=self._clock, component="gpu-sim")
         self._metrics = EngineMetrics(registry, config.metrics_flavor, self._snapshots)
         self._faults = FaultInjector(config.seed)
-        self._lag = LagProbe(registry)
+        self._lag = LagProbe(registry, interval=config.lag_probe_interval_s)
         degradation = Degradation(warmup_passes=config.warmup_passes)
         self._drivers: dict[str, EngineDriver] = {}
         for index, model in enumerate(dict.fromkeys(config.models)):

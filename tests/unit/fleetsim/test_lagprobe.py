@@ -36,3 +36,9 @@ async def test_probe_records_samples_into_window_and_histogram() -> None:
         assert count >= 5
         probe.reset()
         assert probe.stats().samples == 0
+
+
+def test_window_keeps_a_minute_of_samples_at_any_interval() -> None:
+    assert LagProbe(new_registry(), interval=0.05).window_samples == 1200
+    assert LagProbe(new_registry(), interval=0.005).window_samples == 12_000
+    assert LagProbe(new_registry(), interval=0.05, window=7).window_samples == 7
