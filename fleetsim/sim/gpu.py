@@ -160,6 +160,11 @@ class FastGpu:
     def fits(self, job: Job) -> bool:
         return self._blocks_for(job) <= self.capacity_blocks
 
+    def scrape(self) -> tuple[int, int, int]:
+        """(running, waiting, KV blocks in use) as the worker's ``/metrics`` shows them
+        (these change only at events, so no :meth:`advance` is needed first)."""
+        return len(self.prefill) + self.dec_count, len(self.waiting), self.used_blocks
+
     def _blocks_for(self, job: Job) -> int:
         return math.ceil((job.input_tokens + job.output_tokens) / self.block_size)
 

@@ -76,6 +76,10 @@ class PassGpu:
     def used_blocks(self) -> int:
         return self.engine.pool.num_blocks - self.engine.pool.num_free
 
+    def scrape(self) -> tuple[int, int, int]:
+        """(running, waiting, KV blocks in use), as :meth:`FastGpu.scrape`."""
+        return self.engine.num_running, self.engine.num_waiting, self.used_blocks
+
     def fits(self, job: Job) -> bool:
         return job.input_tokens + job.output_tokens <= self.profile.max_model_len
 

@@ -101,6 +101,7 @@ from zone_agent.pipeline import ZoneProfile as GpuProfileRunner
 from zone_agent.profiles import builtin_profile
 from zone_agent.request import Endpoint as ZoneEndpoint
 from zone_agent.request import ZoneRequest
+from zone_agent.scrape import Flavor, GpuMetrics, ModelMetrics
 from zone_agent.summary import build_summary as zone_summary
 from zone_agent.view import GpuState, ViewBuilder, ZoneView
 
@@ -306,6 +307,28 @@ class _Pool:
         self.profile: GpuProfileRunner | None = None
         self.running_tokens = 0.0
 
+    def scrape(self, now: float, model: str) -> None:
+        """The agent's scrape round at ``now``: each GPU's running and waiting requests
+        and KV use as its ``/metrics`` shows them, with the agent's own charges at that
+        moment (:meth:`zone_agent.app.ZoneAgent.scrape_round`), then a fresh view."""
+        states = []
+        for state in self.states:
+            gpu = self.gpus[state.id]
+            running, waiting, used_blocks = gpu.scrape()
+            load = ModelMetrics(
+                running=float(running),
+                waiting=float(waiting),
+                kv_usage=used_blocks / gpu.capacity_blocks,
+                block_size=gpu.block_size,
+                kv_blocks_total=gpu.capacity_blocks,
+            )
+            metrics = GpuMetrics(now, Flavor.VLLM, MappingProxyType({model: load}))
+            states.append(
+                dataclasses.replace(state, metrics=metrics, own_at_scrape=self.acc.at(state.id))
+            )
+        self.states = states
+        self.view = self.builder.build(states, self.acc, now)
+
     def mark_down(self, gpu_id: str, now: float, reason: str) -> None:
         """The agent's health check found ``gpu_id`` dead: rebuild the view without it."""
         self.states = [
@@ -354,6 +377,7 @@ class Simulator:
         ledger: LedgerSettings | None = None,
         regional_fast_path: bool = True,
         workers: int = 1,
+        scrape_s: float | None = None,
     ) -> None:
         self.fleet = fleet
         self.policy = policy
@@ -376,6 +400,15 @@ class Simulator:
         #: Regional zone choice without the trace record (regional_lb.fastpath; the same
         #: decisions, property-tested). False runs the reference profile (to compare).
         self.regional_fast_path = regional_fast_path
+        #: Seconds between the zone agents' scrapes of their GPUs' metrics (running,
+        #: waiting, KV use), which their decisions then weigh as the live agents do
+        #: (gtm up scrapes every 0.25 s). None: no scrapes; decisions see the agents'
+        #: own in-flight charges alone, which is cheaper at scale.
+        if scrape_s is not None and not scrape_s > 0:
+            raise ValueError(f"scrape_s must be > 0, got {scrape_s}")
+        self.scrape_s = scrape_s
+        self.scrapes = 0
+        self.next_scrape = scrape_s if scrape_s is not None else math.inf
         self.region_ids = tuple(r.id for r in fleet.regions)
         self.region_index = {r: i for i, r in enumerate(self.region_ids)}
         self.rtt = RegionRtt()
@@ -1043,9 +1076,9 @@ class Simulator:
         past the horizon; with ``ticks``, the summary ticks due on the way as well.
         Returns the time of the next tick not yet run.
 
-        Order at equal times: a tick, then an arrival, then a message between regions
-        (by request, then kind), then a GPU event — whichever process simulates which
-        regions.
+        Order at equal times: a tick, then the zone agents' scrapes, then an arrival,
+        then a message between regions (by request, then kind), then a GPU event —
+        whichever process simulates which regions.
         """
         requests = self.requests
         heap, messages = self.heap, self.messages
@@ -1073,6 +1106,9 @@ class Simulator:
                 t_next = t_arr if t_arr < t_msg else t_msg
                 if t_gpu < t_next:
                     t_next = t_gpu
+                t_scrape = self.next_scrape
+                if t_scrape < t_next:
+                    t_next = t_scrape
                 if ticks and next_tick <= t_next and next_tick <= horizon and self.busy(i):
                     self.next_arrival = i
                     self.tick(next_tick)
@@ -1083,6 +1119,10 @@ class Simulator:
                 if publish is not None:
                     # Everything before t_next is done (a partitioned run's progress).
                     publish(t_next)
+                if t_scrape <= t_next:
+                    self.now = t_scrape
+                    self._scrape(t_scrape)
+                    continue
                 if t_arr <= t_msg and t_arr <= t_gpu:
                     if feed is not None:
                         self.now = t_arr
@@ -1106,6 +1146,15 @@ class Simulator:
         finally:
             if feed is None:
                 self.next_arrival = i
+
+    def _scrape(self, now: float) -> None:
+        """Every zone agent of this process's regions scrapes its GPUs."""
+        assert self.scrape_s is not None
+        self.scrapes += 1
+        self.next_scrape = (self.scrapes + 1) * self.scrape_s
+        for pool in self.pools.values():
+            if pool.region in self.owned:
+                pool.scrape(now, self.model)
 
     def _enter_fed(self, at: float, i: int, region: str) -> None:
         req = self.requests[i]

@@ -112,6 +112,12 @@ def test_faults_land_on_the_same_gpus_in_every_worker() -> None:
     assert_same(one, two)
 
 
+def test_zone_agents_scraping_their_gpus_too() -> None:
+    one, two = run("gtm", 1, scrape_s=0.25), run("gtm", 2, scrape_s=0.25)
+    assert not np.array_equal(one.outcomes.gpu, run("gtm", 1).outcomes.gpu)
+    assert_same(one, two)
+
+
 @pytest.mark.parametrize("policy", ["gorgo", "skywalker"])
 def test_policies_reading_peers_live_state_stay_in_one_process(policy: str) -> None:
     result = run(policy, 2)

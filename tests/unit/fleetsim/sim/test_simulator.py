@@ -12,7 +12,7 @@ from fleetsim.sim.fleet import FleetSpec, scaled_fleet
 from fleetsim.sim.gpu import FastGpu, Job
 from fleetsim.sim.metrics import jain, summarise, tenant_service_share
 from fleetsim.sim.policies import POLICIES, SMOKE_POLICIES
-from fleetsim.sim.simulator import FaultPlan, Simulator, Status, scale_quotas
+from fleetsim.sim.simulator import FaultPlan, RunResult, Simulator, Status, scale_quotas
 from fleetsim.sim.workload import SimRequest, build_requests
 from fleetsim.traces import Trace, TraceKind, TraceRequest
 from fleetsim.workload import Geography, Place
@@ -307,3 +307,52 @@ def test_gtm_sim_command_prints_simulated_requests_per_second(tmp_path: Path) ->
     bad = CliRunner().invoke(sim, ["--trace-path", str(trace), "--policy", "nope"])
     assert bad.exit_code == 2
     assert "unknown policies" in bad.output
+
+
+@pytest.mark.parametrize("pass_level", [False, True])
+def test_a_scrape_shows_the_zone_agent_each_gpus_batch_and_kv_use(pass_level: bool) -> None:
+    from fleetsim.sim.passgpu import use_pass_level
+
+    fleet = scaled_fleet(active(), 12)
+    sim = Simulator(fleet, active(), POLICIES["gtm"], [], model=LLAMA_8B, scrape_s=0.25)
+    if pass_level:
+        use_pass_level(sim)
+    pool = next(iter(sim.pools.values()))
+    gpu_id, gpu = next(iter(pool.gpus.items()))
+    for i in range(3):
+        gpu.add(Job(i, 4000, 100), 0.0)
+    pool.scrape(0.5, LLAMA_8B)
+    index = pool.view.by_model[LLAMA_8B]
+    at = index.ids.index(gpu_id)
+    running, waiting, used = gpu.scrape()
+    assert running + waiting == 3
+    assert used > 0
+    assert index.fresh[at]
+    assert index.running[at] == running
+    assert index.waiting[at] == waiting
+    assert index.kv_usage[at] == pytest.approx(used / gpu.capacity_blocks)
+    # The other GPUs were scraped too, idle.
+    others = [k for k in range(len(index.ids)) if k != at]
+    assert all(index.fresh[k] and index.running[k] == 0 for k in others)
+
+
+def test_runs_with_scrapes_end_every_request_once_and_repeat_exactly() -> None:
+    fleet = scaled_fleet(active(), 12)
+    reqs = workload(fleet, rate=40.0)
+
+    def run() -> RunResult:
+        sim = Simulator(fleet, active(), POLICIES["gtm"], reqs, model=LLAMA_8B, scrape_s=0.25)
+        result = sim.run()
+        assert sim.scrapes >= 4 * 20
+        return result
+
+    a, b = run(), run()
+    assert np.all(a.outcomes.ends == 1)
+    assert np.array_equal(a.outcomes.ttft_s, b.outcomes.ttft_s, equal_nan=True)
+    assert np.array_equal(a.outcomes.gpu, b.outcomes.gpu)
+
+
+def test_scrape_interval_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="scrape_s"):
+        Simulator(scaled_fleet(active(), 12), active(), POLICIES["gtm"], [], model=LLAMA_8B,
+                  scrape_s=0.0)  # fmt: skip
