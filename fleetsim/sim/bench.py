@@ -69,6 +69,9 @@ class BenchConfig:
     #: fleetsim.sim.partition; the outcomes are the same). For one big run; ``jobs``
     #: is the better use of cores for many small ones.
     workers: int = 1
+    #: Simulated seconds between the zone agents' scrapes of their GPUs (None: no
+    #: scrapes; :class:`fleetsim.sim.simulator.Simulator` ``scrape_s``).
+    scrape_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +228,7 @@ def _simulate(
         progress=_progress(name, config, len(requests)) if bars else None,
         seed=config.seed, drain_s=config.drain_s, client_timeout_s=config.client_timeout_s,
         quota_scale=context.setup.quota_scale, faults=config.faults, workers=config.workers,
+        scrape_s=config.scrape_s,
     )  # fmt: skip
     result = sim.run()
     summary = summarise(result, list(requests), context.setup.capacity_tps)
@@ -308,7 +312,12 @@ def _preamble(config: BenchConfig, trace: Trace, setup: Setup) -> str:
             f"{len(fleet.regions)} regions ({config.fleet_shape}-shaped); model "
             f"{config.model}; {config.duration_s:g} simulated s of arrivals per run, then up "
             f"to {config.drain_s:g} s to finish; seed {config.seed}. Simulator: fleetsim/sim "
-            "(analytic GPU model, the tiers' real decision code).",
+            "(analytic GPU model, the tiers' real decision code); zone agents "
+            + (
+                f"scrape their GPUs every {config.scrape_s:g} s."
+                if config.scrape_s is not None
+                else "decide on their own in-flight charges (no scrapes)."
+            ),
             "",
             f"Load = offered req/s ÷ fleet capacity ({setup.capacity_rps:,.1f} req/s: every "
             "GPU kept full of the mean replayed request, no prefix cache). Rates and GPU busy "

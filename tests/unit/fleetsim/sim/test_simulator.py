@@ -297,13 +297,14 @@ def test_gtm_sim_command_prints_simulated_requests_per_second(tmp_path: Path) ->
         sim,
         ["--trace-path", str(trace), "--gpus", "12", "--duration", "8", "--out",
          str(tmp_path / "out"), "--policy", "gtm,least-connections", "--crash-fraction",
-         "0.1", "--crash-at", "3"],
+         "0.1", "--crash-at", "3", "--scrape-interval", "0.25"],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "simulated req/s" in result.output
     report = (tmp_path / "out" / "sim.md").read_text()
     assert "| gtm |" in report
     assert "crash at 3 s" in report
+    assert "zone agents scrape their GPUs every 0.25 s" in report
     bad = CliRunner().invoke(sim, ["--trace-path", str(trace), "--policy", "nope"])
     assert bad.exit_code == 2
     assert "unknown policies" in bad.output
