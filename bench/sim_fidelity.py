@@ -200,8 +200,9 @@ def nearest_rank(values: np.ndarray, q: float) -> float:
     return float(ordered[min(rank, len(ordered)) - 1])
 
 
-def figures(served: Served, window_s: float) -> Figures:
-    """The compared figures; throughput = successes that ended inside the window, /s."""
+def figures(served: Served, window_s: float, runs: int = 1) -> Figures:
+    """The compared figures; throughput = successes that ended inside the window, /s
+    (``runs``: ``served`` pools that many runs of the window, :func:`pooled`)."""
     ok = served.ok
     ttft, e2e = served.ttft_s[ok], served.e2e_s[ok]
     in_window = int(np.sum(served.sent_s[ok] + e2e <= window_s))
@@ -211,7 +212,21 @@ def figures(served: Served, window_s: float) -> Figures:
         e2e_p50=nearest_rank(e2e, 50),
         e2e_p99=nearest_rank(e2e, 99),
         success=float(ok.mean()) if len(ok) else 0.0,
-        throughput=in_window / window_s,
+        throughput=in_window / (window_s * runs),
+    )
+
+
+def pooled(runs: Sequence[Served]) -> Served:
+    """Several runs' requests as one sample (send times each from its own run's start)."""
+    return Served(
+        sent_s=np.concatenate([r.sent_s for r in runs]),
+        ok=np.concatenate([r.ok for r in runs]),
+        ttft_s=np.concatenate([r.ttft_s for r in runs]),
+        e2e_s=np.concatenate([r.e2e_s for r in runs]),
+        region=tuple(x for r in runs for x in r.region),
+        spilled=sum(r.spilled for r in runs),
+        gpu_type=tuple(x for r in runs for x in r.gpu_type),
+        gpu=tuple(x for r in runs for x in r.gpu),
     )
 
 
@@ -926,6 +941,14 @@ def main() -> None:
                         "over SEEDS client draws")  # fmt: skip
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="live runs (each a fresh deployment); "
+        "the figures are then also given over all their requests pooled, with the live "
+        "runs' own spread",
+    )
+    parser.add_argument(
         "--dump", type=Path, help="also write one CSV row per request (live and simulated)"
     )
     parser.add_argument(
@@ -936,6 +959,8 @@ def main() -> None:
         "agents' slow start, so the live fleet is in steady state as the simulated one is)",
     )
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
     duration = 10.0 if args.smoke else args.duration
     trace = load_trace(TraceKind.MOONCAKE)
     topo = topology()
@@ -955,10 +980,41 @@ def main() -> None:
     if args.terms:
         print("\n".join(terms(fleet, active, window, load, args.speedup, args.terms)))
         return
-    with tempfile.TemporaryDirectory(prefix="gtm-fidelity-") as tmp:
-        settle = 0.0 if args.smoke else args.settle
-        run = live(topo, gpu_types(fleet), load, window, args.speedup, args.processes, Path(tmp),
-                   settle)  # fmt: skip
+    settle = 0.0 if args.smoke else args.settle
+    runs: list[dict[str, Served]] = []
+    for repeat in range(args.repeats):
+        if args.repeats > 1:
+            print(f"== live run {repeat + 1} of {args.repeats}", flush=True)
+        with tempfile.TemporaryDirectory(prefix="gtm-fidelity-") as tmp:
+            run = live(topo, gpu_types(fleet), load, window, args.speedup, args.processes,
+                       Path(tmp), settle)  # fmt: skip
+        dump_to = args.dump
+        if dump_to is not None and args.repeats > 1:
+            dump_to = dump_to.with_suffix(f".{repeat + 1}{dump_to.suffix}")
+        columns = one_run(run, args, fleet, active, window, load, duration, dump_to)
+        runs.append(columns)
+        if args.json is not None:
+            path = args.json if args.repeats == 1 else args.json.with_suffix(f".{repeat + 1}.json")
+            write_json(path, columns, run, args, len(window), duration)
+    if args.repeats > 1:
+        print(f"== all {args.repeats} runs pooled ({args.repeats * len(window)} requests)")
+        names = list(runs[0])
+        print("\n".join(compare(
+            [(name, figures(pooled([r[name] for r in runs]), duration, len(runs)))
+             for name in names]
+        )))  # fmt: skip
+        print("live run to run: " + "; ".join(
+            f"{f} {min(getattr(figures(r['live'], duration), f) for r in runs):.3f}–"
+            f"{max(getattr(figures(r['live'], duration), f) for r in runs):.3f}"
+            for f in FIGURES
+        ))  # fmt: skip
+
+
+def one_run(
+    run: LiveRun, args: argparse.Namespace, fleet: FleetSpec, active: ActivePolicy,
+    window: Sequence[TraceRequest], load: LoadConfig, duration: float, dump_to: Path | None,
+) -> dict[str, Served]:  # fmt: skip
+    """The simulated runs on one live run's arrivals; prints their comparison."""
     oh = run.overhead
     print(
         f"tier overhead on an idle deployment: {1000 * oh.fixed_s:.1f} ms + "
@@ -969,45 +1025,54 @@ def main() -> None:
     print(run.cpu.describe(len(window)))
     overhead = None if args.no_overhead else oh
     warm = not args.no_warmup
-    scheduled = np.array([r.at_s / rate_scale for r in window])
+    scheduled = np.array([r.at_s / load.rate_scale for r in window])
     as_sent = sim_requests(window, load, args.speedup, run.served.sent_s, run.cities)
     as_scheduled = sim_requests(
         window, load, args.speedup, scheduled, sampled_cities(load, len(window))
     )
-    sim_sent = simulate(fleet, active, as_sent, load, args.speedup, overhead, warm)
-    sim_pass = simulate(fleet, active, as_sent, load, args.speedup, overhead, warm, pass_level=True)
-    sim_sched = simulate(fleet, active, as_scheduled, load, args.speedup, overhead, warm)
-    sim_alone = simulate(fleet, active, as_sent, load, args.speedup, overhead, warm, queued=False)
-    columns = [
-        ("live", figures(run.served, duration)),
-        ("sim", figures(sim_sent, duration)),
-        ("sim (pass-level GPUs)", figures(sim_pass, duration)),
-        ("sim (trace times)", figures(sim_sched, duration)),
-        ("sim (overhead not queued)", figures(sim_alone, duration)),
-    ]
-    print("\n".join(compare(columns)))
+    speedup = args.speedup
+    sim_sent = simulate(fleet, active, as_sent, load, speedup, overhead, warm)
+    served = {
+        "live": run.served,
+        "sim": sim_sent,
+        "sim (pass-level GPUs)": simulate(
+            fleet, active, as_sent, load, speedup, overhead, warm, pass_level=True
+        ),
+        "sim (trace times)": simulate(fleet, active, as_scheduled, load, speedup, overhead, warm),
+        "sim (overhead not queued)": simulate(
+            fleet, active, as_sent, load, speedup, overhead, warm, queued=False
+        ),
+    }
+    print("\n".join(compare([(name, figures(s, duration)) for name, s in served.items()])))
     print("\n".join(per_request(run, sim_sent, fleet, as_sent)))
-    if args.dump is not None:
-        dump(args.dump, run, sim_sent, as_sent)
+    if dump_to is not None:
+        dump(dump_to, run, sim_sent, as_sent)
     reasons = Counter(r.reason for r in run.replies if not r.ok)
     if reasons:
         print("live failures: " + ", ".join(f"{k} {n}" for k, n in reasons.most_common()))
     late = run.served.sent_s - scheduled
     print(f"send lateness (live send − trace schedule): p50 {np.median(late) * 1000:.0f} ms, "
           f"max {np.max(late) * 1000:.0f} ms" if len(late) else "")  # fmt: skip
-    if args.json is not None:
-        args.json.write_text(
-            json.dumps({name: _dict(f) for name, f in columns}
-                       | {"requests": len(window), "speedup": args.speedup, "load": args.load,
-                          "processes": args.processes, "duration_s": duration,
-                          "overhead_ms": [1000 * oh.fixed_s, 1000 * oh.per_token_s],
-                          "cpu": {"deployment_cores": run.cpu.deployment_cores,
-                                  "deployment_waiting": run.cpu.deployment_waiting,
-                                  "cpu_s_by_kind": run.cpu.by_kind,
-                                  "stalled": run.cpu.stalled,
-                                  "load_average": run.cpu.load_average}}, indent=2),
-            encoding="utf-8",
-        )  # fmt: skip
+    return served
+
+
+def write_json(
+    path: Path, served: dict[str, Served], run: LiveRun, args: argparse.Namespace,
+    requests: int, duration: float,
+) -> None:  # fmt: skip
+    oh = run.overhead
+    path.write_text(
+        json.dumps({name: _dict(figures(s, duration)) for name, s in served.items()}
+                   | {"requests": requests, "speedup": args.speedup, "load": args.load,
+                      "processes": args.processes, "duration_s": duration,
+                      "overhead_ms": [1000 * oh.fixed_s, 1000 * oh.per_token_s],
+                      "cpu": {"deployment_cores": run.cpu.deployment_cores,
+                              "deployment_waiting": run.cpu.deployment_waiting,
+                              "cpu_s_by_kind": run.cpu.by_kind,
+                              "stalled": run.cpu.stalled,
+                              "load_average": run.cpu.load_average}}, indent=2),
+        encoding="utf-8",
+    )  # fmt: skip
 
 
 def _dict(f: Figures) -> dict[str, float]:
