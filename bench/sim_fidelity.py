@@ -12,7 +12,8 @@ than real ones. The scenario runs
 * **simulated**: ``fleetsim.sim`` on exactly the same GPUs (ids, types, zones), with
   the *live run's send instants* as arrivals (and, for comparison, the trace's
   scheduled instants), the same sizes and client cities, summaries republished every
-  ``SUMMARY_INTERVAL_S`` of wall time as the live zone agents and regional LBs do, and
+  ``SUMMARY_INTERVAL_S`` of wall time as the live zone agents and regional LBs do, the
+  zone agents scraping their GPUs every ``SCRAPE_INTERVAL_S`` as in ``gtm up``, and
   GPUs that warm up as freshly started emulated ones do (the first 64 passes up to 2×
   slower, ``fleetsim.perfmodel.Degradation``). Time is stretched by the speedup
   (simulated s = wall s × speedup, latencies divided back); no network delay
@@ -25,10 +26,10 @@ GPU that served it (``x-gtm-gpu``), fitted as ``a + b × prompt tokens`` (the ti
 tokenise and hash the prompt). The simulator has no proxies, so this measured
 overhead is added to its TTFT and end-to-end times (``--no-overhead`` leaves it out).
 It is CPU work on cores the tiers share, and the Mooncake trace's arrivals come in
-bursts (its timestamps step by ~3 s), so requests sent together queue for it: each
-simulated request reaches the tiers once the overhead of those sent before it and its
-own are over (one FIFO server, ``Overhead.queued``). The column "overhead not queued"
-adds each request's idle overhead instead.
+bursts (its timestamps step by ~3 s), so requests sent together share it: each
+simulated request reaches the tiers once its overhead is through, the requests of a
+burst progressing together, short ones first (processor sharing, ``Overhead.queued``).
+The column "overhead not queued" adds each request's idle overhead instead.
 
 Printed: TTFT p50/p99, end-to-end p50/p99, success ratio and throughput (requests that
 completed within the arrival window, per second) of both, how far apart they are
@@ -66,6 +67,7 @@ p50 unchanged). What is left to look at: the three proxies relaying other stream
 concurrency (the idle probe measures them alone), and the zone agents' GPU choice with
 live scrapes.
 
+    python bench/sim_fidelity.py --processes --speedup 1 --load 0.15 --repeats 3
     python bench/sim_fidelity.py                 # 60 s of trace at ~50 % load
     python bench/sim_fidelity.py --processes     # live side as one process per tier
     python bench/sim_fidelity.py --processes --speedup 1 --load 0.3 --duration 30
@@ -453,22 +455,39 @@ class Overhead:
         return np.maximum(0.0, self.fixed_s + self.per_token_s * prompt_tokens)
 
     def queued(self, sent_s: np.ndarray, prompt_tokens: np.ndarray) -> np.ndarray:
-        """Each request's overhead when the tiers work through requests one at a time.
+        """Each request's overhead when requests sent together share the tiers' CPU.
 
         The overhead is CPU work (each tier counts the prompt's tokens, the GPU worker
-        encodes and hashes it), and the tiers' processes share the machine's cores, so
-        a request sent while earlier ones are still being handled waits for them: one
-        FIFO server whose service time is :meth:`at`. That matters for the Mooncake
-        trace, whose arrivals come in bursts (its timestamps step by ~3 s: 3-16 requests
-        at once at 15 % load). Alone, a request's overhead is :meth:`at`.
+        encodes and hashes it), and the Mooncake trace's arrivals come in bursts (its
+        timestamps step by ~3 s: 3-16 requests at once at 15 % load). The tiers' event
+        loops interleave the requests they hold, so a burst's requests progress
+        together and the short ones are through first: egalitarian processor sharing
+        over one CPU (Kleinrock, *Queueing Systems* vol. 2, 1976, §4.4), service time
+        :meth:`at`. Alone, a request's overhead is :meth:`at`.
         """
         service = self.at(prompt_tokens)
-        delay = np.empty(len(sent_s))
-        free = -math.inf
-        for k in np.argsort(sent_s, kind="stable"):
-            free = max(free, float(sent_s[k])) + float(service[k])
-            delay[k] = free - sent_s[k]
-        return delay
+        order = np.argsort(sent_s, kind="stable")
+        done = np.empty(len(sent_s))
+        remaining: dict[int, float] = {}  # request -> work left (s), in arrival order
+        now, k, n = -math.inf, 0, len(order)
+        while k < n or remaining:
+            arrival = float(sent_s[order[k]]) if k < n else math.inf
+            if remaining:
+                share = 1.0 / len(remaining)
+                first = min(remaining, key=remaining.__getitem__)
+                finish = now + remaining[first] / share
+                step = (finish if finish <= arrival else arrival) - now
+                for job in remaining:
+                    remaining[job] -= step * share
+                now += step
+                if finish <= arrival:
+                    done[first] = now
+                    del remaining[first]
+                    continue
+            now = arrival
+            remaining[int(order[k])] = float(service[order[k]])
+            k += 1
+        return done - sent_s
 
 
 def gpu_types(fleet: FleetSpec) -> dict[str, str]:
