@@ -90,7 +90,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -102,6 +102,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 import aiohttp  # noqa: E402
 import numpy as np  # noqa: E402
 import yaml  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from fleetsim.engine import Engine, EngineRequest  # noqa: E402
 from fleetsim.sim.fleet import FleetSpec, fleet_from_topology  # noqa: E402
@@ -114,12 +115,13 @@ from gtm.gpu_profiles import get_profile  # noqa: E402
 from gtm.metrics import new_registry  # noqa: E402
 from gtm.policy_store import ActivePolicy, activate  # noqa: E402
 from gtm.tasks import TaskSupervisor  # noqa: E402
-from gtm.topology import GpuGroup, RegionSpec, Topology, ZoneSpec  # noqa: E402
+from gtm.topology import GpuGroup, RegionSpec, Topology, ZoneSpec, resolve  # noqa: E402
 from gtm.up.clients import ClientSampler, bundled_cities  # noqa: E402
 from gtm.up.config import UpConfig  # noqa: E402
 from gtm.up.fleet import load_policies  # noqa: E402
 from gtm.up.load import LoadConfig, PromptMaker  # noqa: E402
 from gtm.up.processes import free_port  # noqa: E402
+from policies.documents import Region as PolicyRegion  # noqa: E402
 from zone_agent.health import HealthConfig  # noqa: E402
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -487,7 +489,8 @@ class Overhead:
             now = arrival
             remaining[int(order[k])] = float(service[order[k]])
             k += 1
-        return done - sent_s
+        delays: np.ndarray = done - sent_s
+        return delays
 
 
 def gpu_types(fleet: FleetSpec) -> dict[str, str]:
@@ -553,11 +556,38 @@ class LiveRun:
     cities: tuple[int, ...]  # index into bundled_cities() per request
     overhead: Overhead
     cpu: CpuUse
+    #: The zone agents' health weight of each GPU (gtm_zone_gpu_weight), sampled
+    #: during the load.
+    weights: dict[str, list[float]] = dataclasses.field(default_factory=dict)
+
+
+#: Wall seconds between samples of the zone agents' GPU health weights.
+WEIGHT_SAMPLE_S = 2.0
+
+
+async def sample_weights(
+    session: aiohttp.ClientSession, zone_urls: Sequence[str], into: dict[str, list[float]]
+) -> None:
+    """Every WEIGHT_SAMPLE_S, each zone agent's ``gtm_zone_gpu_weight`` per GPU: how
+    much its health checks (slow start, decode slower than the zone's median) discount
+    each GPU. The simulator has no such discount."""
+    while True:
+        for zone in zone_urls:
+            try:
+                async with session.get(f"{zone}/metrics") as response:
+                    text = await response.text()
+            except (aiohttp.ClientError, TimeoutError):
+                continue
+            for family in text_string_to_metric_families(text):
+                if family.name == "gtm_zone_gpu_weight":
+                    for sample in family.samples:
+                        into.setdefault(sample.labels["gpu"], []).append(sample.value)
+        await asyncio.sleep(WEIGHT_SAMPLE_S)
 
 
 async def replay(
     url: str, load: LoadConfig, window: Sequence[TraceRequest], types: dict[str, str],
-    speedup: float, root_pid: int,
+    speedup: float, root_pid: int, zone_urls: Sequence[str] = (),
 ) -> LiveRun:  # fmt: skip
     """Open-loop replay of ``window`` through the front door, recording send instants."""
     cities = bundled_cities()
@@ -593,6 +623,8 @@ async def replay(
                     done.set()
 
         mark = cpu_mark(root_pid)
+        weights: dict[str, list[float]] = {}
+        supervisor.spawn("zone-weights", sample_weights(session, zone_urls, weights))
         start = time.monotonic()
         for k, r in enumerate(window):
             delay = start + r.at_s / load.rate_scale - time.monotonic()
@@ -614,7 +646,7 @@ async def replay(
         e2e_s=np.array([r.e2e_s for r in got]),
         region=tuple(r.region for r in got),
     )
-    return LiveRun(served, tuple(got), tuple(p[2] for p in prepared), overhead, cpu)
+    return LiveRun(served, tuple(got), tuple(p[2] for p in prepared), overhead, cpu, weights)
 
 
 def live(
@@ -625,7 +657,8 @@ def live(
     speedup: float,
     processes: bool,
     workdir: Path,
-    settle_s: float = 0.0,
+    settle_s: float,
+    policy_regions: Mapping[str, PolicyRegion],
 ) -> LiveRun:
     """``gtm up`` on ``topo``, then (after ``settle_s``) :func:`replay` through its front
     door."""
@@ -656,7 +689,8 @@ def live(
             time.sleep(settle_s)
             print(cpu_use(mark, cpu_mark(up.pid)).describe_idle(), flush=True)
         url = f"http://127.0.0.1:{http_port}"
-        return asyncio.run(replay(url, load, window, types, speedup, up.pid))
+        zones = [z.url for z in resolve(topo, policy_regions).zones]
+        return asyncio.run(replay(url, load, window, types, speedup, up.pid, zones))
     finally:
         up.send_signal(signal.SIGINT)
         try:
@@ -1006,7 +1040,7 @@ def main() -> None:
             print(f"== live run {repeat + 1} of {args.repeats}", flush=True)
         with tempfile.TemporaryDirectory(prefix="gtm-fidelity-") as tmp:
             run = live(topo, gpu_types(fleet), load, window, args.speedup, args.processes,
-                       Path(tmp), settle)  # fmt: skip
+                       Path(tmp), settle, active.policy_set.regions)  # fmt: skip
         dump_to = args.dump
         if dump_to is not None and args.repeats > 1:
             dump_to = dump_to.with_suffix(f".{repeat + 1}{dump_to.suffix}")
@@ -1029,6 +1063,17 @@ def main() -> None:
         ))  # fmt: skip
 
 
+def describe_weights(weights: Mapping[str, Sequence[float]], types: Mapping[str, str]) -> str:
+    by_type: dict[str, list[float]] = {}
+    for gpu, values in weights.items():
+        by_type.setdefault(types.get(gpu, "?"), []).extend(values)
+    if not by_type:
+        return "zone agents' GPU health weights: not sampled"
+    return "zone agents' GPU health weights during the load (mean, min) by GPU type: " + (
+        ", ".join(f"{t} {np.mean(v):.2f}, {np.min(v):.2f}" for t, v in sorted(by_type.items()))
+    )
+
+
 def one_run(
     run: LiveRun, args: argparse.Namespace, fleet: FleetSpec, active: ActivePolicy,
     window: Sequence[TraceRequest], load: LoadConfig, duration: float, dump_to: Path | None,
@@ -1042,6 +1087,7 @@ def one_run(
         + ")"
     )
     print(run.cpu.describe(len(window)))
+    print(describe_weights(run.weights, gpu_types(fleet)))
     overhead = None if args.no_overhead else oh
     warm = not args.no_warmup
     scheduled = np.array([r.at_s / load.rate_scale for r in window])
