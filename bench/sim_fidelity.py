@@ -67,6 +67,31 @@ p50 unchanged). What is left to look at: the three proxies relaying other stream
 concurrency (the idle probe measures them alone), and the zone agents' GPU choice with
 live scrapes.
 
+Session 8. Two things the live side did that the simulator did not see:
+
+* **Background CPU.** Each emulated GPU's event-loop lag probe woke every 5 ms: 4.2 %
+  of a core per idle worker, two thirds of a core across the 16 (``gpu-sim`` spent
+  ~400 ms of CPU per request, some task waited for a CPU ~50 % of the run). At the new
+  50 ms default the idle deployment uses 0.32-0.35 cores (printed before the load), the
+  GPUs ~180 ms per request, and live TTFT p50 fell from 1.07 to 0.85-0.95 s.
+* **Bursts.** The trace's requests come 3-16 at a time, and under load the live TTFT
+  was ~0.25 s above the model's plus the idle overhead even for 900-token prompts
+  (larger for larger bursts): each request's tier overhead waits for its burst's. The
+  overhead is now shared over a burst (processor sharing, above); a FIFO server gave
+  pooled TTFT p50 0.94 and p99 0.77, processor sharing 0.99 and 0.62.
+
+Also new: the simulated zone agents scrape their GPUs (``scrape_s``) as the live ones
+do, ``--repeats N`` pools N live runs (and prints their own spread), ``--dump`` writes
+one CSV row per request, and the zone agents' GPU health weights are sampled during
+the load (H100 mean 0.97, min 0.63: decode slower than the zone's median now and then).
+Three pooled runs (``--processes --speedup 1 --load 0.15 --repeats 3``, 378 requests):
+TTFT p50 0.99, throughput 1.01, E2E p50 0.94 (within 10 %); TTFT p99 0.62 and E2E p99
+0.64 missed, while live TTFT p99 itself ranged 2.9-4.3 s from run to run. The tail is
+the zone agents' GPU choice in big bursts: live put 5-9 % of the requests on the L40S
+and 10-15 % on the A100, the simulator 0-3 %, and a 14k-token prompt on the L40S waits
+~3.6 s for its first token; the live prefix-cache hit share is also twice the
+simulator's (10-14 % of prompt tokens against 5-6 %).
+
     python bench/sim_fidelity.py --processes --speedup 1 --load 0.15 --repeats 3
     python bench/sim_fidelity.py                 # 60 s of trace at ~50 % load
     python bench/sim_fidelity.py --processes     # live side as one process per tier
