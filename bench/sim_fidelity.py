@@ -354,29 +354,29 @@ class CpuUse:
     #: CPU seconds used during the run, by kind of process.
     by_kind: dict[str, float]
 
+    def _stalled(self) -> str:
+        return "n/a" if self.stalled is None else f"{self.stalled:.0%}"
+
+    def _by_kind(self, per: float, fmt: str) -> str:
+        """CPU seconds by kind of process ÷ ``per``, busiest first."""
+        ranked = sorted(self.by_kind.items(), key=lambda kv: -kv[1])
+        return ", ".join(f"{kind} {used / per:{fmt}}" for kind, used in ranked)
+
     def describe(self, requests: int) -> str:
-        stalled = "n/a" if self.stalled is None else f"{self.stalled:.0%}"
-        kinds = ", ".join(
-            f"{kind} {1000 * used / max(1, requests):.0f}"
-            for kind, used in sorted(self.by_kind.items(), key=lambda kv: -kv[1])
-        )
         return (
             f"live run CPU: the deployment used {self.deployment_cores:.2f} of "
             f"{os.cpu_count()} cores and its event loops waited for a CPU "
             f"{self.deployment_waiting:.0%} of the run; some task on the machine waited "
-            f"{stalled} of the time; load average {self.load_average:.1f}\n"
-            f"CPU ms per request by process kind: {kinds}"
+            f"{self._stalled()} of the time; load average {self.load_average:.1f}\n"
+            f"CPU ms per request by process kind: {self._by_kind(max(1, requests) / 1000, '.0f')}"
         )
 
     def describe_idle(self) -> str:
         """The deployment's background load: what it uses with no request in flight."""
-        kinds = ", ".join(
-            f"{kind} {used / self.wall_s:.3f}"
-            for kind, used in sorted(self.by_kind.items(), key=lambda kv: -kv[1])
-        )
         return (
-            f"idle deployment: {self.deployment_cores:.2f} cores ({kinds}); some task "
-            f"waited {'n/a' if self.stalled is None else f'{self.stalled:.0%}'} of the time"
+            f"idle deployment: {self.deployment_cores:.2f} cores "
+            f"({self._by_kind(self.wall_s, '.3f')}); some task waited {self._stalled()} of "
+            "the time"
         )
 
 
