@@ -67,7 +67,7 @@ from global_lb.keeper import build_view
 from global_lb.plugins import global_registry
 from global_lb.profiles import DEFAULT_REQUEST_PROFILE, build, profile_spec
 from global_lb.router import GlobalRouter
-from gtm.errors import NoEligibleCandidate, RoutingError
+from gtm.errors import ConfigError, NoEligibleCandidate, RoutingError
 from gtm.gpu_profiles import get_profile
 from gtm.models import (
     ClientInfo,
@@ -94,7 +94,7 @@ from regional_lb.summary import build_summary as region_summary
 from regional_lb.view import ViewBuilder as RegionalViewBuilder
 from regional_lb.view import ViewSettings as RegionalViewSettings
 from regional_lb.view import ZoneAccounting
-from zone_agent.accounting import Accounting, Ticket
+from zone_agent.accounting import Accounting, SlotLoad, Ticket
 from zone_agent.health import HealthStatus
 from zone_agent.pipeline import ModelNotServed
 from zone_agent.pipeline import ZoneProfile as GpuProfileRunner
@@ -306,15 +306,22 @@ class _Pool:
         self.view: ZoneView = self.builder.build(states, self.acc, 0.0)
         self.profile: GpuProfileRunner | None = None
         self.running_tokens = 0.0
+        #: What the last scrape saw: each GPU's (running, waiting, KV blocks) and the
+        #: agent's own charges on it.
+        self.last_scrape: list[tuple[tuple[int, int, int], SlotLoad]] = []
 
     def scrape(self, now: float, model: str) -> None:
         """The agent's scrape round at ``now``: each GPU's running and waiting requests
         and KV use as its ``/metrics`` shows them, with the agent's own charges at that
-        moment (:meth:`zone_agent.app.ZoneAgent.scrape_round`), then a fresh view."""
+        moment (:meth:`zone_agent.app.ZoneAgent.scrape_round`), then a fresh view —
+        unless nothing changed since the last scrape, when the view would be the same."""
+        seen = [(self.gpus[s.id].scrape(), self.acc.at(s.id)) for s in self.states]
+        if seen == self.last_scrape:
+            return
+        self.last_scrape = seen
         states = []
-        for state in self.states:
+        for state, ((running, waiting, used_blocks), own) in zip(self.states, seen, strict=True):
             gpu = self.gpus[state.id]
-            running, waiting, used_blocks = gpu.scrape()
             load = ModelMetrics(
                 running=float(running),
                 waiting=float(waiting),
@@ -323,9 +330,7 @@ class _Pool:
                 kv_blocks_total=gpu.capacity_blocks,
             )
             metrics = GpuMetrics(now, Flavor.VLLM, MappingProxyType({model: load}))
-            states.append(
-                dataclasses.replace(state, metrics=metrics, own_at_scrape=self.acc.at(state.id))
-            )
+            states.append(dataclasses.replace(state, metrics=metrics, own_at_scrape=own))
         self.states = states
         self.view = self.builder.build(states, self.acc, now)
 
@@ -405,7 +410,7 @@ class Simulator:
         #: (gtm up scrapes every 0.25 s). None: no scrapes; decisions see the agents'
         #: own in-flight charges alone, which is cheaper at scale.
         if scrape_s is not None and not scrape_s > 0:
-            raise ValueError(f"scrape_s must be > 0, got {scrape_s}")
+            raise ConfigError(f"the scrape interval must be > 0 s, got {scrape_s:g}")
         self.scrape_s = scrape_s
         self.scrapes = 0
         self.next_scrape = scrape_s if scrape_s is not None else math.inf

@@ -335,6 +335,10 @@ def test_a_scrape_shows_the_zone_agent_each_gpus_batch_and_kv_use(pass_level: bo
     # The other GPUs were scraped too, idle.
     others = [k for k in range(len(index.ids)) if k != at]
     assert all(index.fresh[k] and index.running[k] == 0 for k in others)
+    # Nothing changed by the next scrape: the same view stands (it would be equal).
+    view = pool.view
+    pool.scrape(0.75, LLAMA_8B)
+    assert pool.view is view
 
 
 def test_runs_with_scrapes_end_every_request_once_and_repeat_exactly() -> None:
@@ -354,6 +358,6 @@ def test_runs_with_scrapes_end_every_request_once_and_repeat_exactly() -> None:
 
 
 def test_scrape_interval_must_be_positive() -> None:
-    with pytest.raises(ValueError, match="scrape_s"):
+    with pytest.raises(ConfigError, match="scrape interval"):
         Simulator(scaled_fleet(active(), 12), active(), POLICIES["gtm"], [], model=LLAMA_8B,
                   scrape_s=0.0)  # fmt: skip
