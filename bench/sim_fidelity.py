@@ -489,7 +489,7 @@ class Overhead:
         timestamps step by ~3 s: 3-16 requests at once at 15 % load). The tiers' event
         loops interleave the requests they hold, so a burst's requests progress
         together and the short ones are through first: egalitarian processor sharing
-        over one CPU (Kleinrock, *Queueing Systems* vol. 2, 1976, §4.4), service time
+        over one CPU (Kleinrock, *Queueing Systems* vol. 2, 1976, ch. 4), service time
         :meth:`at`. Alone, a request's overhead is :meth:`at`.
         """
         service = self.at(prompt_tokens)
@@ -600,10 +600,11 @@ async def sample_weights(
         for zone in zone_urls:
             try:
                 async with session.get(f"{zone}/metrics") as response:
-                    text = await response.text()
-            except (aiohttp.ClientError, TimeoutError):
-                continue
-            for family in text_string_to_metric_families(text):
+                    response.raise_for_status()
+                    families = list(text_string_to_metric_families(await response.text()))
+            except (aiohttp.ClientError, TimeoutError, ValueError):
+                continue  # a missed sample; the next round tries again
+            for family in families:
                 if family.name == "gtm_zone_gpu_weight":
                     for sample in family.samples:
                         into.setdefault(sample.labels["gpu"], []).append(sample.value)
