@@ -820,6 +820,8 @@ def _draw(
     total = sum(weights)
     if total <= 0.0:
         return best
+    if len(pool) == 1:
+        return pool[0]  # what any draw picks; seeding a generator costs ~5 µs
     draw = request_rng(request, params.seed).random() * total
     for k, weight in zip(pool, weights, strict=True):
         draw -= weight

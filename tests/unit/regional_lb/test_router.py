@@ -260,3 +260,21 @@ def test_place_skips_excluded_zones_and_reports_full() -> None:
         )
         is None
     )
+
+
+def test_no_draw_is_made_while_the_whole_load_stays_local(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A healthy region with peers keeps everything home (local share 1): a draw is below
+    # 1, so the outcome needs none, and seeding a generator per request costs ~5 µs.
+    regional = view([zone("a", model_load(queued=1_000))], [peer("r2", rtt=20.0)])
+    spiller = router()
+
+    def no_draw(_request: object) -> float:
+        raise AssertionError("drew a number for a request that stays local")
+
+    monkeypatch.setattr(spiller, "_draw", no_draw)
+    decision = decide(regional, using=spiller)
+    assert decision.route is Route.LOCAL
+    assert decision.split is not None
+    assert decision.split.local_load >= 1.0
