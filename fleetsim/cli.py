@@ -24,6 +24,9 @@ from gtm.metrics import new_registry
 from gtm.state.store import StateStore
 from gtm.tls import TlsConfig, click_options, config_from_options, material
 
+#: Config fields whose flag is not the field's name in kebab case.
+_FLAG_OF = {"lease_ttl_s": "--lease-ttl", "lag_probe_interval_s": "--lag-probe-interval"}
+
 
 @click.command("gpu-sim", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
@@ -131,7 +134,8 @@ def gpu_sim(
         config = GpuSimConfig.model_validate(options)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = "--" + str(first["loc"][0]).replace("_", "-") if first["loc"] else "options"
+        field = str(first["loc"][0]) if first["loc"] else ""
+        where = _FLAG_OF.get(field, "--" + field.replace("_", "-")) if field else "options"
         raise click.UsageError(f"{where}: {first['msg']}") from None
     try:
         admin = AdminGuard.from_options(

@@ -74,6 +74,12 @@ def test_cli_reports_bad_options_clearly() -> None:
     result = runner.invoke(gpu_sim, ["--speedup", "0"])
     assert result.exit_code == 2
     assert "--speedup" in result.output
+    # Fields whose flag is not their name: the message names the flag the user typed.
+    for flag in ("--lag-probe-interval", "--lease-ttl"):
+        result = runner.invoke(gpu_sim, [flag, "0"])
+        assert result.exit_code == 2
+        assert f"{flag}: Input should be greater" in result.output
     result = runner.invoke(gpu_sim, ["--help"])
     assert result.exit_code == 0
     assert "--metrics-flavor" in result.output
+    assert "--lag-probe-interval" in result.output
