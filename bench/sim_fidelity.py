@@ -91,7 +91,9 @@ the zone agents' GPU choice in big bursts: live put 5-9 % of the requests on the
 and 10-15 % on the A100, the simulator 0-3 %, and a 14k-token prompt on the L40S waits
 ~3.6 s for its first token. The prefix-cache hit shares agree (4.6-4.7 % of prompt
 tokens live, 5-6 % simulated; this line used to compare the live mean of per-request
-shares, 10-14 %, with the simulator's share of all tokens).
+shares, 10-14 %, with the simulator's share of all tokens). The simulator with the
+global tier's in-flight ledger off puts as many requests in eu-west and on the slower
+GPUs as live does: the live ledger seems to weigh less than the simulated one.
 
     python bench/sim_fidelity.py --processes --speedup 1 --load 0.15 --repeats 3
     python bench/sim_fidelity.py                 # 60 s of trace at ~50 % load
