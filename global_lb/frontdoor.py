@@ -333,7 +333,7 @@ class FrontDoor:
         if address is None:
             address = self._client(request)
         outcome = self._decide(
-            view,
+            self._view() or view,  # as of now, not of the first byte (see _forward)
             tenant=tenant,
             model=query.model,
             input_tokens=query.input_tokens,
@@ -364,6 +364,10 @@ class FrontDoor:
         if isinstance(found, web.Response):
             return found
         body = await request.read()
+        # The view again, now that the body is in: the requests that arrived with this
+        # one were decided and charged while it authenticated and read its body, and
+        # must be seen. With the view of its first byte, a burst herded to one region.
+        view = self._view() or view
         data_class = request.headers.get(DATA_CLASS_HEADER, "default")
         try:
             facts = parse_body(request.path, body)

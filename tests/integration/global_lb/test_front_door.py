@@ -4,6 +4,7 @@ regional LBs (test code only) that forward to an emulated GPU worker."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import ipaddress
 import json
 from collections.abc import AsyncIterator
@@ -344,3 +345,58 @@ async def test_a_forward_is_charged_to_its_region_until_it_ends(deployment: Depl
     assert charged.tokens > 0
     assert ledger.unseen("eu-west", LLAMA_8B) == Unseen()
     assert ledger.unseen("eu-central", LLAMA_8B) == Unseen()
+
+
+async def test_requests_that_arrive_together_are_decided_on_each_others_charges(
+    deployment: Deployment,
+) -> None:
+    """A burst's requests are handled concurrently: each authenticates (an await) before
+    it is decided. Each must be decided on the view as it is then, with the charges of
+    the requests decided meanwhile; with the view taken on arrival, a whole burst
+    herded to one region (seen live with bench/sim_fidelity.py: the front door's
+    in-flight ledger did not change a burst's region split)."""
+    front_door = deployment.tier.front_door
+    # Every view handed out is a distinct object, so which one a decision used shows.
+    handed_out: list[object] = []
+    current_view = front_door._view
+
+    def view() -> object:
+        fresh = copy.copy(current_view())
+        handed_out.append(fresh)
+        return fresh
+
+    decided: list[tuple[object, object]] = []
+    decide = front_door._decide
+
+    def spy(view: object, **kwargs: object) -> object:
+        decided.append((view, handed_out[-1]))
+        return decide(view, **kwargs)  # type: ignore[arg-type]
+
+    # Both requests are inside (past their first view) before either is decided.
+    inside: list[object] = []
+    both_inside = asyncio.Event()
+    authenticate = front_door._tenant
+
+    async def tenant(request: web.Request, view: object) -> object:
+        inside.append(request)
+        if len(inside) == 2:
+            both_inside.set()
+        await both_inside.wait()
+        return await authenticate(request, view)  # type: ignore[arg-type]
+
+    front_door._view = view  # type: ignore[method-assign]
+    front_door._decide = spy  # type: ignore[method-assign]
+    front_door._tenant = tenant  # type: ignore[method-assign]
+    async with deployment.client("gtm-demo-global") as client:
+        answers = await asyncio.gather(
+            *(
+                client.chat.completions.create(
+                    model=LLAMA_8B, messages=[{"role": "user", "content": text}], max_tokens=4
+                )
+                for text in ("first", "second")
+            )
+        )
+    assert all(a.choices[0].message.content for a in answers)
+    assert len(decided) == 2
+    for used, latest in decided:
+        assert used is latest  # the view of the moment it was decided
