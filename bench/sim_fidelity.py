@@ -67,7 +67,7 @@ p50 unchanged). What is left to look at: the three proxies relaying other stream
 concurrency (the idle probe measures them alone), and the zone agents' GPU choice with
 live scrapes.
 
-Session 8. Two things the live side did that the simulator did not see:
+Session 8. What the live side did that the simulator did not see:
 
 * **Background CPU.** Each emulated GPU's event-loop lag probe woke every 5 ms: 4.2 %
   of a core per idle worker, two thirds of a core across the 16 (``gpu-sim`` spent
@@ -83,17 +83,19 @@ Session 8. Two things the live side did that the simulator did not see:
 Also new: the simulated zone agents scrape their GPUs (``scrape_s``) as the live ones
 do, ``--repeats N`` pools N live runs (and prints their own spread), ``--dump`` writes
 one CSV row per request, and the zone agents' GPU health weights are sampled during
-the load (H100 mean 0.97, min 0.63: decode slower than the zone's median now and then).
-Three pooled runs (``--processes --speedup 1 --load 0.15 --repeats 3``, 378 requests):
-TTFT p50 0.99, throughput 1.01, E2E p50 0.94 (within 10 %); TTFT p99 0.62 and E2E p99
-0.64 missed, while live TTFT p99 itself ranged 2.9-4.3 s from run to run. The tail is
-the zone agents' GPU choice in big bursts: live put 5-9 % of the requests on the L40S
-and 10-15 % on the A100, the simulator 0-3 %, and a 14k-token prompt on the L40S waits
-~3.6 s for its first token. The prefix-cache hit shares agree (4.6-4.7 % of prompt
-tokens live, 5-6 % simulated; this line used to compare the live mean of per-request
-shares, 10-14 %, with the simulator's share of all tokens). The simulator with the
-global tier's in-flight ledger off puts as many requests in eu-west and on the slower
-GPUs as live does: the live ledger seems to weigh less than the simulated one.
+the load (H100 mean 0.97, min 0.63). The prefix-cache hit shares agree (4.6-4.7 % of
+prompt tokens live, 5-6 % simulated; this line used to compare the live mean of
+per-request shares, 10-14 %, with the simulator's share of all tokens).
+
+Then the tail: live sent 58-74 % of the requests to eu-west, the simulator 52-58 %, and
+the simulator with the global tier's in-flight ledger off matched live (eu-west 333 of
+377 against 198), as did live with its ledger off. The front door took its view when a
+request arrived and decided after authenticating it and reading its body, so a burst
+was decided on views from before any of its requests was charged and went whole to
+one region. With that fixed (the view of the moment of the decision), three pooled
+runs (``--processes --speedup 1 --load 0.15 --repeats 3``, 378 requests): TTFT p50 1.08,
+TTFT p99 0.94, throughput 1.01 (all within 10 %), E2E p50 0.98, E2E p99 0.78; live
+TTFT p99 2.6-2.8 s run to run (was 2.9-4.3 s).
 
     python bench/sim_fidelity.py --processes --speedup 1 --load 0.15 --repeats 3
     python bench/sim_fidelity.py                 # 60 s of trace at ~50 % load
