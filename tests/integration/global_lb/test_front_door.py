@@ -348,7 +348,7 @@ async def test_a_forward_is_charged_to_its_region_until_it_ends(deployment: Depl
 
 
 async def test_requests_that_arrive_together_are_decided_on_each_others_charges(
-    deployment: Deployment,
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A burst's requests are handled concurrently: each authenticates (an await) before
     it is decided. Each must be decided on the view as it is then, with the charges of
@@ -384,9 +384,9 @@ async def test_requests_that_arrive_together_are_decided_on_each_others_charges(
         await both_inside.wait()
         return await authenticate(request, view)  # type: ignore[arg-type]
 
-    front_door._view = view  # type: ignore[method-assign]
-    front_door._decide = spy  # type: ignore[method-assign]
-    front_door._tenant = tenant  # type: ignore[method-assign]
+    monkeypatch.setattr(front_door, "_view", view)
+    monkeypatch.setattr(front_door, "_decide", spy)
+    monkeypatch.setattr(front_door, "_tenant", tenant)
     async with deployment.client("gtm-demo-global") as client:
         answers = await asyncio.gather(
             *(
