@@ -223,6 +223,8 @@ class Served:
     gpu_type: tuple[str, ...] = ()
     #: The GPU that served each request ("" if none).
     gpu: tuple[str, ...] = ()
+    #: The tiers' overhead a simulated run added to each request (s; live: empty).
+    overhead_s: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
 
 
 def nearest_rank(values: np.ndarray, q: float) -> float:
@@ -261,6 +263,7 @@ def pooled(runs: Sequence[Served]) -> Served:
         spilled=sum(r.spilled for r in runs),
         gpu_type=tuple(x for r in runs for x in r.gpu_type),
         gpu=tuple(x for r in runs for x in r.gpu),
+        overhead_s=np.concatenate([r.overhead_s for r in runs]),
     )
 
 
@@ -835,6 +838,7 @@ def simulate(
         cached_share=result.prefix_hit_tokens / max(1, result.prefix_queried_tokens),
         gpu_type=tuple(result.gpu_types[int(g)] if g >= 0 else "" for g in o.gpu[back]),
         gpu=tuple(sim.gpu_list[int(g)].gpu_id if g >= 0 else "" for g in o.gpu[back]),
+        overhead_s=extra,
     )
 
 
@@ -987,8 +991,7 @@ def per_request(
 
 def dump(path: Path, live_run: LiveRun, sim: Served, replayed: Sequence[SimRequest]) -> None:
     """Per request: what was sent, and how it went live and simulated (wall seconds)."""
-    prompt = np.array([q.input_tokens for q in replayed], dtype=float)
-    overhead = live_run.overhead.queued(live_run.served.sent_s, prompt)
+    overhead = sim.overhead_s
     rows = [
         "index,sent_s,input_tokens,output_tokens,live_ok,live_ttft_s,"
         "live_e2e_s,live_region,live_gpu,live_cached_tokens,sim_ok,sim_ttft_s,"

@@ -8,7 +8,8 @@ that admitted it, :class:`Release`, which then finishes its quota ticket), GPU e
 (:class:`~fleetsim.sim.gpu.FastGpu` announces its next first token or completion; a
 version number drops stale ones), and the summary tick (every ``tick_s``: zone
 summaries → regional views and region summaries → the global view, as the live
-publishers do once a second). At equal times: tick, arrival, message, GPU event.
+publishers do once a second), and — with ``scrape_s`` — the zone agents' scrapes of
+their GPUs. At equal times: tick, scrape, arrival, message, GPU event.
 
 The global tier's choices depend on the global view and its in-flight ledger alone
 (the ledger is charged when a request is forwarded, before the region's quota check, as
