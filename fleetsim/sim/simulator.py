@@ -45,12 +45,14 @@ time — requests on a crashed GPU FAIL, and the zone view marks it unhealthy
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import gc
 import heapq
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter_ns
 from types import MappingProxyType
@@ -280,6 +282,38 @@ class RunResult:
     #: Per worker of a partitioned run, the seconds it spent waiting for the others
     #: (at the ticks, and when it was a lookahead ahead of one).
     worker_waited_s: tuple[float, ...] = ()
+
+
+#: The collector's allocation threshold for its youngest generation during a run
+#: (CPython's default: 700). A run allocates steadily and makes almost no reference
+#: cycles (20 objects found in a 1,000-GPU minute), so collecting every 700 net
+#: allocations only re-scans live requests: at 1,000 GPUs × 60 s the collector took
+#: 0.54-0.65 s of a 13-14 s run at the defaults, 0.05-0.06 s with this and the frozen
+#: heap (gc.callbacks; at 180 s, 3.1 s of 45 s at the defaults).
+RUN_GC_THRESHOLD = 50_000
+
+
+@contextlib.contextmanager
+def _run_collector() -> Iterator[None]:
+    """The garbage collector tuned for a run, restored afterwards.
+
+    Everything built before the run (the workload, the fleet, the modules) sits in the
+    permanent generation (``gc.freeze``, Python docs), so the full passes a long run
+    triggers do not traverse every request of the workload again each time, and
+    forked workers (:mod:`fleetsim.sim.partition`) leave those objects' pages shared;
+    and the youngest generation is collected every :data:`RUN_GC_THRESHOLD`
+    allocations. A heap the process froze itself is left as it is."""
+    saved = gc.get_threshold()
+    freeze = gc.get_freeze_count() == 0
+    if freeze:
+        gc.freeze()
+    gc.set_threshold(RUN_GC_THRESHOLD, saved[1], saved[2])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*saved)
+        if freeze:
+            gc.unfreeze()
 
 
 class _Pool:
@@ -1060,6 +1094,10 @@ class Simulator:
         policy's regions can be simulated apart (:mod:`fleetsim.sim.partition`); the
         outcomes are the same either way."""
         started = time.perf_counter()
+        with _run_collector():
+            return self._run(started)
+
+    def _run(self, started: float) -> RunResult:
         if self.workers > 1:
             from fleetsim.sim.partition import plan_partition, run_partitioned
 

@@ -1,3 +1,4 @@
+import gc
 import math
 import random
 from dataclasses import replace
@@ -12,7 +13,14 @@ from fleetsim.sim.fleet import FleetSpec, scaled_fleet
 from fleetsim.sim.gpu import FastGpu, Job
 from fleetsim.sim.metrics import jain, summarise, tenant_service_share
 from fleetsim.sim.policies import POLICIES, SMOKE_POLICIES
-from fleetsim.sim.simulator import FaultPlan, RunResult, Simulator, Status, scale_quotas
+from fleetsim.sim.simulator import (
+    RUN_GC_THRESHOLD,
+    FaultPlan,
+    RunResult,
+    Simulator,
+    Status,
+    scale_quotas,
+)
 from fleetsim.sim.workload import SimRequest, build_requests
 from fleetsim.traces import Trace, TraceKind, TraceRequest
 from fleetsim.workload import Geography, Place
@@ -87,6 +95,45 @@ def test_same_seed_same_result() -> None:
     b = Simulator(fleet, active(), POLICIES["gtm"], reqs, model=LLAMA_8B).run().outcomes
     assert np.array_equal(a.ttft_s, b.ttft_s, equal_nan=True)
     assert np.array_equal(a.region, b.region)
+
+
+def test_a_run_freezes_the_heap_and_restores_the_collector(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fleet = scaled_fleet(active(), 12)
+    reqs = workload(fleet)
+    sim = Simulator(fleet, active(), POLICIES["gtm"], reqs, model=LLAMA_8B)
+    seen: list[tuple[int, tuple[int, int, int]]] = []
+    advance = sim.advance
+
+    def spy(*args: object, **kwargs: object) -> float:
+        seen.append((gc.get_freeze_count(), gc.get_threshold()))
+        return advance(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sim, "advance", spy)
+    before = gc.get_threshold()
+    assert gc.get_freeze_count() == 0
+    sim.run()
+    # While it ran: the workload was in the permanent generation, collections rarer.
+    assert seen
+    assert seen[0][0] > len(reqs)
+    assert seen[0][1] == (RUN_GC_THRESHOLD, before[1], before[2])
+    # Afterwards the process's own settings are back.
+    assert gc.get_freeze_count() == 0
+    assert gc.get_threshold() == before
+
+
+def test_a_run_leaves_a_heap_frozen_by_the_process_frozen() -> None:
+    fleet = scaled_fleet(active(), 12)
+    sim = Simulator(fleet, active(), POLICIES["gtm"], workload(fleet), model=LLAMA_8B)
+    gc.freeze()
+    try:
+        assert gc.get_freeze_count() > 0
+        sim.run()
+        # Not unfrozen (objects freed during the run leave the count, never more).
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
 
 
 def test_fast_gpu_never_exceeds_kv_and_finishes_everything() -> None:
