@@ -204,7 +204,9 @@ class Batch:
             self._matches = {}
             if self.request.prefix_hashes:
                 hits = self.view.accounting.prefix.match(self.request.prefix_hashes)
-                if hits:
+                if hits and self.index.dense_slots and max(hits) < len(self.index.ids):
+                    self._matches = dict(hits)  # slot = position, every slot a candidate
+                elif hits:
                     where = self.index.position_of_slot.get
                     self._matches = {
                         position: blocks
@@ -226,9 +228,11 @@ class Batch:
             if not matches:
                 self._matched = self.index.zeros  # shared, read-only
             else:
+                count = len(matches)
                 self._matched = np.zeros(len(self.index.ids))
-                for position, blocks in matches.items():
-                    self._matched[position] = blocks
+                self._matched[np.fromiter(matches, np.intp, count)] = np.fromiter(
+                    matches.values(), np.float64, count
+                )
         return self._matched
 
     def uncached_tokens(self, blocks: int) -> float:

@@ -174,6 +174,9 @@ class ModelIndex:
     uniform_block_size: float = field(init=False)
     #: min(kv_free_base): free blocks ≥ this minus our largest charge, everywhere.
     min_kv_free_bound: float = field(init=False)
+    #: Whether the candidate at position i has accounting slot i, for every i (the
+    #: usual case: GPUs get slots in id order): positions then need no lookup.
+    dense_slots: bool = field(init=False)
     #: What decisions work out once per view (e.g. the fused filters' survivors), keyed
     #: by whoever computed it. Filled lazily; the arrays in it are read-only.
     memo: dict[object, object] = field(init=False, default_factory=dict, repr=False)
@@ -205,6 +208,7 @@ class ModelIndex:
         sizes = set(self.block_size.tolist())
         derived["uniform_block_size"] = float(sizes.pop()) if len(sizes) == 1 else 0.0
         derived["min_kv_free_bound"] = float(derived["kv_free_base"].min())
+        derived["dense_slots"] = bool(np.array_equal(self.slots, np.arange(len(self.slots))))
         for name, value in derived.items():
             object.__setattr__(self, name, value)
 

@@ -51,12 +51,20 @@ def zones(draw: st.DrawFn) -> tuple[Batch, np.random.Generator]:
         )
         for i in range(count)
     ]
+    # Slots as a long-lived agent has them: sometimes a retired GPU's first (it still
+    # holds prefix blocks), and in another order than the ids (positions ≠ slots).
+    retired = draw(st.booleans())
+    if retired:
+        acc.slot("retired")
+    for gpu in draw(st.permutations(gpus)) if draw(st.booleans()) else ():
+        acc.slot(gpu.id)
     view = make_view(gpus, acc)
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    holders = [f"g{i:02d}" for i in range(count)] + ["retired"] * retired
     for _ in range(draw(st.integers(0, 3 * count))):
         text = TEXTS[int(rng.integers(len(TEXTS)))][: int(rng.integers(256, 2200))]
         acc.start(
-            f"g{int(rng.integers(count)):02d}",
+            holders[int(rng.integers(len(holders)))],
             prefill_tokens=float(rng.integers(0, 40_000)),
             sequences=int(rng.integers(1, 4)),
             kv_blocks=float(rng.integers(0, 2_000)),
