@@ -47,6 +47,30 @@ def test_per_model_capacity_counts_only_available_gpus() -> None:
     )
 
 
+def test_later_summaries_of_one_view_see_the_charges_made_since() -> None:
+    acc = Accounting()
+    view = make_view([Gpu("a", kv_blocks=1000), Gpu("b")], acc)
+    first = build_summary(view, published_at=1.0).load_for(MODEL)
+    acc.start("a", prefill_tokens=900, kv_blocks=40.0)
+    second = build_summary(view, published_at=2.0).load_for(MODEL)
+    assert first is not None
+    assert second is not None
+    assert second.queued_prefill_tokens == first.queued_prefill_tokens + 900
+    assert second.running_requests == first.running_requests + 1
+    assert second.kv_blocks_free == first.kv_blocks_free - 40
+    # What only a new view can change is the same.
+    assert (
+        second.model_copy(
+            update={
+                "queued_prefill_tokens": first.queued_prefill_tokens,
+                "running_requests": first.running_requests,
+                "kv_blocks_free": first.kv_blocks_free,
+            }
+        )
+        == first
+    )
+
+
 def test_no_available_gpu_is_an_unhealthy_zone() -> None:
     view = make_view([Gpu("a", drained=True)])
     assert not build_summary(view, 0.0).healthy
