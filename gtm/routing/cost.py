@@ -152,8 +152,11 @@ def cost_to_score(cost_ms: float, best_ms: float, scale_ms: float) -> float:
 
 
 def _check_normalisation(best_ms: float, scale_ms: float) -> None:
-    _require(math.isfinite(scale_ms) and scale_ms > 0.0, f"scale_ms must be > 0, got {scale_ms!r}")
-    _require(math.isfinite(best_ms), f"best_ms must be finite, got {best_ms!r}")
+    # The messages are formatted only on failure: every scorer's decision checks this.
+    if not (math.isfinite(scale_ms) and scale_ms > 0.0):
+        raise CostInputError(f"scale_ms must be > 0, got {scale_ms!r}")
+    if not math.isfinite(best_ms):
+        raise CostInputError(f"best_ms must be finite, got {best_ms!r}")
 
 
 def _decay(cost_ms: float, best_ms: float, scale_ms: float) -> float:

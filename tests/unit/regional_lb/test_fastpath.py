@@ -22,6 +22,7 @@ from gtm.models import RouteRequest
 from gtm.routing import load_profile_spec
 from policies.documents import SaturationPolicy
 from regional_lb.fastpath import Deferred, FastZoneChoice
+from regional_lb.plugins.ttft import TtftScorer
 from regional_lb.priority import SplitMode
 from regional_lb.profiles import DEFAULT_PROFILE, build, profile_spec, with_saturation_last
 from regional_lb.router import (
@@ -479,3 +480,28 @@ def test_per_view_memo_gives_the_per_call_candidates_and_spill_options(
         )
         assert got == _reference_options(regional, request, given_inputs, now_wall)
         accounting.start(zone_ids[0], request.model, request.input_tokens)
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(
+    regional=views(),
+    request=requests,
+    given_inputs=inputs(),
+    sent=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 30_000)), max_size=6),
+)
+def test_the_ttft_scorers_costs_are_its_cost_model_zone_by_zone(
+    regional: RegionalView, request: RouteRequest, given_inputs: Inputs, sent: list[tuple[int, int]]
+) -> None:
+    # The scorer works out every zone's cost inline; each must be cost_ms to the bit.
+    accounting = ZoneAccounting()
+    accounting.observe(regional.zones)
+    zone_ids = list(regional.zones)
+    for index, tokens in sent:
+        accounting.start(zone_ids[index % len(zone_ids)], MODEL, tokens)
+    candidates = zone_candidates(regional, request.model, accounting)
+    ctx = ZoneContext(regional, given_inputs.allowed, False, given_inputs.tokens_per_block)
+    scorer = TtftScorer()
+    costs = scorer.costs_ms(request, candidates, ctx)
+    assert list(costs) == [c.id for c in candidates]
+    for candidate in candidates:
+        assert costs[candidate.id] == scorer.cost_ms(request, candidate, ctx)
