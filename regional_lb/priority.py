@@ -142,6 +142,13 @@ def split(
     panic_threshold: float = PANIC_THRESHOLD,
 ) -> PrioritySplit:
     """Envoy's P0/P1 split for (healthy, total) capacities of the region and its peers."""
+    return PrioritySplit(*_envoy(local, peers, factor, panic_threshold))
+
+
+def _envoy(
+    local: tuple[float, float], peers: tuple[float, float], factor: float, panic_threshold: float
+) -> tuple[float, float, float, float, bool]:
+    """:func:`split`'s (local load, spill load, local health, spill health, panic)."""
     h0, h1 = health(*local), health(*peers)
     e0, e1 = min(1.0, h0 * factor), min(1.0, h1 * factor)
     total = e0 + e1
@@ -153,7 +160,7 @@ def split(
     else:
         load0, load1 = 1.0, 0.0  # nothing healthy anywhere: stay home (and panic)
     panic = min(1.0, total) < 1.0 and h0 < panic_threshold
-    return PrioritySplit(load0, load1, h0, h1, panic)
+    return load0, load1, h0, h1, panic
 
 
 def zone_headroom(
@@ -195,16 +202,11 @@ def capacity_split(
     elsewhere = max(0.0, peer_headroom_tokens_per_s)
     excess = min(max(0.0, demand - headroom), elsewhere)
     spill = 0.0 if demand <= 0.0 else min(1.0, excess / demand)
-    envoy = split(local, peers, panic_threshold=panic_threshold)
+    _, _, local_health, spill_health, panic = _envoy(
+        local, peers, OVERPROVISIONING_FACTOR, panic_threshold
+    )
     return PrioritySplit(
-        1.0 - spill,
-        spill,
-        envoy.local_health,
-        envoy.spill_health,
-        envoy.local_panic,
-        demand,
-        headroom,
-        elsewhere,
+        1.0 - spill, spill, local_health, spill_health, panic, demand, headroom, elsewhere
     )
 
 

@@ -255,21 +255,15 @@ class RegionalRouter:
         now: float,
     ) -> PrioritySplit:
         settings = self._settings
-        capacity = settings.capacity
         healthy = total = 0
         elsewhere = 0.0
+        peers = self._peer_capacity(view, request.model)
         for option in options:
-            summary = view.peers[option.region].summary
-            load = summary.load_for(request.model) if summary is not None else None
-            if load is not None:
-                healthy += load.healthy_gpus
-                total += load.gpus
-                elsewhere += zone_headroom(
-                    load.prefill_tokens_per_s,
-                    load.queued_prefill_tokens,
-                    target_utilisation=capacity.target_utilisation,
-                    backlog_horizon_s=capacity.backlog_horizon_s,
-                )
+            found = peers.get(option.region)
+            if found is not None:
+                healthy += found[0]
+                total += found[1]
+                elsewhere += found[2]
         local = capacity_health(zones, request.model)
         if settings.split_mode is SplitMode.ENVOY:
             return split(
@@ -286,6 +280,29 @@ class RegionalRouter:
             peer_headroom_tokens_per_s=elsewhere,
             panic_threshold=settings.panic_threshold,
         )
+
+    def _peer_capacity(self, view: RegionalView, model: str) -> dict[str, tuple[int, int, float]]:
+        """Each peer's (healthy GPUs, GPUs, headroom) for ``model``, from its summary:
+        once per view (peers change only with their summaries)."""
+        capacity = self._settings.capacity
+        memo = view.memo.peer_capacity
+        found = memo.get((model, capacity))
+        if found is None:
+            found = memo[(model, capacity)] = {}
+            for region, peer in view.peers.items():
+                load = peer.summary.load_for(model) if peer.summary is not None else None
+                if load is not None:
+                    found[region] = (
+                        load.healthy_gpus,
+                        load.gpus,
+                        zone_headroom(
+                            load.prefill_tokens_per_s,
+                            load.queued_prefill_tokens,
+                            target_utilisation=capacity.target_utilisation,
+                            backlog_horizon_s=capacity.backlog_horizon_s,
+                        ),
+                    )
+        return found
 
     def _headroom(self, zones: tuple[ZoneState, ...]) -> float:
         """Prompt tokens/s the region's zones can take on now (see the priority module):

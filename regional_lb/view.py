@@ -112,12 +112,16 @@ class ViewMemo:
     immutable, so it never goes stale; views change once per publish, decisions come
     hundreds of times a second)."""
 
-    __slots__ = ("candidates", "peers")
+    __slots__ = ("candidates", "peer_capacity", "peers")
 
     def __init__(self) -> None:
         self.candidates: dict[str, tuple[ZoneStatic, ...]] = {}
         #: Keyed by (model, the spill settings the checks used).
         self.peers: dict[tuple[str, object], tuple[PeerStatic, ...]] = {}
+        #: Keyed by (model, the capacity settings): peer → (healthy GPUs, GPUs,
+        #: headroom tokens/s) for the peers whose summary has the model (the router's
+        #: priority split).
+        self.peer_capacity: dict[tuple[str, object], dict[str, tuple[int, int, float]]] = {}
 
 
 @dataclass(frozen=True, slots=True)

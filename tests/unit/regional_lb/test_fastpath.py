@@ -23,7 +23,12 @@ from gtm.routing import load_profile_spec
 from policies.documents import SaturationPolicy
 from regional_lb.fastpath import Deferred, FastZoneChoice
 from regional_lb.plugins.ttft import TtftScorer
-from regional_lb.priority import SplitMode
+from regional_lb.priority import (
+    CapacitySettings,
+    SplitMode,
+    split,
+    zone_headroom,
+)
 from regional_lb.profiles import DEFAULT_PROFILE, build, profile_spec, with_saturation_last
 from regional_lb.router import (
     Inputs,
@@ -41,6 +46,7 @@ from regional_lb.view import (
     ZoneContext,
     ZoneInfo,
     ZoneState,
+    capacity_health,
     is_saturated,
     zone_candidates,
 )
@@ -505,3 +511,52 @@ def test_the_ttft_scorers_costs_are_its_cost_model_zone_by_zone(
     assert list(costs) == [c.id for c in candidates]
     for candidate in candidates:
         assert costs[candidate.id] == scorer.cost_ms(request, candidate, ctx)
+
+
+def _reference_peer_split(
+    regional: RegionalView, options: tuple[PeerOption, ...], model: str
+) -> tuple[int, int, float]:
+    """The peers' (healthy, total, headroom) as the split summed them before the per-view
+    memo: each option's summary read per call."""
+    capacity = CapacitySettings()
+    healthy = total = 0
+    elsewhere = 0.0
+    for option in options:
+        summary = regional.peers[option.region].summary
+        found = summary.load_for(model) if summary is not None else None
+        if found is not None:
+            healthy += found.healthy_gpus
+            total += found.gpus
+            elsewhere += zone_headroom(
+                found.prefill_tokens_per_s,
+                found.queued_prefill_tokens,
+                target_utilisation=capacity.target_utilisation,
+                backlog_horizon_s=capacity.backlog_horizon_s,
+            )
+    return healthy, total, elsewhere
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(regional=views(), request=requests, given_inputs=inputs())
+def test_the_split_reads_the_peers_capacity_as_their_summaries_give_it(
+    regional: RegionalView, request: RouteRequest, given_inputs: Inputs
+) -> None:
+    router = _routers(0, SplitMode.CAPACITY, PanicMode.ALL)[0]
+    options = spill_options(
+        regional,
+        request,
+        allowed=given_inputs.allowed | set(PEERS),
+        hops=0,
+        now_wall=NOW,
+        settings=SpillSettings(),
+    )
+    zones = zone_candidates(regional, request.model, None)
+    got = router._split(zones, options, request, regional, NOW)
+    healthy, total, elsewhere = _reference_peer_split(regional, options, request.model)
+    assert got.peer_headroom_tokens_per_s == max(0.0, elsewhere)
+    expected = split(capacity_health(zones, request.model), (healthy, total))
+    assert (got.local_health, got.spill_health, got.local_panic) == (
+        expected.local_health,
+        expected.spill_health,
+        expected.local_panic,
+    )
