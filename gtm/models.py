@@ -13,6 +13,7 @@ decision records are frozen dataclasses rather than pydantic models, for speed (
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import math
 import uuid
@@ -20,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from enum import StrEnum
 from itertools import repeat
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
@@ -42,6 +43,46 @@ class Frozen(BaseModel):
     """Base for every record: immutable, no unknown fields, no silent coercion of strings."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+_M = TypeVar("_M", bound=BaseModel)
+_set_attribute = object.__setattr__
+
+
+def construct_every_field(cls: type[_M], values: dict[str, Any]) -> _M:
+    """``cls.model_construct(**values)`` (no validation: trusted data) when ``values``
+    names every field of ``cls`` and nothing else (in the fields' order, as
+    ``model_construct`` orders them), in about a quarter of its time.
+
+    That is all ``model_construct`` does then (pydantic 2: the values become the
+    instance's ``__dict__``, every field is set, no extra, no private attributes), less
+    its search of each field's aliases and default: the fleet simulator builds a
+    request record for each of its ~10⁶ simulated requests. A model with aliases,
+    extras, private attributes or a post-init hook goes through ``model_construct``.
+    ``values`` becomes the instance's; do not reuse it."""
+    names = _plain_fields(cls)
+    if names is None or values.keys() != names:
+        return cls.model_construct(**values)
+    model = cls.__new__(cls)
+    _set_attribute(model, "__dict__", values)
+    _set_attribute(model, "__pydantic_fields_set__", set(names))
+    _set_attribute(model, "__pydantic_extra__", None)
+    _set_attribute(model, "__pydantic_private__", None)
+    return model
+
+
+@functools.cache
+def _plain_fields(cls: type[BaseModel]) -> frozenset[str] | None:
+    """The field names of ``cls`` if constructing it is just setting them, else None."""
+    fields_ = cls.model_fields
+    plain = (
+        not cls.__pydantic_root_model__
+        and cls.__pydantic_post_init__ is None
+        and not cls.__private_attributes__
+        and cls.model_config.get("extra") != "allow"
+        and all(f.alias is None and f.validation_alias is None for f in fields_.values())
+    )
+    return frozenset(fields_) if plain else None
 
 
 class StoredRecord(Frozen):

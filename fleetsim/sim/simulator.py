@@ -80,6 +80,7 @@ from gtm.models import (
     Region,
     RegionSummary,
     RouteRequest,
+    construct_every_field,
 )
 from gtm.policy_store import ActivePolicy
 from gtm.routing.cost import rtt_ms_from_distance
@@ -885,16 +886,19 @@ class Simulator:
 
     def _route_request(self, i: int) -> RouteRequest:
         req = self.requests[i]
-        return RouteRequest.model_construct(
-            request_id=str(i),
-            model=self.model,
-            input_tokens=req.input_tokens,
-            max_output_tokens=req.output_tokens,
-            tenant=req.tenant,
-            client=self._client(req),
-            data_class="default",
-            priority=self.bands.get(req.tenant, Priority.INTERACTIVE),
-            prefix_hashes=req.prefix_hashes,
+        return construct_every_field(
+            RouteRequest,
+            {
+                "request_id": str(i),
+                "model": self.model,
+                "input_tokens": req.input_tokens,
+                "max_output_tokens": req.output_tokens,
+                "tenant": req.tenant,
+                "client": self._client(req),
+                "data_class": "default",
+                "priority": self.bands.get(req.tenant, Priority.INTERACTIVE),
+                "prefix_hashes": req.prefix_hashes,
+            },
         )
 
     def _on_hop(self, hop: Hop) -> None:

@@ -6,17 +6,20 @@ from pydantic import ValidationError
 
 from gtm.models import (
     CandidateScore,
+    ClientInfo,
     Decision,
     DecisionTrace,
     FilterStep,
     GeoPoint,
     ModelLoad,
+    Priority,
     Region,
     RouteRequest,
     ScoreIssue,
     ScoreIssueKind,
     StoredRecord,
     Tier,
+    construct_every_field,
     decision_adapter,
     decision_trace_adapter,
 )
@@ -188,3 +191,43 @@ def test_candidate_score_batch_equals_one_by_one_construction() -> None:
 def test_candidate_score_batch_refuses_columns_of_different_lengths() -> None:
     with pytest.raises(ValueError, match="2 candidates, 1 score rows, 2 totals"):
         CandidateScore.batch(["a", "b"], [()], [0.0, 0.0])
+
+
+def _every_route_request_field() -> dict[str, object]:
+    return {
+        "request_id": "r-1",
+        "model": "m",
+        "input_tokens": 900,
+        "max_output_tokens": 20,
+        "tenant": "acme",
+        "client": ClientInfo(country="FR"),
+        "data_class": "default",
+        "priority": Priority.BATCH,
+        "prefix_hashes": (1, 2, 3),
+    }
+
+
+def test_constructing_every_field_is_model_construct() -> None:
+    fast = construct_every_field(RouteRequest, _every_route_request_field())
+    slow = RouteRequest.model_construct(**_every_route_request_field())  # type: ignore[arg-type]
+    assert fast == slow
+    assert list(fast.__dict__) == list(slow.__dict__)
+    assert fast.model_fields_set == slow.model_fields_set
+    assert repr(fast) == repr(slow)
+    assert fast.model_dump() == slow.model_dump()
+    with pytest.raises(ValidationError):
+        fast.input_tokens = 1  # type: ignore[misc]  # still frozen
+
+
+def test_constructing_with_a_field_missing_or_unknown_is_model_construct() -> None:
+    partial = _every_route_request_field()
+    del partial["data_class"]
+    # The default is filled in, as model_construct fills it.
+    assert construct_every_field(RouteRequest, dict(partial)).data_class == "default"
+    unknown = {**_every_route_request_field(), "colour": "red"}
+    built = construct_every_field(RouteRequest, unknown)
+    assert "colour" not in built.__dict__
+    # Aliased fields are model_construct's to map: StoredRecord's ``schema``.
+    values = dict(_region().__dict__)
+    values["schema"] = values.pop("schema_version")
+    assert construct_every_field(Region, values) == _region()
