@@ -17,7 +17,16 @@ from setuptools import Extension, setup
 
 KERNELS = ["global_lb/kernels.py"]
 #: Hand-written C over numpy arrays (mypyc cannot read them without a call per item).
-C_KERNELS = [Extension("zone_agent._blend", ["zone_agent/_blend.c"], optional=True)]
+#: No contraction of a * b + c into a fused multiply-add: the kernels repeat numpy's
+#: operations one IEEE rounding at a time, to give the same floats.
+C_KERNELS = [
+    Extension(
+        "zone_agent._blend",
+        ["zone_agent/_blend.c"],
+        optional=True,
+        extra_compile_args=["-ffp-contract=off"],
+    )
+]
 
 
 def ext_modules() -> list[object]:

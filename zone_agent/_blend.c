@@ -1,6 +1,12 @@
 /*
- * zone_agent._blend: the default zone profile's score-and-pick in one pass over the GPUs.
+ * zone_agent._blend: the default zone profile's kernels, one pass over the GPUs each.
  *
+ * ttft_costs: ttft-cost's predicted TTFT of every candidate (zone_agent/plugins/
+ * ttft_cost.py), the numpy path's ~10 array operations in one call, in their order and
+ * without FMA contraction (setup.py), so the same floats: tests/unit/zone_agent/
+ * test_blend_kernel.py compares them to the bit.
+ *
+ * blend_choice: the score-and-pick.
  * The default profile blends the TTFT cost score with the KV-cache room score and takes
  * the survivor of highest total (zone_agent/pipeline.py, BlendPick). With numpy that is
  * about a dozen array operations of ~1 us each on 64 GPUs, a third of a decision; here
@@ -158,8 +164,126 @@ r0:
     return NULL;
 }
 
+/* A writable 1-D C-contiguous float64 buffer (the caller's output array). */
+static int
+get_output(PyObject *obj, Py_buffer *view)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) {
+        return -1;
+    }
+    const char *format = view->format != NULL ? view->format : "B";
+    size_t length = strlen(format);
+    if (view->ndim != 1 || view->itemsize != 8 || length == 0 || format[length - 1] != 'd') {
+        PyErr_Format(PyExc_TypeError, "out: a writable 1-D array of float64 is needed "
+                     "(got format %s)", format);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(ttft_costs_doc,
+"ttft_costs(out, pending, streams, slots, external_queued, rate, ms_per_token,\n"
+"           inv_max_batched, step_extra_ms, matches, prompt, per_block, sequences,\n"
+"           scale, decode) -> None\n\n"
+"ttft-cost's predicted TTFT per candidate into out (zone_agent/plugins/ttft_cost.py):\n"
+"tokens = pending[slots] + external_queued + own, own = prompt less the cache credit\n"
+"max(0, prompt - blocks*per_block) at the positions of matches (a dict position ->\n"
+"blocks) whose streams[slot] + sequences <= ceil(scale*rate); cost = tokens *\n"
+"ms_per_token (+ ceil(tokens * inv_max_batched) * step_extra_ms when decode). The\n"
+"numpy path's IEEE operations in its order (built without contraction into FMAs):\n"
+"the same floats.");
+
+static PyObject *
+ttft_costs(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *o_out, *o_pending, *o_streams, *o_slots, *o_external, *o_rate, *o_ms;
+    PyObject *o_inv_batched, *o_step, *o_matches;
+    double prompt, per_block, sequences, scale;
+    int decode;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOOddddp", &o_out, &o_pending, &o_streams, &o_slots,
+                          &o_external, &o_rate, &o_ms, &o_inv_batched, &o_step, &o_matches,
+                          &prompt, &per_block, &sequences, &scale, &decode)) {
+        return NULL;
+    }
+    if (!PyDict_Check(o_matches)) {
+        PyErr_SetString(PyExc_TypeError, "ttft_costs: matches must be a dict");
+        return NULL;
+    }
+    Py_buffer b[10];
+    int held = 0;
+    PyObject *result = NULL;
+    if (get_output(o_out, &b[0]) < 0) return NULL;
+    held = 1;
+    PyObject *inputs[9] = {o_pending, o_streams, o_slots, o_external, o_rate, o_ms,
+                           o_inv_batched, o_step, NULL};
+    const char *names[8] = {"pending", "streams", "slots", "external_queued", "rate",
+                            "ms_per_token", "inv_max_batched", "step_extra_ms"};
+    for (int k = 0; k < 8; k++) {
+        if (get_buffer(inputs[k], &b[k + 1], names[k], k == 2 ? "lq" : "d") < 0) goto release;
+        held++;
+    }
+    Py_ssize_t n = b[0].shape[0];
+    Py_ssize_t slot_count = b[1].shape[0];
+    if (b[2].shape[0] != slot_count || b[3].shape[0] != n || b[4].shape[0] != n ||
+        b[5].shape[0] != n || b[6].shape[0] != n || b[7].shape[0] != n || b[8].shape[0] != n) {
+        PyErr_SetString(PyExc_ValueError, "ttft_costs: arrays of different lengths");
+        goto release;
+    }
+    double *out = b[0].buf;
+    const double *pending = b[1].buf, *streams = b[2].buf;
+    const long long *slots = b[3].buf;
+    const double *external = b[4].buf, *rate = b[5].buf, *ms = b[6].buf;
+    const double *inv_batched = b[7].buf, *step = b[8].buf;
+
+    /* Queued tokens plus the whole prompt (numpy: pending[slots] + external + prompt). */
+    for (Py_ssize_t p = 0; p < n; p++) {
+        long long slot = slots[p];
+        if (slot < 0 || slot >= slot_count) {
+            PyErr_SetString(PyExc_IndexError, "ttft_costs: slot out of range");
+            goto release;
+        }
+        out[p] = (pending[slot] + external[p]) + prompt;
+    }
+    /* Cache credit where the bounded-load cap allows it (TtftCost._credit). */
+    Py_ssize_t at = 0;
+    PyObject *key, *value;
+    while (PyDict_Next(o_matches, &at, &key, &value)) {
+        Py_ssize_t p = PyLong_AsSsize_t(key);
+        if (p == -1 && PyErr_Occurred()) goto release;
+        double blocks = PyLong_AsDouble(value);
+        if (blocks == -1.0 && PyErr_Occurred()) goto release;
+        if (p < 0 || p >= n) {
+            PyErr_SetString(PyExc_IndexError, "ttft_costs: match position out of range");
+            goto release;
+        }
+        long long slot = slots[p];
+        if (streams[slot] + sequences <= ceil(scale * rate[p])) {
+            double own = prompt - blocks * per_block;
+            out[p] = (pending[slot] + external[p]) + (own > 0.0 ? own : 0.0);
+        }
+    }
+    for (Py_ssize_t p = 0; p < n; p++) {
+        double tokens = out[p];
+        double cost = tokens * ms[p];
+        if (decode) {
+            double passes = ceil(tokens * inv_batched[p]);
+            cost += passes * step[p];
+        }
+        out[p] = cost;
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+
+release:
+    for (int k = held - 1; k >= 0; k--) PyBuffer_Release(&b[k]);
+    return result;
+}
+
 static PyMethodDef blend_methods[] = {
     {"blend_choice", blend_choice, METH_VARARGS, blend_choice_doc},
+    {"ttft_costs", ttft_costs, METH_VARARGS, ttft_costs_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -14,3 +14,21 @@ def blend_choice(
     weight_sum: float,
     /,
 ) -> int: ...
+def ttft_costs(
+    out: Any,
+    pending: Any,
+    streams: Any,
+    slots: Any,
+    external_queued: Any,
+    rate: Any,
+    ms_per_token: Any,
+    inv_max_batched: Any,
+    step_extra_ms: Any,
+    matches: dict[int, int],
+    prompt: float,
+    per_block: float,
+    sequences: float,
+    scale: float,
+    decode: bool,
+    /,
+) -> None: ...

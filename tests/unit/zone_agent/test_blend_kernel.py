@@ -13,7 +13,7 @@ from gtm import native
 from gtm.testing.kernels import expected_state
 from zone_agent.pipeline import Batch, BlendPick, blend_choice
 from zone_agent.plugins.kv_cache_utilization_scorer import KvCacheUtilizationScorer
-from zone_agent.plugins.ttft_cost import Params, TtftCost
+from zone_agent.plugins.ttft_cost import Params, TtftCost, ttft_costs
 
 from .test_fast_paths import SETTINGS, zones
 
@@ -24,6 +24,7 @@ def test_the_blend_kernel_is_built() -> None:
     expected = expected_state()
     assert native.kernel("zone_agent._blend").state is expected
     assert (blend_choice is None) is (expected is native.KernelState.PYTHON)
+    assert (ttft_costs is None) is (expected is native.KernelState.PYTHON)
 
 
 def picks(cost_weight: float, room_weight: float, scale_ms: float) -> tuple[BlendPick, ...]:
@@ -89,3 +90,60 @@ def test_a_near_tie_or_bad_input_leaves_the_choice_to_numpy() -> None:
     bad_slots = np.array([0, 1, 9], dtype=np.int64)
     with pytest.raises(IndexError, match="slot"):
         blend_choice(costs, zeros, bad_slots, zeros, ones, ones, None, 0.004, 1.0, 1.0, 0.0)
+
+
+@SETTINGS
+@given(
+    zone=zones(),
+    epsilon=st.sampled_from([0.01, 0.25, 4.0]),
+    decode=st.booleans(),
+    sparse_max=st.sampled_from([0, 16]),
+)
+def test_the_cost_kernel_gives_the_numpy_costs_to_the_bit(
+    zone: tuple[Batch, np.random.Generator], epsilon: float, decode: bool, sparse_max: int
+) -> None:
+    # Both numpy forms (one float at a time for a few holders of the prompt, whole
+    # arrays for many: sparse_max 0 takes the arrays always) against the kernel.
+    b, _ = zone
+    if not b.all_alive:
+        b.seal()
+    params = Params(bounded_load_epsilon=epsilon, decode_pressure=decode)
+    expected = TtftCost("ttft", params, sparse_max=sparse_max, kernel=False).costs_ms(b)
+    b.memo.clear()
+    got = TtftCost("ttft", params, kernel=True).costs_ms(b)
+    assert got.tobytes() == expected.tobytes()
+
+
+def test_the_cost_kernel_refuses_bad_input() -> None:
+    if ttft_costs is None:  # an install without a compiler, asked for
+        assert os.environ.get("GTM_PURE_PYTHON")
+        return
+    ones, slots = np.ones(3), np.arange(3, dtype=np.int64)
+
+    def call(out: object = None, slots: object = slots, matches: object = None) -> None:
+        assert ttft_costs is not None
+        ttft_costs(
+            np.empty(3) if out is None else out, ones, ones, slots, ones, ones, ones, ones,
+            ones, {} if matches is None else matches, 100.0, 16.0, 1.0, 2.0, True,
+        )  # fmt: skip
+
+    out = np.empty(3)
+    call(out)
+    # (1 + 1 + 100) tokens × 1 ms, + ceil(102 × 1) passes × 1 ms.
+    assert out.tolist() == [204.0, 204.0, 204.0]
+    with pytest.raises(TypeError, match="out: a writable 1-D array of float64"):
+        call(np.empty(3, dtype=np.float32))
+    read_only = np.empty(3)
+    read_only.flags.writeable = False
+    with pytest.raises((TypeError, BufferError, ValueError)):
+        call(read_only)
+    with pytest.raises(TypeError, match="slots: a 1-D array of int64"):
+        call(slots=np.ones(3))
+    with pytest.raises(IndexError, match="slot out of range"):
+        call(slots=np.array([0, 1, 9], dtype=np.int64))
+    with pytest.raises(IndexError, match="match position out of range"):
+        call(matches={5: 1})
+    with pytest.raises(TypeError, match="matches must be a dict"):
+        call(matches=[(0, 1)])
+    with pytest.raises(ValueError, match="different lengths"):
+        call(np.empty(4))
