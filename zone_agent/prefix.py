@@ -74,16 +74,20 @@ class PrefixIndex:
 
     def insert(self, slot: int, hashes: Iterable[int], capacity: int) -> None:
         """Record that ``slot`` got these blocks; evict its least recent beyond ``capacity``."""
-        lru = self._lru.setdefault(slot, OrderedDict())
+        lru = self._lru.get(slot)
+        if lru is None:
+            lru = self._lru[slot] = OrderedDict()
         bit = 1 << slot
         slots_of = self._slots_of
+        get = slots_of.get
         for block in hashes:
             if block in lru:
                 lru.move_to_end(block)
             else:
                 lru[block] = None
-                slots_of[block] = slots_of.get(block, 0) | bit
-        while len(lru) > max(0, capacity):
+                slots_of[block] = get(block, 0) | bit
+        limit = max(0, capacity)
+        while len(lru) > limit:
             old, _ = lru.popitem(last=False)
             self._clear(old, bit)
 

@@ -1,6 +1,7 @@
 import gc
 import math
 import random
+from collections.abc import Iterator
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
@@ -97,6 +98,18 @@ def test_same_seed_same_result() -> None:
     assert np.array_equal(a.region, b.region)
 
 
+@pytest.fixture
+def unfrozen_heap() -> Iterator[None]:
+    """No object in the permanent generation (a serving command run in-process by an
+    earlier test may have frozen the heap), and the process's state back afterwards."""
+    frozen = gc.get_freeze_count() > 0
+    gc.unfreeze()
+    yield
+    if frozen:
+        gc.freeze()
+
+
+@pytest.mark.usefixtures("unfrozen_heap")
 def test_a_run_freezes_the_heap_and_restores_the_collector(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -123,6 +136,7 @@ def test_a_run_freezes_the_heap_and_restores_the_collector(
     assert gc.get_threshold() == before
 
 
+@pytest.mark.usefixtures("unfrozen_heap")
 def test_a_run_leaves_a_heap_frozen_by_the_process_frozen() -> None:
     fleet = scaled_fleet(active(), 12)
     sim = Simulator(fleet, active(), POLICIES["gtm"], workload(fleet), model=LLAMA_8B)
