@@ -28,7 +28,7 @@ from zone_agent.plugins.healthy import HealthyFilter
 from zone_agent.plugins.max_score import MaxScorePicker
 from zone_agent.plugins.serves_model import ServesModelFilter
 from zone_agent.plugins.ttft_cost import Params, TtftCost
-from zone_agent.prefix import PrefixIndex, iter_bits
+from zone_agent.prefix import BYTES_FROM, PrefixIndex, iter_bits, set_bits
 from zone_agent.profiles import DEFAULT_TTFT_SCALE_MS, builtin_profile
 
 SETTINGS = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -215,6 +215,38 @@ def test_prefix_match_equals_the_per_slot_walk(
         index.insert(slot, chain[: min(12, start + length)], capacity=length + start)
     hashes = chain[:query]
     assert dict(index.match(hashes)) == reference_match(index, hashes)
+
+
+@SETTINGS
+@given(
+    depths=st.lists(st.integers(1, 6), min_size=BYTES_FROM, max_size=900),
+    query=st.integers(1, 6),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_prefix_match_of_a_prefix_hundreds_of_gpus_hold(
+    depths: list[int], query: int, seed: int
+) -> None:
+    # A large zone: hundreds of GPUs got the system prompt, so hundreds leave the match
+    # at one depth (their slots come from the mask's bytes, not one bit at a time).
+    chain = tuple(range(2000, 2006))
+    index = PrefixIndex()
+    slots = np.random.default_rng(seed).permutation(len(depths) + 100)[: len(depths)]
+    for slot, depth in zip(slots.tolist(), depths, strict=True):
+        index.insert(slot, chain[:depth], capacity=10)
+    hashes = chain[:query]
+    got = index.match(hashes)
+    assert dict(got) == reference_match(index, hashes)
+    # Lowest slot first within a depth, as one bit at a time gives them.
+    for depth in set(got.values()):
+        at = [slot for slot, d in got.items() if d == depth]
+        assert at == sorted(at)
+
+
+@settings(max_examples=200, deadline=None)
+@given(bits=st.sets(st.integers(0, 2_000), max_size=300))
+def test_set_bits_reads_the_bits_of_a_mask_lowest_first(bits: set[int]) -> None:
+    mask = sum(1 << b for b in bits)
+    assert set_bits(mask) == list(iter_bits(mask)) == sorted(bits)
 
 
 @SETTINGS
