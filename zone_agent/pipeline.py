@@ -205,7 +205,7 @@ class Batch:
             if self.request.prefix_hashes:
                 hits = self.view.accounting.prefix.match(self.request.prefix_hashes)
                 if hits and self.index.dense_slots and max(hits) < len(self.index.ids):
-                    self._matches = dict(hits)  # slot = position, every slot a candidate
+                    self._matches = hits  # slot = position, every slot a candidate
                 elif hits:
                     where = self.index.position_of_slot.get
                     self._matches = {

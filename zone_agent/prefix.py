@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from operator import itemgetter
 
 import numpy as np
@@ -132,8 +132,9 @@ class PrefixIndex:
         else:
             self._slots_of.pop(block, None)
 
-    def match(self, hashes: tuple[int, ...]) -> Mapping[int, int]:
-        """Slot → leading blocks of ``hashes`` it holds, for every slot holding at least one."""
+    def match(self, hashes: tuple[int, ...]) -> dict[int, int]:
+        """Slot → leading blocks of ``hashes`` it holds, for every slot holding at least
+        one: a new dict, the caller's to keep."""
         if not hashes:
             return {}
         get = self._slots_of.get
