@@ -182,6 +182,19 @@ get_output(PyObject *obj, Py_buffer *view)
     return 0;
 }
 
+/* One position's cache credit, where the bounded-load cap allows it. */
+static inline void
+credit(double *out, const double *pending, const double *streams, const long long *slots,
+       const double *external, const double *rate, Py_ssize_t p, double blocks, double prompt,
+       double per_block, double sequences, double scale)
+{
+    long long slot = slots[p];
+    if (streams[slot] + sequences <= ceil(scale * rate[p])) {
+        double own = prompt - blocks * per_block;
+        out[p] = (pending[slot] + external[p]) + (own > 0.0 ? own : 0.0);
+    }
+}
+
 PyDoc_STRVAR(ttft_costs_doc,
 "ttft_costs(out, pending, streams, slots, external_queued, rate, ms_per_token,\n"
 "           inv_max_batched, step_extra_ms, matches, prompt, per_block, sequences,\n"
@@ -189,7 +202,8 @@ PyDoc_STRVAR(ttft_costs_doc,
 "ttft-cost's predicted TTFT per candidate into out (zone_agent/plugins/ttft_cost.py):\n"
 "tokens = pending[slots] + external_queued + own, own = prompt less the cache credit\n"
 "max(0, prompt - blocks*per_block) at the positions of matches (a dict position ->\n"
-"blocks) whose streams[slot] + sequences <= ceil(scale*rate); cost = tokens *\n"
+"blocks, or a list of (blocks, bytes of a little-endian mask of positions)) whose\n"
+"streams[slot] + sequences <= ceil(scale*rate); cost = tokens *\n"
 "ms_per_token (+ ceil(tokens * inv_max_batched) * step_extra_ms when decode). The\n"
 "numpy path's IEEE operations in its order (built without contraction into FMAs):\n"
 "the same floats.");
@@ -207,8 +221,8 @@ ttft_costs(PyObject *module, PyObject *args)
                           &prompt, &per_block, &sequences, &scale, &decode)) {
         return NULL;
     }
-    if (!PyDict_Check(o_matches)) {
-        PyErr_SetString(PyExc_TypeError, "ttft_costs: matches must be a dict");
+    if (!PyDict_Check(o_matches) && !PyList_Check(o_matches)) {
+        PyErr_SetString(PyExc_TypeError, "ttft_costs: matches must be a dict or a list");
         return NULL;
     }
     Py_buffer b[10];
@@ -247,21 +261,51 @@ ttft_costs(PyObject *module, PyObject *args)
         out[p] = (pending[slot] + external[p]) + prompt;
     }
     /* Cache credit where the bounded-load cap allows it (TtftCost._credit). */
-    Py_ssize_t at = 0;
-    PyObject *key, *value;
-    while (PyDict_Next(o_matches, &at, &key, &value)) {
-        Py_ssize_t p = PyLong_AsSsize_t(key);
-        if (p == -1 && PyErr_Occurred()) goto release;
-        double blocks = PyLong_AsDouble(value);
-        if (blocks == -1.0 && PyErr_Occurred()) goto release;
-        if (p < 0 || p >= n) {
-            PyErr_SetString(PyExc_IndexError, "ttft_costs: match position out of range");
-            goto release;
+    if (PyDict_Check(o_matches)) {
+        Py_ssize_t at = 0;
+        PyObject *key, *value;
+        while (PyDict_Next(o_matches, &at, &key, &value)) {
+            Py_ssize_t p = PyLong_AsSsize_t(key);
+            if (p == -1 && PyErr_Occurred()) goto release;
+            double blocks = PyLong_AsDouble(value);
+            if (blocks == -1.0 && PyErr_Occurred()) goto release;
+            if (p < 0 || p >= n) {
+                PyErr_SetString(PyExc_IndexError, "ttft_costs: match position out of range");
+                goto release;
+            }
+            credit(out, pending, streams, slots, external, rate, p, blocks, prompt, per_block,
+                   sequences, scale);
         }
-        long long slot = slots[p];
-        if (streams[slot] + sequences <= ceil(scale * rate[p])) {
-            double own = prompt - blocks * per_block;
-            out[p] = (pending[slot] + external[p]) + (own > 0.0 ? own : 0.0);
+    } else {
+        /* Groups (blocks, positions as the bytes of a little-endian bit mask). */
+        Py_ssize_t count = PyList_GET_SIZE(o_matches);
+        for (Py_ssize_t g = 0; g < count; g++) {
+            PyObject *item = PyList_GET_ITEM(o_matches, g);
+            if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2 ||
+                !PyBytes_Check(PyTuple_GET_ITEM(item, 1))) {
+                PyErr_SetString(PyExc_TypeError,
+                                "ttft_costs: a match group is a (blocks, mask bytes) tuple");
+                goto release;
+            }
+            double blocks = PyLong_AsDouble(PyTuple_GET_ITEM(item, 0));
+            if (blocks == -1.0 && PyErr_Occurred()) goto release;
+            const unsigned char *mask = (const unsigned char *)PyBytes_AS_STRING(
+                PyTuple_GET_ITEM(item, 1));
+            Py_ssize_t size = PyBytes_GET_SIZE(PyTuple_GET_ITEM(item, 1));
+            for (Py_ssize_t k = 0; k < size; k++) {
+                unsigned int byte = mask[k];
+                while (byte) {
+                    Py_ssize_t p = 8 * k + __builtin_ctz(byte);
+                    byte &= byte - 1;
+                    if (p >= n) {
+                        PyErr_SetString(PyExc_IndexError,
+                                        "ttft_costs: match position out of range");
+                        goto release;
+                    }
+                    credit(out, pending, streams, slots, external, rate, p, blocks, prompt,
+                           per_block, sequences, scale);
+                }
+            }
         }
     }
     for (Py_ssize_t p = 0; p < n; p++) {

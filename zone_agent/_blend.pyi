@@ -1,3 +1,4 @@
+from collections.abc import Mapping
 from typing import Any
 
 def blend_choice(
@@ -24,7 +25,7 @@ def ttft_costs(
     ms_per_token: Any,
     inv_max_batched: Any,
     step_extra_ms: Any,
-    matches: dict[int, int],
+    matches: Mapping[int, int] | list[tuple[int, bytes]],
     prompt: float,
     per_block: float,
     sequences: float,

@@ -57,6 +57,7 @@ from gtm.routing.framework import ExtensionPoint
 from gtm.routing.metrics import RoutingMetrics
 from zone_agent._np import fany, fmax, fmin
 from zone_agent.accounting import Accounting
+from zone_agent.prefix import set_bits
 from zone_agent.request import ZoneRequest
 from zone_agent.view import Bools, Floats, GpuState, Ints, ModelIndex, ZoneView
 
@@ -67,6 +68,9 @@ except ImportError:  # pragma: no cover - an install without a C compiler
     blend_choice = None
 
 T = TypeVar("T")
+
+#: A lazily computed attribute not computed yet (where None is a value).
+_UNSET = object()
 
 #: Key of the cost model's latency observer (its name may also be a scorer's).
 _COST_KEY = "\0cost-model"
@@ -110,6 +114,7 @@ class Batch:
     """
 
     __slots__ = (
+        "_groups",
         "_kv_free",
         "_kv_own",
         "_matched",
@@ -162,6 +167,7 @@ class Batch:
         self._prefilling: Floats | None = None
         self._matched: Floats | None = None
         self._matches: dict[int, int] | None = None
+        self._groups: list[tuple[int, int]] | object | None = _UNSET
         self._uncached: Floats | None = None
         self._queued: Floats | None = None
         self._kv_free: Floats | None = None
@@ -201,24 +207,63 @@ class Batch:
         """Position → leading prefix blocks of the request it recently got from us, for
         the candidates holding at least one (usually none or a few: kept sparse)."""
         if self._matches is None:
-            self._matches = {}
-            if self.request.prefix_hashes:
+            groups = self.match_groups
+            if groups is not None:
+                # PrefixIndex.match's order: shallowest first, lowest position first.
+                self._matches = {}
+                for depth, mask in groups:
+                    self._matches.update(dict.fromkeys(set_bits(mask), depth))
+            elif self.request.prefix_hashes:
                 hits = self.view.accounting.prefix.match(self.request.prefix_hashes)
-                if hits and self.index.dense_slots and max(hits) < len(self.index.ids):
-                    self._matches = hits  # slot = position, every slot a candidate
-                elif hits:
-                    where = self.index.position_of_slot.get
-                    self._matches = {
-                        position: blocks
-                        for slot, blocks in hits.items()
-                        if (position := where(slot)) is not None
-                    }
+                where = self.index.position_of_slot.get
+                self._matches = {
+                    position: blocks
+                    for slot, blocks in hits.items()
+                    if (position := where(slot)) is not None
+                }
+            else:
+                self._matches = {}
         return self._matches
+
+    @property
+    def match_groups(self) -> list[tuple[int, int]] | None:
+        """:attr:`matches` by depth — (leading blocks, mask of the positions holding
+        exactly that many), shallowest first — when the slots are the positions
+        (``ModelIndex.dense_slots``), else None. A prompt hundreds of GPUs hold part of
+        (a large zone's system prompt) costs a few big-integer operations, not a dict
+        entry per GPU."""
+        if self._groups is _UNSET:
+            groups: list[tuple[int, int]] | None = None
+            if self.index.dense_slots:
+                groups = []
+                hashes = self.request.prefix_hashes
+                if hashes:
+                    # Slots past the candidates' are retired GPUs' (not candidates).
+                    candidates = (1 << len(self.index.ids)) - 1
+                    for depth, mask in self.view.accounting.prefix.match_groups(hashes):
+                        mask &= candidates
+                        if mask:
+                            groups.append((depth, mask))
+            self._groups = groups
+        return cast("list[tuple[int, int]] | None", self._groups)
+
+    def blocks_at(self, position: int) -> int:
+        """``matches.get(position, 0)`` without building the dict."""
+        if self._matches is None:
+            groups = self.match_groups
+            if groups is not None:
+                bit = 1 << position
+                for depth, mask in groups:
+                    if mask & bit:
+                        return depth
+                return 0
+        return self.matches.get(position, 0)
 
     @property
     def any_match(self) -> bool:
         """Whether any candidate holds a leading block of the prompt."""
-        return bool(self.matches)
+        groups = self.match_groups
+        return bool(groups) if groups is not None else bool(self.matches)
 
     @property
     def matched(self) -> Floats:
@@ -255,8 +300,8 @@ class Batch:
 
     def uncached_at(self, position: int) -> float:
         """``uncached[position]`` without building the array."""
-        blocks = self.matches.get(position)
-        if blocks is None:
+        blocks = self.blocks_at(position)
+        if not blocks:
             return float(self.request.input_tokens)
         return self.uncached_tokens(blocks)
 
@@ -970,7 +1015,7 @@ class ZoneProfile:
             view.gpus[index.positions.item(choice)],
             predicted,
             batch.uncached_at(choice),
-            batch.matches.get(choice, 0),
+            batch.blocks_at(choice),
             steps,
             scored,
             alive,

@@ -71,7 +71,10 @@ BYTES_FROM = 32
 
 
 def set_bits(mask: int) -> list[int]:
-    """``list(iter_bits(mask))`` for a non-negative ``mask``, from its bytes (numpy)."""
+    """``list(iter_bits(mask))`` for a non-negative ``mask`` (from its bytes, with
+    numpy, when it has :data:`BYTES_FROM` set bits or more)."""
+    if mask.bit_count() < BYTES_FROM:
+        return list(iter_bits(mask))
     raw = mask.to_bytes((mask.bit_length() + 7) // 8, "little")
     bits = np.unpackbits(np.frombuffer(raw, dtype=np.uint8), bitorder="little")
     found: list[int] = np.flatnonzero(bits).tolist()
@@ -134,29 +137,37 @@ class PrefixIndex:
 
     def match(self, hashes: tuple[int, ...]) -> dict[int, int]:
         """Slot → leading blocks of ``hashes`` it holds, for every slot holding at least
-        one: a new dict, the caller's to keep."""
+        one (shallowest first, then lowest slot first): a new dict, the caller's."""
+        matched: dict[int, int] = {}
+        for depth, gone in self.match_groups(hashes):
+            if gone.bit_count() >= BYTES_FROM:  # a prefix many GPUs hold (large zones)
+                matched.update(dict.fromkeys(set_bits(gone), depth))
+                continue
+            while gone:  # iter_bits, inline: this runs on every decision
+                low = gone & -gone
+                matched[low.bit_length() - 1] = depth
+                gone ^= low
+        return matched
+
+    def match_groups(self, hashes: tuple[int, ...]) -> list[tuple[int, int]]:
+        """:meth:`match` by depth: (leading blocks, mask of the slots holding exactly
+        that many), shallowest first, for each depth some slot stops at. Walking the
+        blocks once, AND-ing masks: O(matched blocks), however many slots hold them."""
+        groups: list[tuple[int, int]] = []
         if not hashes:
-            return {}
+            return groups
         get = self._slots_of.get
         alive = get(hashes[0], 0)
-        matched: dict[int, int] = {}
         depth = 1
         end = len(hashes)
         while alive:
             still = alive & get(hashes[depth], 0) if depth < end else 0
-            # The slots that stop matching here, lowest first (iter_bits, inline: this
-            # runs on every decision).
             gone = alive & ~still
-            if gone.bit_count() >= BYTES_FROM:  # a prefix many GPUs hold (large zones)
-                matched.update(dict.fromkeys(set_bits(gone), depth))
-                gone = 0
-            while gone:
-                low = gone & -gone
-                matched[low.bit_length() - 1] = depth
-                gone ^= low
+            if gone:
+                groups.append((depth, gone))
             alive = still
             depth += 1
-        return matched
+        return groups
 
     def holders(self, block: int) -> int:
         """Bit mask of the slots holding ``block``."""

@@ -103,12 +103,19 @@ class TtftCost:
         if cached is not None:
             return cached
         index, request = batch.index, batch.request
-        matches = batch.matches
         kernel = self._kernel
         if kernel is not None:
             # The numpy operations below in one pass (~10 array operations of ~1 µs each
             # at 100 GPUs, a quarter of a decision), to the bit (test_blend_kernel.py).
             acc = batch.view.accounting
+            groups = batch.match_groups
+            credit: Mapping[int, int] | list[tuple[int, bytes]]
+            if groups is None:
+                credit = matches = batch.matches
+                any_match = bool(matches)
+            else:  # many GPUs may hold the prompt: their positions as mask bytes
+                credit = [(depth, _mask_bytes(mask)) for depth, mask in groups]
+                any_match = bool(groups)
             costs = np.empty(len(index.ids))
             kernel(
                 costs,
@@ -120,15 +127,16 @@ class TtftCost:
                 index.ms_per_token,
                 index.inv_max_batched,
                 index.step_extra_ms,
-                matches,
+                credit,
                 float(request.input_tokens),
                 request.tokens_per_block,
                 float(request.sequences),
-                self._load_scale(batch) if matches else 0.0,
+                self._load_scale(batch) if any_match else 0.0,
                 self._decode,
             )
             batch.memo[self._memo] = costs
             return costs
+        matches = batch.matches
         if len(matches) > self._sparse_max:
             tokens = batch.queued + self._bounded_uncached_array(batch)
         else:
@@ -204,3 +212,8 @@ class TtftCost:
         if not batch.all_alive:
             np.minimum(exponent, 0.0, out=exponent)
         return np.exp(exponent, out=exponent)
+
+
+def _mask_bytes(mask: int) -> bytes:
+    """A position mask as the kernel reads it: little-endian bytes, bit i = position i."""
+    return mask.to_bytes((mask.bit_length() + 7) // 8, "little")

@@ -143,7 +143,17 @@ def test_the_cost_kernel_refuses_bad_input() -> None:
         call(slots=np.array([0, 1, 9], dtype=np.int64))
     with pytest.raises(IndexError, match="match position out of range"):
         call(matches={5: 1})
-    with pytest.raises(TypeError, match="matches must be a dict"):
-        call(matches=[(0, 1)])
+    with pytest.raises(TypeError, match="matches must be a dict or a list"):
+        call(matches=((0, 1),))
+    with pytest.raises(TypeError, match="a match group is a"):
+        call(matches=[(1, 1)])
+    with pytest.raises(IndexError, match="match position out of range"):
+        call(matches=[(1, (1 << 5).to_bytes(1, "little"))])
+    # A group: positions 0 and 2 hold one block of 16 tokens (and have room under the cap:
+    # 1 stream + 1 ≤ ceil(2 × 1)): 100 → 84 prompt tokens to prefill there.
+    grouped, keyed = np.empty(3), np.empty(3)
+    call(grouped, matches=[(1, (0b101).to_bytes(1, "little"))])
+    call(keyed, matches={0: 1, 2: 1})
+    assert grouped.tolist() == keyed.tolist() == [172.0, 204.0, 172.0]
     with pytest.raises(ValueError, match="different lengths"):
         call(np.empty(4))

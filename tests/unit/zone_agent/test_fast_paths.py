@@ -123,6 +123,14 @@ def reference_costs(b: Batch, *, decode: bool = True, epsilon: float = 0.25) -> 
 def test_sparse_matches_equal_the_dense_lookup(zone: tuple[Batch, np.random.Generator]) -> None:
     b, _ = zone
     dense = dense_matched(b)
+    # Read by depth (groups of positions) before the dict exists, then as the dict.
+    fresh = Batch(b.request, b.view, b.index)
+    assert [fresh.blocks_at(p) for p in range(len(dense))] == dense
+    assert fresh.any_match == any(dense)
+    groups = fresh.match_groups
+    if groups is not None:
+        assert all(mask for _, mask in groups)
+        assert [depth for depth, _ in groups] == sorted({int(d) for d in dense if d})
     assert b.matched.tolist() == dense
     assert b.any_match == any(dense)
     for position in range(len(dense)):
