@@ -50,7 +50,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, Pipe
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
@@ -224,9 +224,18 @@ def _splits(
     yield members
 
 
+#: Taken off the lookahead (s). A message sent at ``t`` lands at ``t + one-way``, and
+#: another worker may run to ``progress + lookahead``: equal in exact arithmetic, but the
+#: two sums are rounded apart, and a 10,000-GPU run once had a spill land 2 ulps
+#: (2·10⁻¹⁴ s) before the receiver's progress ("in this worker's past"). A microsecond
+#: is far above any rounding of times below 10⁹ s and costs nothing against 35 ms.
+LOOKAHEAD_MARGIN_S = 1e-6
+
+
 def _lookahead(sim: Simulator, groups: Sequence[frozenset[str]]) -> float:
-    """The shortest one-way latency between regions of different groups (s); ∞ when a
-    request never moves between regions once its region is chosen."""
+    """The shortest one-way latency between regions of different groups (s), less
+    :data:`LOOKAHEAD_MARGIN_S`; ∞ when a request never moves between regions once its
+    region is chosen."""
     if not sim.hier:
         return math.inf
     lookahead = math.inf
@@ -237,7 +246,7 @@ def _lookahead(sim: Simulator, groups: Sequence[frozenset[str]]) -> float:
                     # Both ways: the measured table is not symmetric.
                     for rtt_ms in (sim.rtt.between(a, b), sim.rtt.between(b, a)):
                         lookahead = min(lookahead, rtt_ms / 2.0 / 1000.0)
-    return lookahead
+    return max(0.0, lookahead - LOOKAHEAD_MARGIN_S)
 
 
 # ------------------------------------------------------------------------ messages
@@ -347,9 +356,23 @@ class _Peers:
 
     def _send(self, k: int, message: tuple[str, Any]) -> None:
         """Send worker k a message, then count it (the count is what tells k to read)."""
-        self.conns[k].send(message)
+        try:
+            self.conns[k].send(message)
+        except (BrokenPipeError, ConnectionResetError):
+            self._gone(k)
         slot = self._counter(self.me, k)
         self.counters[slot] = self.counters[slot] + 1
+
+    def _gone(self, k: int) -> NoReturn:
+        """Worker k closed its end of the pipe mid-run: raise with what it said last (a
+        failing worker sends its traceback, then exits), not with the broken pipe."""
+        conn = self.conns[k]
+        with contextlib.suppress(EOFError, OSError):
+            while conn.poll():
+                tag, body = conn.recv()
+                if tag == _ERROR:
+                    raise SimulationError(f"simulation worker {k} failed:\n{body}")
+        raise SimulationError(f"simulation worker {k} exited without a word")
 
     def send_result(self, share: _Share) -> None:
         self._send(0, (_RESULT, share))
