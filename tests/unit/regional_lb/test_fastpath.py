@@ -465,11 +465,8 @@ def test_per_view_memo_gives_the_per_call_candidates_and_spill_options(
 ) -> None:
     # Candidates and peers derived once per view, then corrected per call (accounting,
     # residency, path, summary age), equal what every check per call gives.
-    accounting = ZoneAccounting()
-    accounting.observe(regional.zones)
+    accounting = _charged(regional, sent)
     zone_ids = list(regional.zones)
-    for index, tokens in sent:
-        accounting.start(zone_ids[index % len(zone_ids)], MODEL, tokens)
     for request, given_inputs, later in steps:
         for model in (request.model, MODEL):
             expected = _reference_candidates(regional, model, accounting)
@@ -499,12 +496,7 @@ def test_the_ttft_scorers_costs_are_its_cost_model_zone_by_zone(
     regional: RegionalView, request: RouteRequest, given_inputs: Inputs, sent: list[tuple[int, int]]
 ) -> None:
     # The scorer works out every zone's cost inline; each must be cost_ms to the bit.
-    accounting = ZoneAccounting()
-    accounting.observe(regional.zones)
-    zone_ids = list(regional.zones)
-    for index, tokens in sent:
-        accounting.start(zone_ids[index % len(zone_ids)], MODEL, tokens)
-    candidates = zone_candidates(regional, request.model, accounting)
+    candidates = zone_candidates(regional, request.model, _charged(regional, sent))
     ctx = ZoneContext(regional, given_inputs.allowed, False, given_inputs.tokens_per_block)
     scorer = TtftScorer()
     costs = scorer.costs_ms(request, candidates, ctx)
@@ -560,3 +552,13 @@ def test_the_split_reads_the_peers_capacity_as_their_summaries_give_it(
         expected.spill_health,
         expected.local_panic,
     )
+
+
+def _charged(regional: RegionalView, sent: list[tuple[int, int]]) -> ZoneAccounting:
+    """The view's zones observed, then ``sent``'s (zone index, prompt tokens) charged."""
+    accounting = ZoneAccounting()
+    accounting.observe(regional.zones)
+    zone_ids = list(regional.zones)
+    for index, tokens in sent:
+        accounting.start(zone_ids[index % len(zone_ids)], MODEL, tokens)
+    return accounting
