@@ -28,23 +28,32 @@
 #define NEAR_TIE 1e-12
 
 /* A 1-D C-contiguous buffer of 8-byte items whose struct format code (its last
- * character: "d", "<d", "=d"...) is one of ``codes``: "d" for float64, "lq" for int64. */
+ * character: "d", "<d", "=d"...) is one of ``codes``: "d" for float64, "lq" for int64;
+ * ``writable`` for an output. */
 static int
-get_buffer(PyObject *obj, Py_buffer *view, const char *what, const char *codes)
+get_array(PyObject *obj, Py_buffer *view, const char *what, const char *codes, int writable)
 {
-    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) < 0) {
         return -1;
     }
     const char *format = view->format != NULL ? view->format : "B";
     size_t length = strlen(format);
     char code = length > 0 ? format[length - 1] : '\0';
     if (view->ndim != 1 || view->itemsize != 8 || code == '\0' || strchr(codes, code) == NULL) {
-        PyErr_Format(PyExc_TypeError, "%s: a 1-D array of %s is needed (got format %s)", what,
-                     codes[0] == 'd' ? "float64" : "int64", format);
+        PyErr_Format(PyExc_TypeError, "%s: a %s1-D array of %s is needed (got format %s)",
+                     what, writable ? "writable " : "", codes[0] == 'd' ? "float64" : "int64",
+                     format);
         PyBuffer_Release(view);
         return -1;
     }
     return 0;
+}
+
+static int
+get_buffer(PyObject *obj, Py_buffer *view, const char *what, const char *codes)
+{
+    return get_array(obj, view, what, codes, 0);
 }
 
 PyDoc_STRVAR(blend_choice_doc,
@@ -164,24 +173,6 @@ r0:
     return NULL;
 }
 
-/* A writable 1-D C-contiguous float64 buffer (the caller's output array). */
-static int
-get_output(PyObject *obj, Py_buffer *view)
-{
-    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) {
-        return -1;
-    }
-    const char *format = view->format != NULL ? view->format : "B";
-    size_t length = strlen(format);
-    if (view->ndim != 1 || view->itemsize != 8 || length == 0 || format[length - 1] != 'd') {
-        PyErr_Format(PyExc_TypeError, "out: a writable 1-D array of float64 is needed "
-                     "(got format %s)", format);
-        PyBuffer_Release(view);
-        return -1;
-    }
-    return 0;
-}
-
 /* One position's cache credit, where the bounded-load cap allows it. */
 static inline void
 credit(double *out, const double *pending, const double *streams, const long long *slots,
@@ -228,7 +219,7 @@ ttft_costs(PyObject *module, PyObject *args)
     Py_buffer b[10];
     int held = 0;
     PyObject *result = NULL;
-    if (get_output(o_out, &b[0]) < 0) return NULL;
+    if (get_array(o_out, &b[0], "out", "d", 1) < 0) return NULL;
     held = 1;
     PyObject *inputs[9] = {o_pending, o_streams, o_slots, o_external, o_rate, o_ms,
                            o_inv_batched, o_step, NULL};

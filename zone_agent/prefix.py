@@ -42,6 +42,7 @@ __all__ = [
     "PrefixIndex",
     "consistent_hash_key",
     "iter_bits",
+    "mask_bytes",
     "set_bits",
     "text_block_hashes",
 ]
@@ -70,13 +71,18 @@ def iter_bits(mask: int) -> Iterable[int]:
 BYTES_FROM = 32
 
 
+def mask_bytes(mask: int) -> bytes:
+    """A non-negative bit mask as little-endian bytes (bit i of the mask: bit i % 8 of
+    byte i // 8), as :func:`set_bits` and the zone's cost kernel read it."""
+    return mask.to_bytes((mask.bit_length() + 7) // 8, "little")
+
+
 def set_bits(mask: int) -> list[int]:
     """``list(iter_bits(mask))`` for a non-negative ``mask`` (from its bytes, with
     numpy, when it has :data:`BYTES_FROM` set bits or more)."""
     if mask.bit_count() < BYTES_FROM:
         return list(iter_bits(mask))
-    raw = mask.to_bytes((mask.bit_length() + 7) // 8, "little")
-    bits = np.unpackbits(np.frombuffer(raw, dtype=np.uint8), bitorder="little")
+    bits = np.unpackbits(np.frombuffer(mask_bytes(mask), dtype=np.uint8), bitorder="little")
     found: list[int] = np.flatnonzero(bits).tolist()
     return found
 
@@ -140,13 +146,7 @@ class PrefixIndex:
         one (shallowest first, then lowest slot first): a new dict, the caller's."""
         matched: dict[int, int] = {}
         for depth, gone in self.match_groups(hashes):
-            if gone.bit_count() >= BYTES_FROM:  # a prefix many GPUs hold (large zones)
-                matched.update(dict.fromkeys(set_bits(gone), depth))
-                continue
-            while gone:  # iter_bits, inline: this runs on every decision
-                low = gone & -gone
-                matched[low.bit_length() - 1] = depth
-                gone ^= low
+            matched.update(dict.fromkeys(set_bits(gone), depth))
         return matched
 
     def match_groups(self, hashes: tuple[int, ...]) -> list[tuple[int, int]]:

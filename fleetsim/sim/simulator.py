@@ -379,8 +379,9 @@ class _Pool:
         self.view = self.builder.build(self.states, self.acc, now)
 
     def matched_blocks(self, hashes: tuple[int, ...]) -> int:
-        hits = self.acc.prefix.match(hashes)
-        return max(hits.values(), default=0)
+        # The deepest group comes last.
+        groups = self.acc.prefix.match_groups(hashes)
+        return groups[-1][0] if groups else 0
 
 
 @dataclass(slots=True)

@@ -41,6 +41,7 @@ from pydantic import Field
 from gtm.models import Frozen
 from zone_agent._np import fmin
 from zone_agent.pipeline import Batch
+from zone_agent.prefix import mask_bytes
 from zone_agent.view import Floats
 
 ttft_costs: Callable[..., None] | None
@@ -111,11 +112,9 @@ class TtftCost:
             groups = batch.match_groups
             credit: Mapping[int, int] | list[tuple[int, bytes]]
             if groups is None:
-                credit = matches = batch.matches
-                any_match = bool(matches)
+                credit = batch.matches
             else:  # many GPUs may hold the prompt: their positions as mask bytes
-                credit = [(depth, _mask_bytes(mask)) for depth, mask in groups]
-                any_match = bool(groups)
+                credit = [(depth, mask_bytes(mask)) for depth, mask in groups]
             costs = np.empty(len(index.ids))
             kernel(
                 costs,
@@ -131,7 +130,7 @@ class TtftCost:
                 float(request.input_tokens),
                 request.tokens_per_block,
                 float(request.sequences),
-                self._load_scale(batch) if any_match else 0.0,
+                self._load_scale(batch) if credit else 0.0,
                 self._decode,
             )
             batch.memo[self._memo] = costs
@@ -212,8 +211,3 @@ class TtftCost:
         if not batch.all_alive:
             np.minimum(exponent, 0.0, out=exponent)
         return np.exp(exponent, out=exponent)
-
-
-def _mask_bytes(mask: int) -> bytes:
-    """A position mask as the kernel reads it: little-endian bytes, bit i = position i."""
-    return mask.to_bytes((mask.bit_length() + 7) // 8, "little")
