@@ -34,7 +34,6 @@ import csv
 import gc
 import math
 import random
-import statistics
 import sys
 import time
 from array import array
@@ -53,6 +52,7 @@ from global_lb.view import GlobalView, LatencyModel
 from gtm.models import ClientInfo, GeoPoint, ModelLoad, RegionSummary, RouteRequest
 from gtm.policy_store import ActivePolicy
 from gtm.state.snapshot import FleetSnapshot
+from gtm.stats import percentile
 from gtm.testing.azure import azure_regions_policy
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -200,10 +200,6 @@ def calibration(repeat: int = 5) -> float:
     return best
 
 
-def quantile(values: Sequence[float], q: float) -> float:
-    return statistics.quantiles(values, n=1000)[int(q * 1000) - 1]
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="a few seconds (CI)")
@@ -248,7 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             fresh_latency=args.fresh_latency,
         )
         cpu = on_cpu.seconds
-        figures[label] = (quantile(wall, 0.99) * us, quantile(cpu, 0.99) * us)
+        figures[label] = (percentile(wall, 0.99) * us, percentile(cpu, 0.99) * us)
         hit_ratio = sum(cached) / len(cached)
         print(f"  {label:<25} {_figures(wall, cpu)} | hit ratio {hit_ratio:.3f}")
         if label == "fast path + cache":
@@ -286,15 +282,15 @@ def _print_collections(timed: Timings) -> None:
         f"    garbage collector (gen-0 threshold {gc.get_threshold()[0]:,}): {gcs.count:,} runs"
         f" (gen 0/1/2: {gen}), "
         f"{gcs.seconds * 1e3:.0f} ms, inside {share:.1%} of decisions; "
-        f"cpu p99 of the others {quantile(rest, 0.99) * 1e6:.1f}"
+        f"cpu p99 of the others {percentile(rest, 0.99) * 1e6:.1f}"
     )
 
 
 def _figures(wall: Sequence[float], cpu: Sequence[float]) -> str:
     us = 1e6
     return (
-        f"wall p50 {quantile(wall, 0.5) * us:6.1f} p99 {quantile(wall, 0.99) * us:7.1f} | "
-        f"cpu p50 {quantile(cpu, 0.5) * us:6.1f} p99 {quantile(cpu, 0.99) * us:6.1f}"
+        f"wall p50 {percentile(wall, 0.5) * us:6.1f} p99 {percentile(wall, 0.99) * us:7.1f} | "
+        f"cpu p50 {percentile(cpu, 0.5) * us:6.1f} p99 {percentile(cpu, 0.99) * us:6.1f}"
     )
 
 

@@ -28,26 +28,25 @@ from array import array
 from collections.abc import Sequence
 from pathlib import Path
 
-# Run as a script, bench/ comes first on sys.path (bench/dns.py would shadow dnspython):
-# put the repository root there instead, so the stream is bench/global_decision.py's own.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [str(_HERE.parent)] + [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+# Run as a script, sys.path starts at bench/, not at the repository root: add the root so
+# the stream is imported as bench/global_decision.py's own.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.global_decision import (  # noqa: E402
+from bench.global_decision import (
     MODEL,
     REGIONS,
     Item,
     make_view,
     policy_with_azure_regions,
-    quantile,
     workload,
 )
-from global_lb import profiles  # noqa: E402
-from global_lb.inflight import InflightLedger, LedgerSettings  # noqa: E402
-from global_lb.plugins import global_registry  # noqa: E402
-from global_lb.router import GlobalRouter, settle_collector  # noqa: E402
-from global_lb.view import LatencyModel  # noqa: E402
-from gtm.policy_store import ActivePolicy  # noqa: E402
+from global_lb import profiles
+from global_lb.inflight import InflightLedger, LedgerSettings
+from global_lb.plugins import global_registry
+from global_lb.router import GlobalRouter, settle_collector
+from global_lb.view import LatencyModel
+from gtm.policy_store import ActivePolicy
+from gtm.stats import percentile
 
 #: Requests per second the stream stands for (the ledger's clock).
 RATE = 10_000.0
@@ -113,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     base_p50 = base_p99 = 0.0
     for label, settings in SETTINGS.items():
         seconds, overlays, hit = run(policy, items, args.revision_every, settings)
-        p50, p99 = quantile(seconds, 0.5) * 1e6, quantile(seconds, 0.99) * 1e6
+        p50, p99 = percentile(seconds, 0.5) * 1e6, percentile(seconds, 0.99) * 1e6
         if label == "off":
             base_p50, base_p99 = p50, p99
         print(

@@ -32,7 +32,6 @@ import gc
 import heapq
 import math
 import random
-import statistics
 import time
 from collections.abc import AsyncGenerator
 from types import MappingProxyType
@@ -46,6 +45,7 @@ from gtm.state import codec, keys
 from gtm.state.memory import MemoryStore
 from gtm.state.snapshot import SnapshotWatcher
 from gtm.state.store import KeyValue, Lease, RangeResult, TxnResult, WatchBatch
+from gtm.stats import percentile
 from gtm.tasks import TaskSupervisor
 from policies import ResidencyQuery, load_examples
 from policies.documents import Quotas, SaturationPolicy
@@ -60,11 +60,6 @@ from regional_lb.view import PeerInfo, RegionalView, ViewBuilder, ViewSettings, 
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 ADMISSION_TARGET_S = 200e-6
-
-
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 # ---------------------------------------------------------------------------- 1. latency
@@ -192,7 +187,7 @@ def admission_latency(iterations: int) -> tuple[dict[str, tuple[float, float]], 
         samples["zone choice"].append(t3 - t2)
         samples["total"].append(t3 - t0)
     gc.unfreeze()
-    figures = {k: (statistics.median(v), quantile(v, 0.99)) for k, v in samples.items()}
+    figures = {k: (percentile(v, 0.5), percentile(v, 0.99)) for k, v in samples.items()}
     return figures, figures["admission"][1] < ADMISSION_TARGET_S
 
 
@@ -358,7 +353,7 @@ def fairness(horizon: float, *, fair: bool) -> tuple[float, float, float]:
     capacity = slots / service
     shares = {"light": rates["light"], "heavy": capacity - rates["light"]}
     served = {t: len(w) / horizon / shares[t] for t, w in waits.items()}
-    return quantile(waits["light"], 0.99), quantile(waits["heavy"], 0.99), jain_index(served)
+    return percentile(waits["light"], 0.99), percentile(waits["heavy"], 0.99), jain_index(served)
 
 
 # ---------------------------------------------------------------------------- 4. spill

@@ -44,6 +44,7 @@ from gtm.routing.cost import predicted_ttft_ms, scores_from_costs
 from gtm.routing.filters.allow_list import AllowListFilter
 from gtm.routing.filters.allow_list import Params as AllowParams
 from gtm.routing.pickers.max_score import MaxScorePicker
+from gtm.stats import percentile
 
 SIZES = (10, 50, 100, 1_000, 10_000)
 #: (candidates, quantile, bound in seconds): the targets of issue 7.
@@ -256,11 +257,6 @@ def measure(
     return samples
 
 
-def quantile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def us(seconds: float) -> str:
     return f"{seconds * 1e6:,.1f}"
 
@@ -279,21 +275,21 @@ class Row:
     floor: list[float]
 
     def cells(self) -> tuple[str, ...]:
-        p50 = statistics.median(self.base)
-        plugins = statistics.median(self.plugins)
+        p50 = percentile(self.base, 0.5)
+        plugins = percentile(self.plugins, 0.5)
         return (
             f"{self.n:,}",
             f"{1 / statistics.fmean(self.base):,.0f}",
             us(p50),
-            us(quantile(self.base, 0.99)),
-            us(statistics.median(self.metered)),
-            us(quantile(self.metered, 0.99)),
-            us(statistics.median(self.all_timed)),
-            us(quantile(self.frozen, 0.99)),
-            us(statistics.median(self.top16)),
+            us(percentile(self.base, 0.99)),
+            us(percentile(self.metered, 0.5)),
+            us(percentile(self.metered, 0.99)),
+            us(percentile(self.all_timed, 0.5)),
+            us(percentile(self.frozen, 0.99)),
+            us(percentile(self.top16, 0.5)),
             us(plugins),
             us(p50 - plugins),
-            f"{p50 / statistics.median(self.floor):.2f}",
+            f"{p50 / percentile(self.floor, 0.5):.2f}",
         )
 
 
@@ -356,7 +352,7 @@ def main() -> None:
         rows[n] = row
         print(" ".join(c.rjust(w) for c, w in zip(row.cells(), widths, strict=True)), flush=True)
     for n, q, bound in TARGETS:
-        got = quantile(rows[n].base, q)
+        got = percentile(rows[n].base, q)
         verdict = "met" if got < bound else "MISSED"
         print(f"target: {n:,} candidates p{q * 100:.0f} < {us(bound)} µs: {us(got)} µs, {verdict}")
 

@@ -56,6 +56,7 @@ from gtm.routing import FilterResult, Profile, RoutingMetrics, WeightedScorer
 from gtm.routing.cost import predicted_ttft_ms, scores_from_costs
 from gtm.routing.framework import partition
 from gtm.routing.pickers.max_score import MaxScorePicker
+from gtm.stats import percentile
 from zone_agent.accounting import Accounting
 from zone_agent.health import HealthStatus
 from zone_agent.pipeline import ZoneProfile
@@ -199,16 +200,11 @@ def harness_floor(budget: float) -> str:
     work = measure(lambda _: _spin(iterations), [None], budget / 2)  # type: ignore[list-item]
     quiet, switched = measure_quiet(lambda _: _spin(iterations), [None], budget / 2)  # type: ignore[list-item]
     return (
-        f"harness floor: empty call p50 {us(statistics.median(empty))} / p99 "
-        f"{us(quantile(empty, 0.99))} µs; fixed work p50 {us(statistics.median(work))} / "
-        f"p99 {us(quantile(work, 0.99))} / quiet p99 {us(quantile(quiet, 0.99))} µs "
+        f"harness floor: empty call p50 {us(percentile(empty, 0.5))} / p99 "
+        f"{us(percentile(empty, 0.99))} µs; fixed work p50 {us(percentile(work, 0.5))} / "
+        f"p99 {us(percentile(work, 0.99))} / quiet p99 {us(percentile(quiet, 0.99))} µs "
         f"({switched:.1%} switched out; load average {os.getloadavg()[0]:.1f})"
     )
-
-
-def quantile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def us(seconds: float) -> str:
@@ -270,7 +266,7 @@ def generic_p50(view: ZoneView, budget: float) -> float:
     request = RouteRequest(request_id="r", model=LLAMA_8B, input_tokens=2_000, tenant="t")
     candidates = view.gpus
     samples = measure(lambda _: profile.run(request, candidates, view), [None], budget)  # type: ignore[list-item]
-    return statistics.median(samples)
+    return percentile(samples, 0.5)
 
 
 # ---------------------------------------------------------------- main
@@ -295,24 +291,24 @@ def run(n: int, names: Sequence[str], budget: float, rng: random.Random) -> dict
             f"{n:,}",
             name,
             f"{1 / statistics.fmean(samples):,.0f}",
-            us(statistics.median(samples)),
-            us(quantile(samples, 0.99)),
-            us(quantile(cpu, 0.99)),
-            us(quantile(quiet, 0.99)),
+            us(percentile(samples, 0.5)),
+            us(percentile(samples, 0.99)),
+            us(percentile(cpu, 0.99)),
+            us(percentile(quiet, 0.99)),
             f"{switched:.1%}",
-            us(quantile(with_metrics, 0.99)),
-            us(statistics.median(trace)),
+            us(percentile(with_metrics, 0.99)),
+            us(percentile(trace, 0.5)),
         ]
         if name == DEFAULT_PROFILE:
             reference = plain.without_fast_paths()
             slow = measure(lambda r, p=reference: p.decide(r, view), reqs, budget / 2)  # type: ignore[misc]
-            row.append(us(statistics.median(slow)))
+            row.append(us(percentile(slow, 0.5)))
             row.append(us(generic_p50(view, budget / 2)))
-            results["p99"] = quantile(samples, 0.99)
-            results["cpu p99"] = quantile(cpu, 0.99)
-            results["quiet p99"] = quantile(quiet, 0.99)
-            results["reference p50"] = statistics.median(slow)
-            results["p50"] = statistics.median(samples)
+            results["p99"] = percentile(samples, 0.99)
+            results["cpu p99"] = percentile(cpu, 0.99)
+            results["quiet p99"] = percentile(quiet, 0.99)
+            results["reference p50"] = percentile(slow, 0.5)
+            results["p50"] = percentile(samples, 0.5)
         else:
             row += ["", ""]
         print("  ".join(c.rjust(w) for c, w in zip(row, WIDTHS, strict=True)), flush=True)
@@ -322,8 +318,8 @@ def run(n: int, names: Sequence[str], budget: float, rng: random.Random) -> dict
             miss, hit = samples[0::2], samples[1::2]
             print(
                 f"{'':>6}  {'(prefix miss / hit)':>24}  {'':>11}  "
-                f"{us(statistics.median(miss))} / {us(statistics.median(hit))}  "
-                f"{us(quantile(miss, 0.99))} / {us(quantile(hit, 0.99))}",
+                f"{us(percentile(miss, 0.5))} / {us(percentile(hit, 0.5))}  "
+                f"{us(percentile(miss, 0.99))} / {us(percentile(hit, 0.99))}",
                 flush=True,
             )
     gc.unfreeze()

@@ -41,6 +41,7 @@ from pathlib import Path
 import aiohttp
 
 from gtm.gpu_profiles import LLAMA_8B
+from gtm.stats import percentile
 from gtm.testing.processes import start_listening
 
 TRACE = Path(__file__).resolve().parents[2] / "shared/data/traces/mooncake/conversation_trace.jsonl"
@@ -219,11 +220,6 @@ async def run_profile(
     )
 
 
-def quantile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
-
-
 async def main_async(args: argparse.Namespace) -> int:
     count = 40 if args.smoke else args.requests
     profiles = ["default", *(["least-pending-tokens"] if args.smoke else BASELINES)]
@@ -251,15 +247,15 @@ async def main_async(args: argparse.Namespace) -> int:
         result = await run_profile(profile, trace, texts, args.speedup, args.load)
         results[profile] = result
         print(
-            f"{profile:>22} {quantile(result.ttft_ms, 0.5):>12,.0f} "
-            f"{quantile(result.ttft_ms, 0.9):>9,.0f} {quantile(result.ttft_ms, 0.99):>9,.0f} "
+            f"{profile:>22} {percentile(result.ttft_ms, 0.5):>12,.0f} "
+            f"{percentile(result.ttft_ms, 0.9):>9,.0f} {percentile(result.ttft_ms, 0.99):>9,.0f} "
             f"{statistics.fmean(result.ttft_ms) if result.ttft_ms else float('nan'):>9,.0f} "
             f"{result.tokens / result.makespan_s:>10,.0f} {result.failed:>7}",
             flush=True,
         )
-    ours = quantile(results["default"].ttft_ms, 0.99)
+    ours = percentile(results["default"].ttft_ms, 0.99)
     for profile in profiles[1:]:
-        theirs = quantile(results[profile].ttft_ms, 0.99)
+        theirs = percentile(results[profile].ttft_ms, 0.99)
         verdict = "beats" if ours < theirs else "DOES NOT beat"
         print(f"default p99 TTFT {ours:,.0f} ms {verdict} {profile} ({theirs:,.0f} ms): "
               f"{theirs / ours:.2f} ×")  # fmt: skip
