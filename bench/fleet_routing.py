@@ -11,7 +11,7 @@ least connections per seed and their range (a target met on one seed only is not
 ``gtm-no-ledger`` (gtm without its global in-flight ledger) measures the ledger in the
 same run.
 
-Load = offered req/s ÷ the fleet's capacity (fleetsim/sim/README.md); at load ≥ 1 the
+Load = offered req/s ÷ the fleet's capacity (fleetsim/README.md); at load ≥ 1 the
 report also checks gtm's capacity used (≥ 90 %).
 
 Prints simulated requests per wall-clock second and the quality table; the report and
@@ -25,12 +25,12 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from fleetsim.sim.bench import BenchConfig, run_bench
-from fleetsim.sim.metrics import Summary
-from fleetsim.sim.policies import POLICIES, SMOKE_POLICIES
-from fleetsim.sim.report import table, targets
+from fleetsim.bench import BenchConfig, run_bench
+from fleetsim.geography import CITIES_FILE, read_places
+from fleetsim.metrics import Summary
+from fleetsim.policies import POLICIES, SMOKE_POLICIES
+from fleetsim.report import table, targets
 from fleetsim.traces import TraceKind, data_dir, load_trace
-from fleetsim.workload import CITIES_FILE, read_places
 
 
 def main() -> None:

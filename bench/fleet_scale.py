@@ -3,7 +3,7 @@
 Issue 10's scale targets: 1,000 GPUs × 10 simulated minutes at 85 % load in < 10 min
 wall, 10,000 GPUs × 2 simulated minutes, ≥ 5,000 simulated requests per wall second.
 Each run is simulated over ``--workers`` processes (default: one per core, the regions
-split between them: :mod:`fleetsim.sim.partition`). Prints, per run: requests, wall and
+split between them: :mod:`fleetsim.partition`). Prints, per run: requests, wall and
 CPU seconds (this process and its workers), simulated requests per wall and per CPU
 second, where the workers' time went (global / regional / zone decisions, summary
 publishing, waiting for each other, the simulator itself), and the quality figures;
@@ -32,14 +32,14 @@ from pathlib import Path
 
 import numpy as np
 
-from fleetsim.sim.bench import BenchConfig, prepare
-from fleetsim.sim.metrics import Summary, summarise
-from fleetsim.sim.policies import policy
-from fleetsim.sim.report import table
-from fleetsim.sim.simulator import RunResult, Simulator
-from fleetsim.sim.workload import build_requests
+from fleetsim.bench import BenchConfig, prepare
+from fleetsim.geography import CITIES_FILE, Geography, read_places
+from fleetsim.metrics import Summary, summarise
+from fleetsim.policies import policy
+from fleetsim.report import table
+from fleetsim.simulator import RunResult, Simulator
 from fleetsim.traces import TraceKind, data_dir, load_trace
-from fleetsim.workload import CITIES_FILE, Geography, read_places
+from fleetsim.workload import build_requests
 from gtm.policy_store import activate
 from policies import load_examples
 
@@ -224,7 +224,7 @@ def compare(gpus: int, duration_s: float, load: float) -> list[str]:
 
 
 def compare_workers(gpus: int, duration_s: float, load: float, workers: int) -> list[str]:
-    """The same run in one process and over ``workers`` (fleetsim.sim.partition): the
+    """The same run in one process and over ``workers`` (fleetsim.partition): the
     outcomes must be identical; the wall seconds are compared."""
     one = run(gpus, duration_s, load, None, workers=1)
     many = run(gpus, duration_s, load, None, workers=workers)

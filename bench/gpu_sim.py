@@ -6,7 +6,7 @@ with closed-loop streaming chat requests over loopback HTTP:
 1. **Full batch.** Does one worker sustain a full batch (256 concurrent streams on an
    A100-80GB profile, whose vLLM default ``max_num_seqs`` is 256) with event-loop lag
    p99 under 10 ms — and does it deliver the output tokens/s its profile predicts
-   (:func:`fleetsim.perfmodel.predict_saturation`), within 5 %?
+   (:func:`gpusim.perfmodel.predict_saturation`), within 5 %?
 2. **Capacity.** How many concurrent streams does one worker process hold before its
    event-loop lag p99 passes 50 ms? (H200 profile with ``--max-num-seqs`` and the KV cache
    raised so every stream is in the running batch and streams tokens.) The table also
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from fleetsim.perfmodel import predict_saturation
+from gpusim.perfmodel import predict_saturation
 from gtm.gpu_profiles import LLAMA_8B, get_profile
 from gtm.metrics import new_registry
 from gtm.tasks import TaskSupervisor

@@ -9,15 +9,15 @@ than real ones. The scenario runs
   loop through the front door as ``gtm load`` does (same prompts, caps, tenant and
   client cities for the same seed) and records, per request, the instant it was
   actually sent, its TTFT (first content token), its end and where it ran;
-* **simulated**: ``fleetsim.sim`` on exactly the same GPUs (ids, types, zones), with
+* **simulated**: ``fleetsim`` on exactly the same GPUs (ids, types, zones), with
   the *live run's send instants* as arrivals (and, for comparison, the trace's
   scheduled instants), the same sizes and client cities, summaries republished every
   ``SUMMARY_INTERVAL_S`` of wall time as the live zone agents and regional LBs do, the
   zone agents scraping their GPUs every ``SCRAPE_INTERVAL_S`` as in ``gtm up``, and
   GPUs that warm up as freshly started emulated ones do (the first 64 passes up to 2×
-  slower, ``fleetsim.perfmodel.Degradation``). Time is stretched by the speedup
+  slower, ``gpusim.perfmodel.Degradation``). Time is stretched by the speedup
   (simulated s = wall s × speedup, latencies divided back); no network delay
-  (loopback). Also run: the same arrivals on pass-level GPUs (``fleetsim.engine``,
+  (loopback). Also run: the same arrivals on pass-level GPUs (``gpusim.engine``,
   what the emulated workers run) instead of the analytic model.
 
 Before the load, a few single requests (nothing else in flight) measure the tiers'
@@ -126,7 +126,7 @@ from pathlib import Path
 from typing import Any
 
 # Run as a script, bench/ comes first on sys.path and bench/dns.py would shadow dnspython
-# (gtm.up imports it).
+# (gtmctl.up imports it).
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 import aiohttp  # noqa: E402
@@ -134,23 +134,23 @@ import numpy as np  # noqa: E402
 import yaml  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from fleetsim.engine import Engine, EngineRequest  # noqa: E402
-from fleetsim.sim.fleet import FleetSpec, fleet_from_topology  # noqa: E402
-from fleetsim.sim.passgpu import use_pass_level  # noqa: E402
-from fleetsim.sim.policies import policy  # noqa: E402
-from fleetsim.sim.simulator import Simulator, Status  # noqa: E402
-from fleetsim.sim.workload import SimRequest, fleet_capacity_rps  # noqa: E402
+from fleetsim.fleet import FleetSpec, fleet_from_topology  # noqa: E402
+from fleetsim.passgpu import use_pass_level  # noqa: E402
+from fleetsim.policies import policy  # noqa: E402
+from fleetsim.simulator import Simulator, Status  # noqa: E402
 from fleetsim.traces import MOONCAKE_BLOCK_TOKENS, TraceKind, TraceRequest, load_trace  # noqa: E402
+from fleetsim.workload import SimRequest, fleet_capacity_rps  # noqa: E402
+from gpusim.engine import Engine, EngineRequest  # noqa: E402
 from gtm.gpu_profiles import get_profile  # noqa: E402
 from gtm.metrics import new_registry  # noqa: E402
+from gtm.net import free_port  # noqa: E402
 from gtm.policy_store import ActivePolicy, activate  # noqa: E402
 from gtm.tasks import TaskSupervisor  # noqa: E402
 from gtm.topology import GpuGroup, RegionSpec, Topology, ZoneSpec, resolve  # noqa: E402
-from gtm.up.clients import ClientSampler, bundled_cities  # noqa: E402
-from gtm.up.config import UpConfig  # noqa: E402
-from gtm.up.fleet import load_policies  # noqa: E402
-from gtm.up.load import LoadConfig, PromptMaker  # noqa: E402
-from gtm.up.processes import free_port  # noqa: E402
+from gtmctl.load import LoadConfig, PromptMaker  # noqa: E402
+from gtmctl.up.clients import ClientSampler, bundled_cities  # noqa: E402
+from gtmctl.up.config import UpConfig  # noqa: E402
+from gtmctl.up.fleet import load_policies  # noqa: E402
 from policies.documents import Region as PolicyRegion  # noqa: E402
 from zone_agent.health import HealthConfig  # noqa: E402
 
@@ -700,7 +700,7 @@ def live(
     topo_path.write_text(yaml.safe_dump(topo.model_dump(mode="json")), "utf-8")
     dns_port, http_port = free_port("127.0.0.1"), free_port("127.0.0.1")
     command = [
-        sys.executable, "-m", "gtm.cli", "up", "--topology", str(topo_path),
+        sys.executable, "-m", "gtmctl", "up", "--topology", str(topo_path),
         "--dns-listen", f"127.0.0.1:{dns_port}", "--http-listen", f"127.0.0.1:{http_port}",
         "--run-dir", str(workdir / "run"), "--admin-dir", str(workdir / "admin"),
         "--speedup", f"{speedup:g}",

@@ -1,193 +1,179 @@
-"""``gtm gpu-sim``: run one emulated GPU worker until SIGINT/SIGTERM."""
+"""``gtm sim`` and ``gtm bench routing``: the fleet simulator from the command line."""
 
 from __future__ import annotations
 
-import asyncio
-import gc
-import signal
-import sys
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import click
-from pydantic import ValidationError
 
-from fleetsim.lagprobe import PROBE_INTERVAL_S
-from fleetsim.metrics import MetricsFlavor
-from fleetsim.perfmodel import WARMUP_PASSES
-from fleetsim.registration import DEFAULT_LEASE_TTL_S
-from fleetsim.server import GpuSimConfig, GpuSimServer
-from gtm.admin_auth import AdminGuard, check_admin_bind
-from gtm.clock import SystemClock
-from gtm.errors import GtmError
-from gtm.gpu_profiles import LLAMA_8B, gpu_types, model_names
-from gtm.metrics import new_registry
-from gtm.state.store import StateStore
-from gtm.tls import TlsConfig, click_options, config_from_options, material
-
-#: Config fields whose flag is not the field's name in kebab case.
-_FLAG_OF = {"lease_ttl_s": "--lease-ttl", "lag_probe_interval_s": "--lag-probe-interval"}
+from fleetsim.bench import BenchConfig, run_bench
+from fleetsim.geography import CITIES_FILE, read_places
+from fleetsim.policies import ABLATIONS, POLICIES
+from fleetsim.simulator import CLIENT_TIMEOUT_S, DRAIN_S, FaultPlan
+from fleetsim.traces import TraceKind, data_dir, load_trace
+from gtm.errors import ConfigError
 
 
-@click.command("gpu-sim", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", type=int, default=8000, show_default=True, help="Port (0: any free port).")
-@click.option(
-    "--gpu-type",
-    default="A100-80GB",
-    show_default=True,
-    help=f"GPU type whose profile to emulate: {', '.join(gpu_types())}.",
-)
-@click.option(
-    "--model",
-    "models",
-    multiple=True,
-    default=(LLAMA_8B,),
-    show_default=True,
-    help=f"Model to serve (repeatable): {', '.join(model_names())}.",
-)
-@click.option(
-    "--speedup", type=float, default=1.0, show_default=True, help="Run N× faster than a real GPU."
-)
-@click.option(
-    "--seed", type=int, default=0, show_default=True, help="Seed of generated text and faults."
-)
-@click.option(
-    "--metrics-flavor",
-    type=click.Choice([f.value for f in MetricsFlavor]),
-    default=MetricsFlavor.VLLM.value,
-    show_default=True,
-    help="Metric names to expose on /metrics.",
-)
-@click.option(
-    "--max-queue", type=int, default=1024, show_default=True, help="Waiting requests before 429."
-)
-@click.option(
-    "--cold-start/--no-cold-start", default=False, show_default=True, help="Start unloaded."
-)
-@click.option(
-    "--warmup-passes", type=int, default=WARMUP_PASSES, show_default=True, help="Slow first passes."
-)
-@click.option("--max-num-seqs", type=int, default=None, help="Override the profile's batch size.")
-@click.option("--num-gpu-blocks", type=int, default=None, help="Override the profile's KV blocks.")
-@click.option(
-    "--step-jitter", type=float, default=0.0, show_default=True, help="Relative pass-time noise."
-)
-@click.option(
-    "--state", default=None, help="Register in this store: etcd://HOST:PORT[,...] or memory."
-)
-@click.option("--region", default="local", show_default=True, help="Region id for registration.")
-@click.option("--zone", default="local-a", show_default=True, help="Zone id for registration.")
-@click.option("--worker-id", default=None, help="Worker id (default: sim-<gpu>-<port>).")
-@click.option("--advertise-url", default=None, help="URL to register (default: the listen URL).")
-@click.option(
-    "--lease-ttl", type=float, default=DEFAULT_LEASE_TTL_S, show_default=True, help="Lease TTL, s."
-)
-@click.option(
-    "--lag-probe-interval",
-    "lag_probe_interval_s",
-    type=float,
-    default=PROBE_INTERVAL_S,
-    show_default=True,
-    help="Seconds between the event-loop lag probe's wake-ups (/admin/lag); shorter sees "
-    "shorter stalls and costs more CPU.",
-)
-@click.option(
-    "--admin-token-file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Require bearer tokens from this file on /admin/* (see `gtm admin token create`). "
-    "Without it, only loopback clients may use /admin/*.",
-)
-@click.option(
-    "--admin-audit-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Append every admin call to a hash-chained audit log here (`gtm audit verify`).",
-)
-@click.option(
-    "--allow-remote-admin",
-    is_flag=True,
-    help="Allow a non-loopback --host; needs --admin-token-file as well.",
-)
-@click_options("gpu")
-def gpu_sim(
-    admin_token_file: Path | None,
-    admin_audit_dir: Path | None,
-    allow_remote_admin: bool,
-    **options: object,
+def _loads(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise click.BadParameter(f"not a comma-separated list of numbers: {text!r}") from None
+    if not values or any(not 0 < v <= 2 for v in values):
+        raise click.BadParameter("loads must be in (0, 2]")
+    return values
+
+
+def _policies(text: str) -> tuple[str, ...]:
+    names = tuple(x.strip() for x in text.split(",") if x.strip()) if text else tuple(POLICIES)
+    unknown = [n for n in names if n not in POLICIES and n not in ABLATIONS]
+    if unknown:
+        known = ", ".join([*POLICIES, *ABLATIONS])
+        raise click.BadParameter(f"unknown policies {unknown}; known: {known}")
+    return names
+
+
+def _common(fn: click.decorators.FC) -> click.decorators.FC:
+    options = [
+        click.option("--trace", "trace_kind", type=click.Choice([k.value for k in TraceKind]),
+                     default=TraceKind.MOONCAKE.value, show_default=True),
+        click.option("--trace-path", type=click.Path(dir_okay=False, path_type=Path),
+                     help="a trace file in that format (default: the shared data)"),
+        click.option("--gpus", type=click.IntRange(2, 100_000), default=48, show_default=True),
+        click.option("--regions", type=click.IntRange(1, 6), default=6, show_default=True),
+        click.option("--duration", type=click.FloatRange(1.0), default=60.0, show_default=True,
+                     help="simulated seconds of arrivals per run (then up to --drain more "
+                          "to finish)"),
+        click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+                     default=Path("reports"), show_default=True),
+        click.option("--fleet-shape", type=click.Choice(["demand", "equal"]), default="demand",
+                     show_default=True,
+                     help="GPUs per region: in proportion to the clients nearest to it, or "
+                          "equal shares"),
+        click.option("--quotas/--no-quotas", default=True, show_default=True,
+                     help="enforce the example tenants' quotas (scaled to the fleet) for "
+                          "every policy: in gtm's regional tier, in a per-region gateway "
+                          "in front of each baseline"),
+        click.option("--client-timeout", type=click.FloatRange(0.1), default=CLIENT_TIMEOUT_S,
+                     show_default=True,
+                     help="seconds a client waits for its first token before giving up"),
+        click.option("--drain", type=click.FloatRange(0.0), default=DRAIN_S, show_default=True,
+                     help="simulated seconds after the arrivals for work to finish"),
+        click.option("--crash-fraction", type=click.FloatRange(0.0, 1.0), default=0.0,
+                     show_default=True, help="fraction of the GPUs that crash at --crash-at"),
+        click.option("--crash-at", type=click.FloatRange(0.0), default=0.0, show_default=True,
+                     help="simulated second of the crash"),
+        click.option("--slow-fraction", type=click.FloatRange(0.0, 1.0), default=0.0,
+                     show_default=True, help="fraction of the GPUs that run --slowdown × slower"),
+        click.option("--slowdown", type=click.FloatRange(1.0), default=2.0, show_default=True),
+        click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
+                     help="processes each run is simulated over, its regions split between "
+                          "them (e.g. the number of cores, for one big run); the outcomes "
+                          "are the same"),
+        click.option("--scrape-interval", type=click.FloatRange(0.01), default=None,
+                     help="simulated seconds between the zone agents' scrapes of their "
+                          "GPUs' metrics (running, waiting, KV use), which their GPU "
+                          "choice then weighs as live agents do (gtm up: 0.25); default: "
+                          "no scrapes, the agents' own in-flight charges only (faster)"),
+    ]  # fmt: skip
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+@dataclass(frozen=True, slots=True)
+class _Options:
+    """The options every simulator command shares besides fleet size and loads."""
+
+    fleet_shape: str
+    quotas: bool
+    client_timeout: float
+    drain: float
+    crash_fraction: float
+    crash_at: float
+    slow_fraction: float
+    slowdown: float
+    workers: int
+    scrape_interval: float | None
+
+    def config(
+        self, gpus: int, regions: int, loads: tuple[float, ...], duration: float,
+        names: tuple[str, ...], seed: int,
+    ) -> BenchConfig:  # fmt: skip
+        faults = FaultPlan(
+            crash_fraction=self.crash_fraction, crash_at_s=self.crash_at,
+            slow_fraction=self.slow_fraction, slowdown=self.slowdown,
+        )  # fmt: skip
+        return BenchConfig(
+            gpus, regions, loads, duration, names, seed=seed, fleet_shape=self.fleet_shape,
+            quotas=self.quotas, faults=faults if faults.any else None, drain_s=self.drain,
+            client_timeout_s=self.client_timeout, workers=self.workers,
+            scrape_s=self.scrape_interval,
+        )  # fmt: skip
+
+
+def _run(
+    trace_kind: str, trace_path: Path | None, config: BenchConfig, out: Path, name: str
 ) -> None:
-    """Run an emulated vLLM-compatible GPU worker (OpenAI API, vLLM metrics, faults)."""
     try:
-        check_admin_bind(
-            str(options["host"]), allow_remote=allow_remote_admin, token_file=admin_token_file
-        )
-    except GtmError as exc:
-        raise click.UsageError(f"--host: {exc}") from None
-    options["lease_ttl_s"] = options.pop("lease_ttl")
-    try:
-        tls = config_from_options(
-            {k: options.pop(k) for k in ("tls_ca", "tls_cert", "tls_key", "tls_client")}
-        )
-    except GtmError as exc:
-        raise click.UsageError(str(exc)) from None
-    try:
-        config = GpuSimConfig.model_validate(options)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = str(first["loc"][0]) if first["loc"] else ""
-        where = _FLAG_OF.get(field, "--" + field.replace("_", "-")) if field else "options"
-        raise click.UsageError(f"{where}: {first['msg']}") from None
-    try:
-        admin = AdminGuard.from_options(
-            token_file=admin_token_file, audit_dir=admin_audit_dir, clock=SystemClock()
-        )
-    except GtmError as exc:
-        raise click.UsageError(str(exc)) from None
-    try:
-        asyncio.run(serve(config, admin, tls))
-    except GtmError as exc:
-        click.echo(f"gtm gpu-sim: {exc}", err=True)
-        sys.exit(2)
+        trace = load_trace(TraceKind(trace_kind), trace_path)
+        places = read_places(data_dir() / CITIES_FILE)
+        run_bench(config, trace, places, out_dir=out, echo=click.echo, report_name=name)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
-async def serve(
-    config: GpuSimConfig, admin: AdminGuard | None = None, tls: TlsConfig | None = None
-) -> None:
-    """Run the worker until SIGINT or SIGTERM, then stop cleanly."""
-    clock = SystemClock()
-    registry = new_registry()
-    tls_material = material(tls, clock=clock, registry=registry)
-    store: StateStore | None = None
-    if config.state:
-        from gtm.state.url import open_store
+@click.command("sim")
+@_common
+@click.option("--load", type=click.FloatRange(0.01, 2.0), default=0.85, show_default=True,
+              help="offered req/s ÷ the fleet's capacity")  # fmt: skip
+@click.option("--policy", "policy_names", default="gtm", show_default=True,
+              help="comma-separated policies")  # fmt: skip
+def sim(
+    trace_kind: str, trace_path: Path | None, gpus: int, regions: int, duration: float,
+    seed: int, out: Path, load: float, policy_names: str, fleet_shape: str, quotas: bool,
+    client_timeout: float, drain: float, crash_fraction: float, crash_at: float,
+    slow_fraction: float, slowdown: float, workers: int, scrape_interval: float | None,
+) -> None:  # fmt: skip
+    """Run the discrete-event fleet simulator for one load; print its figures
+    (simulated requests per wall second included) and write OUT/sim.md."""
+    options = _Options(
+        fleet_shape, quotas, client_timeout, drain, crash_fraction, crash_at, slow_fraction,
+        slowdown, workers, scrape_interval,
+    )  # fmt: skip
+    config = options.config(gpus, regions, (load,), duration, _policies(policy_names), seed)
+    _run(trace_kind, trace_path, config, out, "sim")
 
-        store = open_store(config.state, clock=clock, registry=registry)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
-    server: GpuSimServer | None = None
-    try:
-        server = GpuSimServer(
-            config, registry=registry, clock=clock, store=store, admin=admin, tls=tls_material
-        )
-        url = await server.start()
-        # Everything allocated so far (imported modules, the app) lives for the whole
-        # process: move it out of the collector's reach, so that full collections scan
-        # only request objects. Without this, a gen-2 pass took ~19 ms under load — more
-        # than the 10 ms event-loop lag budget (Python docs, gc.freeze).
-        gc.collect()
-        gc.freeze()
-        models = ",".join(server.models)
-        click.echo(f"gpu-sim listening on {url} (gpu={config.gpu_type}, models={models})")
-        sys.stdout.flush()
-        await stop.wait()
-    finally:
-        if server is not None:
-            await server.stop()
-        if store is not None:
-            await store.aclose()
-        if admin is not None:
-            admin.close()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(signum)
+
+@click.group("bench")
+def bench() -> None:
+    """Side-by-side benchmarks."""
+
+
+@bench.command("routing")
+@_common
+@click.option("--load", "loads", default="0.5,0.7,0.85,0.95", show_default=True,
+              help="comma-separated offered loads (req/s ÷ the fleet's capacity)")  # fmt: skip
+@click.option("--policies", "policy_names", default="",
+              help="comma-separated (default: gtm and every baseline; ablations of gtm, "
+                   "on request: " + ", ".join(ABLATIONS) + ")")  # fmt: skip
+@click.option("--jobs", type=click.IntRange(1, 256), default=1, show_default=True,
+              help="runs (policy × load) simulated at once in worker processes, e.g. the "
+                   "number of cores; the results are the same")  # fmt: skip
+def routing(
+    trace_kind: str, trace_path: Path | None, gpus: int, regions: int, duration: float,
+    seed: int, out: Path, loads: str, policy_names: str, jobs: int, fleet_shape: str,
+    quotas: bool, client_timeout: float, drain: float, crash_fraction: float, crash_at: float,
+    slow_fraction: float, slowdown: float, workers: int, scrape_interval: float | None,
+) -> None:  # fmt: skip
+    """Every policy on identical arrivals at each load: Markdown table + plots in
+    OUT/routing.md (simulated requests per wall second included)."""
+    options = _Options(
+        fleet_shape, quotas, client_timeout, drain, crash_fraction, crash_at, slow_fraction,
+        slowdown, workers, scrape_interval,
+    )  # fmt: skip
+    names = _policies(policy_names)
+    config = options.config(gpus, regions, _loads(loads), duration, names, seed)
+    _run(trace_kind, trace_path, replace(config, jobs=jobs), out, "routing")

@@ -67,7 +67,7 @@ PANIC_THRESHOLD = 0.5
 #: waits 4 service times; at 95 %, 19).
 TARGET_UTILISATION = 0.8
 #: A zone's queue must be worked off within this horizon, s: the TTFT bound of the
-#: goodput SLO (TTFT ≤ 2 s, issue 10, ``fleetsim/sim/metrics.py``). Pending tokens /
+#: goodput SLO (TTFT ≤ 2 s, issue 10, ``fleetsim/metrics.py``). Pending tokens /
 #: horizon is the part of the zone's rate its backlog already claims.
 BACKLOG_HORIZON_S = 2.0
 #: Time constant of the admitted-demand average, s: Finagle's default decay time for

@@ -1,4 +1,4 @@
-"""``gpu-fault``: the emulated GPU's own fault API (``/admin/faults``, fleetsim.faults).
+"""``gpu-fault``: the emulated GPU's own fault API (``/admin/faults``, gpusim.faults).
 
 Modes, as a client sees them:
 

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fleetsim.faults import Faults
-from fleetsim.server import GpuSimConfig, GpuSimServer
+from gpusim.faults import Faults
+from gpusim.server import GpuSimConfig, GpuSimServer
 from global_lb.requests import BadRequest as GlobalBadRequest
 from global_lb.requests import parse_body
 from gtm.metrics import new_registry

@@ -21,7 +21,7 @@ import yaml
 from aiohttp import web
 from openai import AsyncOpenAI
 
-from fleetsim.server import GpuSimConfig, GpuSimServer
+from gpusim.server import GpuSimConfig, GpuSimServer
 from global_lb.app import GlobalConfig, GlobalTier
 from global_lb.dns.rrl import RrlConfig
 from global_lb.frontdoor import FrontDoorConfig

@@ -13,7 +13,7 @@ from types import MappingProxyType
 import pytest
 from openai import AsyncOpenAI
 
-from fleetsim.server import GpuSimConfig, GpuSimServer
+from gpusim.server import GpuSimConfig, GpuSimServer
 from gtm.clock import SystemClock
 from gtm.gpu_profiles import LLAMA_8B
 from gtm.metrics import new_registry

@@ -16,7 +16,7 @@ import openai
 import pytest
 import yaml
 
-from fleetsim.server import GpuSimConfig, GpuSimServer
+from gpusim.server import GpuSimConfig, GpuSimServer
 from global_lb.app import GlobalConfig, GlobalTier
 from global_lb.dns.rrl import RrlConfig
 from global_lb.frontdoor import FrontDoorConfig

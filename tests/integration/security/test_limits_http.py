@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from fleetsim.server import GpuSimConfig, GpuSimServer
+from gpusim.server import GpuSimConfig, GpuSimServer
 from gtm.gpu_profiles import LLAMA_8B
 from gtm.http_limits import HttpLimits, limited_app
 from gtm.metrics import new_registry

@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 from openai import AsyncOpenAI
 
-from fleetsim.server import GpuSimConfig, GpuSimServer
+from gpusim.server import GpuSimConfig, GpuSimServer
 from gtm.gpu_profiles import BGE_LARGE, LLAMA_8B
 from gtm.metrics import new_registry
 from gtm.state.store import StateStore

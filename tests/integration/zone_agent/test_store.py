@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from fleetsim.server import GpuSimServer
+from gpusim.server import GpuSimServer
 from gtm.clock import SystemClock
 from gtm.gpu_profiles import LLAMA_8B
 from gtm.metrics import new_registry

@@ -4,8 +4,8 @@ import aiohttp
 import pytest
 from prometheus_client import generate_latest
 
-from fleetsim.engine import Engine
-from fleetsim.metrics import EngineMetrics, MetricsFlavor, ModelSnapshot
+from gpusim.engine import Engine
+from gpusim.metrics import EngineMetrics, MetricsFlavor, ModelSnapshot
 from gtm.clock import FakeClock
 from gtm.gpu_profiles import LLAMA_8B, get_profile
 from gtm.metrics import new_registry

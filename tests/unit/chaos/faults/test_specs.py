@@ -161,7 +161,7 @@ def test_yaml_with_a_bad_field_from_a_file_is_named() -> None:
 def test_gpu_fault_bodies_are_the_emulators_fault_fields(
     mode: GpuFaultMode, body: dict[str, object]
 ) -> None:
-    from fleetsim.faults import Faults
+    from gpusim.faults import Faults
 
     fault = GpuFault(gpu="g1", mode=mode)
     assert fault.body() == body

@@ -1,0 +1,116 @@
+"""The policies the benchmark compares, each a combination of tier choices.
+
+Every policy runs the **real decision code** of the tiers (:mod:`global_lb.router`,
+:mod:`regional_lb.router`, :mod:`zone_agent.pipeline` with a profile of
+:data:`zone_agent.profiles.BUILTIN_PROFILES`) or, for the cross-region baselines that
+gtm has no code for, the published rule written out in :mod:`fleetsim.simulator`
+(``GORGO``, ``SKYWALKER``). Sources are listed in ``fleetsim/README.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+
+from global_lb.inflight import LedgerSettings
+
+
+class RegionMode(StrEnum):
+    """How a request's region is chosen."""
+
+    #: gtm: global router (residency, RTT + predicted TTFT) → regional router (zone
+    #: choice, spillover inside the allowed set, fair queue) → zone agent.
+    GTM = "gtm"
+    #: The nearest region the tenant's residency allows, one balancer over its GPUs.
+    NEAREST_ALLOWED = "nearest-allowed"
+    #: Route 53-like latency routing: the nearest healthy region, residency-blind.
+    GEODNS = "geodns"
+    #: GORGO (arXiv 2602.11688): forward to a peer iff RTT + unmatched·t_p < local cost.
+    GORGO = "gorgo"
+    #: SkyWalker-like (EuroSys'26): push to the least-loaded peer when the home
+    #: region's pending requests per GPU pass a threshold.
+    SKYWALKER = "skywalker"
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySpec:
+    name: str
+    region_mode: RegionMode
+    #: The zone agent profile that picks the GPU (inside a zone for gtm, inside the
+    #: region's whole pool for the others).
+    zone_profile: str
+    description: str = ""
+    #: gtm's global in-flight ledger (``None``: the defaults, as the front door runs it).
+    ledger: LedgerSettings | None = None
+
+
+def _zone_baseline(name: str, profile: str, what: str) -> PolicySpec:
+    return PolicySpec(name, RegionMode.NEAREST_ALLOWED, profile, what)
+
+
+POLICIES: Mapping[str, PolicySpec] = MappingProxyType(
+    {
+        p.name: p
+        for p in (
+            PolicySpec(
+                "gtm", RegionMode.GTM, "default", "gtm: global → regional → zone (defaults)"
+            ),
+            _zone_baseline("round-robin", "round-robin", "nginx round robin"),
+            _zone_baseline("least-connections", "least-connections", "nginx least_conn"),
+            _zone_baseline(
+                "weighted-round-robin", "weighted-round-robin", "WRR by GPU prefill rate"
+            ),
+            _zone_baseline("least-pending-tokens", "least-pending-tokens", "seeds' balancer"),
+            _zone_baseline("consistent-hash", "consistent-hash", "hash of the prompt prefix"),
+            _zone_baseline("sglang-cache-aware", "sglang-cache-aware", "SGLang router 0.3/64/1.5"),
+            _zone_baseline("llm-d-blend", "llm-d-blend", "llm-d prefix 3 / queue 2 / KV 2"),
+            _zone_baseline("dynamo-cost", "dynamo-cost", "Dynamo KV router linear cost"),
+            PolicySpec(
+                "geodns-least-connections",
+                RegionMode.GEODNS,
+                "least-connections",
+                "Route 53 latency routing + least connections",
+            ),
+            PolicySpec("gorgo", RegionMode.GORGO, "dynamo-cost", "GORGO cross-region rule"),
+            PolicySpec(
+                "skywalker",
+                RegionMode.SKYWALKER,
+                "sglang-cache-aware",
+                "SkyWalker-like selective push + prefix tree",
+            ),
+        )
+    }
+)
+
+#: Variants of gtm with one mechanism off, to measure what it brings (not baselines:
+#: never in the default set, never "the best baseline").
+ABLATIONS: Mapping[str, PolicySpec] = MappingProxyType(
+    {
+        "gtm-no-ledger": PolicySpec(
+            "gtm-no-ledger",
+            RegionMode.GTM,
+            "default",
+            "gtm without the global in-flight ledger (summaries alone)",
+            ledger=LedgerSettings(enabled=False),
+        ),
+        "gtm-ttft-only": PolicySpec(
+            "gtm-ttft-only",
+            RegionMode.GTM,
+            "ttft-only",
+            "gtm with the zone's previous default: predicted TTFT alone, no KV-cache room",
+        ),
+    }
+)
+
+#: A short set for smoke runs and tests.
+SMOKE_POLICIES = ("gtm", "round-robin", "least-connections", "gorgo")
+
+
+def policy(name: str) -> PolicySpec:
+    found = POLICIES.get(name) or ABLATIONS.get(name)
+    if found is None:
+        known = ", ".join([*POLICIES, *ABLATIONS])
+        raise KeyError(f"unknown policy {name!r}; known: {known}")
+    return found
