@@ -16,6 +16,9 @@ the boundary where the library is called — e.g. etcd errors only in
     ├── RoutingError                anything about a routing decision
     │   ├── NoEligibleCandidate     filtering removed every candidate (names the filter)
     │   └── PluginError             unknown plugin type or invalid plugin parameters
+    ├── RelayError                  anything about carrying a request to an upstream
+    │   ├── UpstreamError           an upstream's connection or response failed
+    │   └── AttemptFailed           one attempt failed before the first byte (retryable)
     └── SimulationError             a fleet simulation could not run (a worker failed)
 """
 
@@ -106,6 +109,40 @@ class NoEligibleCandidate(RoutingError):
 
 class PluginError(RoutingError):
     """A plugin type is unknown or its parameters are invalid."""
+
+
+class RelayError(GtmError):
+    """Base for errors of the data path (:mod:`gtm.relay`)."""
+
+
+class UpstreamError(RelayError):
+    """An upstream's connection or response failed (reset, closed early, not HTTP).
+
+    Each upstream client translates its library's errors into this at its boundary
+    (:mod:`gtm.relay` for aiohttp, :mod:`zone_agent.upstream` for the zone's own)."""
+
+
+class AttemptFailed(RelayError):
+    """One attempt of a relay failed before its first byte reached the client, so the
+    request may be tried on another target. ``kind`` says how (a
+    :class:`gtm.relay.Failure` value); ``status`` and ``body`` are the upstream's when
+    it answered with a status the tier retries."""
+
+    def __init__(
+        self, kind: str, detail: str, *, status: int | None = None, body: bytes = b""
+    ) -> None:
+        super().__init__(detail)
+        self.kind = kind
+        self.detail = detail
+        self.status = status
+        self.body = body
+        #: The id of the target that failed (set by the relay).
+        self.target = ""
+
+    @property
+    def reason(self) -> str:
+        """The metric label of the failure: ``connect``, ``timeout``, ``reset``, ``http_503``."""
+        return self.kind if self.status is None else f"http_{self.status}"
 
 
 class SimulationError(GtmError):

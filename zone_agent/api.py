@@ -1,7 +1,14 @@
-"""The decision API, ``POST /v1/assign``, and ``GET /v1/models``.
+"""The zone agent's HTTP handlers: the OpenAI endpoints, ``/v1/assign``, ``/v1/models``,
+``/healthz``, ``/readyz`` and ``/metrics``.
 
-``/v1/assign`` lets another data plane carry the bytes while the agent decides (nginx
-``auth_request``, an Envoy ext-proc or ext-authz filter). Two forms:
+**OpenAI endpoints** (:class:`OpenAiApi`): read and count the request
+(:mod:`zone_agent.request`), then carry it with the zone's relay
+(:class:`zone_agent.proxy.ZoneRelay`: decide, charge, forward, retry before the first
+byte, stream back).
+
+**The decision API**, ``POST /v1/assign`` (:class:`AssignApi`), lets another data plane
+carry the bytes while the agent decides (nginx ``auth_request``, an Envoy ext-proc or
+ext-authz filter). Two forms:
 
 * a JSON body — the OpenAI request itself; the endpoint comes from ``?endpoint=chat``
   (``completion``, ``embedding``) or is inferred from the body (``messages`` → chat,
@@ -19,32 +26,156 @@ http://$upstream``), ``x-gtm-zone``, ``x-gtm-decision-id``. Errors are the proxy
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from gtm.clock import Clock
 from gtm.models import decision_adapter
 from gtm.openai_request import parse_json_body
 from zone_agent.accounting import Accounting
-from zone_agent.errors import BadRequest
+from zone_agent.errors import ApiError, BadRequest
 from zone_agent.metrics import ZoneMetrics
 from zone_agent.pipeline import ZoneProfile
 from zone_agent.proxy import (
+    HEADER_CANARY,
     HEADER_DECISION,
     HEADER_GPU,
+    HEADER_REQUEST_ID,
+    HEADER_VERSION,
     HEADER_ZONE,
-    canary_of,
+    DataPath,
+    ZoneRelay,
     charge,
     decide_or_refuse,
-    request_id_of,
 )
-from zone_agent.request import Endpoint, ZoneRequest, zone_request
+from zone_agent.request import CanaryChoice, Endpoint, ZoneRequest, zone_request
 from zone_agent.view import ZoneView
+
+
+class Ids:
+    """Unique ids for requests and decisions: a random 64-bit prefix per process and a
+    counter (32 hex digits, as ``uuid4().hex``). ``uuid4`` costs a ``getrandom`` system
+    call and an object per id, twice per proxied request."""
+
+    def __init__(self) -> None:
+        self._prefix = uuid.uuid4().hex[:16]
+        self._next = itertools.count(1).__next__
+
+    def new(self) -> str:
+        return f"{self._prefix}{self._next():016x}"
+
+
+_IDS = Ids()
+
+
+def request_id_of(request: web.Request, ids: Ids = _IDS) -> str:
+    rid = request.headers.get(HEADER_REQUEST_ID, "")
+    if rid and len(rid) <= 128 and rid.isprintable():
+        return rid
+    return ids.new()
+
+
+def canary_of(request: web.Request) -> CanaryChoice:
+    raw = request.headers.get(HEADER_CANARY)
+    if raw is None:
+        return CanaryChoice.AUTO
+    raw = raw.strip().lower()
+    try:
+        return CanaryChoice(raw)
+    except ValueError:
+        raise BadRequest(
+            f"{HEADER_CANARY} must be one of {', '.join(c.value for c in CanaryChoice)}",
+            param=HEADER_CANARY,
+        ) from None
+
+
+async def read_request(
+    request: web.Request, endpoint: Endpoint, accounting: Accounting
+) -> tuple[bytes, ZoneRequest]:
+    """The raw body and the decision facts; ApiError (400) when the body is bad."""
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge as exc:
+        raise ApiError(
+            413, f"the request body is too large: {exc.text}", code="body_too_large"
+        ) from None
+    body = parse_json_body(raw)
+    version = request.headers.get(HEADER_VERSION) or None
+    facts = zone_request(
+        body,
+        endpoint,
+        request_id=request_id_of(request),
+        seq=accounting.next_seq(),
+        version=version,
+        canary=canary_of(request),
+    )
+    return raw, facts
+
+
+class OpenAiApi:
+    """The OpenAI endpoints of a zone agent: each request relayed to a GPU."""
+
+    def __init__(self, path: DataPath) -> None:
+        self._path = path
+
+    def routes(self, app: web.Application) -> None:
+        for endpoint in Endpoint:
+            app.router.add_post(endpoint.path, self._handler(endpoint))
+
+    def _handler(
+        self, endpoint: Endpoint
+    ) -> Callable[[web.Request], Coroutine[Any, Any, web.StreamResponse]]:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            return await self.handle(request, endpoint)
+
+        return handle
+
+    async def handle(self, request: web.Request, endpoint: Endpoint) -> web.StreamResponse:
+        started = time.perf_counter()
+        raw, facts = await read_request(request, endpoint, self._path.accounting)
+        return await ZoneRelay(request, self._path, raw, facts, started).forward()
+
+
+class ServiceApi:
+    """``/healthz`` (the process is alive), ``/readyz`` (a GPU can take requests),
+    ``/metrics``."""
+
+    def __init__(self, view: Callable[[], ZoneView], registry: CollectorRegistry) -> None:
+        self._view = view
+        self._registry = registry
+
+    def routes(self, app: web.Application) -> None:
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/readyz", self.readyz)
+        app.router.add_get("/metrics", self.metrics)
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        view = self._view()
+        available = view.available_count()
+        body: Mapping[str, object] = {
+            "zone": view.zone_id,
+            "gpus": len(view.gpus),
+            "available_gpus": available,
+            "models": list(view.models),
+        }
+        return web.json_response(body, status=200 if available else 503)
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        response = web.Response(body=generate_latest(self._registry))
+        response.headers["Content-Type"] = CONTENT_TYPE_LATEST
+        return response
+
 
 HEADER_UPSTREAM = "x-gtm-upstream"
 HEADER_MODEL = "x-gtm-model"
@@ -91,7 +222,7 @@ def _from_headers(request: web.Request, seq: int) -> ZoneRequest:
         input_tokens=tokens,
         max_prompt_tokens=tokens,
         seq=seq,
-        version=request.headers.get("x-gtm-version") or None,
+        version=request.headers.get(HEADER_VERSION) or None,
         canary=canary_of(request),
     )
 
@@ -135,7 +266,7 @@ class AssignApi:
                 _endpoint(request.query, body),
                 request_id=request_id_of(request),
                 seq=seq,
-                version=request.headers.get("x-gtm-version") or None,
+                version=request.headers.get(HEADER_VERSION) or None,
                 canary=canary_of(request),
             )
         else:

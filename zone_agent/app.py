@@ -15,10 +15,11 @@
 The view is replaced by one reference assignment after each round (and at once when a
 GPU is ejected), so a decision always reads one consistent view without locks.
 
-HTTP: the OpenAI endpoints (:mod:`zone_agent.proxy`), ``POST /v1/assign`` and ``GET
-/v1/models`` (:mod:`zone_agent.api`), ``/healthz`` (the process is alive), ``/readyz``
-(at least one GPU can take requests), ``/metrics``. Every error a client can cause is
-answered in OpenAI's shape; an unexpected one is a 500 in that shape, never a crash.
+HTTP (handlers in :mod:`zone_agent.api`, the data path's hooks in
+:mod:`zone_agent.proxy`): the OpenAI endpoints, ``POST /v1/assign``, ``GET /v1/models``,
+``/healthz``, ``/readyz``, ``/metrics``; served by :class:`gtm.serve.HttpServer`. Every
+error a client can cause is answered in OpenAI's shape; an unexpected one is a 500 in
+that shape, never a crash.
 """
 
 from __future__ import annotations
@@ -26,31 +27,29 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Mapping
 
 import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from gtm.clock import Clock, SystemClock
 from gtm.gpu_profiles import UnknownProfile
 from gtm.http_limits import limited_app
 from gtm.models import DrainTarget, GpuWorker
 from gtm.openai_errors import error_middleware
+from gtm.serve import HttpServer
 from gtm.state.snapshot import SnapshotWatcher
 from gtm.state.store import StateStore
 from gtm.tasks import TaskSupervisor
 from gtm.tls import TlsMaterial, client_session_options, connector_ssl
-from gtm.tls import scheme as tls_scheme
 from zone_agent.accounting import Accounting, SlotLoad
-from zone_agent.api import AssignApi
+from zone_agent.api import AssignApi, Ids, OpenAiApi, ServiceApi
 from zone_agent.config import ZoneConfig
 from zone_agent.health import HealthTracker, probe
 from zone_agent.metrics import ZoneMetrics
 from zone_agent.pipeline import ZoneProfile
 from zone_agent.profiles import builtin_profile
-from zone_agent.proxy import Proxy, ProxySettings
+from zone_agent.proxy import DataPath, ProxySettings
 from zone_agent.scrape import GpuMetrics, ScrapeError, scrape
 from zone_agent.summary import SummaryPublisher, build_summary
 from zone_agent.upstream import UpstreamPool
@@ -60,9 +59,6 @@ log = logging.getLogger(__name__)
 
 #: How long start-up waits for the state store's first listing before serving anyway (s).
 STORE_WAIT_S = 5.0
-
-#: How long in-flight requests get to finish when the agent stops (s).
-SHUTDOWN_GRACE_S = 2.0
 
 
 class ZoneAgent:
@@ -116,7 +112,7 @@ class ZoneAgent:
         )
         self._upstream: UpstreamPool | None = None
         self._probes: aiohttp.ClientSession | None = None
-        self._runner: web.AppRunner | None = None
+        self._server: HttpServer | None = None
         self._snapshot_revision = -1
         self.url = ""
         self.port = 0
@@ -193,32 +189,20 @@ class ZoneAgent:
             self._supervisor.run_loop(
                 "summary", self.publish_summary, interval=cfg.summary_interval_s
             )
-        runner = web.AppRunner(
-            self.build_app(),
-            handler_cancellation=True,
-            shutdown_timeout=SHUTDOWN_GRACE_S,
-            access_log=None,
-        )
-        await runner.setup()
         server_ssl = self._tls.server_context() if self._tls is not None else None
-        site = web.TCPSite(runner, cfg.host, cfg.port, ssl_context=server_ssl)
-        await site.start()
-        self._runner = runner
-        for address in runner.addresses:
-            if isinstance(address, tuple) and len(address) >= 2:
-                self.port = int(address[1])
-                break
-        host = cfg.host if ":" not in cfg.host else f"[{cfg.host}]"
-        self.url = f"{tls_scheme(server_ssl)}://{host}:{self.port}"
+        self._server = HttpServer(self.build_app(), cfg.host, cfg.port, ssl_context=server_ssl)
+        bound = await self._server.start()
+        self.port = bound.port
+        self.url = bound.url
         log.info("zone agent %s/%s listening on %s", cfg.region, cfg.zone, self.url)
         return self.url
 
     async def stop(self) -> None:
         """Stop listening (in-flight requests get a grace period), stop the loops,
         withdraw the summary, close the pools."""
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._server is not None:
+            await self._server.stop()
+            self._server = None
         await self._supervisor.aclose()
         if self._publisher is not None:
             await self._publisher.withdraw()
@@ -390,7 +374,7 @@ class ZoneAgent:
                 )
             ],
         )
-        proxy = Proxy(
+        path = DataPath(
             ProxySettings(
                 self.config.zone,
                 self.config.max_attempts,
@@ -407,8 +391,9 @@ class ZoneAgent:
             session=self._upstream_session,
             metrics=self.metrics,
             clock=self._clock,
+            new_id=Ids().new,
         )
-        proxy.routes(app)
+        OpenAiApi(path).routes(app)
         AssignApi(
             zone_id=self.config.zone,
             region_id=self.config.region,
@@ -420,26 +405,5 @@ class ZoneAgent:
             hold_s=self.config.assign_hold_s,
             trace_top=self.config.trace_top,
         ).routes(app)
-        app.router.add_get("/healthz", self._healthz)
-        app.router.add_get("/readyz", self._readyz)
-        app.router.add_get("/metrics", self._metrics_endpoint)
+        ServiceApi(lambda: self._view, self._registry).routes(app)
         return app
-
-    async def _healthz(self, request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"})
-
-    async def _readyz(self, request: web.Request) -> web.Response:
-        view = self._view
-        available = view.available_count()
-        body: Mapping[str, object] = {
-            "zone": view.zone_id,
-            "gpus": len(view.gpus),
-            "available_gpus": available,
-            "models": list(view.models),
-        }
-        return web.json_response(body, status=200 if available else 503)
-
-    async def _metrics_endpoint(self, request: web.Request) -> web.Response:
-        response = web.Response(body=generate_latest(self._registry))
-        response.headers["Content-Type"] = CONTENT_TYPE_LATEST
-        return response

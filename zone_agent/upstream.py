@@ -41,7 +41,7 @@ from typing import cast
 from multidict import CIMultiDict
 from yarl import URL
 
-from gtm.errors import GtmError
+from gtm import errors
 
 #: Longest response head (status line and headers) accepted, bytes (aiohttp's default
 #: limits are 8 KB per line and 32 KB of fields; a worker's head is a few hundred).
@@ -66,7 +66,7 @@ _IDLE, _HEAD, _LENGTH, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILERS, _UNTIL_C
 )
 
 
-class UpstreamError(GtmError):
+class UpstreamError(errors.UpstreamError):
     """A worker's connection or response failed."""
 
 

@@ -7,7 +7,7 @@ import pytest
 from gtm.openai_request import parse_json_body
 from gtm.tokens import count_chat_tokens, count_text_tokens, parse_chat_messages
 from zone_agent.errors import BadRequest
-from zone_agent.proxy import Ids
+from zone_agent.api import Ids
 from zone_agent.request import Endpoint, zone_request
 
 CHAT = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi!"}]

@@ -1,0 +1,177 @@
+"""Starting and stopping servers: one way for every HTTP listener, one shutdown grace.
+
+Every process gtm runs (the three tiers, the GPU emulator, the local deployment's
+status page, the fault proxy's API) serves an aiohttp application the same way:
+
+* :class:`HttpServer` binds (``port`` 0: a free one), serves, and reports where it
+  listens (:class:`Bound`: host, port, base URL with the scheme TLS implies);
+  :meth:`HttpServer.stop` stops accepting, gives in-flight requests
+  :data:`SHUTDOWN_GRACE_S` to finish and then cancels them;
+* handlers are cancelled when their client goes away (``handler_cancellation``; aiohttp
+  ≥ 3.9 leaves them running by default), so a proxied request releases its upstream,
+  queue slot and quota at once;
+* no access log (the tiers count responses in metrics; a log line per request costs
+  more than the decision);
+* :func:`until_signalled` is the foreground process's wait: SIGINT or SIGTERM ends it,
+  and its handlers are removed again.
+
+The DNS listeners bind their own sockets (``global_lb.dns.server``) and stop with the
+same grace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import socket
+import ssl
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from gtm.errors import ConfigError
+from gtm.tls import scheme as tls_scheme
+
+#: Seconds in-flight requests get to finish when a server stops; then they are
+#: cancelled. Long enough for a non-streamed answer in its last tokens, short enough
+#: that an orchestrator's stop (Kubernetes waits 30 s before SIGKILL) never kills us
+#: mid-shutdown with leases and summaries still held.
+SHUTDOWN_GRACE_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """Where a server listens once started."""
+
+    host: str
+    port: int
+    #: ``http://host:port`` or ``https://…`` (IPv6 hosts in brackets).
+    url: str
+
+
+def base_url(host: str, port: int, server_ssl: ssl.SSLContext | None = None) -> str:
+    """``scheme://host:port`` (``[host]`` for IPv6)."""
+    shown = f"[{host}]" if ":" in host else host
+    return f"{tls_scheme(server_ssl)}://{shown}:{port}"
+
+
+class HttpServer:
+    """An aiohttp application on one address: ``await start()``, then ``await stop()``.
+
+    ``sock`` serves an already bound socket instead of ``host:port`` (a port reserved
+    before the server could start). A failure to bind is a
+    :class:`~gtm.errors.ConfigError` naming the address.
+    """
+
+    def __init__(
+        self,
+        app: web.Application,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        reuse_port: bool = False,
+        sock: socket.socket | None = None,
+        what: str = "HTTP",
+    ) -> None:
+        self._app = app
+        self._host = host
+        self._port = port
+        self._ssl = ssl_context
+        self._reuse_port = reuse_port
+        self._sock = sock
+        self._what = what
+        self._runner: web.AppRunner | None = None
+        self.bound: Bound | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._runner is not None
+
+    async def start(self) -> Bound:
+        """Bind and serve; where it listens."""
+        runner = web.AppRunner(
+            self._app,
+            handler_cancellation=True,
+            shutdown_timeout=SHUTDOWN_GRACE_S,
+            access_log=None,
+        )
+        await runner.setup()
+        site: web.BaseSite
+        if self._sock is not None:
+            site = web.SockSite(runner, self._sock, ssl_context=self._ssl)
+        else:
+            site = web.TCPSite(
+                runner,
+                self._host,
+                self._port,
+                ssl_context=self._ssl,
+                reuse_port=self._reuse_port or None,
+            )
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise ConfigError(
+                f"cannot listen for {self._what} on {self._host}:{self._port}: "
+                f"{exc.strerror or exc}"
+            ) from None
+        self._runner = runner
+        host, port = _first_address(runner.addresses, self._host)
+        self.bound = Bound(host, port, base_url(host, port, self._ssl))
+        return self.bound
+
+    async def stop(self) -> None:
+        """Stop accepting; in-flight requests get :data:`SHUTDOWN_GRACE_S`. Idempotent."""
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+
+def _first_address(addresses: Iterable[object], default_host: str) -> tuple[str, int]:
+    for address in addresses:
+        if isinstance(address, tuple) and len(address) >= 2:
+            return str(address[0]), int(address[1])
+    raise ConfigError(f"the server on {default_host} reports no bound address")
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    app: web.Application,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+    reuse_port: bool = False,
+    what: str = "HTTP",
+) -> AsyncIterator[Bound]:
+    """``async with serving(app, host, port) as bound:`` — an :class:`HttpServer` for
+    the block."""
+    server = HttpServer(app, host, port, ssl_context=ssl_context, reuse_port=reuse_port, what=what)
+    bound = await server.start()
+    try:
+        yield bound
+    finally:
+        await server.stop()
+
+
+async def until_signalled(
+    signals: Iterable[signal.Signals] = (signal.SIGINT, signal.SIGTERM),
+) -> None:
+    """Wait for one of ``signals`` (default SIGINT, SIGTERM); the handlers are removed
+    when it returns or is cancelled."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    chosen = tuple(signals)
+    for signum in chosen:
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for signum in chosen:
+            loop.remove_signal_handler(signum)
+
+
+__all__ = ["SHUTDOWN_GRACE_S", "Bound", "HttpServer", "base_url", "serving", "until_signalled"]
