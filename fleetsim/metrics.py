@@ -5,12 +5,12 @@ Every rate is over the arrival window (``RunResult.window_s``), counting the req
 that arrived in it wherever they finished. TTFT percentiles are over every request that
 was not refused: one that never got a first token (client timeout, regional queue TTL,
 GPU crash, cut off at the horizon) counts as infinitely late, so a policy cannot look
-fast by timing its slow requests out — a percentile that lands on one prints as
-"timeout". GPU busy is the fraction of the window a GPU had at least one request in
-prefill or decode — with a memory-bound decode, a GPU holding one request is as "busy"
-as one holding fifty, so spreading policies look busy at any load; *capacity used* is
-the utilisation that matters: tokens served per second ÷ the fleet's saturated token
-rate. Cross-region: served outside the region nearest the client.
+fast by timing its slow requests out — a percentile (nearest rank, :mod:`gtm.stats`)
+that lands on one prints as "timeout". GPU busy is the fraction of the window a GPU had
+at least one request in prefill or decode — with a memory-bound decode, a GPU holding
+one request is as "busy" as one holding fifty, so spreading policies look busy at any
+load; *capacity used* is the utilisation that matters: tokens served per second ÷ the
+fleet's saturated token rate. Cross-region: served outside the region nearest the client.
 Fairness: Jain's index over the tenants of the share of each tenant's demand, in VTC
 service units (input + 2 × output tokens), that was served within the SLO.
 """
@@ -23,6 +23,7 @@ import numpy as np
 
 from fleetsim.simulator import RunResult, Status
 from fleetsim.workload import SimRequest
+from gtm.stats import percentile_of_sorted
 from regional_lb.fairqueue import OUTPUT_WEIGHT as VTC_OUTPUT_WEIGHT
 
 #: SLO of the goodput figure (issue 10): TTFT ≤ 2 s and TPOT ≤ 100 ms.
@@ -100,9 +101,8 @@ def summarise(
     cross_gb = float(((ins + outs)[cross]).sum()) * BYTES_PER_TOKEN / 1e9
     gpu_h = sum(GPU_PRICE_PER_H.get(t, 2.0) for t in result.gpu_types) * span / 3600.0
 
-    def pct(a: np.ndarray, q: float) -> float:
-        # "higher": a percentile is a value some request really saw (inf included).
-        return float(np.percentile(a, q, method="higher")) if len(a) else float("nan")
+    # Sorted once per figure: numpy sorts, gtm.stats reads the rank (inf included).
+    ttft_sorted, tpot_sorted, e2e_sorted = (np.sort(a).tolist() for a in (ttft_all, tpot, e2e))
 
     return Summary(
         policy=result.policy,
@@ -111,12 +111,12 @@ def summarise(
         refused=int((o.status == Status.REFUSED).sum()),
         timed_out=int((o.status == Status.TIMED_OUT).sum()),
         failed=int((o.status == Status.FAILED).sum()),
-        ttft_p50=pct(ttft_all, 50),
-        ttft_p90=pct(ttft_all, 90),
-        ttft_p99=pct(ttft_all, 99),
-        tpot_p50=pct(tpot, 50),
-        e2e_p50=pct(e2e, 50),
-        e2e_p99=pct(e2e, 99),
+        ttft_p50=percentile_of_sorted(ttft_sorted, 0.50),
+        ttft_p90=percentile_of_sorted(ttft_sorted, 0.90),
+        ttft_p99=percentile_of_sorted(ttft_sorted, 0.99),
+        tpot_p50=percentile_of_sorted(tpot_sorted, 0.50),
+        e2e_p50=percentile_of_sorted(e2e_sorted, 0.50),
+        e2e_p99=percentile_of_sorted(e2e_sorted, 0.99),
         goodput_rps=float(good.sum()) / span,
         slo_fraction=float(good.sum()) / max(1, len(requests)),
         output_tps=float(outs[ok].sum()) / span,

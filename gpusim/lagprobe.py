@@ -12,11 +12,12 @@ every sample goes to the ``gtm_gpusim_event_loop_lag_seconds`` histogram.
 from __future__ import annotations
 
 import asyncio
-import math
 from collections import deque
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Histogram
+
+from gtm.stats import percentile_of_sorted
 
 #: Probe period (s). The probe samples the loop's lateness at a steady rate, so its
 #: percentiles estimate the share of time the loop is late whatever the period; a
@@ -47,14 +48,6 @@ class LagStats:
             "p99_ms": round(self.p99_s * 1e3, 3),
             "max_ms": round(self.max_s * 1e3, 3),
         }
-
-
-def percentile(sorted_values: list[float], fraction: float) -> float:
-    """Nearest-rank percentile of an ascending list (0 for an empty list)."""
-    if not sorted_values:
-        return 0.0
-    rank = max(1, math.ceil(fraction * len(sorted_values)))
-    return sorted_values[rank - 1]
 
 
 class LagProbe:
@@ -95,8 +88,8 @@ class LagProbe:
         values = sorted(self._samples)
         return LagStats(
             samples=len(values),
-            p50_s=percentile(values, 0.50),
-            p99_s=percentile(values, 0.99),
+            p50_s=percentile_of_sorted(values, 0.50) if values else 0.0,
+            p99_s=percentile_of_sorted(values, 0.99) if values else 0.0,
             max_s=values[-1] if values else 0.0,
         )
 
