@@ -145,6 +145,7 @@ from gtm.gpu_profiles import get_profile  # noqa: E402
 from gtm.metrics import new_registry  # noqa: E402
 from gtm.net import free_port  # noqa: E402
 from gtm.policy_store import ActivePolicy, activate  # noqa: E402
+from gtm.stats import percentile  # noqa: E402
 from gtm.tasks import TaskSupervisor  # noqa: E402
 from gtm.topology import GpuGroup, RegionSpec, Topology, ZoneSpec, resolve  # noqa: E402
 from gtmctl.load import LoadConfig, PromptMaker  # noqa: E402
@@ -227,15 +228,6 @@ class Served:
     overhead_s: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
 
 
-def nearest_rank(values: np.ndarray, q: float) -> float:
-    """Nearest-rank percentile, as ``gtm load`` reports it."""
-    if not len(values):
-        return float("nan")
-    ordered = np.sort(values)
-    rank = max(1, math.ceil(q / 100.0 * len(ordered)))
-    return float(ordered[min(rank, len(ordered)) - 1])
-
-
 def figures(served: Served, window_s: float, runs: int = 1) -> Figures:
     """The compared figures; throughput = successes that ended inside the window, /s
     (``runs``: ``served`` pools that many runs of the window, :func:`pooled`)."""
@@ -243,10 +235,10 @@ def figures(served: Served, window_s: float, runs: int = 1) -> Figures:
     ttft, e2e = served.ttft_s[ok], served.e2e_s[ok]
     in_window = int(np.sum(served.sent_s[ok] + e2e <= window_s))
     return Figures(
-        ttft_p50=nearest_rank(ttft, 50),
-        ttft_p99=nearest_rank(ttft, 99),
-        e2e_p50=nearest_rank(e2e, 50),
-        e2e_p99=nearest_rank(e2e, 99),
+        ttft_p50=percentile(ttft, 0.50),
+        ttft_p99=percentile(ttft, 0.99),
+        e2e_p50=percentile(e2e, 0.50),
+        e2e_p99=percentile(e2e, 0.99),
         success=float(ok.mean()) if len(ok) else 0.0,
         throughput=in_window / (window_s * runs),
     )
@@ -952,19 +944,19 @@ def per_request(
     ):
         if mask.any():
             r = sim.ttft_s[mask] / live_run.served.ttft_s[mask]
-            by_region.append(f"{label} ({int(mask.sum())}) p50 {np.percentile(r, 50):.2f}")
+            by_region.append(f"{label} ({int(mask.sum())}) p50 {percentile(r, 0.5):.2f}")
     return [
         "sim TTFT ÷ live TTFT by where they ran: "
         + ", ".join(by_region)
         + f"; prompt tokens the live GPU counted ÷ replayed: p50 "
-        f"{np.percentile(sizes, 50) if sizes else math.nan:.3f}, p90 "
-        f"{np.percentile(sizes, 90) if sizes else math.nan:.3f}",
+        f"{percentile(sizes, 0.5):.3f}, p90 "
+        f"{percentile(sizes, 0.9):.3f}",
         f"spilled to the other region: live {spilled:.0%} of successes, simulated "
         f"{sim.spilled / max(1, int(sim.ok.sum())):.0%}; served in the client's nearest "
         f"region: live {near(live_run.served.region):.0%}, simulated {near(sim.region):.0%}",
         f"per request (both ok, {int(both.sum())}): sim TTFT ÷ live TTFT p10 "
-        f"{np.percentile(ratio, 10):.2f}, p50 {np.percentile(ratio, 50):.2f}, p90 "
-        f"{np.percentile(ratio, 90):.2f}; same region {same_region:.0%}; prefix-cache "
+        f"{percentile(ratio, 0.1):.2f}, p50 {percentile(ratio, 0.5):.2f}, p90 "
+        f"{percentile(ratio, 0.9):.2f}; same region {same_region:.0%}; prefix-cache "
         f"hit share of prompt tokens: live {cached:.1%}, "
         f"simulated {sim.cached_share:.1%}",
         "GPU types that served them: live "
