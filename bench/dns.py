@@ -69,7 +69,7 @@ import dns.message  # noqa: E402
 import dns.query  # noqa: E402
 import yaml  # noqa: E402
 
-from gtm.up.processes import free_port  # noqa: E402
+from gtm.net import free_port  # noqa: E402
 
 ZONE = "inference.example."
 SUBNETS = 10_000
@@ -211,7 +211,7 @@ def start_gtm(work: Path, port: int, workers: int) -> subprocess.Popen[bytes]:
     topology = work / "topology.yaml"
     topology.write_text(yaml.safe_dump({"regions": records}))
     command = [
-        sys.executable, "-m", "gtm.cli", "--log-level", "error", "global",
+        sys.executable, "-m", "gtmctl", "--log-level", "error", "global",
         "--dns-listen", f"127.0.0.1:{port}", "--http-listen", "off", "--rrl-rate", "0",
         "--topology", str(topology), "--dns-workers", str(workers),
     ]  # fmt: skip

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -29,6 +28,7 @@ from dataclasses import dataclass
 
 from chaos.proxy.client import ToxiproxyClient
 from chaos.proxy.errors import ToxiproxyNotFound
+from gtm.stats import percentile_of_sorted
 
 BLOCK = 64 * 1024
 PING = b"p" * 64
@@ -127,8 +127,7 @@ async def latency(address: str, connections: int, count: int) -> tuple[float, fl
     """(p50, p99) round-trip time in µs over ``connections`` concurrent ping-pongers."""
     runs = await asyncio.gather(*(pings(address, count) for _ in range(connections)))
     samples = sorted(rtt for run in runs for rtt in run)
-    cuts = statistics.quantiles(samples, n=100, method="inclusive")
-    return cuts[49] * 1e6, cuts[98] * 1e6
+    return percentile_of_sorted(samples, 0.5) * 1e6, percentile_of_sorted(samples, 0.99) * 1e6
 
 
 # ---------------------------------------------------------------------- proxies
@@ -136,7 +135,7 @@ async def start_our_proxy() -> tuple[asyncio.subprocess.Process, str]:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "gtm.cli",
+        "gtmctl",
         "--log-level",
         "warning",
         "chaos",

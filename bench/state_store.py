@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -29,10 +28,11 @@ from pathlib import Path
 from gtm.clock import SystemClock
 from gtm.metrics import new_registry
 from gtm.state.etcd import EtcdStore
+from gtm.state.etcd_server import EtcdServer
 from gtm.state.memory import MemoryStore
 from gtm.state.store import StateStore
 from gtm.state.url import Endpoint
-from gtm.testing.etcd import EtcdServer
+from gtm.stats import percentile
 
 VALUE = bytes(range(256))
 KEYS = 100
@@ -48,7 +48,7 @@ class Figure:
     elapsed: float  # wall time of the whole run of this operation, seconds
 
     def percentile_us(self, p: int) -> float:
-        return 1e6 * statistics.quantiles(self.latencies, n=100, method="inclusive")[p - 1]
+        return 1e6 * percentile(self.latencies, p / 100)
 
     @property
     def ops_per_s(self) -> float:

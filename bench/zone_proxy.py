@@ -50,15 +50,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # Run as a script, bench/ comes first on sys.path and bench/dns.py would shadow dnspython
-# (which gtm.up.processes imports): drop it.
+# (which gtmctl.up.processes imports): drop it.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
 import aiohttp  # noqa: E402
 
 from gtm.gpu_profiles import LLAMA_8B  # noqa: E402
+from gtm.net import free_port  # noqa: E402
+from gtm.stats import percentile  # noqa: E402
 from gtm.testing.processes import STARTUP_TIMEOUT_S, start_listening  # noqa: E402
 from gtm.testing.processes import GtmProcess as Process  # noqa: E402
-from gtm.up.processes import free_port  # noqa: E402
 
 WORKERS = 4
 BODY = {
@@ -204,11 +205,6 @@ async def throughput(
     return done / (time.perf_counter() - start), done
 
 
-def quantile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def ms(seconds: float) -> str:
     return f"{seconds * 1e3:.3f}"
 
@@ -264,7 +260,7 @@ async def measure_round(
     p50, p99 = {}, {}
     for name in names:
         lat = await latencies(http, targets[name], count)
-        p50[name], p99[name] = statistics.median(lat), quantile(lat, 0.99)
+        p50[name], p99[name] = percentile(lat, 0.5), percentile(lat, 0.99)
     done = dict.fromkeys(names, 0)
     cpu_s = dict.fromkeys(names, 0.0)
     per_slice: dict[str, list[float]] = {name: [] for name in names}

@@ -13,7 +13,7 @@ reads; an attached one takes ``admin_token`` or ``admin_token_file``, else the l
 operator token ``gtm up`` keeps in :func:`gtm.admin_auth.default_admin_dir`.
 
 Everything the handle knows comes from ``gtm up``'s control API
-(:mod:`gtm.up.control`): :meth:`Deployment.refresh` re-reads it (pids change when the
+(:mod:`gtmctl.up.control`): :meth:`Deployment.refresh` re-reads it (pids change when the
 supervisor restarts a child). Launching waits for ``ready`` in that document — set only
 after gtm up's own readiness check passed (every zone, region, DNS name and the front
 door answer) — and fails fast, with the tail of gtm up's log, if gtm up exits first.
@@ -45,9 +45,10 @@ from gtm.clock import SystemClock
 from gtm.errors import GtmError
 from gtm.metrics import new_registry
 from gtm.models import Frozen
+from gtm.net import free_port
 from gtm.state.store import StateStore
 from gtm.state.url import open_store
-from gtm.up.control import (
+from gtmctl.up.control import (
     ChildInfo,
     DeploymentDocument,
     EtcdMemberInfo,
@@ -57,7 +58,6 @@ from gtm.up.control import (
     RegionInfo,
     ZoneInfo,
 )
-from gtm.up.processes import free_port
 
 #: Bounds for a loaded 2-core machine.
 DEFAULT_READY_TIMEOUT_S = 90.0
@@ -335,7 +335,7 @@ class Deployment:
 
     async def etcd_leader(self) -> str:
         """The name of the etcd member that is leader now (asks the members)."""
-        from gtm.testing.etcd_cluster import find_leader
+        from gtm.state.etcd_cluster import find_leader
 
         self._need_etcd()
         members = {m.name: m.client_url for m in self.document.etcd}
@@ -386,7 +386,7 @@ class Deployment:
     # ------------------------------------------------------------------ launching
 
     def _command(self, spec: LaunchSpec, status_port: int, admin_dir: Path) -> list[str]:
-        command = [sys.executable, "-m", "gtm.cli", "up", "--processes"]
+        command = [sys.executable, "-m", "gtmctl", "up", "--processes"]
         if spec.topology is not None:
             command += ["--topology", str(spec.topology)]
         for policy in spec.policies:

@@ -24,7 +24,7 @@ from pydantic import Field
 
 from chaos.journal import DnsRecord, FaultAction, Journal, Phase, RequestRecord
 from gtm.models import Frozen, Identifier
-from gtm.up.load import percentile
+from gtm.stats import percentile
 
 
 class Window(StrEnum):
@@ -169,10 +169,9 @@ class TtftP99(_Probe):
         if found is None:
             return _not_reached(label, tolerance, self.window)
         ttfts = [r.ttft_s for r in found if r.ok and r.ttft_s is not None]
-        p99 = percentile(ttfts, 99)
-        if p99 is None:
+        if not ttfts:
             return Measurement(label, None, tolerance, False, 0, "no successful requests")
-        value = 1000.0 * p99
+        value = 1000.0 * percentile(ttfts, 0.99)
         return Measurement(label, value, tolerance, value <= self.max_ms, len(ttfts))
 
 

@@ -10,6 +10,7 @@ value, tolerance and PASS/FAIL; requests lost and retried; residency violations.
 from __future__ import annotations
 
 import json
+import math
 import platform
 import subprocess
 from collections import Counter, defaultdict
@@ -22,8 +23,8 @@ from chaos.probes import Measurement, ResidencyViolations, request_counts
 from chaos.scenario import Scenario
 from gtm._version import __version__
 from gtm.errors import GtmError
-from gtm.testing.etcd import find_etcd_binary
-from gtm.up.load import percentile
+from gtm.state.etcd_server import find_etcd_binary
+from gtm.stats import percentile
 
 #: Width of the timeline plot's buckets, s.
 BUCKET_S = 1.0
@@ -99,8 +100,8 @@ def _timeline(journal: Journal) -> list[str]:
     return [f"| {journal.utc(at)} | {at:7.2f} | {text} |" for at, text in rows]
 
 
-def _fmt_ms(value: float | None) -> str:
-    return "–" if value is None else f"{1000 * value:.0f} ms"
+def _fmt_ms(value: float) -> str:
+    return "–" if math.isnan(value) else f"{1000 * value:.0f} ms"
 
 
 def render_summary(
@@ -159,7 +160,7 @@ def render_summary(
         f"- {total} requests, {len(ok)} succeeded, **{lost} lost** (failed after every "
         f"attempt), {retried} retried ({attempts - total} extra attempts, retry ratio "
         f"{(attempts - total) / total if total else 0:.3f})",
-        f"- TTFT p50 {_fmt_ms(percentile(ttfts, 50))}, p99 {_fmt_ms(percentile(ttfts, 99))}",
+        f"- TTFT p50 {_fmt_ms(percentile(ttfts, 0.5))}, p99 {_fmt_ms(percentile(ttfts, 0.99))}",
         "- Served by region: "
         + (", ".join(f"{r} {n}" for r, n in regions.most_common()) or "none"),
         "- Failures: " + (", ".join(f"{k} ×{n}" for k, n in failures.most_common()) or "none"),
@@ -232,9 +233,8 @@ def series(journal: Journal, bucket_s: float = BUCKET_S) -> Series:
         records = [journal.requests[i] for i in members]
         success.append(sum(r.ok for r in records) / len(records) if records else None)
         ttfts = [r.ttft_s for r in records if r.ok and r.ttft_s is not None]
-        q50, q99 = percentile(ttfts, 50), percentile(ttfts, 99)
-        p50.append(None if q50 is None else 1000 * q50)
-        p99.append(None if q99 is None else 1000 * q99)
+        p50.append(1000 * percentile(ttfts, 0.5) if ttfts else None)
+        p99.append(1000 * percentile(ttfts, 0.99) if ttfts else None)
         for r in records:
             if r.ok and r.region:
                 per_region[r.region][b] += 1.0 / bucket_s

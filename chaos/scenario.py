@@ -37,7 +37,7 @@ from chaos.probes import FailoverTime, Probe
 from chaos.traffic import DnsSpec, LoadSpec, Multiplier
 from gtm.errors import ConfigError
 from gtm.models import Frozen
-from gtm.up.control import LinkKind
+from gtmctl.up.control import LinkKind
 
 #: A scenario file larger than this is refused before parsing (policies' own limit
 #: reasoning: YAML bombs and mistakes, not legitimate files, get this large).

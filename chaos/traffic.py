@@ -1,7 +1,7 @@
 """The load of a game day: ``gtm load``'s trace replay through the front door, in several
 tenant streams, with rate multipliers over time and client retries, plus a DNS poller.
 
-Requests are built and sent by :mod:`gtm.up.load` (its prompts, its client sampler, its
+Requests are built and sent by :mod:`gtmctl.load` (its prompts, its client sampler, its
 ``send_one``); what this module adds is what a chaos run needs to judge failover:
 
 * **when** each request was sent and finished (on the run's clock), so a probe can ask
@@ -35,7 +35,7 @@ from fleetsim.traces import Trace, TraceKind, TraceRequest
 from gtm.clock import Clock
 from gtm.models import Frozen
 from gtm.tasks import TaskSupervisor
-from gtm.up.load import ClientsFrom, LoadConfig, LoadRun, Outcome, send_one
+from gtmctl.load import ClientsFrom, LoadConfig, LoadRun, Outcome, send_one
 
 
 class Stream(Frozen):

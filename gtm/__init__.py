@@ -2,8 +2,9 @@
 
 This package is the shared core: typed records (:mod:`gtm.models`), the routing
 framework (:mod:`gtm.routing`), the state store (:mod:`gtm.state`), the clock, metrics
-helpers and the exception tree. It imports no tier; :mod:`gtm.cli` is the one
-composition root that wires tiers together.
+helpers and the exception tree. It imports nothing of ours but :mod:`policies`: no
+tier, no worker, no simulator. The composition root that wires them together is the
+package above them all, :mod:`gtmctl` (the ``gtm`` command).
 """
 
 from gtm._version import __version__

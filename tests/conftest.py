@@ -13,7 +13,7 @@ import pytest
 
 from gtm.clock import FakeClock
 from gtm.errors import GtmError
-from gtm.testing.etcd import EtcdServer
+from gtm.state.etcd_server import EtcdServer
 
 
 def _start_etcd(data_dir: Path) -> EtcdServer:

@@ -32,7 +32,7 @@ from chaos.faults.base import FaultError, Injected, SpecBase
 from chaos.proxy.client import ToxiproxyClient
 from chaos.proxy.errors import ToxiproxyError
 from global_lb.health import HealthCheckConfig
-from gtm.up.control import LinkInfo, LinkKind
+from gtmctl.up.control import LinkInfo, LinkKind
 
 #: The global LB's default health-probe timeout, ms.
 PROBE_TIMEOUT_MS = round(HealthCheckConfig().timeout * 1000)

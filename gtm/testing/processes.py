@@ -43,12 +43,12 @@ class GtmProcess:
 async def start_listening(
     args: Sequence[str], *, timeout_s: float = STARTUP_TIMEOUT_S
 ) -> GtmProcess:
-    """Run ``python -m gtm.cli --log-level warning ARGS`` and wait for its first stdout
+    """Run ``python -m gtmctl --log-level warning ARGS`` and wait for its first stdout
     line, which must say ``listening on URL``."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "gtm.cli",
+        "gtmctl",
         "--log-level",
         "warning",
         *args,

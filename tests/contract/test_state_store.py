@@ -21,11 +21,11 @@ from gtm.clock import FakeClock
 from gtm.errors import CompactedError, LeaseNotFound, StateError, StateUnavailable
 from gtm.metrics import new_registry
 from gtm.state.etcd import EtcdStore
+from gtm.state.etcd_server import EtcdServer
 from gtm.state.memory import LEASE_EXPIRY_INTERVAL, MemoryStore
 from gtm.state.store import EventType, Lease, StateStore, WatchBatch, WatchEvent
 from gtm.state.url import Endpoint
 from gtm.tasks import TaskSupervisor
-from gtm.testing.etcd import EtcdServer
 
 #: Upper bound on waiting for a watch event. Events arrive in milliseconds; an etcd
 #: lease expiry takes ~1.5 s (1 s TTL + etcd's 500 ms expiry check).

@@ -15,7 +15,7 @@ from tests.integration.chaos.conftest import WAIT, Upstream
 
 pytestmark = pytest.mark.integration
 
-PROXY_COMMAND = [sys.executable, "-m", "gtm.cli", "chaos", "proxy", "--port", "0", "--seed", "1"]
+PROXY_COMMAND = [sys.executable, "-m", "gtmctl", "chaos", "proxy", "--port", "0", "--seed", "1"]
 
 
 async def start(*extra: str) -> asyncio.subprocess.Process:

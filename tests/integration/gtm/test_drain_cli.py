@@ -7,13 +7,13 @@ import asyncio
 import pytest
 from click.testing import CliRunner
 
-from gtm.cli import cli
 from gtm.clock import SystemClock
 from gtm.metrics import new_registry
 from gtm.models import Drain, DrainTarget
 from gtm.state import codec, keys
+from gtm.state.etcd_server import EtcdServer
 from gtm.state.url import open_store
-from gtm.testing.etcd import EtcdServer
+from gtmctl.cli import cli
 
 pytestmark = [pytest.mark.etcd, pytest.mark.integration]
 

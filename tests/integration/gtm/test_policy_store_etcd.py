@@ -11,10 +11,10 @@ import pytest
 from gtm.clock import SystemClock
 from gtm.metrics import new_registry
 from gtm.policy_store import PolicyApplyConflict, PolicyWatcher, apply, load_from_store
+from gtm.state.etcd_server import EtcdServer
 from gtm.state.store import StateStore
 from gtm.state.url import open_store
 from gtm.tasks import TaskSupervisor
-from gtm.testing.etcd import EtcdServer
 from policies.loader import examples_path, load_paths
 from policies.policyset import PolicySet
 from policies.residency import ResidencyQuery

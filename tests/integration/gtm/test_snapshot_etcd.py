@@ -18,11 +18,11 @@ from gtm.clock import FakeClock
 from gtm.metrics import new_registry
 from gtm.models import GeoPoint, GpuWorker, Region
 from gtm.state import codec, keys
+from gtm.state.etcd_server import EtcdServer
 from gtm.state.snapshot import SnapshotWatcher
 from gtm.state.store import StateStore
 from gtm.state.url import open_store
 from gtm.tasks import Backoff, TaskSupervisor
-from gtm.testing.etcd import EtcdServer
 
 pytestmark = [pytest.mark.etcd, pytest.mark.integration]
 

@@ -20,7 +20,7 @@ async def test_gtm_regional_serves_and_stops_on_sigint() -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "gtm.cli",
+        "gtmctl",
         "regional",
         "--region",
         "eu-west",

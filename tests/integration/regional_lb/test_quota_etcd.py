@@ -23,9 +23,9 @@ import pytest
 from gtm.clock import FakeClock, SystemClock
 from gtm.errors import StateUnavailable
 from gtm.metrics import new_registry
+from gtm.state.etcd_server import EtcdServer
 from gtm.state.store import StateStore
 from gtm.state.url import open_store
-from gtm.testing.etcd import EtcdServer
 from regional_lb.leases import CapacityLeases, LeaseSettings
 from regional_lb.quota import Cost, Grant, Pool, QuotaLimiter, Ticket
 from tests.unit.regional_lb.helpers import quotas

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gtm.testing.pki import CertificateAuthority
+from gtm.pki import CertificateAuthority
 from gtm.tls import TlsConfig
 
 

@@ -14,13 +14,13 @@ from click.testing import CliRunner
 
 from chaos.proxy.server import FaultProxyServer
 from chaos.proxy.service import FaultProxyService
-from fleetsim.cli import gpu_sim
-from fleetsim.server import GpuSimConfig, GpuSimServer
+from gpusim.cli import gpu_sim
+from gpusim.server import GpuSimConfig, GpuSimServer
 from gtm.admin_auth import AdminGuard, Role, TokenFile
-from gtm.cli import cli
 from gtm.clock import SystemClock
 from gtm.gpu_profiles import LLAMA_8B
 from gtm.metrics import new_registry
+from gtmctl.cli import cli
 from policies.audit import verify
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]

@@ -16,10 +16,10 @@ import pytest
 from gtm.clock import SystemClock
 from gtm.errors import GtmError, StateAccessDenied, StateError, StateUnavailable
 from gtm.metrics import new_registry
+from gtm.pki import CertificateAuthority
+from gtm.state.etcd_server import EtcdServer, EtcdServerTls
 from gtm.state.store import StateStore
 from gtm.state.url import EtcdTls, open_store
-from gtm.testing.etcd import EtcdServer, EtcdServerTls
-from gtm.testing.pki import CertificateAuthority
 
 pytestmark = [pytest.mark.integration, pytest.mark.etcd]
 

@@ -13,8 +13,7 @@ import aiohttp
 import pytest
 from click.testing import CliRunner
 
-from fleetsim.server import GpuSimConfig, GpuSimServer
-from gtm.cli import cli
+from gpusim.server import GpuSimConfig, GpuSimServer
 from gtm.clock import SystemClock
 from gtm.gpu_profiles import LLAMA_8B
 from gtm.metrics import new_registry
@@ -26,6 +25,7 @@ from gtm.tls import (
     client_session_options,
     connector_ssl,
 )
+from gtmctl.cli import cli
 from tests.integration.security.conftest import Pki
 from zone_agent.app import ZoneAgent
 from zone_agent.config import ZoneConfig, parse_worker

@@ -13,7 +13,7 @@ import pytest
 
 from gtm.clock import SystemClock
 from gtm.metrics import new_registry
-from gtm.testing.pki import CertificateAuthority
+from gtm.pki import CertificateAuthority
 from gtm.tls import TlsConfig, TlsMaterial, client_session_options, connector_ssl
 from tests.integration.up.helpers import Up, running_up
 

@@ -9,7 +9,7 @@ import sys
 import aiohttp
 import pytest
 
-from fleetsim.server import GpuSimServer
+from gpusim.server import GpuSimServer
 from gtm.gpu_profiles import LLAMA_8B
 from gtm.metrics import new_registry
 
@@ -26,7 +26,7 @@ async def test_gtm_zone_serves_and_stops_on_sigint() -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "gtm.cli",
+        "gtmctl",
         "zone",
         "--zone",
         "zone-a",

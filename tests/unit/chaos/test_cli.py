@@ -2,7 +2,7 @@ import pytest
 from click.testing import CliRunner
 
 from chaos.cli import chaos, is_loopback
-from gtm.cli import cli
+from gtmctl.cli import cli
 
 
 @pytest.mark.parametrize(

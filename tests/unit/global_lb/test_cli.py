@@ -5,7 +5,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from gtm.cli import cli
+from gtmctl.cli import cli
 from tests.unit.global_lb.helpers import maxmind_test_db
 
 

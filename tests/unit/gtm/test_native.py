@@ -37,7 +37,7 @@ def test_a_kernel_whose_source_is_newer_than_its_extension_is_stale() -> None:
 def test_version_lists_every_kernel() -> None:
     from click.testing import CliRunner
 
-    from gtm.cli import cli
+    from gtmctl.cli import cli
 
     result = CliRunner().invoke(cli, ["--version"])
     assert result.exit_code == 0

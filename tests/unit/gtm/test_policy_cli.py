@@ -8,10 +8,10 @@ import pytest
 from click.testing import CliRunner
 
 from gtm import policy_cli
-from gtm.cli import cli
 from gtm.clock import FakeClock
 from gtm.policy_store import load_from_store
 from gtm.state.memory import MemoryStore
+from gtmctl.cli import cli
 from policies.loader import examples_path
 
 

@@ -12,7 +12,7 @@ import pytest
 from gtm.clock import FakeClock
 from gtm.errors import ConfigError
 from gtm.metrics import new_registry
-from gtm.testing.pki import CertificateAuthority, ensure_local_pki
+from gtm.pki import CertificateAuthority, ensure_local_pki
 from gtm.tls import (
     EXPIRY_WARNING_DAYS,
     PeerIdentityError,

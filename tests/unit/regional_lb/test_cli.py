@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from gtm.cli import cli
+from gtmctl.cli import cli
 from regional_lb.cli import _zone_urls
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from gtm.cli import cli
+from gtmctl.cli import cli
 
 
 @pytest.mark.parametrize(

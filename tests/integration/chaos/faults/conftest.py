@@ -15,7 +15,7 @@ import yaml
 
 from chaos.deployment import Deployment, LaunchSpec
 from gtm.topology import GpuGroup, RegionSpec, Topology, ZoneSpec
-from gtm.up.control import LinkKind
+from gtmctl.up.control import LinkKind
 
 CHAT = "meta-llama/Llama-3.1-8B-Instruct"
 #: Bound on waiting for an effect (a restart, a registration, a DNS change).

@@ -47,7 +47,7 @@ pytestmark = [
 ]
 
 #: A held-down child must stay down at least this long: several restart backoffs
-#: (gtm.up.processes.RESTART_BACKOFF starts at 0.5 s).
+#: (gtmctl.up.processes.RESTART_BACKOFF starts at 0.5 s).
 HELD_FOR_S = 1.5
 
 

@@ -9,10 +9,10 @@ import uuid
 
 from click.testing import CliRunner
 
-from gtm.cli import cli
 from gtm.state.etcd import EtcdStore
+from gtm.state.etcd_server import EtcdServer
 from gtm.state.url import Endpoint
-from gtm.testing.etcd import EtcdServer
+from gtmctl.cli import cli
 
 
 def _seed(server: EtcdServer, items: dict[str, bytes]) -> list[int]:

@@ -14,9 +14,9 @@ import pytest
 from gtm.errors import StateUnavailable
 from gtm.metrics import new_registry
 from gtm.state.etcd import EtcdStore
+from gtm.state.etcd_server import EtcdServer
 from gtm.state.store import EventType
 from gtm.state.url import Endpoint
-from gtm.testing.etcd import EtcdServer
 
 TIMEOUT = 0.25  # the store's per-call deadline in these tests
 EVENT_TIMEOUT = 10.0

@@ -7,9 +7,9 @@ import pytest
 from click.testing import CliRunner
 from pydantic import ValidationError
 
-from gtm.up.cli import up
-from gtm.up.config import UpConfig
-from gtm.up.control import LinkKind, link_name
+from gtmctl.up.cli import up
+from gtmctl.up.config import UpConfig
+from gtmctl.up.control import LinkKind, link_name
 
 
 def test_link_names_are_url_safe_and_readable() -> None:

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from chaos.cli import EXIT_BAD_SCENARIO
 from chaos.scenario import ScenarioError, load_scenario
-from gtm.cli import cli
+from gtmctl.cli import cli
 
 SCENARIOS = Path(__file__).resolve().parents[4] / "chaos" / "scenarios"
 

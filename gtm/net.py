@@ -1,0 +1,41 @@
+"""Ports for listeners that are picked before they are bound.
+
+``gtm up`` and the chaos runner choose a listener's port, hand it to a child process on
+its command line, and the child binds it a moment later. The port must still be free
+then, so it is taken from a range nobody else binds by accident (see ``PICK_RANGE``).
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+
+from gtm.errors import ConfigError
+
+#: Ports chosen ahead of binding come from below Linux's default ephemeral range
+#: (32768–60999, ``net.ipv4.ip_local_port_range``) and below the zone ports tests and
+#: chaos runs place at 20000–30000: a port picked now and bound a moment later must not
+#: be taken meanwhile by a child binding port 0 (this once failed a CI run).
+PICK_RANGE = (10_000, 20_000)
+
+
+def free_port(host: str) -> int:
+    """A port free for both TCP and UDP on ``host`` now (a DNS server needs both)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randrange(*PICK_RANGE)
+        if bindable(family, host, port):
+            return port
+    raise ConfigError(f"no free port on {host} in {PICK_RANGE[0]}-{PICK_RANGE[1] - 1}")
+
+
+def bindable(family: socket.AddressFamily, host: str, port: int) -> bool:
+    """Whether ``port`` on ``host`` can be bound now for both TCP and UDP."""
+    for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+        with socket.socket(family, kind) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                return False
+    return True

@@ -1,0 +1,140 @@
+"""``gtm up``'s options (ARCHITECTURE §9), validated once at start-up."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from gtm.errors import ConfigError
+from gtm.models import Frozen
+from gtm.state.url import StoreKind, parse_state_url
+from gtmctl.up.control import LinkKind
+
+#: ARCHITECTURE §9 defaults: DNS on 5353 (UDP and TCP; 53 needs privileges), the front
+#: door on 8080.
+DEFAULT_DNS_LISTEN = "127.0.0.1:5353"
+DEFAULT_HTTP_LISTEN = "127.0.0.1:8080"
+
+#: How long ``gtm up`` waits for every region to answer before giving up, s. The
+#: acceptance bound for ``make up`` on a 2-core machine is 60 s; a slower machine gets
+#: the same, and a clear error naming what is not ready.
+DEFAULT_READY_TIMEOUT_S = 90.0
+
+
+class Mode(StrEnum):
+    IN_PROCESS = "in-process"
+    PROCESSES = "processes"
+
+
+@dataclass(frozen=True, slots=True)
+class HostPort:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self}"
+
+
+def parse_listen(value: str, what: str) -> HostPort:
+    """``HOST:PORT`` (IPv6 in brackets); ConfigError naming ``what`` when malformed."""
+    host, sep, port = value.strip().rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"{what}: {value!r} is not HOST:PORT (e.g. 127.0.0.1:8080)")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        raise ConfigError(f"{what}: {host!r} is not an IP address") from None
+    return HostPort(host, int(port))
+
+
+class UpConfig(Frozen):
+    """Everything ``gtm up`` is configured with."""
+
+    topology: str | None = None  # None: the shipped example
+    policies: tuple[str, ...] = ()  # empty: the examples shipped with gtm
+    state: str = "memory"
+    dns_listen: str = DEFAULT_DNS_LISTEN
+    http_listen: str = DEFAULT_HTTP_LISTEN
+    #: Where the status page listens when the front door cannot serve it (--processes).
+    status_listen: str | None = None
+    geoip_db: str | None = None
+    speedup: float = Field(default=1.0, gt=0.0, le=1000.0, allow_inf_nan=False)
+    processes: bool = False
+    #: Scrape interval of the zone agents, s (their default, 250 ms, as issue 5 asks).
+    scrape_interval_s: float = Field(default=0.25, gt=0.0, le=60.0)
+    ready_timeout_s: float = Field(default=DEFAULT_READY_TIMEOUT_S, gt=0.0)
+    #: Keep logs and the audit trail here (default: a temporary directory, removed).
+    run_dir: str | None = None
+    #: Members of the private etcd (--processes without --state etcd://…): 1, or 3 so
+    #: that a leader can be lost without losing the store.
+    etcd_members: Literal[1, 3] = 1
+    #: Inter-tier connections routed through fault-proxy links (--processes only).
+    chaos_links: tuple[LinkKind, ...] = ()
+    #: Mutual TLS between every tier (gtmctl/up/tls.py); certificates in ``tls_dir``
+    #: (default: ~/.local/state/gtm/tls), made on first run and reused.
+    tls: bool = False
+    tls_dir: str | None = None
+
+    @field_validator("state")
+    @classmethod
+    def _state(cls, value: str) -> str:
+        return str(parse_state_url(value))
+
+    @field_validator("dns_listen", "http_listen", "status_listen")
+    @classmethod
+    def _listen(cls, value: str | None) -> str | None:
+        return None if value is None else str(parse_listen(value, "listen address"))
+
+    @model_validator(mode="after")
+    def _processes_only(self) -> UpConfig:
+        if not self.processes and (self.etcd_members != 1 or self.chaos_links):
+            raise ValueError(
+                "--etcd-members and --chaos-links need --processes (the in-process "
+                "deployment has one in-memory store and no connections to put links on)"
+            )
+        if self.etcd_members != 1 and self.uses_etcd:
+            raise ValueError(
+                "--etcd-members sizes gtm up's private etcd; with --state etcd://… the "
+                "cluster is yours (list its members in --state)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _tls_dir_needs_tls(self) -> UpConfig:
+        if self.tls_dir is not None and not self.tls:
+            raise ValueError("--tls-dir needs --tls")
+        return self
+
+    @property
+    def mode(self) -> Mode:
+        return Mode.PROCESSES if self.processes else Mode.IN_PROCESS
+
+    @property
+    def uses_etcd(self) -> bool:
+        return parse_state_url(self.state).kind is StoreKind.ETCD
+
+    @property
+    def dns(self) -> HostPort:
+        return parse_listen(self.dns_listen, "--dns-listen")
+
+    @property
+    def http(self) -> HostPort:
+        return parse_listen(self.http_listen, "--http-listen")
+
+    def status(self) -> HostPort | None:
+        """Where the status page gets a listener of its own (None: on the front door)."""
+        if self.status_listen is not None:
+            return parse_listen(self.status_listen, "--status-listen")
+        if self.processes:
+            http = self.http
+            return HostPort(http.host, 0 if http.port == 0 else http.port + 1)
+        return None

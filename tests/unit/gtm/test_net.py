@@ -1,0 +1,28 @@
+"""``free_port`` picks below the ephemeral range, so a child binding port 0 cannot take
+a port chosen for a listener that binds a moment later."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+from gtm.net import PICK_RANGE, bindable, free_port
+
+
+def test_free_ports_are_below_the_ephemeral_range_and_bindable_for_tcp_and_udp() -> None:
+    low, high = PICK_RANGE
+    ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    assert high <= ephemeral_low
+    for _ in range(20):
+        port = free_port("127.0.0.1")
+        assert low <= port < high
+        for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+            with socket.socket(socket.AF_INET, kind) as sock:
+                sock.bind(("127.0.0.1", port))
+
+
+def test_a_taken_port_is_not_bindable() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
+        held.bind(("127.0.0.1", 0))
+        taken = held.getsockname()[1]
+        assert not bindable(socket.AF_INET, "127.0.0.1", taken)
