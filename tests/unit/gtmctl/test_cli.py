@@ -1,3 +1,7 @@
+import subprocess
+import sys
+from importlib.metadata import entry_points
+
 from click.testing import CliRunner
 
 from gtm import __version__
@@ -45,3 +49,24 @@ def test_unknown_subcommand_is_a_usage_error() -> None:
     result = CliRunner().invoke(cli, ["frobnicate"])
     assert result.exit_code == 2
     assert "No such command" in result.output
+
+
+def test_python_dash_m_gtmctl_is_the_gtm_command() -> None:
+    # How gtm up --processes, the chaos runner and the tests start a child gtm.
+    child = subprocess.run(
+        [sys.executable, "-m", "gtmctl", "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.startswith("Usage: gtm [OPTIONS] COMMAND [ARGS]...")
+    for name, entry in _COMMANDS.items():
+        assert f"  {name} " in child.stdout, name
+        assert entry.help in child.stdout, name
+
+
+def test_the_console_script_points_at_gtmctl() -> None:
+    (script,) = [s for s in entry_points(group="console_scripts") if s.name == "gtm"]
+    assert script.value == "gtmctl.cli:main"
