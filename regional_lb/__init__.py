@@ -11,17 +11,22 @@ The sans-io cores (synchronous, no I/O, time passed in) and the I/O edges around
   — Envoy overprovisioning and panic; :mod:`~regional_lb.spill` — peers within the
   residency-allowed set; :mod:`~regional_lb.router` — the decision for one request;
 * :mod:`~regional_lb.summary` — the region summary for the global tier;
-* :mod:`~regional_lb.service` / :mod:`~regional_lb.proxy` / :mod:`~regional_lb.cli` —
-  the aiohttp service, the streaming proxy and ``gtm regional``.
+* the tier template (CONTRIBUTING.md): :mod:`~regional_lb.app` (wiring, lifecycle),
+  :mod:`~regional_lb.api` (handlers), :mod:`~regional_lb.config`,
+  :mod:`~regional_lb.errors`, :mod:`~regional_lb.request`, :mod:`~regional_lb.metrics`,
+  :mod:`~regional_lb.cli` (``gtm regional``); and the tier's own
+  :mod:`~regional_lb.admission` (API key, residency, quota), :mod:`~regional_lb.dispatch`
+  (the fair queue's waiting room), :mod:`~regional_lb.proxy` (its hooks into
+  :mod:`gtm.relay`).
 
 See ``regional_lb/README.md``.
 """
 
+from regional_lb.app import RegionalService, RegionalSettings, serving
 from regional_lb.fairqueue import FairQueue, QueueSettings, jain_index
 from regional_lb.leases import CapacityLeases, LeaseSettings, QuotaLeaseRecord, fair_shares
 from regional_lb.quota import Cost, Grant, QuotaLimiter, QuotaSettings, Rejection, Ticket, Usage
 from regional_lb.router import Inputs, RegionalDecision, RegionalRouter, Route, RouterSettings
-from regional_lb.service import RegionalService, RegionalSettings, serving
 from regional_lb.summary import build_summary
 from regional_lb.view import RegionalView, ViewBuilder, ViewSettings
 

@@ -20,11 +20,11 @@ from gtm.policy_store import ActivePolicy, activate
 from gtm.state.url import open_store
 from gtm.tls import TlsConfig, click_options, config_from_options, material
 from policies import AuditWriter, PolicyError, load_paths
+from regional_lb.app import RegionalService, RegionalSettings, serving
 from regional_lb.leases import DEFAULT_SAFE_SHARE, LeaseSettings
 from regional_lb.priority import SplitMode
 from regional_lb.profiles import PROFILE_NAME
 from regional_lb.router import RouterSettings
-from regional_lb.service import RegionalService, RegionalSettings, serving
 from regional_lb.view import ViewSettings
 
 _ID = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\Z")

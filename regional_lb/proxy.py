@@ -1,63 +1,69 @@
-"""The data path: forward a request to a zone agent or a peer region's LB, stream back.
+"""The regional data path: what the regional LB plugs into the core relay (:mod:`gtm.relay`).
 
-* **Streaming**: the response is relayed chunk by chunk as it arrives (``iter_any``),
-  never buffered, with ``auto_decompress`` off so the bytes are the upstream's own.
-* **Retries** only before the first byte reaches the client, to a target not tried yet,
-  at most ``max_attempts`` (3, ARCHITECTURE §6) in all: on a connect failure, a timeout
-  or reset before the first byte, a 5xx, or a 429 (that zone's queue is full). Once the
-  client has the status line, a failure cuts the client's connection (an SSE client sees
-  no ``[DONE]``): a partial answer must not look complete.
-* **Cancellation**: when the client goes away aiohttp cancels the handler; the upstream
-  response is closed (the zone agent sees the disconnect and aborts the request) and
-  the caller's ``finally`` releases its quota ticket and accounting.
-* **Usage**: :class:`UsageTap` watches the relayed bytes for the OpenAI ``usage`` object
-  (a JSON body, or the last SSE chunk when the client asked for it) and otherwise counts
-  streamed content chunks, so quotas and VTC counters can be reconciled with what the
-  request really produced.
+Two ways out of a region, each a :class:`gtm.relay.Relay`:
+
+* :class:`LocalRelay` — to a zone agent of this region. The first attempt goes to the
+  decision's zone (already charged when it came from the fair queue); each retry asks
+  the router again with the zones tried excluded. Every attempt is charged to its zone
+  and released when it ends, and a release dispatches the fair queue (room appeared).
+* :class:`PeerRelay` — spillover to a peer region's regional LB, only to the decision's
+  peer and fallbacks inside the residency-allowed set, each audited before the bytes
+  leave, with the hop count and the spill chain (``x-gtm-spilled-from``) raised.
+
+The relay retries before the first byte only (a connect failure, a timeout or reset, a
+5xx, or a 429: that zone's queue is full), at most ``max_attempts`` (3, ARCHITECTURE §6),
+streams without buffering (``auto_decompress`` off: the bytes are the upstream's own)
+and cuts the client when the upstream fails after the first byte. When every attempt
+failed: 503 + Retry-After if every target was at capacity, else 502.
+
+**Usage**: :class:`UsageTap` watches the relayed bytes for the OpenAI ``usage`` object
+(a JSON body, or the last SSE chunk when the client asked for it) and otherwise counts
+streamed content chunks, so quotas and VTC counters can be reconciled with what the
+request really produced.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 
 import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
+from gtm.errors import AttemptFailed
+from gtm.models import RouteRequest
+from gtm.relay import (
+    Ending,
+    Relay,
+    Upstream,
+    all_busy,
+    end_to_end,
+    first_byte_timeout,
+    open_aiohttp,
+    skip_set,
+)
+from regional_lb import request as req
 from regional_lb.errors import Overloaded, UpstreamFailed
 from regional_lb.metrics import RegionalMetrics
 from regional_lb.quota import Usage
+from regional_lb.router import Inputs, RegionalRouter
+from regional_lb.spill import PeerOption
+from regional_lb.view import RegionalView, ZoneAccounting, ZoneState
 
 log = logging.getLogger(__name__)
 
-#: Hop-by-hop headers (RFC 9110 §7.6.1) and those the proxy recomputes.
-HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailer",
-        "trailers",
-        "transfer-encoding",
-        "upgrade",
-        "host",
-        "content-length",
-    }
-)
 #: Bytes of a non-streamed body kept to read its ``usage`` (larger bodies are relayed
 #: but not parsed: their usage is unknown and the estimate stands).
 USAGE_BODY_BYTES = 1 << 20
-_ERROR_BODY_BYTES = 4096
 #: Retry-After of a 503 when every target tried was at capacity.
 BUSY_RETRY_AFTER_S = 1.0
+#: Characters of a retried upstream's error body kept in the client's message.
+_DETAIL_CHARS = 300
 
 
 class TargetKind(StrEnum):
@@ -72,7 +78,6 @@ class Target:
     id: str
     url: str
     kind: TargetKind
-    headers: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,203 +154,229 @@ def _usage_of(payload: bytes) -> Usage | None:
     return Usage(max(0, prompt), max(0, completion))
 
 
-class _Retry(Exception):
-    """An attempt failed before the first byte; try another target."""
+@dataclass(frozen=True, slots=True)
+class Carrier:
+    """What every relay of one replica shares: the pool, settings and metrics."""
 
-    def __init__(self, reason: str, detail: str, status: int | None = None) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
-        self.status = status
-
-
-@dataclass(slots=True)
-class Relayed:
-    """What happened to a relayed response."""
-
-    target: Target
-    status: int
-    completed: bool = False
-    client_gone: bool = False
+    session: Callable[[], aiohttp.ClientSession]
+    metrics: RegionalMetrics
+    settings: ProxySettings
 
 
-def forward_headers(request: web.Request, extra: Mapping[str, str]) -> CIMultiDict[str]:
-    headers: CIMultiDict[str] = CIMultiDict(
-        (k, v) for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP
-    )
-    for name, value in extra.items():
-        headers[name] = value
-    return headers
+class _RegionalRelay(Relay[Target]):
+    """The hooks both ways out share: aiohttp upstreams, usage tap, metrics, errors."""
 
-
-class Forwarder:
-    """Sends requests upstream over a keep-alive pool and relays the answers."""
+    watch_chunks = True
 
     def __init__(
         self,
-        session: Callable[[], aiohttp.ClientSession],
-        metrics: RegionalMetrics,
-        settings: ProxySettings | None = None,
-    ) -> None:
-        self._session = session
-        self._metrics = metrics
-        self._settings = settings or ProxySettings()
-
-    @property
-    def settings(self) -> ProxySettings:
-        return self._settings
-
-    async def forward(
-        self,
         request: web.Request,
+        carrier: Carrier,
         body: bytes,
-        *,
-        next_target: Callable[[frozenset[str]], Target | None],
-        start: Callable[[Target], Callable[[], None]],
-        response_headers: Callable[[Target], Mapping[str, str]],
         tap: UsageTap,
         arrived: float,
-    ) -> tuple[web.StreamResponse, Relayed]:
-        """Try targets until one answers; relay its response.
+        extra: Mapping[str, str],
+    ) -> None:
+        super().__init__(request, max_attempts=carrier.settings.max_attempts)
+        self._carrier = carrier
+        self._body = body
+        self._tap = tap
+        self._arrived = arrived
+        self._extra = extra
+        self._skip = skip_set(*extra)
 
-        ``next_target(tried)`` gives the next target (``None``: no more); ``start`` is
-        called before each attempt and returns the matching release (always called).
-        Raises :class:`UpstreamFailed` / :class:`Overloaded` when every attempt failed.
-        """
-        tried: set[str] = set()
-        failures: list[str] = []
-        statuses: list[int | None] = []
-        for _ in range(self._settings.max_attempts):
-            target = next_target(frozenset(tried))
-            if target is None:
-                break
-            tried.add(target.id)
-            release = start(target)
-            try:
-                return await self._attempt(
-                    request, body, target, response_headers(target), tap, arrived
-                )
-            except _Retry as retry:
-                failures.append(f"{target.kind} {target.id}: {retry.detail}")
-                statuses.append(retry.status)
-                self._metrics.upstream.labels(target.id, retry.reason).inc()
-            finally:
-                release()
-        detail = "; ".join(failures) or "no zone or peer region to send it to"
-        if statuses and all(s in (429, 503) for s in statuses):
-            raise Overloaded(
+    def target_id(self, target: Target) -> str:
+        return target.id
+
+    async def open(self, target: Target) -> Upstream:
+        settings = self._carrier.settings
+        request = self.request
+        headers = end_to_end(request.headers, self._skip)
+        headers.extend(self._extra.items())
+        return await open_aiohttp(
+            self._carrier.session(),
+            target.url + request.path_qs,
+            self._body,
+            headers,
+            first_byte_timeout(settings.connect_timeout_s, settings.first_byte_timeout_s),
+        )
+
+    def first_byte(self, target: Target) -> None:
+        self._carrier.metrics.first_byte.observe(max(0.0, time.perf_counter() - self._arrived))
+
+    def chunk(self, data: bytes) -> None:
+        self._tap.feed(data)
+
+    def failed(self, target: Target, failure: AttemptFailed) -> None:
+        self._carrier.metrics.upstream.labels(target.id, failure.reason).inc()
+
+    def finished(self, target: Target, ending: Ending) -> None:
+        label = "ok" if ending is Ending.COMPLETED else "cut"
+        self._carrier.metrics.upstream.labels(target.id, label).inc()
+
+    def exhausted(self) -> Exception:
+        failures = self.failures
+        parts = []
+        for failure in failures:
+            detail = failure.detail
+            if failure.status is not None:
+                text = failure.body.decode("utf-8", "replace")[:_DETAIL_CHARS]
+                detail = f"{detail} {text}"
+            parts.append(f"{self._kind} {failure.target}: {detail}")
+        detail = "; ".join(parts) or "no zone or peer region to send it to"
+        if all_busy(failures):
+            return Overloaded(
                 f"every target tried is at capacity ({detail})",
                 reason="upstream_busy",
                 retry_after_s=BUSY_RETRY_AFTER_S,
             )
-        raise UpstreamFailed(f"the request failed before any response: {detail}")
+        return UpstreamFailed(f"the request failed before any response: {detail}")
 
-    async def _attempt(
+    _kind = TargetKind.ZONE
+
+
+class LocalRelay(_RegionalRelay):
+    """To a zone agent of this region: the decision's zone first, then the router's
+    next choice without the zones tried. ``precharged``: the zone the fair queue
+    already charged this request to."""
+
+    _kind = TargetKind.ZONE
+
+    def __init__(
         self,
         request: web.Request,
+        carrier: Carrier,
+        *,
         body: bytes,
-        target: Target,
-        extra_headers: Mapping[str, str],
         tap: UsageTap,
         arrived: float,
-    ) -> tuple[web.StreamResponse, Relayed]:
-        settings = self._settings
-        timeout = aiohttp.ClientTimeout(
-            total=None, connect=settings.connect_timeout_s, sock_read=settings.first_byte_timeout_s
+        region: str,
+        route_request: RouteRequest,
+        inputs: Inputs,
+        first: ZoneState,
+        router: RegionalRouter,
+        view: Callable[[], RegionalView],
+        accounting: ZoneAccounting,
+        dispatch: Callable[[], None],
+        precharged: str | None,
+        decision_id: str,
+    ) -> None:
+        super().__init__(
+            request, carrier, body, tap, arrived, {req.HEADER_REQUEST_ID: route_request.request_id}
         )
-        upstream: aiohttp.ClientResponse | None = None
-        relayed: Relayed | None = None
-        try:
-            try:
-                upstream = await self._session().post(
-                    target.url + request.path_qs,
-                    data=body,
-                    headers=forward_headers(request, target.headers),
-                    timeout=timeout,
-                )
-            except aiohttp.ClientConnectorError as exc:
-                raise _Retry("connect", f"connect failed: {exc.os_error}") from None
-            except TimeoutError:
-                raise _Retry("timeout", "no response headers in time") from None
-            except (aiohttp.ClientError, OSError) as exc:
-                raise _Retry("reset", f"failed before the response: {exc!r}") from None
-            if upstream.status >= 500 or upstream.status == 429:
-                detail = (await _bounded_body(upstream)).decode("utf-8", "replace")[:300]
-                raise _Retry(
-                    f"http_{upstream.status}", f"HTTP {upstream.status} {detail}", upstream.status
-                )
-            response, relayed = await self._relay(
-                request, upstream, target, extra_headers, tap, arrived
-            )
-            self._metrics.upstream.labels(target.id, "ok" if relayed.completed else "cut").inc()
-            return response, relayed
-        finally:
-            if upstream is not None:
-                if relayed is not None and relayed.completed:
-                    upstream.release()
-                else:
-                    upstream.close()
+        self._region = region
+        self._route_request = route_request
+        self._inputs = inputs
+        self._first = first
+        self._router = router
+        self._view = view
+        self._accounting = accounting
+        self._dispatch = dispatch
+        self._pending = precharged
+        self._decision_id = decision_id
 
-    async def _relay(
+    def next_target(self, tried: frozenset[str]) -> Target | None:
+        zone: ZoneState | None = self._first
+        if tried:
+            again = self._router.place(
+                self._route_request,
+                self._view(),
+                self._inputs,
+                accounting=self._accounting,
+                excluded=tried,
+            )
+            zone = None if again is None else again.zone
+        if zone is None or zone.info.url is None:
+            return None
+        return Target(zone.id, zone.info.url, TargetKind.ZONE)
+
+    def begin(self, target: Target) -> Callable[[], None]:
+        request = self._route_request
+        model, tokens = request.model, request.input_tokens
+        if self._pending == target.id:
+            self._pending = None
+        else:
+            self._accounting.start(target.id, model, tokens)
+
+        def release() -> None:
+            self._accounting.finish(target.id, model, tokens)
+            self._dispatch()
+
+        return release
+
+    def response_headers(self, target: Target, headers: CIMultiDict[str]) -> None:
+        for name, value in (
+            (req.HEADER_REGION, self._region),
+            (req.HEADER_ZONE, target.id),
+            (req.HEADER_DECISION, self._decision_id),
+            (req.HEADER_REQUEST_ID, self._route_request.request_id),
+        ):
+            headers.setdefault(name, value)
+
+    async def forward(self) -> web.StreamResponse:
+        try:
+            return await super().forward()
+        finally:
+            pending = self._pending
+            if pending is not None:  # placed from the queue but never sent
+                request = self._route_request
+                self._accounting.finish(pending, request.model, request.input_tokens)
+                self._dispatch()
+
+
+class PeerRelay(_RegionalRelay):
+    """Spillover to a peer region's regional LB, inside the residency-allowed set."""
+
+    _kind = TargetKind.PEER
+
+    def __init__(
         self,
         request: web.Request,
-        upstream: aiohttp.ClientResponse,
-        target: Target,
-        extra_headers: Mapping[str, str],
+        carrier: Carrier,
+        *,
+        body: bytes,
         tap: UsageTap,
         arrived: float,
-    ) -> tuple[web.StreamResponse, Relayed]:
-        """The first chunk is read *before* the client gets the status line, so a target
-        that fails between its headers and its first byte is still retried."""
-        try:
-            first = await upstream.content.readany()
-        except TimeoutError:
-            raise _Retry("timeout", "no first byte in time") from None
-        except (aiohttp.ClientError, OSError) as exc:
-            raise _Retry("reset", f"failed before the first byte: {exc!r}") from None
-        self._metrics.first_byte.observe(max(0.0, time.perf_counter() - arrived))
-        headers: CIMultiDict[str] = CIMultiDict(
-            (k, v) for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP
-        )
-        for name, value in extra_headers.items():
+        options: tuple[PeerOption, ...],
+        allowed: frozenset[str],
+        headers: Mapping[str, str],
+        chain: str,
+        request_id: str,
+        on_spill: Callable[[str], None],
+    ) -> None:
+        super().__init__(request, carrier, body, tap, arrived, headers)
+        self._options = options
+        self._allowed = allowed
+        self._chain = chain
+        self._request_id = request_id
+        self._on_spill = on_spill
+
+    def next_target(self, tried: frozenset[str]) -> Target | None:
+        for option in self._options:
+            if option.region not in tried and option.region in self._allowed:
+                return Target(option.region, option.url, TargetKind.PEER)
+        return None
+
+    def begin(self, target: Target) -> None:
+        # Audited before the bytes leave: the record says where the request went.
+        self._on_spill(target.id)
+
+    def response_headers(self, target: Target, headers: CIMultiDict[str]) -> None:
+        for name, value in (
+            (req.HEADER_REGION, target.id),
+            (req.HEADER_SPILLED_FROM, self._chain),
+            (req.HEADER_REQUEST_ID, self._request_id),
+        ):
             headers.setdefault(name, value)
-        response = web.StreamResponse(
-            status=upstream.status, reason=upstream.reason, headers=headers
-        )
-        if upstream.content_length is not None:
-            response.content_length = upstream.content_length
-        relayed = Relayed(target, upstream.status)
-        await response.prepare(request)
-        try:
-            chunk = first
-            while chunk:
-                tap.feed(chunk)
-                await response.write(chunk)
-                try:
-                    chunk = await upstream.content.readany()
-                except (TimeoutError, aiohttp.ClientError, OSError):
-                    log.warning(
-                        "%s %s failed mid-response; cutting the client", target.kind, target.id
-                    )
-                    _cut(request)
-                    return response, relayed
-            await response.write_eof()
-        except (ConnectionResetError, aiohttp.ClientConnectionResetError):
-            relayed.client_gone = True
-            return response, relayed
-        relayed.completed = True
-        return response, relayed
 
 
-def _cut(request: web.Request) -> None:
-    """The upstream failed mid-response: reset the client's connection (no clean end)."""
-    transport = request.transport
-    if transport is not None:
-        transport.abort()
-
-
-async def _bounded_body(response: aiohttp.ClientResponse) -> bytes:
-    try:
-        return await asyncio.wait_for(response.content.read(_ERROR_BODY_BYTES), 5.0)
-    except (TimeoutError, aiohttp.ClientError, OSError):
-        return b""
+__all__ = [
+    "USAGE_BODY_BYTES",
+    "Carrier",
+    "LocalRelay",
+    "PeerRelay",
+    "ProxySettings",
+    "Target",
+    "TargetKind",
+    "UsageTap",
+]

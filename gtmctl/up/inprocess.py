@@ -41,7 +41,7 @@ from gtmctl.up.config import HostPort
 from gtmctl.up.fleet import DNS_ZONE, Plan, Started, seed_store, unseed_store
 from gtmctl.up.tls import GLOBAL_IDENTITY, LocalTls, https, moved_urls, tls_directory
 from policies import AuditWriter
-from regional_lb.service import RegionalService, RegionalSettings, serving
+from regional_lb.app import RegionalService, RegionalSettings, serving
 from zone_agent.app import ZoneAgent
 from zone_agent.config import ZoneConfig
 

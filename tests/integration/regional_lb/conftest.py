@@ -26,7 +26,7 @@ from gtm.policy_store import ActivePolicy
 from gtm.state import codec, keys
 from gtm.state.memory import MemoryStore
 from gtm.state.store import StateStore
-from regional_lb.service import RegionalService, RegionalSettings, serving
+from regional_lb.app import RegionalService, RegionalSettings, serving
 from tests.unit.regional_lb.policy_fixtures import KEYS, policy
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -254,11 +254,10 @@ async def make_region(
             policy=(policy or active_policy) if static_policy else None,
         )
         context = serving(service, "127.0.0.1", 0)
-        runner = await context.__aenter__()
+        bound = await context.__aenter__()
         stacks.append(context)
-        host, port = runner.addresses[0][:2]
         await service.snapshots.wait_ready()
-        return Region(service, f"http://{host}:{port}")
+        return Region(service, bound.url)
 
     yield make
     for context in reversed(stacks):

@@ -139,7 +139,7 @@ async def test_spills_to_the_best_allowed_peer_and_audits_it(
 ) -> None:
     audit = AuditWriter(tmp_path / "audit", prefix="regional")
     origin, origin_zone = await full_region(make_region, stub_zones, store, clock, peer_token=TOKEN)
-    origin.service._audit = audit  # the fixture builds services without one
+    origin.service.admission.audit_log = audit  # the fixture builds services without one
     peer_zone = await stub_zones("us-west-a", "us-west")
     peer = await make_region("us-west", peer_token=TOKEN)
     await publish_zone(store, peer_zone, clock)

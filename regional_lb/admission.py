@@ -1,0 +1,230 @@
+"""Admission: who is asking, whether residency lets this region serve it, and quota.
+
+In order (each refusal is an OpenAI-shaped error, :mod:`regional_lb.errors`):
+
+1. hops (``x-gtm-hops``: 508 past the loop limit), the tenant from the API key (401;
+   the first use of a key costs one scrypt, run off the event loop), the body
+   (400/413), the model the tenant may use (403);
+2. residency: the verdict for (tenant, model, data class, client country); 451 when it
+   refuses or excludes this region. Every residency refusal is audited (no prompt
+   text), as every spill is (:meth:`Admission.audit`);
+3. quota (:mod:`regional_lb.quota`, shares from :mod:`regional_lb.leases`): 429 +
+   Retry-After. A request spilled in by a peer that proves it is one
+   (``x-gtm-peer-token``) was charged at its origin and is not charged again.
+
+What passes is an :class:`Admitted` request and its quota :class:`~regional_lb.quota.Ticket`
+(``None`` when nothing was charged here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from gtm.clock import Clock
+from gtm.errors import GtmError
+from gtm.models import ClientInfo, Priority, RouteRequest
+from gtm.openai_request import parse_json_body
+from gtm.policy_store import ActivePolicy
+from policies import ApiKeyError, AuditWriter, ResidencyQuery, Verdict, decision_record
+from policies.documents import Quotas, Tenant
+from regional_lb import request as req
+from regional_lb.config import RegionalSettings
+from regional_lb.errors import (
+    ApiError,
+    LoopDetected,
+    ModelNotAllowed,
+    Overloaded,
+    QuotaExceeded,
+    ResidencyRefused,
+    Unauthorized,
+)
+from regional_lb.metrics import RegionalMetrics
+from regional_lb.quota import Cost, QuotaLimiter, Rejection, Ticket
+from regional_lb.router import Inputs
+from regional_lb.summary import RateMeter
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """A request past authentication, residency and quota."""
+
+    tenant: Tenant
+    route_request: RouteRequest
+    inputs: Inputs
+    verdict: Verdict
+    query: ResidencyQuery
+    cost: Cost
+    band: Priority
+    hops: req.HopInfo
+    stream: bool
+    body: bytes
+
+
+def has_limits(quotas: Quotas) -> bool:
+    """Whether a tenant's quotas limit anything (unlimited tenants need no leases)."""
+    return any(
+        v is not None
+        for v in (
+            quotas.requests_per_minute,
+            quotas.input_tokens_per_minute,
+            quotas.output_tokens_per_minute,
+            quotas.weighted_tokens_per_minute,
+            quotas.max_concurrent,
+        )
+    )
+
+
+class Admission:
+    """Authentication, residency and quota for one replica."""
+
+    def __init__(
+        self,
+        settings: RegionalSettings,
+        *,
+        policy: Callable[[], ActivePolicy | None],
+        limiter: QuotaLimiter,
+        metrics: RegionalMetrics,
+        clock: Clock,
+        audit: AuditWriter | None,
+        spill_in: RateMeter,
+    ) -> None:
+        self._settings = settings
+        self._policy = policy
+        self._limiter = limiter
+        self._metrics = metrics
+        self._clock = clock
+        #: Where residency decisions are appended (None: not kept).
+        self.audit_log = audit
+        self._spill_in = spill_in
+
+    async def admit(
+        self, request: web.Request, endpoint: req.Endpoint
+    ) -> tuple[Admitted, Ticket | None]:
+        """The admitted request and its quota ticket, or the refusal raised."""
+        settings = self._settings
+        headers = request.headers
+        hops = req.hop_info(headers)
+        if hops.hops > settings.loop_hops:
+            raise LoopDetected(hops.hops, settings.loop_hops)
+        policy = self._policy()
+        if policy is None:
+            raise Overloaded("no policy in force yet", reason="not_ready", retry_after_s=1.0)
+        tenant = await authenticate(request, policy)
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge as exc:
+            raise ApiError(
+                413, f"the request body is too large: {exc.text}", code="body_too_large"
+            ) from None
+        facts = req.body_facts(parse_json_body(raw), endpoint)
+        if not policy.tenants.allows_model(tenant.id, facts.model):
+            raise ModelNotAllowed(facts.model)
+        trusted = self.from_peer(headers)
+        country = req.client_country(headers)
+        query = ResidencyQuery(tenant.id, facts.model, req.data_class(headers), country)
+        verdict = policy.engine.allowed_regions(query)
+        band = req.priority(headers, Priority(tenant.priority.value))
+        self._check_residency(tenant, query, verdict)
+        output = facts.max_output_tokens
+        cost = Cost(
+            facts.input_tokens,
+            output if output is not None else settings.quota.default_output_tokens,
+        )
+        route_request = RouteRequest(
+            request_id=req.request_id(headers),
+            model=facts.model,
+            input_tokens=facts.input_tokens,
+            max_output_tokens=cost.output_tokens,
+            tenant=tenant.id,
+            client=ClientInfo(country=country),
+            data_class=query.data_class,
+            priority=band,
+            prefix_hashes=facts.prefix_hashes,
+        )
+        inputs = Inputs(
+            allowed=verdict.allowed,
+            on_saturation=verdict.on_saturation,
+            hops=hops.hops,
+            spilled_from=hops.spilled_from,
+            client_country_known=country is not None,
+            tokens_per_block=facts.tokens_per_block,
+        )
+        admitted = Admitted(
+            tenant, route_request, inputs, verdict, query, cost, band, hops, facts.stream, raw
+        )
+        if hops.spilled_from:
+            self._metrics.spilled_in.labels(hops.spilled_from[-1]).inc()
+            self._spill_in.add(self._clock.monotonic())
+        if hops.spilled_from and trusted:
+            return admitted, None  # charged at its origin region
+        return admitted, self._charge(tenant.id, cost)
+
+    def _check_residency(self, tenant: Tenant, query: ResidencyQuery, verdict: Verdict) -> None:
+        region = self._settings.region
+        if verdict.refused or region not in verdict.allowed:
+            self.audit(query, verdict, None)
+            self._metrics.rejected.labels(tenant.id, "residency").inc()
+            code = verdict.reason.value if verdict.refused else "region_not_allowed"
+            raise ResidencyRefused(
+                f"residency refuses this request in region {region}: {verdict.explain()}",
+                code=code,
+            )
+
+    def _charge(self, tenant: str, cost: Cost) -> Ticket:
+        result = self._limiter.admit(tenant, cost, self._clock.monotonic())
+        if isinstance(result, Rejection):
+            self._metrics.rejected.labels(tenant, result.reason.value).inc()
+            raise QuotaExceeded(
+                result.message, reason=result.reason.value, retry_after_s=result.retry_after_s
+            )
+        return result
+
+    def from_peer(self, headers: Mapping[str, str]) -> bool:
+        """Whether the request proves it comes from a peer regional LB."""
+        token = self._settings.peer_token
+        offered = headers.get(req.HEADER_PEER_TOKEN)
+        if token is None or offered is None:
+            return False
+        return hmac.compare_digest(token.encode(), offered.encode())
+
+    def audit(self, query: ResidencyQuery, verdict: Verdict, chosen: str | None) -> None:
+        """Append a residency decision to the audit log (a failure is logged, not raised:
+        the log is the audit writer's to keep healthy)."""
+        policy = self._policy()
+        if self.audit_log is None or policy is None:
+            return
+        try:
+            record = decision_record(
+                query,
+                verdict,
+                time=self._clock.wall(),
+                policy_revision=policy.revision,
+                chosen_region=chosen,
+                decision_id=uuid.uuid4().hex,
+            )
+            self.audit_log.append(record)
+        except (ValueError, GtmError, OSError) as exc:
+            log.error("could not audit a residency decision: %s", exc)
+
+
+async def authenticate(request: web.Request, policy: ActivePolicy) -> Tenant:
+    """The tenant of the request's API key (``Authorization: Bearer …``), or 401."""
+    header = request.headers.get("Authorization", "")
+    scheme, _, key = header.partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        raise Unauthorized("missing API key: send 'Authorization: Bearer <key>'")
+    loop = asyncio.get_running_loop()
+    try:
+        # The first use of a key costs one scrypt: keep it off the event loop.
+        return await loop.run_in_executor(None, policy.tenants.authenticate, key.strip())
+    except ApiKeyError as exc:
+        raise Unauthorized(str(exc)) from None

@@ -1,0 +1,257 @@
+"""The regional LB's HTTP handlers: the OpenAI endpoints, ``/v1/models``, ``/healthz``,
+``/readyz`` and ``/metrics``.
+
+One OpenAI request, in order (each step's refusal is an OpenAI-shaped error):
+
+1. admission (:mod:`regional_lb.admission`): hops, API key, body, model, residency,
+   quota;
+2. the regional decision (:mod:`regional_lb.router`): a zone, a peer region, the fair
+   queue (:mod:`regional_lb.dispatch`), or a refusal (451 residency, 404 model, 503);
+3. the data path (:mod:`regional_lb.proxy`): to the zone (:class:`~regional_lb.proxy.
+   LocalRelay`) or the peer (:class:`~regional_lb.proxy.PeerRelay`), retried before the
+   first byte. The quota ticket is reconciled with the reported usage, or refunded when
+   nothing ran. A client that goes away cancels the handler: the queue entry, the
+   ticket and the zone accounting are all released in ``finally`` blocks.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from gtm.http_limits import limited_app
+from gtm.openai_errors import error_middleware
+from regional_lb import request as req
+from regional_lb.admission import Admitted
+from regional_lb.errors import ModelNotFound, Overloaded, ResidencyRefused
+from regional_lb.proxy import LocalRelay, PeerRelay, UsageTap
+from regional_lb.quota import Usage
+from regional_lb.router import Reason, RegionalDecision, Route
+
+if TYPE_CHECKING:
+    from regional_lb.app import RegionalService
+
+
+class RegionalApi:
+    """The handlers of one regional LB replica (:class:`~regional_lb.app.RegionalService`)."""
+
+    def __init__(self, service: RegionalService) -> None:
+        self._service = service
+
+    def build_app(self) -> web.Application:
+        service = self._service
+        metrics = service.metrics
+        app = limited_app(
+            service.settings.limits,
+            client_max_size=service.settings.max_body_bytes,
+            middlewares=[
+                error_middleware(
+                    "regional LB",
+                    lambda route, status: metrics.responses.labels(route, str(status)).inc(),
+                )
+            ],
+        )
+        for endpoint in req.Endpoint:
+            app.router.add_post(endpoint.value, self._handler(endpoint))
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/readyz", self.readyz)
+        app.router.add_get("/metrics", self.metrics)
+        return app
+
+    def _handler(self, endpoint: req.Endpoint) -> Handler:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            return await self.handle(request, endpoint)
+
+        return handle
+
+    # ------------------------------------------------------------------ OpenAI
+
+    async def handle(self, request: web.Request, endpoint: req.Endpoint) -> web.StreamResponse:
+        service = self._service
+        metrics = service.metrics
+        arrived = time.perf_counter()
+        admitted, ticket = await service.admission.admit(request, endpoint)
+        tap = UsageTap(admitted.stream)
+        usage: Usage | None = None
+        try:
+            started = time.perf_counter()
+            decision = self._decide(admitted)
+            metrics.decision.observe(time.perf_counter() - started)
+            precharged: str | None = None
+            label = decision.route.value
+            if decision.route is Route.QUEUE:
+                decision = await service.dispatcher.wait(admitted)
+                precharged = decision.zone.id if decision.zone is not None else None
+            metrics.admitted.labels(admitted.tenant.id, label).inc()
+            if decision.route is Route.SPILL:
+                response = await self._spill(request, admitted, decision, tap, arrived)
+            else:
+                response = await self._local(request, admitted, decision, tap, arrived, precharged)
+            usage = tap.usage(admitted.cost.input_tokens)
+            if precharged is not None and usage is not None:
+                # VTC charges output as it is generated: correct the dispatch estimate.
+                delta = usage.output_tokens - admitted.cost.output_tokens
+                service.dispatcher.queue.reconcile(admitted.tenant.id, admitted.band, delta)
+            return response
+        finally:
+            if ticket is not None:
+                # Nothing relayed: nothing ran (refused, timed out in the queue, failed
+                # upstream, or the client left first). A response cut short keeps the
+                # estimate; a finished one is charged what it reported.
+                now = service.clock.monotonic()
+                service.limiter.finish(ticket, now, usage=usage, refund=not tap.relayed_any)
+
+    def _decide(self, admitted: Admitted) -> RegionalDecision:
+        service = self._service
+        router = service.router
+        if router is None:
+            raise Overloaded("no routing profile yet", reason="not_ready", retry_after_s=1.0)
+        decision = router.decide(
+            admitted.route_request,
+            service.view,
+            admitted.inputs,
+            accounting=service.accounting,
+            now=service.clock.monotonic(),
+            now_wall=service.clock.wall(),
+        )
+        if decision.route is Route.REFUSE:
+            self._refuse(admitted, decision)
+        return decision
+
+    def _refuse(self, admitted: Admitted, decision: RegionalDecision) -> None:
+        region = self._service.settings.region
+        tenant, model = admitted.tenant.id, admitted.route_request.model
+        self._service.metrics.rejected.labels(tenant, decision.reason.value).inc()
+        if decision.reason is Reason.RESIDENCY:
+            raise ResidencyRefused(
+                f"residency does not allow region {region} for this request",
+                code="region_not_allowed",
+            )
+        if decision.reason is Reason.MODEL_NOT_FOUND:
+            raise ModelNotFound(model, region)
+        raise Overloaded(
+            f"no healthy zone in region {region} serves {model} now, and no "
+            "allowed peer region can take it",
+            reason="no_healthy_zone",
+            retry_after_s=1.0,
+        )
+
+    async def _local(
+        self,
+        request: web.Request,
+        admitted: Admitted,
+        decision: RegionalDecision,
+        tap: UsageTap,
+        arrived: float,
+        precharged: str | None,
+    ) -> web.StreamResponse:
+        service = self._service
+        router = service.router
+        if router is None or decision.zone is None:
+            raise Overloaded(
+                "no zone to send the request to", reason="not_ready", retry_after_s=1.0
+            )
+        return await LocalRelay(
+            request,
+            service.carrier,
+            body=admitted.body,
+            tap=tap,
+            arrived=arrived,
+            region=service.settings.region,
+            route_request=admitted.route_request,
+            inputs=admitted.inputs,
+            first=decision.zone,
+            router=router,
+            view=lambda: service.view,
+            accounting=service.accounting,
+            dispatch=service.dispatcher.dispatch,
+            precharged=precharged,
+            decision_id=uuid.uuid4().hex,
+        ).forward()
+
+    async def _spill(
+        self,
+        request: web.Request,
+        admitted: Admitted,
+        decision: RegionalDecision,
+        tap: UsageTap,
+        arrived: float,
+    ) -> web.StreamResponse:
+        service = self._service
+        settings = service.settings
+        chain = ",".join((*admitted.hops.spilled_from, settings.region))
+        headers = {
+            req.HEADER_HOPS: str(admitted.hops.hops + 1),
+            req.HEADER_SPILLED_FROM: chain,
+            req.HEADER_DATA_CLASS: admitted.query.data_class,
+            req.HEADER_PRIORITY: admitted.band.value,
+            req.HEADER_REQUEST_ID: admitted.route_request.request_id,
+        }
+        if admitted.query.client_country is not None:
+            headers[req.HEADER_CLIENT_COUNTRY] = admitted.query.client_country
+        if settings.peer_token is not None:
+            headers[req.HEADER_PEER_TOKEN] = settings.peer_token
+
+        def on_spill(region: str) -> None:
+            service.admission.audit(admitted.query, admitted.verdict, region)
+            service.metrics.spills.labels(region, decision.reason.value).inc()
+            service.spill_out.add(service.clock.monotonic())
+
+        return await PeerRelay(
+            request,
+            service.carrier,
+            body=admitted.body,
+            tap=tap,
+            arrived=arrived,
+            options=(*filter(None, (decision.peer,)), *decision.fallbacks),
+            allowed=admitted.verdict.allowed,
+            headers=headers,
+            chain=chain,
+            request_id=admitted.route_request.request_id,
+            on_spill=on_spill,
+        ).forward()
+
+    # ------------------------------------------------------------------ service
+
+    async def models(self, request: web.Request) -> web.Response:
+        names = sorted(
+            {
+                m.model
+                for z in self._service.view.zones.values()
+                if z.summary is not None
+                for m in z.summary.models
+            }
+        )
+        data = [{"id": n, "object": "model", "created": 0, "owned_by": "gtm"} for n in names]
+        return web.json_response({"object": "list", "data": data})
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        service = self._service
+        view = service.view
+        body = {
+            "region": service.settings.region,
+            "replica": service.settings.replica_id,
+            "ready": service.ready,
+            "policy_generation": view.policy_generation,
+            "snapshot_revision": view.snapshot_revision,
+            "snapshot_stale": service.snapshots.stale,
+            "zones": len(view.zones),
+            "quota_lease_valid": service.leases.lease_valid(),
+            "queued": len(service.queue),
+        }
+        return web.json_response(body, status=200 if service.ready else 503)
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        return web.Response(
+            body=generate_latest(self._service.registry),
+            headers={"Content-Type": CONTENT_TYPE_LATEST},
+        )
