@@ -25,16 +25,13 @@ from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
-#: Identifiers of regions, zones, GPUs, tenants: DNS-label-like so they can appear in
-#: DNS names (``eu-west.api.<zone>``), etcd keys and Prometheus labels unescaped.
-Identifier = Annotated[
-    str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
-]
-#: Model names as OpenAI clients send them (``meta-llama/Llama-3.1-8B-Instruct``).
-ModelName = Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9._:/@+-]+$")]
-#: ISO 3166-1 alpha-2, upper case.
-CountryCode = Annotated[str, Field(pattern=r"^[A-Z]{2}$")]
-NonNegInt = Annotated[int, Field(ge=0)]
+# Ids (regions, zones, GPUs, tenants), country codes and model names have one definition,
+# in the bottom layer: an id valid in a policy file is valid in a record, and the reverse.
+from policies.types import CountryCode as CountryCode
+from policies.types import Identifier as Identifier
+from policies.types import ModelName as ModelName
+from policies.types import NonNegInt as NonNegInt
+
 NonNegFloat = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
 UnitFloat = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]
 

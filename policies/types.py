@@ -1,9 +1,11 @@
-"""Field types shared by every policy kind.
+"""Field types shared by every policy kind, and by every record of :mod:`gtm.models`.
 
-The patterns match :mod:`gtm.models` (which this leaf package cannot import) so that an
-id valid in a policy file is valid as a region, tenant or etcd key segment there too.
-Each type validates with a message that says what was expected, and still publishes its
-pattern in the JSON Schema for editors.
+This is the one definition of an id, a country code and a model name: ``gtm`` imports
+them from here (policies is the bottom layer), so an id valid in a policy file is valid
+as a region, tenant or etcd key segment, and the reverse. Each type validates with a
+message that says what was expected, and still publishes its pattern in the JSON Schema
+for editors. The whole value must match (``fullmatch``: a trailing newline, which ``$``
+alone lets through, is refused).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ class Frozen(BaseModel):
 
 def _checker(pattern: re.Pattern[str], max_len: int, what: str) -> AfterValidator:
     def check(value: str) -> str:
-        if len(value) > max_len or not pattern.match(value):
+        if len(value) > max_len or not pattern.fullmatch(value):
             raise ValueError(f"expected {what}, got {value!r}")
         return value
 
@@ -46,7 +48,8 @@ def _schema(pattern: re.Pattern[str], max_len: int, what: str) -> WithJsonSchema
 
 
 _ID_WHAT = "a lowercase id (a-z, 0-9 and '-', at most 63 characters, e.g. 'eu-west')"
-#: Region, tenant, jurisdiction, rule, plugin ids: DNS-label-like (see gtm.models).
+#: Region, zone, GPU, tenant, jurisdiction, rule, plugin ids: DNS-label-like, so they
+#: appear in DNS names (``eu-west.api.<zone>``), etcd keys and Prometheus labels unescaped.
 Identifier = Annotated[str, _checker(_IDENTIFIER, 63, _ID_WHAT), _schema(_IDENTIFIER, 63, _ID_WHAT)]
 
 _CC_WHAT = "an ISO 3166-1 alpha-2 country code in upper case (e.g. 'DE')"
