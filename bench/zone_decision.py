@@ -54,7 +54,7 @@ from gtm.metrics import new_registry
 from gtm.models import GpuWorker, RouteRequest, Tier, WorkerState
 from gtm.routing import FilterResult, Profile, RoutingMetrics, WeightedScorer
 from gtm.routing.cost import predicted_ttft_ms, scores_from_costs
-from gtm.routing.framework import partition
+from gtm.routing import partition
 from gtm.routing.pickers.max_score import MaxScorePicker
 from gtm.stats import percentile
 from zone_agent.accounting import Accounting

@@ -33,7 +33,7 @@ from typing import Any, cast
 
 from gtm.models import RouteRequest, Tier
 from gtm.routing import PluginRegistry, ProfileSpec
-from gtm.routing.framework import Scored
+from gtm.routing.legacy import Scored
 from regional_lb.view import ZoneContext, ZoneState
 
 #: ``Scored(candidate, total)`` without the NamedTuple's Python-level ``_make``.

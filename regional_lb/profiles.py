@@ -21,7 +21,7 @@ from gtm.routing import (
     Profile,
     ProfileSpec,
     RoutingMetrics,
-    default_registry,
+    legacy_registry,
     load_profile_spec,
 )
 from regional_lb.plugins import health, kv_cache, load, model, prefix, residency, saturation, ttft
@@ -55,7 +55,7 @@ ZoneProfile = Profile[ZoneState, ZoneContext]
 
 def regional_registry() -> PluginRegistry:
     """The built-in plugins plus the regional tier's, under the policy files' names."""
-    registry = default_registry()
+    registry = legacy_registry()
     registry.register(residency.TYPE_NAME, residency.Params, residency.ResidencyFilter)
     registry.register(health.TYPE_NAME, health.Params, health.HealthFilter)
     registry.register(model.TYPE_NAME, model.Params, model.ModelFilter)

@@ -20,12 +20,12 @@ The generic pickers (``max-score-picker``…) and ``allow-list-filter`` come fro
 from __future__ import annotations
 
 from global_lb.plugins import affinity, health, load, model, residency, spread, ttft
-from gtm.routing import PluginRegistry, default_registry
+from gtm.routing import PluginRegistry, legacy_registry
 
 
 def global_registry() -> PluginRegistry:
     """A fresh registry: the built-ins plus every global-tier plugin type."""
-    registry = default_registry().copy()
+    registry = legacy_registry()
     registry.register(residency.TYPE_NAME, residency.Params, residency.ResidencyFilter)
     registry.register(health.TYPE_NAME, health.Params, health.HealthFilter)
     registry.register(model.TYPE_NAME, model.Params, model.ModelFilter)

@@ -1,34 +1,39 @@
 """The routing framework every tier uses: filter → score → pick (ARCHITECTURE §3).
 
-Contracts are in :mod:`gtm.routing.framework`, the runner in :mod:`gtm.routing.profile`,
-configuration in :mod:`gtm.routing.registry`, the shared TTFT cost currency in
-:mod:`gtm.routing.cost`; see ``gtm/routing/README.md``.
+Contracts are in :mod:`gtm.routing.framework`, the one runner in
+:mod:`gtm.routing.runner`, configuration in :mod:`gtm.routing.registry`, the policy
+files as the profile's source in :mod:`gtm.routing.source`, the shared TTFT cost
+currency in :mod:`gtm.routing.cost`; see ``gtm/routing/README.md``.
 """
 
 from gtm.routing.framework import (
-    Candidate,
+    Batch,
+    Capability,
     CostModel,
     ExtensionPoint,
     Filter,
-    FilterResult,
     Picker,
+    Plugin,
+    Removal,
     RngFactory,
-    Scored,
     Scorer,
-    better,
-    partition,
+    capabilities_of,
+    removal_where,
     request_rng,
     uniform_index,
 )
-from gtm.routing.metrics import RoutingMetrics
-from gtm.routing.profile import (
-    DEFAULT_PLUGIN_TIMING_EVERY,
-    NO_CANDIDATES_OFFERED,
+from gtm.routing.legacy import (
     Choice,
+    FilterResult,
     Profile,
+    Scored,
     WeightedScorer,
+    better,
+    partition,
 )
+from gtm.routing.metrics import RoutingMetrics
 from gtm.routing.registry import (
+    VOCABULARY_ALIASES,
     PluginRegistry,
     PluginSpec,
     PluginType,
@@ -36,35 +41,64 @@ from gtm.routing.registry import (
     ProfileSpec,
     ScorerRef,
     default_registry,
+    legacy_registry,
     load_profile_spec,
 )
+from gtm.routing.runner import (
+    DEFAULT_PLUGIN_TIMING_EVERY,
+    NO_CANDIDATES_OFFERED,
+    FastPath,
+    Match,
+    Outcome,
+    Runner,
+    Stage,
+    Step,
+    Weighted,
+)
+from gtm.routing.source import ProfileSource, policy_profile_spec
 
 __all__ = [
     "DEFAULT_PLUGIN_TIMING_EVERY",
     "NO_CANDIDATES_OFFERED",
-    "Candidate",
+    "VOCABULARY_ALIASES",
+    "Batch",
+    "Capability",
     "Choice",
     "CostModel",
     "ExtensionPoint",
+    "FastPath",
     "Filter",
     "FilterResult",
+    "Match",
+    "Outcome",
     "Picker",
+    "Plugin",
     "PluginRegistry",
     "PluginSpec",
     "PluginType",
     "Profile",
     "ProfilePlugins",
+    "ProfileSource",
     "ProfileSpec",
+    "Removal",
     "RngFactory",
     "RoutingMetrics",
+    "Runner",
     "Scored",
     "Scorer",
     "ScorerRef",
+    "Stage",
+    "Step",
+    "Weighted",
     "WeightedScorer",
     "better",
+    "capabilities_of",
     "default_registry",
+    "legacy_registry",
     "load_profile_spec",
     "partition",
+    "policy_profile_spec",
+    "removal_where",
     "request_rng",
     "uniform_index",
 ]

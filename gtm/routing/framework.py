@@ -1,50 +1,48 @@
-"""Contracts of the routing pipeline: filter → score → pick (ARCHITECTURE §3).
+"""Contracts of the routing pipeline: filter → score → pick, over columns (ARCHITECTURE §3).
 
 Every tier routes with the same three extension points, after the Kubernetes Gateway API
-Inference Extension scheduler ("0845 scheduler architecture proposal") and llm-d:
+Inference Extension scheduler ("0845 scheduler architecture proposal") and llm-d, and
+runs them with the one runner of :mod:`gtm.routing.runner`. What a tier supplies is its
+data layout: a :class:`Batch` holds one decision's candidates *by position* (their ids,
+the request, the tier's own columns, the survivors so far), and plugins read it:
 
-* a :class:`Filter` removes candidates and says why, for each one it removes;
-* a :class:`Scorer` gives each surviving candidate a value in [0, 1] (the runner clamps,
-  and repairs NaN to 0); weights live in the profile, not in the scorer;
-* exactly one :class:`Picker` chooses among the scored survivors.
+* a :class:`Filter` returns a :class:`Removal` — a mask over the positions and a reason
+  per removed position, worked out only when a trace asks — or None (removes nothing);
+* a :class:`Scorer` returns one float per position in [0, 1] (values at removed
+  positions are ignored; the runner clamps, and repairs NaN to 0); weights live in the
+  profile, not in the scorer;
+* exactly one :class:`Picker` returns the chosen position among the survivors;
+* a :class:`CostModel` returns each position's predicted TTFT in ms.
 
-Plugins are generic over the candidate type ``C`` (a tier's view of a region, a zone or a
-GPU; all the framework needs is ``.id``) and the context ``X`` (the tier's immutable
-snapshot). Decisions are sans-io: plugins are synchronous, never await, never do I/O, and
-never mutate the request, the candidates or the context.
+A plugin declares what it offers the runner as typed :class:`Capability` values (a
+tier adds its own ``StrEnum`` for its fast paths) in the class attribute
+``capabilities``; the runner never inspects names or roles. Per-view work is the
+plugin's :meth:`Plugin.prepare` hook (Envoy's ``refresh()``): the runner calls it once
+per view and hands the result back in :attr:`Batch.prepared`.
 
-Determinism. The fleet simulator and the live tiers run the same decision code, so the
-same request over the same snapshot must give the same choice. Plugins therefore take
-no randomness from the global :mod:`random` state or the time: a picker that randomises
-is given an :data:`RngFactory` at construction and derives a :class:`random.Random` per
-request from ``(seed, request_id)`` with :func:`request_rng`. It draws only through
-``Random.random()``, the one method whose sequence Python guarantees across versions for
-a given seed (Python docs, ``random`` — "Notes on Reproducibility"). Candidate order is
-part of the input: snapshots list candidates in a stable order (by id), and the runner
-keeps that order through every filter.
+Decisions are sans-io: plugins are synchronous, never await, never do I/O, and never
+mutate the request or the view. Determinism: the fleet simulator and the live tiers run
+the same code, so the same request over the same view gives the same choice. A plugin
+that randomises derives a :class:`random.Random` per request from ``(seed, request_id)``
+with :func:`request_rng` and draws only through ``Random.random()``, the one method
+whose sequence Python guarantees across versions (Python docs, ``random`` — "Notes on
+Reproducibility"). Candidate order is part of the input: a tier lists its candidates
+in a stable order (by id where it can, saying so with :attr:`Batch.ids_ascending`).
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from enum import StrEnum
-from typing import Generic, NamedTuple, Protocol, TypeVar, runtime_checkable
+from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 
-from gtm.models import RouteRequest
+import numpy as np
+import numpy.typing as npt
 
-
-class Candidate(Protocol):
-    """Anything a tier routes to. Ids are unique within one decision."""
-
-    @property
-    def id(self) -> str: ...
-
-
-C = TypeVar("C", bound=Candidate)
-C_contra = TypeVar("C_contra", bound=Candidate, contravariant=True)
-X_contra = TypeVar("X_contra", contravariant=True)
+Floats = npt.NDArray[np.float64]
+Bools = npt.NDArray[np.bool_]
+Ints = npt.NDArray[np.intp]
 
 
 class ExtensionPoint(StrEnum):
@@ -56,112 +54,53 @@ class ExtensionPoint(StrEnum):
     COST_MODEL = "cost_model"
 
 
-# ---------------------------------------------------------------------------- filters
+class Capability(StrEnum):
+    """What the core runner itself reads from a plugin's ``capabilities``.
 
-
-@dataclass(frozen=True, slots=True)
-class FilterResult(Generic[C]):
-    """What a filter kept, in input order, and ``(candidate id, reason)`` per removal.
-
-    Every input candidate is either kept or removed; the runner checks the counts add up.
+    A tier's fast paths (:class:`gtm.routing.runner.FastPath`) name capabilities of the
+    tier's own ``StrEnum``; these are the ones every tier shares.
     """
 
-    kept: tuple[C, ...]
-    removed: tuple[tuple[str, str], ...] = ()
-
-    @classmethod
-    def keep_all(cls, candidates: Sequence[C]) -> FilterResult[C]:
-        return cls(tuple(candidates))
-
-
-def partition(candidates: Sequence[C], why_removed: Callable[[C], str | None]) -> FilterResult[C]:
-    """Split candidates with ``why_removed(candidate)``: ``None`` keeps it, a string removes it.
-
-    The easy way to write a filter; a filter on a hot path may build its
-    :class:`FilterResult` directly.
-    """
-    kept: list[C] = []
-    removed: list[tuple[str, str]] = []
-    for candidate in candidates:
-        reason = why_removed(candidate)
-        if reason is None:
-            kept.append(candidate)
-        else:
-            removed.append((candidate.id, reason))
-    return FilterResult(tuple(kept), tuple(removed))
+    #: Has per-view work: the runner calls ``prepare(view)`` once per view.
+    PREPARE = "prepare"
+    #: Its scores are in [0, 1] by construction: the runner skips the range check.
+    SCORES_IN_RANGE = "scores-in-range"
+    #: A picker that always takes the survivor of highest total (ties to the smallest
+    #: id): a fast path may pick in its place.
+    PICKS_MAX_TOTAL = "picks-max-total"
 
 
-@runtime_checkable
-class Filter(Protocol[C, X_contra]):
-    """Removes candidates that must not serve the request (residency, health, model...)."""
+class Plugin:
+    """Optional base of plugins: a name, no capabilities, no per-view work."""
 
+    #: The typed capabilities of every instance of the class (see :class:`Capability`).
+    capabilities: ClassVar[frozenset[StrEnum]] = frozenset()
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def prepare(self, view: Any, /) -> object:
+        """Work that depends on the view alone (called once per view when the class
+        declares :attr:`Capability.PREPARE`); the result is ``batch.prepared[self]``."""
+        return None
+
+
+def capabilities_of(plugin: object) -> frozenset[StrEnum]:
+    """The capabilities ``plugin``'s class declares (none for a plain object)."""
+    declared: frozenset[StrEnum] = getattr(type(plugin), "capabilities", frozenset())
+    return declared
+
+
+class HasRequestId(Protocol):
     @property
-    def name(self) -> str: ...
-
-    def filter(
-        self, request: RouteRequest, candidates: Sequence[C], ctx: X_contra, /
-    ) -> FilterResult[C]: ...
+    def request_id(self) -> str: ...
 
 
-# ---------------------------------------------------------------------------- scorers
+#: Builds the per-request random source of a randomised plugin from (request, seed).
+RngFactory = Callable[[HasRequestId, int], random.Random]
 
 
-@runtime_checkable
-class Scorer(Protocol[C_contra, X_contra]):
-    """Rates each candidate in [0, 1], higher is better.
-
-    Returns candidate id → score. The runner clamps to [0, 1]; NaN and missing ids become
-    0. Each repair is counted and traced, because it means the scorer has a bug.
-    """
-
-    @property
-    def name(self) -> str: ...
-
-    def score(
-        self, request: RouteRequest, candidates: Sequence[C_contra], ctx: X_contra, /
-    ) -> Mapping[str, float]: ...
-
-
-@runtime_checkable
-class CostModel(Protocol[C_contra, X_contra]):
-    """Predicts the request's time-to-first-token at a candidate, in ms (ARCHITECTURE §2).
-
-    A profile with a cost model reports the chosen candidate's cost as
-    ``Decision.predicted_ttft_ms``. A scorer that ranks by predicted TTFT usually is the
-    cost model too: one object, referenced as both.
-    """
-
-    @property
-    def name(self) -> str: ...
-
-    def cost_ms(self, request: RouteRequest, candidate: C_contra, ctx: X_contra, /) -> float: ...
-
-
-# ---------------------------------------------------------------------------- pickers
-
-
-class Scored(NamedTuple, Generic[C]):
-    """A surviving candidate and its weighted total score in [0, 1]."""
-
-    candidate: C
-    total: float
-
-
-@runtime_checkable
-class Picker(Protocol[C]):
-    """Chooses one candidate among the scored survivors (never given an empty sequence)."""
-
-    @property
-    def name(self) -> str: ...
-
-    def pick(self, request: RouteRequest, scored: Sequence[Scored[C]], /) -> C: ...
-
-
-#: Builds the per-request random source of a randomised picker from (request, seed).
-RngFactory = Callable[[RouteRequest, int], random.Random]
-
-
-def request_rng(request: RouteRequest, seed: int = 0) -> random.Random:
+def request_rng(request: HasRequestId, seed: int = 0) -> random.Random:
     """A :class:`random.Random` that depends only on ``seed`` and the request id.
 
     String seeds are hashed with SHA-512 by ``random.seed`` (version 2), independent of
@@ -177,8 +116,132 @@ def uniform_index(rng: random.Random, n: int) -> int:
     return min(int(rng.random() * n), n - 1)
 
 
-def better(a: Scored[C], b: Scored[C]) -> Scored[C]:
-    """The higher total; on a tie the smaller id, so the outcome never depends on order."""
-    if a.total != b.total:
-        return a if a.total > b.total else b
-    return a if a.candidate.id <= b.candidate.id else b
+# ---------------------------------------------------------------------------- the batch
+
+
+class Batch:
+    """One decision's working set: the candidates by position, the request, the view,
+    and which positions are still alive. A tier subclasses it with its own columns.
+
+    ``alive`` is owned by the runner while the filters run; after them (``seal``) it no
+    longer changes and :attr:`survivors` is cached.
+    """
+
+    __slots__ = ("_survivors", "alive", "all_alive", "ids", "prepared", "request", "view")
+
+    #: Whether positions are in ascending id order, so that the first of tied positions
+    #: is the smallest id (the max-score picker then needs no tie check).
+    ids_ascending: ClassVar[bool] = False
+
+    def __init__(
+        self, ids: Sequence[str], request: HasRequestId, view: object, alive: Bools | None = None
+    ) -> None:
+        """``alive``: a fresh, writable all-true mask the batch may own (else made)."""
+        self.ids = ids
+        self.request = request
+        #: What ``prepare`` is called with, once per distinct object.
+        self.view = view
+        self.alive: Bools = np.ones(len(ids), dtype=np.bool_) if alive is None else alive
+        #: True while no filter removed anything (plugins may skip masking then).
+        self.all_alive = True
+        self._survivors: Ints | None = None
+        #: Plugin → its ``prepare(view)`` result (set by the runner).
+        self.prepared: Mapping[object, Any] = _NOTHING_PREPARED
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def survivors(self) -> Ints:
+        """Positions of the alive candidates, ascending (fixed once the filters ran)."""
+        if self._survivors is not None:
+            return self._survivors
+        return self.alive.nonzero()[0]
+
+    def seal(self, survivors: Ints | None = None) -> None:
+        """The filters are done: ``alive`` no longer changes (``survivors``: its
+        positions, when the caller has them)."""
+        self._survivors = self.alive.nonzero()[0] if survivors is None else survivors
+
+    def rng(self, seed: int) -> random.Random:
+        """The request's random source: :func:`request_rng` of the request."""
+        return random.Random(f"{seed}:{self.request.request_id}")
+
+
+_NOTHING_PREPARED: Mapping[object, Any] = {}
+
+
+class Removal(NamedTuple):
+    """What a filter removes — a mask over every position (only alive ones count) — and
+    why, per position, worked out only for a trace."""
+
+    mask: Bools
+    reason: Callable[[int], str]
+
+
+def removal_where(batch: Batch, why: Callable[[int], str | None]) -> Removal | None:
+    """The easy way to write a filter over a few candidates: ``why(position)`` of each
+    survivor, None keeping it; None when nothing is removed."""
+    reasons: dict[int, str] = {}
+    for position in batch.survivors.tolist():
+        reason = why(position)
+        if reason is not None:
+            reasons[position] = reason
+    if not reasons:
+        return None
+    mask = np.zeros(len(batch), dtype=np.bool_)
+    mask[list(reasons)] = True
+    return Removal(mask, reasons.__getitem__)
+
+
+# ---------------------------------------------------------------------------- plugins
+
+
+@runtime_checkable
+class Filter(Protocol):
+    """Removes candidates that must not serve the request (residency, health, model...)."""
+
+    capabilities: ClassVar[frozenset[StrEnum]]
+
+    @property
+    def name(self) -> str: ...
+
+    def removes(self, batch: Any, /) -> Removal | None: ...
+
+
+@runtime_checkable
+class Scorer(Protocol):
+    """Rates each position in [0, 1], higher is better (a float per position)."""
+
+    capabilities: ClassVar[frozenset[StrEnum]]
+
+    @property
+    def name(self) -> str: ...
+
+    def scores(self, batch: Any, /) -> Floats | Sequence[float]: ...
+
+
+@runtime_checkable
+class Picker(Protocol):
+    """Chooses one position among ``batch.survivors`` given every position's total."""
+
+    capabilities: ClassVar[frozenset[StrEnum]]
+
+    @property
+    def name(self) -> str: ...
+
+    def pick(self, batch: Any, totals: Floats, /) -> int: ...
+
+
+@runtime_checkable
+class CostModel(Protocol):
+    """Predicts the request's time-to-first-token at each position, in ms (inf: cannot
+    serve). The profile reports the choice's as ``Decision.predicted_ttft_ms``; a scorer
+    that ranks by predicted TTFT usually is the cost model too (one object)."""
+
+    capabilities: ClassVar[frozenset[StrEnum]]
+
+    @property
+    def name(self) -> str: ...
+
+    def costs_ms(self, batch: Any, /) -> Floats | Sequence[float]: ...

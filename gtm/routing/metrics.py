@@ -8,7 +8,7 @@ name. Series are keyed by plugin name, so an old and a new profile share them.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gtm.metrics import DECISION_LATENCY_BUCKETS
 
@@ -43,5 +43,18 @@ class RoutingMetrics:
             "gtm_routing_no_eligible_candidate_total",
             "Decisions refused because a filter removed every candidate.",
             ("tier", "profile", "filter"),
+            registry=registry,
+        )
+        self.fast_path = Gauge(
+            "gtm_routing_fast_path",
+            "1 when the profile takes the tier's declared fast path, 0 when its plugins lack "
+            "a capability the path needs (the log says which).",
+            ("tier", "profile", "path"),
+            registry=registry,
+        )
+        self.profile_reload_failures = Counter(
+            "gtm_routing_profile_reload_failures_total",
+            "Routing profiles from a new policy that did not build; the last good one stays.",
+            ("tier", "profile"),
             registry=registry,
         )

@@ -19,9 +19,14 @@ refers to them by name. A plugin referenced twice (say as a scorer and as the co
 model) is one object.
 
 There is no global registry: :func:`default_registry` builds a fresh one with the
-built-in generic plugins, and each tier registers its own plugins on its own copy. A
-factory is ``(name, params) -> plugin``; a tier that must inject something that is not
-configuration (a GPU profile table, a random-source factory) registers a closure.
+built-in generic plugins, and each tier registers its own plugins and its declared fast
+paths (:class:`gtm.routing.runner.FastPath`) on its own copy. A factory is ``(name,
+params) -> plugin``; a tier that must inject something that is not configuration (a GPU
+profile table, a random-source factory) registers a closure.
+
+One vocabulary: type names read ``<concept>-<filter|scorer|picker|cost-model>``; the
+names used before (:data:`VOCABULARY_ALIASES`) stay accepted as deprecated aliases,
+each logged once per registry when a profile uses it.
 """
 
 from __future__ import annotations
@@ -36,11 +41,12 @@ from pydantic import BaseModel, Field, JsonValue, ValidationError
 
 from gtm.errors import GtmError, PluginError
 from gtm.models import Frozen, Tier
+from gtm.routing import legacy
 from gtm.routing.filters import allow_list
 from gtm.routing.framework import CostModel, ExtensionPoint, Filter, Picker, Scorer
 from gtm.routing.metrics import RoutingMetrics
 from gtm.routing.pickers import max_score, power_of_two, random_pick, weighted_random
-from gtm.routing.profile import DEFAULT_PLUGIN_TIMING_EVERY, Profile, WeightedScorer
+from gtm.routing.runner import DEFAULT_PLUGIN_TIMING_EVERY, FastPath, Runner, Weighted
 
 _log = logging.getLogger(__name__)
 
@@ -51,6 +57,23 @@ _PROTOCOLS: Mapping[ExtensionPoint, type] = {
     ExtensionPoint.SCORER: Scorer,
     ExtensionPoint.PICKER: Picker,
     ExtensionPoint.COST_MODEL: CostModel,
+}
+_LEGACY_PROTOCOLS: Mapping[ExtensionPoint, type] = {
+    ExtensionPoint.FILTER: legacy.Filter,
+    ExtensionPoint.SCORER: legacy.Scorer,
+    ExtensionPoint.PICKER: legacy.Picker,
+    ExtensionPoint.COST_MODEL: legacy.CostModel,
+}
+
+#: Type names used before the one vocabulary → their name in it (ttft-cost-model names
+#: the same type as ttft-scorer, and is not deprecated).
+VOCABULARY_ALIASES: Mapping[str, str] = {
+    "healthy-filter": "health-filter",
+    "serves-model-filter": "model-filter",
+    "ttft-cost": "ttft-scorer",
+    "kv-cache-utilization-scorer": "kv-cache-scorer",
+    "prefix-cache-scorer": "prefix-affinity-scorer",
+    "random": "random-picker",
 }
 
 
@@ -141,6 +164,8 @@ class PluginRegistry:
     def __init__(self) -> None:
         self._types: dict[str, PluginType] = {}
         self._aliases: dict[str, str] = {}
+        self._warned: set[str] = set()
+        self._fast_paths: list[FastPath] = []
 
     def register(
         self, type_name: str, params: type[P], factory: Callable[[str, P], object]
@@ -161,11 +186,27 @@ class PluginRegistry:
             raise PluginError(f"plugin type {deprecated!r} is already registered")
         self._aliases[deprecated] = type_name
 
+    def register_vocabulary_aliases(self) -> None:
+        """Accept the :data:`VOCABULARY_ALIASES` whose new name is registered here."""
+        for deprecated, type_name in VOCABULARY_ALIASES.items():
+            if type_name in self._types and deprecated not in self._aliases:
+                self.register_alias(deprecated, type_name)
+
+    def register_fast_path(self, path: FastPath) -> None:
+        """Declare a fast path that profiles built here take when their plugins can."""
+        if any(p.name == path.name for p in self._fast_paths):
+            raise PluginError(f"fast path {path.name!r} is already registered")
+        self._fast_paths.append(path)
+
+    def fast_paths(self) -> tuple[FastPath, ...]:
+        return tuple(self._fast_paths)
+
     def copy(self) -> PluginRegistry:
-        """An independent registry with the same types and aliases (to extend per tier)."""
+        """An independent registry with the same types, aliases and fast paths."""
         clone = PluginRegistry()
         clone._types = dict(self._types)
         clone._aliases = dict(self._aliases)
+        clone._fast_paths = list(self._fast_paths)
         return clone
 
     def type_names(self) -> tuple[str, ...]:
@@ -180,7 +221,9 @@ class PluginRegistry:
         """The registered type, following a deprecated alias. Raises PluginError if unknown."""
         current = self._aliases.get(type_name)
         if current is not None:
-            _log.warning("plugin type %r is deprecated; use %r", type_name, current)
+            if type_name not in self._warned:
+                self._warned.add(type_name)
+                _log.warning("plugin type %r is deprecated; use %r", type_name, current)
             type_name = current
         found = self._types.get(type_name)
         if found is None:
@@ -207,6 +250,56 @@ class PluginRegistry:
         except (GtmError, ValueError, TypeError) as exc:
             raise PluginError(f"{label}: {exc}") from exc
 
+    def build(
+        self,
+        spec: ProfileSpec,
+        *,
+        tier: Tier,
+        metrics: RoutingMetrics | None = None,
+        timer: Callable[[], float] = time.perf_counter,
+        fast_paths: bool = True,
+    ) -> Runner[Any]:
+        """Build every declared plugin, resolve the profile's references, check the rules,
+        and compose the registry's fast paths (``fast_paths=False``: none, the reference).
+
+        Raises PluginError naming the plugin and the field for: an unknown type, invalid
+        parameters, a duplicate plugin name, an unknown reference, a plugin used at an
+        extension point it does not implement, a weight that is not > 0, no picker or
+        more than one.
+        """
+        plugins = self._build_plugins(spec)
+        body = spec.profile
+        resolve = self._resolve
+        filters = [
+            resolve(plugins, ref, f"profile.filters[{i}]", ExtensionPoint.FILTER)
+            for i, ref in enumerate(body.filters)
+        ]
+        scorers = [
+            Weighted(*self._weighted(plugins, i, ref, _PROTOCOLS))
+            for i, ref in enumerate(body.scorers)
+        ]
+        picker = resolve(plugins, _one_picker(body.picker), "profile.picker", ExtensionPoint.PICKER)
+        cost_model = None
+        if body.cost_model is not None:
+            field = "profile.cost_model"
+            cost_model = resolve(plugins, body.cost_model, field, ExtensionPoint.COST_MODEL)
+        try:
+            return Runner(
+                spec.name,
+                tier,
+                filters,
+                scorers,
+                picker,
+                cost_model=cost_model,
+                fast_paths=self._fast_paths if fast_paths else (),
+                metrics=metrics,
+                timer=timer,
+                plugin_timing_every=spec.plugin_timing_every,
+                trace_scores=spec.trace_scores,
+            )
+        except PluginError as exc:
+            raise PluginError(f"profile {spec.name!r}: {exc}") from exc
+
     def build_profile(
         self,
         spec: ProfileSpec,
@@ -214,7 +307,7 @@ class PluginRegistry:
         tier: Tier,
         metrics: RoutingMetrics | None = None,
         timer: Callable[[], float] = time.perf_counter,
-    ) -> Profile[Any, Any]:
+    ) -> legacy.Profile[Any, Any]:
         """Build every declared plugin, resolve the profile's references, check the rules.
 
         Raises PluginError naming the plugin and the field for: an unknown type, invalid
@@ -224,23 +317,27 @@ class PluginRegistry:
         """
         plugins = self._build_plugins(spec)
         body = spec.profile
+        old = _LEGACY_PROTOCOLS
         filters = [
-            self._resolve(plugins, ref, f"profile.filters[{i}]", ExtensionPoint.FILTER)
+            self._resolve(plugins, ref, f"profile.filters[{i}]", ExtensionPoint.FILTER, old)
             for i, ref in enumerate(body.filters)
         ]
-        scorers = [self._weighted(plugins, i, ref) for i, ref in enumerate(body.scorers)]
+        scorers = [
+            legacy.WeightedScorer(*self._weighted(plugins, i, ref, old))
+            for i, ref in enumerate(body.scorers)
+        ]
         picker = self._resolve(
-            plugins, _one_picker(body.picker), "profile.picker", ExtensionPoint.PICKER
+            plugins, _one_picker(body.picker), "profile.picker", ExtensionPoint.PICKER, old
         )
         cost_model = (
             None
             if body.cost_model is None
             else self._resolve(
-                plugins, body.cost_model, "profile.cost_model", ExtensionPoint.COST_MODEL
+                plugins, body.cost_model, "profile.cost_model", ExtensionPoint.COST_MODEL, old
             )
         )
         try:
-            return Profile(
+            return legacy.Profile(
                 spec.name,
                 tier,
                 filters,
@@ -268,28 +365,38 @@ class PluginRegistry:
         return plugins
 
     @staticmethod
-    def _resolve(plugins: Mapping[str, Any], ref: str, field: str, point: ExtensionPoint) -> Any:
+    def _resolve(
+        plugins: Mapping[str, Any],
+        ref: str,
+        field: str,
+        point: ExtensionPoint,
+        protocols: Mapping[ExtensionPoint, type] = _PROTOCOLS,
+    ) -> Any:
         plugin = plugins.get(ref)
         if plugin is None:
             declared = ", ".join(plugins) or "none"
             raise PluginError(f"{field}: unknown plugin {ref!r} (declared: {declared})")
-        if not isinstance(plugin, _PROTOCOLS[point]):
+        if not isinstance(plugin, protocols[point]):
             raise PluginError(
                 f"{field}: plugin {ref!r} ({type(plugin).__name__}) is not a {point} plugin"
             )
         return plugin
 
     def _weighted(
-        self, plugins: Mapping[str, Any], i: int, ref: ScorerRef
-    ) -> WeightedScorer[Any, Any]:
+        self,
+        plugins: Mapping[str, Any],
+        i: int,
+        ref: ScorerRef,
+        protocols: Mapping[ExtensionPoint, type],
+    ) -> tuple[Any, float]:
         field = f"profile.scorers[{i}]"
-        scorer = self._resolve(plugins, ref.ref, f"{field}.ref", ExtensionPoint.SCORER)
+        scorer = self._resolve(plugins, ref.ref, f"{field}.ref", ExtensionPoint.SCORER, protocols)
         if not ref.weight > 0.0:
             raise PluginError(
                 f"{field}.weight: scorer {ref.ref!r} has weight {ref.weight!r}; "
                 "weights must be > 0 (remove the scorer to turn it off)"
             )
-        return WeightedScorer(scorer, ref.weight)
+        return scorer, ref.weight
 
 
 def _one_picker(picker: str | tuple[str, ...] | None) -> str:
@@ -311,13 +418,27 @@ def _one_picker(picker: str | tuple[str, ...] | None) -> str:
 def default_registry() -> PluginRegistry:
     """A fresh registry holding the built-in generic plugins (pickers, allow-list filter)."""
     registry = PluginRegistry()
-    registry.register(max_score.TYPE_NAME, max_score.Params, max_score.MaxScorePicker)
+    registry.register(max_score.TYPE_NAME, max_score.Params, max_score.build)
     registry.register(
         weighted_random.TYPE_NAME, weighted_random.Params, weighted_random.WeightedRandomPicker
     )
     registry.register(power_of_two.TYPE_NAME, power_of_two.Params, power_of_two.PowerOfTwoPicker)
     registry.register(random_pick.TYPE_NAME, random_pick.Params, random_pick.RandomPicker)
-    for alias in random_pick.DEPRECATED_ALIASES:
-        registry.register_alias(alias, random_pick.TYPE_NAME)
     registry.register(allow_list.TYPE_NAME, allow_list.Params, allow_list.AllowListFilter)
+    registry.register_vocabulary_aliases()
+    return registry
+
+
+def legacy_registry() -> PluginRegistry:
+    """The generic plugins of the object/dict runner (:mod:`gtm.routing.legacy`), for a
+    tier not yet on :class:`~gtm.routing.runner.Runner`."""
+    registry = PluginRegistry()
+    registry.register(legacy.MAX_SCORE_TYPE, legacy.MaxScoreParams, legacy.MaxScorePicker)
+    registry.register(
+        legacy.WEIGHTED_RANDOM_TYPE, legacy.WeightedRandomParams, legacy.WeightedRandomPicker
+    )
+    registry.register(legacy.POWER_OF_TWO_TYPE, legacy.PowerOfTwoParams, legacy.PowerOfTwoPicker)
+    registry.register(legacy.RANDOM_TYPE, legacy.RandomParams, legacy.RandomPicker)
+    registry.register(legacy.ALLOW_LIST_TYPE, legacy.AllowListParams, legacy.AllowListFilter)
+    registry.register_vocabulary_aliases()
     return registry

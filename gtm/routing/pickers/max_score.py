@@ -1,48 +1,95 @@
-"""``max-score-picker``: the candidate with the highest total score.
+"""``max-score-picker``: the survivor with the highest total; ties to the smallest id.
 
-Ties go to the smallest candidate id, so the choice never depends on candidate order or
-on anything outside the request and the snapshot (llm-d's max-score picker breaks ties
-at random instead; determinism matters more here because the simulator replays the same
-decisions).
+Ties go to the smallest id, so the choice never depends on candidate order or on
+anything outside the request and the view (llm-d's max-score picker breaks ties at
+random; determinism matters more here because the simulator replays the same decisions).
+
+Optional ``near_equal``: when several survivors are within that much total of the best,
+take the better of two drawn at random among them (power of two choices, Mitzenmacher
+2001), so that replicas sharing the same stale view do not all herd onto the single
+"best" candidate. Draws come from the request's own random source (``(seed, request
+id)``). Only the plain picker (``near_equal: 0``) declares
+:attr:`~gtm.routing.framework.Capability.PICKS_MAX_TOTAL`, which fast paths rely on.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from operator import attrgetter
-from typing import Generic
+from typing import ClassVar
 
-from gtm.errors import PluginError
-from gtm.models import Frozen, RouteRequest
-from gtm.routing.framework import C, Scored
+import numpy as np
+from pydantic import Field
+
+from gtm.models import Frozen
+from gtm.routing.framework import Batch, Capability, Floats, Plugin, uniform_index
 
 TYPE_NAME = "max-score-picker"
 
-_total = attrgetter("total")
-
 
 class Params(Frozen):
-    """No parameters."""
+    near_equal: float = Field(default=0.0, ge=0.0, le=1.0)
+    seed: int = 0
 
 
-class MaxScorePicker(Generic[C]):
+def best_of(batch: Batch, totals: Floats) -> int:
+    """The survivor of highest total; on a tie the smallest id."""
+    if batch.all_alive:
+        live = totals
+        at = k = int(totals.argmax())
+    else:
+        survivors = batch.survivors
+        live = totals[survivors]
+        at = int(live.argmax())
+        k = int(survivors[at])
+    if batch.ids_ascending:
+        return k
+    tied = np.flatnonzero(live == live[at])
+    if len(tied) == 1:
+        return k
+    positions = tied if batch.all_alive else batch.survivors[tied]
+    ids = batch.ids
+    return int(min(positions.tolist(), key=ids.__getitem__))
+
+
+def better(batch: Batch, totals: Floats, a: int, b: int) -> int:
+    """The higher total of positions ``a`` and ``b``; on a tie the smaller id."""
+    if totals[a] != totals[b]:
+        return a if totals[a] > totals[b] else b
+    return a if batch.ids[a] <= batch.ids[b] else b
+
+
+class MaxScorePicker(Plugin):
     """Highest total wins; ties broken by the smallest id."""
 
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.PICKS_MAX_TOTAL})
+
     def __init__(self, name: str = TYPE_NAME, params: Params | None = None) -> None:
-        self._name = name
+        super().__init__(name)
 
-    @property
-    def name(self) -> str:
-        return self._name
+    def pick(self, batch: Batch, totals: Floats, /) -> int:
+        return best_of(batch, totals)
 
-    def pick(self, request: RouteRequest, scored: Sequence[Scored[C]], /) -> C:
-        if not scored:
-            raise PluginError(f"picker {self._name!r} was given no candidates")
-        # C-level passes (max, index, count) instead of generators: this runs on every
-        # decision over every survivor, and a tie is rare.
-        totals = list(map(_total, scored))
-        top = max(totals)
-        if totals.count(top) == 1:
-            return scored[totals.index(top)].candidate
-        best = min((s for s in scored if s.total == top), key=lambda s: s.candidate.id)
-        return best.candidate
+
+class NearEqualPicker(Plugin):
+    """The better of two random survivors within ``near_equal`` of the best total."""
+
+    def __init__(self, name: str, params: Params) -> None:
+        super().__init__(name)
+        self._near = params.near_equal
+        self._seed = params.seed
+
+    def pick(self, batch: Batch, totals: Floats, /) -> int:
+        best = best_of(batch, totals)
+        close = np.flatnonzero(batch.alive & (totals >= totals[best] - self._near))
+        if len(close) < 2:
+            return best
+        rng = batch.rng(self._seed)
+        first = uniform_index(rng, len(close))
+        second = uniform_index(rng, len(close) - 1)
+        if second >= first:
+            second += 1
+        return better(batch, totals, int(close[first]), int(close[second]))
+
+
+def build(name: str, params: Params) -> MaxScorePicker | NearEqualPicker:
+    """The registry's factory: the plain picker unless ``near_equal`` is set."""
+    return NearEqualPicker(name, params) if params.near_equal > 0.0 else MaxScorePicker(name)

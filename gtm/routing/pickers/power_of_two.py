@@ -13,12 +13,9 @@ The two are distinct survivors drawn from a per-request random source seeded fro
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Generic
-
-from gtm.errors import PluginError
-from gtm.models import Frozen, RouteRequest
-from gtm.routing.framework import C, RngFactory, Scored, better, request_rng, uniform_index
+from gtm.models import Frozen
+from gtm.routing.framework import Batch, Floats, Plugin, RngFactory, request_rng, uniform_index
+from gtm.routing.pickers.max_score import better
 
 TYPE_NAME = "power-of-two-picker"
 
@@ -28,7 +25,7 @@ class Params(Frozen):
     seed: int = 0
 
 
-class PowerOfTwoPicker(Generic[C]):
+class PowerOfTwoPicker(Plugin):
     """Better of two distinct random survivors."""
 
     def __init__(
@@ -38,24 +35,19 @@ class PowerOfTwoPicker(Generic[C]):
         *,
         rng_for: RngFactory = request_rng,
     ) -> None:
-        self._name = name
+        super().__init__(name)
         self._seed = (params or Params()).seed
         self._rng_for = rng_for
 
-    @property
-    def name(self) -> str:
-        return self._name
-
-    def pick(self, request: RouteRequest, scored: Sequence[Scored[C]], /) -> C:
-        n = len(scored)
-        if n == 0:
-            raise PluginError(f"picker {self._name!r} was given no candidates")
+    def pick(self, batch: Batch, totals: Floats, /) -> int:
+        survivors = batch.survivors
+        n = len(survivors)
         if n == 1:
-            return scored[0].candidate
-        rng = self._rng_for(request, self._seed)
+            return int(survivors[0])
+        rng = self._rng_for(batch.request, self._seed)
         first = uniform_index(rng, n)
         # Draw the second from the other n - 1 so the two are always distinct.
         second = uniform_index(rng, n - 1)
         if second >= first:
             second += 1
-        return better(scored[first], scored[second]).candidate
+        return better(batch, totals, int(survivors[first]), int(survivors[second]))

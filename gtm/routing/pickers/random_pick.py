@@ -7,12 +7,8 @@ over the same candidates picks the same one (see :mod:`gtm.routing.framework`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Generic
-
-from gtm.errors import PluginError
-from gtm.models import Frozen, RouteRequest
-from gtm.routing.framework import C, RngFactory, Scored, request_rng, uniform_index
+from gtm.models import Frozen
+from gtm.routing.framework import Batch, Floats, Plugin, RngFactory, request_rng, uniform_index
 
 TYPE_NAME = "random-picker"
 #: llm-d's configuration name for this picker, kept as a deprecated alias.
@@ -24,7 +20,7 @@ class Params(Frozen):
     seed: int = 0
 
 
-class RandomPicker(Generic[C]):
+class RandomPicker(Plugin):
     """Uniform over the survivors."""
 
     def __init__(
@@ -34,16 +30,11 @@ class RandomPicker(Generic[C]):
         *,
         rng_for: RngFactory = request_rng,
     ) -> None:
-        self._name = name
+        super().__init__(name)
         self._seed = (params or Params()).seed
         self._rng_for = rng_for
 
-    @property
-    def name(self) -> str:
-        return self._name
-
-    def pick(self, request: RouteRequest, scored: Sequence[Scored[C]], /) -> C:
-        if not scored:
-            raise PluginError(f"picker {self._name!r} was given no candidates")
-        rng = self._rng_for(request, self._seed)
-        return scored[uniform_index(rng, len(scored))].candidate
+    def pick(self, batch: Batch, totals: Floats, /) -> int:
+        survivors = batch.survivors
+        rng = self._rng_for(batch.request, self._seed)
+        return int(survivors[uniform_index(rng, len(survivors))])

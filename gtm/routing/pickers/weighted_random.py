@@ -4,17 +4,13 @@ Spreads load over good candidates instead of sending everything to the single be
 as llm-d's weighted-random picker does. Candidates with a total of 0 are never chosen
 unless every total is 0, in which case the choice is uniform. The draw comes from a
 per-request random source seeded from ``(seed, request_id)`` (see
-:mod:`gtm.routing.framework`), and walks the survivors in their given order.
+:mod:`gtm.routing.framework`), and walks the survivors in position order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Generic
-
-from gtm.errors import PluginError
-from gtm.models import Frozen, RouteRequest
-from gtm.routing.framework import C, RngFactory, Scored, request_rng, uniform_index
+from gtm.models import Frozen
+from gtm.routing.framework import Batch, Floats, Plugin, RngFactory, request_rng, uniform_index
 
 TYPE_NAME = "weighted-random-picker"
 
@@ -24,7 +20,7 @@ class Params(Frozen):
     seed: int = 0
 
 
-class WeightedRandomPicker(Generic[C]):
+class WeightedRandomPicker(Plugin):
     """P(candidate) = total / Σ totals."""
 
     def __init__(
@@ -34,29 +30,25 @@ class WeightedRandomPicker(Generic[C]):
         *,
         rng_for: RngFactory = request_rng,
     ) -> None:
-        self._name = name
+        super().__init__(name)
         self._seed = (params or Params()).seed
         self._rng_for = rng_for
 
-    @property
-    def name(self) -> str:
-        return self._name
-
-    def pick(self, request: RouteRequest, scored: Sequence[Scored[C]], /) -> C:
-        if not scored:
-            raise PluginError(f"picker {self._name!r} was given no candidates")
-        rng = self._rng_for(request, self._seed)
-        mass = sum(s.total for s in scored)
+    def pick(self, batch: Batch, totals: Floats, /) -> int:
+        survivors: list[int] = batch.survivors.tolist()
+        live: list[float] = totals[survivors].tolist()
+        rng = self._rng_for(batch.request, self._seed)
+        mass = sum(live)
         if mass <= 0.0:
-            return scored[uniform_index(rng, len(scored))].candidate
+            return survivors[uniform_index(rng, len(survivors))]
         target = rng.random() * mass
         cumulative = 0.0
-        last_positive = scored[0]
-        for entry in scored:
-            if entry.total > 0.0:
-                cumulative += entry.total
-                last_positive = entry
+        last_positive = survivors[0]
+        for position, total in zip(survivors, live, strict=True):
+            if total > 0.0:
+                cumulative += total
+                last_positive = position
                 if target < cumulative:
-                    return entry.candidate
+                    return position
         # Rounding can leave target a hair above the running sum: the last positive one.
-        return last_positive.candidate
+        return last_positive

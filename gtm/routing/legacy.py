@@ -1,22 +1,8 @@
-"""The profile runner: filters in order → weighted scorers → one picker, with a trace.
+"""The object/dict routing runner, kept only while a tier still uses it.
 
-:meth:`Profile.run` is what every tier calls for every request, so it is written for
-the hot path (``bench/routing_framework.py`` measures it):
-
-* plugin tuples, names and metric children are bound once in the constructor;
-* scores are handled column by column (one list per scorer), with C-level ``map`` loops
-  rather than per-candidate Python code; the per-candidate repair loop only runs when a
-  scorer broke the [0, 1] contract;
-* the trace is built as frozen dataclasses straight from data the runner has checked (no
-  validation pass), the per-candidate score records in one batch
-  (:meth:`CandidateScore.batch`);
-* per-plugin latency is measured on one decision in ``plugin_timing_every`` (a histogram
-  observation costs ~1 µs, and a decision makes one per plugin); the whole-decision
-  duration is observed on every decision.
-
-Totals are ``Σ wᵢ·sᵢ / Σ wᵢ``. Because every ``sᵢ`` is in [0, 1] after clamping and the
-numerator and denominator are summed in the same order, floating-point rounding (which is
-monotonic) keeps each total in [0, 1] exactly, without a final clamp.
+Candidates are objects, filters return :class:`FilterResult`, scorers ``{id: score}``
+dicts, pickers get :class:`Scored` pairs. Superseded by the columnar runner
+(:mod:`gtm.routing.runner`); removed once no tier imports it.
 """
 
 from __future__ import annotations
@@ -26,11 +12,13 @@ import itertools
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from itertools import repeat
 from operator import attrgetter
-from typing import Generic, TypeVar, cast
+from typing import Generic, NamedTuple, Protocol, TypeVar, cast, runtime_checkable
+
+from pydantic import Field, model_validator
 
 from gtm.errors import ConfigError, GtmError, NoEligibleCandidate, PluginError, RoutingError
 from gtm.models import (
@@ -38,23 +26,132 @@ from gtm.models import (
     Decision,
     DecisionTrace,
     FilterStep,
+    Frozen,
     RouteRequest,
     ScoreIssue,
     ScoreIssueKind,
     Tier,
 )
-from gtm.routing.framework import (
-    C,
-    CostModel,
-    ExtensionPoint,
-    Filter,
-    FilterResult,
-    Picker,
-    Scored,
-    Scorer,
-)
+from gtm.routing.framework import ExtensionPoint, RngFactory, request_rng, uniform_index
 from gtm.routing.metrics import RoutingMetrics
 
+
+# ------------------------------------------------------------ old framework.py
+class Candidate(Protocol):
+    """Anything a tier routes to. Ids are unique within one decision."""
+
+    @property
+    def id(self) -> str: ...
+
+
+C = TypeVar("C", bound=Candidate)
+C_contra = TypeVar("C_contra", bound=Candidate, contravariant=True)
+X_contra = TypeVar("X_contra", contravariant=True)
+
+
+# ---------------------------------------------------------------------------- filters
+@dataclass(frozen=True, slots=True)
+class FilterResult(Generic[C]):
+    """What a filter kept, in input order, and ``(candidate id, reason)`` per removal.
+
+    Every input candidate is either kept or removed; the runner checks the counts add up.
+    """
+
+    kept: tuple[C, ...]
+    removed: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def keep_all(cls, candidates: Sequence[C]) -> FilterResult[C]:
+        return cls(tuple(candidates))
+
+
+def partition(candidates: Sequence[C], why_removed: Callable[[C], str | None]) -> FilterResult[C]:
+    """Split candidates with ``why_removed(candidate)``: ``None`` keeps it, a string removes it.
+
+    The easy way to write a filter; a filter on a hot path may build its
+    :class:`FilterResult` directly.
+    """
+    kept: list[C] = []
+    removed: list[tuple[str, str]] = []
+    for candidate in candidates:
+        reason = why_removed(candidate)
+        if reason is None:
+            kept.append(candidate)
+        else:
+            removed.append((candidate.id, reason))
+    return FilterResult(tuple(kept), tuple(removed))
+
+
+@runtime_checkable
+class Filter(Protocol[C, X_contra]):
+    """Removes candidates that must not serve the request (residency, health, model...)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def filter(
+        self, request: RouteRequest, candidates: Sequence[C], ctx: X_contra, /
+    ) -> FilterResult[C]: ...
+
+
+# ---------------------------------------------------------------------------- scorers
+@runtime_checkable
+class Scorer(Protocol[C_contra, X_contra]):
+    """Rates each candidate in [0, 1], higher is better.
+
+    Returns candidate id → score. The runner clamps to [0, 1]; NaN and missing ids become
+    0. Each repair is counted and traced, because it means the scorer has a bug.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    def score(
+        self, request: RouteRequest, candidates: Sequence[C_contra], ctx: X_contra, /
+    ) -> Mapping[str, float]: ...
+
+
+@runtime_checkable
+class CostModel(Protocol[C_contra, X_contra]):
+    """Predicts the request's time-to-first-token at a candidate, in ms (ARCHITECTURE §2).
+
+    A profile with a cost model reports the chosen candidate's cost as
+    ``Decision.predicted_ttft_ms``. A scorer that ranks by predicted TTFT usually is the
+    cost model too: one object, referenced as both.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    def cost_ms(self, request: RouteRequest, candidate: C_contra, ctx: X_contra, /) -> float: ...
+
+
+# ---------------------------------------------------------------------------- pickers
+class Scored(NamedTuple, Generic[C]):
+    """A surviving candidate and its weighted total score in [0, 1]."""
+
+    candidate: C
+    total: float
+
+
+@runtime_checkable
+class Picker(Protocol[C]):
+    """Chooses one candidate among the scored survivors (never given an empty sequence)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def pick(self, request: RouteRequest, scored: Sequence[Scored[C]], /) -> C: ...
+
+
+def better(a: Scored[C], b: Scored[C]) -> Scored[C]:
+    """The higher total; on a tie the smaller id, so the outcome never depends on order."""
+    if a.total != b.total:
+        return a if a.total > b.total else b
+    return a if a.candidate.id <= b.candidate.id else b
+
+
+# ------------------------------------------------------------ old profile.py
 X = TypeVar("X")
 
 #: ``filter_name`` of the NoEligibleCandidate raised when no candidate was offered at all.
@@ -552,3 +649,244 @@ def _clamp(scorer: str, cid: str, value: object) -> tuple[float, ScoreIssueKind 
     if number > 1.0:
         return 1.0, ScoreIssueKind.ABOVE
     return number, None
+
+
+# ------------------------------------------------------------ old pickers/max_score.py
+MAX_SCORE_TYPE = "max-score-picker"
+
+_total = attrgetter("total")
+
+
+class MaxScoreParams(Frozen):
+    """No parameters."""
+
+
+class MaxScorePicker(Generic[C]):
+    """Highest total wins; ties broken by the smallest id."""
+
+    def __init__(self, name: str = MAX_SCORE_TYPE, params: MaxScoreParams | None = None) -> None:
+        self._name = name
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def pick(self, request: RouteRequest, scored: Sequence[Scored[C]], /) -> C:
+        if not scored:
+            raise PluginError(f"picker {self._name!r} was given no candidates")
+        # C-level passes (max, index, count) instead of generators: this runs on every
+        # decision over every survivor, and a tie is rare.
+        totals = list(map(_total, scored))
+        top = max(totals)
+        if totals.count(top) == 1:
+            return scored[totals.index(top)].candidate
+        best = min((s for s in scored if s.total == top), key=lambda s: s.candidate.id)
+        return best.candidate
+
+
+# ------------------------------------------------------------ old pickers/power_of_two.py
+POWER_OF_TWO_TYPE = "power-of-two-picker"
+
+
+class PowerOfTwoParams(Frozen):
+    #: Mixed into every request's random source; change it to reshuffle all choices.
+    seed: int = 0
+
+
+class PowerOfTwoPicker(Generic[C]):
+    """Better of two distinct random survivors."""
+
+    def __init__(
+        self,
+        name: str = POWER_OF_TWO_TYPE,
+        params: PowerOfTwoParams | None = None,
+        *,
+        rng_for: RngFactory = request_rng,
+    ) -> None:
+        self._name = name
+        self._seed = (params or PowerOfTwoParams()).seed
+        self._rng_for = rng_for
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def pick(self, request: RouteRequest, scored: Sequence[Scored[C]], /) -> C:
+        n = len(scored)
+        if n == 0:
+            raise PluginError(f"picker {self._name!r} was given no candidates")
+        if n == 1:
+            return scored[0].candidate
+        rng = self._rng_for(request, self._seed)
+        first = uniform_index(rng, n)
+        # Draw the second from the other n - 1 so the two are always distinct.
+        second = uniform_index(rng, n - 1)
+        if second >= first:
+            second += 1
+        return better(scored[first], scored[second]).candidate
+
+
+# ------------------------------------------------------------ old pickers/random_pick.py
+RANDOM_TYPE = "random-picker"
+#: llm-d's configuration name for this picker, kept as a deprecated alias.
+RANDOM_ALIASES = ("random",)
+
+
+class RandomParams(Frozen):
+    #: Mixed into every request's random source; change it to reshuffle all choices.
+    seed: int = 0
+
+
+class RandomPicker(Generic[C]):
+    """Uniform over the survivors."""
+
+    def __init__(
+        self,
+        name: str = RANDOM_TYPE,
+        params: RandomParams | None = None,
+        *,
+        rng_for: RngFactory = request_rng,
+    ) -> None:
+        self._name = name
+        self._seed = (params or RandomParams()).seed
+        self._rng_for = rng_for
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def pick(self, request: RouteRequest, scored: Sequence[Scored[C]], /) -> C:
+        if not scored:
+            raise PluginError(f"picker {self._name!r} was given no candidates")
+        rng = self._rng_for(request, self._seed)
+        return scored[uniform_index(rng, len(scored))].candidate
+
+
+# ------------------------------------------------------------ old pickers/weighted_random.py
+WEIGHTED_RANDOM_TYPE = "weighted-random-picker"
+
+
+class WeightedRandomParams(Frozen):
+    #: Mixed into every request's random source; change it to reshuffle all choices.
+    seed: int = 0
+
+
+class WeightedRandomPicker(Generic[C]):
+    """P(candidate) = total / Σ totals."""
+
+    def __init__(
+        self,
+        name: str = WEIGHTED_RANDOM_TYPE,
+        params: WeightedRandomParams | None = None,
+        *,
+        rng_for: RngFactory = request_rng,
+    ) -> None:
+        self._name = name
+        self._seed = (params or WeightedRandomParams()).seed
+        self._rng_for = rng_for
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def pick(self, request: RouteRequest, scored: Sequence[Scored[C]], /) -> C:
+        if not scored:
+            raise PluginError(f"picker {self._name!r} was given no candidates")
+        rng = self._rng_for(request, self._seed)
+        mass = sum(s.total for s in scored)
+        if mass <= 0.0:
+            return scored[uniform_index(rng, len(scored))].candidate
+        target = rng.random() * mass
+        cumulative = 0.0
+        last_positive = scored[0]
+        for entry in scored:
+            if entry.total > 0.0:
+                cumulative += entry.total
+                last_positive = entry
+                if target < cumulative:
+                    return entry.candidate
+        # Rounding can leave target a hair above the running sum: the last positive one.
+        return last_positive.candidate
+
+
+# ------------------------------------------------------------ old filters/allow_list.py
+ALLOW_LIST_TYPE = "allow-list-filter"
+
+_NOT_LISTED = "not in the allow list of filter {name!r}"
+_NOT_ALLOWED = "not allowed for this request by the snapshot"
+
+
+@runtime_checkable
+class AllowListSource(Protocol):
+    """A context that knows, per request, which candidate ids are allowed."""
+
+    def allowed_ids(self, request: RouteRequest, /) -> Set[str] | None: ...
+
+
+class AllowListParams(Frozen):
+    ids: frozenset[str] | None = Field(default=None, max_length=100_000)
+    from_context: bool = False
+
+    @model_validator(mode="after")
+    def _has_a_source(self) -> AllowListParams:
+        if self.ids is None and not self.from_context:
+            raise ValueError("set ids, from_context: true, or both")
+        return self
+
+
+class AllowListFilter(Generic[C]):
+    """Removes every candidate whose id is not allowed."""
+
+    def __init__(self, name: str, params: AllowListParams) -> None:
+        self._name = name
+        self._ids = params.ids
+        self._from_context = params.from_context
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def filter(
+        self, request: RouteRequest, candidates: Sequence[C], ctx: object, /
+    ) -> FilterResult[C]:
+        static = self._ids
+        dynamic = self._context_ids(request, ctx)
+        # Comprehensions, one per source: this runs for every request over every candidate.
+        kept = candidates if static is None else [c for c in candidates if c.id in static]
+        if dynamic is not None:
+            kept = [c for c in kept if c.id in dynamic]
+        if len(kept) == len(candidates):
+            return FilterResult(tuple(candidates))
+        return FilterResult(tuple(kept), self._removals(candidates, static, dynamic))
+
+    def _removals(
+        self, candidates: Sequence[C], static: Set[str] | None, dynamic: Set[str] | None
+    ) -> tuple[tuple[str, str], ...]:
+        """``(id, why)`` for each removed candidate, in input order; static reasons first."""
+        not_listed = _NOT_LISTED.format(name=self._name)
+        if static is None and dynamic is not None:
+            return tuple([(c.id, _NOT_ALLOWED) for c in candidates if c.id not in dynamic])
+        if dynamic is None and static is not None:
+            return tuple([(c.id, not_listed) for c in candidates if c.id not in static])
+        removed: list[tuple[str, str]] = []
+        for candidate in candidates:
+            cid = candidate.id
+            if static is not None and cid not in static:
+                removed.append((cid, not_listed))
+            elif dynamic is not None and cid not in dynamic:
+                removed.append((cid, _NOT_ALLOWED))
+        return tuple(removed)
+
+    def _context_ids(self, request: RouteRequest, ctx: object) -> Set[str] | None:
+        if not self._from_context:
+            return None
+        # The same attribute test isinstance(ctx, AllowListSource) makes, without the
+        # protocol machinery that costs ~20 µs per call on Python 3.11.
+        allowed_ids = getattr(ctx, "allowed_ids", None)
+        if not callable(allowed_ids):
+            raise PluginError(
+                f"filter {self._name!r} has from_context: true, but the context "
+                f"{type(ctx).__name__} has no allowed_ids(request) method"
+            )
+        result: Set[str] | None = allowed_ids(request)
+        return result

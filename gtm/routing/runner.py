@@ -1,0 +1,643 @@
+"""The one routing runner: filters in order → weighted scorers → one picker, over columns.
+
+Every tier decides with :class:`Runner`; what differs between tiers is the data layout
+(their :class:`~gtm.routing.framework.Batch`) and their plugins. A decision:
+
+1. hands each plugin that declares :attr:`Capability.PREPARE` the result of its
+   ``prepare(view)``, worked out once per view object (:attr:`Batch.prepared`);
+2. runs the filters one by one, each removing positions from ``batch.alive`` (a
+   :class:`Step` keeps its mask; reasons are asked for only by a trace); the filter
+   that removes the last survivor is named by :class:`NoEligibleCandidate`, whose
+   ``trace`` holds the steps up to it;
+3. runs each scorer over the batch, checks its column is in [0, 1] (one reduction;
+   only a broken scorer pays for the repair, which clamps, turns NaN into 0, and records
+   a :class:`ScoreIssue`) and sums ``Σ wᵢ·sᵢ / Σ wᵢ`` left to right, the weights summed
+   in the same order (``x·1`` and ``x/1`` are exact, so a weight of 1 and a lone scorer
+   of weight 1 skip them);
+4. asks the picker for a position among the survivors, and the cost model, if any, for
+   the choice's predicted TTFT.
+
+The :class:`Outcome` holds the batch, the steps and the scores; the
+:class:`~gtm.models.Decision` with its trace is built only when asked for
+(:meth:`Outcome.to_decision`), and scores a fast path skipped are worked out then.
+
+**Fast paths.** A tier declares shortcuts as :class:`FastPath` objects on its
+registry: a replacement for the filter chain (``Stage.FILTERS``) or for score-and-pick
+(``Stage.CHOICE``), with the capabilities each plugin slot must declare. The runner
+composes a path when the profile's plugins have them, and says once in the log which
+plugin lacks what when a path it declares is not used; the gauge
+``gtm_routing_fast_path{tier,profile,path}`` is 1 for each path in use, 0 otherwise. A
+path returns None (filters) or -1 (choice) to leave a decision to the plugins; decisions
+whose plugins are timed (one in ``plugin_timing_every``) never take a fast path, so each
+plugin's histogram times that plugin. :meth:`Runner.reference` is the same profile
+without fast paths, which their equivalence tests compare against.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Generic, NamedTuple, NoReturn, Protocol, TypeVar
+
+import numpy as np
+
+from gtm.errors import GtmError, NoEligibleCandidate, PluginError
+from gtm.models import (
+    CandidateScore,
+    Decision,
+    DecisionTrace,
+    FilterStep,
+    ScoreIssue,
+    ScoreIssueKind,
+    Tier,
+)
+from gtm.routing.framework import (
+    Batch,
+    Bools,
+    Capability,
+    CostModel,
+    ExtensionPoint,
+    Filter,
+    Floats,
+    Picker,
+    Scorer,
+    capabilities_of,
+)
+from gtm.routing.metrics import RoutingMetrics
+
+B = TypeVar("B", bound=Batch)
+
+log = logging.getLogger(__name__)
+
+#: ``filter_name`` of the NoEligibleCandidate raised when no candidate was offered at all.
+NO_CANDIDATES_OFFERED = "(input)"
+#: Upper bound on a scorer weight: keeps Σ w finite; config weights are small (llm-d uses 1–3).
+MAX_WEIGHT = 1e6
+#: Default of ``plugin_timing_every``: a histogram observation costs about as much as a
+#: cheap plugin, and one decision in 16 still gives plenty of samples per second.
+DEFAULT_PLUGIN_TIMING_EVERY = 16
+#: Views whose ``prepare`` results are kept (a zone prepares per model index).
+PREPARED_VIEWS = 16
+
+_Observe = Callable[[float], None]
+_NO_OBSERVERS: Mapping[object, _Observe] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class Weighted:
+    """A scorer and its weight in a profile (weights live in configuration)."""
+
+    scorer: Scorer
+    weight: float = 1.0
+
+
+class Step(NamedTuple):
+    """One filter step: its mask (it may name positions already removed; None: removed
+    nothing) and the reason of each position it removed."""
+
+    plugin: str
+    removed: Bools | None
+    reason: Callable[[int], str]
+
+
+class Scored(NamedTuple):
+    totals: Floats
+    columns: tuple[tuple[str, Floats], ...]
+    issues: tuple[ScoreIssue, ...] = ()
+
+
+# ---------------------------------------------------------------------------- fast paths
+
+
+class Stage(StrEnum):
+    """What a fast path replaces."""
+
+    FILTERS = "filters"  # the filter chain: sets the batch's survivors, returns the steps
+    CHOICE = "choice"  # the scorers and the picker: returns the position
+
+
+class FilterPath(Protocol):
+    def filter(self, batch: Any, /) -> tuple[Step, ...] | None:
+        """Seal the batch's survivors and return the steps, exactly as the filters one by
+        one would; None: run them one by one (nothing of the batch changed)."""
+        ...
+
+
+class ChoicePath(Protocol):
+    def choose(self, batch: Any, /) -> int:
+        """The picker's position over the scorers' totals, or -1: score and pick."""
+        ...
+
+
+class Match(NamedTuple):
+    """The profile's plugins a fast path is built from."""
+
+    filters: tuple[Filter, ...]
+    scorers: tuple[Weighted, ...]
+    picker: Picker
+    cost_model: CostModel | None
+
+
+@dataclass(frozen=True, slots=True)
+class FastPath:
+    """A tier's declared shortcut: which plugins it needs, and how it is built.
+
+    ``needs`` lists the capability each filter (``FILTERS``) or scorer (``CHOICE``) must
+    declare, in profile order; ``optional`` lists trailing filters that may follow;
+    ``picker`` is the capability the picker must declare (``CHOICE``).
+    """
+
+    name: str
+    stage: Stage
+    needs: tuple[StrEnum, ...]
+    build: Callable[[Match], FilterPath | ChoicePath]
+    optional: tuple[StrEnum, ...] = ()
+    picker: StrEnum | None = None
+
+    def missing(self, match: Match) -> str | None:
+        """Why ``match`` cannot take this path (which plugin lacks what), or None."""
+        if self.stage is Stage.FILTERS:
+            slots: Sequence[object] = match.filters
+            point = ExtensionPoint.FILTER
+        else:
+            slots = [w.scorer for w in match.scorers]
+            point = ExtensionPoint.SCORER
+        wanted = (*self.needs, *self.optional)
+        for k, plugin in enumerate(slots):
+            label = f"{point} {_name(plugin)!r} ({type(plugin).__name__})"
+            if k >= len(wanted):
+                return f"{label} is one more than it takes ({len(wanted)})"
+            if wanted[k] not in capabilities_of(plugin):
+                return f"{label} lacks {wanted[k]!r}"
+        if len(slots) < len(self.needs):
+            return f"it needs {len(self.needs)} {point}s, the profile has {len(slots)}"
+        picker = match.picker
+        if self.picker is not None and self.picker not in capabilities_of(picker):
+            return f"picker {picker.name!r} ({type(picker).__name__}) lacks {self.picker!r}"
+        return None
+
+
+def _name(plugin: object) -> str:
+    name: str = getattr(plugin, "name", type(plugin).__name__)
+    return name
+
+
+# ---------------------------------------------------------------------------- outcome
+
+
+class Outcome(NamedTuple, Generic[B]):
+    """A decision: the chosen position and everything needed to explain it on demand.
+
+    (A NamedTuple: immutable and built in C; the trace is assembled by
+    :meth:`to_decision` only when someone asks.)
+    """
+
+    runner: Runner[B]
+    batch: B
+    choice: int
+    steps: tuple[Step, ...]
+    #: The scores when the decision needed them; else None, and :attr:`totals` and
+    #: :attr:`scores` are worked out when asked for.
+    scored: Scored | None
+    predicted_ttft_ms: float | None
+    duration_s: float
+
+    @property
+    def choice_id(self) -> str:
+        return self.batch.ids[self.choice]
+
+    @property
+    def totals(self) -> Floats:
+        """Each position's weighted total (values of removed ones are ignored)."""
+        return self._scored().totals
+
+    @property
+    def scores(self) -> tuple[tuple[str, Floats], ...]:
+        return self._scored().columns
+
+    def _scored(self) -> Scored:
+        if self.scored is not None:
+            return self.scored
+        return self.runner.score(self.batch)
+
+    def to_decision(self, top: int | None = -1) -> Decision:
+        """The decision record, its trace holding the scores of the ``top`` best
+        survivors and always the choice (None: all; -1: the profile's ``trace_scores``)."""
+        runner = self.runner
+        if top == -1:
+            top = runner.trace_scores
+        scored = self._scored()
+        totals = scored.totals
+        alive = self.batch.survivors
+        if top is not None and len(alive) > top:
+            best = alive[np.argsort(-totals[alive], kind="stable")[:top]]
+            keep = sorted({int(i) for i in best} | {self.choice})
+        else:
+            keep = alive.tolist()
+        ids = self.batch.ids
+        records = CandidateScore.batch(
+            [ids[i] for i in keep],
+            [tuple((name, float(column[i])) for name, column in scored.columns) for i in keep],
+            [float(totals[i]) for i in keep],
+        )
+        trace = DecisionTrace(
+            profile=runner.name,
+            candidates=tuple(ids),
+            filters=_filter_steps(self.steps, ids),
+            scores=records,
+            picker=runner.picker.name,
+            weights=runner.weights,
+            score_issues=scored.issues,
+            scores_omitted=len(alive) - len(keep),
+        )
+        return Decision(
+            request_id=self.batch.request.request_id,
+            tier=runner.tier,
+            choice=self.choice_id,
+            trace=trace,
+            predicted_ttft_ms=self.predicted_ttft_ms,
+        )
+
+
+def _filter_steps(steps: Sequence[Step], ids: Sequence[str]) -> tuple[FilterStep, ...]:
+    """Trace records of the filter steps; each step counts only the positions still
+    alive before it (the runner keeps the raw masks)."""
+    out: list[FilterStep] = []
+    alive = np.ones(len(ids), dtype=np.bool_)
+    for step in steps:
+        removed: list[int] = []
+        if step.removed is not None:
+            removed = np.flatnonzero(step.removed & alive).tolist()
+            alive &= ~step.removed
+        out.append(
+            FilterStep(
+                plugin=step.plugin,
+                removed=tuple(ids[i] for i in removed),
+                reasons=tuple((ids[i], step.reason(i)) for i in removed),
+                remaining=int(alive.sum()),
+            )
+        )
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------- runner
+
+
+def _failed(point: ExtensionPoint, name: str, exc: Exception) -> PluginError:
+    return PluginError(f"{point} plugin {name!r} failed: {type(exc).__name__}: {exc}")
+
+
+class Runner(Generic[B]):
+    """One tier's routing profile: ``decide(batch) -> Outcome``.
+
+    ``metrics`` (one :class:`RoutingMetrics` per registry) turns on the decision and
+    per-plugin latency histograms, the refusal and score-repair counters and the fast
+    path gauge; ``timer`` measures them (injectable for tests). ``trace_scores`` keeps
+    the N best survivors' scores in a trace (None: all).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        tier: Tier,
+        filters: Sequence[Filter],
+        scorers: Sequence[Weighted],
+        picker: Picker,
+        *,
+        cost_model: CostModel | None = None,
+        fast_paths: Sequence[FastPath] = (),
+        metrics: RoutingMetrics | None = None,
+        timer: Callable[[], float] = time.perf_counter,
+        plugin_timing_every: int = DEFAULT_PLUGIN_TIMING_EVERY,
+        trace_scores: int | None = None,
+    ) -> None:
+        if not name:
+            raise PluginError("a profile needs a name")
+        if plugin_timing_every < 1:
+            raise PluginError(f"profile {name!r}: plugin_timing_every must be >= 1")
+        if trace_scores is not None and trace_scores < 0:
+            raise PluginError(f"profile {name!r}: trace_scores must be >= 0 or None")
+        for ws in scorers:
+            if not (math.isfinite(ws.weight) and 0.0 < ws.weight <= MAX_WEIGHT):
+                raise PluginError(
+                    f"scorer {ws.scorer.name!r}: weight {ws.weight!r} must be > 0 and "
+                    f"<= {MAX_WEIGHT:g}"
+                )
+        names = [f.name for f in filters] + [ws.scorer.name for ws in scorers]
+        if len(set(names)) != len(names) or not all(names):
+            raise PluginError(f"profile {name!r}: plugin names must be unique: {names}")
+        self.name = name
+        self.tier = tier
+        self.filters = tuple(filters)
+        self.scorers = tuple(scorers)
+        self.picker = picker
+        self.cost_model = cost_model
+        self.trace_scores = trace_scores
+        self.weights = tuple((ws.scorer.name, float(ws.weight)) for ws in scorers)
+        self._weight_sum = 0.0
+        for _, weight in self.weights:  # in the order the totals are summed
+            self._weight_sum += weight
+        self._in_range = tuple(
+            Capability.SCORES_IN_RANGE in capabilities_of(ws.scorer) for ws in scorers
+        )
+        self._metrics = metrics
+        self._timer = timer
+        self._timing_every = plugin_timing_every
+        self._decisions = itertools.count()
+        self._observe = self._observers(metrics)
+        self._decision_obs = (
+            None if metrics is None else metrics.decision_duration.labels(tier, name).observe
+        )
+        self._declared = tuple(fast_paths)
+        self._active: list[str] = []
+        match = Match(self.filters, self.scorers, picker, cost_model)
+        self._filter_path: FilterPath | None = self._compose(Stage.FILTERS, match)
+        self._choice_path: ChoicePath | None = self._compose(Stage.CHOICE, match)
+        plugins: list[object] = [*self.filters, *(ws.scorer for ws in self.scorers), picker]
+        plugins += [cost_model, self._filter_path, self._choice_path]
+        self._preparers = tuple(
+            dict.fromkeys(p for p in plugins if Capability.PREPARE in capabilities_of(p))
+        )
+        self._prepared: dict[int, tuple[object, dict[object, Any]]] = {}
+        self._last_prepared: tuple[object, dict[object, Any]] | None = None
+
+    # ------------------------------------------------------------------ building
+
+    def _compose(self, stage: Stage, match: Match) -> Any:
+        chosen: Any = None
+        why: list[str] = []
+        for path in self._declared:
+            if path.stage is not stage:
+                continue
+            missing = path.missing(match) if chosen is None else "another path is in use"
+            if missing is None:
+                chosen = path.build(match)
+                self._active.append(path.name)
+            else:
+                why.append(f"{path.name}: {missing}")
+            if self._metrics is not None:
+                gauge = self._metrics.fast_path.labels(self.tier, self.name, path.name)
+                gauge.set(1 if missing is None else 0)
+        if chosen is None and why:
+            log.info(
+                "%s profile %r runs its %s without a fast path: %s",
+                self.tier,
+                self.name,
+                "filters" if stage is Stage.FILTERS else "scorers and picker",
+                "; ".join(why),
+            )
+        return chosen
+
+    def _observers(self, metrics: RoutingMetrics | None) -> dict[object, _Observe]:
+        if metrics is None:
+            return {}
+        histogram = metrics.plugin_duration
+        out: dict[object, _Observe] = {}
+        for point, plugins in (
+            (ExtensionPoint.FILTER, self.filters),
+            (ExtensionPoint.SCORER, [ws.scorer for ws in self.scorers]),
+            (ExtensionPoint.PICKER, [self.picker]),
+            (ExtensionPoint.COST_MODEL, [self.cost_model] if self.cost_model else []),
+        ):
+            for plugin in plugins:
+                key = (point, id(plugin))
+                out[key] = histogram.labels(self.tier, point, plugin.name).observe
+        return out
+
+    @property
+    def fast_paths(self) -> tuple[str, ...]:
+        """Names of the fast paths this profile takes."""
+        return tuple(self._active)
+
+    def reference(self) -> Runner[B]:
+        """The same plugins deciding one by one (no fast paths): the reference."""
+        return Runner(
+            self.name,
+            self.tier,
+            self.filters,
+            self.scorers,
+            self.picker,
+            cost_model=self.cost_model,
+            timer=self._timer,
+            plugin_timing_every=self._timing_every,
+            trace_scores=self.trace_scores,
+        )
+
+    # ------------------------------------------------------------------ decisions
+
+    def decide(self, batch: B, pre: Step | None = None) -> Outcome[B]:
+        """Choose a position of ``batch``. ``pre``: positions the tier removed before
+        the filters (a retry's tried candidates), a step of the trace.
+
+        Raises:
+            NoEligibleCandidate: a filter removed every candidate (``filter_name``),
+                or none was offered (:data:`NO_CANDIDATES_OFFERED`).
+            PluginError: a plugin raised something that is not a GtmError, or broke
+                its contract.
+        """
+        timer = self._timer
+        started = timer()
+        if not len(batch):
+            self._refuse(NO_CANDIDATES_OFFERED, batch, ())
+        observe = (
+            self._observe if next(self._decisions) % self._timing_every == 0 else _NO_OBSERVERS
+        )
+        if self._preparers:
+            batch.prepared = self._prepare(batch.view)
+        steps = None
+        if self._filter_path is not None and pre is None and not observe:
+            steps = self._filter_path.filter(batch)
+        if steps is None:
+            steps = self._filter(batch, pre, observe)
+        choice = -1
+        scored = None
+        if self._choice_path is not None and not observe:
+            choice = self._choice_path.choose(batch)
+        if choice < 0:
+            scored = self.score(batch, observe)
+            choice = self._pick(batch, scored.totals, observe)
+        predicted = self._predict(batch, choice, observe)
+        duration = timer() - started
+        if self._decision_obs is not None:
+            self._decision_obs(duration)
+        return Outcome(self, batch, choice, steps, scored, predicted, duration)
+
+    def _prepare(self, view: object) -> dict[object, Any]:
+        last = self._last_prepared
+        if last is not None and last[0] is view:
+            return last[1]
+        found = self._prepared.get(id(view))
+        if found is None or found[0] is not view:
+            done: dict[object, Any] = {}
+            for plugin in self._preparers:
+                try:
+                    done[plugin] = plugin.prepare(view)  # type: ignore[attr-defined]
+                except GtmError:
+                    raise
+                except Exception as exc:
+                    raise PluginError(f"{_name(plugin)!r}.prepare failed: {exc}") from exc
+            if len(self._prepared) >= PREPARED_VIEWS:
+                del self._prepared[next(iter(self._prepared))]
+            found = self._prepared[id(view)] = (view, done)
+        self._last_prepared = found
+        return found[1]
+
+    def _filter(
+        self, batch: B, pre: Step | None, observe: Mapping[object, _Observe]
+    ) -> tuple[Step, ...]:
+        timer = self._timer
+        alive = batch.alive
+        steps: list[Step] = []
+        if pre is not None and pre.removed is not None:
+            np.greater(alive, pre.removed, out=alive)
+            batch.all_alive = False
+            steps.append(pre)
+            if not alive[alive.argmax()]:
+                self._refuse(pre.plugin, batch, steps)
+        for plugin in self.filters:
+            t0 = timer() if observe else 0.0
+            try:
+                removal = plugin.removes(batch)
+            except GtmError:
+                raise
+            except Exception as exc:
+                raise _failed(ExtensionPoint.FILTER, plugin.name, exc) from exc
+            if observe:
+                observe[(ExtensionPoint.FILTER, id(plugin))](timer() - t0)
+            if removal is None:
+                steps.append(Step(plugin.name, None, _never))
+                continue
+            # Survivors: alive AND NOT mask, in place (for booleans a > b is a & ~b).
+            np.greater(alive, removal.mask, out=alive)
+            batch.all_alive = False
+            steps.append(Step(plugin.name, removal.mask, removal.reason))
+            if not alive[alive.argmax()]:
+                self._refuse(plugin.name, batch, steps)
+        batch.seal()
+        return tuple(steps)
+
+    def score(self, batch: B, observe: Mapping[object, _Observe] = _NO_OBSERVERS) -> Scored:
+        """The scorers' columns and the weighted totals (also a trace's rescoring)."""
+        columns: list[tuple[str, Floats]] = []
+        issues: list[ScoreIssue] = []
+        totals: Floats | None = None
+        n = len(batch)
+        for ws, in_range in zip(self.scorers, self._in_range, strict=True):
+            scorer = ws.scorer
+            t0 = self._timer() if observe else 0.0
+            try:
+                column = scorer.scores(batch)
+            except GtmError:
+                raise
+            except Exception as exc:
+                raise _failed(ExtensionPoint.SCORER, scorer.name, exc) from exc
+            if observe:
+                observe[(ExtensionPoint.SCORER, id(scorer))](self._timer() - t0)
+            if type(column) is not np.ndarray:
+                column = self._as_column(scorer.name, column)
+            if len(column) != n:
+                raise PluginError(f"scorer {scorer.name!r} returned {len(column)} scores for {n}")
+            # NaN fails both comparisons, so one reduction each tells a broken scorer.
+            if not in_range and not (
+                column[column.argmin()] >= 0.0 and column[column.argmax()] <= 1.0
+            ):
+                column = self._repair(scorer.name, column, batch, issues)
+            columns.append((scorer.name, column))
+            if totals is None:
+                totals = column if ws.weight == 1.0 else column * ws.weight
+            else:
+                totals = totals + column * ws.weight
+        if totals is None:
+            return Scored(np.zeros(n), ())
+        if len(self.scorers) > 1 or self._weight_sum != 1.0:
+            totals = totals / self._weight_sum
+        return Scored(totals, tuple(columns), tuple(issues))
+
+    @staticmethod
+    def _as_column(name: str, column: object) -> Floats:
+        try:
+            return np.asarray(column, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise PluginError(f"scorer {name!r} returned something not a float column") from exc
+
+    def _repair(self, name: str, column: Floats, batch: B, issues: list[ScoreIssue]) -> Floats:
+        """Clamp to [0, 1], NaN → 0; each survivor's repair is a :class:`ScoreIssue`."""
+        found: list[ScoreIssue] = []
+        ids = batch.ids
+        for position in batch.survivors.tolist():
+            value = float(column[position])
+            kind = (
+                ScoreIssueKind.NAN
+                if math.isnan(value)
+                else ScoreIssueKind.BELOW
+                if value < 0.0
+                else ScoreIssueKind.ABOVE
+                if value > 1.0
+                else None
+            )
+            if kind is not None:
+                found.append(ScoreIssue(plugin=name, candidate=ids[position], kind=kind))
+        if self._metrics is not None:
+            for kind, count in Counter(issue.kind for issue in found).items():
+                self._metrics.score_issues.labels(self.tier, name, kind).inc(count)
+        issues.extend(found)
+        return np.clip(np.nan_to_num(column, nan=0.0), 0.0, 1.0)
+
+    def _pick(self, batch: B, totals: Floats, observe: Mapping[object, _Observe]) -> int:
+        picker = self.picker
+        t0 = self._timer() if observe else 0.0
+        try:
+            choice = picker.pick(batch, totals)
+        except GtmError:
+            raise
+        except Exception as exc:
+            raise _failed(ExtensionPoint.PICKER, picker.name, exc) from exc
+        if observe:
+            observe[(ExtensionPoint.PICKER, id(picker))](self._timer() - t0)
+        if not (0 <= choice < len(batch)) or not batch.alive[choice]:
+            raise PluginError(f"picker {picker.name!r} chose position {choice}, not a survivor")
+        return choice
+
+    def _predict(self, batch: B, choice: int, observe: Mapping[object, _Observe]) -> float | None:
+        model = self.cost_model
+        if model is None:
+            return None
+        t0 = self._timer() if observe else 0.0
+        try:
+            cost = float(model.costs_ms(batch)[choice])
+        except GtmError:
+            raise
+        except Exception as exc:
+            raise _failed(ExtensionPoint.COST_MODEL, model.name, exc) from exc
+        if observe:
+            observe[(ExtensionPoint.COST_MODEL, id(model))](self._timer() - t0)
+        # An infinite cost (nothing serves there) or a negative one is no prediction.
+        return cost if 0.0 <= cost < math.inf else None
+
+    def _refuse(self, filter_name: str, batch: B, steps: Sequence[Step]) -> NoReturn:
+        if self._metrics is not None:
+            self._metrics.no_eligible.labels(self.tier, self.name, filter_name).inc()
+        trace = DecisionTrace(
+            profile=self.name,
+            candidates=tuple(batch.ids),
+            filters=_filter_steps(steps, batch.ids),
+            picker=self.picker.name,
+            weights=self.weights,
+        )
+        last = trace.filters[-1] if trace.filters else None
+        if last is not None and last.reasons:
+            cid, reason = last.reasons[0]
+            why = f"removed all {len(last.removed)}, e.g. {cid!r}: {reason}"
+        else:
+            why = "no candidates offered" if not len(batch) else ""
+        raise NoEligibleCandidate(filter_name, why, trace=trace)
+
+
+def _never(position: int) -> str:
+    return "not removed"
