@@ -15,7 +15,7 @@ from gtm.clock import SystemClock
 from gtm.metrics import new_registry
 from gtm.pki import CertificateAuthority
 from gtm.tls import TlsConfig, TlsMaterial, client_session_options, connector_ssl
-from tests.integration.up.helpers import Up, running_up
+from tests.integration.gtmctl.up.helpers import Up, running_up
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

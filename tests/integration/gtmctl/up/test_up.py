@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from gtm.state.etcd_server import EtcdServer
-from tests.integration.up.helpers import Up, chromium, processes_with, running_up
+from tests.integration.gtmctl.up.helpers import Up, chromium, processes_with, running_up
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
