@@ -136,7 +136,7 @@ def global_cmd(**options: Any) -> None:
         tls = config_from_options(options)
         if options["front_door_tls"] and tls is None:
             raise ConfigError("--front-door-tls needs --tls-ca, --tls-cert and --tls-key")
-        native.warn_if_not_compiled("global_lb.kernels")
+        native.warn_if_not_compiled("global_lb.kernels", "global_lb.plugins._ttft")
         asyncio.run(_serve(config, tls, front_door_tls=options["front_door_tls"]))
     except GtmError as exc:
         _fail(exc)

@@ -18,11 +18,11 @@ plain lists:
 A decision is then ``allowed & available & serves`` → one pass computing costs, scores
 and totals → best (ties to the smallest id) → the spread picker's draw when it spreads.
 
-**Same semantics, checked.** Every number is computed with the plugins' own formulas,
-in the same floating-point order (costs ``(rtt + queue) + tokens·ms_per_token``, totals
-``Σ wᵢ·sᵢ / Σ wᵢ`` summed left to right), so the choice, the fallbacks and their order
-are those of the profile: ``tests/property/test_global_fast_path.py`` runs both on
-random views and requests. Only profiles made of the global tier's own plugin types
+**Same semantics, checked.** Every number comes from the plugins' own modules (the
+TTFT cost and fused total from :mod:`global_lb.plugins.ttft`, the spread picker's test
+and draw from :mod:`global_lb.plugins.spread`), so the choice, the fallbacks and their
+order are those of the profile: ``tests/property/test_global_fast_path.py`` runs both
+on random views and requests. Only profiles made of the global tier's own plugin types
 (and ``max-score-picker``) compile; :func:`compile_pipeline` returns ``None`` for any
 other, and the router runs the generic profile. A decision whose filters leave nothing
 is also left to the profile (rare, and its refusal names the filter and the reason),
@@ -33,17 +33,15 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import math
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from global_lb import kernels
 from global_lb.plugins import affinity, health, load, model, residency, spread, ttft
 from global_lb.view import ANY_MODEL, GlobalView, RegionState
 from gtm.models import GeoPoint, RouteRequest
-from gtm.routing import ProfileSpec, request_rng
+from gtm.routing import ProfileSpec
 
 #: The generic picker the fast path also knows (``gtm.routing.pickers.max_score``).
 MAX_SCORE_PICKER = "max-score-picker"
@@ -164,7 +162,7 @@ class FastChoice(NamedTuple):
     #: Set when the choice does not depend on the prompt size: every survivor has this
     #: per-token prefill time, so a prompt adds the same to each cost and the TTFT
     #: scores (cost differences) stay. The predicted TTFT for ``tokens`` is then
-    #: ``fixed + tokens × per_token`` (the same expression as the cost).
+    #: ``ttft.with_prompt(fixed, per_token, tokens)``.
     per_token: float | None = None
     #: The chosen region's prompt-independent cost (with :attr:`per_token`).
     fixed: float = 0.0
@@ -209,14 +207,7 @@ def _entry(region: RegionState, model_name: str) -> _Entry:
     serves = (
         region.summary is None or model_name == ANY_MODEL or (terms is not None and terms.serves)
     )
-    headroom = region.headroom(model_name)
-    # Without a summary the cost is the RTT alone: rtt + 0.0 + tokens × 0.0 is rtt
-    # exactly (adding zero to a finite float or ∞ is exact).
-    if region.summary is None:
-        return _Entry(serves, 0.0, 0.0, headroom)
-    if terms is None:
-        return _Entry(serves, math.inf, 0.0, headroom)
-    return _Entry(serves, terms.queue_ms, terms.ms_per_token, headroom)
+    return _Entry(serves, *ttft.cost_terms(region, model_name), region.headroom(model_name))
 
 
 def model_columns(regions: Sequence[RegionState], model_name: str) -> ModelColumns:
@@ -422,8 +413,7 @@ class Rows(NamedTuple):
     """The survivors' columns for one (client point, country, model, survivor mask),
     in position order: what a decision reads besides the prompt size."""
 
-    #: ``rtt + base``: the prompt-independent part of the ttft cost (same float order as
-    #: ``(rtt + queue_ms) + tokens × ms_per_token``).
+    #: ``rtt + base``: the prompt-independent part of the TTFT cost (ttft.fixed_column).
     fixed: tuple[float, ...]
     per_token: tuple[float, ...]
     headroom: tuple[float, ...]
@@ -433,28 +423,6 @@ class Rows(NamedTuple):
     #: else ``None``: then the cheapest cost is ``low + tokens × uniform`` (rounding is
     #: monotonic, so adding one number to each keeps the smallest the smallest).
     uniform: float | None
-
-
-class ShiftedCosts(Sequence[float]):
-    """``fixed[k] + shift`` on demand: the survivors' TTFT costs when only the chosen
-    one's is read (the predicted TTFT)."""
-
-    __slots__ = ("_fixed", "_shift", "per_token")
-
-    def __init__(self, fixed: tuple[float, ...], shift: float, per_token: float) -> None:
-        self._fixed = fixed
-        self._shift = shift
-        #: Every survivor's per-token time (:attr:`Rows.uniform`).
-        self.per_token = per_token
-
-    def fixed(self, k: int) -> float:
-        return self._fixed[k]
-
-    def __getitem__(self, k: int) -> float:  # type: ignore[override]  # no slices
-        return self._fixed[k] + self._shift
-
-    def __len__(self) -> int:
-        return len(self._fixed)
 
 
 def survivor_rows(
@@ -479,8 +447,8 @@ def survivor_rows(
         sub = prep.subset(columns, model_name, mask)
         view = prep.view
         rtts = view.latency.row(view.signature, view.regions, point, country, positions)
-        fixed = tuple(map(operator.add, rtts, sub.base))
-        low = min(filter(math.isfinite, fixed), default=None)
+        fixed = ttft.fixed_column(rtts, sub.base)
+        low = ttft.lowest(fixed)
         found = Rows(fixed, sub.per_token, sub.headroom, low, sub.uniform)
         if len(prep.rows) >= _ROWS_MEMO_SIZE:
             prep.rows.clear()
@@ -541,13 +509,14 @@ def _scorers(spec: ProfileSpec) -> tuple[_Scorer, ...] | None:
     return tuple(out)
 
 
-def _picker(spec: ProfileSpec) -> tuple[bool, spread.Params | None]:
-    """(known, the spread picker's parameters): ``(True, None)`` is max-score."""
+def _picker(spec: ProfileSpec) -> tuple[bool, spread.HeadroomSpreadPicker | None]:
+    """(known, the spread picker): ``(True, None)`` is max-score."""
     name = spec.profile.picker
     for plugin in spec.plugins:
         if plugin.plugin_name == name:
             if plugin.type == spread.TYPE_NAME:
-                return True, spread.Params.model_validate(dict(plugin.parameters))
+                params = spread.Params.model_validate(dict(plugin.parameters))
+                return True, spread.HeadroomSpreadPicker(name, params)
             if plugin.type == MAX_SCORE_PICKER:
                 return True, None
     return False, None
@@ -568,13 +537,13 @@ def compile_pipeline(spec: ProfileSpec) -> RegionPipeline | None:
     types = {p.plugin_name: p.type for p in spec.plugins}
     filters = _filters(spec, types)
     scorers = _scorers(spec)
-    known, spread_params = _picker(spec)
+    known, spreader = _picker(spec)
     priced = _has_cost_model(spec)
     if filters is None or scorers is None or not known or priced is None:
         return None
     if spec.trace_scores is not None:
         return None
-    return RegionPipeline(filters, scorers, spread_params, priced=priced)
+    return RegionPipeline(filters, scorers, spreader, priced=priced)
 
 
 # ---------------------------------------------------------------------------- deciding
@@ -587,7 +556,7 @@ class RegionPipeline:
         self,
         filters: _Filters,
         scorers: tuple[_Scorer, ...],
-        spread_params: spread.Params | None,
+        spreader: spread.HeadroomSpreadPicker | None,
         *,
         priced: bool,
     ) -> None:
@@ -596,11 +565,13 @@ class RegionPipeline:
         self._weight_sum = 0.0
         for scorer in scorers:  # summed in order, like Profile._weight_sum
             self._weight_sum += scorer.weight
-        self._spread = spread_params
-        #: (ttft weight, load weight, ttft scale) when the scorers are exactly those two.
-        self._ttft_load: tuple[float, float, float] | None = None
+        self._spread = spreader
+        #: (ttft weight, load weight, Σw) and the ttft scale when the scorers are exactly
+        #: those two (ttft.fused_totals).
+        self._ttft_load: tuple[tuple[float, float, float], float] | None = None
         if tuple(sc.kind for sc in scorers) == (ttft.TYPE_NAME, load.TYPE_NAME):
-            self._ttft_load = (scorers[0].weight, scorers[1].weight, scorers[0].scale)
+            weights = (scorers[0].weight, scorers[1].weight, self._weight_sum)
+            self._ttft_load = (weights, scorers[0].scale)
         self._priced = priced
         self._prepared: Prepared | None = None
 
@@ -629,23 +600,27 @@ class RegionPipeline:
         if not mask:
             return None
         positions = prep.positions(mask)
+        names = prep.names(mask)
         totals, costs, top = self._totals(request, prep, columns, mask, positions, point, country)
         # The picker's best: highest total, ties to the smallest id (gtm.routing.better).
         # One pass, not a sort: the order is worked out only when read (Ranking).
-        names = prep.names(mask)
         if prep.id_ordered:  # the first of equal maxima is the smallest id
             k = totals.index(max(totals)) if top is None else top
         else:
             k = min(range(len(totals)), key=lambda i: (-totals[i], names[i]))
         best = k
-        spreads = self._spread is not None and self._spreads(request, prep, columns, positions[k])
+        spreader = self._spread
+        spreads = spreader is not None and spreader.spreads_at(
+            request, view.regions[positions[k]], columns.headroom[positions[k]]
+        )
         order = None
         if spreads:
-            assert self._spread is not None
+            assert spreader is not None
             # The draw's pool is the head of the ranking: order it (a sort keyed in C,
             # cheaper than a partial selection keyed in Python) and keep the order.
             order = ranked_order(names, totals, prep.id_ordered)
-            k = _draw(request, columns, positions, order, totals, k, self._spread)
+            headroom = prep.subset(columns, request.model, mask).headroom
+            k = spreader.draw(request, order, totals, k, headroom)
         ranking = Ranking(names, totals, best, k, order)
         chosen = positions[k]
         predicted = None
@@ -653,9 +628,10 @@ class RegionPipeline:
             if costs:
                 cost = costs[k]
             else:
-                (cost,) = self._costs(request, prep, columns, (chosen,), point, country)
-            predicted = cost if math.isfinite(cost) and cost >= 0.0 else None
-        if isinstance(costs, ShiftedCosts):
+                rows = survivor_rows(prep, columns, request.model, mask, positions, point, country)
+                cost = ttft.with_prompt(rows.fixed[k], rows.per_token[k], request.input_tokens)
+            predicted = ttft.prediction(cost)
+        if isinstance(costs, ttft.ShiftedCosts):
             region = view.regions[chosen]
             return FastChoice(region, ranking, predicted, spreads, costs.per_token, costs.fixed(k))
         return FastChoice(view.regions[chosen], ranking, predicted, spreads)
@@ -676,16 +652,24 @@ class RegionPipeline:
         index of the first highest total (when found on the way)."""
         if not self._scorers:
             return [0.0] * len(positions), [], None
-        if self._ttft_load is not None:
+        fused = self._ttft_load
+        if fused is not None:
             rows = survivor_rows(prep, columns, request.model, mask, positions, point, country)
-            return self._ttft_and_load(request, rows)
-        costs: list[float] = []
+            weights, scale = fused
+            return ttft.fused_totals(
+                rows.fixed, rows.per_token, rows.uniform, rows.low, rows.headroom,
+                request.input_tokens, weights, scale,
+            )  # fmt: skip
+        costs: Sequence[float] = ()
         sums: list[float] | None = None
         for scorer in self._scorers:
             if scorer.kind == ttft.TYPE_NAME:
                 if not costs:
-                    costs = self._costs(request, prep, columns, positions, point, country)
-                column = _ttft_scores(costs, scorer.scale)
+                    rows = survivor_rows(
+                        prep, columns, request.model, mask, positions, point, country
+                    )
+                    costs = ttft.costs_column(rows.fixed, rows.per_token, request.input_tokens)
+                column = ttft.scores_column(prep.names(mask), costs, scorer.scale)
             elif scorer.kind == load.TYPE_NAME:
                 headroom = columns.headroom
                 column = [headroom[i] for i in positions]
@@ -699,90 +683,6 @@ class RegionPipeline:
         assert sums is not None
         ws = self._weight_sum
         return [t / ws for t in sums], costs, None
-
-    def _ttft_and_load(
-        self, request: RouteRequest, rows: Rows
-    ) -> tuple[list[float], Sequence[float], int]:
-        """The usual profile (``ttft-scorer`` then ``load-scorer``) in one pass
-        (:func:`kernels.ttft_load_totals`, compiled): the same numbers as
-        :func:`_ttft_scores` and the general loop, fused, and the first best.
-
-        ``exp((best - cost) / scale)`` is :func:`_ttft_scores`' expression exactly, for
-        every cost: ``best - cost`` is ``-(cost - best)`` (IEEE subtraction is
-        antisymmetric, and so is division), ``exp(-0.0)`` is 1.0 and ``exp(-inf)`` 0.0.
-        """
-        assert self._ttft_load is not None
-        w0, w1, scale = self._ttft_load
-        ws = self._weight_sum
-        tokens = request.input_tokens
-        if rows.uniform is not None:
-            # Same per-token time everywhere: the cheapest cost is the smallest fixed
-            # part's, and only the chosen region's cost is read (ShiftedCosts).
-            shift = tokens * rows.uniform
-            shifted = ShiftedCosts(rows.fixed, shift, rows.uniform)
-            if rows.low is None:
-                totals, top = kernels.load_totals(rows.headroom, w0, w1, ws)
-                return totals, shifted, top
-            totals, top = kernels.ttft_load_totals(
-                rows.fixed, rows.headroom, shift, rows.low + shift, w0, w1, ws, scale
-            )
-            return totals, shifted, top
-        costs = kernels.shifted_costs(rows.fixed, rows.per_token, tokens)
-        low = min(filter(math.isfinite, costs), default=None)
-        if low is None:
-            totals, top = kernels.load_totals(rows.headroom, w0, w1, ws)
-        else:
-            totals, top = kernels.ttft_load_totals(
-                costs, rows.headroom, 0.0, low, w0, w1, ws, scale
-            )
-        return totals, costs, top
-
-    def _costs(
-        self,
-        request: RouteRequest,
-        prep: Prepared,
-        columns: ModelColumns,
-        positions: tuple[int, ...],
-        point: GeoPoint | None,
-        country: str | None,
-    ) -> list[float]:
-        # The view's latency model returns a dict built in view order (memoised per
-        # client point across views): its values line up with the positions.
-        rtts = tuple(prep.view.rtts(point, country).values())
-        tokens = request.input_tokens
-        base, per_token = columns.base, columns.per_token
-        # ttft-scorer's formula: (rtt + queue_ms) + tokens × ms_per_token.
-        return [rtts[i] + base[i] + tokens * per_token[i] for i in positions]
-
-    # ------------------------------------------------------------------ pick
-
-    def _spreads(
-        self, request: RouteRequest, prep: Prepared, columns: ModelColumns, best: int
-    ) -> bool:
-        """``HeadroomSpreadPicker.spreads``: the best is near saturation or the client
-        was displaced from a nearer, unavailable region."""
-        params = self._spread
-        assert params is not None
-        if columns.headroom[best] <= 1.0 - params.saturation:
-            return True
-        region = prep.view.regions[best]
-        client = request.client.location  # what the picker reads
-        if client is None or not region.outages:
-            return False
-        distance = client.distance_km(region.location)
-        return any(client.distance_km(o) < distance for o in region.outages)
-
-
-def _ttft_scores(costs: list[float], scale: float) -> list[float]:
-    """``gtm.routing.cost.scores_from_costs`` over a list (same expression, same order)."""
-    best = min(filter(math.isfinite, costs), default=None)
-    if best is None:
-        return [0.0] * len(costs)
-    exp, inf = math.exp, math.inf
-    return [
-        1.0 if (excess := cost - best) <= 0.0 else exp(-excess / scale) if excess < inf else 0.0
-        for cost in costs
-    ]
 
 
 def _affinity(
@@ -801,30 +701,3 @@ def _affinity(
         memo[key] = None if home is None else prep.ids.index(home)
     home_at = memo[key]
     return [1.0 if i == home_at else 0.0 for i in positions]
-
-
-def _draw(
-    request: RouteRequest,
-    columns: ModelColumns,
-    positions: tuple[int, ...],
-    order: Sequence[int],
-    totals: list[float],
-    best: int,
-    params: spread.Params,
-) -> int:
-    """``HeadroomSpreadPicker._spread``: a headroom-weighted draw among the best.
-    ``best`` and the result are indices into ``positions``; ``order`` ranks them."""
-    floor = params.band * totals[best]
-    pool = [k for k in order[: params.spread_over] if totals[k] >= floor]
-    weights = [columns.headroom[positions[k]] for k in pool]
-    total = sum(weights)
-    if total <= 0.0:
-        return best
-    if len(pool) == 1:
-        return pool[0]  # what any draw picks; seeding a generator costs ~5 µs
-    draw = request_rng(request, params.seed).random() * total
-    for k, weight in zip(pool, weights, strict=True):
-        draw -= weight
-        if draw < 0.0:
-            return k
-    return pool[-1]

@@ -21,7 +21,7 @@ picker's draw — the request id, so decisions are cached per view revision unde
   type everywhere): a prompt then adds the same time to every region's cost, the TTFT
   scores compare cost differences, and the choice holds for any size (up to float
   rounding); the predicted TTFT is worked out per request from the chosen region's
-  prompt-independent cost (the same expression as on a miss);
+  prompt-independent cost (:func:`global_lb.plugins.ttft.with_prompt`, as on a miss);
 * the request id enters as one of :data:`SPREAD_SLOTS` slots, so when the spread picker
   splits a cell's traffic, it does so in sixteenths instead of per request.
 
@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import math
 import time
 import zlib
 from collections.abc import Callable, Mapping
@@ -53,7 +52,7 @@ from typing import Any, NamedTuple
 
 from global_lb.geo import Location
 from global_lb.pipeline import NO_RANKING, FastChoice, Ranking, RegionPipeline, compile_pipeline
-from global_lb.plugins import affinity, health, model, residency, spread
+from global_lb.plugins import affinity, health, model, residency, spread, ttft
 from global_lb.profiles import RegionProfile
 from global_lb.view import GlobalView, RegionState, RequestContext
 from gtm.errors import ConfigError, NoEligibleCandidate
@@ -407,8 +406,7 @@ class _Cached(NamedTuple):
         per_token = self.per_token
         if per_token is None or self.predicted_ttft_ms is None:
             return self.predicted_ttft_ms
-        cost = self.fixed + tokens * per_token
-        return cost if math.isfinite(cost) and cost >= 0.0 else None
+        return ttft.prediction(ttft.with_prompt(self.fixed, per_token, tokens))
 
 
 #: Builds a router's profile from a policy set in force (``GlobalRouter(follow=...)``):

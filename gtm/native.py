@@ -21,7 +21,11 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 #: Every kernel module, by name (``setup.py``'s ``KERNELS``, as modules).
-KERNEL_MODULES: tuple[str, ...] = ("global_lb.kernels", "zone_agent._blend")
+KERNEL_MODULES: tuple[str, ...] = (
+    "global_lb.kernels",
+    "global_lb.plugins._ttft",
+    "zone_agent._blend",
+)
 
 
 class KernelState(StrEnum):

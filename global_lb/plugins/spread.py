@@ -16,6 +16,10 @@ whole load lands on the next-closest one, which then fails in turn. Here:
 best surviving region: that region's clients would otherwise all move to one neighbour.
 The draw is seeded by the request id (``request_rng``), so a decision replays exactly,
 and a DNS answer (whose request id is its geo cell) spreads cells, not packets.
+
+This is the one implementation of the picker: the generic profile calls :meth:`pick`
+over scored regions, the global fast path calls :meth:`spreads_at` and :meth:`draw`
+over its columns.
 """
 
 from __future__ import annotations
@@ -66,36 +70,53 @@ class HeadroomSpreadPicker:
     def pick(self, request: RouteRequest, scored: Sequence[Scored[RegionState]], /) -> RegionState:
         if not scored:
             raise PluginError(f"picker {self._name!r} was given no candidates")
-        best = scored[0]
-        for item in scored[1:]:
-            best = better(best, item)
-        if not self.spreads(request, best.candidate):
-            return best.candidate
-        return self._spread(request, best, scored)
+        best = 0
+        for k in range(1, len(scored)):
+            if better(scored[best], scored[k]) is scored[k]:
+                best = k
+        region = scored[best].candidate
+        if not self.spreads(request, region):
+            return region
+        totals = [s.total for s in scored]
+        order = sorted(range(len(scored)), key=lambda k: (-totals[k], scored[k].candidate.id))
+        model = request.model
+        headroom = [s.candidate.headroom(model) for s in scored]
+        return scored[self.draw(request, order, totals, best, headroom)].candidate
 
     def spreads(self, request: RouteRequest, best: RegionState) -> bool:
         """Whether the pick is random for this request: the best region is near saturation
         or the client was displaced from a nearer, unavailable region."""
-        return best.headroom(request.model) <= self._min_headroom or _displaced(request, best)
+        return self.spreads_at(request, best, best.headroom(request.model))
 
-    def _spread(
+    def spreads_at(self, request: RouteRequest, best: RegionState, headroom: float) -> bool:
+        """:meth:`spreads` given the best region's headroom for the model."""
+        return headroom <= self._min_headroom or _displaced(request, best)
+
+    def draw(
         self,
         request: RouteRequest,
-        best: Scored[RegionState],
-        scored: Sequence[Scored[RegionState]],
-    ) -> RegionState:
-        floor = self._band * best.total
-        ranked = sorted(scored, key=lambda s: (-s.total, s.candidate.id))
-        pool = [s.candidate for s in ranked if s.total >= floor][: self._spread_over]
-        weights = [r.headroom(request.model) for r in pool]
+        order: Sequence[int],
+        totals: Sequence[float],
+        best: int,
+        headroom: Sequence[float],
+    ) -> int:
+        """The headroom-weighted draw among the best: an index into ``totals`` (the
+        candidates' totals, ``headroom`` their headroom for the model, ``order`` their
+        indices by total descending then id ascending, ``best`` the best one's)."""
+        floor = self._band * totals[best]
+        # ``order`` is by total descending: the totals above the floor are its head.
+        pool = [k for k in order[: self._spread_over] if totals[k] >= floor]
+        weights = [headroom[k] for k in pool]
         total = sum(weights)
         if total <= 0.0:
-            return best.candidate
+            return best
+        if len(pool) == 1:
+            return pool[0]  # what any draw picks, without seeding a generator
         draw = self._rng(request, self._seed).random() * total
-        for region, weight in zip(pool, weights, strict=True):
+        for k, weight in zip(pool, weights, strict=True):
             draw -= weight
             if draw < 0.0:
-                return region
+                return k
         return pool[-1]
 
 

@@ -1,25 +1,45 @@
-"""``ttft-scorer`` / ``ttft-cost-model``: predicted time-to-first-token at each region.
+"""The global tier's TTFT cost and its TTFT + load total live in this module, in every
+form: the scalar reference (:func:`cost_ms`, what ``ttft-scorer`` and the cost model run
+per region), the column forms the fast path runs over a view's survivors
+(:func:`fixed_column`, :func:`fused_totals`, :class:`ShiftedCosts`) and the binding to
+their compiled twin, :mod:`global_lb.plugins._ttft` in this directory;
+tests/unit/global_lb/plugins/test_ttft.py fails if any two forms disagree by one bit.
 
-The global tier's cost (ARCHITECTURE §2), in ms::
+``ttft-scorer`` / ``ttft-cost-model``: predicted time-to-first-token at each region
+(ARCHITECTURE §2), in ms::
 
     RTT client → region                      measured map, else 26 ms + 0.0143 ms/km
   + queued prefill tokens / region prefill rate          (the region's queueing delay)
   + this request's prompt tokens / one GPU's prefill rate     (its own prefill)
 
-A region without a summary (nothing published yet) costs its RTT alone; a summary that
+computed as ``(rtt + base) + tokens × per_token`` with :func:`cost_terms`' ``base`` (the
+queueing delay) and ``per_token``. A region without a summary (nothing published yet)
+costs its RTT alone (``base = per_token = 0``: adding zero is exact); a summary that
 lacks the model, or a region with no prefill capacity, costs ∞. Scores are
 ``exp(-(cost − best) / scale_ms)``: 1 for the cheapest region, 1/e per ``scale_ms`` of
-extra predicted TTFT (:func:`gtm.routing.cost.scores_from_costs`). The same object is
-the profile's cost model, so ``Decision.predicted_ttft_ms`` is the choice's cost.
+extra predicted TTFT (:func:`gtm.routing.cost.scores_from_costs`, the core's). The same
+object is the profile's cost model, so ``Decision.predicted_ttft_ms`` is the choice's
+cost.
+
+**The fused total.** The usual profile scores ``ttft-scorer`` then ``load-scorer``
+(headroom); its total is ``(w_ttft·score + w_load·headroom) / Σw``. The compiled form
+writes the score as ``exp((best − cost) / scale)``: the same float for every cost, since
+IEEE subtraction and division are antisymmetric (``best − cost = −(cost − best)``),
+``exp(-0.0)`` is 1.0 and ``exp(-inf)`` 0.0. When every survivor has the same per-token
+time (one GPU type everywhere) the prompt adds the same ``tokens × per_token`` to each
+cost: rounding is monotonic, so the cheapest prompt-independent part stays the
+cheapest, and only the chosen region's cost is read (:class:`ShiftedCosts`).
 """
 
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Mapping, Sequence
 
 from pydantic import Field
 
+from global_lb.plugins import _ttft
 from global_lb.view import RegionState, RequestContext
 from gtm.models import Frozen, RouteRequest
 from gtm.routing.cost import scores_from_costs
@@ -37,6 +57,43 @@ class Params(Frozen):
     scale_ms: float = Field(default=DEFAULT_SCALE_MS, gt=0.0, le=1e6, allow_inf_nan=False)
 
 
+# ------------------------------------------------------------------ scalar reference
+
+
+def cost_terms(region: RegionState, model: str) -> tuple[float, float]:
+    """``(base, per_token)`` of ``region`` for ``model``: its cost is
+    ``(rtt + base) + tokens × per_token``."""
+    if region.summary is None:
+        return 0.0, 0.0
+    terms = region.terms.get(model)
+    if terms is None:
+        return math.inf, 0.0
+    # The request is prefilled on one GPU: ms_per_token is the region's rate over its
+    # healthy GPUs (ModelTerms); queue_ms is ∞ (and ms_per_token 0) where nothing can
+    # prefill.
+    return terms.queue_ms, terms.ms_per_token
+
+
+def with_prompt(fixed: float, per_token: float, tokens: int) -> float:
+    """The cost from its prompt-independent part ``fixed = rtt + base``."""
+    return fixed + tokens * per_token
+
+
+def cost_ms(rtt: float, base: float, per_token: float, tokens: int) -> float:
+    """The predicted TTFT at one region: the formula, written once."""
+    return with_prompt(rtt + base, per_token, tokens)
+
+
+def prediction(cost: float) -> float | None:
+    """What a decision reports as its predicted TTFT (``None``: not finite)."""
+    return cost if math.isfinite(cost) and cost >= 0.0 else None
+
+
+def lowest(costs: Sequence[float]) -> float | None:
+    """The smallest finite cost (the scores' ``best``; ``None``: none is finite)."""
+    return min(filter(math.isfinite, costs), default=None)
+
+
 class TtftScorer:
     def __init__(self, name: str = TYPE_NAME, params: Params | None = None) -> None:
         self._name = name
@@ -45,6 +102,10 @@ class TtftScorer:
     @property
     def name(self) -> str:
         return self._name
+
+    @property
+    def scale_ms(self) -> float:
+        return self._scale
 
     def score(
         self, request: RouteRequest, candidates: Sequence[RegionState], ctx: RequestContext, /
@@ -64,11 +125,84 @@ class TtftScorer:
     ) -> float:
         if rtt is None:
             rtt = ctx.rtt_ms(candidate)
-        if candidate.summary is None:
-            return rtt
-        terms = candidate.terms.get(request.model)
-        if terms is None:
-            return math.inf
-        # The request is prefilled on one GPU: ms_per_token is the region's rate over its
-        # healthy GPUs (ModelTerms); queue_ms is ∞ where nothing can prefill.
-        return rtt + terms.queue_ms + request.input_tokens * terms.ms_per_token
+        base, per_token = cost_terms(candidate, request.model)
+        return cost_ms(rtt, base, per_token, request.input_tokens)
+
+
+# ------------------------------------------------------------------ column forms
+
+
+def fixed_column(rtts: Sequence[float], base: Sequence[float]) -> tuple[float, ...]:
+    """Each survivor's ``rtt + base`` (the prompt-independent part of its cost)."""
+    return tuple(map(operator.add, rtts, base))
+
+
+def costs_column(
+    fixed: tuple[float, ...], per_token: tuple[float, ...], tokens: int
+) -> tuple[float, ...]:
+    """Each survivor's cost (compiled: :func:`_ttft.shifted_costs`)."""
+    return _ttft.shifted_costs(fixed, per_token, tokens)
+
+
+def scores_column(ids: Sequence[str], costs: Sequence[float], scale_ms: float) -> list[float]:
+    """The survivors' TTFT scores, in their order (the core's formula)."""
+    return list(scores_from_costs(dict(zip(ids, costs, strict=True)), scale_ms).values())
+
+
+class ShiftedCosts(Sequence[float]):
+    """``fixed[k] + shift`` on demand: the survivors' costs when they share one per-token
+    time and only the chosen one's is read (the predicted TTFT)."""
+
+    __slots__ = ("_fixed", "_shift", "per_token")
+
+    def __init__(self, fixed: tuple[float, ...], shift: float, per_token: float) -> None:
+        self._fixed = fixed
+        self._shift = shift
+        #: Every survivor's per-token time.
+        self.per_token = per_token
+
+    def fixed(self, k: int) -> float:
+        return self._fixed[k]
+
+    def __getitem__(self, k: int) -> float:  # type: ignore[override]  # no slices
+        return self._fixed[k] + self._shift
+
+    def __len__(self) -> int:
+        return len(self._fixed)
+
+
+def fused_totals(
+    fixed: tuple[float, ...],
+    per_token: tuple[float, ...],
+    uniform: float | None,
+    low: float | None,
+    headroom: tuple[float, ...],
+    tokens: int,
+    weights: tuple[float, float, float],
+    scale_ms: float,
+) -> tuple[list[float], Sequence[float], int]:
+    """The ``ttft-scorer`` then ``load-scorer`` totals in one compiled pass: each
+    survivor's total, its cost, and the index of the first highest total.
+
+    ``uniform``: every survivor's per-token time when they are all equal, with ``low``
+    the smallest finite ``fixed``; ``weights``: ``(w_ttft, w_load, Σw)``."""
+    w_ttft, w_load, weight_sum = weights
+    if uniform is not None:
+        shift = tokens * uniform
+        shifted = ShiftedCosts(fixed, shift, uniform)
+        if low is None:
+            totals, top = _ttft.load_totals(headroom, w_ttft, w_load, weight_sum)
+        else:
+            totals, top = _ttft.ttft_load_totals(
+                fixed, headroom, shift, low + shift, w_ttft, w_load, weight_sum, scale_ms
+            )
+        return totals, shifted, top
+    costs = _ttft.shifted_costs(fixed, per_token, tokens)
+    best = lowest(costs)
+    if best is None:
+        totals, top = _ttft.load_totals(headroom, w_ttft, w_load, weight_sum)
+    else:
+        totals, top = _ttft.ttft_load_totals(
+            costs, headroom, 0.0, best, w_ttft, w_load, weight_sum, scale_ms
+        )
+    return totals, costs, top

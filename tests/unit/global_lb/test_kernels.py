@@ -1,5 +1,6 @@
 """global_lb.kernels: compiled (CI installs with a compiler) and equal to its Python twin
-and to the formulas it replaced."""
+and to the RTT formula it replaced (the fused TTFT + load kernel is tested beside its
+formula: tests/unit/global_lb/plugins/test_ttft.py)."""
 
 from __future__ import annotations
 
@@ -21,8 +22,6 @@ PER_RADIAN = RTT_MS_PER_KM * 2.0 * EARTH_RADIUS_KM
 lats = st.floats(-90.0, 90.0)
 lons = st.floats(-180.0, 180.0)
 points = st.tuples(lats, lons)
-finite = st.floats(-1e6, 1e6)
-costs = st.floats(0.0, 1e5) | st.just(math.inf)
 
 
 def test_the_kernels_run_compiled() -> None:
@@ -56,55 +55,3 @@ def test_chord_rtts_are_the_distance_fit_of_the_haversine(
         place = GeoPoint(lat=places[i][0], lon=places[i][1])
         expected = rtt_ms_from_distance(point.distance_km(place))
         assert math.isclose(compiled[i], expected, rel_tol=1e-9, abs_tol=1e-6)
-
-
-@given(
-    fixed=st.lists(costs, min_size=1, max_size=60),
-    data=st.data(),
-    shift=st.floats(0.0, 1e4),
-    weights=st.tuples(st.floats(0.0, 10.0), st.floats(0.0, 10.0)),
-    scale=st.floats(1.0, 1e4),
-)
-def test_fused_totals_are_the_scorers_expression_and_the_first_best(
-    fixed: list[float],
-    data: st.DataObject,
-    shift: float,
-    weights: tuple[float, float],
-    scale: float,
-) -> None:
-    headroom = tuple(data.draw(st.lists(st.floats(0.0, 1.0), min_size=len(fixed),
-                                        max_size=len(fixed))))  # fmt: skip
-    w0, w1 = weights
-    ws = w0 + w1 or 1.0
-    finite_costs = [f + shift for f in fixed if math.isfinite(f)]
-    best = min(finite_costs) if finite_costs else None
-    if best is None:
-        expected = [(w0 * 0.0 + w1 * h) / ws for h in headroom]
-        results = [m.load_totals(headroom, w0, w1, ws) for m in (kernels, TWIN)]
-    else:
-        expected = [
-            (w0 * math.exp((best - (f + shift)) / scale) + w1 * h) / ws
-            for f, h in zip(fixed, headroom, strict=True)
-        ]
-        results = [
-            m.ttft_load_totals(tuple(fixed), headroom, shift, best, w0, w1, ws, scale)
-            for m in (kernels, TWIN)
-        ]
-    for totals, top in results:
-        assert totals == expected
-        assert top == expected.index(max(expected))
-
-
-@given(
-    fixed=st.lists(finite, min_size=1, max_size=60),
-    data=st.data(),
-    tokens=st.integers(0, 1_000_000),
-)
-def test_shifted_costs_are_fixed_plus_tokens_times_per_token(
-    fixed: list[float], data: st.DataObject, tokens: int
-) -> None:
-    per_token = tuple(data.draw(st.lists(st.floats(0.0, 10.0), min_size=len(fixed),
-                                         max_size=len(fixed))))  # fmt: skip
-    expected = tuple(a + tokens * b for a, b in zip(fixed, per_token, strict=True))
-    assert kernels.shifted_costs(tuple(fixed), per_token, tokens) == expected
-    assert TWIN.shifted_costs(tuple(fixed), per_token, tokens) == expected
