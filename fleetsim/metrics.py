@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fleetsim.simulator import RunResult, Status
+from fleetsim.results import RunResult, Status
 from fleetsim.workload import SimRequest
 from gtm.stats import percentile_of_sorted
 from regional_lb.fairqueue import OUTPUT_WEIGHT as VTC_OUTPUT_WEIGHT

@@ -9,7 +9,7 @@ run, and how each is kept exact:
 * **Global decisions** depend on the global view (rebuilt from region summaries at
   every tick) and on the in-flight ledger, which only global decisions charge. Worker 0
   makes every one of them, in arrival order, ahead of the others, and feeds each worker
-  the arrivals that enter its regions (:meth:`Simulator.decide_until`).
+  the arrivals that enter its regions (:meth:`fleetsim.routing.Routing.decide_until`).
 * **Messages between regions** — a spilled request reaching its peer
   (:class:`~fleetsim.simulator.Hop`), the end of a spilled request reaching the
   region that admitted it (:class:`~fleetsim.simulator.Release`) — take at least the
@@ -54,16 +54,13 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
-from fleetsim.policies import RegionMode
 from gtm.errors import SimulationError
 from gtm.models import RegionSummary
 
 if TYPE_CHECKING:
-    from fleetsim.simulator import Message, RunResult, Simulator
-
-#: Region choices that depend only on the arrival (and the global tier's own state):
-#: the regions can be simulated apart.
-PARTITIONABLE = frozenset({RegionMode.GTM, RegionMode.NEAREST_ALLOWED, RegionMode.GEODNS})
+    from fleetsim.events import Message
+    from fleetsim.results import RunResult
+    from fleetsim.simulator import Simulator
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,16 +97,16 @@ def plan_partition(sim: Simulator, workers: int) -> Plan | None:
     minimises the busiest worker's load, among the splits whose lookahead is at least
     :data:`SHORT_LOOKAHEAD_S` if there are any.
     """
-    if workers < 2 or sim.spec.region_mode not in PARTITIONABLE:
+    if workers < 2 or not sim.routing.partitionable:
         return None
-    if sim.hier and not sim.network:
-        return None  # spills land at once: no lookahead
     work = _probe(sim)
     serving = [r for r in sim.region_ids if work[r] > 0]
     count = min(workers, len(serving))
     if count < 2:
         return None
-    extra = sum(work.values()) * GLOBAL_SHARE / (1.0 - GLOBAL_SHARE) if sim.hier else 0.0
+    extra = (
+        sum(work.values()) * GLOBAL_SHARE / (1.0 - GLOBAL_SHARE) if sim.routing.GLOBAL_TIER else 0.0
+    )
     best: tuple[tuple[bool, float, float], tuple[frozenset[str], ...], float] | None = None
     for members in _splits(serving, count, work):
         groups = tuple(frozenset(m) for m in members)
@@ -146,7 +143,7 @@ def _probe(sim: Simulator) -> dict[str, float]:
         code = 1
         try:
             ours.close()
-            theirs.send((_RESULT, _first_choices(sim)))
+            theirs.send((_RESULT, sim.routing.probe(probe_seconds(sim))))
             code = 0
         except BaseException:
             with contextlib.suppress(OSError):
@@ -165,26 +162,6 @@ def _probe(sim: Simulator) -> dict[str, float]:
         ours.close()
         _reap(pid, stop=False)
     return {r: float(body[r]) + 1.0 if sim.region_pools[r] else 0.0 for r in sim.region_ids}
-
-
-def _first_choices(sim: Simulator) -> dict[str, int]:
-    """Requests per region among the probe's arrivals (run in the probe's process: it
-    changes the simulator)."""
-    until = probe_seconds(sim)
-    counts = dict.fromkeys(sim.region_ids, 0)
-    if sim.hier:
-        index = {r: k for k, r in enumerate(sim.region_ids)}
-        feeds = sim.decide_until(until, False, len(sim.region_ids), index)
-        for region, feed in zip(sim.region_ids, feeds, strict=True):
-            counts[region] = len(feed)
-        return counts
-    for req in sim.requests:
-        if req.at_s >= until:
-            break
-        chosen = sim.baseline_region(req)
-        if chosen is not None:
-            counts[chosen] += 1
-    return counts
 
 
 #: The partition probe looks at most this many arrivals (enough for each region's share
@@ -236,7 +213,7 @@ def _lookahead(sim: Simulator, groups: Sequence[frozenset[str]]) -> float:
     """The shortest one-way latency between regions of different groups (s), less
     :data:`LOOKAHEAD_MARGIN_S`; ∞ when a request never moves between regions once its
     region is chosen."""
-    if not sim.hier:
+    if not sim.routing.GLOBAL_TIER:
         return math.inf
     lookahead = math.inf
     for k, group in enumerate(groups):
@@ -515,7 +492,7 @@ def _simulate(sim: Simulator, peers: _Peers) -> float:
                 upto = min(target + DECIDE_AHEAD * lookahead, bound)
                 whole = not at_tick and upto >= horizon  # the last arrivals, at it too
                 if upto > decided or whole:
-                    feeds = sim.decide_until(upto, whole, peers.n, peers.plan.worker)
+                    feeds = sim.routing.decide_until(upto, whole, peers.n, peers.plan.worker)
                     assert sim.feed is not None
                     sim.feed.extend(feeds[0])
                     peers.send_feeds(feeds, math.inf if whole else upto)
@@ -671,7 +648,7 @@ def run_partitioned(sim: Simulator, plan: Plan, started: float) -> RunResult:
     finished = False
     sys.stdout.flush()
     sys.stderr.flush()
-    if sim.hier:
+    if sim.routing.GLOBAL_TIER:
         sim.feed = deque()
     mine = {b: ends[0, b] for b in range(1, n)}
     peers = _Peers(0, plan, mine, clocks, counters)
@@ -723,4 +700,4 @@ def _reap(pid: int, *, stop: bool) -> None:
         pass
 
 
-__all__ = ["PARTITIONABLE", "Plan", "plan_partition", "run_partitioned"]
+__all__ = ["Plan", "plan_partition", "run_partitioned"]

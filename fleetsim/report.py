@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from fleetsim.metrics import Summary
-from fleetsim.simulator import RunResult, Status
+from fleetsim.results import RunResult, Status
 
 COLUMNS = (
     ("policy", "policy", "{}"),

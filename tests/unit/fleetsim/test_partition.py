@@ -217,7 +217,7 @@ def test_a_spill_that_would_land_after_the_horizon_ends_where_it_was_sent() -> N
         duration_s=25.0, drain_s=0.0,
     )  # fmt: skip
     late = Hop(25.01, 7, "us-west", 1, ("us-east",), 0.0, 34.0)
-    sim._send(late)
+    sim.send(late)
     assert not sim.messages
     assert sim.out.ends[7] == 1
     assert sim.out.status[7] == Status.TIMED_OUT
