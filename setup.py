@@ -21,11 +21,13 @@ KERNELS = ["global_lb/kernels.py", "global_lb/plugins/_ttft.py"]
 #: operations one IEEE rounding at a time, to give the same floats.
 C_KERNELS = [
     Extension(
-        "zone_agent._blend",
-        ["zone_agent/_blend.c"],
+        f"zone_agent.costs._{name}",
+        [f"zone_agent/costs/_{name}.c"],
+        depends=["zone_agent/costs/_buffers.h"],
         optional=True,
         extra_compile_args=["-ffp-contract=off"],
     )
+    for name in ("ttft", "blend")
 ]
 
 

@@ -24,7 +24,8 @@ log = logging.getLogger(__name__)
 KERNEL_MODULES: tuple[str, ...] = (
     "global_lb.kernels",
     "global_lb.plugins._ttft",
-    "zone_agent._blend",
+    "zone_agent.costs._ttft",
+    "zone_agent.costs._blend",
 )
 
 

@@ -115,7 +115,7 @@ def zone(
         raise click.UsageError(f"{where}: {first['msg']}") from None
     except GtmError as exc:
         raise click.UsageError(str(exc)) from None
-    native.warn_if_not_compiled("zone_agent._blend")
+    native.warn_if_not_compiled("zone_agent.costs._ttft", "zone_agent.costs._blend")
     try:
         run(serve(config, state, tls, plain_workers=tls_plain_workers), LoopKind(event_loop))
     except GtmError as exc:

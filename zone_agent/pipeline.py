@@ -57,15 +57,11 @@ from gtm.routing.framework import ExtensionPoint
 from gtm.routing.metrics import RoutingMetrics
 from zone_agent._np import fany, fmax, fmin
 from zone_agent.accounting import Accounting
+from zone_agent.costs import blend
+from zone_agent.costs.blend import free_blocks
 from zone_agent.prefix import set_bits
 from zone_agent.request import ZoneRequest
 from zone_agent.view import Bools, Floats, GpuState, Ints, ModelIndex, ZoneView
-
-blend_choice: Callable[..., int] | None
-try:  # the default profile's score-and-pick in C (setup.py builds it when it can)
-    from zone_agent._blend import blend_choice
-except ImportError:  # pragma: no cover - an install without a C compiler
-    blend_choice = None
 
 T = TypeVar("T")
 
@@ -361,10 +357,7 @@ class Batch:
         — the free-KV rule's cheap test.)"""
         if self._kv_free is None:
             index = self.index
-            free = self.kv_own - index.kv_own_base  # KV blocks sent since the scrape
-            np.maximum(free, 0.0, out=free)
-            np.subtract(index.kv_free_base, free, out=free)
-            self._kv_free = np.maximum(free, 0.0, out=free)
+            self._kv_free = free_blocks(self.kv_own, index.kv_own_base, index.kv_free_base)
         return self._kv_free
 
     def rng(self, seed: int) -> random.Random:
@@ -645,19 +638,10 @@ class CheapestPick:
 
 class BlendPick:
     """A cost scorer (``ttft-cost``) then ``kv-cache-utilization-scorer`` under the plain
-    ``max-score-picker`` — the default profile: the runner's weighted sum and pick in
-    one place. The two scorers' own arrays, combined with the same operations in the
-    same order as :meth:`ZoneProfile._score` (``w₀·ttft``, ``+ room·w₁``, ``/ Σw``),
-    then the first survivor of highest total, as the picker takes it — so the choice is
+    ``max-score-picker`` — the default profile: the weighted sum and the pick of
+    :mod:`zone_agent.costs.blend` in one call (its C kernel when built), so the choice is
     the runner's, without the per-scorer dispatch and the scores record (a trace works
-    them out when asked). The division by ``Σw`` is skipped when ``Σw`` is a power of
-    two: it is then exact and keeps every order and tie.
-
-    With numpy that is about a dozen array operations (~1 µs each at 64 GPUs: the blend
-    took the 64-GPU decision p99 over its 50 µs target). The C kernel
-    ``zone_agent._blend.blend_choice`` does it in one pass; its ``exp`` may differ from
-    numpy's in the last bit, so on a near tie (best two totals within 1e-12) it returns
-    -1 and the numpy operations decide (``tests/unit/zone_agent/test_blend_kernel.py``).
+    them out when asked). On a near tie the kernel answers -1 and the numpy form decides.
     """
 
     def __init__(
@@ -669,13 +653,14 @@ class BlendPick:
         *,
         kernel: bool = True,
     ) -> None:
-        self._cost, self._room = cast(_CostScorer, cost), room
+        self._cost = cast(_CostScorer, cost)
         self._cost_weight, self._room_weight = cost_weight, room_weight
-        self._weight_sum = cost_weight + room_weight
-        self._exact_division = math.frexp(self._weight_sum)[0] == 0.5
+        weight_sum = cost_weight + room_weight
+        # Dividing by a power of two is exact and keeps every order and tie: skipped (0).
+        self._div = 0.0 if math.frexp(weight_sum)[0] == 0.5 else weight_sum
         self._inv_scale = 1.0 / self._cost.scale_ms
-        #: The C kernel (zone_agent/_blend.c), when it was built and ``kernel`` is set.
-        self._kernel = blend_choice if kernel else None
+        #: The C kernel, when it was built and ``kernel`` is set.
+        self._kernel = blend.blend_choice if kernel else None
 
     @classmethod
     def of(cls, scorers: Sequence[WeightedGpuScorer], picker: GpuPicker) -> BlendPick | None:
@@ -689,42 +674,26 @@ class BlendPick:
         return cls(cost.scorer, float(cost.weight), room.scorer, float(room.weight))
 
     def choose(self, batch: Batch) -> int:
+        index = batch.index
+        args = (
+            self._cost.costs_ms(batch),
+            batch.view.accounting.kv_blocks,
+            index.slots,
+            index.kv_own_base,
+            index.kv_free_base,
+            index.inv_kv_total,
+            None if batch.all_alive else batch.survivors,
+            self._inv_scale,
+            self._cost_weight,
+            self._room_weight,
+            self._div,
+        )
         kernel = self._kernel
         if kernel is not None:
-            index = batch.index
-            choice = kernel(
-                self._cost.costs_ms(batch),
-                batch.view.accounting.kv_blocks,
-                index.slots,
-                index.kv_own_base,
-                index.kv_free_base,
-                index.inv_kv_total,
-                None if batch.all_alive else batch.survivors,
-                self._inv_scale,
-                self._cost_weight,
-                self._room_weight,
-                0.0 if self._exact_division else self._weight_sum,
-            )
+            choice = kernel(*args)
             if choice >= 0:
                 return int(choice)
-        return self.choose_with_numpy(batch)
-
-    def choose_with_numpy(self, batch: Batch) -> int:
-        """:meth:`choose` without the C kernel (the reference for its tests)."""
-        totals = self._cost.scores(batch)
-        if self._cost_weight != 1.0:  # x · 1.0 is x exactly: ZoneProfile._score skips it
-            totals = totals * self._cost_weight
-        room = self._room.scores(batch)
-        if self._room_weight != 1.0:
-            room = room * self._room_weight
-        totals = totals + room
-        if not self._exact_division:
-            totals = totals / self._weight_sum
-        # The picker's first survivor of highest total (plugins._arrays.first_max_of).
-        if batch.all_alive:
-            return int(totals.argmax())
-        survivors = batch.survivors
-        return int(survivors[totals[survivors].argmax()])
+        return blend.blend_choice_numpy(*args)
 
 
 # ---------------------------------------------------------------------------- decisions

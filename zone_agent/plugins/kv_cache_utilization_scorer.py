@@ -6,9 +6,8 @@ KV blocks the agent has sent since (``Batch.kv_free``).
 
 from __future__ import annotations
 
-import numpy as np
-
 from gtm.models import Frozen
+from zone_agent.costs.blend import room
 from zone_agent.pipeline import Batch
 from zone_agent.view import Floats
 
@@ -33,7 +32,4 @@ class KvCacheUtilizationScorer:
         return self._name
 
     def scores(self, batch: Batch, /) -> Floats:
-        # Free blocks are never negative (Batch.kv_free), so the product is ≥ 0: only
-        # the upper clamp is left (a scrape may report more free blocks than total).
-        room = np.multiply(batch.kv_free, batch.index.inv_kv_total)
-        return np.minimum(room, 1.0, out=room)
+        return room(batch.kv_free, batch.index.inv_kv_total)

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from gtm.gpu_profiles import LLAMA_8B
 from tests.unit.zone_agent.helpers import Gpu, batch, make_request, make_view
 from zone_agent.accounting import Accounting
+from zone_agent.costs.ttft import load_scale, ttft_costs_reference
 from zone_agent.health import HealthStatus
 from zone_agent.pipeline import Batch, WeightedGpuScorer, ZoneProfile
 from zone_agent.plugins._arrays import first_max, first_max_of
@@ -92,30 +93,23 @@ def dense_matched(b: Batch) -> list[float]:
 
 
 def reference_costs(b: Batch, *, decode: bool = True, epsilon: float = 0.25) -> list[float]:
-    """ttft-cost's formula (its module docstring), per GPU, with the dense arrays."""
-    index, request = b.index, b.request
-    matched = np.array(dense_matched(b))
-    uncached = np.maximum(0.0, request.input_tokens - matched * request.tokens_per_block)
-    streams = b.view.accounting.streams[index.slots]
+    """ttft-scorer's costs by the formula's scalar reference, with the matches looked up
+    one GPU at a time."""
+    index, request, acc = b.index, b.request, b.view.accounting
+    streams = acc.streams[index.slots]
     if b.all_alive:
         rate_sum, total = index.rate_sum, float(streams.sum())
     else:
         rate_sum, total = float(np.dot(index.rate, b.alive)), float(np.dot(streams, b.alive))
-    scale = (1.0 + epsilon) * (total + request.sequences) / max(rate_sum, 1e-9)
-    queued = b.view.accounting.pending[index.slots] + index.external_queued
-    out = []
-    for i in range(len(index.ids)):
-        own = float(uncached[i])
-        if matched[i] and streams[i] + request.sequences > math.ceil(scale * index.rate[i]):
-            own = float(request.input_tokens)  # over the bounded-load cap: no cache credit
-        tokens = float(queued[i]) + own
-        cost = tokens * float(index.ms_per_token[i])
-        if decode:
-            cost += math.ceil(tokens * float(index.inv_max_batched[i])) * float(
-                index.step_extra_ms[i]
-            )
-        out.append(cost)
-    return out
+    matches = {p: int(m) for p, m in enumerate(dense_matched(b)) if m}
+    out = np.empty(len(index.ids))
+    ttft_costs_reference(
+        out, acc.pending, acc.streams, index.slots, index.external_queued, index.rate,
+        index.ms_per_token, index.inv_max_batched, index.step_extra_ms, matches,
+        float(request.input_tokens), request.tokens_per_block, float(request.sequences),
+        load_scale(epsilon, total, request.sequences, rate_sum), decode,
+    )  # fmt: skip
+    return [float(c) for c in out]
 
 
 @SETTINGS
@@ -142,16 +136,19 @@ def test_sparse_matches_equal_the_dense_lookup(zone: tuple[Batch, np.random.Gene
 def test_ttft_costs_equal_the_per_gpu_formula(
     zone: tuple[Batch, np.random.Generator], decode: bool
 ) -> None:
-    """Both strategies for the GPUs holding the prompt — one float at a time (few of
-    them), whole arrays (many) — give the formula's costs, bit for bit."""
+    """The scorer's inputs — sparse matches or groups of mask bytes, the survivors'
+    streams from the running total — give the scalar reference's costs, bit for bit,
+    with the C kernel and with the numpy form."""
     b, _ = zone
     expected = reference_costs(b, decode=decode)
-    for sparse_max in (0, 3, 1_000_000):
+    for kernel in (True, False):
         fresh = batch(b.view, b.request)
         fresh.alive[:] = b.alive
         fresh.all_alive = b.all_alive
-        scorer = TtftCost(params=Params(decode_pressure=decode), sparse_max=sparse_max)
-        assert scorer.costs_ms(fresh).tolist() == expected, sparse_max
+        if not b.all_alive:
+            fresh.seal()
+        scorer = TtftCost(params=Params(decode_pressure=decode), kernel=kernel)
+        assert scorer.costs_ms(fresh).tolist() == expected, kernel
 
 
 @SETTINGS

@@ -1,0 +1,16 @@
+from typing import Any
+
+def blend_choice(
+    costs: Any,
+    kv_blocks: Any,
+    slots: Any,
+    kv_own_base: Any,
+    kv_free_base: Any,
+    inv_total: Any,
+    survivors: Any | None,
+    inv_scale: float,
+    cost_weight: float,
+    room_weight: float,
+    weight_sum: float,
+    /,
+) -> int: ...
