@@ -21,21 +21,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
-from aiohttp import web
 from prometheus_client import CollectorRegistry
-from pydantic import Field
 
 from global_lb import profiles
+from global_lb.api import FrontDoor
 from global_lb.audit import AuditSink, AuditWriter, MemoryAudit
+from global_lb.config import GlobalConfig
 from global_lb.dns.responder import Responder
-from global_lb.dns.rrl import RrlConfig
 from global_lb.dns.server import BoundAddress, DnsServer, parse_listen
 from global_lb.dns.workers import DnsWorkers
-from global_lb.dns.zone import ZoneConfig
-from global_lb.frontdoor import FrontDoor, FrontDoorConfig
-from global_lb.geo import AssumedLocation, CidrMap, GeoLocator, load_geo_map, open_locator
+from global_lb.geo import CidrMap, GeoLocator, load_geo_map, open_locator
 from global_lb.health import (
-    HealthCheckConfig,
     HealthChecker,
     HealthTable,
     HttpProber,
@@ -48,46 +44,17 @@ from global_lb.router import GlobalRouter, settle_collector
 from global_lb.view import LatencyModel
 from gtm.clock import Clock
 from gtm.errors import ConfigError
-from gtm.models import Frozen
 from gtm.policy_store import ActivePolicy, PolicyWatcher, activate
 from gtm.routing import RoutingMetrics
+from gtm.serve import HttpServer
 from gtm.state.snapshot import SnapshotWatcher
 from gtm.state.store import StateStore
 from gtm.state.url import open_store
 from gtm.tasks import TaskSupervisor
 from gtm.tls import TlsMaterial, client_session_options, connector_ssl
-from gtm.tls import scheme as tls_scheme
 from policies import PolicyError, load_examples, load_paths
 
 log = logging.getLogger(__name__)
-
-DEFAULT_DNS_LISTEN = "127.0.0.1:5353"
-DEFAULT_HTTP_LISTEN = "127.0.0.1:8080"
-
-
-class GlobalConfig(Frozen):
-    """Everything ``gtm global`` is configured with."""
-
-    dns_listen: str | None = DEFAULT_DNS_LISTEN  # None: no DNS server
-    http_listen: str | None = DEFAULT_HTTP_LISTEN  # None: no front door
-    state: str = "memory"
-    policies: tuple[str, ...] = ()  # empty: the examples shipped with gtm
-    geoip_db: str | None = None  # None: the bundled (stale) GeoLite2-City
-    geo_map: str | None = None
-    unknown_location: AssumedLocation = AssumedLocation()
-    topology: str | None = None
-    audit_dir: str | None = None
-    profile: str = profiles.REQUEST_PROFILE_NAME
-    zone: ZoneConfig = ZoneConfig()
-    rrl: RrlConfig = RrlConfig()
-    health: HealthCheckConfig = HealthCheckConfig()
-    front_door: FrontDoorConfig = FrontDoorConfig()
-    #: Treat a region without a published summary as down (once regional LBs publish).
-    require_summaries: bool = False
-    reuse_port: bool = False
-    #: DNS processes sharing the DNS port with SO_REUSEPORT (this one included).
-    dns_workers: int = Field(default=1, ge=1, le=64)
-    decision_cache: int = Field(default=65_536, ge=0)
 
 
 def load_policy(paths: Sequence[str]) -> ActivePolicy:
@@ -189,7 +156,7 @@ class GlobalTier:
         )
         self._dns: DnsServer | None = None
         self.dns_pool: DnsWorkers | None = None
-        self._runner: web.AppRunner | None = None
+        self._http: HttpServer | None = None
         self.endpoints = Endpoints(None, None)
 
     def _health_changed(self, _table: HealthTable) -> None:
@@ -200,6 +167,7 @@ class GlobalTier:
     async def start(self) -> Endpoints:
         client_ssl = self.tls.client_context() if self.tls is not None else None
         self._session = aiohttp.ClientSession(
+            auto_decompress=False,  # relayed bytes are the regional LB's own
             connector=aiohttp.TCPConnector(
                 limit=1024, ttl_dns_cache=30, ssl=connector_ssl(client_ssl)
             ),
@@ -235,9 +203,9 @@ class GlobalTier:
         if self._dns is not None:
             await self._dns.stop()
             self._dns = None
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._http is not None:
+            await self._http.stop()
+            self._http = None
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -275,23 +243,14 @@ class GlobalTier:
         if self.config.http_listen is None:
             return None
         host, port = parse_listen(self.config.http_listen, 8080)
-        self._runner = web.AppRunner(self.front_door.app(), access_log=None)
-        await self._runner.setup()
-        server_ssl = self.front_door_ssl()
-        site = web.TCPSite(
-            self._runner,
+        self._http = HttpServer(
+            self.front_door.app(),
             host,
             port,
-            reuse_port=self.config.reuse_port or None,
-            ssl_context=server_ssl,
+            ssl_context=self.front_door_ssl(),
+            reuse_port=self.config.reuse_port,
         )
-        try:
-            await site.start()
-        except OSError as exc:
-            raise ConfigError(f"cannot listen for HTTP on {host}:{port}: {exc.strerror}") from None
-        bound = self._runner.addresses[0]  # the bound port, when 0 was asked for
-        shown = f"[{bound[0]}]" if ":" in str(bound[0]) else str(bound[0])
-        return f"{tls_scheme(server_ssl)}://{shown}:{bound[1]}"
+        return (await self._http.start()).url
 
     def front_door_ssl(self) -> ssl.SSLContext | None:
         """The front door's server context (TLS without client certificates), or None."""

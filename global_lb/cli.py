@@ -5,23 +5,20 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
-import signal
 import sys
 from typing import Any
 
 import click
 
-from global_lb.app import (
+from global_lb.app import GlobalTier, build_routers, load_policy
+from global_lb.config import (
     DEFAULT_DNS_LISTEN,
     DEFAULT_HTTP_LISTEN,
+    FrontDoorConfig,
     GlobalConfig,
-    GlobalTier,
-    build_routers,
-    load_policy,
 )
 from global_lb.dns.rrl import RrlConfig
 from global_lb.dns.zone import DEFAULT_TTL, DEFAULT_ZONE, ZoneConfig
-from global_lb.frontdoor import FrontDoorConfig
 from global_lb.geo import load_geo_map, open_locator
 from global_lb.health import HealthTable
 from global_lb.keeper import build_view, load_topology
@@ -31,6 +28,7 @@ from gtm.clock import SystemClock
 from gtm.errors import ConfigError, GtmError
 from gtm.metrics import new_registry
 from gtm.models import ClientInfo, RouteRequest
+from gtm.serve import until_signalled
 from gtm.state.snapshot import FleetSnapshot, SnapshotWatcher
 from gtm.state.url import open_store
 from gtm.tasks import TaskSupervisor
@@ -176,10 +174,6 @@ async def _serve(
         tls=material(tls, clock=clock, registry=registry),
         front_door_tls=front_door_tls,
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     endpoints = await tier.start()
     try:
         if endpoints.dns is not None:
@@ -189,7 +183,7 @@ async def _serve(
             )
         if endpoints.http is not None:
             click.echo(f"gtm global: front door on {endpoints.http}")
-        await stop.wait()
+        await until_signalled()
     finally:
         await tier.stop()
 

@@ -17,6 +17,8 @@ import struct
 from dataclasses import dataclass
 from enum import IntEnum
 
+from global_lb.errors import WireError as WireError  # raised here; re-exported
+
 _HEADER = struct.Struct(">HHHHHH")
 _U16 = struct.Struct(">H")
 _RR_FIXED = struct.Struct(">HHIH")  # type, class, ttl, rdlength
@@ -92,25 +94,6 @@ class Query:
     payload: int = CLASSIC_UDP_SIZE
     edns_version: int = 0
     ecs: ClientSubnet | None = None
-
-
-class WireError(Exception):
-    """A query that gets an error response (``rcode``) or, without ``header``, none."""
-
-    def __init__(
-        self,
-        rcode: Rcode,
-        why: str,
-        *,
-        header: tuple[int, int] | None = None,
-        question: bytes = b"",
-        edns: bool = False,
-    ) -> None:
-        super().__init__(why)
-        self.rcode = rcode
-        self.header = header  # (id, flags) when the header could be read
-        self.question = question
-        self.edns = edns
 
 
 def read_name(data: bytes, offset: int) -> int:

@@ -24,7 +24,7 @@ from openai import AsyncOpenAI
 from gpusim.server import GpuSimConfig, GpuSimServer
 from global_lb.app import GlobalConfig, GlobalTier
 from global_lb.dns.rrl import RrlConfig
-from global_lb.frontdoor import FrontDoorConfig
+from global_lb.config import FrontDoorConfig
 from global_lb.geo import ChainLocator, MaxMindLocator
 from global_lb.health import HealthCheckConfig
 from global_lb.inflight import Unseen

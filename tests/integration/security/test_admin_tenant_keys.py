@@ -19,7 +19,7 @@ import yaml
 from gpusim.server import GpuSimConfig, GpuSimServer
 from global_lb.app import GlobalConfig, GlobalTier
 from global_lb.dns.rrl import RrlConfig
-from global_lb.frontdoor import FrontDoorConfig
+from global_lb.config import FrontDoorConfig
 from global_lb.geo import ChainLocator, MaxMindLocator
 from global_lb.health import HealthCheckConfig
 from gtm.clock import SystemClock

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from gtm.errors import GtmError
+from global_lb.errors import BadRequest
 from gtm.openai_errors import ApiError
 from gtm.openai_request import parse_json_body
 from gtm.tokens import (
@@ -24,10 +24,6 @@ from gtm.tokens import (
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
 EMBEDDINGS = "/v1/embeddings"
-
-
-class BadRequest(GtmError, ValueError):
-    """The body is not a request we can route; the message says why (HTTP 400)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,5 @@
-"""The HTTP front door: OpenAI-compatible API in, the chosen region's regional LB out.
+"""The front door's HTTP handlers: OpenAI-compatible API in, the chosen region's
+regional LB out (:mod:`global_lb.proxy`), and the decision API ``POST /v1/route``.
 
 Per request (``POST /v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``):
 
@@ -10,13 +11,10 @@ Per request (``POST /v1/chat/completions``, ``/v1/completions``, ``/v1/embedding
 3. its location (GeoIP), the residency verdict and the region (:mod:`global_lb.router`);
    every residency decision is audited (no prompt text);
 4. the body is forwarded to the region's regional LB and the response streamed back as
-   it arrives (SSE included), with ``x-gtm-region`` and ``x-gtm-decision-id`` added.
-
-**Retries** only before the first byte reaches the client, only to the decision's
-fallbacks (all inside the residency-allowed set), at most ``max_attempts`` attempts in
-all: a connection failure or timeout, or a 5xx status, moves on to the next region.
-4xx answers (429 from quotas included) are the region's answer and go to the client.
-A hop counter (``x-gtm-hops``) stops loops between tiers.
+   it arrives (SSE included), with ``x-gtm-region`` and ``x-gtm-decision-id`` added
+   (:class:`global_lb.proxy.RegionRelay`: retries before the first byte, only to the
+   decision's fallbacks inside the residency-allowed set). A hop counter
+   (``x-gtm-hops``) stops loops between tiers.
 
 Refusals: residency → **451** with a JSON error naming the reason code; no available
 allowed region → 503; model served by no allowed region → 404; bad key → 401.
@@ -29,25 +27,26 @@ import ipaddress
 import logging
 import re
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import aiohttp
 from aiohttp import web
-from multidict import CIMultiDict
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from pydantic import Field, ValidationError
 
 from global_lb.audit import AuditSink
+from global_lb.config import FrontDoorConfig
+from global_lb.errors import BadRequest, UpstreamUnavailable
 from global_lb.geo import GeoLocator, IPAddress, IPNetwork, Location
 from global_lb.inflight import InflightLedger
 from global_lb.metrics import GlobalMetrics
-from global_lb.requests import CHAT, COMPLETIONS, EMBEDDINGS, BadRequest, parse_body
+from global_lb.proxy import DATA_CLASS_HEADER, DECISION_HEADER, HOPS_HEADER, RegionRelay
+from global_lb.request import CHAT, COMPLETIONS, EMBEDDINGS, parse_body
 from global_lb.router import GlobalRouter, RouteOutcome
 from global_lb.view import GlobalView
 from gtm.clock import Clock
-from gtm.http_limits import HttpLimits, limited_app
+from gtm.http_limits import limited_app
 from gtm.models import ClientInfo, Frozen, RouteRequest
 from gtm.openai_errors import openai_error
 from policies import ApiKeyError, ResidencyQuery, TenantDirectory, decision_record
@@ -55,62 +54,9 @@ from policies.documents import Tenant
 
 log = logging.getLogger(__name__)
 
-HOPS_HEADER = "x-gtm-hops"
-REGION_HEADER = "x-gtm-region"
-DECISION_HEADER = "x-gtm-decision-id"
-DATA_CLASS_HEADER = "x-gtm-data-class"
-#: The client's country as the front door located it, for the regional LB's residency
-#: check on spillover. Set only by the front door: a client's own value is dropped, or a
-#: client could claim a country whose rules suit it.
-CLIENT_COUNTRY_HEADER = "x-gtm-client-country"
-#: Hop-by-hop headers (RFC 9110 §7.6.1) and ones aiohttp sets itself: never copied.
-_HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "host",
-        "content-length",
-    }
-)
 # pydantic's (Rust) regex "$" is the very end; Python's needs \Z to refuse "id\n".
 _DATA_CLASS = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 _DATA_CLASS_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\Z")
-
-
-def _attempts(outcome: RouteOutcome, attempts: int) -> Iterator[str]:
-    """Where a request is forwarded: the chosen region, then — only once a forward
-    failed — its first fallbacks, ``attempts`` in all. Ordering the fallbacks costs
-    about as much as a cold decision over 50 regions (global_lb.pipeline.Ranking); a
-    forward that succeeds never needs them."""
-    assert outcome.region is not None
-    if attempts <= 0:
-        return
-    yield outcome.region
-    yield from outcome.targets(attempts)[1:]
-
-
-class FrontDoorConfig(Frozen):
-    #: Proxies whose X-Forwarded-For is believed (e.g. the anycast load balancers).
-    trusted_proxies: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
-    #: Attempts per request, first included (ARCHITECTURE §6: at most 3).
-    max_attempts: int = Field(default=3, ge=1, le=3)
-    #: Connecting to a regional LB: a live one on the same network answers in ms.
-    connect_timeout: float = Field(default=2.0, gt=0.0, le=60.0)
-    #: Until the response headers (the region queues and prefills before answering).
-    first_byte_timeout: float = Field(default=120.0, gt=0.0, le=3600.0)
-    #: Longest gap between two chunks of a streamed answer.
-    read_timeout: float = Field(default=300.0, gt=0.0, le=3600.0)
-    max_body_bytes: int = Field(default=32 << 20, ge=1024, le=1 << 30)
-    #: Header/body/JSON-depth limits, slow-client timeouts, per-client concurrency.
-    limits: HttpLimits = HttpLimits()
-    #: More hops than this is a loop between tiers (global → regional → zone is 3).
-    max_hops: int = Field(default=4, ge=1, le=16)
 
 
 def client_address(
@@ -387,137 +333,27 @@ class FrontDoor:
             return openai_error(400, message, "invalid_request_error", "invalid_request")
         if outcome.refusal is not None:
             return _refusal_response(outcome)
-        target = _Target(body, hops, found.id, data_class, facts.model, facts.input_tokens)
-        return await self._send(request, view, target, outcome)
-
-    async def _send(
-        self, request: web.Request, view: GlobalView, target: _Target, outcome: RouteOutcome
-    ) -> web.StreamResponse:
-        assert outcome.region is not None
-        country = None if outcome.location is None else outcome.location.country
-        headers = self._upstream_headers(request, target.hops, outcome.decision_id, country)
-        last_error = "no region to try"
-        previous = ""
-        for attempt, region_id in enumerate(_attempts(outcome, self._config.max_attempts)):
-            region = view.by_id.get(region_id)
-            if region is None or not region.endpoints:
-                last_error = f"region {region_id} has no regional LB endpoint"
-                self._metrics.forward_attempts.labels(region_id, "no-endpoint").inc()
-                previous = region_id
-                continue
-            if attempt > 0:
-                self._metrics.retries.labels(previous, region_id).inc()
-                self._audit_decision(
-                    view, target.tenant, target.data_class, target.model, outcome, region_id
-                )
-            url = region.endpoints[0].url.rstrip("/") + request.path_qs
-            # Charged before the first byte: decisions made while this one waits for its
-            # answer see it. Taken back when the attempt ends (a failure never loaded the
-            # region; a finished request no longer does), unless a summary took it over.
-            charge = self._ledger.charge(
-                region_id, target.model, target.input_tokens, self._clock.wall()
-            )
-            try:
-                result = await self._attempt(request, url, headers, target.body, region_id, outcome)
-            finally:
-                self._ledger.cancel(charge)
-            if isinstance(result, web.StreamResponse):
-                return result
-            last_error = result
-            previous = region_id
-        return openai_error(
-            502,
-            f"no regional LB could take the request: {last_error}",
-            "server_error",
-            "upstream_unavailable",
-            **{DECISION_HEADER: outcome.decision_id},
-        )
-
-    def _upstream_headers(
-        self, request: web.Request, hops: int, decision_id: str, client_country: str | None
-    ) -> CIMultiDict[str]:
-        headers: CIMultiDict[str] = CIMultiDict()
-        for name, value in request.headers.items():
-            if name.lower() not in _HOP_BY_HOP and name.lower() != CLIENT_COUNTRY_HEADER:
-                headers.add(name, value)
-        if client_country is not None:
-            headers[CLIENT_COUNTRY_HEADER] = client_country
-        forwarded = request.headers.get("X-Forwarded-For")
-        peer = request.remote or ""
-        headers["X-Forwarded-For"] = f"{forwarded}, {peer}" if forwarded else peer
-        headers[HOPS_HEADER] = str(hops + 1)
-        headers[DECISION_HEADER] = decision_id
-        return headers
-
-    async def _attempt(
-        self,
-        request: web.Request,
-        url: str,
-        headers: Mapping[str, str],
-        body: bytes,
-        region_id: str,
-        outcome: RouteOutcome,
-    ) -> web.StreamResponse | str:
-        """Forward once; a response on success, else why it failed (retryable)."""
-        config = self._config
-        timeout = aiohttp.ClientTimeout(
-            total=None, connect=config.connect_timeout, sock_read=config.first_byte_timeout
+        relay = RegionRelay(
+            request,
+            config=self._config,
+            view=view,
+            outcome=outcome,
+            body=body,
+            hops=hops,
+            model=facts.model,
+            input_tokens=facts.input_tokens,
+            session=self._session,
+            ledger=self._ledger,
+            metrics=self._metrics,
+            clock=self._clock,
+            audit=lambda region: self._audit_decision(
+                view, found.id, data_class, facts.model, outcome, region
+            ),
         )
         try:
-            upstream = await self._session().post(url, data=body, headers=headers, timeout=timeout)
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            self._metrics.forward_attempts.labels(region_id, "connect-error").inc()
-            return f"{region_id}: {type(exc).__name__}"
-        if upstream.status >= 500:
-            upstream.release()
-            self._metrics.forward_attempts.labels(region_id, f"http-{upstream.status}").inc()
-            return f"{region_id}: HTTP {upstream.status}"
-        self._metrics.forward_attempts.labels(region_id, "ok").inc()
-        return await self._stream(request, upstream, region_id, outcome)
-
-    async def _stream(
-        self,
-        request: web.Request,
-        upstream: aiohttp.ClientResponse,
-        region_id: str,
-        outcome: RouteOutcome,
-    ) -> web.StreamResponse:
-        response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-        for name, value in upstream.headers.items():
-            if name.lower() not in _HOP_BY_HOP:
-                response.headers.add(name, value)
-        # The regional LB names the region that served the request, which differs from
-        # ``region_id`` when it spilled to a peer: keep its answer so clients (and a
-        # client-side residency audit) see where the bytes were really processed.
-        if REGION_HEADER not in response.headers:
-            response.headers[REGION_HEADER] = region_id
-        response.headers[DECISION_HEADER] = outcome.decision_id
-        if upstream.content_length is not None:
-            response.content_length = upstream.content_length
-        try:
-            await response.prepare(request)
-            async for chunk in upstream.content.iter_any():
-                await response.write(chunk)
-            await response.write_eof()
-        except (aiohttp.ClientError, TimeoutError, ConnectionError) as exc:
-            # Bytes already reached the client: no retry is possible; cut the stream.
-            log.warning("stream from %s broke after the first byte: %s", region_id, exc)
-            self._metrics.forward_attempts.labels(region_id, "broken-stream").inc()
-        finally:
-            upstream.release()
-        return response
-
-
-@dataclass(frozen=True, slots=True)
-class _Target:
-    """What a forward carries besides the decision."""
-
-    body: bytes
-    hops: int
-    tenant: str
-    data_class: str
-    model: str
-    input_tokens: int = 0
+            return await relay.forward()
+        except UpstreamUnavailable as exc:
+            return exc.response(**{DECISION_HEADER: outcome.decision_id})
 
 
 def _bad_request(message: str) -> web.Response:
@@ -586,4 +422,4 @@ def _refusal_response(outcome: RouteOutcome) -> web.Response:
     )
 
 
-__all__ = ["FrontDoor", "FrontDoorConfig", "client_address", "openai_error"]
+__all__ = ["FrontDoor", "client_address"]

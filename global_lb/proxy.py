@@ -1,0 +1,186 @@
+"""The front door's data path: what the global tier plugs into the core relay
+(:mod:`gtm.relay`).
+
+A decided request goes to its region's regional LB (the first endpoint); only once a
+forward failed are the decision's fallbacks ordered, and tried in turn — all inside the
+residency-allowed set, ``max_attempts`` regions in all. :class:`RegionRelay` adds:
+
+* **Retries** on a connect failure, a timeout or reset before the first byte, or a 5xx.
+  A 4xx (429 from quotas included) is the region's answer and goes to the client.
+* **Charges**: each attempt is charged to its region in the in-flight ledger before the
+  first byte (decisions made meanwhile see it) and taken back when the attempt ends.
+* **Audit**: a retry on another region is a new residency decision, audited before
+  the bytes leave.
+* **Headers**: upstream, ``x-gtm-hops`` + 1, ``x-gtm-decision-id``, the client's
+  country as the front door located it (a client's own value is dropped: it could claim
+  a country whose rules suit it) and ``X-Forwarded-For`` extended with the peer. Back,
+  ``x-gtm-region`` (the regional LB's own when it spilled, else the region tried) and
+  ``x-gtm-decision-id``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+
+from global_lb.config import FrontDoorConfig
+from global_lb.errors import UpstreamUnavailable
+from global_lb.inflight import InflightLedger
+from global_lb.metrics import GlobalMetrics
+from global_lb.router import RouteOutcome
+from global_lb.view import GlobalView, RegionState
+from gtm.clock import Clock
+from gtm.errors import AttemptFailed
+from gtm.relay import (
+    Ending,
+    Failure,
+    Relay,
+    Upstream,
+    end_to_end,
+    first_byte_timeout,
+    open_aiohttp,
+    skip_set,
+)
+
+log = logging.getLogger(__name__)
+
+HOPS_HEADER = "x-gtm-hops"
+REGION_HEADER = "x-gtm-region"
+DECISION_HEADER = "x-gtm-decision-id"
+DATA_CLASS_HEADER = "x-gtm-data-class"
+#: The client's country as the front door located it, for the regional LB's residency
+#: check on spillover. Set only by the front door: a client's own value is dropped, or a
+#: client could claim a country whose rules suit it.
+CLIENT_COUNTRY_HEADER = "x-gtm-client-country"
+FORWARDED_FOR_HEADER = "X-Forwarded-For"
+
+#: Client headers the front door sets itself (besides the hop-by-hop ones).
+_SKIP_UPSTREAM = skip_set(CLIENT_COUNTRY_HEADER, FORWARDED_FOR_HEADER, HOPS_HEADER, DECISION_HEADER)
+
+
+def attempts(outcome: RouteOutcome, count: int) -> Iterator[str]:
+    """Where a request is forwarded: the chosen region, then — only once a forward
+    failed — its first fallbacks, ``count`` in all. Ordering the fallbacks costs about
+    as much as a cold decision over many regions (global_lb.pipeline.Ranking); a
+    forward that succeeds never needs them."""
+    assert outcome.region is not None
+    if count <= 0:
+        return
+    yield outcome.region
+    yield from outcome.targets(count)[1:]
+
+
+class RegionRelay(Relay[RegionState]):
+    """One request's attempts on the regions of its decision."""
+
+    #: A region's 4xx is its answer (quotas, residency): only 5xx moves on.
+    def retry_status(self, status: int) -> bool:
+        return status >= 500
+
+    def __init__(
+        self,
+        request: web.Request,
+        *,
+        config: FrontDoorConfig,
+        view: GlobalView,
+        outcome: RouteOutcome,
+        body: bytes,
+        hops: int,
+        model: str,
+        input_tokens: int,
+        session: Callable[[], aiohttp.ClientSession],
+        ledger: InflightLedger,
+        metrics: GlobalMetrics,
+        clock: Clock,
+        audit: Callable[[str], None],
+    ) -> None:
+        super().__init__(request, max_attempts=config.max_attempts)
+        self._config = config
+        self._view = view
+        self._outcome = outcome
+        self._body = body
+        self._model = model
+        self._input_tokens = input_tokens
+        self._session = session
+        self._ledger = ledger
+        self._metrics = metrics
+        self._clock = clock
+        self._audit = audit
+        self._regions = attempts(outcome, config.max_attempts)
+        self._previous = ""
+        self._last_error = "no region to try"
+        country = None if outcome.location is None else outcome.location.country
+        headers = end_to_end(request.headers, _SKIP_UPSTREAM)
+        if country is not None:
+            headers.append((CLIENT_COUNTRY_HEADER, country))
+        forwarded = request.headers.get(FORWARDED_FOR_HEADER)
+        peer = request.remote or ""
+        headers.append((FORWARDED_FOR_HEADER, f"{forwarded}, {peer}" if forwarded else peer))
+        headers.append((HOPS_HEADER, str(hops + 1)))
+        headers.append((DECISION_HEADER, outcome.decision_id))
+        self._headers = headers
+
+    def next_target(self, tried: frozenset[str]) -> RegionState | None:
+        for region_id in self._regions:
+            region = self._view.by_id.get(region_id)
+            if region is not None and region.endpoints:
+                return region
+            self._last_error = f"region {region_id} has no regional LB endpoint"
+            self._metrics.forward_attempts.labels(region_id, "no-endpoint").inc()
+            self._previous = region_id
+        return None
+
+    def target_id(self, target: RegionState) -> str:
+        return target.id
+
+    def begin(self, target: RegionState) -> Callable[[], None]:
+        if self._previous:  # a retry: a new residency decision, audited
+            self._metrics.retries.labels(self._previous, target.id).inc()
+            self._audit(target.id)
+        self._previous = target.id
+        # Charged before the first byte: decisions made while this one waits for its
+        # answer see it. Taken back when the attempt ends (a failure never loaded the
+        # region; a finished request no longer does), unless a summary took it over.
+        charge = self._ledger.charge(target.id, self._model, self._input_tokens, self._clock.wall())
+        return lambda: self._ledger.cancel(charge)
+
+    async def open(self, target: RegionState) -> Upstream:
+        config = self._config
+        url = target.endpoints[0].url.rstrip("/") + self.request.path_qs
+        return await open_aiohttp(
+            self._session(),
+            url,
+            self._body,
+            self._headers,
+            first_byte_timeout(config.connect_timeout, config.first_byte_timeout),
+        )
+
+    def first_byte(self, target: RegionState) -> None:
+        self._metrics.forward_attempts.labels(target.id, "ok").inc()
+
+    def response_headers(self, target: RegionState, headers: CIMultiDict[str]) -> None:
+        # The regional LB names the region that served the request, which differs from
+        # the one tried when it spilled to a peer: keep its answer so clients (and a
+        # client-side residency audit) see where the bytes were really processed.
+        headers.setdefault(REGION_HEADER, target.id)
+        headers[DECISION_HEADER] = self._outcome.decision_id
+
+    def failed(self, target: RegionState, failure: AttemptFailed) -> None:
+        if failure.kind == Failure.STATUS:
+            result = f"http-{failure.status}"
+            self._last_error = f"{target.id}: HTTP {failure.status}"
+        else:
+            result = "connect-error"
+            self._last_error = f"{target.id}: {failure.detail}"
+        self._metrics.forward_attempts.labels(target.id, result).inc()
+
+    def finished(self, target: RegionState, ending: Ending) -> None:
+        if ending in (Ending.CUT_RESET, Ending.CUT_TIMEOUT):
+            self._metrics.forward_attempts.labels(target.id, "broken-stream").inc()
+
+    def exhausted(self) -> Exception:
+        return UpstreamUnavailable(f"no regional LB could take the request: {self._last_error}")
