@@ -6,7 +6,6 @@ import asyncio
 import gc
 import os
 import re
-import signal
 import sys
 from pathlib import Path
 from types import MappingProxyType
@@ -17,6 +16,7 @@ from gtm.clock import SystemClock
 from gtm.errors import GtmError
 from gtm.metrics import new_registry
 from gtm.policy_store import ActivePolicy, activate
+from gtm.serve import until_signalled
 from gtm.state.url import open_store
 from gtm.tls import TlsConfig, click_options, config_from_options, material
 from policies import AuditWriter, PolicyError, load_paths
@@ -194,10 +194,6 @@ async def serve(
     tls_material = material(tls, clock=clock, registry=registry)
     store = open_store(state, clock=clock, registry=registry)
     audit = AuditWriter(audit_dir, prefix="regional") if audit_dir is not None else None
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
     service = RegionalService(
         settings,
         store=store,
@@ -218,7 +214,7 @@ async def serve(
                 f"{service.advertise_url}"
             )
             sys.stdout.flush()
-            await stop.wait()
+            await until_signalled()
     finally:
         await store.aclose()
         if audit is not None:

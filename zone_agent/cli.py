@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import gc
-import signal
 import sys
 
 import click
@@ -14,6 +12,7 @@ from gtm import native
 from gtm.clock import SystemClock
 from gtm.errors import GtmError
 from gtm.metrics import new_registry
+from gtm.serve import until_signalled
 from gtm.state.store import StateStore
 from gtm.tls import TlsConfig, click_options, config_from_options, material
 from zone_agent.app import ZoneAgent
@@ -139,10 +138,6 @@ async def serve(
         from gtm.state.url import open_store
 
         store = open_store(state, clock=clock, registry=registry)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
     agent = ZoneAgent(
         config,
         registry=registry,
@@ -162,7 +157,7 @@ async def serve(
             f"(profile={config.profile}, gpus={len(agent.view.gpus)})"
         )
         sys.stdout.flush()
-        await stop.wait()
+        await until_signalled()
     finally:
         await agent.stop()
         if store is not None:
