@@ -1,8 +1,8 @@
 """An analytic continuous-batching GPU: advanced between events, not per forward pass.
 
-:class:`gpusim.engine.Engine` schedules every forward pass the way vLLM does; a
-1,000-GPU fleet at 85 % load runs ~10⁵ passes per simulated second, far too many for
-the ≥ 5,000 simulated requests per wall second the fleet simulator aims at. Here a GPU
+:class:`gpusim.engine.Engine` schedules every forward pass the way vLLM does; a large
+fleet runs far too many passes per simulated second for the simulator's speed target
+(simulated requests per wall second). Here a GPU
 changes state only when a request arrives, finishes its prefill or finishes decoding,
 and between two such events everything moves at constant rates:
 

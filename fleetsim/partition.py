@@ -11,8 +11,8 @@ run, and how each is kept exact:
   makes every one of them, in arrival order, ahead of the others, and feeds each worker
   the arrivals that enter its regions (:meth:`fleetsim.routing.Routing.decide_until`).
 * **Messages between regions** — a spilled request reaching its peer
-  (:class:`~fleetsim.simulator.Hop`), the end of a spilled request reaching the
-  region that admitted it (:class:`~fleetsim.simulator.Release`) — take at least the
+  (:class:`~fleetsim.events.Hop`), the end of a spilled request reaching the
+  region that admitted it (:class:`~fleetsim.events.Release`) — take at least the
   shortest one-way latency between regions of different workers: the *lookahead*. Each
   worker publishes its progress (every event before it done, every message those events
   made sent) in shared memory; another may simulate anything before that progress plus
@@ -75,14 +75,11 @@ class Plan:
     worker: Mapping[str, int]
 
 
-#: Worker 0's global decisions, as a share of a gtm run's work (measured with
-#: ``bench/fleet_scale.py``: the global tier and the arrival path around it are
-#: 14-16 % of a single process's time at 1,000 GPUs). The plan gives worker 0 that
-#: much less regional work.
+#: Worker 0's global decisions, as a share of a run's work with a global tier (measured
+#: with ``bench/fleet_scale.py``). The plan gives worker 0 that much less regional work.
 GLOBAL_SHARE = 0.15
 #: Lookahead below which a split is avoided when another exists (s): a shorter one
-#: makes the workers wait on each other more often (two regions 26 ms apart, eu-west
-#: and eu-central, would give 13 ms).
+#: makes the workers wait on each other more often (eu-west and eu-central, say).
 SHORT_LOOKAHEAD_S = 0.025
 #: Exhaustive search up to this many assignments; greedy beyond.
 SEARCH_LIMIT = 100_000
@@ -129,12 +126,10 @@ def plan_partition(sim: Simulator, workers: int) -> Plan | None:
 def _probe(sim: Simulator) -> dict[str, float]:
     """Each region's share of the work: where the first :data:`PROBE_ARRIVALS`
     arrivals (at most 5 % of the window) go, by the policy's own region choice, in a
-    forked process (nothing here changes). gtm's is the global tier's decisions alone,
-    in arrival order on the starting view: 0.15 s for 4,000 arrivals at 1,000 GPUs,
-    against 1.3 s to simulate them whole, and the same split (regions' shares within
-    3 % of a whole 3 s simulation, within 6 % of the whole minute's). Neither GPU counts
-    nor capacities tell it: at 1,000 GPUs on Mooncake ap-northeast's 118 GPUs serve
-    29 % of the requests and ap-southeast's 183 GPUs 10 %."""
+    forked process (nothing here changes): :meth:`fleetsim.routing.Routing.probe`. With
+    a global tier, its decisions alone, in arrival order on the starting view — a small
+    fraction of simulating those arrivals whole, for nearly the same split. Neither GPU
+    counts nor capacities tell it: where the clients are decides which regions work."""
     ours, theirs = Pipe(duplex=False)
     sys.stdout.flush()
     sys.stderr.flush()

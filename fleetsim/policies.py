@@ -1,10 +1,11 @@
-"""The policies the benchmark compares, each a combination of tier choices.
+"""The policies the benchmark compares: a region mode and a zone-agent profile each.
 
-Every policy runs the **real decision code** of the tiers (:mod:`global_lb.router`,
-:mod:`regional_lb.router`, :mod:`zone_agent.pipeline` with a profile of
-:data:`zone_agent.profiles.BUILTIN_PROFILES`) or, for the cross-region baselines that
-gtm has no code for, the published rule written out in :mod:`fleetsim.simulator`
-(``GORGO``, ``SKYWALKER``). Sources are listed in ``fleetsim/README.md``.
+The region mode selects how a request's region is chosen: gtm's tiers, whose **real
+decision code** runs in the loop (:mod:`fleetsim.tiers`: :mod:`global_lb.router`,
+:mod:`regional_lb.router`), or a cross-region baseline of :mod:`fleetsim.baselines`
+(nearest allowed, GeoDNS, GORGO, SkyWalker-like), each the published rule behind one
+protocol. The zone profile, one of :data:`zone_agent.profiles.BUILTIN_PROFILES`, picks
+the GPU. Sources are listed in ``fleetsim/README.md``.
 """
 
 from __future__ import annotations

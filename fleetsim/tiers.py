@@ -38,7 +38,6 @@ from gtm.state.snapshot import FleetSnapshot
 from policies import Verdict
 from regional_lb import profiles as regional_profiles
 from regional_lb.fairqueue import FairQueue, RefusalReason
-from regional_lb.fastpath import FastZoneChoice
 from regional_lb.router import Inputs, RegionalDecision, RegionalRouter, Route
 from regional_lb.summary import build_summary as region_summary
 from regional_lb.view import ViewBuilder as RegionalViewBuilder
@@ -86,7 +85,6 @@ class Tiers(Routing):
             r: RegionalRouter(
                 regional_profiles.build(rspec),
                 saturation_filter=regional_profiles.SATURATION,
-                fast=FastZoneChoice.compile(rspec) if sim.regional_fast_path else None,
             )
             for r in sim.region_ids
         }
