@@ -6,6 +6,13 @@ OpenAI SDKs parse into ``openai.APIStatusError``)::
 
     GtmError
     └── ZoneError
+        ├── ScrapeError               a worker's /metrics could not be read or parsed
+        ├── UpstreamError             a worker's connection or response failed (also a
+        │   │                         gtm.errors.UpstreamError, which the relay catches)
+        │   ├── UpstreamConnectError  no connection (refused, unreachable, TLS handshake)
+        │   ├── UpstreamRefused       TLS is configured: a plaintext worker is refused
+        │   ├── UpstreamClosed        the worker closed the connection mid-response
+        │   └── UpstreamProtocolError the worker's bytes are not HTTP/1.1
         └── ApiError                  answered to the client as JSON
             ├── BadRequest            400: malformed JSON, invalid field, prompt too long
             ├── ModelNotFound         404: no GPU of the zone serves the model
@@ -14,7 +21,7 @@ OpenAI SDKs parse into ``openai.APIStatusError``)::
 
 from __future__ import annotations
 
-from gtm import openai_errors
+from gtm import errors, openai_errors
 from gtm.errors import GtmError
 from gtm.openai_errors import BadRequest as BadRequest  # shared; re-exported
 from gtm.openai_errors import ErrorType as ErrorType
@@ -22,6 +29,34 @@ from gtm.openai_errors import ErrorType as ErrorType
 
 class ZoneError(GtmError):
     """Root of the zone agent's errors."""
+
+
+class ScrapeError(ZoneError):
+    """A worker's /metrics could not be read or parsed."""
+
+
+class UpstreamError(errors.UpstreamError, ZoneError):
+    """A worker's connection or response failed."""
+
+
+class UpstreamConnectError(UpstreamError):
+    """No connection to the worker (refused, unreachable, TLS handshake failed)."""
+
+    def __init__(self, target: str, os_error: OSError) -> None:
+        super().__init__(f"cannot connect to {target}: {os_error}")
+        self.os_error = os_error
+
+
+class UpstreamRefused(UpstreamError):
+    """TLS is configured, so a plaintext worker is not spoken to."""
+
+
+class UpstreamClosed(UpstreamError):
+    """The worker closed or reset the connection before its response ended."""
+
+
+class UpstreamProtocolError(UpstreamError):
+    """The worker's bytes are not an HTTP/1.1 response."""
 
 
 class ApiError(openai_errors.ApiError, ZoneError):

@@ -27,7 +27,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from gtm.clock import Clock
-from zone_agent.errors import ZoneError
+from zone_agent.errors import ScrapeError as ScrapeError  # raised here; re-exported
 
 #: Largest /metrics body read (a vLLM worker with several LoRA adapters exposes ~200 kB).
 MAX_METRICS_BYTES = 4 * 1024 * 1024
@@ -37,10 +37,6 @@ class Flavor(StrEnum):
     VLLM = "vllm"
     SGLANG = "sglang"
     UNKNOWN = "unknown"
-
-
-class ScrapeError(ZoneError):
-    """A worker's /metrics could not be read or parsed."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ compression (bodies are relayed as the worker sent them) or pipelining.
   memory.
 * **Timeouts**: ``connect_timeout_s`` for TCP (and TLS) set-up, ``read_timeout_s`` for
   any wait for bytes (aiohttp's ``sock_read``), both as ``TimeoutError``.
-* **Errors** (:class:`UpstreamError`): connect failures carry the ``OSError``; a
+* **Errors** (:class:`~zone_agent.errors.UpstreamError`): connect failures carry the ``OSError``; a
   connection that closes before its response ends and bytes that are not HTTP are
   errors of the response, never of the agent.
 * **TLS**: ``https://`` workers over the given context (mutual TLS and gtm identity
@@ -41,7 +41,13 @@ from typing import cast
 from multidict import CIMultiDict
 from yarl import URL
 
-from gtm import errors
+from zone_agent.errors import (
+    UpstreamClosed,
+    UpstreamConnectError,
+    UpstreamError,
+    UpstreamProtocolError,
+    UpstreamRefused,
+)
 
 #: Longest response head (status line and headers) accepted, bytes (aiohttp's default
 #: limits are 8 KB per line and 32 KB of fields; a worker's head is a few hundred).
@@ -64,30 +70,6 @@ _CRLF = b"\r\n"
 _IDLE, _HEAD, _LENGTH, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILERS, _UNTIL_CLOSE, _DONE = range(
     9
 )
-
-
-class UpstreamError(errors.UpstreamError):
-    """A worker's connection or response failed."""
-
-
-class UpstreamConnectError(UpstreamError):
-    """No connection to the worker (refused, unreachable, TLS handshake failed)."""
-
-    def __init__(self, target: str, os_error: OSError) -> None:
-        super().__init__(f"cannot connect to {target}: {os_error}")
-        self.os_error = os_error
-
-
-class UpstreamRefused(UpstreamError):
-    """TLS is configured, so a plaintext worker is not spoken to."""
-
-
-class UpstreamClosed(UpstreamError):
-    """The worker closed or reset the connection before its response ended."""
-
-
-class UpstreamProtocolError(UpstreamError):
-    """The worker's bytes are not an HTTP/1.1 response."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -611,3 +593,14 @@ class UpstreamPool:
             self._drop(conn)
         self._idle.clear()
         await asyncio.sleep(0)  # let the transports run their close callbacks
+
+
+__all__ = [
+    "UpstreamClosed",
+    "UpstreamConnectError",
+    "UpstreamError",
+    "UpstreamPool",
+    "UpstreamProtocolError",
+    "UpstreamRefused",
+    "UpstreamResponse",
+]
