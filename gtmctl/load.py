@@ -14,6 +14,11 @@ trusts loopback proxies and places those addresses with its geo map.
 Measured per request: the status (and the refusal's code), the time to the first
 content token (TTFT), the region that served it and whether it was spilled there
 (``x-gtm-region``, ``x-gtm-spilled-from``).
+
+The game-day runner (:mod:`chaos.traffic`) sends its traffic with this module's request
+builder and tally, so a drill's requests and figures are ``gtm load``'s; that is why this
+module sits below :mod:`chaos` in the import layers, and the ``gtm load`` command itself
+(:mod:`gtmctl.up.cli`) imports it only when run.
 """
 
 from __future__ import annotations

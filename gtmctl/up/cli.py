@@ -1,5 +1,6 @@
 """``gtm up``: start a whole local multi-region deployment and keep it running until
-Ctrl-C (SIGINT) or SIGTERM."""
+Ctrl-C (SIGINT) or SIGTERM; and the ``gtm load`` command, whose load generator is
+:mod:`gtmctl.load`."""
 
 from __future__ import annotations
 
