@@ -23,8 +23,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from global_lb.app import GlobalConfig, GlobalTier
-from global_lb.dns.zone import ZoneConfig as DnsZoneConfig
 from global_lb.config import FrontDoorConfig
+from global_lb.dns.zone import ZoneConfig as DnsZoneConfig
 from global_lb.health import HealthCheckConfig
 from gpusim.server import GpuSimConfig, GpuSimServer
 from gtm.clock import Clock
