@@ -29,21 +29,18 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import aiohttp
+import dns.asyncquery
+import dns.edns
+import dns.message
 import yaml
 from aiohttp import web
 
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-
-import dns.asyncquery  # noqa: E402
-import dns.edns  # noqa: E402
-import dns.message  # noqa: E402
-
-from global_lb.app import GlobalConfig, GlobalTier, load_policy  # noqa: E402
-from global_lb.dns.rrl import RrlConfig  # noqa: E402
-from global_lb.keeper import merged_regions  # noqa: E402
-from gtm.clock import SystemClock  # noqa: E402
-from gtm.metrics import new_registry  # noqa: E402
-from gtm.state.snapshot import FleetSnapshot  # noqa: E402
+from global_lb.app import GlobalConfig, GlobalTier, load_policy
+from global_lb.dns.rrl import RrlConfig
+from global_lb.keeper import merged_regions
+from gtm.clock import SystemClock
+from gtm.metrics import new_registry
+from gtm.state.snapshot import FleetSnapshot
 
 TARGET_S = 3.0
 POLL_S = 0.01

@@ -125,35 +125,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# Run as a script, bench/ comes first on sys.path and bench/dns.py would shadow dnspython
-# (gtmctl.up imports it).
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+import aiohttp
+import numpy as np
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
-import aiohttp  # noqa: E402
-import numpy as np  # noqa: E402
-import yaml  # noqa: E402
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
-
-from fleetsim.fleet import FleetSpec, fleet_from_topology  # noqa: E402
-from fleetsim.passgpu import use_pass_level  # noqa: E402
-from fleetsim.policies import policy  # noqa: E402
-from fleetsim.simulator import Simulator, Status  # noqa: E402
-from fleetsim.traces import MOONCAKE_BLOCK_TOKENS, TraceKind, TraceRequest, load_trace  # noqa: E402
-from fleetsim.workload import SimRequest, fleet_capacity_rps  # noqa: E402
-from gpusim.engine import Engine, EngineRequest  # noqa: E402
-from gtm.gpu_profiles import get_profile  # noqa: E402
-from gtm.metrics import new_registry  # noqa: E402
-from gtm.net import free_port  # noqa: E402
-from gtm.policy_store import ActivePolicy, activate  # noqa: E402
-from gtm.stats import percentile  # noqa: E402
-from gtm.tasks import TaskSupervisor  # noqa: E402
-from gtm.topology import GpuGroup, RegionSpec, Topology, ZoneSpec, resolve  # noqa: E402
-from gtmctl.load import LoadConfig, PromptMaker  # noqa: E402
-from gtmctl.up.clients import ClientSampler, bundled_cities  # noqa: E402
-from gtmctl.up.config import UpConfig  # noqa: E402
-from gtmctl.up.fleet import load_policies  # noqa: E402
-from policies.documents import Region as PolicyRegion  # noqa: E402
-from zone_agent.health import HealthConfig  # noqa: E402
+from fleetsim.fleet import FleetSpec, fleet_from_topology
+from fleetsim.passgpu import use_pass_level
+from fleetsim.policies import policy
+from fleetsim.simulator import Simulator, Status
+from fleetsim.traces import MOONCAKE_BLOCK_TOKENS, TraceKind, TraceRequest, load_trace
+from fleetsim.workload import SimRequest, fleet_capacity_rps
+from gpusim.engine import Engine, EngineRequest
+from gtm.gpu_profiles import get_profile
+from gtm.metrics import new_registry
+from gtm.net import free_port
+from gtm.policy_store import ActivePolicy, activate
+from gtm.stats import percentile
+from gtm.tasks import TaskSupervisor
+from gtm.topology import GpuGroup, RegionSpec, Topology, ZoneSpec, resolve
+from gtmctl.load import LoadConfig, PromptMaker
+from gtmctl.up.clients import ClientSampler, bundled_cities
+from gtmctl.up.config import UpConfig
+from gtmctl.up.fleet import load_policies
+from policies.documents import Region as PolicyRegion
+from zone_agent.health import HealthConfig
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 #: gtm up prints this last once every region answers.

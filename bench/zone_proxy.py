@@ -49,17 +49,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-# Run as a script, bench/ comes first on sys.path and bench/dns.py would shadow dnspython
-# (which gtmctl.up.processes imports): drop it.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+import aiohttp
 
-import aiohttp  # noqa: E402
-
-from gtm.gpu_profiles import LLAMA_8B  # noqa: E402
-from gtm.net import free_port  # noqa: E402
-from gtm.stats import percentile  # noqa: E402
-from gtm.testing.processes import STARTUP_TIMEOUT_S, start_listening  # noqa: E402
-from gtm.testing.processes import GtmProcess as Process  # noqa: E402
+from gtm.gpu_profiles import LLAMA_8B
+from gtm.net import free_port
+from gtm.stats import percentile
+from gtm.testing.processes import STARTUP_TIMEOUT_S, start_listening
+from gtm.testing.processes import GtmProcess as Process
 
 WORKERS = 4
 BODY = {

@@ -34,42 +34,37 @@ per server, and gtm's ratios to the peers. Targets (issue 7): gtm ≥ 0.8 × gdn
 Needs the Debian packages ``dnsperf gdnsd pdns-server pdns-backend-bind``; with
 ``--smoke`` missing packages are reported and the run exits 0; a full run fails (exit 2).
 
-    python bench/dns.py                 # W=1 and W=cores, 3 runs each, 15 s per run
-    python bench/dns.py --repeat 5      # more runs, a tighter range
-    python bench/dns.py --smoke         # W=1, 2 s per server, once (CI)
+    python bench/geodns_throughput.py             # W=1 and W=cores, 3 runs each, 15 s per run
+    python bench/geodns_throughput.py --repeat 5  # more runs, a tighter range
+    python bench/geodns_throughput.py --smoke     # W=1, 2 s per server, once (CI)
 """
 
 from __future__ import annotations
 
+import argparse
+import ipaddress
+import math
+import os
+import random
+import re
+import shutil
+import signal
+import statistics
+import subprocess
 import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-# Run as a script, this file's directory (bench/) comes first on sys.path, and there
-# "dns" is this very file, not dnspython: drop that entry before importing dnspython.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+import dns.edns
+import dns.exception
+import dns.message
+import dns.query
+import yaml
 
-import argparse  # noqa: E402
-import ipaddress  # noqa: E402
-import math  # noqa: E402
-import os  # noqa: E402
-import random  # noqa: E402
-import re  # noqa: E402
-import shutil  # noqa: E402
-import signal  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Callable, Sequence  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
-
-import dns.edns  # noqa: E402
-import dns.exception  # noqa: E402
-import dns.message  # noqa: E402
-import dns.query  # noqa: E402
-import yaml  # noqa: E402
-
-from gtm.net import free_port  # noqa: E402
+from gtm.net import free_port
 
 ZONE = "inference.example."
 SUBNETS = 10_000
