@@ -12,7 +12,7 @@ import pytest
 from gtm.clock import FakeClock
 from gtm.errors import ConfigError
 from gtm.metrics import new_registry
-from gtm.pki import CertificateAuthority, ensure_local_pki
+from gtm.pki import CertificateAuthority
 from gtm.tls import (
     EXPIRY_WARNING_DAYS,
     PeerIdentityError,
@@ -190,23 +190,3 @@ def test_half_written_files_keep_the_old_certificate(
     assert material.reload_if_changed() is False
     assert material.identity == "zone/a"
     assert "do not load yet, keeping the old ones" in caplog.text
-
-
-def test_local_pki_is_made_once_then_reused(tmp_path: Path) -> None:
-    first = ensure_local_pki(tmp_path / "tls", ["region/eu", "zone/eu-a"])
-    assert set(first.created) == {"ca", "region/eu", "zone/eu-a"}
-    assert (tmp_path / "tls").stat().st_mode & 0o777 == 0o700
-    assert first.files("zone/eu-a").key.stat().st_mode & 0o777 == 0o600
-    assert cert_info(first.files("zone/eu-a").cert).identity == "zone/eu-a"
-    again = ensure_local_pki(tmp_path / "tls", ["region/eu", "zone/eu-a", "gpu/g1"])
-    assert again.created == ("gpu/g1",)
-    assert again.files("region/eu").cert.read_bytes() == first.files("region/eu").cert.read_bytes()
-
-
-def test_local_pki_reissues_a_certificate_that_does_not_name_its_host(tmp_path: Path) -> None:
-    first = ensure_local_pki(tmp_path, ["region/eu"], {"region/eu": ("127.0.1.1",)})
-    assert first.created == ("ca", "region/eu")
-    same = ensure_local_pki(tmp_path, ["region/eu"], {"region/eu": ("127.0.1.1",)})
-    assert same.created == ()
-    moved = ensure_local_pki(tmp_path, ["region/eu"], {"region/eu": ("127.0.1.9",)})
-    assert moved.created == ("region/eu",)
