@@ -222,7 +222,7 @@ class MaxMindLocator:
 
     Lookups read the raw record with ``maxminddb`` and take only the three fields a
     decision needs: geoip2's model objects (every name, subdivision and trait built per
-    lookup) were ~65 % of a new DNS client subnet's cost. The semantics are geoip2's:
+    lookup) would be most of a new DNS client subnet's cost. The semantics are geoip2's:
     the country falls back to the registered country, and the network is the record's
     prefix (``geoip2.models`` ``traits.network``).
     """

@@ -12,7 +12,7 @@ log and errors show as "who"), ``secret`` 32 bytes from the OS CSPRNG. The token
 keys (:mod:`policies.apikeys`): an admin token is always generated, with 256 bits of
 entropy, so an offline search over the file is hopeless whatever the hash speed (NIST
 SP 800-63B §5.1.1.2 asks for a slow hash only for memorised, low-entropy secrets); and a
-fast hash keeps a flood of bad tokens from costing 50 ms of CPU each. The comparison is
+fast hash keeps a flood of bad tokens from costing a deliberately slow hash each. The comparison is
 :func:`hmac.compare_digest` (constant time); a token whose id is unknown is refused
 without hashing.
 

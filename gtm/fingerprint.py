@@ -6,9 +6,10 @@ together with its parent's hash (prefix-chained, as vLLM's automatic prefix cach
 hashes token blocks), so two prompts share their first ``k`` hashes exactly when they
 share their first ``k`` blocks of text. Only *full* blocks are hashed.
 
-Text rather than token ids, deliberately: tokenizing a 12,000-token prompt with
-:mod:`gtm.tokens` takes ~6 ms of CPU, hashing its ~50 kB of text ~0.3 ms — and routers
-only need fingerprints that agree with each other (the zone agent's prefix index, the
+Text rather than token ids, deliberately: hashing is one pass of a C hash over the
+bytes, while tokenizing with :mod:`gtm.tokens` runs a regex and BPE merges in Python over
+the same text, many times the CPU on every request — and routers only need fingerprints
+that agree with each other (the zone agent's prefix index, the
 zone summaries' prefix sketch and the regional LB's locality scorer). One block is
 ≈ 64 tokens of English, the block size of Dynamo's KV-router benchmark
 (ai-dynamo/dynamo docs/benchmarks/kv-router-ab-testing.md).

@@ -23,7 +23,7 @@ Trade-offs, and why not the alternatives:
   costs at most one extra scrypt on first use. A policy set refuses more than
   :data:`policies.policyset.MAX_KEYS_PER_ID` keys per id.
 
-Cost. scrypt N=2^14, r=8, p=1 (16 MiB, ~50 ms here): the parameters Percival
+Cost. scrypt N=2^14, r=8, p=1 (16 MiB of memory per check): the parameters Percival
 recommends for interactive logins ("Stronger key derivation via sequential
 memory-hard functions", 2009, §7; also RFC 7914 §2). Generated keys carry 256 bits
 of entropy, so the cost only matters for human-chosen keys. The parameters are stored

@@ -610,8 +610,9 @@ def verify(
         head: where the chain must reach (detects truncation of the newest file).
         from_genesis: the first record must be the chain's first (seq 1, genesis
             hash). Pass False when older files were deleted by retention.
-        check_records: also parse each record and validate its fields (about 3× slower;
-            the chain alone already proves the records are the ones written).
+        check_records: also parse each record and validate its fields (slower: a JSON
+            parse and a model validation per record; the chain alone already proves the
+            records are the ones written).
     """
     files, found_head = _expand(paths)
     verifier = _Verifier(

@@ -24,7 +24,7 @@ from policies.rules import CompiledRule
 
 #: Distinct queries remembered. A query is (tenant, data class, country, model): with
 #: 100 tenants × 3 classes × 50 countries × 5 models = 75k combinations in play, the
-#: working set of a real deployment fits; evictions only cost a re-evaluation (~µs).
+#: working set of a real deployment fits; evictions only cost a re-evaluation.
 DEFAULT_CACHE_SIZE = 65_536
 
 

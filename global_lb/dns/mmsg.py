@@ -1,12 +1,12 @@
 """Batched UDP I/O: Linux ``recvmmsg(2)`` / ``sendmmsg(2)`` through ctypes.
 
 A Python DNS server answering from precomputed responses spends most of a query in two
-system calls (``recvfrom`` + ``sendto``, ~3 µs each with the GIL released and
-re-taken). ``recvmmsg`` reads every datagram waiting on the socket, up to a batch, in
-one call (``MSG_WAITFORONE``: block for the first, then take what is there), and
-``sendmmsg`` sends all the batch's responses in one: under load two calls per batch
-instead of two per query — what gdnsd and Knot do. Python has neither call
-(``socket.recvmsg`` is one datagram), hence ctypes over libc.
+system calls (``recvfrom`` + ``sendto``, each releasing and re-taking the GIL).
+``recvmmsg`` reads every datagram waiting on the socket, up to a batch, in one call
+(``MSG_WAITFORONE``: block for the first, then take what is there), and ``sendmmsg``
+sends all the batch's responses in one: under load two calls per batch instead of two
+per query — what gdnsd and Knot do. Python has neither call (``socket.recvmsg`` is one
+datagram), hence ctypes over libc.
 
 Buffers are allocated once: ``batch`` receive slots of :data:`SLOT_SIZE` bytes, their
 peer addresses, and ``batch`` send slots. A response goes out in two pieces (two
@@ -14,8 +14,7 @@ iovecs): its 2-byte ID, then the rest, to the address its query came from (the r
 slot's address buffer, reused). A response computed by ``respond`` is copied into a send
 slot; a cached one is not copied at all: the ID is read from the query's receive slot
 and the rest from the cached bytes where they are (``CachedAnswer.address``) — two
-memoryview slice copies fewer per cached answer: 3-6 % less CPU per query, kernel
-included, in a same-process A/B of the two loops (16 queries in flight, loopback).
+memoryview slice copies fewer per cached answer.
 
 :func:`available` says whether the calls exist (Linux with glibc or musl); elsewhere
 the server keeps its one-datagram loop (:mod:`global_lb.dns.server`).
@@ -23,15 +22,14 @@ the server keeps its one-datagram loop (:mod:`global_lb.dns.server`).
 **Coalescing under load.** When a read returns a few datagrams (2 to
 :data:`COALESCE_BELOW` - 1), the queries are coming faster than one at a time but the
 loop is draining the socket between them: it would go back to sleep in ``recvmmsg``
-after every handful, and each sleep and wake-up is a context switch (several µs, more
-than answering a cached query). The loop then pauses :data:`COALESCE_S` before reading
+after every handful, and each sleep and wake-up is a context switch, which costs more
+than answering a cached query. The loop then pauses :data:`COALESCE_S` before reading
 again, so the next read finds a batch — interrupt moderation, as NICs (and Linux NAPI)
 do. A read of one datagram (light traffic) is never delayed, nor is a full read (the
-queue builds up anyway). Measured with dnsperf on the 2-core machine, two worker
-processes sharing the cores with dnsperf: 0.27 → 0.09 voluntary context switches per
-query, 11.3 → 7.6 µs of CPU per query, 89k → 122k queries/s; one worker unchanged
-(bench/dns.py). The cost: under load, an answer may wait up to ~0.1 ms more (the pause
-and the timer's slack), against resolver round trips of milliseconds.
+queue builds up anyway). It pays where workers share the cores with other work (fewer
+context switches and less CPU per query; ``bench/geodns_throughput.py`` prints the CPU
+per query). The cost: under load, an answer may wait up to :data:`COALESCE_S` plus the
+timer's slack more, far less than a resolver's round trip.
 """
 
 from __future__ import annotations
@@ -63,8 +61,8 @@ _WAITFORONE = ctypes.c_int(MSG_WAITFORONE)
 #: Reads returning 2 to this many - 1 datagrams are followed by a pause of
 #: :data:`COALESCE_S` (module docstring); 0 turns coalescing off.
 COALESCE_BELOW = 16
-#: 50 µs: about what a handful of queries take to arrive at tens of thousands a
-#: second; 200 µs measured no better, and doubles the wait an answer may see.
+#: About what a handful of queries take to arrive at tens of thousands a second; a
+#: longer pause measured no better and lengthens the wait an answer may see.
 COALESCE_S = 50e-6
 #: Peer addresses remembered (address bytes → ipaddress object); resolvers are few,
 #: and a full table is cleared (parsing an address costs more than answering).
@@ -108,8 +106,8 @@ class _MMsgHdr(ctypes.Structure):
     _fields_ = (("msg_hdr", _MsgHdr), ("msg_len", ctypes.c_uint))
 
 
-# Field positions, read and written through memoryviews of the arrays (a ctypes
-# attribute access costs ~0.2 µs; a memoryview index ~0.03 µs).
+# Field positions, read and written through memoryviews of the arrays (a memoryview
+# index is a fraction of a ctypes attribute access).
 _MMSG_WORDS = ctypes.sizeof(_MMsgHdr) // 8  # 8 on LP64
 _NAMELEN_WORD = _MsgHdr.msg_namelen.offset // 8
 #: msg_len as a 32-bit word index (the kernel writes 32 bits; the padding after it
@@ -252,7 +250,7 @@ class BatchedUdp:
         peers: dict[bytes, IPAddress] = {}
         address_of = ipaddress.ip_address
         # The calls with their arguments converted once (ctypes converts Python ints
-        # through ``argtypes`` on every call otherwise: ~0.1 µs a call, two a batch).
+        # through ``argtypes`` on every call otherwise, two calls a batch).
         recvmmsg, sendmmsg = self._recvmmsg, self._sendmmsg
         fd = ctypes.c_int(self.sock.fileno())
         rx_args = (fd, ctypes.c_void_p(self._rx_addr), ctypes.c_uint(self.batch), _WAITFORONE)

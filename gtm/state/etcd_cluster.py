@@ -182,9 +182,9 @@ class EtcdCluster:
     async def stop_all(self) -> None:
         """SIGTERM every member (they keep their data for :meth:`start_all`).
 
-        One at a time: a member stopping hands leadership to a live one, so stopping
-        all at once makes each wait for peers that are going away (measured on a
-        3-member loopback cluster: ~6 s at once, ~2 s in turn)."""
+        One at a time: a member stopping hands leadership to a live one, while stopping
+        all at once makes each wait for peers that are going away — several times
+        longer in all."""
         for member in self._members.values():
             await asyncio.to_thread(member.stop)
 
