@@ -266,7 +266,7 @@ def test_no_draw_is_made_while_the_whole_load_stays_local(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # A healthy region with peers keeps everything home (local share 1): a draw is below
-    # 1, so the outcome needs none, and seeding a generator per request costs ~5 µs.
+    # 1, so the outcome needs none, and seeding a generator per request is wasted work.
     regional = view([zone("a", model_load(queued=1_000))], [peer("r2", rtt=20.0)])
     spiller = router()
 
