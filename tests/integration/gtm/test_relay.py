@@ -1,0 +1,256 @@
+"""The core relay on a loopback server, with scripted upstreams: retries only before the
+first byte, bounded attempts, cut streams, header rules, releases on every path."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from multidict import CIMultiDict
+
+from gtm.errors import AttemptFailed, UpstreamError
+from gtm.openai_errors import ApiError
+from gtm.relay import Ending, Failure, Relay, Upstream
+
+
+@dataclass
+class Scripted:
+    """A fake upstream response: status, headers, then body chunks or an error."""
+
+    status: int = 200
+    headers: Mapping[str, str] = field(default_factory=CIMultiDict)
+    #: ``None``: never answer (a silent upstream).
+    chunks: Sequence[bytes | BaseException | None] = (b"ok",)
+    content_length: int | None = None
+    reason: str = "OK"
+    released: bool = False
+    closed: bool = False
+    _next: int = 0
+
+    async def readany(self) -> bytes:
+        if self._next >= len(self.chunks):
+            return b""
+        item = self.chunks[self._next]
+        self._next += 1
+        if item is None:
+            await asyncio.Event().wait()
+            return b""
+        if isinstance(item, BaseException):
+            raise item
+        return item
+
+    def release(self) -> None:
+        self.released = True
+
+    def close(self) -> None:
+        self.closed = True
+
+
+#: What ``open`` does for a target: answer, or raise.
+Step = Scripted | BaseException | Callable[[], Scripted]
+
+
+@dataclass
+class Script:
+    steps: dict[str, Step]
+    order: list[str]
+    opened: list[str] = field(default_factory=list)
+    begun: list[str] = field(default_factory=list)
+    released: list[str] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    finished: list[tuple[str, Ending]] = field(default_factory=list)
+    deadline_passed: bool = False
+    retry_4xx: bool = True
+
+
+class ScriptRelay(Relay[str]):
+    def __init__(self, request: web.Request, script: Script) -> None:
+        super().__init__(request, max_attempts=3)
+        self.script = script
+
+    def next_target(self, tried: frozenset[str]) -> str | None:
+        return next((t for t in self.script.order if t not in tried), None)
+
+    def target_id(self, target: str) -> str:
+        return target
+
+    def begin(self, target: str) -> Callable[[], None]:
+        self.script.begun.append(target)
+        return lambda: self.script.released.append(target)
+
+    def first_byte_deadline(self, target: str) -> float | None:
+        if self.script.deadline_passed:
+            return asyncio.get_running_loop().time()  # already due: fails at once
+        return None
+
+    def retry_status(self, status: int) -> bool:
+        if self.script.retry_4xx:
+            return super().retry_status(status)
+        return status >= 500
+
+    async def open(self, target: str) -> Upstream:
+        self.script.opened.append(target)
+        step = self.script.steps[target]
+        if isinstance(step, BaseException):
+            raise step
+        if callable(step) and not isinstance(step, Scripted):
+            return step()
+        return step
+
+    def response_headers(self, target: str, headers: CIMultiDict[str]) -> None:
+        headers["x-gtm-target"] = target
+
+    def failed(self, target: str, failure: AttemptFailed) -> None:
+        self.script.failed.append((target, failure.reason))
+
+    def finished(self, target: str, ending: Ending) -> None:
+        self.script.finished.append((target, ending))
+
+    def exhausted(self) -> Exception:
+        return ApiError(502, "; ".join(f.detail for f in self.failures), code="exhausted")
+
+
+#: Serve a script; a client session and the URL of its chat endpoint.
+Serve = Callable[[Script], Awaitable[tuple[aiohttp.ClientSession, str]]]
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Serve]:
+    servers: list[TestServer] = []
+    sessions: list[aiohttp.ClientSession] = []
+
+    async def start(script: Script) -> tuple[aiohttp.ClientSession, str]:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            try:
+                return await ScriptRelay(request, script).forward()
+            except ApiError as exc:
+                return exc.response()
+
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", handle)
+        server = TestServer(app, host="127.0.0.1")
+        await server.start_server()
+        servers.append(server)
+        session = aiohttp.ClientSession()
+        sessions.append(session)
+        return session, str(server.make_url("/v1/chat/completions"))
+
+    yield start
+    for session in sessions:
+        await session.close()
+    for server in servers:
+        await server.close()
+
+
+async def test_a_5xx_before_the_first_byte_moves_on_and_releases_each_attempt(serve: Serve) -> None:
+    broken = Scripted(status=503, chunks=(b"busy",))
+    good = Scripted(headers={"content-type": "application/json"}, chunks=(b'{"a":', b"1}"))
+    script = Script({"a": broken, "b": good}, ["a", "b"])
+    session, url = await serve(script)
+    async with session.post(url, json={}) as response:
+        assert response.status == 200
+        assert await response.read() == b'{"a":1}'
+        assert response.headers["x-gtm-target"] == "b"
+    assert script.begun == script.released == ["a", "b"]
+    assert script.failed == [("a", "http_503")]
+    assert script.finished == [("b", Ending.COMPLETED)]
+    assert broken.closed
+    assert not broken.released
+    assert good.released
+    assert not good.closed
+
+
+async def test_attempts_are_bounded_and_the_tier_error_answers(serve: Serve) -> None:
+    steps: dict[str, Step] = {
+        t: AttemptFailed(Failure.CONNECT, f"{t} refused") for t in ("a", "b", "c", "d")
+    }
+    script = Script(steps, ["a", "b", "c", "d"])
+    session, url = await serve(script)
+    async with session.post(url, json={}) as response:
+        assert response.status == 502
+        body = await response.json()
+    assert body["error"]["message"] == "a refused; b refused; c refused"
+    assert script.opened == ["a", "b", "c"]
+    assert script.released == ["a", "b", "c"]
+
+
+async def test_a_failure_after_the_first_byte_cuts_the_client_and_is_not_retried(
+    serve: Serve,
+) -> None:
+    stream = Scripted(
+        headers={"content-type": "text/event-stream"},
+        chunks=(b"data: 1\n\n", UpstreamError("worker died")),
+    )
+    script = Script({"a": stream, "b": Scripted()}, ["a", "b"])
+    session, url = await serve(script)
+    async with session.post(url, json={}) as response:
+        assert response.status == 200
+        with pytest.raises(aiohttp.ClientPayloadError):
+            await response.read()
+    assert script.opened == ["a"]
+    assert script.finished == [("a", Ending.CUT_RESET)]
+    assert stream.closed
+    assert script.released == ["a"]
+
+
+async def test_a_reset_before_the_first_byte_is_retried(serve: Serve) -> None:
+    silent = Scripted(chunks=(ConnectionResetError("reset"),))
+    script = Script({"a": silent, "b": Scripted(chunks=(b"fine",))}, ["a", "b"])
+    session, url = await serve(script)
+    async with session.post(url, json={}) as response:
+        assert await response.read() == b"fine"
+    assert script.failed == [("a", "reset")]
+
+
+async def test_a_missed_first_byte_deadline_is_a_timeout_attempt(serve: Serve) -> None:
+    silent = Scripted(chunks=(None,))
+    script = Script({"a": silent, "b": Scripted(chunks=(None,))}, ["a", "b"], deadline_passed=True)
+    session, url = await serve(script)
+    async with session.post(url, json={}) as response:
+        assert response.status == 502
+        assert "in time" in (await response.json())["error"]["message"]
+    assert script.failed == [("a", "timeout"), ("b", "timeout")]
+    assert silent.closed
+
+
+async def test_hop_by_hop_headers_never_reach_the_client(serve: Serve) -> None:
+    headers = {
+        "Connection": "close, X-Private",
+        "Keep-Alive": "timeout=5",
+        "Trailers": "x-checksum",
+        "X-Private": "hop",
+        "X-Upstream": "kept",
+    }
+    script = Script({"a": Scripted(headers=CIMultiDict(headers), chunks=(b"x",))}, ["a"])
+    session, url = await serve(script)
+    async with session.post(url, json={}) as response:
+        await response.read()
+        assert response.headers["X-Upstream"] == "kept"
+        for name in ("Keep-Alive", "Trailers", "X-Private"):
+            assert name not in response.headers
+
+
+async def test_a_whole_body_in_one_read_is_one_response_with_its_length(serve: Serve) -> None:
+    whole = Scripted(chunks=(b"0123456789",), content_length=10)
+    script = Script({"a": whole}, ["a"])
+    session, url = await serve(script)
+    async with session.post(url, json={}) as response:
+        assert response.headers["Content-Length"] == "10"
+        assert await response.read() == b"0123456789"
+    assert whole.released
+    assert script.finished == [("a", Ending.COMPLETED)]
+
+
+async def test_a_tier_that_keeps_4xx_final_passes_a_429_through(serve: Serve) -> None:
+    quota = Scripted(status=429, chunks=(b'{"error":"quota"}',), reason="Too Many Requests")
+    script = Script({"a": quota, "b": Scripted()}, ["a", "b"], retry_4xx=False)
+    session, url = await serve(script)
+    async with session.post(url, json={}) as response:
+        assert response.status == 429
+        assert await response.read() == b'{"error":"quota"}'
+    assert script.opened == ["a"]

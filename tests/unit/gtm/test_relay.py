@@ -1,0 +1,86 @@
+"""The relay's header rules and failure bookkeeping (no sockets)."""
+
+from __future__ import annotations
+
+from multidict import CIMultiDict
+
+from gtm.errors import AttemptFailed, GtmError, RelayError, UpstreamError
+from gtm.relay import HOP_BY_HOP, Failure, all_busy, describe, end_to_end, skip_set
+
+
+def test_the_hop_by_hop_set_holds_rfc_9110_and_the_classic_names() -> None:
+    for name in (
+        "connection",
+        "proxy-connection",
+        "keep-alive",
+        "te",
+        "transfer-encoding",
+        "upgrade",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "trailer",
+        "trailers",
+        "host",
+        "content-length",
+    ):
+        assert name in HOP_BY_HOP
+
+
+def test_end_to_end_drops_hop_by_hop_and_connection_listed_names() -> None:
+    headers = CIMultiDict(
+        [
+            ("Connection", "keep-alive, X-Private"),
+            ("Keep-Alive", "timeout=5"),
+            ("Trailers", "x"),
+            ("TE", "trailers"),
+            ("X-Private", "secret"),
+            ("Authorization", "Bearer k"),
+            ("X-Gtm-Hops", "1"),
+            ("X-Gtm-Hops", "2"),
+        ]
+    )
+    kept = end_to_end(headers)
+    assert kept == [("Authorization", "Bearer k"), ("X-Gtm-Hops", "1"), ("X-Gtm-Hops", "2")]
+
+
+def test_a_skip_set_drops_what_the_tier_sets_itself_case_blind() -> None:
+    skip = skip_set("X-Request-Id")
+    assert skip >= HOP_BY_HOP
+    assert "x-request-id" in skip
+    headers = CIMultiDict([("x-REQUEST-id", "client"), ("Accept", "text/event-stream")])
+    assert end_to_end(headers, skip) == [("Accept", "text/event-stream")]
+
+
+def test_the_skip_set_is_not_widened_in_place_by_a_connection_header() -> None:
+    skip = skip_set()
+    end_to_end(CIMultiDict([("Connection", "X-Once")]), skip)
+    assert "x-once" not in skip
+
+
+def test_relay_errors_are_in_the_gtm_tree() -> None:
+    failure = AttemptFailed(Failure.STATUS, "HTTP 503", status=503, body=b"busy")
+    assert isinstance(failure, RelayError)
+    assert isinstance(failure, GtmError)
+    assert issubclass(UpstreamError, RelayError)
+    assert failure.reason == "http_503"
+    assert AttemptFailed(Failure.CONNECT, "refused").reason == "connect"
+
+
+def test_all_busy_only_when_every_attempt_was_turned_away_for_capacity() -> None:
+    busy = AttemptFailed(Failure.STATUS, "HTTP 429", status=429)
+    full = AttemptFailed(Failure.STATUS, "HTTP 503", status=503)
+    broken = AttemptFailed(Failure.STATUS, "HTTP 500", status=500)
+    refused = AttemptFailed(Failure.CONNECT, "refused")
+    assert all_busy([busy, full])
+    assert not all_busy([busy, broken])
+    assert not all_busy([busy, refused])
+    assert not all_busy([])
+
+
+def test_describe_names_each_target_and_detail() -> None:
+    first = AttemptFailed(Failure.TIMEOUT, "no first byte in time")
+    first.target = "gpu-1"
+    second = AttemptFailed(Failure.STATUS, "HTTP 502", status=502)
+    second.target = "gpu-2"
+    assert describe([first, second]) == "gpu-1: no first byte in time; gpu-2: HTTP 502"
+    assert describe([first], lambda t: f"zone {t}") == "zone gpu-1: no first byte in time"
