@@ -52,10 +52,10 @@ from gtm.errors import ConfigError
 from gtm.gpu_profiles import LLAMA_8B, GpuProfile, ModelKind, UnknownProfile, get_profile
 from gtm.http_limits import HttpLimits, limited_app
 from gtm.models import Frozen, GpuWorker, Identifier, ModelName, WorkerState
+from gtm.serve import HttpServer
 from gtm.state.store import StateStore
 from gtm.tasks import TaskSupervisor
 from gtm.tls import TlsMaterial
-from gtm.tls import scheme as tls_scheme
 from gtm.tokens import PromptError, block_hashes, encode_chat, encode_text, parse_chat_messages
 
 log = logging.getLogger(__name__)
@@ -63,9 +63,6 @@ log = logging.getLogger(__name__)
 #: Largest request body accepted (a 128k-token prompt is ~0.5 MB of text; JSON of token
 #: ids is larger). aiohttp's default is 1 MiB.
 MAX_BODY_BYTES = 16 * 1024 * 1024
-
-#: How long in-flight handlers get to finish when the server stops (s).
-SHUTDOWN_GRACE_S = 1.0
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -226,7 +223,7 @@ class GpuSimServer:
         )
         self._unhang = asyncio.Event()
         self._stopping = False
-        self._runner: web.AppRunner | None = None
+        self._server: HttpServer | None = None
         self._registration: WorkerRegistration | None = None
         self._created = int(time.time())
         self.port = 0
@@ -272,20 +269,13 @@ class GpuSimServer:
 
     async def start(self) -> str:
         """Listen, start the engines, register; return the base URL."""
-        runner = web.AppRunner(
-            self.build_app(),
-            handler_cancellation=True,
-            shutdown_timeout=SHUTDOWN_GRACE_S,
-            access_log=None,
-        )
-        await runner.setup()
         server_ssl = self._tls.server_context() if self._tls is not None else None
-        site = web.TCPSite(runner, self.config.host, self.config.port, ssl_context=server_ssl)
-        await site.start()
-        self._runner = runner
-        self.port = _bound_port(runner)
-        host = self.config.host if ":" not in self.config.host else f"[{self.config.host}]"
-        self.url = f"{tls_scheme(server_ssl)}://{host}:{self.port}"
+        self._server = HttpServer(
+            self.build_app(), self.config.host, self.config.port, ssl_context=server_ssl
+        )
+        bound = await self._server.start()
+        self.port = bound.port
+        self.url = bound.url
         if self._tls is not None:
             self._supervisor.spawn("tls-reload", self._tls.run())
         for model, driver in self._drivers.items():
@@ -309,9 +299,9 @@ class GpuSimServer:
             await self._registration.stop()
         for driver in self._drivers.values():
             driver.abort_all()
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._server is not None:
+            await self._server.stop()
+            self._server = None
         await self._supervisor.aclose()
 
     async def __aenter__(self) -> GpuSimServer:
@@ -744,13 +734,6 @@ class GpuSimServer:
 
 
 # ---------------------------------------------------------------------------- helpers
-
-
-def _bound_port(runner: web.AppRunner) -> int:
-    for address in runner.addresses:
-        if isinstance(address, tuple) and len(address) >= 2:
-            return int(address[1])
-    raise RuntimeError("the server is not listening on a TCP port")
 
 
 def _response_id(kind: api.Kind) -> str:
