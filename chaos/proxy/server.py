@@ -42,6 +42,7 @@ from chaos.proxy.service import TOXIPROXY_VERSION, FaultProxyService
 from gtm.admin_auth import AdminGuard, admin_middleware
 from gtm.errors import ConfigError
 from gtm.openai_errors import ApiError as AdminRefusal
+from gtm.serve import HttpServer
 
 log = logging.getLogger(__name__)
 
@@ -320,7 +321,7 @@ class FaultProxyServer:
     ) -> None:
         self.service = service
         self._app = build_app(service, registry, guard)
-        self._runner: web.AppRunner | None = None
+        self._server: HttpServer | None = None
         self.address: tuple[str, int] | None = None
 
     @property
@@ -332,17 +333,13 @@ class FaultProxyServer:
 
     async def start(self, host: str = "127.0.0.1", port: int = 8474) -> tuple[str, int]:
         sock = listen_socket(host, port)
-        # Short shutdown: clients of a fault proxy are tests and tools, not users.
-        runner = web.AppRunner(self._app, access_log=None, shutdown_timeout=2.0)
-        await runner.setup()
-        await web.SockSite(runner, sock).start()
-        self._runner = runner
-        name = sock.getsockname()
-        self.address = (str(name[0]), int(name[1]))
+        self._server = HttpServer(self._app, host, port, sock=sock, what="the fault proxy API")
+        bound = await self._server.start()
+        self.address = (bound.host, bound.port)
         return self.address
 
     async def close(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._server is not None:
+            await self._server.stop()
+            self._server = None
         await self.service.close()

@@ -31,6 +31,7 @@ from gtm.clock import Clock
 from gtm.errors import ConfigError
 from gtm.metrics import new_registry
 from gtm.policy_store import activate
+from gtm.serve import HttpServer
 from gtm.state.memory import MemoryStore
 from gtm.state.store import StateStore
 from gtm.state.url import open_store
@@ -55,9 +56,6 @@ LOCAL_PROXIES = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/
 #: shares one event loop here, and a loop busy with a burst of streamed tokens must not
 #: make a healthy region flap (2 s timeout, 3 misses to mark it down).
 LOCAL_HEALTH = HealthCheckConfig(interval=1.0, timeout=2.0, rise=1, fall=3)
-
-#: Front door grace for in-flight requests on shutdown, s.
-SHUTDOWN_GRACE_S = 2.0
 
 AppHook = Callable[[web.Application], None]
 
@@ -246,16 +244,10 @@ class InProcessFleet:
         app = tier.front_door.app()
         if self._app_hook is not None:
             self._app_hook(app)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=SHUTDOWN_GRACE_S)
-        await runner.setup()
-        self._stack.push_async_callback(runner.cleanup)
-        http = plan.http
-        try:
-            await web.TCPSite(runner, http.host, http.port).start()
-        except OSError as exc:
-            raise ConfigError(f"cannot listen for HTTP on {http}: {exc.strerror}") from None
-        bound = runner.addresses[0]
-        return HostPort(str(bound[0]), int(bound[1]))
+        server = HttpServer(app, plan.http.host, plan.http.port)
+        bound = await server.start()
+        self._stack.push_async_callback(server.stop)
+        return HostPort(bound.host, bound.port)
 
     def _dns_bound(self) -> HostPort:
         assert self.global_tier is not None

@@ -54,6 +54,7 @@ from gtm.http_limits import HttpLimits, limited_app
 from gtm.metrics import new_registry
 from gtm.models import GpuWorker
 from gtm.net import free_port
+from gtm.serve import HttpServer
 from gtm.state import codec, keys
 from gtm.state.etcd_cluster import EtcdCluster
 from gtm.state.store import StateStore
@@ -251,7 +252,7 @@ class ProcessFleet:
         self._state = plan.config.state
         self.children: list[Child] = []
         self._stopping = False
-        self._status_runner: web.AppRunner | None = None
+        self._status_server: HttpServer | None = None
         self._rng = random.Random()
 
     @property
@@ -483,26 +484,18 @@ class ProcessFleet:
         app = limited_app(HttpLimits(), client_max_size=1 << 20)  # small JSON APIs only
         self._app_hook(app)
         ControlApi(self, guard=self._guard).install(app)
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await runner.setup()
-        self._status_runner = runner
-        try:
-            await web.TCPSite(runner, where.host, where.port).start()
-        except OSError as exc:
-            raise ConfigError(
-                f"cannot listen for the status page on {where}: {exc.strerror}"
-            ) from None
-        bound = runner.addresses[0]
-        return f"{HostPort(str(bound[0]), int(bound[1])).url}/status"
+        self._status_server = HttpServer(app, where.host, where.port, what="the status page")
+        bound = await self._status_server.start()
+        return f"{HostPort(bound.host, bound.port).url}/status"
 
     # ------------------------------------------------------------------ stopping
 
     async def stop(self) -> None:
         """Stop every child top down, then the status page, the store, the etcd."""
         self._stopping = True
-        if self._status_runner is not None:
-            await self._status_runner.cleanup()
-            self._status_runner = None
+        if self._status_server is not None:
+            await self._status_server.stop()
+            self._status_server = None
         for kind in STOP_ORDER:
             await self._stop_kind(kind)
         if self._etcd_start is not None and not self._etcd_start.done():
