@@ -1,7 +1,8 @@
 """Starting and stopping servers: one way for every HTTP listener, one shutdown grace.
 
-Every process gtm runs (the three tiers, the GPU emulator, the local deployment's
-status page, the fault proxy's API) serves an aiohttp application the same way:
+Every HTTP server gtm runs (the three tiers, the GPU emulator, the local deployment's
+front door and status page, the fault proxy's API) serves an aiohttp application the
+same way:
 
 * :class:`HttpServer` binds (``port`` 0: a free one), serves, and reports where it
   listens (:class:`Bound`: host, port, base URL with the scheme TLS implies);
@@ -15,8 +16,9 @@ status page, the fault proxy's API) serves an aiohttp application the same way:
 * :func:`until_signalled` is the foreground process's wait: SIGINT or SIGTERM ends it,
   and its handlers are removed again.
 
-The DNS listeners bind their own sockets (``global_lb.dns.server``) and stop with the
-same grace.
+The DNS listeners (``global_lb.dns.server``) bind UDP and TCP on one port themselves
+(a UDP thread with batched system calls is not an aiohttp site); their answers are
+synchronous, so nothing is in flight to wait for when they stop.
 """
 
 from __future__ import annotations
