@@ -43,7 +43,7 @@ from regional_lb.fairqueue import FairQueue
 from regional_lb.leases import CapacityLeases
 from regional_lb.metrics import RegionalMetrics
 from regional_lb.priority import DemandMeter
-from regional_lb.profiles import build, profile_spec, regional_registry
+from regional_lb.profiles import profile_source
 from regional_lb.proxy import Carrier
 from regional_lb.quota import Grant, QuotaLimiter, pool_of
 from regional_lb.router import RegionalRouter
@@ -110,6 +110,7 @@ class RegionalService:
         self.carrier = Carrier(self._client, self.metrics, settings.proxy)
         self._policy: ActivePolicy | None = None
         self._router: RegionalRouter | None = None
+        self._profiles = profile_source(settings.profile_name, metrics=self.metrics.routing)
         self._view = self._builder.build(self.snapshots.current, None, now_wall=clock.wall())
         self._synced = False
         self._advertise = settings.advertise_url
@@ -240,11 +241,9 @@ class RegionalService:
 
     def _apply_policy(self, policy: ActivePolicy) -> None:
         """Swap in a policy: profile, router, tenants' quotas and lease pools."""
-        spec = profile_spec(policy, self.settings.profile_name)
-        profile = build(spec, registry=regional_registry(), metrics=self.metrics.routing)
+        # A profile that does not build is logged and counted; the last good one stays.
         self._router = RegionalRouter(
-            profile,
-            saturation_filter=spec.profile.filters[-1],
+            self._profiles.update(policy),
             settings=self.settings.router,
             limiter=self._spill_limiter,
             demand=self._demand,

@@ -2,9 +2,11 @@
 
 The profile named ``regional-default`` (or ``--profile``) of the policy set's
 RoutingProfiles is used when it exists, else :data:`DEFAULT_PROFILE` — the same plugins
-and weights as ``policies/examples/routing-profiles.yaml``. Either way
-``saturation-filter`` is run last (appended when the profile lacks it), so "every zone
-is full" is a refusal naming that filter: the trigger for spillover and the fair queue.
+and weights as ``policies/examples/routing-profiles.yaml`` (a test holds them equal).
+Either way ``saturation-filter`` is run last (appended when the profile lacks it), so
+"every zone is full" is a refusal naming that filter: the trigger for spillover and the
+fair queue. :func:`profile_source` follows the policy in force (hot reload, the last
+good profile kept when a new one fails: :class:`gtm.routing.ProfileSource`).
 """
 
 from __future__ import annotations
@@ -18,14 +20,15 @@ from gtm.policy_store import ActivePolicy
 from gtm.routing import (
     PluginRegistry,
     PluginSpec,
-    Profile,
+    ProfileSource,
     ProfileSpec,
     RoutingMetrics,
-    legacy_registry,
-    load_profile_spec,
+    Runner,
+    default_registry,
+    policy_profile_spec,
 )
 from regional_lb.plugins import health, kv_cache, load, model, prefix, residency, saturation, ttft
-from regional_lb.view import ZoneContext, ZoneState
+from regional_lb.view import ZoneBatch
 
 PROFILE_NAME = "regional-default"
 SATURATION = "saturation"
@@ -39,6 +42,7 @@ DEFAULT_PROFILE: Mapping[str, Any] = {
         {"type": ttft.TYPE_NAME, "name": "ttft"},
         {"type": prefix.TYPE_NAME, "name": "prefix-affinity"},
         {"type": "max-score-picker", "name": "max-score"},
+        {"type": ttft.COST_MODEL_TYPE_NAME, "name": "ttft-cost"},
     ],
     "profile": {
         "filters": ["residency", "health", "model"],
@@ -46,16 +50,17 @@ DEFAULT_PROFILE: Mapping[str, Any] = {
         # has the prompt's prefix hot (the example policy's weights).
         "scorers": [{"ref": "ttft", "weight": 1.0}, {"ref": "prefix-affinity", "weight": 0.3}],
         "picker": "max-score",
-        "cost_model": "ttft",
+        "cost_model": "ttft-cost",
     },
 }
 
-ZoneProfile = Profile[ZoneState, ZoneContext]
+ZoneProfile = Runner[ZoneBatch]
 
 
 def regional_registry() -> PluginRegistry:
-    """The built-in plugins plus the regional tier's, under the policy files' names."""
-    registry = legacy_registry()
+    """The generic plugins plus the regional tier's, under the one vocabulary's names
+    (the old names as deprecated aliases)."""
+    registry = default_registry()
     registry.register(residency.TYPE_NAME, residency.Params, residency.ResidencyFilter)
     registry.register(health.TYPE_NAME, health.Params, health.HealthFilter)
     registry.register(model.TYPE_NAME, model.Params, model.ModelFilter)
@@ -65,24 +70,14 @@ def regional_registry() -> PluginRegistry:
     registry.register(prefix.TYPE_NAME, prefix.Params, prefix.PrefixAffinityScorer)
     registry.register(load.TYPE_NAME, load.Params, load.LoadScorer)
     registry.register(kv_cache.TYPE_NAME, kv_cache.Params, kv_cache.KvCacheScorer)
+    registry.register_vocabulary_aliases()
     return registry
 
 
 def profile_spec(policy: ActivePolicy | None, name: str = PROFILE_NAME) -> ProfileSpec:
     """The policy set's regional profile ``name`` if it has one, else the default; with
     the saturation filter last."""
-    data: Mapping[str, Any] = DEFAULT_PROFILE
-    if policy is not None:
-        found = policy.policy_set.profiles.get(name)
-        if found is not None:
-            if found.tier.value != Tier.REGIONAL.value:
-                raise ConfigError(f"routing profile {name!r} is for tier {found.tier.value!r}")
-            data = policy.policy_set.profile_config(name)
-    try:
-        spec = load_profile_spec(dict(data))
-    except PluginError as exc:
-        raise ConfigError(str(exc)) from None
-    return with_saturation_last(spec)
+    return with_saturation_last(policy_profile_spec(policy, Tier.REGIONAL, name, DEFAULT_PROFILE))
 
 
 def with_saturation_last(spec: ProfileSpec) -> ProfileSpec:
@@ -104,9 +99,28 @@ def build(
     metrics: RoutingMetrics | None = None,
 ) -> ZoneProfile:
     try:
-        profile: ZoneProfile = (registry or regional_registry()).build_profile(
+        profile: ZoneProfile = (registry or regional_registry()).build(
             spec, tier=Tier.REGIONAL, metrics=metrics
         )
     except PluginError as exc:
         raise ConfigError(str(exc)) from None
     return profile
+
+
+def profile_source(
+    name: str = PROFILE_NAME,
+    *,
+    metrics: RoutingMetrics | None = None,
+    policy: ActivePolicy | None = None,
+) -> ProfileSource[ZoneProfile]:
+    """The regional profile ``name``, following the policy in force."""
+    registry = regional_registry()
+    return ProfileSource(
+        Tier.REGIONAL,
+        name,
+        DEFAULT_PROFILE,
+        lambda spec: build(spec, registry=registry, metrics=metrics),
+        metrics=metrics,
+        adjust=with_saturation_last,
+        policy=policy,
+    )

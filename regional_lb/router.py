@@ -20,6 +20,12 @@ it could leave the client's jurisdiction. Each spill is counted against
 :class:`~regional_lb.spill.SpillLimiter`; when it says no, the request is served (or
 queued) locally.
 
+Zones are chosen by the regional profile on :class:`gtm.routing.Runner` (filters →
+scores → pick over a :class:`~regional_lb.view.ZoneBatch`); the decision record and its
+trace are built only when read (:attr:`RegionalDecision.decision`). Given a
+:class:`gtm.routing.ProfileSource`, the router follows the policy of the view it
+decides over: a new policy generation rebuilds the profile (hot reload).
+
 The split (:mod:`regional_lb.priority`) is capacity-aware by default: the peers' share
 is the part of the demand admitted here (:class:`~regional_lb.priority.DemandMeter`,
 fed by every decision) that the zones' measured headroom cannot take. Envoy's
@@ -35,9 +41,8 @@ from enum import StrEnum
 
 from gtm.errors import NoEligibleCandidate
 from gtm.models import Decision, DecisionTrace, RouteRequest
-from gtm.routing import request_rng
+from gtm.routing import Outcome, ProfileSource, request_rng
 from policies.documents import SaturationPolicy
-from regional_lb.fastpath import Deferred, FastZoneChoice
 from regional_lb.priority import (
     OVERPROVISIONING_FACTOR,
     PANIC_THRESHOLD,
@@ -54,6 +59,7 @@ from regional_lb.spill import PeerOption, SpillLimiter, SpillSettings, spill_opt
 from regional_lb.view import (
     RegionalView,
     ZoneAccounting,
+    ZoneBatch,
     ZoneContext,
     ZoneState,
     capacity_health,
@@ -119,13 +125,20 @@ class RegionalDecision:
     route: Route
     reason: Reason
     zone: ZoneState | None = None
-    decision: Decision | None = None
+    #: The zone profile's outcome (None for a spill, the queue, a refusal, or without a
+    #: trace); :attr:`decision` is built from it when read.
+    outcome: Outcome[ZoneBatch] | None = None
     peer: PeerOption | None = None
     #: Further peers to try (in order) if the chosen one fails before the first byte.
     fallbacks: tuple[PeerOption, ...] = ()
     split: PrioritySplit | None = None
     #: The zone profile's partial trace when it found no zone.
     trace: DecisionTrace | None = None
+
+    @property
+    def decision(self) -> Decision | None:
+        """The zone choice's decision record with its trace (built on each read)."""
+        return None if self.outcome is None else self.outcome.to_decision()
 
 
 class RegionalRouter:
@@ -135,21 +148,22 @@ class RegionalRouter:
 
     def __init__(
         self,
-        profile: ZoneProfile,
+        profile: ZoneProfile | ProfileSource[ZoneProfile],
         *,
-        saturation_filter: str,
+        saturation_filter: str | None = None,
         settings: RouterSettings | None = None,
         limiter: SpillLimiter | None = None,
         demand: DemandMeter | None = None,
-        fast: FastZoneChoice | None = None,
     ) -> None:
-        self._profile = profile
+        """``profile``: a built profile, or a source that follows the view's policy.
+        ``saturation_filter``: the filter whose refusal means "every zone is full"
+        (default: the profile's last filter, where :mod:`regional_lb.profiles` puts it)."""
+        self._source = profile if isinstance(profile, ProfileSource) else None
+        self._profile = profile.current if isinstance(profile, ProfileSource) else profile
         self._saturation = saturation_filter
         self._settings = settings or RouterSettings()
         self._limiter = limiter or SpillLimiter(self._settings.spill)
         self._demand = demand or DemandMeter(self._settings.capacity.demand_decay_s)
-        #: Zone choice without the trace (regional_lb.fastpath), for ``trace=False``.
-        self._fast = fast
 
     @property
     def settings(self) -> RouterSettings:
@@ -158,6 +172,16 @@ class RegionalRouter:
     @property
     def profile(self) -> ZoneProfile:
         return self._profile
+
+    def _profile_for(self, view: RegionalView) -> ZoneProfile:
+        if self._source is not None:
+            self._profile = self._source.update(view.policy)
+        return self._profile
+
+    def _choose(
+        self, request: RouteRequest, zones: tuple[ZoneState, ...], ctx: ZoneContext
+    ) -> Outcome[ZoneBatch]:
+        return self._profile_for(ctx.view).decide(ZoneBatch(request, zones, ctx))
 
     @property
     def demand(self) -> DemandMeter:
@@ -188,17 +212,13 @@ class RegionalRouter:
                 return spilled
         panic = priority.local_panic and self._settings.panic_mode is PanicMode.ALL
         ctx = ZoneContext(view, inputs.allowed, panic, inputs.tokens_per_block)
-        if not trace and self._fast is not None:
-            picked = self._fast.choose(request, zones, ctx)
-            if picked is not None:
-                return RegionalDecision(Route.LOCAL, Reason.CHOSEN, picked, split=priority)
         try:
-            choice = self._profile.choose(request, zones, ctx)
+            outcome = self._choose(request, zones, ctx)
         except NoEligibleCandidate as exc:
             return self._no_zone(exc, zones, options, priority, view, request, inputs, now)
-        return RegionalDecision(
-            Route.LOCAL, Reason.CHOSEN, choice.candidate, choice.decision, split=priority
-        )
+        zone = zones[outcome.choice]
+        kept = outcome if trace else None
+        return RegionalDecision(Route.LOCAL, Reason.CHOSEN, zone, kept, split=priority)
 
     def place(
         self,
@@ -214,17 +234,12 @@ class RegionalRouter:
         zones it failed on), or ``None`` if no zone can take it now."""
         zones = zone_candidates(view, request.model, accounting)
         ctx = ZoneContext(view, inputs.allowed, False, inputs.tokens_per_block, excluded)
-        if not trace and self._fast is not None:
-            picked = self._fast.pick(request, zones, ctx)
-            if picked is Deferred.EMPTY:
-                return None  # the reference raises NoEligibleCandidate: no zone now
-            if not isinstance(picked, Deferred):
-                return RegionalDecision(Route.LOCAL, Reason.CHOSEN, picked)
         try:
-            choice = self._profile.choose(request, zones, ctx)
+            outcome = self._choose(request, zones, ctx)
         except NoEligibleCandidate:
             return None
-        return RegionalDecision(Route.LOCAL, Reason.CHOSEN, choice.candidate, choice.decision)
+        kept = outcome if trace else None
+        return RegionalDecision(Route.LOCAL, Reason.CHOSEN, zones[outcome.choice], kept)
 
     # ------------------------------------------------------------------ parts
 
@@ -361,7 +376,11 @@ class RegionalRouter:
         inputs: Inputs,
         now: float,
     ) -> RegionalDecision:
-        saturated = exc.filter_name == self._saturation
+        saturation = self._saturation
+        if saturation is None:
+            filters = self._profile.filters
+            saturation = filters[-1].name if filters else None
+        saturated = exc.filter_name == saturation
         reason = Reason.SATURATED if saturated else Reason.UNAVAILABLE
         if options:
             spilled = self._spill(options, reason, priority, now)

@@ -19,13 +19,13 @@ router-local in-flight accounting in spirit.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from gtm.models import DrainTarget, ModelLoad, RegionSummary, ZoneSummary
+from gtm.models import DrainTarget, ModelLoad, RegionSummary, RouteRequest, ZoneSummary
 from gtm.policy_store import ActivePolicy
+from gtm.routing import Batch
 from gtm.state.snapshot import FleetSnapshot
 from regional_lb.rtt import INTRA_REGION_RTT_MS, LOCAL_ZONE_RTT_MS, RegionRtt
 
@@ -444,18 +444,6 @@ def capacity_health(zones: tuple[ZoneState, ...], model: str) -> tuple[int, int]
     return healthy, total
 
 
-def predicted_ttft_ms(zone: ZoneState, own_uncached_tokens: float) -> float:
-    """Intra-region RTT + the zone's queueing + this request's prefill on one GPU."""
-    load = zone.load
-    if load is None or load.prefill_tokens_per_s <= 0.0 or load.healthy_gpus == 0:
-        return math.inf
-    rate = load.prefill_tokens_per_s
-    queue_ms = 1000.0 * zone.queued_tokens / rate
-    # One request is prefilled on one GPU: the zone's rate over its healthy GPUs.
-    own_ms = 1000.0 * own_uncached_tokens * load.healthy_gpus / rate
-    return zone.info.rtt_ms + queue_ms + own_ms
-
-
 @dataclass(frozen=True, slots=True)
 class ZoneContext:
     """What the zone-choice plugins read for one request, besides the request itself."""
@@ -473,3 +461,23 @@ class ZoneContext:
     @property
     def region(self) -> str:
         return self.view.region
+
+
+class ZoneBatch(Batch):
+    """One zone choice's candidates for :class:`gtm.routing.Runner`: the region's zones
+    for the request's model by position (``zones[k]`` is ``ids[k]``), and the context.
+    ``prepare`` is called with the :class:`RegionalView`."""
+
+    __slots__ = ("ctx", "memo", "zones")
+
+    request: RouteRequest
+
+    def __init__(
+        self, request: RouteRequest, zones: tuple[ZoneState, ...], ctx: ZoneContext
+    ) -> None:
+        super().__init__(tuple([z.id for z in zones]), request, ctx.view)
+        self.zones = zones
+        self.ctx = ctx
+        #: Columns a plugin worked out for this decision (the TTFT costs, read by the
+        #: scorer and by the cost model: one object, two extension points).
+        self.memo: dict[object, object] = {}

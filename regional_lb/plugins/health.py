@@ -11,11 +11,9 @@ likely wrong than right. A drain is an operator's decision and always holds.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from gtm.models import Frozen, RouteRequest
-from gtm.routing import FilterResult
-from regional_lb.view import ZoneContext, ZoneState
+from gtm.models import Frozen
+from gtm.routing import Plugin, Removal, removal_where
+from regional_lb.view import ZoneBatch
 
 TYPE_NAME = "health-filter"
 
@@ -24,30 +22,25 @@ class Params(Frozen):
     """No parameters."""
 
 
-class HealthFilter:
+class HealthFilter(Plugin):
     def __init__(self, name: str = TYPE_NAME, params: Params | None = None) -> None:
-        self._name = name
+        super().__init__(name)
 
-    @property
-    def name(self) -> str:
-        return self._name
+    def removes(self, batch: ZoneBatch, /) -> Removal | None:
+        zones, ctx, model = batch.zones, batch.ctx, batch.request.model
 
-    def filter(
-        self, request: RouteRequest, candidates: Sequence[ZoneState], ctx: ZoneContext, /
-    ) -> FilterResult[ZoneState]:
-        kept: list[ZoneState] = []
-        removed: list[tuple[str, str]] = []
-        for zone in candidates:
+        def why(position: int) -> str | None:
+            zone = zones[position]
             if zone.drained:
-                removed.append((zone.id, "drained"))
-            elif zone.id in ctx.excluded:
-                removed.append((zone.id, "already failed for this request"))
-            elif zone.info.url is None:
-                removed.append((zone.id, "no zone agent URL (Zone record or --zone-url)"))
-            elif ctx.panic or zone.healthy:
-                kept.append(zone)
-            elif zone.info.summary is None:
-                removed.append((zone.id, "no zone summary (zone agent down?)"))
-            else:
-                removed.append((zone.id, f"no healthy GPU for {request.model}"))
-        return FilterResult(tuple(kept), tuple(removed))
+                return "drained"
+            if zone.id in ctx.excluded:
+                return "already failed for this request"
+            if zone.info.url is None:
+                return "no zone agent URL (Zone record or --zone-url)"
+            if ctx.panic or zone.healthy:
+                return None
+            if zone.info.summary is None:
+                return "no zone summary (zone agent down?)"
+            return f"no healthy GPU for {model}"
+
+        return removal_where(batch, why)

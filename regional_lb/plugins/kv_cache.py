@@ -3,10 +3,9 @@ kv-cache-utilization scorer, ``1 − KV%``, over a zone)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
-from gtm.models import Frozen, RouteRequest
-from regional_lb.view import ZoneContext, ZoneState
+from gtm.models import Frozen
+from gtm.routing import Plugin
+from regional_lb.view import ZoneBatch
 
 TYPE_NAME = "kv-cache-scorer"
 
@@ -15,15 +14,9 @@ class Params(Frozen):
     """No parameters."""
 
 
-class KvCacheScorer:
+class KvCacheScorer(Plugin):
     def __init__(self, name: str = TYPE_NAME, params: Params | None = None) -> None:
-        self._name = name
+        super().__init__(name)
 
-    @property
-    def name(self) -> str:
-        return self._name
-
-    def score(
-        self, request: RouteRequest, candidates: Sequence[ZoneState], ctx: ZoneContext, /
-    ) -> Mapping[str, float]:
-        return {c.id: c.kv_free_fraction() for c in candidates}
+    def scores(self, batch: ZoneBatch, /) -> list[float]:
+        return [zone.kv_free_fraction() for zone in batch.zones]

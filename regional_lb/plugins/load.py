@@ -3,10 +3,9 @@ requests count as used, and so do requests this replica sent since the summary).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
-from gtm.models import Frozen, RouteRequest
-from regional_lb.view import ZoneContext, ZoneState
+from gtm.models import Frozen
+from gtm.routing import Plugin
+from regional_lb.view import ZoneBatch
 
 TYPE_NAME = "load-scorer"
 
@@ -15,15 +14,9 @@ class Params(Frozen):
     """No parameters."""
 
 
-class LoadScorer:
+class LoadScorer(Plugin):
     def __init__(self, name: str = TYPE_NAME, params: Params | None = None) -> None:
-        self._name = name
+        super().__init__(name)
 
-    @property
-    def name(self) -> str:
-        return self._name
-
-    def score(
-        self, request: RouteRequest, candidates: Sequence[ZoneState], ctx: ZoneContext, /
-    ) -> Mapping[str, float]:
-        return {c.id: 1.0 - c.utilisation() for c in candidates}
+    def scores(self, batch: ZoneBatch, /) -> list[float]:
+        return [1.0 - zone.utilisation() for zone in batch.zones]

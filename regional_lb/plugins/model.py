@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from gtm.models import Frozen, RouteRequest
-from gtm.routing import FilterResult, partition
-from regional_lb.view import ZoneContext, ZoneState
+from gtm.models import Frozen
+from gtm.routing import Plugin, Removal, removal_where
+from regional_lb.view import ZoneBatch
 
 TYPE_NAME = "model-filter"
 
@@ -15,17 +13,10 @@ class Params(Frozen):
     """No parameters."""
 
 
-class ModelFilter:
+class ModelFilter(Plugin):
     def __init__(self, name: str = TYPE_NAME, params: Params | None = None) -> None:
-        self._name = name
+        super().__init__(name)
 
-    @property
-    def name(self) -> str:
-        return self._name
-
-    def filter(
-        self, request: RouteRequest, candidates: Sequence[ZoneState], ctx: ZoneContext, /
-    ) -> FilterResult[ZoneState]:
-        return partition(
-            candidates, lambda z: None if z.serves_model else f"does not serve {request.model}"
-        )
+    def removes(self, batch: ZoneBatch, /) -> Removal | None:
+        zones, why = batch.zones, f"does not serve {batch.request.model}"
+        return removal_where(batch, lambda k: None if zones[k].serves_model else why)

@@ -9,11 +9,10 @@ rewards a shared system prompt.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-
-from gtm.models import Frozen, RouteRequest
+from gtm.models import Frozen
+from gtm.routing import Plugin
 from gtm.routing.cost import matching_prefix_blocks
-from regional_lb.view import ZoneContext, ZoneState
+from regional_lb.view import ZoneBatch
 
 TYPE_NAME = "prefix-affinity-scorer"
 
@@ -22,20 +21,12 @@ class Params(Frozen):
     """No parameters."""
 
 
-class PrefixAffinityScorer:
+class PrefixAffinityScorer(Plugin):
     def __init__(self, name: str = TYPE_NAME, params: Params | None = None) -> None:
-        self._name = name
+        super().__init__(name)
 
-    @property
-    def name(self) -> str:
-        return self._name
-
-    def score(
-        self, request: RouteRequest, candidates: Sequence[ZoneState], ctx: ZoneContext, /
-    ) -> Mapping[str, float]:
-        blocks = request.prefix_hashes
+    def scores(self, batch: ZoneBatch, /) -> list[float]:
+        blocks = batch.request.prefix_hashes
         if not blocks:
-            return dict.fromkeys((c.id for c in candidates), 0.0)
-        return {
-            c.id: matching_prefix_blocks(blocks, c.info.sketch) / len(blocks) for c in candidates
-        }
+            return [0.0] * len(batch)
+        return [matching_prefix_blocks(blocks, z.info.sketch) / len(blocks) for z in batch.zones]

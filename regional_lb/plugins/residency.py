@@ -8,11 +8,11 @@ never place a request in a region its verdict excludes (it fails closed).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import numpy as np
 
-from gtm.models import Frozen, RouteRequest
-from gtm.routing import FilterResult
-from regional_lb.view import ZoneContext, ZoneState
+from gtm.models import Frozen
+from gtm.routing import Plugin, Removal
+from regional_lb.view import ZoneBatch
 
 TYPE_NAME = "residency-filter"
 
@@ -21,18 +21,13 @@ class Params(Frozen):
     """No parameters."""
 
 
-class ResidencyFilter:
+class ResidencyFilter(Plugin):
     def __init__(self, name: str = TYPE_NAME, params: Params | None = None) -> None:
-        self._name = name
+        super().__init__(name)
 
-    @property
-    def name(self) -> str:
-        return self._name
-
-    def filter(
-        self, request: RouteRequest, candidates: Sequence[ZoneState], ctx: ZoneContext, /
-    ) -> FilterResult[ZoneState]:
+    def removes(self, batch: ZoneBatch, /) -> Removal | None:
+        ctx = batch.ctx
         if ctx.allowed is None or ctx.region in ctx.allowed:
-            return FilterResult(tuple(candidates))
+            return None
         reason = f"residency does not allow region {ctx.region}"
-        return FilterResult((), tuple((c.id, reason) for c in candidates))
+        return Removal(np.ones(len(batch), dtype=np.bool_), lambda _: reason)

@@ -9,11 +9,9 @@ NoEligibleCandidate naming it — the signal for spillover or the fair queue.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from gtm.models import Frozen, RouteRequest
-from gtm.routing import FilterResult, partition
-from regional_lb.view import ZoneContext, ZoneState
+from gtm.models import Frozen
+from gtm.routing import Plugin, Removal, removal_where
+from regional_lb.view import ZoneBatch
 
 TYPE_NAME = "saturation-filter"
 
@@ -22,17 +20,14 @@ class Params(Frozen):
     """No parameters."""
 
 
-class SaturationFilter:
+class SaturationFilter(Plugin):
     def __init__(self, name: str = TYPE_NAME, params: Params | None = None) -> None:
-        self._name = name
+        super().__init__(name)
 
-    @property
-    def name(self) -> str:
-        return self._name
-
-    def filter(
-        self, request: RouteRequest, candidates: Sequence[ZoneState], ctx: ZoneContext, /
-    ) -> FilterResult[ZoneState]:
-        if ctx.panic:  # health is ignored: so is the health-scaled capacity
-            return partition(candidates, lambda z: "saturated" if z.saturated_in_panic else None)
-        return partition(candidates, lambda z: "saturated" if z.saturated else None)
+    def removes(self, batch: ZoneBatch, /) -> Removal | None:
+        zones = batch.zones
+        if batch.ctx.panic:  # health is ignored: so is the health-scaled capacity
+            return removal_where(
+                batch, lambda k: "saturated" if zones[k].saturated_in_panic else None
+            )
+        return removal_where(batch, lambda k: "saturated" if zones[k].saturated else None)

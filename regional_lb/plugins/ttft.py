@@ -1,6 +1,8 @@
-"""``ttft-scorer`` / ``ttft-cost-model``: predicted time-to-first-token at each zone.
+"""The regional TTFT cost, in one module: its one form (scalar, per zone — a region has
+a handful of zones, so there is no vectorised or inlined copy), and the ``ttft-scorer``
+/ ``ttft-cost-model`` plugin that ranks and prices zones with it.
 
-The regional tier's cost (ARCHITECTURE §2), in ms::
+The cost (ARCHITECTURE §2), in ms::
 
     intra-region RTT to the zone              ~2 ms (regional_lb.rtt)
   + queued prefill tokens / zone prefill rate   (its queue, incl. what we sent since
@@ -9,20 +11,23 @@ The regional tier's cost (ARCHITECTURE §2), in ms::
 
 "Uncached" subtracts the leading prefix blocks the zone's sketch holds (prefix-sketch
 locality): a zone that has the prompt's system prompt hot prefills less. Scores are
-``exp(-(cost − best) / scale_ms)`` (:func:`gtm.routing.cost.scores_from_costs`). The same
-object is the profile's cost model, so ``Decision.predicted_ttft_ms`` is the choice's.
+``exp(-(cost − best) / scale_ms)`` over the surviving zones
+(:func:`gtm.routing.cost.scores_from_costs`). The same object is the profile's cost
+model, so ``Decision.predicted_ttft_ms`` is the choice's; the costs, which do not depend
+on the parameters, are worked out once per decision (``ZoneBatch.memo``) however many
+instances read them.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
 
 from pydantic import Field
 
 from gtm.models import Frozen, RouteRequest
+from gtm.routing import Plugin
 from gtm.routing.cost import matching_prefix_blocks, scores_from_costs
-from regional_lb.view import ZoneContext, ZoneState, predicted_ttft_ms
+from regional_lb.view import ZoneBatch, ZoneContext, ZoneState
 
 TYPE_NAME = "ttft-scorer"
 COST_MODEL_TYPE_NAME = "ttft-cost-model"
@@ -31,6 +36,9 @@ COST_MODEL_TYPE_NAME = "ttft-cost-model"
 #: queues, and a queue a fifth of a second longer is worth avoiding when another zone is
 #: idle, while a few ms of prefill difference is not.
 DEFAULT_SCALE_MS = 200.0
+
+#: The memo key of a decision's costs.
+_COSTS = "ttft-costs"
 
 
 class Params(Frozen):
@@ -45,47 +53,39 @@ def uncached_tokens(request: RouteRequest, zone: ZoneState, ctx: ZoneContext) ->
     return max(0.0, request.input_tokens - hit * ctx.tokens_per_block)
 
 
-class TtftScorer:
+def predicted_ttft_ms(zone: ZoneState, own_uncached_tokens: float) -> float:
+    """Intra-region RTT + the zone's queueing + this request's prefill on one GPU."""
+    load = zone.load
+    if load is None or load.prefill_tokens_per_s <= 0.0 or load.healthy_gpus == 0:
+        return math.inf
+    rate = load.prefill_tokens_per_s
+    queue_ms = 1000.0 * zone.queued_tokens / rate
+    # One request is prefilled on one GPU: the zone's rate over its healthy GPUs.
+    own_ms = 1000.0 * own_uncached_tokens * load.healthy_gpus / rate
+    return zone.info.rtt_ms + queue_ms + own_ms
+
+
+class TtftScorer(Plugin):
     def __init__(self, name: str = TYPE_NAME, params: Params | None = None) -> None:
-        self._name = name
+        super().__init__(name)
         self._scale = (params or Params()).scale_ms
 
-    @property
-    def name(self) -> str:
-        return self._name
-
-    def score(
-        self, request: RouteRequest, candidates: Sequence[ZoneState], ctx: ZoneContext, /
-    ) -> Mapping[str, float]:
-        return scores_from_costs(self.costs_ms(request, candidates, ctx), self._scale)
-
-    def costs_ms(
-        self, request: RouteRequest, candidates: Sequence[ZoneState], ctx: ZoneContext, /
-    ) -> dict[str, float]:
-        """:meth:`cost_ms` of every candidate, by id. The same operations in the same
-        order (so the same floats), inlined: the regional tier scores every request."""
-        tokens = request.input_tokens
-        whole = float(tokens)
-        hashes = request.prefix_hashes
-        per_block = ctx.tokens_per_block
-        credit = bool(hashes) and per_block > 0.0
-        costs: dict[str, float] = {}
-        for zone in candidates:
-            load = zone.load
-            if load is None or load.prefill_tokens_per_s <= 0.0 or load.healthy_gpus == 0:
-                costs[zone.id] = math.inf
-                continue
-            info = zone.info
-            own = whole
-            if credit and info.sketch:
-                hit = matching_prefix_blocks(hashes, info.sketch)
-                own = max(0.0, tokens - hit * per_block)
-            rate = load.prefill_tokens_per_s
-            queued = load.queued_prefill_tokens + zone.unseen_tokens
-            costs[zone.id] = (
-                info.rtt_ms + 1000.0 * queued / rate + 1000.0 * own * load.healthy_gpus / rate
-            )
+    def costs_ms(self, batch: ZoneBatch, /) -> list[float]:
+        """Every zone's predicted TTFT (inf: it cannot serve the model now)."""
+        found = batch.memo.get(_COSTS)
+        if found is None:
+            request, ctx = batch.request, batch.ctx
+            found = batch.memo[_COSTS] = [
+                predicted_ttft_ms(zone, uncached_tokens(request, zone, ctx)) for zone in batch.zones
+            ]
+        costs: list[float] = found  # type: ignore[assignment]
         return costs
 
-    def cost_ms(self, request: RouteRequest, candidate: ZoneState, ctx: ZoneContext, /) -> float:
-        return predicted_ttft_ms(candidate, uncached_tokens(request, candidate, ctx))
+    def scores(self, batch: ZoneBatch, /) -> list[float]:
+        costs, ids = self.costs_ms(batch), batch.ids
+        survivors = batch.survivors.tolist()
+        scored = scores_from_costs({ids[k]: costs[k] for k in survivors}, self._scale)
+        column = [0.0] * len(costs)
+        for k in survivors:
+            column[k] = scored[ids[k]]
+        return column

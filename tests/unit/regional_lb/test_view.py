@@ -17,6 +17,7 @@ from gtm.models import (
     ZoneSummary,
 )
 from gtm.state.snapshot import FleetSnapshot
+from regional_lb.plugins.ttft import predicted_ttft_ms
 from regional_lb.rtt import INTRA_REGION_RTT_MS, LOCAL_ZONE_RTT_MS, RegionRtt
 from regional_lb.view import (
     ViewBuilder,
@@ -24,7 +25,6 @@ from regional_lb.view import (
     ZoneAccounting,
     capacity_health,
     is_saturated,
-    predicted_ttft_ms,
     zone_candidates,
 )
 from tests.unit.regional_lb.helpers import MODEL, NOW, model_load, view, zone

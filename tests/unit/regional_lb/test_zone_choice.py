@@ -1,11 +1,13 @@
-"""The regional fast path (regional_lb.fastpath) decides exactly as the reference profile.
+"""Zone choice on the core runner decides as the regional profile is specified, and the
+per-view memos give what every check per call gives.
 
 Property: on random views (zones healthy or not, drained, dark, full, without URL, with
-hot prefixes; peers with or without room), random accounting, requests, residency
-inputs, split and panic settings and profiles, a router with the fast path and
-``trace=False`` returns, decision after decision, the reference router's decision but
-for the trace record (``decision``) — and ``place`` does too. The routers keep state
-(spill limiter, demand meter), so each example runs a sequence of decisions on both.
+hot prefixes), random accounting, requests, residency inputs and profiles, the regional
+profile (``gtm.routing.Runner`` over a ``ZoneBatch``) refuses naming the filter, or
+chooses the zone, that a plain-Python oracle of the specification gives: filters as
+predicates in order, ``Σ wᵢ·sᵢ / Σ wᵢ`` summed left to right over the survivors (scores
+repaired into [0, 1]), the highest total, ties to the smallest id; its predicted TTFT is
+the scalar cost of the choice. Routers with and without ``trace`` decide alike.
 """
 
 from __future__ import annotations
@@ -18,24 +20,23 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gtm.errors import NoEligibleCandidate
 from gtm.models import RouteRequest
-from gtm.routing import load_profile_spec
+from gtm.routing import ProfileSpec, load_profile_spec
+from gtm.routing.cost import matching_prefix_blocks, scores_from_costs
 from policies.documents import SaturationPolicy
-from regional_lb.fastpath import Deferred, FastZoneChoice
-from regional_lb.plugins.ttft import TtftScorer
+from regional_lb.plugins.ttft import predicted_ttft_ms, uncached_tokens
 from regional_lb.priority import (
     CapacitySettings,
     SplitMode,
     split,
     zone_headroom,
 )
-from regional_lb.profiles import DEFAULT_PROFILE, build, profile_spec, with_saturation_last
+from regional_lb.profiles import build, profile_spec, with_saturation_last
 from regional_lb.router import (
     Inputs,
     PanicMode,
-    RegionalDecision,
     RegionalRouter,
-    Route,
     RouterSettings,
 )
 from regional_lb.spill import PeerOption, SpillSettings, peer_ttft_ms, spill_options, why_not
@@ -43,6 +44,7 @@ from regional_lb.view import (
     PeerInfo,
     RegionalView,
     ZoneAccounting,
+    ZoneBatch,
     ZoneContext,
     ZoneInfo,
     ZoneState,
@@ -188,164 +190,143 @@ requests = st.builds(
 )
 
 
-#: Profiles and fast paths are stateless: built once per spec. Routers are not (spill
-#: limiter, demand meter): each example gets fresh ones.
-PROFILES = [(build(spec), FastZoneChoice.compile(spec)) for spec in SPECS]
+#: Profiles are stateless: built once per spec. Routers are not (spill limiter, demand
+#: meter): each example gets fresh ones.
+PROFILES = [build(spec) for spec in SPECS]
 
 
 def _routers(which: int, split_mode: SplitMode, panic: PanicMode) -> list[RegionalRouter]:
-    profile, fast_path = PROFILES[which]
     router_settings = RouterSettings(split_mode=split_mode, panic_mode=panic)
-    return [
-        RegionalRouter(
-            profile,
-            saturation_filter="saturation",
-            settings=router_settings,
-            fast=fast_path if fast else None,
-        )
-        for fast in (True, False)
-    ]
+    return [RegionalRouter(PROFILES[which], settings=router_settings) for _ in range(2)]
 
 
-def _same(fast: RegionalDecision | None, slow: RegionalDecision | None) -> None:
-    if slow is None or fast is None:
-        assert fast is slow
-        return
-    # The fast path leaves out only the trace record of a local choice.
-    if fast.decision is None and slow.decision is not None:
-        assert slow.route is Route.LOCAL
-        assert slow.decision.choice == (fast.zone.id if fast.zone is not None else None)
-        slow = dataclasses.replace(slow, decision=None)
-    assert fast == slow
+def _keeps(spec: ProfileSpec, name: str, zone: ZoneState, ctx: ZoneContext) -> bool:
+    """The filters' specification, as predicates."""
+    kind = next(p.type for p in spec.plugins if p.plugin_name == name)
+    if kind == "residency-filter":
+        return ctx.allowed is None or ctx.region in ctx.allowed
+    if kind == "health-filter":
+        if zone.drained or zone.id in ctx.excluded or zone.info.url is None:
+            return False
+        return ctx.panic or zone.healthy
+    if kind == "model-filter":
+        return zone.serves_model
+    assert kind == "saturation-filter"
+    return not (zone.saturated_in_panic if ctx.panic else zone.saturated)
+
+
+def _scores(
+    spec: ProfileSpec, name: str, request: RouteRequest, zones: list[ZoneState], ctx: ZoneContext
+) -> list[float]:
+    """The scorers' specification, over the survivors (repaired into [0, 1])."""
+    plugin = next(p for p in spec.plugins if p.plugin_name == name)
+    if plugin.type == "ttft-scorer":
+        costs = {z.id: predicted_ttft_ms(z, uncached_tokens(request, z, ctx)) for z in zones}
+        scale = float(plugin.parameters.get("scale_ms", 200.0))  # type: ignore[arg-type]
+        values = list(scores_from_costs(costs, scale).values())
+    elif plugin.type == "prefix-affinity-scorer":
+        hashes = request.prefix_hashes
+        values = [
+            matching_prefix_blocks(hashes, z.info.sketch) / len(hashes) if hashes else 0.0
+            for z in zones
+        ]
+    elif plugin.type == "load-scorer":
+        values = [1.0 - z.utilisation() for z in zones]
+    else:
+        assert plugin.type == "kv-cache-scorer"
+        values = [z.kv_free_fraction() for z in zones]
+    return [min(1.0, max(0.0, v)) for v in values]
+
+
+def _oracle(
+    spec: ProfileSpec, request: RouteRequest, zones: tuple[ZoneState, ...], ctx: ZoneContext
+) -> tuple[str, str]:
+    """("refuse", the filter that emptied the set) or ("choose", the zone id)."""
+    survivors = list(zones)
+    for name in spec.profile.filters:
+        survivors = [z for z in survivors if _keeps(spec, name, z, ctx)]
+        if not survivors:
+            return "refuse", name
+    totals = [0.0] * len(survivors)
+    weight_sum = 0.0
+    for ref in spec.profile.scorers:
+        column = _scores(spec, ref.ref, request, survivors, ctx)
+        totals = [t + ref.weight * s for t, s in zip(totals, column, strict=True)]
+        weight_sum += ref.weight
+    if spec.profile.scorers:
+        totals = [t / weight_sum for t in totals]
+    best = max(totals)
+    return "choose", min(z.id for z, t in zip(survivors, totals, strict=True) if t == best)
 
 
 @settings(
-    max_examples=150,
+    max_examples=300,
     derandomize=True,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 @given(
     which=st.integers(0, len(SPECS) - 1),
-    split_mode=st.sampled_from(list(SplitMode)),
-    panic=st.sampled_from(list(PanicMode)),
     regional=views(),
-    steps=st.lists(st.tuples(requests, inputs(), st.integers(0, 3)), min_size=1, max_size=4),
+    request=requests,
+    given_inputs=inputs(),
+    panic=st.booleans(),
     sent=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 30_000)), max_size=6),
     excluded=st.sets(st.sampled_from(["z0", "z1", "z2"]), max_size=2),
 )
-def test_fast_path_decides_like_the_reference(
+def test_the_profile_decides_as_its_specification(
     which: int,
-    split_mode: SplitMode,
-    panic: PanicMode,
     regional: RegionalView,
-    steps: list[tuple[RouteRequest, Inputs, int]],
+    request: RouteRequest,
+    given_inputs: Inputs,
+    panic: bool,
     sent: list[tuple[int, int]],
     excluded: set[str],
 ) -> None:
-    fast, slow = _routers(which, split_mode, panic)
-    accounting = ZoneAccounting()
-    accounting.observe(regional.zones)
-    zone_ids = list(regional.zones)
-    # Requests sent since the summaries (unseen by them): they count towards saturation.
-    for index, tokens in sent:
-        accounting.start(zone_ids[index % len(zone_ids)], MODEL, tokens)
-    for step, (request, given_inputs, extra) in enumerate(steps):
+    spec = SPECS[which]
+    zones = zone_candidates(regional, request.model, _charged(regional, sent))
+    ctx = ZoneContext(
+        regional, given_inputs.allowed, panic, given_inputs.tokens_per_block, frozenset(excluded)
+    )
+    verdict, expected = _oracle(spec, request, zones, ctx)
+    if verdict == "refuse":
+        with pytest.raises(NoEligibleCandidate) as refused:
+            PROFILES[which].decide(ZoneBatch(request, zones, ctx))
+        assert refused.value.filter_name == expected
+        return
+    outcome = PROFILES[which].decide(ZoneBatch(request, zones, ctx))
+    assert outcome.choice_id == expected
+    chosen = zones[outcome.choice]
+    cost = predicted_ttft_ms(chosen, uncached_tokens(request, chosen, ctx))
+    assert outcome.predicted_ttft_ms == (cost if math.isfinite(cost) else None)
+    assert outcome.to_decision().choice == expected
+
+
+@settings(max_examples=100, derandomize=True, deadline=None)
+@given(
+    regional=views(),
+    steps=st.lists(st.tuples(requests, inputs()), min_size=1, max_size=4),
+    split_mode=st.sampled_from(list(SplitMode)),
+    panic=st.sampled_from(list(PanicMode)),
+)
+def test_a_decision_without_its_trace_is_the_traced_one(
+    regional: RegionalView,
+    steps: list[tuple[RouteRequest, Inputs]],
+    split_mode: SplitMode,
+    panic: PanicMode,
+) -> None:
+    plain, traced = _routers(0, split_mode, panic)
+    for step, (request, given_inputs) in enumerate(steps):
         now = NOW + step * 0.01
-        a = fast.decide(
-            request,
-            regional,
-            given_inputs,
-            accounting=accounting,
-            now=now,
-            now_wall=now,
-            trace=False,
+        a = plain.decide(
+            request, regional, given_inputs, accounting=None, now=now, now_wall=now, trace=False
         )
-        b = slow.decide(
-            request, regional, given_inputs, accounting=accounting, now=now, now_wall=now
-        )
-        _same(a, b)
-        if a.route is Route.LOCAL and a.zone is not None:
-            for _ in range(extra):  # what the service charges at dispatch
-                accounting.start(a.zone.id, request.model, request.input_tokens)
-        tried = frozenset(excluded)
-        _same(
-            fast.place(
-                request, regional, given_inputs, accounting=accounting, excluded=tried, trace=False
-            ),
-            slow.place(request, regional, given_inputs, accounting=accounting, excluded=tried),
-        )
-
-
-def _plain_view() -> RegionalView:
-    return view(
-        [zone("a", model_load(queued=50_000)), zone("b", model_load(queued=1_000))],
-        region=REGION,
-    )
-
-
-def _plain_inputs() -> Inputs:
-    return Inputs(allowed=frozenset({REGION}), on_saturation=SaturationPolicy.REJECT)
-
-
-def test_the_fast_path_is_taken_and_leaves_out_only_the_trace() -> None:
-    fast, slow = _routers(0, SplitMode.CAPACITY, PanicMode.ALL)
-    request = RouteRequest(request_id="r", model=MODEL, input_tokens=1000, tenant="t1")
-    regional = _plain_view()
-    a = fast.decide(
-        request, regional, _plain_inputs(), accounting=None, now=NOW, now_wall=NOW, trace=False
-    )
-    b = slow.decide(request, regional, _plain_inputs(), accounting=None, now=NOW, now_wall=NOW)
-    assert a.zone is not None
-    assert a.zone.id == "b"
-    assert a.decision is None  # no trace built: the fast path chose
-    assert b.decision is not None
-    assert b.decision.choice == "b"
-    assert a == dataclasses.replace(b, decision=None)
-    # Asked for the trace, the router with a fast path runs the reference (both routers
-    # have now metered the same demand twice).
-    traced = fast.decide(request, regional, _plain_inputs(), accounting=None, now=NOW, now_wall=NOW)
-    again = slow.decide(request, regional, _plain_inputs(), accounting=None, now=NOW, now_wall=NOW)
-    assert traced.decision is not None
-    assert traced == again
-
-
-def test_a_scorer_outside_its_contract_defers_to_the_reference() -> None:
-    class Broken:
-        name = "broken"
-
-        def score(self, request: object, candidates: Any, ctx: object) -> dict[str, float]:
-            return {c.id: 7.0 for c in candidates}
-
-    choice = FastZoneChoice.compile(profile_spec(None))
-    broken = FastZoneChoice(choice._filters, [(Broken(), 1.0)], choice._picker)
-    regional = _plain_view()
-    zones = zone_candidates(regional, MODEL)
-    ctx = ZoneContext(regional, frozenset({REGION}))
-    request = RouteRequest(request_id="r", model=MODEL, input_tokens=10, tenant="t1")
-    assert choice.choose(request, zones, ctx) is not None
-    assert broken.choose(request, zones, ctx) is None
-    assert broken.pick(request, zones, ctx) is Deferred.REFERENCE
-
-
-def test_every_zone_filtered_out_defers_to_the_reference() -> None:
-    choice = FastZoneChoice.compile(profile_spec(None))
-    regional = view([zone("a", model_load(), drained=True)], region=REGION)
-    request = RouteRequest(request_id="r", model=MODEL, input_tokens=10, tenant="t1")
-    ctx = ZoneContext(regional, frozenset({REGION}))
-    zones = zone_candidates(regional, MODEL)
-    assert choice.choose(request, zones, ctx) is None
-    # place() needs nothing more than "no zone now"; decide() runs the reference for
-    # the refusal's filter name and trace.
-    assert choice.pick(request, zones, ctx) is Deferred.EMPTY
-    assert choice.pick(request, (), ctx) is Deferred.EMPTY
-
-
-def test_compile_refuses_what_the_reference_refuses() -> None:
-    data = dict(DEFAULT_PROFILE)
-    data["profile"] = {**DEFAULT_PROFILE["profile"], "scorers": [{"ref": "nope", "weight": 1}]}
-    with pytest.raises(Exception, match="nope"):
-        FastZoneChoice.compile(load_profile_spec(data))
+        b = traced.decide(request, regional, given_inputs, accounting=None, now=now, now_wall=now)
+        assert a.decision is None
+        if b.outcome is not None:
+            assert b.decision is not None
+            assert b.decision.choice == (a.zone.id if a.zone is not None else None)
+        assert a == dataclasses.replace(b, outcome=None)
 
 
 def _reference_candidates(
@@ -483,26 +464,6 @@ def test_per_view_memo_gives_the_per_call_candidates_and_spill_options(
         )
         assert got == _reference_options(regional, request, given_inputs, now_wall)
         accounting.start(zone_ids[0], request.model, request.input_tokens)
-
-
-@settings(max_examples=300, derandomize=True, deadline=None)
-@given(
-    regional=views(),
-    request=requests,
-    given_inputs=inputs(),
-    sent=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 30_000)), max_size=6),
-)
-def test_the_ttft_scorers_costs_are_its_cost_model_zone_by_zone(
-    regional: RegionalView, request: RouteRequest, given_inputs: Inputs, sent: list[tuple[int, int]]
-) -> None:
-    # The scorer works out every zone's cost inline; each must be cost_ms to the bit.
-    candidates = zone_candidates(regional, request.model, _charged(regional, sent))
-    ctx = ZoneContext(regional, given_inputs.allowed, False, given_inputs.tokens_per_block)
-    scorer = TtftScorer()
-    costs = scorer.costs_ms(request, candidates, ctx)
-    assert list(costs) == [c.id for c in candidates]
-    for candidate in candidates:
-        assert costs[candidate.id] == scorer.cost_ms(request, candidate, ctx)
 
 
 def _reference_peer_split(
