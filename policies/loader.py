@@ -26,6 +26,7 @@ from pydantic_core import ErrorDetails
 from policies.documents import DOCUMENT_TYPES, Kind, PolicyDocument
 from policies.errors import PolicyValidationError, Problem
 from policies.policyset import LoadedDocument, PolicySet, build_policy_set
+from policies.types import FORMAT_ERROR
 from policies.yamlsafe import (
     Limits,
     ParsedDocument,
@@ -244,6 +245,8 @@ def _message(error: ErrorDetails, model: type[BaseModel], loc: FieldPath) -> str
         allowed = _fields_at(model, loc[:-1])
         hint = f" (expected one of: {', '.join(allowed)})" if allowed else ""
         return f"unknown field {loc[-1]!r}{hint}"
+    if kind == FORMAT_ERROR:
+        return f"{error['msg']}, got {error.get('input')!r}"
     if kind == "value_error":
         # Our validators phrase the message; pydantic prefixes "Value error, ".
         return str(error["msg"]).removeprefix("Value error, ")

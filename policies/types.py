@@ -2,23 +2,28 @@
 
 This is the one definition of an id, a country code and a model name: ``gtm`` imports
 them from here (policies is the bottom layer), so an id valid in a policy file is valid
-as a region, tenant or etcd key segment, and the reverse. Each type validates with a
-message that says what was expected, and still publishes its pattern in the JSON Schema
-for editors. The whole value must match (``fullmatch``: a trailing newline, which ``$``
-alone lets through, is refused).
+as a region, tenant or etcd key segment, and the reverse. Each type is checked by
+pydantic's own string constraints (compiled, and run on every request record the tiers
+build), and any failure is reported as one error of type :data:`FORMAT_ERROR` whose
+message says what was expected; the pattern is published in the JSON Schema for
+editors. The whole value must match: a trailing newline is refused.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, GetPydanticSchema, WithJsonSchema
+from pydantic_core import core_schema
 
-_IDENTIFIER = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
-_COUNTRY = re.compile(r"^[A-Z]{2}$")
-_MODEL = re.compile(r"^[A-Za-z0-9._:/@+-]+$")
-_PLUGIN_TYPE = re.compile(r"^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$")
+#: The pydantic error type of a value that is not in one of these formats; its message
+#: is "expected <what the format is>" (the loader adds the value it got).
+FORMAT_ERROR = "format"
+
+_IDENTIFIER = r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$"
+_COUNTRY = r"^[A-Z]{2}$"
+_MODEL = r"^[A-Za-z0-9._:/@+-]+$"
+_PLUGIN_TYPE = r"^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$"
 
 
 class Frozen(BaseModel):
@@ -28,19 +33,21 @@ class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-def _checker(pattern: re.Pattern[str], max_len: int, what: str) -> AfterValidator:
-    def check(value: str) -> str:
-        if len(value) > max_len or not pattern.fullmatch(value):
-            raise ValueError(f"expected {what}, got {value!r}")
-        return value
+def _checker(pattern: str, max_len: int, what: str) -> GetPydanticSchema:
+    def schema(_source: Any, _handler: Any) -> core_schema.CoreSchema:
+        return core_schema.custom_error_schema(
+            core_schema.str_schema(pattern=pattern, max_length=max_len),
+            custom_error_type=FORMAT_ERROR,
+            custom_error_message=f"expected {what}",
+        )
 
-    return AfterValidator(check)
+    return GetPydanticSchema(get_pydantic_core_schema=schema)
 
 
-def _schema(pattern: re.Pattern[str], max_len: int, what: str) -> WithJsonSchema:
+def _schema(pattern: str, max_len: int, what: str) -> WithJsonSchema:
     schema: dict[str, Any] = {
         "type": "string",
-        "pattern": pattern.pattern,
+        "pattern": pattern,
         "maxLength": max_len,
         "description": what,
     }

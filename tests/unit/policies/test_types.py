@@ -1,5 +1,6 @@
-"""The shared field types (gtm.models imports them): what they accept, and that the
-Python check accepts exactly what the pattern published in the JSON Schema does."""
+"""The shared field types (gtm.models imports them): what they accept, how they refuse,
+and that they accept exactly what the plain pattern constraints (gtm.models' own types
+before it imported these) accepted."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import Field, TypeAdapter, ValidationError
 
-from policies.types import CountryCode, Identifier, ModelName
+from policies.types import FORMAT_ERROR, CountryCode, Identifier, ModelName
 
 ID = TypeAdapter(Identifier)
 COUNTRY = TypeAdapter(CountryCode)
@@ -53,13 +54,17 @@ def test_country_code(value: str, valid: bool) -> None:
     assert accepts(COUNTRY, value) is valid
 
 
-def test_a_refusal_says_what_was_expected() -> None:
-    with pytest.raises(ValidationError, match="expected a lowercase id"):
-        ID.validate_python("EU")
+def test_a_refusal_is_one_format_error_saying_what_was_expected() -> None:
+    for bad in ("EU", 12, "a" * 64):
+        with pytest.raises(ValidationError) as info:
+            ID.validate_python(bad)
+        (error,) = info.value.errors()
+        assert error["type"] == FORMAT_ERROR
+        assert error["msg"].startswith("expected a lowercase id")
 
 
-# The same constraints as pydantic's own (Rust) pattern check: what the JSON Schema
-# publishes, and what gtm.models validated with before it imported these types.
+# The plain constraints: what the JSON Schema publishes, and what gtm.models validated
+# with before it imported these types.
 SCHEMA_ID = TypeAdapter(
     Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")]
 )
