@@ -29,7 +29,7 @@ from gtm.openai_errors import error_middleware
 from regional_lb import request as req
 from regional_lb.admission import Admitted
 from regional_lb.errors import ModelNotFound, Overloaded, ResidencyRefused
-from regional_lb.proxy import LocalRelay, PeerRelay, UsageTap
+from regional_lb.proxy import LocalRelay, PeerRelay, Trip, UsageTap
 from regional_lb.quota import Usage
 from regional_lb.router import Reason, RegionalDecision, Route
 
@@ -89,10 +89,11 @@ class RegionalApi:
                 decision = await service.dispatcher.wait(admitted)
                 precharged = decision.zone.id if decision.zone is not None else None
             metrics.admitted.labels(admitted.tenant.id, label).inc()
+            trip = Trip(admitted.body, tap, arrived)
             if decision.route is Route.SPILL:
-                response = await self._spill(request, admitted, decision, tap, arrived)
+                response = await self._spill(request, admitted, decision, trip)
             else:
-                response = await self._local(request, admitted, decision, tap, arrived, precharged)
+                response = await self._local(request, admitted, decision, trip, precharged)
             usage = tap.usage(admitted.cost.input_tokens)
             if precharged is not None and usage is not None:
                 # VTC charges output as it is generated: correct the dispatch estimate.
@@ -147,8 +148,7 @@ class RegionalApi:
         request: web.Request,
         admitted: Admitted,
         decision: RegionalDecision,
-        tap: UsageTap,
-        arrived: float,
+        trip: Trip,
         precharged: str | None,
     ) -> web.StreamResponse:
         service = self._service
@@ -160,9 +160,7 @@ class RegionalApi:
         return await LocalRelay(
             request,
             service.carrier,
-            body=admitted.body,
-            tap=tap,
-            arrived=arrived,
+            trip,
             region=service.settings.region,
             route_request=admitted.route_request,
             inputs=admitted.inputs,
@@ -180,8 +178,7 @@ class RegionalApi:
         request: web.Request,
         admitted: Admitted,
         decision: RegionalDecision,
-        tap: UsageTap,
-        arrived: float,
+        trip: Trip,
     ) -> web.StreamResponse:
         service = self._service
         settings = service.settings
@@ -206,9 +203,7 @@ class RegionalApi:
         return await PeerRelay(
             request,
             service.carrier,
-            body=admitted.body,
-            tap=tap,
-            arrived=arrived,
+            trip,
             options=(*filter(None, (decision.peer,)), *decision.fallbacks),
             allowed=admitted.verdict.allowed,
             headers=headers,

@@ -163,25 +163,27 @@ class Carrier:
     settings: ProxySettings
 
 
+@dataclass(frozen=True, slots=True)
+class Trip:
+    """What one admitted request carries either way out."""
+
+    body: bytes
+    tap: UsageTap
+    #: ``time.perf_counter()`` when the request arrived (first-byte latency).
+    arrived: float
+
+
 class _RegionalRelay(Relay[Target]):
     """The hooks both ways out share: aiohttp upstreams, usage tap, metrics, errors."""
 
     watch_chunks = True
 
     def __init__(
-        self,
-        request: web.Request,
-        carrier: Carrier,
-        body: bytes,
-        tap: UsageTap,
-        arrived: float,
-        extra: Mapping[str, str],
+        self, request: web.Request, carrier: Carrier, trip: Trip, extra: Mapping[str, str]
     ) -> None:
         super().__init__(request, max_attempts=carrier.settings.max_attempts)
         self._carrier = carrier
-        self._body = body
-        self._tap = tap
-        self._arrived = arrived
+        self._trip = trip
         self._extra = extra
         self._skip = skip_set(*extra)
 
@@ -196,16 +198,16 @@ class _RegionalRelay(Relay[Target]):
         return await open_aiohttp(
             self._carrier.session(),
             target.url + request.path_qs,
-            self._body,
+            self._trip.body,
             headers,
             first_byte_timeout(settings.connect_timeout_s, settings.first_byte_timeout_s),
         )
 
     def first_byte(self, target: Target) -> None:
-        self._carrier.metrics.first_byte.observe(max(0.0, time.perf_counter() - self._arrived))
+        self._carrier.metrics.first_byte.observe(max(0.0, time.perf_counter() - self._trip.arrived))
 
     def chunk(self, data: bytes) -> None:
-        self._tap.feed(data)
+        self._trip.tap.feed(data)
 
     def failed(self, target: Target, failure: AttemptFailed) -> None:
         self._carrier.metrics.upstream.labels(target.id, failure.reason).inc()
@@ -246,10 +248,8 @@ class LocalRelay(_RegionalRelay):
         self,
         request: web.Request,
         carrier: Carrier,
+        trip: Trip,
         *,
-        body: bytes,
-        tap: UsageTap,
-        arrived: float,
         region: str,
         route_request: RouteRequest,
         inputs: Inputs,
@@ -261,9 +261,7 @@ class LocalRelay(_RegionalRelay):
         precharged: str | None,
         decision_id: str,
     ) -> None:
-        super().__init__(
-            request, carrier, body, tap, arrived, {req.HEADER_REQUEST_ID: route_request.request_id}
-        )
+        super().__init__(request, carrier, trip, {req.HEADER_REQUEST_ID: route_request.request_id})
         self._region = region
         self._route_request = route_request
         self._inputs = inputs
@@ -333,10 +331,8 @@ class PeerRelay(_RegionalRelay):
         self,
         request: web.Request,
         carrier: Carrier,
+        trip: Trip,
         *,
-        body: bytes,
-        tap: UsageTap,
-        arrived: float,
         options: tuple[PeerOption, ...],
         allowed: frozenset[str],
         headers: Mapping[str, str],
@@ -344,7 +340,7 @@ class PeerRelay(_RegionalRelay):
         request_id: str,
         on_spill: Callable[[str], None],
     ) -> None:
-        super().__init__(request, carrier, body, tap, arrived, headers)
+        super().__init__(request, carrier, trip, headers)
         self._options = options
         self._allowed = allowed
         self._chain = chain
@@ -378,5 +374,6 @@ __all__ = [
     "ProxySettings",
     "Target",
     "TargetKind",
+    "Trip",
     "UsageTap",
 ]
