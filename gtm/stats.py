@@ -35,7 +35,7 @@ def rank(count: int, q: float) -> int:
         raise ValueError(f"percentile fraction must be in [0, 1], got {q!r}")
     if count <= 0:
         raise ValueError(f"no values to rank (count {count})")
-    return max(1, math.ceil(Fraction(repr(q)) * count)) - 1
+    return max(1, math.ceil(Fraction(repr(float(q))) * count)) - 1
 
 
 def percentile_of_sorted(ordered: Sequence[float], q: float) -> float:

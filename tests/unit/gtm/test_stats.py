@@ -40,6 +40,11 @@ def test_percentile_table(values: list[float], q: float, expected: float) -> Non
     assert percentile(values, q) == expected
 
 
+def test_a_numpy_fraction_reads_as_its_float() -> None:
+    values = [float(i) for i in range(1, 101)]
+    assert percentile(values, np.float64(0.99)) == 99.0
+
+
 def test_infinite_samples_give_a_value_not_nan() -> None:
     # The simulator counts a request with no first token as infinitely late; linear
     # interpolation turns two neighbouring infinities into NaN.
