@@ -30,28 +30,28 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Annotated, Any, TypeVar
+from typing import Any, TypeVar
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from gpusim import openai_api as api
+from gpusim.config import GpuSimConfig, build_profile
 from gpusim.driver import EngineDriver, Notifier, RequestStream
 from gpusim.engine import Engine, EngineConfig, EngineError, EngineRequest, RequestTooLong
 from gpusim.faults import CRASH_EXIT_STATUS, FaultInjector, Faults
-from gpusim.lagprobe import PROBE_INTERVAL_S, LagProbe
-from gpusim.metrics import EngineMetrics, MetricsFlavor, ModelSnapshot
-from gpusim.perfmodel import WARMUP_PASSES, Degradation
-from gpusim.registration import DEFAULT_LEASE_TTL_S, WorkerRegistration
+from gpusim.lagprobe import LagProbe
+from gpusim.metrics import EngineMetrics, ModelSnapshot
+from gpusim.perfmodel import Degradation
+from gpusim.registration import WorkerRegistration
 from gpusim.textgen import Completion, embedding
 from gtm.admin_auth import AdminGuard, admin_middleware, path_prefix
 from gtm.clock import Clock, SystemClock
-from gtm.errors import ConfigError
-from gtm.gpu_profiles import LLAMA_8B, GpuProfile, ModelKind, UnknownProfile, get_profile
-from gtm.http_limits import HttpLimits, limited_app
-from gtm.models import Frozen, GpuWorker, Identifier, ModelName, WorkerState
+from gtm.gpu_profiles import ModelKind
+from gtm.http_limits import limited_app
+from gtm.models import GpuWorker, WorkerState
 from gtm.serve import HttpServer
 from gtm.state.store import StateStore
 from gtm.tasks import TaskSupervisor
@@ -65,51 +65,6 @@ log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 16 * 1024 * 1024
 
 M = TypeVar("M", bound=BaseModel)
-
-
-class GpuSimConfig(Frozen):
-    """Everything ``gtm gpu-sim`` is configured with."""
-
-    host: str = "127.0.0.1"
-    port: int = Field(default=8000, ge=0, le=65535)
-    gpu_type: str = "A100-80GB"
-    models: tuple[ModelName, ...] = Field(default=(LLAMA_8B,), min_length=1)
-    speedup: float = Field(default=1.0, gt=0.0, le=1e6, allow_inf_nan=False)
-    seed: int = 0
-    metrics_flavor: MetricsFlavor = MetricsFlavor.VLLM
-    #: Waiting requests (per model) beyond which new requests get 429.
-    max_queue: int = Field(default=1024, ge=0)
-    #: Start with the model(s) not loaded: serve only after the profile's cold start.
-    cold_start: bool = False
-    warmup_passes: int = Field(default=WARMUP_PASSES, ge=0)
-    max_num_seqs: Annotated[int, Field(ge=1)] | None = None
-    num_gpu_blocks: Annotated[int, Field(ge=1)] | None = None
-    step_jitter: float = Field(default=0.0, ge=0.0, le=0.5)
-    state: str | None = None
-    region: Identifier = "local"
-    zone: Identifier = "local-a"
-    worker_id: Identifier | None = None
-    advertise_url: str | None = None
-    lease_ttl_s: float = Field(default=DEFAULT_LEASE_TTL_S, ge=1.0, le=3600.0)
-    #: Seconds between the event-loop lag probe's wake-ups (``/admin/lag``).
-    lag_probe_interval_s: float = Field(default=PROBE_INTERVAL_S, ge=0.001, le=10.0)
-    #: Header/body/JSON-depth limits, slow-client timeouts, per-client concurrency.
-    limits: HttpLimits = HttpLimits()
-
-
-def build_profile(config: GpuSimConfig, model: str) -> GpuProfile:
-    """The profile of ``model`` on the configured GPU, with command-line overrides."""
-    try:
-        profile = get_profile(config.gpu_type, model)
-    except UnknownProfile as exc:
-        raise ConfigError(str(exc)) from None
-    if config.max_num_seqs is not None:
-        profile = replace(profile, max_num_seqs=config.max_num_seqs)
-    if config.num_gpu_blocks is not None:
-        blocks = config.num_gpu_blocks
-        max_len = min(profile.max_model_len, blocks * profile.block_size)
-        profile = replace(profile, num_gpu_blocks=blocks, max_model_len=max_len)
-    return profile
 
 
 @dataclass(slots=True, eq=False)
