@@ -94,6 +94,23 @@ def nearest_allowed(req: SimRequest, verdict: Verdict, regions: Regions) -> Plac
     return Placement(home, home, regions.client_rtt_ms(req, home))
 
 
-def allowed_peers(home: str, verdict: Verdict, regions: Regions) -> list[str]:
-    """The regions other than ``home`` that the tenant's residency allows, in fleet order."""
-    return [r for r in regions.region_ids if r != home and r in verdict.allowed]
+class PeerForwarding:
+    """A rule that starts at the nearest allowed region and may forward the request to
+    another allowed region (a *peer*) by reading the regions' live load."""
+
+    arrival_only: ClassVar[bool] = False
+
+    def choose(self, req: SimRequest, verdict: Verdict, regions: Regions) -> Placement | None:
+        start = nearest_allowed(req, verdict, regions)
+        if start is None:
+            return None
+        home = start.home
+        peers = [r for r in regions.region_ids if r != home and r in verdict.allowed]
+        return self.forward(req, start, peers, regions) if peers else start
+
+    def forward(
+        self, req: SimRequest, start: Placement, peers: Sequence[str], regions: Regions
+    ) -> Placement:
+        """Where the request goes from ``start`` (itself, or one of ``peers``, the allowed
+        regions other than home in fleet order, never empty)."""
+        raise NotImplementedError

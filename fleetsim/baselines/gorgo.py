@@ -9,11 +9,10 @@ Peers are tried in fleet order and the first strictly cheapest wins.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Sequence
 
-from fleetsim.baselines.base import Placement, Regions, allowed_peers, nearest_allowed
+from fleetsim.baselines.base import PeerForwarding, Placement, Regions
 from fleetsim.workload import SimRequest
-from policies import Verdict
 
 #: GORGO's default prefill cost per token (atoniolo76/gotoni, pkg/config/constants.go).
 GORGO_TP_MS = 0.094
@@ -31,17 +30,11 @@ def region_cost_ms(req: SimRequest, region: str, regions: Regions) -> float:
     return GORGO_TP_MS * (queued + 0.5 * running + unmatched)
 
 
-class Gorgo:
-    arrival_only: ClassVar[bool] = False
-
-    def choose(self, req: SimRequest, verdict: Verdict, regions: Regions) -> Placement | None:
-        start = nearest_allowed(req, verdict, regions)
-        if start is None:
-            return None
+class Gorgo(PeerForwarding):
+    def forward(
+        self, req: SimRequest, start: Placement, peers: Sequence[str], regions: Regions
+    ) -> Placement:
         home = start.home
-        peers = allowed_peers(home, verdict, regions)
-        if not peers:
-            return start
         best_cost, best, extra = region_cost_ms(req, home, regions), home, start.extra_ms
         for peer in peers:
             cost = region_cost_ms(req, peer, regions)

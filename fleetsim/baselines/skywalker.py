@@ -9,11 +9,10 @@ pending requests.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Sequence
 
-from fleetsim.baselines.base import Placement, Regions, allowed_peers, nearest_allowed
+from fleetsim.baselines.base import PeerForwarding, Placement, Regions
 from fleetsim.workload import SimRequest
-from policies import Verdict
 
 #: Home region's queued requests per GPU above which it pushes (assumption).
 SKYWALKER_PUSH_AT = 2.0
@@ -27,16 +26,12 @@ def queued_per_gpu(region: str, regions: Regions) -> float:
     return load.prefilling_requests() / max(1, load.gpu_count)
 
 
-class SkyWalker:
-    arrival_only: ClassVar[bool] = False
-
-    def choose(self, req: SimRequest, verdict: Verdict, regions: Regions) -> Placement | None:
-        start = nearest_allowed(req, verdict, regions)
-        if start is None:
-            return None
+class SkyWalker(PeerForwarding):
+    def forward(
+        self, req: SimRequest, start: Placement, peers: Sequence[str], regions: Regions
+    ) -> Placement:
         home = start.home
-        peers = allowed_peers(home, verdict, regions)
-        if not peers or queued_per_gpu(home, regions) < SKYWALKER_PUSH_AT:
+        if queued_per_gpu(home, regions) < SKYWALKER_PUSH_AT:
             return start
         best = min(peers, key=lambda r: (queued_per_gpu(r, regions), regions.rtt_ms(home, r)))
         if queued_per_gpu(best, regions) > SKYWALKER_PEER_MAX:
