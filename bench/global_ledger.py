@@ -5,7 +5,7 @@ the 5,000 most populous cities, the example tenants, prompts up to 4k tokens), a
 10,000 requests a second with a new summary every second (``--revision-every``). Per
 request the front door takes the ledger's overlay of the view, decides
 (``GlobalRouter.decide``: residency, cache, fast path) and charges the chosen region —
-global_lb/frontdoor.py's path. An overlay is rebuilt when some region's charges not yet
+global_lb/api.py's path. An overlay is rebuilt when some region's charges not yet
 in it reach ``resolution_ms`` of queueing, and every rebuild starts the decision cache
 afresh, so the figure depends on the resolution.
 

@@ -159,7 +159,7 @@ ZONE_GPUS = (("H100", 2), ("A100-80GB", 1), ("L40S", 1))
 REGIONS = ("us-east", "eu-west")
 TARGET = 0.10
 #: Wall seconds between zone and region summaries in gtm up (zone_agent.config
-#: ZoneConfig.summary_interval_s, regional_lb.service ServiceSettings.summary_interval_s).
+#: ZoneConfig.summary_interval_s, regional_lb.config RegionalSettings.summary_interval_s).
 SUMMARY_INTERVAL_S = 1.0
 #: Wall seconds between a zone agent's scrapes of its GPUs in gtm up (UpConfig).
 SCRAPE_INTERVAL_S = UpConfig().scrape_interval_s

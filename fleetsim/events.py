@@ -42,7 +42,7 @@ class Hop:
 @dataclass(frozen=True, slots=True)
 class Release:
     """The end of a spilled request reaches the region that admitted it, which closes
-    the request's quota ticket (regional_lb.service relays the peer's answer and
+    the request's quota ticket (regional_lb.api relays the peer's answer and
     finishes the ticket when the relay ends)."""
 
     at: float

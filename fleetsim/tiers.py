@@ -314,7 +314,7 @@ class Tiers(Routing):
                 self.sim.end_unserved(item.payload.index, Status.TIMED_OUT, "queued at the horizon")
 
     def _drain_queue(self, region: str, now: float) -> None:
-        """Expire, then hand queued requests to zones with room (regional_lb.service)."""
+        """Expire, then hand queued requests to zones with room (regional_lb.dispatch)."""
         sim = self.sim
         queue = self.queues[region]
         for expired in queue.expire(now):
@@ -325,7 +325,7 @@ class Tiers(Routing):
             if sim.requests[item.payload.index].at_s + sim.client_timeout_s <= now
         ]
         for item in gave_up:
-            # The client went away while waiting (regional_lb.service removes it too).
+            # The client went away while waiting (regional_lb.dispatch removes it too).
             queue.remove(item)
             sim.end_unserved(item.payload.index, Status.TIMED_OUT, sim.timeout_reason)
         if not len(queue):
