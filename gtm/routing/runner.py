@@ -174,12 +174,12 @@ class FastPath:
             if k >= len(wanted):
                 return f"{label} is one more than it takes ({len(wanted)})"
             if wanted[k] not in capabilities_of(plugin):
-                return f"{label} lacks {wanted[k]!r}"
+                return f"{label} lacks '{wanted[k]}'"
         if len(slots) < len(self.needs):
             return f"it needs {len(self.needs)} {point}s, the profile has {len(slots)}"
         picker = match.picker
         if self.picker is not None and self.picker not in capabilities_of(picker):
-            return f"picker {picker.name!r} ({type(picker).__name__}) lacks {self.picker!r}"
+            return f"picker {picker.name!r} ({type(picker).__name__}) lacks '{self.picker}'"
         return None
 
 
@@ -348,7 +348,7 @@ class Runner(Generic[B]):
         )
         self._metrics = metrics
         self._timer = timer
-        self._timing_every = plugin_timing_every
+        self.plugin_timing_every = self._timing_every = plugin_timing_every
         self._decisions = itertools.count()
         self._observe = self._observers(metrics)
         self._decision_obs = (

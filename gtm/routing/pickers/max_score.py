@@ -60,7 +60,7 @@ def better(batch: Batch, totals: Floats, a: int, b: int) -> int:
 class MaxScorePicker(Plugin):
     """Highest total wins; ties broken by the smallest id."""
 
-    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.PICKS_MAX_TOTAL})
+    capabilities = frozenset({Capability.PICKS_MAX_TOTAL})
 
     def __init__(self, name: str = TYPE_NAME, params: Params | None = None) -> None:
         super().__init__(name)

@@ -1,30 +1,46 @@
-"""Small candidates, contexts and plugins for the routing framework's tests."""
+"""Small candidates, batches and plugins for the routing framework's tests."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from gtm.models import RouteRequest
-from gtm.routing import FilterResult, Scored, partition
+from gtm.routing import Batch, Plugin, Removal, removal_where
+from gtm.routing.framework import Floats
 
 
 @dataclass(frozen=True, slots=True)
 class Node:
-    """A stand-in candidate: anything with an ``id`` can be routed to."""
+    """A stand-in candidate."""
 
     id: str
     load: float = 0.0
     healthy: bool = True
 
 
-@dataclass(frozen=True, slots=True)
-class Ctx:
-    """A stand-in snapshot; ``allowed`` feeds the allow-list filter's context source."""
+class NodeBatch(Batch):
+    """A stand-in tier layout: nodes by position; ``allowed`` feeds the allow-list filter."""
 
-    allowed: frozenset[str] | None = None
+    __slots__ = ("allowed", "nodes")
 
-    def allowed_ids(self, request: RouteRequest, /) -> Set[str] | None:
+    request: RouteRequest
+
+    def __init__(
+        self,
+        nodes: Sequence[Node],
+        request: RouteRequest,
+        allowed: Set[str] | None = None,
+        view: object = None,
+    ) -> None:
+        super().__init__(tuple(n.id for n in nodes), request, view)
+        self.nodes = tuple(nodes)
+        self.allowed = allowed
+
+    def allowed_ids(self) -> Set[str] | None:
         return self.allowed
 
 
@@ -36,23 +52,34 @@ def request(request_id: str = "req-1") -> RouteRequest:
     return RouteRequest(request_id=request_id, model="m", input_tokens=100, tenant="t")
 
 
-def scored(*pairs: tuple[str, float]) -> list[Scored[Node]]:
-    return [Scored(Node(cid), total) for cid, total in pairs]
+def batch(
+    *items: Node | str, allowed: Set[str] | None = None, req: RouteRequest | None = None
+) -> NodeBatch:
+    given = [Node(i) if isinstance(i, str) else i for i in items]
+    return NodeBatch(given, req or request(), allowed)
+
+
+def pick(
+    picker: object, pairs: Sequence[tuple[str, float]], req: RouteRequest | None = None
+) -> str:
+    """The id ``picker`` chooses among ``(id, total)`` survivors."""
+    chosen = batch(*(cid for cid, _ in pairs), req=req)
+    totals = np.array([total for _, total in pairs], dtype=np.float64)
+    position: int = picker.pick(chosen, totals)  # type: ignore[attr-defined]
+    return chosen.ids[position]
 
 
 @dataclass
-class PredicateFilter:
-    """Removes candidates for which ``why`` returns a reason; records what it was shown."""
+class PredicateFilter(Plugin):
+    """Removes nodes for which ``why`` returns a reason; records the survivors it saw."""
 
     name: str
     why: Callable[[Node], str | None]
     seen: list[tuple[str, ...]] = field(default_factory=list)
 
-    def filter(
-        self, request: RouteRequest, candidates: Sequence[Node], ctx: Ctx, /
-    ) -> FilterResult[Node]:
-        self.seen.append(tuple(c.id for c in candidates))
-        return partition(candidates, self.why)
+    def removes(self, batch: NodeBatch, /) -> Removal | None:
+        self.seen.append(tuple(batch.ids[k] for k in batch.survivors.tolist()))
+        return removal_where(batch, lambda k: self.why(batch.nodes[k]))
 
 
 def drop(*ids: str, name: str = "drop", reason: str = "dropped") -> PredicateFilter:
@@ -60,38 +87,34 @@ def drop(*ids: str, name: str = "drop", reason: str = "dropped") -> PredicateFil
 
 
 @dataclass
-class FixedScorer:
-    """Returns the given values as they are (for the runner's clamping and weighting)."""
+class FixedScorer(Plugin):
+    """Returns the given values as they are (NaN where none is given)."""
 
     name: str
     values: Mapping[str, float]
 
-    def score(
-        self, request: RouteRequest, candidates: Sequence[Node], ctx: Ctx, /
-    ) -> Mapping[str, float]:
-        return self.values
+    def scores(self, batch: NodeBatch, /) -> Floats:
+        return np.array([self.values.get(i, math.nan) for i in batch.ids], dtype=np.float64)
 
 
 @dataclass
-class LoadScorer:
-    """1 − load: lightly loaded candidates score higher."""
+class LoadScorer(Plugin):
+    """1 − load: lightly loaded nodes score higher."""
 
     name: str = "load"
 
-    def score(
-        self, request: RouteRequest, candidates: Sequence[Node], ctx: Ctx, /
-    ) -> Mapping[str, float]:
-        return {c.id: 1.0 - c.load for c in candidates}
+    def scores(self, batch: NodeBatch, /) -> list[float]:
+        return [1.0 - n.load for n in batch.nodes]
 
 
 @dataclass
-class LoadCost:
+class LoadCost(Plugin):
     """A cost model: 100 ms per unit of load (infinite for an unhealthy node)."""
 
     name: str = "load-cost"
 
-    def cost_ms(self, request: RouteRequest, candidate: Node, ctx: Ctx, /) -> float:
-        return 100.0 * candidate.load if candidate.healthy else float("inf")
+    def costs_ms(self, batch: NodeBatch, /) -> list[float]:
+        return [100.0 * n.load if n.healthy else math.inf for n in batch.nodes]
 
 
 @dataclass

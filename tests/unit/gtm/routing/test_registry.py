@@ -11,15 +11,17 @@ from gtm.errors import PluginError
 from gtm.metrics import new_registry
 from gtm.models import Frozen, Tier
 from gtm.routing import (
+    VOCABULARY_ALIASES,
     PluginRegistry,
     ProfileSpec,
     RoutingMetrics,
     default_registry,
     load_profile_spec,
 )
+from gtm.routing.pickers.max_score import MaxScorePicker
 from gtm.routing.pickers.random_pick import RandomPicker
-from gtm.routing.profile import DEFAULT_PLUGIN_TIMING_EVERY
-from tests.unit.gtm.routing.helpers import Ctx, LoadCost, LoadScorer, Node, request
+from gtm.routing.runner import DEFAULT_PLUGIN_TIMING_EVERY, FastPath, Stage
+from tests.unit.gtm.routing.helpers import LoadCost, LoadScorer, Node, batch
 
 
 class _NoParams(Frozen):
@@ -61,7 +63,7 @@ def _spec(**profile: Any) -> dict[str, Any]:
 
 
 def _build(data: Mapping[str, Any], **kwargs: Any) -> Any:
-    return _registry().build_profile(load_profile_spec(data), tier=Tier.ZONE, **kwargs)
+    return _registry().build(load_profile_spec(data), tier=Tier.ZONE, **kwargs)
 
 
 def test_builds_and_runs_a_profile_from_configuration() -> None:
@@ -72,12 +74,12 @@ def test_builds_and_runs_a_profile_from_configuration() -> None:
     )
     profile = _build(data, metrics=RoutingMetrics(new_registry()))
     assert profile.name == "zone-default"
-    assert profile.filter_names == ("allowed",)
-    assert profile.scorer_weights == (("load", 2.0), ("ttft", 1.0))
-    assert profile.picker_name == "max-score-picker"
-    assert profile.cost_model_name == "ttft"
+    assert [f.name for f in profile.filters] == ["allowed"]
+    assert profile.weights == (("load", 2.0), ("ttft", 1.0))
+    assert profile.picker.name == "max-score-picker"
+    assert profile.cost_model.name == "ttft"
     candidates = (Node("a", load=0.2), Node("b", load=0.1), Node("c", load=0.0))
-    decision = profile.run(request(), candidates, Ctx(allowed=frozenset({"a", "b"})))
+    decision = profile.decide(batch(*candidates, allowed={"a", "b"})).to_decision()
     assert decision.choice == "b"
     assert decision.trace.removed_by() == {"c": "allowed"}
     assert decision.predicted_ttft_ms == pytest.approx(10.0)
@@ -94,10 +96,11 @@ def test_a_plugin_referenced_twice_is_built_once() -> None:
     registry.register("counted", _NoParams, factory)
     data = _spec(scorers=[{"ref": "twice"}], cost_model="twice")
     data["plugins"].append({"type": "counted", "name": "twice"})
-    profile = registry.build_profile(load_profile_spec(data), tier=Tier.ZONE)
+    profile = registry.build(load_profile_spec(data), tier=Tier.ZONE)
     assert built == ["twice"]
-    assert profile.scorer_weights == (("twice", 1.0),)
-    assert profile.cost_model_name == "twice"
+    assert profile.weights == (("twice", 1.0),)
+    assert profile.cost_model is not None
+    assert profile.cost_model.name == profile.scorers[0].scorer.name == "twice"
 
 
 @pytest.mark.parametrize(
@@ -144,7 +147,7 @@ def test_a_plugin_referenced_twice_is_built_once() -> None:
         (
             "same scorer twice",
             {"scorers": [{"ref": "load"}, {"ref": "load"}]},
-            r"two scorer plugins are named 'load'",
+            r"plugin names must be unique: \['load', 'load'\]",
         ),
     ],
 )
@@ -206,7 +209,7 @@ def test_factory_failure_is_a_plugin_error_naming_the_plugin() -> None:
     registry.register("fussy", _NoParams, factory)
     spec = ProfileSpec.model_validate({"plugins": [{"type": "fussy"}], "profile": {}})
     with pytest.raises(PluginError, match=r"plugins\[0\] 'fussy' \(type 'fussy'\): needs a GPU"):
-        registry.build_profile(spec, tier=Tier.GLOBAL)
+        registry.build(spec, tier=Tier.GLOBAL)
 
 
 def test_deprecated_alias_builds_the_current_type_and_warns(
@@ -219,6 +222,33 @@ def test_deprecated_alias_builds_the_current_type_and_warns(
     assert isinstance(plugin, RandomPicker)
     assert plugin.name == "random"
     assert "'random' is deprecated; use 'random-picker'" in caplog.text
+
+
+def test_a_deprecated_alias_is_logged_once_per_registry(caplog: pytest.LogCaptureFixture) -> None:
+    registry = default_registry()
+    spec = load_profile_spec({"plugins": [{"type": "random"}], "profile": {}}).plugins[0]
+    with caplog.at_level(logging.WARNING, logger="gtm.routing.registry"):
+        registry.build_plugin(spec)
+        registry.build_plugin(spec)
+    assert caplog.text.count("is deprecated") == 1
+
+
+def test_the_vocabulary_aliases_name_the_registered_types_only() -> None:
+    registry = default_registry()
+    registry.register("health-filter", _NoParams, lambda n, p: object())
+    registry.register_vocabulary_aliases()
+    assert registry.aliases() == {"healthy-filter": "health-filter", "random": "random-picker"}
+    assert set(VOCABULARY_ALIASES) >= {"serves-model-filter", "ttft-cost", "prefix-cache-scorer"}
+
+
+def test_fast_paths_are_declared_on_the_registry_and_copied_with_it() -> None:
+    registry = default_registry()
+    path = FastPath("p", Stage.CHOICE, (), lambda match: MaxScorePicker())  # type: ignore[arg-type,return-value]
+    registry.register_fast_path(path)
+    with pytest.raises(PluginError, match="already registered"):
+        registry.register_fast_path(path)
+    assert registry.copy().fast_paths() == (path,)
+    assert default_registry().fast_paths() == ()
 
 
 def test_registration_rules() -> None:
@@ -263,7 +293,7 @@ def test_trace_scores_reaches_the_profile() -> None:
     data["trace_scores"] = 1
     profile = _build(data)
     candidates = (Node("a", load=0.5), Node("b", load=0.1), Node("c", load=0.9))
-    decision = profile.run(request(), candidates, Ctx())
+    decision = profile.decide(batch(*candidates)).to_decision()
     assert [s.candidate for s in decision.trace.scores] == ["b"]
     assert decision.trace.scores_omitted == 2
     with pytest.raises(PluginError, match=r"trace_scores: Input should be greater than or equal"):

@@ -1,40 +1,41 @@
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from pydantic import ValidationError
 
 from gtm.errors import PluginError
-from gtm.routing import Filter
+from gtm.routing import Batch, Filter
 from gtm.routing.filters.allow_list import TYPE_NAME, AllowListFilter, AllowListSource, Params
-from tests.unit.gtm.routing.helpers import Ctx, Node, nodes, request
+from tests.unit.gtm.routing.helpers import batch, request
 
 LISTED = "not in the allow list of filter 'allow'"
 CONTEXT = "not allowed for this request by the snapshot"
 
 
 @pytest.mark.parametrize(
-    ("case", "params", "ctx", "kept", "removed"),
+    ("case", "params", "allowed", "kept", "removed"),
     [
-        ("static list", Params(ids=frozenset({"a", "c"})), Ctx(), ("a", "c"), (("b", LISTED),)),
+        ("static list", Params(ids=frozenset({"a", "c"})), None, ("a", "c"), (("b", LISTED),)),
         (
             "from context",
             Params(from_context=True),
-            Ctx(allowed=frozenset({"b"})),
+            frozenset({"b"}),
             ("b",),
             (("a", CONTEXT), ("c", CONTEXT)),
         ),
-        ("context without opinion", Params(from_context=True), Ctx(), ("a", "b", "c"), ()),
+        ("context without opinion", Params(from_context=True), None, ("a", "b", "c"), ()),
         (
             "both must allow",
             Params(ids=frozenset({"a", "b"}), from_context=True),
-            Ctx(allowed=frozenset({"b", "c"})),
+            frozenset({"b", "c"}),
             ("b",),
             (("a", CONTEXT), ("c", LISTED)),
         ),
         (
             "empty list fails closed",
             Params(ids=frozenset()),
-            Ctx(),
+            None,
             (),
             (("a", LISTED), ("b", LISTED), ("c", LISTED)),
         ),
@@ -43,13 +44,15 @@ CONTEXT = "not allowed for this request by the snapshot"
 def test_allow_list(
     case: str,
     params: Params,
-    ctx: Ctx,
+    allowed: frozenset[str] | None,
     kept: tuple[str, ...],
     removed: tuple[tuple[str, str], ...],
 ) -> None:
-    result = AllowListFilter[Node]("allow", params).filter(request(), nodes("a", "b", "c"), ctx)
-    assert tuple(c.id for c in result.kept) == kept, case
-    assert result.removed == removed, case
+    chosen = batch("a", "b", "c", allowed=allowed)
+    removal = AllowListFilter("allow", params).removes(chosen)
+    got = () if removal is None else tuple(np.flatnonzero(removal.mask).tolist())
+    assert tuple(i for k, i in enumerate(chosen.ids) if k not in got) == kept, case
+    assert removal is None or tuple((chosen.ids[k], removal.reason(k)) for k in got) == removed
 
 
 def test_params_need_a_source_and_forbid_unknown_fields() -> None:
@@ -61,13 +64,13 @@ def test_params_need_a_source_and_forbid_unknown_fields() -> None:
 
 
 def test_context_without_allowed_ids_is_a_plugin_error() -> None:
-    flt: AllowListFilter[Node] = AllowListFilter("allow", Params(from_context=True))
-    with pytest.raises(PluginError, match=r"'allow'.*object has no allowed_ids"):
-        flt.filter(request(), nodes("a"), object())
+    flt = AllowListFilter("allow", Params(from_context=True))
+    with pytest.raises(PluginError, match=r"'allow'.*Batch has no allowed_ids"):
+        flt.removes(Batch(("a",), request(), None))
 
 
 def test_name_and_protocols() -> None:
-    flt: AllowListFilter[Node] = AllowListFilter(TYPE_NAME, Params(ids=frozenset({"a"})))
+    flt = AllowListFilter(TYPE_NAME, Params(ids=frozenset({"a"})))
     assert flt.name == TYPE_NAME
     assert isinstance(flt, Filter)
-    assert isinstance(Ctx(), AllowListSource)
+    assert isinstance(batch("a"), AllowListSource)

@@ -1,11 +1,11 @@
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from gtm.errors import PluginError
-from gtm.routing import Picker
-from gtm.routing.pickers.max_score import TYPE_NAME, MaxScorePicker, Params
-from tests.unit.gtm.routing.helpers import Node, request, scored
+from gtm.routing import Capability, Picker, capabilities_of
+from gtm.routing.pickers.max_score import TYPE_NAME, MaxScorePicker, Params, build
+from tests.unit.gtm.routing.helpers import batch, pick, request
 
 
 @pytest.mark.parametrize(
@@ -19,18 +19,32 @@ from tests.unit.gtm.routing.helpers import Node, request, scored
     ],
 )
 def test_max_score(case: str, pairs: list[tuple[str, float]], expected: str) -> None:
-    picker: MaxScorePicker[Node] = MaxScorePicker()
-    assert picker.pick(request(), scored(*pairs)).id == expected, case
-    assert picker.pick(request(), list(reversed(scored(*pairs)))).id == expected, case
+    picker = MaxScorePicker()
+    assert pick(picker, pairs, request()) == expected, case
+    assert pick(picker, list(reversed(pairs)), request()) == expected, case
 
 
 def test_name_params_and_protocol() -> None:
-    picker: MaxScorePicker[Node] = MaxScorePicker("best", Params())
+    picker = MaxScorePicker("best", Params())
     assert picker.name == "best"
     assert MaxScorePicker().name == TYPE_NAME
     assert isinstance(picker, Picker)
 
 
-def test_empty_input_is_a_plugin_error() -> None:
-    with pytest.raises(PluginError, match="no candidates"):
-        MaxScorePicker().pick(request(), [])
+def test_ties_among_survivors_go_to_the_smallest_id_in_any_order() -> None:
+    chosen = batch("c", "a", "b", "d")
+    chosen.alive[1] = False  # "a" was filtered out: its total does not count
+    chosen.all_alive = False
+    chosen.seal()
+    totals = np.array([0.7, 0.9, 0.7, 0.1])
+    assert chosen.ids[MaxScorePicker().pick(chosen, totals)] == "b"
+
+
+def test_near_equal_draws_between_the_close_ones_and_drops_the_fast_path_capability() -> None:
+    near = build("near", Params(near_equal=0.1, seed=1))
+    assert Capability.PICKS_MAX_TOTAL in capabilities_of(build("plain", Params()))
+    assert Capability.PICKS_MAX_TOTAL not in capabilities_of(near)
+    # The better of two drawn among a, b and c (within 0.1 of the best): never c or d.
+    pairs = [("a", 0.95), ("b", 0.9), ("c", 0.88), ("d", 0.1)]
+    picked = {pick(near, pairs, request(f"r{i}")) for i in range(40)}
+    assert picked == {"a", "b"}

@@ -6,11 +6,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from gtm.errors import PluginError
-from gtm.models import RouteRequest
 from gtm.routing import Picker
+from gtm.routing.framework import HasRequestId
 from gtm.routing.pickers.power_of_two import TYPE_NAME, Params, PowerOfTwoPicker
-from tests.unit.gtm.routing.helpers import Node, request, scored
+from tests.unit.gtm.routing.helpers import pick, request
 
 
 def _draws(*values: float) -> Iterator[float]:
@@ -41,25 +40,25 @@ def _rng(*values: float) -> random.Random:
 def test_power_of_two(
     case: str, draws: tuple[float, ...], pairs: list[tuple[str, float]], expected: str
 ) -> None:
-    def rng_for(req: RouteRequest, seed: int) -> random.Random:
+    def rng_for(req: HasRequestId, seed: int) -> random.Random:
         return _rng(*draws)
 
-    picker: PowerOfTwoPicker[Node] = PowerOfTwoPicker(rng_for=rng_for)
-    assert picker.pick(request(), scored(*pairs)).id == expected, case
+    picker = PowerOfTwoPicker(rng_for=rng_for)
+    assert pick(picker, pairs, request()) == expected, case
 
 
 def test_single_candidate_needs_no_randomness() -> None:
-    def rng_for(req: RouteRequest, seed: int) -> random.Random:
+    def rng_for(req: HasRequestId, seed: int) -> random.Random:
         raise AssertionError("no draw needed")
 
-    picker: PowerOfTwoPicker[Node] = PowerOfTwoPicker(rng_for=rng_for)
-    assert picker.pick(request(), scored(("only", 0.0))).id == "only"
+    picker = PowerOfTwoPicker(rng_for=rng_for)
+    assert pick(picker, [("only", 0.0)], request()) == "only"
 
 
 def test_never_picks_the_worst_and_favours_the_best() -> None:
     pairs = [("a", 0.1), ("b", 0.4), ("c", 0.7), ("d", 0.9)]
-    picker: PowerOfTwoPicker[Node] = PowerOfTwoPicker()
-    counts = Counter(picker.pick(request(f"r{i}"), scored(*pairs)).id for i in range(3000))
+    picker = PowerOfTwoPicker()
+    counts = Counter(pick(picker, pairs, request(f"r{i}")) for i in range(3000))
     # P(rank k of n wins) = 2(k-1)/(n(n-1)): 0, 1/6, 2/6, 3/6 for n = 4.
     assert counts["a"] == 0
     assert counts["b"] < counts["c"] < counts["d"]
@@ -68,18 +67,15 @@ def test_never_picks_the_worst_and_favours_the_best() -> None:
 
 def test_deterministic_per_request_and_seed() -> None:
     pairs = [(f"n{i}", i / 10) for i in range(10)]
-    once = [PowerOfTwoPicker[Node]().pick(request(f"r{i}"), scored(*pairs)).id for i in range(40)]
-    again = [PowerOfTwoPicker[Node]().pick(request(f"r{i}"), scored(*pairs)).id for i in range(40)]
+    once = [pick(PowerOfTwoPicker(), pairs, request(f"r{i}")) for i in range(40)]
+    again = [pick(PowerOfTwoPicker(), pairs, request(f"r{i}")) for i in range(40)]
     other = [
-        PowerOfTwoPicker[Node](params=Params(seed=1)).pick(request(f"r{i}"), scored(*pairs)).id
-        for i in range(40)
+        pick(PowerOfTwoPicker(params=Params(seed=1)), pairs, request(f"r{i}")) for i in range(40)
     ]
     assert once == again
     assert once != other
 
 
-def test_name_protocol_and_empty_input() -> None:
+def test_name_and_protocol() -> None:
     assert PowerOfTwoPicker().name == TYPE_NAME
     assert isinstance(PowerOfTwoPicker(), Picker)
-    with pytest.raises(PluginError, match="no candidates"):
-        PowerOfTwoPicker().pick(request(), [])

@@ -5,19 +5,18 @@ from collections import Counter
 
 import pytest
 
-from gtm.errors import PluginError
-from gtm.models import RouteRequest
 from gtm.routing import Picker
+from gtm.routing.framework import HasRequestId
 from gtm.routing.pickers.weighted_random import TYPE_NAME, Params, WeightedRandomPicker
-from tests.unit.gtm.routing.helpers import Node, request, scored
+from tests.unit.gtm.routing.helpers import pick, request
 
 
-def _fixed(draw: float) -> WeightedRandomPicker[Node]:
+def _fixed(draw: float) -> WeightedRandomPicker:
     class Fixed(random.Random):
         def random(self) -> float:
             return draw
 
-    def rng_for(req: RouteRequest, seed: int) -> random.Random:
+    def rng_for(req: HasRequestId, seed: int) -> random.Random:
         return Fixed()
 
     return WeightedRandomPicker(rng_for=rng_for)
@@ -37,19 +36,19 @@ def _fixed(draw: float) -> WeightedRandomPicker[Node]:
 def test_weighted_random(
     case: str, draw: float, pairs: list[tuple[str, float]], expected: str
 ) -> None:
-    assert _fixed(draw).pick(request(), scored(*pairs)).id == expected, case
+    assert pick(_fixed(draw), pairs, request()) == expected, case
 
 
 def test_rounding_overshoot_falls_back_to_the_last_positive_candidate() -> None:
     # A draw of exactly 1.0 cannot come from random(), but rounding can get that close.
-    assert _fixed(1.0).pick(request(), scored(("a", 0.3), ("b", 0.7), ("c", 0.0))).id == "b"
+    assert pick(_fixed(1.0), [("a", 0.3), ("b", 0.7), ("c", 0.0)], request()) == "b"
 
 
 def test_frequencies_follow_totals() -> None:
     pairs = [("a", 0.1), ("b", 0.3), ("c", 0.6), ("d", 0.0)]
-    picker: WeightedRandomPicker[Node] = WeightedRandomPicker()
+    picker = WeightedRandomPicker()
     n = 5000
-    counts = Counter(picker.pick(request(f"r{i}"), scored(*pairs)).id for i in range(n))
+    counts = Counter(pick(picker, pairs, request(f"r{i}")) for i in range(n))
     assert counts["d"] == 0
     for cid, total in pairs[:3]:
         assert counts[cid] / n == pytest.approx(total, abs=0.03)
@@ -57,22 +56,16 @@ def test_frequencies_follow_totals() -> None:
 
 def test_deterministic_per_request_and_seed() -> None:
     pairs = [("a", 0.5), ("b", 0.5)]
-    once = [
-        WeightedRandomPicker[Node]().pick(request(f"r{i}"), scored(*pairs)).id for i in range(40)
-    ]
-    again = [
-        WeightedRandomPicker[Node]().pick(request(f"r{i}"), scored(*pairs)).id for i in range(40)
-    ]
+    once = [pick(WeightedRandomPicker(), pairs, request(f"r{i}")) for i in range(40)]
+    again = [pick(WeightedRandomPicker(), pairs, request(f"r{i}")) for i in range(40)]
     other = [
-        WeightedRandomPicker[Node](params=Params(seed=9)).pick(request(f"r{i}"), scored(*pairs)).id
+        pick(WeightedRandomPicker(params=Params(seed=9)), pairs, request(f"r{i}"))
         for i in range(40)
     ]
     assert once == again
     assert once != other
 
 
-def test_name_protocol_and_empty_input() -> None:
+def test_name_and_protocol() -> None:
     assert WeightedRandomPicker().name == TYPE_NAME
     assert isinstance(WeightedRandomPicker(), Picker)
-    with pytest.raises(PluginError, match="no candidates"):
-        WeightedRandomPicker().pick(request(), [])
