@@ -376,6 +376,8 @@ class AiohttpUpstream:
     async def readany(self) -> bytes:
         try:
             return await self._response.content.readany()
+        except TimeoutError:
+            raise  # aiohttp's read timeout is a ClientError too: keep it a timeout
         except aiohttp.ClientError as exc:
             raise UpstreamError(f"{type(exc).__name__}: {exc}") from exc
 

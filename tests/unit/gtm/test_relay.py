@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from typing import cast
+
+import aiohttp
+import pytest
 from multidict import CIMultiDict
 
 from gtm.errors import AttemptFailed, GtmError, RelayError, UpstreamError
-from gtm.relay import HOP_BY_HOP, Failure, all_busy, describe, end_to_end, skip_set
+from gtm.relay import HOP_BY_HOP, AiohttpUpstream, Failure, all_busy, describe, end_to_end, skip_set
 
 
 def test_the_hop_by_hop_set_holds_rfc_9110_and_the_classic_names() -> None:
@@ -84,3 +88,33 @@ def test_describe_names_each_target_and_detail() -> None:
     second.target = "gpu-2"
     assert describe([first, second]) == "gpu-1: no first byte in time; gpu-2: HTTP 502"
     assert describe([first], lambda t: f"zone {t}") == "zone gpu-1: no first byte in time"
+
+
+class _Content:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    async def readany(self) -> bytes:
+        raise self.error
+
+
+class _Response:
+    status = 200
+    reason = "OK"
+    headers: CIMultiDict[str] = CIMultiDict()
+    content_length = None
+
+    def __init__(self, error: BaseException) -> None:
+        self.content = _Content(error)
+
+
+async def test_aiohttp_errors_are_translated_at_the_seam_and_timeouts_stay_timeouts() -> None:
+    late = AiohttpUpstream(cast(aiohttp.ClientResponse, _Response(aiohttp.ServerTimeoutError())))
+    with pytest.raises(TimeoutError) as timed_out:
+        await late.readany()
+    assert not isinstance(timed_out.value, UpstreamError)
+    broken = AiohttpUpstream(
+        cast(aiohttp.ClientResponse, _Response(aiohttp.ClientPayloadError("truncated")))
+    )
+    with pytest.raises(UpstreamError, match="ClientPayloadError"):
+        await broken.readany()
