@@ -24,8 +24,6 @@ built only on demand):
 * ``reference p50`` — the default profile with its fast paths off
   (``ZoneProfile.without_fast_paths``: filters one by one, scores always worked out),
   the same decisions (``tests/property/test_zone_agent_decisions.py``);
-* ``generic`` — p50 of the same default decision (same filters, the same TTFT formula)
-  through the generic :class:`gtm.routing.profile.Profile` over GPU objects, for scale.
 
 Targets (issue 5): 64 GPUs p99 < 50 µs, 1,000 GPUs p99 < 250 µs (default profile), judged
 on the quiet p99; wall and CPU p99 are printed beside it.
@@ -47,15 +45,12 @@ import random
 import resource
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 
 from gtm.gpu_profiles import LLAMA_8B
 from gtm.metrics import new_registry
-from gtm.models import GpuWorker, RouteRequest, Tier, WorkerState
-from gtm.routing import FilterResult, Profile, RoutingMetrics, WeightedScorer
-from gtm.routing.cost import predicted_ttft_ms, scores_from_costs
-from gtm.routing import partition
-from gtm.routing.pickers.max_score import MaxScorePicker
+from gtm.models import GpuWorker, WorkerState
+from gtm.routing import RoutingMetrics
 from gtm.stats import percentile
 from zone_agent.accounting import Accounting
 from zone_agent.health import HealthStatus
@@ -211,64 +206,6 @@ def us(seconds: float) -> str:
     return f"{seconds * 1e6:,.1f}"
 
 
-# ---------------------------------------------------------------- the generic framework
-
-
-class _Available:
-    name = "healthy"
-
-    def filter(
-        self, request: RouteRequest, candidates: Sequence[GpuState], ctx: ZoneView, /
-    ) -> FilterResult[GpuState]:
-        return partition(candidates, lambda g: g.unavailable_reason())
-
-
-class _ServesModel:
-    name = "serves-model"
-
-    def filter(
-        self, request: RouteRequest, candidates: Sequence[GpuState], ctx: ZoneView, /
-    ) -> FilterResult[GpuState]:
-        return partition(
-            candidates, lambda g: None if request.model in g.worker.models else "model"
-        )
-
-
-class _Ttft:
-    """The default profile's TTFT cost, one candidate at a time."""
-
-    name = "ttft"
-
-    def cost_ms(self, request: RouteRequest, candidate: GpuState, ctx: ZoneView, /) -> float:
-        index = ctx.by_model[request.model]
-        i = index.position_of_slot[candidate.slot]
-        acc = ctx.accounting
-        queued = float(acc.pending[candidate.slot] + index.external_queued[i])
-        return predicted_ttft_ms(0.0, queued, request.input_tokens, float(index.rate[i]))
-
-    def score(
-        self, request: RouteRequest, candidates: Sequence[GpuState], ctx: ZoneView, /
-    ) -> Mapping[str, float]:
-        return scores_from_costs({g.id: self.cost_ms(request, g, ctx) for g in candidates}, 250.0)
-
-
-def generic_p50(view: ZoneView, budget: float) -> float:
-    ttft = _Ttft()
-    profile: Profile[GpuState, ZoneView] = Profile(
-        "generic",
-        Tier.ZONE,
-        [_Available(), _ServesModel()],
-        [WeightedScorer(ttft, 1.0)],
-        MaxScorePicker(),
-        cost_model=ttft,
-        trace_scores=16,
-    )
-    request = RouteRequest(request_id="r", model=LLAMA_8B, input_tokens=2_000, tenant="t")
-    candidates = view.gpus
-    samples = measure(lambda _: profile.run(request, candidates, view), [None], budget)  # type: ignore[list-item]
-    return percentile(samples, 0.5)
-
-
 # ---------------------------------------------------------------- main
 
 
@@ -303,14 +240,13 @@ def run(n: int, names: Sequence[str], budget: float, rng: random.Random) -> dict
             reference = plain.without_fast_paths()
             slow = measure(lambda r, p=reference: p.decide(r, view), reqs, budget / 2)  # type: ignore[misc]
             row.append(us(percentile(slow, 0.5)))
-            row.append(us(generic_p50(view, budget / 2)))
             results["p99"] = percentile(samples, 0.99)
             results["cpu p99"] = percentile(cpu, 0.99)
             results["quiet p99"] = percentile(quiet, 0.99)
             results["reference p50"] = percentile(slow, 0.5)
             results["p50"] = percentile(samples, 0.5)
         else:
-            row += ["", ""]
+            row += [""]
         print("  ".join(c.rjust(w) for c, w in zip(row, WIDTHS, strict=True)), flush=True)
         if name == DEFAULT_PROFILE:
             # Requests alternate: even ones match no GPU's prefix blocks, odd ones share
@@ -338,9 +274,8 @@ HEADER = (
     "p99 +metrics",
     "trace",
     "reference p50",
-    "generic p50",
 )
-WIDTHS = (6, 24, 11, 7, 7, 7, 9, 8, 12, 7, 13, 11)
+WIDTHS = (6, 24, 11, 7, 7, 7, 9, 8, 12, 7, 13)
 
 
 def main() -> None:

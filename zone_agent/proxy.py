@@ -43,7 +43,7 @@ from zone_agent.errors import ApiError, BadRequest, ErrorType, ModelNotFound, No
 from zone_agent.health import HealthTracker, Outcome
 from zone_agent.metrics import ZoneMetrics
 from zone_agent.pipeline import ModelNotServed, ZoneDecision, ZoneProfile
-from zone_agent.plugins.fits import PromptTooLong
+from zone_agent.plugins.fits_filter import PromptTooLong
 from zone_agent.request import ZoneRequest
 from zone_agent.upstream import UpstreamConnectError, UpstreamPool
 from zone_agent.view import ZoneView

@@ -1,9 +1,13 @@
-"""The zone agent's routing plugins, one per module (see ``zone_agent.profiles``).
+"""The zone agent's routing plugins, one per module named after its type
+(``<concept>-<filter|scorer|picker>``; see ``zone_agent.profiles``).
 
-Filters: ``healthy-filter``, ``serves-model-filter``, ``fits-filter``, ``canary-filter``.
-Scorer and cost model: ``ttft-cost`` (the default). Pickers: ``max-score-picker``,
-``power-of-two-picker``, ``random-picker``. Baselines, for side-by-side runs:
-``round-robin``, ``least-connections``, ``weighted-round-robin``, ``least-pending-tokens``,
-``consistent-hash``, ``sglang-cache-aware``, ``prefix-cache-scorer`` +
-``queue-scorer`` + ``kv-cache-utilization-scorer`` (llm-d's blend), ``dynamo-cost``.
+Filters: ``health-filter``, ``model-filter``, ``fits-filter``, ``canary-filter``.
+Scorer and cost model: ``ttft-scorer`` (the default, with ``kv-cache-scorer``). Pickers
+are the core's (:mod:`gtm.routing.pickers`: ``max-score-picker``,
+``power-of-two-picker``, ``random-picker``, ``weighted-random-picker``). Baselines, for
+side-by-side runs: ``round-robin-picker``, ``weighted-round-robin-picker``,
+``consistent-hash-picker``, ``sglang-cache-aware-picker``, ``least-connections-scorer``,
+``least-pending-tokens-scorer``, ``dynamo-cost-scorer``, and llm-d's blend of
+``prefix-affinity-scorer`` + ``queue-scorer`` + ``kv-cache-scorer``. The names before
+this vocabulary are accepted as aliases (:data:`zone_agent.profiles.ZONE_ALIASES`).
 """

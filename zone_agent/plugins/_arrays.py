@@ -1,11 +1,18 @@
-"""Small array helpers shared by the plugins."""
+"""Small array helpers shared by the plugins, and the base of the baselines that name
+their choice."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
+from gtm.routing.framework import Capability, Plugin
 from zone_agent._np import fany
 from zone_agent.view import Bools, Floats, Ints
+
+if TYPE_CHECKING:
+    from zone_agent.batch import ZoneBatch
 
 
 def lower_is_better(values: Floats, alive: Bools) -> Floats:
@@ -51,3 +58,21 @@ def first_max_of(values: Floats, survivors: Ints, all_alive: bool = False) -> in
     if all_alive:
         return int(values.argmax())
     return int(survivors[values[survivors].argmax()])
+
+
+class OneHotPicker(Plugin):
+    """A baseline that names its choice (round robin, consistent hashing...): a picker
+    that ignores the totals, and also a scorer of 1 for its choice and 0 elsewhere, as
+    profiles written before it was a picker use it under ``max-score-picker``."""
+
+    capabilities = frozenset({Capability.SCORES_IN_RANGE})
+
+    def choose(self, batch: ZoneBatch, /) -> int:
+        """The survivor this baseline sends the request to."""
+        raise NotImplementedError
+
+    def pick(self, batch: ZoneBatch, totals: Floats, /) -> int:
+        return self.choose(batch)
+
+    def scores(self, batch: ZoneBatch, /) -> Floats:
+        return one_hot(len(batch), self.choose(batch))

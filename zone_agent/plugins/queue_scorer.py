@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from gtm.models import Frozen
-from zone_agent.pipeline import Batch
+from gtm.routing.framework import Plugin
+from zone_agent.batch import ZoneBatch
 from zone_agent.plugins._arrays import lower_is_better
 from zone_agent.view import Floats
 
@@ -21,15 +22,11 @@ class Params(Frozen):
     pass
 
 
-class QueueScorer:
+class QueueScorer(Plugin):
     def __init__(self, name: str = TYPE_NAME, params: Params | None = None) -> None:
-        self._name = name
+        super().__init__(name)
 
-    @property
-    def name(self) -> str:
-        return self._name
-
-    def scores(self, batch: Batch, /) -> Floats:
+    def scores(self, batch: ZoneBatch, /) -> Floats:
         index = batch.index
         queue = np.maximum(0.0, index.waiting + batch.prefilling - index.own_prefilling_at_scrape)
         return lower_is_better(queue, batch.alive)

@@ -14,8 +14,6 @@ id)``). Only the plain picker (``near_equal: 0``) declares
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 import numpy as np
 from pydantic import Field
 

@@ -18,17 +18,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gtm.gpu_profiles import LLAMA_8B
+from gtm.routing.pickers.max_score import MaxScorePicker
 from tests.unit.zone_agent.helpers import Gpu, batch, make_request, make_view
 from zone_agent.accounting import Accounting
 from zone_agent.costs.ttft import load_scale, ttft_costs_reference
 from zone_agent.health import HealthStatus
 from zone_agent.pipeline import Batch, WeightedGpuScorer, ZoneProfile
 from zone_agent.plugins._arrays import first_max, first_max_of
-from zone_agent.plugins.fits import FitsFilter
-from zone_agent.plugins.healthy import HealthyFilter
-from zone_agent.plugins.max_score import MaxScorePicker
-from zone_agent.plugins.serves_model import ServesModelFilter
-from zone_agent.plugins.ttft_cost import Params, TtftCost
+from zone_agent.plugins.fits_filter import FitsFilter
+from zone_agent.plugins.health_filter import HealthFilter
+from zone_agent.plugins.model_filter import ModelFilter
+from zone_agent.plugins.ttft_scorer import Params, TtftScorer
 from zone_agent.prefix import BYTES_FROM, PrefixIndex, iter_bits, set_bits
 from zone_agent.profiles import DEFAULT_TTFT_SCALE_MS, builtin_profile
 
@@ -147,7 +147,7 @@ def test_ttft_costs_equal_the_per_gpu_formula(
         fresh.all_alive = b.all_alive
         if not b.all_alive:
             fresh.seal()
-        scorer = TtftCost(params=Params(decode_pressure=decode), kernel=kernel)
+        scorer = TtftScorer(params=Params(decode_pressure=decode), kernel=kernel)
         assert scorer.costs_ms(fresh).tolist() == expected, kernel
 
 
@@ -155,7 +155,7 @@ def test_ttft_costs_equal_the_per_gpu_formula(
 @given(zone=zones())
 def test_ttft_scores_mask_like_where(zone: tuple[Batch, np.random.Generator]) -> None:
     b, _ = zone
-    scorer = TtftCost()
+    scorer = TtftScorer()
     costs = scorer.costs_ms(b)
     live = np.where(b.alive, costs, np.inf)
     best = float(live.min()) if len(live) else math.inf
@@ -313,7 +313,7 @@ def test_a_removed_gpu_far_cheaper_than_the_survivors_does_not_overflow() -> Non
 # ------------------------------------------------------------ fused filters, cheapest pick
 
 
-class FixedCosts(TtftCost):
+class FixedCosts(TtftScorer):
     """``ttft-cost`` with the costs given (to put two GPUs a hair apart)."""
 
     def __init__(self, costs: list[float]) -> None:
@@ -328,7 +328,7 @@ def fixed_profile(costs: list[float], *, fast: bool) -> ZoneProfile:
     scorer = FixedCosts(costs)
     return ZoneProfile(
         "t",
-        [HealthyFilter(), ServesModelFilter(), FitsFilter()],
+        [HealthFilter(), ModelFilter(), FitsFilter()],
         [WeightedGpuScorer(scorer, 1.0)],
         MaxScorePicker(),
         cost_model=scorer,
@@ -370,18 +370,20 @@ def test_fused_filters_work_the_view_out_once_and_fall_back_when_they_must() -> 
     gpus = [Gpu("a"), Gpu("b", health=HealthStatus(False, "ejected (outlier)")), Gpu("c")]
     view = make_view(gpus, acc)
     profile = builtin_profile("default")
+    assert profile.fast_paths == ("fused-filters", "blend-pick")
     first = profile.decide(make_request(), view)
-    index = view.by_model[first.request.model]
-    assert len(index.memo) == 1  # the survivors of healthy + serves-model, cached
+    (memo,) = first.outcome.batch.prepared.values()  # the fused filters' prepare(view)
+    assert list(memo) == [first.request.model]  # health + model survivors, cached
     assert first.alive.tolist() == [True, False, True]
     again = profile.decide(make_request(request_id="req-2"), view)
     assert again.alive is first.alive
-    # A half-open GPU depends on our in-flight streams: the reference runner decides.
+    # A half-open GPU depends on our in-flight streams: the filters run one by one.
     half = make_view([Gpu("a", health=HealthStatus(True, half_open=True)), Gpu("b")], acc)
     acc.start("a", prefill_tokens=10.0)
     decision = profile.decide(make_request(), half)
     assert decision.gpu_id == "b"
-    assert list(half.by_model[decision.request.model].memo.values()) == [None]
+    (memo,) = decision.outcome.batch.prepared.values()
+    assert list(memo.values()) == [None]
 
 
 def test_the_survivors_streams_come_from_the_running_total_or_a_gather() -> None:
@@ -395,14 +397,11 @@ def test_the_survivors_streams_come_from_the_running_total_or_a_gather() -> None
     for gpu, sequences in (("a", 2), ("b", 3), ("c", 1), ("elsewhere", 5)):
         acc.start(gpu, prefill_tokens=0.0, sequences=sequences)
     profile = builtin_profile("default")
-    index = view.by_model[make_request().model]
-    fused = profile._fused
-    assert fused is not None
 
     def summed() -> float:
-        run = fused.run(make_request(), view, index)
-        assert run is not None
-        return run[0].streams_sum()
+        decision = profile.decide(make_request(), view)
+        assert decision.scored is None  # the fused filters and the blend decided
+        return decision.outcome.batch.streams_sum()
 
     assert summed() == 3.0  # a and c
     acc.start("new-gpu", prefill_tokens=0.0, sequences=7)  # a slot the view never saw

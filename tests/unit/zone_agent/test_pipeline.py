@@ -6,7 +6,9 @@ import pytest
 from gtm.errors import NoEligibleCandidate, PluginError
 from gtm.metrics import new_registry
 from gtm.models import Tier, decision_adapter
+from gtm.routing.framework import Plugin
 from gtm.routing.metrics import RoutingMetrics
+from gtm.routing.pickers.max_score import MaxScorePicker
 from zone_agent.accounting import Accounting
 from zone_agent.health import HealthStatus
 from zone_agent.pipeline import (
@@ -17,25 +19,25 @@ from zone_agent.pipeline import (
     WeightedGpuScorer,
     ZoneProfile,
 )
-from zone_agent.plugins.healthy import HealthyFilter
-from zone_agent.plugins.max_score import MaxScorePicker
-from zone_agent.plugins.ttft_cost import TtftCost
+from zone_agent.plugins.health_filter import HealthFilter
+from zone_agent.plugins.ttft_scorer import TtftScorer
 from zone_agent.view import Floats
 
 from .helpers import Gpu, make_request, make_view
 
 
-class Const:
+class Const(Plugin):
     def __init__(self, name: str, values: list[float]) -> None:
-        self.name = name
+        super().__init__(name)
         self._values = values
 
     def scores(self, batch: Batch, /) -> Floats:
         return np.array(self._values, dtype=np.float64)
 
 
-class Broken:
-    name = "broken"
+class Broken(Plugin):
+    def __init__(self) -> None:
+        super().__init__("broken")
 
     def removes(self, batch: Batch, /) -> Removal | None:
         raise ZeroDivisionError("oops")
@@ -44,10 +46,10 @@ class Broken:
 def profile(*scorers: WeightedGpuScorer, filters: tuple[object, ...] = ()) -> ZoneProfile:
     return ZoneProfile(
         "test",
-        [HealthyFilter(), *filters],  # type: ignore[list-item]
+        [HealthFilter(), *filters],  # type: ignore[list-item]
         list(scorers),
         MaxScorePicker(),
-        cost_model=TtftCost(),
+        cost_model=TtftScorer(),
     )
 
 
@@ -64,7 +66,7 @@ def test_weighted_totals_and_a_full_trace() -> None:
     assert record.tier is Tier.ZONE
     assert record.choice == "a"
     assert record.trace.candidates == ("a", "b", "c")
-    assert record.trace.removed_by() == {"c": "healthy-filter"}
+    assert record.trace.removed_by() == {"c": "health-filter"}
     assert record.trace.filters[0].reasons == (("c", "ejected"),)
     assert record.trace.weights == (("x", 1.0), ("y", 3.0))
     assert [s.candidate for s in record.trace.scores] == ["a", "b"]
@@ -93,13 +95,13 @@ def test_out_of_range_scores_are_repaired() -> None:
 def test_filtering_to_zero_names_the_filter_and_keeps_the_trace() -> None:
     view = make_view([Gpu("a", drained=True)])
     metrics = RoutingMetrics(new_registry())
-    p = ZoneProfile("t", [HealthyFilter()], [], MaxScorePicker(), metrics=metrics)
+    p = ZoneProfile("t", [HealthFilter()], [], MaxScorePicker(), metrics=metrics)
     with pytest.raises(NoEligibleCandidate) as info:
         p.decide(make_request(), view)
-    assert info.value.filter_name == "healthy-filter"
+    assert info.value.filter_name == "health-filter"
     assert "drained" in info.value.reason
     assert info.value.trace is not None
-    assert info.value.trace.removed_by() == {"a": "healthy-filter"}
+    assert info.value.trace.removed_by() == {"a": "health-filter"}
 
 
 def test_retries_exclude_tried_gpus() -> None:
@@ -128,7 +130,7 @@ def test_bad_weights_are_refused(weight: float) -> None:
 
 
 def test_every_profile_starts_with_the_health_filter() -> None:
-    with pytest.raises(PluginError, match="healthy-filter"):
+    with pytest.raises(PluginError, match="health-filter"):
         ZoneProfile("t", [], [], MaxScorePicker())
 
 
@@ -142,19 +144,19 @@ def test_metrics_are_recorded_per_plugin() -> None:
     metrics = RoutingMetrics(registry)
     p = ZoneProfile(
         "t",
-        [HealthyFilter()],
-        [WeightedGpuScorer(TtftCost(), 1)],
+        [HealthFilter()],
+        [WeightedGpuScorer(TtftScorer(), 1)],
         MaxScorePicker(),
-        cost_model=TtftCost(),
+        cost_model=TtftScorer(),
         metrics=metrics,
         plugin_timing_every=2,
     )
     for _ in range(4):
         p.decide(make_request(), make_view([Gpu("a")]))
-    labels = {"tier": "zone", "extension_point": "scorer", "plugin": "ttft-cost"}
+    labels = {"tier": "zone", "extension_point": "scorer", "plugin": "ttft-scorer"}
     # Plugins are timed on one decision in two; every decision is timed.
     assert registry.get_sample_value("gtm_routing_plugin_duration_seconds_count", labels) == 2
-    cost = {"tier": "zone", "extension_point": "cost_model", "plugin": "ttft-cost"}
+    cost = {"tier": "zone", "extension_point": "cost_model", "plugin": "ttft-scorer"}
     assert registry.get_sample_value("gtm_routing_plugin_duration_seconds_count", cost) == 2
     assert (
         registry.get_sample_value(

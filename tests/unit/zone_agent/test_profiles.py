@@ -1,16 +1,25 @@
 from __future__ import annotations
 
+import dataclasses
+import logging
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
 from gtm.errors import PluginError
-from gtm.routing.registry import load_profile_spec
+from gtm.metrics import new_registry
+from gtm.policy_store import ActivePolicy, activate
+from gtm.routing.metrics import RoutingMetrics
+from gtm.routing.registry import ProfileSpec, load_profile_spec
+from policies.loader import load_examples
 from zone_agent.profiles import (
     BUILTIN_PROFILES,
     DEFAULT_PROFILE,
+    ZONE_ALIASES,
     build_zone_profile,
     builtin_profile,
+    profile_source,
     zone_registry,
 )
 
@@ -46,24 +55,19 @@ def test_every_builtin_decides_and_predicts(name: str) -> None:
 
 def test_default_profile_shape() -> None:
     p = builtin_profile(DEFAULT_PROFILE)
-    assert [f.name for f in p.filters] == [
-        "healthy-filter",
-        "serves-model-filter",
-        "fits-filter",
-        "canary-filter",
-    ]
-    assert p.weights == (("ttft", 1.0), ("kv-cache", 1.0))
-    assert p.picker.name == "max-score-picker"
+    assert [f.name for f in p.filters] == ["health", "model", "fits", "canary"]
+    assert p.weights == (("zone-ttft", 1.0), ("kv-cache", 1.0))
+    assert p.picker.name == "max-score"
     assert p.cost_model is not None
-    assert p.cost_model.name == "ttft"
+    assert p.cost_model.name == "zone-ttft"
 
 
 def test_llm_d_blend_weights() -> None:
     p = builtin_profile("llm-d-blend")
     assert p.weights == (
-        ("prefix-cache-scorer", 3.0),
+        ("prefix-affinity-scorer", 3.0),
         ("queue-scorer", 2.0),
-        ("kv-cache-utilization-scorer", 2.0),
+        ("kv-cache-scorer", 2.0),
     )
 
 
@@ -85,9 +89,9 @@ def _spec(**profile: Any) -> Any:
         ({"picker": "ttft"}, "is not a picker"),
         ({"picker": ["max-score-picker", "max-score-picker"]}, "exactly one picker"),
         ({"picker": None}, "exactly one picker"),
-        ({"filters": []}, "healthy-filter"),
+        ({"filters": []}, "health-filter"),
         ({"scorers": [{"ref": "healthy-filter", "weight": 1}]}, "is not a scorer"),
-        ({"cost_model": "healthy-filter"}, "is not a cost model"),
+        ({"cost_model": "healthy-filter"}, "is not a cost_model plugin"),
     ],
 )
 def test_configuration_errors_name_the_field(profile: dict[str, Any], message: str) -> None:
@@ -114,3 +118,97 @@ def test_unknown_plugin_type_and_bad_parameters() -> None:
 def test_unknown_builtin_lists_the_known_ones() -> None:
     with pytest.raises(PluginError, match="round-robin"):
         builtin_profile("fastest")
+
+
+# ------------------------------------------------------------ policy files, vocabulary
+
+
+def _example_spec(name: str) -> ProfileSpec:
+    return load_profile_spec(load_examples().profile_config(name))
+
+
+def test_the_example_zone_default_builds_and_is_the_builtin_default() -> None:
+    spec = _example_spec("zone-default")
+    profile = build_zone_profile(spec)
+    assert profile.fast_paths == ("fused-filters", "blend-pick")
+    assert spec.model_copy(update={"name": DEFAULT_PROFILE}) == BUILTIN_PROFILES[DEFAULT_PROFILE]
+
+
+def test_old_type_names_build_the_same_profile_and_warn(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    old = {
+        "healthy-filter": "health",
+        "serves-model-filter": "model",
+        "fits-filter": "fits",
+        "canary-filter": "canary",
+        "ttft-cost": "zone-ttft",
+        "kv-cache-utilization-scorer": "kv-cache",
+        "max-score-picker": "max-score",
+    }
+    data = BUILTIN_PROFILES[DEFAULT_PROFILE].model_dump(mode="json")
+    for plugin in data["plugins"]:
+        plugin["type"] = next(t for t, n in old.items() if n == plugin["name"])
+    with caplog.at_level(logging.WARNING):
+        profile = build_zone_profile(load_profile_spec(data))
+    assert "'healthy-filter' is deprecated; use 'health-filter'" in caplog.text
+    assert profile.fast_paths == ("fused-filters", "blend-pick")
+    view = make_view([Gpu("a"), Gpu("b", gpu_type="A100-80GB")])
+    request = make_request()
+    assert (
+        profile.decide(request, view).gpu_id
+        == builtin_profile("default").decide(request, view).gpu_id
+    )
+    # The baselines' names before the vocabulary, as scorers under max-score (the way
+    # profiles used the one-hot baselines) and as the pickers they now are.
+    registry = zone_registry()
+    for alias, current in ZONE_ALIASES.items():
+        assert registry.plugin_type(alias).type_name == current
+
+
+def test_a_third_scorer_loses_the_blend_fast_path_and_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    data = BUILTIN_PROFILES[DEFAULT_PROFILE].model_dump(mode="json")
+    data["plugins"].append({"type": "queue-scorer", "name": "queue"})
+    data["profile"]["scorers"].append({"ref": "queue", "weight": 1.0})
+    registry = new_registry()
+    with caplog.at_level(logging.INFO):
+        profile = build_zone_profile(load_profile_spec(data), metrics=RoutingMetrics(registry))
+    assert profile.fast_paths == ("fused-filters",)
+    assert "blend-pick: scorer 'queue' (QueueScorer) is one more than it takes (2)" in caplog.text
+
+    def gauge(path: str) -> float | None:
+        labels = {"tier": "zone", "profile": "default", "path": path}
+        return registry.get_sample_value("gtm_routing_fast_path", labels)
+
+    assert (gauge("fused-filters"), gauge("blend-pick"), gauge("cheapest-pick")) == (1, 0, 0)
+    view = make_view([Gpu("a"), Gpu("b", gpu_type="A100-80GB")])
+    assert profile.decide(make_request(), view).scored is not None  # scored one by one
+
+
+def _policy(generation: int, zone_default: Mapping[str, Any] | None) -> ActivePolicy:
+    policy_set = load_examples()
+    if zone_default is not None:
+        profiles = dict(policy_set.profiles)
+        found = profiles["zone-default"]
+        profiles["zone-default"] = type(found).model_validate(
+            {**found.model_dump(), **zone_default}
+        )
+        policy_set = dataclasses.replace(policy_set, profiles=profiles)
+    return activate(generation, policy_set)
+
+
+def test_the_profile_follows_the_policy_files() -> None:
+    metrics = RoutingMetrics(new_registry())
+    source = profile_source(metrics=metrics)
+    assert source.name == "zone-default"
+    assert source.current.weights == (("zone-ttft", 1.0), ("kv-cache", 1.0))
+    # A policy whose zone-default weighs KV room more: rebuilt on the new generation.
+    heavier = {"scorers": ({"ref": "zone-ttft", "weight": 1.0}, {"ref": "kv-cache", "weight": 3.0})}
+    assert source.update(_policy(2, heavier)).weights == (("zone-ttft", 1.0), ("kv-cache", 3.0))
+    # A broken one is refused; the one in force stays.
+    broken = {"filters": ("model",)}
+    assert source.update(_policy(3, broken)).weights == (("zone-ttft", 1.0), ("kv-cache", 3.0))
+    # Another built-in by name: zone-<name> in the policy, else the built-in.
+    assert profile_source("ttft-only", policy=_policy(4, None)).current.name == "ttft-only"

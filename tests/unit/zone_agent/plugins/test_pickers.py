@@ -1,15 +1,17 @@
+"""The core's columnar pickers over the zone's layout (positions in id order)."""
+
 from __future__ import annotations
 
 from collections import Counter
 
 import numpy as np
 
+from gtm.routing.pickers import max_score
+from gtm.routing.pickers.max_score import MaxScorePicker
+from gtm.routing.pickers.power_of_two import PowerOfTwoPicker
+from gtm.routing.pickers.random_pick import RandomPicker
 from tests.unit.zone_agent.helpers import Gpu, batch, make_request, make_view
 from zone_agent.pipeline import GpuPicker
-from zone_agent.plugins.max_score import MaxScorePicker
-from zone_agent.plugins.max_score import Params as MaxParams
-from zone_agent.plugins.power_of_two import PowerOfTwoPicker
-from zone_agent.plugins.random_pick import RandomPicker
 
 VIEW = make_view([Gpu(f"g{i}") for i in range(4)])
 
@@ -31,7 +33,7 @@ def test_max_score_ties_go_to_the_smallest_id_and_dead_never_win() -> None:
 
 
 def test_near_equal_spreads_among_close_candidates_only() -> None:
-    picker = MaxScorePicker(params=MaxParams(near_equal=0.05))
+    picker = max_score.build("max-score-picker", max_score.Params(near_equal=0.05))
     picks = Counter(_pick(picker, [0.99, 1.0, 0.98, 0.2], request_id=f"r{i}") for i in range(300))
     # The better of two among the close ones: the best often, the second too, never
     # the worst of the close set nor anything outside it.

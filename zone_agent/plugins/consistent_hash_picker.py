@@ -1,4 +1,4 @@
-"""``consistent-hash`` (baseline): the same prompt prefix always goes to the same GPU.
+"""``consistent-hash-picker`` (baseline): the same prompt prefix always goes to the same GPU.
 
 The seeds' example: key = MD5 of the prompt's first 256 characters, on a ring of 160
 virtual nodes per GPU (the vLLM router's ``consistent_hash``, as ketama); the request
@@ -9,6 +9,8 @@ load — a hot prefix makes a hot GPU.
 Zadimoghaddam, SODA 2018, :func:`gtm.routing.cost.bounded_load_capacity`): a GPU whose
 in-flight sequences would exceed ``⌈(1+ε)·(total + this) / n⌉`` is skipped and the walk
 continues clockwise.
+
+Old type name ``consistent-hash``, still accepted.
 """
 
 from __future__ import annotations
@@ -19,11 +21,11 @@ import numpy as np
 from pydantic import Field
 
 from gtm.models import Frozen
-from zone_agent.pipeline import Batch
-from zone_agent.plugins._arrays import one_hot
-from zone_agent.view import Floats, ring_lookup
+from zone_agent.batch import ZoneBatch
+from zone_agent.plugins._arrays import OneHotPicker
+from zone_agent.view import ring_lookup
 
-TYPE_NAME = "consistent-hash"
+TYPE_NAME = "consistent-hash-picker"
 
 #: Ring points examined per vector step of the clockwise walk.
 _CHUNK = 64
@@ -33,16 +35,12 @@ class Params(Frozen):
     bounded_load_epsilon: float | None = Field(default=None, gt=0.0)
 
 
-class ConsistentHash:
+class ConsistentHashPicker(OneHotPicker):
     def __init__(self, name: str = TYPE_NAME, params: Params | None = None) -> None:
-        self._name = name
+        super().__init__(name)
         self._epsilon = (params or Params()).bounded_load_epsilon
 
-    @property
-    def name(self) -> str:
-        return self._name
-
-    def scores(self, batch: Batch, /) -> Floats:
+    def choose(self, batch: ZoneBatch, /) -> int:
         index, request = batch.index, batch.request
         ok = batch.alive
         if self._epsilon is not None:
@@ -57,5 +55,9 @@ class ConsistentHash:
             owners = index.ring_owner[at]
             hits = np.flatnonzero(ok[owners])
             if len(hits):
-                return one_hot(len(batch), int(owners[hits[0]]))
-        return one_hot(len(batch), int(np.flatnonzero(batch.alive)[0]))
+                return int(owners[hits[0]])
+        return int(np.flatnonzero(batch.alive)[0])
+
+
+#: The class under its name before the vocabulary of issue 21.
+ConsistentHash = ConsistentHashPicker

@@ -4,7 +4,7 @@ import pytest
 
 from tests.unit.zone_agent.helpers import Gpu, batch, make_request, make_view
 from zone_agent.accounting import Accounting
-from zone_agent.plugins.least_connections import LeastConnections
+from zone_agent.plugins.least_connections_scorer import LeastConnectionsScorer
 
 
 @pytest.mark.parametrize(
@@ -20,4 +20,4 @@ def test_fewest_in_flight_scores_highest(streams: dict[str, int], expected: list
     view = make_view([Gpu("a"), Gpu("b"), Gpu("c")], acc)
     for gid, n in streams.items():
         acc.start(gid, prefill_tokens=0, sequences=n)
-    assert list(LeastConnections().scores(batch(view, make_request()))) == expected
+    assert list(LeastConnectionsScorer().scores(batch(view, make_request()))) == expected

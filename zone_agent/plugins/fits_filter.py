@@ -26,8 +26,9 @@ import numpy as np
 
 from gtm.errors import NoEligibleCandidate
 from gtm.models import Frozen
+from gtm.routing.framework import Plugin, Removal
 from zone_agent._np import fall, fany, fmax, fmin
-from zone_agent.pipeline import Batch, Removal
+from zone_agent.batch import ZoneBatch, ZoneCapability
 from zone_agent.request import ZoneRequest
 from zone_agent.view import Bools, Floats, ModelIndex
 
@@ -80,18 +81,14 @@ def hard_rules_may_bite(index: ModelIndex, need: Demand) -> bool:
     return need.needed > index.min_max_model_len or need.most > index.min_kv_total
 
 
-class FitsFilter:
-    fused_role = "fits"
+class FitsFilter(Plugin):
+    capabilities = frozenset({ZoneCapability.FITS})
 
     def __init__(self, name: str = TYPE_NAME, params: Params | None = None) -> None:
-        self._name = name
+        super().__init__(name)
         self._free_kv = (params or Params()).free_kv
 
-    @property
-    def name(self) -> str:
-        return self._name
-
-    def removes(self, batch: Batch, /) -> Removal | None:
+    def removes(self, batch: ZoneBatch, /) -> Removal | None:
         request, index, alive = batch.request, batch.index, batch.alive
         need = demand(request, index)
         if not hard_rules_may_bite(index, need):
@@ -100,7 +97,7 @@ class FitsFilter:
         too_long = index.max_model_len < needed
         if fall(too_long | ~alive):
             limit = int(index.max_model_len[alive].max())
-            raise PromptTooLong(self._name, limit, needed, request.max_prompt_tokens)
+            raise PromptTooLong(self.name, limit, needed, request.max_prompt_tokens)
         hard: Bools = too_long | (index.kv_total < blocks)
         mask = hard
         if self._free_kv and need.most > index.min_kv_free_bound - fmax(batch.kv_own):
@@ -119,13 +116,13 @@ class FitsFilter:
         need = demand(request, index)
         return None if hard_rules_may_bite(index, need) else need
 
-    def soft_removal(self, batch: Batch, need: Demand, /) -> Removal | None:
+    def soft_removal(self, batch: ZoneBatch, need: Demand, /) -> Removal | None:
         """The free-KV rule alone (for a request no hard rule can refuse anywhere)."""
         if not self._free_kv or need.most <= fmin(
             np.subtract(batch.index.kv_free_base, batch.kv_own)
         ):
             # Free KV blocks are at least ``kv_free_base − kv_own`` everywhere (what we
-            # sent since the scrape is at most our whole charge: see Batch.kv_free), so
+            # sent since the scrape is at most our whole charge: see ZoneBatch.kv_free), so
             # where that holds the request, no GPU is short: one subtraction and one
             # argmin instead of the rule's five array operations.
             return None
@@ -136,7 +133,7 @@ class FitsFilter:
         return None
 
 
-def _reasons(batch: Batch, need: Demand) -> Callable[[int], str]:
+def _reasons(batch: ZoneBatch, need: Demand) -> Callable[[int], str]:
     index, needed, blocks = batch.index, need.needed, need.blocks
 
     def reason(i: int) -> str:

@@ -1,4 +1,4 @@
-"""``serves-model-filter``: GPUs that actually have the model loaded.
+"""``model-filter`` (old name ``serves-model-filter``): GPUs that actually have the model loaded.
 
 Candidates come indexed by model from the inventory (a GPU is a candidate only if its
 record lists the model, or its metrics do), so a request never reaches a GPU of another
@@ -11,27 +11,24 @@ GPU is removed. Without a fresh scrape the inventory is trusted.
 from __future__ import annotations
 
 from gtm.models import Frozen
-from zone_agent.pipeline import Batch, Removal
+from gtm.routing.framework import Plugin, Removal
+from zone_agent.batch import ZoneBatch, ZoneCapability
 from zone_agent.view import ModelIndex
 
-TYPE_NAME = "serves-model-filter"
+TYPE_NAME = "model-filter"
 
 
 class Params(Frozen):
     pass
 
 
-class ServesModelFilter:
-    fused_role = "serves-model"
+class ModelFilter(Plugin):
+    capabilities = frozenset({ZoneCapability.MODEL})
 
     def __init__(self, name: str = TYPE_NAME, params: Params | None = None) -> None:
-        self._name = name
+        super().__init__(name)
 
-    @property
-    def name(self) -> str:
-        return self._name
-
-    def removes(self, batch: Batch, /) -> Removal | None:
+    def removes(self, batch: ZoneBatch, /) -> Removal | None:
         return self.index_removal(batch.index)
 
     def index_removal(self, index: ModelIndex, /) -> Removal | None:
@@ -40,3 +37,7 @@ class ServesModelFilter:
             return None
         model = index.model
         return Removal(~index.loaded, lambda i: f"model {model!r} is not loaded on the worker")
+
+
+#: The class under its name before the vocabulary of issue 21.
+ServesModelFilter = ModelFilter

@@ -5,15 +5,17 @@ from dataclasses import replace
 
 from tests.unit.zone_agent.helpers import Gpu, batch, make_request, make_view
 from zone_agent.accounting import Accounting
-from zone_agent.plugins.consistent_hash import ConsistentHash, Params
+from zone_agent.plugins.consistent_hash_picker import ConsistentHashPicker, Params
 from zone_agent.prefix import consistent_hash_key
 from zone_agent.request import ZoneRequest
 from zone_agent.view import ZoneView
 
 
-def _choice(view: ZoneView, request: ZoneRequest, plugin: ConsistentHash | None = None) -> str:
+def _choice(
+    view: ZoneView, request: ZoneRequest, plugin: ConsistentHashPicker | None = None
+) -> str:
     b = batch(view, request)
-    return str(b.index.ids[int((plugin or ConsistentHash()).scores(b).argmax())])
+    return str(b.index.ids[int((plugin or ConsistentHashPicker()).scores(b).argmax())])
 
 
 def _keyed(text: str, request_id: str = "r") -> ZoneRequest:
@@ -48,5 +50,5 @@ def test_bounded_load_walks_past_a_full_gpu() -> None:
     for _ in range(10):
         acc.start(home, prefill_tokens=0)
     assert _choice(view, request) == home  # plain consistent hashing does not care
-    bounded = ConsistentHash(params=Params(bounded_load_epsilon=0.25))
+    bounded = ConsistentHashPicker(params=Params(bounded_load_epsilon=0.25))
     assert _choice(view, request, bounded) != home

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from tests.unit.zone_agent.helpers import Gpu, batch, make_request, make_view
 from zone_agent.accounting import Accounting
-from zone_agent.plugins.dynamo_cost import DynamoCost, Params
+from zone_agent.plugins.dynamo_cost_scorer import DynamoCostScorer, Params
 
 PROMPT = "dynamo prompt " * 400
 
@@ -18,9 +18,11 @@ def test_overlap_credit_and_decode_blocks() -> None:
     )
     request = make_request(tokens=1400, text=PROMPT)
     acc.start("b", prefill_tokens=0, prefix_hashes=request.prefix_hashes, prefix_capacity=999)
-    assert list(DynamoCost().scores(batch(view, request))) == [0.0, 1.0]
+    assert list(DynamoCostScorer().scores(batch(view, request))) == [0.0, 1.0]
     # Without overlap credit only load counts: a is idle, b holds our request's KV.
-    assert list(DynamoCost(params=Params(overlap_weight=0.0)).scores(batch(view, request))) == [
+    assert list(
+        DynamoCostScorer(params=Params(overlap_weight=0.0)).scores(batch(view, request))
+    ) == [
         1.0,
         1.0,
     ]
@@ -33,4 +35,4 @@ def test_busy_kv_loses() -> None:
             Gpu("b", running=1.0, kv_usage=0.1, kv_blocks=1000),
         ]
     )
-    assert list(DynamoCost().scores(batch(view, make_request()))) == [0.0, 1.0]
+    assert list(DynamoCostScorer().scores(batch(view, make_request()))) == [0.0, 1.0]

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from tests.unit.zone_agent.helpers import Gpu, batch, make_request, make_view
 from zone_agent.accounting import Accounting
-from zone_agent.plugins.sglang_cache_aware import SglangCacheAware
+from zone_agent.plugins.sglang_cache_aware_picker import SglangCacheAwarePicker
 from zone_agent.request import ZoneRequest
 from zone_agent.view import ZoneView
 
@@ -11,7 +11,7 @@ PROMPT = "a long shared system prompt " * 200
 
 def _choice(view: ZoneView, request: ZoneRequest) -> str:
     b = batch(view, request)
-    return str(b.index.ids[int(SglangCacheAware().scores(b).argmax())])
+    return str(b.index.ids[int(SglangCacheAwarePicker().scores(b).argmax())])
 
 
 def test_highest_match_above_threshold() -> None:

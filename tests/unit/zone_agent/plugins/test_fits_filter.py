@@ -4,7 +4,7 @@ import pytest
 
 from tests.unit.zone_agent.helpers import Gpu, batch, make_request, make_view
 from zone_agent.accounting import Accounting
-from zone_agent.plugins.fits import FitsFilter, Params, PromptTooLong
+from zone_agent.plugins.fits_filter import FitsFilter, Params, PromptTooLong
 
 # 100 blocks × 16 tokens = a 1,600-token context.
 SMALL = {"running": 0.0, "kv_blocks": 100, "block_size": 16}

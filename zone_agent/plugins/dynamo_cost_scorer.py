@@ -1,4 +1,4 @@
-"""``dynamo-cost`` (baseline): NVIDIA Dynamo KV router's default linear cost, lowest wins.
+"""``dynamo-cost-scorer`` (baseline): NVIDIA Dynamo KV router's default linear cost, lowest wins.
 
 (ai-dynamo/dynamo ``docs/components/router/router-concepts.md``)::
 
@@ -10,6 +10,8 @@ not yet prefilled, ``incoming_prompt`` = this request's prompt, ``overlap`` = it
 leading blocks, ``active_decode`` = KV blocks in use. ``overlap_weight`` is
 ``--router-kv-overlap-score-weight`` (default 1); temperature 0 (deterministic).
 Min-max normalised so the cheapest scores 1.
+
+Old type name ``dynamo-cost``, still accepted.
 """
 
 from __future__ import annotations
@@ -18,27 +20,24 @@ import numpy as np
 from pydantic import Field
 
 from gtm.models import Frozen
-from zone_agent.pipeline import Batch
+from gtm.routing.framework import Plugin
+from zone_agent.batch import ZoneBatch
 from zone_agent.plugins._arrays import lower_is_better
 from zone_agent.view import Floats
 
-TYPE_NAME = "dynamo-cost"
+TYPE_NAME = "dynamo-cost-scorer"
 
 
 class Params(Frozen):
     overlap_weight: float = Field(default=1.0, ge=0.0)
 
 
-class DynamoCost:
+class DynamoCostScorer(Plugin):
     def __init__(self, name: str = TYPE_NAME, params: Params | None = None) -> None:
-        self._name = name
+        super().__init__(name)
         self._weight = (params or Params()).overlap_weight
 
-    @property
-    def name(self) -> str:
-        return self._name
-
-    def scores(self, batch: Batch, /) -> Floats:
+    def scores(self, batch: ZoneBatch, /) -> Floats:
         index, request = batch.index, batch.request
         block = index.block_size
         incoming = request.input_tokens / block
@@ -46,3 +45,7 @@ class DynamoCost:
         prefill = np.maximum(batch.pending / block + incoming - overlap, 0.0)
         decode = (index.kv_total - batch.kv_free) + incoming
         return lower_is_better(self._weight * prefill + decode, batch.alive)
+
+
+#: The class under its name before the vocabulary of issue 21.
+DynamoCost = DynamoCostScorer

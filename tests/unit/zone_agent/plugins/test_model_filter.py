@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from tests.unit.zone_agent.helpers import MODEL, Gpu, batch, make_request, make_view
-from zone_agent.plugins.serves_model import ServesModelFilter
+from zone_agent.plugins.model_filter import ModelFilter
 
 
 def test_removes_workers_whose_fresh_metrics_lack_the_model() -> None:
@@ -12,7 +12,7 @@ def test_removes_workers_whose_fresh_metrics_lack_the_model() -> None:
             Gpu("c"),  # never scraped: the inventory is trusted
         ]
     )
-    result = ServesModelFilter().removes(batch(view, make_request()))
+    result = ModelFilter().removes(batch(view, make_request()))
     assert result is not None
     assert list(result.mask) == [True, False, False]
     assert MODEL in result.reason(0)
@@ -20,4 +20,4 @@ def test_removes_workers_whose_fresh_metrics_lack_the_model() -> None:
 
 def test_nothing_to_remove() -> None:
     view = make_view([Gpu("a", running=0)])
-    assert ServesModelFilter().removes(batch(view, make_request())) is None
+    assert ModelFilter().removes(batch(view, make_request())) is None

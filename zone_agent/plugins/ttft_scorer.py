@@ -14,13 +14,14 @@ import numpy as np
 from pydantic import Field
 
 from gtm.models import Frozen
+from gtm.routing.framework import Capability, Plugin
+from zone_agent.batch import ZoneBatch, ZoneCapability
 from zone_agent.costs import ttft
 from zone_agent.costs.blend import best_cost, ttft_scores
-from zone_agent.pipeline import Batch
 from zone_agent.prefix import mask_bytes
 from zone_agent.view import Floats
 
-TYPE_NAME = "ttft-cost"
+TYPE_NAME = "ttft-scorer"
 
 
 class Params(Frozen):
@@ -33,10 +34,8 @@ class Params(Frozen):
     decode_pressure: bool = True
 
 
-class TtftCost:
-    scores_in_range = True  # exp of a non-positive number
-    #: Scores fall strictly with cost, as :class:`zone_agent.pipeline.CheapestPick` needs.
-    fused_role = "cost-score"
+class TtftScorer(Plugin):
+    capabilities = frozenset({ZoneCapability.COST_SCORE, Capability.SCORES_IN_RANGE})
 
     def __init__(
         self, name: str = TYPE_NAME, params: Params | None = None, *, kernel: bool = True
@@ -44,18 +43,14 @@ class TtftCost:
         """``kernel=False``: the numpy form even where the C kernel was built (tests)."""
         p = params or Params()
         self._kernel = ttft.TTFT_COSTS if kernel else ttft.ttft_costs_numpy
-        self._name = name
+        super().__init__(name)
         self.scale_ms = p.scale_ms
         self._inv_scale = 1.0 / p.scale_ms
         self._epsilon = p.bounded_load_epsilon
         self._decode = p.decode_pressure
         self._memo = f"{name}:cost"
 
-    @property
-    def name(self) -> str:
-        return self._name
-
-    def costs_ms(self, batch: Batch, /) -> Floats:
+    def costs_ms(self, batch: ZoneBatch, /) -> Floats:
         cached = batch.memo.get(self._memo)
         if cached is not None:
             return cached
@@ -92,9 +87,13 @@ class TtftCost:
         batch.memo[self._memo] = costs
         return costs
 
-    def scores(self, batch: Batch, /) -> Floats:
+    def scores(self, batch: ZoneBatch, /) -> Floats:
         costs = self.costs_ms(batch)
         best = best_cost(costs, None if batch.all_alive else batch.survivors)
         if not best < math.inf:
             return np.zeros(len(costs))
         return ttft_scores(costs, best, self._inv_scale, not batch.all_alive)
+
+
+#: The class under its name before the vocabulary of issue 21.
+TtftCost = TtftScorer

@@ -1,4 +1,4 @@
-"""``healthy-filter``: only GPUs that may take a request now.
+"""``health-filter`` (old name ``healthy-filter``): only GPUs that may take a request now.
 
 Removes GPUs that are ejected by outlier detection, failing active health checks, not
 checked yet, draining or drained by an operator, or not ``ready`` in the inventory (the
@@ -15,29 +15,25 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gtm.models import Frozen
-from zone_agent.pipeline import Batch, Removal
+from gtm.routing.framework import Plugin, Removal
+from zone_agent.batch import ZoneBatch, ZoneCapability
 from zone_agent.view import ModelIndex
 
-TYPE_NAME = "healthy-filter"
+TYPE_NAME = "health-filter"
 
 
 class Params(Frozen):
     pass
 
 
-class HealthyFilter:
-    ensures_health = True
-    #: Its place in :class:`zone_agent.pipeline.FusedFilters`.
-    fused_role = "healthy"
+class HealthFilter(Plugin):
+    #: The first filter of every profile; :class:`zone_agent.fastpaths.FusedFilters`.
+    capabilities = frozenset({ZoneCapability.HEALTH})
 
     def __init__(self, name: str = TYPE_NAME, params: Params | None = None) -> None:
-        self._name = name
+        super().__init__(name)
 
-    @property
-    def name(self) -> str:
-        return self._name
-
-    def removes(self, batch: Batch, /) -> Removal | None:
+    def removes(self, batch: ZoneBatch, /) -> Removal | None:
         index = batch.index
         if not index.any_half_open:
             return self.index_removal(index)
@@ -57,3 +53,7 @@ def _reasons(index: ModelIndex) -> Callable[[int], str]:
         return index.reasons[i] or "half-open: its one trial request is in flight"
 
     return reason
+
+
+#: The class under its name before the vocabulary of issue 21.
+HealthyFilter = HealthFilter

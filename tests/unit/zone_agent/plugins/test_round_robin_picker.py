@@ -4,7 +4,7 @@ import pytest
 
 from tests.unit.zone_agent.helpers import Gpu, batch, make_request, make_view
 from zone_agent.health import HealthStatus
-from zone_agent.plugins.round_robin import RoundRobin
+from zone_agent.plugins.round_robin_picker import RoundRobinPicker
 
 
 @pytest.mark.parametrize(
@@ -16,11 +16,11 @@ def test_turns_skip_removed_gpus(seq: int, dead: set[str], chosen: str) -> None:
     b = batch(view, make_request(seq=seq))
     for i, gid in enumerate(b.index.ids):
         b.alive[i] = gid not in dead
-    scores = RoundRobin().scores(b)
+    scores = RoundRobinPicker().scores(b)
     assert b.index.ids[int(scores.argmax())] == chosen
     assert sorted(scores) == [0.0, 0.0, 1.0]
 
 
 def test_ignores_health_weights() -> None:
     view = make_view([Gpu("a", health=HealthStatus(True, weight=0.1)), Gpu("b")])
-    assert RoundRobin().scores(batch(view, make_request(seq=0)))[0] == 1.0
+    assert RoundRobinPicker().scores(batch(view, make_request(seq=0)))[0] == 1.0

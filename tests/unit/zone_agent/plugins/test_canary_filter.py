@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.zone_agent.helpers import Gpu, batch, make_request, make_view
-from zone_agent.plugins.canary import CanaryFilter, Params
+from zone_agent.plugins.canary_filter import CanaryFilter, Params
 from zone_agent.request import CanaryChoice
 
 GPUS = [

@@ -18,7 +18,8 @@ import numpy as np
 from pydantic import Field
 
 from gtm.models import Frozen
-from zone_agent.pipeline import Batch, Removal
+from gtm.routing.framework import Plugin, Removal
+from zone_agent.batch import ZoneBatch, ZoneCapability
 from zone_agent.request import CanaryChoice, ZoneRequest
 from zone_agent.view import ModelIndex
 
@@ -35,16 +36,12 @@ def _unit_hash(request_id: str) -> float:
     return int.from_bytes(digest, "big") / 2**64
 
 
-class CanaryFilter:
-    fused_role = "canary"
+class CanaryFilter(Plugin):
+    capabilities = frozenset({ZoneCapability.CANARY})
 
     def __init__(self, name: str = TYPE_NAME, params: Params | None = None) -> None:
-        self._name = name
+        super().__init__(name)
         self._fraction = (params or Params()).fraction
-
-    @property
-    def name(self) -> str:
-        return self._name
 
     @staticmethod
     def idle(request: ZoneRequest, index: ModelIndex, /) -> bool:
@@ -53,7 +50,7 @@ class CanaryFilter:
             request.version is None and request.canary is CanaryChoice.AUTO and not index.any_canary
         )
 
-    def removes(self, batch: Batch, /) -> Removal | None:
+    def removes(self, batch: ZoneBatch, /) -> Removal | None:
         request, index = batch.request, batch.index
         if self.idle(request, index):
             return None

@@ -1,0 +1,310 @@
+"""The zone's fast paths: shortcuts the core runner takes when a profile's plugins
+declare the :class:`~zone_agent.batch.ZoneCapability` values they rely on.
+
+:data:`FAST_PATHS` is registered on the zone registry (:func:`zone_agent.profiles.
+zone_registry`); the runner composes the paths a profile's plugins allow, says in the
+log which plugin lacks what when it cannot, and sets ``gtm_routing_fast_path{tier,
+profile,path}``. Each path gives what the plugins one by one give — the survivors, the
+steps and their reasons, the choice — which ``tests/unit/zone_agent/test_fast_paths.py``
+and ``tests/property/test_zone_agent_decisions.py`` check against
+:meth:`gtm.routing.runner.Runner.reference` on random zones:
+
+* :class:`FusedFilters` (``fused-filters``) — the default chain (health, model, fits,
+  optionally canary) as one step: what depends on the view alone is worked out once per
+  view and model (its ``prepare`` hook), and only the free-KV rule runs per request;
+  anything unusual (a half-open GPU, a canary or version pin, a request a hard rule may
+  refuse) runs the filters one by one;
+* :class:`CheapestPick` (``cheapest-pick``) — a lone cost scorer under a picker of the
+  highest total picks the cheapest survivor; the scores are worked out only for a trace;
+* :class:`BlendPick` (``blend-pick``) — a cost scorer then a KV-room scorer (the
+  default): the weighted sum and the pick of :mod:`zone_agent.costs.blend` in one call.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple, Protocol, cast
+
+import numpy as np
+
+from gtm.routing.framework import Capability, Floats, Removal
+from gtm.routing.runner import FastPath, Match, Stage, Step
+from zone_agent._np import fany
+from zone_agent.accounting import Accounting
+from zone_agent.batch import StreamsHint, ZoneBatch, ZoneCapability
+from zone_agent.costs import blend
+from zone_agent.request import ZoneRequest
+from zone_agent.view import Bools, Ints, ModelIndex, ZoneView
+
+#: Up to this many accounting slots outside the survivors, their streams are subtracted
+#: from the running total one at a time instead of gathering and summing the survivors'.
+STREAMS_OUTSIDE_MAX = 8
+
+
+def _not_removed(position: int) -> str:
+    return "not removed"
+
+
+# ---------------------------------------------------------------------------- filters
+
+
+class _IndexFilter(Protocol):
+    """A filter whose removal, when no GPU is half-open, depends on the view alone."""
+
+    @property
+    def name(self) -> str: ...
+
+    def index_removal(self, index: ModelIndex, /) -> Removal | None: ...
+
+
+class _FitsFilter(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def shortcut(self, request: ZoneRequest, index: ModelIndex, /) -> object | None: ...
+
+    def soft_removal(self, batch: ZoneBatch, need: Any, /) -> Removal | None: ...
+
+
+class _CanaryFilter(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def idle(self, request: ZoneRequest, index: ModelIndex, /) -> bool: ...
+
+
+class _Prepared(NamedTuple):
+    """The fused filters' work that depends on the view alone (per model)."""
+
+    alive: Bools
+    survivors: Ints
+    all_alive: bool
+    #: The health and model steps; then all steps when nothing else removes.
+    steps: tuple[Step, ...]
+    idle_steps: tuple[Step, ...]
+    #: :attr:`ZoneBatch.rate_sum` of ``alive``.
+    rate_sum: float
+    streams_hint: StreamsHint
+
+
+class FusedFilters:
+    """The default filter chain — health, model, fits, optionally canary — as one step,
+    for the usual request (the runner runs the filters one by one for any other).
+
+    The health and model filters depend on the view alone when no GPU is half-open, so
+    their survivors and trace steps are worked out once per view and model
+    (:meth:`prepare`), not once per request. The fits filter needs per-GPU work only for
+    its free-KV rule (its scalar shortcut says when), and the canary filter removes
+    nothing when no GPU is a canary and the request pins nothing. Each calls the
+    plugin's own code, so the survivors, the steps and their reasons are those of the
+    one-by-one run.
+    """
+
+    capabilities = frozenset({Capability.PREPARE})
+
+    def __init__(self, match: Match) -> None:
+        filters = cast(Any, match.filters)
+        self._index_filters: tuple[_IndexFilter, _IndexFilter] = (filters[0], filters[1])
+        self._fits: _FitsFilter = filters[2]
+        self._canary: _CanaryFilter | None = filters[3] if len(filters) > 3 else None
+        self._canary_step: tuple[Step, ...] = ()
+        if self._canary is not None:
+            self._canary_step = (Step(self._canary.name, None, _not_removed),)
+        self._tail = (Step(self._fits.name, None, _not_removed), *self._canary_step)
+
+    def prepare(self, view: ZoneView, /) -> dict[str, _Prepared | None]:
+        """The view's memo: each model's :class:`_Prepared` (None: no shortcut for that
+        model in this view), worked out on the model's first request."""
+        return {}
+
+    def filter(self, batch: ZoneBatch, /) -> tuple[Step, ...] | None:
+        request, index = batch.request, batch.index
+        memo: dict[str, _Prepared | None] = batch.prepared[self]
+        prepared = memo.get(index.model, _UNPREPARED)
+        if prepared is _UNPREPARED:
+            prepared = memo[index.model] = self._prepare(index, batch.view.accounting)
+        if prepared is None:
+            return None
+        assert isinstance(prepared, _Prepared)
+        canary = self._canary
+        if canary is not None and not canary.idle(request, index):
+            return None
+        need = self._fits.shortcut(request, index)
+        if need is None:
+            return None
+        batch.alive, batch.all_alive = prepared.alive, prepared.all_alive
+        batch.seal(prepared.survivors)
+        removal = self._fits.soft_removal(batch, need)
+        if removal is None:
+            batch._streams_hint = prepared.streams_hint
+            batch._rate_sum = prepared.rate_sum
+            return prepared.idle_steps
+        # The free-KV rule removes only when some survivor has room: never all.
+        batch.alive, batch.all_alive = np.greater(prepared.alive, removal.mask), False
+        batch.seal()
+        step = Step(self._fits.name, removal.mask, removal.reason)
+        return (*prepared.steps, step, *self._canary_step)
+
+    def _prepare(self, index: ModelIndex, accounting: Accounting) -> _Prepared | None:
+        if index.any_half_open:
+            return None  # the health filter then depends on our in-flight streams
+        alive = index.all_true
+        steps: list[Step] = []
+        for plugin in self._index_filters:
+            removal = plugin.index_removal(index)
+            if removal is None:
+                steps.append(Step(plugin.name, None, _not_removed))
+                continue
+            alive = np.greater(alive, removal.mask)
+            steps.append(Step(plugin.name, removal.mask, removal.reason))
+            if not fany(alive):
+                return None  # the one-by-one run refuses, naming the filter
+        alive.flags.writeable = False
+        survivors = alive.nonzero()[0]
+        survivors.flags.writeable = False
+        all_alive = alive is index.all_true
+        rate_sum = index.rate_sum if all_alive else float(np.dot(index.rate, alive))
+        slots = index.slots[survivors]
+        slots.flags.writeable = False
+        count = accounting.slot_count
+        outside = sorted(set(range(count)).difference(slots.tolist()))
+        hint = StreamsHint(
+            slots, tuple(outside) if len(outside) <= STREAMS_OUTSIDE_MAX else None, count
+        )
+        return _Prepared(
+            alive, survivors, all_alive, tuple(steps), (*steps, *self._tail), rate_sum, hint
+        )
+
+
+_UNPREPARED = object()
+
+
+# ---------------------------------------------------------------------------- choices
+
+
+class _CostScorer(Protocol):
+    scale_ms: float
+
+    def costs_ms(self, batch: ZoneBatch, /) -> Floats: ...
+
+
+class CheapestPick:
+    """A lone cost scorer (``ttft-scorer``) under a picker of the highest total: the
+    choice is the survivor of lowest cost, found without working out the scores.
+
+    The scorer scores ``exp((best − cost) / scale)``: 1 for the cheapest and strictly
+    less for anything that costs more — except that exp of a tiny negative number
+    rounds to 1, so a survivor costing a hair more than the best ties with it, and the
+    picker takes the first of the tied. Only when a second survivor costs more than the
+    best but within ``1e-9 × scale`` of it (where exp may round to 1; it surely does not
+    below ``-1e-9``) are the scores worked out to pick, so the choice is always the
+    picker's. (Survivors costing exactly the best tie at 1: argmin finds the first.)
+    """
+
+    #: Costs this close to the best (in units of the scorer's scale) may tie with it.
+    NEAR = 1e-9
+
+    def __init__(self, match: Match) -> None:
+        self._scorer = cast(_CostScorer, match.scorers[0].scorer)
+        self._margin = self.NEAR * self._scorer.scale_ms
+
+    def choose(self, batch: ZoneBatch, /) -> int:
+        """The position to choose, or -1: work the scores out and let the picker pick."""
+        costs = self._scorer.costs_ms(batch)
+        if batch.all_alive:
+            live = costs
+            k = at = int(costs.argmin())
+        else:
+            survivors = batch.survivors
+            live = costs[survivors]  # a copy
+            at = int(live.argmin())
+            k = int(survivors[at])
+        best = live.item(at)
+        if not best < math.inf:
+            return -1
+        if len(live) == 1:
+            return k
+        # The runner-up, by a second argmin with the best set aside (two C calls,
+        # cheaper than comparing the whole array): the usual verdict, a clear winner.
+        live[at] = math.inf
+        second = live.item(live.argmin())
+        live[at] = best  # ``costs`` itself when every candidate is alive: put it back
+        if second > best + self._margin:
+            return k
+        near = np.count_nonzero(live <= best + self._margin)
+        # Exact ties (an idle zone of one GPU type) all score exp(0) = 1, and argmin
+        # found the first of them, as the picker would.
+        if near != 1 and near != np.count_nonzero(live == best):
+            return -1
+        return k
+
+
+class BlendPick:
+    """A cost scorer (``ttft-scorer``) then a KV-room scorer (``kv-cache-scorer``) under
+    a picker of the highest total — the default profile: the weighted sum and the pick
+    of :mod:`zone_agent.costs.blend` in one call (its C kernel when built), so the choice
+    is the runner's, without the per-scorer dispatch and the scores record (a trace
+    works them out when asked). On a near tie the kernel answers -1 and the numpy form
+    decides.
+    """
+
+    def __init__(self, match: Match, *, kernel: bool = True) -> None:
+        cost, room = match.scorers
+        self._cost = cast(_CostScorer, cost.scorer)
+        self._cost_weight, self._room_weight = float(cost.weight), float(room.weight)
+        weight_sum = self._cost_weight + self._room_weight
+        # Dividing by a power of two is exact and keeps every order and tie: skipped (0).
+        self._div = 0.0 if math.frexp(weight_sum)[0] == 0.5 else weight_sum
+        self._inv_scale = 1.0 / self._cost.scale_ms
+        #: The C kernel, when it was built and ``kernel`` is set.
+        self._kernel = blend.blend_choice if kernel else None
+
+    def choose(self, batch: ZoneBatch, /) -> int:
+        index = batch.index
+        args = (
+            self._cost.costs_ms(batch),
+            batch.view.accounting.kv_blocks,
+            index.slots,
+            index.kv_own_base,
+            index.kv_free_base,
+            index.inv_kv_total,
+            None if batch.all_alive else batch.survivors,
+            self._inv_scale,
+            self._cost_weight,
+            self._room_weight,
+            self._div,
+        )
+        kernel = self._kernel
+        if kernel is not None:
+            choice = kernel(*args)
+            if choice >= 0:
+                return int(choice)
+        return blend.blend_choice_numpy(*args)
+
+
+Z = ZoneCapability
+
+#: The zone's fast paths, in the order the runner tries them.
+FAST_PATHS: tuple[FastPath, ...] = (
+    FastPath(
+        "fused-filters",
+        Stage.FILTERS,
+        needs=(Z.HEALTH, Z.MODEL, Z.FITS),
+        optional=(Z.CANARY,),
+        build=FusedFilters,
+    ),
+    FastPath(
+        "cheapest-pick",
+        Stage.CHOICE,
+        needs=(Z.COST_SCORE,),
+        build=CheapestPick,
+        picker=Capability.PICKS_MAX_TOTAL,
+    ),
+    FastPath(
+        "blend-pick",
+        Stage.CHOICE,
+        needs=(Z.COST_SCORE, Z.KV_ROOM),
+        build=BlendPick,
+        picker=Capability.PICKS_MAX_TOTAL,
+    ),
+)
