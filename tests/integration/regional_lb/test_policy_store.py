@@ -32,11 +32,24 @@ async def test_policies_come_from_the_store_and_reload(
     assert region.service.policy.generation == 2
     async with aiohttp.ClientSession() as http, await chat(http, region, model="none") as response:
         assert response.status == 404  # served with the new policy: authenticated, no zone
-    # A policy whose regional profile this tier cannot build is logged and skipped.
-    broken = policy(tmp_path / "three", regional_scorer="no-such-scorer")
+    # A policy whose regional profile this tier cannot build is applied with the last
+    # good profile kept, and the failure is logged and counted.
+    profile = region.service.router.profile if region.service.router is not None else None
+    broken = policy(
+        tmp_path / "three",
+        quotas={"alpha": {"requests_per_minute": 30}},
+        regional_scorer="no-such-scorer",
+    )
     await apply(store, broken.policy_set, 2, clock=clock)
     watcher = region.service.policies
     assert watcher is not None
     await watcher.wait_for_generation(3)
-    assert region.service.policy.generation == 2
-    assert region.service.limiter.pool_limits("alpha").get(Dimension.REQUESTS) == 60
+    await until(lambda: region.service.policy is not None and region.service.policy.generation == 3)
+    assert region.service.router is not None
+    assert region.service.router.profile is profile
+    failures = region.service.registry.get_sample_value(
+        "gtm_routing_profile_reload_failures_total",
+        {"tier": "regional", "profile": "regional-default"},
+    )
+    assert failures == 1
+    assert region.service.limiter.pool_limits("alpha").get(Dimension.REQUESTS) == 30
