@@ -43,6 +43,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from itertools import repeat
 from typing import Any, Generic, NamedTuple, NoReturn, Protocol, TypeVar
 
 import numpy as np
@@ -241,11 +242,15 @@ class Outcome(NamedTuple, Generic[B]):
         else:
             keep = alive.tolist()
         ids = self.batch.ids
-        records = CandidateScore.batch(
-            [ids[i] for i in keep],
-            [tuple((name, float(column[i])) for name, column in scored.columns) for i in keep],
-            [float(totals[i]) for i in keep],
-        )
+        if scored.columns:
+            # Row k is ((scorer, its score of keep[k]), ...), built column by column in C.
+            per_scorer = [
+                zip(repeat(name), column[keep].tolist()) for name, column in scored.columns
+            ]
+            rows: list[tuple[tuple[str, float], ...]] = list(zip(*per_scorer, strict=True))
+        else:
+            rows = [()] * len(keep)
+        records = CandidateScore.batch([ids[i] for i in keep], rows, totals[keep].tolist())
         trace = DecisionTrace(
             profile=runner.name,
             candidates=tuple(ids),
