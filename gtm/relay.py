@@ -311,16 +311,16 @@ class Relay(ABC, Generic[T]):
                 try:
                     chunk = await upstream.readany()
                 except TimeoutError:
-                    return _cut(request, response, target), Ending.CUT_TIMEOUT
+                    return _cut(request, response, self.target_id(target)), Ending.CUT_TIMEOUT
                 except (UpstreamError, OSError):
-                    return _cut(request, response, target), Ending.CUT_RESET
+                    return _cut(request, response, self.target_id(target)), Ending.CUT_RESET
             await response.write_eof()
         except (ConnectionResetError, aiohttp.ClientConnectionResetError):
             return response, Ending.CLIENT_GONE
         return response, Ending.COMPLETED
 
 
-def _cut(request: web.Request, response: web.StreamResponse, target: object) -> web.StreamResponse:
+def _cut(request: web.Request, response: web.StreamResponse, target: str) -> web.StreamResponse:
     """The upstream failed mid-response: reset the client's connection (no clean end)."""
     log.warning("upstream %s failed mid-response; cutting the client", target)
     transport = request.transport
