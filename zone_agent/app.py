@@ -37,6 +37,7 @@ from gtm.gpu_profiles import UnknownProfile
 from gtm.http_limits import limited_app
 from gtm.models import DrainTarget, GpuWorker
 from gtm.openai_errors import error_middleware
+from gtm.policy_store import PolicyWatcher
 from gtm.serve import HttpServer
 from gtm.state.snapshot import SnapshotWatcher
 from gtm.state.store import StateStore
@@ -48,7 +49,7 @@ from zone_agent.config import ZoneConfig
 from zone_agent.health import HealthTracker, probe
 from zone_agent.metrics import ZoneMetrics
 from zone_agent.pipeline import ZoneProfile
-from zone_agent.profiles import builtin_profile
+from zone_agent.profiles import profile_source
 from zone_agent.proxy import DataPath, ProxySettings
 from zone_agent.scrape import GpuMetrics, ScrapeError, scrape
 from zone_agent.summary import SummaryPublisher, build_summary
@@ -96,7 +97,14 @@ class ZoneAgent:
         self._own_at_scrape: dict[str, SlotLoad] = {}
         self._view = self._builder.build((), self.accounting, self._clock.monotonic())
         self.metrics = ZoneMetrics(registry, lambda: self._view, self._clock)
-        self._profile = profile or builtin_profile(config.profile, metrics=self.metrics.routing)
+        # The routing profile follows the policy files (zone-<profile>), else the built-in.
+        self._profiles = profile_source(config.profile, metrics=self.metrics.routing)
+        self._profile = profile or self._profiles.current
+        self._policies = (
+            PolicyWatcher(store, clock=self._clock, registry=registry)
+            if store is not None and profile is None
+            else None
+        )
         self._supervisor = TaskSupervisor(registry=registry, clock=self._clock, component="zone")
         self._watcher = (
             SnapshotWatcher(store, clock=self._clock, registry=registry, component="zone")
@@ -171,6 +179,9 @@ class ZoneAgent:
         )
         if self._tls is not None:
             self._supervisor.spawn("tls-reload", self._tls.run())
+        if self._policies is not None:
+            self._supervisor.spawn("policy-watch", self._policies.run())
+            self._supervisor.spawn("policy-follow", self._follow_policies(self._policies))
         if self._watcher is not None:
             self._supervisor.spawn("snapshot", self._watcher.run())
             try:
@@ -196,6 +207,15 @@ class ZoneAgent:
         self.url = bound.url
         log.info("zone agent %s/%s listening on %s", cfg.region, cfg.zone, self.url)
         return self.url
+
+    async def _follow_policies(self, watcher: PolicyWatcher) -> None:
+        """Rebuild the routing profile on every policy generation (the last good one
+        stays when a new one does not build: gtm.routing.ProfileSource)."""
+        generation = 0
+        while True:
+            active = await watcher.wait_for_generation(generation + 1)
+            generation = active.generation
+            self._profile = self._profiles.update(active)
 
     async def stop(self) -> None:
         """Stop listening (in-flight requests get a grace period), stop the loops,

@@ -78,7 +78,7 @@ async def test_models_health_ready_and_metrics(make_zone: ZoneFactory) -> None:
         text = await response.text()
     assert "gtm_zone_assignments_total" in text
     assert (
-        'gtm_routing_plugin_duration_seconds_count{extension_point="scorer",plugin="ttft",tier="zone"}'
+        'gtm_routing_plugin_duration_seconds_count{extension_point="scorer",plugin="zone-ttft",tier="zone"}'
         in text
     )
     assert 'gtm_zone_scrape_age_seconds{gpu="gpu-0"}' in text

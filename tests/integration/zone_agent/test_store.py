@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -11,9 +13,11 @@ from gtm.clock import SystemClock
 from gtm.gpu_profiles import LLAMA_8B
 from gtm.metrics import new_registry
 from gtm.models import Drain, DrainTarget, ZoneSummary
+from gtm.policy_store import apply as policy_apply
 from gtm.state import keys
 from gtm.state.codec import decode, encode
 from gtm.state.memory import MemoryStore
+from policies.loader import examples_path, load_paths
 
 from .conftest import ZoneFactory, sim_config
 
@@ -95,3 +99,26 @@ async def test_the_zone_summary_is_published_under_a_lease(
     assert load.prefill_tokens_per_s > 0
     await zone.agent.stop()
     assert await store.get(keys.zone_summary("region-1", "zone-a")) is None
+
+
+async def test_the_routing_profile_follows_the_policy_in_the_store(
+    make_zone: ZoneFactory, store: MemoryStore, tmp_path: Path
+) -> None:
+    zone = await make_zone(["H100"], store=store)
+    assert zone.agent.profile.weights == (("zone-ttft", 1.0), ("kv-cache", 1.0))
+    # The example policy with its zone-default weighing KV room three times.
+    for source in examples_path().glob("*.yaml"):
+        text = source.read_text()
+        if source.name == "routing-profiles.yaml":
+            assert text.count("{ref: kv-cache, weight: 1.0}") == 1
+            text = text.replace("{ref: kv-cache, weight: 1.0}", "{ref: kv-cache, weight: 3.0}")
+        (tmp_path / source.name).write_text(text)
+    await policy_apply(store, load_paths([tmp_path]), 0, clock=SystemClock())
+    watcher = zone.agent._policies
+    assert watcher is not None
+    await watcher.wait_for_generation(1)
+    for _ in range(100):  # the follower runs on the next turns of the loop
+        if zone.agent.profile.weights != (("zone-ttft", 1.0), ("kv-cache", 1.0)):
+            break
+        await asyncio.sleep(0)
+    assert zone.agent.profile.weights == (("zone-ttft", 1.0), ("kv-cache", 3.0))
