@@ -1,53 +1,59 @@
-"""Region choice over precomputed arrays: the global profile's fast path.
+"""The global tier's fast paths on the core runner, and the ranking a decision hands on.
 
-The generic :class:`gtm.routing.Profile` passes region objects and ``{id: score}`` dicts
-between plugins and builds a full trace on every decision: ~100 µs over 50 regions on
-the 2-core CI machine, twice the global tier's 50 µs p99 budget (issue 7). A decision
-reads few things that depend on the request (allowed set, client point, model, prompt
-size, request id), so this module precomputes the rest once per :class:`GlobalView`
-(a view lives about a second) and runs the same filter → score → pick contracts over
-plain lists:
+The global tier decides with :class:`gtm.routing.Runner` over a
+:class:`~global_lb.batch.RegionBatch`; its plugins (``global_lb/plugins``) prepare their
+per-view columns (``prepare``) and answer the runner's filter, score and pick calls. A
+cold decision is most of the tier's budget, and the runner's per-plugin calls over numpy
+arrays cost more than the work over tens of regions, so the tier declares two fast paths
+on its registry (:func:`register_fast_paths`), taken when every plugin of the profile
+declares the capability a slot needs (:class:`~global_lb.batch.GlobalCap`):
 
-* **per view**: region ids, an availability bit mask (health filter), and per model the
-  serves mask (model filter), the queueing delay and per-token prefill time (TTFT
-  cost terms) and the headroom (load scorer, spread picker);
-* **per allowed set** (the residency verdict, a handful per view): its bit mask;
-* **per survivor mask**: the survivors' positions;
-* **per client point**: the RTT vector (the view's latency model memoises it).
+* **filters** (``global-filters``): each filter's kept regions are a bit mask prepared
+  per view (residency per allowed set, health per view, model per model); the survivors
+  are their AND, and the steps of the trace (numpy masks, reasons) are remembered per
+  view and filter masks;
+* **choice** (``global-choice`` with ``max-score-picker``, ``global-spread-choice``
+  with ``headroom-spread-picker``): the scorers' survivor forms summed in profile order,
+  the best (ties to the smallest id), then the spread picker's own test and draw. The
+  usual profile (``ttft-scorer`` then ``load-scorer``) runs the fused total of
+  :mod:`global_lb.plugins.ttft` over its survivors' rows (RTT + cost terms + headroom),
+  remembered per view and client (clients repeat: cities, resolvers).
 
-A decision is then ``allowed & available & serves`` → one pass computing costs, scores
-and totals → best (ties to the smallest id) → the spread picker's draw when it spreads.
-
-**Same semantics, checked.** Every number comes from the plugins' own modules (the
-TTFT cost and fused total from :mod:`global_lb.plugins.ttft`, the spread picker's test
-and draw from :mod:`global_lb.plugins.spread`), so the choice, the fallbacks and their
-order are those of the profile: ``tests/property/test_global_fast_path.py`` runs both
-on random views and requests. Only profiles made of the global tier's own plugin types
-(and ``max-score-picker``) compile; :func:`compile_pipeline` returns ``None`` for any
-other, and the router runs the generic profile. A decision whose filters leave nothing
-is also left to the profile (rare, and its refusal names the filter and the reason),
-as is every trace (:class:`global_lb.router.TraceSource` runs the profile on demand).
+Every number comes from the plugins' own modules, so a fast decision is the runner's
+reference decision (``Runner.reference``): ``tests/property/test_global_fast_path.py``
+runs both on random views, requests and profiles. What a decision hands on is lazy:
+the order of the survivors (:class:`Ranking`) is worked out when the fallbacks or the
+scores are read, and the trace when it is read (``Outcome.to_decision``).
 """
 
 from __future__ import annotations
 
 import heapq
-import itertools
 import operator
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from enum import StrEnum
+from typing import ClassVar, NamedTuple, cast
 
-from global_lb.plugins import affinity, health, load, model, residency, spread, ttft
-from global_lb.view import ANY_MODEL, GlobalView, RegionState
-from gtm.models import GeoPoint, RouteRequest
-from gtm.routing import ProfileSpec
+from global_lb.batch import (
+    DecisionState,
+    GlobalCap,
+    MaskFilter,
+    RegionBatch,
+    changed_positions,
+    ranked_order,
+    remember,
+)
+from global_lb.plugins import load, spread, ttft
+from global_lb.view import GlobalView
+from gtm.models import RouteRequest
+from gtm.routing import Capability, FastPath, Match, PluginRegistry, Stage, Step, capabilities_of
 
-#: The generic picker the fast path also knows (``gtm.routing.pickers.max_score``).
-MAX_SCORE_PICKER = "max-score-picker"
-#: Survivor masks and allowed sets remembered per view; a view lives about a second and
-#: sees a handful of each, so the bound only stops a pathological policy from growing it.
-_MEMO_SIZE = 4096
+#: Filters and scorers a fast path takes (a profile with more runs without it, logged).
+MAX_FILTERS = 8
+MAX_SCORERS = 8
+#: Client rows remembered per view (a view lives about a second; tens of regions × 3
+#: floats a row, so the bound is a few tens of MB at most).
+ROWS_MEMO_SIZE = 65_536
 
 
 class Ranking:
@@ -137,271 +143,95 @@ class Ranking:
 NO_RANKING = Ranking.given((), ())
 
 
-def ranked_order(
-    names: tuple[str, ...], totals: Sequence[float], ascending: bool = False
-) -> list[int]:
-    """Indices into ``names`` by total descending, then id ascending (``ascending``:
-    the caller knows ``names`` are in id order)."""
-    indices = range(len(totals))
-    if ascending or all(a < b for a, b in itertools.pairwise(names)):
-        return sorted(indices, key=totals.__getitem__, reverse=True)  # stable: ids stay in order
-    return sorted(indices, key=lambda k: (-totals[k], names[k]))
+class ChoiceState(DecisionState):
+    """What the choice fast path worked out: the ranking, and the survivors' costs when
+    it computed them (``ttft.ShiftedCosts`` when they share one per-token time)."""
 
+    __slots__ = ("chosen", "costs", "position", "ranking")
 
-class FastChoice(NamedTuple):
-    """A decision of the fast path (a NamedTuple: built in C)."""
+    def __init__(
+        self, ranking: Ranking, costs: Sequence[float] | None, chosen: int, position: int
+    ) -> None:
+        self.ranking = ranking
+        self.costs = costs
+        #: The chosen survivor's index and position.
+        self.chosen = chosen
+        self.position = position
 
-    region: RegionState
-    #: The survivors' scores and the fallbacks, worked out when read.
-    ranking: Ranking
-    #: The cost model's price of the choice (``None``: no cost model, or not finite).
-    predicted_ttft_ms: float | None
-    #: The spread picker drew at random (the best region is near saturation or the
-    #: client was displaced): decisions differ per request id.
-    spread: bool = False
-    #: Set when the choice does not depend on the prompt size: every survivor has this
-    #: per-token prefill time, so a prompt adds the same to each cost and the TTFT
-    #: scores (cost differences) stay. The predicted TTFT for ``tokens`` is then
-    #: ``ttft.with_prompt(fixed, per_token, tokens)``.
-    per_token: float | None = None
-    #: The chosen region's prompt-independent cost (with :attr:`per_token`).
-    fixed: float = 0.0
+    def priced(self) -> dict[int, float] | None:
+        costs = self.costs
+        return None if costs is None else {self.position: costs[self.chosen]}
 
     @property
-    def scores(self) -> tuple[tuple[str, float], ...]:
-        """(region id, total score) of the survivors, best first (ties: smaller id first)."""
-        return self.ranking.scores
+    def per_token(self) -> float | None:
+        """Every survivor's per-token time when the choice holds for any prompt size."""
+        costs = self.costs
+        return costs.per_token if isinstance(costs, ttft.ShiftedCosts) else None
 
     @property
-    def fallbacks(self) -> tuple[str, ...]:
-        """The other survivors in that order."""
-        return self.ranking.fallbacks
+    def fixed(self) -> float:
+        """The choice's prompt-independent cost (with :attr:`per_token`)."""
+        costs = self.costs
+        return costs.fixed(self.chosen) if isinstance(costs, ttft.ShiftedCosts) else 0.0
 
 
-# ---------------------------------------------------------------------------- per view
+# ---------------------------------------------------------------------------- filters
 
 
-@dataclass(frozen=True, slots=True)
-class ModelColumns:
-    """Per-region numbers of one model, in view order."""
+class GlobalFilters:
+    """The ``global-filters`` fast path: the AND of the filters' prepared masks."""
 
-    #: Bit i set: region i passes the model filter.
-    serves: int
-    #: Cost = (rtt + base) + tokens × per_token (base ∞ where the model is not served).
-    base: tuple[float, ...]
-    per_token: tuple[float, ...]
-    headroom: tuple[float, ...]
+    capabilities: ClassVar[frozenset[StrEnum]] = frozenset({Capability.PREPARE})
 
+    def __init__(self, match: Match) -> None:
+        self._filters = tuple(cast(MaskFilter, f) for f in match.filters)
 
-class _Entry(NamedTuple):
-    """One region's numbers in :class:`ModelColumns`."""
+    def prepare(self, view: GlobalView, /) -> dict[object, tuple[int, tuple[Step, ...]]]:
+        """The view's survivors and filter steps, per allowed set, model and rule (what
+        a mask filter's ``kept`` may depend on besides the view)."""
+        return {}
 
-    serves: bool
-    base: float
-    per_token: float
-    headroom: float
-
-
-def _entry(region: RegionState, model_name: str) -> _Entry:
-    terms = region.terms.get(model_name)
-    serves = (
-        region.summary is None or model_name == ANY_MODEL or (terms is not None and terms.serves)
-    )
-    return _Entry(serves, *ttft.cost_terms(region, model_name), region.headroom(model_name))
-
-
-def model_columns(regions: Sequence[RegionState], model_name: str) -> ModelColumns:
-    entries = [_entry(region, model_name) for region in regions]
-    serves = 0
-    for i, entry in enumerate(entries):
-        if entry.serves:
-            serves |= 1 << i
-    return ModelColumns(
-        serves,
-        tuple([e.base for e in entries]),
-        tuple([e.per_token for e in entries]),
-        tuple([e.headroom for e in entries]),
-    )
-
-
-def patched_columns(
-    columns: ModelColumns, regions: Sequence[RegionState], model_name: str, changed: list[int]
-) -> ModelColumns:
-    """``columns`` with the regions at ``changed`` positions worked out again."""
-    serves = columns.serves
-    base, per_token = list(columns.base), list(columns.per_token)
-    headroom = list(columns.headroom)
-    for i in changed:
-        entry = _entry(regions[i], model_name)
-        serves = serves | 1 << i if entry.serves else serves & ~(1 << i)
-        base[i], per_token[i], headroom[i] = entry.base, entry.per_token, entry.headroom
-    return ModelColumns(serves, tuple(base), tuple(per_token), tuple(headroom))
-
-
-@dataclass(slots=True)
-class Prepared:
-    """What a view's decisions share; built on the view's first decision."""
-
-    view: GlobalView
-    ids: tuple[str, ...]
-    available: int
-    #: The view lists regions in id order (``build_view`` does): a stable sort on the
-    #: total alone then breaks ties by id.
-    id_ordered: bool
-    models: dict[str, ModelColumns] = field(default_factory=dict)
-    allowed: dict[frozenset[str], int] = field(default_factory=dict)
-    survivors: dict[int, tuple[int, ...]] = field(default_factory=dict)
-    survivor_ids: dict[int, tuple[str, ...]] = field(default_factory=dict)
-    homes: dict[tuple[str, str, int], int | None] = field(default_factory=dict)
-    rows: dict[tuple[float, float, str | None, str, int], Rows] = field(default_factory=dict)
-    subsets: dict[tuple[str, int], Subset] = field(default_factory=dict)
-    #: The previous view's (an overlay of the same regions: the in-flight ledger's) and
-    #: the positions whose regions differ from it (bit mask). Its per-model columns are
-    #: patched rather than rebuilt, and its per-mask memos carry over for masks clear of
-    #: the changed positions (clients' rows included). One level: the previous view's
-    #: own parent is dropped.
-    parent: Prepared | None = None
-    changed: int = 0
-
-    @classmethod
-    def of(cls, view: GlobalView, previous: Prepared | None = None) -> Prepared:
-        """``view``'s, derived from ``previous`` when it has the same regions in the same
-        places (the in-flight ledger's overlays of one base view: only a few regions'
-        terms differ, and a new overlay comes every few tens of decisions)."""
-        regions = view.regions
-        ids = tuple(r.id for r in regions)
-        if previous is not None and _same_places(previous, view, ids):
-            return previous.derive(view)
-        available = 0
-        for i, region in enumerate(regions):
-            if region.healthy and not region.drained:
-                available |= 1 << i
-        return cls(view, ids, available, list(ids) == sorted(ids))
-
-    def derive(self, view: GlobalView) -> Prepared:
-        """:meth:`of` ``view`` (same ids, places and latency model as this one's)."""
-        changed = 0
-        available = self.available
-        for i, (old, new) in enumerate(zip(self.view.regions, view.regions, strict=True)):
-            if old is not new:
-                changed |= 1 << i
-                if new.healthy and not new.drained:
-                    available |= 1 << i
-                else:
-                    available &= ~(1 << i)
-        self.parent = None  # one level is enough, and a chain would keep every view
-        if changed == (1 << len(self.ids)) - 1:  # a new base view: nothing carries over
-            return Prepared(view, self.ids, available, self.id_ordered, allowed=self.allowed,
-                            survivors=self.survivors, survivor_ids=self.survivor_ids)  # fmt: skip
-        # Shared: functions of the ids alone.
-        return Prepared(
-            view,
-            self.ids,
-            available,
-            self.id_ordered,
-            allowed=self.allowed,
-            survivors=self.survivors,
-            survivor_ids=self.survivor_ids,
-            parent=self,
-            changed=changed,
-        )
-
-    def columns(self, model_name: str) -> ModelColumns:
-        found = self.models.get(model_name)
+    def filter(self, batch: RegionBatch, /) -> tuple[Step, ...] | None:
+        memo: dict[object, tuple[int, tuple[Step, ...]]] = batch.prepared[self]
+        ctx = batch.ctx
+        key = (ctx.allowed, batch.model, ctx.residency_rule)
+        found = memo.get(key)
         if found is None:
-            if len(self.models) >= _MEMO_SIZE:
-                self.models.clear()
-            parent = self.parent
-            inherited = None if parent is None else parent.models.get(model_name)
-            if inherited is None:
-                found = model_columns(self.view.regions, model_name)
-            else:
-                changed = list(self.positions(self.changed))
-                found = patched_columns(inherited, self.view.regions, model_name, changed)
-            self.models[model_name] = found
-        return found
-
-    def inherited_subset(self, key: tuple[str, int]) -> Subset | None:
-        parent = self.parent
-        if parent is None or key[1] & self.changed:
-            return None
-        return parent.subsets.get(key)
-
-    def inherited_rows(self, key: tuple[float, float, str | None, str, int]) -> Rows | None:
-        parent = self.parent
-        if parent is None or key[4] & self.changed:
-            return None
-        return parent.rows.get(key)
-
-    def allowed_mask(self, allowed: frozenset[str]) -> int:
-        found = self.allowed.get(allowed)
-        if found is None:
-            found = 0
-            for i, rid in enumerate(self.ids):
-                if rid in allowed:
-                    found |= 1 << i
-            if len(self.allowed) >= _MEMO_SIZE:
-                self.allowed.clear()
-            self.allowed[allowed] = found
-        return found
-
-    def subset(self, columns: ModelColumns, model_name: str, mask: int) -> Subset:
-        """``columns`` of the regions in ``mask``, memoised per view."""
-        key = (model_name, mask)
-        found = self.subsets.get(key)
-        if found is None:
-            found = self.inherited_subset(key)
-        if found is None:
-            positions = self.positions(mask)
-            pick = _picker_of(positions)
-            per_token = pick(columns.per_token)
-            uniform = per_token[0] if per_token.count(per_token[0]) == len(per_token) else None
-            found = Subset(pick, pick(columns.base), per_token, pick(columns.headroom), uniform)
-            if len(self.subsets) >= _MEMO_SIZE:
-                self.subsets.clear()
-            self.subsets[key] = found
-        return found
-
-    def names(self, mask: int) -> tuple[str, ...]:
-        """The ids of :meth:`positions`."""
-        found = self.survivor_ids.get(mask)
-        if found is None:
-            found = tuple(self.ids[i] for i in self.positions(mask))
-            if len(self.survivor_ids) >= _MEMO_SIZE:
-                self.survivor_ids.clear()
-            self.survivor_ids[mask] = found
-        return found
-
-    def positions(self, mask: int) -> tuple[int, ...]:
-        """The set bits of ``mask``, ascending (view order)."""
-        found = self.survivors.get(mask)
-        if found is None:
-            found = tuple(i for i in range(len(self.ids)) if mask >> i & 1)
-            if len(self.survivors) >= _MEMO_SIZE:
-                self.survivors.clear()
-            self.survivors[mask] = found
-        return found
+            kept = [f.kept(batch) for f in self._filters]
+            mask = batch.layout.full
+            for k in kept:
+                mask &= k
+            steps = tuple([_step(f, k, batch) for f, k in zip(self._filters, kept, strict=True)])
+            found = remember(memo, key, (mask, steps))
+        mask, steps = found
+        if not mask:
+            return None  # a refusal: the filters one by one name the one that emptied it
+        layout = batch.layout
+        full = layout.full
+        alive, survivors = layout.arrays(mask)
+        batch.alive = alive
+        batch.all_alive = mask == full
+        batch.seal(survivors)
+        batch.mask = mask
+        return steps
 
 
-def _same_places(previous: Prepared, view: GlobalView, ids: tuple[str, ...]) -> bool:
-    """Whether ``view``'s per-client numbers (RTTs) are ``previous``'s: same regions in
-    the same order and places, same latency model."""
-    old = previous.view
-    return ids == previous.ids and view.latency is old.latency and view.signature == old.signature
+def _step(plugin: MaskFilter, kept: int, batch: RegionBatch) -> Step:
+    if kept == batch.layout.full:
+        return Step(plugin.name, None, _not_removed)
+    return Step(plugin.name, batch.layout.removed(kept), plugin.reason(batch))
 
 
-def _picker_of(positions: tuple[int, ...]) -> Callable[[Sequence[float]], tuple[float, ...]]:
-    """A gather of ``positions`` (``operator.itemgetter``: in C), always a tuple."""
-    if len(positions) == 1:
-        (only,) = positions
-        return lambda values: (values[only],)
-    return operator.itemgetter(*positions)
+def _not_removed(position: int) -> str:
+    return "not removed"
+
+
+# ---------------------------------------------------------------------------- choice
 
 
 class Subset(NamedTuple):
     """A model's columns for the regions of one survivor mask (in position order)."""
 
-    pick: Callable[[Sequence[float]], tuple[float, ...]]
     base: tuple[float, ...]
     per_token: tuple[float, ...]
     headroom: tuple[float, ...]
@@ -411,7 +241,7 @@ class Subset(NamedTuple):
 
 class Rows(NamedTuple):
     """The survivors' columns for one (client point, country, model, survivor mask),
-    in position order: what a decision reads besides the prompt size."""
+    in position order: what a fused decision reads besides the prompt size."""
 
     #: ``rtt + base``: the prompt-independent part of the TTFT cost (ttft.fixed_column).
     fixed: tuple[float, ...]
@@ -419,285 +249,198 @@ class Rows(NamedTuple):
     headroom: tuple[float, ...]
     #: The smallest finite ``fixed`` (``None``: none is finite).
     low: float | None
-    #: Every survivor's ``per_token`` when they are all equal (same GPUs everywhere),
-    #: else ``None``: then the cheapest cost is ``low + tokens × uniform`` (rounding is
-    #: monotonic, so adding one number to each keeps the smallest the smallest).
+    #: Every survivor's ``per_token`` when they are all equal (same GPUs everywhere).
     uniform: float | None
 
 
-def survivor_rows(
-    prep: Prepared,
-    columns: ModelColumns,
-    model_name: str,
-    mask: int,
-    positions: tuple[int, ...],
-    point: GeoPoint | None,
-    country: str | None,
-) -> Rows:
-    """:class:`Rows`, memoised per view: clients repeat (cities, resolvers), and a
-    repeat skips the RTT lookup and three gathers over the regions."""
-    lat, lon = (point.lat, point.lon) if point is not None else (999.0, 999.0)
-    key = (lat, lon, country, model_name, mask)
-    found = prep.rows.get(key)
-    if found is None and prep.parent is not None:
-        found = prep.inherited_rows(key)
-        if found is not None:
-            prep.rows[key] = found
-    if found is None:
-        sub = prep.subset(columns, model_name, mask)
-        view = prep.view
-        rtts = view.latency.row(view.signature, view.regions, point, country, positions)
-        fixed = ttft.fixed_column(rtts, sub.base)
-        low = ttft.lowest(fixed)
-        found = Rows(fixed, sub.per_token, sub.headroom, low, sub.uniform)
-        if len(prep.rows) >= _ROWS_MEMO_SIZE:
-            prep.rows.clear()
-        prep.rows[key] = found
-    return found
+class ChoiceMemo:
+    """The fused path's per-view memos: survivor subsets and client rows. A view over
+    the same regions in the same places as the one before (an overlay: a few regions'
+    terms differ) takes the previous view's entries whose survivors did not change."""
 
+    __slots__ = ("changed", "parent", "rows", "subsets", "view")
 
-#: Client rows remembered per view (a view lives about a second; 50 regions × 3 floats
-#: a row, so the bound is a few tens of MB at most).
-_ROWS_MEMO_SIZE = 65_536
+    def __init__(self, view: GlobalView, previous: ChoiceMemo | None) -> None:
+        self.view = view
+        self.parent: ChoiceMemo | None = None
+        self.subsets: dict[tuple[str, int], Subset] = {}
+        self.rows: dict[tuple[float, float, str | None, str, int], Rows] = {}
+        changed = None
+        if previous is not None:
+            old = previous.view
+            if view.latency is old.latency and view.signature == old.signature:
+                changed = changed_positions(old, view)
+            previous.parent = None  # one level: a chain would keep every view
+        full = (1 << len(view.regions)) - 1
+        self.parent = previous if changed is not None and changed != full else None
+        self.changed = changed or 0
 
-
-# ---------------------------------------------------------------------------- compiling
-
-
-class _Scorer(NamedTuple):
-    kind: str  # a plugin type name
-    weight: float
-    #: ttft: its score scale (ms); unused otherwise.
-    scale: float = 0.0
-    home: affinity.TenantAffinityScorer | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class _Filters:
-    health: bool
-    model: bool
-
-
-def _filters(spec: ProfileSpec, types: Mapping[str, str]) -> _Filters | None:
-    kinds = {types.get(ref) for ref in spec.profile.filters}
-    if not kinds <= {residency.TYPE_NAME, health.TYPE_NAME, model.TYPE_NAME}:
-        return None
-    if residency.TYPE_NAME not in kinds:
-        return None  # profiles.require_residency refuses such a profile anyway
-    return _Filters(health.TYPE_NAME in kinds, model.TYPE_NAME in kinds)
-
-
-def _scorers(spec: ProfileSpec) -> tuple[_Scorer, ...] | None:
-    plugins = {p.plugin_name: p for p in spec.plugins}
-    out: list[_Scorer] = []
-    for ref in spec.profile.scorers:
-        plugin = plugins.get(ref.ref)
-        if plugin is None:
+    def inherited(self, memo: str, key: tuple[object, ...], mask: int) -> object:
+        parent = self.parent
+        if parent is None or mask & self.changed:
             return None
-        params = dict(plugin.parameters)
-        weight = float(ref.weight)
-        if plugin.type in (ttft.TYPE_NAME, ttft.COST_MODEL_TYPE_NAME):
-            scale = ttft.Params.model_validate(params).scale_ms
-            out.append(_Scorer(ttft.TYPE_NAME, weight, scale))
-        elif plugin.type == load.TYPE_NAME:
-            out.append(_Scorer(load.TYPE_NAME, weight))
-        elif plugin.type == affinity.TYPE_NAME:
-            scorer = affinity.TenantAffinityScorer(ref.ref, affinity.Params.model_validate(params))
-            out.append(_Scorer(affinity.TYPE_NAME, weight, home=scorer))
-        else:
-            return None
-    return tuple(out)
-
-
-def _picker(spec: ProfileSpec) -> tuple[bool, spread.HeadroomSpreadPicker | None]:
-    """(known, the spread picker): ``(True, None)`` is max-score."""
-    name = spec.profile.picker
-    for plugin in spec.plugins:
-        if plugin.plugin_name == name:
-            if plugin.type == spread.TYPE_NAME:
-                params = spread.Params.model_validate(dict(plugin.parameters))
-                return True, spread.HeadroomSpreadPicker(name, params)
-            if plugin.type == MAX_SCORE_PICKER:
-                return True, None
-    return False, None
-
-
-def _has_cost_model(spec: ProfileSpec) -> bool | None:
-    """Whether the profile prices its choice; ``None`` when the cost model is unknown."""
-    ref = spec.profile.cost_model
-    if ref is None:
-        return False
-    kinds = {p.plugin_name: p.type for p in spec.plugins}
-    return True if kinds.get(ref) in (ttft.TYPE_NAME, ttft.COST_MODEL_TYPE_NAME) else None
-
-
-def compile_pipeline(spec: ProfileSpec) -> RegionPipeline | None:
-    """The fast path for ``spec``, or ``None`` when it uses a plugin the fast path does not
-    know (or ``trace_scores``, which trims fallbacks to the traced regions)."""
-    types = {p.plugin_name: p.type for p in spec.plugins}
-    filters = _filters(spec, types)
-    scorers = _scorers(spec)
-    known, spreader = _picker(spec)
-    priced = _has_cost_model(spec)
-    if filters is None or scorers is None or not known or priced is None:
-        return None
-    if spec.trace_scores is not None:
-        return None
-    return RegionPipeline(filters, scorers, spreader, priced=priced)
-
-
-# ---------------------------------------------------------------------------- deciding
-
-
-class RegionPipeline:
-    """Decides like the profile it was compiled from, over :class:`Prepared` views."""
-
-    def __init__(
-        self,
-        filters: _Filters,
-        scorers: tuple[_Scorer, ...],
-        spreader: spread.HeadroomSpreadPicker | None,
-        *,
-        priced: bool,
-    ) -> None:
-        self._filters = filters
-        self._scorers = scorers
-        self._weight_sum = 0.0
-        for scorer in scorers:  # summed in order, like Profile._weight_sum
-            self._weight_sum += scorer.weight
-        self._spread = spreader
-        #: (ttft weight, load weight, Σw) and the ttft scale when the scorers are exactly
-        #: those two (ttft.fused_totals).
-        self._ttft_load: tuple[tuple[float, float, float], float] | None = None
-        if tuple(sc.kind for sc in scorers) == (ttft.TYPE_NAME, load.TYPE_NAME):
-            weights = (scorers[0].weight, scorers[1].weight, self._weight_sum)
-            self._ttft_load = (weights, scorers[0].scale)
-        self._priced = priced
-        self._prepared: Prepared | None = None
-
-    def prepared(self, view: GlobalView) -> Prepared:
-        found = self._prepared
-        if found is None or found.view is not view:
-            found = self._prepared = Prepared.of(view, found)
+        found: object = getattr(parent, memo).get(key)
         return found
 
-    def decide(
-        self,
-        request: RouteRequest,
-        view: GlobalView,
-        allowed: frozenset[str],
-        point: GeoPoint | None,
-        country: str | None,
-    ) -> FastChoice | None:
-        """The profile's choice, or ``None`` when the filters leave no region."""
-        prep = self.prepared(view)
-        mask = prep.allowed_mask(allowed)
-        if self._filters.health:
-            mask &= prep.available
-        columns = prep.columns(request.model)
-        if self._filters.model:
-            mask &= columns.serves
-        if not mask:
-            return None
-        positions = prep.positions(mask)
-        names = prep.names(mask)
-        totals, costs, top = self._totals(request, prep, columns, mask, positions, point, country)
-        # The picker's best: highest total, ties to the smallest id (gtm.routing.better).
-        # One pass, not a sort: the order is worked out only when read (Ranking).
-        if prep.id_ordered:  # the first of equal maxima is the smallest id
+
+class GlobalChoice:
+    """The ``global-choice`` / ``global-spread-choice`` fast paths: the scorers' survivor
+    forms, the best, the spread picker's draw (see the module docstring)."""
+
+    capabilities: ClassVar[frozenset[StrEnum]] = frozenset({Capability.PREPARE})
+
+    def __init__(self, match: Match) -> None:
+        self._scorers = tuple((ws.scorer, ws.weight) for ws in match.scorers)
+        self._weight_sum = 0.0
+        for _, weight in self._scorers:  # summed in profile order, like the runner's
+            self._weight_sum += weight
+        picker = match.picker
+        self._spread = (
+            cast(spread.HeadroomSpreadPicker, picker)
+            if GlobalCap.HEADROOM_SPREAD in capabilities_of(picker)
+            else None
+        )
+        #: The TTFT and load scorers when the profile's scorers are exactly those two,
+        #: with (w_ttft, w_load, Σw) and the TTFT scale.
+        self._fused: tuple[ttft.TtftScorer, load.LoadScorer] | None = None
+        self._fused_weights = (0.0, 0.0, 0.0)
+        self._scale = 0.0
+        if len(self._scorers) == 2:
+            (first, w0), (second, w1) = self._scorers
+            if GlobalCap.TTFT_SCORE in capabilities_of(first) and (
+                GlobalCap.HEADROOM_SCORE in capabilities_of(second)
+            ):
+                self._fused = (cast(ttft.TtftScorer, first), cast(load.LoadScorer, second))
+                self._fused_weights = (w0, w1, self._weight_sum)
+                self._scale = self._fused[0].scale_ms
+        self._last: ChoiceMemo | None = None
+
+    def prepare(self, view: GlobalView, /) -> ChoiceMemo:
+        found = self._last = ChoiceMemo(view, self._last)
+        return found
+
+    def choose(self, batch: RegionBatch, /) -> int:
+        mask = batch.mask
+        if mask is None:  # filtered one by one (a filter without a mask)
+            mask = batch.mask = batch.survivor_mask()
+        layout = batch.layout
+        positions = layout.positions(mask)
+        names = layout.names(mask)
+        costs: Sequence[float] | None = None
+        top = None
+        request: RouteRequest = batch.request  # type: ignore[assignment]
+        if self._fused is not None:
+            rows = self._rows(batch, mask, positions)
+            totals, costs, top = ttft.fused_totals(
+                rows.fixed, rows.per_token, rows.uniform, rows.low, rows.headroom,
+                request.input_tokens, self._fused_weights, self._scale,
+            )  # fmt: skip
+        elif not self._scorers:
+            totals = [0.0] * len(positions)
+        else:
+            totals, costs = self._totals(batch, positions, names)
+        # The best: highest total, ties to the smallest id (max-score-picker's rule).
+        if layout.id_ordered:  # the first of equal maxima is the smallest id
             k = totals.index(max(totals)) if top is None else top
         else:
             k = min(range(len(totals)), key=lambda i: (-totals[i], names[i]))
         best = k
-        spreader = self._spread
-        spreads = spreader is not None and spreader.spreads_at(
-            request, view.regions[positions[k]], columns.headroom[positions[k]]
-        )
+        picker = self._spread
         order = None
-        if spreads:
-            assert spreader is not None
-            # The draw's pool is the head of the ranking: order it (a sort keyed in C,
-            # cheaper than a partial selection keyed in Python) and keep the order.
-            order = ranked_order(names, totals, prep.id_ordered)
-            headroom = prep.subset(columns, request.model, mask).headroom
-            k = spreader.draw(request, order, totals, k, headroom)
-        ranking = Ranking(names, totals, best, k, order)
-        chosen = positions[k]
-        predicted = None
-        if self._priced:
-            if costs:
-                cost = costs[k]
-            else:
-                rows = survivor_rows(prep, columns, request.model, mask, positions, point, country)
-                cost = ttft.with_prompt(rows.fixed[k], rows.per_token[k], request.input_tokens)
-            predicted = ttft.prediction(cost)
-        if isinstance(costs, ttft.ShiftedCosts):
-            region = view.regions[chosen]
-            return FastChoice(region, ranking, predicted, spreads, costs.per_token, costs.fixed(k))
-        return FastChoice(view.regions[chosen], ranking, predicted, spreads)
-
-    # ------------------------------------------------------------------ scores
+        if picker is not None:
+            regions = batch.ctx.view.regions
+            if picker.spreads(request, regions[positions[k]]):
+                batch.spread = True
+                # The draw's pool is the head of the ranking: order it (a sort keyed in C)
+                # and keep the order for the ranking.
+                order = ranked_order(names, totals, layout.id_ordered)
+                headroom = [regions[i].headroom(request.model) for i in positions]
+                k = picker.draw(request, order, totals, k, headroom)
+        batch.state = ChoiceState(Ranking(names, totals, best, k, order), costs, k, positions[k])
+        return positions[k]
 
     def _totals(
-        self,
-        request: RouteRequest,
-        prep: Prepared,
-        columns: ModelColumns,
-        mask: int,
-        positions: tuple[int, ...],
-        point: GeoPoint | None,
-        country: str | None,
-    ) -> tuple[list[float], Sequence[float], int | None]:
-        """Each survivor's ``Σ wᵢ·sᵢ / Σ wᵢ``, its TTFT cost (when computed), and the
-        index of the first highest total (when found on the way)."""
-        if not self._scorers:
-            return [0.0] * len(positions), [], None
-        fused = self._ttft_load
-        if fused is not None:
-            rows = survivor_rows(prep, columns, request.model, mask, positions, point, country)
-            weights, scale = fused
-            return ttft.fused_totals(
-                rows.fixed, rows.per_token, rows.uniform, rows.low, rows.headroom,
-                request.input_tokens, weights, scale,
-            )  # fmt: skip
-        costs: Sequence[float] = ()
+        self, batch: RegionBatch, positions: tuple[int, ...], names: tuple[str, ...]
+    ) -> tuple[list[float], Sequence[float] | None]:
+        """``Σ wᵢ·sᵢ / Σ wᵢ`` of the survivors, summed left to right, and their TTFT
+        costs when a TTFT scorer computed them."""
+        costs: Sequence[float] | None = None
         sums: list[float] | None = None
-        for scorer in self._scorers:
-            if scorer.kind == ttft.TYPE_NAME:
-                if not costs:
-                    rows = survivor_rows(
-                        prep, columns, request.model, mask, positions, point, country
-                    )
-                    costs = ttft.costs_column(rows.fixed, rows.per_token, request.input_tokens)
-                column = ttft.scores_column(prep.names(mask), costs, scorer.scale)
-            elif scorer.kind == load.TYPE_NAME:
-                headroom = columns.headroom
-                column = [headroom[i] for i in positions]
+        for scorer, w in self._scorers:
+            if GlobalCap.TTFT_SCORE in capabilities_of(scorer):
+                cost_scorer = cast(ttft.TtftScorer, scorer)
+                if costs is None:
+                    costs = cost_scorer.survivor_costs(batch, positions)
+                column = ttft.scores_column(names, costs, cost_scorer.scale_ms)
             else:
-                column = _affinity(request, prep, mask, positions, scorer)
-            w = scorer.weight
+                column = scorer.survivor_scores(batch, positions)  # type: ignore[attr-defined]
             if sums is None:
                 sums = [w * s for s in column]
             else:
                 sums = [t + w * s for t, s in zip(sums, column, strict=True)]
         assert sums is not None
         ws = self._weight_sum
-        return [t / ws for t in sums], costs, None
+        return [t / ws for t in sums], costs
+
+    def _rows(self, batch: RegionBatch, mask: int, positions: tuple[int, ...]) -> Rows:
+        """The survivors' :class:`Rows` for the batch's client, remembered per view."""
+        memo: ChoiceMemo = batch.prepared[self]
+        ctx = batch.ctx
+        point, country = ctx.client_point, ctx.client_country
+        lat, lon = (point.lat, point.lon) if point is not None else (999.0, 999.0)
+        key = (lat, lon, country, batch.model, mask)
+        found = memo.rows.get(key)
+        if found is None:
+            found = cast(Rows | None, memo.inherited("rows", key, mask))
+            if found is None:
+                sub = self._subset(batch, memo, mask, positions)
+                view = ctx.view
+                rtts = view.latency.row(view.signature, view.regions, point, country, positions)
+                fixed = ttft.fixed_column(rtts, sub.base)
+                found = Rows(fixed, sub.per_token, sub.headroom, ttft.lowest(fixed), sub.uniform)
+            if len(memo.rows) >= ROWS_MEMO_SIZE:
+                memo.rows.clear()
+            memo.rows[key] = found
+        return found
+
+    def _subset(
+        self, batch: RegionBatch, memo: ChoiceMemo, mask: int, positions: tuple[int, ...]
+    ) -> Subset:
+        key = (batch.model, mask)
+        found = memo.subsets.get(key)
+        if found is None:
+            found = cast(Subset | None, memo.inherited("subsets", key, mask))
+        if found is None:
+            assert self._fused is not None
+            cost_scorer, load_scorer = self._fused
+            base, per_token = cost_scorer.terms(batch)
+            pick = _gather_of(positions)
+            per_token = pick(per_token)
+            uniform = per_token[0] if per_token.count(per_token[0]) == len(per_token) else None
+            found = Subset(pick(base), per_token, pick(load_scorer.headroom(batch)), uniform)
+            remember(memo.subsets, key, found)
+        return found
 
 
-def _affinity(
-    request: RouteRequest, prep: Prepared, mask: int, positions: tuple[int, ...], scorer: _Scorer
-) -> list[float]:
-    """``tenant-affinity-scorer``: 1 for the key's home region, memoised per view."""
-    plugin = scorer.home
-    assert plugin is not None
-    key = (plugin.key(request), request.model, mask)
-    memo = prep.homes
-    if key not in memo:
-        regions = prep.view.regions
-        home = plugin.home(request, [regions[i] for i in positions])
-        if len(memo) >= _MEMO_SIZE:
-            memo.clear()
-        memo[key] = None if home is None else prep.ids.index(home)
-    home_at = memo[key]
-    return [1.0 if i == home_at else 0.0 for i in positions]
+def _gather_of(positions: tuple[int, ...]) -> Callable[[Sequence[float]], tuple[float, ...]]:
+    """A gather of ``positions`` (``operator.itemgetter``: in C), always a tuple."""
+    if len(positions) == 1:
+        (only,) = positions
+        return lambda values: (values[only],)
+    return operator.itemgetter(*positions)
+
+
+def register_fast_paths(registry: PluginRegistry) -> None:
+    """Declare the global tier's fast paths on ``registry``."""
+    masks = (GlobalCap.MASK_FILTER,) * MAX_FILTERS
+    scores = (GlobalCap.SURVIVOR_SCORES,) * MAX_SCORERS
+    registry.register_fast_path(
+        FastPath("global-filters", Stage.FILTERS, masks[:1], GlobalFilters, optional=masks[1:])
+    )
+    for name, picker in (
+        ("global-choice", Capability.PICKS_MAX_TOTAL),
+        ("global-spread-choice", GlobalCap.HEADROOM_SPREAD),
+    ):
+        registry.register_fast_path(
+            FastPath(name, Stage.CHOICE, (), GlobalChoice, optional=scores, picker=picker)
+        )

@@ -12,9 +12,10 @@ Two profiles run at the global tier:
 Every global profile must run ``residency-filter``: a profile without it could answer
 outside the residency-allowed set, so building one is refused (fail closed).
 
-Both follow the policy in force (:func:`follow`): a policy generation applied while
-``gtm global`` runs swaps its profiles in (weights, plugins, picker) with the first
-view built on it; a profile that cannot be built is logged and the previous one stays.
+Both follow the policy in force (:func:`follow`, on the core's
+:class:`~gtm.routing.ProfileSource`): a policy generation applied while ``gtm global``
+runs swaps its profiles in (weights, plugins, picker) with the first view built on it; a
+profile that cannot be built is logged and counted, and the previous one stays.
 """
 
 from __future__ import annotations
@@ -22,12 +23,20 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from global_lb.batch import GlobalCap, RegionBatch
 from global_lb.plugins import global_registry, residency
-from global_lb.view import RegionState, RequestContext
 from gtm.errors import ConfigError, PluginError
 from gtm.models import Tier
 from gtm.policy_store import ActivePolicy
-from gtm.routing import PluginRegistry, Profile, ProfileSpec, RoutingMetrics, load_profile_spec
+from gtm.routing import (
+    PluginRegistry,
+    ProfileSource,
+    ProfileSpec,
+    RoutingMetrics,
+    Runner,
+    capabilities_of,
+    policy_profile_spec,
+)
 
 REQUEST_PROFILE_NAME = "global-default"
 DNS_PROFILE_NAME = "global-dns"
@@ -65,22 +74,13 @@ DEFAULT_DNS_PROFILE: Mapping[str, Any] = {
     },
 }
 
-RegionProfile = Profile[RegionState, RequestContext]
+#: A built global profile: the core runner over the tier's batches.
+RegionProfile = Runner[RegionBatch]
 
 
 def profile_spec(policy: ActivePolicy | None, name: str, default: Mapping[str, Any]) -> ProfileSpec:
     """The policy set's global profile ``name`` if it defines one, else ``default``."""
-    data: Mapping[str, Any] = default
-    if policy is not None:
-        found = policy.policy_set.profiles.get(name)
-        if found is not None:
-            if found.tier.value != Tier.GLOBAL.value:
-                raise ConfigError(f"routing profile {name!r} is for tier {found.tier.value!r}")
-            data = policy.policy_set.profile_config(name)
-    try:
-        spec = load_profile_spec(dict(data))
-    except PluginError as exc:
-        raise ConfigError(str(exc)) from None
+    spec = policy_profile_spec(policy, Tier.GLOBAL, name, default)
     require_residency(spec)
     return spec
 
@@ -89,14 +89,29 @@ def follow(
     name: str, default: Mapping[str, Any], metrics: RoutingMetrics | None
 ) -> Callable[[ActivePolicy], tuple[RegionProfile, ProfileSpec]]:
     """What builds the profile ``name`` (else ``default``) of a policy in force: a
-    router's ``follow`` (global_lb.router.GlobalRouter)."""
+    router's ``follow`` (global_lb.router.GlobalRouter), on the core's
+    :class:`~gtm.routing.ProfileSource` (a profile that fails to build is logged and
+    counted, and the last good one stays)."""
     registry = global_registry()
 
-    def source(policy: ActivePolicy) -> tuple[RegionProfile, ProfileSpec]:
-        spec = profile_spec(policy, name, default)
-        return build(registry, spec, metrics), spec
+    def checked(spec: ProfileSpec) -> ProfileSpec:
+        require_residency(spec)
+        return spec
 
-    return source
+    source = ProfileSource(
+        Tier.GLOBAL,
+        name,
+        default,
+        lambda spec: build(registry, spec, metrics),
+        metrics=metrics,
+        adjust=checked,
+    )
+
+    def current(policy: ActivePolicy) -> tuple[RegionProfile, ProfileSpec]:
+        profile = source.update(policy)
+        return profile, source.spec
+
+    return current
 
 
 def require_residency(spec: ProfileSpec) -> None:
@@ -112,8 +127,15 @@ def require_residency(spec: ProfileSpec) -> None:
 def build(
     registry: PluginRegistry, spec: ProfileSpec, metrics: RoutingMetrics | None
 ) -> RegionProfile:
+    """The runner of ``spec`` (with the registry's fast paths where its plugins have
+    the capabilities); refused unless a filter enforces residency."""
     try:
-        profile: RegionProfile = registry.build_profile(spec, tier=Tier.GLOBAL, metrics=metrics)
+        profile: RegionProfile = registry.build(spec, tier=Tier.GLOBAL, metrics=metrics)
     except PluginError as exc:
         raise ConfigError(str(exc)) from None
+    if not any(GlobalCap.RESIDENCY in capabilities_of(f) for f in profile.filters):
+        raise ConfigError(
+            f"routing profile {spec.name!r}: a global-tier profile must run a "
+            f"{residency.TYPE_NAME!r} filter (residency fails closed)"
+        )
     return profile

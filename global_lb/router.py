@@ -28,15 +28,14 @@ picker's draw — the request id, so decisions are cached per view revision unde
 A new view revision (a summary published, a health change, a new policy) starts an
 empty cache. ``cache_size=0`` turns caching off (every decision is computed).
 
-**Fast path.** A cache miss runs :mod:`global_lb.pipeline`: the profile's filters,
-scorers and picker over arrays precomputed per view, with the same results (a property
-test runs both). The trace is not built on that path: :attr:`RouteOutcome.trace` runs
-the profile when first read (``gtm route``, ``POST /v1/route``), so forwarding a request
+**The runner.** A cache miss runs the profile on the core runner
+(:class:`gtm.routing.Runner`) over a :class:`~global_lb.batch.RegionBatch`, taking the
+tier's fast paths when the profile's plugins declare them (:mod:`global_lb.pipeline`).
+The trace is not built on a decision: :attr:`RouteOutcome.trace` asks the runner's
+outcome when first read (``gtm route``, ``POST /v1/route``), so forwarding a request
 never pays for it; nor for ordering the survivors (:class:`global_lb.pipeline.Ranking`:
 ``scores`` and ``fallbacks`` are worked out when read, and :meth:`RouteOutcome.targets`
-selects the few retries the front door needs without ordering the rest). Refusals after
-the residency verdict (every allowed region down, or none serving the model) and
-profiles with plugins the fast path does not know run the generic profile.
+selects the few retries the front door needs without ordering the rest).
 """
 
 from __future__ import annotations
@@ -50,15 +49,16 @@ from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any, NamedTuple
 
+from global_lb.batch import GlobalCap, Layout, RegionBatch
 from global_lb.geo import Location
-from global_lb.pipeline import NO_RANKING, FastChoice, Ranking, RegionPipeline, compile_pipeline
-from global_lb.plugins import affinity, health, model, residency, spread, ttft
+from global_lb.pipeline import NO_RANKING, ChoiceState, Ranking
+from global_lb.plugins import affinity, ttft
 from global_lb.profiles import RegionProfile
 from global_lb.view import GlobalView, RegionState, RequestContext
 from gtm.errors import ConfigError, NoEligibleCandidate
-from gtm.models import Decision, DecisionTrace, GeoPoint, RouteRequest
+from gtm.models import DecisionTrace, GeoPoint, RouteRequest
 from gtm.policy_store import ActivePolicy
-from gtm.routing import ProfileSpec
+from gtm.routing import Outcome, ProfileSpec, capabilities_of
 from policies import ResidencyQuery, Verdict
 
 log = logging.getLogger(__name__)
@@ -131,47 +131,23 @@ class TraceSource:
         return self._trace
 
 
-class RerunTrace(TraceSource):
-    """A fast-path decision's trace source: runs the profile over the same arguments
-    on first read; they are kept in slots.
+class OutcomeTrace(TraceSource):
+    """A decision's trace source: the runner's outcome builds it on first read.
 
-    Not a closure: a closure over six values is eight objects the cyclic garbage
-    collector tracks (function, cells), one is one — and every cold decision keeps one
-    in the decision cache. The closures were two thirds of the objects a full
-    collection walked (bench/global_decision.py prints the collector's share).
-    """
+    Not a closure: one object the cyclic garbage collector tracks instead of a function
+    and its cells, and every cold decision keeps one in the decision cache."""
 
-    __slots__ = ("_country", "_point", "_profile", "_request", "_verdict", "_view")
+    __slots__ = ("_outcome",)
 
-    def __init__(
-        self,
-        profile: RegionProfile,
-        request: RouteRequest,
-        view: GlobalView,
-        verdict: Verdict,
-        point: GeoPoint | None,
-        country: str | None,
-    ) -> None:
+    def __init__(self, outcome: Outcome[RegionBatch]) -> None:
         super().__init__()
-        self._profile: RegionProfile | None = profile  # None once the trace is built
-        self._request = request
-        self._view = view
-        self._verdict = verdict
-        self._point = point
-        self._country = country
+        self._outcome: Outcome[RegionBatch] | None = outcome  # None once built
 
     def get(self) -> DecisionTrace | None:
-        profile = self._profile
-        if profile is not None:
-            view, verdict = self._view, self._verdict
-            ctx = RequestContext(
-                view, verdict.allowed, self._point, self._country, verdict.rule or ""
-            )
-            try:
-                self._trace = profile.choose(self._request, view.regions, ctx).decision.trace
-            except NoEligibleCandidate as exc:
-                self._trace = exc.trace
-            self._profile = None
+        outcome = self._outcome
+        if outcome is not None:
+            self._trace = outcome.to_decision().trace
+            self._outcome = None
         return self._trace
 
 
@@ -394,9 +370,9 @@ class _Cached(NamedTuple):
     trace: TraceSource
     predicted_ttft_ms: float | None
     ranking: Ranking
-    #: Whether the picker drew at random (the fast path knows; ``None``: ask the probe).
-    spread: bool | None = None
-    #: The choice holds for any prompt size (pipeline.FastChoice.per_token); the
+    #: Whether the picker drew at random among the best (the spread picker).
+    spread: bool = False
+    #: The choice holds for any prompt size (pipeline.ChoiceState.per_token); the
     #: predicted TTFT is then worked out per request from the chosen region's
     #: prompt-independent cost.
     per_token: float | None = None
@@ -419,7 +395,8 @@ class GlobalRouter:
     """Chooses regions with a routing profile, over views, with a per-view cache.
 
     ``profile`` must be built from ``spec`` (``profiles.build``). ``fast_path=False``
-    runs the generic profile on every cache miss (what the fast path is checked against).
+    runs its reference (no fast paths) on every cache miss, what the fast paths are
+    checked against.
 
     ``follow``: the profile comes from the policy in force. When a view carries another
     policy generation (a hot reload: ``gtm policy apply``), the router asks ``follow``
@@ -449,15 +426,19 @@ class GlobalRouter:
         self._install(profile, spec)
 
     def _install(self, profile: RegionProfile, spec: ProfileSpec) -> None:
-        self._profile = profile
+        self._profile = profile if self._fast_path else profile.reference()
         self._spec = spec
-        self._pipeline = compile_pipeline(spec) if self._fast_path else None
-        self._filter_types = {p.plugin_name: p.type for p in spec.plugins}
-        # The tenant enters the cache key only when a scorer depends on it (affinity).
-        self._per_tenant = any(p.type == affinity.TYPE_NAME for p in spec.plugins)
+        homes = [
+            ws.scorer
+            for ws in profile.scorers
+            if isinstance(ws.scorer, affinity.TenantAffinityScorer)
+        ]
+        # The tenant enters the cache key only when a scorer depends on it (affinity)...
+        self._per_tenant = bool(homes)
         # ... and the conversation (first prefix block) when it keys homes by conversation.
-        self._per_conversation = any(affinity.per_conversation(p) for p in spec.plugins)
-        self._spread_probe = _spread_probe(spec)
+        self._per_conversation = any(home.per_conversation for home in homes)
+        self._layout: Layout | None = None
+        self._layout_view: GlobalView | None = None
         self._cache = _Cache()
 
     def _follow_policy(self, policy: ActivePolicy) -> None:
@@ -491,9 +472,9 @@ class GlobalRouter:
         return self._spec
 
     @property
-    def pipeline(self) -> RegionPipeline | None:
-        """The fast path (``None``: the profile runs every decision)."""
-        return self._pipeline
+    def fast_paths(self) -> tuple[str, ...]:
+        """The fast paths the profile takes (none: its plugins decide one by one)."""
+        return self._profile.fast_paths
 
     def verdict(self, request: RouteRequest, view: GlobalView, country: str | None) -> Verdict:
         # The engine memoises verdicts by ResidencyQuery, but building and hashing that
@@ -604,22 +585,18 @@ class GlobalRouter:
             any_size = found.per_token is not None
             cache.entries[head] = _ANY_SIZE if any_size else _PER_BUCKET
             key = (*head, None if any_size else token_bucket(request.input_tokens))
-        if len(key) == 5 and self._randomised(request, found, view):
+        if len(key) == 5 and found.spread:
             cache.entries[key] = _PER_SLOT
             key = (*key, spread_slot(request.request_id))
         cache.entries[key] = found
         return found, False
 
-    def _randomised(self, request: RouteRequest, found: _Cached, view: GlobalView) -> bool:
-        """Whether the picker drew at random for this decision (then cache per slot)."""
-        if found.spread is not None:
-            return found.spread
-        probe = self._spread_probe
-        scores = found.ranking.scores
-        if probe is None or not scores:
-            return False
-        best = view.by_id.get(scores[0][0])
-        return best is not None and probe.spreads(request, best)
+    def _batch(self, request: RouteRequest, view: GlobalView, ctx: RequestContext) -> RegionBatch:
+        layout = self._layout
+        if layout is None or self._layout_view is not view:
+            layout = self._layout = Layout.of(view, layout)
+            self._layout_view = view
+        return RegionBatch(layout, request, view, ctx)
 
     def _run(
         self,
@@ -629,28 +606,22 @@ class GlobalRouter:
         point: GeoPoint | None,
         country: str | None,
     ) -> _Cached:
-        pipeline = self._pipeline
-        if pipeline is not None:
-            fast = pipeline.decide(request, view, verdict.allowed, point, country)
-            if fast is not None:
-                trace = RerunTrace(self._profile, request, view, verdict, point, country)
-                return _from_fast(fast, trace)
         ctx = RequestContext(view, verdict.allowed, point, country, verdict.rule or "")
         try:
-            choice = self._profile.choose(request, view.regions, ctx)
+            outcome = self._profile.decide(self._batch(request, view, ctx))
         except NoEligibleCandidate as exc:
             refusal = self._refusal_of(exc.filter_name)
             return _Cached(None, refusal, str(exc), TraceSource(exc.trace), None, NO_RANKING)
-        return _from_decision(choice.decision)
+        return _cached_of(outcome)
 
     def _refusal_of(self, filter_name: str) -> Refusal:
-        kind = self._filter_types.get(filter_name)
-        if kind == residency.TYPE_NAME:
-            return Refusal.RESIDENCY
-        if kind == model.TYPE_NAME:
-            return Refusal.MODEL_NOT_SERVED
-        if kind == health.TYPE_NAME:
-            return Refusal.NO_AVAILABLE_REGION
+        for plugin in self._profile.filters:
+            if plugin.name == filter_name:
+                capabilities = capabilities_of(plugin)
+                if GlobalCap.RESIDENCY in capabilities:
+                    return Refusal.RESIDENCY
+                if GlobalCap.SERVES_MODEL in capabilities:
+                    return Refusal.MODEL_NOT_SERVED
         return Refusal.NO_AVAILABLE_REGION
 
     def choose_region(
@@ -660,46 +631,27 @@ class GlobalRouter:
         own context); ``None`` when every region was filtered out."""
         if view.policy is not self._followed:
             self._follow_policy(view.policy)
-        pipeline = self._pipeline
-        if pipeline is not None:
-            fast = pipeline.decide(request, view, ctx.allowed, ctx.client_point, ctx.client_country)
-            return None if fast is None else fast.region
         try:
-            return self._profile.choose(request, view.regions, ctx).candidate
+            outcome = self._profile.decide(self._batch(request, view, ctx))
         except NoEligibleCandidate:
             return None
+        return view.regions[outcome.choice]
 
 
-def _spread_probe(spec: ProfileSpec) -> spread.HeadroomSpreadPicker | None:
-    """A twin of the profile's spread picker (same parameters), to ask whether it would
-    draw at random; ``None`` when the profile's picker is not one."""
-    name = spec.profile.picker
-    for plugin in spec.plugins:
-        if plugin.plugin_name == name and plugin.type == spread.TYPE_NAME:
-            return spread.HeadroomSpreadPicker(
-                name, spread.Params.model_validate(dict(plugin.parameters))
-            )
-    return None
-
-
-def _from_decision(decision: Decision) -> _Cached:
-    ranked = sorted(decision.trace.scores, key=lambda s: (-s.total, s.candidate))
-    scores = tuple((s.candidate, s.total) for s in ranked)
-    fallbacks = tuple(cid for cid, _ in scores if cid != decision.choice)
-    ranking = Ranking.given(scores, fallbacks)
-    trace = TraceSource(decision.trace)
-    return _Cached(decision.choice, None, "", trace, decision.predicted_ttft_ms, ranking)
-
-
-def _from_fast(fast: FastChoice, trace: TraceSource) -> _Cached:
-    return _Cached(
-        fast.region.id,
-        None,
-        "",
-        trace,
-        fast.predicted_ttft_ms,
-        fast.ranking,
-        fast.spread,
-        fast.per_token,
-        fast.fixed,
-    )
+def _cached_of(outcome: Outcome[RegionBatch]) -> _Cached:
+    batch = outcome.batch
+    state = batch.state
+    region = batch.ids[outcome.choice]
+    trace = OutcomeTrace(outcome)
+    if isinstance(state, ChoiceState):
+        return _Cached(
+            region, None, "", trace, outcome.predicted_ttft_ms, state.ranking, batch.spread,
+            state.per_token, state.fixed,
+        )  # fmt: skip
+    # Scored by the plugins one by one: the survivors' totals, in position order.
+    survivors = batch.survivors.tolist()
+    totals = outcome.totals[survivors].tolist()
+    names = tuple([batch.ids[i] for i in survivors])
+    best = min(range(len(names)), key=lambda k: (-totals[k], names[k]))
+    ranking = Ranking(names, totals, best, survivors.index(outcome.choice))
+    return _Cached(region, None, "", trace, outcome.predicted_ttft_ms, ranking, batch.spread)

@@ -14,18 +14,24 @@ type                        what
 ==========================  =====================================================
 
 The generic pickers (``max-score-picker``…) and ``allow-list-filter`` come from
-:func:`gtm.routing.default_registry`.
+:func:`gtm.routing.default_registry`; the earlier names ``healthy-filter``,
+``serves-model-filter`` and ``ttft-cost`` stay accepted as deprecated aliases. Each
+plugin class declares what it offers the tier's fast paths as typed capabilities
+(:class:`global_lb.batch.GlobalCap`), and its per-view work as ``prepare(view)``.
 """
 
 from __future__ import annotations
 
 from global_lb.plugins import affinity, health, load, model, residency, spread, ttft
-from gtm.routing import PluginRegistry, legacy_registry
+from gtm.routing import PluginRegistry, default_registry
 
 
 def global_registry() -> PluginRegistry:
-    """A fresh registry: the built-ins plus every global-tier plugin type."""
-    registry = legacy_registry()
+    """A fresh registry: the built-ins, every global-tier plugin type (and the names
+    they had before the one vocabulary, as aliases), and the tier's fast paths."""
+    from global_lb.pipeline import register_fast_paths  # it imports these plugins
+
+    registry = default_registry()
     registry.register(residency.TYPE_NAME, residency.Params, residency.ResidencyFilter)
     registry.register(health.TYPE_NAME, health.Params, health.HealthFilter)
     registry.register(model.TYPE_NAME, model.Params, model.ModelFilter)
@@ -34,6 +40,8 @@ def global_registry() -> PluginRegistry:
     registry.register(load.TYPE_NAME, load.Params, load.LoadScorer)
     registry.register(affinity.TYPE_NAME, affinity.Params, affinity.TenantAffinityScorer)
     registry.register(spread.TYPE_NAME, spread.Params, spread.HeadroomSpreadPicker)
+    registry.register_vocabulary_aliases()
+    register_fast_paths(registry)
     return registry
 
 

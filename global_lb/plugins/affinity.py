@@ -16,13 +16,18 @@ prompt's first prefix block (a conversation shares its first block across turns)
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from enum import StrEnum
+from typing import ClassVar
 
+import numpy as np
 from pydantic import Field
 
-from global_lb.view import RegionState, RequestContext
+from global_lb.batch import GlobalCap, RegionBatch, remember
+from global_lb.view import GlobalView, RegionState
 from gtm.models import Frozen, RouteRequest
-from gtm.routing import PluginSpec
+from gtm.routing import Capability, Plugin, PluginSpec
+from gtm.routing.framework import Floats
 
 TYPE_NAME = "tenant-affinity-scorer"
 
@@ -48,28 +53,48 @@ def per_conversation(spec: PluginSpec) -> bool:
     return spec.type == TYPE_NAME and Params.model_validate(spec.parameters).per_conversation
 
 
-class TenantAffinityScorer:
+class TenantAffinityScorer(Plugin):
+    capabilities: ClassVar[frozenset[StrEnum]] = frozenset(
+        {Capability.PREPARE, Capability.SCORES_IN_RANGE, GlobalCap.SURVIVOR_SCORES}
+    )
+
     def __init__(self, name: str = TYPE_NAME, params: Params | None = None) -> None:
-        self._name = name
+        super().__init__(name)
         params = params or Params()
         self._epsilon = params.epsilon
-        self._per_conversation = params.per_conversation
+        self.per_conversation = params.per_conversation
 
-    @property
-    def name(self) -> str:
-        return self._name
+    def prepare(self, view: GlobalView, /) -> dict[object, int | None]:
+        """The view's homes, found on first use: (key, model, survivors) → position."""
+        return {}
 
     def key(self, request: RouteRequest) -> str:
-        return affinity_key(request, per_conversation=self._per_conversation)
+        return affinity_key(request, per_conversation=self.per_conversation)
 
-    def score(
-        self, request: RouteRequest, candidates: Sequence[RegionState], ctx: RequestContext, /
-    ) -> Mapping[str, float]:
-        scores = dict.fromkeys((c.id for c in candidates), 0.0)
-        home = self.home(request, candidates)
-        if home is not None:
-            scores[home] = 1.0
-        return scores
+    def home_position(self, batch: RegionBatch, /) -> int | None:
+        """The position of the request's home among the batch's survivors."""
+        mask = batch.survivor_mask()
+        request: RouteRequest = batch.request  # type: ignore[assignment]
+        key = (self.key(request), batch.model, mask)
+        memo: dict[object, int | None] | None = batch.prepared.get(self)
+        if memo is None:
+            memo = {}
+        if key in memo:
+            return memo[key]
+        regions = batch.regions
+        home = self.home(request, [regions[i] for i in batch.layout.positions(mask)])
+        return remember(memo, key, None if home is None else batch.layout.ids.index(home))
+
+    def scores(self, batch: RegionBatch, /) -> Floats:
+        column = np.zeros(len(batch), dtype=np.float64)
+        at = self.home_position(batch)
+        if at is not None:
+            column[at] = 1.0
+        return column
+
+    def survivor_scores(self, batch: RegionBatch, positions: Sequence[int], /) -> list[float]:
+        at = self.home_position(batch)
+        return [1.0 if i == at else 0.0 for i in positions]
 
     def home(self, request: RouteRequest, candidates: Sequence[RegionState]) -> str | None:
         """The first region in the key's hash order that is within the load bound."""

@@ -3,16 +3,20 @@
 Health combines the region summary the regional LB publishes under a lease (gone when
 the LB dies) with the global tier's own active checks of the LB (``global_lb.health``,
 rise/fall thresholds, fail-open when every check fails at once). A drained region
-(``gtm drain REGION``) takes no new requests and is handed out by no DNS answer.
+(``gtm drain REGION``) takes no new requests and is handed out by no DNS answer. The
+available regions are a bit mask worked out once per view (``prepare``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable
+from enum import StrEnum
+from typing import ClassVar
 
-from global_lb.view import RegionState, RequestContext
-from gtm.models import Frozen, RouteRequest
-from gtm.routing import FilterResult
+from global_lb.batch import GlobalCap, MaskFilter, RegionBatch
+from global_lb.view import GlobalView, RegionState
+from gtm.models import Frozen
+from gtm.routing import Capability
 
 TYPE_NAME = "health-filter"
 
@@ -21,21 +25,28 @@ class Params(Frozen):
     """No parameters: thresholds belong to the health checker."""
 
 
-class HealthFilter:
+class HealthFilter(MaskFilter):
+    capabilities: ClassVar[frozenset[StrEnum]] = frozenset(
+        {GlobalCap.MASK_FILTER, GlobalCap.AVAILABILITY, Capability.PREPARE}
+    )
+
     def __init__(self, name: str = TYPE_NAME, params: Params | None = None) -> None:
-        self._name = name
+        super().__init__(name)
 
-    @property
-    def name(self) -> str:
-        return self._name
+    def prepare(self, view: GlobalView, /) -> int:
+        available = 0
+        for i, region in enumerate(view.regions):
+            if region.healthy and not region.drained:
+                available |= 1 << i
+        return available
 
-    def filter(
-        self, request: RouteRequest, candidates: Sequence[RegionState], ctx: RequestContext, /
-    ) -> FilterResult[RegionState]:
-        kept = tuple([c for c in candidates if c.healthy and not c.drained])
-        if len(kept) == len(candidates):
-            return FilterResult(kept)
-        return FilterResult(kept, tuple([(c.id, _why(c)) for c in candidates if not c.available]))
+    def kept(self, batch: RegionBatch, /) -> int:
+        found: int | None = batch.prepared.get(self)
+        return self.prepare(batch.view) if found is None else found  # type: ignore[arg-type]
+
+    def reason(self, batch: RegionBatch, /) -> Callable[[int], str]:
+        regions = batch.regions
+        return lambda i: _why(regions[i])
 
 
 def _why(region: RegionState) -> str:

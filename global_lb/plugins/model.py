@@ -4,15 +4,19 @@ A region serves a model when its summary lists it with at least one healthy GPU.
 region without a summary (no regional LB has published one yet: a static topology) is
 kept — its catalogue is unknown, and the regional LB answers 404 if it lacks the model.
 DNS decisions name no model (:data:`~global_lb.view.ANY_MODEL`) and pass every region.
+The serving regions are a bit mask per model, worked out once per view (``prepare``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable
+from enum import StrEnum
+from typing import ClassVar
 
-from global_lb.view import ANY_MODEL, RegionState, RequestContext
-from gtm.models import Frozen, RouteRequest
-from gtm.routing import FilterResult
+from global_lb.batch import GlobalCap, MaskFilter, PerModel, RegionBatch
+from global_lb.view import ANY_MODEL, GlobalView, RegionState
+from gtm.models import Frozen
+from gtm.routing import Capability
 
 TYPE_NAME = "model-filter"
 
@@ -21,29 +25,43 @@ class Params(Frozen):
     """No parameters."""
 
 
-class ModelFilter:
+class ModelFilter(MaskFilter):
+    capabilities: ClassVar[frozenset[StrEnum]] = frozenset(
+        {GlobalCap.MASK_FILTER, GlobalCap.SERVES_MODEL, Capability.PREPARE}
+    )
+
     def __init__(self, name: str = TYPE_NAME, params: Params | None = None) -> None:
-        self._name = name
+        super().__init__(name)
+        self._last: PerModel[bool, int] | None = None
 
-    @property
-    def name(self) -> str:
-        return self._name
+    def prepare(self, view: GlobalView, /) -> PerModel[bool, int]:
+        found = self._last = PerModel(view, serves, _mask, self._last)
+        return found
 
-    def filter(
-        self, request: RouteRequest, candidates: Sequence[RegionState], ctx: RequestContext, /
-    ) -> FilterResult[RegionState]:
-        model = request.model
+    def kept(self, batch: RegionBatch, /) -> int:
+        model = batch.model
         if model == ANY_MODEL:
-            return FilterResult(tuple(candidates))
-        kept = tuple([c for c in candidates if _serves(c, model)])
-        if len(kept) == len(candidates):
-            return FilterResult(kept)
-        why = f"does not serve model {model!r}"
-        return FilterResult(kept, tuple([(c.id, why) for c in candidates if not _serves(c, model)]))
+            return batch.layout.full
+        prepared: PerModel[bool, int] | None = batch.prepared.get(self)
+        if prepared is None:
+            prepared = self.prepare(batch.view)  # type: ignore[arg-type]
+        return prepared.get(model)
+
+    def reason(self, batch: RegionBatch, /) -> Callable[[int], str]:
+        why = f"does not serve model {batch.model!r}"
+        return lambda _: why
 
 
-def _serves(region: RegionState, model: str) -> bool:
-    if region.summary is None:
+def serves(region: RegionState, model: str) -> bool:
+    if region.summary is None or model == ANY_MODEL:
         return True
     terms = region.terms.get(model)
     return terms is not None and terms.serves
+
+
+def _mask(entries: tuple[bool, ...]) -> int:
+    mask = 0
+    for i, served in enumerate(entries):
+        if served:
+            mask |= 1 << i
+    return mask

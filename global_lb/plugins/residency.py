@@ -9,11 +9,12 @@ run this filter (``global_lb.profiles`` refuses one that does not).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable
+from enum import StrEnum
+from typing import ClassVar
 
-from global_lb.view import RegionState, RequestContext
-from gtm.models import Frozen, RouteRequest
-from gtm.routing import FilterResult
+from global_lb.batch import GlobalCap, MaskFilter, RegionBatch
+from gtm.models import Frozen
 
 TYPE_NAME = "residency-filter"
 
@@ -22,22 +23,22 @@ class Params(Frozen):
     """No parameters: the policy files decide."""
 
 
-class ResidencyFilter:
+class ResidencyFilter(MaskFilter):
+    capabilities: ClassVar[frozenset[StrEnum]] = frozenset(
+        {GlobalCap.MASK_FILTER, GlobalCap.RESIDENCY}
+    )
+
     def __init__(self, name: str = TYPE_NAME, params: Params | None = None) -> None:
-        self._name = name
+        super().__init__(name)
 
-    @property
-    def name(self) -> str:
-        return self._name
+    def kept(self, batch: RegionBatch, /) -> int:
+        return batch.layout.allowed_mask(batch.ctx.allowed)
 
-    def filter(
-        self, request: RouteRequest, candidates: Sequence[RegionState], ctx: RequestContext, /
-    ) -> FilterResult[RegionState]:
-        allowed = ctx.allowed
-        kept = tuple([c for c in candidates if c.id in allowed])
-        if len(kept) == len(candidates):
-            return FilterResult(kept)
-        why = "residency: not an allowed region"
-        if ctx.residency_rule:
-            why = f"residency: not allowed by rule {ctx.residency_rule!r}"
-        return FilterResult(kept, tuple([(c.id, why) for c in candidates if c.id not in allowed]))
+    def reason(self, batch: RegionBatch, /) -> Callable[[int], str]:
+        rule = batch.ctx.residency_rule
+        why = (
+            f"residency: not allowed by rule {rule!r}"
+            if rule
+            else "residency: not an allowed region"
+        )
+        return lambda _: why

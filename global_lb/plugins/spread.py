@@ -17,21 +17,25 @@ best surviving region: that region's clients would otherwise all move to one nei
 The draw is seeded by the request id (``request_rng``), so a decision replays exactly,
 and a DNS answer (whose request id is its geo cell) spreads cells, not packets.
 
-This is the one implementation of the picker: the generic profile calls :meth:`pick`
-over scored regions, the global fast path calls :meth:`spreads_at` and :meth:`draw`
-over its columns.
+This is the one implementation of the picker: the runner calls :meth:`pick` over the
+batch's totals, the global fast path calls :meth:`spreads` and :meth:`draw` over its
+survivors' totals.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from enum import StrEnum
+from typing import ClassVar
 
 from pydantic import Field
 
+from global_lb.batch import GlobalCap, RegionBatch, ranked_order
 from global_lb.view import RegionState
-from gtm.errors import PluginError
 from gtm.models import Frozen, RouteRequest
-from gtm.routing import RngFactory, Scored, better, request_rng
+from gtm.routing import Plugin, RngFactory, request_rng
+from gtm.routing.framework import Floats
+from gtm.routing.pickers.max_score import best_of
 
 TYPE_NAME = "headroom-spread-picker"
 
@@ -48,49 +52,41 @@ class Params(Frozen):
     seed: int = 0
 
 
-class HeadroomSpreadPicker:
+class HeadroomSpreadPicker(Plugin):
+    capabilities: ClassVar[frozenset[StrEnum]] = frozenset({GlobalCap.HEADROOM_SPREAD})
+
     def __init__(
         self,
         name: str = TYPE_NAME,
         params: Params | None = None,
         rng_factory: RngFactory = request_rng,
     ) -> None:
+        super().__init__(name)
         params = params or Params()
-        self._name = name
         self._min_headroom = 1.0 - params.saturation
         self._spread_over = params.spread_over
         self._band = params.band
         self._seed = params.seed
         self._rng = rng_factory
 
-    @property
-    def name(self) -> str:
-        return self._name
-
-    def pick(self, request: RouteRequest, scored: Sequence[Scored[RegionState]], /) -> RegionState:
-        if not scored:
-            raise PluginError(f"picker {self._name!r} was given no candidates")
-        best = 0
-        for k in range(1, len(scored)):
-            if better(scored[best], scored[k]) is scored[k]:
-                best = k
-        region = scored[best].candidate
-        if not self.spreads(request, region):
-            return region
-        totals = [s.total for s in scored]
-        order = sorted(range(len(scored)), key=lambda k: (-totals[k], scored[k].candidate.id))
-        model = request.model
-        headroom = [s.candidate.headroom(model) for s in scored]
-        return scored[self.draw(request, order, totals, best, headroom)].candidate
+    def pick(self, batch: RegionBatch, totals: Floats, /) -> int:
+        best = best_of(batch, totals)
+        regions = batch.regions
+        request: RouteRequest = batch.request  # type: ignore[assignment]
+        if not self.spreads(request, regions[best]):
+            return best
+        batch.spread = True
+        survivors = batch.survivors.tolist()
+        live = totals[survivors].tolist()
+        order = ranked_order([batch.ids[i] for i in survivors], live)
+        headroom = [regions[i].headroom(request.model) for i in survivors]
+        chosen: int = survivors[self.draw(request, order, live, survivors.index(best), headroom)]
+        return chosen
 
     def spreads(self, request: RouteRequest, best: RegionState) -> bool:
         """Whether the pick is random for this request: the best region is near saturation
         or the client was displaced from a nearer, unavailable region."""
-        return self.spreads_at(request, best, best.headroom(request.model))
-
-    def spreads_at(self, request: RouteRequest, best: RegionState, headroom: float) -> bool:
-        """:meth:`spreads` given the best region's headroom for the model."""
-        return headroom <= self._min_headroom or _displaced(request, best)
+        return best.headroom(request.model) <= self._min_headroom or _displaced(request, best)
 
     def draw(
         self,

@@ -36,13 +36,19 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Mapping, Sequence
+from enum import StrEnum
+from typing import ClassVar, NamedTuple
 
+import numpy as np
 from pydantic import Field
 
+from global_lb.batch import GlobalCap, PerModel, RegionBatch, gather
 from global_lb.plugins import _ttft
-from global_lb.view import RegionState, RequestContext
-from gtm.models import Frozen, RouteRequest
+from global_lb.view import GlobalView, RegionState
+from gtm.models import Frozen
+from gtm.routing import Capability, Plugin
 from gtm.routing.cost import scores_from_costs
+from gtm.routing.framework import Floats
 
 TYPE_NAME = "ttft-scorer"
 COST_MODEL_TYPE_NAME = "ttft-cost-model"
@@ -94,39 +100,96 @@ def lowest(costs: Sequence[float]) -> float | None:
     return min(filter(math.isfinite, costs), default=None)
 
 
-class TtftScorer:
-    def __init__(self, name: str = TYPE_NAME, params: Params | None = None) -> None:
-        self._name = name
-        self._scale = (params or Params()).scale_ms
+class CostTerms(NamedTuple):
+    """Every position's :func:`cost_terms` for one model, as two columns."""
 
-    @property
-    def name(self) -> str:
-        return self._name
+    base: tuple[float, ...]
+    per_token: tuple[float, ...]
+
+
+def _columns(entries: tuple[tuple[float, float], ...]) -> CostTerms:
+    return CostTerms(tuple([e[0] for e in entries]), tuple([e[1] for e in entries]))
+
+
+class TtftScorer(Plugin):
+    """The scorer and the cost model (one object): cost terms are worked out once per
+    view and model (``prepare``), RTTs per client by the view's latency model."""
+
+    capabilities: ClassVar[frozenset[StrEnum]] = frozenset(
+        {
+            Capability.PREPARE,
+            Capability.SCORES_IN_RANGE,
+            GlobalCap.SURVIVOR_SCORES,
+            GlobalCap.TTFT_SCORE,
+        }
+    )
+
+    def __init__(self, name: str = TYPE_NAME, params: Params | None = None) -> None:
+        super().__init__(name)
+        self._scale = (params or Params()).scale_ms
+        self._last: PerModel[tuple[float, float], CostTerms] | None = None
 
     @property
     def scale_ms(self) -> float:
         return self._scale
 
-    def score(
-        self, request: RouteRequest, candidates: Sequence[RegionState], ctx: RequestContext, /
-    ) -> Mapping[str, float]:
-        rtts = ctx.rtts()
-        costs = {c.id: self._cost(request, c, rtts.get(c.id), ctx) for c in candidates}
-        return scores_from_costs(costs, self._scale)
+    def prepare(self, view: GlobalView, /) -> PerModel[tuple[float, float], CostTerms]:
+        found = self._last = PerModel(view, cost_terms, _columns, self._last)
+        return found
 
-    def cost_ms(
-        self, request: RouteRequest, candidate: RegionState, ctx: RequestContext, /
-    ) -> float:
-        return self._cost(request, candidate, None, ctx)
+    def terms(self, batch: RegionBatch, /) -> CostTerms:
+        prepared: PerModel[tuple[float, float], CostTerms] | None = batch.prepared.get(self)
+        if prepared is None:
+            prepared = self.prepare(batch.view)  # type: ignore[arg-type]
+        return prepared.get(batch.model)
 
-    @staticmethod
-    def _cost(
-        request: RouteRequest, candidate: RegionState, rtt: float | None, ctx: RequestContext
-    ) -> float:
-        if rtt is None:
-            rtt = ctx.rtt_ms(candidate)
-        base, per_token = cost_terms(candidate, request.model)
-        return cost_ms(rtt, base, per_token, request.input_tokens)
+    def survivor_costs(
+        self, batch: RegionBatch, positions: tuple[int, ...], /
+    ) -> tuple[float, ...]:
+        """The costs at ``positions``, in their order (the column form)."""
+        ctx = batch.ctx
+        view = ctx.view
+        point, country = ctx.client_point, ctx.client_country
+        rtts = view.latency.row(view.signature, view.regions, point, country, positions)
+        base, per_token = self.terms(batch)
+        fixed = fixed_column(rtts, gather(base, positions))
+        tokens: int = batch.request.input_tokens  # type: ignore[attr-defined]
+        return costs_column(fixed, tuple(gather(per_token, positions)), tokens)
+
+    def survivor_scores(self, batch: RegionBatch, positions: tuple[int, ...], /) -> list[float]:
+        ids = batch.ids
+        costs = self.survivor_costs(batch, positions)
+        return scores_column([ids[i] for i in positions], costs, self._scale)
+
+    def scores(self, batch: RegionBatch, /) -> Floats:
+        survivors = batch.survivors
+        column = np.zeros(len(batch), dtype=np.float64)
+        column[survivors] = self.survivor_scores(batch, tuple(survivors.tolist()))
+        return column
+
+    def costs_ms(self, batch: RegionBatch, /) -> Mapping[int, float] | PositionCosts:
+        state = batch.state
+        priced = None if state is None else state.priced()
+        return PositionCosts(batch) if priced is None else priced
+
+
+class PositionCosts(Sequence[float]):
+    """The cost at each position, worked out when read (a decision reads its choice's)."""
+
+    __slots__ = ("_batch",)
+
+    def __init__(self, batch: RegionBatch) -> None:
+        self._batch = batch
+
+    def __getitem__(self, position: int) -> float:  # type: ignore[override]  # no slices
+        batch = self._batch
+        region = batch.regions[position]
+        base, per_token = cost_terms(region, batch.model)
+        tokens: int = batch.request.input_tokens  # type: ignore[attr-defined]
+        return cost_ms(batch.ctx.rtt_ms(region), base, per_token, tokens)
+
+    def __len__(self) -> int:
+        return len(self._batch)
 
 
 # ------------------------------------------------------------------ column forms

@@ -1,15 +1,19 @@
 from __future__ import annotations
 
 import ipaddress
+import logging
 from typing import Any
 
+import pytest
+from prometheus_client import CollectorRegistry
+
 from global_lb import profiles
+from global_lb.batch import PerModel
 from global_lb.geo import Location, LocationSource
-from global_lb.pipeline import compile_pipeline
-from global_lb.plugins import global_registry
+from global_lb.plugins import global_registry, ttft
 from global_lb.router import GlobalRouter
 from gtm.models import GeoPoint, RouteRequest
-from gtm.routing import load_profile_spec
+from gtm.routing import RoutingMetrics, load_profile_spec
 from tests.unit.global_lb.helpers import MODEL, REGION_IDS, load, summary, view
 
 LONDON = GeoPoint(lat=51.51, lon=-0.09)
@@ -33,14 +37,40 @@ def london() -> Location:
     return Location("GB", LONDON, ipaddress.ip_network("192.0.2.0/24"), LocationSource.DATABASE)
 
 
-def test_default_profiles_compile_and_unknown_plugins_fall_back() -> None:
-    assert compile_pipeline(spec_with()) is not None
+def test_default_profiles_take_the_fast_paths_and_a_profile_without_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    registry = CollectorRegistry()
+    metrics = RoutingMetrics(registry)
+    default = profiles.build(global_registry(), spec_with(), metrics)
+    assert default.fast_paths == ("global-filters", "global-spread-choice")
     plugins = [*profiles.DEFAULT_REQUEST_PROFILE["plugins"], {"type": "allow-list-filter",
-               "name": "allow", "parameters": {"allowed": ["eu-west"]}}]  # fmt: skip
+               "name": "allow", "parameters": {"ids": ["eu-west"]}}]  # fmt: skip
     profile = dict(profiles.DEFAULT_REQUEST_PROFILE["profile"])
     profile["filters"] = [*profile["filters"], "allow"]
-    assert compile_pipeline(spec_with(plugins=plugins, profile=profile)) is None
-    assert compile_pipeline(spec_with(trace_scores=2)) is None
+    with caplog.at_level(logging.INFO, logger="gtm.routing.runner"):
+        allowing = profiles.build(
+            global_registry(), spec_with(name="allowing", plugins=plugins, profile=profile), metrics
+        )
+    # The allow-list filter declares no mask: the filters run one by one, the choice
+    # keeps its fast path; the log and the gauge say so.
+    assert allowing.fast_paths == ("global-spread-choice",)
+    assert "global profile 'allowing' runs its filters without a fast path" in caplog.text
+    assert "filter 'allow' (AllowListFilter) lacks 'mask-filter'" in caplog.text
+
+    def gauge(name: str, path: str) -> float | None:
+        labels = {"tier": "global", "profile": name, "path": path}
+        return registry.get_sample_value("gtm_routing_fast_path", labels)
+
+    assert gauge("global-default", "global-filters") == 1.0
+    assert gauge("global-default", "global-spread-choice") == 1.0
+    assert gauge("global-default", "global-choice") == 0.0
+    assert gauge("allowing", "global-filters") == 0.0
+    assert gauge("allowing", "global-spread-choice") == 1.0
+    fast, slow = routers(spec_with(name="allowing", plugins=plugins, profile=profile))
+    request = RouteRequest(request_id="r", model=MODEL, input_tokens=10, tenant="demo-global")
+    a, b = fast.decide(request, view(), london()), slow.decide(request, view(), london())
+    assert (a.region, a.fallbacks, a.scores, a.trace) == (b.region, b.fallbacks, b.scores, b.trace)
 
 
 def test_saturation_boundary_spreads_like_the_picker() -> None:
@@ -69,9 +99,8 @@ def test_fast_decision_builds_its_trace_only_when_read() -> None:
     assert outcome.trace is outcome.trace  # built once
 
 
-def test_overlay_arrays_are_derived_from_the_previous_overlay() -> None:
+def test_overlay_columns_are_patched_from_the_previous_overlay() -> None:
     from global_lb.inflight import InflightLedger, LedgerSettings
-    from global_lb.pipeline import model_columns
 
     base = view(summaries=[summary(r, load(running=10 * i)) for i, r in enumerate(REGION_IDS)])
     ledger = InflightLedger(LedgerSettings(resolution_ms=0.0))
@@ -79,21 +108,25 @@ def test_overlay_arrays_are_derived_from_the_previous_overlay() -> None:
     request = RouteRequest(request_id="r", model=MODEL, input_tokens=500, tenant="demo-global")
     first = ledger.view(base, now=2.0)
     fast.decide(request, first, london())
-    pipeline = fast.pipeline
-    assert pipeline is not None
-    before = pipeline.prepared(first)
+    scorer = fast.profile.scorers[0].scorer
+    assert isinstance(scorer, ttft.TtftScorer)
+    before = scorer._last
+    assert before is not None
+    assert before.view is first
     ledger.charge("eu-west", MODEL, 400_000, now=2.0, requests=40)
     second = ledger.view(base, now=2.0)
     assert second is not first
-    a, b = fast.decide(request, second, london()), slow.decide(request, second, london())
-    assert (a.region, a.fallbacks, a.scores) == (b.region, b.fallbacks, b.scores)
-    after = pipeline.prepared(second)
-    # Only eu-west's terms changed: its bit is the one to patch; the id memos are shared.
+    a = fast.decide(request, second, london())
+    after = scorer._last
+    assert after is not None
+    assert after.view is second
+    # Only eu-west's terms changed: its entry is the one worked out again.
     assert after.parent is before
     assert after.changed == 1 << REGION_IDS.index("eu-west")
-    assert after.allowed is before.allowed
-    assert after.columns(MODEL) == model_columns(second.regions, MODEL)
-    assert after.columns(MODEL) != before.columns(MODEL)
+    fresh = PerModel(second, ttft.cost_terms, ttft._columns)
+    assert after.get(MODEL) == fresh.get(MODEL) != before.get(MODEL)
+    b = slow.decide(request, second, london())  # the reference shares the plugins
+    assert (a.region, a.fallbacks, a.scores) == (b.region, b.fallbacks, b.scores)
 
 
 def test_retry_targets_order_only_what_they_need() -> None:

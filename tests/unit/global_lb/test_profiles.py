@@ -25,15 +25,17 @@ def test_policy_profile_is_used_when_present() -> None:
         example_policy(), "global-default", profiles.DEFAULT_REQUEST_PROFILE
     )
     profile = profiles.build(global_registry(), spec, None)
-    assert profile.filter_names == ("residency", "health", "model")
-    assert profile.picker_name == "max-score"
+    assert tuple(f.name for f in profile.filters) == ("residency", "health", "model")
+    assert profile.picker.name == "spread"
+    # The example's global-default is the built-in default.
+    assert spec == profiles.profile_spec(None, "global-default", profiles.DEFAULT_REQUEST_PROFILE)
 
 
 def test_builtin_defaults_without_a_policy_profile() -> None:
     spec = profiles.profile_spec(example_policy(), "global-dns", profiles.DEFAULT_DNS_PROFILE)
     profile = profiles.build(global_registry(), spec, None)
-    assert profile.filter_names == ("residency", "health")
-    assert profile.picker_name == "spread"
+    assert tuple(f.name for f in profile.filters) == ("residency", "health")
+    assert profile.picker.name == "spread"
 
 
 def test_a_profile_without_residency_is_refused() -> None:
@@ -80,7 +82,7 @@ def test_routers_follow_a_hot_reloaded_profile(
 ) -> None:
     config = GlobalConfig()
     router, dns = build_routers(example_policy(), config, None)
-    assert router.profile.picker_name == "max-score"
+    assert router.profile.picker.name == "spread"
     london = RouteRequest(
         request_id="r1",
         model=MODEL,
@@ -94,7 +96,7 @@ def test_routers_follow_a_hot_reloaded_profile(
     reloaded = view(policy=load_only, revision=2)
     router.decide(london, reloaded)
     assert [ref.ref for ref in router.spec.profile.scorers] == ["load"]
-    assert router.pipeline is not None  # compiled again for the new profile
+    assert router.fast_paths == ("global-filters", "global-spread-choice")  # built again
     dns_spec = dns.spec
     dns.choose_region(
         london, reloaded, RequestContext(reloaded, frozenset({"eu-west"}), None, "GB")
@@ -102,9 +104,9 @@ def test_routers_follow_a_hot_reloaded_profile(
     assert dns.spec == dns_spec  # the policy has no global-dns profile: the default stays
     # Generation 3 names a profile the global tier cannot run: logged, the last one stays.
     broken = _with_global_default(tmp_path, "broken", 3, filters=["health", "model"])
-    with caplog.at_level(logging.ERROR, logger="global_lb.router"):
+    with caplog.at_level(logging.ERROR, logger="gtm.routing.source"):
         outcome = router.decide(london, view(policy=broken, revision=3))
     assert outcome.region is not None
     assert [ref.ref for ref in router.spec.profile.scorers] == ["load"]
-    assert "policy generation 3: routing profile not applied" in caplog.text
+    assert "'global-default' of policy generation 3 not applied" in caplog.text
     assert "residency-filter" in caplog.text

@@ -13,6 +13,7 @@ from unittest import mock
 from hypothesis import given
 from hypothesis import strategies as st
 
+from global_lb.batch import Layout, RegionBatch
 from global_lb.plugins import _ttft, ttft
 from global_lb.view import GlobalView, ModelTerms, RegionState, RequestContext
 from gtm import native
@@ -124,18 +125,27 @@ def test_every_form_gives_the_same_bits(
             ]
 
 
-def test_the_scorer_and_the_cost_model_run_the_scalar_form() -> None:
+def test_the_scorer_and_the_cost_model_agree_with_the_scalar_form() -> None:
     v: GlobalView = view()
     ctx = RequestContext(v, frozenset(r.id for r in v.regions), HERE, "GB", "")
     request = RouteRequest(request_id="r", model=MODEL, input_tokens=1234, tenant="demo-global")
     scorer = ttft.TtftScorer(params=ttft.Params(scale_ms=40.0))
+    batch = RegionBatch(Layout.of(v, None), request, v, ctx)
+    batch.alive[0] = False  # scores are relative to the survivors' best
+    batch.seal()
     rtts = ctx.rtts()
     costs = {
         r.id: ttft.cost_ms(rtts[r.id], *ttft.cost_terms(r, MODEL), request.input_tokens)
         for r in v.regions
     }
-    assert scorer.score(request, v.regions, ctx) == scores_from_costs(costs, 40.0)
-    for r in v.regions:
-        assert scorer.cost_ms(request, r, ctx) == ttft.cost_ms(
-            ctx.rtt_ms(r), *ttft.cost_terms(r, MODEL), request.input_tokens
+    survivors = batch.survivors.tolist()
+    expected = scores_from_costs({v.regions[i].id: costs[v.regions[i].id] for i in survivors}, 40.0)
+    scores = scorer.scores(batch)
+    assert {v.regions[i].id: float(scores[i]) for i in survivors} == expected
+    priced = scorer.costs_ms(batch)
+    for i, r in enumerate(v.regions):
+        assert (
+            priced[i]
+            == costs[r.id]
+            == ttft.cost_ms(ctx.rtt_ms(r), *ttft.cost_terms(r, MODEL), request.input_tokens)
         )
