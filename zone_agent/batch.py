@@ -58,12 +58,6 @@ class StreamsHint(NamedTuple):
     slot_count: int
 
 
-#: Up to this many accounting slots outside the survivors, their streams are subtracted
-#: from the running total one at a time (~0.1 µs each) instead of gathering and summing
-#: the survivors' (~1.5 µs).
-STREAMS_OUTSIDE_MAX = 8
-
-
 class ZoneBatch(Batch):
     """One decision's working data: the request, the view, the model's index (positions
     are the index's, in id order), and per-candidate columns worked out on first use

@@ -64,10 +64,9 @@ def iter_bits(mask: int) -> Iterable[int]:
         mask ^= low
 
 
-#: From this many set bits on, :func:`set_bits` reads them from the mask's bytes: one
-#: bit at a time costs three big-integer operations per bit (~0.13 µs each at 100-bit
-#: masks, more at 10,000-GPU zones' 800-bit ones), the bytes a fixed ~3 µs plus ~0.04 µs
-#: a bit (measured: 64 of 200 bits 7.7 vs 5.1 µs, 300 of 800 bits 44 vs 15 µs).
+#: From this many set bits on, :func:`set_bits` reads them from the mask's bytes (a fixed
+#: cost, then cheap per bit) rather than one bit at a time (three big-integer operations
+#: per bit, dearer on wide masks). Measured crossover: about 32 bits.
 BYTES_FROM = 32
 
 
