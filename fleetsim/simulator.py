@@ -199,8 +199,8 @@ class Simulator:
         #: False: no client or inter-region RTT is added (a loopback deployment).
         self.network = network
         self.ledger_settings = ledger
-        #: Regional zone choice without the trace record (regional_lb.fastpath; the same
-        #: decisions, property-tested). False runs the reference profile (to compare).
+        #: Regional decisions without their trace record (the same choices,
+        #: property-tested). False builds every trace, as the reference path (to compare).
         self.regional_fast_path = regional_fast_path
         #: Seconds between the zone agents' scrapes of their GPUs' metrics (running,
         #: waiting, KV use), which their decisions then weigh as the live agents do

@@ -88,6 +88,9 @@ class Tiers(Routing):
             )
             for r in sim.region_ids
         }
+        #: Whether each regional decision builds its full trace record (the reference
+        #: path, to compare: ``Simulator(regional_fast_path=False)``); the same choices.
+        self.trace = not sim.regional_fast_path
         self.zacc = {r: ZoneAccounting() for r in sim.region_ids}
         for pool in sim.pools.values():
             # The regional LB's accounting of the zone: charged at dispatch, released at
@@ -258,7 +261,7 @@ class Tiers(Routing):
             accounting=self.zacc[region],
             now=now,
             now_wall=now,
-            trace=False,
+            trace=self.trace,
         )
         sim.tier_ns["regional"] += perf_counter_ns() - t0
         if decision.route is Route.LOCAL and decision.zone is not None:
@@ -338,7 +341,7 @@ class Tiers(Routing):
             if full:
                 return False
             waiting.decision = router.place(
-                waiting.request, view, waiting.inputs, accounting=acc, trace=False
+                waiting.request, view, waiting.inputs, accounting=acc, trace=self.trace
             )
             full = waiting.decision is None or waiting.decision.zone is None
             return not full
