@@ -22,7 +22,6 @@ allowed region → 503; model served by no allowed region → 404; bad key → 4
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import logging
 import re
@@ -47,9 +46,10 @@ from global_lb.router import GlobalRouter, RouteOutcome
 from global_lb.view import GlobalView
 from gtm.clock import Clock
 from gtm.http_limits import limited_app
+from gtm.inbound import bearer_key, read_body, tenant_of
 from gtm.models import ClientInfo, Frozen, RouteRequest
-from gtm.openai_errors import openai_error
-from policies import ApiKeyError, ResidencyQuery, TenantDirectory, decision_record
+from gtm.openai_errors import ApiError, openai_error
+from policies import ApiKeyError, ResidencyQuery, decision_record
 from policies.documents import Tenant
 
 log = logging.getLogger(__name__)
@@ -168,18 +168,14 @@ class FrontDoor:
     # ------------------------------------------------------------------ deciding
 
     async def _tenant(self, request: web.Request, view: GlobalView) -> Tenant | web.Response:
-        header = request.headers.get("Authorization", "")
-        scheme, _, key = header.partition(" ")
-        if scheme.lower() != "bearer" or not key.strip():
+        key = bearer_key(request.headers)
+        if key is None:
             return openai_error(
                 401, "missing API key (Authorization: Bearer ...)", "invalid_request_error",
                 "invalid_api_key",
             )  # fmt: skip
-        directory: TenantDirectory = view.policy.tenants
         try:
-            # The first use of a key costs one scrypt (~50 ms): keep it off the loop.
-            loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(None, directory.authenticate, key.strip())
+            return await tenant_of(view.policy.tenants, key)
         except ApiKeyError as exc:
             return openai_error(401, str(exc), "invalid_request_error", "invalid_api_key")
 
@@ -309,7 +305,10 @@ class FrontDoor:
         found = await self._tenant(request, view)
         if isinstance(found, web.Response):
             return found
-        body = await request.read()
+        try:
+            body = await read_body(request)
+        except ApiError as exc:  # 413
+            return exc.response()
         # The view again, now that the body is in: the requests that arrived with this
         # one were decided and charged while it authenticated and read its body, and
         # must be seen. With the view of its first byte, a burst herded to one region.

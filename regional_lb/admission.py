@@ -18,7 +18,6 @@ What passes is an :class:`Admitted` request and its quota :class:`~regional_lb.q
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import logging
 import uuid
@@ -29,6 +28,7 @@ from aiohttp import web
 
 from gtm.clock import Clock
 from gtm.errors import GtmError
+from gtm.inbound import bearer_key, read_body, tenant_of
 from gtm.models import ClientInfo, Priority, RouteRequest
 from gtm.openai_request import parse_json_body
 from gtm.policy_store import ActivePolicy
@@ -37,7 +37,6 @@ from policies.documents import Quotas, Tenant
 from regional_lb import request as req
 from regional_lb.config import RegionalSettings
 from regional_lb.errors import (
-    ApiError,
     LoopDetected,
     ModelNotAllowed,
     Overloaded,
@@ -119,12 +118,7 @@ class Admission:
         if policy is None:
             raise Overloaded("no policy in force yet", reason="not_ready", retry_after_s=1.0)
         tenant = await authenticate(request, policy)
-        try:
-            raw = await request.read()
-        except web.HTTPRequestEntityTooLarge as exc:
-            raise ApiError(
-                413, f"the request body is too large: {exc.text}", code="body_too_large"
-            ) from None
+        raw = await read_body(request)
         facts = req.body_facts(parse_json_body(raw), endpoint)
         if not policy.tenants.allows_model(tenant.id, facts.model):
             raise ModelNotAllowed(facts.model)
@@ -218,13 +212,10 @@ class Admission:
 
 async def authenticate(request: web.Request, policy: ActivePolicy) -> Tenant:
     """The tenant of the request's API key (``Authorization: Bearer …``), or 401."""
-    header = request.headers.get("Authorization", "")
-    scheme, _, key = header.partition(" ")
-    if scheme.lower() != "bearer" or not key.strip():
+    key = bearer_key(request.headers)
+    if key is None:
         raise Unauthorized("missing API key: send 'Authorization: Bearer <key>'")
-    loop = asyncio.get_running_loop()
     try:
-        # The first use of a key costs one scrypt: keep it off the event loop.
-        return await loop.run_in_executor(None, policy.tenants.authenticate, key.strip())
+        return await tenant_of(policy.tenants, key)
     except ApiKeyError as exc:
         raise Unauthorized(str(exc)) from None

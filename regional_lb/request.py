@@ -22,11 +22,11 @@ Inter-tier headers (all optional)::
 from __future__ import annotations
 
 import re
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from gtm import inbound
 from gtm.fingerprint import TEXT_BLOCK_BYTES, text_block_hashes
 from gtm.models import Priority
 from gtm.openai_errors import BadRequest
@@ -38,7 +38,7 @@ HEADER_SPILLED_FROM = "x-gtm-spilled-from"
 HEADER_CLIENT_COUNTRY = "x-gtm-client-country"
 HEADER_DATA_CLASS = "x-gtm-data-class"
 HEADER_PRIORITY = "x-gtm-priority"
-HEADER_REQUEST_ID = "x-request-id"
+HEADER_REQUEST_ID = inbound.HEADER_REQUEST_ID
 HEADER_REGION = "x-gtm-region"
 HEADER_ZONE = "x-gtm-zone"
 HEADER_DECISION = "x-gtm-decision-id"
@@ -152,10 +152,8 @@ def body_facts(body: Mapping[str, object], endpoint: Endpoint) -> BodyFacts:
 
 
 def request_id(headers: Mapping[str, str]) -> str:
-    rid = headers.get(HEADER_REQUEST_ID, "")
-    if rid and len(rid) <= 128 and rid.isprintable():
-        return rid
-    return uuid.uuid4().hex
+    """The client's ``x-request-id`` when sane, else a new one (:mod:`gtm.inbound`)."""
+    return inbound.request_id(headers)
 
 
 def hop_info(headers: Mapping[str, str]) -> HopInfo:

@@ -37,18 +37,18 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from gtm import inbound
 from gtm.clock import Clock
 from gtm.models import decision_adapter
 from gtm.openai_request import parse_json_body
 from zone_agent.accounting import Accounting
-from zone_agent.errors import ApiError, BadRequest
+from zone_agent.errors import BadRequest
 from zone_agent.metrics import ZoneMetrics
 from zone_agent.pipeline import ZoneProfile
 from zone_agent.proxy import (
     HEADER_CANARY,
     HEADER_DECISION,
     HEADER_GPU,
-    HEADER_REQUEST_ID,
     HEADER_VERSION,
     HEADER_ZONE,
     DataPath,
@@ -77,10 +77,7 @@ _IDS = Ids()
 
 
 def request_id_of(request: web.Request, ids: Ids = _IDS) -> str:
-    rid = request.headers.get(HEADER_REQUEST_ID, "")
-    if rid and len(rid) <= 128 and rid.isprintable():
-        return rid
-    return ids.new()
+    return inbound.request_id(request.headers, ids.new)
 
 
 def canary_of(request: web.Request) -> CanaryChoice:
@@ -101,12 +98,7 @@ async def read_request(
     request: web.Request, endpoint: Endpoint, accounting: Accounting
 ) -> tuple[bytes, ZoneRequest]:
     """The raw body and the decision facts; ApiError (400) when the body is bad."""
-    try:
-        raw = await request.read()
-    except web.HTTPRequestEntityTooLarge as exc:
-        raise ApiError(
-            413, f"the request body is too large: {exc.text}", code="body_too_large"
-        ) from None
+    raw = await inbound.read_body(request)
     body = parse_json_body(raw)
     version = request.headers.get(HEADER_VERSION) or None
     facts = zone_request(

@@ -1,0 +1,65 @@
+"""What every tier's handlers read from a client's request the same way.
+
+* :func:`read_body` — the body, bounded by the application's ``client_max_size``; a
+  larger one is a 413 in OpenAI's shape (aiohttp's own would be plain text).
+* :func:`bearer_key` and :func:`tenant_of` — the API key of ``Authorization: Bearer …``
+  and its tenant. The first use of a key costs one scrypt (policies' tenant directory
+  caches it afterwards), so the lookup runs off the event loop. Each tier answers a
+  missing or unknown key in its own words (a 401 either way).
+* :func:`request_id` — the client's ``x-request-id`` when it is a sane one (printable,
+  at most :data:`MAX_REQUEST_ID` characters), else a fresh id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable, Mapping
+
+from aiohttp import web
+
+from gtm.openai_errors import ApiError
+from policies import TenantDirectory
+from policies.documents import Tenant
+
+HEADER_REQUEST_ID = "x-request-id"
+#: Longest client request id kept (a longer one is replaced, not truncated).
+MAX_REQUEST_ID = 128
+
+
+async def read_body(request: web.Request) -> bytes:
+    """The whole body; :class:`~gtm.openai_errors.ApiError` 413 when it is too large."""
+    try:
+        return await request.read()
+    except web.HTTPRequestEntityTooLarge as exc:
+        raise ApiError(
+            413, f"the request body is too large: {exc.text}", code="body_too_large"
+        ) from None
+
+
+def bearer_key(headers: Mapping[str, str]) -> str | None:
+    """The key of ``Authorization: Bearer <key>``, or ``None`` (absent or another scheme)."""
+    scheme, _, key = headers.get("Authorization", "").partition(" ")
+    key = key.strip()
+    return key if scheme.lower() == "bearer" and key else None
+
+
+async def tenant_of(directory: TenantDirectory, key: str) -> Tenant:
+    """The tenant of ``key``; raises :class:`policies.ApiKeyError` for an unknown one."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(None, directory.authenticate, key)
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def request_id(headers: Mapping[str, str], new: Callable[[], str] = _new_id) -> str:
+    """The client's ``x-request-id`` when sane, else ``new()``."""
+    rid = headers.get(HEADER_REQUEST_ID, "")
+    if rid and len(rid) <= MAX_REQUEST_ID and rid.isprintable():
+        return rid
+    return new()
+
+
+__all__ = ["bearer_key", "read_body", "request_id", "tenant_of"]
