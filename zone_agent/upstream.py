@@ -422,16 +422,6 @@ class UpstreamResponse:
             await _wait(self._loop, conn.data_waiter(), self._read_timeout_s)
         return conn.take()
 
-    async def read(self, limit: int) -> bytes:
-        """Up to ``limit`` bytes of the body (for error bodies; the rest is dropped)."""
-        out = bytearray()
-        while len(out) < limit:
-            chunk = await self.readany()
-            if not chunk:
-                break
-            out += chunk
-        return bytes(out[:limit])
-
     def release(self) -> None:
         """Done with the response: reuse the connection if the body was read to its end."""
         if not self._done:
