@@ -31,7 +31,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from pydantic import Field, ValidationError
 
 from global_lb.audit import AuditSink
@@ -49,6 +49,7 @@ from gtm.http_limits import limited_app
 from gtm.inbound import bearer_key, read_body, tenant_of
 from gtm.models import ClientInfo, Frozen, RouteRequest
 from gtm.openai_errors import ApiError, openai_error
+from gtm.serve import add_service_routes
 from policies import ApiKeyError, ResidencyQuery, decision_record
 from policies.documents import Tenant
 
@@ -135,26 +136,16 @@ class FrontDoor:
         app.router.add_post(EMBEDDINGS, self._forward)
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/route", self._route)
-        app.router.add_get("/healthz", self._healthz)
-        app.router.add_get("/readyz", self._readyz)
-        app.router.add_get("/metrics", self._metrics_page)
+        add_service_routes(app, registry=self._registry, readyz=self._readyz)
         return app
 
     # ------------------------------------------------------------------ service
-
-    async def _healthz(self, request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"})
 
     async def _readyz(self, request: web.Request) -> web.Response:
         view = self._view()
         ready = view is not None and self._ready()
         body = {"ready": ready, "regions": 0 if view is None else len(view.available_ids())}
         return web.json_response(body, status=200 if ready else 503)
-
-    async def _metrics_page(self, request: web.Request) -> web.Response:
-        return web.Response(
-            body=generate_latest(self._registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
-        )
 
     async def _models(self, request: web.Request) -> web.Response:
         view = self._view()

@@ -14,7 +14,9 @@ same way:
 * no access log (the tiers count responses in metrics; a log line per request costs
   more than the decision);
 * :func:`until_signalled` is the foreground process's wait: SIGINT or SIGTERM ends it,
-  and its handlers are removed again.
+  and its handlers are removed again;
+* :func:`add_service_routes` gives every service ``/healthz`` (the process answers),
+  ``/readyz`` (the service's own answer) and ``/metrics`` (its injected registry).
 
 The DNS listeners (``global_lb.dns.server``) bind UDP and TCP on one port themselves
 (a UDP thread with batched system calls is not an aiohttp site); their answers are
@@ -28,10 +30,11 @@ import contextlib
 import signal
 import socket
 import ssl
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from gtm.errors import ConfigError
 from gtm.tls import scheme as tls_scheme
@@ -159,6 +162,29 @@ async def serving(
         await server.stop()
 
 
+def add_service_routes(
+    app: web.Application,
+    *,
+    registry: CollectorRegistry,
+    readyz: Callable[[web.Request], Awaitable[web.Response]],
+) -> None:
+    """``GET /healthz`` (200 while the process answers), ``GET /readyz`` (``readyz``:
+    200 when the service can take requests, else 503) and ``GET /metrics``
+    (``registry`` in Prometheus' text format)."""
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(
+            body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+
+
 async def until_signalled(
     signals: Iterable[signal.Signals] = (signal.SIGINT, signal.SIGTERM),
 ) -> None:
@@ -176,4 +202,12 @@ async def until_signalled(
             loop.remove_signal_handler(signum)
 
 
-__all__ = ["SHUTDOWN_GRACE_S", "Bound", "HttpServer", "base_url", "serving", "until_signalled"]
+__all__ = [
+    "SHUTDOWN_GRACE_S",
+    "Bound",
+    "HttpServer",
+    "add_service_routes",
+    "base_url",
+    "serving",
+    "until_signalled",
+]

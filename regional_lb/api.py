@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gtm.http_limits import limited_app
 from gtm.openai_errors import error_middleware
+from gtm.serve import add_service_routes
 from regional_lb import request as req
 from regional_lb.admission import Admitted
 from regional_lb.errors import ModelNotFound, Overloaded, ResidencyRefused
@@ -59,9 +59,7 @@ class RegionalApi:
         for endpoint in req.Endpoint:
             app.router.add_post(endpoint.value, self._handler(endpoint))
         app.router.add_get("/v1/models", self.models)
-        app.router.add_get("/healthz", self.healthz)
-        app.router.add_get("/readyz", self.readyz)
-        app.router.add_get("/metrics", self.metrics)
+        add_service_routes(app, registry=service.registry, readyz=self.readyz)
         return app
 
     def _handler(self, endpoint: req.Endpoint) -> Handler:
@@ -226,9 +224,6 @@ class RegionalApi:
         data = [{"id": n, "object": "model", "created": 0, "owned_by": "gtm"} for n in names]
         return web.json_response({"object": "list", "data": data})
 
-    async def healthz(self, request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"})
-
     async def readyz(self, request: web.Request) -> web.Response:
         service = self._service
         view = service.view
@@ -244,9 +239,3 @@ class RegionalApi:
             "queued": len(service.queue),
         }
         return web.json_response(body, status=200 if service.ready else 503)
-
-    async def metrics(self, request: web.Request) -> web.Response:
-        return web.Response(
-            body=generate_latest(self._service.registry),
-            headers={"Content-Type": CONTENT_TYPE_LATEST},
-        )

@@ -35,12 +35,12 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from gtm import inbound
 from gtm.clock import Clock
 from gtm.models import decision_adapter
 from gtm.openai_request import parse_json_body
+from gtm.serve import add_service_routes
 from zone_agent.accounting import Accounting
 from zone_agent.errors import BadRequest
 from zone_agent.metrics import ZoneMetrics
@@ -137,20 +137,14 @@ class OpenAiApi:
 
 
 class ServiceApi:
-    """``/healthz`` (the process is alive), ``/readyz`` (a GPU can take requests),
-    ``/metrics``."""
+    """``/healthz``, ``/readyz`` (a GPU can take requests), ``/metrics``."""
 
     def __init__(self, view: Callable[[], ZoneView], registry: CollectorRegistry) -> None:
         self._view = view
         self._registry = registry
 
     def routes(self, app: web.Application) -> None:
-        app.router.add_get("/healthz", self.healthz)
-        app.router.add_get("/readyz", self.readyz)
-        app.router.add_get("/metrics", self.metrics)
-
-    async def healthz(self, request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"})
+        add_service_routes(app, registry=self._registry, readyz=self.readyz)
 
     async def readyz(self, request: web.Request) -> web.Response:
         view = self._view()
@@ -162,11 +156,6 @@ class ServiceApi:
             "models": list(view.models),
         }
         return web.json_response(body, status=200 if available else 503)
-
-    async def metrics(self, request: web.Request) -> web.Response:
-        response = web.Response(body=generate_latest(self._registry))
-        response.headers["Content-Type"] = CONTENT_TYPE_LATEST
-        return response
 
 
 HEADER_UPSTREAM = "x-gtm-upstream"

@@ -9,9 +9,17 @@ import signal
 import aiohttp
 import pytest
 from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter
 
 from gtm.errors import ConfigError
-from gtm.serve import SHUTDOWN_GRACE_S, HttpServer, base_url, serving, until_signalled
+from gtm.serve import (
+    SHUTDOWN_GRACE_S,
+    HttpServer,
+    add_service_routes,
+    base_url,
+    serving,
+    until_signalled,
+)
 
 
 def _app(
@@ -81,3 +89,23 @@ async def test_until_signalled_returns_on_the_signal_and_removes_its_handler() -
     os.kill(os.getpid(), signal.SIGUSR1)
     await asyncio.wait_for(waiting, 5.0)
     assert not loop.remove_signal_handler(signal.SIGUSR1)  # already gone
+
+
+async def test_every_service_gets_healthz_its_readyz_and_its_metrics() -> None:
+    registry = CollectorRegistry()
+    Counter("gtm_test_things", "Things.", registry=registry).inc()
+
+    async def readyz(request: web.Request) -> web.Response:
+        return web.json_response({"ready": False}, status=503)
+
+    app = web.Application()
+    add_service_routes(app, registry=registry, readyz=readyz)
+    async with serving(app) as bound, aiohttp.ClientSession() as http:
+        async with http.get(f"{bound.url}/healthz") as response:
+            assert response.status == 200
+            assert await response.json() == {"status": "ok"}
+        async with http.get(f"{bound.url}/readyz") as response:
+            assert response.status == 503
+        async with http.get(f"{bound.url}/metrics") as response:
+            assert response.content_type == "text/plain"
+            assert "gtm_test_things_total 1.0" in await response.text()
