@@ -19,6 +19,8 @@ import json
 import struct
 from typing import Any
 
+from chaos.proxy.errors import FaultProxyError
+
 #: Largest finite float32 (IEEE 754 binary32), the range of Toxiproxy's ``toxicity``.
 FLOAT32_MAX = 3.4028234663852886e38
 INT64_MIN = -(2**63)
@@ -32,7 +34,7 @@ _WHITESPACE = " \t\n\r"
 _GO_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028"}
 
 
-class GoJsonError(ValueError):
+class GoJsonError(FaultProxyError, ValueError):
     """The body is not a JSON value (the message follows Go where it is cheap to)."""
 
 
