@@ -340,6 +340,7 @@ class Runner(Generic[B]):
         self.name = name
         self.tier = tier
         self.filters = tuple(filters)
+        self._idle_steps = tuple(Step(f.name, None, _never) for f in self.filters)
         self.scorers = tuple(scorers)
         self.picker = picker
         self.cost_model = cost_model
@@ -450,9 +451,9 @@ class Runner(Generic[B]):
         started = timer()
         if not len(batch):
             self._refuse(NO_CANDIDATES_OFFERED, batch, ())
-        observe = (
-            self._observe if next(self._decisions) % self._timing_every == 0 else _NO_OBSERVERS
-        )
+        observe = _NO_OBSERVERS
+        if self._observe and next(self._decisions) % self._timing_every == 0:
+            observe = self._observe
         if self._preparers:
             batch.prepared = self._prepare(batch.view)
         steps = None
@@ -505,7 +506,7 @@ class Runner(Generic[B]):
             steps.append(pre)
             if not alive[alive.argmax()]:
                 self._refuse(pre.plugin, batch, steps)
-        for plugin in self.filters:
+        for plugin, idle in zip(self.filters, self._idle_steps, strict=True):
             t0 = timer() if observe else 0.0
             try:
                 removal = plugin.removes(batch)
@@ -516,7 +517,7 @@ class Runner(Generic[B]):
             if observe:
                 observe[(ExtensionPoint.FILTER, id(plugin))](timer() - t0)
             if removal is None:
-                steps.append(Step(plugin.name, None, _never))
+                steps.append(idle)
                 continue
             # Survivors: alive AND NOT mask, in place (for booleans a > b is a & ~b).
             np.greater(alive, removal.mask, out=alive)
@@ -545,7 +546,10 @@ class Runner(Generic[B]):
             if observe:
                 observe[(ExtensionPoint.SCORER, id(scorer))](self._timer() - t0)
             if type(column) is not np.ndarray:
-                column = self._as_column(scorer.name, column)
+                try:
+                    column = np.asarray(column, dtype=np.float64)
+                except (TypeError, ValueError) as exc:
+                    raise PluginError(f"scorer {scorer.name!r} returned no float column") from exc
             if len(column) != n:
                 raise PluginError(f"scorer {scorer.name!r} returned {len(column)} scores for {n}")
             # NaN fails both comparisons, so one reduction each tells a broken scorer.
@@ -563,13 +567,6 @@ class Runner(Generic[B]):
         if len(self.scorers) > 1 or self._weight_sum != 1.0:
             totals = totals / self._weight_sum
         return Scored(totals, tuple(columns), tuple(issues))
-
-    @staticmethod
-    def _as_column(name: str, column: object) -> Floats:
-        try:
-            return np.asarray(column, dtype=np.float64)
-        except (TypeError, ValueError) as exc:
-            raise PluginError(f"scorer {name!r} returned something not a float column") from exc
 
     def _repair(self, name: str, column: Floats, batch: B, issues: list[ScoreIssue]) -> Floats:
         """Clamp to [0, 1], NaN → 0; each survivor's repair is a :class:`ScoreIssue`."""

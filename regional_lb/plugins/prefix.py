@@ -9,8 +9,11 @@ rewards a shared system prompt.
 
 from __future__ import annotations
 
+from enum import StrEnum
+from typing import ClassVar
+
 from gtm.models import Frozen
-from gtm.routing import Plugin
+from gtm.routing import Capability, Plugin
 from gtm.routing.cost import matching_prefix_blocks
 from regional_lb.view import ZoneBatch
 
@@ -22,6 +25,9 @@ class Params(Frozen):
 
 
 class PrefixAffinityScorer(Plugin):
+    #: Scores are a share of the prompt's blocks.
+    capabilities: ClassVar[frozenset[StrEnum]] = frozenset({Capability.SCORES_IN_RANGE})
+
     def __init__(self, name: str = TYPE_NAME, params: Params | None = None) -> None:
         super().__init__(name)
 

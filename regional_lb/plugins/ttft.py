@@ -21,11 +21,13 @@ instances read them.
 from __future__ import annotations
 
 import math
+from enum import StrEnum
+from typing import ClassVar
 
 from pydantic import Field
 
 from gtm.models import Frozen, RouteRequest
-from gtm.routing import Plugin
+from gtm.routing import Capability, Plugin
 from gtm.routing.cost import matching_prefix_blocks, scores_from_costs
 from regional_lb.view import ZoneBatch, ZoneContext, ZoneState
 
@@ -66,6 +68,10 @@ def predicted_ttft_ms(zone: ZoneState, own_uncached_tokens: float) -> float:
 
 
 class TtftScorer(Plugin):
+    capabilities: ClassVar[frozenset[StrEnum]] = frozenset(
+        {Capability.SCORES_IN_RANGE}
+    )  # exp of a non-positive number, or 0
+
     def __init__(self, name: str = TYPE_NAME, params: Params | None = None) -> None:
         super().__init__(name)
         self._scale = (params or Params()).scale_ms

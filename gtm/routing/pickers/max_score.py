@@ -30,22 +30,20 @@ class Params(Frozen):
 
 def best_of(batch: Batch, totals: Floats) -> int:
     """The survivor of highest total; on a tie the smallest id."""
-    if batch.all_alive:
-        live = totals
-        at = k = int(totals.argmax())
-    else:
+    if batch.ids_ascending:  # the first of the tied positions is the smallest id
+        if batch.all_alive:
+            return int(totals.argmax())
         survivors = batch.survivors
-        live = totals[survivors]
-        at = int(live.argmax())
-        k = int(survivors[at])
-    if batch.ids_ascending:
-        return k
-    tied = np.flatnonzero(live == live[at])
-    if len(tied) == 1:
-        return k
-    positions = tied if batch.all_alive else batch.survivors[tied]
+        return int(survivors[totals[survivors].argmax()])
+    positions: list[int] = batch.survivors.tolist()
+    live: list[float] = totals[positions].tolist()
+    top = max(live)
+    if live.count(top) == 1:
+        return positions[live.index(top)]
     ids = batch.ids
-    return int(min(positions.tolist(), key=ids.__getitem__))
+    return min(
+        (k for k, total in zip(positions, live, strict=True) if total == top), key=ids.__getitem__
+    )
 
 
 def better(batch: Batch, totals: Floats, a: int, b: int) -> int:

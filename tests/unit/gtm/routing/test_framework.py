@@ -26,6 +26,7 @@ from tests.unit.gtm.routing.helpers import LoadCost, LoadScorer, batch, drop, re
 def test_removal_where_masks_the_survivors_it_gives_a_reason_for() -> None:
     chosen = batch("a", "b", "c", "d")
     chosen.alive[3] = False  # an earlier filter's: not asked again
+    chosen.all_alive = False
     asked: list[int] = []
 
     def why(position: int) -> str | None:

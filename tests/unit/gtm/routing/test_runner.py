@@ -184,7 +184,7 @@ def test_a_column_of_the_wrong_length_or_type_is_a_plugin_error() -> None:
 
     with pytest.raises(PluginError, match=r"'short' returned 1 scores for 2"):
         runner(scorers=[Weighted(Short("short"))]).decide(batch("a", "b"))
-    with pytest.raises(PluginError, match=r"'words' returned something not a float column"):
+    with pytest.raises(PluginError, match=r"'words' returned no float column"):
         runner(scorers=[Weighted(Words("words"))]).decide(batch("a", "b"))  # type: ignore[arg-type]
 
 
