@@ -159,8 +159,8 @@ class ZoneAgent:
         cfg = self.config
         client_ssl = self._tls.client_context() if self._tls is not None else None
         refuse_plain = {} if self._plain_workers else client_session_options(client_ssl)
-        # The data path's own lean client (zone_agent/upstream.py: a quarter of
-        # aiohttp's CPU per request); scrapes and health checks keep aiohttp's.
+        # The data path's own lean client (zone_agent/upstream.py, behind gtm.relay);
+        # scrapes and health checks keep aiohttp's.
         self._upstream = UpstreamPool(
             ssl_context=client_ssl,
             refuse_plain=client_ssl is not None and not self._plain_workers,

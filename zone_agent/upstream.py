@@ -1,10 +1,11 @@
 """The data path's HTTP/1.1 client: keep-alive pools to the workers on asyncio Protocols.
 
 Why not aiohttp's ``ClientSession`` (which the agent still uses for scrapes and health
-checks): on the data path it costs ~245 µs of CPU per proxied request, against ~60 µs
-for the same request and response over a bare protocol — syscalls included (measured
-sequentially against one emulated worker; ``bench/zone_proxy.py`` prints the agent's CPU
-per request). The proxy needs a small part of HTTP/1.1: one POST with a body, a status
+checks): on the data path its general machinery (sessions, connectors, tracing, cookie
+and redirect handling) costs several times the CPU of the same request and response
+over a bare protocol; ``bench/zone_proxy.py`` prints the agent's CPU per request. It
+sits behind :class:`gtm.relay.Upstream`, so the zone keeps the relay every tier uses.
+The proxy needs a small part of HTTP/1.1: one POST with a body, a status
 line and headers, then a body framed by ``Content-Length``, ``chunked`` or the end of the
 connection, streamed as it arrives, and keep-alive reuse of the connection (RFC 9112 §6
 and §9). That part is here, and nothing else: no redirects, cookies, proxies,
