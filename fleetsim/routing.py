@@ -125,7 +125,7 @@ class Baseline(Routing):
         for req in sim.requests:
             if req.at_s >= until:
                 break
-            placed = self.rule.choose(req, sim.verdict(req.tenant, req.country), self)
+            placed = self.rule.choose(req, sim.clients.verdict(req.tenant, req.country), self)
             if placed is not None:
                 counts[placed.region] += 1
         return counts
@@ -133,10 +133,10 @@ class Baseline(Routing):
     # ------------------------------------------------------------ what the rule reads
 
     def nearest(self, req: SimRequest, among: Sequence[str]) -> str | None:
-        return self.sim.nearest(req, among)
+        return self.sim.clients.nearest(req, among)
 
     def client_rtt_ms(self, req: SimRequest, region: str) -> float:
-        return self.sim.client_rtt(req, region)
+        return self.sim.clients.client_rtt(req, region)
 
     def rtt_ms(self, a: str, b: str) -> float:
         return self.sim.rtt.between(a, b)

@@ -53,6 +53,7 @@ from time import perf_counter_ns
 import numpy as np
 
 from fleetsim.baselines import region_policy
+from fleetsim.clients import Clients
 from fleetsim.events import Hop, Message, Release, SummaryLink
 from fleetsim.fleet import FleetSpec, ZoneSpec
 from fleetsim.gpu import FastGpu, GpuEvents, Job
@@ -64,10 +65,8 @@ from fleetsim.tiers import Tiers
 from fleetsim.workload import SimRequest
 from global_lb.inflight import LedgerSettings
 from gtm.errors import ConfigError, NoEligibleCandidate, RoutingError
-from gtm.models import ClientInfo, Endpoint, Priority, Region
+from gtm.models import Endpoint, Priority, Region
 from gtm.policy_store import ActivePolicy
-from gtm.routing.cost import rtt_ms_from_distance
-from policies import ResidencyQuery, Verdict
 from policies.documents import Quotas
 from regional_lb.quota import Cost, Grant, QuotaLimiter, Rejection, Usage, pool_of
 from regional_lb.quota import Ticket as QuotaTicket
@@ -267,10 +266,8 @@ class Simulator:
         self.out = Outcomes(len(requests))
         self.live: dict[int, Live] = {}
         self.spills = 0
-        self.verdicts: dict[tuple[str, str], Verdict] = {}
-        self.place_rtt: dict[tuple[int, str], float] = {}
-        self.place_home: dict[int, int] = {}
-        self.place_client: dict[int, ClientInfo] = {}
+        #: Residency verdicts, round trips and nearest regions, per client place.
+        self.clients = Clients(policy, model, self.regions, network)
         self.tier_ns = {"global": 0, "regional": 0, "zone": 0, "publish": 0}
         self.util_timeline: list[tuple[float, tuple[float, ...]]] = []
         self._busy_mark = np.zeros(len(self.gpu_list))
@@ -322,55 +319,6 @@ class Simulator:
                 # One regional LB replica per region: it holds the whole pool (share 1).
                 grant = Grant(1.0, math.inf, 1.0)
                 limiter.configure(name, quotas, pool_of(tenant, region).fraction, grant, 0.0)
-
-    # ------------------------------------------------------------------ arrivals
-
-    def verdict(self, tenant: str, country: str) -> Verdict:
-        """The residency engine's answer for ``tenant``'s requests from ``country``."""
-        key = (tenant, country)
-        found = self.verdicts.get(key)
-        if found is None:
-            query = ResidencyQuery(tenant, self.model, "default", country)
-            found = self.verdicts[key] = self.policy.engine.allowed_regions(query)
-        return found
-
-    def client_rtt(self, req: SimRequest, region: str) -> float:
-        """Client↔region RTT added to the request's latency (0 without a network)."""
-        return self._fitted_rtt(req, region) if self.network else 0.0
-
-    def _fitted_rtt(self, req: SimRequest, region: str) -> float:
-        key = (req.place_id, region)
-        found = self.place_rtt.get(key)
-        if found is None:
-            km = req.point.distance_km(self.regions[region].location)
-            found = self.place_rtt[key] = rtt_ms_from_distance(km)
-        return found
-
-    def home_of(self, req: SimRequest) -> int:
-        """The region nearest the client (index): what cross-region is measured from."""
-        found = self.place_home.get(req.place_id)
-        if found is None:
-            nearest = self.nearest(req, self.region_ids) or self.region_ids[0]
-            found = self.place_home[req.place_id] = self.region_index[nearest]
-        return found
-
-    def client(self, req: SimRequest) -> ClientInfo:
-        """What the routers know of ``req``'s client (country and location)."""
-        found = self.place_client.get(req.place_id)
-        if found is None:
-            found = self.place_client[req.place_id] = ClientInfo.model_construct(
-                ip=None, country=req.country, location=req.point
-            )
-        return found
-
-    def nearest(self, req: SimRequest, among: Sequence[str]) -> str | None:
-        """The region of ``among`` with the shortest fitted client RTT (network or not)."""
-        best = None
-        for r in among:
-            rtt = self._fitted_rtt(req, r)
-            if best is None or rtt < best[0]:
-                best = (rtt, r)
-        return None if best is None else best[1]
 
     # ------------------------------------------------------------------ accounting
 
@@ -482,7 +430,7 @@ class Simulator:
             return False
         gpu = pool.gpus[decision.gpu_id]
         self.out.region[i] = self.region_index[pool.region]
-        if pool.region not in self.verdict(req.tenant, req.country).allowed:
+        if pool.region not in self.clients.verdict(req.tenant, req.country).allowed:
             self.out.violation[i] = True
         self.out.gpu[i] = self.gpu_pos[id(gpu)]
         if self.gpu_pos[id(gpu)] in self.dead:
@@ -586,6 +534,7 @@ class Simulator:
         heap, messages = self.heap, self.messages
         gpus = self.gpu_list
         route = self.routing.arrive
+        home_of, verdict = self.clients.home_of, self.clients.verdict
         home = self.out.home
         horizon = self.duration_s + self.drain_s
         if barrier > horizon:
@@ -633,9 +582,9 @@ class Simulator:
                         continue
                     req = requests[i]
                     # The nearest region to the client: what "cross-region" is measured from.
-                    home[i] = self.home_of(req)
+                    home[i] = home_of(req)
                     self.now = t_arr
-                    route(i, t_arr, self.verdict(req.tenant, req.country))
+                    route(i, t_arr, verdict(req.tenant, req.country))
                     i += 1
                 elif t_msg <= t_gpu:
                     self.now = t_msg

@@ -212,7 +212,7 @@ class Tiers(Routing):
         )
         if rr is None:
             rr = self.route_request(i)
-        self._regional(i, rr, region, inputs, now, sim.client_rtt(req, region))
+        self._regional(i, rr, region, inputs, now, sim.clients.client_rtt(req, region))
 
     def route_request(self, i: int) -> RouteRequest:
         sim = self.sim
@@ -225,7 +225,7 @@ class Tiers(Routing):
                 "input_tokens": req.input_tokens,
                 "max_output_tokens": req.output_tokens,
                 "tenant": req.tenant,
-                "client": sim.client(req),
+                "client": sim.clients.info(req),
                 "data_class": "default",
                 "priority": sim.bands.get(req.tenant, Priority.INTERACTIVE),
                 "prefix_hashes": req.prefix_hashes,
@@ -238,7 +238,7 @@ class Tiers(Routing):
         i = hop.index
         req = sim.requests[i]
         sim.spilled[i] = (hop.back_ms, hop.spilled_from[0])
-        verdict = sim.verdict(req.tenant, req.country)
+        verdict = sim.clients.verdict(req.tenant, req.country)
         inputs = Inputs(
             allowed=verdict.allowed,
             on_saturation=verdict.on_saturation,
@@ -363,8 +363,8 @@ class Tiers(Routing):
     def enter_fed(self, at: float, i: int, region: str) -> None:
         sim = self.sim
         req = sim.requests[i]
-        sim.out.home[i] = sim.home_of(req)
-        self.enter_region(i, None, region, at, sim.verdict(req.tenant, req.country))
+        sim.out.home[i] = sim.clients.home_of(req)
+        self.enter_region(i, None, region, at, sim.clients.verdict(req.tenant, req.country))
 
     def decide_until(
         self, barrier: float, inclusive: bool, workers: int, worker_of: Mapping[str, int]
@@ -379,8 +379,8 @@ class Tiers(Routing):
             if at > barrier or (at == barrier and not inclusive):
                 break
             # The nearest region to the client: what "cross-region" is measured from.
-            home[i] = sim.home_of(req)
-            verdict = sim.verdict(req.tenant, req.country)
+            home[i] = sim.clients.home_of(req)
+            verdict = sim.clients.verdict(req.tenant, req.country)
             region = self.decide_region(i, self.route_request(i), at, verdict)
             if region is not None:
                 feeds[worker_of[region]].append((at, i, region))
