@@ -23,7 +23,7 @@ entries instead of redoing all (:func:`changed_positions`).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from enum import StrEnum
 from typing import ClassVar, Generic, TypeVar
 
@@ -166,9 +166,20 @@ class Layout:
         return found
 
 
+def bits(mask: int) -> Iterator[int]:
+    """The set bits of ``mask``, ascending."""
+    while mask:
+        low = mask & -mask
+        yield low.bit_length() - 1
+        mask ^= low
+
+
 def changed_positions(old: GlobalView, new: GlobalView) -> int | None:
     """The positions whose region differs between two views of the same regions in the
     same order (bit mask), or None when they list other regions."""
+    since = new.since
+    if since is not None and since[0] is old.revision:
+        return since[1]
     before, after = old.regions, new.regions
     if len(before) != len(after):
         return None
@@ -184,9 +195,10 @@ def changed_positions(old: GlobalView, new: GlobalView) -> int | None:
 class PerModel(Generic[E, R]):
     """A plugin's per-view work: per model, ``entry(region, model)`` of each region and
     what ``derive`` makes of them, worked out on first use; entries of regions that did
-    not change since ``previous`` (the view before) are taken from it."""
+    not change since ``previous`` (the view before) are taken from it, and with
+    ``patch`` (``patch(previous result, entries, changed positions)``) so is the result."""
 
-    __slots__ = ("_derive", "_entries", "_entry", "_found", "changed", "parent", "view")
+    __slots__ = ("_derive", "_entries", "_entry", "_found", "_patch", "changed", "parent", "view")
 
     def __init__(
         self,
@@ -194,10 +206,12 @@ class PerModel(Generic[E, R]):
         entry: Callable[[RegionState, str], E],
         derive: Callable[[tuple[E, ...]], R],
         previous: PerModel[E, R] | None = None,
+        patch: Callable[[R, tuple[E, ...], int], R] | None = None,
     ) -> None:
         self.view = view
         self._entry = entry
         self._derive = derive
+        self._patch = patch
         self._entries: dict[str, tuple[E, ...]] = {}
         self._found: dict[str, R] = {}
         changed = None if previous is None else changed_positions(previous.view, view)
@@ -212,9 +226,13 @@ class PerModel(Generic[E, R]):
         if found is None:
             entries = self._entries.get(model)
             if entries is None:
-                entries = self._entries_of(model)
-                remember(self._entries, model, entries)
-            found = remember(self._found, model, self._derive(entries))
+                entries = remember(self._entries, model, self._entries_of(model))
+            parent, patch = self.parent, self._patch
+            inherited = None if parent is None else parent._found.get(model)
+            if patch is None or inherited is None:
+                found = remember(self._found, model, self._derive(entries))
+            else:
+                found = remember(self._found, model, patch(inherited, entries, self.changed))
         return found
 
     def _entries_of(self, model: str) -> tuple[E, ...]:
@@ -223,10 +241,8 @@ class PerModel(Generic[E, R]):
         if inherited is None:
             return tuple([entry(region, model) for region in regions])
         patched = list(inherited)
-        changed = self.changed
-        for i, region in enumerate(regions):
-            if changed >> i & 1:
-                patched[i] = entry(region, model)
+        for i in bits(self.changed):
+            patched[i] = entry(regions[i], model)
         return tuple(patched)
 
 

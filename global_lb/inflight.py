@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -150,6 +151,7 @@ class InflightLedger:
         self._due: set[str] = set()
         #: The base view the overlay was built on.
         self._built_on: GlobalView | None = None
+        self._places: tuple[GlobalView, dict[str, int]] | None = None
         #: The oldest live charge's time (a lower bound; ∞: none): the front door asks
         #: for the view before every decision, and most of the time nothing expires.
         self._oldest = math.inf
@@ -294,16 +296,33 @@ class InflightLedger:
             self._pending.clear()
         if not charged:
             return base
+        since = None
         if same_base:
             assert previous is not None
-            regions = tuple(
-                self._state(r, charged) if r.id in due else p
-                for r, p in zip(base.regions, previous.regions, strict=True)
-            )
+            # The previous overlay's regions, the due ones shown anew; which positions
+            # changed goes with the overlay (per-view work is patched, not redone).
+            shown = list(previous.regions)
+            changed = 0
+            for rid in due:
+                i = self._positions(base).get(rid)
+                if i is not None:
+                    state = self._state(base.regions[i], charged)
+                    if state is not shown[i]:
+                        shown[i] = state
+                        changed |= 1 << i
+            regions = tuple(shown)
+            since = (previous.revision, changed)
         else:
             regions = tuple(self._state(r, charged) for r in base.regions)
         self._epoch += 1
-        return base.overlay(regions, self._epoch)
+        return base.overlay(regions, self._epoch, since)
+
+    def _positions(self, base: GlobalView) -> Mapping[str, int]:
+        """Each region's position in ``base`` (remembered for the base in use)."""
+        found = self._places
+        if found is None or found[0] is not base:
+            found = self._places = (base, {r.id: i for i, r in enumerate(base.regions)})
+        return found[1]
 
     def _state(self, state: RegionState, charged: set[str]) -> RegionState:
         if state.id not in charged or state.summary is None:

@@ -593,8 +593,11 @@ class GlobalRouter:
 
     def _batch(self, request: RouteRequest, view: GlobalView, ctx: RequestContext) -> RegionBatch:
         layout = self._layout
-        if layout is None or self._layout_view is not view:
-            layout = self._layout = Layout.of(view, layout)
+        last = self._layout_view
+        if layout is None or last is not view:
+            since = view.since  # an overlay of the last view: the same regions
+            if layout is None or last is None or since is None or since[0] is not last.revision:
+                layout = self._layout = Layout.of(view, layout)
             self._layout_view = view
         return RegionBatch(layout, request, view, ctx)
 

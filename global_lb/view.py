@@ -332,6 +332,9 @@ class GlobalView:
     by_id: Mapping[str, RegionState] = field(init=False)
     #: Identifies the regions' ids and locations, for the latency model's RTT memo.
     signature: int = field(init=False, repr=False, compare=False)
+    #: An overlay made from another one: that one's revision and the positions whose
+    #: regions differ from it (bit mask), so per-view work is patched, not redone.
+    since: tuple[ViewRevision, int] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "by_id", MappingProxyType({r.id: r for r in self.regions}))
@@ -342,13 +345,20 @@ class GlobalView:
         """RTT in ms from a client at ``point`` in ``country`` to every region."""
         return self.latency.rtts(self.signature, self.regions, point, country)
 
-    def overlay(self, regions: tuple[RegionState, ...], ledger: int) -> GlobalView:
+    def overlay(
+        self,
+        regions: tuple[RegionState, ...],
+        ledger: int,
+        since: tuple[ViewRevision, int] | None = None,
+    ) -> GlobalView:
         """This view with ``regions`` — the same regions in the same order, other terms
-        (:mod:`global_lb.inflight`) — at revision ``ledger`` of the in-flight ledger.
+        (:mod:`global_lb.inflight`) — at revision ``ledger`` of the in-flight ledger;
+        ``since``: the overlay it was made from and the positions that differ from it.
 
         Copies the slots directly (see :meth:`RegionState.with_terms`); the places are
         the same, so the latency model's signature carries over."""
-        assert tuple(r.id for r in regions) == tuple(r.id for r in self.regions)
+        if since is None:
+            assert tuple(r.id for r in regions) == tuple(r.id for r in self.regions)
         new = object.__new__(GlobalView)
         for name in GlobalView.__slots__:
             object.__setattr__(new, name, getattr(self, name))
@@ -356,7 +366,10 @@ class GlobalView:
         revision = ViewRevision(base.snapshot, base.policy, base.health, ledger)
         object.__setattr__(new, "revision", revision)
         object.__setattr__(new, "regions", regions)
-        object.__setattr__(new, "by_id", MappingProxyType({r.id: r for r in regions}))
+        object.__setattr__(
+            new, "by_id", MappingProxyType(dict(zip(self.by_id, regions, strict=True)))
+        )
+        object.__setattr__(new, "since", since)
         return new
 
     @property

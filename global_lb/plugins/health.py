@@ -13,7 +13,7 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import ClassVar
 
-from global_lb.batch import GlobalCap, MaskFilter, RegionBatch
+from global_lb.batch import GlobalCap, MaskFilter, RegionBatch, bits, changed_positions
 from global_lb.view import GlobalView, RegionState
 from gtm.models import Frozen
 from gtm.routing import Capability
@@ -32,12 +32,24 @@ class HealthFilter(MaskFilter):
 
     def __init__(self, name: str = TYPE_NAME, params: Params | None = None) -> None:
         super().__init__(name)
+        self._last: tuple[GlobalView, int] | None = None
 
     def prepare(self, view: GlobalView, /) -> int:
-        available = 0
-        for i, region in enumerate(view.regions):
+        """The available regions (the previous view's, patched where regions changed)."""
+        last = self._last
+        changed = None if last is None else changed_positions(last[0], view)
+        regions = view.regions
+        if last is None or changed is None:
+            available, changed = 0, (1 << len(regions)) - 1
+        else:
+            available = last[1]
+        for i in bits(changed):
+            region = regions[i]
             if region.healthy and not region.drained:
                 available |= 1 << i
+            else:
+                available &= ~(1 << i)
+        self._last = (view, available)
         return available
 
     def kept(self, batch: RegionBatch, /) -> int:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import ClassVar
 
-from global_lb.batch import GlobalCap, MaskFilter, PerModel, RegionBatch
+from global_lb.batch import GlobalCap, MaskFilter, PerModel, RegionBatch, bits
 from global_lb.view import ANY_MODEL, GlobalView, RegionState
 from gtm.models import Frozen
 from gtm.routing import Capability
@@ -35,7 +35,7 @@ class ModelFilter(MaskFilter):
         self._last: PerModel[bool, int] | None = None
 
     def prepare(self, view: GlobalView, /) -> PerModel[bool, int]:
-        found = self._last = PerModel(view, serves, _mask, self._last)
+        found = self._last = PerModel(view, serves, _mask, self._last, _patched)
         return found
 
     def kept(self, batch: RegionBatch, /) -> int:
@@ -57,6 +57,12 @@ def serves(region: RegionState, model: str) -> bool:
         return True
     terms = region.terms.get(model)
     return terms is not None and terms.serves
+
+
+def _patched(mask: int, entries: tuple[bool, ...], changed: int) -> int:
+    for i in bits(changed):
+        mask = mask | 1 << i if entries[i] else mask & ~(1 << i)
+    return mask
 
 
 def _mask(entries: tuple[bool, ...]) -> int:

@@ -42,7 +42,7 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 from pydantic import Field
 
-from global_lb.batch import GlobalCap, PerModel, RegionBatch, gather
+from global_lb.batch import GlobalCap, PerModel, RegionBatch, bits, gather
 from global_lb.plugins import _ttft
 from global_lb.view import GlobalView, RegionState
 from gtm.models import Frozen
@@ -111,6 +111,13 @@ def _columns(entries: tuple[tuple[float, float], ...]) -> CostTerms:
     return CostTerms(tuple([e[0] for e in entries]), tuple([e[1] for e in entries]))
 
 
+def _patched(terms: CostTerms, entries: tuple[tuple[float, float], ...], changed: int) -> CostTerms:
+    base, per_token = list(terms.base), list(terms.per_token)
+    for i in bits(changed):
+        base[i], per_token[i] = entries[i]
+    return CostTerms(tuple(base), tuple(per_token))
+
+
 class TtftScorer(Plugin):
     """The scorer and the cost model (one object): cost terms are worked out once per
     view and model (``prepare``), RTTs per client by the view's latency model."""
@@ -134,7 +141,7 @@ class TtftScorer(Plugin):
         return self._scale
 
     def prepare(self, view: GlobalView, /) -> PerModel[tuple[float, float], CostTerms]:
-        found = self._last = PerModel(view, cost_terms, _columns, self._last)
+        found = self._last = PerModel(view, cost_terms, _columns, self._last, _patched)
         return found
 
     def terms(self, batch: RegionBatch, /) -> CostTerms:
