@@ -5,16 +5,16 @@ A realistic stream: the first 50 Azure regions at their real coordinates
 populous cities (shared/data/geo), drawn by population; the three example tenants and
 their residency rules; prompt sizes up to the Azure 2023 conversation trace's p99 (4k).
 ``GlobalRouter.decide`` runs the residency verdict and the routing profile (residency →
-health → model filters, TTFT + load scorers, headroom-spread picker) on its fast path
-(global_lb.pipeline: per-view arrays) behind its per-view decision cache.
+health → model filters, TTFT + load scorers, headroom-spread picker) on the core runner
+with the tier's fast paths (global_lb.pipeline) behind its per-view decision cache.
 
 Printed (µs): p50/p99 of ``decide`` on the stream while the view changes every
 ``--revision-every`` decisions (a summary was published: the decision cache starts
 empty; the latency model lives across views, as the ViewKeeper's does — with
 ``--fresh-latency`` each view gets a new one, so every client's RTTs are recomputed),
 and the cache hit ratio; the same stream with the cache off (the fast path decides every
-request); and the peers: the generic profile with and without the cache (the path
-before the fast path). Each figure is wall-clock time, and thread CPU time
+request); and the peers: the runner's reference (the plugins one by one, no fast
+path) with and without the cache. Each figure is wall-clock time, and thread CPU time
 (``time.thread_time``: leaves out the time the scheduler gave to other jobs on a shared
 machine, where a 4 ms time slice lands inside ~1 % of decisions).
 

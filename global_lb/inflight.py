@@ -36,9 +36,10 @@ yet shown reach :attr:`LedgerSettings.resolution_ms` of queueing or
 own resolution: a new overlay shows anew only the regions that got there (and those a
 cancel, reconcile or expiry discharged), the others as the previous overlay showed
 them. An overlay then differs from the previous one in a region or two, and the fast
-path's per-view arrays carry over for every client whose allowed regions did not
-change (at 10,000 requests/s over 50 regions, bench/global_ledger.py: p99 per request
-354 → 160 µs against rebuilding every charged region whenever one got there). Every
+path's per-view work carries over: the overlay names the positions that changed
+(``GlobalView.since``), so the plugins patch those alone, and the memos of every client
+whose allowed regions did not change carry over (bench/global_ledger.py measures it
+against rebuilding every charged region whenever one got there). Every
 region's unshown queueing stays under the resolution. The overlay is rebuilt in full
 whenever the base view changes. ``resolution_ms=0`` shows every charge at once.
 
@@ -73,10 +74,8 @@ DEFAULT_EXPIRE_S = 5.0
 #: Unreflected queueing that triggers a new overlay: a quarter of the TTFT scorer's
 #: 100 ms scale (global_lb.plugins.ttft), a score factor of e^-0.25 — against the ~1 s
 #: of decisions a summary alone leaves blind. Measured: gtm's p99 TTFT in the 120-GPU
-#: simulation at load 0.85 was the same (2.9–3.2 s) with 2, 10, 25 and 50 ms, while
-#: a new overlay per charge costs the front door ~4× a decision over 50 regions (every
-#: overlay starts the decision cache and the fast path's per-view arrays afresh) and
-#: 25 ms ~1.5× (bench/global_ledger.py).
+#: simulation was the same with 2 to 50 ms, while a new overlay per charge costs the
+#: front door several decisions' worth (bench/global_ledger.py).
 DEFAULT_RESOLUTION_MS = 25.0
 #: Unreflected share of a region's running capacity that triggers a new overlay: 1 %
 #: of the load scorer's and the spread picker's headroom.

@@ -62,10 +62,10 @@ class Ranking:
 
     A decision needs only its region; the front door reads the fallbacks only when a
     forward fails and the scores only for ``POST /v1/route`` and ``gtm route``. Ordering
-    50 regions and pairing their ids with their totals was a third of a cold decision
-    (~15 µs of CPU and 50 tuples per decision for the collector, bench/global_decision.py),
-    so a decision keeps the survivors' ids and totals and this orders them on demand,
-    once (outcomes served from the decision cache share it).
+    the survivors and pairing their ids with their totals was a large share of a cold
+    decision (and tuples for the collector), so a decision keeps the survivors' ids and
+    totals and this orders them on demand, once (outcomes served from the decision cache
+    share it).
     """
 
     __slots__ = ("_best", "_chosen", "_fallbacks", "_names", "_order", "_scores", "_totals")

@@ -8,9 +8,9 @@ class, client country); an empty set is a refusal (HTTP 451) before any scoring.
 profile's mandatory ``residency-filter`` then keeps only allowed regions, so neither the
 choice nor any fallback can be outside the set.
 
-**Decision cache.** Choosing among 50 regions through the generic framework costs a
-little over 100 µs on the 2-core CI machine (bench/routing_framework.py); the global
-tier's budget is 50 µs. A decision depends only on the view, the client's geo cell, the
+**Decision cache.** A cold decision over tens of regions is most of the global tier's
+latency budget (bench/global_decision.py measures both). A decision depends only on the
+view, the client's geo cell, the
 allowed set, the model, the tenant (affinity), the prompt size and — for the spread
 picker's draw — the request id, so decisions are cached per view revision under
 ``(cell, allowed, model, tenant, token bucket, spread slot)``:
@@ -72,11 +72,9 @@ DEFAULT_CACHE_SIZE = 65_536
 _TOKEN_QUANTUM = 64
 #: The cyclic garbage collector's generation-0 threshold in a serving process (CPython's
 #: default is 700). Every cold decision keeps a few objects in the decision cache, so at
-#: 700 a collection ran inside ~0.7 % of decisions (0.1 ms young, 2 ms middle
-#: generation): most of the per-request p99. At 20,000 one runs inside ~0.02 % of
-#: decisions; each takes longer (~10 ms: the per-view caches' dicts are young and walked
-#: whole), but both p99 and p99.9 drop (200,000 decisions, bench/global_decision.py:
-#: CPU p99 95 → 66 µs, p99.9 250 → 118 µs; 5,000 and 100,000 were no better).
+#: 700 collections ran inside enough decisions to set the per-request p99; at 20,000
+#: they run in far fewer, each longer, and both p99 and p99.9 drop (measured with
+#: bench/global_decision.py; 5,000 and 100,000 were no better).
 COLLECTOR_GEN0_THRESHOLD = 20_000
 
 
@@ -265,8 +263,8 @@ def _outcome(
     view_revision: str,
 ) -> RouteOutcome:
     """``RouteOutcome(...)`` with every field given, in field order: one per decision,
-    so built through the slot setters directly (0.9 µs against 2.3 µs for the keyword
-    call on the CI machine; the dataclass has no ``__post_init__`` to skip).
+    so built through the slot setters directly (the keyword call parses its arguments
+    each time; the dataclass has no ``__post_init__`` to skip).
     tests/unit/global_lb/test_router.py checks it against the constructor."""
     outcome = object.__new__(RouteOutcome)
     (

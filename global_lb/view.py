@@ -293,9 +293,9 @@ class LatencyModel:
                 row[i] = self.rtt_ms(point, country, regions[i])
             return
         # The haversine of GeoPoint.distance_km as a chord between unit vectors (see
-        # kernels.fill_chord_rtts): ~70 ns a region compiled, against ~0.3 µs for a
-        # math.dist call per region and ~25 µs for a dozen numpy operations over all 50
-        # regions on a cold cache (a residency-bound decision needs a handful of them).
+        # kernels.fill_chord_rtts), compiled: cheaper than a math.dist call per region,
+        # and than numpy operations over every region on a cold cache (a residency-bound
+        # decision needs a handful of them).
         here = _unit(point.lat, point.lon)
         per_radian = RTT_MS_PER_KM * 2.0 * EARTH_RADIUS_KM
         kernels.fill_chord_rtts(

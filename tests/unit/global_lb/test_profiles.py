@@ -7,14 +7,17 @@ from typing import Any
 
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry
 
 from global_lb import profiles
 from global_lb.app import GlobalConfig, build_routers
 from global_lb.plugins import global_registry
+from global_lb.router import GlobalRouter
 from global_lb.view import RequestContext
 from gtm.errors import ConfigError
 from gtm.models import ClientInfo, GeoPoint, RouteRequest
 from gtm.policy_store import ActivePolicy, activate
+from gtm.routing import RoutingMetrics
 from policies import load_paths
 from policies.loader import examples_path
 from tests.unit.global_lb.helpers import MODEL, example_policy, view
@@ -110,3 +113,44 @@ def test_routers_follow_a_hot_reloaded_profile(
     assert [ref.ref for ref in router.spec.profile.scorers] == ["load"]
     assert "'global-default' of policy generation 3 not applied" in caplog.text
     assert "residency-filter" in caplog.text
+
+
+def test_earlier_plugin_names_are_aliases_with_the_same_plugins(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    renamed = {"health-filter": "healthy-filter", "model-filter": "serves-model-filter",
+               "ttft-scorer": "ttft-cost"}  # fmt: skip
+    data = dict(profiles.DEFAULT_REQUEST_PROFILE)
+    data["plugins"] = [{**p, "type": renamed.get(p["type"], p["type"])} for p in data["plugins"]]
+    with caplog.at_level(logging.WARNING, logger="gtm.routing.registry"):
+        old = profiles.build(global_registry(), profiles.profile_spec(None, "x", data), None)
+    new = profiles.build(
+        global_registry(),
+        profiles.profile_spec(None, "x", profiles.DEFAULT_REQUEST_PROFILE),
+        None,
+    )
+    assert [type(f) for f in old.filters] == [type(f) for f in new.filters]
+    assert [type(w.scorer) for w in old.scorers] == [type(w.scorer) for w in new.scorers]
+    assert old.fast_paths == new.fast_paths == ("global-filters", "global-spread-choice")
+    assert "plugin type 'healthy-filter' is deprecated; use 'health-filter'" in caplog.text
+
+
+def test_plugins_are_timed_on_few_decisions_unless_the_profile_says() -> None:
+    registry = CollectorRegistry()
+    metrics = RoutingMetrics(registry)
+    spec = profiles.profile_spec(None, "global-default", profiles.DEFAULT_REQUEST_PROFILE)
+    router = GlobalRouter(profiles.build(global_registry(), spec, metrics), spec, cache_size=0)
+    request = RouteRequest(request_id="r", model=MODEL, input_tokens=10, tenant="demo-global")
+    for _ in range(100):
+        router.decide(request, view())
+    labels = {"tier": "global", "extension_point": "scorer", "plugin": "ttft"}
+    timed = registry.get_sample_value("gtm_routing_plugin_duration_seconds_count", labels)
+    assert timed == 1.0  # the first of 4,096 (profiles.PLUGIN_TIMING_EVERY)
+    every = profiles.profile_spec(
+        None, "x", {**profiles.DEFAULT_REQUEST_PROFILE, "plugin_timing_every": 10}
+    )
+    router = GlobalRouter(profiles.build(global_registry(), every, metrics), every, cache_size=0)
+    for _ in range(100):
+        router.decide(request, view())
+    timed = registry.get_sample_value("gtm_routing_plugin_duration_seconds_count", labels)
+    assert timed == 11.0
