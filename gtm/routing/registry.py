@@ -41,7 +41,6 @@ from pydantic import BaseModel, Field, JsonValue, ValidationError
 
 from gtm.errors import GtmError, PluginError
 from gtm.models import Frozen, Tier
-from gtm.routing import legacy
 from gtm.routing.filters import allow_list
 from gtm.routing.framework import CostModel, ExtensionPoint, Filter, Picker, Scorer
 from gtm.routing.metrics import RoutingMetrics
@@ -57,12 +56,6 @@ _PROTOCOLS: Mapping[ExtensionPoint, type] = {
     ExtensionPoint.SCORER: Scorer,
     ExtensionPoint.PICKER: Picker,
     ExtensionPoint.COST_MODEL: CostModel,
-}
-_LEGACY_PROTOCOLS: Mapping[ExtensionPoint, type] = {
-    ExtensionPoint.FILTER: legacy.Filter,
-    ExtensionPoint.SCORER: legacy.Scorer,
-    ExtensionPoint.PICKER: legacy.Picker,
-    ExtensionPoint.COST_MODEL: legacy.CostModel,
 }
 
 #: Type names used before the one vocabulary → their name in it (ttft-cost-model names
@@ -300,58 +293,6 @@ class PluginRegistry:
         except PluginError as exc:
             raise PluginError(f"profile {spec.name!r}: {exc}") from exc
 
-    def build_profile(
-        self,
-        spec: ProfileSpec,
-        *,
-        tier: Tier,
-        metrics: RoutingMetrics | None = None,
-        timer: Callable[[], float] = time.perf_counter,
-    ) -> legacy.Profile[Any, Any]:
-        """Build every declared plugin, resolve the profile's references, check the rules.
-
-        Raises PluginError naming the plugin and the field for: an unknown type, invalid
-        parameters, a duplicate plugin name, an unknown reference, a plugin used at an
-        extension point it does not implement, a weight that is not > 0, no picker or
-        more than one.
-        """
-        plugins = self._build_plugins(spec)
-        body = spec.profile
-        old = _LEGACY_PROTOCOLS
-        filters = [
-            self._resolve(plugins, ref, f"profile.filters[{i}]", ExtensionPoint.FILTER, old)
-            for i, ref in enumerate(body.filters)
-        ]
-        scorers = [
-            legacy.WeightedScorer(*self._weighted(plugins, i, ref, old))
-            for i, ref in enumerate(body.scorers)
-        ]
-        picker = self._resolve(
-            plugins, _one_picker(body.picker), "profile.picker", ExtensionPoint.PICKER, old
-        )
-        cost_model = (
-            None
-            if body.cost_model is None
-            else self._resolve(
-                plugins, body.cost_model, "profile.cost_model", ExtensionPoint.COST_MODEL, old
-            )
-        )
-        try:
-            return legacy.Profile(
-                spec.name,
-                tier,
-                filters,
-                scorers,
-                picker,
-                cost_model=cost_model,
-                metrics=metrics,
-                timer=timer,
-                trace_scores=spec.trace_scores,
-                plugin_timing_every=spec.plugin_timing_every,
-            )
-        except PluginError as exc:
-            raise PluginError(f"profile {spec.name!r}: {exc}") from exc
-
     def _build_plugins(self, spec: ProfileSpec) -> dict[str, Any]:
         plugins: dict[str, Any] = {}
         for i, plugin_spec in enumerate(spec.plugins):
@@ -425,20 +366,5 @@ def default_registry() -> PluginRegistry:
     registry.register(power_of_two.TYPE_NAME, power_of_two.Params, power_of_two.PowerOfTwoPicker)
     registry.register(random_pick.TYPE_NAME, random_pick.Params, random_pick.RandomPicker)
     registry.register(allow_list.TYPE_NAME, allow_list.Params, allow_list.AllowListFilter)
-    registry.register_vocabulary_aliases()
-    return registry
-
-
-def legacy_registry() -> PluginRegistry:
-    """The generic plugins of the object/dict runner (:mod:`gtm.routing.legacy`), for a
-    tier not yet on :class:`~gtm.routing.runner.Runner`."""
-    registry = PluginRegistry()
-    registry.register(legacy.MAX_SCORE_TYPE, legacy.MaxScoreParams, legacy.MaxScorePicker)
-    registry.register(
-        legacy.WEIGHTED_RANDOM_TYPE, legacy.WeightedRandomParams, legacy.WeightedRandomPicker
-    )
-    registry.register(legacy.POWER_OF_TWO_TYPE, legacy.PowerOfTwoParams, legacy.PowerOfTwoPicker)
-    registry.register(legacy.RANDOM_TYPE, legacy.RandomParams, legacy.RandomPicker)
-    registry.register(legacy.ALLOW_LIST_TYPE, legacy.AllowListParams, legacy.AllowListFilter)
     registry.register_vocabulary_aliases()
     return registry

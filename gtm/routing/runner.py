@@ -1,36 +1,16 @@
 """The one routing runner: filters in order → weighted scorers → one picker, over columns.
 
-Every tier decides with :class:`Runner`; what differs between tiers is the data layout
-(their :class:`~gtm.routing.framework.Batch`) and their plugins. A decision:
-
-1. hands each plugin that declares :attr:`Capability.PREPARE` the result of its
-   ``prepare(view)``, worked out once per view object (:attr:`Batch.prepared`);
-2. runs the filters one by one, each removing positions from ``batch.alive`` (a
-   :class:`Step` keeps its mask; reasons are asked for only by a trace); the filter
-   that removes the last survivor is named by :class:`NoEligibleCandidate`, whose
-   ``trace`` holds the steps up to it;
-3. runs each scorer over the batch, checks its column is in [0, 1] (one reduction;
-   only a broken scorer pays for the repair, which clamps, turns NaN into 0, and records
-   a :class:`ScoreIssue`) and sums ``Σ wᵢ·sᵢ / Σ wᵢ`` left to right, the weights summed
-   in the same order (``x·1`` and ``x/1`` are exact, so a weight of 1 and a lone scorer
-   of weight 1 skip them);
-4. asks the picker for a position among the survivors, and the cost model, if any, for
-   the choice's predicted TTFT.
-
-The :class:`Outcome` holds the batch, the steps and the scores; the
-:class:`~gtm.models.Decision` with its trace is built only when asked for
-(:meth:`Outcome.to_decision`), and scores a fast path skipped are worked out then.
-
-**Fast paths.** A tier declares shortcuts as :class:`FastPath` objects on its
-registry: a replacement for the filter chain (``Stage.FILTERS``) or for score-and-pick
-(``Stage.CHOICE``), with the capabilities each plugin slot must declare. The runner
-composes a path when the profile's plugins have them, and says once in the log which
-plugin lacks what when a path it declares is not used; the gauge
-``gtm_routing_fast_path{tier,profile,path}`` is 1 for each path in use, 0 otherwise. A
-path returns None (filters) or -1 (choice) to leave a decision to the plugins; decisions
-whose plugins are timed (one in ``plugin_timing_every``) never take a fast path, so each
-plugin's histogram times that plugin. :meth:`Runner.reference` is the same profile
-without fast paths, which their equivalence tests compare against.
+Every tier decides with :class:`Runner`; tiers differ only in their data layout (a
+:class:`~gtm.routing.framework.Batch`) and their plugins. A decision hands each plugin
+that declares ``Capability.PREPARE`` its ``prepare(view)`` result (worked out once per
+view), runs the filters (masks; the filter that empties the set is named by
+``NoEligibleCandidate``), the scorers (each column checked in [0, 1], repaired and
+recorded only when broken; totals ``Σ wᵢ·sᵢ / Σ wᵢ`` summed left to right), the picker and
+the cost model. The :class:`Outcome` builds the decision record and its trace only when
+asked. A tier's declared :class:`FastPath` replaces the filter chain or score-and-pick
+when the profile's plugins declare the capabilities it needs; when they do not, the
+profile says which plugin lacks what, once in the log and in the gauge
+``gtm_routing_fast_path{tier,profile,path}``. See ``gtm/routing/README.md``.
 """
 
 from __future__ import annotations
