@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import re
 import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -40,8 +39,19 @@ from global_lb.errors import BadRequest, UpstreamUnavailable
 from global_lb.geo import GeoLocator, IPAddress, IPNetwork, Location
 from global_lb.inflight import InflightLedger
 from global_lb.metrics import GlobalMetrics
-from global_lb.proxy import DATA_CLASS_HEADER, DECISION_HEADER, HOPS_HEADER, RegionRelay
-from global_lb.request import CHAT, COMPLETIONS, EMBEDDINGS, parse_body
+from global_lb.proxy import RegionRelay
+from global_lb.request import (
+    CHAT,
+    COMPLETIONS,
+    DATA_CLASS_HEADER,
+    DATA_CLASS_PATTERN,
+    DECISION_HEADER,
+    EMBEDDINGS,
+    HOPS_HEADER,
+    check_data_class,
+    hops,
+    parse_body,
+)
 from global_lb.router import GlobalRouter, RouteOutcome
 from global_lb.view import GlobalView
 from gtm.clock import Clock
@@ -54,10 +64,6 @@ from policies import ApiKeyError, ResidencyQuery, decision_record
 from policies.documents import Tenant
 
 log = logging.getLogger(__name__)
-
-# pydantic's (Rust) regex "$" is the very end; Python's needs \Z to refuse "id\n".
-_DATA_CLASS = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
-_DATA_CLASS_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\Z")
 
 
 def client_address(
@@ -290,8 +296,8 @@ class FrontDoor:
         view = self._view()
         if view is None:
             return openai_error(503, "no policy in force yet", "service_unavailable", "not_ready")
-        hops = _hops(request.headers.get(HOPS_HEADER))
-        if hops >= self._config.max_hops:
+        crossed = hops(request.headers.get(HOPS_HEADER))
+        if crossed >= self._config.max_hops:
             return openai_error(508, "routing loop detected", "server_error", "loop_detected")
         found = await self._tenant(request, view)
         if isinstance(found, web.Response):
@@ -307,7 +313,7 @@ class FrontDoor:
         data_class = request.headers.get(DATA_CLASS_HEADER, "default")
         try:
             facts = parse_body(request.path, body)
-            _check_data_class(data_class)
+            check_data_class(data_class)
             outcome = self._decide(
                 view,
                 tenant=found.id,
@@ -329,7 +335,7 @@ class FrontDoor:
             view=view,
             outcome=outcome,
             body=body,
-            hops=hops,
+            hops=crossed,
             model=facts.model,
             input_tokens=facts.input_tokens,
             session=self._session,
@@ -359,21 +365,7 @@ class _RouteQuery(Frozen):
     client_ip: ipaddress.IPv4Address | ipaddress.IPv6Address | None = None
     input_tokens: int = Field(default=0, ge=0, le=100_000_000)
     max_output_tokens: int = Field(default=0, ge=0, le=100_000_000)
-    data_class: str = Field(default="default", pattern=_DATA_CLASS)
-
-
-def _check_data_class(value: str) -> None:
-    if not _DATA_CLASS_RE.match(value):
-        raise BadRequest(f"{DATA_CLASS_HEADER} must be a lowercase id, got {value!r}")
-
-
-def _hops(value: str | None) -> int:
-    if value is None:
-        return 0
-    try:
-        return max(0, int(value))
-    except ValueError:
-        return 0
+    data_class: str = Field(default="default", pattern=DATA_CLASS_PATTERN)
 
 
 def _first_error(exc: ValidationError) -> str:

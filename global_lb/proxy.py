@@ -31,6 +31,13 @@ from global_lb.config import FrontDoorConfig
 from global_lb.errors import UpstreamUnavailable
 from global_lb.inflight import InflightLedger
 from global_lb.metrics import GlobalMetrics
+from global_lb.request import (
+    CLIENT_COUNTRY_HEADER,
+    DECISION_HEADER,
+    FORWARDED_FOR_HEADER,
+    HOPS_HEADER,
+    REGION_HEADER,
+)
 from global_lb.router import RouteOutcome
 from global_lb.view import GlobalView, RegionState
 from gtm.clock import Clock
@@ -47,16 +54,6 @@ from gtm.relay import (
 )
 
 log = logging.getLogger(__name__)
-
-HOPS_HEADER = "x-gtm-hops"
-REGION_HEADER = "x-gtm-region"
-DECISION_HEADER = "x-gtm-decision-id"
-DATA_CLASS_HEADER = "x-gtm-data-class"
-#: The client's country as the front door located it, for the regional LB's residency
-#: check on spillover. Set only by the front door: a client's own value is dropped, or a
-#: client could claim a country whose rules suit it.
-CLIENT_COUNTRY_HEADER = "x-gtm-client-country"
-FORWARDED_FOR_HEADER = "X-Forwarded-For"
 
 #: Client headers the front door sets itself (besides the hop-by-hop ones).
 _SKIP_UPSTREAM = skip_set(CLIENT_COUNTRY_HEADER, FORWARDED_FOR_HEADER, HOPS_HEADER, DECISION_HEADER)

@@ -1,12 +1,21 @@
-"""What the front door reads from an OpenAI-compatible request body: model and size.
+"""What the front door reads from an OpenAI-compatible request: model, size, headers.
 
 Only what region choice needs: the model, the prompt's size in tokens (estimated with
-:mod:`gtm.tokens`, the same estimate every tier and the GPU emulator use) and the
-output budget. The body itself is forwarded untouched.
+:mod:`gtm.tokens`, the same estimate every tier and the GPU emulator use), the output
+budget, the data class and the hop count. The body itself is forwarded untouched.
+
+Inter-tier headers the front door reads or sets::
+
+    x-gtm-hops             tiers crossed so far (a loop past the limit is a 508)
+    x-gtm-data-class       the request's data class (residency), default "default"
+    x-gtm-client-country   the client's country as located here (a client's own dropped)
+    x-gtm-region           the region that served the request (the regional LB's own)
+    x-gtm-decision-id      the decision's id, in both directions
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -19,6 +28,20 @@ from gtm.tokens import (
     count_text_tokens,
     parse_chat_messages,
 )
+
+HOPS_HEADER = "x-gtm-hops"
+REGION_HEADER = "x-gtm-region"
+DECISION_HEADER = "x-gtm-decision-id"
+DATA_CLASS_HEADER = "x-gtm-data-class"
+#: The client's country as the front door located it, for the regional LB's residency
+#: check on spillover. Set only by the front door: a client's own value is dropped, or a
+#: client could claim a country whose rules suit it.
+CLIENT_COUNTRY_HEADER = "x-gtm-client-country"
+FORWARDED_FOR_HEADER = "X-Forwarded-For"
+
+# pydantic's (Rust) regex "$" is the very end; Python's needs \Z to refuse "id\n".
+DATA_CLASS_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+_DATA_CLASS_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\Z")
 
 #: Endpoints the front door forwards (ARCHITECTURE §6).
 CHAT = "/v1/chat/completions"
@@ -70,3 +93,19 @@ def _count_inputs(value: object, field: str) -> int:
             return len(value)  # already token ids
         return sum(_count_inputs(v, field) for v in value)
     raise BadRequest(f"{field!r} must be a string, an array of strings or of token ids")
+
+
+def check_data_class(value: str) -> None:
+    """A data class header must be a lowercase id (400 otherwise)."""
+    if not _DATA_CLASS_RE.match(value):
+        raise BadRequest(f"{DATA_CLASS_HEADER} must be a lowercase id, got {value!r}")
+
+
+def hops(value: str | None) -> int:
+    """The hop count of ``x-gtm-hops`` (absent or garbled: 0)."""
+    if value is None:
+        return 0
+    try:
+        return max(0, int(value))
+    except ValueError:
+        return 0
