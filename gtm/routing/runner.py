@@ -274,10 +274,6 @@ def _filter_steps(steps: Sequence[Step], ids: Sequence[str]) -> tuple[FilterStep
 # ---------------------------------------------------------------------------- runner
 
 
-def _failed(point: ExtensionPoint, name: str, exc: Exception) -> PluginError:
-    return PluginError(f"{point} plugin {name!r} failed: {type(exc).__name__}: {exc}")
-
-
 class Runner(Generic[B]):
     """One tier's routing profile: ``decide(batch) -> Outcome``.
 
@@ -477,7 +473,6 @@ class Runner(Generic[B]):
     def _filter(
         self, batch: B, pre: Step | None, observe: Mapping[object, _Observe]
     ) -> tuple[Step, ...]:
-        timer = self._timer
         alive = batch.alive
         steps: list[Step] = []
         if pre is not None and pre.removed is not None:
@@ -486,25 +481,26 @@ class Runner(Generic[B]):
             steps.append(pre)
             if not alive[alive.argmax()]:
                 self._refuse(pre.plugin, batch, steps)
-        for plugin, idle in zip(self.filters, self._idle_steps, strict=True):
-            t0 = timer() if observe else 0.0
-            try:
+        timer, plugin = self._timer, None
+        try:
+            for plugin, idle in zip(self.filters, self._idle_steps, strict=True):
+                t0 = timer() if observe else 0.0
                 removal = plugin.removes(batch)
-            except GtmError:
-                raise
-            except Exception as exc:
-                raise _failed(ExtensionPoint.FILTER, plugin.name, exc) from exc
-            if observe:
-                observe[(ExtensionPoint.FILTER, id(plugin))](timer() - t0)
-            if removal is None:
-                steps.append(idle)
-                continue
-            # Survivors: alive AND NOT mask, in place (for booleans a > b is a & ~b).
-            np.greater(alive, removal.mask, out=alive)
-            batch.all_alive = False
-            steps.append(Step(plugin.name, removal.mask, removal.reason))
-            if not alive[alive.argmax()]:
-                self._refuse(plugin.name, batch, steps)
+                if observe:
+                    observe[(ExtensionPoint.FILTER, id(plugin))](timer() - t0)
+                if removal is None:
+                    steps.append(idle)
+                    continue
+                # Survivors: alive AND NOT mask, in place (for booleans a > b is a & ~b).
+                np.greater(alive, removal.mask, out=alive)
+                batch.all_alive = False
+                steps.append(Step(plugin.name, removal.mask, removal.reason))
+                if not alive[alive.argmax()]:
+                    self._refuse(plugin.name, batch, steps)
+        except GtmError:
+            raise
+        except Exception as exc:
+            raise _failed(ExtensionPoint.FILTER, plugin, exc) from exc
         batch.seal()
         return tuple(steps)
 
@@ -514,34 +510,32 @@ class Runner(Generic[B]):
         issues: list[ScoreIssue] = []
         totals: Floats | None = None
         n = len(batch)
-        for ws, in_range in zip(self.scorers, self._in_range, strict=True):
-            scorer = ws.scorer
-            t0 = self._timer() if observe else 0.0
-            try:
+        timer, scorer = self._timer, None
+        try:
+            for ws, in_range in zip(self.scorers, self._in_range, strict=True):
+                scorer = ws.scorer
+                t0 = timer() if observe else 0.0
                 column = scorer.scores(batch)
-            except GtmError:
-                raise
-            except Exception as exc:
-                raise _failed(ExtensionPoint.SCORER, scorer.name, exc) from exc
-            if observe:
-                observe[(ExtensionPoint.SCORER, id(scorer))](self._timer() - t0)
-            if type(column) is not np.ndarray:
-                try:
+                if observe:
+                    observe[(ExtensionPoint.SCORER, id(scorer))](timer() - t0)
+                if type(column) is not np.ndarray:
                     column = np.asarray(column, dtype=np.float64)
-                except (TypeError, ValueError) as exc:
-                    raise PluginError(f"scorer {scorer.name!r} returned no float column") from exc
-            if len(column) != n:
-                raise PluginError(f"scorer {scorer.name!r} returned {len(column)} scores for {n}")
-            # NaN fails both comparisons, so one reduction each tells a broken scorer.
-            if not in_range and not (
-                column[column.argmin()] >= 0.0 and column[column.argmax()] <= 1.0
-            ):
-                column = self._repair(scorer.name, column, batch, issues)
-            columns.append((scorer.name, column))
-            if totals is None:
-                totals = column if ws.weight == 1.0 else column * ws.weight
-            else:
-                totals = totals + column * ws.weight
+                if len(column) != n:
+                    raise ValueError(f"{len(column)} scores for {n} candidates")
+                # NaN fails both comparisons, so one reduction each tells a broken scorer.
+                if not in_range and not (
+                    column[column.argmin()] >= 0.0 and column[column.argmax()] <= 1.0
+                ):
+                    column = self._repair(scorer.name, column, batch, issues)
+                columns.append((scorer.name, column))
+                if totals is None:
+                    totals = column if ws.weight == 1.0 else column * ws.weight
+                else:
+                    totals = totals + column * ws.weight
+        except GtmError:
+            raise
+        except Exception as exc:
+            raise _failed(ExtensionPoint.SCORER, scorer, exc) from exc
         if totals is None:
             return Scored(np.zeros(n), ())
         if len(self.scorers) > 1 or self._weight_sum != 1.0:
@@ -575,11 +569,11 @@ class Runner(Generic[B]):
         picker = self.picker
         t0 = self._timer() if observe else 0.0
         try:
-            choice = picker.pick(batch, totals)
+            choice: int = picker.pick(batch, totals)
         except GtmError:
             raise
         except Exception as exc:
-            raise _failed(ExtensionPoint.PICKER, picker.name, exc) from exc
+            raise _failed(ExtensionPoint.PICKER, picker, exc) from exc
         if observe:
             observe[(ExtensionPoint.PICKER, id(picker))](self._timer() - t0)
         if not (0 <= choice < len(batch)) or not batch.alive[choice]:
@@ -596,7 +590,7 @@ class Runner(Generic[B]):
         except GtmError:
             raise
         except Exception as exc:
-            raise _failed(ExtensionPoint.COST_MODEL, model.name, exc) from exc
+            raise _failed(ExtensionPoint.COST_MODEL, model, exc) from exc
         if observe:
             observe[(ExtensionPoint.COST_MODEL, id(model))](self._timer() - t0)
         # An infinite cost (nothing serves there) or a negative one is no prediction.
@@ -619,6 +613,12 @@ class Runner(Generic[B]):
         else:
             why = "no candidates offered" if not len(batch) else ""
         raise NoEligibleCandidate(filter_name, why, trace=trace)
+
+
+def _failed(point: ExtensionPoint, plugin: Any, exc: Exception) -> PluginError:
+    """A plugin's failure (not a GtmError) as a PluginError naming it."""
+    name = getattr(plugin, "name", "?")
+    return PluginError(f"{point} plugin {name!r} failed: {type(exc).__name__}: {exc}")
 
 
 def _never(position: int) -> str:

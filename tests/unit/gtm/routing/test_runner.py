@@ -182,9 +182,11 @@ def test_a_column_of_the_wrong_length_or_type_is_a_plugin_error() -> None:
         def scores(self, batch: NodeBatch, /) -> list[str]:
             return ["high", "low"]
 
-    with pytest.raises(PluginError, match=r"'short' returned 1 scores for 2"):
+    with pytest.raises(
+        PluginError, match=r"scorer plugin 'short' failed: ValueError: 1 scores for 2"
+    ):
         runner(scorers=[Weighted(Short("short"))]).decide(batch("a", "b"))
-    with pytest.raises(PluginError, match=r"'words' returned no float column"):
+    with pytest.raises(PluginError, match=r"scorer plugin 'words' failed: ValueError"):
         runner(scorers=[Weighted(Words("words"))]).decide(batch("a", "b"))  # type: ignore[arg-type]
 
 
