@@ -26,7 +26,6 @@ http://$upstream``), ``x-gtm-zone``, ``x-gtm-decision-id``. Errors are the proxy
 
 from __future__ import annotations
 
-import itertools
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Mapping
@@ -45,53 +44,22 @@ from zone_agent.accounting import Accounting
 from zone_agent.errors import BadRequest
 from zone_agent.metrics import ZoneMetrics
 from zone_agent.pipeline import ZoneProfile
-from zone_agent.proxy import (
-    HEADER_CANARY,
+from zone_agent.proxy import DataPath, ZoneRelay, charge, decide_or_refuse
+from zone_agent.request import (
     HEADER_DECISION,
     HEADER_GPU,
     HEADER_VERSION,
     HEADER_ZONE,
-    DataPath,
-    ZoneRelay,
-    charge,
-    decide_or_refuse,
+    Endpoint,
+    Ids,
+    ZoneRequest,
+    canary,
+    request_id,
+    zone_request,
 )
-from zone_agent.request import CanaryChoice, Endpoint, ZoneRequest, zone_request
 from zone_agent.view import ZoneView
 
-
-class Ids:
-    """Unique ids for requests and decisions: a random 64-bit prefix per process and a
-    counter (32 hex digits, as ``uuid4().hex``). ``uuid4`` costs a ``getrandom`` system
-    call and an object per id, twice per proxied request."""
-
-    def __init__(self) -> None:
-        self._prefix = uuid.uuid4().hex[:16]
-        self._next = itertools.count(1).__next__
-
-    def new(self) -> str:
-        return f"{self._prefix}{self._next():016x}"
-
-
 _IDS = Ids()
-
-
-def request_id_of(request: web.Request, ids: Ids = _IDS) -> str:
-    return inbound.request_id(request.headers, ids.new)
-
-
-def canary_of(request: web.Request) -> CanaryChoice:
-    raw = request.headers.get(HEADER_CANARY)
-    if raw is None:
-        return CanaryChoice.AUTO
-    raw = raw.strip().lower()
-    try:
-        return CanaryChoice(raw)
-    except ValueError:
-        raise BadRequest(
-            f"{HEADER_CANARY} must be one of {', '.join(c.value for c in CanaryChoice)}",
-            param=HEADER_CANARY,
-        ) from None
 
 
 async def read_request(
@@ -104,10 +72,10 @@ async def read_request(
     facts = zone_request(
         body,
         endpoint,
-        request_id=request_id_of(request),
+        request_id=request_id(request.headers, _IDS),
         seq=accounting.next_seq(),
         version=version,
-        canary=canary_of(request),
+        canary=canary(request.headers),
     )
     return raw, facts
 
@@ -197,14 +165,14 @@ def _from_headers(request: web.Request, seq: int) -> ZoneRequest:
     if not 0 <= tokens <= MAX_HEADER_TOKENS:
         raise BadRequest(f"{HEADER_INPUT_TOKENS} must be an integer in [0, {MAX_HEADER_TOKENS}]")
     return ZoneRequest(
-        request_id=request_id_of(request),
+        request_id=request_id(request.headers, _IDS),
         model=model,
         endpoint=Endpoint.CHAT,
         input_tokens=tokens,
         max_prompt_tokens=tokens,
         seq=seq,
         version=request.headers.get(HEADER_VERSION) or None,
-        canary=canary_of(request),
+        canary=canary(request.headers),
     )
 
 
@@ -245,10 +213,10 @@ class AssignApi:
             facts = zone_request(
                 body,
                 _endpoint(request.query, body),
-                request_id=request_id_of(request),
+                request_id=request_id(request.headers, _IDS),
                 seq=seq,
                 version=request.headers.get(HEADER_VERSION) or None,
-                canary=canary_of(request),
+                canary=canary(request.headers),
             )
         else:
             facts = _from_headers(request, seq)

@@ -44,13 +44,14 @@ from gtm.state.store import StateStore
 from gtm.tasks import TaskSupervisor
 from gtm.tls import TlsMaterial, client_session_options, connector_ssl
 from zone_agent.accounting import Accounting, SlotLoad
-from zone_agent.api import AssignApi, Ids, OpenAiApi, ServiceApi
+from zone_agent.api import AssignApi, OpenAiApi, ServiceApi
 from zone_agent.config import ZoneConfig
 from zone_agent.health import HealthTracker, probe
 from zone_agent.metrics import ZoneMetrics
 from zone_agent.pipeline import ZoneProfile
 from zone_agent.profiles import profile_source
 from zone_agent.proxy import DataPath, ProxySettings
+from zone_agent.request import Ids
 from zone_agent.scrape import GpuMetrics, ScrapeError, scrape
 from zone_agent.summary import SummaryPublisher, build_summary
 from zone_agent.upstream import UpstreamPool

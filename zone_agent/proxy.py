@@ -44,7 +44,13 @@ from zone_agent.health import HealthTracker, Outcome
 from zone_agent.metrics import ZoneMetrics
 from zone_agent.pipeline import ModelNotServed, ZoneDecision, ZoneProfile
 from zone_agent.plugins.fits_filter import PromptTooLong
-from zone_agent.request import ZoneRequest
+from zone_agent.request import (
+    HEADER_DECISION,
+    HEADER_GPU,
+    HEADER_REQUEST_ID,
+    HEADER_ZONE,
+    ZoneRequest,
+)
 from zone_agent.upstream import UpstreamConnectError, UpstreamPool
 from zone_agent.view import ZoneView
 
@@ -53,13 +59,6 @@ log = logging.getLogger(__name__)
 #: Retry-After of a 503 when no GPU can take a request: about when health checks and
 #: ejection timers next change the picture (seconds).
 NO_CAPACITY_RETRY_AFTER_S = 1.0
-
-HEADER_ZONE = "x-gtm-zone"
-HEADER_GPU = "x-gtm-gpu"
-HEADER_DECISION = "x-gtm-decision-id"
-HEADER_REQUEST_ID = "x-request-id"
-HEADER_VERSION = "x-gtm-version"
-HEADER_CANARY = "x-gtm-canary"
 
 #: Client headers not sent upstream: hop-by-hop ones, and the request id (set anew).
 _SKIP_UPSTREAM = skip_set(HEADER_REQUEST_ID)

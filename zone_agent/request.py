@@ -1,18 +1,28 @@
-"""From an OpenAI request body to the facts a GPU decision needs (:class:`ZoneRequest`).
+"""From an OpenAI request to the facts a GPU decision needs (:class:`ZoneRequest`).
 
 Prompt sizes are counted with :mod:`gtm.tokens`, the estimator the emulated workers
 charge requests with, so the agent's "prompt too long" answer agrees with the worker's.
 Prefix fingerprints hash the prompt text (:mod:`zone_agent.prefix`). Bad input becomes a
 :class:`~zone_agent.errors.BadRequest` naming the field; nothing here raises anything
 else on any JSON value.
+
+Headers the zone agent reads or sets::
+
+    x-request-id       the client's request id (kept when sane, else a new one), echoed
+    x-gtm-version      the model version asked for (canary routing)
+    x-gtm-canary       auto | always | never: canary GPUs by the rule, forced in or out
+    x-gtm-zone, x-gtm-gpu, x-gtm-decision-id   where the request went (responses)
 """
 
 from __future__ import annotations
 
+import itertools
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from gtm import inbound
 from gtm.openai_errors import BadRequest
 from gtm.openai_request import positive_int, require_model
 from gtm.tokens import PromptError, count_chat_tokens, count_text_tokens, parse_chat_messages
@@ -22,6 +32,14 @@ from zone_agent.prefix import BLOCK_BYTES, consistent_hash_key, text_block_hashe
 MAX_CHOICES = 16
 MAX_INPUTS = 2048
 #: Longest model name accepted (as ``gtm.models.ModelName``).
+
+
+HEADER_ZONE = "x-gtm-zone"
+HEADER_GPU = "x-gtm-gpu"
+HEADER_DECISION = "x-gtm-decision-id"
+HEADER_REQUEST_ID = inbound.HEADER_REQUEST_ID
+HEADER_VERSION = "x-gtm-version"
+HEADER_CANARY = "x-gtm-canary"
 
 
 class Endpoint(StrEnum):
@@ -180,3 +198,38 @@ def zone_request(
         version=version,
         canary=canary,
     )
+
+
+# ---------------------------------------------------------------------------- headers
+
+
+class Ids:
+    """Unique ids for requests and decisions: a random 64-bit prefix per process and a
+    counter (32 hex digits, as ``uuid4().hex``). ``uuid4`` costs a ``getrandom`` system
+    call and an object per id, twice per proxied request."""
+
+    def __init__(self) -> None:
+        self._prefix = uuid.uuid4().hex[:16]
+        self._next = itertools.count(1).__next__
+
+    def new(self) -> str:
+        return f"{self._prefix}{self._next():016x}"
+
+
+def request_id(headers: Mapping[str, str], ids: Ids) -> str:
+    """The client's ``x-request-id`` when sane (:mod:`gtm.inbound`), else ``ids.new()``."""
+    return inbound.request_id(headers, ids.new)
+
+
+def canary(headers: Mapping[str, str]) -> CanaryChoice:
+    """``x-gtm-canary`` (absent: auto); anything else is a 400."""
+    raw = headers.get(HEADER_CANARY)
+    if raw is None:
+        return CanaryChoice.AUTO
+    try:
+        return CanaryChoice(raw.strip().lower())
+    except ValueError:
+        raise BadRequest(
+            f"{HEADER_CANARY} must be one of {', '.join(c.value for c in CanaryChoice)}",
+            param=HEADER_CANARY,
+        ) from None

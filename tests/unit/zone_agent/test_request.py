@@ -7,8 +7,7 @@ import pytest
 from gtm.openai_request import parse_json_body
 from gtm.tokens import count_chat_tokens, count_text_tokens, parse_chat_messages
 from zone_agent.errors import BadRequest
-from zone_agent.api import Ids
-from zone_agent.request import Endpoint, zone_request
+from zone_agent.request import CanaryChoice, Endpoint, Ids, canary, request_id, zone_request
 
 CHAT = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi!"}]
 
@@ -118,3 +117,16 @@ def test_ids_are_unique_hex_of_uuid_length() -> None:
     ids = [first.new() for _ in range(1000)] + [second.new() for _ in range(1000)]
     assert len(set(ids)) == len(ids)
     assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+
+
+def test_the_canary_header_is_one_of_its_choices() -> None:
+    assert canary({}) is CanaryChoice.AUTO
+    assert canary({"x-gtm-canary": " Never "}) is CanaryChoice.NEVER
+    with pytest.raises(BadRequest, match="x-gtm-canary"):
+        canary({"x-gtm-canary": "sometimes"})
+
+
+def test_a_sane_client_request_id_is_echoed_else_a_new_one() -> None:
+    ids = Ids()
+    assert request_id({"x-request-id": "client-7"}, ids) == "client-7"
+    assert len(request_id({"x-request-id": "bad\x00id"}, ids)) == 32
