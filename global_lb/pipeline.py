@@ -143,36 +143,33 @@ class Ranking:
 NO_RANKING = Ranking.given((), ())
 
 
-class ChoiceState(DecisionState):
+class ChoiceState(Ranking, DecisionState):
     """What the choice fast path worked out: the ranking, and the survivors' costs when
     it computed them (``ttft.ShiftedCosts`` when they share one per-token time)."""
 
-    __slots__ = ("chosen", "costs", "position", "ranking")
+    __slots__ = ("costs", "fixed", "per_token", "position")
 
     def __init__(
-        self, ranking: Ranking, costs: Sequence[float] | None, chosen: int, position: int
+        self,
+        ranking: tuple[tuple[str, ...], Sequence[float], int, int, Sequence[int] | None],
+        costs: Sequence[float] | None,
+        position: int,
     ) -> None:
-        self.ranking = ranking
+        super().__init__(*ranking)
         self.costs = costs
-        #: The chosen survivor's index and position.
-        self.chosen = chosen
+        #: The chosen survivor's position.
         self.position = position
+        #: Every survivor's per-token time when the choice holds for any prompt size,
+        #: and the choice's prompt-independent cost.
+        self.per_token: float | None = None
+        self.fixed = 0.0
+        if isinstance(costs, ttft.ShiftedCosts):
+            self.per_token = costs.per_token
+            self.fixed = costs.fixed(self._chosen)
 
     def priced(self) -> dict[int, float] | None:
         costs = self.costs
-        return None if costs is None else {self.position: costs[self.chosen]}
-
-    @property
-    def per_token(self) -> float | None:
-        """Every survivor's per-token time when the choice holds for any prompt size."""
-        costs = self.costs
-        return costs.per_token if isinstance(costs, ttft.ShiftedCosts) else None
-
-    @property
-    def fixed(self) -> float:
-        """The choice's prompt-independent cost (with :attr:`per_token`)."""
-        costs = self.costs
-        return costs.fixed(self.chosen) if isinstance(costs, ttft.ShiftedCosts) else 0.0
+        return None if costs is None else {self.position: costs[self._chosen]}
 
 
 # ---------------------------------------------------------------------------- filters
@@ -356,7 +353,7 @@ class GlobalChoice:
                 order = ranked_order(names, totals, layout.id_ordered)
                 headroom = [regions[i].headroom(request.model) for i in positions]
                 k = picker.draw(request, order, totals, k, headroom)
-        batch.state = ChoiceState(Ranking(names, totals, best, k, order), costs, k, positions[k])
+        batch.state = ChoiceState((names, totals, best, k, order), costs, positions[k])
         return positions[k]
 
     def _totals(

@@ -26,7 +26,7 @@ from pydantic import Field
 from global_lb.batch import GlobalCap, RegionBatch, remember
 from global_lb.view import GlobalView, RegionState
 from gtm.models import Frozen, RouteRequest
-from gtm.routing import Capability, Plugin, PluginSpec
+from gtm.routing import Capability, Plugin
 from gtm.routing.framework import Floats
 
 TYPE_NAME = "tenant-affinity-scorer"
@@ -46,11 +46,6 @@ def affinity_key(request: RouteRequest, *, per_conversation: bool) -> str:
     if per_conversation and request.prefix_hashes:
         return f"{request.tenant}/{request.prefix_hashes[0]}"
     return request.tenant
-
-
-def per_conversation(spec: PluginSpec) -> bool:
-    """Whether an affinity plugin spec keys homes by conversation."""
-    return spec.type == TYPE_NAME and Params.model_validate(spec.parameters).per_conversation
 
 
 class TenantAffinityScorer(Plugin):
