@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from gtm.models import RegionSummary, RouteRequest
 from regional_lb.buckets import TokenBucket
+from regional_lb.plugins.ttft import prefill_ms
 from regional_lb.view import PeerInfo, PeerStatic, RegionalView
 
 #: ARCHITECTURE §6 allows retries "with loop prevention across tiers"; two regional
@@ -72,8 +73,7 @@ def peer_ttft_ms(summary: RegionSummary, request: RouteRequest) -> float:
     queueing = summary.ttft_for(request.model)
     if queueing is None:
         queueing = load.queue_delay_ms()
-    own = 1000.0 * request.input_tokens * load.healthy_gpus / load.prefill_tokens_per_s
-    return queueing + own
+    return queueing + prefill_ms(request.input_tokens, load.healthy_gpus, load.prefill_tokens_per_s)
 
 
 def why_not(
@@ -132,7 +132,7 @@ def spill_options(
     if statics is None:
         statics = view.memo.peers[(model, settings)] = _peer_statics(view, model, settings)
     # The request-dependent rest of why_not (residency, path, summary age), then
-    # peer_ttft_ms with the summary's part precomputed (the same arithmetic, in order).
+    # peer_ttft_ms with the summary's part (its queueing) worked out once per view.
     excluded = frozenset((view.region, *spilled_from))
     tokens = request.input_tokens
     options: list[PeerOption] = []
@@ -142,7 +142,7 @@ def spill_options(
             continue
         if now_wall - p.summary.published_at > settings.max_summary_age_s:
             continue
-        ttft = p.queueing_ms + 1000.0 * tokens * p.healthy_gpus / p.prefill_tokens_per_s
+        ttft = p.queueing_ms + prefill_ms(tokens, p.healthy_gpus, p.prefill_tokens_per_s)
         if math.isfinite(ttft):
             options.append(PeerOption(peer.id, p.url, peer.rtt_ms, ttft))
     options.sort(key=lambda o: (o.cost_ms, o.region))

@@ -1,6 +1,7 @@
 """The regional TTFT cost, in one module: its one form (scalar, per zone — a region has
-a handful of zones, so there is no vectorised or inlined copy), and the ``ttft-scorer``
-/ ``ttft-cost-model`` plugin that ranks and prices zones with it.
+a handful of zones, so there is no vectorised or inlined copy; spillover prices a peer's
+own prefill with :func:`prefill_ms` from here), and the ``ttft-scorer`` /
+``ttft-cost-model`` plugin that ranks and prices zones with it.
 
 The cost (ARCHITECTURE §2), in ms::
 
@@ -55,6 +56,13 @@ def uncached_tokens(request: RouteRequest, zone: ZoneState, ctx: ZoneContext) ->
     return max(0.0, request.input_tokens - hit * ctx.tokens_per_block)
 
 
+def prefill_ms(tokens: float, healthy_gpus: int, prefill_tokens_per_s: float) -> float:
+    """One request's prefill: it runs on one GPU, at the zone's (or a peer region's) rate
+    over its healthy GPUs. Also the own-prefill term of a peer's TTFT
+    (:func:`regional_lb.spill.peer_ttft_ms`)."""
+    return 1000.0 * tokens * healthy_gpus / prefill_tokens_per_s
+
+
 def predicted_ttft_ms(zone: ZoneState, own_uncached_tokens: float) -> float:
     """Intra-region RTT + the zone's queueing + this request's prefill on one GPU."""
     load = zone.load
@@ -62,9 +70,7 @@ def predicted_ttft_ms(zone: ZoneState, own_uncached_tokens: float) -> float:
         return math.inf
     rate = load.prefill_tokens_per_s
     queue_ms = 1000.0 * zone.queued_tokens / rate
-    # One request is prefilled on one GPU: the zone's rate over its healthy GPUs.
-    own_ms = 1000.0 * own_uncached_tokens * load.healthy_gpus / rate
-    return zone.info.rtt_ms + queue_ms + own_ms
+    return zone.info.rtt_ms + queue_ms + prefill_ms(own_uncached_tokens, load.healthy_gpus, rate)
 
 
 class TtftScorer(Plugin):
