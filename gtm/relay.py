@@ -157,7 +157,8 @@ class Relay(ABC, Generic[T]):
     * :meth:`first_byte_deadline` — a loop-time deadline for the first byte, or None;
     * :meth:`response_headers` — what the client's response gains (``x-gtm-*``);
     * :meth:`first_byte`, :meth:`failed`, :meth:`finished` — observations (metrics,
-      passive health, audit);
+      passive health, audit); :meth:`chunk` — each relayed chunk, when
+      :attr:`watch_chunks` (the regional LB reads the usage from them);
     * :meth:`exhausted` — the error the client gets when every attempt failed.
     """
 
