@@ -22,7 +22,6 @@ entries instead of redoing all (:func:`changed_positions`).
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from enum import StrEnum
 from typing import ClassVar, Generic, TypeVar
@@ -316,17 +315,6 @@ class MaskFilter(Plugin):
         if kept == layout.full:
             return None
         return Removal(layout.removed(kept), self.reason(batch))
-
-
-def ranked_order(
-    names: Sequence[str], totals: Sequence[float], ascending: bool = False
-) -> list[int]:
-    """Indices into ``names`` by total descending, then id ascending (``ascending``:
-    the caller knows ``names`` are in id order)."""
-    indices = range(len(totals))
-    if ascending or all(a < b for a, b in itertools.pairwise(names)):
-        return sorted(indices, key=totals.__getitem__, reverse=True)  # stable: ids stay in order
-    return sorted(indices, key=lambda k: (-totals[k], names[k]))
 
 
 def gather(column: Sequence[float], positions: Sequence[int]) -> list[float]:

@@ -28,7 +28,6 @@ scores are read, and the trace when it is read (``Outcome.to_decision``).
 
 from __future__ import annotations
 
-import heapq
 import operator
 from collections.abc import Callable, Sequence
 from enum import StrEnum
@@ -40,10 +39,10 @@ from global_lb.batch import (
     MaskFilter,
     RegionBatch,
     changed_positions,
-    ranked_order,
     remember,
 )
 from global_lb.plugins import load, spread, ttft
+from global_lb.ranking import Ranking, ranked_order
 from global_lb.view import GlobalView
 from gtm.models import RouteRequest
 from gtm.routing import Capability, FastPath, Match, PluginRegistry, Stage, Step, capabilities_of
@@ -54,93 +53,6 @@ MAX_SCORERS = 8
 #: Client rows remembered per view (a view lives about a second; tens of regions × 3
 #: floats a row, so the bound is a few tens of MB at most).
 ROWS_MEMO_SIZE = 65_536
-
-
-class Ranking:
-    """The survivors, best first, with their totals and the fallbacks after a choice:
-    worked out when first read.
-
-    A decision needs only its region; the front door reads the fallbacks only when a
-    forward fails and the scores only for ``POST /v1/route`` and ``gtm route``. Ordering
-    the survivors and pairing their ids with their totals was a large share of a cold
-    decision (and tuples for the collector), so a decision keeps the survivors' ids and
-    totals and this orders them on demand, once (outcomes served from the decision cache
-    share it).
-    """
-
-    __slots__ = ("_best", "_chosen", "_fallbacks", "_names", "_order", "_scores", "_totals")
-
-    def __init__(
-        self,
-        names: tuple[str, ...],
-        totals: Sequence[float],
-        best: int,
-        chosen: int,
-        order: Sequence[int] | None = None,
-    ) -> None:
-        #: The survivors' ids in view order, their totals, and the indices of the best
-        #: and of the chosen one (they differ when the spread picker drew another).
-        self._names = names
-        self._totals = totals
-        self._best = best
-        self._chosen = chosen
-        self._order = order
-        self._scores: tuple[tuple[str, float], ...] | None = None
-        self._fallbacks: tuple[str, ...] | None = None
-
-    @classmethod
-    def given(cls, scores: tuple[tuple[str, float], ...], fallbacks: tuple[str, ...]) -> Ranking:
-        """A ranking already worked out (the generic profile's, or none)."""
-        ranking = cls(tuple(r for r, _ in scores[:1]), (), 0, 0, ())
-        ranking._scores = scores
-        ranking._fallbacks = fallbacks
-        return ranking
-
-    @property
-    def best(self) -> str | None:
-        """The survivor with the highest total (``None``: no survivors)."""
-        names = self._names
-        return names[self._best] if names else None
-
-    def head(self, n: int) -> tuple[str, ...]:
-        """The first ``n`` :attr:`fallbacks`, without ordering the rest (a retry reads
-        a few; ``heapq.nsmallest`` is a partial selection)."""
-        if self._fallbacks is not None or self._order is not None:
-            return self.fallbacks[:n]
-        totals, names, chosen = self._totals, self._names, self._chosen
-        top = heapq.nsmallest(n + 1, range(len(names)), key=lambda k: (-totals[k], names[k]))
-        return tuple([names[k] for k in top if k != chosen][:n])
-
-    def order(self) -> Sequence[int]:
-        """Indices into the survivors by total descending, then id ascending."""
-        found = self._order
-        if found is None:
-            found = self._order = ranked_order(self._names, self._totals)
-        return found
-
-    @property
-    def scores(self) -> tuple[tuple[str, float], ...]:
-        """(region id, total score) of the survivors, best first."""
-        found = self._scores
-        if found is None:
-            order, names, totals = self.order(), self._names, self._totals
-            found = self._scores = tuple(
-                zip(map(names.__getitem__, order), map(totals.__getitem__, order), strict=True)
-            )
-        return found
-
-    @property
-    def fallbacks(self) -> tuple[str, ...]:
-        """The other survivors in that order."""
-        found = self._fallbacks
-        if found is None:
-            chosen = self._chosen
-            found = self._fallbacks = tuple([self._names[k] for k in self.order() if k != chosen])
-        return found
-
-
-#: No survivors (a refusal).
-NO_RANKING = Ranking.given((), ())
 
 
 class ChoiceState(Ranking, DecisionState):

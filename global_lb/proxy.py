@@ -62,7 +62,7 @@ _SKIP_UPSTREAM = skip_set(CLIENT_COUNTRY_HEADER, FORWARDED_FOR_HEADER, HOPS_HEAD
 def attempts(outcome: RouteOutcome, count: int) -> Iterator[str]:
     """Where a request is forwarded: the chosen region, then — only once a forward
     failed — its first fallbacks, ``count`` in all. Ordering the fallbacks costs about
-    as much as a cold decision over many regions (global_lb.pipeline.Ranking); a
+    as much as a cold decision over many regions (global_lb.ranking.Ranking); a
     forward that succeeds never needs them."""
     assert outcome.region is not None
     if count <= 0:

@@ -33,7 +33,7 @@ empty cache. ``cache_size=0`` turns caching off (every decision is computed).
 tier's fast paths when the profile's plugins declare them (:mod:`global_lb.pipeline`).
 The trace is not built on a decision: :attr:`RouteOutcome.trace` asks the runner's
 outcome when first read (``gtm route``, ``POST /v1/route``), so forwarding a request
-never pays for it; nor for ordering the survivors (:class:`global_lb.pipeline.Ranking`:
+never pays for it; nor for ordering the survivors (:class:`global_lb.ranking.Ranking`:
 ``scores`` and ``fallbacks`` are worked out when read, and :meth:`RouteOutcome.targets`
 selects the few retries the front door needs without ordering the rest).
 """
@@ -51,9 +51,10 @@ from typing import Any, NamedTuple
 
 from global_lb.batch import GlobalCap, Layout, RegionBatch
 from global_lb.geo import Location
-from global_lb.pipeline import NO_RANKING, ChoiceState, Ranking
+from global_lb.pipeline import ChoiceState
 from global_lb.plugins import affinity, ttft
 from global_lb.profiles import RegionProfile
+from global_lb.ranking import NO_RANKING, Ranking
 from global_lb.view import GlobalView, RegionState, RequestContext
 from gtm.errors import ConfigError, NoEligibleCandidate
 from gtm.models import DecisionTrace, GeoPoint, RouteRequest

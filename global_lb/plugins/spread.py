@@ -30,7 +30,8 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from global_lb.batch import GlobalCap, RegionBatch, ranked_order
+from global_lb.batch import GlobalCap, RegionBatch
+from global_lb.ranking import ranked_order
 from global_lb.view import RegionState
 from gtm.models import Frozen, RouteRequest
 from gtm.routing import Plugin, RngFactory, request_rng
