@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import cast
 
 import aiohttp
@@ -118,3 +119,11 @@ async def test_aiohttp_errors_are_translated_at_the_seam_and_timeouts_stay_timeo
     )
     with pytest.raises(UpstreamError, match="ClientPayloadError"):
         await broken.readany()
+
+
+def test_no_tier_keeps_a_hop_by_hop_set_of_its_own() -> None:
+    """The tiers drifted once (the front door lacked ``trailers``): the set lives here."""
+    root = Path(__file__).resolve().parents[3]
+    for tier in ("global_lb", "regional_lb", "zone_agent"):
+        for module in (root / tier).rglob("*.py"):
+            assert '"proxy-authenticate"' not in module.read_text(), module
