@@ -8,9 +8,10 @@ same way:
   listens (:class:`Bound`: host, port, base URL with the scheme TLS implies);
   :meth:`HttpServer.stop` stops accepting, gives in-flight requests
   :data:`SHUTDOWN_GRACE_S` to finish and then cancels them;
-* handlers are cancelled when their client goes away (``handler_cancellation``; aiohttp
-  ≥ 3.9 leaves them running by default), so a proxied request releases its upstream,
-  queue slot and quota at once;
+* on the data path, handlers are cancelled when their client goes away
+  (``handler_cancellation``; aiohttp ≥ 3.9 leaves them running by default), so a
+  proxied request releases its upstream, queue slot and quota at once; control APIs
+  (``cancel_on_disconnect=False``) finish what they started;
 * no access log (the tiers count responses in metrics; a log line per request costs
   more than the decision);
 * :func:`until_signalled` is the foreground process's wait: SIGINT or SIGTERM ends it,
@@ -66,8 +67,10 @@ class HttpServer:
     """An aiohttp application on one address: ``await start()``, then ``await stop()``.
 
     ``sock`` serves an already bound socket instead of ``host:port`` (a port reserved
-    before the server could start). A failure to bind is a
-    :class:`~gtm.errors.ConfigError` naming the address.
+    before the server could start). ``cancel_on_disconnect=False`` lets a handler run
+    to its end when its client goes away (control APIs: a drain half done is worse than
+    one nobody hears about). A failure to bind is a :class:`~gtm.errors.ConfigError`
+    naming the address.
     """
 
     def __init__(
@@ -80,8 +83,10 @@ class HttpServer:
         reuse_port: bool = False,
         sock: socket.socket | None = None,
         what: str = "HTTP",
+        cancel_on_disconnect: bool = True,
     ) -> None:
         self._app = app
+        self._cancel_on_disconnect = cancel_on_disconnect
         self._host = host
         self._port = port
         self._ssl = ssl_context
@@ -99,7 +104,7 @@ class HttpServer:
         """Bind and serve; where it listens."""
         runner = web.AppRunner(
             self._app,
-            handler_cancellation=True,
+            handler_cancellation=self._cancel_on_disconnect,
             shutdown_timeout=SHUTDOWN_GRACE_S,
             access_log=None,
         )

@@ -333,7 +333,9 @@ class FaultProxyServer:
 
     async def start(self, host: str = "127.0.0.1", port: int = 8474) -> tuple[str, int]:
         sock = listen_socket(host, port)
-        self._server = HttpServer(self._app, host, port, sock=sock, what="the fault proxy API")
+        self._server = HttpServer(
+            self._app, host, port, sock=sock, what="the fault proxy API", cancel_on_disconnect=False
+        )
         bound = await self._server.start()
         self.address = (bound.host, bound.port)
         return self.address

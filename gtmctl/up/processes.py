@@ -484,7 +484,9 @@ class ProcessFleet:
         app = limited_app(HttpLimits(), client_max_size=1 << 20)  # small JSON APIs only
         self._app_hook(app)
         ControlApi(self, guard=self._guard).install(app)
-        self._status_server = HttpServer(app, where.host, where.port, what="the status page")
+        self._status_server = HttpServer(
+            app, where.host, where.port, what="the status page", cancel_on_disconnect=False
+        )
         bound = await self._status_server.start()
         return f"{HostPort(bound.host, bound.port).url}/status"
 
