@@ -14,7 +14,7 @@ arrays of a mask, the mask of an allowed set); successive views over the same re
 (the in-flight ledger's overlays, new summaries) share it. :class:`PerModel` is a
 plugin's per-view column, one entry per region and model, worked out on first use; a
 view that differs from the previous one in a few regions (an overlay) patches those
-entries instead of redoing all (:func:`changed_positions`).
+entries instead of redoing all (:func:`changed_positions`; an overlay names them).
 
 :class:`GlobalCap` lists what the global tier's fast paths read from a plugin's class
 (:mod:`global_lb.pipeline`); :class:`MaskFilter` is the filters' shared form.
@@ -56,13 +56,13 @@ class GlobalCap(StrEnum):
     AVAILABILITY = "availability"
     #: A filter of regions that do not serve the model (a refusal by it is HTTP 404).
     SERVES_MODEL = "serves-model"
-    #: A scorer with a survivor form (``survivor_scores(batch, state)``).
+    #: A scorer with a survivor form (``survivor_scores(batch, positions)``).
     SURVIVOR_SCORES = "survivor-scores"
     #: The ``ttft-scorer``: its scale is ``scale_ms`` (the fused TTFT + load total).
     TTFT_SCORE = "ttft-score"
     #: The ``load-scorer``: scores are the regions' headroom.
     HEADROOM_SCORE = "headroom-score"
-    #: The ``headroom-spread-picker``: ``spreads_at`` and ``draw`` over survivors.
+    #: The ``headroom-spread-picker``: ``spreads`` and ``draw`` over survivors.
     HEADROOM_SPREAD = "headroom-spread"
 
 

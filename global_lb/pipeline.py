@@ -1,4 +1,4 @@
-"""The global tier's fast paths on the core runner, and the ranking a decision hands on.
+"""The global tier's fast paths on the core runner.
 
 The global tier decides with :class:`gtm.routing.Runner` over a
 :class:`~global_lb.batch.RegionBatch`; its plugins (``global_lb/plugins``) prepare their
@@ -10,8 +10,8 @@ declares the capability a slot needs (:class:`~global_lb.batch.GlobalCap`):
 
 * **filters** (``global-filters``): each filter's kept regions are a bit mask prepared
   per view (residency per allowed set, health per view, model per model); the survivors
-  are their AND, and the steps of the trace (numpy masks, reasons) are remembered per
-  view and filter masks;
+  are their AND, remembered per view with the steps of the trace (numpy masks, reasons)
+  under what a mask may depend on (allowed set, model, residency rule);
 * **choice** (``global-choice`` with ``max-score-picker``, ``global-spread-choice``
   with ``headroom-spread-picker``): the scorers' survivor forms summed in profile order,
   the best (ties to the smallest id), then the spread picker's own test and draw. The
@@ -21,9 +21,9 @@ declares the capability a slot needs (:class:`~global_lb.batch.GlobalCap`):
 
 Every number comes from the plugins' own modules, so a fast decision is the runner's
 reference decision (``Runner.reference``): ``tests/property/test_global_fast_path.py``
-runs both on random views, requests and profiles. What a decision hands on is lazy:
-the order of the survivors (:class:`Ranking`) is worked out when the fallbacks or the
-scores are read, and the trace when it is read (``Outcome.to_decision``).
+runs both on random views, requests and profiles. What a decision hands on is lazy: the
+order of the survivors (:class:`~global_lb.ranking.Ranking`) is worked out when the
+fallbacks or the scores are read, and the trace when it is read (``Outcome.to_decision``).
 """
 
 from __future__ import annotations
