@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpusim.faults import Faults
-from gpusim.server import GpuSimConfig, GpuSimServer
 from global_lb.errors import BadRequest as GlobalBadRequest
 from global_lb.request import parse_body
+from gpusim.faults import Faults
+from gpusim.server import GpuSimConfig, GpuSimServer
 from gtm.metrics import new_registry
 from gtm.openai_errors import ApiError
 from gtm.openai_request import parse_json_body

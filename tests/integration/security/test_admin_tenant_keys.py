@@ -16,12 +16,12 @@ import openai
 import pytest
 import yaml
 
-from gpusim.server import GpuSimConfig, GpuSimServer
 from global_lb.app import GlobalConfig, GlobalTier
-from global_lb.dns.rrl import RrlConfig
 from global_lb.config import FrontDoorConfig
+from global_lb.dns.rrl import RrlConfig
 from global_lb.geo import ChainLocator, MaxMindLocator
 from global_lb.health import HealthCheckConfig
+from gpusim.server import GpuSimConfig, GpuSimServer
 from gtm.clock import SystemClock
 from gtm.gpu_profiles import LLAMA_8B
 from gtm.metrics import new_registry
