@@ -284,12 +284,13 @@ class RegionBatch(Batch):
         return self.ctx.allowed
 
     def survivor_mask(self) -> int:
-        """The survivors as a bit mask."""
+        """The survivors as a bit mask (once the filters ran)."""
         mask = self.mask
         if mask is None:
             mask = 0
             for i in self.survivors.tolist():
                 mask |= 1 << i
+            self.mask = mask
         return mask
 
 

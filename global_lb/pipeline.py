@@ -229,9 +229,7 @@ class GlobalChoice:
         return found
 
     def choose(self, batch: RegionBatch, /) -> int:
-        mask = batch.mask
-        if mask is None:  # filtered one by one (a filter without a mask)
-            mask = batch.mask = batch.survivor_mask()
+        mask = batch.survivor_mask()
         layout = batch.layout
         positions = layout.positions(mask)
         names = layout.names(mask)
