@@ -1,9 +1,10 @@
 """The global tier's TTFT cost and its TTFT + load total live in this module, in every
-form: the scalar reference (:func:`cost_ms`, what ``ttft-scorer`` and the cost model run
-per region), the column forms the fast path runs over a view's survivors
-(:func:`fixed_column`, :func:`fused_totals`, :class:`ShiftedCosts`) and the binding to
-their compiled twin, :mod:`global_lb.plugins._ttft` in this directory;
-tests/unit/global_lb/plugins/test_ttft.py fails if any two forms disagree by one bit.
+form: the scalar reference (:func:`cost_ms`: one region's price, what the cost model
+reports), the column forms the scorer and the fast path run over a decision's survivors
+(:func:`fixed_column`, :func:`costs_column`, :func:`fused_totals`, :class:`ShiftedCosts`)
+and the binding to their compiled twin, :mod:`global_lb.plugins._ttft` in this
+directory; tests/unit/global_lb/plugins/test_ttft.py fails if any two forms disagree by
+one bit.
 
 ``ttft-scorer`` / ``ttft-cost-model``: predicted time-to-first-token at each region
 (ARCHITECTURE §2), in ms::
