@@ -302,7 +302,11 @@ class TierName(StrEnum):
 
 class PluginSpec(Frozen):
     """A configured plugin instance (llm-d ``plugins: [{type, name, parameters}]``);
-    ``name`` defaults to ``type``, as in llm-d and :mod:`gtm.routing.registry`.
+    ``name`` defaults to ``type``, as in llm-d. The routing framework
+    (:mod:`gtm.routing.registry`) uses this model and :class:`ScorerRef` for every
+    profile it builds, from the policy files or built in: one definition, one validation.
+    Types read ``<concept>-<filter|scorer|picker|cost-model>`` (e.g. ``health-filter``);
+    a tier keeps accepting the names used before as deprecated aliases.
 
     ``parameters`` is validated by the plugin's own parameter model when a tier builds
     it; policies only checks that it is JSON. Treat it as read-only.
@@ -343,6 +347,10 @@ class Profile(Frozen):
 
 
 class RoutingProfilesSpec(Frozen):
+    """Plugin instances shared by name, and the profiles that use them. Each tier builds
+    the profiles of its own tier with its own registry and follows policy changes; a
+    profile named ``<tier>-default`` replaces that tier's built-in default."""
+
     plugins: tuple[PluginSpec, ...] = Field(min_length=1)
     profiles: tuple[Profile, ...] = Field(min_length=1)
 

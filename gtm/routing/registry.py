@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, Field, JsonValue, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from gtm.errors import GtmError, PluginError
 from gtm.models import Frozen, Tier
@@ -46,6 +46,9 @@ from gtm.routing.framework import CostModel, ExtensionPoint, Filter, Picker, Sco
 from gtm.routing.metrics import RoutingMetrics
 from gtm.routing.pickers import max_score, power_of_two, random_pick, weighted_random
 from gtm.routing.runner import DEFAULT_PLUGIN_TIMING_EVERY, FastPath, Runner, Weighted
+from policies.documents import PluginSpec as PluginSpec
+from policies.documents import ScorerRef as ScorerRef
+from policies.types import Identifier
 
 _log = logging.getLogger(__name__)
 
@@ -73,39 +76,24 @@ VOCABULARY_ALIASES: Mapping[str, str] = {
 # ---------------------------------------------------------------------------- config
 
 
-class PluginSpec(Frozen):
-    """One plugin instance: its type, its name in the profile, its parameters."""
-
-    type: str = Field(min_length=1, max_length=128)
-    name: str | None = Field(default=None, min_length=1, max_length=128)
-    parameters: Mapping[str, JsonValue] = Field(default_factory=dict)
-
-    @property
-    def plugin_name(self) -> str:
-        return self.name if self.name is not None else self.type
-
-
-class ScorerRef(Frozen):
-    """A scorer used by the profile, by plugin name, and its weight (> 0)."""
-
-    ref: str = Field(min_length=1, max_length=128)
-    weight: float = 1.0
-
-
 class ProfilePlugins(Frozen):
-    """Which declared plugins the profile runs, at which extension point."""
+    """Which declared plugins the profile runs, at which extension point (the body of a
+    policy file's ``Profile``, without its name and tier)."""
 
-    filters: tuple[str, ...] = Field(default=(), max_length=64)
+    filters: tuple[Identifier, ...] = Field(default=(), max_length=64)
     scorers: tuple[ScorerRef, ...] = Field(default=(), max_length=64)
     #: Exactly one; a list is accepted only to be refused with a clear message.
-    picker: str | tuple[str, ...] | None = None
-    cost_model: str | None = None
+    picker: Identifier | tuple[Identifier, ...] | None = None
+    cost_model: Identifier | None = None
 
 
 class ProfileSpec(Frozen):
-    """A whole routing profile as configuration (see the module docstring)."""
+    """A whole routing profile as configuration (see the module docstring). Plugin
+    instances and scorer references are the policy files' own models
+    (:class:`policies.documents.PluginSpec`, :class:`~policies.documents.ScorerRef`): one
+    definition, one validation."""
 
-    name: str = Field(default="default", min_length=1, max_length=128)
+    name: Identifier = "default"
     plugins: tuple[PluginSpec, ...] = Field(default=(), max_length=256)
     profile: ProfilePlugins
     #: Keep only the N best survivors' scores in each decision trace (None: all).
@@ -330,14 +318,9 @@ class PluginRegistry:
         ref: ScorerRef,
         protocols: Mapping[ExtensionPoint, type],
     ) -> tuple[Any, float]:
-        field = f"profile.scorers[{i}]"
-        scorer = self._resolve(plugins, ref.ref, f"{field}.ref", ExtensionPoint.SCORER, protocols)
-        if not ref.weight > 0.0:
-            raise PluginError(
-                f"{field}.weight: scorer {ref.ref!r} has weight {ref.weight!r}; "
-                "weights must be > 0 (remove the scorer to turn it off)"
-            )
-        return scorer, ref.weight
+        """The scorer and its weight (> 0 and finite, as ScorerRef validated)."""
+        field = f"profile.scorers[{i}].ref"
+        return self._resolve(plugins, ref.ref, field, ExtensionPoint.SCORER, protocols), ref.weight
 
 
 def _one_picker(picker: str | tuple[str, ...] | None) -> str:

@@ -92,8 +92,9 @@ def test_unknown_plugin_and_share_region(examples: Path) -> None:
     assert messages[("tenants.yaml", "spec.tenants[2].regional_shares[1].region")].startswith(
         "unknown region 'us-north'"
     )
-    assert messages[("routing-profiles.yaml", "spec.profiles[0].picker")].startswith(
-        "unknown plugin 'best' (known: health, kv-cache,"
+    # The first profile picking max-score is regional-default, the second.
+    assert messages[("routing-profiles.yaml", "spec.profiles[1].picker")].startswith(
+        "unknown plugin 'best' (known: canary, fits, health,"
     )
 
 
@@ -171,23 +172,22 @@ def test_digest_ignores_file_names_and_order(examples: Path, tmp_path: Path) -> 
 
 def test_profile_config_matches_the_routing_registry_shape(examples: Path) -> None:
     policy_set = load_paths([examples])
-    config = policy_set.profile_config("zone-default")
-    assert config["name"] == "zone-default"
+    config = policy_set.profile_config("regional-default")
+    assert config["name"] == "regional-default"
     assert [p["name"] for p in config["plugins"]] == [
+        "residency",
         "health",
         "model",
         "ttft",
-        "kv-cache",
         "prefix-affinity",
         "max-score",
         "ttft-cost",
     ]
     assert config["profile"] == {
-        "filters": ["health", "model"],
+        "filters": ["residency", "health", "model"],
         "scorers": [
             {"ref": "ttft", "weight": 1.0},
-            {"ref": "kv-cache", "weight": 0.5},
-            {"ref": "prefix-affinity", "weight": 0.5},
+            {"ref": "prefix-affinity", "weight": 0.3},
         ],
         "picker": "max-score",
         "cost_model": "ttft-cost",

@@ -116,14 +116,23 @@ def test_a_plugin_referenced_twice_is_built_once() -> None:
         (
             "zero weight",
             {"scorers": [{"ref": "load", "weight": 0}]},
-            r"scorers\[0\]\.weight.*'load'",
+            r"profile\.scorers\.0\.weight: Input should be greater than 0",
         ),
         (
             "negative weight",
             {"scorers": [{"ref": "ttft"}, {"ref": "load", "weight": -1}]},
-            r"scorers\[1\]\.weight: scorer 'load' has weight -1",
+            r"profile\.scorers\.1\.weight: Input should be greater than 0",
         ),
-        ("nan weight", {"scorers": [{"ref": "load", "weight": "nan"}]}, r"scorers\[0\]\.weight"),
+        (
+            "nan weight",
+            {"scorers": [{"ref": "load", "weight": "nan"}]},
+            r"profile\.scorers\.0\.weight: Input should be a finite number",
+        ),
+        (
+            "a name that is no identifier",
+            {"filters": ["Not_An_Id"]},
+            r"profile\.filters\.0: .*a lowercase id",
+        ),
         (
             "huge weight",
             {"scorers": [{"ref": "load", "weight": 1e9}]},
