@@ -35,6 +35,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
@@ -120,8 +121,9 @@ def uniform_index(rng: random.Random, n: int) -> int:
 
 
 class Batch:
-    """One decision's working set: the candidates by position, the request, the view,
-    and which positions are still alive. A tier subclasses it with its own columns.
+    """One decision's working set: the candidates by position (ids unique within a
+    batch: the tier's layout guarantees it), the request, the view, and which positions
+    are still alive. A tier subclasses it with its own columns.
 
     ``alive`` is owned by the runner while the filters run; after them (``seal``) it no
     longer changes and :attr:`survivors` is cached.
@@ -171,7 +173,7 @@ class Batch:
         return random.Random(f"{seed}:{self.request.request_id}")
 
 
-_NOTHING_PREPARED: Mapping[object, Any] = {}
+_NOTHING_PREPARED: Mapping[object, Any] = MappingProxyType({})
 
 
 class Removal(NamedTuple):
