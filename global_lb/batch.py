@@ -29,7 +29,7 @@ from typing import ClassVar, Generic, TypeVar
 import numpy as np
 
 from global_lb.view import GlobalView, RegionState, RequestContext
-from gtm.models import RouteRequest
+from gtm.models import GeoPoint, RouteRequest
 from gtm.routing import Batch, Plugin, Removal
 from gtm.routing.framework import Bools, Ints
 
@@ -258,14 +258,37 @@ class DecisionState:
 class RegionBatch(Batch):
     """One region decision's working set (see the module docstring)."""
 
-    __slots__ = ("ctx", "layout", "mask", "model", "spread", "state")
+    __slots__ = (
+        "allowed",
+        "country",
+        "layout",
+        "mask",
+        "model",
+        "point",
+        "rule",
+        "spread",
+        "state",
+    )
 
     def __init__(
-        self, layout: Layout, request: RouteRequest, view: GlobalView, ctx: RequestContext
+        self,
+        layout: Layout,
+        request: RouteRequest,
+        view: GlobalView,
+        allowed: frozenset[str],
+        point: GeoPoint | None = None,
+        country: str | None = None,
+        rule: str = "",
     ) -> None:
+        """``allowed``: the region ids residency allows (and ``rule``, the residency rule
+        that allowed them); ``point``, ``country``: the client's (see
+        :class:`~global_lb.view.RequestContext`)."""
         super().__init__(layout.ids, request, view, layout.all_alive())
         self.layout = layout
-        self.ctx = ctx
+        self.allowed = allowed
+        self.point = point
+        self.country = country
+        self.rule = rule
         self.model = request.model
         #: The survivors as a bit mask, when a fast path filtered (else None).
         self.mask: int | None = None
@@ -274,14 +297,28 @@ class RegionBatch(Batch):
         #: The choice fast path's survivors, totals and costs (else None).
         self.state: DecisionState | None = None
 
+    @classmethod
+    def of(cls, layout: Layout, request: RouteRequest, ctx: RequestContext) -> RegionBatch:
+        """A batch over ``ctx``'s view for ``request`` in ``ctx``."""
+        return cls(
+            layout, request, ctx.view, ctx.allowed, ctx.client_point, ctx.client_country,
+            ctx.residency_rule,
+        )  # fmt: skip
+
     @property
     def regions(self) -> tuple[RegionState, ...]:
         view: GlobalView = self.view  # type: ignore[assignment]
         return view.regions
 
+    @property
+    def ctx(self) -> RequestContext:
+        """The decision's context as one object (made when asked for)."""
+        view: GlobalView = self.view  # type: ignore[assignment]
+        return RequestContext(view, self.allowed, self.point, self.country, self.rule)
+
     def allowed_ids(self) -> frozenset[str]:
         """``allow-list-filter``'s ``from_context``: the residency verdict's set."""
-        return self.ctx.allowed
+        return self.allowed
 
     def survivor_mask(self) -> int:
         """The survivors as a bit mask (once the filters ran)."""

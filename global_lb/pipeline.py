@@ -59,7 +59,7 @@ class ChoiceState(Ranking, DecisionState):
     """What the choice fast path worked out: the ranking, and the survivors' costs when
     it computed them (``ttft.ShiftedCosts`` when they share one per-token time)."""
 
-    __slots__ = ("costs", "fixed", "per_token", "position")
+    __slots__ = ("cost", "fixed", "per_token", "position")
 
     def __init__(
         self,
@@ -68,20 +68,22 @@ class ChoiceState(Ranking, DecisionState):
         position: int,
     ) -> None:
         super().__init__(*ranking)
-        self.costs = costs
-        #: The chosen survivor's position.
+        chosen = self._chosen
+        #: The chosen survivor's position and cost (None: no cost computed); a float,
+        #: not the costs: cached decisions keep this object.
         self.position = position
+        self.cost = None if costs is None else costs[chosen]
         #: Every survivor's per-token time when the choice holds for any prompt size,
         #: and the choice's prompt-independent cost.
         self.per_token: float | None = None
         self.fixed = 0.0
         if isinstance(costs, ttft.ShiftedCosts):
             self.per_token = costs.per_token
-            self.fixed = costs.fixed(self._chosen)
+            self.fixed = costs.fixed(chosen)
 
     def priced(self) -> dict[int, float] | None:
-        costs = self.costs
-        return None if costs is None else {self.position: costs[self._chosen]}
+        cost = self.cost
+        return None if cost is None else {self.position: cost}
 
 
 # ---------------------------------------------------------------------------- filters
@@ -102,8 +104,7 @@ class GlobalFilters:
 
     def filter(self, batch: RegionBatch, /) -> tuple[Step, ...] | None:
         memo: dict[object, tuple[int, tuple[Step, ...]]] = batch.prepared[self]
-        ctx = batch.ctx
-        key = (ctx.allowed, batch.model, ctx.residency_rule)
+        key = (batch.allowed, batch.model, batch.rule)
         found = memo.get(key)
         if found is None:
             kept = [f.kept(batch) for f in self._filters]
@@ -255,7 +256,7 @@ class GlobalChoice:
         picker = self._spread
         order = None
         if picker is not None:
-            regions = batch.ctx.view.regions
+            regions = batch.regions
             if picker.spreads(request, regions[positions[k]]):
                 batch.spread = True
                 # The draw's pool is the head of the ranking: order it (a sort keyed in C)
@@ -292,8 +293,7 @@ class GlobalChoice:
     def _rows(self, batch: RegionBatch, mask: int, positions: tuple[int, ...]) -> Rows:
         """The survivors' :class:`Rows` for the batch's client, remembered per view."""
         memo: ChoiceMemo = batch.prepared[self]
-        ctx = batch.ctx
-        point, country = ctx.client_point, ctx.client_country
+        point, country = batch.point, batch.country
         lat, lon = (point.lat, point.lon) if point is not None else (999.0, 999.0)
         key = (lat, lon, country, batch.model, mask)
         found = memo.rows.get(key)
@@ -301,7 +301,7 @@ class GlobalChoice:
             found = cast(Rows | None, memo.inherited("rows", key, mask))
             if found is None:
                 sub = self._subset(batch, memo, mask, positions)
-                view = ctx.view
+                view: GlobalView = batch.view  # type: ignore[assignment]
                 rtts = view.latency.row(view.signature, view.regions, point, country, positions)
                 fixed = ttft.fixed_column(rtts, sub.base)
                 found = Rows(fixed, sub.per_token, sub.headroom, ttft.lowest(fixed), sub.uniform)

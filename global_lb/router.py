@@ -130,25 +130,51 @@ class TraceSource:
         return self._trace
 
 
-class OutcomeTrace(TraceSource):
-    """A decision's trace source: the runner's outcome builds it on first read.
+class RerunTrace(TraceSource):
+    """A decision's trace source: on first read, the profile decides again over the
+    same request, view and context (the same choice: decisions are deterministic) and
+    its outcome builds the trace.
 
-    Not a closure: one object the cyclic garbage collector tracks instead of a function
-    and its cells, and every cold decision keeps one in the decision cache."""
+    Keeps what the decision read, in slots, not its outcome nor its context: every cold
+    decision keeps one in the decision cache, and those are objects the cyclic garbage
+    collector would walk. Not a closure, for the same reason."""
 
-    __slots__ = ("_outcome",)
+    __slots__ = ("_country", "_layout", "_point", "_profile", "_request", "_verdict", "_view")
 
-    def __init__(self, outcome: Outcome[RegionBatch]) -> None:
+    def __init__(
+        self,
+        profile: RegionProfile,
+        layout: Layout,
+        request: RouteRequest,
+        view: GlobalView,
+        verdict: Verdict,
+        point: GeoPoint | None,
+        country: str | None,
+    ) -> None:
         # TraceSource.__init__'s fields set here: one call less per cold decision.
         self._trace = None
         self._build = None
-        self._outcome: Outcome[RegionBatch] | None = outcome  # None once built
+        self._profile = profile
+        self._layout = layout
+        self._request = request
+        self._view: GlobalView | None = view  # None once built
+        self._verdict = verdict
+        self._point = point
+        self._country = country
 
     def get(self) -> DecisionTrace | None:
-        outcome = self._outcome
-        if outcome is not None:
-            self._trace = outcome.to_decision().trace
-            self._outcome = None
+        view = self._view
+        if view is not None:
+            verdict = self._verdict
+            batch = RegionBatch(
+                self._layout, self._request, view, verdict.allowed, self._point,
+                self._country, verdict.rule or "",
+            )  # fmt: skip
+            try:
+                self._trace = self._profile.decide(batch).to_decision().trace
+            except NoEligibleCandidate as exc:  # pragma: no cover - it chose before
+                self._trace = exc.trace
+            self._view = None
         return self._trace
 
 
@@ -592,7 +618,7 @@ class GlobalRouter:
         cache.entries[key] = found
         return found, False
 
-    def _batch(self, request: RouteRequest, view: GlobalView, ctx: RequestContext) -> RegionBatch:
+    def _layout_of(self, view: GlobalView) -> Layout:
         layout = self._layout
         last = self._layout_view
         if layout is None or last is not view:
@@ -600,7 +626,7 @@ class GlobalRouter:
             if layout is None or last is None or since is None or since[0] is not last.revision:
                 layout = self._layout = Layout.of(view, layout)
             self._layout_view = view
-        return RegionBatch(layout, request, view, ctx)
+        return layout
 
     def _run(
         self,
@@ -610,13 +636,17 @@ class GlobalRouter:
         point: GeoPoint | None,
         country: str | None,
     ) -> _Cached:
-        ctx = RequestContext(view, verdict.allowed, point, country, verdict.rule or "")
+        layout = self._layout_of(view)
+        batch = RegionBatch(
+            layout, request, view, verdict.allowed, point, country, verdict.rule or ""
+        )
         try:
-            outcome = self._profile.decide(self._batch(request, view, ctx))
+            outcome = self._profile.decide(batch)
         except NoEligibleCandidate as exc:
             refusal = self._refusal_of(exc.filter_name)
             return _Cached(None, refusal, str(exc), TraceSource(exc.trace), None, NO_RANKING)
-        return _cached_of(outcome)
+        trace = RerunTrace(self._profile, layout, request, view, verdict, point, country)
+        return _cached_of(outcome, trace)
 
     def _refusal_of(self, filter_name: str) -> Refusal:
         for plugin in self._profile.filters:
@@ -636,17 +666,16 @@ class GlobalRouter:
         if view.policy is not self._followed:
             self._follow_policy(view.policy)
         try:
-            outcome = self._profile.decide(self._batch(request, view, ctx))
+            outcome = self._profile.decide(RegionBatch.of(self._layout_of(view), request, ctx))
         except NoEligibleCandidate:
             return None
         return view.regions[outcome.choice]
 
 
-def _cached_of(outcome: Outcome[RegionBatch]) -> _Cached:
+def _cached_of(outcome: Outcome[RegionBatch], trace: TraceSource) -> _Cached:
     batch = outcome.batch
     state = batch.state
     region = batch.ids[outcome.choice]
-    trace = OutcomeTrace(outcome)
     if isinstance(state, ChoiceState):  # the state is the ranking
         return _Cached(
             region, None, "", trace, outcome.predicted_ttft_ms, state, batch.spread,

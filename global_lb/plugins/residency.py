@@ -32,10 +32,10 @@ class ResidencyFilter(MaskFilter):
         super().__init__(name)
 
     def kept(self, batch: RegionBatch, /) -> int:
-        return batch.layout.allowed_mask(batch.ctx.allowed)
+        return batch.layout.allowed_mask(batch.allowed)
 
     def reason(self, batch: RegionBatch, /) -> Callable[[int], str]:
-        rule = batch.ctx.residency_rule
+        rule = batch.rule
         why = (
             f"residency: not allowed by rule {rule!r}"
             if rule

@@ -155,9 +155,8 @@ class TtftScorer(Plugin):
         self, batch: RegionBatch, positions: tuple[int, ...], /
     ) -> tuple[float, ...]:
         """The costs at ``positions``, in their order (the column form)."""
-        ctx = batch.ctx
-        view = ctx.view
-        point, country = ctx.client_point, ctx.client_country
+        view: GlobalView = batch.view  # type: ignore[assignment]
+        point, country = batch.point, batch.country
         rtts = view.latency.row(view.signature, view.regions, point, country, positions)
         base, per_token = self.terms(batch)
         fixed = fixed_column(rtts, gather(base, positions))

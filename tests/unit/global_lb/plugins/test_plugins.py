@@ -58,7 +58,7 @@ def batch_for(  # type: ignore[no-untyped-def]
 ) -> RegionBatch:
     """A batch over ``v`` whose survivors are ``alive`` (default: every region)."""
     layout = Layout.of(v, None)
-    batch = RegionBatch(layout, request or req(point=point), v, ctx_for(v, allowed, point))
+    batch = RegionBatch.of(layout, request or req(point=point), ctx_for(v, allowed, point))
     if alive is not None:
         keep = set(alive)
         batch.alive[:] = [rid in keep for rid in layout.ids]

@@ -130,7 +130,7 @@ def test_the_scorer_and_the_cost_model_agree_with_the_scalar_form() -> None:
     ctx = RequestContext(v, frozenset(r.id for r in v.regions), HERE, "GB", "")
     request = RouteRequest(request_id="r", model=MODEL, input_tokens=1234, tenant="demo-global")
     scorer = ttft.TtftScorer(params=ttft.Params(scale_ms=40.0))
-    batch = RegionBatch(Layout.of(v, None), request, v, ctx)
+    batch = RegionBatch.of(Layout.of(v, None), request, ctx)
     batch.alive[0] = False  # scores are relative to the survivors' best
     batch.seal()
     rtts = ctx.rtts()
