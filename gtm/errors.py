@@ -27,6 +27,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from gtm.models import DecisionTrace
 
 
@@ -95,16 +97,28 @@ class NoEligibleCandidate(RoutingError):
 
     ``trace`` is the partial decision trace up to that filter (who removed what and why),
     when the error comes from a routing profile, so callers can log and audit the refusal.
+    The raiser may give a function that builds it: it is then built when first read (most
+    refusals — a full region's queued requests tried again — are never logged).
     """
 
     def __init__(
-        self, filter_name: str, reason: str = "", *, trace: DecisionTrace | None = None
+        self,
+        filter_name: str,
+        reason: str = "",
+        *,
+        trace: DecisionTrace | Callable[[], DecisionTrace] | None = None,
     ) -> None:
         detail = f": {reason}" if reason else ""
         super().__init__(f"no eligible candidate left after filter {filter_name!r}{detail}")
         self.filter_name = filter_name
         self.reason = reason
-        self.trace = trace
+        self._trace = trace
+
+    @property
+    def trace(self) -> DecisionTrace | None:
+        if callable(self._trace):
+            self._trace = self._trace()
+        return self._trace
 
 
 class PluginError(RoutingError):

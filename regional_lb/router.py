@@ -132,8 +132,14 @@ class RegionalDecision:
     #: Further peers to try (in order) if the chosen one fails before the first byte.
     fallbacks: tuple[PeerOption, ...] = ()
     split: PrioritySplit | None = None
-    #: The zone profile's partial trace when it found no zone.
-    trace: DecisionTrace | None = None
+    #: The zone profile's refusal when it found no zone (with ``trace``): its partial
+    #: trace is built when read (:attr:`trace`).
+    refusal: NoEligibleCandidate | None = field(default=None, compare=False)
+
+    @property
+    def trace(self) -> DecisionTrace | None:
+        """The zone profile's partial trace when it found no zone."""
+        return None if self.refusal is None else self.refusal.trace
 
     @property
     def decision(self) -> Decision | None:
@@ -215,7 +221,8 @@ class RegionalRouter:
         try:
             outcome = self._choose(request, zones, ctx)
         except NoEligibleCandidate as exc:
-            return self._no_zone(exc, zones, options, priority, view, request, inputs, now)
+            refusal = exc if trace else None
+            return self._no_zone(exc, refusal, zones, options, priority, view, request, inputs, now)
         zone = zones[outcome.choice]
         kept = outcome if trace else None
         return RegionalDecision(Route.LOCAL, Reason.CHOSEN, zone, kept, split=priority)
@@ -368,6 +375,7 @@ class RegionalRouter:
     def _no_zone(
         self,
         exc: NoEligibleCandidate,
+        refusal: NoEligibleCandidate | None,
         zones: tuple[ZoneState, ...],
         options: tuple[PeerOption, ...],
         priority: PrioritySplit,
@@ -391,14 +399,14 @@ class RegionalRouter:
                     peer=spilled.peer,
                     fallbacks=spilled.fallbacks,
                     split=priority,
-                    trace=exc.trace,
+                    refusal=refusal,
                 )
         if saturated:
-            return RegionalDecision(Route.QUEUE, reason, split=priority, trace=exc.trace)
+            return RegionalDecision(Route.QUEUE, reason, split=priority, refusal=refusal)
         served = any(z.serves_model for z in zones) or any(
             (p.summary is not None and p.summary.load_for(request.model) is not None)
             for p in view.peers.values()
             if p.id in inputs.allowed
         )
-        refusal = reason if served else Reason.MODEL_NOT_FOUND
-        return RegionalDecision(Route.REFUSE, refusal, split=priority, trace=exc.trace)
+        why = reason if served else Reason.MODEL_NOT_FOUND
+        return RegionalDecision(Route.REFUSE, why, split=priority, refusal=refusal)

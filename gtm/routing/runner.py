@@ -426,7 +426,7 @@ class Runner(Generic[B]):
         timer = self._timer
         started = timer()
         if not len(batch):
-            self._refuse(NO_CANDIDATES_OFFERED, batch, ())
+            self._refuse(NO_CANDIDATES_OFFERED, batch, ())  # nothing offered
         observe = _NO_OBSERVERS
         if self._observe and next(self._decisions) % self._timing_every == 0:
             observe = self._observe
@@ -473,14 +473,9 @@ class Runner(Generic[B]):
     def _filter(
         self, batch: B, pre: Step | None, observe: Mapping[object, _Observe]
     ) -> tuple[Step, ...]:
-        alive = batch.alive
         steps: list[Step] = []
         if pre is not None and pre.removed is not None:
-            np.greater(alive, pre.removed, out=alive)
-            batch.all_alive = False
-            steps.append(pre)
-            if not alive[alive.argmax()]:
-                self._refuse(pre.plugin, batch, steps)
+            self._remove(batch, pre, steps)
         timer, plugin = self._timer, None
         try:
             for plugin, idle in zip(self.filters, self._idle_steps, strict=True):
@@ -490,19 +485,25 @@ class Runner(Generic[B]):
                     observe[(ExtensionPoint.FILTER, id(plugin))](timer() - t0)
                 if removal is None:
                     steps.append(idle)
-                    continue
-                # Survivors: alive AND NOT mask, in place (for booleans a > b is a & ~b).
-                np.greater(alive, removal.mask, out=alive)
-                batch.all_alive = False
-                steps.append(Step(plugin.name, removal.mask, removal.reason))
-                if not alive[alive.argmax()]:
-                    self._refuse(plugin.name, batch, steps)
+                else:
+                    self._remove(batch, Step(plugin.name, removal.mask, removal.reason), steps)
         except GtmError:
             raise
         except Exception as exc:
             raise _failed(ExtensionPoint.FILTER, plugin, exc) from exc
         batch.seal()
         return tuple(steps)
+
+    def _remove(self, batch: B, step: Step, steps: list[Step]) -> None:
+        """Apply a step's removals (the survivors: alive AND NOT mask, for booleans
+        alive > mask); refuse when it leaves none."""
+        steps.append(step)
+        alive = batch.alive
+        assert step.removed is not None
+        kept = np.greater(alive, step.removed)
+        if not kept[kept.argmax()]:
+            self._refuse(step.plugin, batch, steps, alive)
+        batch.alive, batch.all_alive = kept, False
 
     def score(self, batch: B, observe: Mapping[object, _Observe] = _NO_OBSERVERS) -> Scored:
         """The scorers' columns and the weighted totals (also a trace's rescoring)."""
@@ -596,22 +597,28 @@ class Runner(Generic[B]):
         # An infinite cost (nothing serves there) or a negative one is no prediction.
         return cost if 0.0 <= cost < math.inf else None
 
-    def _refuse(self, filter_name: str, batch: B, steps: Sequence[Step]) -> NoReturn:
+    def _refuse(
+        self, filter_name: str, batch: B, steps: Sequence[Step], before: Bools | None = None
+    ) -> NoReturn:
+        """Raise NoEligibleCandidate naming the filter (``before``: the survivors its step
+        removed); the trace is built when read."""
         if self._metrics is not None:
             self._metrics.no_eligible.labels(self.tier, self.name, filter_name).inc()
-        trace = DecisionTrace(
-            profile=self.name,
-            candidates=tuple(batch.ids),
-            filters=_filter_steps(steps, batch.ids),
-            picker=self.picker.name,
-            weights=self.weights,
-        )
-        last = trace.filters[-1] if trace.filters else None
-        if last is not None and last.reasons:
-            cid, reason = last.reasons[0]
-            why = f"removed all {len(last.removed)}, e.g. {cid!r}: {reason}"
-        else:
-            why = "no candidates offered" if not len(batch) else ""
+        ids, why = batch.ids, "no candidates offered"
+        if before is not None:
+            first = int(before.argmax())
+            why = f"removed all {int(before.sum())}, e.g. {ids[first]!r}: {steps[-1].reason(first)}"
+        steps = tuple(steps)
+
+        def trace() -> DecisionTrace:
+            return DecisionTrace(
+                profile=self.name,
+                candidates=tuple(ids),
+                filters=_filter_steps(steps, ids),
+                picker=self.picker.name,
+                weights=self.weights,
+            )
+
         raise NoEligibleCandidate(filter_name, why, trace=trace)
 
 
