@@ -15,17 +15,13 @@ cold start ends).
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable
 
-from gtm.errors import LeaseNotFound, StateError
 from gtm.models import GpuWorker
 from gtm.state import keys
-from gtm.state.codec import encode
+from gtm.state.publisher import LeasedPublisher
 from gtm.state.store import StateStore
 from gtm.tasks import TaskSupervisor
-
-log = logging.getLogger(__name__)
 
 #: Lease TTL (s): a dead worker leaves the fleet view within this time. etcd's own
 #: clients default to similar values (etcd's `concurrency` sessions use 60 s; routers
@@ -33,12 +29,10 @@ log = logging.getLogger(__name__)
 #: between fast removal and keep-alive traffic).
 DEFAULT_LEASE_TTL_S = 10.0
 
-#: Bound on the revoke at shutdown, so an unreachable store cannot block exit.
-REVOKE_TIMEOUT_S = 2.0
-
 
 class WorkerRegistration:
-    """Keeps one worker's record in the store while the worker runs."""
+    """Keeps one worker's record in the store while the worker runs
+    (a :class:`gtm.state.publisher.LeasedPublisher` driven by a supervised loop)."""
 
     def __init__(
         self,
@@ -48,20 +42,23 @@ class WorkerRegistration:
         supervisor: TaskSupervisor,
         ttl: float = DEFAULT_LEASE_TTL_S,
     ) -> None:
-        self._store = store
         self._record = record
         self._supervisor = supervisor
         self._ttl = ttl
         first = record()
-        self.key = keys.gpu(first.region_id, first.zone_id, first.id)
-        self._lease = 0
-        self._written: GpuWorker | None = None
+        self._publisher = LeasedPublisher(
+            store,
+            keys.gpu(first.region_id, first.zone_id, first.id),
+            ttl_s=ttl,
+            what="registration",
+        )
+        self.key = self._publisher.key
         self._stopped = False
         self.registered = asyncio.Event()
 
     @property
     def lease_id(self) -> int:
-        return self._lease
+        return self._publisher.lease_id
 
     def start(self) -> None:
         """Register and keep alive in the background (a keep-alive every TTL / 3)."""
@@ -70,31 +67,17 @@ class WorkerRegistration:
     async def _step(self) -> None:
         if self._stopped:
             return
-        if self._lease:
-            try:
-                await self._store.keep_alive(self._lease)
-            except LeaseNotFound:
-                log.warning("registration lease %#x is gone; registering again", self._lease)
-                self._lease = 0
-                self._written = None
+        try:
+            await self._publisher.publish(self._record(), only_changes=True)
+        finally:
+            # Registered while the record is in the store under the live lease.
+            if self._publisher.written is None:
                 self.registered.clear()
-        if not self._lease:
-            lease = await self._store.grant_lease(self._ttl)
-            self._lease = lease.id
-        record = self._record()
-        if record != self._written:
-            await self._store.put(self.key, encode(record), lease=self._lease)
-            self._written = record
-            self.registered.set()
+            else:
+                self.registered.set()
 
     async def stop(self) -> None:
         """Revoke the lease (the record goes with it) and stop renewing. Never raises."""
         self._stopped = True
-        lease, self._lease = self._lease, 0
         self.registered.clear()
-        if not lease:
-            return
-        try:
-            await asyncio.wait_for(self._store.revoke_lease(lease), REVOKE_TIMEOUT_S)
-        except (StateError, TimeoutError):
-            log.warning("could not revoke registration lease %#x; it will expire", lease)
+        await self._publisher.withdraw()

@@ -29,7 +29,9 @@ from gtm.errors import GtmError
 from gtm.models import Endpoint
 from gtm.policy_store import ActivePolicy, PolicyWatcher
 from gtm.serve import Bound, HttpServer
+from gtm.state import keys
 from gtm.state.memory import MemoryStore
+from gtm.state.publisher import LeasedPublisher
 from gtm.state.snapshot import SnapshotWatcher
 from gtm.state.store import StateStore
 from gtm.tasks import TaskSupervisor
@@ -48,7 +50,7 @@ from regional_lb.proxy import Carrier
 from regional_lb.quota import Grant, QuotaLimiter, pool_of
 from regional_lb.router import RegionalRouter
 from regional_lb.spill import SpillLimiter
-from regional_lb.summary import RateMeter, SummaryPublisher, build_summary
+from regional_lb.summary import RateMeter, build_summary
 from regional_lb.view import RegionalView, ViewBuilder, ZoneAccounting
 
 log = logging.getLogger(__name__)
@@ -103,8 +105,11 @@ class RegionalService:
         self._demand = DemandMeter(settings.router.capacity.demand_decay_s)
         self.spill_in = RateMeter()
         self.spill_out = RateMeter()
-        self._publisher = SummaryPublisher(
-            store, settings.region, ttl_s=3 * settings.summary_interval_s
+        self._publisher = LeasedPublisher(
+            store,
+            keys.region_summary(settings.region),
+            ttl_s=3 * settings.summary_interval_s,
+            what="region summary",
         )
         self._session: aiohttp.ClientSession | None = None
         self.carrier = Carrier(self._client, self.metrics, settings.proxy)

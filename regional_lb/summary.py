@@ -15,24 +15,19 @@ over the region's non-drained zones:
   :attr:`RateMeter.window_s` seconds (peers use ``spill_out`` to avoid ping-pong).
 
 With several replicas per region, each publishes the same key; the last write wins,
-and the rates are that replica's view. :class:`SummaryPublisher` writes every interval
-under a lease of three intervals, so a dead regional LB's summary disappears by itself.
+and the rates are that replica's view. :class:`gtm.state.publisher.LeasedPublisher` writes
+it every interval under a lease of three intervals, so a dead regional LB's summary
+disappears by itself.
 """
 
 from __future__ import annotations
 
-import logging
 import math
 from collections import deque
 from collections.abc import Iterable
 
-from gtm.errors import LeaseNotFound
 from gtm.models import Endpoint, ModelLoad, ModelTtft, RegionSummary
-from gtm.state import codec, keys
-from gtm.state.store import StateStore
 from regional_lb.view import RegionalView, ZoneAccounting, ZoneState, is_saturated, zone_candidates
-
-log = logging.getLogger(__name__)
 
 
 class RateMeter:
@@ -153,38 +148,3 @@ def build_summary(
         spill_out_per_s=spill_out_per_s,
         endpoints=endpoints,
     )
-
-
-class SummaryPublisher:
-    """Writes the region summary under a lease; call :meth:`publish` every interval."""
-
-    def __init__(self, store: StateStore, region_id: str, *, ttl_s: float) -> None:
-        self._store = store
-        self._ttl = ttl_s
-        self.key = keys.region_summary(region_id)
-        self._lease = 0
-        self.published = 0
-
-    async def publish(self, summary: RegionSummary) -> None:
-        """Write ``summary``, refreshing (or re-granting) the lease. Store errors
-        propagate (the supervised loop logs them and retries with backoff)."""
-        if self._lease:
-            try:
-                await self._store.keep_alive(self._lease)
-            except LeaseNotFound:
-                log.warning("region summary lease %#x expired; granting a new one", self._lease)
-                self._lease = 0
-        if not self._lease:
-            self._lease = (await self._store.grant_lease(self._ttl)).id
-        await self._store.put(self.key, codec.encode(summary), lease=self._lease)
-        self.published += 1
-
-    async def withdraw(self) -> None:
-        """Revoke the lease (the summary goes with it). Never raises."""
-        lease, self._lease = self._lease, 0
-        if not lease:
-            return
-        try:
-            await self._store.revoke_lease(lease)
-        except Exception:
-            log.warning("could not revoke the region summary lease %#x; it will expire", lease)

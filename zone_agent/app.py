@@ -39,6 +39,8 @@ from gtm.models import DrainTarget, GpuWorker
 from gtm.openai_errors import error_middleware
 from gtm.policy_store import PolicyWatcher
 from gtm.serve import HttpServer
+from gtm.state import keys
+from gtm.state.publisher import LeasedPublisher
 from gtm.state.snapshot import SnapshotWatcher
 from gtm.state.store import StateStore
 from gtm.tasks import TaskSupervisor
@@ -53,7 +55,7 @@ from zone_agent.profiles import profile_source
 from zone_agent.proxy import DataPath, ProxySettings
 from zone_agent.request import Ids
 from zone_agent.scrape import GpuMetrics, ScrapeError, scrape
-from zone_agent.summary import SummaryPublisher, build_summary
+from zone_agent.summary import build_summary
 from zone_agent.upstream import UpstreamPool
 from zone_agent.view import GpuState, ViewBuilder, ViewSettings, ZoneView, profile_for
 
@@ -113,8 +115,11 @@ class ZoneAgent:
             else None
         )
         self._publisher = (
-            SummaryPublisher(
-                store, config.region, config.zone, ttl_s=max(3.0, 3 * config.summary_interval_s)
+            LeasedPublisher(
+                store,
+                keys.zone_summary(config.region, config.zone),
+                ttl_s=max(3.0, 3 * config.summary_interval_s),
+                what="zone summary",
             )
             if store is not None
             else None
@@ -145,7 +150,7 @@ class ZoneAgent:
         self._profile = profile
 
     @property
-    def publisher(self) -> SummaryPublisher | None:
+    def publisher(self) -> LeasedPublisher | None:
         return self._publisher
 
     def _upstream_session(self) -> UpstreamPool:

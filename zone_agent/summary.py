@@ -17,25 +17,18 @@ A regional LB derives the zone's predicted TTFT for a request of ``n`` uncached 
 as ``ModelLoad.queue_delay_ms() + 1000·n / prefill_tokens_per_s`` (ARCHITECTURE §2).
 ``prefix_sketch`` lists the zone's hottest leading prefix blocks (Space-Saving top-k).
 
-:class:`SummaryPublisher` writes it every ``interval`` seconds under a lease of three
-intervals, so a dead agent's summary disappears by itself.
+:class:`gtm.state.publisher.LeasedPublisher` writes it every ``interval`` seconds under a
+lease of three intervals, so a dead agent's summary disappears by itself.
 """
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 import numpy as np
 
-from gtm.errors import LeaseNotFound
 from gtm.models import ModelLoad, ZoneSummary
-from gtm.state import keys
-from gtm.state.codec import encode
-from gtm.state.store import StateStore
 from zone_agent.view import ModelIndex, ZoneView
-
-log = logging.getLogger(__name__)
 
 #: Reference decode workload of ``decode_tokens_per_s`` (see the module docstring).
 REFERENCE_BATCH = 64
@@ -117,42 +110,3 @@ def build_summary(view: ZoneView, published_at: float) -> ZoneSummary:
         models=models,
         prefix_sketch=view.accounting.hot.top(SKETCH_BLOCKS),
     )
-
-
-class SummaryPublisher:
-    """Writes the zone summary under a lease; call :meth:`publish` every interval."""
-
-    def __init__(self, store: StateStore, region_id: str, zone_id: str, *, ttl_s: float) -> None:
-        self._store = store
-        self._ttl = ttl_s
-        self.key = keys.zone_summary(region_id, zone_id)
-        self._lease = 0
-        self.published = 0
-
-    @property
-    def lease_id(self) -> int:
-        return self._lease
-
-    async def publish(self, summary: ZoneSummary) -> None:
-        """Write ``summary``; refresh (or re-grant) the lease. Store errors propagate
-        (the supervised loop logs them and retries with backoff)."""
-        if self._lease:
-            try:
-                await self._store.keep_alive(self._lease)
-            except LeaseNotFound:
-                log.warning("zone summary lease %#x expired; granting a new one", self._lease)
-                self._lease = 0
-        if not self._lease:
-            self._lease = (await self._store.grant_lease(self._ttl)).id
-        await self._store.put(self.key, encode(summary), lease=self._lease)
-        self.published += 1
-
-    async def withdraw(self) -> None:
-        """Revoke the lease (the summary goes with it). Never raises."""
-        lease, self._lease = self._lease, 0
-        if not lease:
-            return
-        try:
-            await self._store.revoke_lease(lease)
-        except Exception:
-            log.warning("could not revoke the zone summary lease %#x; it will expire", lease)

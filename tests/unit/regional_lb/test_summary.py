@@ -2,11 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from gtm.clock import FakeClock
-from gtm.models import Endpoint, RegionSummary
-from gtm.state import codec, keys
-from gtm.state.memory import MemoryStore
-from regional_lb.summary import RateMeter, SummaryPublisher, build_summary
+from gtm.models import Endpoint
+from regional_lb.summary import RateMeter, build_summary
 from regional_lb.view import ZoneAccounting
 from tests.unit.regional_lb.helpers import MODEL, NOW, model_load, view, zone
 
@@ -64,23 +61,3 @@ def test_rate_meter_counts_a_sliding_window() -> None:
     assert meter.rate(100.0) == 0.0
     with pytest.raises(ValueError, match="window_s"):
         RateMeter(0)
-
-
-async def test_publisher_writes_under_a_lease_and_withdraws(fake_clock: FakeClock) -> None:
-    store = MemoryStore(fake_clock)
-    publisher = SummaryPublisher(store, "r1", ttl_s=3.0)
-    summary = RegionSummary(region_id="r1", published_at=NOW)
-    await publisher.publish(summary)
-    kv = await store.get(keys.region_summary("r1"))
-    assert kv is not None
-    assert kv.lease != 0
-    assert codec.decode(kv.key, kv.value, RegionSummary) == summary
-    await store.revoke_lease(kv.lease)  # expired behind our back: a new lease next time
-    await publisher.publish(summary)
-    again = await store.get(keys.region_summary("r1"))
-    assert again is not None
-    assert again.lease not in (0, kv.lease)
-    await publisher.withdraw()
-    await publisher.withdraw()  # twice: harmless
-    assert await store.get(keys.region_summary("r1")) is None
-    assert publisher.published == 2

@@ -2,16 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from gtm.clock import FakeClock
 from gtm.gpu_profiles import get_profile
-from gtm.metrics import new_registry
-from gtm.models import ZoneSummary
-from gtm.state import keys
-from gtm.state.codec import decode
-from gtm.state.memory import MemoryStore
 from zone_agent.accounting import Accounting
 from zone_agent.health import HealthStatus
-from zone_agent.summary import SummaryPublisher, build_summary
+from zone_agent.summary import build_summary
 
 from .helpers import MODEL, Gpu, make_view
 
@@ -74,23 +68,3 @@ def test_later_summaries_of_one_view_see_the_charges_made_since() -> None:
 def test_no_available_gpu_is_an_unhealthy_zone() -> None:
     view = make_view([Gpu("a", drained=True)])
     assert not build_summary(view, 0.0).healthy
-
-
-async def test_publisher_writes_under_a_lease_and_withdraws() -> None:
-    clock = FakeClock()
-    store = MemoryStore(clock, new_registry())
-    publisher = SummaryPublisher(store, "region-1", "zone-a", ttl_s=3.0)
-    summary = build_summary(make_view([Gpu("a")]), 1.0)
-    await publisher.publish(summary)
-    kv = await store.get(keys.zone_summary("region-1", "zone-a"))
-    assert kv is not None
-    assert kv.lease == publisher.lease_id
-    assert decode(kv.key, kv.value, ZoneSummary) == summary
-    # The lease ran out while we were away: a new one is granted.
-    await clock.advance(10.0)
-    await publisher.publish(summary)
-    assert publisher.published == 2
-    assert (await store.get(publisher.key)) is not None
-    await publisher.withdraw()
-    assert (await store.get(publisher.key)) is None
-    await publisher.withdraw()  # idempotent
