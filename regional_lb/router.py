@@ -348,7 +348,7 @@ class RegionalRouter:
 
     def _spills(self, request: RouteRequest, local_load: float) -> bool:
         """Whether the request's draw lands past the local share. A draw is below 1, so
-        with the whole load local there is none to make (seeding costs ~5 µs)."""
+        with the whole load local there is none to make (and no random source to seed)."""
         return local_load < 1.0 and self._draw(request) >= local_load
 
     def _draw(self, request: RouteRequest) -> float:
