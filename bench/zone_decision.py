@@ -54,10 +54,10 @@ from gtm.routing import RoutingMetrics
 from gtm.stats import percentile
 from zone_agent.accounting import Accounting
 from zone_agent.health import HealthStatus
-from zone_agent.pipeline import ZoneProfile
 from zone_agent.prefix import consistent_hash_key, text_block_hashes
 from zone_agent.profiles import BUILTIN_PROFILES, DEFAULT_PROFILE, builtin_profile
 from zone_agent.request import Endpoint, ZoneRequest
+from zone_agent.router import ZoneProfile
 from zone_agent.scrape import Flavor, GpuMetrics, ModelMetrics
 from zone_agent.view import GpuState, ViewBuilder, ZoneView
 

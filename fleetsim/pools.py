@@ -18,7 +18,7 @@ from gtm.gpu_profiles import get_profile
 from gtm.models import GpuWorker
 from zone_agent.accounting import Accounting, SlotLoad, Ticket
 from zone_agent.health import HealthStatus
-from zone_agent.pipeline import ZoneProfile as GpuProfileRunner
+from zone_agent.router import ZoneProfile as GpuProfileRunner
 from zone_agent.scrape import Flavor, GpuMetrics, ModelMetrics
 from zone_agent.view import GpuState, ViewBuilder, ZoneView
 

@@ -71,7 +71,7 @@ from policies.documents import Quotas
 from regional_lb.quota import Cost, Grant, QuotaLimiter, Rejection, Usage, pool_of
 from regional_lb.quota import Ticket as QuotaTicket
 from regional_lb.rtt import RegionRtt
-from zone_agent.pipeline import ModelNotServed
+from zone_agent.errors import ModelNotServed
 from zone_agent.profiles import builtin_profile
 from zone_agent.request import Endpoint as ZoneEndpoint
 from zone_agent.request import ZoneRequest

@@ -5,7 +5,7 @@ Per request: residency verdict (:mod:`policies`) → :class:`GlobalRouter` ``.de
 over the global view and its in-flight ledger → the chosen region's quota check →
 :class:`RegionalRouter` ``.decide`` (LOCAL / SPILL to a peer, decided again there / QUEUE
 in the region's fair queue, re-placed with ``.place`` when work finishes and at ticks /
-REFUSE) → the zone agent's :class:`~zone_agent.pipeline.ZoneProfile` ``.decide``
+REFUSE) → the zone agent's :class:`~zone_agent.router.ZoneProfile` ``.decide``
 (:meth:`fleetsim.simulator.Simulator.dispatch`). Every tick the zone summaries, the
 regional views and region summaries, then the global view are rebuilt, as the live
 publishers do once a second.

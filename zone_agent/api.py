@@ -43,7 +43,6 @@ from gtm.serve import add_service_routes
 from zone_agent.accounting import Accounting
 from zone_agent.errors import BadRequest
 from zone_agent.metrics import ZoneMetrics
-from zone_agent.pipeline import ZoneProfile
 from zone_agent.proxy import DataPath, ZoneRelay, charge, decide_or_refuse
 from zone_agent.request import (
     HEADER_DECISION,
@@ -57,6 +56,7 @@ from zone_agent.request import (
     request_id,
     zone_request,
 )
+from zone_agent.router import ZoneProfile
 from zone_agent.view import ZoneView
 
 _IDS = Ids()

@@ -50,10 +50,10 @@ from zone_agent.api import AssignApi, OpenAiApi, ServiceApi
 from zone_agent.config import ZoneConfig
 from zone_agent.health import HealthTracker, probe
 from zone_agent.metrics import ZoneMetrics
-from zone_agent.pipeline import ZoneProfile
 from zone_agent.profiles import profile_source
 from zone_agent.proxy import DataPath, ProxySettings
 from zone_agent.request import Ids
+from zone_agent.router import ZoneProfile
 from zone_agent.scrape import GpuMetrics, ScrapeError, scrape
 from zone_agent.summary import build_summary
 from zone_agent.upstream import UpstreamPool

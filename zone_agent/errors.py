@@ -7,6 +7,8 @@ OpenAI SDKs parse into ``openai.APIStatusError``)::
     GtmError
     └── ZoneError
         ├── ScrapeError               a worker's /metrics could not be read or parsed
+        ├── ModelNotServed            no GPU of the zone serves the model (also a
+        │                             gtm.errors.RoutingError; answered as ModelNotFound)
         ├── UpstreamError             a worker's connection or response failed (also a
         │   │                         gtm.errors.UpstreamError, which the relay catches)
         │   ├── UpstreamConnectError  no connection (refused, unreachable, TLS handshake)
@@ -33,6 +35,15 @@ class ZoneError(GtmError):
 
 class ScrapeError(ZoneError):
     """A worker's /metrics could not be read or parsed."""
+
+
+class ModelNotServed(errors.RoutingError, ZoneError):
+    """No GPU of the zone serves the requested model (a decision's refusal; the proxy
+    answers it as :class:`ModelNotFound`)."""
+
+    def __init__(self, model: str) -> None:
+        super().__init__(f"no GPU in this zone serves model {model!r}")
+        self.model = model
 
 
 class UpstreamError(errors.UpstreamError, ZoneError):

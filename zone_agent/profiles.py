@@ -1,7 +1,7 @@
 """Zone routing profiles: the plugin registry, the built-in profiles, and building them.
 
 Profiles are :class:`gtm.routing.registry.ProfileSpec` configuration, as at every tier,
-built by the core registry into the core runner (:class:`~zone_agent.pipeline.
+built by the core registry into the core runner (:class:`~zone_agent.router.
 ZoneProfile` wraps it with the zone's layout)::
 
     name: default
@@ -51,7 +51,6 @@ from gtm.routing.registry import (
 )
 from gtm.routing.source import ProfileSource
 from zone_agent.fastpaths import FAST_PATHS
-from zone_agent.pipeline import ZoneProfile
 from zone_agent.plugins import (
     canary_filter,
     consistent_hash_picker,
@@ -69,6 +68,7 @@ from zone_agent.plugins import (
     ttft_scorer,
     weighted_round_robin_picker,
 )
+from zone_agent.router import ZoneProfile
 
 DEFAULT_PROFILE = "default"
 

@@ -1,7 +1,7 @@
 """The zone's data path: what the zone plugs into the core relay (:mod:`gtm.relay`).
 
 One request (the handler is :class:`zone_agent.api.OpenAiApi`): decide
-(:class:`~zone_agent.pipeline.ZoneProfile`), charge the GPU
+(:class:`~zone_agent.router.ZoneProfile`), charge the GPU
 (:class:`~zone_agent.accounting.Ticket`), send it over the zone's own keep-alive pool
 (:class:`~zone_agent.upstream.UpstreamPool`), relay the response. The relay owns the
 retry-before-first-byte loop, streaming, cutting and the hop-by-hop headers; the zone's
@@ -39,10 +39,16 @@ from gtm.clock import Clock
 from gtm.errors import AttemptFailed, NoEligibleCandidate
 from gtm.relay import Ending, Failure, Relay, Upstream, describe, end_to_end, skip_set
 from zone_agent.accounting import Accounting, Ticket
-from zone_agent.errors import ApiError, BadRequest, ErrorType, ModelNotFound, NoCapacity
+from zone_agent.errors import (
+    ApiError,
+    BadRequest,
+    ErrorType,
+    ModelNotFound,
+    ModelNotServed,
+    NoCapacity,
+)
 from zone_agent.health import HealthTracker, Outcome
 from zone_agent.metrics import ZoneMetrics
-from zone_agent.pipeline import ModelNotServed, ZoneDecision, ZoneProfile
 from zone_agent.plugins.fits_filter import PromptTooLong
 from zone_agent.request import (
     HEADER_DECISION,
@@ -51,6 +57,7 @@ from zone_agent.request import (
     HEADER_ZONE,
     ZoneRequest,
 )
+from zone_agent.router import ZoneDecision, ZoneProfile
 from zone_agent.upstream import UpstreamConnectError, UpstreamPool
 from zone_agent.view import ZoneView
 

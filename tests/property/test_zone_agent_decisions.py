@@ -16,11 +16,12 @@ from gtm.gpu_profiles import LLAMA_8B, LLAMA_70B
 from gtm.models import WorkerState
 from tests.unit.zone_agent.helpers import Gpu, make_request, make_view
 from zone_agent.accounting import Accounting
+from zone_agent.errors import ModelNotServed
 from zone_agent.health import HealthStatus
-from zone_agent.pipeline import ModelNotServed, ZoneProfile
 from zone_agent.plugins.fits_filter import PromptTooLong
 from zone_agent.profiles import BUILTIN_PROFILES, builtin_profile
 from zone_agent.request import CanaryChoice, ZoneRequest
+from zone_agent.router import ZoneProfile
 from zone_agent.view import ZoneView
 
 PROFILES = {name: builtin_profile(name) for name in BUILTIN_PROFILES}

@@ -9,9 +9,9 @@ from gtm.gpu_profiles import LLAMA_8B
 from gtm.models import GpuWorker, WorkerState
 from zone_agent.accounting import Accounting, SlotLoad
 from zone_agent.health import HealthStatus
-from zone_agent.pipeline import Batch
 from zone_agent.prefix import text_block_hashes
 from zone_agent.request import CanaryChoice, Endpoint, ZoneRequest
+from zone_agent.router import Batch
 from zone_agent.scrape import Flavor, GpuMetrics, ModelMetrics
 from zone_agent.view import GpuState, ViewBuilder, ViewSettings, ZoneView
 

@@ -23,7 +23,6 @@ from tests.unit.zone_agent.helpers import Gpu, batch, make_request, make_view
 from zone_agent.accounting import Accounting
 from zone_agent.costs.ttft import load_scale, ttft_costs_reference
 from zone_agent.health import HealthStatus
-from zone_agent.pipeline import Batch, WeightedGpuScorer, ZoneProfile
 from zone_agent.plugins._arrays import first_max, first_max_of
 from zone_agent.plugins.fits_filter import FitsFilter
 from zone_agent.plugins.health_filter import HealthFilter
@@ -31,6 +30,7 @@ from zone_agent.plugins.model_filter import ModelFilter
 from zone_agent.plugins.ttft_scorer import Params, TtftScorer
 from zone_agent.prefix import BYTES_FROM, PrefixIndex, iter_bits, set_bits
 from zone_agent.profiles import DEFAULT_TTFT_SCALE_MS, builtin_profile
+from zone_agent.router import Batch, WeightedGpuScorer, ZoneProfile
 
 SETTINGS = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TEXTS = ("system prompt one " * 120, "system prompt two " * 90, "other " * 200)

@@ -7,9 +7,9 @@ from typing import Any, cast
 
 import pytest
 
-from zone_agent.pipeline import ZoneDecision
 from zone_agent.proxy import ProxySettings
 from zone_agent.request import Endpoint, zone_request
+from zone_agent.router import ZoneDecision
 
 SETTINGS = ProxySettings(
     "z", first_byte_floor_s=5.0, first_byte_ttft_factor=4.0, first_byte_cap_s=60.0

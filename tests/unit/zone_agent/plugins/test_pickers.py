@@ -11,7 +11,7 @@ from gtm.routing.pickers.max_score import MaxScorePicker
 from gtm.routing.pickers.power_of_two import PowerOfTwoPicker
 from gtm.routing.pickers.random_pick import RandomPicker
 from tests.unit.zone_agent.helpers import Gpu, batch, make_request, make_view
-from zone_agent.pipeline import GpuPicker
+from zone_agent.router import GpuPicker
 
 VIEW = make_view([Gpu(f"g{i}") for i in range(4)])
 

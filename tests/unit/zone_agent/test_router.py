@@ -10,17 +10,17 @@ from gtm.routing.framework import Plugin
 from gtm.routing.metrics import RoutingMetrics
 from gtm.routing.pickers.max_score import MaxScorePicker
 from zone_agent.accounting import Accounting
+from zone_agent.errors import ModelNotServed
 from zone_agent.health import HealthStatus
-from zone_agent.pipeline import (
+from zone_agent.plugins.health_filter import HealthFilter
+from zone_agent.plugins.ttft_scorer import TtftScorer
+from zone_agent.router import (
     RETRY_STEP,
     Batch,
-    ModelNotServed,
     Removal,
     WeightedGpuScorer,
     ZoneProfile,
 )
-from zone_agent.plugins.health_filter import HealthFilter
-from zone_agent.plugins.ttft_scorer import TtftScorer
 from zone_agent.view import Floats
 
 from .helpers import Gpu, make_request, make_view

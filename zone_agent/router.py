@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from gtm.errors import PluginError, RoutingError
+from gtm.errors import PluginError
 from gtm.models import Decision, Tier
 from gtm.routing.framework import (
     CostModel,
@@ -42,6 +42,7 @@ from gtm.routing.runner import (
     Weighted,
 )
 from zone_agent.batch import ZoneBatch, ZoneCapability
+from zone_agent.errors import ModelNotServed
 from zone_agent.fastpaths import FAST_PATHS
 from zone_agent.request import ZoneRequest
 from zone_agent.view import Bools, Floats, GpuState, ModelIndex, ZoneView
@@ -72,14 +73,6 @@ __all__ = [
     "ZoneDecision",
     "ZoneProfile",
 ]
-
-
-class ModelNotServed(RoutingError):
-    """No GPU of the zone serves the requested model."""
-
-    def __init__(self, model: str) -> None:
-        super().__init__(f"no GPU in this zone serves model {model!r}")
-        self.model = model
 
 
 def _already_tried(position: int) -> str:
