@@ -3,6 +3,8 @@
 where the library is called (:mod:`policies.yamlsafe`, :mod:`policies.loader`)::
 
     PolicyError
+    ├── ReadError                   one file's YAML/JSON cannot be read safely (line, path);
+    │                               the loader turns it into a PolicyValidationError
     ├── PolicyValidationError       one or more problems in policy files (file, line, path)
     │   └── PolicyConflictError     rules that contradict each other (e.g. two allows)
     ├── ApiKeyError                 an API key that is malformed or matches no tenant
@@ -40,6 +42,18 @@ class Problem:
 
 class PolicyError(Exception):
     """Root of every error the policies package raises on purpose."""
+
+
+class ReadError(PolicyError):
+    """A problem reading one file (:mod:`policies.yamlsafe`), with its 1-based line (0 when
+    unknown) and the field path it is at. :mod:`policies.loader` turns it into a
+    :class:`Problem` of a :class:`PolicyValidationError`, naming the file."""
+
+    def __init__(self, line: int, message: str, path: tuple[str | int, ...] = ()) -> None:
+        super().__init__(message)
+        self.line = line
+        self.message = message
+        self.path = path
 
 
 class PolicyValidationError(PolicyError):

@@ -38,6 +38,8 @@ from yaml.reader import Reader
 from yaml.resolver import BaseResolver
 from yaml.scanner import Scanner
 
+from policies.errors import ReadError as ReadError  # raised here; re-exported
+
 #: One segment of a field path: a mapping key or a list index.
 PathPart = str | int
 Path = tuple[PathPart, ...]
@@ -68,17 +70,6 @@ def format_path(path: Path) -> str:
     for part in path:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else part)
     return out or "<root>"
-
-
-class ReadError(Exception):
-    """A problem reading one file, with its 1-based line (0 when unknown). Internal:
-    :mod:`policies.loader` turns it into a :class:`~policies.errors.Problem`."""
-
-    def __init__(self, line: int, message: str, path: Path = ()) -> None:
-        super().__init__(message)
-        self.line = line
-        self.message = message
-        self.path = path
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from policies.errors import PolicyError
 from policies.yamlsafe import Limits, ReadError, format_path, parse_json, parse_yaml
 
 
@@ -62,8 +63,9 @@ def test_unsafe_tags_are_rejected_with_their_line(text: str, line: int, fragment
 
 
 def test_duplicate_keys_name_both_lines() -> None:
-    with pytest.raises(ReadError) as info:
+    with pytest.raises(PolicyError) as info:  # ReadError sits in the policies error tree
         parse_yaml("spec:\n  a: 1\n  b: 2\n  a: 3\n")
+    assert isinstance(info.value, ReadError)
     assert info.value.line == 4
     assert info.value.path == ("spec",)
     assert info.value.message == "duplicate key 'a' (first at line 2)"
