@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gtm.errors import NoEligibleCandidate
-from gtm.models import RouteRequest
+from gtm.models import ModelLoad, RouteRequest
 from gtm.routing import ProfileSpec, load_profile_spec
 from gtm.routing.cost import matching_prefix_blocks, scores_from_costs
 from policies.documents import SaturationPolicy
@@ -102,17 +102,18 @@ SPECS = [
     ),
 ]
 
-loads = st.builds(
-    lambda gpus, healthy, running, waiting, queued, rate, kv, model: model_load(
-        gpus=gpus,
-        healthy=min(healthy, gpus),
-        running=running,
-        waiting=waiting,
-        queued=queued,
-        rate=rate,
-        kv=kv,
-        model=model,
-    ),
+
+def _loads(**fields: Any) -> st.SearchStrategy[ModelLoad]:
+    """Model loads drawn from ``fields`` (healthy GPUs capped at the GPUs), a quarter of
+    them for another model."""
+
+    def build(gpus: int, healthy: int, **rest: Any) -> ModelLoad:
+        return model_load(gpus=gpus, healthy=min(healthy, gpus), **rest)
+
+    return st.builds(build, model=st.sampled_from([MODEL, MODEL, MODEL, "other"]), **fields)
+
+
+loads = _loads(
     gpus=st.integers(0, 4),
     healthy=st.integers(0, 4),
     running=st.integers(0, 20),
@@ -120,7 +121,6 @@ loads = st.builds(
     queued=st.integers(0, 100_000),
     rate=st.sampled_from([0.0, 5_000.0, 10_000.0, 10_000.0]),
     kv=st.sampled_from([(0, 0), (100, 90), (100, 10), (100, 50)]),
-    model=st.sampled_from([MODEL, MODEL, MODEL, "other"]),
 )
 
 
@@ -373,17 +373,7 @@ def _reference_options(
 
 
 #: Loads near the saturation edges (busy = limit, KV at the threshold, no room).
-edge_loads = st.builds(
-    lambda gpus, healthy, running, waiting, max_running, kv, rate, model: model_load(
-        gpus=gpus,
-        healthy=min(healthy, gpus),
-        running=running,
-        waiting=waiting,
-        max_running=max_running,
-        kv=kv,
-        rate=rate,
-        model=model,
-    ),
+edge_loads = _loads(
     gpus=st.integers(0, 3),
     healthy=st.integers(0, 3),
     running=st.integers(0, 24),
@@ -391,7 +381,6 @@ edge_loads = st.builds(
     max_running=st.sampled_from([0, 4, 8]),
     kv=st.sampled_from([(0, 0), (100, 20), (100, 21), (100, 90)]),
     rate=st.sampled_from([0.0, 10_000.0, 10_000.0, 10_000.0]),
-    model=st.sampled_from([MODEL, MODEL, MODEL, "other"]),
 )
 
 
