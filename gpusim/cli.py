@@ -174,8 +174,8 @@ async def serve(
         url = await server.start()
         # Everything allocated so far (imported modules, the app) lives for the whole
         # process: move it out of the collector's reach, so that full collections scan
-        # only request objects. Without this, a gen-2 pass took ~19 ms under load — more
-        # than the 10 ms event-loop lag budget (Python docs, gc.freeze).
+        # only request objects and a gen-2 pass stays inside the event-loop lag budget
+        # (Python docs, gc.freeze).
         gc.collect()
         gc.freeze()
         models = ",".join(server.models)

@@ -21,12 +21,11 @@ from gtm.stats import percentile_of_sorted
 
 #: Probe period (s). The probe samples the loop's lateness at a steady rate, so its
 #: percentiles estimate the share of time the loop is late whatever the period; a
-#: shorter one only gathers samples faster. Every wake-up costs the process CPU: at
-#: 5 ms (200 wake-ups/s) an idle emulated GPU used 4.2 % of a core, which across the 16
-#: workers of a ``gtm up`` fleet is two thirds of a core of pure background, enough to
-#: delay every other process on a 2-core machine (``bench/sim_fidelity.py`` prints the
-#: idle deployment's CPU); at 50 ms it uses 0.5 %. Benchmarks of the worker itself
-#: (``bench/gpu_sim.py``) pass ``--lag-probe-interval 0.005`` for more samples.
+#: shorter one only gathers samples faster. Every wake-up costs the process CPU, and a
+#: ``gtm up`` fleet runs many idle workers on a small machine, so the period is long
+#: enough that their probes are no load of their own (``bench/sim_fidelity.py`` prints
+#: the idle deployment's CPU). Benchmarks of the worker itself (``bench/gpu_sim.py``)
+#: pass ``--lag-probe-interval 0.005`` for more samples.
 PROBE_INTERVAL_S = 0.05
 #: Seconds of samples kept for percentiles.
 WINDOW_S = 60.0

@@ -13,7 +13,8 @@ are in *tokens* (prompt tokens looked up, and tokens found cached).
 
 Sans-io and synchronous; the engine owns one pool. Per-block state lives in arrays
 and int-only dicts, which the garbage collector does not traverse: a pool can have
-millions of blocks, and lists of that size made every full collection take ~100 ms.
+millions of blocks, and objects or lists of that many would make every full collection
+walk them all, stalling the event loop.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Reductions for small arrays on the decision path.
 
 ``ndarray.min()``/``.max()``/``.any()`` go through numpy's Python-level ``_methods``
-wrappers; ``argmin``/``argmax`` are C methods, several times cheaper on the small
-arrays of a zone. A decision makes a dozen reductions, so these matter.
+wrappers; ``argmin``/``argmax`` are C methods and skip them. On the small arrays of a
+zone that wrapper is most of a reduction's cost, and a decision makes a dozen
+reductions, so these go through the C methods.
 """
 
 from __future__ import annotations

@@ -52,9 +52,10 @@ def first_max(values: Floats, alive: Bools, all_alive: bool = False) -> int:
 
 
 def first_max_of(values: Floats, survivors: Ints, all_alive: bool = False) -> int:
-    """:func:`first_max` given the alive positions (ascending): a gather and an argmax,
-    ~3× cheaper than masking with ``np.where`` on small arrays. (Same choice, except that
-    when every alive value is −inf this one still names an alive position.)"""
+    """:func:`first_max` given the alive positions (ascending): a gather and an argmax
+    over the survivors, instead of building a masked copy of every value with
+    ``np.where``. (Same choice, except that when every alive value is −inf this one
+    still names an alive position.)"""
     if all_alive:
         return int(values.argmax())
     return int(survivors[values[survivors].argmax()])
