@@ -1,4 +1,7 @@
-"""Ports for listeners that are picked before they are bound.
+"""Listener addresses: ``HOST:PORT`` read one way, and ports picked before they are bound.
+
+Every command that listens (``gtm zone``, ``gtm regional``, ``gtm up``) reads its
+``--listen``-style options with :func:`split_host_port`.
 
 ``gtm up`` and the chaos runner choose a listener's port, hand it to a child process on
 its command line, and the child binds it a moment later. The port must still be free
@@ -17,6 +20,20 @@ from gtm.errors import ConfigError
 #: chaos runs place at 20000–30000: a port picked now and bound a moment later must not
 #: be taken meanwhile by a child binding port 0 (this once failed a CI run).
 PICK_RANGE = (10_000, 20_000)
+
+
+def split_host_port(value: str, *, example: str = "127.0.0.1:8080") -> tuple[str, int]:
+    """``HOST:PORT`` (an IPv6 host in brackets) as ``(host, port)``.
+
+    Raises:
+        ConfigError: no port, an empty host, or a port that is not 0..65535 (the message
+            quotes ``value`` and shows ``example``).
+    """
+    host, sep, port = value.strip().rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"{value!r} is not HOST:PORT (e.g. {example})")
+    return host, int(port)
 
 
 def free_port(host: str) -> int:

@@ -15,6 +15,7 @@ import click
 from gtm.clock import SystemClock
 from gtm.errors import GtmError
 from gtm.metrics import new_registry
+from gtm.net import split_host_port
 from gtm.policy_store import ActivePolicy, activate
 from gtm.serve import until_signalled
 from gtm.state.url import open_store
@@ -28,13 +29,6 @@ from regional_lb.router import RouterSettings
 from regional_lb.view import ViewSettings
 
 _ID = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\Z")
-
-
-def _listen(value: str) -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not host or int(port) > 65535:
-        raise click.BadParameter(f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:8081)")
-    return host.strip("[]"), int(port)
 
 
 def _zone_urls(values: tuple[str, ...]) -> dict[str, str]:
@@ -144,8 +138,8 @@ def regional(
     **tls_options: object,
 ) -> None:
     """Run one region's regional LB: quotas, fair queueing, zone choice, spillover."""
-    host, port = _listen(listen)
     try:
+        host, port = split_host_port(listen, example="127.0.0.1:8081")
         tls = config_from_options(tls_options)
     except GtmError as exc:
         raise click.UsageError(str(exc)) from None

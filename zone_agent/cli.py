@@ -12,6 +12,7 @@ from gtm import native
 from gtm.clock import SystemClock
 from gtm.errors import GtmError
 from gtm.metrics import new_registry
+from gtm.net import split_host_port
 from gtm.serve import until_signalled
 from gtm.state.store import StateStore
 from gtm.tls import TlsConfig, click_options, config_from_options, material
@@ -19,13 +20,6 @@ from zone_agent.app import ZoneAgent
 from zone_agent.config import ZoneConfig, parse_worker
 from zone_agent.loop import LoopKind, run
 from zone_agent.profiles import BUILTIN_PROFILES, DEFAULT_PROFILE
-
-
-def _listen(value: str) -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        raise click.BadParameter(f"{value!r} is not HOST:PORT (e.g. 127.0.0.1:8100)")
-    return host.strip("[]"), int(port)
 
 
 @click.command("zone", context_settings={"help_option_names": ["-h", "--help"]})
@@ -95,8 +89,8 @@ def zone(
     **tls_options: object,
 ) -> None:
     """Run one zone's agent: choose a GPU for each request by predicted TTFT and proxy it."""
-    host, port = _listen(listen)
     try:
+        host, port = split_host_port(listen, example="127.0.0.1:8100")
         tls = config_from_options(tls_options)
         config = ZoneConfig(
             zone=zone,

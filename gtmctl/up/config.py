@@ -11,6 +11,7 @@ from pydantic import Field, field_validator, model_validator
 
 from gtm.errors import ConfigError
 from gtm.models import Frozen
+from gtm.net import split_host_port
 from gtm.state.url import StoreKind, parse_state_url
 from gtmctl.up.control import LinkKind
 
@@ -45,15 +46,15 @@ class HostPort:
 
 def parse_listen(value: str, what: str) -> HostPort:
     """``HOST:PORT`` (IPv6 in brackets); ConfigError naming ``what`` when malformed."""
-    host, sep, port = value.strip().rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"{what}: {value!r} is not HOST:PORT (e.g. 127.0.0.1:8080)")
+    try:
+        host, port = split_host_port(value)
+    except ConfigError as exc:
+        raise ConfigError(f"{what}: {exc}") from None
     try:
         ipaddress.ip_address(host)
     except ValueError:
         raise ConfigError(f"{what}: {host!r} is not an IP address") from None
-    return HostPort(host, int(port))
+    return HostPort(host, port)
 
 
 class UpConfig(Frozen):

@@ -1,12 +1,34 @@
-"""``free_port`` picks below the ephemeral range, so a child binding port 0 cannot take
-a port chosen for a listener that binds a moment later."""
+"""``split_host_port`` reads every listener option one way; ``free_port`` picks below the
+ephemeral range, so a child binding port 0 cannot take a port chosen for a listener that
+binds a moment later."""
 
 from __future__ import annotations
 
 import socket
 from pathlib import Path
 
-from gtm.net import PICK_RANGE, bindable, free_port
+import pytest
+
+from gtm.errors import ConfigError
+from gtm.net import PICK_RANGE, bindable, free_port, split_host_port
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("127.0.0.1:8100", ("127.0.0.1", 8100)),
+        (" localhost:0 ", ("localhost", 0)),
+        ("[::1]:65535", ("::1", 65535)),
+    ],
+)
+def test_host_port_is_split(value: str, expected: tuple[str, int]) -> None:
+    assert split_host_port(value) == expected
+
+
+@pytest.mark.parametrize("value", ["nope", ":8100", "[]:80", "host:", "host:-1", "host:65536"])
+def test_a_malformed_host_port_names_itself_and_the_example(value: str) -> None:
+    with pytest.raises(ConfigError, match=r"is not HOST:PORT \(e\.g\. 127\.0\.0\.1:8100\)"):
+        split_host_port(value, example="127.0.0.1:8100")
 
 
 def test_free_ports_are_below_the_ephemeral_range_and_bindable_for_tcp_and_udp() -> None:
