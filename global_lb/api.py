@@ -44,7 +44,6 @@ from global_lb.request import (
     CHAT,
     COMPLETIONS,
     DATA_CLASS_HEADER,
-    DATA_CLASS_PATTERN,
     DECISION_HEADER,
     EMBEDDINGS,
     HOPS_HEADER,
@@ -57,7 +56,7 @@ from global_lb.view import GlobalView
 from gtm.clock import Clock
 from gtm.http_limits import limited_app
 from gtm.inbound import bearer_key, read_body, tenant_of
-from gtm.models import ClientInfo, Frozen, RouteRequest
+from gtm.models import ClientInfo, Frozen, Identifier, ModelName, RouteRequest
 from gtm.openai_errors import ApiError, openai_error
 from gtm.serve import add_service_routes
 from policies import ApiKeyError, ResidencyQuery, decision_record
@@ -360,12 +359,12 @@ class _RouteQuery(Frozen):
     """``POST /v1/route``: what to decide for. The tenant comes from the API key, or —
     for a trusted data plane calling without one — from ``tenant``."""
 
-    model: str = Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9._:/@+-]+$")
-    tenant: str | None = Field(default=None, pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+    model: ModelName
+    tenant: Identifier | None = None
     client_ip: ipaddress.IPv4Address | ipaddress.IPv6Address | None = None
     input_tokens: int = Field(default=0, ge=0, le=100_000_000)
     max_output_tokens: int = Field(default=0, ge=0, le=100_000_000)
-    data_class: str = Field(default="default", pattern=DATA_CLASS_PATTERN)
+    data_class: Identifier = "default"
 
 
 def _first_error(exc: ValidationError) -> str:

@@ -15,11 +15,11 @@ Inter-tier headers the front door reads or sets::
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from global_lb.errors import BadRequest
+from gtm import headers as gtm_headers
 from gtm.openai_errors import ApiError
 from gtm.openai_request import parse_json_body
 from gtm.tokens import (
@@ -28,20 +28,18 @@ from gtm.tokens import (
     count_text_tokens,
     parse_chat_messages,
 )
+from policies.types import is_identifier
 
-HOPS_HEADER = "x-gtm-hops"
-REGION_HEADER = "x-gtm-region"
-DECISION_HEADER = "x-gtm-decision-id"
-DATA_CLASS_HEADER = "x-gtm-data-class"
-#: The client's country as the front door located it, for the regional LB's residency
-#: check on spillover. Set only by the front door: a client's own value is dropped, or a
-#: client could claim a country whose rules suit it.
-CLIENT_COUNTRY_HEADER = "x-gtm-client-country"
+# The inter-tier headers the front door reads or sets (their one list: gtm.headers).
+HOPS_HEADER = gtm_headers.HOPS
+REGION_HEADER = gtm_headers.REGION
+DECISION_HEADER = gtm_headers.DECISION_ID
+DATA_CLASS_HEADER = gtm_headers.DATA_CLASS
+#: Set only by the front door: a client's own value is dropped, or a client could claim
+#: a country whose rules suit it.
+CLIENT_COUNTRY_HEADER = gtm_headers.CLIENT_COUNTRY
 FORWARDED_FOR_HEADER = "X-Forwarded-For"
 
-# pydantic's (Rust) regex "$" is the very end; Python's needs \Z to refuse "id\n".
-DATA_CLASS_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
-_DATA_CLASS_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\Z")
 
 #: Endpoints the front door forwards (ARCHITECTURE §6).
 CHAT = "/v1/chat/completions"
@@ -97,7 +95,7 @@ def _count_inputs(value: object, field: str) -> int:
 
 def check_data_class(value: str) -> None:
     """A data class header must be a lowercase id (400 otherwise)."""
-    if not _DATA_CLASS_RE.match(value):
+    if not is_identifier(value):
         raise BadRequest(f"{DATA_CLASS_HEADER} must be a lowercase id, got {value!r}")
 
 

@@ -18,11 +18,12 @@ from collections.abc import Callable, Mapping
 
 from aiohttp import web
 
+from gtm import headers as gtm_headers
 from gtm.openai_errors import ApiError
 from policies import TenantDirectory
 from policies.documents import Tenant
 
-HEADER_REQUEST_ID = "x-request-id"
+HEADER_REQUEST_ID = gtm_headers.REQUEST_ID
 #: Longest client request id kept (a longer one is replaced, not truncated).
 MAX_REQUEST_ID = 128
 

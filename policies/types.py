@@ -11,6 +11,7 @@ editors. The whole value must match: a trailing newline is refused.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, GetPydanticSchema, WithJsonSchema
@@ -61,6 +62,22 @@ Identifier = Annotated[str, _checker(_IDENTIFIER, 63, _ID_WHAT), _schema(_IDENTI
 
 _CC_WHAT = "an ISO 3166-1 alpha-2 country code in upper case (e.g. 'DE')"
 CountryCode = Annotated[str, _checker(_COUNTRY, 2, _CC_WHAT), _schema(_COUNTRY, 2, _CC_WHAT)]
+
+# The same formats for values read outside a model (headers, command-line options):
+# whole-string matches, so a trailing newline is refused here too.
+_IDENTIFIER_RE = re.compile(_IDENTIFIER.removeprefix("^").removesuffix("$"))
+_COUNTRY_RE = re.compile(_COUNTRY.removeprefix("^").removesuffix("$"))
+
+
+def is_identifier(value: str) -> bool:
+    """Whether ``value`` is an :data:`Identifier`."""
+    return len(value) <= 63 and _IDENTIFIER_RE.fullmatch(value) is not None
+
+
+def is_country_code(value: str) -> bool:
+    """Whether ``value`` is a :data:`CountryCode`."""
+    return _COUNTRY_RE.fullmatch(value) is not None
+
 
 _MODEL_WHAT = "a model name as clients send it (e.g. 'meta-llama/Llama-3.1-8B-Instruct')"
 ModelName = Annotated[str, _checker(_MODEL, 256, _MODEL_WHAT), _schema(_MODEL, 256, _MODEL_WHAT)]

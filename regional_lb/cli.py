@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
-import re
 import sys
 from pathlib import Path
 from types import MappingProxyType
@@ -21,6 +20,7 @@ from gtm.serve import until_signalled
 from gtm.state.url import open_store
 from gtm.tls import TlsConfig, click_options, config_from_options, material
 from policies import AuditWriter, PolicyError, load_paths
+from policies.types import is_identifier
 from regional_lb.app import RegionalService, RegionalSettings, serving
 from regional_lb.leases import DEFAULT_SAFE_SHARE, LeaseSettings
 from regional_lb.priority import SplitMode
@@ -28,14 +28,12 @@ from regional_lb.profiles import PROFILE_NAME
 from regional_lb.router import RouterSettings
 from regional_lb.view import ViewSettings
 
-_ID = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\Z")
-
 
 def _zone_urls(values: tuple[str, ...]) -> dict[str, str]:
     urls: dict[str, str] = {}
     for value in values:
         zone, sep, url = value.partition("=")
-        if not sep or not _ID.match(zone) or not url.startswith(("http://", "https://")):
+        if not sep or not is_identifier(zone) or not url.startswith(("http://", "https://")):
             raise click.BadParameter(
                 f"{value!r} is not ZONE=URL (e.g. eu-west-a=http://10.0.0.5:8100)"
             )
@@ -44,7 +42,7 @@ def _zone_urls(values: tuple[str, ...]) -> dict[str, str]:
 
 
 def _identifier(name: str, value: str) -> str:
-    if not _ID.match(value):
+    if not is_identifier(value):
         raise click.BadParameter(f"{name} {value!r} must be a lowercase id (a-z, 0-9, '-')")
     return value
 

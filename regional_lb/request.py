@@ -21,28 +21,30 @@ Inter-tier headers (all optional)::
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from gtm import headers as gtm_headers
 from gtm import inbound
 from gtm.fingerprint import TEXT_BLOCK_BYTES, text_block_hashes
 from gtm.models import Priority
 from gtm.openai_errors import BadRequest
 from gtm.openai_request import positive_int, require_model
 from gtm.tokens import PromptError, count_chat_tokens, count_text_tokens, parse_chat_messages
+from policies.types import is_country_code, is_identifier
 
-HEADER_HOPS = "x-gtm-hops"
-HEADER_SPILLED_FROM = "x-gtm-spilled-from"
-HEADER_CLIENT_COUNTRY = "x-gtm-client-country"
-HEADER_DATA_CLASS = "x-gtm-data-class"
-HEADER_PRIORITY = "x-gtm-priority"
-HEADER_REQUEST_ID = inbound.HEADER_REQUEST_ID
-HEADER_REGION = "x-gtm-region"
-HEADER_ZONE = "x-gtm-zone"
-HEADER_DECISION = "x-gtm-decision-id"
-HEADER_PEER_TOKEN = "x-gtm-peer-token"
+# The inter-tier headers this tier reads or sets (their one list: gtm.headers).
+HEADER_HOPS = gtm_headers.HOPS
+HEADER_SPILLED_FROM = gtm_headers.SPILLED_FROM
+HEADER_CLIENT_COUNTRY = gtm_headers.CLIENT_COUNTRY
+HEADER_DATA_CLASS = gtm_headers.DATA_CLASS
+HEADER_PRIORITY = gtm_headers.PRIORITY
+HEADER_REQUEST_ID = gtm_headers.REQUEST_ID
+HEADER_REGION = gtm_headers.REGION
+HEADER_ZONE = gtm_headers.ZONE
+HEADER_DECISION = gtm_headers.DECISION_ID
+HEADER_PEER_TOKEN = gtm_headers.PEER_TOKEN
 
 #: Bytes of prompt text per prefix block, as the zone agent hashes them.
 BLOCK_BYTES = TEXT_BLOCK_BYTES
@@ -50,9 +52,6 @@ BLOCK_BYTES = TEXT_BLOCK_BYTES
 SKETCH_BLOCKS = 8
 MAX_CHOICES = 16
 MAX_INPUTS = 2048
-
-_ID = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\Z")
-_COUNTRY = re.compile(r"^[A-Z]{2}\Z")
 
 
 class Endpoint(StrEnum):
@@ -162,7 +161,7 @@ def hop_info(headers: Mapping[str, str]) -> HopInfo:
     if not raw_hops.isdigit() or len(raw_hops) > 3:
         raise BadRequest(f"{HEADER_HOPS} must be a small non-negative integer", param=HEADER_HOPS)
     chain = tuple(p.strip() for p in headers.get(HEADER_SPILLED_FROM, "").split(",") if p.strip())
-    if len(chain) > 16 or not all(_ID.match(region) for region in chain):
+    if len(chain) > 16 or not all(is_identifier(region) for region in chain):
         raise BadRequest(
             f"{HEADER_SPILLED_FROM} must be a comma-separated list of region ids",
             param=HEADER_SPILLED_FROM,
@@ -174,7 +173,7 @@ def client_country(headers: Mapping[str, str]) -> str | None:
     value = headers.get(HEADER_CLIENT_COUNTRY, "").strip().upper()
     if not value:
         return None
-    if not _COUNTRY.match(value):
+    if not is_country_code(value):
         raise BadRequest(
             f"{HEADER_CLIENT_COUNTRY} must be an ISO 3166-1 alpha-2 code",
             param=HEADER_CLIENT_COUNTRY,
@@ -184,7 +183,7 @@ def client_country(headers: Mapping[str, str]) -> str | None:
 
 def data_class(headers: Mapping[str, str]) -> str:
     value = headers.get(HEADER_DATA_CLASS, "default").strip() or "default"
-    if not _ID.match(value):
+    if not is_identifier(value):
         raise BadRequest(f"{HEADER_DATA_CLASS} must be a lowercase id", param=HEADER_DATA_CLASS)
     return value
 

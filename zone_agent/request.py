@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from gtm import headers as gtm_headers
 from gtm import inbound
 from gtm.openai_errors import BadRequest
 from gtm.openai_request import positive_int, require_model
@@ -34,12 +35,13 @@ MAX_INPUTS = 2048
 #: Longest model name accepted (as ``gtm.models.ModelName``).
 
 
-HEADER_ZONE = "x-gtm-zone"
-HEADER_GPU = "x-gtm-gpu"
-HEADER_DECISION = "x-gtm-decision-id"
-HEADER_REQUEST_ID = inbound.HEADER_REQUEST_ID
-HEADER_VERSION = "x-gtm-version"
-HEADER_CANARY = "x-gtm-canary"
+# The inter-tier headers the zone reads or sets (their one list: gtm.headers).
+HEADER_ZONE = gtm_headers.ZONE
+HEADER_GPU = gtm_headers.GPU
+HEADER_DECISION = gtm_headers.DECISION_ID
+HEADER_REQUEST_ID = gtm_headers.REQUEST_ID
+HEADER_VERSION = gtm_headers.VERSION
+HEADER_CANARY = gtm_headers.CANARY
 
 
 class Endpoint(StrEnum):

@@ -11,7 +11,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import Field, TypeAdapter, ValidationError
 
-from policies.types import FORMAT_ERROR, CountryCode, Identifier, ModelName
+from policies.types import (
+    FORMAT_ERROR,
+    CountryCode,
+    Identifier,
+    ModelName,
+    is_country_code,
+    is_identifier,
+)
 
 ID = TypeAdapter(Identifier)
 COUNTRY = TypeAdapter(CountryCode)
@@ -44,6 +51,7 @@ def accepts(adapter: TypeAdapter[Any], value: str) -> bool:
 )
 def test_identifier(value: str, valid: bool) -> None:
     assert accepts(ID, value) is valid
+    assert is_identifier(value) is valid  # the check for headers and options
 
 
 @pytest.mark.parametrize(
@@ -52,6 +60,7 @@ def test_identifier(value: str, valid: bool) -> None:
 )
 def test_country_code(value: str, valid: bool) -> None:
     assert accepts(COUNTRY, value) is valid
+    assert is_country_code(value) is valid
 
 
 def test_a_refusal_is_one_format_error_saying_what_was_expected() -> None:
@@ -77,12 +86,12 @@ ID_ALPHABET = st.text(alphabet="abz09-A_\n .", max_size=70)
 
 @given(st.one_of(ID_ALPHABET, st.text(max_size=70)))
 def test_identifier_accepts_what_the_schema_pattern_accepts(value: str) -> None:
-    assert accepts(ID, value) is accepts(SCHEMA_ID, value)
+    assert accepts(ID, value) is accepts(SCHEMA_ID, value) is is_identifier(value)
 
 
 @given(st.one_of(st.text(alphabet="DEde\n", max_size=4), st.text(max_size=4)))
 def test_country_code_accepts_what_the_schema_pattern_accepts(value: str) -> None:
-    assert accepts(COUNTRY, value) is accepts(SCHEMA_COUNTRY, value)
+    assert accepts(COUNTRY, value) is accepts(SCHEMA_COUNTRY, value) is is_country_code(value)
 
 
 @given(st.one_of(st.text(alphabet="aZ9./:@+-_ \n", max_size=260), st.text(max_size=40)))
