@@ -1,8 +1,8 @@
 """What the front door reads from an OpenAI-compatible request: model, size, headers.
 
-Only what region choice needs: the model, the prompt's size in tokens (estimated with
-:mod:`gtm.tokens`, the same estimate every tier and the GPU emulator use), the output
-budget, the data class and the hop count. The body itself is forwarded untouched.
+Only what region choice needs: the model, the prompt's size in tokens and the output
+budget (read as every tier reads a body, :func:`gtm.openai_request.read_prompt`), the
+data class and the hop count. The body itself is forwarded untouched.
 
 Inter-tier headers the front door reads or sets::
 
@@ -15,19 +15,13 @@ Inter-tier headers the front door reads or sets::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from global_lb.errors import BadRequest
 from gtm import headers as gtm_headers
+from gtm import openai_request
 from gtm.openai_errors import ApiError
-from gtm.openai_request import parse_json_body
-from gtm.tokens import (
-    PromptError,
-    count_chat_tokens,
-    count_text_tokens,
-    parse_chat_messages,
-)
+from gtm.openai_request import parse_json_body, read_prompt
 from policies.types import is_identifier
 
 # The inter-tier headers the front door reads or sets (their one list: gtm.headers).
@@ -42,9 +36,9 @@ FORWARDED_FOR_HEADER = "X-Forwarded-For"
 
 
 #: Endpoints the front door forwards (ARCHITECTURE §6).
-CHAT = "/v1/chat/completions"
-COMPLETIONS = "/v1/completions"
-EMBEDDINGS = "/v1/embeddings"
+CHAT = openai_request.CHAT
+COMPLETIONS = openai_request.COMPLETIONS
+EMBEDDINGS = openai_request.EMBEDDINGS
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,41 +50,15 @@ class RequestFacts:
 
 
 def parse_body(path: str, body: bytes) -> RequestFacts:
+    """What region choice needs from a body, read as every tier reads it
+    (:func:`gtm.openai_request.read_prompt`); a malformed one is a :class:`BadRequest`."""
     try:
-        data = parse_json_body(body)  # the shared parser: depth-limited, never recurses out
+        read = read_prompt(parse_json_body(body), path)
     except ApiError as exc:
         raise BadRequest(exc.message) from None
-    model = data.get("model")
-    if not isinstance(model, str) or not model:
-        raise BadRequest("'model' is required and must be a non-empty string")
-    try:
-        tokens = _input_tokens(path, data)
-    except PromptError as exc:
-        raise BadRequest(str(exc)) from None
-    limit = data.get("max_completion_tokens", data.get("max_tokens"))
-    if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
-        raise BadRequest("'max_tokens' must be a non-negative integer")
-    stream = data.get("stream", False)
-    if not isinstance(stream, bool):
-        raise BadRequest("'stream' must be a boolean")
-    return RequestFacts(model, tokens, int(limit or 0), stream)
-
-
-def _input_tokens(path: str, data: Mapping[str, object]) -> int:
-    if path == CHAT:
-        return count_chat_tokens(parse_chat_messages(data.get("messages")))
-    field = "prompt" if path == COMPLETIONS else "input"
-    return _count_inputs(data.get(field), field)
-
-
-def _count_inputs(value: object, field: str) -> int:
-    if isinstance(value, str):
-        return count_text_tokens(value)
-    if isinstance(value, list):
-        if all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            return len(value)  # already token ids
-        return sum(_count_inputs(v, field) for v in value)
-    raise BadRequest(f"{field!r} must be a string, an array of strings or of token ids")
+    return RequestFacts(
+        read.model, sum(read.token_counts), read.max_output_tokens or 0, read.stream
+    )
 
 
 def check_data_class(value: str) -> None:

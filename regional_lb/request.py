@@ -1,7 +1,8 @@
 """From an OpenAI request (body + headers) to the facts the regional tier decides on.
 
-Prompt sizes are counted with :mod:`gtm.tokens` (the estimator the emulated workers
-charge with), so the quota charged on admission is close to what the worker reports.
+The body is read as every tier reads it (:func:`gtm.openai_request.read_prompt`: prompt
+sizes counted with :mod:`gtm.tokens`, the estimator the emulated workers charge with),
+so the quota charged on admission is close to what the worker reports.
 
 Prefix fingerprints must agree with the zone agents' ``prefix_sketch``: they hash
 256-byte blocks of the same prompt text, prefix-chained with BLAKE2b (the zone agent's
@@ -26,12 +27,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from gtm import headers as gtm_headers
-from gtm import inbound
+from gtm import inbound, openai_request
 from gtm.fingerprint import TEXT_BLOCK_BYTES, text_block_hashes
 from gtm.models import Priority
 from gtm.openai_errors import BadRequest
-from gtm.openai_request import positive_int, require_model
-from gtm.tokens import PromptError, count_chat_tokens, count_text_tokens, parse_chat_messages
+from gtm.openai_request import read_prompt
 from policies.types import is_country_code, is_identifier
 
 # The inter-tier headers this tier reads or sets (their one list: gtm.headers).
@@ -50,14 +50,12 @@ HEADER_PEER_TOKEN = gtm_headers.PEER_TOKEN
 BLOCK_BYTES = TEXT_BLOCK_BYTES
 #: Leading blocks the zone agents put in their sketches (two) and a margin.
 SKETCH_BLOCKS = 8
-MAX_CHOICES = 16
-MAX_INPUTS = 2048
 
 
 class Endpoint(StrEnum):
-    CHAT = "/v1/chat/completions"
-    COMPLETION = "/v1/completions"
-    EMBEDDING = "/v1/embeddings"
+    CHAT = openai_request.CHAT
+    COMPLETION = openai_request.COMPLETIONS
+    EMBEDDING = openai_request.EMBEDDINGS
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,67 +79,20 @@ class HopInfo:
     spilled_from: tuple[str, ...] = ()
 
 
-def _is_token(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
-
-
-def _items(value: object, field: str) -> tuple[int, str, int]:
-    """(total tokens, text of the first item, tokens of the first item) of ``prompt`` /
-    ``input``: a string, token ids, a list of strings or a list of token-id lists."""
-    items: list[str | list[int]] = []
-    single = isinstance(value, list) and bool(value) and all(_is_token(x) for x in value)
-    if isinstance(value, str) or (single and isinstance(value, list)):
-        items.append(value)
-    elif isinstance(value, list) and value:
-        for item in value:
-            if not (
-                isinstance(item, str) or (isinstance(item, list) and all(map(_is_token, item)))
-            ):
-                raise BadRequest(
-                    f"{field} must be a string, a list of strings, token ids or lists of token ids",
-                    param=field,
-                )
-            items.append(item)
-    else:
-        raise BadRequest(f"{field} must be a non-empty string or list", param=field)
-    if len(items) > MAX_INPUTS:
-        raise BadRequest(f"at most {MAX_INPUTS} items in {field}", param=field)
-    counts = [count_text_tokens(i) if isinstance(i, str) else len(i) for i in items]
-    first = items[0]
-    text = first if isinstance(first, str) else " ".join(str(t) for t in first)
-    return sum(counts), text, counts[0]
-
-
 def body_facts(body: Mapping[str, object], endpoint: Endpoint) -> BodyFacts:
     """Validate what the decision needs; the worker validates everything else."""
-    model = require_model(body)
-    if endpoint is Endpoint.CHAT:
-        try:
-            messages = parse_chat_messages(body.get("messages"))
-        except PromptError as exc:
-            raise BadRequest(str(exc), param="messages") from None
-        tokens = first_tokens = count_chat_tokens(messages)
-        text = "".join(f"{m.role}\n{m.name or ''}\n{m.text}\n" for m in messages)
-        output = positive_int(body, "max_completion_tokens") or positive_int(body, "max_tokens")
-    elif endpoint is Endpoint.COMPLETION:
-        tokens, text, first_tokens = _items(body.get("prompt"), "prompt")
-        output = positive_int(body, "max_tokens")
-    else:
-        tokens, text, first_tokens = _items(body.get("input"), "input")
-        output = 0
-    choices = 1 if endpoint is Endpoint.EMBEDDING else (positive_int(body, "n", MAX_CHOICES) or 1)
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise BadRequest("stream must be a boolean", param="stream")
-    data = text.encode("utf-8", "surrogatepass")
+    read = read_prompt(body, endpoint.value)
+    first_tokens = read.token_counts[0]
+    data = read.fingerprint_text.encode("utf-8", "surrogatepass")
     hashes = (
         text_block_hashes(data, limit=SKETCH_BLOCKS) if endpoint is not Endpoint.EMBEDDING else ()
     )
+    output = read.max_output_tokens
     return BodyFacts(
-        model=model,
-        input_tokens=tokens,
-        max_output_tokens=None if output is None else output * choices,
-        stream=stream and endpoint is not Endpoint.EMBEDDING,
+        model=read.model,
+        input_tokens=sum(read.token_counts),
+        max_output_tokens=None if output is None else output * read.choices,
+        stream=read.stream,
         prefix_hashes=hashes,
         tokens_per_block=first_tokens * BLOCK_BYTES / len(data) if data else 0.0,
     )

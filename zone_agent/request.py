@@ -1,7 +1,8 @@
 """From an OpenAI request to the facts a GPU decision needs (:class:`ZoneRequest`).
 
-Prompt sizes are counted with :mod:`gtm.tokens`, the estimator the emulated workers
-charge requests with, so the agent's "prompt too long" answer agrees with the worker's.
+The body is read as every tier reads it (:func:`gtm.openai_request.read_prompt`: prompt
+sizes counted with :mod:`gtm.tokens`, the estimator the emulated workers charge
+requests with, so the agent's "prompt too long" answer agrees with the worker's).
 Prefix fingerprints hash the prompt text (:mod:`zone_agent.prefix`). Bad input becomes a
 :class:`~zone_agent.errors.BadRequest` naming the field; nothing here raises anything
 else on any JSON value.
@@ -23,17 +24,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from gtm import headers as gtm_headers
-from gtm import inbound
+from gtm import inbound, openai_request
 from gtm.openai_errors import BadRequest
-from gtm.openai_request import positive_int, require_model
-from gtm.tokens import PromptError, count_chat_tokens, count_text_tokens, parse_chat_messages
+from gtm.openai_request import read_prompt
 from zone_agent.prefix import BLOCK_BYTES, consistent_hash_key, text_block_hashes
-
-#: Most choices (``n``) and prompts per request (as the emulator and vLLM's defaults).
-MAX_CHOICES = 16
-MAX_INPUTS = 2048
-#: Longest model name accepted (as ``gtm.models.ModelName``).
-
 
 # The inter-tier headers the zone reads or sets (their one list: gtm.headers).
 HEADER_ZONE = gtm_headers.ZONE
@@ -55,9 +49,9 @@ class Endpoint(StrEnum):
 
 
 _PATHS = {
-    Endpoint.CHAT: "/v1/chat/completions",
-    Endpoint.COMPLETION: "/v1/completions",
-    Endpoint.EMBEDDING: "/v1/embeddings",
+    Endpoint.CHAT: openai_request.CHAT,
+    Endpoint.COMPLETION: openai_request.COMPLETIONS,
+    Endpoint.EMBEDDING: openai_request.EMBEDDINGS,
 }
 
 
@@ -104,59 +98,6 @@ class ZoneRequest:
         return 1 if self.max_output_tokens is None else self.max_output_tokens
 
 
-@dataclass(frozen=True, slots=True)
-class Prompt:
-    """What was extracted from a body: token counts and the text to fingerprint."""
-
-    token_counts: tuple[int, ...]
-    fingerprint_text: str
-
-
-def _chat_prompt(body: Mapping[str, object]) -> Prompt:
-    try:
-        messages = parse_chat_messages(body.get("messages"))
-    except PromptError as exc:
-        raise BadRequest(str(exc), param="messages") from None
-    text = "".join(f"{m.role}\n{m.name or ''}\n{m.text}\n" for m in messages)
-    return Prompt((count_chat_tokens(messages),), text)
-
-
-def _items_prompt(value: object, field: str) -> Prompt:
-    """``prompt`` / ``input``: a string, token ids, a list of strings or of token-id lists."""
-    items: list[str | list[object]]
-    single = isinstance(value, str) or (
-        isinstance(value, list) and value and all(_is_token(x) for x in value)
-    )
-    if single:
-        items = [value]  # type: ignore[list-item]
-    elif isinstance(value, list) and value:
-        if not all(
-            isinstance(x, str) or (isinstance(x, list) and all(map(_is_token, x))) for x in value
-        ):
-            raise BadRequest(
-                f"{field} must be a string, a list of strings, token ids or lists of token ids",
-                param=field,
-            )
-        items = list(value)
-    else:
-        raise BadRequest(f"{field} must be a non-empty string or list", param=field)
-    if len(items) > MAX_INPUTS:
-        raise BadRequest(f"at most {MAX_INPUTS} items in {field}", param=field)
-    counts: list[int] = []
-    for item in items:
-        count = count_text_tokens(item) if isinstance(item, str) else len(item)
-        if count == 0 and (not isinstance(item, str) or not item):
-            raise BadRequest(f"{field} items must not be empty", param=field)
-        counts.append(count)
-    first = items[0]
-    text = first if isinstance(first, str) else " ".join(str(t) for t in first)
-    return Prompt(tuple(counts), text)
-
-
-def _is_token(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31
-
-
 def zone_request(
     body: Mapping[str, object],
     endpoint: Endpoint,
@@ -167,35 +108,22 @@ def zone_request(
     canary: CanaryChoice = CanaryChoice.AUTO,
 ) -> ZoneRequest:
     """Validate what the decision needs from ``body``; the worker validates the rest."""
-    model = require_model(body)
-    if endpoint is Endpoint.CHAT:
-        prompt = _chat_prompt(body)
-        max_output = positive_int(body, "max_completion_tokens") or positive_int(body, "max_tokens")
-    elif endpoint is Endpoint.COMPLETION:
-        prompt = _items_prompt(body.get("prompt"), "prompt")
-        max_output = positive_int(body, "max_tokens")
-    else:
-        prompt = _items_prompt(body.get("input"), "input")
-        max_output = 0
-    n = 1 if endpoint is Endpoint.EMBEDDING else (positive_int(body, "n", MAX_CHOICES) or 1)
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise BadRequest("stream must be a boolean", param="stream")
-    data = prompt.fingerprint_text.encode("utf-8", "surrogatepass")
-    first_tokens = prompt.token_counts[0]
+    read = read_prompt(body, endpoint.path)
+    counts = read.token_counts
+    data = read.fingerprint_text.encode("utf-8", "surrogatepass")
     return ZoneRequest(
         request_id=request_id,
-        model=model,
+        model=read.model,
         endpoint=endpoint,
-        input_tokens=sum(prompt.token_counts),
-        max_prompt_tokens=max(prompt.token_counts),
-        max_output_tokens=max_output,
-        prompts=len(prompt.token_counts),
-        sequences=len(prompt.token_counts) * n,
+        input_tokens=sum(counts),
+        max_prompt_tokens=max(counts),
+        max_output_tokens=read.max_output_tokens,
+        prompts=len(counts),
+        sequences=len(counts) * read.choices,
         prefix_hashes=text_block_hashes(data) if endpoint is not Endpoint.EMBEDDING else (),
-        tokens_per_block=first_tokens * BLOCK_BYTES / len(data) if data else 0.0,
-        hash_key=consistent_hash_key(prompt.fingerprint_text),
-        stream=stream and endpoint is not Endpoint.EMBEDDING,
+        tokens_per_block=counts[0] * BLOCK_BYTES / len(data) if data else 0.0,
+        hash_key=consistent_hash_key(read.fingerprint_text),
+        stream=read.stream,
         seq=seq,
         version=version,
         canary=canary,

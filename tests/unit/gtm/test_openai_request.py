@@ -1,7 +1,19 @@
 import pytest
 
 from gtm.openai_errors import BadRequest
-from gtm.openai_request import MAX_MODEL_NAME, parse_json_body, positive_int, require_model
+from gtm.openai_request import (
+    CHAT,
+    COMPLETIONS,
+    EMBEDDINGS,
+    MAX_CHOICES,
+    MAX_INPUTS,
+    MAX_MODEL_NAME,
+    parse_json_body,
+    positive_int,
+    read_prompt,
+    require_model,
+)
+from gtm.tokens import count_text_tokens
 
 
 @pytest.mark.parametrize(
@@ -35,3 +47,53 @@ def test_positive_int_field() -> None:
             positive_int({"n": bad}, "n")
     with pytest.raises(BadRequest, match="at most 16"):
         positive_int({"n": 17}, "n", limit=16)
+
+
+def test_read_prompt_counts_each_prompt_and_keeps_the_first_text() -> None:
+    body = {"model": "m", "prompt": ["hello world", [1, 2, 3]], "max_tokens": 5, "n": 2}
+    read = read_prompt(body, COMPLETIONS)
+    assert read.model == "m"
+    assert read.token_counts == (count_text_tokens("hello world"), 3)
+    assert read.fingerprint_text == "hello world"
+    assert (read.max_output_tokens, read.choices, read.stream) == (5, 2, False)
+    tokens = read_prompt({"model": "m", "prompt": [7, 8]}, COMPLETIONS)
+    assert (tokens.token_counts, tokens.fingerprint_text) == ((2,), "7 8")
+
+
+def test_read_prompt_chat_prefers_max_completion_tokens() -> None:
+    body = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_completion_tokens": 7,
+        "max_tokens": 3,
+        "stream": True,
+    }
+    read = read_prompt(body, CHAT)
+    assert len(read.token_counts) == 1
+    assert read.fingerprint_text == "user\n\nhi\n"
+    assert (read.max_output_tokens, read.stream) == (7, True)
+
+
+def test_read_prompt_embeddings_never_stream_or_fan_out() -> None:
+    read = read_prompt({"model": "m", "input": ["a", "b"], "n": 4, "stream": True}, EMBEDDINGS)
+    assert (read.max_output_tokens, read.choices, read.stream) == (0, 1, False)
+    assert len(read.token_counts) == 2
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"model": "m", "prompt": ""}, "prompt"),
+        ({"model": "m", "prompt": []}, "prompt"),
+        ({"model": "m", "prompt": [[]]}, "prompt"),
+        ({"model": "m", "prompt": [True]}, "prompt"),
+        ({"model": "m", "prompt": ["x"] * (MAX_INPUTS + 1)}, "prompt"),
+        ({"model": "m", "prompt": "x", "n": MAX_CHOICES + 1}, "n"),
+        ({"model": "m", "prompt": "x", "stream": "yes"}, "stream"),
+        ({"prompt": "x"}, "model"),
+    ],
+)
+def test_read_prompt_refuses_naming_the_field(body: dict[str, object], param: str) -> None:
+    with pytest.raises(BadRequest) as info:
+        read_prompt(body, COMPLETIONS)
+    assert info.value.param == param
