@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
-import signal
 import sys
 from pathlib import Path
 
@@ -21,6 +19,7 @@ from gtm.clock import SystemClock
 from gtm.errors import GtmError
 from gtm.gpu_profiles import LLAMA_8B, gpu_types, model_names
 from gtm.metrics import new_registry
+from gtm.serve import freeze_startup_objects, until_signalled
 from gtm.state.store import StateStore
 from gtm.tls import TlsConfig, click_options, config_from_options, material
 
@@ -162,26 +161,17 @@ async def serve(
         from gtm.state.url import open_store
 
         store = open_store(config.state, clock=clock, registry=registry)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
     server: GpuSimServer | None = None
     try:
         server = GpuSimServer(
             config, registry=registry, clock=clock, store=store, admin=admin, tls=tls_material
         )
         url = await server.start()
-        # Everything allocated so far (imported modules, the app) lives for the whole
-        # process: move it out of the collector's reach, so that full collections scan
-        # only request objects and a gen-2 pass stays inside the event-loop lag budget
-        # (Python docs, gc.freeze).
-        gc.collect()
-        gc.freeze()
+        freeze_startup_objects()
         models = ",".join(server.models)
         click.echo(f"gpu-sim listening on {url} (gpu={config.gpu_type}, models={models})")
         sys.stdout.flush()
-        await stop.wait()
+        await until_signalled()
     finally:
         if server is not None:
             await server.stop()
@@ -189,5 +179,3 @@ async def serve(
             await store.aclose()
         if admin is not None:
             admin.close()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(signum)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import os
 import sys
 from pathlib import Path
@@ -16,7 +15,7 @@ from gtm.errors import GtmError
 from gtm.metrics import new_registry
 from gtm.net import split_host_port
 from gtm.policy_store import ActivePolicy, activate
-from gtm.serve import until_signalled
+from gtm.serve import freeze_startup_objects, until_signalled
 from gtm.state.url import open_store
 from gtm.tls import TlsConfig, click_options, config_from_options, material
 from policies import AuditWriter, PolicyError, load_paths
@@ -197,10 +196,7 @@ async def serve(
     )
     try:
         async with serving(service, host, port):
-            # Start-up objects live for the whole process: out of the collector's reach
-            # (Python docs, gc.freeze), so full collections scan only per-request ones.
-            gc.collect()
-            gc.freeze()
+            freeze_startup_objects()
             click.echo(
                 f"regional LB {settings.region} (replica {settings.replica_id}) listening on "
                 f"{service.advertise_url}"

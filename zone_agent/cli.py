@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import sys
 
 import click
@@ -13,7 +12,7 @@ from gtm.clock import SystemClock
 from gtm.errors import GtmError
 from gtm.metrics import new_registry
 from gtm.net import split_host_port
-from gtm.serve import until_signalled
+from gtm.serve import freeze_startup_objects, until_signalled
 from gtm.state.store import StateStore
 from gtm.tls import TlsConfig, click_options, config_from_options, material
 from zone_agent.app import ZoneAgent
@@ -142,10 +141,7 @@ async def serve(
     )
     try:
         url = await agent.start()
-        # Start-up objects live for the whole process: out of the collector's reach, so
-        # full collections scan only per-request objects (Python docs, gc.freeze).
-        gc.collect()
-        gc.freeze()
+        freeze_startup_objects()
         click.echo(
             f"zone agent {config.region}/{config.zone} listening on {url} "
             f"(profile={config.profile}, gpus={len(agent.view.gpus)})"

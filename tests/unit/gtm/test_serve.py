@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
+
+from gtm.serve import freeze_startup_objects
 
 PRODUCT = ("gtm", "gtmctl", "global_lb", "regional_lb", "zone_agent", "gpusim", "chaos", "fleetsim")
 
@@ -16,3 +19,19 @@ def test_only_gtm_serve_builds_an_aiohttp_runner() -> None:
             text = module.read_text()
             assert "web.AppRunner(" not in text, module
             assert "shutdown_timeout=" not in text, module
+            if module.name == "cli.py" and package in (
+                "global_lb",
+                "regional_lb",
+                "zone_agent",
+                "gpusim",
+            ):
+                assert "add_signal_handler(" not in text, module  # until_signalled
+
+
+def test_start_up_objects_are_frozen_out_of_the_collectors_reach() -> None:
+    kept = [object() for _ in range(10)]
+    try:
+        freeze_startup_objects()
+        assert gc.get_freeze_count() >= len(kept)
+    finally:
+        gc.unfreeze()  # the test process keeps collecting as before
