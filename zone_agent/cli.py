@@ -151,6 +151,4 @@ async def serve(
     finally:
         await agent.stop()
         if store is not None:
-            close = getattr(store, "aclose", None)
-            if close is not None:
-                await close()
+            await store.aclose()
