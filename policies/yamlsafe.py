@@ -302,8 +302,6 @@ def parse_json(text: str, limits: Limits | None = None) -> list[ParsedDocument]:
         data = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise ReadError(exc.lineno, f"malformed JSON: {exc.msg} (column {exc.colno})") from None
-    except _JsonValueError as exc:
-        raise ReadError(0, str(exc)) from None
     except RecursionError:
         raise ReadError(0, "JSON nested too deeply") from None
     lines: Mapping[Path, int] = MappingProxyType({})
@@ -317,21 +315,17 @@ def parse_json(text: str, limits: Limits | None = None) -> list[ParsedDocument]:
     return [ParsedDocument(data, lines, 1)]
 
 
-class _JsonValueError(ValueError):
-    pass
-
-
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for key, value in pairs:
         if key in result:
-            raise _JsonValueError(f"duplicate key {key!r}")
+            raise ReadError(0, f"duplicate key {key!r}")
         result[key] = value
     return result
 
 
 def _no_constant(name: str) -> float:
-    raise _JsonValueError(f"{name} is not valid JSON")
+    raise ReadError(0, f"{name} is not valid JSON")
 
 
 def _check_depth(data: Any, max_depth: int) -> None:
