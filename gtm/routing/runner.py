@@ -216,11 +216,10 @@ class Outcome(NamedTuple, Generic[B]):
         scored = self._scored()
         totals = scored.totals
         alive = self.batch.survivors
+        keep = alive
         if top is not None and len(alive) > top:
             best = alive[np.argsort(-totals[alive], kind="stable")[:top]]
-            keep = sorted({int(i) for i in best} | {self.choice})
-        else:
-            keep = alive.tolist()
+            keep = np.array(sorted({int(i) for i in best} | {self.choice}), dtype=np.intp)
         ids = self.batch.ids
         if scored.columns:
             # Row k is ((scorer, its score of keep[k]), ...), built column by column in C.
@@ -230,7 +229,7 @@ class Outcome(NamedTuple, Generic[B]):
             rows: list[tuple[tuple[str, float], ...]] = list(zip(*per_scorer, strict=True))
         else:
             rows = [()] * len(keep)
-        records = CandidateScore.batch([ids[i] for i in keep], rows, totals[keep].tolist())
+        records = CandidateScore.batch([ids[i] for i in keep.tolist()], rows, totals[keep].tolist())
         trace = DecisionTrace(
             profile=runner.name,
             candidates=tuple(ids),
@@ -254,18 +253,22 @@ def _filter_steps(steps: Sequence[Step], ids: Sequence[str]) -> tuple[FilterStep
     """Trace records of the filter steps; each step counts only the positions still
     alive before it (the runner keeps the raw masks)."""
     out: list[FilterStep] = []
-    alive = np.ones(len(ids), dtype=np.bool_)
+    alive: Bools | None = None  # None: all alive
+    remaining = len(ids)
     for step in steps:
-        removed: list[int] = []
-        if step.removed is not None:
-            removed = np.flatnonzero(step.removed & alive).tolist()
-            alive &= ~step.removed
+        mask = step.removed
+        if mask is None:
+            out.append(FilterStep(step.plugin, (), (), remaining))
+            continue
+        removed: list[int] = (mask if alive is None else mask & alive).nonzero()[0].tolist()
+        alive = ~mask if alive is None else np.greater(alive, mask)
+        remaining -= len(removed)
         out.append(
             FilterStep(
-                plugin=step.plugin,
-                removed=tuple(ids[i] for i in removed),
-                reasons=tuple((ids[i], step.reason(i)) for i in removed),
-                remaining=int(alive.sum()),
+                step.plugin,
+                tuple(ids[i] for i in removed),
+                tuple((ids[i], step.reason(i)) for i in removed),
+                remaining,
             )
         )
     return tuple(out)
@@ -523,10 +526,10 @@ class Runner(Generic[B]):
                     column = np.asarray(column, dtype=np.float64)
                 if len(column) != n:
                     raise ValueError(f"{len(column)} scores for {n} candidates")
-                # NaN fails both comparisons, so one reduction each tells a broken scorer.
-                if not in_range and not (
-                    column[column.argmin()] >= 0.0 and column[column.argmax()] <= 1.0
-                ):
+                # NaN fails both comparisons, so one reduction each tells a broken scorer;
+                # a scorer may leave removed positions out of range, so only a failure
+                # over the survivors is repaired.
+                if not in_range and not (_in_range(column) or _in_range(column[batch.survivors])):
                     column = self._repair(scorer.name, column, batch, issues)
                 columns.append((scorer.name, column))
                 if totals is None:
@@ -626,6 +629,10 @@ def _failed(point: ExtensionPoint, plugin: Any, exc: Exception) -> PluginError:
     """A plugin's failure (not a GtmError) as a PluginError naming it."""
     name = getattr(plugin, "name", "?")
     return PluginError(f"{point} plugin {name!r} failed: {type(exc).__name__}: {exc}")
+
+
+def _in_range(column: Floats) -> bool:
+    return bool(column[column.argmin()] >= 0.0 and column[column.argmax()] <= 1.0)
 
 
 def _never(position: int) -> str:

@@ -15,14 +15,14 @@ NoEligibleCandidate naming this filter: allow-lists fail closed.
 from __future__ import annotations
 
 from collections.abc import Set
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 import numpy as np
 from pydantic import Field, model_validator
 
 from gtm.errors import PluginError
 from gtm.models import Frozen
-from gtm.routing.framework import Batch, Plugin, Removal
+from gtm.routing.framework import Batch, Bools, Plugin, Removal
 
 TYPE_NAME = "allow-list-filter"
 
@@ -56,6 +56,7 @@ class AllowListFilter(Plugin):
         self._ids = params.ids
         self._from_context = params.from_context
         self._not_listed = _NOT_LISTED.format(name=name)
+        self._source_type: type | None = None
 
     def removes(self, batch: Batch, /) -> Removal | None:
         static = self._ids
@@ -69,18 +70,21 @@ class AllowListFilter(Plugin):
                 else _NOT_ALLOWED
             )
 
-        mask = np.zeros(len(ids), dtype=np.bool_)
+        mask: Bools | None = None
         for source in (static, dynamic):
             if source is not None:
-                mask |= np.fromiter((i not in source for i in ids), np.bool_, len(ids))
-        return Removal(mask, why) if mask.any() else None
+                out = np.fromiter((i not in source for i in ids), np.bool_, len(ids))
+                mask = out if mask is None else mask | out
+        return Removal(mask, why) if mask is not None and mask.any() else None
 
     def _context_ids(self, batch: Batch) -> Set[str] | None:
         if not self._from_context:
             return None
-        if not isinstance(batch, AllowListSource):
+        # (a Protocol isinstance walks the protocol's members: checked once per batch type)
+        if type(batch) is not self._source_type and not isinstance(batch, AllowListSource):
             raise PluginError(
                 f"filter {self.name!r} has from_context: true, but the batch "
                 f"{type(batch).__name__} has no allowed_ids() method"
             )
-        return batch.allowed_ids()
+        self._source_type = type(batch)
+        return cast(AllowListSource, batch).allowed_ids()
