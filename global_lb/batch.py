@@ -78,12 +78,12 @@ class Layout:
     """Functions of a view's region ids: masks, positions, ids and arrays of them."""
 
     __slots__ = (
-        "_all",
         "_allowed",
         "_arrays",
         "_names",
         "_positions",
         "_removed",
+        "all_true",
         "full",
         "id_ordered",
         "ids",
@@ -100,7 +100,10 @@ class Layout:
         self._names: dict[int, tuple[str, ...]] = {}
         self._arrays: dict[int, tuple[Bools, Ints]] = {}
         self._removed: dict[int, Bools] = {}
-        self._all = np.ones(len(ids), dtype=np.bool_)
+        #: The all-true alive mask every batch starts from (shared, read only: the
+        #: runner replaces a batch's mask, never writes it).
+        self.all_true = np.ones(len(ids), dtype=np.bool_)
+        self.all_true.flags.writeable = False
 
     @classmethod
     def of(cls, view: GlobalView, previous: Layout | None) -> Layout:
@@ -111,10 +114,6 @@ class Layout:
             if all(r.id == rid for r, rid in zip(regions, ids, strict=True)):
                 return previous
         return cls(tuple(r.id for r in regions))
-
-    def all_alive(self) -> Bools:
-        """A fresh all-true alive mask (a copy: cheaper than making one)."""
-        return self._all.copy()
 
     def allowed_mask(self, allowed: frozenset[str]) -> int:
         found = self._allowed.get(allowed)
@@ -283,7 +282,7 @@ class RegionBatch(Batch):
         """``allowed``: the region ids residency allows (and ``rule``, the residency rule
         that allowed them); ``point``, ``country``: the client's (see
         :class:`~global_lb.view.RequestContext`)."""
-        super().__init__(layout.ids, request, view, layout.all_alive())
+        super().__init__(layout.ids, request, view, layout.all_true)
         self.layout = layout
         self.allowed = allowed
         self.point = point

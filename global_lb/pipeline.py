@@ -46,6 +46,7 @@ from global_lb.ranking import Ranking, ranked_order
 from global_lb.view import GlobalView
 from gtm.models import RouteRequest
 from gtm.routing import Capability, FastPath, Match, PluginRegistry, Stage, Step, capabilities_of
+from gtm.routing.framework import Bools, Ints
 
 #: Filters and scorers a fast path takes (a profile with more runs without it, logged).
 MAX_FILTERS = 8
@@ -97,33 +98,37 @@ class GlobalFilters:
     def __init__(self, match: Match) -> None:
         self._filters = tuple(cast(MaskFilter, f) for f in match.filters)
 
-    def prepare(self, view: GlobalView, /) -> dict[object, tuple[int, tuple[Step, ...]]]:
+    def prepare(self, view: GlobalView, /) -> dict[object, _Filtered]:
         """The view's survivors and filter steps, per allowed set, model and rule (what
         a mask filter's ``kept`` may depend on besides the view)."""
         return {}
 
     def filter(self, batch: RegionBatch, /) -> tuple[Step, ...] | None:
-        memo: dict[object, tuple[int, tuple[Step, ...]]] = batch.prepared[self]
+        memo: dict[object, _Filtered] = batch.prepared[self]
         key = (batch.allowed, batch.model, batch.rule)
         found = memo.get(key)
         if found is None:
             kept = [f.kept(batch) for f in self._filters]
-            mask = batch.layout.full
+            layout = batch.layout
+            mask = layout.full
             for k in kept:
                 mask &= k
             steps = tuple([_step(f, k, batch) for f, k in zip(self._filters, kept, strict=True)])
-            found = remember(memo, key, (mask, steps))
-        mask, steps = found
-        if not mask:
+            found = remember(memo, key, _Filtered(mask, steps, *layout.arrays(mask)))
+        if not found.mask:
             return None  # a refusal: the filters one by one name the one that emptied it
-        layout = batch.layout
-        full = layout.full
-        alive, survivors = layout.arrays(mask)
-        batch.alive = alive
-        batch.all_alive = mask == full
-        batch.seal(survivors)
-        batch.mask = mask
-        return steps
+        batch.alive = found.alive
+        batch.all_alive = found.mask == batch.layout.full
+        batch.seal(found.survivors)
+        batch.mask = found.mask
+        return found.steps
+
+
+class _Filtered(NamedTuple):
+    mask: int
+    steps: tuple[Step, ...]
+    alive: Bools
+    survivors: Ints
 
 
 def _step(plugin: MaskFilter, kept: int, batch: RegionBatch) -> Step:
@@ -230,15 +235,18 @@ class GlobalChoice:
         return found
 
     def choose(self, batch: RegionBatch, /) -> int:
-        mask = batch.survivor_mask()
+        mask = batch.mask if batch.mask is not None else batch.survivor_mask()
         layout = batch.layout
         positions = layout.positions(mask)
         names = layout.names(mask)
         costs: Sequence[float] | None = None
         top = None
+        known: Sequence[float] | None = None  # the survivors' headroom, when read
         request: RouteRequest = batch.request  # type: ignore[assignment]
+        view: GlobalView = batch.view  # type: ignore[assignment]
         if self._fused is not None:
             rows = self._rows(batch, mask, positions)
+            known = rows.headroom
             totals, costs, top = ttft.fused_totals(
                 rows.fixed, rows.per_token, rows.uniform, rows.low, rows.headroom,
                 request.input_tokens, self._fused_weights, self._scale,
@@ -256,14 +264,15 @@ class GlobalChoice:
         picker = self._spread
         order = None
         if picker is not None:
-            regions = batch.regions
-            if picker.spreads(request, regions[positions[k]]):
+            regions = view.regions
+            if picker.spreads(request, regions[positions[k]], None if known is None else known[k]):
                 batch.spread = True
                 # The draw's pool is the head of the ranking: order it (a sort keyed in C)
                 # and keep the order for the ranking.
                 order = ranked_order(names, totals, layout.id_ordered)
-                headroom = [regions[i].headroom(request.model) for i in positions]
-                k = picker.draw(request, order, totals, k, headroom)
+                if known is None:
+                    known = [regions[i].headroom(request.model) for i in positions]
+                k = picker.draw(request, order, totals, k, known)
         batch.state = ChoiceState((names, totals, best, k, order), costs, positions[k])
         return positions[k]
 

@@ -136,10 +136,6 @@ class ZoneDecision(NamedTuple):
         return self.outcome.runner.picker.name
 
     @property
-    def duration_s(self) -> float:
-        return self.outcome.duration_s
-
-    @property
     def totals(self) -> Floats:
         """Each candidate's weighted total score (values of removed ones are ignored)."""
         return self.outcome.totals

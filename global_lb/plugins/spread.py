@@ -84,10 +84,15 @@ class HeadroomSpreadPicker(Plugin):
         chosen: int = survivors[self.draw(request, order, live, survivors.index(best), headroom)]
         return chosen
 
-    def spreads(self, request: RouteRequest, best: RegionState) -> bool:
+    def spreads(
+        self, request: RouteRequest, best: RegionState, headroom: float | None = None
+    ) -> bool:
         """Whether the pick is random for this request: the best region is near saturation
-        or the client was displaced from a nearer, unavailable region."""
-        return best.headroom(request.model) <= self._min_headroom or _displaced(request, best)
+        (``headroom``: its headroom for the model, when the caller has it) or the client
+        was displaced from a nearer, unavailable region."""
+        if headroom is None:
+            headroom = best.headroom(request.model)
+        return headroom <= self._min_headroom or _displaced(request, best)
 
     def draw(
         self,

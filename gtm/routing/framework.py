@@ -138,7 +138,8 @@ class Batch:
     def __init__(
         self, ids: Sequence[str], request: HasRequestId, view: object, alive: Bools | None = None
     ) -> None:
-        """``alive``: a fresh, writable all-true mask the batch may own (else made)."""
+        """``alive``: the all-true mask to start from (else made); it may be shared and
+        read only, as the runner replaces a batch's mask and never writes it."""
         self.ids = ids
         self.request = request
         #: What ``prepare`` is called with, once per distinct object.

@@ -187,7 +187,6 @@ class Outcome(NamedTuple, Generic[B]):
     #: :attr:`scores` are worked out when asked for.
     scored: Scored | None
     predicted_ttft_ms: float | None
-    duration_s: float
 
     @property
     def choice_id(self) -> str:
@@ -426,15 +425,18 @@ class Runner(Generic[B]):
             PluginError: a plugin raised something that is not a GtmError, or broke
                 its contract.
         """
-        timer = self._timer
-        started = timer()
-        if not len(batch):
+        started = self._timer() if self._decision_obs is not None else 0.0
+        if not len(batch.ids):
             self._refuse(NO_CANDIDATES_OFFERED, batch, ())  # nothing offered
         observe = _NO_OBSERVERS
         if self._observe and next(self._decisions) % self._timing_every == 0:
             observe = self._observe
         if self._preparers:
-            batch.prepared = self._prepare(batch.view)
+            last = self._last_prepared
+            view = batch.view
+            batch.prepared = (
+                last[1] if last is not None and last[0] is view else self._prepare(view)
+            )
         steps = None
         if self._filter_path is not None and pre is None and not observe:
             steps = self._filter_path.filter(batch)
@@ -448,15 +450,11 @@ class Runner(Generic[B]):
             scored = self.score(batch, observe)
             choice = self._pick(batch, scored.totals, observe)
         predicted = self._predict(batch, choice, observe)
-        duration = timer() - started
         if self._decision_obs is not None:
-            self._decision_obs(duration)
-        return Outcome(self, batch, choice, steps, scored, predicted, duration)
+            self._decision_obs(self._timer() - started)
+        return Outcome(self, batch, choice, steps, scored, predicted)
 
     def _prepare(self, view: object) -> dict[object, Any]:
-        last = self._last_prepared
-        if last is not None and last[0] is view:
-            return last[1]
         found = self._prepared.get(id(view))
         if found is None or found[0] is not view:
             done: dict[object, Any] = {}

@@ -61,7 +61,7 @@ def batch_for(  # type: ignore[no-untyped-def]
     batch = RegionBatch.of(layout, request or req(point=point), ctx_for(v, allowed, point))
     if alive is not None:
         keep = set(alive)
-        batch.alive[:] = [rid in keep for rid in layout.ids]
+        batch.alive = np.array([rid in keep for rid in layout.ids])
         batch.all_alive = len(keep) == len(layout.ids)
     batch.seal()
     return batch
