@@ -248,7 +248,7 @@ def build_zone_profile(
     """Build a profile from configuration; PluginError names what is wrong."""
     registry = registry or zone_registry()
     runner = registry.build(spec, tier=Tier.ZONE, metrics=metrics, fast_paths=fast_paths)
-    return ZoneProfile.of(runner)
+    return ZoneProfile(runner)
 
 
 def builtin_profile(name: str, *, metrics: RoutingMetrics | None = None) -> ZoneProfile:

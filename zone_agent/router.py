@@ -16,63 +16,21 @@ plus the agent's in-flight charges, read when the decision starts.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
 
 from gtm.errors import PluginError
-from gtm.models import Decision, Tier
-from gtm.routing.framework import (
-    CostModel,
-    Filter,
-    Picker,
-    Removal,
-    Scorer,
-    capabilities_of,
-)
-from gtm.routing.metrics import RoutingMetrics
-from gtm.routing.runner import (
-    DEFAULT_PLUGIN_TIMING_EVERY,
-    Outcome,
-    Runner,
-    Scored,
-    Step,
-    Weighted,
-)
+from gtm.models import Decision
+from gtm.routing.framework import capabilities_of
+from gtm.routing.runner import Outcome, Runner, Step
 from zone_agent.batch import ZoneBatch, ZoneCapability
 from zone_agent.errors import ModelNotServed
-from zone_agent.fastpaths import FAST_PATHS
 from zone_agent.request import ZoneRequest
-from zone_agent.view import Bools, Floats, GpuState, ModelIndex, ZoneView
+from zone_agent.view import GpuState, ModelIndex, ZoneView
 
 #: Name of the implicit first step that removes GPUs a retry already tried.
 RETRY_STEP = "retry-exclude"
-
-# The runner's contracts under the names the zone's plugins and tests have used.
-Batch = ZoneBatch
-GpuFilter = Filter
-GpuScorer = Scorer
-GpuPicker = Picker
-GpuCostModel = CostModel
-WeightedGpuScorer = Weighted
-
-__all__ = [
-    "RETRY_STEP",
-    "Batch",
-    "GpuCostModel",
-    "GpuFilter",
-    "GpuPicker",
-    "GpuScorer",
-    "ModelNotServed",
-    "Removal",
-    "Scored",
-    "WeightedGpuScorer",
-    "ZoneBatch",
-    "ZoneDecision",
-    "ZoneProfile",
-]
 
 
 def _already_tried(position: int) -> str:
@@ -114,37 +72,6 @@ class ZoneDecision(NamedTuple):
     def predicted_ttft_ms(self) -> float | None:
         return self.outcome.predicted_ttft_ms
 
-    @property
-    def steps(self) -> tuple[Step, ...]:
-        return self.outcome.steps
-
-    @property
-    def scored(self) -> Scored | None:
-        """The scores when the decision needed them (None: a fast path chose)."""
-        return self.outcome.scored
-
-    @property
-    def alive(self) -> Bools:
-        return self.outcome.batch.alive
-
-    @property
-    def weights(self) -> tuple[tuple[str, float], ...]:
-        return self.outcome.runner.weights
-
-    @property
-    def picker(self) -> str:
-        return self.outcome.runner.picker.name
-
-    @property
-    def totals(self) -> Floats:
-        """Each candidate's weighted total score (values of removed ones are ignored)."""
-        return self.outcome.totals
-
-    @property
-    def scores(self) -> tuple[tuple[str, Floats], ...]:
-        """Each scorer's name and scores."""
-        return self.outcome.scores
-
     def to_decision(self, top: int | None = 16) -> Decision:
         """The decision as a :class:`gtm.models.Decision` (scores of the ``top`` best
         survivors and always the choice; None: all)."""
@@ -152,49 +79,11 @@ class ZoneDecision(NamedTuple):
 
 
 class ZoneProfile:
-    """A zone routing profile: the core runner over the zone's layout, its fast paths
-    (:data:`zone_agent.fastpaths.FAST_PATHS`) and the zone's rule that every profile
-    starts with the health filter."""
+    """A zone routing profile: the core runner over the zone's layout, with the zone's
+    fast paths (:data:`zone_agent.fastpaths.FAST_PATHS`, on the zone registry) and the
+    zone's rule that every profile starts with the health filter."""
 
-    def __init__(
-        self,
-        name: str,
-        filters: Sequence[Filter],
-        scorers: Sequence[Weighted],
-        picker: Picker,
-        *,
-        cost_model: CostModel | None = None,
-        metrics: RoutingMetrics | None = None,
-        timer: Callable[[], float] = time.perf_counter,
-        plugin_timing_every: int = DEFAULT_PLUGIN_TIMING_EVERY,
-        fast_paths: bool = True,
-        trace_scores: int | None = None,
-    ) -> None:
-        """``fast_paths=False`` runs every decision through the plugins one by one: the
-        reference the fast paths are tested and benchmarked against."""
-        runner: Runner[ZoneBatch] = Runner(
-            name,
-            Tier.ZONE,
-            filters,
-            scorers,
-            picker,
-            cost_model=cost_model,
-            fast_paths=FAST_PATHS if fast_paths else (),
-            metrics=metrics,
-            timer=timer,
-            plugin_timing_every=plugin_timing_every,
-            trace_scores=trace_scores,
-        )
-        self._use(runner)
-
-    @classmethod
-    def of(cls, runner: Runner[ZoneBatch]) -> ZoneProfile:
-        """The profile deciding with ``runner`` (built by the zone registry)."""
-        profile = cls.__new__(cls)
-        profile._use(runner)
-        return profile
-
-    def _use(self, runner: Runner[ZoneBatch]) -> None:
+    def __init__(self, runner: Runner[ZoneBatch]) -> None:
         first = runner.filters[0] if runner.filters else None
         if ZoneCapability.HEALTH not in capabilities_of(first):
             raise PluginError(
@@ -203,10 +92,6 @@ class ZoneProfile:
             )
         self.runner = runner
         self.name = runner.name
-        self.filters = runner.filters
-        self.scorers = runner.scorers
-        self.picker = runner.picker
-        self.cost_model = runner.cost_model
         self.weights = runner.weights
 
     @property
@@ -215,8 +100,9 @@ class ZoneProfile:
         return self.runner.fast_paths
 
     def without_fast_paths(self) -> ZoneProfile:
-        """The same profile (the same plugin objects) deciding with the reference runner."""
-        return ZoneProfile.of(self.runner.reference())
+        """The same plugins deciding one by one: the reference the fast paths are tested
+        and benchmarked against."""
+        return ZoneProfile(self.runner.reference())
 
     def decide(
         self, request: ZoneRequest, view: ZoneView, *, exclude: frozenset[str] = frozenset()

@@ -185,15 +185,17 @@ def outcome(profile: ZoneProfile, request: ZoneRequest, view: ZoneView) -> objec
     except (ModelNotServed, NoEligibleCandidate) as exc:
         trace = getattr(exc, "trace", None)
         return type(exc), str(exc), getattr(exc, "filter_name", None), trace
-    scores = tuple((name, column[d.alive].tolist()) for name, column in d.scores)
+    scores = tuple(
+        (name, column[d.outcome.batch.alive].tolist()) for name, column in d.outcome.scores
+    )
     return (
         d.choice,
         d.gpu_id,
         d.predicted_ttft_ms,
         d.uncached_tokens,
         d.matched_blocks,
-        d.alive.tolist(),
-        d.totals[d.alive].tolist(),
+        d.outcome.batch.alive.tolist(),
+        d.outcome.totals[d.outcome.batch.alive].tolist(),
         scores,
         d.to_decision(None),
     )

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from gtm.gpu_profiles import LLAMA_8B
-from gtm.models import GpuWorker, WorkerState
+from gtm.models import GpuWorker, Tier, WorkerState
+from gtm.routing.framework import CostModel, Filter, Picker
+from gtm.routing.runner import Runner, Weighted
 from zone_agent.accounting import Accounting, SlotLoad
+from zone_agent.batch import ZoneBatch
+from zone_agent.fastpaths import FAST_PATHS
 from zone_agent.health import HealthStatus
 from zone_agent.prefix import text_block_hashes
 from zone_agent.request import CanaryChoice, Endpoint, ZoneRequest
-from zone_agent.router import Batch
+from zone_agent.router import ZoneProfile
 from zone_agent.scrape import Flavor, GpuMetrics, ModelMetrics
 from zone_agent.view import GpuState, ViewBuilder, ViewSettings, ZoneView
 
@@ -109,5 +114,30 @@ def make_request(
     )
 
 
-def batch(view: ZoneView, request: ZoneRequest) -> Batch:
-    return Batch(request, view, view.by_model[request.model])
+def batch(view: ZoneView, request: ZoneRequest) -> ZoneBatch:
+    return ZoneBatch(request, view, view.by_model[request.model])
+
+
+def zone_profile(
+    name: str,
+    filters: Sequence[Filter],
+    scorers: Sequence[Weighted],
+    picker: Picker,
+    *,
+    cost_model: CostModel | None = None,
+    fast_paths: bool = True,
+    **options: Any,
+) -> ZoneProfile:
+    """A zone profile of these plugins with the zone's fast paths (``fast_paths=False``:
+    the reference), as the zone registry builds one."""
+    runner: Runner[ZoneBatch] = Runner(
+        name,
+        Tier.ZONE,
+        filters,
+        scorers,
+        picker,
+        cost_model=cost_model,
+        fast_paths=FAST_PATHS if fast_paths else (),
+        **options,
+    )
+    return ZoneProfile(runner)

@@ -19,8 +19,10 @@ from hypothesis import strategies as st
 
 from gtm.gpu_profiles import LLAMA_8B
 from gtm.routing.pickers.max_score import MaxScorePicker
-from tests.unit.zone_agent.helpers import Gpu, batch, make_request, make_view
+from gtm.routing.runner import Weighted
+from tests.unit.zone_agent.helpers import Gpu, batch, make_request, make_view, zone_profile
 from zone_agent.accounting import Accounting
+from zone_agent.batch import ZoneBatch
 from zone_agent.costs.ttft import load_scale, ttft_costs_reference
 from zone_agent.health import HealthStatus
 from zone_agent.plugins._arrays import first_max, first_max_of
@@ -30,7 +32,7 @@ from zone_agent.plugins.model_filter import ModelFilter
 from zone_agent.plugins.ttft_scorer import Params, TtftScorer
 from zone_agent.prefix import BYTES_FROM, PrefixIndex, iter_bits, set_bits
 from zone_agent.profiles import DEFAULT_TTFT_SCALE_MS, builtin_profile
-from zone_agent.router import Batch, WeightedGpuScorer, ZoneProfile
+from zone_agent.router import ZoneProfile
 
 SETTINGS = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TEXTS = ("system prompt one " * 120, "system prompt two " * 90, "other " * 200)
@@ -38,7 +40,7 @@ TYPES = ("H100", "A100-80GB", "L40S", "V100")
 
 
 @st.composite
-def zones(draw: st.DrawFn) -> tuple[Batch, np.random.Generator]:
+def zones(draw: st.DrawFn) -> tuple[ZoneBatch, np.random.Generator]:
     """A zone with in-flight charges and prefix blocks, a request, and some removals."""
     count = draw(st.integers(1, 70))
     acc = Accounting()
@@ -86,13 +88,13 @@ def zones(draw: st.DrawFn) -> tuple[Batch, np.random.Generator]:
     return b, rng
 
 
-def dense_matched(b: Batch) -> list[float]:
+def dense_matched(b: ZoneBatch) -> list[float]:
     """Leading blocks per candidate, looked up one GPU at a time."""
     hits = b.view.accounting.prefix.match(b.request.prefix_hashes)
     return [float(hits.get(int(slot), 0)) for slot in b.index.slots]
 
 
-def reference_costs(b: Batch, *, decode: bool = True, epsilon: float = 0.25) -> list[float]:
+def reference_costs(b: ZoneBatch, *, decode: bool = True, epsilon: float = 0.25) -> list[float]:
     """ttft-scorer's costs by the formula's scalar reference, with the matches looked up
     one GPU at a time."""
     index, request, acc = b.index, b.request, b.view.accounting
@@ -114,11 +116,11 @@ def reference_costs(b: Batch, *, decode: bool = True, epsilon: float = 0.25) -> 
 
 @SETTINGS
 @given(zone=zones())
-def test_sparse_matches_equal_the_dense_lookup(zone: tuple[Batch, np.random.Generator]) -> None:
+def test_sparse_matches_equal_the_dense_lookup(zone: tuple[ZoneBatch, np.random.Generator]) -> None:
     b, _ = zone
     dense = dense_matched(b)
     # Read by depth (groups of positions) before the dict exists, then as the dict.
-    fresh = Batch(b.request, b.view, b.index)
+    fresh = ZoneBatch(b.request, b.view, b.index)
     assert [fresh.blocks_at(p) for p in range(len(dense))] == dense
     assert fresh.any_match == any(dense)
     groups = fresh.match_groups
@@ -134,7 +136,7 @@ def test_sparse_matches_equal_the_dense_lookup(zone: tuple[Batch, np.random.Gene
 @SETTINGS
 @given(zone=zones(), decode=st.booleans())
 def test_ttft_costs_equal_the_per_gpu_formula(
-    zone: tuple[Batch, np.random.Generator], decode: bool
+    zone: tuple[ZoneBatch, np.random.Generator], decode: bool
 ) -> None:
     """The scorer's inputs — sparse matches or groups of mask bytes, the survivors'
     streams from the running total — give the scalar reference's costs, bit for bit,
@@ -153,7 +155,7 @@ def test_ttft_costs_equal_the_per_gpu_formula(
 
 @SETTINGS
 @given(zone=zones())
-def test_ttft_scores_mask_like_where(zone: tuple[Batch, np.random.Generator]) -> None:
+def test_ttft_scores_mask_like_where(zone: tuple[ZoneBatch, np.random.Generator]) -> None:
     b, _ = zone
     scorer = TtftScorer()
     costs = scorer.costs_ms(b)
@@ -256,16 +258,18 @@ def test_set_bits_reads_the_bits_of_a_mask_lowest_first(bits: set[int]) -> None:
 
 @SETTINGS
 @given(zone=zones())
-def test_a_decision_picks_the_cheapest_survivor(zone: tuple[Batch, np.random.Generator]) -> None:
+def test_a_decision_picks_the_cheapest_survivor(
+    zone: tuple[ZoneBatch, np.random.Generator],
+) -> None:
     """End to end: the TTFT-only profile chooses a survivor of least predicted TTFT."""
     b, _ = zone
     decision = builtin_profile("ttft-only").decide(b.request, b.view)
     survivors = batch(b.view, b.request)
-    survivors.alive[:] = decision.alive
+    survivors.alive[:] = decision.outcome.batch.alive
     survivors.all_alive = False
     costs = reference_costs(survivors)
-    best = min(costs[i] for i in np.flatnonzero(decision.alive))
-    assert decision.alive[decision.choice]
+    best = min(costs[i] for i in np.flatnonzero(decision.outcome.batch.alive))
+    assert decision.outcome.batch.alive[decision.choice]
     assert math.isclose(costs[decision.choice], best, rel_tol=1e-9)
     assert decision.predicted_ttft_ms is not None
     assert math.isclose(decision.predicted_ttft_ms, costs[decision.choice], rel_tol=1e-9)
@@ -274,16 +278,16 @@ def test_a_decision_picks_the_cheapest_survivor(zone: tuple[Batch, np.random.Gen
 
 @SETTINGS
 @given(zone=zones())
-def test_the_default_blends_ttft_and_kv_room(zone: tuple[Batch, np.random.Generator]) -> None:
+def test_the_default_blends_ttft_and_kv_room(zone: tuple[ZoneBatch, np.random.Generator]) -> None:
     """End to end: the default profile chooses the first survivor of highest
     ``(exp(-(cost - best) / scale) + KV room) / 2``, worked out here one GPU at a time."""
     b, _ = zone
     decision = builtin_profile("default").decide(b.request, b.view)
     survivors = batch(b.view, b.request)
-    survivors.alive[:] = decision.alive
+    survivors.alive[:] = decision.outcome.batch.alive
     survivors.all_alive = False
     costs = reference_costs(survivors)
-    alive = [int(i) for i in np.flatnonzero(decision.alive)]
+    alive = [int(i) for i in np.flatnonzero(decision.outcome.batch.alive)]
     best = min(costs[i] for i in alive)
     kv_free, kv_total = survivors.kv_free, survivors.index.kv_total
     scale = DEFAULT_TTFT_SCALE_MS
@@ -293,7 +297,7 @@ def test_the_default_blends_ttft_and_kv_room(zone: tuple[Batch, np.random.Genera
         for i in alive
     }
     top = max(totals.values())
-    assert decision.alive[decision.choice]
+    assert decision.outcome.batch.alive[decision.choice]
     assert math.isclose(totals[decision.choice], top, rel_tol=1e-9, abs_tol=1e-12)
     assert decision.predicted_ttft_ms is not None
     assert math.isclose(decision.predicted_ttft_ms, costs[decision.choice], rel_tol=1e-9)
@@ -307,7 +311,7 @@ def test_a_removed_gpu_far_cheaper_than_the_survivors_does_not_overflow() -> Non
     acc.start("b", prefill_tokens=1e9)
     decision = builtin_profile("default").decide(make_request(), view)
     assert decision.gpu_id == "b"
-    assert all(0.0 <= s <= 1.0 for s in decision.scores[0][1])
+    assert all(0.0 <= s <= 1.0 for s in decision.outcome.scores[0][1])
 
 
 # ------------------------------------------------------------ fused filters, cheapest pick
@@ -320,16 +324,16 @@ class FixedCosts(TtftScorer):
         super().__init__("ttft")
         self._fixed = costs
 
-    def costs_ms(self, batch: Batch, /) -> np.ndarray:
+    def costs_ms(self, batch: ZoneBatch, /) -> np.ndarray:
         return np.array(self._fixed)
 
 
 def fixed_profile(costs: list[float], *, fast: bool) -> ZoneProfile:
     scorer = FixedCosts(costs)
-    return ZoneProfile(
+    return zone_profile(
         "t",
         [HealthFilter(), ModelFilter(), FitsFilter()],
-        [WeightedGpuScorer(scorer, 1.0)],
+        [Weighted(scorer, 1.0)],
         MaxScorePicker(),
         cost_model=scorer,
         fast_paths=fast,
@@ -359,8 +363,8 @@ def test_cheapest_pick_is_the_pickers_choice_even_on_near_ties(
     fast = fixed_profile(costs, fast=True).decide(make_request(), view)
     reference = fixed_profile(costs, fast=False).decide(make_request(), view)
     assert fast.choice == reference.choice == choice
-    assert (fast.scored is not None) is worked_out
-    assert reference.scored is not None
+    assert (fast.outcome.scored is not None) is worked_out
+    assert reference.outcome.scored is not None
     # Without them, the trace works the scores out when asked, and gets the same.
     assert fast.to_decision(None) == reference.to_decision(None)
 
@@ -374,9 +378,9 @@ def test_fused_filters_work_the_view_out_once_and_fall_back_when_they_must() -> 
     first = profile.decide(make_request(), view)
     (memo,) = first.outcome.batch.prepared.values()  # the fused filters' prepare(view)
     assert list(memo) == [first.request.model]  # health + model survivors, cached
-    assert first.alive.tolist() == [True, False, True]
+    assert first.outcome.batch.alive.tolist() == [True, False, True]
     again = profile.decide(make_request(request_id="req-2"), view)
-    assert again.alive is first.alive
+    assert again.outcome.batch.alive is first.outcome.batch.alive
     # A half-open GPU depends on our in-flight streams: the filters run one by one.
     half = make_view([Gpu("a", health=HealthStatus(True, half_open=True)), Gpu("b")], acc)
     acc.start("a", prefill_tokens=10.0)
@@ -400,7 +404,7 @@ def test_the_survivors_streams_come_from_the_running_total_or_a_gather() -> None
 
     def summed() -> float:
         decision = profile.decide(make_request(), view)
-        assert decision.scored is None  # the fused filters and the blend decided
+        assert decision.outcome.scored is None  # the fused filters and the blend decided
         return decision.outcome.batch.streams_sum()
 
     assert summed() == 3.0  # a and c

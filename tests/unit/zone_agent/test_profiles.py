@@ -55,11 +55,11 @@ def test_every_builtin_decides_and_predicts(name: str) -> None:
 
 def test_default_profile_shape() -> None:
     p = builtin_profile(DEFAULT_PROFILE)
-    assert [f.name for f in p.filters] == ["health", "model", "fits", "canary"]
+    assert [f.name for f in p.runner.filters] == ["health", "model", "fits", "canary"]
     assert p.weights == (("zone-ttft", 1.0), ("kv-cache", 1.0))
-    assert p.picker.name == "max-score"
-    assert p.cost_model is not None
-    assert p.cost_model.name == "zone-ttft"
+    assert p.runner.picker.name == "max-score"
+    assert p.runner.cost_model is not None
+    assert p.runner.cost_model.name == "zone-ttft"
 
 
 def test_llm_d_blend_weights() -> None:
@@ -184,7 +184,7 @@ def test_a_third_scorer_loses_the_blend_fast_path_and_says_so(
 
     assert (gauge("fused-filters"), gauge("blend-pick"), gauge("cheapest-pick")) == (1, 0, 0)
     view = make_view([Gpu("a"), Gpu("b", gpu_type="A100-80GB")])
-    assert profile.decide(make_request(), view).scored is not None  # scored one by one
+    assert profile.decide(make_request(), view).outcome.scored is not None  # scored one by one
 
 
 def _policy(generation: int, zone_default: Mapping[str, Any] | None) -> ActivePolicy:

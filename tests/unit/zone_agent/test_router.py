@@ -6,24 +6,20 @@ import pytest
 from gtm.errors import NoEligibleCandidate, PluginError
 from gtm.metrics import new_registry
 from gtm.models import Tier, decision_adapter
-from gtm.routing.framework import Plugin
+from gtm.routing.framework import Plugin, Removal
 from gtm.routing.metrics import RoutingMetrics
 from gtm.routing.pickers.max_score import MaxScorePicker
+from gtm.routing.runner import Weighted
 from zone_agent.accounting import Accounting
+from zone_agent.batch import ZoneBatch
 from zone_agent.errors import ModelNotServed
 from zone_agent.health import HealthStatus
 from zone_agent.plugins.health_filter import HealthFilter
 from zone_agent.plugins.ttft_scorer import TtftScorer
-from zone_agent.router import (
-    RETRY_STEP,
-    Batch,
-    Removal,
-    WeightedGpuScorer,
-    ZoneProfile,
-)
+from zone_agent.router import RETRY_STEP, ZoneProfile
 from zone_agent.view import Floats
 
-from .helpers import Gpu, make_request, make_view
+from .helpers import Gpu, make_request, make_view, zone_profile
 
 
 class Const(Plugin):
@@ -31,7 +27,7 @@ class Const(Plugin):
         super().__init__(name)
         self._values = values
 
-    def scores(self, batch: Batch, /) -> Floats:
+    def scores(self, batch: ZoneBatch, /) -> Floats:
         return np.array(self._values, dtype=np.float64)
 
 
@@ -39,12 +35,12 @@ class Broken(Plugin):
     def __init__(self) -> None:
         super().__init__("broken")
 
-    def removes(self, batch: Batch, /) -> Removal | None:
+    def removes(self, batch: ZoneBatch, /) -> Removal | None:
         raise ZeroDivisionError("oops")
 
 
-def profile(*scorers: WeightedGpuScorer, filters: tuple[object, ...] = ()) -> ZoneProfile:
-    return ZoneProfile(
+def profile(*scorers: Weighted, filters: tuple[object, ...] = ()) -> ZoneProfile:
+    return zone_profile(
         "test",
         [HealthFilter(), *filters],  # type: ignore[list-item]
         list(scorers),
@@ -56,12 +52,12 @@ def profile(*scorers: WeightedGpuScorer, filters: tuple[object, ...] = ()) -> Zo
 def test_weighted_totals_and_a_full_trace() -> None:
     view = make_view([Gpu("a"), Gpu("b"), Gpu("c", health=HealthStatus(False, "ejected"))])
     p = profile(
-        WeightedGpuScorer(Const("x", [0.2, 0.9, 1.0]), 1.0),
-        WeightedGpuScorer(Const("y", [1.0, 0.0, 1.0]), 3.0),
+        Weighted(Const("x", [0.2, 0.9, 1.0]), 1.0),
+        Weighted(Const("y", [1.0, 0.0, 1.0]), 3.0),
     )
     decision = p.decide(make_request(), view)
     assert decision.gpu_id == "a"  # (0.2 + 3) / 4 beats (0.9 + 0) / 4
-    assert decision.totals[0] == pytest.approx(0.8)
+    assert decision.outcome.totals[0] == pytest.approx(0.8)
     record = decision.to_decision()
     assert record.tier is Tier.ZONE
     assert record.choice == "a"
@@ -78,7 +74,7 @@ def test_weighted_totals_and_a_full_trace() -> None:
 
 def test_trace_keeps_the_top_n_and_the_choice() -> None:
     view = make_view([Gpu(f"g{i}") for i in range(6)])
-    p = profile(WeightedGpuScorer(Const("x", [0.9, 0.1, 0.8, 0.7, 0.6, 0.5]), 1.0))
+    p = profile(Weighted(Const("x", [0.9, 0.1, 0.8, 0.7, 0.6, 0.5]), 1.0))
     record = p.decide(make_request(), view).to_decision(top=2)
     assert [s.candidate for s in record.trace.scores] == ["g0", "g2"]
     assert record.trace.scores_omitted == 4
@@ -86,16 +82,16 @@ def test_trace_keeps_the_top_n_and_the_choice() -> None:
 
 def test_out_of_range_scores_are_repaired() -> None:
     view = make_view([Gpu("a"), Gpu("b")])
-    p = profile(WeightedGpuScorer(Const("x", [float("nan"), 7.0]), 1.0))
+    p = profile(Weighted(Const("x", [float("nan"), 7.0]), 1.0))
     decision = p.decide(make_request(), view)
     assert decision.gpu_id == "b"
-    assert list(decision.scores[0][1]) == [0.0, 1.0]
+    assert list(decision.outcome.scores[0][1]) == [0.0, 1.0]
 
 
 def test_filtering_to_zero_names_the_filter_and_keeps_the_trace() -> None:
     view = make_view([Gpu("a", drained=True)])
     metrics = RoutingMetrics(new_registry())
-    p = ZoneProfile("t", [HealthFilter()], [], MaxScorePicker(), metrics=metrics)
+    p = zone_profile("t", [HealthFilter()], [], MaxScorePicker(), metrics=metrics)
     with pytest.raises(NoEligibleCandidate) as info:
         p.decide(make_request(), view)
     assert info.value.filter_name == "health-filter"
@@ -126,26 +122,26 @@ def test_a_plugin_crash_becomes_a_plugin_error() -> None:
 @pytest.mark.parametrize("weight", [0.0, -1.0, float("inf")])
 def test_bad_weights_are_refused(weight: float) -> None:
     with pytest.raises(PluginError, match="weight"):
-        profile(WeightedGpuScorer(Const("x", [1.0]), weight))
+        profile(Weighted(Const("x", [1.0]), weight))
 
 
 def test_every_profile_starts_with_the_health_filter() -> None:
     with pytest.raises(PluginError, match="health-filter"):
-        ZoneProfile("t", [], [], MaxScorePicker())
+        zone_profile("t", [], [], MaxScorePicker())
 
 
 def test_duplicate_plugin_names_are_refused() -> None:
     with pytest.raises(PluginError, match="unique"):
-        profile(WeightedGpuScorer(Const("x", [1.0]), 1), WeightedGpuScorer(Const("x", [1.0]), 1))
+        profile(Weighted(Const("x", [1.0]), 1), Weighted(Const("x", [1.0]), 1))
 
 
 def test_metrics_are_recorded_per_plugin() -> None:
     registry = new_registry()
     metrics = RoutingMetrics(registry)
-    p = ZoneProfile(
+    p = zone_profile(
         "t",
         [HealthFilter()],
-        [WeightedGpuScorer(TtftScorer(), 1)],
+        [Weighted(TtftScorer(), 1)],
         MaxScorePicker(),
         cost_model=TtftScorer(),
         metrics=metrics,
@@ -169,7 +165,7 @@ def test_metrics_are_recorded_per_plugin() -> None:
 def test_loads_are_a_snapshot_taken_at_the_decision() -> None:
     acc = Accounting()
     view = make_view([Gpu("a")], acc)
-    b = Batch(make_request(), view, view.by_model[make_request().model])
+    b = ZoneBatch(make_request(), view, view.by_model[make_request().model])
     before = b.pending.copy()
     acc.start("a", prefill_tokens=500)
     assert list(b.pending) == list(before)  # the batch holds a copy

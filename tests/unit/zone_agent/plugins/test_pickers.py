@@ -6,18 +6,18 @@ from collections import Counter
 
 import numpy as np
 
+from gtm.routing.framework import Picker
 from gtm.routing.pickers import max_score
 from gtm.routing.pickers.max_score import MaxScorePicker
 from gtm.routing.pickers.power_of_two import PowerOfTwoPicker
 from gtm.routing.pickers.random_pick import RandomPicker
 from tests.unit.zone_agent.helpers import Gpu, batch, make_request, make_view
-from zone_agent.router import GpuPicker
 
 VIEW = make_view([Gpu(f"g{i}") for i in range(4)])
 
 
 def _pick(
-    picker: GpuPicker, totals: list[float], dead: tuple[int, ...] = (), request_id: str = "r"
+    picker: Picker, totals: list[float], dead: tuple[int, ...] = (), request_id: str = "r"
 ) -> int:
     b = batch(VIEW, make_request(request_id=request_id))
     for i in dead:
