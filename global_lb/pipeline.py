@@ -133,12 +133,8 @@ class _Filtered(NamedTuple):
 
 def _step(plugin: MaskFilter, kept: int, batch: RegionBatch) -> Step:
     if kept == batch.layout.full:
-        return Step(plugin.name, None, _not_removed)
+        return Step.idle(plugin.name)
     return Step(plugin.name, batch.layout.removed(kept), plugin.reason(batch))
-
-
-def _not_removed(position: int) -> str:
-    return "not removed"
 
 
 # ---------------------------------------------------------------------------- choice

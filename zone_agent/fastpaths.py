@@ -23,54 +23,31 @@ and ``tests/property/test_zone_agent_decisions.py`` check against
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple, Protocol, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numpy as np
 
-from gtm.routing.framework import Capability, Floats, Removal
+from gtm.routing.framework import Capability
 from gtm.routing.runner import FastPath, Match, Stage, Step
 from zone_agent._np import fany
 from zone_agent.accounting import Accounting
 from zone_agent.batch import StreamsHint, ZoneBatch, ZoneCapability
 from zone_agent.costs import blend
-from zone_agent.request import ZoneRequest
 from zone_agent.view import Bools, Ints, ModelIndex, ZoneView
+
+if TYPE_CHECKING:  # the plugins declaring the capabilities the paths need
+    from zone_agent.plugins.canary_filter import CanaryFilter
+    from zone_agent.plugins.fits_filter import FitsFilter
+    from zone_agent.plugins.health_filter import HealthFilter
+    from zone_agent.plugins.model_filter import ModelFilter
+    from zone_agent.plugins.ttft_scorer import TtftScorer
 
 #: Up to this many accounting slots outside the survivors, their streams are subtracted
 #: from the running total one at a time (a float operation each is cheaper than a gather).
 STREAMS_OUTSIDE_MAX = 8
 
 
-def _not_removed(position: int) -> str:
-    return "not removed"
-
-
 # ---------------------------------------------------------------------------- filters
-
-
-class _IndexFilter(Protocol):
-    """A filter whose removal, when no GPU is half-open, depends on the view alone."""
-
-    @property
-    def name(self) -> str: ...
-
-    def index_removal(self, index: ModelIndex, /) -> Removal | None: ...
-
-
-class _FitsFilter(Protocol):
-    @property
-    def name(self) -> str: ...
-
-    def shortcut(self, request: ZoneRequest, index: ModelIndex, /) -> object | None: ...
-
-    def soft_removal(self, batch: ZoneBatch, need: Any, /) -> Removal | None: ...
-
-
-class _CanaryFilter(Protocol):
-    @property
-    def name(self) -> str: ...
-
-    def idle(self, request: ZoneRequest, index: ModelIndex, /) -> bool: ...
 
 
 class _Prepared(NamedTuple):
@@ -104,13 +81,13 @@ class FusedFilters:
 
     def __init__(self, match: Match) -> None:
         filters = cast(Any, match.filters)
-        self._index_filters: tuple[_IndexFilter, _IndexFilter] = (filters[0], filters[1])
-        self._fits: _FitsFilter = filters[2]
-        self._canary: _CanaryFilter | None = filters[3] if len(filters) > 3 else None
+        self._index_filters: tuple[HealthFilter, ModelFilter] = (filters[0], filters[1])
+        self._fits: FitsFilter = filters[2]
+        self._canary: CanaryFilter | None = filters[3] if len(filters) > 3 else None
         self._canary_step: tuple[Step, ...] = ()
         if self._canary is not None:
-            self._canary_step = (Step(self._canary.name, None, _not_removed),)
-        self._tail = (Step(self._fits.name, None, _not_removed), *self._canary_step)
+            self._canary_step = (Step.idle(self._canary.name),)
+        self._tail = (Step.idle(self._fits.name), *self._canary_step)
 
     def prepare(self, view: ZoneView, /) -> dict[str, _Prepared | None]:
         """The view's memo: each model's :class:`_Prepared` (None: no shortcut for that
@@ -153,7 +130,7 @@ class FusedFilters:
         for plugin in self._index_filters:
             removal = plugin.index_removal(index)
             if removal is None:
-                steps.append(Step(plugin.name, None, _not_removed))
+                steps.append(Step.idle(plugin.name))
                 continue
             alive = np.greater(alive, removal.mask)
             steps.append(Step(plugin.name, removal.mask, removal.reason))
@@ -182,12 +159,6 @@ _UNPREPARED = object()
 # ---------------------------------------------------------------------------- choices
 
 
-class _CostScorer(Protocol):
-    scale_ms: float
-
-    def costs_ms(self, batch: ZoneBatch, /) -> Floats: ...
-
-
 class CheapestPick:
     """A lone cost scorer (``ttft-scorer``) under a picker of the highest total: the
     choice is the survivor of lowest cost, found without working out the scores.
@@ -205,7 +176,7 @@ class CheapestPick:
     NEAR = 1e-9
 
     def __init__(self, match: Match) -> None:
-        self._scorer = cast(_CostScorer, match.scorers[0].scorer)
+        self._scorer = cast("TtftScorer", match.scorers[0].scorer)
         self._margin = self.NEAR * self._scorer.scale_ms
 
     def choose(self, batch: ZoneBatch, /) -> int:
@@ -250,7 +221,7 @@ class BlendPick:
 
     def __init__(self, match: Match, *, kernel: bool = True) -> None:
         cost, room = match.scorers
-        self._cost = cast(_CostScorer, cost.scorer)
+        self._cost = cast("TtftScorer", cost.scorer)
         self._cost_weight, self._room_weight = float(cost.weight), float(room.weight)
         weight_sum = self._cost_weight + self._room_weight
         # Dividing by a power of two is exact and keeps every order and tie: skipped (0).

@@ -86,6 +86,11 @@ class Step(NamedTuple):
     removed: Bools | None
     reason: Callable[[int], str]
 
+    @classmethod
+    def idle(cls, plugin: str) -> Step:
+        """The step of a filter that removed nothing."""
+        return cls(plugin, None, _never)
+
 
 class Scored(NamedTuple):
     totals: Floats
@@ -318,7 +323,7 @@ class Runner(Generic[B]):
         self.name = name
         self.tier = tier
         self.filters = tuple(filters)
-        self._idle_steps = tuple(Step(f.name, None, _never) for f in self.filters)
+        self._idle_steps = tuple(Step.idle(f.name) for f in self.filters)
         self.scorers = tuple(scorers)
         self.picker = picker
         self.cost_model = cost_model
