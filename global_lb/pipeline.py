@@ -108,13 +108,16 @@ class GlobalFilters:
         key = (batch.allowed, batch.model, batch.rule)
         found = memo.get(key)
         if found is None:
-            kept = [f.kept(batch) for f in self._filters]
             layout = batch.layout
-            mask = layout.full
-            for k in kept:
+            mask, steps = layout.full, []
+            for f in self._filters:
+                k = f.kept(batch)
                 mask &= k
-            steps = tuple([_step(f, k, batch) for f, k in zip(self._filters, kept, strict=True)])
-            found = remember(memo, key, _Filtered(mask, steps, *layout.arrays(mask)))
+                full = k == layout.full
+                steps.append(
+                    Step.idle(f.name) if full else Step(f.name, layout.removed(k), f.reason(batch))
+                )
+            found = remember(memo, key, _Filtered(mask, tuple(steps), *layout.arrays(mask)))
         if not found.mask:
             return None  # a refusal: the filters one by one name the one that emptied it
         batch.alive = found.alive
@@ -129,12 +132,6 @@ class _Filtered(NamedTuple):
     steps: tuple[Step, ...]
     alive: Bools
     survivors: Ints
-
-
-def _step(plugin: MaskFilter, kept: int, batch: RegionBatch) -> Step:
-    if kept == batch.layout.full:
-        return Step.idle(plugin.name)
-    return Step(plugin.name, batch.layout.removed(kept), plugin.reason(batch))
 
 
 # ---------------------------------------------------------------------------- choice

@@ -7,17 +7,10 @@ log which plugin lacks what when it cannot, and sets ``gtm_routing_fast_path{tie
 profile,path}``. Each path gives what the plugins one by one give — the survivors, the
 steps and their reasons, the choice — which ``tests/unit/zone_agent/test_fast_paths.py``
 and ``tests/property/test_zone_agent_decisions.py`` check against
-:meth:`gtm.routing.runner.Runner.reference` on random zones:
-
-* :class:`FusedFilters` (``fused-filters``) — the default chain (health, model, fits,
-  optionally canary) as one step: what depends on the view alone is worked out once per
-  view and model (its ``prepare`` hook), and only the free-KV rule runs per request;
-  anything unusual (a half-open GPU, a canary or version pin, a request a hard rule may
-  refuse) runs the filters one by one;
-* :class:`CheapestPick` (``cheapest-pick``) — a lone cost scorer under a picker of the
-  highest total picks the cheapest survivor; the scores are worked out only for a trace;
-* :class:`BlendPick` (``blend-pick``) — a cost scorer then a KV-room scorer (the
-  default): the weighted sum and the pick of :mod:`zone_agent.costs.blend` in one call.
+:meth:`gtm.routing.runner.Runner.reference` on random zones. The paths (each class
+says what it replaces and when it steps aside): :class:`FusedFilters` (the default
+filter chain), :class:`CheapestPick` (a lone cost scorer), :class:`BlendPick` (a cost
+then a KV-room scorer, the default).
 """
 
 from __future__ import annotations
@@ -219,7 +212,7 @@ class BlendPick:
     decides.
     """
 
-    def __init__(self, match: Match, *, kernel: bool = True) -> None:
+    def __init__(self, match: Match) -> None:
         cost, room = match.scorers
         self._cost = cast("TtftScorer", cost.scorer)
         self._cost_weight, self._room_weight = float(cost.weight), float(room.weight)
@@ -227,8 +220,6 @@ class BlendPick:
         # Dividing by a power of two is exact and keeps every order and tie: skipped (0).
         self._div = 0.0 if math.frexp(weight_sum)[0] == 0.5 else weight_sum
         self._inv_scale = 1.0 / self._cost.scale_ms
-        #: The C kernel, when it was built and ``kernel`` is set.
-        self._kernel = blend.blend_choice if kernel else None
 
     def choose(self, batch: ZoneBatch, /) -> int:
         index = batch.index
@@ -245,7 +236,7 @@ class BlendPick:
             self._room_weight,
             self._div,
         )
-        kernel = self._kernel
+        kernel = blend.blend_choice  # None when the C kernel was not built
         if kernel is not None:
             choice = kernel(*args)
             if choice >= 0:

@@ -343,11 +343,11 @@ class Runner(Generic[B]):
         self._decision_obs = (
             None if metrics is None else metrics.decision_duration.labels(tier, name).observe
         )
-        self._declared = tuple(fast_paths)
-        self._active: list[str] = []
+        #: Names of the fast paths this profile takes.
+        self.fast_paths: tuple[str, ...] = ()
         match = Match(self.filters, self.scorers, picker, cost_model)
-        self._filter_path: FilterPath | None = self._compose(Stage.FILTERS, match)
-        self._choice_path: ChoicePath | None = self._compose(Stage.CHOICE, match)
+        self._filter_path: FilterPath | None = self._compose(Stage.FILTERS, match, fast_paths)
+        self._choice_path: ChoicePath | None = self._compose(Stage.CHOICE, match, fast_paths)
         plugins: list[object] = [*self.filters, *(ws.scorer for ws in self.scorers), picker]
         plugins += [cost_model, self._filter_path, self._choice_path]
         self._preparers = tuple(
@@ -358,16 +358,16 @@ class Runner(Generic[B]):
 
     # ------------------------------------------------------------------ building
 
-    def _compose(self, stage: Stage, match: Match) -> Any:
+    def _compose(self, stage: Stage, match: Match, declared: Sequence[FastPath]) -> Any:
         chosen: Any = None
         why: list[str] = []
-        for path in self._declared:
+        for path in declared:
             if path.stage is not stage:
                 continue
             missing = path.missing(match) if chosen is None else "another path is in use"
             if missing is None:
                 chosen = path.build(match)
-                self._active.append(path.name)
+                self.fast_paths += (path.name,)
             else:
                 why.append(f"{path.name}: {missing}")
             if self._metrics is not None:
@@ -398,11 +398,6 @@ class Runner(Generic[B]):
                 key = (point, id(plugin))
                 out[key] = histogram.labels(self.tier, point, plugin.name).observe
         return out
-
-    @property
-    def fast_paths(self) -> tuple[str, ...]:
-        """Names of the fast paths this profile takes."""
-        return tuple(self._active)
 
     def reference(self) -> Runner[B]:
         """The same plugins deciding one by one (no fast paths): the reference."""
