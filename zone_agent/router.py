@@ -94,11 +94,6 @@ class ZoneProfile:
         self.name = runner.name
         self.weights = runner.weights
 
-    @property
-    def fast_paths(self) -> tuple[str, ...]:
-        """Names of the fast paths this profile takes."""
-        return self.runner.fast_paths
-
     def without_fast_paths(self) -> ZoneProfile:
         """The same plugins deciding one by one: the reference the fast paths are tested
         and benchmarked against."""

@@ -374,7 +374,7 @@ def test_fused_filters_work_the_view_out_once_and_fall_back_when_they_must() -> 
     gpus = [Gpu("a"), Gpu("b", health=HealthStatus(False, "ejected (outlier)")), Gpu("c")]
     view = make_view(gpus, acc)
     profile = builtin_profile("default")
-    assert profile.fast_paths == ("fused-filters", "blend-pick")
+    assert profile.runner.fast_paths == ("fused-filters", "blend-pick")
     first = profile.decide(make_request(), view)
     (memo,) = first.outcome.batch.prepared.values()  # the fused filters' prepare(view)
     assert list(memo) == [first.request.model]  # health + model survivors, cached

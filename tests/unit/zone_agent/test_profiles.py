@@ -130,7 +130,7 @@ def _example_spec(name: str) -> ProfileSpec:
 def test_the_example_zone_default_builds_and_is_the_builtin_default() -> None:
     spec = _example_spec("zone-default")
     profile = build_zone_profile(spec)
-    assert profile.fast_paths == ("fused-filters", "blend-pick")
+    assert profile.runner.fast_paths == ("fused-filters", "blend-pick")
     assert spec.model_copy(update={"name": DEFAULT_PROFILE}) == BUILTIN_PROFILES[DEFAULT_PROFILE]
 
 
@@ -152,7 +152,7 @@ def test_old_type_names_build_the_same_profile_and_warn(
     with caplog.at_level(logging.WARNING):
         profile = build_zone_profile(load_profile_spec(data))
     assert "'healthy-filter' is deprecated; use 'health-filter'" in caplog.text
-    assert profile.fast_paths == ("fused-filters", "blend-pick")
+    assert profile.runner.fast_paths == ("fused-filters", "blend-pick")
     view = make_view([Gpu("a"), Gpu("b", gpu_type="A100-80GB")])
     request = make_request()
     assert (
@@ -175,7 +175,7 @@ def test_a_third_scorer_loses_the_blend_fast_path_and_says_so(
     registry = new_registry()
     with caplog.at_level(logging.INFO):
         profile = build_zone_profile(load_profile_spec(data), metrics=RoutingMetrics(registry))
-    assert profile.fast_paths == ("fused-filters",)
+    assert profile.runner.fast_paths == ("fused-filters",)
     assert "blend-pick: scorer 'queue' (QueueScorer) is one more than it takes (2)" in caplog.text
 
     def gauge(path: str) -> float | None:
