@@ -90,7 +90,8 @@ class ZoneBatch(Batch):
     request: ZoneRequest
 
     def __init__(self, request: ZoneRequest, view: ZoneView, index: ModelIndex) -> None:
-        super().__init__(index.ids, request, view, index.all_true.copy())
+        # (the shared read-only mask: the runner replaces a batch's mask, never writes it)
+        super().__init__(index.ids, request, view, index.all_true)
         self.index = index
         #: Where the survivors' streams are in the accounting, when a fast path knows.
         self._streams_hint: StreamsHint | None = None

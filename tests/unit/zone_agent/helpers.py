@@ -115,7 +115,10 @@ def make_request(
 
 
 def batch(view: ZoneView, request: ZoneRequest) -> ZoneBatch:
-    return ZoneBatch(request, view, view.by_model[request.model])
+    """A batch whose alive mask a test may write (a decision's is the index's, shared)."""
+    made = ZoneBatch(request, view, view.by_model[request.model])
+    made.alive = made.alive.copy()
+    return made
 
 
 def zone_profile(

@@ -83,7 +83,7 @@ def zones(draw: st.DrawFn) -> tuple[ZoneBatch, np.random.Generator]:
     )
     b = batch(view, request)
     if draw(st.booleans()):
-        b.alive[:] = rng.random(count) < 0.7
+        b.alive = rng.random(count) < 0.7
         b.all_alive = False
     return b, rng
 
@@ -145,7 +145,7 @@ def test_ttft_costs_equal_the_per_gpu_formula(
     expected = reference_costs(b, decode=decode)
     for kernel in (True, False):
         fresh = batch(b.view, b.request)
-        fresh.alive[:] = b.alive
+        fresh.alive = b.alive
         fresh.all_alive = b.all_alive
         if not b.all_alive:
             fresh.seal()
@@ -265,7 +265,7 @@ def test_a_decision_picks_the_cheapest_survivor(
     b, _ = zone
     decision = builtin_profile("ttft-only").decide(b.request, b.view)
     survivors = batch(b.view, b.request)
-    survivors.alive[:] = decision.outcome.batch.alive
+    survivors.alive = decision.outcome.batch.alive
     survivors.all_alive = False
     costs = reference_costs(survivors)
     best = min(costs[i] for i in np.flatnonzero(decision.outcome.batch.alive))
@@ -284,7 +284,7 @@ def test_the_default_blends_ttft_and_kv_room(zone: tuple[ZoneBatch, np.random.Ge
     b, _ = zone
     decision = builtin_profile("default").decide(b.request, b.view)
     survivors = batch(b.view, b.request)
-    survivors.alive[:] = decision.outcome.batch.alive
+    survivors.alive = decision.outcome.batch.alive
     survivors.all_alive = False
     costs = reference_costs(survivors)
     alive = [int(i) for i in np.flatnonzero(decision.outcome.batch.alive)]

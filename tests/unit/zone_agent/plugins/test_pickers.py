@@ -20,8 +20,8 @@ def _pick(
     picker: Picker, totals: list[float], dead: tuple[int, ...] = (), request_id: str = "r"
 ) -> int:
     b = batch(VIEW, make_request(request_id=request_id))
-    for i in dead:
-        b.alive[i] = False
+    if dead:
+        b.alive = np.array([i not in dead for i in range(len(b))])
         b.all_alive = False
     return picker.pick(b, np.array(totals, dtype=np.float64))
 
