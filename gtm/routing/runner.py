@@ -524,10 +524,11 @@ class Runner(Generic[B]):
                     column = np.asarray(column, dtype=np.float64)
                 if len(column) != n:
                     raise ValueError(f"{len(column)} scores for {n} candidates")
-                # NaN fails both comparisons, so one reduction each tells a broken scorer;
-                # a scorer may leave removed positions out of range, so only a failure
-                # over the survivors is repaired.
-                if not in_range and not (_in_range(column) or _in_range(column[batch.survivors])):
+                # Only the survivors' scores count (a scorer may leave removed positions
+                # out of range); NaN fails both comparisons of the check.
+                if not in_range and not _in_range(
+                    column if batch.all_alive else column[batch.survivors]
+                ):
                     column = self._repair(scorer.name, column, batch, issues)
                 columns.append((scorer.name, column))
                 if totals is None:
@@ -630,6 +631,7 @@ def _failed(point: ExtensionPoint, plugin: Any, exc: Exception) -> PluginError:
 
 
 def _in_range(column: Floats) -> bool:
+    """Whether every value is in [0, 1] (one reduction each way: cheaper than a mask)."""
     return bool(column[column.argmin()] >= 0.0 and column[column.argmax()] <= 1.0)
 
 
