@@ -63,8 +63,10 @@ MAX_WEIGHT = 1e6
 #: Default of ``plugin_timing_every``: a histogram observation costs about as much as a
 #: cheap plugin, and one decision in 16 still gives plenty of samples per second.
 DEFAULT_PLUGIN_TIMING_EVERY = 16
-#: Views whose ``prepare`` results are kept (a zone prepares per model index).
-PREPARED_VIEWS = 16
+#: Views whose ``prepare`` results are kept: the current one and one more (a trace read
+#: later decides again over its older view). Each tier's runner sees its views in turn, and
+#: a view's memos can be large: keeping more only gives the garbage collector more to walk.
+PREPARED_VIEWS = 2
 
 _Observe = Callable[[float], None]
 _NO_OBSERVERS: Mapping[object, _Observe] = {}
