@@ -55,7 +55,7 @@ from gtm.state.snapshot import FleetSnapshot
 from gtm.stats import percentile
 from gtm.testing.azure import azure_regions_policy
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 TARGET_P99_S = 50e-6
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 TENANTS = ("demo-global", "demo-eu", "acme-health")

@@ -94,7 +94,11 @@ def data_dir(environ: dict[str, str] | None = None) -> Path:
     env = os.environ if environ is None else environ
     if env.get(DATA_DIR_ENV):
         return Path(env[DATA_DIR_ENV])
-    candidates = [Path.cwd() / ".." / "shared" / "data"]
+    # The copy vendored in this repository (data/, with its licences) comes first.
+    candidates = [
+        Path(__file__).resolve().parents[1] / "data",
+        Path.cwd() / ".." / "shared" / "data",
+    ]
     candidates.append(Path(__file__).resolve().parents[2] / "shared" / "data")
     for candidate in candidates:
         if candidate.is_dir():

@@ -19,7 +19,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-DEFAULT_CSV = Path("../shared/data/jurisdictions/country_jurisdiction.csv")
+DEFAULT_CSV = (
+    Path(__file__).resolve().parents[2] / "data" / "jurisdictions" / "country_jurisdiction.csv"
+)
 DEFAULT_OUTPUT = Path(__file__).resolve().parent.parent / "data" / "jurisdictions.yaml"
 
 Row = dict[str, str]

@@ -33,7 +33,7 @@ from gtm.testing.azure import azure_regions_policy
 from tests.property.test_global_fast_path import _same
 from tests.unit.global_lb.helpers import MODEL
 
-AZURE = Path(__file__).resolve().parents[3] / "shared" / "data" / "latency" / "azure_regions.csv"
+AZURE = Path(__file__).resolve().parents[2] / "data" / "latency" / "azure_regions.csv"
 REGIONS = 50
 
 

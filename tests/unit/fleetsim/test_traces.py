@@ -84,7 +84,7 @@ def test_data_dir_follows_the_environment(tmp_path: Path) -> None:
 
 
 def test_the_shared_traces_load() -> None:
-    # CI and developers have ../shared/data beside the repository.
+    # The traces are vendored in data/ (with their licences).
     conv = load_trace(TraceKind.AZURE_CONV)
     assert len(conv.requests) == 19_366
     assert 5.0 < conv.rate_per_s < 6.0

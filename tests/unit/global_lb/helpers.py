@@ -20,9 +20,7 @@ from gtm.state.snapshot import FleetSnapshot
 from policies import load_examples
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-MAXMIND_TEST_DBS = (
-    Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "geo" / "maxmind_test_dbs"
-)
+MAXMIND_TEST_DBS = Path(__file__).resolve().parents[3] / "data" / "geo" / "maxmind_test_dbs"
 
 #: The example regions in id order; region i listens on 127.0.1.(i+1) and fd00::(i+1).
 REGION_IDS = ("ap-northeast", "ap-southeast", "eu-central", "eu-west", "us-east", "us-west")

@@ -5,14 +5,7 @@ from pathlib import Path
 from policies.loader import builtin_jurisdictions_path
 from policies.tools.gen_jurisdictions import generate, main
 
-CSV = (
-    Path(__file__).resolve().parents[3]
-    / ".."
-    / "shared"
-    / "data"
-    / "jurisdictions"
-    / "country_jurisdiction.csv"
-)
+CSV = Path(__file__).resolve().parents[3] / "data" / "jurisdictions" / "country_jurisdiction.csv"
 
 
 def test_committed_data_matches_the_source_table() -> None:

@@ -8,7 +8,7 @@ import pytest
 from gtm.models import GeoPoint
 from regional_lb.rtt import UNKNOWN_PEER_RTT_MS, RegionRtt, load_example_rtts
 
-SHARED = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "latency"
+SHARED = Path(__file__).resolve().parents[3] / "data" / "latency"
 AZURE = {
     "us-east": "eastus",
     "us-west": "westus2",

@@ -25,9 +25,7 @@ from gtm.routing.cost import (
 )
 
 # ../shared/data from the repository root (the workspace keeps data beside the repo).
-RTT_CSV = (
-    Path(__file__).parents[4] / ".." / "shared" / "data" / "latency" / "azure_inter_region_rtt.csv"
-)
+RTT_CSV = Path(__file__).parents[4] / "data" / "latency" / "azure_inter_region_rtt.csv"
 
 
 def _least_squares(points: list[tuple[float, float]]) -> tuple[float, float]:
