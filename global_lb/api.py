@@ -16,8 +16,15 @@ Per request (``POST /v1/chat/completions``, ``/v1/completions``, ``/v1/embedding
    decision's fallbacks inside the residency-allowed set). A hop counter
    (``x-gtm-hops``) stops loops between tiers.
 
-Refusals: residency → **451** with a JSON error naming the reason code; no available
-allowed region → 503; model served by no allowed region → 404; bad key → 401.
+Refusals, each a JSON error in OpenAI's shape whose ``code`` names the reason:
+
+* **451** Unavailable For Legal Reasons (RFC 7725) when the residency policy allows *no*
+  region for this tenant, data class and client country: a legal refusal, the same on
+  every retry, so no ``Retry-After`` (the OpenAI SDKs do not retry it);
+* **503** + ``Retry-After`` when allowed regions exist but none is available now (down,
+  drained, failing health checks): a transient condition the SDKs retry — the request
+  is still never sent outside the allowed set;
+* 404 when no allowed region serves the model; 401 for a bad key.
 """
 
 from __future__ import annotations
@@ -63,6 +70,10 @@ from policies import ApiKeyError, ResidencyQuery, decision_record
 from policies.documents import Tenant
 
 log = logging.getLogger(__name__)
+
+#: ``Retry-After`` (whole seconds) of a 503 when no allowed region is available: about
+#: two health rounds, the time a recovered region takes to be trusted again.
+NO_REGION_RETRY_AFTER_S = 1
 
 
 def client_address(
@@ -382,12 +393,16 @@ def _refusal_reason(outcome: RouteOutcome) -> str:
 def _refusal_response(outcome: RouteOutcome) -> web.Response:
     reason = _refusal_reason(outcome)
     kinds = {
-        451: ("residency_refused", "Unavailable for legal reasons: no region allowed by the "
-              "residency policy can serve this request"),
-        503: ("service_unavailable", "no allowed region is available"),
+        451: ("residency_refused", "Unavailable for legal reasons: the residency policy "
+              "allows no region for this request"),
+        503: ("service_unavailable", "no region the residency policy allows for this "
+              "request is available now; retry later"),
         404: ("model_not_found", "no allowed region serves this model"),
     }  # fmt: skip
     kind, message = kinds[outcome.http_status]
+    headers = {DECISION_HEADER: outcome.decision_id}
+    if outcome.http_status == 503:
+        headers["Retry-After"] = str(NO_REGION_RETRY_AFTER_S)
     body: dict[str, Any] = {
         "error": {
             "message": f"{message} ({reason}; {outcome.detail})",
@@ -398,9 +413,7 @@ def _refusal_response(outcome: RouteOutcome) -> web.Response:
             "allowed_regions": list(outcome.allowed),
         }
     }
-    return web.json_response(
-        body, status=outcome.http_status, headers={DECISION_HEADER: outcome.decision_id}
-    )
+    return web.json_response(body, status=outcome.http_status, headers=headers)
 
 
 __all__ = ["FrontDoor", "client_address"]

@@ -225,6 +225,31 @@ async def test_residency_refusal_is_451_with_a_json_reason(deployment: Deploymen
     body = info.value.response.json()
     assert body["error"]["type"] == "residency_refused"
     assert body["error"]["code"] == "residency:denied"
+    assert "Retry-After" not in info.value.response.headers  # the same answer on a retry
+    assert not any(s.seen for s in deployment.stand_ins.values())
+
+
+async def test_allowed_regions_all_down_is_a_retryable_503_not_451(
+    deployment: Deployment,
+) -> None:
+    """451 is for a request no region may serve; when the allowed regions exist but are
+    all down it is 503 + Retry-After (the OpenAI SDK retries it), naming the reason, and
+    nothing is sent outside the set."""
+    for region in ("eu-west", "eu-central"):
+        await deployment.stand_ins[region].stop()
+    await deployment.tier.health.check_once()
+    await deployment.tier.health.check_once()
+    async with deployment.client("gtm-demo-eu") as client:
+        with pytest.raises(openai.InternalServerError) as info:
+            await client.chat.completions.create(
+                model=LLAMA_8B, messages=[{"role": "user", "content": "hi"}], max_tokens=4
+            )
+    assert info.value.status_code == 503
+    assert info.value.response.headers["Retry-After"] == "1"
+    error = info.value.response.json()["error"]
+    assert error["type"] == "service_unavailable"
+    assert error["code"] == "no-available-region"
+    assert set(error["allowed_regions"]) == {"eu-west", "eu-central"}
     assert not any(s.seen for s in deployment.stand_ins.values())
 
 

@@ -12,6 +12,8 @@ import pytest
 from openai import AsyncOpenAI
 
 from gtm.clock import SystemClock
+from gtm.models import Drain, DrainTarget
+from gtm.state import codec, keys
 from gtm.state.memory import MemoryStore
 from tests.integration.regional_lb.conftest import (
     MODEL,
@@ -110,6 +112,38 @@ async def test_refusals_are_openai_errors(
         assert [m["id"] for m in (await response.json())["data"]] == [MODEL]
     assert zone.requests == []
     assert region.sample("gtm_regional_rejected_total", tenant="demo-eu", reason="residency") == 1
+
+
+async def test_no_healthy_zone_is_a_retryable_503_and_residency_a_451(
+    make_region: RegionFactory,
+    stub_zones: ZoneMaker,
+    store: MemoryStore,
+    clock: SystemClock,
+    http: aiohttp.ClientSession,
+) -> None:
+    """The regional tier draws the front door's line: a legal refusal is 451 without
+    Retry-After (the same on every retry); allowed but nothing healthy is 503 +
+    Retry-After, naming the reason."""
+    zone = await stub_zones("us-east-a", "us-east")
+    region = await make_region("us-east")
+    await publish_zone(store, zone, clock)
+    drain = Drain(target=DrainTarget.ZONE, id="us-east-a")
+    await store.put(keys.drain(DrainTarget.ZONE, "us-east-a"), codec.encode(drain))
+    zones = lambda: region.service.view.zones  # noqa: E731
+    await until(lambda: "us-east-a" in zones() and zones()["us-east-a"].drained)
+    url = region.url + "/v1/chat/completions"
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "x"}]}
+    async with http.post(url, json=body, headers=auth()) as response:
+        assert response.status == 503
+        assert response.headers["Retry-After"] == "1"
+        error = (await response.json())["error"]
+    assert (error["type"], error["code"]) == ("service_unavailable", "no_healthy_zone")
+    async with http.post(url, json=body, headers=auth("demo-eu")) as response:
+        assert response.status == 451
+        assert "Retry-After" not in response.headers
+        error = (await response.json())["error"]
+    assert error["code"] == "region_not_allowed"
+    assert zone.requests == []
 
 
 async def test_quota_exceeded_is_a_429_with_retry_after(
