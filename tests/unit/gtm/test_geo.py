@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from global_lb.geo import (
+from gtm.errors import ConfigError
+from gtm.geo import (
     AssumedLocation,
     ChainLocator,
     CidrEntry,
@@ -19,7 +20,6 @@ from global_lb.geo import (
     open_locator,
     special_purpose_entries,
 )
-from gtm.errors import ConfigError
 from gtm.models import GeoPoint
 from tests.unit.global_lb.helpers import maxmind_test_db, write_city_db
 
@@ -85,7 +85,7 @@ def test_bundled_geolite2_locates_real_addresses_and_warns(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     assert bundled_database().is_file()
-    with caplog.at_level(logging.WARNING, logger="global_lb.geo"):
+    with caplog.at_level(logging.WARNING, logger="gtm.geo"):
         locator = open_locator(None)
     assert "STALE" in caplog.text
     london = locator.locate(ip("81.2.69.142"))

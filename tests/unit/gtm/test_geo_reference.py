@@ -13,7 +13,7 @@ import geoip2.models
 import maxminddb
 import pytest
 
-from global_lb.geo import LocationSource, MaxMindLocator
+from gtm.geo import LocationSource, MaxMindLocator
 from tests.unit.global_lb.helpers import MAXMIND_TEST_DBS
 
 DATABASES = ("GeoIP2-City-Test.mmdb", "GeoLite2-City-Test.mmdb", "GeoLite2-Country-Test.mmdb")
