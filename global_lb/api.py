@@ -25,6 +25,10 @@ Refusals, each a JSON error in OpenAI's shape whose ``code`` names the reason:
   drained, failing health checks): a transient condition the SDKs retry — the request
   is still never sent outside the allowed set;
 * 404 when no allowed region serves the model; 401 for a bad key.
+
+An unknown path is 404 ``unknown_url`` and a wrong method 405 ``method_not_allowed``
+with ``Allow``, in the same shape, by the middleware every tier installs
+(:func:`gtm.openai_errors.error_middleware`).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -43,7 +47,7 @@ from pydantic import Field, ValidationError
 from global_lb.audit import AuditSink
 from global_lb.config import FrontDoorConfig
 from global_lb.errors import BadRequest, UpstreamUnavailable
-from global_lb.geo import GeoLocator, IPAddress, IPNetwork, Location
+from global_lb.geo import GeoLocator, IPAddress, Location, client_address
 from global_lb.inflight import InflightLedger
 from global_lb.metrics import GlobalMetrics
 from global_lb.proxy import RegionRelay
@@ -64,7 +68,7 @@ from gtm.clock import Clock
 from gtm.http_limits import limited_app
 from gtm.inbound import bearer_key, read_body, tenant_of
 from gtm.models import ClientInfo, Frozen, Identifier, ModelName, RouteRequest
-from gtm.openai_errors import ApiError, openai_error
+from gtm.openai_errors import ApiError, error_middleware, openai_error
 from gtm.serve import add_service_routes
 from policies import ApiKeyError, ResidencyQuery, decision_record
 from policies.documents import Tenant
@@ -74,33 +78,6 @@ log = logging.getLogger(__name__)
 #: ``Retry-After`` (whole seconds) of a 503 when no allowed region is available: about
 #: two health rounds, the time a recovered region takes to be trusted again.
 NO_REGION_RETRY_AFTER_S = 1
-
-
-def client_address(
-    peer: str | None, forwarded_for: str | None, trusted: Iterable[IPNetwork]
-) -> IPAddress | None:
-    """The client's address: the peer, or the rightmost untrusted X-Forwarded-For entry
-    when the peer is a trusted proxy."""
-    try:
-        address: IPAddress = ipaddress.ip_address((peer or "").partition("%")[0])
-    except ValueError:
-        return None
-    networks = tuple(trusted)
-
-    def is_trusted(a: IPAddress) -> bool:
-        return any(a.version == n.version and a in n for n in networks)
-
-    if not forwarded_for or not is_trusted(address):
-        return address
-    for hop in reversed([h.strip() for h in forwarded_for.split(",")]):
-        try:
-            candidate = ipaddress.ip_address(hop)
-        except ValueError:
-            return address  # a garbled chain: trust only what we saw
-        if not is_trusted(candidate):
-            return candidate
-        address = candidate
-    return address
 
 
 class FrontDoor:
@@ -146,7 +123,11 @@ class FrontDoor:
         return None if base is None else self._ledger.view(base, self._clock.wall())
 
     def app(self) -> web.Application:
-        app = limited_app(self._config.limits, client_max_size=self._config.max_body_bytes)
+        app = limited_app(
+            self._config.limits,
+            client_max_size=self._config.max_body_bytes,
+            middlewares=[error_middleware("front door")],
+        )
         app.router.add_post(CHAT, self._forward)
         app.router.add_post(COMPLETIONS, self._forward)
         app.router.add_post(EMBEDDINGS, self._forward)

@@ -87,13 +87,37 @@ class BadRequest(ApiError):
         super().__init__(400, message, param=param, code=code or "invalid_value")
 
 
-def error_middleware(service: str, count: Callable[[str, int], None]) -> Middleware:
-    """An aiohttp middleware that answers every failure in OpenAI's shape and counts every
-    response as ``count(route, status)``.
+def _no_count(route: str, status: int) -> None:
+    return None
 
-    :class:`ApiError` is answered as it says; aiohttp's own 4xx/5xx (unknown route, wrong
-    method) get the same shape; anything else is logged once and answered 500 naming
-    ``service`` — the server never drops a connection on a bug.
+
+def routing_error(request: web.Request, exc: web.HTTPException) -> ApiError:
+    """aiohttp's own 4xx/5xx in OpenAI's shape: an unknown path is 404 ``unknown_url``
+    (OpenAI answers ``Invalid URL (METHOD /path)``), a known path with another method
+    405 ``method_not_allowed`` naming the allowed ones; others keep their status."""
+    where = f"{request.method} {request.path}"
+    if isinstance(exc, web.HTTPMethodNotAllowed):
+        allowed = ", ".join(sorted(exc.allowed_methods))
+        return ApiError(
+            405,
+            f"Method not allowed ({where}); this path allows {allowed}",
+            code="method_not_allowed",
+        )
+    if isinstance(exc, web.HTTPNotFound):
+        return ApiError(404, f"Invalid URL ({where})", type=ErrorType.NOT_FOUND, code="unknown_url")
+    kind = ErrorType.SERVER if exc.status >= 500 else ErrorType.INVALID_REQUEST
+    return ApiError(exc.status, exc.reason, type=kind, code=str(exc.status))
+
+
+def error_middleware(service: str, count: Callable[[str, int], None] = _no_count) -> Middleware:
+    """An aiohttp middleware that answers every failure in OpenAI's shape and counts every
+    response as ``count(route, status)``; every tier's HTTP server (front door, regional
+    LB, zone agent) installs it.
+
+    :class:`ApiError` is answered as it says; aiohttp's own 4xx/5xx get the same shape
+    (:func:`routing_error`; a 405 keeps its ``Allow`` header, RFC 9110 §15.5.6); anything
+    else is logged once and answered 500 naming ``service`` — the server never drops a
+    connection on a bug.
     """
 
     @web.middleware
@@ -107,7 +131,8 @@ def error_middleware(service: str, count: Callable[[str, int], None]) -> Middlew
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
-            response = ApiError(exc.status, exc.reason, code=str(exc.status)).response()
+            allow = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else {}
+            response = routing_error(request, exc).response(**allow)
         except (asyncio.CancelledError, ConnectionResetError):
             raise
         except Exception:
