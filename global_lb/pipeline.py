@@ -28,6 +28,7 @@ fallbacks or the scores are read, and the trace when it is read (``Outcome.to_de
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable, Sequence
 from enum import StrEnum
@@ -199,9 +200,8 @@ class GlobalChoice:
 
     def __init__(self, match: Match) -> None:
         self._scorers = tuple((ws.scorer, ws.weight) for ws in match.scorers)
-        self._weight_sum = 0.0
-        for _, weight in self._scorers:  # summed in profile order, like the runner's
-            self._weight_sum += weight
+        # Summed in profile order, like the runner's.
+        self._weight_sum = functools.reduce(operator.add, (w for _, w in self._scorers), 0.0)
         picker = match.picker
         self._spread = (
             cast(spread.HeadroomSpreadPicker, picker)

@@ -321,10 +321,14 @@ class PluginSpec(Frozen):
         return self.name if self.name is not None else self.type
 
 
+#: Upper bound on a scorer weight: keeps Σ w finite; config weights are small (llm-d uses 1–3).
+MAX_SCORER_WEIGHT = 1e6
+
+
 class ScorerRef(Frozen):
     ref: Identifier
     #: > 0; remove the scorer to turn it off (same rule as gtm.routing.registry).
-    weight: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
+    weight: float = Field(default=1.0, gt=0.0, le=MAX_SCORER_WEIGHT, allow_inf_nan=False)
 
 
 class Profile(Frozen):

@@ -77,9 +77,7 @@ class FusedFilters:
         self._index_filters: tuple[HealthFilter, ModelFilter] = (filters[0], filters[1])
         self._fits: FitsFilter = filters[2]
         self._canary: CanaryFilter | None = filters[3] if len(filters) > 3 else None
-        self._canary_step: tuple[Step, ...] = ()
-        if self._canary is not None:
-            self._canary_step = (Step.idle(self._canary.name),)
+        self._canary_step = tuple(Step.idle(f.name) for f in filters[3:])
         self._tail = (Step.idle(self._fits.name), *self._canary_step)
 
     def prepare(self, view: ZoneView, /) -> dict[str, _Prepared | None]:

@@ -245,8 +245,8 @@ class PluginRegistry:
 
         Raises PluginError naming the plugin and the field for: an unknown type, invalid
         parameters, a duplicate plugin name, an unknown reference, a plugin used at an
-        extension point it does not implement, a weight that is not > 0, no picker or
-        more than one.
+        extension point it does not implement, a plugin used twice as a step, a weight that
+        is not > 0, no picker or more than one.
         """
         plugins = self._build_plugins(spec)
         body = spec.profile
@@ -264,6 +264,11 @@ class PluginRegistry:
         if body.cost_model is not None:
             field = "profile.cost_model"
             cost_model = resolve(plugins, body.cost_model, field, ExtensionPoint.COST_MODEL)
+        # A trace names its filter and score steps by plugin: a name used twice would make
+        # two steps one (the cost model may reuse a scorer: it is no step).
+        names = [*body.filters, *(ref.ref for ref in body.scorers)]
+        if len(set(names)) != len(names):
+            raise PluginError(f"profile {spec.name!r}: plugin names must be unique: {names}")
         try:
             return Runner(
                 spec.name,

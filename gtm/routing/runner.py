@@ -15,9 +15,11 @@ profile says which plugin lacks what, once in the log and in the gauge
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import math
+import operator
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -58,8 +60,6 @@ log = logging.getLogger(__name__)
 
 #: ``filter_name`` of the NoEligibleCandidate raised when no candidate was offered at all.
 NO_CANDIDATES_OFFERED = "(input)"
-#: Upper bound on a scorer weight: keeps Σ w finite; config weights are small (llm-d uses 1–3).
-MAX_WEIGHT = 1e6
 #: Default of ``plugin_timing_every``: a histogram observation costs about as much as a
 #: cheap plugin, and one decision in 16 still gives plenty of samples per second.
 DEFAULT_PLUGIN_TIMING_EVERY = 16
@@ -150,15 +150,13 @@ class FastPath:
 
     def missing(self, match: Match) -> str | None:
         """Why ``match`` cannot take this path (which plugin lacks what), or None."""
-        if self.stage is Stage.FILTERS:
-            slots: Sequence[object] = match.filters
-            point = ExtensionPoint.FILTER
-        else:
-            slots = [w.scorer for w in match.scorers]
-            point = ExtensionPoint.SCORER
+        filters = self.stage is Stage.FILTERS
+        slots: Sequence[object] = match.filters if filters else [w.scorer for w in match.scorers]
+        point = ExtensionPoint.FILTER if filters else ExtensionPoint.SCORER
         wanted = (*self.needs, *self.optional)
         for k, plugin in enumerate(slots):
-            label = f"{point} {_name(plugin)!r} ({type(plugin).__name__})"
+            name = getattr(plugin, "name", type(plugin).__name__)
+            label = f"{point} {name!r} ({type(plugin).__name__})"
             if k >= len(wanted):
                 return f"{label} is one more than it takes ({len(wanted)})"
             if wanted[k] not in capabilities_of(plugin):
@@ -169,11 +167,6 @@ class FastPath:
         if self.picker is not None and self.picker not in capabilities_of(picker):
             return f"picker {picker.name!r} ({type(picker).__name__}) lacks '{self.picker}'"
         return None
-
-
-def _name(plugin: object) -> str:
-    name: str = getattr(plugin, "name", type(plugin).__name__)
-    return name
 
 
 # ---------------------------------------------------------------------------- outcome
@@ -227,14 +220,9 @@ class Outcome(NamedTuple, Generic[B]):
             best = alive[np.argsort(-totals[alive], kind="stable")[:top]]
             keep = np.array(sorted({int(i) for i in best} | {self.choice}), dtype=np.intp)
         ids = self.batch.ids
-        if scored.columns:
-            # Row k is ((scorer, its score of keep[k]), ...), built column by column in C.
-            per_scorer = [
-                zip(repeat(name), column[keep].tolist()) for name, column in scored.columns
-            ]
-            rows: list[tuple[tuple[str, float], ...]] = list(zip(*per_scorer, strict=True))
-        else:
-            rows = [()] * len(keep)
+        # Row k is ((scorer, its score of keep[k]), ...), built column by column in C.
+        per_scorer = [zip(repeat(name), column[keep].tolist()) for name, column in scored.columns]
+        rows = list(zip(*per_scorer, strict=True)) if per_scorer else [()] * len(keep)
         records = CandidateScore.batch([ids[i] for i in keep.tolist()], rows, totals[keep].tolist())
         trace = DecisionTrace(
             profile=runner.name,
@@ -289,7 +277,9 @@ class Runner(Generic[B]):
     ``metrics`` (one :class:`RoutingMetrics` per registry) turns on the decision and
     per-plugin latency histograms, the refusal and score-repair counters and the fast
     path gauge; ``timer`` measures them (injectable for tests). ``trace_scores`` keeps
-    the N best survivors' scores in a trace (None: all).
+    the N best survivors' scores in a trace (None: all). The arguments are valid as
+    :class:`~gtm.routing.registry.ProfileSpec` validated them (the one way a profile is
+    built: :meth:`~gtm.routing.registry.PluginRegistry.build`).
     """
 
     def __init__(
@@ -307,21 +297,6 @@ class Runner(Generic[B]):
         plugin_timing_every: int = DEFAULT_PLUGIN_TIMING_EVERY,
         trace_scores: int | None = None,
     ) -> None:
-        if not name:
-            raise PluginError("a profile needs a name")
-        if plugin_timing_every < 1:
-            raise PluginError(f"profile {name!r}: plugin_timing_every must be >= 1")
-        if trace_scores is not None and trace_scores < 0:
-            raise PluginError(f"profile {name!r}: trace_scores must be >= 0 or None")
-        for ws in scorers:
-            if not (math.isfinite(ws.weight) and 0.0 < ws.weight <= MAX_WEIGHT):
-                raise PluginError(
-                    f"scorer {ws.scorer.name!r}: weight {ws.weight!r} must be > 0 and "
-                    f"<= {MAX_WEIGHT:g}"
-                )
-        names = [f.name for f in filters] + [ws.scorer.name for ws in scorers]
-        if len(set(names)) != len(names) or not all(names):
-            raise PluginError(f"profile {name!r}: plugin names must be unique: {names}")
         self.name = name
         self.tier = tier
         self.filters = tuple(filters)
@@ -331,9 +306,8 @@ class Runner(Generic[B]):
         self.cost_model = cost_model
         self.trace_scores = trace_scores
         self.weights = tuple((ws.scorer.name, float(ws.weight)) for ws in scorers)
-        self._weight_sum = 0.0
-        for _, weight in self.weights:  # in the order the totals are summed
-            self._weight_sum += weight
+        # Summed left to right, the order the totals are summed in.
+        self._weight_sum = functools.reduce(operator.add, (w for _, w in self.weights), 0.0)
         self._in_range = tuple(
             Capability.SCORES_IN_RANGE in capabilities_of(ws.scorer) for ws in scorers
         )
@@ -388,18 +362,17 @@ class Runner(Generic[B]):
     def _observers(self, metrics: RoutingMetrics | None) -> dict[object, _Observe]:
         if metrics is None:
             return {}
-        histogram = metrics.plugin_duration
-        out: dict[object, _Observe] = {}
-        for point, plugins in (
-            (ExtensionPoint.FILTER, self.filters),
-            (ExtensionPoint.SCORER, [ws.scorer for ws in self.scorers]),
-            (ExtensionPoint.PICKER, [self.picker]),
-            (ExtensionPoint.COST_MODEL, [self.cost_model] if self.cost_model else []),
-        ):
-            for plugin in plugins:
-                key = (point, id(plugin))
-                out[key] = histogram.labels(self.tier, point, plugin.name).observe
-        return out
+        labels = metrics.plugin_duration.labels
+        return {
+            (point, id(plugin)): labels(self.tier, point, plugin.name).observe
+            for point, plugins in (
+                (ExtensionPoint.FILTER, self.filters),
+                (ExtensionPoint.SCORER, [ws.scorer for ws in self.scorers]),
+                (ExtensionPoint.PICKER, [self.picker]),
+                (ExtensionPoint.COST_MODEL, [self.cost_model] if self.cost_model else []),
+            )
+            for plugin in plugins
+        }
 
     def reference(self) -> Runner[B]:
         """The same plugins deciding one by one (no fast paths): the reference."""
@@ -463,10 +436,8 @@ class Runner(Generic[B]):
             for plugin in self._preparers:
                 try:
                     done[plugin] = plugin.prepare(view)  # type: ignore[attr-defined]
-                except GtmError:
-                    raise
                 except Exception as exc:
-                    raise PluginError(f"{_name(plugin)!r}.prepare failed: {exc}") from exc
+                    _reraise("preparing", plugin, exc)
             if len(self._prepared) >= PREPARED_VIEWS:
                 del self._prepared[next(iter(self._prepared))]
             found = self._prepared[id(view)] = (view, done)
@@ -490,10 +461,8 @@ class Runner(Generic[B]):
                     steps.append(idle)
                 else:
                     self._remove(batch, Step(plugin.name, removal.mask, removal.reason), steps)
-        except GtmError:
-            raise
         except Exception as exc:
-            raise _failed(ExtensionPoint.FILTER, plugin, exc) from exc
+            _reraise(ExtensionPoint.FILTER, plugin, exc)
         batch.seal()
         return tuple(steps)
 
@@ -537,10 +506,8 @@ class Runner(Generic[B]):
                     totals = column if ws.weight == 1.0 else column * ws.weight
                 else:
                     totals = totals + column * ws.weight
-        except GtmError:
-            raise
         except Exception as exc:
-            raise _failed(ExtensionPoint.SCORER, scorer, exc) from exc
+            _reraise(ExtensionPoint.SCORER, scorer, exc)
         if totals is None:
             return Scored(np.zeros(n), ())
         if len(self.scorers) > 1 or self._weight_sum != 1.0:
@@ -575,10 +542,8 @@ class Runner(Generic[B]):
         t0 = self._timer() if observe else 0.0
         try:
             choice: int = picker.pick(batch, totals)
-        except GtmError:
-            raise
         except Exception as exc:
-            raise _failed(ExtensionPoint.PICKER, picker, exc) from exc
+            _reraise(ExtensionPoint.PICKER, picker, exc)
         if observe:
             observe[(ExtensionPoint.PICKER, id(picker))](self._timer() - t0)
         if not (0 <= choice < len(batch)) or not batch.alive[choice]:
@@ -592,10 +557,8 @@ class Runner(Generic[B]):
         t0 = self._timer() if observe else 0.0
         try:
             cost = float(model.costs_ms(batch)[choice])
-        except GtmError:
-            raise
         except Exception as exc:
-            raise _failed(ExtensionPoint.COST_MODEL, model, exc) from exc
+            _reraise(ExtensionPoint.COST_MODEL, model, exc)
         if observe:
             observe[(ExtensionPoint.COST_MODEL, id(model))](self._timer() - t0)
         # An infinite cost (nothing serves there) or a negative one is no prediction.
@@ -626,10 +589,12 @@ class Runner(Generic[B]):
         raise NoEligibleCandidate(filter_name, why, trace=trace)
 
 
-def _failed(point: ExtensionPoint, plugin: Any, exc: Exception) -> PluginError:
-    """A plugin's failure (not a GtmError) as a PluginError naming it."""
+def _reraise(point: str, plugin: Any, exc: Exception) -> NoReturn:
+    """A plugin's GtmError as it is; anything else as a PluginError naming the plugin."""
+    if isinstance(exc, GtmError):
+        raise exc
     name = getattr(plugin, "name", "?")
-    return PluginError(f"{point} plugin {name!r} failed: {type(exc).__name__}: {exc}")
+    raise PluginError(f"{point} plugin {name!r} failed: {type(exc).__name__}: {exc}") from exc
 
 
 def _in_range(column: Floats) -> bool:

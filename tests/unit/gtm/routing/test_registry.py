@@ -134,9 +134,14 @@ def test_a_plugin_referenced_twice_is_built_once() -> None:
             r"profile\.filters\.0: .*a lowercase id",
         ),
         (
+            "infinite weight",
+            {"scorers": [{"ref": "load", "weight": "inf"}]},
+            r"profile\.scorers\.0\.weight: Input should be a finite number",
+        ),
+        (
             "huge weight",
             {"scorers": [{"ref": "load", "weight": 1e9}]},
-            r"profile 'zone-default': scorer 'load': weight",
+            r"profile\.scorers\.0\.weight: Input should be less than or equal to 1000000",
         ),
         (
             "unknown filter ref",

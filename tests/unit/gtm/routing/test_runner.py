@@ -190,17 +190,6 @@ def test_a_column_of_the_wrong_length_or_type_is_a_plugin_error() -> None:
         runner(scorers=[Weighted(Words("words"))]).decide(batch("a", "b"))  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("weight", [0.0, -1.0, math.nan, math.inf, 1e7])
-def test_a_weight_must_be_positive_and_bounded(weight: float) -> None:
-    with pytest.raises(PluginError, match="weight"):
-        runner(scorers=[Weighted(LoadScorer(), weight)])
-
-
-def test_plugin_names_are_unique() -> None:
-    with pytest.raises(PluginError, match="unique"):
-        runner([drop("a"), drop("b")])
-
-
 # ---------------------------------------------------------------------------- contracts
 
 
@@ -302,8 +291,6 @@ def test_plugin_latency_is_sampled_on_the_first_decision_and_then_one_in_n() -> 
         "gtm_routing_decision_duration_seconds_count", decision_labels
     )
     assert count == 9.0
-    with pytest.raises(PluginError, match="plugin_timing_every"):
-        runner(plugin_timing_every=0)
 
 
 # ---------------------------------------------------------------------------- prepare
