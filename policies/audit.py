@@ -98,6 +98,10 @@ class AuditRecord:
     chosen_region: str | None  # None when refused
     reason: str
     decision_id: str
+    #: Where the client's location came from (``geoip``, ``trusted-proxy-xff``,
+    #: ``signed-upstream``, ``unknown-policy``); ``None`` in records written before tiers
+    #: said, and then left out of the line, so those lines keep their bytes and verify.
+    location_source: str | None = None
 
     def __post_init__(self) -> None:
         if not (isinstance(self.time, int | float) and math.isfinite(self.time)) or self.time < 0:
@@ -109,6 +113,8 @@ class AuditRecord:
         _check(_TOKEN, self.decision_id, "decision_id")
         if self.client_country is not None:
             _check(_COUNTRY, self.client_country, "client_country")
+        if self.location_source is not None:
+            _check(_REASON, self.location_source, "location_source")
         if self.chosen_region is not None:
             _check(_ID, self.chosen_region, "chosen_region")
         if len(self.allowed) > _MAX_ALLOWED:
@@ -119,7 +125,7 @@ class AuditRecord:
         object.__setattr__(self, "time", float(self.time))
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "allowed": list(self.allowed),
             "chosen_region": self.chosen_region,
             "client_country": self.client_country,
@@ -130,17 +136,21 @@ class AuditRecord:
             "tenant": self.tenant,
             "time": self.time,
         }
+        if self.location_source is not None:
+            data["location_source"] = self.location_source
+        return data
 
     @classmethod
     def from_json(cls, data: Any) -> AuditRecord:
-        if not isinstance(data, dict) or set(data) != _FIELDS:
-            raise ValueError(f"expected exactly the fields {sorted(_FIELDS)}")
+        if not isinstance(data, dict) or not _REQUIRED <= set(data) <= _FIELDS:
+            raise ValueError(f"expected the fields {sorted(_REQUIRED)} (and location_source)")
         if not isinstance(data["allowed"], list):
             raise ValueError("allowed must be a list")
         return cls(**{**data, "allowed": tuple(data["allowed"])})
 
 
 _FIELDS = frozenset(AuditRecord.__dataclass_fields__)
+_REQUIRED = _FIELDS - {"location_source"}
 
 
 def decision_record(
@@ -151,6 +161,7 @@ def decision_record(
     policy_revision: str,
     chosen_region: str | None,
     decision_id: str,
+    location_source: str | None = None,
 ) -> AuditRecord:
     """The audit record of one residency decision, the same way in every tier.
 
@@ -170,6 +181,7 @@ def decision_record(
         chosen_region=chosen_region,
         reason=verdict.reason.value,
         decision_id=decision_id,
+        location_source=location_source,
     )
 
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -100,9 +101,22 @@ def test_only_the_decision_fields_exist() -> None:
         "chosen_region",
         "reason",
         "decision_id",
+        "location_source",
     }
-    with pytest.raises(ValueError, match="expected exactly the fields"):
+    with pytest.raises(ValueError, match="expected the fields"):
         AuditRecord.from_json({**record(1).to_json(), "prompt": "secret"})
+
+
+def test_the_location_source_is_kept_and_old_records_keep_their_bytes() -> None:
+    """Records from before tiers said where a location came from have no such field:
+    they read back unchanged (same JSON, so the same chain hash); new ones carry it."""
+    old = record(1)
+    assert "location_source" not in old.to_json()
+    assert AuditRecord.from_json(old.to_json()) == old
+    new = dataclasses.replace(old, location_source="signed-upstream")
+    assert AuditRecord.from_json(new.to_json()).location_source == "signed-upstream"
+    with pytest.raises(ValueError, match="location_source"):
+        dataclasses.replace(old, location_source="Free text")
 
 
 def test_decision_record_from_a_verdict() -> None:
