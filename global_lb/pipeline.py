@@ -236,7 +236,6 @@ class GlobalChoice:
         top = None
         known: Sequence[float] | None = None  # the survivors' headroom, when read
         request: RouteRequest = batch.request  # type: ignore[assignment]
-        view: GlobalView = batch.view  # type: ignore[assignment]
         if self._fused is not None:
             rows = self._rows(batch, mask, positions)
             known = rows.headroom
@@ -257,7 +256,7 @@ class GlobalChoice:
         picker = self._spread
         order = None
         if picker is not None:
-            regions = view.regions
+            regions = cast(GlobalView, batch.view).regions
             if picker.spreads(request, regions[positions[k]], None if known is None else known[k]):
                 batch.spread = True
                 # The draw's pool is the head of the ranking: order it (a sort keyed in C)

@@ -1,16 +1,10 @@
-"""The zone's fast paths: shortcuts the core runner takes when a profile's plugins
-declare the :class:`~zone_agent.batch.ZoneCapability` values they rely on.
-
-:data:`FAST_PATHS` is registered on the zone registry (:func:`zone_agent.profiles.
-zone_registry`); the runner composes the paths a profile's plugins allow, says in the
-log which plugin lacks what when it cannot, and sets ``gtm_routing_fast_path{tier,
-profile,path}``. Each path gives what the plugins one by one give — the survivors, the
+"""The zone's fast paths (:data:`FAST_PATHS`, on the zone registry): shortcuts the core
+runner takes when a profile's plugins declare the :class:`~zone_agent.batch.ZoneCapability`
+values they rely on. Each gives what the plugins one by one give — the survivors, the
 steps and their reasons, the choice — which ``tests/unit/zone_agent/test_fast_paths.py``
 and ``tests/property/test_zone_agent_decisions.py`` check against
-:meth:`gtm.routing.runner.Runner.reference` on random zones. The paths (each class
-says what it replaces and when it steps aside): :class:`FusedFilters` (the default
-filter chain), :class:`CheapestPick` (a lone cost scorer), :class:`BlendPick` (a cost
-then a KV-room scorer, the default).
+:meth:`gtm.routing.runner.Runner.reference` on random zones. Each class says what it
+replaces and when it steps aside.
 """
 
 from __future__ import annotations
@@ -171,7 +165,6 @@ class CheapestPick:
         self._margin = self.NEAR * self._scorer.scale_ms
 
     def choose(self, batch: ZoneBatch, /) -> int:
-        """The position to choose, or -1: work the scores out and let the picker pick."""
         costs = self._scorer.costs_ms(batch)
         if batch.all_alive:
             live = costs

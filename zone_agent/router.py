@@ -1,17 +1,12 @@
 """The zone's routing profile: its data layout and fast paths on the core runner.
 
-A zone decides with :class:`gtm.routing.runner.Runner`, the one runner of every tier;
-the zone gives it its layout (:class:`~zone_agent.batch.ZoneBatch`: candidates are
-positions in the requested model's index, columns worked out on first use), its plugins
-(:mod:`zone_agent.plugins`) and its fast paths (:mod:`zone_agent.fastpaths`, chosen by
-the capabilities the plugin classes declare). :class:`ZoneProfile` is what the agent
-and the simulator call: it finds the model's index, removes the GPUs a retry already
-tried (the first step of the trace), runs the runner, and returns a
-:class:`ZoneDecision` — the chosen GPU and what the agent charges for it, the trace
-built only when asked for.
-
-Decisions are sans-io: synchronous, over an immutable :class:`~zone_agent.view.ZoneView`
-plus the agent's in-flight charges, read when the decision starts.
+A zone decides with :class:`gtm.routing.runner.Runner`, the one runner of every tier,
+over its layout (:class:`~zone_agent.batch.ZoneBatch`: candidates are positions in the
+requested model's index, columns worked out on first use), its plugins
+(:mod:`zone_agent.plugins`) and its fast paths (:mod:`zone_agent.fastpaths`).
+:class:`ZoneProfile` is what the agent and the simulator call. Decisions are sans-io:
+synchronous, over an immutable :class:`~zone_agent.view.ZoneView` plus the agent's
+in-flight charges, read when the decision starts.
 """
 
 from __future__ import annotations
@@ -31,10 +26,6 @@ from zone_agent.view import GpuState, ModelIndex, ZoneView
 
 #: Name of the implicit first step that removes GPUs a retry already tried.
 RETRY_STEP = "retry-exclude"
-
-
-def _already_tried(position: int) -> str:
-    return "already tried by this request"
 
 
 class ZoneDecision(NamedTuple):
@@ -80,8 +71,10 @@ class ZoneDecision(NamedTuple):
 
 class ZoneProfile:
     """A zone routing profile: the core runner over the zone's layout, with the zone's
-    fast paths (:data:`zone_agent.fastpaths.FAST_PATHS`, on the zone registry) and the
-    zone's rule that every profile starts with the health filter."""
+    rule that every profile starts with the health filter. A decision finds the model's
+    index, removes the GPUs a retry already tried (the first step of the trace), runs the
+    runner, and returns a :class:`ZoneDecision`: the chosen GPU and what the agent
+    charges for it, the trace built only when asked for."""
 
     def __init__(self, runner: Runner[ZoneBatch]) -> None:
         first = runner.filters[0] if runner.filters else None
@@ -117,7 +110,7 @@ class ZoneProfile:
         pre = None
         if exclude:
             tried = np.array([gid in exclude for gid in index.ids], dtype=np.bool_)
-            pre = Step(RETRY_STEP, tried, _already_tried)
+            pre = Step(RETRY_STEP, tried, lambda _: "already tried by this request")
         outcome = self.runner.decide(batch, pre)
         choice = outcome.choice
         return ZoneDecision(

@@ -173,11 +173,8 @@ class FastPath:
 
 
 class Outcome(NamedTuple, Generic[B]):
-    """A decision: the chosen position and everything needed to explain it on demand.
-
-    (A NamedTuple: immutable and built in C; the trace is assembled by
-    :meth:`to_decision` only when someone asks.)
-    """
+    """A decision: the chosen position and everything needed to explain it on demand
+    (:meth:`to_decision`)."""
 
     runner: Runner[B]
     batch: B
@@ -348,7 +345,7 @@ class Runner(Generic[B]):
                 why.append(f"{path.name}: {missing}")
             if self._metrics is not None:
                 gauge = self._metrics.fast_path.labels(self.tier, self.name, path.name)
-                gauge.set(1 if missing is None else 0)
+                gauge.set(int(missing is None))
         if chosen is None and why:
             log.info(
                 "%s profile %r runs its %s without a fast path: %s",
