@@ -21,9 +21,14 @@ from types import MappingProxyType
 from typing import NamedTuple
 
 from global_lb import kernels
-from gtm.models import Endpoint, GeoPoint, ModelLoad, Region, RegionSummary
+from gtm.models import Endpoint, GeoPoint, ModelLoad, Region, RegionSummary, merge_classes
 from gtm.policy_store import ActivePolicy
-from gtm.routing.cost import RTT_INTERCEPT_MS, RTT_MS_PER_KM, rtt_ms_from_distance
+from gtm.routing.cost import (
+    RTT_INTERCEPT_MS,
+    RTT_MS_PER_KM,
+    prefill_terms,
+    rtt_ms_from_distance,
+)
 
 #: The model name DNS decisions use: a DNS query names no model, so the region's
 #: aggregate load over every model it serves stands in.
@@ -107,11 +112,16 @@ class RegionState:
 
 
 class ModelTerms(NamedTuple):
-    """A region's per-model numbers that every decision reads, computed once per view."""
+    """A region's per-model numbers that every decision reads, computed once per view.
 
-    #: Queueing delay: queued prefill tokens / the region's prefill rate (∞: no capacity).
+    ``queue_ms`` and ``ms_per_token`` price the region by the GPU that would take a
+    request there (:func:`gtm.routing.cost.prefill_terms`): its fastest free GPU
+    (no wait, that class's per-token time) or, when every GPU is busy, its pooled
+    backlog at its average per-GPU rate."""
+
+    #: Queueing delay before the prefill starts, ms (∞: no capacity).
     queue_ms: float
-    #: Prefill time per prompt token on one GPU (the region's rate / its healthy GPUs).
+    #: Prefill time per prompt token on the GPU that takes the request, ms.
     ms_per_token: float
     headroom: float
     #: At least one healthy GPU serves the model.
@@ -122,22 +132,18 @@ def model_terms(
     load: ModelLoad, unseen_requests: float = 0, unseen_tokens: float = 0
 ) -> ModelTerms:
     """``load``'s terms; ``unseen_*``: requests and prompt tokens sent since the summary
-    (the in-flight ledger, :mod:`global_lb.inflight`) count as waiting and queued."""
+    (the in-flight ledger, :mod:`global_lb.inflight`) take free GPUs, then count as
+    waiting and queued."""
     serves = load.healthy_gpus > 0
     if load.max_running_requests == 0:
         headroom = 0.0
     else:
         busy = load.running_requests + load.waiting_requests + unseen_requests
         headroom = max(0.0, 1.0 - busy / load.max_running_requests)
-    rate = load.prefill_tokens_per_s
-    if rate <= 0.0 or not serves:
+    queue_ms, _, _ = terms = prefill_terms(load, unseen_requests, unseen_tokens)
+    if not serves or math.isinf(queue_ms):
         return ModelTerms(math.inf, 0.0, headroom, serves)
-    return ModelTerms(
-        1000.0 * (load.queued_prefill_tokens + unseen_tokens) / rate,
-        1000.0 * load.healthy_gpus / rate,
-        headroom,
-        serves,
-    )
+    return ModelTerms(queue_ms, terms.ms_per_token, headroom, serves)
 
 
 def terms_of(loads: Mapping[str, ModelLoad]) -> Mapping[str, ModelTerms]:
@@ -145,7 +151,8 @@ def terms_of(loads: Mapping[str, ModelLoad]) -> Mapping[str, ModelTerms]:
 
 
 def aggregate_load(models: Iterable[ModelLoad]) -> ModelLoad | None:
-    """The sum of a region's per-model loads, as one :data:`ANY_MODEL` load."""
+    """The sum of a region's per-model loads, as one :data:`ANY_MODEL` load (a GPU that
+    serves several models counts in each, as in the sums)."""
     loads = tuple(models)
     if not loads:
         return None
@@ -161,6 +168,7 @@ def aggregate_load(models: Iterable[ModelLoad]) -> ModelLoad | None:
         max_running_requests=sum(m.max_running_requests for m in loads),
         kv_blocks_total=sum(m.kv_blocks_total for m in loads),
         kv_blocks_free=sum(m.kv_blocks_free for m in loads),
+        classes=merge_classes(m.classes for m in loads),
     )
 
 

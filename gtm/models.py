@@ -17,7 +17,7 @@ import functools
 import ipaddress
 import math
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from enum import StrEnum
 from itertools import repeat
@@ -218,11 +218,43 @@ class Drain(StoredRecord):
 # ---------------------------------------------------------------------------- summaries
 
 
+class GpuClassLoad(Frozen):
+    """One GPU class (a GPU type at one tensor-parallel degree) of a :class:`ModelLoad`:
+    what a router needs to price a place by the GPUs that would take a request there
+    rather than by their average (:func:`gtm.routing.cost.prefill_terms`)."""
+
+    #: The class: the GPU type, ``<n>x<type>`` for a tensor-parallel group of n.
+    gpu_class: str = Field(min_length=1, max_length=63)
+    healthy_gpus: NonNegInt
+    #: Sum of the healthy GPUs' prefill rates, tokens/s.
+    prefill_tokens_per_s: NonNegFloat
+    #: Healthy GPUs with nothing waiting to prefill and room for one more sequence: a
+    #: request sent there starts its prefill at once.
+    free_gpus: NonNegInt = 0
+    queued_prefill_tokens: NonNegInt = 0
+    kv_blocks_free: NonNegInt = 0
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GpuClassLoad:
+        if self.free_gpus > self.healthy_gpus:
+            raise ValueError("free_gpus cannot exceed healthy_gpus")
+        return self
+
+    @property
+    def ms_per_token(self) -> float:
+        """Prefill time per prompt token on one GPU of the class, ms (inf: no rate)."""
+        if self.prefill_tokens_per_s <= 0.0 or self.healthy_gpus == 0:
+            return math.inf
+        return 1000.0 * self.healthy_gpus / self.prefill_tokens_per_s
+
+
 class ModelLoad(Frozen):
     """Capacity and load of one model at one place (a zone or a region).
 
     Rates are aggregates over the GPUs that serve the model there; the predicted
     time-to-first-token (ARCHITECTURE §2) is derived from them, not stored.
+    ``classes`` breaks the healthy GPUs down by GPU class, fastest first (optional:
+    a summary without it is priced by the aggregate alone, as before it existed).
     """
 
     model: ModelName
@@ -236,6 +268,7 @@ class ModelLoad(Frozen):
     max_running_requests: NonNegInt = 0
     kv_blocks_total: NonNegInt = 0
     kv_blocks_free: NonNegInt = 0
+    classes: tuple[GpuClassLoad, ...] = ()
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelLoad:
@@ -243,6 +276,12 @@ class ModelLoad(Frozen):
             raise ValueError("healthy_gpus cannot exceed gpus")
         if self.kv_blocks_free > self.kv_blocks_total:
             raise ValueError("kv_blocks_free cannot exceed kv_blocks_total")
+        if self.classes:
+            if sum(c.healthy_gpus for c in self.classes) > self.healthy_gpus:
+                raise ValueError("the classes' healthy_gpus cannot exceed healthy_gpus")
+            speeds = [c.ms_per_token for c in self.classes]
+            if speeds != sorted(speeds):
+                raise ValueError("classes must be listed fastest first")
         return self
 
     @property
@@ -257,6 +296,45 @@ class ModelLoad(Frozen):
         if self.prefill_tokens_per_s <= 0:
             return math.inf
         return 1000.0 * self.queued_prefill_tokens / self.prefill_tokens_per_s
+
+
+def merge_classes(groups: Iterable[Sequence[GpuClassLoad]]) -> tuple[GpuClassLoad, ...]:
+    """The GPU classes of several places (zones of a region, models of a region) as one
+    place's: counts and rates summed per class, fastest first (ties by name)."""
+    sums: dict[str, list[float]] = {}
+    for group in groups:
+        for c in group:
+            row = sums.setdefault(c.gpu_class, [0, 0.0, 0, 0, 0])
+            row[0] += c.healthy_gpus
+            row[1] += c.prefill_tokens_per_s
+            row[2] += c.free_gpus
+            row[3] += c.queued_prefill_tokens
+            row[4] += c.kv_blocks_free
+    merged = [
+        GpuClassLoad(
+            gpu_class=name,
+            healthy_gpus=int(row[0]),
+            prefill_tokens_per_s=row[1],
+            free_gpus=int(row[2]),
+            queued_prefill_tokens=int(row[3]),
+            kv_blocks_free=int(row[4]),
+        )
+        for name, row in sums.items()
+    ]
+    return tuple(sorted(merged, key=lambda c: (c.ms_per_token, c.gpu_class)))
+
+
+def taking_free(classes: tuple[GpuClassLoad, ...], requests: int) -> tuple[GpuClassLoad, ...]:
+    """``classes`` after ``requests`` more took free GPUs, fastest first (what was sent
+    to a place since its summary: each tier's GPU choice starts them there)."""
+    if requests <= 0 or not any(c.free_gpus for c in classes):
+        return classes
+    out: list[GpuClassLoad] = []
+    for c in classes:
+        took = min(requests, c.free_gpus)
+        requests -= took
+        out.append(c if took == 0 else c.model_copy(update={"free_gpus": c.free_gpus - took}))
+    return tuple(out)
 
 
 class ZoneSummary(StoredRecord):

@@ -6,9 +6,13 @@ over the region's non-drained zones:
 
 * capacity and load are the zones' sums (``ModelLoad``), healthy GPUs and prefill rate
   counting healthy zones only, with what this replica sent since each zone's summary
-  added to the queue (as zone choice sees it);
-* ``predicted_ttft`` is the best zone's intra-region RTT + queueing delay, i.e. the TTFT
-  of a request with nothing to prefill (each caller adds its RTT and own prefill);
+  added to the queue (as zone choice sees it); ``classes``, the healthy zones' GPU
+  classes summed per class, after what was sent since took their free GPUs (fastest
+  first), so the global tier prices the region by the GPU that would take a request
+  (:func:`gtm.routing.cost.prefill_terms`);
+* ``predicted_ttft`` is the best zone's intra-region RTT + queueing delay (none when a
+  GPU there is free), i.e. the TTFT of a request with nothing to prefill (each caller
+  adds its RTT and own prefill);
 * ``saturated_models`` lists the models no zone can take more of, ``saturation`` is the
   share of the region's request capacity in use;
 * ``spill_in_per_s`` / ``spill_out_per_s`` are this replica's rates over the last
@@ -26,7 +30,15 @@ import math
 from collections import deque
 from collections.abc import Iterable
 
-from gtm.models import Endpoint, ModelLoad, ModelTtft, RegionSummary
+from gtm.models import (
+    Endpoint,
+    ModelLoad,
+    ModelTtft,
+    RegionSummary,
+    merge_classes,
+    taking_free,
+)
+from regional_lb.plugins.ttft import zone_terms
 from regional_lb.view import RegionalView, ZoneAccounting, ZoneState, is_saturated, zone_candidates
 
 
@@ -82,12 +94,15 @@ def _aggregate(model: str, zones: Iterable[ZoneState]) -> ModelLoad:
         max_running_requests=sum(x.max_running_requests for x in fresh),
         kv_blocks_total=kv_total,
         kv_blocks_free=min(kv_total, sum(x.kv_blocks_free for x in fresh)),
+        classes=merge_classes(
+            taking_free(z.load.classes, z.unseen_requests) for z in healthy if z.load is not None
+        ),
     )
 
 
 def _best_ttft(zones: Iterable[ZoneState]) -> float | None:
     costs = [
-        z.info.rtt_ms + 1000.0 * z.queued_tokens / z.load.prefill_tokens_per_s
+        z.info.rtt_ms + zone_terms(z).queue_ms
         for z in zones
         if z.healthy and not z.drained and z.load is not None
     ]

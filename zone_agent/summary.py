@@ -11,7 +11,11 @@ Per model, over the GPUs that may take requests now:
 * ``queued_prefill_tokens``: uncached prompt tokens waiting (the agent's own in flight,
   plus other clients' queues from fresh scrapes);
 * running / waiting requests, running capacity (``max_num_seqs``), KV blocks total and
-  free.
+  free;
+* ``classes``: the same by GPU class (GPU type × tensor-parallel degree), fastest first,
+  with the GPUs that are **free** — available, nothing waiting to prefill, room for a
+  sequence and a KV block — so upper tiers price the zone by the GPU that would take a
+  request (:func:`gtm.routing.cost.prefill_terms`), not by its average.
 
 A regional LB derives the zone's predicted TTFT for a request of ``n`` uncached tokens
 as ``ModelLoad.queue_delay_ms() + 1000·n / prefill_tokens_per_s`` (ARCHITECTURE §2).
@@ -27,7 +31,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gtm.models import ModelLoad, ZoneSummary
+from gtm.gpu_profiles import GpuProfile
+from gtm.models import GpuClassLoad, ModelLoad, ZoneSummary
+from gtm.routing.framework import Ints
 from zone_agent.view import ModelIndex, ZoneView
 
 #: Reference decode workload of ``decode_tokens_per_s`` (see the module docstring).
@@ -46,6 +52,19 @@ def _model_load(view: ZoneView, index: ModelIndex) -> ModelLoad:
     sent_since = np.maximum(0.0, acc.kv_blocks[slots] - index.kv_own_base)
     kv_free = np.maximum(0.0, index.kv_free_base - sent_since)
     static = _static_load(index)
+    running = np.maximum(index.running, streams)
+    free = ok & (pending <= 0.0) & (running < index.max_seqs) & (kv_free >= 1.0)
+    classes = tuple(
+        GpuClassLoad(
+            gpu_class=c.name,
+            healthy_gpus=c.healthy_gpus,
+            prefill_tokens_per_s=c.prefill_tokens_per_s,
+            free_gpus=int(free[c.members].sum()),
+            queued_prefill_tokens=int(pending[c.members].sum()),
+            kv_blocks_free=int(kv_free[c.members].sum()),
+        )
+        for c in static.classes
+    )
     return ModelLoad(
         model=index.model,
         gpus=len(index.ids),
@@ -53,12 +72,52 @@ def _model_load(view: ZoneView, index: ModelIndex) -> ModelLoad:
         prefill_tokens_per_s=static.prefill_tokens_per_s,
         decode_tokens_per_s=static.decode_tokens_per_s,
         queued_prefill_tokens=int(pending[ok].sum()),
-        running_requests=int(np.maximum(index.running, streams)[ok].sum()),
+        running_requests=int(running[ok].sum()),
         waiting_requests=static.waiting_requests,
         max_running_requests=static.max_running_requests,
         kv_blocks_total=static.kv_blocks_total,
         kv_blocks_free=min(static.kv_blocks_total, int(kv_free[ok].sum())),
+        classes=classes,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Class:
+    """The available GPUs of one class (``members``: positions in the model's index)."""
+
+    name: str
+    members: Ints
+    healthy_gpus: int
+    prefill_tokens_per_s: float
+
+
+def class_name(profile: GpuProfile) -> str:
+    """A GPU class's name: the GPU type, ``<n>x<type>`` for a tensor-parallel group."""
+    tp = profile.tensor_parallel
+    return profile.gpu_type if tp <= 1 else f"{tp}x{profile.gpu_type}"
+
+
+def _classes(index: ModelIndex) -> tuple[_Class, ...]:
+    """The available GPUs grouped by class, fastest first (ties by name)."""
+    ok = index.available
+    groups: dict[str, list[int]] = {}
+    for i, profile in enumerate(index.profiles):
+        if ok[i]:
+            groups.setdefault(class_name(profile), []).append(i)
+    found = [
+        _Class(
+            name, np.array(members, dtype=np.intp), len(members), float(index.rate[members].sum())
+        )
+        for name, members in groups.items()
+    ]
+    # The order ModelLoad requires: per-GPU time ascending (GpuClassLoad.ms_per_token).
+    return tuple(
+        sorted(found, key=lambda c: (_ms_per_token(c.healthy_gpus, c.prefill_tokens_per_s), c.name))
+    )
+
+
+def _ms_per_token(gpus: int, rate: float) -> float:
+    return 1000.0 * gpus / rate if rate > 0.0 else float("inf")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +130,7 @@ class _StaticLoad:
     waiting_requests: int
     max_running_requests: int
     kv_blocks_total: int
+    classes: tuple[_Class, ...]
 
 
 def _static_load(index: ModelIndex) -> _StaticLoad:
@@ -94,6 +154,7 @@ def _static_load(index: ModelIndex) -> _StaticLoad:
         waiting_requests=int(index.waiting[ok].sum()),
         max_running_requests=int(index.max_seqs[ok].sum()),
         kv_blocks_total=int(index.kv_total[ok].sum()),
+        classes=_classes(index),
     )
     index.memo[_StaticLoad] = static
     return static

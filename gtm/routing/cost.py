@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Container, Mapping, Sequence
+from typing import NamedTuple
 
 from gtm.errors import RoutingError
+from gtm.models import ModelLoad
 
 #: Client→region RTT model: the least-squares line through the 2,350 directed Azure P50
-#: inter-region RTTs against great-circle distance (shared/data/latency/
+#: inter-region RTTs against great-circle distance (data/latency/
 #: azure_inter_region_rtt.csv; Microsoft, "Azure network round-trip latency statistics",
 #: 30 days to 2025-06-29, CC BY 4.0). The fit gives 25.9 ms + 0.01430 ms/km (residual sd
 #: 36 ms), re-checked against the CSV by tests/unit/gtm/routing/test_cost.py. The
@@ -94,6 +96,62 @@ def predicted_ttft_ms(
         return math.inf
     prefill_ms = 1000.0 * (queued_uncached_prefill_tokens + own_uncached_prefill_tokens)
     return rtt_ms + prefill_ms / prefill_tokens_per_s + decode_pressure_ms
+
+
+class PrefillTerms(NamedTuple):
+    """A place's price for a request of ``n`` uncached prompt tokens, without the RTT:
+    ``queue_ms + 1000·n·gpus / prefill_tokens_per_s`` (:func:`prefill_terms`): the wait,
+    then the prompt on one GPU of the ``gpus`` whose rates sum to
+    ``prefill_tokens_per_s`` (the class that takes it, or the whole place)."""
+
+    #: Wait before the request's prefill starts (∞: nothing there can prefill).
+    queue_ms: float
+    gpus: int
+    prefill_tokens_per_s: float
+
+    @property
+    def ms_per_token(self) -> float:
+        """Prefill time per prompt token on the GPU that takes it (0: cannot prefill)."""
+        rate = self.prefill_tokens_per_s
+        return 1000.0 * self.gpus / rate if rate > 0.0 else 0.0
+
+
+def prefill_terms(
+    load: ModelLoad, unseen_requests: float = 0.0, unseen_tokens: float = 0.0
+) -> PrefillTerms:
+    """Price a zone or region by the GPUs that would take a request there.
+
+    * A healthy GPU of some class is **free** (nothing waiting to prefill, room for a
+      sequence; :class:`~gtm.models.GpuClassLoad`): the request starts at once on the
+      fastest free one, ``(0, its class's ms per token)``, whatever the prompt size.
+      ``unseen_requests`` (sent since the summary, not in it yet) take free GPUs first,
+      fastest first, as each tier's GPU choice would place them.
+    * Otherwise every GPU is busy and the request waits for the pooled backlog,
+      ``1000·(queued + unseen_tokens) / rate``; the GPU that frees first is of class
+      ``c`` with probability ``rate_c / rate``, so its expected time per token is
+      ``Σ (rate_c / rate)·(healthy_c / rate_c) = healthy / rate``: one GPU at the
+      place's average rate.
+
+    A load without classes (a summary from before they existed) has no free GPU to go
+    by: the second case, exactly as priced before. Pricing by the average alone made a
+    region whose fast GPUs idle beside slower ones look slow for long prompts and lose
+    to one an ocean away. When the fastest free GPU is slower than a busy faster
+    class's short queue, this over-prices long prompts (an upper bound; the zone's own
+    GPU choice still takes the faster GPU).
+
+    ``(∞, 0)`` when nothing healthy there can prefill.
+    """
+    rate = load.prefill_tokens_per_s
+    if rate <= 0.0 or load.healthy_gpus <= 0:
+        return PrefillTerms(math.inf, 0, 0.0)
+    taken = unseen_requests
+    for gpu_class in load.classes:  # fastest first
+        free = gpu_class.free_gpus
+        if free > taken and gpu_class.prefill_tokens_per_s > 0.0:
+            return PrefillTerms(0.0, gpu_class.healthy_gpus, gpu_class.prefill_tokens_per_s)
+        taken -= free
+    queued = load.queued_prefill_tokens + unseen_tokens
+    return PrefillTerms(1000.0 * queued / rate, load.healthy_gpus, rate)
 
 
 def _reject_ttft_inputs(**inputs: float) -> None:

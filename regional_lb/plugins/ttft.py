@@ -6,9 +6,13 @@ own prefill with :func:`prefill_ms` from here), and the ``ttft-scorer`` /
 The cost (ARCHITECTURE §2), in ms::
 
     intra-region RTT to the zone              ~2 ms (regional_lb.rtt)
-  + queued prefill tokens / zone prefill rate   (its queue, incl. what we sent since
-                                                 its summary)
-  + this request's *uncached* prompt tokens / one GPU's prefill rate
+  + its queue: 0 when a GPU there is free (nothing waiting to prefill), else
+    queued prefill tokens / zone prefill rate   (incl. what we sent since its summary)
+  + this request's *uncached* prompt tokens / the prefill rate of the GPU that takes
+    it: the fastest free GPU's class, else one GPU at the zone's average rate
+
+(:func:`gtm.routing.cost.prefill_terms`, shared with the global tier: what we sent
+since the summary takes the free GPUs first, fastest first).
 
 "Uncached" subtracts the leading prefix blocks the zone's sketch holds (prefix-sketch
 locality): a zone that has the prompt's system prompt hot prefills less. Scores are
@@ -27,9 +31,14 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from gtm.models import Frozen, RouteRequest
+from gtm.models import Frozen, RegionSummary, RouteRequest
 from gtm.routing import Capability, Plugin
-from gtm.routing.cost import matching_prefix_blocks, scores_from_costs
+from gtm.routing.cost import (
+    PrefillTerms,
+    matching_prefix_blocks,
+    prefill_terms,
+    scores_from_costs,
+)
 from regional_lb.view import ZoneBatch, ZoneContext, ZoneState
 
 TYPE_NAME = "ttft-scorer"
@@ -57,20 +66,38 @@ def uncached_tokens(request: RouteRequest, zone: ZoneState, ctx: ZoneContext) ->
 
 
 def prefill_ms(tokens: float, healthy_gpus: int, prefill_tokens_per_s: float) -> float:
-    """One request's prefill: it runs on one GPU, at the zone's (or a peer region's) rate
-    over its healthy GPUs. Also the own-prefill term of a peer's TTFT
+    """One request's prefill: it runs on one GPU, at the rate of ``healthy_gpus`` GPUs
+    summing ``prefill_tokens_per_s`` (a :class:`~gtm.routing.cost.PrefillTerms`' class,
+    or a whole zone or region). Also the own-prefill term of a peer's TTFT
     (:func:`regional_lb.spill.peer_ttft_ms`)."""
     return 1000.0 * tokens * healthy_gpus / prefill_tokens_per_s
 
 
-def predicted_ttft_ms(zone: ZoneState, own_uncached_tokens: float) -> float:
-    """Intra-region RTT + the zone's queueing + this request's prefill on one GPU."""
+def zone_terms(zone: ZoneState) -> PrefillTerms:
+    """The zone's wait and the GPUs a request would prefill on (see the module
+    docstring); ``queue_ms`` is ∞ when it cannot serve the model now."""
     load = zone.load
-    if load is None or load.prefill_tokens_per_s <= 0.0 or load.healthy_gpus == 0:
+    if load is None:
+        return PrefillTerms(math.inf, 0, 0.0)
+    return prefill_terms(load, zone.unseen_requests, zone.unseen_tokens)
+
+
+def peer_terms(summary: RegionSummary, model: str) -> PrefillTerms:
+    """A peer region's terms for ``model`` from its summary: the GPUs a spilled request
+    would prefill on (``queue_ms``: the region's own, without its zones' RTT)."""
+    load = summary.load_for(model)
+    if load is None:
+        return PrefillTerms(math.inf, 0, 0.0)
+    return prefill_terms(load)
+
+
+def predicted_ttft_ms(zone: ZoneState, own_uncached_tokens: float) -> float:
+    """Intra-region RTT + the zone's queueing + this request's prefill on the GPU that
+    takes it."""
+    queue_ms, gpus, rate = zone_terms(zone)
+    if math.isinf(queue_ms):
         return math.inf
-    rate = load.prefill_tokens_per_s
-    queue_ms = 1000.0 * zone.queued_tokens / rate
-    return zone.info.rtt_ms + queue_ms + prefill_ms(own_uncached_tokens, load.healthy_gpus, rate)
+    return zone.info.rtt_ms + queue_ms + prefill_ms(own_uncached_tokens, gpus, rate)
 
 
 class TtftScorer(Plugin):

@@ -59,10 +59,40 @@ def test_later_summaries_of_one_view_see_the_charges_made_since() -> None:
                 "queued_prefill_tokens": first.queued_prefill_tokens,
                 "running_requests": first.running_requests,
                 "kv_blocks_free": first.kv_blocks_free,
+                "classes": first.classes,
             }
         )
         == first
     )
+    # The charge made GPU a busy: one of the two H100s is free now, and queues 900 tokens.
+    (before,), (after,) = first.classes, second.classes
+    assert (before.free_gpus, after.free_gpus) == (2, 1)
+    assert after.queued_prefill_tokens == before.queued_prefill_tokens + 900
+    assert after.kv_blocks_free == before.kv_blocks_free - 40
+
+
+def test_classes_break_the_available_gpus_down_fastest_first() -> None:
+    acc = Accounting()
+    view = make_view(
+        [
+            Gpu("a", gpu_type="L4"),
+            Gpu("b", gpu_type="H100", running=0.0, waiting=2.0),
+            Gpu("c", gpu_type="H100"),
+            Gpu("d", gpu_type="L4", health=HealthStatus(False, "ejected")),
+        ],
+        acc,
+    )
+    load = build_summary(view, published_at=1.0).load_for(MODEL)
+    assert load is not None
+    h100, l4 = load.classes
+    assert (h100.gpu_class, h100.healthy_gpus, h100.free_gpus) == ("H100", 2, 1)
+    assert (l4.gpu_class, l4.healthy_gpus, l4.free_gpus) == ("L4", 1, 1)
+    assert h100.prefill_tokens_per_s == pytest.approx(
+        2 * get_profile("H100", MODEL).prefill_tokens_per_s
+    )
+    assert h100.ms_per_token < l4.ms_per_token
+    assert h100.queued_prefill_tokens == load.queued_prefill_tokens > 0
+    assert sum(c.healthy_gpus for c in load.classes) == load.healthy_gpus
 
 
 def test_no_available_gpu_is_an_unhealthy_zone() -> None:
