@@ -1,8 +1,8 @@
 """Global tier: latency of one region decision over 50 regions (target p99 < 50 µs).
 
 A realistic stream: the first 50 Azure regions at their real coordinates
-(shared/data/latency), each with a published load summary; clients at the 5,000 most
-populous cities (shared/data/geo), drawn by population; the three example tenants and
+(data/latency), each with a published load summary; clients at the 5,000 most
+populous cities (gtm/data/geo), drawn by population; the three example tenants and
 their residency rules; prompt sizes up to the Azure 2023 conversation trace's p99 (4k).
 ``GlobalRouter.decide`` runs the residency verdict and the routing profile (residency →
 health → model filters, TTFT + load scorers, headroom-spread picker) on the core runner
@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import csv
 import gc
+import io
 import math
 import random
 import sys
@@ -49,6 +50,7 @@ from global_lb.keeper import build_view
 from global_lb.plugins import global_registry
 from global_lb.router import GlobalRouter, settle_collector
 from global_lb.view import GlobalView, LatencyModel
+from gtm import data as gtm_data
 from gtm.models import ClientInfo, GeoPoint, ModelLoad, RegionSummary, RouteRequest
 from gtm.policy_store import ActivePolicy
 from gtm.state.snapshot import FleetSnapshot
@@ -99,8 +101,8 @@ class Item:
 
 
 def workload(n: int, rng: random.Random) -> list[Item]:
-    with (DATA / "geo" / "cities_top5000.csv").open() as f:
-        rows = list(csv.DictReader(f))
+    cities = gtm_data.read_text(gtm_data.data_dir() / "geo" / "cities_top5000.csv")
+    rows = list(csv.DictReader(io.StringIO(cities)))
     weights = [int(r["population"]) for r in rows]
     picks = rng.choices(rows, weights=weights, k=n)
     import ipaddress

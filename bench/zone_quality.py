@@ -3,7 +3,7 @@
 Fleet: 8 ``gtm gpu-sim`` worker processes of mixed types (2 × H100, 2 × A100-80GB,
 2 × L40S, 2 × V100, Llama-3.1-8B), behind one ``gtm zone`` process, restarted (caches
 flushed) for every profile. Workload: the Mooncake FAST'25 *conversation* trace
-(``../shared/data/traces/mooncake/conversation_trace.jsonl``, Apache-2.0): arrival time,
+(shipped with gtm in ``gtm/data/traces/mooncake``, Apache-2.0): arrival time,
 input and output length, and ``hash_ids`` — 512-token prefix blocks, equal ids meaning
 equal prefixes. Each id becomes a deterministic 512-token text block (one word = one
 token for :mod:`gtm.tokens`, which the workers charge with), so requests that share ids
@@ -40,11 +40,13 @@ from pathlib import Path
 
 import aiohttp
 
+from fleetsim.traces import TRACE_FILES, TraceKind, data_dir
+from gtm import data as gtm_data
 from gtm.gpu_profiles import LLAMA_8B
 from gtm.stats import percentile
 from gtm.testing.processes import start_listening
 
-TRACE = Path(__file__).resolve().parents[2] / "shared/data/traces/mooncake/conversation_trace.jsonl"
+TRACE = data_dir() / TRACE_FILES[TraceKind.MOONCAKE]  # stored .xz; read_text finds it
 BLOCK_TOKENS = 512  # Mooncake's hash_ids block size
 FLEET = ("H100", "H100", "A100-80GB", "A100-80GB", "L40S", "L40S", "V100", "V100")
 BASELINES = ("round-robin", "least-connections", "least-pending-tokens")
@@ -59,8 +61,8 @@ class TraceRequest:
 
 
 def synthetic_trace(count: int) -> list[TraceRequest]:
-    """Conversations whose every turn repeats the history and adds two blocks (for CI
-    machines without the shared data directory; smoke mode only)."""
+    """Conversations whose every turn repeats the history and adds two blocks (for a
+    smoke run given a --trace that does not exist)."""
     rng = random.Random(5)
     out: list[TraceRequest] = []
     histories: list[list[int]] = [[] for _ in range(8)]
@@ -75,21 +77,22 @@ def synthetic_trace(count: int) -> list[TraceRequest]:
 
 def load_trace(path: Path, count: int, max_input: int) -> list[TraceRequest]:
     out: list[TraceRequest] = []
-    with path.open() as lines:
-        for line in lines:
-            row = json.loads(line)
-            if row["input_length"] > max_input:
-                continue
-            out.append(
-                TraceRequest(
-                    float(row["timestamp"]),
-                    int(row["input_length"]),
-                    max(1, int(row["output_length"])),
-                    tuple(row["hash_ids"]),
-                )
+    for line in gtm_data.read_text(path).splitlines():
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        if row["input_length"] > max_input:
+            continue
+        out.append(
+            TraceRequest(
+                float(row["timestamp"]),
+                int(row["input_length"]),
+                max(1, int(row["output_length"])),
+                tuple(row["hash_ids"]),
             )
-            if len(out) == count:
-                break
+        )
+        if len(out) == count:
+            break
     return out
 
 
@@ -224,7 +227,7 @@ async def main_async(args: argparse.Namespace) -> int:
     count = 40 if args.smoke else args.requests
     profiles = ["default", *(["least-pending-tokens"] if args.smoke else BASELINES)]
     profiles += [p for p in args.profiles if p not in profiles]
-    if args.trace.exists():
+    if gtm_data.find(args.trace).exists():
         trace = load_trace(args.trace, count, args.max_input)
     elif args.smoke:
         print(f"trace not found ({args.trace}): smoke run on a synthetic conversation trace")

@@ -37,9 +37,12 @@ def _policies(text: str) -> tuple[str, ...]:
 def _common(fn: click.decorators.FC) -> click.decorators.FC:
     options = [
         click.option("--trace", "trace_kind", type=click.Choice([k.value for k in TraceKind]),
-                     default=TraceKind.MOONCAKE.value, show_default=True),
+                     default=TraceKind.MOONCAKE.value, show_default=True,
+                     help="the requests replayed (synthetic: drawn with --seed from a model "
+                          "fitted on azure-conv, no file)"),
         click.option("--trace-path", type=click.Path(dir_okay=False, path_type=Path),
-                     help="a trace file in that format (default: the shared data)"),
+                     help="a trace file in that format, plain or .xz/.gz (default: the one "
+                          "shipped with gtm, or under $GTM_DATA_DIR)"),
         click.option("--gpus", type=click.IntRange(2, 100_000), default=48, show_default=True),
         click.option("--regions", type=click.IntRange(1, 6), default=6, show_default=True),
         click.option("--duration", type=click.FloatRange(1.0), default=60.0, show_default=True,
@@ -118,7 +121,7 @@ def _run(
     trace_kind: str, trace_path: Path | None, config: BenchConfig, out: Path, name: str
 ) -> None:
     try:
-        trace = load_trace(TraceKind(trace_kind), trace_path)
+        trace = load_trace(TraceKind(trace_kind), trace_path, seed=config.seed)
         places = read_places(data_dir() / CITIES_FILE)
         run_bench(config, trace, places, out_dir=out, echo=click.echo, report_name=name)
     except ConfigError as exc:

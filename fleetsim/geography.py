@@ -1,8 +1,8 @@
 """Who sends the simulated requests, from where, and when.
 
-* **Clients** are GeoNames' 5,000 most populous places (``geo/cities_top5000.csv``,
-  CC BY 4.0), drawn by population × a diurnal factor of the *local* hour (time zone
-  from the file), so demand follows the sun across regions (SkyWalker's premise).
+* **Clients** are GeoNames' 5,000 most populous places (``geo/cities_top5000.csv`` of
+  :mod:`gtm.data`, CC BY 4.0), drawn by population × a diurnal factor of the *local*
+  hour (time zone from the file), so demand follows the sun across regions (SkyWalker's premise).
 * **Sessions**: every request of one conversation (same first Mooncake prefix block)
   comes from one client place and tenant, drawn deterministically from the session key
   and the seed — so shared prefixes arrive at the same region, as real users' do.
@@ -18,12 +18,14 @@ import bisect
 import csv
 import gzip
 import hashlib
+import io
 import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+from gtm import data
 from gtm.errors import ConfigError
 from gtm.models import GeoPoint
 
@@ -69,27 +71,27 @@ DEFAULT_TENANTS = (
 
 
 def read_places(path: Path) -> tuple[Place, ...]:
-    """GeoNames rows with their UTC offsets (standard time on 2024-01-15)."""
+    """GeoNames rows with their UTC offsets (standard time on 2024-01-15); ``path`` may
+    be stored compressed (:func:`gtm.data.read_text`)."""
     when = datetime(2024, 1, 15, 12, tzinfo=UTC)
     offsets: dict[str, float] = {}
     out: list[Place] = []
     try:
-        with path.open(encoding="utf-8") as handle:
-            for row in csv.DictReader(handle):
-                tz = row["timezone"]
-                if tz not in offsets:
-                    delta = when.astimezone(ZoneInfo(tz)).utcoffset()
-                    offsets[tz] = 0.0 if delta is None else delta.total_seconds() / 3600.0
-                out.append(
-                    Place(
-                        row["city"],
-                        row["country_iso"],
-                        row["continent"],
-                        GeoPoint(lat=float(row["lat"]), lon=float(row["lon"])),
-                        int(row["population"]),
-                        offsets[tz],
-                    )
+        for row in csv.DictReader(io.StringIO(data.read_text(path))):
+            tz = row["timezone"]
+            if tz not in offsets:
+                delta = when.astimezone(ZoneInfo(tz)).utcoffset()
+                offsets[tz] = 0.0 if delta is None else delta.total_seconds() / 3600.0
+            out.append(
+                Place(
+                    row["city"],
+                    row["country_iso"],
+                    row["continent"],
+                    GeoPoint(lat=float(row["lat"]), lon=float(row["lon"])),
+                    int(row["population"]),
+                    offsets[tz],
                 )
+            )
     except (OSError, KeyError, ValueError) as exc:
         raise ConfigError(f"{path}: cannot read client places: {exc}") from None
     if not out:

@@ -1,7 +1,8 @@
 """Real LLM-inference request traces: arrival times and token counts to replay.
 
-Readers for the traces in ``../shared/data/traces`` (see its README), used by ``gtm
-load`` (live replay through a deployment) and meant for the fleet simulator:
+Readers for the traces shipped in ``gtm/data/traces`` (xz-compressed, licences beside
+them; :mod:`gtm.data`), used by ``gtm load`` (live replay through a deployment), the game
+days and the fleet simulator:
 
 * **Azure LLM inference 2023** (Patel et al., "Splitwise", ISCA'24; CC BY 4.0):
   ``AzureLLMInferenceTrace_conv.csv`` / ``_code.csv`` — ``TIMESTAMP,ContextTokens,
@@ -14,6 +15,9 @@ load`` (live replay through a deployment) and meant for the fleet simulator:
 Every reader returns a :class:`Trace` whose requests arrive at offsets from the first
 one, sorted; a malformed row is an error naming the file and line, never skipped
 silently (a trace with holes would misstate the load it claims to replay).
+
+``synthetic`` needs no file: arrivals and sizes are drawn from a model fitted on the
+Azure conversation trace (:mod:`fleetsim.synthetic`), deterministic for a seed.
 """
 
 from __future__ import annotations
@@ -21,30 +25,30 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
 
+from gtm import data
+from gtm.data import DATA_DIR_ENV as DATA_DIR_ENV  # its home; kept here for callers
 from gtm.errors import ConfigError
 
 #: Tokens per Mooncake hash block (its README: ``len(hash_ids) == ceil(input_length/512)``).
 MOONCAKE_BLOCK_TOKENS = 512
-
-#: Where the shared data lives, relative to the repository (ARCHITECTURE: ``../shared/data``);
-#: ``$GTM_DATA_DIR`` overrides it.
-DATA_DIR_ENV = "GTM_DATA_DIR"
 
 
 class TraceKind(StrEnum):
     AZURE_CONV = "azure-conv"
     AZURE_CODE = "azure-code"
     MOONCAKE = "mooncake"
+    #: Drawn from :data:`fleetsim.synthetic.AZURE_CONV_FIT`; no file.
+    SYNTHETIC = "synthetic"
 
 
-#: Each kind's file under the data directory.
+#: Each file-backed kind's file under the data directory (stored compressed; named plain,
+#: :func:`gtm.data.read_text` finds the ``.xz``).
 TRACE_FILES = {
     TraceKind.AZURE_CONV: "traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv",
     TraceKind.AZURE_CODE: "traces/azure_llm_2023/AzureLLMInferenceTrace_code.csv",
@@ -88,22 +92,9 @@ class Trace:
         return tuple(r for r in self.requests if r.at_s < limit)
 
 
-def data_dir(environ: dict[str, str] | None = None) -> Path:
-    """``$GTM_DATA_DIR``, else the first ``../shared/data`` found from the current
-    directory or from this repository's root."""
-    env = os.environ if environ is None else environ
-    if env.get(DATA_DIR_ENV):
-        return Path(env[DATA_DIR_ENV])
-    # The copy vendored in this repository (data/, with its licences) comes first.
-    candidates = [
-        Path(__file__).resolve().parents[1] / "data",
-        Path.cwd() / ".." / "shared" / "data",
-    ]
-    candidates.append(Path(__file__).resolve().parents[2] / "shared" / "data")
-    for candidate in candidates:
-        if candidate.is_dir():
-            return candidate.resolve()
-    return candidates[0]
+def data_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """``$GTM_DATA_DIR``, else the data shipped with gtm (:func:`gtm.data.data_dir`)."""
+    return data.data_dir(environ)
 
 
 def _parse_azure_time(text: str) -> datetime:
@@ -178,15 +169,22 @@ def _count(value: object) -> int:
     return number
 
 
-def load_trace(kind: TraceKind, path: str | Path | None = None) -> Trace:
-    """Read the trace of ``kind`` from ``path`` (default: the shared data directory)."""
+def load_trace(kind: TraceKind, path: str | Path | None = None, *, seed: int = 0) -> Trace:
+    """Read the trace of ``kind`` from ``path`` (default: the data directory); a
+    ``synthetic`` one is drawn with ``seed`` instead (``path`` must be None)."""
+    if kind is TraceKind.SYNTHETIC:
+        if path is not None:
+            raise ConfigError("the synthetic trace is drawn, not read: pass no trace file")
+        from fleetsim.synthetic import synthetic_trace
+
+        return synthetic_trace(seed=seed)
     file = Path(path) if path is not None else data_dir() / TRACE_FILES[kind]
     try:
-        text = file.read_text("utf-8-sig")
+        text = data.read_text(file)
     except OSError as exc:
         hint = "" if path is not None else f" (set {DATA_DIR_ENV} or pass --path)"
         raise ConfigError(
-            f"{file}: cannot read the {kind.value} trace: {exc.strerror}{hint}"
+            f"{data.find(file)}: cannot read the {kind.value} trace: {exc.strerror or exc}{hint}"
         ) from None
     if kind is TraceKind.MOONCAKE:
         return read_mooncake(text.splitlines(), str(file))

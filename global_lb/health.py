@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 class HealthCheckConfig(Frozen):
     interval: float = Field(default=0.5, gt=0.0, le=3600.0)
     #: 1 s, not 0.5: a probe from the global tier crosses continents (measured Azure RTTs
-    #: reach ~300 ms, ``../shared/data/latency``) and a gray, slow-but-up control path
+    #: reach ~300 ms, ``data/latency``) and a gray, slow-but-up control path
     #: must not evacuate a region (chaos scenario ``global-region-latency``: 600 ± 200 ms
     #: RTT). Route 53 is far more patient (4 s to connect, 2 s to answer); a region that is
     #: really gone refuses connections and is caught by ``fall`` probes well inside the

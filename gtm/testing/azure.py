@@ -1,5 +1,5 @@
 """The example policies over real Azure regions: a fleet of up to ~60 regions at their
-real coordinates (``shared/data/latency/azure_regions.csv``), for benchmarks and tests
+real coordinates (``data/latency/azure_regions.csv``), for benchmarks and tests
 that need the global tier's target fleet size (50 regions) rather than the examples'
 six."""
 

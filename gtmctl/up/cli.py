@@ -346,16 +346,18 @@ def _fleet(plan: Plan, clock: SystemClock, status: StatusPage) -> Fleet:
 @click.option(
     "--trace",
     "trace_kind",
-    type=click.Choice(["azure-conv", "azure-code", "mooncake"]),
+    type=click.Choice(["azure-conv", "azure-code", "mooncake", "synthetic"]),
     default="azure-conv",
     show_default=True,
-    help="Which trace to replay.",
+    help="Which trace to replay (synthetic: drawn with --seed from a model fitted on "
+    "azure-conv, no file).",
 )
 @click.option(
     "--path",
     type=click.Path(exists=True, dir_okay=False),
     default=None,
-    help="The trace file (default: ../shared/data/traces/..., or $GTM_DATA_DIR).",
+    help="The trace file, plain or .xz/.gz (default: the one shipped with gtm, or under "
+    "$GTM_DATA_DIR).",
 )
 @click.option(
     "--rate-scale", type=float, default=1.0, show_default=True, help="Arrivals N× the trace's."
@@ -428,7 +430,7 @@ def load(
         where = "--" + str(first["loc"][0]).replace("_", "-") if first["loc"] else "options"
         raise click.UsageError(f"{where}: {first['msg']}") from None
     try:
-        trace = load_trace(TraceKind(trace_kind), path)
+        trace = load_trace(TraceKind(trace_kind), path, seed=config.seed)
         summary = run_load(config, trace, clock=SystemClock())
     except GtmError as exc:
         click.echo(f"gtm load: {exc}", err=True)

@@ -1,4 +1,4 @@
-"""Property: over the 50 Azure regions (real coordinates, shared/data/latency), the
+"""Property: over the 50 Azure regions (real coordinates, data/latency), the
 global fast path (the fused ttft + load pass, per-mask gathers, client rows; spread and
 max-score pickers; weights that make the load term matter or not) chooses what the
 generic profile chooses, with the same fallbacks, scores and predicted TTFT, and the

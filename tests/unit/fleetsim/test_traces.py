@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 
 import pytest
 
+import gtm.data
 from fleetsim.traces import (
     TRACE_FILES,
     TraceKind,
@@ -83,11 +85,42 @@ def test_data_dir_follows_the_environment(tmp_path: Path) -> None:
     assert data_dir({"GTM_DATA_DIR": str(tmp_path)}) == tmp_path
 
 
-def test_the_shared_traces_load() -> None:
-    # The traces are vendored in data/ (with their licences).
+def test_data_dir_defaults_to_the_data_shipped_with_gtm() -> None:
+    # Nothing beside the repository: the package's own folder, in a checkout as in a wheel.
+    assert data_dir({}) == Path(gtm.data.__file__).parent
+
+
+def test_the_shipped_traces_load() -> None:
+    # Stored xz-compressed in gtm/data/traces (with their licences), named plain.
     conv = load_trace(TraceKind.AZURE_CONV)
     assert len(conv.requests) == 19_366
     assert 5.0 < conv.rate_per_s < 6.0
+    assert len(load_trace(TraceKind.AZURE_CODE).requests) == 8_819
     mooncake = load_trace(TraceKind.MOONCAKE)
+    assert len(mooncake.requests) == 12_031
     assert mooncake.requests[0].prefix_hashes
-    assert set(TRACE_FILES) == set(TraceKind)
+    assert set(TRACE_FILES) == set(TraceKind) - {TraceKind.SYNTHETIC}
+
+
+def test_a_trace_under_gtm_data_dir_is_read_plain_or_compressed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plain = tmp_path / TRACE_FILES[TraceKind.AZURE_CONV]
+    plain.parent.mkdir(parents=True)
+    plain.write_text(AZURE)
+    monkeypatch.setenv("GTM_DATA_DIR", str(tmp_path))
+    assert len(load_trace(TraceKind.AZURE_CONV).requests) == 3
+    plain.with_name(plain.name + ".gz").write_bytes(gzip.compress(AZURE.encode()))
+    plain.unlink()
+    assert len(load_trace(TraceKind.AZURE_CONV).requests) == 3
+    with pytest.raises(ConfigError, match="GTM_DATA_DIR"):
+        load_trace(TraceKind.MOONCAKE)
+
+
+def test_the_synthetic_trace_needs_no_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GTM_DATA_DIR", "/nonexistent")
+    trace = load_trace(TraceKind.SYNTHETIC, seed=3)
+    assert trace.kind is TraceKind.SYNTHETIC
+    assert trace.requests == load_trace(TraceKind.SYNTHETIC, seed=3).requests
+    with pytest.raises(ConfigError, match="drawn, not read"):
+        load_trace(TraceKind.SYNTHETIC, "t.csv")

@@ -24,7 +24,7 @@ from gtm.routing.cost import (
     within_bounded_load,
 )
 
-# ../shared/data from the repository root (the workspace keeps data beside the repo).
+# Vendored in the repository's data/ folder (test-only data, not shipped in the wheel).
 RTT_CSV = Path(__file__).parents[4] / "data" / "latency" / "azure_inter_region_rtt.csv"
 
 

@@ -1,0 +1,45 @@
+"""The repository needs nothing beside it (issue 22): no tracked file refers to a data
+folder outside the clone, the ``shared`` folder a workspace once kept next to it. Data
+the product reads ships in ``gtm/data``; data only tests and benchmarks read is in
+``data/``.
+
+CHANGELOG.md is not checked: it is history, and its entries say where the data lived
+when they were written.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+#: "../shared", and a path or Path expression that joins "shared" and "data".
+OUTSIDE = re.compile(rb"\.\./shared|shared[\"']?\s*/\s*[\"']?data")
+HISTORY = {"CHANGELOG.md"}
+
+
+def _tracked_files() -> list[Path]:
+    listed = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
+    ).stdout.split(b"\0")
+    names = [name.decode() for name in listed if name]
+    return [ROOT / name for name in names if name not in HISTORY and (ROOT / name).is_file()]
+
+
+def test_no_tracked_file_refers_to_a_folder_beside_the_repository() -> None:
+    files = _tracked_files()
+    assert len(files) > 500  # the listing worked (a git checkout)
+    offenders = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in files
+        for number, line in enumerate(path.read_bytes().splitlines(), start=1)
+        if OUTSIDE.search(line)
+    ]
+    assert offenders == []
+
+
+def test_the_pattern_finds_what_it_forbids() -> None:
+    for text in (b"../shared/data/x.csv", b'parents[2] / "shared" / "data"', b"shared/data"):
+        assert OUTSIDE.search(text), text
+    assert not OUTSIDE.search(b"data/latency/azure_regions.csv")
