@@ -256,7 +256,7 @@ class GlobalChoice:
         picker = self._spread
         order = None
         if picker is not None:
-            regions = cast(GlobalView, batch.view).regions
+            regions = batch.view.regions  # type: ignore[attr-defined]
             if picker.spreads(request, regions[positions[k]], None if known is None else known[k]):
                 batch.spread = True
                 # The draw's pool is the head of the ranking: order it (a sort keyed in C)
@@ -299,7 +299,7 @@ class GlobalChoice:
         key = (lat, lon, country, batch.model, mask)
         found = memo.rows.get(key)
         if found is None:
-            found = cast(Rows | None, memo.inherited("rows", key, mask))
+            found = memo.inherited("rows", key, mask)  # type: ignore[assignment]
             if found is None:
                 sub = self._subset(batch, memo, mask, positions)
                 view: GlobalView = batch.view  # type: ignore[assignment]
@@ -317,7 +317,7 @@ class GlobalChoice:
         key = (batch.model, mask)
         found = memo.subsets.get(key)
         if found is None:
-            found = cast(Subset | None, memo.inherited("subsets", key, mask))
+            found = memo.inherited("subsets", key, mask)  # type: ignore[assignment]
         if found is None:
             assert self._fused is not None
             cost_scorer, load_scorer = self._fused

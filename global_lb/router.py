@@ -636,7 +636,10 @@ class GlobalRouter:
         point: GeoPoint | None,
         country: str | None,
     ) -> _Cached:
-        layout = self._layout_of(view)
+        # The last view's layout without a call: a cold decision is a few dozen calls.
+        layout = self._layout
+        if layout is None or self._layout_view is not view:
+            layout = self._layout_of(view)
         batch = RegionBatch(
             layout, request, view, verdict.allowed, point, country, verdict.rule or ""
         )
@@ -646,6 +649,12 @@ class GlobalRouter:
             refusal = self._refusal_of(exc.filter_name)
             return _Cached(None, refusal, str(exc), TraceSource(exc.trace), None, NO_RANKING)
         trace = RerunTrace(self._profile, layout, request, view, verdict, point, country)
+        state = batch.state
+        if type(state) is ChoiceState:  # the fast path's state is the ranking
+            return _Cached(
+                batch.ids[outcome.choice], None, "", trace, outcome.predicted_ttft_ms, state,
+                batch.spread, state.per_token, state.fixed,
+            )  # fmt: skip
         return _cached_of(outcome, trace)
 
     def _refusal_of(self, filter_name: str) -> Refusal:
@@ -673,15 +682,10 @@ class GlobalRouter:
 
 
 def _cached_of(outcome: Outcome[RegionBatch], trace: TraceSource) -> _Cached:
+    """A decision the plugins made one by one (no fast path's ranking): the survivors'
+    totals, in position order."""
     batch = outcome.batch
-    state = batch.state
     region = batch.ids[outcome.choice]
-    if isinstance(state, ChoiceState):  # the state is the ranking
-        return _Cached(
-            region, None, "", trace, outcome.predicted_ttft_ms, state, batch.spread,
-            state.per_token, state.fixed,
-        )  # fmt: skip
-    # Scored by the plugins one by one: the survivors' totals, in position order.
     survivors = batch.survivors.tolist()
     totals = outcome.totals[survivors].tolist()
     names = tuple([batch.ids[i] for i in survivors])

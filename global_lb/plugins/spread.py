@@ -92,7 +92,7 @@ class HeadroomSpreadPicker(Plugin):
         was displaced from a nearer, unavailable region."""
         if headroom is None:
             headroom = best.headroom(request.model)
-        return headroom <= self._min_headroom or _displaced(request, best)
+        return headroom <= self._min_headroom or (bool(best.outages) and _displaced(request, best))
 
     def draw(
         self,
