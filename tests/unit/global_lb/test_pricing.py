@@ -14,7 +14,14 @@ from global_lb.geo import Location, LocationSource
 from global_lb.router import GlobalRouter
 from global_lb.view import model_terms
 from gtm.gpu_profiles import get_profile
-from gtm.models import GeoPoint, GpuClassLoad, ModelLoad, RouteRequest, merge_classes
+from gtm.models import (
+    GeoPoint,
+    GpuClassLoad,
+    ModelLoad,
+    RegionSummary,
+    RouteRequest,
+    merge_classes,
+)
 from gtm.topology import load_topology
 from tests.unit.global_lb.helpers import MODEL, summary, view
 
@@ -55,7 +62,7 @@ def idle_load(gpu_types: list[str], *, with_classes: bool = True, free: bool = T
     )
 
 
-def fleet(*, with_classes: bool = True) -> list[object]:
+def fleet(*, with_classes: bool = True) -> list[RegionSummary]:
     ids = ("ap-northeast", "ap-southeast", "eu-central", "eu-west", "us-east", "us-west")
     return [summary(rid, idle_load(region_gpus(rid), with_classes=with_classes)) for rid in ids]
 
@@ -67,6 +74,7 @@ def london() -> Location:
 def ask(router: GlobalRouter, tokens: int, *, with_classes: bool = True) -> tuple[str, float]:
     request = RouteRequest(model=MODEL, input_tokens=tokens, tenant="demo-global")
     outcome = router.decide(request, view(summaries=fleet(with_classes=with_classes)), london())
+    assert outcome.region is not None
     assert outcome.predicted_ttft_ms is not None
     return outcome.region, outcome.predicted_ttft_ms
 
