@@ -40,7 +40,7 @@ def _common(fn: click.decorators.FC) -> click.decorators.FC:
                      default=TraceKind.MOONCAKE.value, show_default=True,
                      help="the requests replayed (synthetic: drawn with --seed from a model "
                           "fitted on azure-conv, no file)"),
-        click.option("--trace-path", type=click.Path(dir_okay=False, path_type=Path),
+        click.option("--trace-path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
                      help="a trace file in that format, plain or .xz/.gz (default: the one "
                           "shipped with gtm, or under $GTM_DATA_DIR)"),
         click.option("--gpus", type=click.IntRange(2, 100_000), default=48, show_default=True),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import sys
 from typing import Any
@@ -24,6 +23,7 @@ from global_lb.health import HealthTable
 from global_lb.keeper import build_view, load_topology
 from global_lb.router import RouteOutcome
 from gtm import native
+from gtm.cli_types import HostPort, IPAddress, IPNetwork, StateURL
 from gtm.clock import SystemClock
 from gtm.errors import ConfigError, GtmError
 from gtm.metrics import new_registry
@@ -43,18 +43,21 @@ def _fail(exc: Exception) -> None:
 @click.command(name="global")
 @click.option(
     "--dns-listen",
+    type=HostPort(example=DEFAULT_DNS_LISTEN, off=True),
     default=DEFAULT_DNS_LISTEN,
     show_default=True,
     help="DNS HOST:PORT (UDP and TCP); 'off' disables.",
 )
 @click.option(
     "--http-listen",
+    type=HostPort(example=DEFAULT_HTTP_LISTEN, off=True),
     default=DEFAULT_HTTP_LISTEN,
     show_default=True,
     help="Front door HOST:PORT; 'off' disables.",
 )
 @click.option(
     "--state",
+    type=StateURL(),
     default="memory",
     show_default=True,
     help="State store: memory or etcd://HOST:PORT[,...].",
@@ -99,6 +102,7 @@ def _fail(exc: Exception) -> None:
 @click.option(
     "--trusted-proxy",
     "trusted",
+    type=IPNetwork(),
     multiple=True,
     help="Network whose X-Forwarded-For is trusted. Repeatable.",
 )
@@ -141,10 +145,7 @@ def global_cmd(**options: Any) -> None:
 
 
 def _config(options: dict[str, Any]) -> GlobalConfig:
-    try:
-        trusted = tuple(ipaddress.ip_network(n, strict=False) for n in options["trusted"])
-    except ValueError as exc:
-        raise ConfigError(f"--trusted-proxy: {exc}") from None
+    trusted = tuple(options["trusted"])
     return GlobalConfig(
         dns_listen=None if options["dns_listen"] == "off" else options["dns_listen"],
         http_listen=None if options["http_listen"] == "off" else options["http_listen"],
@@ -193,7 +194,10 @@ async def _serve(
 
 @click.command(name="route")
 @click.option(
-    "--client-ip", required=True, help="The client's address (as the front door would see it)."
+    "--client-ip",
+    type=IPAddress(),
+    required=True,
+    help="The client's address (as the front door would see it).",
 )
 @click.option("--tenant", required=True, help="Tenant id (as the API key would resolve).")
 @click.option("--model", required=True, help="Model name.")
@@ -215,6 +219,7 @@ async def _serve(
 @click.option("--topology", type=click.Path(exists=True, dir_okay=False))
 @click.option(
     "--state",
+    type=StateURL(),
     default=None,
     help="Read regions, summaries and drains from this store (default: none, the static topology).",
 )
@@ -238,10 +243,7 @@ def route(**options: Any) -> None:
 
 
 async def _route(options: dict[str, Any]) -> RouteOutcome:
-    try:
-        address = ipaddress.ip_address(options["client_ip"])
-    except ValueError:
-        raise ConfigError(f"--client-ip: {options['client_ip']!r} is not an IP address") from None
+    address = options["client_ip"]
     policy = load_policy(tuple(options["policies"]))
     config = GlobalConfig(policies=tuple(options["policies"]), decision_cache=0)
     router, _ = build_routers(policy, config, None)

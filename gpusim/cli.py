@@ -15,6 +15,7 @@ from gpusim.perfmodel import WARMUP_PASSES
 from gpusim.registration import DEFAULT_LEASE_TTL_S
 from gpusim.server import GpuSimConfig, GpuSimServer
 from gtm.admin_auth import AdminGuard, check_admin_bind
+from gtm.cli_types import PORT, Host, HttpURL, StateURL, existing_file
 from gtm.clock import SystemClock
 from gtm.errors import GtmError
 from gtm.gpu_profiles import LLAMA_8B, gpu_types, model_names
@@ -28,8 +29,10 @@ _FLAG_OF = {"lease_ttl_s": "--lease-ttl", "lag_probe_interval_s": "--lag-probe-i
 
 
 @click.command("gpu-sim", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", type=int, default=8000, show_default=True, help="Port (0: any free port).")
+@click.option(
+    "--host", type=Host(), default="127.0.0.1", show_default=True, help="Address to listen on."
+)
+@click.option("--port", type=PORT, default=8000, show_default=True, help="Port (0: any free port).")
 @click.option(
     "--gpu-type",
     default="A100-80GB",
@@ -72,12 +75,20 @@ _FLAG_OF = {"lease_ttl_s": "--lease-ttl", "lag_probe_interval_s": "--lag-probe-i
     "--step-jitter", type=float, default=0.0, show_default=True, help="Relative pass-time noise."
 )
 @click.option(
-    "--state", default=None, help="Register in this store: etcd://HOST:PORT[,...] or memory."
+    "--state",
+    type=StateURL(),
+    default=None,
+    help="Register in this store: etcd://HOST:PORT[,...] or memory.",
 )
 @click.option("--region", default="local", show_default=True, help="Region id for registration.")
 @click.option("--zone", default="local-a", show_default=True, help="Zone id for registration.")
 @click.option("--worker-id", default=None, help="Worker id (default: sim-<gpu>-<port>).")
-@click.option("--advertise-url", default=None, help="URL to register (default: the listen URL).")
+@click.option(
+    "--advertise-url",
+    type=HttpURL(),
+    default=None,
+    help="URL to register (default: the listen URL).",
+)
 @click.option(
     "--lease-ttl", type=float, default=DEFAULT_LEASE_TTL_S, show_default=True, help="Lease TTL, s."
 )
@@ -92,7 +103,7 @@ _FLAG_OF = {"lease_ttl_s": "--lease-ttl", "lag_probe_interval_s": "--lag-probe-i
 )
 @click.option(
     "--admin-token-file",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=existing_file(as_path=True),
     default=None,
     help="Require bearer tokens from this file on /admin/* (see `gtm admin token create`). "
     "Without it, only loopback clients may use /admin/*.",

@@ -10,7 +10,9 @@ then, so it is taken from a range nobody else binds by accident (see ``PICK_RANG
 
 from __future__ import annotations
 
+import ipaddress
 import random
+import re
 import socket
 
 from gtm.errors import ConfigError
@@ -20,6 +22,22 @@ from gtm.errors import ConfigError
 #: chaos runs place at 20000–30000: a port picked now and bound a moment later must not
 #: be taken meanwhile by a child binding port 0 (this once failed a CI run).
 PICK_RANGE = (10_000, 20_000)
+
+#: RFC 1123 host names: dot-separated labels of letters, digits and inner hyphens. Use
+#: with ``fullmatch`` ("$" would also match before a trailing newline).
+HOSTNAME = re.compile(
+    r"(?=.{1,253}\Z)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?"
+)
+
+
+def is_host(text: str) -> bool:
+    """Whether ``text`` is an IP address or a syntactically valid host name."""
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return HOSTNAME.fullmatch(text) is not None
+    return True
 
 
 def split_host_port(value: str, *, example: str = "127.0.0.1:8080") -> tuple[str, int]:

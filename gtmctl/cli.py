@@ -16,13 +16,17 @@ import importlib
 import logging
 import sys
 from dataclasses import dataclass
+from typing import IO, Any
 
 import click
 
 from gtm._version import __version__
+from gtm.errors import ConfigError
 
 #: Exit status of a subcommand that is part of the interface but not built yet.
 EXIT_NOT_AVAILABLE = 3
+#: Exit status of a malformed command line or option value (click's own).
+EXIT_USAGE = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +76,55 @@ def _not_available(name: str, entry: _Entry) -> click.Command:
     return command
 
 
+class _OneLineUsageError(click.UsageError):
+    """A usage error shown as one line: ``gtm CMD: MESSAGE (see 'gtm CMD --help')``.
+
+    click's own presentation (a usage line, a hint, a blank line, the error) puts the
+    reason on the fourth line; scripts and log collectors keep the first.
+    """
+
+    def __init__(self, message: str, ctx: click.Context | None, *, path: str = "") -> None:
+        super().__init__(" ".join(message.split()), ctx)
+        self.path = path or (ctx.command_path if ctx is not None else "gtm")
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo(
+            f"{self.path}: {self.format_message()} (see '{self.path} --help')",
+            file=file,
+            err=True,
+        )
+
+
 class _LazyGroup(click.Group):
+    """The ``gtm`` group: subcommands imported on first use; every usage error, and any
+    :class:`~gtm.errors.ConfigError` a subcommand lets escape, is one line with exit
+    status 2 (:data:`EXIT_USAGE`), never a traceback."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as exc:
+            raise _OneLineUsageError(exc.format_message(), exc.ctx) from None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except _OneLineUsageError:
+            raise
+        except click.UsageError as exc:
+            raise _OneLineUsageError(exc.format_message(), exc.ctx) from None
+        except ConfigError as exc:
+            # A bad value the subcommand did not check while parsing: still the user's
+            # input, so still one line and status 2.
+            path = " ".join(filter(None, (ctx.command_path, ctx.invoked_subcommand)))
+            raise _OneLineUsageError(str(exc), None, path=path) from None
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(_COMMANDS)
 

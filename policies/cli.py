@@ -26,7 +26,7 @@ EXIT_INVALID = 1
 EXIT_USAGE = 2
 
 _paths_argument = click.argument(
-    "paths", nargs=-1, required=True, type=click.Path(exists=False, path_type=Path)
+    "paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path)
 )
 _max_bytes_option = click.option(
     "--max-bytes",
@@ -90,7 +90,7 @@ def schema(kind: str | None) -> None:
     "--policies",
     "policy_paths",
     multiple=True,
-    type=click.Path(exists=False, path_type=Path),
+    type=click.Path(exists=True, path_type=Path),
     help="Policy files or directories (default: the shipped examples).",
 )
 def explain(

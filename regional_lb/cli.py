@@ -10,6 +10,7 @@ from types import MappingProxyType
 
 import click
 
+from gtm.cli_types import HostPort, HttpURL, StateURL
 from gtm.clock import SystemClock
 from gtm.errors import GtmError
 from gtm.metrics import new_registry
@@ -50,13 +51,18 @@ def _identifier(name: str, value: str) -> str:
 @click.option("--region", required=True, help="Region id (e.g. eu-west).")
 @click.option(
     "--state",
+    type=StateURL(),
     default="memory",
     show_default=True,
     help="State store: memory or etcd://HOST:PORT[,...] (zone summaries are read there; "
     "quota leases and the region summary are written there).",
 )
 @click.option(
-    "--listen", default="127.0.0.1:8081", show_default=True, help="HOST:PORT to listen on."
+    "--listen",
+    type=HostPort(example="127.0.0.1:8081"),
+    default="127.0.0.1:8081",
+    show_default=True,
+    help="HOST:PORT to listen on.",
 )
 @click.option(
     "--policies",
@@ -69,6 +75,7 @@ def _identifier(name: str, value: str) -> str:
 @click.option("--replica-id", default=None, help="This replica's id (default: REGION-PID).")
 @click.option(
     "--advertise-url",
+    type=HttpURL(),
     default=None,
     help="URL peers and the global tier use to reach this replica (default: the bound "
     "http://HOST:PORT).",

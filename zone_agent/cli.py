@@ -8,6 +8,7 @@ import click
 from pydantic import ValidationError
 
 from gtm import native
+from gtm.cli_types import HostPort, StateURL
 from gtm.clock import SystemClock
 from gtm.errors import GtmError
 from gtm.metrics import new_registry
@@ -26,12 +27,17 @@ from zone_agent.profiles import BUILTIN_PROFILES, DEFAULT_PROFILE
 @click.option("--region", required=True, help="Region id (e.g. eu-west).")
 @click.option(
     "--state",
+    type=StateURL(),
     default=None,
     help="State store: memory or etcd://HOST:PORT[,...] (workers registered for this zone "
     "are discovered there; the zone summary is published there).",
 )
 @click.option(
-    "--listen", default="127.0.0.1:8100", show_default=True, help="HOST:PORT to listen on."
+    "--listen",
+    type=HostPort(example="127.0.0.1:8100"),
+    default="127.0.0.1:8100",
+    show_default=True,
+    help="HOST:PORT to listen on.",
 )
 @click.option(
     "--worker",
@@ -48,14 +54,14 @@ from zone_agent.profiles import BUILTIN_PROFILES, DEFAULT_PROFILE
 )
 @click.option(
     "--scrape-interval",
-    type=float,
+    type=click.FloatRange(min=0.0, min_open=True),
     default=0.25,
     show_default=True,
     help="Seconds between scrapes.",
 )
 @click.option(
     "--upstream-timeout",
-    type=float,
+    type=click.FloatRange(min=0.0, min_open=True),
     default=300.0,
     show_default=True,
     help="Longest wait for a byte from a worker, s.",

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, quote
 
 from gtm.errors import ConfigError
+from gtm.net import HOSTNAME
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -58,12 +59,8 @@ PASSWORD_ENV = "GTM_ETCD_PASSWORD"
 
 _QUERY_KEYS = ("cacert", "cert", "key", "user", "password-file")
 
-# RFC 1123 host names: dot-separated labels of letters, digits and inner hyphens.
-# (Both are used with fullmatch: "$" would also match before a trailing newline.)
-_HOSTNAME = re.compile(
-    r"(?=.{1,253}\Z)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?"
-)
+# Host names as gtm.net.HOSTNAME (RFC 1123); used with fullmatch, as _ENDPOINT is.
+_HOSTNAME = HOSTNAME
 _ENDPOINT = re.compile(r"(?:\[(?P<ipv6>[^\]]+)\]|(?P<host>[^:\[\]]+))(?::(?P<port>[0-9]{1,5}))?")
 
 

@@ -23,6 +23,7 @@ from gtm.admin_auth import (
     default_admin_dir,
     ensure_local_operator_token,
 )
+from gtm.cli_types import HostPort, HttpURL, StateURL
 from gtm.clock import SystemClock
 from gtm.errors import ConfigError, GtmError
 from gtm.topology import example_text
@@ -55,13 +56,24 @@ EXIT_INTERRUPTED = 130
 )
 @click.option(
     "--state",
+    type=StateURL(),
     default="memory",
     show_default=True,
     help="State store: memory (in-process only) or etcd://HOST:PORT[,...].",
 )
-@click.option("--dns-listen", default=DEFAULT_DNS_LISTEN, show_default=True, help="DNS HOST:PORT.")
 @click.option(
-    "--http-listen", default=DEFAULT_HTTP_LISTEN, show_default=True, help="Front door HOST:PORT."
+    "--dns-listen",
+    type=HostPort(example=DEFAULT_DNS_LISTEN, ip_only=True),
+    default=DEFAULT_DNS_LISTEN,
+    show_default=True,
+    help="DNS IP:PORT.",
+)
+@click.option(
+    "--http-listen",
+    type=HostPort(example=DEFAULT_HTTP_LISTEN, ip_only=True),
+    default=DEFAULT_HTTP_LISTEN,
+    show_default=True,
+    help="Front door IP:PORT.",
 )
 @click.option(
     "--geoip-db",
@@ -84,8 +96,9 @@ EXIT_INTERRUPTED = 130
 )
 @click.option(
     "--status-listen",
+    type=HostPort(example="127.0.0.1:8081", ip_only=True),
     default=None,
-    help="HOST:PORT of the status page (default: /status on the front door; with "
+    help="IP:PORT of the status page (default: /status on the front door; with "
     "--processes, the front door's port + 1).",
 )
 @click.option(
@@ -373,7 +386,13 @@ def _fleet(plan: Plan, clock: SystemClock, status: StatusPage) -> Fleet:
     help="cities: clients spread over the world's 500 largest cities by population "
     "(X-Forwarded-For from 2001:db8::/32, placed by gtm up's geo map); loopback: none.",
 )
-@click.option("--url", default="http://127.0.0.1:8080", show_default=True, help="The front door.")
+@click.option(
+    "--url",
+    type=HttpURL(),
+    default="http://127.0.0.1:8080",
+    show_default=True,
+    help="The front door.",
+)
 @click.option(
     "--api-key",
     default="gtm-load-test",

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from gtm.cli_types import host_port
 from gtm.errors import ConfigError
 from gtm.models import Frozen
-from gtm.net import split_host_port
 from gtm.state.url import StoreKind, parse_state_url
 from gtmctl.up.control import LinkKind
 
@@ -47,13 +46,9 @@ class HostPort:
 def parse_listen(value: str, what: str) -> HostPort:
     """``HOST:PORT`` (IPv6 in brackets); ConfigError naming ``what`` when malformed."""
     try:
-        host, port = split_host_port(value)
+        host, port = host_port(value, example=DEFAULT_HTTP_LISTEN, ip_only=True)
     except ConfigError as exc:
         raise ConfigError(f"{what}: {exc}") from None
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        raise ConfigError(f"{what}: {host!r} is not an IP address") from None
     return HostPort(host, port)
 
 
@@ -85,15 +80,23 @@ class UpConfig(Frozen):
     tls: bool = False
     tls_dir: str | None = None
 
+    # ConfigError becomes ValueError: pydantic reports it as a validation error of the
+    # field (one line naming the option), not an exception escaping the model.
     @field_validator("state")
     @classmethod
     def _state(cls, value: str) -> str:
-        return str(parse_state_url(value))
+        try:
+            return str(parse_state_url(value))
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("dns_listen", "http_listen", "status_listen")
     @classmethod
     def _listen(cls, value: str | None) -> str | None:
-        return None if value is None else str(parse_listen(value, "listen address"))
+        try:
+            return None if value is None else str(parse_listen(value, "listen address"))
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
 
     @model_validator(mode="after")
     def _processes_only(self) -> UpConfig:
