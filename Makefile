@@ -5,6 +5,7 @@
 #   make bench   run the benchmarks in smoke mode (BENCH_FULL=1 for full runs)
 #   make fuzz    the fuzz tests (tests/fuzz) with ~20x the cases of `make test`
 #   make chaos   run every game-day scenario (chaos/scenarios), reports in reports/chaos/
+#   make chaos-mutants  each scenario under its mutants: every run must FAIL (reports/chaos-mutants/)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -14,10 +15,10 @@ PYTEST_ARGS ?=
 # extension in use is never older than its source.
 KERNELS := $(wildcard */kernels.py */*/kernels.py */_*.c) global_lb/plugins/_ttft.py
 
-.PHONY: up test check bench chaos fuzz fmt clean help system-deps
+.PHONY: up test check bench chaos chaos-mutants fuzz fmt clean help system-deps
 
 help:
-	@sed -n '2,7p' Makefile
+	@sed -n '2,8p' Makefile
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +66,12 @@ chaos: $(VENV)/.installed-test
 	    echo "== $$s"; \
 	    $(BIN)/gtm chaos run "$$s" --report "reports/chaos/$$(basename "$$s" .yaml)" || status=1; \
 	done; exit $$status
+
+# Each scenario under each mutant its `mutants` field names (chaos/mutants: the product
+# broken on purpose); every run must fail. The scenario x mutant matrix is written to
+# reports/chaos-mutants/matrix.md; the target fails if a scenario passes under a mutant.
+chaos-mutants: $(VENV)/.installed-test
+	$(BIN)/gtm chaos mutants --report reports/chaos-mutants
 
 # Debian packages for the browser test and the benchmarks' peers (nginx, gdnsd, ...).
 system-deps:

@@ -182,6 +182,13 @@ async def _until_signalled() -> None:
     type=click.Path(file_okay=False, path_type=Path),
     help="The launched deployment's run directory: logs, audit trail (default: REPORT/deployment).",
 )
+@click.option(
+    "--mutant",
+    "mutant_name",
+    metavar="NAME",
+    help="Run against a broken product (chaos/mutants: e.g. no-spill, residency-off); "
+    "the scenario should then FAIL. Not with --attach.",
+)
 @click.option("--check", is_flag=True, help="Only validate the scenario file, then exit.")
 def run_command(
     scenario_file: Path,
@@ -189,6 +196,7 @@ def run_command(
     attach: str | None,
     toxiproxy_url: str | None,
     run_dir: Path | None,
+    mutant_name: str | None,
     check: bool,
 ) -> None:
     """Run a game-day scenario: launch (or --attach to) a multi-process deployment, check
@@ -203,12 +211,26 @@ def run_command(
     except ScenarioError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_BAD_SCENARIO)
+    mutant = None
+    if mutant_name is not None:
+        from chaos.mutants import UnknownMutant, apply_in_process
+        from chaos.mutants import mutant as find_mutant
+
+        if attach is not None:
+            raise click.UsageError("--mutant launches its own deployment: not with --attach")
+        try:
+            mutant = find_mutant(mutant_name)
+        except UnknownMutant as exc:
+            raise click.UsageError(str(exc)) from None
     if check:
         click.echo(f"{scenario_file}: valid ({scenario.title}, {len(scenario.method)} step(s))")
         return
     from chaos.runner import RunOptions, ScenarioRun
     from gtm.clock import SystemClock
 
+    if mutant is not None:
+        # Faults that run product code here (policy-push) see the mutant too.
+        apply_in_process(mutant.name)
     report = report_dir or Path("reports") / "chaos" / scenario_file.stem
     options = RunOptions(
         report_dir=report,
@@ -216,6 +238,7 @@ def run_command(
         toxiproxy_url=toxiproxy_url,
         # The deployment's logs and audit trail are the report's artifacts.
         run_dir=run_dir or report / "deployment",
+        mutant=mutant,
     )
     run = ScenarioRun(
         scenario, str(scenario_file), topology, options, clock=SystemClock(), out=sys.stderr
@@ -234,6 +257,56 @@ def run_command(
     verdict = "PASS" if outcome.passed else f"FAIL ({outcome.status.value})"
     click.echo(f"{scenario.title}: {verdict} — report {outcome.summary}", err=True)
     sys.exit(0 if outcome.passed else EXIT_FAILED)
+
+
+@chaos.command(name="mutants")
+@click.argument(
+    "scenario_files",
+    nargs=-1,
+    metavar="[SCENARIO.yaml]...",
+    type=click.Path(dir_okay=False, path_type=Path),
+)
+@click.option(
+    "--report",
+    "report_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("reports") / "chaos-mutants",
+    show_default=True,
+    help="Directory for each cell's report (SCENARIO/MUTANT/) and matrix.md, matrix.json.",
+)
+def mutants_command(scenario_files: tuple[Path, ...], report_dir: Path) -> None:
+    """Run each scenario (default: every one in chaos/scenarios) under each mutant its
+    `mutants` field names, and write the scenario × mutant matrix. Every run must FAIL:
+    exit 1 if a scenario passes under one of its mutants (or a cell has no report),
+    2 if a scenario file is invalid or names no mutant."""
+    from chaos.mutants.suite import Cell, run_cell, write_matrix
+    from chaos.scenario import ScenarioError, load_scenario
+
+    paths = scenario_files or tuple(sorted(Path("chaos/scenarios").glob("*.yaml")))
+    plan: list[tuple[Path, str]] = []
+    for path in paths:
+        try:
+            scenario, _ = load_scenario(path)
+        except ScenarioError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(EXIT_BAD_SCENARIO)
+        if not scenario.mutants:
+            click.echo(f"error: {path}: names no mutant (its `mutants` field)", err=True)
+            sys.exit(EXIT_BAD_SCENARIO)
+        plan += [(path, name) for name in scenario.mutants]
+    results = []
+    for index, (path, name) in enumerate(plan, start=1):
+        click.echo(f"[{index}/{len(plan)}] {path.stem} under mutant {name}", err=True)
+        result = run_cell(path, name, report_dir / path.stem / name)
+        click.echo(f"    → {result.cell.value} ({result.status})", err=True)
+        results.append(result)
+        write_matrix(results, report_dir)
+    matrix = write_matrix(results, report_dir)
+    click.echo(matrix.read_text("utf-8"))
+    bad = [r for r in results if r.cell is not Cell.CAUGHT]
+    for r in bad:
+        click.echo(f"{r.cell.value}: {r.scenario} under {r.mutant} ({r.status})", err=True)
+    sys.exit(EXIT_FAILED if bad else 0)
 
 
 __all__ = ["chaos", "is_loopback"]

@@ -95,6 +95,8 @@ class LaunchSpec(Frozen):
     scrape_interval_s: float = Field(default=0.25, gt=0.0)
     #: Extra ``gtm up`` options, appended last.
     extra_args: tuple[str, ...] = ()
+    #: Environment variables set for ``gtm up`` and so its children (a chaos mutant's).
+    env: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -424,6 +426,7 @@ class Deployment:
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=log,
                 start_new_session=True,
+                env={**os.environ, **dict(spec.env)} if spec.env else None,
             )
         await self._wait_ready(spec.ready_timeout_s + 15.0, admin_dir)
 

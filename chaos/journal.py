@@ -81,6 +81,8 @@ class FaultRecord:
     #: failover-time probe).
     targets: tuple[str, ...] = ()
     error: str = ""
+    #: The product refused the injection (a bad policy push rejected unwritten).
+    refused: bool = False
 
 
 @dataclass(frozen=True, slots=True)

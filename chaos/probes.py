@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from chaos.journal import DnsRecord, FaultAction, Journal, Phase, RequestRecord
 from gtm.models import Frozen, Identifier
@@ -321,6 +321,173 @@ class SpillShare(_Probe):
         return not self.from_regions or origin in self.from_regions
 
 
+class SpillCount(_Probe):
+    """How many successful requests a regional LB spilled to a peer: at least ``min``
+    (the overload scenario's spillover must happen), and none to a region outside
+    ``to_regions`` when given (a spill stays within the requests' allowed set)."""
+
+    probe: Literal["spill_count"] = "spill_count"
+    min: int = Field(ge=1)
+    #: Only spills out of these regions count (empty: all).
+    from_regions: tuple[Identifier, ...] = ()
+    #: Regions a counted spill may land in (empty: any); a spill elsewhere fails.
+    to_regions: tuple[Identifier, ...] = ()
+
+    def measure(self, journal: Journal) -> Measurement:
+        label = self.label("spilled requests")
+        where = f", only to {','.join(self.to_regions)}" if self.to_regions else ""
+        tolerance = f"≥ {self.min}{where}"
+        found = requests_in(journal, self.window, self.skip_s, self.stream)
+        if found is None:
+            return _not_reached(label, tolerance, self.window)
+        spilled = [
+            r
+            for r in found
+            if r.ok
+            and r.spilled_from
+            and (not self.from_regions or r.spilled_from.split(",")[0] in self.from_regions)
+        ]
+        outside = [r for r in spilled if self.to_regions and r.region not in self.to_regions]
+        detail = f"{len(spilled)} spilled of {len(found)}" + (
+            f"; {len(outside)} landed outside {','.join(self.to_regions)}" if outside else ""
+        )
+        passed = len(spilled) >= self.min and not outside
+        return Measurement(label, float(len(spilled)), tolerance, passed, len(found), detail)
+
+
+class StatusCount(_Probe):
+    """How many requests of a window ended with one of ``statuses`` (after the client's
+    retries), between ``min`` and ``max``: a refusal that must happen (residency fail
+    closed: 451/503; an over-quota tenant: 429) or must not (429 for a tenant without
+    a quota)."""
+
+    probe: Literal["status_count"] = "status_count"
+    statuses: tuple[int, ...] = Field(min_length=1)
+    min: int = Field(default=0, ge=0)
+    max: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> StatusCount:
+        if self.max is not None and self.max < self.min:
+            raise ValueError(f"max ({self.max}) is below min ({self.min})")
+        if self.min == 0 and self.max is None:
+            raise ValueError("status_count needs min ≥ 1 or a max")
+        return self
+
+    def measure(self, journal: Journal) -> Measurement:
+        codes = ",".join(map(str, self.statuses))
+        label = self.label(f"requests answered {codes}")
+        parts = [f"≥ {self.min}"] if self.min else []
+        parts += [f"≤ {self.max}"] if self.max is not None else []
+        tolerance = " and ".join(parts)
+        found = requests_in(journal, self.window, self.skip_s, self.stream)
+        if found is None:
+            return _not_reached(label, tolerance, self.window)
+        count = sum(1 for r in found if not r.ok and r.status in self.statuses)
+        passed = count >= self.min and (self.max is None or count <= self.max) and bool(found)
+        return Measurement(
+            label, float(count), tolerance, passed, len(found), f"{count}/{len(found)} requests"
+        )
+
+
+class RegionShare(_Probe):
+    """Share of the successful requests served by ``regions``, within [``min``,
+    ``max``]. With ``step`` the window is the ``span_s`` seconds right before that
+    step's injection (by send time): the region must carry traffic at the moment it
+    is broken, or a failover criterion measures nothing."""
+
+    probe: Literal["region_share"] = "region_share"
+    regions: tuple[Identifier, ...] = Field(min_length=1)
+    min: float = Field(default=0.0, ge=0.0, le=1.0)
+    max: float = Field(default=1.0, ge=0.0, le=1.0)
+    #: Measure in the ``span_s`` seconds before this step's injection instead of ``window``.
+    step: str | None = Field(default=None, min_length=1)
+    span_s: float = Field(default=3.0, gt=0.0)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> RegionShare:
+        if self.max < self.min:
+            raise ValueError(f"max ({self.max:g}) is below min ({self.min:g})")
+        if self.min == 0.0 and self.max == 1.0:
+            raise ValueError("region_share needs min > 0 or max < 1")
+        return self
+
+    def measure(self, journal: Journal) -> Measurement:
+        names = ",".join(self.regions)
+        tolerance = " and ".join(
+            ([f"≥ {100 * self.min:g} %"] if self.min > 0 else [])
+            + ([f"≤ {100 * self.max:g} %"] if self.max < 1 else [])
+        )
+        if self.step is not None:
+            label = (
+                self.name or f"share served by {names} in the {self.span_s:g} s before {self.step}"
+            )
+            inject = _injection(journal, self.step)
+            if inject is None:
+                return Measurement(
+                    label, None, tolerance, False, 0, f"step {self.step} never injected"
+                )
+            start = inject - self.span_s
+            found = [
+                r
+                for r in journal.requests
+                if start <= r.sent_at < inject and (self.stream is None or r.stream == self.stream)
+            ]
+        else:
+            label = self.label(f"share served by {names}")
+            in_window = requests_in(journal, self.window, self.skip_s, self.stream)
+            if in_window is None:
+                return _not_reached(label, tolerance, self.window)
+            found = in_window
+        ok = [r for r in found if r.ok]
+        if not ok:
+            return Measurement(label, None, tolerance, False, 0, "no successful requests")
+        inside = sum(1 for r in ok if r.region in self.regions)
+        share = inside / len(ok)
+        passed = self.min <= share <= self.max
+        return Measurement(
+            label, share, tolerance, passed, len(ok), f"{inside}/{len(ok)} served by {names}"
+        )
+
+
+class FaultRefused(_Probe):
+    """The injections of ``steps`` were refused by the product (a bad policy push
+    rejected before anything was written). Measured: steps that went through."""
+
+    probe: Literal["fault_refused"] = "fault_refused"
+    steps: tuple[str, ...] = Field(min_length=1)
+
+    def measure(self, journal: Journal) -> Measurement:
+        label = self.name or f"pushes refused ({', '.join(self.steps)})"
+        tolerance = "0 accepted"
+        injects = {
+            f.step: f
+            for f in journal.faults
+            if f.action is FaultAction.INJECT and f.step in self.steps and not f.error
+        }
+        missing = [s for s in self.steps if s not in injects]
+        accepted = [s for s, f in injects.items() if not f.refused]
+        detail = (
+            f"never injected: {', '.join(missing)}"
+            if missing
+            else (f"accepted: {', '.join(accepted)}" if accepted else "every push refused")
+        )
+        passed = not missing and not accepted
+        return Measurement(label, float(len(accepted)), tolerance, passed, len(injects), detail)
+
+
+def _injection(journal: Journal, step: str) -> float | None:
+    """When ``step`` was injected (None: never, or its injection failed)."""
+    return next(
+        (
+            f.at
+            for f in journal.faults
+            if f.step == step and f.action is FaultAction.INJECT and not f.error
+        ),
+        None,
+    )
+
+
 class DnsAnswers(_Probe):
     """Audit the answers for one DNS name: none may contain an excluded region, each
     must contain the required ones, and (unless ``allow_empty``) none may be empty
@@ -486,6 +653,10 @@ Probe = Annotated[
     | RequestsLost
     | RetryRatio
     | SpillShare
+    | SpillCount
+    | StatusCount
+    | RegionShare
+    | FaultRefused
     | DnsAnswers
     | FailoverTime
     | Oscillation,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
 import shutil
 from collections.abc import Awaitable, Callable, Sequence
@@ -39,6 +40,8 @@ from chaos.journal import (
     PhaseRecord,
     RunStatus,
 )
+from chaos.mutants import Mutant
+from chaos.mutants.policy import write_policies
 from chaos.probes import Measurement, Window
 from chaos.progress import ProgressLine
 from chaos.report import collect_environment, verdict, write_report
@@ -206,6 +209,7 @@ async def run_method(
                     step.kind,
                     handle.describe(),
                     fault_targets(step),
+                    refused=isinstance(handle, Injected) and handle.refused,
                 )
             )
         return status
@@ -226,6 +230,9 @@ class RunOptions:
     attach: str | None = None
     toxiproxy_url: str | None = None
     run_dir: Path | None = None
+    #: Run against this breakage of the product (:mod:`chaos.mutants`); the caller
+    #: applies a patch mutant to its own process too.
+    mutant: Mutant | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,8 +291,17 @@ def private_topology(source: Path | None, directory: Path, rng: random.Random) -
 
 def _launch_spec(scenario: Scenario, topology: Path, options: RunOptions) -> LaunchSpec:
     spec = scenario.deployment
+    mutant = options.mutant
+    policies: tuple[Path, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    if mutant is not None and mutant.policy is not None:
+        policies = (write_policies(mutant.policy, options.report_dir / "mutant-policies"),)
+    if mutant is not None:
+        env = tuple(sorted(mutant.environment(os.environ).items()))
     return LaunchSpec(
         topology=topology,
+        policies=policies,
+        env=env,
         speedup=spec.speedup,
         etcd_members=spec.etcd_members,
         chaos_links=spec.chaos_links,
@@ -301,9 +317,11 @@ def _describe_deployment(scenario: Scenario, topology: Path | None, options: Run
     spec = scenario.deployment
     links = ",".join(k.value for k in spec.chaos_links) or "none"
     logs = f", logs in {options.run_dir / 'logs'}" if options.run_dir is not None else ""
+    mutant = options.mutant
+    broken = f", MUTANT {mutant.name} ({mutant.breaks})" if mutant is not None else ""
     return (
         f"gtm up --processes, topology {topology or 'example'}, speedup {spec.speedup:g}×, "
-        f"{spec.etcd_members} etcd member(s), chaos links {links}{logs}"
+        f"{spec.etcd_members} etcd member(s), chaos links {links}{logs}{broken}"
     )
 
 
@@ -385,6 +403,7 @@ class ScenarioRun:
             clock=self.clock,
             t0=timeline.t0,
             supervisor=supervisor,
+            region_urls={name: r.url for name, r in deployment.regions.items()},
         )
         self._traffic = traffic
         poller = DnsPoller(

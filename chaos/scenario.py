@@ -33,7 +33,8 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from chaos.faults import FaultSpec
-from chaos.probes import FailoverTime, Probe
+from chaos.mutants import MUTANTS
+from chaos.probes import FailoverTime, FaultRefused, Probe, RegionShare
 from chaos.traffic import DnsSpec, LoadSpec, Multiplier
 from gtm.errors import ConfigError
 from gtm.models import Frozen
@@ -100,6 +101,9 @@ class Scenario(Frozen):
     dns: DnsSpec = DnsSpec()
     hypothesis: tuple[Probe, ...] = Field(min_length=1)
     method: tuple[Step, ...] = Field(min_length=1)
+    #: The mutants (:mod:`chaos.mutants`) under which this scenario must FAIL: the
+    #: breakages of the behaviour its title claims (``gtm chaos mutants``).
+    mutants: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _check(self) -> Scenario:
@@ -107,8 +111,19 @@ class Scenario(Frozen):
         if len(set(ids)) != len(ids):
             raise ValueError(f"method step ids must be unique, got {ids}")
         for probe in self.hypothesis:
-            if isinstance(probe, FailoverTime) and probe.step not in ids:
-                raise ValueError(f"failover_time names step {probe.step!r}; the method has {ids}")
+            named: tuple[str, ...] = ()
+            if isinstance(probe, FaultRefused):
+                named = probe.steps
+            elif isinstance(probe, FailoverTime | RegionShare) and probe.step is not None:
+                named = (probe.step,)
+            for step in named:
+                if step not in ids:
+                    raise ValueError(f"{probe.probe} names step {step!r}; the method has {ids}")
+        unknown = [m for m in self.mutants if m not in MUTANTS]
+        if unknown:
+            raise ValueError(f"unknown mutants {unknown}; known: {', '.join(sorted(MUTANTS))}")
+        if len(set(self.mutants)) != len(self.mutants):
+            raise ValueError(f"mutants must be unique, got {list(self.mutants)}")
         streams = {s.label for s in self.load.streams}
         for probe in self.hypothesis:
             if probe.stream is not None and probe.stream not in streams:

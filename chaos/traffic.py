@@ -33,7 +33,8 @@ from pydantic import Field, model_validator
 from chaos.journal import DnsRecord, Journal, RequestRecord
 from fleetsim.traces import Trace, TraceKind, TraceRequest
 from gtm.clock import Clock
-from gtm.models import Frozen
+from gtm.errors import ConfigError
+from gtm.models import Frozen, Identifier
 from gtm.tasks import TaskSupervisor
 from gtmctl.load import ClientsFrom, LoadConfig, LoadRun, Outcome, send_one
 
@@ -44,6 +45,9 @@ class Stream(Frozen):
     label: str = Field(default="default", min_length=1, max_length=40)
     api_key: str = Field(default="gtm-load-test", min_length=1)
     share: float = Field(default=1.0, gt=0.0)
+    #: Send straight to this region's LB instead of the front door: a client whose
+    #: resolver GeoDNS sent there (``<region>.api``, or an answer it cached).
+    region: Identifier | None = None
 
 
 class Multiplier(Frozen):
@@ -174,6 +178,7 @@ class Traffic:
         clock: Clock,
         t0: float,
         supervisor: TaskSupervisor,
+        region_urls: Mapping[str, str] | None = None,
     ) -> None:
         self.spec = spec
         self._planned = planned
@@ -192,6 +197,18 @@ class Traffic:
             timeout_s=spec.timeout_s,
             duration_s=spec.duration_s,
         )
+        urls = region_urls or {}
+        missing = sorted({s.region for s in spec.streams if s.region} - set(urls))
+        if missing:
+            raise ConfigError(
+                f"load streams name regions {missing}; the deployment has {sorted(urls)}"
+            )
+        #: Streams sent straight to a regional LB: that region's copy of the config.
+        self._direct = {
+            s.region: self._config.model_copy(update={"url": urls[s.region].rstrip("/")})
+            for s in spec.streams
+            if s.region
+        }
         # gtm load's request builder: prompts with shared prefixes, clients by city.
         self._builder = LoadRun(self._config, (), clock=clock)
         self._rng = random.Random(spec.seed + 1)
@@ -245,7 +262,8 @@ class Traffic:
         outcome: Outcome | None = None
         attempt = 0
         for attempt in range(1, policy.attempts + 1):
-            outcome = await send_one(session, self._config, body, headers, "")
+            config = self._direct[item.stream.region] if item.stream.region else self._config
+            outcome = await send_one(session, config, body, headers, "")
             if outcome.ok or outcome.status not in policy.statuses:
                 break
             failed_regions.append(outcome.region)

@@ -72,6 +72,12 @@ class Injected:
         self._undo = undo
         self.rolled_back = False
 
+    @property
+    def refused(self) -> bool:
+        """Whether the product refused the fault (recorded in the journal; the
+        ``fault_refused`` probe reads it). Most faults cannot be refused."""
+        return False
+
     def describe(self) -> str:
         """One line for the timeline: what was done, to what."""
         return self._description

@@ -28,14 +28,27 @@ APPLIED_BY = "gtm chaos policy-push"
 
 
 class PolicyPushInjected(Injected):
-    """A policy push: ``applied`` tells whether the set was committed, ``error`` why not."""
+    """A policy push: ``applied`` tells whether the set was committed, ``error`` why not,
+    ``rejected`` whether it was refused as invalid (not a store failure)."""
 
     def __init__(
-        self, description: str, *, applied: bool, error: str | None, undo: Undo | None
+        self,
+        description: str,
+        *,
+        applied: bool,
+        error: str | None,
+        undo: Undo | None,
+        rejected: bool = False,
     ) -> None:
         super().__init__(description, undo)
         self.applied = applied
         self.error = error
+        self._rejected = rejected
+
+    @property
+    def refused(self) -> bool:
+        """Rejected as invalid before anything was written (not a store failure)."""
+        return self._rejected
 
 
 class PolicyPushFault(SpecBase):
@@ -63,6 +76,7 @@ class PolicyPushFault(SpecBase):
                 applied=False,
                 error=str(exc),
                 undo=None,
+                rejected=isinstance(exc, PolicyError),
             )
         generation = result.generation
 
