@@ -15,9 +15,10 @@ page (``static/status.html``, with the world map of :mod:`gtmctl.up.worldmap` in
 
 ``POST``/``DELETE /api/v1/drains/{region|zone|gpu}/{id}`` drain and undrain through the
 deployment's own store — the way to drain the embedded (in-memory) store, which no
-other process can reach. They are admin APIs (:mod:`gtm.admin_auth`): ``gtm up`` requires
-an operator bearer token (it creates one on first run); without a guard only loopback
-clients may use them. Every call is audited.
+other process can reach. A drain of an id the store does not know is a 404 naming the
+known ones (``?force=1`` drains it anyway; :mod:`gtm.drains`). They are admin APIs
+(:mod:`gtm.admin_auth`): ``gtm up`` requires an operator bearer token (it creates one on
+first run); without a guard only loopback clients may use them. Every call is audited.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from gtm.admin_auth import (
     path_prefix,
 )
 from gtm.clock import Clock
+from gtm.drains import known_ids, unknown_message
 from gtm.errors import StateError
 from gtm.metrics import new_registry
 from gtm.models import Drain, DrainTarget, ModelLoad, RegionSummary, ZoneSummary
@@ -437,6 +439,17 @@ class StatusPage:
         if isinstance(parsed, web.Response):
             return parsed
         target, target_id, key = parsed
+        assert self._store is not None
+        if request.query.get("force") not in ("1", "true"):
+            try:
+                known = await known_ids(self._store, target)
+            except StateError as exc:
+                return web.json_response({"error": str(exc)}, status=503)
+            if target_id not in known:
+                return web.json_response(
+                    {"error": unknown_message(target, target_id, known), "known": list(known)},
+                    status=404,
+                )
         by = "gtm up"
         principal = request.get(PRINCIPAL_KEY)
         if principal is not None and principal.who != LOOPBACK_PRINCIPAL:
@@ -445,7 +458,6 @@ class StatusPage:
             with contextlib.suppress(KeyError, OSError):
                 by = getpass.getuser()
         record = Drain(target=target, id=target_id, reason="status page", by=by, at=time.time())
-        assert self._store is not None
         try:
             revision = await self._store.put(key, codec.encode(record))
         except StateError as exc:

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from gtm.clock import SystemClock
 from gtm.metrics import new_registry
-from gtm.models import Drain, DrainTarget
+from gtm.models import Drain, DrainTarget, GeoPoint, Region, Zone
 from gtm.state import codec, keys
 from gtm.state.etcd_server import EtcdServer
 from gtm.state.url import open_store
@@ -30,9 +30,22 @@ def _read(url: str, key: str) -> Drain | None:
     return asyncio.run(main())
 
 
+def _put(url: str, key: str, value: bytes) -> None:
+    async def main() -> None:
+        store = open_store(url, clock=SystemClock(), registry=new_registry())
+        try:
+            await store.put(key, value)
+        finally:
+            await store.aclose()
+
+    asyncio.run(main())
+
+
 def test_drain_and_undrain_a_zone(etcd_server: EtcdServer) -> None:
     runner = CliRunner()
     url = etcd_server.etcd_url
+    record = Zone(id="drain-test-zone", region_id="drain-test-region")
+    _put(url, keys.zone("drain-test-region", "drain-test-zone"), codec.encode(record))
     key = keys.drain(DrainTarget.ZONE, "drain-test-zone")
     result = runner.invoke(
         cli,
@@ -83,3 +96,30 @@ def test_an_unreachable_store_is_a_clean_error() -> None:
     )
     assert result.exit_code == 1
     assert "Error:" in result.output
+
+
+def _region(region_id: str) -> Region:
+    return Region(
+        id=region_id, location=GeoPoint(lat=50.1, lon=8.7), jurisdiction="eu", country="DE"
+    )
+
+
+def test_an_unknown_target_is_refused_naming_the_known_ones(etcd_server: EtcdServer) -> None:
+    url = etcd_server.etcd_url
+    for region in ("drain-known-a", "drain-known-b"):
+        _put(url, keys.region(region), codec.encode(_region(region)))
+    runner = CliRunner()
+    result = runner.invoke(cli, ["drain", "region", "planet-x", "--state", url], prog_name="gtm")
+    assert result.exit_code == 2
+    [line] = result.stderr.splitlines()
+    assert "unknown region 'planet-x'" in line
+    assert "drain-known-a, drain-known-b" in line
+    assert "--force" in line
+    assert _read(url, keys.drain(DrainTarget.REGION, "planet-x")) is None
+    forced = runner.invoke(cli, ["drain", "region", "planet-x", "--state", url, "--force"])
+    assert forced.exit_code == 0, forced.output
+    assert _read(url, keys.drain(DrainTarget.REGION, "planet-x")) is not None
+    runner.invoke(cli, ["undrain", "region", "planet-x", "--state", url])
+    known = runner.invoke(cli, ["drain", "region", "drain-known-a", "--state", url])
+    assert known.exit_code == 0, known.output
+    runner.invoke(cli, ["undrain", "region", "drain-known-a", "--state", url])

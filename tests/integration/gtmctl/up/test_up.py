@@ -111,6 +111,12 @@ async def drain_through_status_api(up: Up) -> None:
         await eventually(back, "an undrained eu-west answers London again")
         async with session.post(f"{up.base_url}/api/v1/drains/planet/earth") as response:
             assert response.status == 400
+        # An id the store does not know is refused, naming the known ones.
+        async with session.post(f"{up.base_url}/api/v1/drains/region/planet-x") as response:
+            assert response.status == 404
+            refusal = await response.json()
+        assert "eu-west" in refusal["known"]
+        assert "unknown region 'planet-x'" in refusal["error"]
     # `gtm drain --api` sends the same token (read from --token-file).
     token_file = str(up.admin_dir / "operator.token")
     for verb, said in (("drain", "drained zone"), ("undrain", "undrained zone")):
@@ -119,6 +125,13 @@ async def drain_through_status_api(up: Up) -> None:
         done = await asyncio.to_thread(subprocess.run, command, capture_output=True, timeout=30)
         assert done.returncode == 0, done.stderr.decode()
         assert said in done.stdout.decode()
+    command = [sys.executable, "-m", "gtmctl", "drain", "region", "planet-x",
+               "--api", up.base_url, "--token-file", token_file]  # fmt: skip
+    done = await asyncio.to_thread(subprocess.run, command, capture_output=True, timeout=30)
+    assert done.returncode == 2, done.stderr.decode()
+    [line] = done.stderr.decode().splitlines()
+    assert "unknown region 'planet-x'" in line
+    assert "eu-west" in line
 
 
 async def check_load(up: Up, tmp_path: Path) -> None:
@@ -154,9 +167,9 @@ async def test_in_process_default(tmp_path: Path) -> None:
 async def test_processes_against_etcd(tmp_path: Path, own_etcd_server: EtcdServer) -> None:
     state = own_etcd_server.etcd_url
 
-    def gtm(*args: str) -> None:
-        command = [sys.executable, "-m", "gtmctl", *args, "--state", state]
-        subprocess.run(command, check=True, capture_output=True, timeout=30)
+    def gtm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "gtmctl", *args]
+        return subprocess.run(command, check=check, capture_output=True, text=True, timeout=30)
 
     async with running_up(
         tmp_path,
@@ -186,13 +199,28 @@ async def test_processes_against_etcd(tmp_path: Path, own_etcd_server: EtcdServe
             "eu-central": "healthy",
         }
 
-        await asyncio.to_thread(gtm, "drain", "region", "eu-west")
+        # The front door has no drain API here: the error names the --state to use.
+        token_file = str(up.admin_dir / "operator.token")
+        wrong = await asyncio.to_thread(
+            gtm, "drain", "region", "eu-west", "--api", up.base_url, "--token-file",
+            token_file, check=False,
+        )  # fmt: skip
+        assert wrong.returncode == 1
+        [line] = wrong.stderr.splitlines()
+        assert f"--state {state}" in line, line
+        assert f"--api {status}" in line, line
+        unknown = await asyncio.to_thread(
+            gtm, "drain", "region", "planet-x", "--state", state, check=False
+        )
+        assert unknown.returncode == 2
+        assert "known regions: eu-central, eu-west" in unknown.stderr
+        await asyncio.to_thread(gtm, "drain", "region", "eu-west", "--state", state)
 
         async def moved() -> bool:
             return await up.resolve("api.inference.example.", LONDON) == [up.address("eu-central")]
 
         await eventually(moved, "a drained eu-west no longer answers London")
-        await asyncio.to_thread(gtm, "undrain", "region", "eu-west")
+        await asyncio.to_thread(gtm, "undrain", "region", "eu-west", "--state", state)
 
         async def back() -> bool:
             answer = await up.resolve("api.inference.example.", LONDON)
