@@ -1,5 +1,7 @@
 """``gtm policy``: the policies package's commands plus ``apply``, which needs the
-state store (and so lives in gtm, which may import policies — not the reverse).
+state store (and so lives in gtm, which may import policies — not the reverse), and the
+GeoIP lookup of ``explain --client-ip``: the front door's locator (:mod:`gtm.geo`) with
+its default database, handed to the policies command through the click context.
 
 The group is built from the policies group's commands without modifying it, so
 ``python -m policies policy`` stays store-free.
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+import ipaddress
 import sys
 from pathlib import Path
 
@@ -16,6 +19,7 @@ import click
 
 from gtm.clock import SystemClock
 from gtm.errors import ConfigError, StateError
+from gtm.geo import ChainLocator, LocationSource, MaxMindLocator, bundled_database
 from gtm.metrics import new_registry
 from gtm.policy_store import ApplyResult, apply
 from gtm.state.url import StateUrl, StoreKind, open_store, parse_state_url
@@ -88,8 +92,35 @@ def _who() -> str:
         return ""
 
 
+def locate(
+    address: ipaddress.IPv4Address | ipaddress.IPv6Address, geoip_db: Path | None
+) -> tuple[str | None, str]:
+    """Where the front door would place ``address``: its special-purpose networks, then
+    ``geoip_db`` or, by default, the database it uses by default (bundled GeoLite2-City)."""
+    try:
+        database = MaxMindLocator(geoip_db if geoip_db is not None else bundled_database())
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="--geoip-db") from None
+    try:
+        location = ChainLocator(database).locate(address)
+    finally:
+        database.close()
+    source = str(geoip_db) if geoip_db is not None else "the bundled GeoLite2-City database"
+    if location.source is LocationSource.CIDR_MAP:
+        return None, "a private or special-purpose address: location unknown"
+    if location.country is None:
+        return None, f"not in {source}: location unknown"
+    return location.country, f"{source}, network {location.network}"
+
+
+@click.pass_context
+def _with_locator(ctx: click.Context) -> None:
+    ctx.meta[policies_cli.LOCATE_KEY] = locate
+
+
 policy = click.Group(
     name="policy",
     help="Check, apply, explain policy files; print their schema; hash API keys.",
     commands={**policies_cli.policy.commands, "apply": apply_command},
+    callback=_with_locator,
 )

@@ -1,7 +1,11 @@
 """``policy`` and ``audit`` commands. ``gtm`` mounts them (``gtm policy …``,
 ``gtm audit …``); ``python -m policies`` runs them without the rest of gtm.
 
-``gtm policy apply`` needs the state store, so it lives in :mod:`gtm.policy_cli`.
+``gtm policy apply`` needs the state store, so it lives in :mod:`gtm.policy_cli`; so
+does the GeoIP lookup of ``gtm policy explain --client-ip`` (the front door's database),
+which this package reaches through :data:`LOCATE_KEY` in the click context's ``meta``
+rather than by importing gtm. Without it (``python -m policies``) only private and
+loopback addresses are accepted.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -24,6 +29,15 @@ from policies.rules import CompiledRule, describe_specificity
 
 EXIT_INVALID = 1
 EXIT_USAGE = 2
+#: ``policy explain``: no region may serve the request (as ``gtm route``).
+EXIT_REFUSED = 1
+
+#: ``ctx.meta`` key of a client-address locator: ``(address, geoip_db) -> (country or
+#: None, what said so)``; raises click.BadParameter when it cannot look addresses up.
+LOCATE_KEY = "policies.locate"
+Locate = Callable[
+    [ipaddress.IPv4Address | ipaddress.IPv6Address, Path | None], tuple[str | None, str]
+]
 
 _paths_argument = click.argument(
     "paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path)
@@ -37,15 +51,18 @@ _max_bytes_option = click.option(
 )
 
 
-def load_or_exit(paths: tuple[Path, ...], max_bytes: int = DEFAULT_MAX_BYTES) -> PolicySet:
-    """Load policies, or print every problem (``file:line: path: message``) and exit 1."""
+def load_or_exit(
+    paths: tuple[Path, ...], max_bytes: int = DEFAULT_MAX_BYTES, *, status: int = EXIT_INVALID
+) -> PolicySet:
+    """Load policies, or print every problem (``file:line: path: message``) and exit
+    ``status`` (1: the files are what is checked; 2: they are an input of the command)."""
     try:
         return load_paths(paths, LoadOptions(max_bytes=max_bytes))
     except PolicyValidationError as exc:
         for problem in exc.problems:
             click.echo(str(problem))
         click.echo(f"{len(exc.problems)} problem(s); nothing was loaded", err=True)
-        sys.exit(EXIT_INVALID)
+        sys.exit(status)
 
 
 @click.group(name="policy")
@@ -83,8 +100,14 @@ def schema(kind: str | None) -> None:
 @click.option("--country", help="Client country (ISO 3166-1 alpha-2).")
 @click.option(
     "--client-ip",
-    help="Client address. Without a GeoIP database only private and loopback addresses "
-    "are accepted, and they mean 'location unknown'.",
+    help="Client address, located as the front door does: private and loopback addresses "
+    "mean 'location unknown', public ones are looked up in the GeoIP database.",
+)
+@click.option(
+    "--geoip-db",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="MaxMind City/Country .mmdb for --client-ip (default: the front door's default, "
+    "the bundled GeoLite2-City).",
 )
 @click.option(
     "--policies",
@@ -99,21 +122,32 @@ def explain(
     data_class: str,
     country: str | None,
     client_ip: str | None,
+    geoip_db: Path | None,
     policy_paths: tuple[Path, ...],
 ) -> None:
-    """Show which regions may serve a request and which rules decided, offline."""
-    country = _client_country(country, client_ip)
+    """Show which regions may serve a request and which rules decided, offline.
+
+    Exit status: 0 ALLOWED (some region may serve it), 1 REFUSED (none may), 2 bad
+    options or invalid policy files (their problems are printed).
+    """
+    country, located = _client_country(country, client_ip, geoip_db)
     paths = policy_paths or (examples_path(),)
-    engine = compile(load_or_exit(paths))
+    engine = compile(load_or_exit(paths, status=EXIT_USAGE))
     query = ResidencyQuery(
         tenant=tenant, model=model, data_class=data_class, client_country=country
     )
     verdict = engine.allowed_regions(query)
+    if located:
+        click.echo(f"client: {client_ip} → {country or 'unknown'} ({located})")
     for line in explain_lines(engine, query, verdict):
         click.echo(line)
+    sys.exit(EXIT_REFUSED if verdict.refused else 0)
 
 
-def _client_country(country: str | None, client_ip: str | None) -> str | None:
+def _client_country(
+    country: str | None, client_ip: str | None, geoip_db: Path | None
+) -> tuple[str | None, str]:
+    """The client's country and what said so ("" when --country or nothing gave it)."""
     if country and client_ip:
         raise click.UsageError("give --country or --client-ip, not both")
     if country is not None:
@@ -121,22 +155,27 @@ def _client_country(country: str | None, client_ip: str | None) -> str | None:
             raise click.BadParameter(
                 f"{country!r} is not a two-letter country code", param_hint="--country"
             )
-        return country.upper()
+        return country.upper(), ""
     if client_ip is None:
-        return None
+        if geoip_db is not None:
+            raise click.UsageError("--geoip-db locates --client-ip; give one")
+        return None, ""
     try:
         address = ipaddress.ip_address(client_ip)
     except ValueError:
         raise click.BadParameter(
             f"{client_ip!r} is not an IP address", param_hint="--client-ip"
         ) from None
+    locate: Locate | None = click.get_current_context().meta.get(LOCATE_KEY)
+    if locate is not None:
+        return locate(address, geoip_db)
     if not (address.is_private or address.is_loopback or address.is_link_local):
         raise click.BadParameter(
-            f"{client_ip} is a public address and `policy explain` has no GeoIP database; "
-            "pass --country instead",
+            f"{client_ip} is a public address and `python -m policies` has no GeoIP "
+            "database; use `gtm policy explain`, or pass --country",
             param_hint="--client-ip",
         )
-    return None
+    return None, "a private address: location unknown"
 
 
 def _rule_line(rule: CompiledRule, note: str = "") -> str:

@@ -85,3 +85,40 @@ def test_gtm_mounts_the_policies_commands(tmp_path: Path) -> None:
     assert run("policy", "check", str(examples_path()))[0] == 0
     code, out, _ = run("audit", "verify", "--help")
     assert (code, "Verify audit FILES" in out) == (0, True)
+
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+MAXMIND_TEST_CITY = Path(__file__).parents[3] / "data/geo/maxmind_test_dbs/GeoIP2-City-Test.mmdb"
+
+
+def test_explain_looks_public_addresses_up_as_the_front_door_does() -> None:
+    # 81.2.69.160 is London in the bundled GeoLite2 and in MaxMind's test database.
+    code, out, err = run("policy", "explain", "--tenant", "demo-eu", "--model", MODEL,
+                         "--client-ip", "81.2.69.160")  # fmt: skip
+    assert code == 0, err
+    assert out.splitlines()[0] == (
+        "client: 81.2.69.160 → GB (the bundled GeoLite2-City database, network 81.2.68.0/23)"
+    )
+    assert "client_country=GB" in out
+    db = str(MAXMIND_TEST_CITY)
+    code, out, _ = run("policy", "explain", "--tenant", "demo-eu", "--model", MODEL,
+                       "--client-ip", "81.2.69.160", "--geoip-db", db)  # fmt: skip
+    assert code == 0
+    assert f"→ GB ({MAXMIND_TEST_CITY}, network 81.2.69.160/27)" in out
+    code, out, _ = run("policy", "explain", "--tenant", "demo-eu", "--model", MODEL,
+                       "--client-ip", "10.1.2.3")  # fmt: skip
+    assert "a private or special-purpose address: location unknown" in out
+
+
+def test_explain_exit_status_says_allowed_or_refused() -> None:
+    allowed = run("policy", "explain", "--tenant", "demo-eu", "--model", MODEL, "--country", "DE")
+    refused = run("policy", "explain", "--tenant", "nobody", "--model", MODEL, "--country", "DE")
+    assert (allowed[0], refused[0]) == (0, 1)
+    assert "verdict: REFUSED (unknown-tenant)" in refused[1]
+    _, out, _ = run("policy", "explain", "--help")
+    assert "0 ALLOWED" in out
+    assert "1 REFUSED" in out
+    not_a_db = run("policy", "explain", "--tenant", "demo-eu", "--model", MODEL, "--client-ip",
+                   "8.8.8.8", "--geoip-db", str(examples_path() / "tenants.yaml"))  # fmt: skip
+    assert not_a_db[0] == 2
+    assert "not a readable MaxMind database" in not_a_db[2]
