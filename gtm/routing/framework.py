@@ -189,14 +189,14 @@ def removal_where(batch: Batch, why: Callable[[int], str | None]) -> Removal | N
     """The easy way to write a filter over a few candidates: ``why(position)`` of each
     survivor, None keeping it; None when nothing is removed."""
     reasons: dict[int, str] = {}
-    positions = range(len(batch)) if batch.all_alive else batch.survivors.tolist()
+    positions = range(len(batch.ids)) if batch.all_alive else batch.survivors.tolist()
     for position in positions:
         reason = why(position)
         if reason is not None:
             reasons[position] = reason
     if not reasons:
         return None
-    mask = np.zeros(len(batch), dtype=np.bool_)
+    mask = np.zeros(len(batch.ids), dtype=np.bool_)
     mask[list(reasons)] = True
     return Removal(mask, reasons.__getitem__)
 

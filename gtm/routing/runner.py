@@ -479,7 +479,7 @@ class Runner(Generic[B]):
         columns: list[tuple[str, Floats]] = []
         issues: list[ScoreIssue] = []
         totals: Floats | None = None
-        n = len(batch)
+        n = len(batch.ids)
         timer, scorer = self._timer, None
         try:
             for ws, in_range in zip(self.scorers, self._in_range, strict=True):
@@ -543,7 +543,7 @@ class Runner(Generic[B]):
             _reraise(ExtensionPoint.PICKER, picker, exc)
         if observe:
             observe[(ExtensionPoint.PICKER, id(picker))](self._timer() - t0)
-        if not (0 <= choice < len(batch)) or not batch.alive[choice]:
+        if not (0 <= choice < len(batch.ids)) or not batch.alive[choice]:
             raise PluginError(f"picker {picker.name!r} chose position {choice}, not a survivor")
         return choice
 
