@@ -264,7 +264,7 @@ def _open_deployment(scenario: Scenario, topology: Path | None, options: RunOpti
         handle = _Deployment.attach(options.attach)
     else:
         private = private_topology(topology, options.report_dir, random.Random())
-        handle = _Deployment.launch(_launch_spec(scenario, private, options))
+        handle = _Deployment.launch(launch_spec(scenario, private, options))
     if isinstance(handle, _Deployment):
         handle.toxiproxy_url = options.toxiproxy_url
     return handle
@@ -289,7 +289,7 @@ def private_topology(source: Path | None, directory: Path, rng: random.Random) -
     return path
 
 
-def _launch_spec(scenario: Scenario, topology: Path, options: RunOptions) -> LaunchSpec:
+def launch_spec(scenario: Scenario, topology: Path, options: RunOptions) -> LaunchSpec:
     spec = scenario.deployment
     mutant = options.mutant
     policies: tuple[Path, ...] = ()

@@ -219,6 +219,10 @@ class Traffic:
     def now(self) -> float:
         return self._clock.monotonic() - self._t0
 
+    def url_for(self, stream: Stream) -> str:
+        """Where ``stream``'s requests go: the front door, or its region's LB."""
+        return self._direct[stream.region].url if stream.region else self._config.url
+
     async def run(self) -> None:
         """Send everything on schedule, then wait for the last answer."""
         timeout = aiohttp.ClientTimeout(total=self.spec.timeout_s)

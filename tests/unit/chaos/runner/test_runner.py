@@ -4,21 +4,33 @@ on every way out (a step that raises, a rollback that raises, cancellation)."""
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import pytest
 
 from chaos.faults import KillFault
+from chaos.faults.base import Injected
 from chaos.journal import FaultAction, Journal, Phase, RunStatus
+from chaos.mutants import MUTANT_ENV, SITE_DIR, mutant
 from chaos.probes import Measurement
-from chaos.runner import FaultHandle, Timeline, fault_targets, run_method
-from chaos.scenario import Step
+from chaos.runner import (
+    FaultHandle,
+    RunOptions,
+    Timeline,
+    fault_targets,
+    launch_spec,
+    run_method,
+)
+from chaos.scenario import Step, load_scenario
 from gtm.clock import FakeClock
 from gtm.errors import GtmError
 from gtm.metrics import new_registry
 from gtm.tasks import TaskSupervisor
 
 Gate = Callable[[], Sequence[Measurement]]
+SCENARIOS = Path(__file__).resolve().parents[4] / "chaos" / "scenarios"
 
 
 class FakeFault:
@@ -176,3 +188,44 @@ def test_fault_targets_from_the_spec() -> None:
     assert fault_targets(_step("a", 1, tier="zone/eu-west-a")) == ("eu-west-a",)
     assert fault_targets(_step("a", 1, tier="global")) == ()
     assert fault_targets(Step(at_s=1, duration_s=1, load_factor=2)) == ()
+
+
+class _Refused(Injected):
+    @property
+    def refused(self) -> bool:
+        return True
+
+
+async def test_a_refused_injection_is_recorded_as_refused() -> None:
+    h = Harness()
+
+    async def inject(step: Step) -> FaultHandle:
+        return _Refused("policy push: rejected") if step.id == "bad" else Injected("done")
+
+    async with TaskSupervisor(registry=new_registry(), clock=h.clock) as supervisor:
+        steps = [_step("bad", 1), _step("good", 2)]
+        task = supervisor.spawn("method", run_method(steps, inject, h.timeline, _passing))
+        await h.clock.advance_until(task.done, step=0.5, limit=10)
+        assert await task is RunStatus.COMPLETED
+    injected = {f.step: f.refused for f in h.journal.faults if f.action is FaultAction.INJECT}
+    assert injected == {"bad": True, "good": False}
+
+
+def test_a_mutant_reaches_the_launch_spec_and_nothing_else_does(tmp_path: Path) -> None:
+    scenario, _ = load_scenario(SCENARIOS / "slow-gpu.yaml")
+    topology = tmp_path / "topology.yaml"
+    plain = launch_spec(scenario, topology, RunOptions(report_dir=tmp_path / "plain"))
+    assert (plain.policies, plain.env) == ((), ())
+    edited = launch_spec(
+        scenario, topology, RunOptions(report_dir=tmp_path / "p", mutant=mutant("no-spill"))
+    )
+    assert edited.policies == (tmp_path / "p" / "mutant-policies",)
+    assert "on_saturation: reject" in (edited.policies[0] / "residency.yaml").read_text()
+    assert edited.env == ()
+    patched = launch_spec(
+        scenario, topology, RunOptions(report_dir=tmp_path / "c", mutant=mutant("no-fail-open"))
+    )
+    env = dict(patched.env)
+    assert patched.policies == ()
+    assert env[MUTANT_ENV] == "no-fail-open"
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(SITE_DIR)

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from chaos.traffic import LoadSpec, Multiplier, Stream, plan, run_time, trace_time
+from chaos.journal import Journal
+from chaos.traffic import LoadSpec, Multiplier, Stream, Traffic, plan, run_time, trace_time
 from fleetsim.traces import Trace, TraceKind, TraceRequest
+from gtm.clock import FakeClock
+from gtm.errors import ConfigError
+from gtm.metrics import new_registry
+from gtm.tasks import TaskSupervisor
 
 
 def _trace(count: int, gap: float = 1.0) -> Trace:
@@ -54,3 +59,32 @@ def test_load_spec_rejects_duplicate_streams_and_unordered_multipliers() -> None
         LoadSpec(
             duration_s=1, multipliers=(Multiplier(at_s=5, factor=2), Multiplier(at_s=1, factor=1))
         )
+
+
+def _traffic(spec: LoadSpec, region_urls: dict[str, str] | None) -> Traffic:
+    clock = FakeClock()
+    supervisor = TaskSupervisor(registry=new_registry(), clock=clock, component="test")
+    return Traffic(
+        spec,
+        (),
+        "http://127.0.0.1:9000",
+        Journal(t0_wall=0.0),
+        clock=clock,
+        t0=0.0,
+        supervisor=supervisor,
+        region_urls=region_urls,
+    )
+
+
+def test_a_direct_stream_goes_to_its_regions_lb_the_others_to_the_front_door() -> None:
+    direct = Stream(label="direct", region="eu-central", share=0.5)
+    spec = LoadSpec(duration_s=10, streams=(Stream(), direct))
+    traffic = _traffic(spec, {"eu-central": "http://127.0.0.4:8080/", "us-east": "x"})
+    assert traffic.url_for(direct) == "http://127.0.0.4:8080"
+    assert traffic.url_for(spec.streams[0]) == "http://127.0.0.1:9000"
+
+
+def test_a_direct_stream_to_a_region_the_deployment_lacks_is_a_config_error() -> None:
+    spec = LoadSpec(duration_s=10, streams=(Stream(region="planet-x"),))
+    with pytest.raises(ConfigError, match=r"regions \['planet-x'\]; the deployment has \['eu'\]"):
+        _traffic(spec, {"eu": "http://127.0.0.1:1"})
