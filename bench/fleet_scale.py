@@ -10,10 +10,9 @@ publishing, waiting for each other, the simulator itself), and the quality figur
 writes ``reports/scale.md``.
 
 Measured in the same run on the same arrivals, each pair required to end every request
-identically (checked): the simulator with the regional tier's reference profile
-(``regional_fast_path=False``: a full decision trace per request) against its
-property-tested fast path (:mod:`regional_lb.fastpath`), CPU seconds compared; and one
-process against the workers, wall seconds compared.
+identically (checked): the simulator building the regional tier's full decision trace
+per request (``regional_fast_path=False``) against deciding without it (the trace is
+lazy), CPU seconds compared; and one process against the workers, wall seconds compared.
 
     python bench/fleet_scale.py            # 1,000 GPUs × 600 s and 10,000 GPUs × 120 s
     python bench/fleet_scale.py --smoke    # 60 GPUs × 20 s

@@ -55,7 +55,7 @@ def reference_totals(
     costs: list[float], headroom: list[float], w_ttft: float, w_load: float, scale: float
 ) -> tuple[list[float], float]:
     """What the generic profile does: the scorer's scores, then ``Σ wᵢ·sᵢ / Σ wᵢ`` summed
-    in profile order (gtm.routing.profile)."""
+    in profile order (gtm.routing.runner)."""
     ids = [f"r{i:02d}" for i in range(len(costs))]
     scores = list(scores_from_costs(dict(zip(ids, costs, strict=True)), scale).values())
     weight_sum = 0.0 + w_ttft + w_load
