@@ -440,6 +440,40 @@ def chain_files(directory: Path, prefix: str = "audit") -> list[Path]:
     return sorted(p for p in directory.iterdir() if pattern.match(p.name))
 
 
+_CHAIN_FILE = re.compile(r"^(?P<prefix>[a-z0-9][a-z0-9-]*)-[0-9]{12}\.jsonl$")
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    """One writer's chain: the files ``<directory>/<prefix>-<seq>.jsonl`` and its head."""
+
+    directory: Path
+    prefix: str
+
+    @property
+    def files(self) -> list[Path]:
+        return chain_files(self.directory, self.prefix)
+
+    @property
+    def head_file(self) -> Path:
+        return self.directory / f"{self.prefix}.head"
+
+
+def find_chains(root: Path) -> list[Chain]:
+    """Every chain under ``root`` (itself and its subdirectories, in path order).
+
+    A deployment writes one chain per writer, each in a directory of its own (a writer
+    locks its directory): ``gtm up``'s run directory holds ``audit/global``,
+    ``audit/regional-<region>`` and ``admin-audit``.
+    """
+    chains: list[Chain] = []
+    for directory, subdirectories, names in os.walk(root):
+        subdirectories.sort()
+        prefixes = sorted({m["prefix"] for n in names if (m := _CHAIN_FILE.match(n))})
+        chains.extend(Chain(Path(directory), prefix) for prefix in prefixes)
+    return chains
+
+
 # ---------------------------------------------------------------------------- verifier
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import click
 
 from policies.apikeys import ScryptCost, generate_key, hash_key, key_id
-from policies.audit import Head, verify
+from policies.audit import Chain, Head, VerifyReport, find_chains, verify
 from policies.documents import Kind, json_schema
 from policies.errors import ApiKeyError, AuditError, PolicyValidationError
 from policies.loader import DEFAULT_MAX_BYTES, LoadOptions, examples_path, load_paths
@@ -292,21 +292,68 @@ def audit_verify(
 
     Detects edited, deleted, inserted and reordered records, and truncation, and
     prints where: FILE:LINE: MESSAGE.
+
+    A directory is searched, subdirectories included, for chains — one per writer, in a
+    directory of its own: `gtm up`'s run directory holds audit/global,
+    audit/regional-REGION and admin-audit — and each chain is verified on its own against
+    its .head file, one line per chain saying which. FILES given are one chain, in order.
     """
     try:
         head = Head.read(head_file) if head_file else _parse_head(expect_head)
     except AuditError as exc:
         raise click.BadParameter(str(exc), param_hint="--head") from None
-    report = verify(paths, head=head, from_genesis=not allow_partial, check_records=check_records)
+    if not all(path.is_dir() for path in paths):
+        report = verify(
+            paths, head=head, from_genesis=not allow_partial, check_records=check_records
+        )
+        sys.exit(_print_report(report, ""))
+    chains = [chain for path in paths for chain in find_chains(path)]
+    if not chains:
+        click.echo(f"FAILED: no audit chain in {', '.join(map(str, paths))}", err=True)
+        sys.exit(EXIT_INVALID)
+    if len(chains) > 1 and head is not None:
+        raise click.UsageError(
+            f"--head and --expect-head name one chain's head, and {len(chains)} chains were "
+            "found: give that chain's directory"
+        )
+    failed = 0
+    for chain in chains:
+        report = verify(
+            chain.files,
+            head=head or _chain_head(chain),
+            from_genesis=not allow_partial,
+            check_records=check_records,
+        )
+        named = "" if len(chains) == 1 else f"{chain.directory} ({chain.prefix} chain): "
+        failed += _print_report(report, named) != 0
+    if len(chains) > 1:
+        click.echo(f"verified {len(chains)} chains: {len(chains) - failed} OK, {failed} FAILED")
+    sys.exit(EXIT_INVALID if failed else 0)
+
+
+def _chain_head(chain: Chain) -> Head | None:
+    path = chain.head_file
+    if not path.is_file() or not path.stat().st_size:
+        return None
+    try:
+        return Head.read(path)
+    except AuditError as exc:
+        raise click.BadParameter(str(exc), param_hint="PATHS") from None
+
+
+def _print_report(report: VerifyReport, named: str) -> int:
+    """Print a chain's problems and its verdict line; its exit status."""
     for problem in report.problems:
         click.echo(str(problem))
     if not report.ok:
         click.echo(
-            f"FAILED: {len(report.problems)} problem(s) in {report.records} records", err=True
+            f"FAILED: {named}{len(report.problems)} problem(s) in {report.records} records",
+            err=True,
         )
-        sys.exit(EXIT_INVALID)
+        return EXIT_INVALID
     end = f"; head seq {report.head.seq} hash {report.head.hash}" if report.head else ""
-    click.echo(f"OK: {report.records} records in {report.files} file(s){end}")
+    click.echo(f"OK: {named}{report.records} records in {report.files} file(s){end}")
+    return 0
 
 
 def _parse_head(text: str | None) -> Head | None:

@@ -150,3 +150,38 @@ def test_audit_verify(tmp_path: Path) -> None:
     assert (code, "expected SEQ:HASH" in err) == (2, True)
     code, out, _ = run("audit", "verify", "--check-records", "--allow-partial", str(path))
     assert (code, out.startswith("OK: 3 records")) == (0, True)
+
+
+def test_audit_verify_finds_every_chain_of_a_run_directory(tmp_path: Path) -> None:
+    # gtm up's layout: one directory per writer, each with a prefix of its own.
+    layout = {
+        "audit/global": "global",
+        "audit/regional-eu-west": "regional",
+        "admin-audit": "admin",
+    }
+    for directory, prefix in layout.items():
+        with AuditWriter(tmp_path / directory, prefix=prefix, fsync=FsyncPolicy.NEVER) as w:
+            for i in range(3):
+                w.append(record(i))
+    code, out, err = run("audit", "verify", str(tmp_path))
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[-1] == "verified 3 chains: 3 OK, 0 FAILED"
+    for directory, prefix in layout.items():
+        assert any(
+            line.startswith(f"OK: {tmp_path / directory} ({prefix} chain): 3 records in 1 file(s)")
+            for line in lines
+        ), (directory, out)
+    # Tampering with one chain fails the run and names that chain.
+    (path,) = chain_files(tmp_path / "audit/regional-eu-west", "regional")
+    path.write_bytes(b"".join(path.read_bytes().splitlines(keepends=True)[:2]))
+    code, out, err = run("audit", "verify", str(tmp_path))
+    assert code == 1
+    assert f"FAILED: {tmp_path / 'audit/regional-eu-west'} (regional chain): 1 problem(s)" in err
+    assert out.splitlines()[-1] == "verified 3 chains: 2 OK, 1 FAILED"
+    code, _, err = run("audit", "verify", str(tmp_path), "--expect-head", f"3:{'0' * 64}")
+    assert (code, "give that chain's directory" in err) == (2, True)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, _, err = run("audit", "verify", str(empty))
+    assert (code, f"FAILED: no audit chain in {empty}" in err) == (1, True)

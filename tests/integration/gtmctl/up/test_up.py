@@ -162,6 +162,17 @@ async def test_in_process_default(tmp_path: Path) -> None:
         await check_status_page(up, tmp_path)
         await drain_through_status_api(up)
         await check_load(up, tmp_path)
+    await check_audit_trail(tmp_path / "run")
+
+
+async def check_audit_trail(run_dir: Path) -> None:
+    """`gtm audit verify RUN_DIR` finds the per-tier chains gtm up wrote and verifies each."""
+    command = [sys.executable, "-m", "gtmctl", "audit", "verify", str(run_dir)]
+    done = await asyncio.to_thread(subprocess.run, command, capture_output=True, timeout=60)
+    out = done.stdout.decode()
+    assert done.returncode == 0, (out, done.stderr.decode())
+    assert f"OK: {run_dir / 'admin-audit'} (admin chain): " in out  # the drains above
+    assert out.splitlines()[-1].startswith("verified ")
 
 
 async def test_processes_against_etcd(tmp_path: Path, own_etcd_server: EtcdServer) -> None:
