@@ -4,10 +4,13 @@ import io
 import json
 
 import pytest
+from click.testing import CliRunner
 
 from fleetsim.traces import Trace, TraceKind, TraceRequest
 from gtm.clock import FakeClock
+from gtm.net import free_port
 from gtm.tokens import ChatMessage, count_chat_tokens, count_text_tokens
+from gtmctl.cli import cli
 from gtmctl.load import (
     ClientsFrom,
     LoadConfig,
@@ -19,6 +22,7 @@ from gtmctl.load import (
     describe,
     render_summary,
 )
+from gtmctl.up.cli import EXIT_FAILED
 
 
 @pytest.mark.parametrize("tokens", [8, 100, 1020, 4142])
@@ -127,3 +131,20 @@ def test_loopback_clients_send_no_forwarded_for(fake_clock: FakeClock) -> None:
     headers, city = run.headers()
     assert "X-Forwarded-For" not in headers
     assert city == ""
+
+
+def test_gtm_load_replays_a_synthetic_trace_without_any_file(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # No data folder at all: the synthetic trace is drawn, so gtm load gets as far as its
+    # front-door check (nothing listens on the port).
+    monkeypatch.setenv("GTM_DATA_DIR", "/nonexistent")
+    url = f"http://127.0.0.1:{free_port('127.0.0.1')}"
+    args = ["load", "--trace", "synthetic", "--duration", "5", "--url", url]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == EXIT_FAILED, result.output
+    assert "no front door answers" in result.output
+    result = CliRunner().invoke(cli, ["load", "--duration", "5", "--url", url])
+    assert result.exit_code == EXIT_FAILED, result.output
+    assert "cannot read the azure-conv trace" in result.output
+    assert "GTM_DATA_DIR" in result.output
