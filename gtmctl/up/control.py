@@ -91,6 +91,10 @@ class EtcdMemberInfo(Frozen):
     name: str
     client_url: str
     pid: int | None = None
+    #: Stopped through this API: gtm up does not restart it until it is started again.
+    held: bool = False
+    #: Times gtm up restarted it after it died.
+    restarts: int = 0
 
 
 class LinkInfo(Frozen):

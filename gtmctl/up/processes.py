@@ -14,7 +14,9 @@ own file in the run directory. ``gtm up`` supervises them:
 
 Without ``--state etcd://…``, ``gtm up`` starts a private etcd in the run directory
 (:class:`gtm.state.etcd_cluster.EtcdCluster`: one member, or three with
-``--etcd-members 3``) and stops it last.
+``--etcd-members 3``), restarts a member that dies (with backoff, as it restarts its
+children; one warning when the outage starts, one line when the member is back, counted
+in ``gtm_up_etcd_restarts_total`` and the control API's ``restarts``) and stops it last.
 
 For chaos drills (:mod:`gtmctl.up.control`): the status listener also serves a control API
 (the deployment's addresses and pids; hold a child down; kill and start etcd members),
@@ -46,6 +48,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from prometheus_client import Counter
 
 from gtm.admin_auth import AdminGuard
 from gtm.clock import Clock
@@ -85,6 +88,8 @@ log = logging.getLogger(__name__)
 STOP_GRACE_S = 8.0
 #: Restart backoff of a child that died (full jitter, capped).
 RESTART_BACKOFF = Backoff(initial=0.5, maximum=10.0)
+#: How often the private etcd's members are checked for one that died, s.
+ETCD_CHECK_S = 0.5
 #: Linux prctl option: signal sent to a child when its parent dies.
 _PR_SET_PDEATHSIG = 1
 
@@ -160,6 +165,15 @@ async def _start_etcd(cluster: EtcdCluster) -> GtmError | None:
     caller raises it), so the supervisor does not log it a second time as a crash."""
     try:
         await cluster.start_all()
+    except GtmError as exc:
+        return exc
+    return None
+
+
+async def _restart_member(cluster: EtcdCluster, name: str) -> GtmError | None:
+    """Start one member again; its failure is returned, as :func:`_start_etcd`'s."""
+    try:
+        await cluster.restart(name)
     except GtmError as exc:
         return exc
     return None
@@ -254,6 +268,19 @@ class ProcessFleet:
         self._stopping = False
         self._status_server: HttpServer | None = None
         self._rng = random.Random()
+        #: Private etcd members the control API stopped on purpose (not restarted).
+        self._etcd_held: set[str] = set()
+        #: Restarts of each private etcd member after it died, and the failed attempts
+        #: of an outage in progress.
+        self._etcd_restarts: dict[str, int] = {}
+        self._etcd_outage: dict[str, int] = {}
+        self._etcd_restart: asyncio.Task[GtmError | None] | None = None
+        self._etcd_restarted = Counter(
+            "gtm_up_etcd_restarts_total",
+            "Members of gtm up's private etcd restarted after they died.",
+            ["member"],
+            registry=self._registry,
+        )
 
     @property
     def store(self) -> StateStore:
@@ -287,6 +314,7 @@ class ProcessFleet:
                 raise failure
             self._state = self._etcd.etcd_url
             log.info("started a private etcd at %s", self._state)
+            self._supervisor.run_loop("etcd-keeper", self._keep_etcd, interval=ETCD_CHECK_S)
         dns, http = _fixed(plan.dns), _fixed(plan.http)
         logs = plan.run_dir / "logs"
         logs.mkdir(exist_ok=True)
@@ -477,6 +505,43 @@ class ProcessFleet:
             child.restarts += 1
             await self._spawn(child)
 
+    async def _keep_etcd(self) -> None:
+        """Restart a private etcd member that died (not one the control API stopped):
+        a warning when its outage starts, one line when it is back, the failed attempts
+        in between only counted; restarts are counted in ``gtm_up_etcd_restarts_total``
+        and in the deployment document."""
+        cluster = self._etcd
+        if cluster is None:
+            return
+        for name, member in cluster.members.items():
+            if self._stopping:
+                return
+            if member.running or name in self._etcd_held:
+                continue
+            attempts = self._etcd_outage.get(name)
+            if attempts is None:
+                log.warning("etcd member %s died; restarting it (log: %s)", name, member.log_path)
+                attempts = 0
+            else:
+                await asyncio.sleep(RESTART_BACKOFF.delay(min(attempts, 5), self._rng))
+            self._etcd_outage[name] = attempts + 1
+            if self._stopping or name in self._etcd_held:
+                return
+            self._etcd_restart = self._supervisor.spawn(
+                f"etcd-restart:{name}", _restart_member(cluster, name)
+            )
+            if await asyncio.shield(self._etcd_restart) is not None:
+                continue  # counted in the outage; tried again after a backoff
+            del self._etcd_outage[name]
+            self._etcd_restarts[name] = self._etcd_restarts.get(name, 0) + 1
+            self._etcd_restarted.labels(member=name).inc()
+            log.warning(
+                "etcd member %s is back (pid %s) after %d attempt(s)",
+                name,
+                member.pid,
+                attempts + 1,
+            )
+
     async def _start_status(self, http: HostPort) -> str:
         where = self.plan.config.status()
         if self._app_hook is None or where is None:
@@ -500,8 +565,9 @@ class ProcessFleet:
             self._status_server = None
         for kind in STOP_ORDER:
             await self._stop_kind(kind)
-        if self._etcd_start is not None and not self._etcd_start.done():
-            await asyncio.wait([self._etcd_start])
+        for starting in (self._etcd_start, self._etcd_restart):
+            if starting is not None and not starting.done():
+                await asyncio.wait([starting])  # its thread would outlive a cancel
         await self._supervisor.aclose()
         if self._store is not None:
             if self._etcd is None:
@@ -584,9 +650,11 @@ class ProcessFleet:
         cluster = self._cluster()
         cluster.member(name)  # KeyError naming the members
         if action == "kill":
+            self._etcd_held.add(name)  # an outage on purpose: not restarted
             await cluster.kill(name)
         else:
             await cluster.restart(name)
+            self._etcd_held.discard(name)
         return self._member_info(cluster, name)
 
     async def etcd_all(self, action: str) -> tuple[EtcdMemberInfo, ...]:
@@ -594,15 +662,22 @@ class ProcessFleet:
         the private etcd."""
         cluster = self._cluster()
         if action == "stop":
+            self._etcd_held.update(cluster.names)
             await cluster.kill_all()
         else:
             await cluster.start_all()
+            self._etcd_held.clear()
         return tuple(self._member_info(cluster, n) for n in cluster.names)
 
-    @staticmethod
-    def _member_info(cluster: EtcdCluster, name: str) -> EtcdMemberInfo:
+    def _member_info(self, cluster: EtcdCluster, name: str) -> EtcdMemberInfo:
         member = cluster.member(name)
-        return EtcdMemberInfo(name=name, client_url=member.client_url, pid=member.pid)
+        return EtcdMemberInfo(
+            name=name,
+            client_url=member.client_url,
+            pid=member.pid,
+            held=name in self._etcd_held,
+            restarts=self._etcd_restarts.get(name, 0),
+        )
 
     async def _gpu_info(self) -> tuple[GpuInfo, ...]:
         """GPUs with their registered URLs (the last known while the store is down)."""
