@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from fleetsim.simulator import Simulator
+    from zone_agent.router import ZoneDecision
 
 
 class Routing:
@@ -87,6 +88,12 @@ class Routing:
         """The global choices for the arrivals before ``barrier`` (at it too if
         ``inclusive``), per worker of a partitioned run (:attr:`GLOBAL_TIER` only)."""
         raise SimulationError(f"{type(self).__name__} has no global tier")
+
+    def zone_choice(self, decision: ZoneDecision) -> ZoneDecision:
+        """What the zone agent's edge makes of its profile's ``decision`` before it
+        dispatches (gtm: :func:`zone_agent.prefix.sticky_gpu`); the decision itself
+        by default."""
+        return decision
 
 
 class Baseline(Routing):

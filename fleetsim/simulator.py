@@ -423,7 +423,7 @@ class Simulator:
         )
         try:
             t0 = perf_counter_ns()
-            decision = pool.profile.decide(zr, pool.view)
+            decision = self.routing.zone_choice(pool.profile.decide(zr, pool.view))
             self.tier_ns["zone"] += perf_counter_ns() - t0
         except (NoEligibleCandidate, ModelNotServed, RoutingError) as exc:
             self.end_unserved(i, Status.REFUSED, f"zone: {type(exc).__name__}")

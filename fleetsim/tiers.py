@@ -31,22 +31,27 @@ from global_lb.health import HealthTable
 from global_lb.inflight import InflightLedger
 from global_lb.keeper import build_view
 from global_lb.plugins import global_registry
+from global_lb.plugins.affinity import sticky_region
 from global_lb.profiles import DEFAULT_REQUEST_PROFILE, build, profile_spec
 from global_lb.router import GlobalRouter
 from gtm.models import Priority, RegionSummary, RouteRequest, construct_every_field
+from gtm.routing.placement import PlacementMemory
 from gtm.state.snapshot import FleetSnapshot
 from policies import Verdict
 from regional_lb import profiles as regional_profiles
 from regional_lb.fairqueue import FairQueue, RefusalReason
+from regional_lb.plugins.prefix import sticky_zone
 from regional_lb.router import Inputs, RegionalDecision, RegionalRouter, Route
 from regional_lb.summary import build_summary as region_summary
 from regional_lb.view import ViewBuilder as RegionalViewBuilder
 from regional_lb.view import ViewSettings as RegionalViewSettings
-from regional_lb.view import ZoneAccounting
+from regional_lb.view import ZoneAccounting, zone_candidates
+from zone_agent.affinity import sticky_gpu
 from zone_agent.summary import build_summary as zone_summary
 
 if TYPE_CHECKING:
     from fleetsim.simulator import Simulator
+    from zone_agent.router import ZoneDecision
 
 
 @dataclass(slots=True)
@@ -97,6 +102,12 @@ class Tiers(Routing):
             # the end (Simulator.dispatch / release).
             pool.regional = self.zacc[pool.region]
         self.queues: dict[str, FairQueue[Waiting]] = {r: FairQueue() for r in sim.region_ids}
+        #: Where each tier sent prompts' prefixes (gtm.routing.placement): the front
+        #: door's regions, remembered when it forwards (so worker 0 of a partitioned
+        #: run keeps it, with the global choices), and each regional LB's zones,
+        #: remembered when it dispatches.
+        self.region_memory = PlacementMemory()
+        self.zone_memory = {r: PlacementMemory() for r in sim.region_ids}
         self.region_summaries: dict[str, RegionSummary] = {}
         self._revision = 0
         self._publish(0.0)
@@ -105,6 +116,10 @@ class Tiers(Routing):
     def partitionable(self) -> bool:
         # Without a network a spill lands at once: no lookahead between processes.
         return self.sim.network
+
+    def zone_choice(self, decision: ZoneDecision) -> ZoneDecision:
+        # The zone agent keeps a conversation on the GPU its prefix was just sent to.
+        return sticky_gpu(decision)
 
     # ------------------------------------------------------------------ summaries
 
@@ -188,13 +203,28 @@ class Tiers(Routing):
         if outcome.region is None:
             sim.end(i, Status.REFUSED, f"global: {outcome.refusal}")
             return None
+        # Back where the prompt's prefix was just sent, while that region may take it.
+        req = sim.requests[i]
+        memory = self.region_memory
+        region = sticky_region(
+            memory.recall(rr.prefix_hashes, now),
+            outcome.region,
+            rr,
+            view,
+            verdict.allowed,
+            point=rr.client.location,
+            country=rr.client.country,
+            tokens_per_block=float(req.block_tokens),
+        )
+        assert region is not None
+        memory.remember(rr.prefix_hashes, region, now)
         # Charged as the front door charges a forward: before the region's own checks.
         # (Its quota refusal would come back a round trip later and take the charge
         # back; here the charge stays until the region's next summary, at most a tick.
         # Global decisions so depend on nothing a region decides, which is what lets
         # the regions of one run be simulated in parallel: fleetsim.partition.)
-        self.ledger.charge(outcome.region, sim.model, rr.input_tokens, now)
-        return outcome.region
+        self.ledger.charge(region, sim.model, rr.input_tokens, now)
+        return region
 
     def enter_region(
         self, i: int, rr: RouteRequest | None, region: str, now: float, verdict: Verdict
@@ -265,7 +295,7 @@ class Tiers(Routing):
         )
         sim.tier_ns["regional"] += perf_counter_ns() - t0
         if decision.route is Route.LOCAL and decision.zone is not None:
-            sim.dispatch(i, sim.pools[decision.zone.id], now, extra)
+            self._dispatch_local(i, rr, region, inputs, decision.zone.id, now, extra)
         elif decision.route is Route.SPILL and decision.peer is not None:
             sim.spills += 1
             # The request travels to the peer (half the round trip) and is decided
@@ -350,7 +380,40 @@ class Tiers(Routing):
             waiting = popped.payload
             zone = waiting.decision.zone if waiting.decision is not None else None
             assert zone is not None
-            sim.dispatch(waiting.index, sim.pools[zone.id], now, waiting.extra_ms)
+            self._dispatch_local(
+                waiting.index,
+                waiting.request,
+                region,
+                waiting.inputs,
+                zone.id,
+                now,
+                waiting.extra_ms,
+            )
+
+    def _dispatch_local(
+        self,
+        i: int,
+        rr: RouteRequest,
+        region: str,
+        inputs: Inputs,
+        chosen: str,
+        now: float,
+        extra: float,
+    ) -> None:
+        """The regional LB hands request ``i`` to a zone: back to the zone its prefix
+        was just sent to while that zone can take it, else the profile's ``chosen``."""
+        sim = self.sim
+        memory = self.zone_memory[region]
+        recall = memory.recall(rr.prefix_hashes, now)
+        zone = chosen
+        if recall is not None and recall.target != chosen:
+            zones = zone_candidates(self.rviews[region], rr.model, self.zacc[region])
+            picked = next(z for z in zones if z.id == chosen)
+            zone = sticky_zone(
+                recall, picked, zones, rr, tokens_per_block=inputs.tokens_per_block
+            ).id
+        memory.remember(rr.prefix_hashes, zone, now)
+        sim.dispatch(i, sim.pools[zone], now, extra)
 
     # ------------------------------------------------------------------ partitioned runs
 

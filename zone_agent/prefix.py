@@ -11,7 +11,12 @@ Index
     :class:`PrefixIndex` maps a block hash to a bit mask of the GPU slots that got it
     recently, with one LRU per slot bounded by what that GPU's KV cache can hold (an
     approximation of its eviction, which is LRU in vLLM). Matching a prompt walks its
-    blocks once, AND-ing masks, so it costs O(matched blocks), not O(GPUs).
+    blocks once, AND-ing masks, so it costs O(matched blocks), not O(GPUs). It is the
+    zone's dispatch-side placement memory: the accounting inserts a prompt's blocks
+    when it sends the request (:meth:`zone_agent.accounting.Accounting.start`), so the
+    next request sees them at once, before any scrape.
+
+What the agent does with it beyond the profile's cache credit: :mod:`zone_agent.affinity`.
 """
 
 from __future__ import annotations

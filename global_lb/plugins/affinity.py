@@ -11,6 +11,17 @@ the profile's weight says how much TTFT the operator trades for locality.
 
 The key is the tenant, or with ``per_conversation`` the tenant plus the hash of the
 prompt's first prefix block (a conversation shares its first block across turns).
+
+**Where a prefix was just sent** (:func:`sticky_region`). The front door remembers
+which region it sent each prompt's blocks to (:class:`gtm.routing.placement.
+PlacementMemory`, updated when it forwards), so the next turn of a conversation, which
+repeats the last prompt, can go back to the region whose caches hold it before any
+summary says so. The region decision is made as always; the recalled region then
+replaces its choice when it may serve the request (allowed, available, serving the
+model), is within the same bounded load as the tenant home above, and its predicted
+TTFT with the recalled prefix credited (those tokens need no prefill there) is no worse
+than the choice's — affinity yields to load, as llm-d's prefix-affinity filter breaks
+stickiness when the warm endpoint's TTFT penalty is too high.
 """
 
 from __future__ import annotations
@@ -24,10 +35,12 @@ import numpy as np
 from pydantic import Field
 
 from global_lb.batch import GlobalCap, RegionBatch, remember
+from global_lb.plugins.ttft import cost_ms, cost_terms
 from global_lb.view import GlobalView, RegionState
-from gtm.models import Frozen, RouteRequest
+from gtm.models import Frozen, GeoPoint, RouteRequest
 from gtm.routing import Capability, Plugin
 from gtm.routing.framework import Floats
+from gtm.routing.placement import Recall
 
 TYPE_NAME = "tenant-affinity-scorer"
 
@@ -100,6 +113,57 @@ class TenantAffinityScorer(Plugin):
             if _utilisation_with_one_more(request.model, region) <= bound:
                 return region.id
         return ordered[0].id if ordered else None
+
+
+def sticky_region(
+    recall: Recall | None,
+    chosen: str | None,
+    request: RouteRequest,
+    view: GlobalView,
+    allowed: frozenset[str],
+    *,
+    point: GeoPoint | None,
+    country: str | None,
+    tokens_per_block: float,
+    epsilon: float = DEFAULT_EPSILON,
+) -> str | None:
+    """The region for ``request``: the recalled one (where its prefix was last sent)
+    when it may take it and pays for itself, else ``chosen`` (the decision's).
+
+    ``tokens_per_block``: prompt tokens per prefix block, to price the recalled prefix.
+    Sans-io: reads the recall, the request and the immutable view alone."""
+    if recall is None or chosen is None or recall.target == chosen:
+        return chosen
+    home = view.by_id.get(recall.target)
+    best = view.by_id.get(chosen)
+    if home is None or best is None or home.id not in allowed or not home.available:
+        return chosen
+    model = request.model
+    if home.summary is not None:
+        terms = home.terms.get(model)
+        if terms is None or not terms.serves:
+            return chosen
+    candidates = [r for r in view.regions if r.id in allowed and r.available]
+    bound = (1.0 + epsilon) * _mean_utilisation(model, candidates)
+    if _utilisation_with_one_more(model, home) > bound:
+        return chosen
+    tokens = request.input_tokens
+    credit = min(tokens, int(recall.blocks * max(0.0, tokens_per_block)))
+    warm = _cost(view, home, model, point, country, tokens - credit)
+    cold = _cost(view, best, model, point, country, tokens)
+    return home.id if warm <= cold else chosen
+
+
+def _cost(
+    view: GlobalView,
+    region: RegionState,
+    model: str,
+    point: GeoPoint | None,
+    country: str | None,
+    tokens: int,
+) -> float:
+    base, per_token = cost_terms(region, model)
+    return cost_ms(view.latency.rtt_ms(point, country, region), base, per_token, tokens)
 
 
 def _weight(key: str, region_id: str) -> int:

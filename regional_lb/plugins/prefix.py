@@ -5,6 +5,17 @@ The TTFT cost already credits cached tokens; this scorer adds a separate, bounde
 toward the zone that has the prompt's prefix hot (its weight is configuration), like
 llm-d's prefix-cache scorer. Only leading blocks are in zone sketches, so it mostly
 rewards a shared system prompt.
+
+**Where a prefix was just sent** (:func:`sticky_zone`). Sketches arrive with the zone
+summaries, about once a second, and hold a zone's hottest leading blocks only: the
+second turn of a conversation, sent right after the first, is invisible in them. The
+regional LB therefore remembers which zone it dispatched each prompt's blocks to
+(:class:`gtm.routing.placement.PlacementMemory`, updated at dispatch), and the recalled
+zone replaces the profile's choice when it can take the request — healthy, not drained,
+serving the model, not saturated (the saturation filter's rule, with this replica's
+unseen charges), not a zone the request already failed on — and its predicted TTFT with
+the recalled prefix credited is no worse than the choice's. Affinity so yields to load
+as SGLang's cache-aware policy does when the load is imbalanced.
 """
 
 from __future__ import annotations
@@ -12,10 +23,12 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import ClassVar
 
-from gtm.models import Frozen
+from gtm.models import Frozen, RouteRequest
 from gtm.routing import Capability, Plugin
 from gtm.routing.cost import matching_prefix_blocks
-from regional_lb.view import ZoneBatch
+from gtm.routing.placement import Recall
+from regional_lb.plugins.ttft import predicted_ttft_ms
+from regional_lb.view import ZoneBatch, ZoneState
 
 TYPE_NAME = "prefix-affinity-scorer"
 
@@ -36,3 +49,39 @@ class PrefixAffinityScorer(Plugin):
         if not blocks:
             return [0.0] * len(batch)
         return [matching_prefix_blocks(blocks, z.info.sketch) / len(blocks) for z in batch.zones]
+
+
+def sticky_zone(
+    recall: Recall | None,
+    chosen: ZoneState,
+    zones: tuple[ZoneState, ...],
+    request: RouteRequest,
+    *,
+    tokens_per_block: float,
+    excluded: frozenset[str] = frozenset(),
+) -> ZoneState:
+    """The zone for ``request``: the recalled one (where its prefix was last sent) when
+    it can take it and pays for itself, else ``chosen`` (the profile's).
+
+    ``zones``: the decision's candidates (:func:`regional_lb.view.zone_candidates`, with
+    the replica's unseen charges). Sans-io: reads its arguments alone."""
+    if recall is None or recall.target == chosen.id or recall.target in excluded:
+        return chosen
+    home = next((z for z in zones if z.id == recall.target), None)
+    if (
+        home is None
+        or home.saturated
+        or home.drained
+        or not home.healthy
+        or not home.serves_model
+        or home.info.url is None
+    ):
+        return chosen
+    per_block = max(0.0, tokens_per_block)
+    blocks = request.prefix_hashes
+    warm = max(recall.blocks, matching_prefix_blocks(blocks, home.info.sketch))
+    cold = matching_prefix_blocks(blocks, chosen.info.sketch) if blocks else 0
+    tokens = float(request.input_tokens)
+    home_ms = predicted_ttft_ms(home, max(0.0, tokens - warm * per_block))
+    chosen_ms = predicted_ttft_ms(chosen, max(0.0, tokens - cold * per_block))
+    return home if home_ms <= chosen_ms else chosen

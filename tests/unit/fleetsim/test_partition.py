@@ -165,9 +165,16 @@ def test_a_failing_worker_fails_the_run_with_its_traceback(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     real = Simulator.tick
+    # A region of worker 0 (this process): the others are forked workers.
+    probe = Simulator(
+        fleet(), active(), POLICIES["gtm"], busy_workload(), model=LLAMA_8B, duration_s=25.0
+    )
+    plan = plan_partition(probe, 2)
+    assert plan is not None
+    mine = next(region for region, worker in plan.worker.items() if worker == 0)
 
     def tick(self: Simulator, now: float) -> None:
-        if "us-east" not in self.owned and now >= 3.0:
+        if mine not in self.owned and now >= 3.0:
             raise RuntimeError("boom in a worker")
         real(self, now)
 

@@ -1,0 +1,114 @@
+"""Keep a conversation on the GPU its prefix was just sent to, while that GPU can take it.
+
+The agent's prefix index (:class:`zone_agent.prefix.PrefixIndex`) is its dispatch-side
+placement memory: :meth:`zone_agent.accounting.Accounting.start` inserts a prompt's
+blocks when the request is sent, so the next turn of a conversation, which repeats the
+whole previous prompt, finds them at once. The profile's predicted TTFT credits those
+cached tokens, but only on a GPU within a tight bounded load (ε = 0.25 of its share of
+the zone's streams, :mod:`zone_agent.costs.ttft`), and its KV-room score prefers the
+emptier GPUs: on a zone with a few streams per GPU, one or two streams more than the
+mean cost the cached GPU its credit, and a second turn lands elsewhere, paying its
+whole prefill again.
+
+:func:`sticky_gpu` is the agent's edge rule after the profile's decision (the simulator
+applies it where the agent does): the surviving GPU holding the deepest prefix of the
+prompt replaces the choice when
+
+* it is within a looser load bound, :data:`STICKY_EPSILON` (twice its capacity-weighted
+  share of the zone's streams, counting this request) — SGLang's cache-aware policy
+  leaves the cache for the shortest queue once the load is imbalanced past a relative
+  threshold (1.5 by default) and an absolute one; and
+* its predicted TTFT, with the prompt's cached blocks credited, is no worse than the
+  choice's (the zone's cost, :func:`zone_agent.costs.ttft.cost_at`, both priced the same
+  way) — llm-d's prefix-affinity filter breaks stickiness when the warm endpoint's TTFT
+  penalty is too high.
+
+A saturated GPU never holds a request here: the profile's filters (health, model, KV
+fit) ran first and the rule only picks among their survivors. Sans-io: it reads the
+decision's batch (the view and the charges read when the decision started) alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import numpy as np
+import numpy.typing as npt
+
+from zone_agent.batch import ZoneBatch
+from zone_agent.costs.ttft import cost_at, load_scale, within_cap
+from zone_agent.prefix import set_bits
+from zone_agent.router import ZoneDecision
+
+#: ε of the stickiness bound: a GPU may hold up to (1 + ε) × its capacity-weighted share
+#: of the zone's streams and keep a conversation (the profile's credit stops at 1.25×).
+STICKY_EPSILON = 1.0
+#: Extra predicted TTFT the cached GPU may cost over the choice and keep the request.
+STICKY_PENALTY_MS = 300.0
+
+
+def sticky_gpu(
+    decision: ZoneDecision,
+    *,
+    epsilon: float = STICKY_EPSILON,
+    penalty_ms: float = STICKY_PENALTY_MS,
+) -> ZoneDecision:
+    """``decision``, or the same decision on the surviving GPU that holds the deepest
+    prefix of the prompt when that GPU may keep it (see the module docstring)."""
+    outcome = decision.outcome
+    batch = outcome.batch
+    if outcome.runner.cost_model is None or not batch.any_match:
+        return decision
+    groups = batch.match_groups
+    held = batch.matches.items() if groups is None else _by_position(groups)
+    home = _deepest_survivor(held, batch.alive)
+    choice = outcome.choice
+    if home < 0 or home == choice:
+        return decision
+    index = batch.index
+    request = batch.request
+    streams = batch.view.accounting.streams
+    scale = load_scale(epsilon, batch.streams_sum(), float(request.sequences), batch.rate_sum)
+    if not within_cap(
+        float(streams[index.slots[home]]), request.sequences, scale, index.rate[home]
+    ):
+        return decision
+    warm = _cost(batch, home)
+    if not warm <= _cost(batch, choice) + penalty_ms:
+        return decision
+    moved = outcome._replace(choice=home, predicted_ttft_ms=warm if warm < math.inf else None)
+    return decision._replace(
+        outcome=moved,
+        gpu=batch.view.gpus[index.positions.item(home)],
+        uncached_tokens=batch.uncached_at(home),
+        matched_blocks=batch.blocks_at(home),
+    )
+
+
+def _cost(batch: ZoneBatch, position: int) -> float:
+    """The zone's predicted TTFT at ``position`` with its cached blocks credited."""
+    index = batch.index
+    tokens = float(batch.queued[position]) + batch.uncached_at(position)
+    return cost_at(
+        tokens,
+        float(index.ms_per_token[position]),
+        float(index.inv_max_batched[position]),
+        float(index.step_extra_ms[position]),
+        True,
+    )
+
+
+def _by_position(groups: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """(position, leading blocks) of match groups (depth, mask of positions)."""
+    return [(p, depth) for depth, mask in groups for p in set_bits(mask)]
+
+
+def _deepest_survivor(held: Iterable[tuple[int, int]], alive: npt.NDArray[np.bool_]) -> int:
+    """The alive position holding the most leading blocks (ties: the lower position);
+    -1 when no alive position holds any."""
+    best, most = -1, 0
+    for position, blocks in held:
+        if alive[position] and (blocks > most or (blocks == most and position < best)):
+            best, most = position, blocks
+    return best
