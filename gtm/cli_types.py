@@ -18,6 +18,7 @@ type                        accepts → returns
 :class:`IPAddress`          an IPv4/IPv6 address → :class:`ipaddress.IPv4Address` / ``6``
 :class:`IPNetwork`          a network (host bits allowed) → an ``ip_network``
 :func:`existing_file` …     paths that must exist (click's own check)
+:class:`NewFile`            a file to write, in a directory that exists → its text
 ==========================  =======================================================
 
 Types return text where the commands' configuration models hold text, so adopting a type
@@ -182,3 +183,18 @@ def existing_dir(*, as_path: bool = False) -> click.Path:
 def existing_path(*, as_path: bool = False) -> click.Path:
     """A file or directory that must exist."""
     return click.Path(exists=True, path_type=Path if as_path else None)
+
+
+class NewFile(click.ParamType[str]):
+    """A file the command will write (at its end, say): its directory must exist now, so
+    a typo fails before the work rather than after it."""
+
+    name = "FILE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        path = Path(str(value))
+        if path.is_dir():
+            self.fail(f"{str(value)!r} is a directory", param, ctx)
+        if not path.parent.is_dir():
+            self.fail(f"{str(path.parent)!r}: no such directory", param, ctx)
+        return str(value)

@@ -23,7 +23,7 @@ from gtm.admin_auth import (
     default_admin_dir,
     ensure_local_operator_token,
 )
-from gtm.cli_types import HostPort, HttpURL, StateURL
+from gtm.cli_types import HostPort, HttpURL, NewFile, StateURL
 from gtm.clock import SystemClock
 from gtm.errors import ConfigError, GtmError
 from gtm.topology import example_text
@@ -410,9 +410,7 @@ def _fleet(plan: Plan, clock: SystemClock, status: StatusPage) -> Fleet:
     show_default=True,
     help="Cap on a prompt's size (long-context traces).",
 )
-@click.option(
-    "--json", "json_path", type=click.Path(dir_okay=False), help="Also write the summary here."
-)
+@click.option("--json", "json_path", type=NewFile(), help="Also write the summary here.")
 @click.option(
     "--min-success",
     type=click.FloatRange(0.0, 1.0),

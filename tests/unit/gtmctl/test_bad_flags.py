@@ -55,6 +55,7 @@ CASES: tuple[tuple[str, str], ...] = (
     ("up --speedup -1", "--speedup"),
     ("load --url nonsense", "--url"),
     (f"load --path {MISSING}", "--path"),
+    (f"load --json {MISSING}/summary.json", "--json"),
     (f"sim --trace-path {MISSING}", "--trace-path"),
     ("sim --policy bogus", "bogus"),
     ("chaos proxy --port 70000", "--port"),
