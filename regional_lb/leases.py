@@ -32,12 +32,29 @@ is in use was verified against every earlier one, so the shares in use sum to at
 where ``t0`` is when it *sent* its last successful keep-alive: the store cannot have
 expired the lease (and freed the record) before that. After it, the safe share.
 
+**Burst allowance.** Each round also sets how much of the pool a replica may admit at
+once on credit (:class:`~regional_lb.quota.Grant` ``allowance``, :mod:`regional_lb.quota`):
+the whole pool (split among the replicas of its region) while every other replica's
+want is at the floor (``min_want``: they are idle, and a burst here borrows budget
+nobody uses), else this replica's fair share; what a replica still owes of an earlier
+loan counts against it. A
+fresh tenant's first burst up to its per-minute quota therefore passes wherever it
+arrives; the debt is paid back by the replica's own refill, and its want (the burst is
+demand) draws the idle replicas' shares to it within a round or two.
+
 **Bound on over-admission.** Over a window of ``T`` seconds, the replicas of a pool
 admit at most
 
     pool limit × (T + burst_seconds) / 60            every bucket's refill + burst
+  + Σ over replicas of the credit they lent           (the burst allowances, below)
   + Σ over replicas of one oversize request's debt   (see regional_lb.buckets)
   + Σ over replicas without a valid lease of safe_share × pool limit × T / 60
+
+Credit is earned back only in quiet time (refill beyond a full bucket), so under
+sustained load the second term is spent once and the pool holds its rate; it is the
+whole pool only for a replica that bursts while the others look idle, so two replicas
+that burst within one round of each other from an idle pool may together exceed the
+pool's minute by one pool limit each.
 
 and at most ``max_concurrent + N`` concurrent requests for N replicas (each may run
 one). With every replica connected the last term is 0: with the default one-second
@@ -190,6 +207,8 @@ class _Holding:
     written: tuple[float, float] | None = None
     #: Whether no other replica held a record in the pool at our last round.
     alone: bool = False
+    #: Fraction of the pool this replica may admit at once on credit (module docstring).
+    allowance: float = 1.0
 
 
 class CapacityLeases:
@@ -290,9 +309,11 @@ class CapacityLeases:
 
     def _push(self, tenant: str, holding: _Holding) -> None:
         if holding.backed:
-            grant = Grant(holding.in_use, self._valid_until, self._fallback(holding))
+            grant = Grant(
+                holding.in_use, self._valid_until, self._fallback(holding), holding.allowance
+            )
         else:
-            grant = Grant(holding.in_use, math.inf, holding.in_use)
+            grant = Grant(holding.in_use, math.inf, holding.in_use, holding.allowance)
         self._limiter.set_grant(tenant, grant)
         self._m_share.labels(tenant).set_function(lambda: self.share(tenant))
         self._m_want.labels(tenant).set(holding.want)
@@ -381,6 +402,10 @@ class CapacityLeases:
         others = [r for r in records if r.replica != self._replica]
         mine = next((r for r in records if r.replica == self._replica), None)
         holding.alone = not others
+        if mine is not None and holding.written is None:
+            # Demand history: our record from before a restart (still held by the old
+            # lease) says what this pool asked of us; start the average there, not at 0.
+            holding.smoothed = max(holding.smoothed, mine.want / self._settings.headroom)
         if holding.backed and mine is None:
             # Someone removed our record: what we use is no longer accounted for.
             holding.backed = False
@@ -390,6 +415,11 @@ class CapacityLeases:
         wants = {r.replica: r.want for r in others}
         wants[self._replica] = want
         ideal = fair_shares(1.0, wants)[self._replica]
+        busy = any(r.want > self._settings.min_want + _EPS for r in others)
+        # Replicas of one region split the region's allowance (an HA pair shares its
+        # load, so both would burst at once).
+        here = 1 + sum(1 for r in others if r.region == self._region)
+        holding.allowance = ideal if busy else 1.0 / here
         claimed = math.fsum(r.grant for r in others)
         target = round(max(0.0, min(ideal, 1.0 - claimed)), 6)
         if holding.backed and target <= holding.in_use:

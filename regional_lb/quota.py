@@ -22,9 +22,24 @@ timeout) are refunded.
 
 Per-minute limits are enforced as per-second rates with a one-second burst, as OpenAI
 documents for its own limits ("your rate limit may be quantized, e.g. 60,000
-requests/minute may be enforced as 1,000 requests/second"): a tenant cannot spend a
-minute's budget in one burst. Over a window of ``T`` seconds a replica admits at most
-``limit/60 · (T + burst_seconds)`` plus one oversize request (see :mod:`.buckets`).
+requests/minute may be enforced as 1,000 requests/second").
+
+**Burst allowance.** A replica's share of a pool starts as an even split (or what the
+pool's lease records say of the tenant's demand, :mod:`regional_lb.leases`), so on a
+rate alone a fresh tenant's first burst would be refused beyond a second of its share —
+with six regions in one pool, 59 of its first 60 requests. So each bucket may lend up to
+``burst_allowance × grant.allowance`` of the *pool's* per-minute limit on credit
+(:mod:`.buckets`): a first burst up to the per-minute quota passes at once, and its debt
+is paid back by the share's refill before the replica admits more — a burst is paid for
+by the quiet time after it, never added to the rate. The lease rounds set
+``grant.allowance``: the whole pool while the pool's other replicas are idle (their
+budget is what the burst borrows), this replica's fair share once they show demand.
+Over a window of ``T`` seconds a replica admits at most
+
+    limit × share × (T + burst_seconds) / 60 + allowance + one oversize request
+
+and the credit comes back only with refill beyond a full bucket (quiet time).
+``burst_allowance=0`` gives the strict per-second quantisation.
 """
 
 from __future__ import annotations
@@ -68,6 +83,13 @@ class QuotaSettings:
     default_output_tokens: int = 256
     #: Longest Retry-After advertised (a share of 0 would otherwise say "never").
     max_retry_after_s: float = 60.0
+    #: Fraction of the pool's per-minute limit a replica may admit at once on credit
+    #: (module docstring): 1.0 lets a first burst through up to the per-minute quota.
+    burst_allowance: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.burst_allowance) and self.burst_allowance >= 0.0):
+            raise ValueError(f"burst_allowance must be >= 0, got {self.burst_allowance!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,14 +111,23 @@ def pool_of(tenant: Tenant, region: str) -> Pool:
 
 @dataclass(frozen=True, slots=True)
 class Grant:
-    """A lease share valid until ``valid_until`` (monotonic s); ``fallback`` after that."""
+    """A lease share valid until ``valid_until`` (monotonic s); ``fallback`` after that.
+
+    ``allowance``: the fraction of the pool's per-minute limit this replica may admit at
+    once on credit (times :attr:`QuotaSettings.burst_allowance`; module docstring)."""
 
     share: float
     valid_until: float
     fallback: float
+    allowance: float = 1.0
 
     def at(self, now: float) -> float:
         return self.share if now < self.valid_until else self.fallback
+
+    def allowance_at(self, now: float) -> float:
+        """The allowance in force: without a valid lease, no more than the fallback
+        share (the others' demand can no longer be seen)."""
+        return self.allowance if now < self.valid_until else min(self.allowance, self.fallback)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +243,15 @@ class QuotaLimiter:
         state = self._tenants.get(tenant)
         return {} if state is None else dict(state.per_minute)
 
+    def credit(self, tenant: str, now: float) -> dict[Dimension, float]:
+        """Units each rate limit may still lend at ``now`` (the burst allowance left)."""
+        state = self._tenants.get(tenant)
+        if state is None:
+            return {}
+        for bucket in state.buckets.values():
+            bucket.available(now)
+        return {dim: bucket.credit for dim, bucket in state.buckets.items()}
+
     def in_flight(self, tenant: str) -> int:
         state = self._tenants.get(tenant)
         return 0 if state is None else state.in_flight
@@ -260,6 +300,7 @@ class _Tenant:
 
     __slots__ = (
         "buckets",
+        "configured_allowance",
         "configured_share",
         "demand",
         "grant",
@@ -288,8 +329,13 @@ class _Tenant:
         self.per_minute = {dim: v * fraction for dim, v in limits.items() if v is not None}
         self.max_concurrent: int | None = None
         self.configured_share = grant.at(now)
+        self.configured_allowance = grant.allowance_at(now)
         self.buckets: dict[Dimension, TokenBucket] = {
-            dim: TokenBucket.full(*self._rate_burst(dim, self.configured_share), now)
+            dim: TokenBucket.full(
+                *self._rate_burst(dim, self.configured_share),
+                now,
+                self._allowance(dim, self.configured_allowance),
+            )
             for dim in _RATE_DIMENSIONS
             if dim in self.per_minute
         }
@@ -299,14 +345,23 @@ class _Tenant:
         rate = self.per_minute[dim] * share / 60.0
         return rate, rate * self.settings.burst_seconds
 
+    def _allowance(self, dim: Dimension, fraction: float) -> float:
+        """Units of ``dim`` the bucket may lend: a fraction of the pool's minute."""
+        return self.per_minute[dim] * self.settings.burst_allowance * max(0.0, fraction)
+
     def _concurrency(self, share: float) -> int | None:
         pool = self.per_minute.get(Dimension.CONCURRENCY)
         if pool is None:
             return None
+        if share <= 0.0:
+            return 0
+        # The burst allowance holds for running requests too: while the pool's other
+        # replicas are idle, their slots may run a first burst here.
+        borrowed = self.configured_allowance * self.settings.burst_allowance
         # Rounded down, but a replica with any share may run one request: otherwise a
         # small share of a small limit would lock the tenant out of this replica. So
         # N replicas together may run up to max_concurrent + N (see README).
-        return max(1, math.floor(pool * share + 1e-9)) if share > 0.0 else 0
+        return max(1, math.floor(pool * max(share, borrowed) + 1e-9))
 
     def inherit(self, previous: _Tenant, now: float) -> None:
         self.in_flight = previous.in_flight
@@ -315,21 +370,27 @@ class _Tenant:
             old = previous.buckets.get(dim)
             if old is not None:
                 bucket.level = min(bucket.burst, old.available(now))
+                bucket.credit = min(bucket.allowance, old.credit)
 
     def _sync_share(self, now: float) -> None:
         share = self.grant.at(now)
-        if share == self.configured_share:
+        allowance = self.grant.allowance_at(now)
+        if share == self.configured_share and allowance == self.configured_allowance:
             return
         self.configured_share = share
+        self.configured_allowance = allowance
         for dim, bucket in self.buckets.items():
             shut = bucket.burst <= 0.0
-            bucket.reconfigure(*self._rate_burst(dim, share), now)
-            if shut:
+            bucket.reconfigure(
+                *self._rate_burst(dim, share), now, allowance=self._allowance(dim, allowance)
+            )
+            if shut and bucket.level >= 0.0:
                 # At a share of 0 the replica admitted nothing, so it spent nothing: the
                 # share it gets comes with its whole burst, as if it had been configured
                 # with it. (A replica whose first claim collides enforces 0 until a claim
                 # is verified, regional_lb.leases; keeping the empty level refused the
-                # tenant's first requests after the claim with 429s.)
+                # tenant's first requests after the claim with 429s.) A debt it ran up
+                # before (a loan, an oversize request) is still owed.
                 bucket.level = bucket.burst
         self.max_concurrent = self._concurrency(share)
 

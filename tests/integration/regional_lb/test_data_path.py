@@ -129,8 +129,12 @@ async def test_no_healthy_zone_is_a_retryable_503_and_residency_a_451(
     await publish_zone(store, zone, clock)
     drain = Drain(target=DrainTarget.ZONE, id="us-east-a")
     await store.put(keys.drain(DrainTarget.ZONE, "us-east-a"), codec.encode(drain))
-    zones = lambda: region.service.view.zones  # noqa: E731
-    await until(lambda: "us-east-a" in zones() and zones()["us-east-a"].drained)
+
+    def drained() -> bool:
+        zones = region.service.view.zones
+        return "us-east-a" in zones and zones["us-east-a"].drained
+
+    await until(drained)
     url = region.url + "/v1/chat/completions"
     body = {"model": MODEL, "messages": [{"role": "user", "content": "x"}]}
     async with http.post(url, json=body, headers=auth()) as response:
@@ -153,22 +157,28 @@ async def test_quota_exceeded_is_a_429_with_retry_after(
     clock: SystemClock,
     tmp_path: Path,
 ) -> None:
-    tight = policy(tmp_path / "tight", quotas={"alpha": {"requests_per_minute": 600}})
+    tight = policy(tmp_path / "tight", quotas={"alpha": {"requests_per_minute": 60}})
     zone = await stub_zones("us-east-a", "us-east")
     region = await make_region("us-east", policy=tight)
     await publish_zone(store, zone, clock)
     await until(lambda: "us-east-a" in region.service.view.zones)
     client = AsyncOpenAI(base_url=region.url + "/v1", api_key=KEYS["alpha"], max_retries=0)
     try:
-        # 600/min is 10/s with a one-second burst: 30 back-to-back requests exceed it.
+        # 60/min: a first burst up to the minute passes (the burst allowance, alone in
+        # its pool), and the requests beyond it are refused.
+        passed = 0
+
         async def burst() -> None:
-            for _ in range(30):
+            nonlocal passed
+            for _ in range(70):
                 await client.chat.completions.create(
                     model=MODEL, messages=[{"role": "user", "content": "b"}]
                 )
+                passed += 1
 
         with pytest.raises(openai.RateLimitError) as caught:
             await burst()
+        assert 60 <= passed <= 62
     finally:
         await client.close()
     response = caught.value.response

@@ -27,7 +27,7 @@ from gtm.state.etcd_server import EtcdServer
 from gtm.state.store import StateStore
 from gtm.state.url import open_store
 from regional_lb.leases import CapacityLeases, LeaseSettings
-from regional_lb.quota import Cost, Grant, Pool, QuotaLimiter, Ticket
+from regional_lb.quota import Cost, Grant, Pool, QuotaLimiter, QuotaSettings, Ticket
 from tests.unit.regional_lb.helpers import quotas
 
 pytestmark = [pytest.mark.etcd, pytest.mark.integration]
@@ -39,10 +39,17 @@ StoreFactory = Callable[[], Awaitable[StateStore]]
 
 
 class Replica:
-    def __init__(self, name: str, tenant: str, store: StateStore, clock: FakeClock) -> None:
+    def __init__(
+        self,
+        name: str,
+        tenant: str,
+        store: StateStore,
+        clock: FakeClock,
+        quota: QuotaSettings | None = None,
+    ) -> None:
         self.clock = clock
         self.tenant = tenant
-        self.limiter = QuotaLimiter()
+        self.limiter = QuotaLimiter(quota)
         self.limiter.configure(
             tenant, quotas(requests_per_minute=RPM), 1.0, Grant(0.0, math.inf, 0.0), 0.0
         )
@@ -128,8 +135,11 @@ async def test_etcd_down_falls_back_to_safe_shares_and_recovers(
             own_etcd_server.etcd_url, clock=SystemClock(), registry=new_registry(), timeout=0.5
         )
 
-    a = Replica("replica-a", "tenant-x", store(), clock)
-    b = Replica("replica-b", "tenant-x", store(), clock)
+    # Strict per-second quantisation: this is about the lease fallback; a loan's debt
+    # (the burst allowance) would be paid back during the outage instead.
+    strict = QuotaSettings(burst_allowance=0.0)
+    a = Replica("replica-a", "tenant-x", store(), clock, strict)
+    b = Replica("replica-b", "tenant-x", store(), clock, strict)
     for _ in range(3):
         a.offer(50)
         b.offer(50)

@@ -33,6 +33,8 @@ class Replica:
         store: FlakyStore[MemoryStore] | MemoryStore,
         clock: FakeClock,
         settings: LeaseSettings = SETTINGS,
+        rpm: int = 6000,
+        region: str = "r1",
     ) -> None:
         self.name = name
         self.clock = clock
@@ -40,7 +42,7 @@ class Replica:
         self.registry = new_registry()
         self.limiter.configure(
             "t1",
-            quotas(requests_per_minute=6000),
+            quotas(requests_per_minute=rpm),
             1.0,
             Grant(0.0, math.inf, 0.0),
             clock.monotonic(),
@@ -49,19 +51,23 @@ class Replica:
             store,
             self.limiter,
             replica_id=name,
-            region="r1",
+            region=region,
             clock=clock,
             registry=self.registry,
             settings=settings,
         )
         self.leases.configure({"t1": POOL})
 
-    def load(self, requests: int) -> None:
-        """Ask for ``requests`` requests now (admitted ones finish at once)."""
+    def load(self, requests: int) -> int:
+        """Ask for ``requests`` requests now (admitted ones finish at once); how many
+        were admitted."""
+        admitted = 0
         for _ in range(requests):
             ticket = self.limiter.admit("t1", Cost(1, 1), self.clock.monotonic())
             if isinstance(ticket, Ticket):
                 self.limiter.finish(ticket, self.clock.monotonic())
+                admitted += 1
+        return admitted
 
     @property
     def share(self) -> float:
@@ -317,3 +323,86 @@ async def test_forgotten_tenants_are_dropped(fake_clock: FakeClock) -> None:
     a.leases.configure({})
     assert a.leases.holdings() == {}
     assert a.registry.get_sample_value("gtm_regional_quota_lease_share", {"tenant": "t1"}) is None
+
+
+# ---------------------------------------------------------------------------- burst allowance
+
+#: A tenant's quota in the burst tests: 60 requests/min over one pool of six regions.
+QUOTA = 60
+
+
+async def six_regions(clock: FakeClock) -> list[Replica]:
+    """Six regional LBs drawing on one pool, settled on an even split (a fresh, idle
+    tenant: a sixth each, as before any demand)."""
+    store = MemoryStore(clock)
+    replicas = [
+        Replica(f"r{i}", store, clock, LeaseSettings(), rpm=QUOTA, region=f"region-{i}")
+        for i in range(6)
+    ]
+    await rounds(clock, replicas, 3)
+    assert [r.share for r in replicas] == pytest.approx([1 / 6] * 6, abs=1e-5)
+    return replicas
+
+
+async def overload(clock: FakeClock, replicas: list[Replica], seconds: int) -> list[int]:
+    """Every replica asked for 10 requests a second (10x the whole quota), a lease round
+    each second; what each admitted."""
+    admitted = [0] * len(replicas)
+    for _ in range(seconds):
+        for _ in range(10):
+            for i, replica in enumerate(replicas):
+                admitted[i] += replica.load(1)
+            await clock.advance(0.1)
+        for replica in replicas:
+            await replica.leases.refresh()
+    return admitted
+
+
+async def test_a_fresh_tenants_first_burst_passes_at_any_region(fake_clock: FakeClock) -> None:
+    """Its share is a sixth of 60/min (a second of it is 1/6 of a request), yet a first
+    burst of 60 gets no 429: the bucket lends up to the pool's minute while the other
+    regions are idle. Then it refuses (one more fits: the second of its own share)."""
+    replicas = await six_regions(fake_clock)
+    assert replicas[3].load(QUOTA) == QUOTA
+    assert replicas[3].load(10) <= 1
+
+
+async def test_after_a_burst_no_region_exceeds_its_share_beyond_the_allowance(
+    fake_clock: FakeClock,
+) -> None:
+    replicas = await six_regions(fake_clock)
+    burst = replicas[0].load(QUOTA)
+    assert burst == QUOTA
+    await rounds(fake_clock, replicas, 1)  # the other regions see its demand
+    # Then every region is overloaded for a minute.
+    minute = await overload(fake_clock, replicas, 60)
+    # The region that burst pays its debt back before it admits more (a sixth of the
+    # pool repays a minute in six), so its minute is the burst and one second's rate.
+    assert burst + minute[0] <= QUOTA + QUOTA / 6 / 60 + 1
+    # The others saw its demand within a round: their allowance fell to their fair
+    # share, so each admits at most its share of the minute plus that allowance.
+    for admitted in minute[1:]:
+        assert admitted <= QUOTA / 6 * 61 / 60 + QUOTA / 6 + 1
+    # Over the burst's minute the pool as a whole exceeds its quota by at most the one
+    # allowance the burst used.
+    assert burst + sum(minute) <= QUOTA * 61 / 60 + QUOTA
+    # Under sustained load no credit is earned back: the next minute holds the quota.
+    assert sum(await overload(fake_clock, replicas, 60)) <= QUOTA * 61 / 60 + 1
+
+
+async def test_a_busy_pool_lends_only_the_fair_share(fake_clock: FakeClock) -> None:
+    """While the other regions show demand, a region may borrow only its fair share of
+    the pool: sustained load everywhere plus a burst cannot take a whole minute."""
+    replicas = await six_regions(fake_clock)
+    await overload(fake_clock, replicas, 3)
+    credit = replicas[2].limiter.credit("t1", fake_clock.monotonic())[Dimension.REQUESTS]
+    assert credit <= QUOTA / 6 + 1e-9
+    assert replicas[2].load(QUOTA) <= QUOTA / 6 + 1
+
+
+async def test_replicas_of_one_region_split_its_allowance(fake_clock: FakeClock) -> None:
+    """An HA pair shares its region's load, so both burst at once: each may lend half."""
+    store = MemoryStore(fake_clock)
+    pair = [Replica(n, store, fake_clock, LeaseSettings(), rpm=QUOTA) for n in ("a", "b")]
+    await rounds(fake_clock, pair, 3)
+    assert sum(replica.load(QUOTA) for replica in pair) <= QUOTA + 2

@@ -22,8 +22,11 @@ from tests.unit.regional_lb.helpers import quotas, tenant
 FULL = Grant(1.0, math.inf, 1.0)
 
 
-def limiter_with(share: Grant = FULL, fraction: float = 1.0, **limits: float) -> QuotaLimiter:
-    limiter = QuotaLimiter(QuotaSettings(burst_seconds=1.0))
+def limiter_with(
+    share: Grant = FULL, fraction: float = 1.0, allowance: float = 0.0, **limits: float
+) -> QuotaLimiter:
+    """A limiter for tenant t1; strict per-second quantisation unless ``allowance``."""
+    limiter = QuotaLimiter(QuotaSettings(burst_seconds=1.0, burst_allowance=allowance))
     limiter.configure("t1", quotas(**limits), fraction, share, now=0.0)
     return limiter
 
@@ -198,3 +201,79 @@ def test_a_share_that_grows_from_a_spent_bucket_does_not_refill_it() -> None:
         admitted(limiter.admit("t1", Cost(1, 1), 0.0))
     limiter.set_grant("t1", FULL)
     rejected(limiter.admit("t1", Cost(1, 1), 0.0))
+
+
+SIXTH = Grant(1 / 6, math.inf, 1 / 6)
+
+
+def test_a_fresh_tenants_first_burst_passes_up_to_its_per_minute_quota() -> None:
+    """A sixth of 60/min is 1/6 of a request a second; the allowance lends the pool's
+    minute, so the first 60 pass, and the debt is then paid at the share's rate."""
+    limiter = QuotaLimiter()  # the default settings: burst allowance 1.0
+    limiter.configure("t1", quotas(requests_per_minute=60), 1.0, SIXTH, 0.0)
+    for _ in range(60):
+        admitted(limiter.admit("t1", Cost(1, 1), 0.0))
+    # The first was the share's own second (1/6 of a request), 59 were lent: one more.
+    assert limiter.credit("t1", 0.0)[Dimension.REQUESTS] == pytest.approx(1)
+    admitted(limiter.admit("t1", Cost(1, 1), 0.0))
+    refusal = rejected(limiter.admit("t1", Cost(1, 1), 0.0))
+    assert refusal.retry_after_s == 60.0  # 6 minutes of debt, capped
+    # Ten minutes of overload admit the debt's worth less: the burst was a loan.
+    count = sum(
+        isinstance(limiter.admit("t1", Cost(1, 1), step * 0.1), Ticket) for step in range(6000)
+    )
+    assert count <= 10 * 10 - 60 + 1
+
+
+def test_the_grant_scales_the_allowance() -> None:
+    limiter = QuotaLimiter()
+    busy = Grant(1 / 6, math.inf, 1 / 6, allowance=1 / 6)  # other regions show demand
+    limiter.configure("t1", quotas(requests_per_minute=60), 1.0, busy, 0.0)
+    assert limiter.credit("t1", 0.0) == {Dimension.REQUESTS: pytest.approx(10)}
+    limiter.set_grant("t1", SIXTH)  # they went quiet: the allowance grows, credit does not
+    assert limiter.credit("t1", 0.0) == {Dimension.REQUESTS: pytest.approx(10)}
+    limiter.set_grant("t1", Grant(1 / 6, math.inf, 1 / 6, allowance=0.05))
+    admitted(limiter.admit("t1", Cost(1, 1), 0.0))
+    assert limiter.credit("t1", 0.0) == {Dimension.REQUESTS: pytest.approx(3)}
+
+
+def test_a_policy_reload_keeps_the_credit_spent() -> None:
+    limiter = QuotaLimiter()
+    limiter.configure("t1", quotas(requests_per_minute=60), 1.0, SIXTH, 0.0)
+    for _ in range(30):
+        admitted(limiter.admit("t1", Cost(1, 1), 0.0))
+    limiter.configure("t1", quotas(requests_per_minute=120), 1.0, SIXTH, 0.0)
+    assert limiter.credit("t1", 0.0)[Dimension.REQUESTS] == 60 - 29  # the first was its own
+
+
+def test_burst_allowance_is_checked() -> None:
+    with pytest.raises(ValueError, match="burst_allowance"):
+        QuotaSettings(burst_allowance=-0.5)
+
+
+def test_a_first_burst_may_run_up_to_the_pools_concurrency() -> None:
+    limiter = QuotaLimiter()
+    limiter.configure("t1", quotas(max_concurrent=64), 1.0, SIXTH, 0.0)
+    tickets = [admitted(limiter.admit("t1", Cost(1, 1), 0.0)) for _ in range(64)]
+    assert rejected(limiter.admit("t1", Cost(1, 1), 0.0)).reason is Dimension.CONCURRENCY
+    # Once the other regions show demand, the allowance is the fair share again.
+    limiter.set_grant("t1", Grant(1 / 6, math.inf, 1 / 6, allowance=1 / 6))
+    for ticket in tickets[:54]:
+        limiter.finish(ticket, 0.0)
+    assert rejected(limiter.admit("t1", Cost(1, 1), 0.0)).reason is Dimension.CONCURRENCY
+
+
+def test_a_debt_outlives_a_share_of_0() -> None:
+    limiter = QuotaLimiter()
+    limiter.configure("t1", quotas(requests_per_minute=60), 1.0, SIXTH, 0.0)
+    for _ in range(61):
+        admitted(limiter.admit("t1", Cost(1, 1), 0.0))
+    limiter.set_grant("t1", Grant(0.0, math.inf, 0.0))
+    rejected(limiter.admit("t1", Cost(1, 1), 1.0))
+    limiter.set_grant("t1", SIXTH)
+    rejected(limiter.admit("t1", Cost(1, 1), 2.0))  # still paying the loan back
+
+
+def test_without_a_valid_lease_the_allowance_is_at_most_the_fallback() -> None:
+    grant = Grant(0.5, valid_until=10.0, fallback=0.25, allowance=1.0)
+    assert (grant.allowance_at(0.0), grant.allowance_at(10.0)) == (1.0, 0.25)
