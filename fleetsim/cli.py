@@ -12,6 +12,7 @@ from fleetsim.geography import CITIES_FILE, read_places
 from fleetsim.policies import ABLATIONS, POLICIES
 from fleetsim.simulator import CLIENT_TIMEOUT_S, DRAIN_S, FaultPlan
 from fleetsim.traces import TraceKind, data_dir, load_trace
+from gtm import data
 from gtm.errors import ConfigError
 
 
@@ -122,7 +123,10 @@ def _run(
 ) -> None:
     try:
         trace = load_trace(TraceKind(trace_kind), trace_path, seed=config.seed)
-        places = read_places(data_dir() / CITIES_FILE)
+        try:
+            places = read_places(data_dir() / CITIES_FILE)
+        except ConfigError as exc:
+            raise ConfigError(f"{exc} (data folder: {data.origin()})") from None
         run_bench(config, trace, places, out_dir=out, echo=click.echo, report_name=name)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None

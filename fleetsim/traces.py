@@ -182,7 +182,7 @@ def load_trace(kind: TraceKind, path: str | Path | None = None, *, seed: int = 0
     try:
         text = data.read_text(file)
     except OSError as exc:
-        hint = "" if path is not None else f" (set {DATA_DIR_ENV} or pass --path)"
+        hint = "" if path is not None else f" (data folder: {data.origin()})"
         raise ConfigError(
             f"{data.find(file)}: cannot read the {kind.value} trace: {exc.strerror or exc}{hint}"
         ) from None

@@ -39,6 +39,14 @@ def data_dir(environ: Mapping[str, str] | None = None) -> Path:
     return Path(str(resources.files(__name__)))
 
 
+def origin(environ: Mapping[str, str] | None = None) -> str:
+    """Where :func:`data_dir` comes from, for messages about a missing file."""
+    env = os.environ if environ is None else environ
+    if env.get(DATA_DIR_ENV):
+        return f"${DATA_DIR_ENV} = {env[DATA_DIR_ENV]}"
+    return "the data shipped with gtm"
+
+
 def find(path: Path) -> Path:
     """``path`` itself if it exists, else its first compressed form that does; ``path``
     when none does (so the caller's error names the file it asked for)."""

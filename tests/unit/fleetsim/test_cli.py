@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from gtmctl.cli import cli
@@ -25,3 +26,14 @@ def test_gtm_sim_refuses_a_file_for_the_synthetic_trace(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, [*args, "--out", str(tmp_path)])
     assert result.exit_code == 1
     assert "drawn, not read" in result.output
+
+
+def test_gtm_sim_names_the_data_folder_when_its_places_are_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GTM_DATA_DIR", str(tmp_path))
+    args = ["sim", "--trace", "synthetic", *SMALL, "--out", str(tmp_path)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1
+    assert "cannot read client places" in result.output
+    assert f"(data folder: $GTM_DATA_DIR = {tmp_path})" in result.output

@@ -64,3 +64,8 @@ def test_the_shipped_files_are_compressed_with_their_licence_beside_them(name: s
     assert stored.suffix == ".xz"
     assert any(p.name.startswith("LICENSE") for p in stored.parent.iterdir())
     assert read_text(stored).count("\n") > 1000
+
+
+def test_messages_say_where_the_data_folder_came_from() -> None:
+    assert gtm.data.origin({}) == "the data shipped with gtm"
+    assert gtm.data.origin({"GTM_DATA_DIR": "/x"}) == "$GTM_DATA_DIR = /x"
