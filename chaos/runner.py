@@ -359,7 +359,7 @@ class ScenarioRun:
 
     async def run(self) -> RunOutcome:
         scenario, timeline = self.scenario, self.timeline
-        trace = load_trace(scenario.load.trace)
+        trace = load_trace(scenario.load.trace, seed=scenario.load.seed)
         planned = plan(scenario.effective_load(), trace)
         status = RunStatus.FAILED
         self.progress.message(
