@@ -5,7 +5,9 @@ arrival time (divided by ``--rate-scale``), whatever happened to the earlier one
 closed loop would slow down exactly when the deployment does and hide it. Every request
 is a streamed chat completion of the trace's input size (a generated prompt; Mooncake's
 shared prefixes become shared prompt text, so prefix caches see them) asking for the
-trace's output size (``ignore_eos``, as vLLM benchmarks do).
+trace's output size (``ignore_eos``, as vLLM benchmarks do). The traces ship with gtm
+(:mod:`gtm.data`); ``--trace synthetic`` draws one from a model fitted on the Azure
+conversation trace instead (:mod:`fleetsim.synthetic`, seeded by ``--seed``).
 
 With ``--clients-from cities`` each request comes from a city drawn by population
 (:mod:`gtmctl.up.clients`), its address in ``X-Forwarded-For``; ``gtm up``'s front door
