@@ -316,6 +316,8 @@ def audit_verify(
             f"--head and --expect-head name one chain's head, and {len(chains)} chains were "
             "found: give that chain's directory"
         )
+    # The chain of the one directory given needs no name; chains found below it do.
+    walked = len(chains) > 1 or chains[0].directory != paths[0]
     failed = 0
     for chain in chains:
         report = verify(
@@ -324,10 +326,10 @@ def audit_verify(
             from_genesis=not allow_partial,
             check_records=check_records,
         )
-        named = "" if len(chains) == 1 else f"{chain.directory} ({chain.prefix} chain): "
+        named = f"{chain.directory} ({chain.prefix} chain): " if walked else ""
         failed += _print_report(report, named) != 0
-    if len(chains) > 1:
-        click.echo(f"verified {len(chains)} chains: {len(chains) - failed} OK, {failed} FAILED")
+    if walked:
+        click.echo(f"verified {len(chains)} chain(s): {len(chains) - failed} OK, {failed} FAILED")
     sys.exit(EXIT_INVALID if failed else 0)
 
 

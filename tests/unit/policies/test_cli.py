@@ -166,7 +166,7 @@ def test_audit_verify_finds_every_chain_of_a_run_directory(tmp_path: Path) -> No
     code, out, err = run("audit", "verify", str(tmp_path))
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[-1] == "verified 3 chains: 3 OK, 0 FAILED"
+    assert lines[-1] == "verified 3 chain(s): 3 OK, 0 FAILED"
     for directory, prefix in layout.items():
         assert any(
             line.startswith(f"OK: {tmp_path / directory} ({prefix} chain): 3 records in 1 file(s)")
@@ -178,9 +178,15 @@ def test_audit_verify_finds_every_chain_of_a_run_directory(tmp_path: Path) -> No
     code, out, err = run("audit", "verify", str(tmp_path))
     assert code == 1
     assert f"FAILED: {tmp_path / 'audit/regional-eu-west'} (regional chain): 1 problem(s)" in err
-    assert out.splitlines()[-1] == "verified 3 chains: 2 OK, 1 FAILED"
+    assert out.splitlines()[-1] == "verified 3 chain(s): 2 OK, 1 FAILED"
     code, _, err = run("audit", "verify", str(tmp_path), "--expect-head", f"3:{'0' * 64}")
     assert (code, "give that chain's directory" in err) == (2, True)
+    # One chain found below the directory given is named too.
+    code, out, _ = run("audit", "verify", str(tmp_path / "audit"))
+    assert code == 1
+    assert out.splitlines()[-1] == "verified 2 chain(s): 1 OK, 1 FAILED"
+    code, out, _ = run("audit", "verify", str(tmp_path / "admin-audit"))
+    assert (code, out.startswith("OK: 3 records in 1 file(s)")) == (0, True)
     empty = tmp_path / "empty"
     empty.mkdir()
     code, _, err = run("audit", "verify", str(empty))
