@@ -57,6 +57,9 @@ class RequestRecord:
     stream: str = "default"
     #: Regions of earlier attempts that failed (a retry went elsewhere).
     failed_regions: tuple[str, ...] = ()
+    #: The zone and GPU that served it (the answer's x-gtm-zone, x-gtm-gpu).
+    zone: str = ""
+    gpu: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -391,13 +391,16 @@ class StatusCount(_Probe):
 
 
 class RegionShare(_Probe):
-    """Share of the successful requests served by ``regions``, within [``min``,
-    ``max``]. With ``step`` the window is the ``span_s`` seconds right before that
-    step's injection (by send time): the region must carry traffic at the moment it
-    is broken, or a failover criterion measures nothing."""
+    """Share of the successful requests served by ``regions`` (or ``zones``, or
+    ``gpus``: exactly one of them), within [``min``, ``max``]. With ``step`` the window
+    is the ``span_s`` seconds right before that step's injection (by send time): what
+    a fault breaks must carry traffic at the moment it is broken, or a failover
+    criterion measures nothing."""
 
     probe: Literal["region_share"] = "region_share"
-    regions: tuple[Identifier, ...] = Field(min_length=1)
+    regions: tuple[Identifier, ...] = ()
+    zones: tuple[Identifier, ...] = ()
+    gpus: tuple[str, ...] = ()
     min: float = Field(default=0.0, ge=0.0, le=1.0)
     max: float = Field(default=1.0, ge=0.0, le=1.0)
     #: Measure in the ``span_s`` seconds before this step's injection instead of ``window``.
@@ -406,14 +409,23 @@ class RegionShare(_Probe):
 
     @model_validator(mode="after")
     def _bounds(self) -> RegionShare:
+        if sum(1 for t in (self.regions, self.zones, self.gpus) if t) != 1:
+            raise ValueError("region_share needs exactly one of regions, zones, gpus")
         if self.max < self.min:
             raise ValueError(f"max ({self.max:g}) is below min ({self.min:g})")
         if self.min == 0.0 and self.max == 1.0:
             raise ValueError("region_share needs min > 0 or max < 1")
         return self
 
+    def _served_by(self, record: RequestRecord) -> bool:
+        if self.regions:
+            return record.region in self.regions
+        if self.zones:
+            return record.zone in self.zones
+        return record.gpu in self.gpus
+
     def measure(self, journal: Journal) -> Measurement:
-        names = ",".join(self.regions)
+        names = ",".join(self.regions or self.zones or self.gpus)
         tolerance = " and ".join(
             ([f"≥ {100 * self.min:g} %"] if self.min > 0 else [])
             + ([f"≤ {100 * self.max:g} %"] if self.max < 1 else [])
@@ -442,7 +454,7 @@ class RegionShare(_Probe):
         ok = [r for r in found if r.ok]
         if not ok:
             return Measurement(label, None, tolerance, False, 0, "no successful requests")
-        inside = sum(1 for r in ok if r.region in self.regions)
+        inside = sum(1 for r in ok if self._served_by(r))
         share = inside / len(ok)
         passed = self.min <= share <= self.max
         return Measurement(

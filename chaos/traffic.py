@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextvars
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from pydantic import Field, model_validator
 
 from chaos.journal import DnsRecord, Journal, RequestRecord
 from fleetsim.traces import Trace, TraceKind, TraceRequest
+from gtm import headers as gtm_headers
 from gtm.clock import Clock
 from gtm.errors import ConfigError
 from gtm.models import Frozen, Identifier
@@ -164,6 +166,40 @@ def plan(spec: LoadSpec, trace: Trace) -> list[Planned]:
 # ---------------------------------------------------------------------------- sending
 
 
+@dataclass(slots=True)
+class Served:
+    """Where an attempt was served, from the answer's ``x-gtm-zone``/``x-gtm-gpu``."""
+
+    zone: str = ""
+    gpu: str = ""
+
+
+#: The attempt being sent in this task (each request has its own task). ``send_one``
+#: (gtm load's) reads the region itself; the zone and GPU come through aiohttp's
+#: request-end trace, which runs in the sending task, so it finds this attempt here.
+_SERVED: contextvars.ContextVar[Served | None] = contextvars.ContextVar(
+    "chaos_served", default=None
+)
+
+
+async def _record_served(
+    _session: aiohttp.ClientSession,
+    _context: object,
+    params: aiohttp.TraceRequestEndParams,
+) -> None:
+    served = _SERVED.get()
+    if served is not None:
+        served.zone = params.response.headers.get(gtm_headers.ZONE, "")
+        served.gpu = params.response.headers.get(gtm_headers.GPU, "")
+
+
+def served_trace() -> aiohttp.TraceConfig:
+    """The trace that fills in :class:`Served` for the attempt in flight."""
+    trace = aiohttp.TraceConfig()
+    trace.on_request_end.append(_record_served)
+    return trace
+
+
 class Traffic:
     """Sends the planned requests through the front door and records each in the
     journal (sent/finished on ``clock``, run time = clock − ``t0``)."""
@@ -227,7 +263,9 @@ class Traffic:
         """Send everything on schedule, then wait for the last answer."""
         timeout = aiohttp.ClientTimeout(total=self.spec.timeout_s)
         connector = aiohttp.TCPConnector(limit=self.spec.max_in_flight)
-        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+        async with aiohttp.ClientSession(
+            timeout=timeout, connector=connector, trace_configs=[served_trace()]
+        ) as session:
             for index, item in enumerate(self._planned):
                 delay = item.send_at - self.now()
                 if delay > 0:
@@ -264,9 +302,12 @@ class Traffic:
         policy = self.spec.retry
         failed_regions: list[str] = []
         outcome: Outcome | None = None
+        served = Served()
         attempt = 0
         for attempt in range(1, policy.attempts + 1):
             config = self._direct[item.stream.region] if item.stream.region else self._config
+            served = Served()
+            _SERVED.set(served)
             outcome = await send_one(session, config, body, headers, "")
             if outcome.ok or outcome.status not in policy.statuses:
                 break
@@ -285,6 +326,8 @@ class Traffic:
             ttft_s=outcome.ttft_s,
             region=outcome.region,
             spilled_from=outcome.spilled_from,
+            zone=served.zone,
+            gpu=served.gpu,
             attempts=attempt,
             stream=item.stream.label,
             failed_regions=tuple(failed_regions[: attempt - 1] if outcome.ok else failed_regions),

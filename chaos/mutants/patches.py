@@ -133,8 +133,9 @@ def snapshot_dropped() -> None:
 
     original = SnapshotWatcher._mark_stale
 
-    async def mark_stale(self: SnapshotWatcher, why: str) -> None:
-        await original(self, why)
+    # Whatever its other arguments (its signature is the product's to change).
+    async def mark_stale(self: SnapshotWatcher, *args: Any, **kwargs: Any) -> None:
+        await original(self, *args, **kwargs)
         self._snapshot = FleetSnapshot(revision=self._snapshot.revision)
 
     SnapshotWatcher._mark_stale = mark_stale  # type: ignore[method-assign]

@@ -117,3 +117,18 @@ def test_fault_refused_passes_only_when_every_step_was_refused() -> None:
     missing = FaultRefused(steps=("absent",)).measure(j)
     assert not missing.passed
     assert missing.detail == "never injected: absent"
+
+
+def test_region_share_by_zone_or_gpu() -> None:
+    j = journal(fault_at=10)
+    j.requests += [
+        dataclasses.replace(ok(7, "eu-central"), zone="eu-central-a", gpu="a-h100"),
+        dataclasses.replace(ok(8, "eu-central"), zone="eu-central-b", gpu="b-a100"),
+        dataclasses.replace(ok(12, "eu-central"), zone="eu-central-b", gpu="b-a100"),
+    ]
+    before = RegionShare(gpus=("a-h100",), step="kill", span_s=4.0, min=0.25).measure(j)
+    assert (before.value, before.passed) == (0.5, True)
+    after = RegionShare(zones=("eu-central-a",), window=Window.DURING, max=0.0).measure(j)
+    assert (after.value, after.passed) == (0.0, True)
+    with pytest.raises(ValidationError, match="exactly one of regions, zones, gpus"):
+        RegionShare(regions=("eu-central",), zones=("eu-central-a",), max=0.5)
