@@ -33,6 +33,7 @@ from pydantic import Field
 from gtm.clock import Clock
 from gtm.errors import CompactedError, LeaseNotFound, StateError, StateUnavailable
 from gtm.models import Frozen, NonNegFloat, StoredRecord
+from gtm.outage import OutageLog
 from gtm.state import codec, keys
 from gtm.state.store import KeyValue, StateStore
 from gtm.tasks import Backoff
@@ -329,6 +330,19 @@ class PolicyWatcher:
             "Wall-clock time of the last successful policy load.",
             registry=registry,
         )
+        self._m_store_failures = Counter(
+            "gtm_policy_watch_failures_total",
+            "Failed attempts to read or watch the policy in the store (the policy in force "
+            "stays; the log says when the store went away and when it is back).",
+            registry=registry,
+        )
+        self._outage = OutageLog(
+            "policy watch",
+            logger=log,
+            clock=clock,
+            count=self._m_store_failures.inc,
+            consequence="serving the policy in force",
+        )
         if initial is not None:
             self._m_generation.set(initial.generation)
 
@@ -383,19 +397,17 @@ class PolicyWatcher:
     async def run(self) -> None:
         """Load, then reload on every commit; re-list after compaction, back off while
         the store is unreachable. Never returns; cancel it to stop."""
-        attempt = 0
         while True:
             try:
                 await self.reload()
+                self._outage.recovered()
                 await self._follow()
             except CompactedError as exc:
                 log.warning("policy watch fell behind compaction (%s); re-listing", exc)
             except StateUnavailable as exc:
-                log.warning("state store unreachable (%s); serving policy in force", exc)
+                self._outage.failed(exc)
+                attempt = self._outage.attempts - 1
                 await self._clock.sleep(self._backoff.delay(attempt, self._rng))
-                attempt += 1
-                continue
-            attempt = 0
 
     async def _follow(self) -> None:
         start = self._loaded_revision + 1

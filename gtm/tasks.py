@@ -19,6 +19,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from gtm.clock import Clock, SystemClock
+from gtm.outage import OutageLog
 
 log = logging.getLogger(__name__)
 
@@ -101,28 +102,28 @@ class TaskSupervisor:
     ) -> asyncio.Task[Any]:
         """Run ``step`` every ``interval`` seconds; on failure retry with ``backoff``.
 
-        A failing step never kills the loop: it is logged, counted in
-        ``gtm_task_failures_total`` and retried; ``gtm_loop_last_success_timestamp_seconds``
-        tells how stale the loop's output is.
+        A failing step never kills the loop: it is counted in ``gtm_task_failures_total``
+        and retried; the log says when the loop starts failing and when it is back
+        (:class:`gtm.outage.OutageLog`: not once per attempt);
+        ``gtm_loop_last_success_timestamp_seconds`` tells how stale the loop's output is.
         """
         return self.spawn(name, self._loop(name, step, interval, backoff or Backoff()))
 
     async def _loop(
         self, name: str, step: Callable[[], Awaitable[None]], interval: float, backoff: Backoff
     ) -> None:
-        attempt = 0
+        failures = self._failures.labels(self._component, name)
+        outage = OutageLog(f"loop {name}", logger=log, clock=self._clock, count=failures.inc)
         while True:
             try:
                 await step()
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                self._failures.labels(self._component, name).inc()
-                log.warning("loop %s failed (attempt %d)", name, attempt + 1, exc_info=True)
-                await self._clock.sleep(backoff.delay(attempt, self._rng))
-                attempt += 1
+            except Exception as exc:
+                outage.failed(exc)
+                await self._clock.sleep(backoff.delay(outage.attempts - 1, self._rng))
                 continue
-            attempt = 0
+            outage.recovered()
             self._last_success.labels(self._component, name).set(self._clock.wall())
             await self._clock.sleep(interval)
 

@@ -42,6 +42,7 @@ from gtm.models import (
     Zone,
     ZoneSummary,
 )
+from gtm.outage import OutageLog
 from gtm.state import codec, keys
 from gtm.state.store import EventType, KeyValue, StateStore, WatchBatch, WatchEvent
 from gtm.tasks import Backoff
@@ -251,6 +252,9 @@ class SnapshotWatcher:
             "gtm_snapshot_invalid_records", "Stored values skipped because they do not decode."
         ).set_function(lambda: len(self._working.invalid))
         self._m_stale.set(1)
+        #: One fault of the store, logged when it starts and ends (its attempts are
+        #: counted in gtm_snapshot_reconnects_total).
+        self._outage = OutageLog("snapshot watch", logger=log, clock=clock)
 
     # -- reading ------------------------------------------------------------------
 
@@ -294,7 +298,6 @@ class SnapshotWatcher:
         Never returns; cancel it to stop. Run it under a :class:`~gtm.tasks.TaskSupervisor`.
         """
         need_list = True
-        attempt = 0
         while True:
             try:
                 if need_list:
@@ -304,18 +307,18 @@ class SnapshotWatcher:
             except CompactedError as exc:
                 log.warning("snapshot watch fell behind compaction (%s); re-listing", exc)
                 need_list = True
-                attempt = 0
-            except StateUnavailable as exc:
-                await self._retry_later(str(exc), attempt)
-                attempt += 1
-            except Exception as exc:  # a bug must not end the watcher: log, back off, retry
-                log.exception("snapshot watcher failed unexpectedly")
-                await self._retry_later(repr(exc), attempt)
-                attempt += 1
+            except Exception as exc:  # a bug must not end the watcher either: back off, retry
+                await self._retry_later(exc)
 
-    async def _retry_later(self, why: str, attempt: int) -> None:
-        await self._mark_stale(why)
-        await self._clock.sleep(self._backoff.delay(attempt, self._rng))
+    async def _retry_later(self, exc: Exception) -> None:
+        """One failed attempt: logged when the fault starts (:class:`OutageLog`), the
+        snapshot served as stale, a backoff that grows with the fault's attempts."""
+        revision = self._snapshot.revision
+        self._outage.consequence = f"serving snapshot at revision {revision} as stale"
+        self._outage.failed(exc)
+        await self._mark_stale()
+        delay = self._backoff.delay(self._outage.attempts - 1, self._rng)
+        await self._clock.sleep(delay)
         self._m_reconnects.inc()
 
     async def _relist(self) -> None:
@@ -398,21 +401,15 @@ class SnapshotWatcher:
         self._last_sync = self._clock.monotonic()
         self._m_revision.set(snapshot.revision)
         async with self._changed:
-            if self._stale:
+            if self._outage.recovered() is None and self._stale:
                 log.info("snapshot in sync at revision %d", snapshot.revision)
             self._stale = False
             self._m_stale.set(0)
             self._changed.notify_all()
         self._ready.set()
 
-    async def _mark_stale(self, why: str) -> None:
+    async def _mark_stale(self) -> None:
         async with self._changed:
-            if not self._stale:
-                log.warning(
-                    "state store unreachable (%s); serving snapshot at revision %d as stale",
-                    why,
-                    self._snapshot.revision,
-                )
             self._stale = True
             self._m_stale.set(1)
             self._changed.notify_all()

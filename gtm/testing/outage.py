@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator
-from typing import Generic, TypeVar
+from typing import Generic, Literal, TypeVar
 
 from gtm.errors import StateUnavailable
 from gtm.state.store import KeyValue, Lease, RangeResult, StateStore, TxnResult, WatchBatch
@@ -101,12 +101,14 @@ class OutageStore(Generic[S]):
     async def _watch(self, prefix: str, start_revision: int) -> AsyncGenerator[WatchBatch, None]:
         outage = self._outage
         stream = self.inner.watch(prefix, start_revision=start_revision)
+        racing: tuple[asyncio.Task[WatchBatch], asyncio.Task[Literal[True]]] | None = None
         try:
             while True:
                 # Race the next batch against the outage; both are plain awaitables here,
                 # owned and cancelled by this generator (not background work).
                 next_batch = asyncio.ensure_future(anext(stream))  # noqa: TID251
                 lost = asyncio.ensure_future(outage.wait())  # noqa: TID251
+                racing = (next_batch, lost)
                 done, _ = await asyncio.wait(
                     {next_batch, lost}, return_when=asyncio.FIRST_COMPLETED
                 )
@@ -121,6 +123,13 @@ class OutageStore(Generic[S]):
                     return
                 yield batch
         finally:
+            # Cancelled while waiting (the consumer stopped): the pending read must
+            # unwind before the stream can be closed.
+            if racing is not None:
+                for future in racing:
+                    future.cancel()  # no-op when done
+                await asyncio.wait({racing[0]})
+                await asyncio.wait({racing[1]})
             await stream.aclose()
 
     async def aclose(self) -> None:
