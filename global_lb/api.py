@@ -70,6 +70,7 @@ from gtm.inbound import bearer_key, read_body, tenant_of
 from gtm.models import ClientInfo, Frozen, Identifier, ModelName, RouteRequest
 from gtm.openai_errors import ApiError, error_middleware, openai_error
 from gtm.serve import add_service_routes
+from gtm.trust import LocationOrigin, client_of, from_location
 from policies import ApiKeyError, ResidencyQuery, decision_record
 from policies.documents import Tenant
 
@@ -188,6 +189,7 @@ class FrontDoor:
         data_class: str,
         location: Location | None,
         channel: str,
+        origin: LocationOrigin | None = None,
     ) -> RouteOutcome:
         started = self._clock.monotonic()
         client = ClientInfo(
@@ -210,7 +212,9 @@ class FrontDoor:
         self._metrics.decisions.labels(channel, label).inc()
         if outcome.refusal is not None:
             self._metrics.refusals.labels(channel, _refusal_reason(outcome)).inc()
-        self._audit_decision(view, tenant, data_class, model, outcome, outcome.region)
+        if origin is None:
+            origin = from_location(location, via_proxy=False).origin
+        self._audit_decision(view, tenant, data_class, model, outcome, outcome.region, origin)
         return outcome
 
     def _audit_decision(
@@ -221,6 +225,7 @@ class FrontDoor:
         model: str,
         outcome: RouteOutcome,
         region: str | None,
+        origin: LocationOrigin,
     ) -> None:
         country = None if outcome.location is None else outcome.location.country
         record = decision_record(
@@ -230,6 +235,7 @@ class FrontDoor:
             policy_revision=view.policy_revision,
             chosen_region=region,
             decision_id=outcome.decision_id,
+            location_source=origin.value,
         )
         self._audit.append(record)
 
@@ -302,6 +308,10 @@ class FrontDoor:
         # must be seen. With the view of its first byte, a burst herded to one region.
         view = self._view() or view
         data_class = request.headers.get(DATA_CLASS_HEADER, "default")
+        forwarded = request.headers.get("X-Forwarded-For")
+        address, via = client_of(request.remote, forwarded, self._config.trusted_proxies)
+        location = self._locate(address)
+        client = from_location(location, via_proxy=via)
         try:
             facts = parse_body(request.path, body)
             check_data_class(data_class)
@@ -312,8 +322,9 @@ class FrontDoor:
                 input_tokens=facts.input_tokens,
                 max_output_tokens=facts.max_output_tokens,
                 data_class=data_class,
-                location=self._locate(self._client(request)),
+                location=location,
                 channel="http",
+                origin=client.origin,
             )
         except (BadRequest, ValidationError, ValueError) as exc:
             message = _first_error(exc) if isinstance(exc, ValidationError) else str(exc)
@@ -334,8 +345,9 @@ class FrontDoor:
             metrics=self._metrics,
             clock=self._clock,
             audit=lambda region: self._audit_decision(
-                view, found.id, data_class, facts.model, outcome, region
+                view, found.id, data_class, facts.model, outcome, region, client.origin
             ),
+            client=client,
         )
         try:
             return await relay.forward()

@@ -110,6 +110,13 @@ def _fail(exc: Exception) -> None:
     "--audit-dir", type=click.Path(file_okay=False), help="Directory of the residency audit trail."
 )
 @click.option(
+    "--peer-token",
+    envvar="GTM_PEER_TOKEN",
+    default=None,
+    help="Key shared by the tiers (env GTM_PEER_TOKEN): forwards are signed with it, so "
+    "regional LBs believe the client location found here.",
+)
+@click.option(
     "--require-summaries", is_flag=True, help="Treat regions without a published summary as down."
 )
 @click.option(
@@ -157,7 +164,9 @@ def _config(options: dict[str, Any]) -> GlobalConfig:
         audit_dir=options["audit_dir"],
         zone=ZoneConfig(zone=options["zone"], ttl=options["ttl"], negative_ttl=options["ttl"]),
         rrl=RrlConfig(rate=options["rrl_rate"]),
-        front_door=FrontDoorConfig(trusted_proxies=trusted),
+        front_door=FrontDoorConfig(
+            trusted_proxies=trusted, peer_token=options.get("peer_token") or None
+        ),
         require_summaries=options["require_summaries"],
         reuse_port=options["reuse_port"],
         dns_workers=options["dns_workers"],

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 
 from global_lb import profiles
 from global_lb.dns.rrl import RrlConfig
@@ -35,6 +35,9 @@ class FrontDoorConfig(Frozen):
     limits: HttpLimits = HttpLimits()
     #: More hops than this is a loop between tiers (global → regional → zone is 3).
     max_hops: int = Field(default=4, ge=1, le=16)
+    #: The key the tiers share (``--peer-token``, :mod:`gtm.trust`): each forward is
+    #: signed with it, so regional LBs believe the client location the front door found.
+    peer_token: SecretStr | None = None
 
 
 class GlobalConfig(Frozen):

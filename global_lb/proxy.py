@@ -11,9 +11,14 @@ residency-allowed set, ``max_attempts`` regions in all. :class:`RegionRelay` add
   first byte (decisions made meanwhile see it) and taken back when the attempt ends.
 * **Audit**: a retry on another region is a new residency decision, audited before
   the bytes leave.
-* **Headers**: upstream, ``x-gtm-hops`` + 1, ``x-gtm-decision-id``, the client's
-  country as the front door located it (a client's own value is dropped: it could claim
-  a country whose rules suit it) and ``X-Forwarded-For`` extended with the peer. Back,
+* **Headers**: upstream, ``x-gtm-hops`` + 1, ``x-gtm-decision-id``, ``x-request-id``
+  (the client's when sane, else a new one), the client's location as the front door
+  found it (``x-gtm-client-country``, ``x-gtm-location-source``) and
+  ``X-Forwarded-For`` extended with the peer. Every tier-only ``x-gtm-`` header the
+  client sent is dropped (:func:`gtm.headers.from_untrusted`: a client could claim a
+  country whose rules suit it, a spill chain or a peer token); with the tiers' key
+  (``--peer-token``) each attempt is signed (``x-gtm-tier-auth``, :mod:`gtm.trust`), so
+  the regional LB believes the location instead of locating the client again. Back,
   ``x-gtm-region`` (the regional LB's own when it spilled, else the region tried) and
   ``x-gtm-decision-id``.
 """
@@ -40,8 +45,10 @@ from global_lb.request import (
 )
 from global_lb.router import RouteOutcome
 from global_lb.view import GlobalView, RegionState
+from gtm import headers as gtm_headers
 from gtm.clock import Clock
 from gtm.errors import AttemptFailed
+from gtm.inbound import request_id
 from gtm.relay import (
     Ending,
     Failure,
@@ -52,6 +59,7 @@ from gtm.relay import (
     open_aiohttp,
     skip_set,
 )
+from gtm.trust import GLOBAL_ISSUER, ClientLocation, TierKey, assert_location, from_location
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +102,7 @@ class RegionRelay(Relay[RegionState]):
         metrics: GlobalMetrics,
         clock: Clock,
         audit: Callable[[str], None],
+        client: ClientLocation | None = None,
     ) -> None:
         super().__init__(request, max_attempts=config.max_attempts)
         self._config = config
@@ -110,16 +119,20 @@ class RegionRelay(Relay[RegionState]):
         self._regions = attempts(outcome, config.max_attempts)
         self._previous = ""
         self._last_error = "no region to try"
-        country = None if outcome.location is None else outcome.location.country
-        headers = end_to_end(request.headers, _SKIP_UPSTREAM)
-        if country is not None:
-            headers.append((CLIENT_COUNTRY_HEADER, country))
+        if client is None:
+            client = from_location(outcome.location, via_proxy=False)
+        skip = _SKIP_UPSTREAM | gtm_headers.from_untrusted(request.headers.keys())
+        headers = CIMultiDict(end_to_end(request.headers, skip))
+        assert_location(headers, client)
         forwarded = request.headers.get(FORWARDED_FOR_HEADER)
         peer = request.remote or ""
-        headers.append((FORWARDED_FOR_HEADER, f"{forwarded}, {peer}" if forwarded else peer))
-        headers.append((HOPS_HEADER, str(hops + 1)))
-        headers.append((DECISION_HEADER, outcome.decision_id))
+        headers[FORWARDED_FOR_HEADER] = f"{forwarded}, {peer}" if forwarded else peer
+        headers[HOPS_HEADER] = str(hops + 1)
+        headers[DECISION_HEADER] = outcome.decision_id
+        headers[gtm_headers.REQUEST_ID] = request_id(request.headers)
         self._headers = headers
+        token = config.peer_token
+        self._key = TierKey(token.get_secret_value()) if token is not None else None
 
     def next_target(self, tried: frozenset[str]) -> RegionState | None:
         for region_id in self._regions:
@@ -148,11 +161,15 @@ class RegionRelay(Relay[RegionState]):
     async def open(self, target: RegionState) -> Upstream:
         config = self._config
         url = target.endpoints[0].url.rstrip("/") + self.request.path_qs
+        headers = self._headers
+        if self._key is not None:  # per attempt: the signature's time is the send's
+            headers = headers.copy()
+            self._key.sign(headers, issuer=GLOBAL_ISSUER, now=self._clock.wall())
         return await open_aiohttp(
             self._session(),
             url,
             self._body,
-            self._headers,
+            headers.items(),
             first_byte_timeout(config.connect_timeout, config.first_byte_timeout),
         )
 

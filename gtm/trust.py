@@ -38,7 +38,8 @@ from enum import StrEnum
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from gtm import headers as h
-from gtm.geo import GeoLocator, IPNetwork, Location, client_address
+from gtm.geo import GeoLocator, IPAddress, IPNetwork, Location, client_address
+from policies.types import is_country_code
 
 #: How old (or how far in the future) a signature may be, s. A spilled request is
 #: signed again at each hop, so this bounds clock skew between tiers plus one hop's
@@ -89,22 +90,29 @@ def from_location(location: Location | None, *, via_proxy: bool) -> ClientLocati
     return ClientLocation(location.country, origin)
 
 
+def client_of(
+    peer: str | None, forwarded_for: str | None, trusted: Iterable[IPNetwork]
+) -> tuple[IPAddress | None, bool]:
+    """The client's address as the front door finds it (:func:`gtm.geo.client_address`),
+    and whether it came from a trusted proxy's ``X-Forwarded-For``."""
+    address = client_address(peer, forwarded_for, trusted)
+    return address, address is not None and address != _peer_address(peer)
+
+
 def locate_peer(
     peer: str | None,
     forwarded_for: str | None,
     trusted: Iterable[IPNetwork],
     locator: GeoLocator,
 ) -> ClientLocation:
-    """Locate a request's client from the connection itself, as the front door does:
-    the peer, or the trusted proxy chain's client (:func:`gtm.geo.client_address`)."""
-    address = client_address(peer, forwarded_for, trusted)
+    """Locate a request's client from the connection itself, as the front door does."""
+    address, via_proxy = client_of(peer, forwarded_for, trusted)
     if address is None:
         return ClientLocation(None, LocationOrigin.UNKNOWN_POLICY)
-    via_proxy = address != _peer_address(peer)
     return from_location(locator.locate(address), via_proxy=via_proxy)
 
 
-def _peer_address(peer: str | None) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+def _peer_address(peer: str | None) -> IPAddress | None:
     try:
         return ipaddress.ip_address((peer or "").partition("%")[0])
     except ValueError:
@@ -241,6 +249,8 @@ def asserted_location(headers: Mapping[str, str]) -> ClientLocation | None:
     an older front door always sent a country when it had one). Call on the headers
     :func:`inbound` kept for a trusted sender only."""
     country = headers.get(h.CLIENT_COUNTRY, "").strip().upper() or None
+    if country is not None and not is_country_code(country):
+        return None  # a garbled assertion: locate the client here instead
     raw = headers.get(h.LOCATION_SOURCE, "").strip().lower()
     try:
         upstream: LocationOrigin | None = LocationOrigin(raw) if raw else None
@@ -272,6 +282,7 @@ __all__ = [
     "TierKey",
     "assert_location",
     "asserted_location",
+    "client_of",
     "from_location",
     "inbound",
     "locate_peer",

@@ -2,15 +2,22 @@
 
 In order (each refusal is an OpenAI-shaped error, :mod:`regional_lb.errors`):
 
+0. the trust boundary (:mod:`regional_lb.location`): the ``x-gtm-`` headers are believed
+   only from a proven tier (a signed front door or peer region); from a client that
+   came here directly they are dropped;
 1. hops (``x-gtm-hops``: 508 past the loop limit), the tenant from the API key (401;
    the first use of a key costs one scrypt, run off the event loop), the body
    (400/413), the model the tenant may use (403);
-2. residency: the verdict for (tenant, model, data class, client country); 451 when it
-   refuses or excludes this region. Every residency refusal is audited (no prompt
-   text), as every spill is (:meth:`Admission.audit`);
+2. residency: the client's location — a proven tier's signed assertion, else located
+   here with the front door's GeoIP and trusted-proxy rules, else unknown and the
+   policy's ``unknown_client_location`` decides — and the verdict for (tenant, model,
+   data class, client country); 451 when it refuses or excludes this region. Every
+   residency decision of this tier is audited with where the location came from (no
+   prompt text): refusals here, the region chosen or each spill by the handlers
+   (:meth:`Admission.audit`);
 3. quota (:mod:`regional_lb.quota`, shares from :mod:`regional_lb.leases`): 429 +
-   Retry-After. A request spilled in by a peer that proves it is one
-   (``x-gtm-peer-token``) was charged at its origin and is not charged again.
+   Retry-After. A request spilled in by a peer region that proves it is one was
+   charged at its origin and is not charged again.
 
 What passes is an :class:`Admitted` request and its quota :class:`~regional_lb.quota.Ticket`
 (``None`` when nothing was charged here).
@@ -18,11 +25,10 @@ What passes is an :class:`Admitted` request and its quota :class:`~regional_lb.q
 
 from __future__ import annotations
 
-import hmac
 import logging
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp import web
 
@@ -32,6 +38,7 @@ from gtm.inbound import bearer_key, read_body, tenant_of
 from gtm.models import ClientInfo, Priority, RouteRequest
 from gtm.openai_request import parse_json_body
 from gtm.policy_store import ActivePolicy
+from gtm.trust import ClientLocation, Inbound, LocationOrigin
 from policies import ApiKeyError, AuditWriter, ResidencyQuery, Verdict, decision_record
 from policies.documents import Quotas, Tenant
 from regional_lb import request as req
@@ -44,12 +51,16 @@ from regional_lb.errors import (
     ResidencyRefused,
     Unauthorized,
 )
+from regional_lb.location import ClientLocator
 from regional_lb.metrics import RegionalMetrics
 from regional_lb.quota import Cost, QuotaLimiter, Rejection, Ticket
 from regional_lb.router import Inputs
 from regional_lb.summary import RateMeter
 
 log = logging.getLogger(__name__)
+
+
+_NOT_LOCATED = ClientLocation(None, LocationOrigin.UNKNOWN_POLICY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +77,12 @@ class Admitted:
     hops: req.HopInfo
     stream: bool
     body: bytes
+    #: Where the client is and how this tier knows.
+    location: ClientLocation = _NOT_LOCATED
+    #: The id of this tier's residency decision (the front door's, when it sent it).
+    decision_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    #: The request's headers as this tier believes them.
+    sender: Inbound | None = None
 
 
 def has_limits(quotas: Quotas) -> bool:
@@ -95,6 +112,7 @@ class Admission:
         clock: Clock,
         audit: AuditWriter | None,
         spill_in: RateMeter,
+        locator: ClientLocator,
     ) -> None:
         self._settings = settings
         self._policy = policy
@@ -104,13 +122,15 @@ class Admission:
         #: Where residency decisions are appended (None: not kept).
         self.audit_log = audit
         self._spill_in = spill_in
+        self.locator = locator
 
     async def admit(
         self, request: web.Request, endpoint: req.Endpoint
     ) -> tuple[Admitted, Ticket | None]:
         """The admitted request and its quota ticket, or the refusal raised."""
         settings = self._settings
-        headers = request.headers
+        sender = self.locator.inbound(request)
+        headers = sender.headers
         hops = req.hop_info(headers)
         if hops.hops > settings.loop_hops:
             raise LoopDetected(hops.hops, settings.loop_hops)
@@ -122,12 +142,16 @@ class Admission:
         facts = req.body_facts(parse_json_body(raw), endpoint)
         if not policy.tenants.allows_model(tenant.id, facts.model):
             raise ModelNotAllowed(facts.model)
-        trusted = self.from_peer(headers)
-        country = req.client_country(headers)
+        if sender.trusted:
+            req.client_country(headers)  # a proven tier's garbled country is a 400
+        location = self.locator.locate(request, sender)
+        country = location.country
         query = ResidencyQuery(tenant.id, facts.model, req.data_class(headers), country)
         verdict = policy.engine.allowed_regions(query)
         band = req.priority(headers, Priority(tenant.priority.value))
-        self._check_residency(tenant, query, verdict)
+        decision_id = req.decision_id(headers) if sender.trusted else None
+        decision_id = decision_id or uuid.uuid4().hex
+        self._check_residency(tenant, query, verdict, location, decision_id)
         output = facts.max_output_tokens
         cost = Cost(
             facts.input_tokens,
@@ -149,23 +173,48 @@ class Admission:
             on_saturation=verdict.on_saturation,
             hops=hops.hops,
             spilled_from=hops.spilled_from,
-            client_country_known=country is not None,
+            # The verdict is this tier's own over a location it established (or a
+            # proven tier asserted), the unknown-location rule applied as at the front
+            # door: spilling inside it cannot leave the client's jurisdiction. What a
+            # spill still needs is loop safety: a peer believes the hop count and the
+            # spill chain only when they are signed, so without the tiers' key (the
+            # router's ``spill_requires_client_country``) a replica does not spill.
+            client_country_known=self.locator.key is not None,
             tokens_per_block=facts.tokens_per_block,
         )
         admitted = Admitted(
-            tenant, route_request, inputs, verdict, query, cost, band, hops, facts.stream, raw
+            tenant,
+            route_request,
+            inputs,
+            verdict,
+            query,
+            cost,
+            band,
+            hops,
+            facts.stream,
+            raw,
+            location,
+            decision_id,
+            sender,
         )
         if hops.spilled_from:
             self._metrics.spilled_in.labels(hops.spilled_from[-1]).inc()
             self._spill_in.add(self._clock.monotonic())
-        if hops.spilled_from and trusted:
+        if hops.spilled_from and sender.from_region:
             return admitted, None  # charged at its origin region
         return admitted, self._charge(tenant.id, cost)
 
-    def _check_residency(self, tenant: Tenant, query: ResidencyQuery, verdict: Verdict) -> None:
+    def _check_residency(
+        self,
+        tenant: Tenant,
+        query: ResidencyQuery,
+        verdict: Verdict,
+        location: ClientLocation,
+        decision_id: str,
+    ) -> None:
         region = self._settings.region
         if verdict.refused or region not in verdict.allowed:
-            self.audit(query, verdict, None)
+            self.audit(query, verdict, None, location=location, decision_id=decision_id)
             self._metrics.rejected.labels(tenant.id, "residency").inc()
             code = verdict.reason.value if verdict.refused else "region_not_allowed"
             raise ResidencyRefused(
@@ -184,13 +233,17 @@ class Admission:
 
     def from_peer(self, headers: Mapping[str, str]) -> bool:
         """Whether the request proves it comes from a peer regional LB."""
-        token = self._settings.peer_token
-        offered = headers.get(req.HEADER_PEER_TOKEN)
-        if token is None or offered is None:
-            return False
-        return hmac.compare_digest(token.encode(), offered.encode())
+        return self.locator.check(headers).from_region
 
-    def audit(self, query: ResidencyQuery, verdict: Verdict, chosen: str | None) -> None:
+    def audit(
+        self,
+        query: ResidencyQuery,
+        verdict: Verdict,
+        chosen: str | None,
+        *,
+        location: ClientLocation | None = None,
+        decision_id: str | None = None,
+    ) -> None:
         """Append a residency decision to the audit log (a failure is logged, not raised:
         the log is the audit writer's to keep healthy)."""
         policy = self._policy()
@@ -203,11 +256,23 @@ class Admission:
                 time=self._clock.wall(),
                 policy_revision=policy.revision,
                 chosen_region=chosen,
-                decision_id=uuid.uuid4().hex,
+                decision_id=decision_id or uuid.uuid4().hex,
+                location_source=None if location is None else location.origin.value,
             )
             self.audit_log.append(record)
         except (ValueError, GtmError, OSError) as exc:
             log.error("could not audit a residency decision: %s", exc)
+
+    def audit_admitted(self, admitted: Admitted, chosen: str | None) -> None:
+        """Audit the decision for an admitted request: the region chosen (this one, or
+        a peer it is spilled to) or ``None`` when it is refused after all."""
+        self.audit(
+            admitted.query,
+            admitted.verdict,
+            chosen,
+            location=admitted.location,
+            decision_id=admitted.decision_id,
+        )
 
 
 async def authenticate(request: web.Request, policy: ActivePolicy) -> Tenant:

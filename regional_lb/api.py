@@ -3,8 +3,8 @@
 
 One OpenAI request, in order (each step's refusal is an OpenAI-shaped error):
 
-1. admission (:mod:`regional_lb.admission`): hops, API key, body, model, residency,
-   quota;
+1. admission (:mod:`regional_lb.admission`): the trust boundary and the client's
+   location (:mod:`regional_lb.location`), hops, API key, body, model, residency, quota;
 2. the regional decision (:mod:`regional_lb.router`): a zone, a peer region, the fair
    queue (:mod:`regional_lb.dispatch`), or a refusal (451 residency, 404 model, 503);
 3. the data path (:mod:`regional_lb.proxy`): to the zone (:class:`~regional_lb.proxy.
@@ -12,26 +12,34 @@ One OpenAI request, in order (each step's refusal is an OpenAI-shaped error):
    first byte. The quota ticket is reconciled with the reported usage, or refunded when
    nothing ran. A client that goes away cancels the handler: the queue entry, the
    ticket and the zone accounting are all released in ``finally`` blocks.
+
+Every residency decision is audited with where the client's location came from: the
+region chosen when a zone here takes the request, each peer before a spill's bytes
+leave, ``None`` for a refusal (admission audits residency refusals itself).
 """
 
 from __future__ import annotations
 
 import time
-import uuid
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
+from multidict import CIMultiDict
 
 from gtm.http_limits import limited_app
 from gtm.openai_errors import error_middleware
 from gtm.serve import add_service_routes
+from gtm.trust import assert_location
 from regional_lb import request as req
 from regional_lb.admission import Admitted
 from regional_lb.errors import ModelNotFound, Overloaded, ResidencyRefused
+from regional_lb.location import FORWARDED_FOR
+from regional_lb.plugins.prefix import ZoneMemory
 from regional_lb.proxy import LocalRelay, PeerRelay, Trip, UsageTap
 from regional_lb.quota import Usage
 from regional_lb.router import Reason, RegionalDecision, Route
+from regional_lb.view import zone_candidates
 
 if TYPE_CHECKING:
     from regional_lb.app import RegionalService
@@ -42,6 +50,8 @@ class RegionalApi:
 
     def __init__(self, service: RegionalService) -> None:
         self._service = service
+        #: Where this replica sent prompts' prefixes (zones), remembered at dispatch.
+        self._zones_sent = ZoneMemory()
 
     def build_app(self) -> web.Application:
         service = self._service
@@ -84,13 +94,18 @@ class RegionalApi:
             precharged: str | None = None
             label = decision.route.value
             if decision.route is Route.QUEUE:
-                decision = await service.dispatcher.wait(admitted)
+                try:
+                    decision = await service.dispatcher.wait(admitted)
+                except Overloaded:
+                    service.admission.audit_admitted(admitted, None)
+                    raise
                 precharged = decision.zone.id if decision.zone is not None else None
             metrics.admitted.labels(admitted.tenant.id, label).inc()
             trip = Trip(admitted.body, tap, arrived)
             if decision.route is Route.SPILL:
                 response = await self._spill(request, admitted, decision, trip)
             else:
+                service.admission.audit_admitted(admitted, service.settings.region)
                 response = await self._local(request, admitted, decision, trip, precharged)
             usage = tap.usage(admitted.cost.input_tokens)
             if precharged is not None and usage is not None:
@@ -127,6 +142,7 @@ class RegionalApi:
         region = self._service.settings.region
         tenant, model = admitted.tenant.id, admitted.route_request.model
         self._service.metrics.rejected.labels(tenant, decision.reason.value).inc()
+        self._service.admission.audit_admitted(admitted, None)
         if decision.reason is Reason.RESIDENCY:
             raise ResidencyRefused(
                 f"residency does not allow region {region} for this request",
@@ -155,6 +171,16 @@ class RegionalApi:
             raise Overloaded(
                 "no zone to send the request to", reason="not_ready", retry_after_s=1.0
             )
+        # Back to the zone the prompt's prefix was just sent to, while it can take it.
+        route_request = admitted.route_request
+        first = self._zones_sent.place(
+            decision.zone,
+            route_request,
+            lambda: zone_candidates(service.view, route_request.model, service.accounting),
+            tokens_per_block=admitted.inputs.tokens_per_block,
+            now=service.clock.wall(),  # the zone summaries' clock
+            movable=precharged is None,
+        )
         return await LocalRelay(
             request,
             service.carrier,
@@ -162,13 +188,13 @@ class RegionalApi:
             region=service.settings.region,
             route_request=admitted.route_request,
             inputs=admitted.inputs,
-            first=decision.zone,
+            first=first,
             router=router,
             view=lambda: service.view,
             accounting=service.accounting,
             dispatch=service.dispatcher.dispatch,
             precharged=precharged,
-            decision_id=uuid.uuid4().hex,
+            decision_id=admitted.decision_id,
         ).forward()
 
     async def _spill(
@@ -181,20 +207,25 @@ class RegionalApi:
         service = self._service
         settings = service.settings
         chain = ",".join((*admitted.hops.spilled_from, settings.region))
-        headers = {
-            req.HEADER_HOPS: str(admitted.hops.hops + 1),
-            req.HEADER_SPILLED_FROM: chain,
-            req.HEADER_DATA_CLASS: admitted.query.data_class,
-            req.HEADER_PRIORITY: admitted.band.value,
-            req.HEADER_REQUEST_ID: admitted.route_request.request_id,
-        }
-        if admitted.query.client_country is not None:
-            headers[req.HEADER_CLIENT_COUNTRY] = admitted.query.client_country
-        if settings.peer_token is not None:
-            headers[req.HEADER_PEER_TOKEN] = settings.peer_token
+        headers: CIMultiDict[str] = CIMultiDict(
+            {
+                req.HEADER_HOPS: str(admitted.hops.hops + 1),
+                req.HEADER_SPILLED_FROM: chain,
+                req.HEADER_DATA_CLASS: admitted.query.data_class,
+                req.HEADER_PRIORITY: admitted.band.value,
+                req.HEADER_REQUEST_ID: admitted.route_request.request_id,
+                req.HEADER_DECISION: admitted.decision_id,
+            }
+        )
+        # The peer believes the location when the spill is signed; without a key it
+        # locates the client itself, from the address appended here.
+        assert_location(headers, admitted.location)
+        forwarded = request.headers.get(FORWARDED_FOR)
+        peer = request.remote or ""
+        headers[FORWARDED_FOR] = f"{forwarded}, {peer}" if forwarded else peer
 
         def on_spill(region: str) -> None:
-            service.admission.audit(admitted.query, admitted.verdict, region)
+            service.admission.audit_admitted(admitted, region)
             service.metrics.spills.labels(region, decision.reason.value).inc()
             service.spill_out.add(service.clock.monotonic())
 
@@ -208,6 +239,7 @@ class RegionalApi:
             chain=chain,
             request_id=admitted.route_request.request_id,
             on_spill=on_spill,
+            sign=service.locator.sign,
         ).forward()
 
     # ------------------------------------------------------------------ service

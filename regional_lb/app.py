@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry
 
 from gtm.clock import Clock
 from gtm.errors import GtmError
+from gtm.geo import GeoLocator
 from gtm.models import Endpoint
 from gtm.policy_store import ActivePolicy, PolicyWatcher
 from gtm.serve import Bound, HttpServer
@@ -36,6 +37,7 @@ from gtm.state.snapshot import SnapshotWatcher
 from gtm.state.store import StateStore
 from gtm.tasks import TaskSupervisor
 from gtm.tls import TlsMaterial, client_session_options, connector_ssl
+from gtm.trust import TierKey
 from policies import AuditWriter
 from regional_lb.admission import Admission, has_limits
 from regional_lb.api import RegionalApi
@@ -43,6 +45,7 @@ from regional_lb.config import RegionalSettings
 from regional_lb.dispatch import Dispatcher, Waiter
 from regional_lb.fairqueue import FairQueue
 from regional_lb.leases import CapacityLeases
+from regional_lb.location import ClientLocator
 from regional_lb.metrics import RegionalMetrics
 from regional_lb.priority import DemandMeter
 from regional_lb.profiles import profile_source
@@ -69,7 +72,11 @@ class RegionalService:
         policy: ActivePolicy | None = None,
         audit: AuditWriter | None = None,
         tls: TlsMaterial | None = None,
+        locator: GeoLocator | None = None,
     ) -> None:
+        """``locator``: the GeoIP database and geo map clients are located with (the
+        front door's; ``None``: none, so a directly reached replica knows no public
+        address and the policy's unknown-location rule decides)."""
         self.settings = settings
         #: mTLS: serve only TLS (global/region/ops clients), dial zones and peer regions
         #: with our certificate, never in the clear.
@@ -119,6 +126,14 @@ class RegionalService:
         self._view = self._builder.build(self.snapshots.current, None, now_wall=clock.wall())
         self._synced = False
         self._advertise = settings.advertise_url
+        self.locator = ClientLocator(
+            region=settings.region,
+            key=TierKey(settings.peer_token) if settings.peer_token else None,
+            locator=locator,
+            trusted_proxies=settings.trusted_proxies,
+            clock=clock,
+            registry=registry,
+        )
         self.admission = Admission(
             settings,
             policy=lambda: self._policy,
@@ -127,6 +142,7 @@ class RegionalService:
             clock=clock,
             audit=audit,
             spill_in=self.spill_in,
+            locator=self.locator,
         )
         self.dispatcher = Dispatcher(
             self.queue,

@@ -10,9 +10,11 @@ from types import MappingProxyType
 
 import click
 
-from gtm.cli_types import HostPort, HttpURL, StateURL
+from gtm.cli_types import HostPort, HttpURL, IPNetwork, StateURL
 from gtm.clock import SystemClock
 from gtm.errors import GtmError
+from gtm.geo import GeoLocator, load_geo_map, open_locator
+from gtm.geo import IPNetwork as GeoNetwork
 from gtm.metrics import new_registry
 from gtm.net import split_host_port
 from gtm.policy_store import ActivePolicy, activate
@@ -120,8 +122,30 @@ def _identifier(name: str, value: str) -> str:
     "--peer-token",
     envvar="GTM_PEER_TOKEN",
     default=None,
-    help="Secret shared by the regional LBs (env GTM_PEER_TOKEN): spilled requests that "
-    "carry it are not charged twice.",
+    help="Key shared by the tiers (env GTM_PEER_TOKEN): the front door and peer regions "
+    "sign their x-gtm- headers with it (the client's location among them; spilled "
+    "requests are not charged twice); without it every client is located here and "
+    "nothing is spilled.",
+)
+@click.option(
+    "--geoip-db",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="MaxMind City/Country database to locate clients that come here directly (the "
+    "front door's; default: the bundled GeoLite2-City, stale).",
+)
+@click.option(
+    "--geo-map",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="Networks located by configuration (the front door's --geo-map).",
+)
+@click.option(
+    "--trusted-proxy",
+    "trusted",
+    type=IPNetwork(),
+    multiple=True,
+    help="Network whose X-Forwarded-For is believed when locating a client. Repeatable.",
 )
 @click_options("regional")
 def regional(
@@ -139,6 +163,9 @@ def regional(
     spill_unknown_location: bool,
     split_mode: str,
     peer_token: str | None,
+    geoip_db: str | None,
+    geo_map: str | None,
+    trusted: tuple[GeoNetwork, ...],
     **tls_options: object,
 ) -> None:
     """Run one region's regional LB: quotas, fair queueing, zone choice, spillover."""
@@ -169,9 +196,12 @@ def regional(
         view=ViewSettings(local_zone=local_zone, zone_urls=MappingProxyType(_zone_urls(zone_urls))),
         profile_name=profile,
         peer_token=peer_token or None,
+        trusted_proxies=trusted,
     )
     try:
-        asyncio.run(serve(settings, state, host, port, policy, audit_dir, tls))
+        cidr = load_geo_map(geo_map) if geo_map else None
+        locator = open_locator(geoip_db, cidr)
+        asyncio.run(serve(settings, state, host, port, policy, audit_dir, tls, locator=locator))
     except GtmError as exc:
         click.echo(f"gtm regional: {exc}", err=True)
         sys.exit(2)
@@ -185,6 +215,8 @@ async def serve(
     policy: ActivePolicy | None,
     audit_dir: Path | None,
     tls: TlsConfig | None = None,
+    *,
+    locator: GeoLocator | None = None,
 ) -> None:
     """Run the replica until SIGINT or SIGTERM, then stop cleanly."""
     clock = SystemClock()
@@ -200,6 +232,7 @@ async def serve(
         policy=policy,
         audit=audit,
         tls=tls_material,
+        locator=locator,
     )
     try:
         async with serving(service, host, port):

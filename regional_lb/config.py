@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gtm.geo import IPNetwork
 from gtm.http_limits import HttpLimits
 from regional_lb.fairqueue import QueueSettings
 from regional_lb.leases import LeaseSettings
@@ -36,9 +37,15 @@ class RegionalSettings:
     summary_interval_s: float = 1.0
     #: How often queued requests are expired and re-offered to zones, s.
     queue_tick_s: float = 0.05
-    #: Shared secret proving a request comes from a peer regional LB (spilled, already
-    #: charged); ``None``: spilled requests are charged again (the safe default).
+    #: The key the tiers share (:mod:`gtm.trust`): requests signed with it by the front
+    #: door or a peer region carry x-gtm- headers this replica believes (the client's
+    #: location among them; a spilled request is not charged again), and this replica
+    #: signs its spills with it. ``None``: no sender is a proven tier — every client is
+    #: located here and spilled requests are charged again (the safe default).
     peer_token: str | None = None
+    #: Networks whose X-Forwarded-For is believed when locating a client (load
+    #: balancers in front of this replica, the front door): the front door's rule.
+    trusted_proxies: tuple[IPNetwork, ...] = ()
     #: ``x-gtm-hops`` above this is a loop (508); spills themselves stop at
     #: ``router.spill.max_hops``.
     loop_hops: int = 4

@@ -8,7 +8,12 @@ Two ways out of a region, each a :class:`gtm.relay.Relay`:
   and released when it ends, and a release dispatches the fair queue (room appeared).
 * :class:`PeerRelay` — spillover to a peer region's regional LB, only to the decision's
   peer and fallbacks inside the residency-allowed set, each audited before the bytes
-  leave, with the hop count and the spill chain (``x-gtm-spilled-from``) raised.
+  leave, with the hop count and the spill chain (``x-gtm-spilled-from``) raised, the
+  client's location asserted, and every attempt signed for the peer (:mod:`gtm.trust`).
+
+Neither way passes on a tier-only ``x-gtm-`` header it received
+(:func:`gtm.headers.is_tier_only`): a zone needs none, and a peer gets only what this
+tier asserts and signs itself.
 
 The relay retries before the first byte only (a connect failure, a timeout or reset, a
 5xx, or a 429: that zone's queue is full), at most ``max_attempts`` (3, ARCHITECTURE §6),
@@ -35,6 +40,7 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
+from gtm import headers as gtm_headers
 from gtm.errors import AttemptFailed
 from gtm.models import RouteRequest
 from gtm.relay import (
@@ -179,13 +185,20 @@ class _RegionalRelay(Relay[Target]):
     watch_chunks = True
 
     def __init__(
-        self, request: web.Request, carrier: Carrier, trip: Trip, extra: Mapping[str, str]
+        self,
+        request: web.Request,
+        carrier: Carrier,
+        trip: Trip,
+        extra: Mapping[str, str],
+        sign: Callable[[CIMultiDict[str]], None] | None = None,
     ) -> None:
         super().__init__(request, max_attempts=carrier.settings.max_attempts)
         self._carrier = carrier
         self._trip = trip
         self._extra = extra
-        self._skip = skip_set(*extra)
+        self._sign = sign
+        skip = skip_set(*extra)
+        self._skip = skip | gtm_headers.from_untrusted(request.headers.keys())
 
     def target_id(self, target: Target) -> str:
         return target.id
@@ -193,13 +206,15 @@ class _RegionalRelay(Relay[Target]):
     async def open(self, target: Target) -> Upstream:
         settings = self._carrier.settings
         request = self.request
-        headers = end_to_end(request.headers, self._skip)
+        headers = CIMultiDict(end_to_end(request.headers, self._skip))
         headers.extend(self._extra.items())
+        if self._sign is not None:
+            self._sign(headers)  # per attempt: the signature's time is the send's
         return await open_aiohttp(
             self._carrier.session(),
             target.url + request.path_qs,
             self._trip.body,
-            headers,
+            headers.items(),
             first_byte_timeout(settings.connect_timeout_s, settings.first_byte_timeout_s),
         )
 
@@ -339,8 +354,9 @@ class PeerRelay(_RegionalRelay):
         chain: str,
         request_id: str,
         on_spill: Callable[[str], None],
+        sign: Callable[[CIMultiDict[str]], None] | None = None,
     ) -> None:
-        super().__init__(request, carrier, trip, headers)
+        super().__init__(request, carrier, trip, headers, sign)
         self._options = options
         self._allowed = allowed
         self._chain = chain

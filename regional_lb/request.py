@@ -10,11 +10,15 @@ Prefix fingerprints must agree with the zone agents' ``prefix_sketch``: they has
 ``tests/unit/regional_lb/test_request.py`` checks the two agree). The zone sketch only
 holds each prompt's leading blocks, so only :data:`SKETCH_BLOCKS` are hashed here.
 
-Inter-tier headers (all optional)::
+Inter-tier headers (all optional; the tier-only ones are read only from a proven tier,
+:mod:`regional_lb.location`)::
 
     x-gtm-hops             regional hops so far (the global front door sends 1)
     x-gtm-spilled-from     comma-separated regions the request was spilled from
-    x-gtm-client-country   ISO 3166-1 alpha-2 country of the client (from the front door)
+    x-gtm-client-country   ISO 3166-1 alpha-2 country of the client (the tier that located it)
+    x-gtm-location-source  how that tier located it (geoip, trusted-proxy-xff, ...)
+    x-gtm-decision-id      the front door's decision id (this tier's audit records reuse it)
+    x-gtm-tier-auth        the sending tier's signature (gtm.trust)
     x-gtm-data-class       the request's data class (residency), default "default"
     x-gtm-priority         interactive | batch | best-effort (at most the tenant's class)
     x-request-id           the client's request id, echoed
@@ -22,6 +26,7 @@ Inter-tier headers (all optional)::
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -45,6 +50,8 @@ HEADER_REGION = gtm_headers.REGION
 HEADER_ZONE = gtm_headers.ZONE
 HEADER_DECISION = gtm_headers.DECISION_ID
 HEADER_PEER_TOKEN = gtm_headers.PEER_TOKEN
+HEADER_LOCATION_SOURCE = gtm_headers.LOCATION_SOURCE
+HEADER_TIER_AUTH = gtm_headers.TIER_AUTH
 
 #: Bytes of prompt text per prefix block, as the zone agent hashes them.
 BLOCK_BYTES = TEXT_BLOCK_BYTES
@@ -130,6 +137,15 @@ def client_country(headers: Mapping[str, str]) -> str | None:
             param=HEADER_CLIENT_COUNTRY,
         )
     return value
+
+
+def decision_id(headers: Mapping[str, str]) -> str | None:
+    """The upstream tier's decision id when it is a sane token, else ``None``."""
+    value = headers.get(HEADER_DECISION, "").strip()
+    return value if _DECISION_ID.match(value) else None
+
+
+_DECISION_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 
 
 def data_class(headers: Mapping[str, str]) -> str:

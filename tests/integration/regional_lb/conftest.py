@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -18,6 +20,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+from multidict import CIMultiDict
 
 from gtm.clock import Clock, SystemClock
 from gtm.metrics import new_registry
@@ -26,6 +29,7 @@ from gtm.policy_store import ActivePolicy
 from gtm.state import codec, keys
 from gtm.state.memory import MemoryStore
 from gtm.state.store import StateStore
+from gtm.trust import GLOBAL_ISSUER, TierKey
 from regional_lb.app import RegionalService, RegionalSettings, serving
 from tests.unit.regional_lb.policy_fixtures import KEYS, policy
 
@@ -270,6 +274,20 @@ async def until(predicate: Callable[[], bool]) -> None:
     while not predicate():
         assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
         await asyncio.sleep(0.005)
+
+
+#: The tiers' key of the regional LBs that tests give ``peer_token=TIER_KEY``.
+TIER_KEY = "tier-key-of-the-tests"
+
+
+def signed(
+    headers: dict[str, str], *, issuer: str = GLOBAL_ISSUER, key: str = TIER_KEY
+) -> dict[str, str]:
+    """``headers`` as the front door (or ``region/<id>``) sends them: signed with ``key``,
+    so a regional LB with that key believes their x-gtm- headers."""
+    out: CIMultiDict[str] = CIMultiDict({"x-request-id": uuid.uuid4().hex, **headers})
+    TierKey(key).sign(out, issuer=issuer, now=time.time())
+    return dict(out)
 
 
 def auth(tenant: str = "alpha") -> dict[str, str]:

@@ -17,12 +17,14 @@ from gtm.state import codec, keys
 from gtm.state.memory import MemoryStore
 from tests.integration.regional_lb.conftest import (
     MODEL,
+    TIER_KEY,
     RegionFactory,
     StubZone,
     auth,
     chat,
     load,
     publish_zone,
+    signed,
     until,
 )
 from tests.unit.regional_lb.policy_fixtures import KEYS, policy
@@ -78,7 +80,7 @@ async def test_refusals_are_openai_errors(
     http: aiohttp.ClientSession,
 ) -> None:
     zone = await stub_zones("us-east-a", "us-east")
-    region = await make_region("us-east")
+    region = await make_region("us-east", peer_token=TIER_KEY)
     await publish_zone(store, zone, clock)
     await until(lambda: "us-east-a" in region.service.view.zones)
     url = region.url + "/v1/chat/completions"
@@ -104,9 +106,11 @@ async def test_refusals_are_openai_errors(
     # Data classified de-only is processed in Germany only (example residency rules).
     code, error = await status(json=body, headers={**auth(), "x-gtm-data-class": "de-only"})
     assert code == 451
-    code, error = await status(json=body, headers={**auth(), "x-gtm-hops": "9"})
+    # Tier headers count from a proven tier (a signed front door) only.
+    code, error = await status(json=body, headers={**auth(), **signed({"x-gtm-hops": "9"})})
     assert (code, error["error"]["code"]) == (508, "hop_limit_reached")
-    code, error = await status(json=body, headers={**auth(), "x-gtm-client-country": "Germany"})
+    garbled = signed({"x-gtm-client-country": "Germany"})
+    code, error = await status(json=body, headers={**auth(), **garbled})
     assert code == 400
     async with http.get(region.url + "/v1/models", headers=auth()) as response:
         assert [m["id"] for m in (await response.json())["data"]] == [MODEL]

@@ -19,11 +19,13 @@ from policies import AuditWriter, verify
 from regional_lb.fairqueue import BandSettings, QueueSettings
 from regional_lb.view import ViewSettings
 from tests.integration.regional_lb.conftest import (
+    TIER_KEY,
     RegionFactory,
     StubZone,
     chat,
     load,
     publish_zone,
+    signed,
     until,
 )
 
@@ -36,9 +38,14 @@ ONE_SLOT = ViewSettings(queue_depth_per_gpu=0)
 SHORT_TTL = QueueSettings(
     bands=MappingProxyType({p: BandSettings(ttl_s=0.3, max_depth=10) for p in Priority})
 )
-US = {"x-gtm-client-country": "US"}
-#: Shared by the regional LBs of a test: spilled requests are charged once, at origin.
-TOKEN = "peer-secret"
+#: Shared by the regional LBs of a test: spilled requests are charged once, at origin,
+#: and a signed client location (as the front door sends it) is believed.
+TOKEN = TIER_KEY
+
+
+def us() -> dict[str, str]:
+    """A US client's request as the front door sends it (signed now)."""
+    return signed({"x-gtm-client-country": "US"})
 
 
 @pytest.fixture
@@ -146,15 +153,15 @@ async def test_spills_to_the_best_allowed_peer_and_audits_it(
     await until(lambda: "us-west-a" in peer.service.view.zones)
     await peer.service.publish_summary()
     await until(lambda: origin.service.view.peers["us-west"].summary is not None)
-    first = asyncio.ensure_future(chat(http, origin, headers=US))  # noqa: TID251
+    first = asyncio.ensure_future(chat(http, origin, headers=us()))  # noqa: TID251
     await until(lambda: origin_zone.in_flight == 1)
-    async with await chat(http, origin, headers=US) as response:
+    async with await chat(http, origin, headers=us()) as response:
         assert response.status == 200, await response.text()
         assert response.headers["x-gtm-region"] == "us-west"
         assert response.headers["x-gtm-spilled-from"] == "us-east"
+    # The zone is told nothing of the tiers' own: no tier header passes a regional LB.
     forwarded = peer_zone.headers[0]
-    assert forwarded["x-gtm-spilled-from"] == "us-east"
-    assert forwarded["x-gtm-hops"] == "1"
+    assert not {"x-gtm-spilled-from", "x-gtm-hops", "x-gtm-tier-auth"} & set(forwarded)
     assert peer.service.limiter.take_demand("alpha").units == {}  # not charged twice
     assert origin.sample("gtm_regional_spills_total", peer="us-west", reason="saturated") == 1
     assert peer.sample("gtm_regional_spilled_in_total", origin="us-east") == 1
@@ -165,7 +172,7 @@ async def test_spills_to_the_best_allowed_peer_and_audits_it(
     audit.close()
     report = verify([tmp_path / "audit"])
     assert report.ok
-    assert report.records == 1
+    assert report.records == 2  # the first request served here, the second spilled
 
 
 async def test_spillover_stays_inside_the_residency_allowed_set(
@@ -192,10 +199,13 @@ async def test_spillover_stays_inside_the_residency_allowed_set(
     await until(lambda: "us-west-a" in us.service.view.zones)
     await us.service.publish_summary()
     await until(lambda: origin.service.view.peers["us-west"].summary is not None)
-    germany = {"x-gtm-client-country": "DE"}
-    first = asyncio.ensure_future(chat(http, origin, headers=germany))  # noqa: TID251
+
+    def germany() -> dict[str, str]:
+        return signed({"x-gtm-client-country": "DE"})
+
+    first = asyncio.ensure_future(chat(http, origin, headers=germany()))  # noqa: TID251
     await until(lambda: zone.in_flight == 1)
-    async with await chat(http, origin, headers=germany) as response:
+    async with await chat(http, origin, headers=germany()) as response:
         assert response.status == 503  # waited its TTL; never sent to us-west
     assert us_zone.requests == []
     eu_zone = await stub_zones("eu-central-a", "eu-central")
@@ -204,7 +214,7 @@ async def test_spillover_stays_inside_the_residency_allowed_set(
     await until(lambda: "eu-central-a" in eu.service.view.zones)
     await eu.service.publish_summary()
     await until(lambda: origin.service.view.peers["eu-central"].summary is not None)
-    async with await chat(http, origin, headers=germany) as response:
+    async with await chat(http, origin, headers=germany()) as response:
         assert response.status == 200
         assert response.headers["x-gtm-region"] == "eu-central"
     assert us_zone.requests == []
@@ -223,16 +233,18 @@ async def test_on_saturation_reject_is_honoured(
 ) -> None:
     """acme-health's residency rule says ``on_saturation: reject``: never spilled, even
     to an allowed US peer with room."""
-    origin, zone = await full_region(make_region, stub_zones, store, clock, queue=SHORT_TTL)
+    origin, zone = await full_region(
+        make_region, stub_zones, store, clock, queue=SHORT_TTL, peer_token=TOKEN
+    )
     peer_zone = await stub_zones("us-west-a", "us-west")
     peer = await make_region("us-west")
     await publish_zone(store, peer_zone, clock)
     await until(lambda: "us-west-a" in peer.service.view.zones)
     await peer.service.publish_summary()
     await until(lambda: origin.service.view.peers["us-west"].summary is not None)
-    first = asyncio.ensure_future(chat(http, origin, tenant="acme-health", headers=US))  # noqa: TID251
+    first = asyncio.ensure_future(chat(http, origin, tenant="acme-health", headers=us()))  # noqa: TID251
     await until(lambda: zone.in_flight == 1)
-    async with await chat(http, origin, tenant="acme-health", headers=US) as response:
+    async with await chat(http, origin, tenant="acme-health", headers=us()) as response:
         assert response.status == 503
         assert (await response.json())["error"]["code"] == "queue_timeout"
     assert peer_zone.requests == []

@@ -12,9 +12,25 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_every_header_is_lower_case_and_named_once() -> None:
-    names = [value for key, value in vars(headers).items() if key.isupper()]
+    names = [
+        value
+        for key, value in vars(headers).items()
+        if key.isupper() and isinstance(value, str) and key != "PREFIX"
+    ]
     assert all(name == name.lower() for name in names)
     assert len(names) == len(set(names))
+
+
+def test_every_request_header_is_either_a_clients_request_or_a_tiers_assertion() -> None:
+    requests = {headers.HOPS, headers.SPILLED_FROM, headers.CLIENT_COUNTRY}
+    requests |= {headers.LOCATION_SOURCE, headers.DATA_CLASS, headers.PRIORITY}
+    requests |= {headers.PEER_TOKEN, headers.CANARY, headers.VERSION, headers.TIER_AUTH}
+    assert requests <= headers.CLIENT_REQUESTS | set(headers.TIER_ONLY)
+    assert headers.CLIENT_REQUESTS.isdisjoint(headers.TIER_ONLY)
+    assert all(headers.is_tier_only(name) for name in headers.TIER_ONLY)
+    assert headers.is_tier_only("X-GTM-Anything-New")
+    assert not headers.is_tier_only("X-GTM-Data-Class")
+    assert not headers.is_tier_only("x-request-id")
 
 
 def test_no_tier_spells_an_inter_tier_header_of_its_own() -> None:
