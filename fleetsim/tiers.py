@@ -31,21 +31,20 @@ from global_lb.health import HealthTable
 from global_lb.inflight import InflightLedger
 from global_lb.keeper import build_view
 from global_lb.plugins import global_registry
-from global_lb.plugins.affinity import sticky_region
+from global_lb.plugins.affinity import RegionMemory
 from global_lb.profiles import DEFAULT_REQUEST_PROFILE, build, profile_spec
 from global_lb.router import GlobalRouter
 from gtm.models import Priority, RegionSummary, RouteRequest, construct_every_field
-from gtm.routing.placement import PlacementMemory
 from gtm.state.snapshot import FleetSnapshot
 from policies import Verdict
 from regional_lb import profiles as regional_profiles
 from regional_lb.fairqueue import FairQueue, RefusalReason
-from regional_lb.plugins.prefix import sticky_zone
+from regional_lb.plugins.prefix import ZoneMemory
 from regional_lb.router import Inputs, RegionalDecision, RegionalRouter, Route
 from regional_lb.summary import build_summary as region_summary
 from regional_lb.view import ViewBuilder as RegionalViewBuilder
 from regional_lb.view import ViewSettings as RegionalViewSettings
-from regional_lb.view import ZoneAccounting, zone_candidates
+from regional_lb.view import ZoneAccounting, ZoneState, zone_candidates
 from zone_agent.affinity import sticky_gpu
 from zone_agent.summary import build_summary as zone_summary
 
@@ -106,8 +105,8 @@ class Tiers(Routing):
         #: door's regions, remembered when it forwards (so worker 0 of a partitioned
         #: run keeps it, with the global choices), and each regional LB's zones,
         #: remembered when it dispatches.
-        self.region_memory = PlacementMemory()
-        self.zone_memory = {r: PlacementMemory() for r in sim.region_ids}
+        self.regions_sent = RegionMemory()
+        self.zones_sent = {r: ZoneMemory() for r in sim.region_ids}
         self.region_summaries: dict[str, RegionSummary] = {}
         self._revision = 0
         self._publish(0.0)
@@ -204,20 +203,17 @@ class Tiers(Routing):
             sim.end(i, Status.REFUSED, f"global: {outcome.refusal}")
             return None
         # Back where the prompt's prefix was just sent, while that region may take it.
-        req = sim.requests[i]
-        memory = self.region_memory
-        region = sticky_region(
-            memory.recall(rr.prefix_hashes, now),
+        region = self.regions_sent.place(
             outcome.region,
             rr,
             view,
             verdict.allowed,
             point=rr.client.location,
             country=rr.client.country,
-            tokens_per_block=float(req.block_tokens),
+            tokens_per_block=float(sim.requests[i].block_tokens),
+            now=now,
         )
         assert region is not None
-        memory.remember(rr.prefix_hashes, region, now)
         # Charged as the front door charges a forward: before the region's own checks.
         # (Its quota refusal would come back a round trip later and take the charge
         # back; here the charge stays until the region's next summary, at most a tick.
@@ -295,7 +291,7 @@ class Tiers(Routing):
         )
         sim.tier_ns["regional"] += perf_counter_ns() - t0
         if decision.route is Route.LOCAL and decision.zone is not None:
-            self._dispatch_local(i, rr, region, inputs, decision.zone.id, now, extra)
+            self._dispatch_local(i, rr, region, inputs, decision.zone, now, extra)
         elif decision.route is Route.SPILL and decision.peer is not None:
             sim.spills += 1
             # The request travels to the peer (half the round trip) and is decided
@@ -385,7 +381,7 @@ class Tiers(Routing):
                 waiting.request,
                 region,
                 waiting.inputs,
-                zone.id,
+                zone,
                 now,
                 waiting.extra_ms,
             )
@@ -396,24 +392,20 @@ class Tiers(Routing):
         rr: RouteRequest,
         region: str,
         inputs: Inputs,
-        chosen: str,
+        chosen: ZoneState,
         now: float,
         extra: float,
     ) -> None:
         """The regional LB hands request ``i`` to a zone: back to the zone its prefix
         was just sent to while that zone can take it, else the profile's ``chosen``."""
-        sim = self.sim
-        memory = self.zone_memory[region]
-        recall = memory.recall(rr.prefix_hashes, now)
-        zone = chosen
-        if recall is not None and recall.target != chosen:
-            zones = zone_candidates(self.rviews[region], rr.model, self.zacc[region])
-            picked = next(z for z in zones if z.id == chosen)
-            zone = sticky_zone(
-                recall, picked, zones, rr, tokens_per_block=inputs.tokens_per_block
-            ).id
-        memory.remember(rr.prefix_hashes, zone, now)
-        sim.dispatch(i, sim.pools[zone], now, extra)
+        zone = self.zones_sent[region].place(
+            chosen,
+            rr,
+            lambda: zone_candidates(self.rviews[region], rr.model, self.zacc[region]),
+            tokens_per_block=inputs.tokens_per_block,
+            now=now,
+        )
+        self.sim.dispatch(i, self.sim.pools[zone.id], now, extra)
 
     # ------------------------------------------------------------------ partitioned runs
 

@@ -33,6 +33,7 @@ with ``Allow``, in the same shape, by the middleware every tier installs
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import logging
 import uuid
@@ -50,6 +51,7 @@ from global_lb.errors import BadRequest, UpstreamUnavailable
 from global_lb.geo import GeoLocator, IPAddress, Location, client_address
 from global_lb.inflight import InflightLedger
 from global_lb.metrics import GlobalMetrics
+from global_lb.plugins.affinity import RegionMemory
 from global_lb.proxy import RegionRelay
 from global_lb.request import (
     CHAT,
@@ -105,6 +107,9 @@ class FrontDoor:
         #: it (global_lb.inflight), so one summary interval does not herd to one region.
         self._ledger = ledger if ledger is not None else InflightLedger()
         self._router = router
+        #: Where this front door sent prompts' prefixes (regions), remembered when it
+        #: forwards them.
+        self._regions_sent = RegionMemory()
         self._locator = locator
         self._metrics = metrics
         self._registry = registry
@@ -190,6 +195,8 @@ class FrontDoor:
         location: Location | None,
         channel: str,
         origin: LocationOrigin | None = None,
+        prefix_hashes: tuple[int, ...] = (),
+        tokens_per_block: float = 0.0,
     ) -> RouteOutcome:
         started = self._clock.monotonic()
         client = ClientInfo(
@@ -204,8 +211,24 @@ class FrontDoor:
             tenant=tenant,
             client=client,
             data_class=data_class,
+            prefix_hashes=prefix_hashes,
         )
         outcome = self._router.decide(request, view, location)
+        if prefix_hashes and outcome.region is not None:
+            # Back to the region the prompt's prefix was just sent to, while it may
+            # take it (residency-allowed, available, within its load bound).
+            region = self._regions_sent.place(
+                outcome.region,
+                request,
+                view,
+                outcome.verdict.allowed,
+                point=client.location,
+                country=client.country,
+                tokens_per_block=tokens_per_block,
+                now=self._clock.wall(),  # the region summaries' clock
+            )
+            if region != outcome.region:
+                outcome = dataclasses.replace(outcome, region=region)
         elapsed = self._clock.monotonic() - started
         self._metrics.decision_seconds.labels(channel, str(outcome.cached).lower()).observe(elapsed)
         label = outcome.region or f"refused:{outcome.refusal}"
@@ -325,6 +348,8 @@ class FrontDoor:
                 location=location,
                 channel="http",
                 origin=client.origin,
+                prefix_hashes=facts.prefix_hashes,
+                tokens_per_block=facts.tokens_per_block,
             )
         except (BadRequest, ValidationError, ValueError) as exc:
             message = _first_error(exc) if isinstance(exc, ValidationError) else str(exc)

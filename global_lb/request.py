@@ -2,6 +2,7 @@
 
 Only what region choice needs: the model, the prompt's size in tokens and the output
 budget (read as every tier reads a body, :func:`gtm.openai_request.read_prompt`), the
+prompt's leading prefix fingerprints (for the front door's placement memory), the
 data class and the hop count. The body itself is forwarded untouched.
 
 Inter-tier headers the front door reads or sets::
@@ -20,8 +21,10 @@ from dataclasses import dataclass
 from global_lb.errors import BadRequest
 from gtm import headers as gtm_headers
 from gtm import openai_request
+from gtm.fingerprint import TEXT_BLOCK_BYTES, text_block_hashes
 from gtm.openai_errors import ApiError
 from gtm.openai_request import parse_json_body, read_prompt
+from gtm.routing.placement import FINGERPRINT_BLOCKS
 from policies.types import is_identifier
 
 # The inter-tier headers the front door reads or sets (their one list: gtm.headers).
@@ -47,6 +50,11 @@ class RequestFacts:
     input_tokens: int
     max_output_tokens: int
     stream: bool
+    #: The first prompt's leading block hashes (:mod:`gtm.fingerprint`, the tiers' one
+    #: fingerprint), at most :data:`gtm.routing.placement.FINGERPRINT_BLOCKS`.
+    prefix_hashes: tuple[int, ...] = ()
+    #: Prompt tokens per block of that prompt's text (0 without text).
+    tokens_per_block: float = 0.0
 
 
 def parse_body(path: str, body: bytes) -> RequestFacts:
@@ -56,8 +64,15 @@ def parse_body(path: str, body: bytes) -> RequestFacts:
         read = read_prompt(parse_json_body(body), path)
     except ApiError as exc:
         raise BadRequest(exc.message) from None
+    data = read.fingerprint_text.encode("utf-8", "surrogatepass")
+    embedding = path.rstrip("/").endswith(EMBEDDINGS)
     return RequestFacts(
-        read.model, sum(read.token_counts), read.max_output_tokens or 0, read.stream
+        read.model,
+        sum(read.token_counts),
+        read.max_output_tokens or 0,
+        read.stream,
+        () if embedding else text_block_hashes(data, limit=FINGERPRINT_BLOCKS),
+        read.token_counts[0] * TEXT_BLOCK_BYTES / len(data) if data else 0.0,
     )
 
 

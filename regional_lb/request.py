@@ -8,7 +8,8 @@ Prefix fingerprints must agree with the zone agents' ``prefix_sketch``: they has
 256-byte blocks of the same prompt text, prefix-chained with BLAKE2b (the zone agent's
 ``zone_agent/prefix.py``; the tiers cannot import each other, so
 ``tests/unit/regional_lb/test_request.py`` checks the two agree). The zone sketch only
-holds each prompt's leading blocks, so only :data:`SKETCH_BLOCKS` are hashed here.
+holds each prompt's leading blocks; :data:`HASHED_BLOCKS` are hashed here (the LB's
+placement memory looks deeper).
 
 Inter-tier headers (all optional; the tier-only ones are read only from a proven tier,
 :mod:`regional_lb.location`)::
@@ -37,6 +38,7 @@ from gtm.fingerprint import TEXT_BLOCK_BYTES, text_block_hashes
 from gtm.models import Priority
 from gtm.openai_errors import BadRequest
 from gtm.openai_request import read_prompt
+from gtm.routing.placement import FINGERPRINT_BLOCKS
 from policies.types import is_country_code, is_identifier
 
 # The inter-tier headers this tier reads or sets (their one list: gtm.headers).
@@ -57,6 +59,9 @@ HEADER_TIER_AUTH = gtm_headers.TIER_AUTH
 BLOCK_BYTES = TEXT_BLOCK_BYTES
 #: Leading blocks the zone agents put in their sketches (two) and a margin.
 SKETCH_BLOCKS = 8
+#: Leading blocks hashed: the sketches' and deeper, so the LB's placement memory
+#: (:mod:`gtm.routing.placement`) tells apart conversations sharing a system prompt.
+HASHED_BLOCKS = max(SKETCH_BLOCKS, FINGERPRINT_BLOCKS)
 
 
 class Endpoint(StrEnum):
@@ -92,7 +97,7 @@ def body_facts(body: Mapping[str, object], endpoint: Endpoint) -> BodyFacts:
     first_tokens = read.token_counts[0]
     data = read.fingerprint_text.encode("utf-8", "surrogatepass")
     hashes = (
-        text_block_hashes(data, limit=SKETCH_BLOCKS) if endpoint is not Endpoint.EMBEDDING else ()
+        text_block_hashes(data, limit=HASHED_BLOCKS) if endpoint is not Endpoint.EMBEDDING else ()
     )
     output = read.max_output_tokens
     return BodyFacts(

@@ -23,6 +23,10 @@ prompt replaces the choice when
   way) — llm-d's prefix-affinity filter breaks stickiness when the warm endpoint's TTFT
   penalty is too high.
 
+The built-in baseline profiles (:data:`zone_agent.profiles.BUILTIN_PROFILES` other than
+gtm's own, :data:`GTM_PROFILES`) run without it (:func:`keeps_affinity`), as they do in
+the simulator, so a side-by-side run compares them as published.
+
 A saturated GPU never holds a request here: the profile's filters (health, model, KV
 fit) ran first and the rule only picks among their survivors. Sans-io: it reads the
 decision's batch (the view and the charges read when the decision started) alone.
@@ -39,13 +43,24 @@ import numpy.typing as npt
 from zone_agent.batch import ZoneBatch
 from zone_agent.costs.ttft import cost_at, load_scale, within_cap
 from zone_agent.prefix import set_bits
-from zone_agent.router import ZoneDecision
+from zone_agent.profiles import BUILTIN_PROFILES
+from zone_agent.router import ZoneDecision, ZoneProfile
 
 #: ε of the stickiness bound: a GPU may hold up to (1 + ε) × its capacity-weighted share
 #: of the zone's streams and keep a conversation (the profile's credit stops at 1.25×).
 STICKY_EPSILON = 1.0
 #: Extra predicted TTFT the cached GPU may cost over the choice and keep the request.
 STICKY_PENALTY_MS = 300.0
+
+
+#: gtm's own built-in profiles: the default and the ablation before KV-cache room.
+GTM_PROFILES = frozenset({"default", "ttft-only"})
+
+
+def keeps_affinity(profile: ZoneProfile) -> bool:
+    """Whether the agent applies :func:`sticky_gpu` to ``profile``'s decisions: every
+    profile but the built-in baselines."""
+    return profile.name in GTM_PROFILES or profile.name not in BUILTIN_PROFILES
 
 
 def sticky_gpu(

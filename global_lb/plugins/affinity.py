@@ -21,7 +21,9 @@ replaces its choice when it may serve the request (allowed, available, serving t
 model), is within the same bounded load as the tenant home above, and its predicted
 TTFT with the recalled prefix credited (those tokens need no prefill there) is no worse
 than the choice's — affinity yields to load, as llm-d's prefix-affinity filter breaks
-stickiness when the warm endpoint's TTFT penalty is too high.
+stickiness when the warm endpoint's TTFT penalty is too high. A region summary
+published after the conversation's previous turn was sent still counts that turn as
+queued when it was prefilling then: the home region is priced without it.
 """
 
 from __future__ import annotations
@@ -40,13 +42,21 @@ from global_lb.view import GlobalView, RegionState
 from gtm.models import Frozen, GeoPoint, RouteRequest
 from gtm.routing import Capability, Plugin
 from gtm.routing.framework import Floats
-from gtm.routing.placement import Recall
+from gtm.routing.placement import PlacementMemory, Recall
 
 TYPE_NAME = "tenant-affinity-scorer"
 
 #: ε = 0.25 lets a home region run 25 % above the mean before keys move; the paper's
 #: experiments (and Vimeo's production use of the scheme) sit between 0.25 and 1.
 DEFAULT_EPSILON = 0.25
+
+
+#: Utilisation (running + waiting over running capacity) below which a region keeps the
+#: conversations it holds whatever the others' load: on a quiet fleet one request more
+#: is many times the mean, and the bounded load alone would move every second turn.
+#: SGLang's cache-aware policy likewise calls the load imbalanced only past an absolute
+#: threshold as well as a relative one.
+STICKY_FLOOR = 0.5
 
 
 class Params(Frozen):
@@ -144,14 +154,72 @@ def sticky_region(
         if terms is None or not terms.serves:
             return chosen
     candidates = [r for r in view.regions if r.id in allowed and r.available]
-    bound = (1.0 + epsilon) * _mean_utilisation(model, candidates)
+    bound = max(STICKY_FLOOR, (1.0 + epsilon) * _mean_utilisation(model, candidates))
     if _utilisation_with_one_more(model, home) > bound:
         return chosen
     tokens = request.input_tokens
     credit = min(tokens, int(recall.blocks * max(0.0, tokens_per_block)))
-    warm = _cost(view, home, model, point, country, tokens - credit)
+    warm = _cost(view, home, model, point, country, tokens - credit) - _stale_ms(
+        home, model, recall
+    )
     cold = _cost(view, best, model, point, country, tokens)
     return home.id if warm <= cold else chosen
+
+
+def _stale_ms(region: RegionState, model: str, recall: Recall) -> float:
+    """Queueing the home region's summary shows for the conversation's previous turn: a
+    summary published after that turn was sent counts it as queued if it was prefilling
+    then, and the client sends the next turn after the answer, so it no longer is."""
+    summary = region.summary
+    load = region.loads.get(model)
+    if not recall.tokens or summary is None or load is None or summary.published_at < recall.at:
+        return 0.0
+    rate = load.prefill_tokens_per_s
+    stale = min(recall.tokens, load.queued_prefill_tokens)
+    return 1000.0 * stale / rate if rate > 0.0 else 0.0
+
+
+class RegionMemory:
+    """The front door's part of stickiness: its :class:`PlacementMemory` of regions and
+    :func:`sticky_region` over it. :meth:`place` is called when a request is forwarded
+    (the front door's ``_decide``, the simulator's global tier), with the decision's
+    region: it returns the region to forward to and remembers it. ``now`` is on the
+    region summaries' clock (wall time live, simulated time in the simulator)."""
+
+    __slots__ = ("memory",)
+
+    def __init__(self, memory: PlacementMemory | None = None) -> None:
+        self.memory = memory if memory is not None else PlacementMemory()
+
+    def place(
+        self,
+        chosen: str | None,
+        request: RouteRequest,
+        view: GlobalView,
+        allowed: frozenset[str],
+        *,
+        point: GeoPoint | None,
+        country: str | None,
+        tokens_per_block: float,
+        now: float,
+    ) -> str | None:
+        hashes = request.prefix_hashes
+        if chosen is None or not hashes:
+            return chosen
+        memory = self.memory
+        region = sticky_region(
+            memory.recall(hashes, now),
+            chosen,
+            request,
+            view,
+            allowed,
+            point=point,
+            country=country,
+            tokens_per_block=tokens_per_block,
+        )
+        if region is not None:
+            memory.remember(hashes, region, now, request.input_tokens)
+        return region
 
 
 def _cost(

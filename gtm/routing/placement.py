@@ -44,6 +44,10 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+#: Leading prompt blocks the tiers above the zone fingerprint for their memories: 16 KiB
+#: of text (~4k tokens at the live tiers' 256-byte blocks), enough to tell apart the
+#: conversations that share a system prompt, at a few dozen hashes per request.
+FINGERPRINT_BLOCKS = 64
 #: Blocks remembered per tier. At ~100 bytes an entry (a dict slot, the key, a tuple)
 #: that is a few MB; at the simulator's 512-token blocks it covers ~33 M prompt tokens,
 #: at the live tiers' 256-byte text blocks ~16 MB of prompt text.
@@ -64,6 +68,8 @@ class Recall:
     blocks: int
     #: When (the ``now`` of the last :meth:`PlacementMemory.remember` that sent them).
     at: float
+    #: Prompt tokens of the request that was sent then (0: not given).
+    tokens: int = 0
 
     def share(self, total_blocks: int) -> float:
         """The share of a prompt of ``total_blocks`` blocks that the recall covers."""
@@ -87,7 +93,7 @@ class PlacementMemory:
         self._ttl = ttl_s
         #: Oldest first. Entries are stamped with non-decreasing ``now`` (the callers'
         #: clocks are monotonic), so the LRU order is also the time order.
-        self._entries: OrderedDict[int, tuple[str, float]] = OrderedDict()
+        self._entries: OrderedDict[int, tuple[str, float, int]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -100,12 +106,13 @@ class PlacementMemory:
     def ttl_s(self) -> float:
         return self._ttl
 
-    def remember(self, hashes: Sequence[int], target: str, now: float) -> None:
-        """``hashes`` (a prompt's prefix-chained block hashes) were sent to ``target``."""
+    def remember(self, hashes: Sequence[int], target: str, now: float, tokens: int = 0) -> None:
+        """``hashes`` (the prefix-chained block hashes of a prompt of ``tokens`` tokens)
+        were sent to ``target``."""
         if not hashes:
             return
         entries = self._entries
-        value = (target, now)
+        value = (target, now, tokens)
         move = entries.move_to_end
         # Deepest first: the shallow blocks end up the most recent (see the module).
         for block in reversed(hashes):
@@ -119,7 +126,7 @@ class PlacementMemory:
         fresh (``None``: not even the first is)."""
         entries = self._entries
         horizon = now - self._ttl
-        found: tuple[str, float] | None = None
+        found: tuple[str, float, int] | None = None
         depth = 0
         get = entries.get
         for block in hashes:
@@ -130,14 +137,14 @@ class PlacementMemory:
             depth += 1
         if found is None:
             return None
-        return Recall(found[0], depth, found[1])
+        return Recall(found[0], depth, found[1], found[2])
 
     def forget(self, target: str) -> None:
         """``target`` lost its cache (it left, restarted, or was drained away): no
         prompt is recalled there any more. O(entries): for membership changes, not
         for the request path."""
         entries = self._entries
-        for block in [b for b, (t, _) in entries.items() if t == target]:
+        for block in [b for b, (t, _, _) in entries.items() if t == target]:
             del entries[block]
 
     def expire(self, now: float) -> None:
@@ -150,10 +157,16 @@ class PlacementMemory:
             entries.popitem(last=False)
         horizon = now - self._ttl
         while entries:
-            block, (_, at) = next(iter(entries.items()))
+            block, (_, at, _) = next(iter(entries.items()))
             if at > horizon:
                 break
             del entries[block]
 
 
-__all__ = ["DEFAULT_CAPACITY", "DEFAULT_TTL_S", "PlacementMemory", "Recall"]
+__all__ = [
+    "DEFAULT_CAPACITY",
+    "DEFAULT_TTL_S",
+    "FINGERPRINT_BLOCKS",
+    "PlacementMemory",
+    "Recall",
+]

@@ -15,18 +15,23 @@ zone replaces the profile's choice when it can take the request — healthy, not
 serving the model, not saturated (the saturation filter's rule, with this replica's
 unseen charges), not a zone the request already failed on — and its predicted TTFT with
 the recalled prefix credited is no worse than the choice's. Affinity so yields to load
-as SGLang's cache-aware policy does when the load is imbalanced.
+as SGLang's cache-aware policy does when the load is imbalanced. A zone summary
+published after the conversation's previous turn was sent still counts that turn in its
+queue when it was prefilling then: the home zone is priced without it (the client sent
+the next turn after the answer).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
 from enum import StrEnum
 from typing import ClassVar
 
 from gtm.models import Frozen, RouteRequest
 from gtm.routing import Capability, Plugin
 from gtm.routing.cost import matching_prefix_blocks
-from gtm.routing.placement import Recall
+from gtm.routing.placement import PlacementMemory, Recall
 from regional_lb.plugins.ttft import predicted_ttft_ms
 from regional_lb.view import ZoneBatch, ZoneState
 
@@ -64,7 +69,8 @@ def sticky_zone(
     it can take it and pays for itself, else ``chosen`` (the profile's).
 
     ``zones``: the decision's candidates (:func:`regional_lb.view.zone_candidates`, with
-    the replica's unseen charges). Sans-io: reads its arguments alone."""
+    the replica's unseen charges); ``recall.at`` is on the zone summaries' clock (wall
+    time live, simulated time in the simulator). Sans-io: reads its arguments alone."""
     if recall is None or recall.target == chosen.id or recall.target in excluded:
         return chosen
     home = next((z for z in zones if z.id == recall.target), None)
@@ -82,6 +88,56 @@ def sticky_zone(
     warm = max(recall.blocks, matching_prefix_blocks(blocks, home.info.sketch))
     cold = matching_prefix_blocks(blocks, chosen.info.sketch) if blocks else 0
     tokens = float(request.input_tokens)
-    home_ms = predicted_ttft_ms(home, max(0.0, tokens - warm * per_block))
+    summary, load = home.info.summary, home.load
+    priced = home
+    if (
+        recall.tokens
+        and summary is not None
+        and load is not None
+        and summary.published_at >= recall.at
+    ):
+        # The zone's summary was taken after the conversation's last turn was sent there
+        # and counts that turn in its queue if it was prefilling then; the client sends
+        # the next turn after the answer, so it no longer is.
+        queued = max(0, load.queued_prefill_tokens - recall.tokens)
+        priced = replace(home, load=load.model_copy(update={"queued_prefill_tokens": queued}))
+    home_ms = predicted_ttft_ms(priced, max(0.0, tokens - warm * per_block))
     chosen_ms = predicted_ttft_ms(chosen, max(0.0, tokens - cold * per_block))
     return home if home_ms <= chosen_ms else chosen
+
+
+class ZoneMemory:
+    """The regional LB's part of stickiness: its :class:`PlacementMemory` of zones and
+    :func:`sticky_zone` over it. :meth:`place` is called when a request is handed to a
+    zone (the LB's local relay, the simulator's regional tier): it returns the zone to
+    send it to and remembers it."""
+
+    __slots__ = ("memory",)
+
+    def __init__(self, memory: PlacementMemory | None = None) -> None:
+        self.memory = memory if memory is not None else PlacementMemory()
+
+    def place(
+        self,
+        chosen: ZoneState,
+        request: RouteRequest,
+        zones: Callable[[], tuple[ZoneState, ...]],
+        *,
+        tokens_per_block: float,
+        now: float,
+        movable: bool = True,
+    ) -> ZoneState:
+        """``chosen``: the profile's zone; ``zones``: the decision's candidates (asked
+        for only when the recall names another zone); ``movable``: False when the
+        request is already charged to ``chosen`` (the fair queue placed it), which is
+        then only remembered."""
+        hashes = request.prefix_hashes
+        if not hashes:
+            return chosen
+        memory = self.memory
+        zone = chosen
+        recall = memory.recall(hashes, now) if movable else None
+        if recall is not None and recall.target != chosen.id:
+            zone = sticky_zone(recall, chosen, zones(), request, tokens_per_block=tokens_per_block)
+        memory.remember(hashes, zone.id, now, request.input_tokens)
+        return zone

@@ -16,8 +16,8 @@ LONG = "You are a helpful assistant. " * 100
 
 def test_prefix_hashes_match_the_zone_agents() -> None:
     facts = req.body_facts({"model": "m", "prompt": LONG}, req.Endpoint.COMPLETION)
-    assert len(facts.prefix_hashes) == req.SKETCH_BLOCKS
-    assert facts.prefix_hashes == zone_agent_hashes(LONG.encode())[: req.SKETCH_BLOCKS]
+    assert len(facts.prefix_hashes) == min(req.HASHED_BLOCKS, len(LONG.encode()) // 256)
+    assert facts.prefix_hashes == zone_agent_hashes(LONG.encode())[: req.HASHED_BLOCKS]
     short = req.body_facts({"model": "m", "prompt": "short"}, req.Endpoint.COMPLETION)
     assert short.prefix_hashes == ()
 
@@ -31,7 +31,7 @@ def test_chat_facts() -> None:
     assert facts.max_output_tokens == 40
     assert facts.stream
     text = "".join(f"{m['role']}\n\n{m['content']}\n" for m in messages).encode()
-    assert facts.prefix_hashes == zone_agent_hashes(text)[: req.SKETCH_BLOCKS]
+    assert facts.prefix_hashes == zone_agent_hashes(text)[: req.HASHED_BLOCKS]
     assert facts.tokens_per_block == pytest.approx(facts.input_tokens * 256 / len(text))
 
 
