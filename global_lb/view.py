@@ -115,9 +115,9 @@ class ModelTerms(NamedTuple):
     """A region's per-model numbers that every decision reads, computed once per view.
 
     ``queue_ms`` and ``ms_per_token`` price the region by the GPU that would take a
-    request there (:func:`gtm.routing.cost.prefill_terms`): its fastest free GPU
-    (no wait, that class's per-token time) or, when every GPU is busy, its pooled
-    backlog at its average per-GPU rate."""
+    request there, one line for every prompt size (:func:`gtm.routing.cost.
+    prefill_terms`): its fastest free GPU (no wait, that class's per-token time) when
+    no slower than its average GPU, else its pooled backlog at its average rate."""
 
     #: Queueing delay before the prefill starts, ms (∞: no capacity).
     queue_ms: float

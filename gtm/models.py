@@ -221,7 +221,7 @@ class Drain(StoredRecord):
 class GpuClassLoad(Frozen):
     """One GPU class (a GPU type at one tensor-parallel degree) of a :class:`ModelLoad`:
     what a router needs to price a place by the GPUs that would take a request there
-    rather than by their average (:func:`gtm.routing.cost.prefill_terms`)."""
+    rather than by their average (:func:`gtm.routing.cost.prefill_options`)."""
 
     #: The class: the GPU type, ``<n>x<type>`` for a tensor-parallel group of n.
     gpu_class: str = Field(min_length=1, max_length=63)

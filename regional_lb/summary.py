@@ -9,7 +9,7 @@ over the region's non-drained zones:
   added to the queue (as zone choice sees it); ``classes``, the healthy zones' GPU
   classes summed per class, after what was sent since took their free GPUs (fastest
   first), so the global tier prices the region by the GPU that would take a request
-  (:func:`gtm.routing.cost.prefill_terms`);
+  (:func:`gtm.routing.cost.prefill_options`);
 * ``predicted_ttft`` is the best zone's intra-region RTT + queueing delay (none when a
   GPU there is free), i.e. the TTFT of a request with nothing to prefill (each caller
   adds its RTT and own prefill);
@@ -38,7 +38,7 @@ from gtm.models import (
     merge_classes,
     taking_free,
 )
-from regional_lb.plugins.ttft import zone_terms
+from regional_lb.plugins.ttft import zone_options
 from regional_lb.view import RegionalView, ZoneAccounting, ZoneState, is_saturated, zone_candidates
 
 
@@ -102,7 +102,7 @@ def _aggregate(model: str, zones: Iterable[ZoneState]) -> ModelLoad:
 
 def _best_ttft(zones: Iterable[ZoneState]) -> float | None:
     costs = [
-        z.info.rtt_ms + zone_terms(z).queue_ms
+        z.info.rtt_ms + min(option.queue_ms for option in zone_options(z))
         for z in zones
         if z.healthy and not z.drained and z.load is not None
     ]

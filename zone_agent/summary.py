@@ -14,8 +14,9 @@ Per model, over the GPUs that may take requests now:
   free;
 * ``classes``: the same by GPU class (GPU type × tensor-parallel degree), fastest first,
   with the GPUs that are **free** — available, nothing waiting to prefill, room for a
-  sequence and a KV block — so upper tiers price the zone by the GPU that would take a
-  request (:func:`gtm.routing.cost.prefill_terms`), not by its average.
+  sequence and :data:`FREE_KV_SHARE` of their KV cache — so upper tiers price the zone
+  by the GPU that would take a request (:func:`gtm.routing.cost.prefill_options`), not
+  by its average.
 
 A regional LB derives the zone's predicted TTFT for a request of ``n`` uncached tokens
 as ``ModelLoad.queue_delay_ms() + 1000·n / prefill_tokens_per_s`` (ARCHITECTURE §2).
@@ -41,6 +42,11 @@ REFERENCE_BATCH = 64
 REFERENCE_CONTEXT = 2048
 #: Prefix blocks in the published sketch.
 SKETCH_BLOCKS = 32
+#: A GPU counts as free only with this share of its KV cache free: llm-d's saturation
+#: detector calls a GPU at 80 % KV use saturated (regional_lb.view), and one near it
+#: would make a new prompt wait for KV blocks, not start at once. (In the fleet
+#: simulator, counting any GPU with a free block made overloaded regions look idle.)
+FREE_KV_SHARE = 0.2
 
 
 def _model_load(view: ZoneView, index: ModelIndex) -> ModelLoad:
@@ -53,7 +59,8 @@ def _model_load(view: ZoneView, index: ModelIndex) -> ModelLoad:
     kv_free = np.maximum(0.0, index.kv_free_base - sent_since)
     static = _static_load(index)
     running = np.maximum(index.running, streams)
-    free = ok & (pending <= 0.0) & (running < index.max_seqs) & (kv_free >= 1.0)
+    room = kv_free >= FREE_KV_SHARE * index.kv_total
+    free = ok & (pending <= 0.0) & (running < index.max_seqs) & room
     classes = tuple(
         GpuClassLoad(
             gpu_class=c.name,

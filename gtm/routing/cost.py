@@ -116,42 +116,61 @@ class PrefillTerms(NamedTuple):
         return 1000.0 * self.gpus / rate if rate > 0.0 else 0.0
 
 
-def prefill_terms(
+def prefill_options(
     load: ModelLoad, unseen_requests: float = 0.0, unseen_tokens: float = 0.0
-) -> PrefillTerms:
-    """Price a zone or region by the GPUs that would take a request there.
+) -> tuple[PrefillTerms, ...]:
+    """The ways a request can start at a zone or region, as :class:`PrefillTerms`:
 
-    * A healthy GPU of some class is **free** (nothing waiting to prefill, room for a
-      sequence; :class:`~gtm.models.GpuClassLoad`): the request starts at once on the
-      fastest free one, ``(0, its class's ms per token)``, whatever the prompt size.
-      ``unseen_requests`` (sent since the summary, not in it yet) take free GPUs first,
-      fastest first, as each tier's GPU choice would place them.
-    * Otherwise every GPU is busy and the request waits for the pooled backlog,
-      ``1000·(queued + unseen_tokens) / rate``; the GPU that frees first is of class
-      ``c`` with probability ``rate_c / rate``, so its expected time per token is
-      ``Σ (rate_c / rate)·(healthy_c / rate_c) = healthy / rate``: one GPU at the
-      place's average rate.
+    * **at once on the fastest free GPU**, when a healthy GPU of some class is free
+      (nothing waiting to prefill, room for a sequence: :class:`~gtm.models.
+      GpuClassLoad`): ``(0, that class)``. ``unseen_requests`` (sent since the summary,
+      not in it yet) take the free GPUs first, fastest first, as each tier's GPU
+      choice would place them;
+    * **after the pooled backlog** ``1000·(queued + unseen_tokens) / rate`` (always
+      listed, last): the GPU that frees first is of class ``c`` with probability
+      ``rate_c / rate``, so its expected time per token is ``Σ (rate_c / rate)·
+      (healthy_c / rate_c) = healthy / rate``, one GPU at the place's average rate.
 
-    A load without classes (a summary from before they existed) has no free GPU to go
-    by: the second case, exactly as priced before. Pricing by the average alone made a
-    region whose fast GPUs idle beside slower ones look slow for long prompts and lose
-    to one an ocean away. When the fastest free GPU is slower than a busy faster
-    class's short queue, this over-prices long prompts (an upper bound; the zone's own
-    GPU choice still takes the faster GPU).
-
-    ``(∞, 0)`` when nothing healthy there can prefill.
+    A request of ``n`` uncached tokens costs the least ``queue_ms + n × ms_per_token``
+    of them (:func:`prefill_terms` when one line must do for every ``n``). A load
+    without classes (a summary from before they existed) has the pooled line alone:
+    priced exactly as before. Pricing by the average alone made a region whose fast
+    GPUs idle beside slower ones look slow for long prompts and lose to one an ocean
+    away. ``((∞, 0, 0),)`` when nothing healthy there can prefill.
     """
     rate = load.prefill_tokens_per_s
     if rate <= 0.0 or load.healthy_gpus <= 0:
-        return PrefillTerms(math.inf, 0, 0.0)
+        return (PrefillTerms(math.inf, 0, 0.0),)
+    queued = load.queued_prefill_tokens + unseen_tokens
+    pooled = PrefillTerms(1000.0 * queued / rate, load.healthy_gpus, rate)
     taken = unseen_requests
     for gpu_class in load.classes:  # fastest first
         free = gpu_class.free_gpus
         if free > taken and gpu_class.prefill_tokens_per_s > 0.0:
-            return PrefillTerms(0.0, gpu_class.healthy_gpus, gpu_class.prefill_tokens_per_s)
+            now = PrefillTerms(0.0, gpu_class.healthy_gpus, gpu_class.prefill_tokens_per_s)
+            return (now, pooled)
         taken -= free
-    queued = load.queued_prefill_tokens + unseen_tokens
-    return PrefillTerms(1000.0 * queued / rate, load.healthy_gpus, rate)
+    return (pooled,)
+
+
+def prefill_terms(
+    load: ModelLoad, unseen_requests: float = 0.0, unseen_tokens: float = 0.0
+) -> PrefillTerms:
+    """One line of :func:`prefill_options` for every prompt size (the global tier's
+    columns are ``base + n × per_token``): the fastest free GPU when it is at least as
+    fast as the place's average GPU — then it is the cheapest for every ``n`` (no wait,
+    no slower a token) — else the pooled backlog, as before GPU classes. (When the
+    only free GPUs are slower than the average, short prompts would start sooner on
+    them, long ones after the backlog on a faster GPU; the pooled line keeps the
+    long prompts' price honest, and the zone's own GPU choice takes the free GPU for
+    the short ones.)"""
+    options = prefill_options(load, unseen_requests, unseen_tokens)
+    if len(options) == 2:
+        now, pooled = options
+        if now.ms_per_token <= pooled.ms_per_token:
+            return now
+        return pooled
+    return options[0]
 
 
 def _reject_ttft_inputs(**inputs: float) -> None:

@@ -6,13 +6,14 @@ own prefill with :func:`prefill_ms` from here), and the ``ttft-scorer`` /
 The cost (ARCHITECTURE §2), in ms::
 
     intra-region RTT to the zone              ~2 ms (regional_lb.rtt)
-  + its queue: 0 when a GPU there is free (nothing waiting to prefill), else
-    queued prefill tokens / zone prefill rate   (incl. what we sent since its summary)
-  + this request's *uncached* prompt tokens / the prefill rate of the GPU that takes
-    it: the fastest free GPU's class, else one GPU at the zone's average rate
-
-(:func:`gtm.routing.cost.prefill_terms`, shared with the global tier: what we sent
-since the summary takes the free GPUs first, fastest first).
+  + the cheaper of two ways to start (:func:`gtm.routing.cost.prefill_options`,
+    shared with the global tier; what we sent since the summary takes the free GPUs
+    first, fastest first):
+      at once on its fastest free GPU (nothing waiting to prefill there):
+        this request's *uncached* prompt tokens / that GPU's prefill rate;
+      after its queue (incl. what we sent since its summary):
+        queued prefill tokens / zone prefill rate
+        + the uncached prompt tokens / one GPU at the zone's average rate
 
 "Uncached" subtracts the leading prefix blocks the zone's sketch holds (prefix-sketch
 locality): a zone that has the prompt's system prompt hot prefills less. Scores are
@@ -36,6 +37,7 @@ from gtm.routing import Capability, Plugin
 from gtm.routing.cost import (
     PrefillTerms,
     matching_prefix_blocks,
+    prefill_options,
     prefill_terms,
     scores_from_costs,
 )
@@ -73,18 +75,20 @@ def prefill_ms(tokens: float, healthy_gpus: int, prefill_tokens_per_s: float) ->
     return 1000.0 * tokens * healthy_gpus / prefill_tokens_per_s
 
 
-def zone_terms(zone: ZoneState) -> PrefillTerms:
-    """The zone's wait and the GPUs a request would prefill on (see the module
-    docstring); ``queue_ms`` is ∞ when it cannot serve the model now."""
+def zone_options(zone: ZoneState) -> tuple[PrefillTerms, ...]:
+    """The ways a request can start at the zone (:func:`gtm.routing.cost.
+    prefill_options`: on its fastest free GPU, after its pooled backlog); ``queue_ms``
+    is ∞ when it cannot serve the model now."""
     load = zone.load
     if load is None:
-        return PrefillTerms(math.inf, 0, 0.0)
-    return prefill_terms(load, zone.unseen_requests, zone.unseen_tokens)
+        return (PrefillTerms(math.inf, 0, 0.0),)
+    return prefill_options(load, zone.unseen_requests, zone.unseen_tokens)
 
 
 def peer_terms(summary: RegionSummary, model: str) -> PrefillTerms:
-    """A peer region's terms for ``model`` from its summary: the GPUs a spilled request
-    would prefill on (``queue_ms``: the region's own, without its zones' RTT)."""
+    """A peer region's line for ``model`` from its summary (:func:`gtm.routing.cost.
+    prefill_terms`): the GPUs a spilled request would prefill on (``queue_ms``: the
+    region's own, without its zones' RTT)."""
     load = summary.load_for(model)
     if load is None:
         return PrefillTerms(math.inf, 0, 0.0)
@@ -93,11 +97,16 @@ def peer_terms(summary: RegionSummary, model: str) -> PrefillTerms:
 
 def predicted_ttft_ms(zone: ZoneState, own_uncached_tokens: float) -> float:
     """Intra-region RTT + the zone's queueing + this request's prefill on the GPU that
-    takes it."""
-    queue_ms, gpus, rate = zone_terms(zone)
-    if math.isinf(queue_ms):
-        return math.inf
-    return zone.info.rtt_ms + queue_ms + prefill_ms(own_uncached_tokens, gpus, rate)
+    takes it: the cheaper way to start there (a handful of zones: the exact minimum)."""
+    rtt = zone.info.rtt_ms
+    best = math.inf
+    for queue_ms, gpus, rate in zone_options(zone):
+        if math.isinf(queue_ms):
+            return math.inf
+        cost = rtt + queue_ms + prefill_ms(own_uncached_tokens, gpus, rate)
+        if cost < best:
+            best = cost
+    return best
 
 
 class TtftScorer(Plugin):

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from gtm.models import Endpoint
+from gtm.models import Endpoint, GpuClassLoad, ModelLoad
 from regional_lb.summary import RateMeter, build_summary
 from regional_lb.view import ZoneAccounting
 from tests.unit.regional_lb.helpers import MODEL, NOW, model_load, view, zone
@@ -61,3 +61,45 @@ def test_rate_meter_counts_a_sliding_window() -> None:
     assert meter.rate(100.0) == 0.0
     with pytest.raises(ValueError, match="window_s"):
         RateMeter(0)
+
+
+def test_the_summary_carries_the_zones_gpu_classes_after_what_was_sent_since() -> None:
+    def zone_load(fast_free: int, slow_free: int) -> ModelLoad:
+        classes = (
+            GpuClassLoad(
+                gpu_class="H100", healthy_gpus=1, prefill_tokens_per_s=20_000.0, free_gpus=fast_free
+            ),
+            GpuClassLoad(
+                gpu_class="L4",
+                healthy_gpus=2,
+                prefill_tokens_per_s=6_000.0,
+                free_gpus=slow_free,
+                queued_prefill_tokens=300,
+            ),
+        )
+        return ModelLoad(
+            model=MODEL,
+            gpus=3,
+            healthy_gpus=3,
+            prefill_tokens_per_s=26_000.0,
+            queued_prefill_tokens=300,
+            max_running_requests=48,
+            classes=classes,
+        )
+
+    regional = view([zone("a", zone_load(1, 1)), zone("b", zone_load(1, 0))])
+    accounting = ZoneAccounting()
+    accounting.observe(regional.zones)
+    accounting.start("a", MODEL, 500)  # takes zone a's free H100
+    summary = build_summary(regional, accounting, published_at=NOW)
+    (load,) = summary.models
+    h100, l4 = load.classes
+    assert (h100.gpu_class, h100.healthy_gpus, h100.free_gpus) == ("H100", 2, 1)
+    assert (l4.gpu_class, l4.healthy_gpus, l4.free_gpus, l4.queued_prefill_tokens) == (
+        "L4",
+        4,
+        1,
+        600,
+    )
+    # Zone b's H100 is free: a request with nothing to prefill starts at once there.
+    assert summary.ttft_for(MODEL) == 2.0

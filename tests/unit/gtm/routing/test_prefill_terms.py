@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from gtm.models import GpuClassLoad, ModelLoad, RegionSummary, merge_classes, taking_free
-from gtm.routing.cost import PrefillTerms, prefill_terms
+from gtm.routing.cost import PrefillTerms, prefill_options, prefill_terms
 
 MODEL = "m"
 
@@ -43,10 +43,15 @@ def load(*classes: GpuClassLoad, queued: int = 0, keep_classes: bool = True) -> 
 def test_an_idle_fast_gpu_prices_the_place_whatever_its_slower_neighbours() -> None:
     # An H100-like GPU (20,000 tokens/s) beside three L4-like ones (2,000 tokens/s), all idle.
     mixed = load(gpu_class("fast", 1, 20_000.0, free=1), gpu_class("slow", 3, 2_000.0, free=3))
+    assert prefill_options(mixed) == (
+        PrefillTerms(0.0, 1, 20_000.0),
+        PrefillTerms(0.0, 4, 26_000.0),
+    )
     assert prefill_terms(mixed) == PrefillTerms(0.0, 1, 20_000.0)
     assert prefill_terms(mixed).ms_per_token == 0.05
     # Priced by the average instead, a prompt would cost 1000 · 4 / 26,000 ms a token.
     old = load(*mixed.classes, keep_classes=False)
+    assert prefill_options(old) == (PrefillTerms(0.0, 4, 26_000.0),)
     assert prefill_terms(old) == PrefillTerms(0.0, 4, 26_000.0)
 
 
@@ -56,17 +61,25 @@ def test_requests_sent_since_the_summary_take_the_free_gpus_fastest_first() -> N
         gpu_class("slow", 3, 2_000.0, free=2),
         queued=9_000,
     )
-    assert prefill_terms(mixed, unseen_requests=0.5).prefill_tokens_per_s == 40_000.0
-    assert prefill_terms(mixed, unseen_requests=1) == PrefillTerms(0.0, 3, 6_000.0)
-    assert prefill_terms(mixed, unseen_requests=2.5) == PrefillTerms(0.0, 3, 6_000.0)
+    pooled = PrefillTerms(1000.0 * 9_000 / 46_000.0, 5, 46_000.0)
+    assert prefill_options(mixed, unseen_requests=0.5) == (PrefillTerms(0.0, 2, 40_000.0), pooled)
+    assert prefill_terms(mixed, unseen_requests=0.5) == PrefillTerms(0.0, 2, 40_000.0)
+    # The fast GPU taken, a slow one is free: faster to start at once for short prompts,
+    # after the backlog on an average GPU for long ones.
+    slow_now = PrefillTerms(0.0, 3, 6_000.0)
+    assert prefill_options(mixed, unseen_requests=1) == (slow_now, pooled)
+    assert prefill_options(mixed, unseen_requests=2.5) == (slow_now, pooled)
+    # One line for every prompt size: the free GPU only when no slower than the average.
+    assert prefill_terms(mixed, unseen_requests=1) == pooled
     # Every free GPU taken: the pooled backlog, with what was sent since, at the average.
-    assert prefill_terms(mixed, unseen_requests=3, unseen_tokens=1_000) == PrefillTerms(
-        1000.0 * 10_000 / 46_000.0, 5, 46_000.0
+    assert prefill_options(mixed, unseen_requests=3, unseen_tokens=1_000) == (
+        PrefillTerms(1000.0 * 10_000 / 46_000.0, 5, 46_000.0),
     )
 
 
 def test_nothing_to_prefill_on_is_infinite() -> None:
     none = ModelLoad(model=MODEL, gpus=2, healthy_gpus=0, prefill_tokens_per_s=0.0)
+    assert prefill_options(none) == (PrefillTerms(math.inf, 0, 0.0),)
     assert prefill_terms(none) == PrefillTerms(math.inf, 0, 0.0)
     assert prefill_terms(none).ms_per_token == 0.0
 
@@ -88,7 +101,9 @@ def test_a_summary_without_classes_is_priced_as_before_to_the_bit(
         prefill_tokens_per_s=rate,
         queued_prefill_tokens=queued,
     )
-    queue_ms, n, r = prefill_terms(old, unseen_requests=unseen, unseen_tokens=tokens)
+    (only,) = prefill_options(old, unseen_requests=unseen, unseen_tokens=tokens)
+    assert prefill_terms(old, unseen_requests=unseen, unseen_tokens=tokens) == only
+    queue_ms, n, r = only
     assert queue_ms == 1000.0 * (queued + tokens) / rate
     assert (n, r) == (gpus, rate)
     assert PrefillTerms(queue_ms, n, r).ms_per_token == 1000.0 * gpus / rate

@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gtm.models import GpuClassLoad, ModelLoad
 from regional_lb.plugins.ttft import TtftScorer, predicted_ttft_ms, prefill_ms, uncached_tokens
 from regional_lb.spill import SpillSettings, peer_ttft_ms, spill_options
-from regional_lb.view import ZoneBatch, ZoneContext, zone_candidates
+from regional_lb.view import ZoneAccounting, ZoneBatch, ZoneContext, zone_candidates
 from tests.unit.regional_lb.helpers import MODEL, NOW, model_load, peer, route_request, view, zone
 
 
@@ -73,3 +74,56 @@ def test_spillover_prices_a_peers_own_prefill_with_the_formula(tokens: int) -> N
         settings=SpillSettings(),
     )
     assert option.ttft_ms == expected
+
+
+def mixed_load(*classes: GpuClassLoad, queued: int = 0) -> ModelLoad:
+    """A zone's load with GPU classes (what a zone agent publishes), fastest first."""
+    gpus = sum(c.healthy_gpus for c in classes)
+    return ModelLoad(
+        model=MODEL,
+        gpus=gpus,
+        healthy_gpus=gpus,
+        prefill_tokens_per_s=sum(c.prefill_tokens_per_s for c in classes),
+        queued_prefill_tokens=queued,
+        max_running_requests=64 * gpus,
+        classes=classes,
+    )
+
+
+def gpus(name: str, n: int, per_gpu: float, free: int) -> GpuClassLoad:
+    return GpuClassLoad(
+        gpu_class=name, healthy_gpus=n, prefill_tokens_per_s=n * per_gpu, free_gpus=free
+    )
+
+
+@pytest.mark.parametrize("tokens", [100, 4_000, 30_000])
+def test_a_zone_whose_fast_gpu_idles_beside_slow_ones_wins_a_prompt_of_any_size(
+    tokens: int,
+) -> None:
+    # Zone "mixed": a free 20,000 tokens/s GPU and three free 3,000 tokens/s ones (average
+    # 7,250); zone "even": four 10,000 tokens/s GPUs, busy behind 2,000 queued tokens.
+    mixed = zone("mixed", mixed_load(gpus("fast", 1, 20_000.0, 1), gpus("slow", 3, 3_000.0, 3)))
+    even = zone("even", mixed_load(gpus("mid", 4, 10_000.0, 0), queued=2_000))
+    regional = view([mixed, even])
+    candidates = zone_candidates(regional, MODEL)
+    request = route_request(tokens=tokens)
+    costs = TtftScorer().costs_ms(ZoneBatch(request, candidates, ZoneContext(regional)))
+    assert costs[0] < costs[1]
+    assert costs[0] == 2.0 + 0.0 + prefill_ms(tokens, 1, 20_000.0)
+
+
+def test_a_zone_whose_only_free_gpu_is_slow_is_priced_by_the_cheaper_way_to_start() -> None:
+    # One free 2,000 tokens/s GPU; three 20,000 tokens/s ones behind 6,200 queued tokens.
+    load = mixed_load(gpus("fast", 3, 20_000.0, 0), gpus("slow", 1, 2_000.0, 1), queued=6_200)
+    (candidate,) = zone_candidates(view([zone("z", load)]), MODEL)
+    pooled = 1000.0 * 6_200 / 62_000.0
+    # A short prompt starts at once on the slow GPU; a long one waits for a fast GPU.
+    assert predicted_ttft_ms(candidate, 100) == 2.0 + 0.0 + prefill_ms(100, 1, 2_000.0)
+    assert predicted_ttft_ms(candidate, 10_000) == 2.0 + pooled + prefill_ms(10_000, 4, 62_000.0)
+    # What we sent since its summary took the free GPU: the backlog for every size.
+    accounting = ZoneAccounting()
+    accounting.observe(view([zone("z", load)]).zones)
+    accounting.start("z", MODEL, 50)
+    (taken,) = zone_candidates(view([zone("z", load)]), MODEL, accounting)
+    queued = 1000.0 * 6_250 / 62_000.0
+    assert predicted_ttft_ms(taken, 100) == 2.0 + queued + prefill_ms(100, 4, 62_000.0)
