@@ -46,6 +46,8 @@ from policies.types import is_country_code
 #: wait before its headers are read (they are read on arrival).
 MAX_AGE_S = 30.0
 VERSION = "v1"
+#: The environment variable every tier's command reads the key from (``--peer-token``).
+TIER_KEY_ENV = "GTM_PEER_TOKEN"
 #: The issuer of a front door's signature; a regional LB signs as ``region/<id>``.
 GLOBAL_ISSUER = "global"
 _ISSUER = re.compile(r"^(global|region/[a-z0-9][a-z0-9-]{0,62})$")
@@ -275,6 +277,7 @@ def assert_location(headers: CIMultiDict[str], location: ClientLocation) -> None
 __all__ = [
     "GLOBAL_ISSUER",
     "MAX_AGE_S",
+    "TIER_KEY_ENV",
     "AuthResult",
     "ClientLocation",
     "Inbound",

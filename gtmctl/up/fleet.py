@@ -13,11 +13,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import secrets
 import shutil
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Protocol, TypeVar
@@ -35,6 +37,7 @@ from gtm.policy_store import apply
 from gtm.state import codec, keys
 from gtm.state.store import StateStore
 from gtm.topology import Deployment, Topology, ZonePlacement, load_topology, resolve
+from gtm.trust import TIER_KEY_ENV
 from gtmctl.up.clients import bundled_cities, geo_map
 from gtmctl.up.config import HostPort, UpConfig
 from policies import PolicyError, PolicySet, load_paths
@@ -64,6 +67,12 @@ class Plan:
     run_dir: Path
     owns_run_dir: bool
     geo_map_path: Path
+    #: The key the tiers sign their headers with (:mod:`gtm.trust`), new for each run
+    #: unless the environment gives one (``GTM_PEER_TOKEN``); never written to disk.
+    tier_key: str = field(
+        default_factory=lambda: os.environ.get(TIER_KEY_ENV) or secrets.token_urlsafe(32),
+        repr=False,
+    )
 
     @property
     def dns(self) -> HostPort:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
+from pydantic import SecretStr
 
 from global_lb.app import GlobalConfig, GlobalTier
 from global_lb.config import FrontDoorConfig
@@ -29,6 +30,7 @@ from global_lb.health import HealthCheckConfig
 from gpusim.server import GpuSimConfig, GpuSimServer
 from gtm.clock import Clock
 from gtm.errors import ConfigError
+from gtm.geo import GeoLocator, load_geo_map, open_locator
 from gtm.metrics import new_registry
 from gtm.policy_store import activate
 from gtm.serve import HttpServer
@@ -48,9 +50,12 @@ from zone_agent.config import ZoneConfig
 
 log = logging.getLogger(__name__)
 
-#: Loopback peers are the local deployment's proxies (``gtm load`` sends its clients'
-#: places in X-Forwarded-For); on a real front door only the anycast LBs are.
-LOCAL_PROXIES = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
+#: The local deployment's proxies: the loopback address local tools connect from
+#: (``gtm load`` sends its clients' places in X-Forwarded-For), trusted by the front
+#: door and the regional LBs alike; on a real deployment only the anycast LBs are. The
+#: rest of 127/8 is not: a client bound to 127.0.0.2 is an untrusted peer whose
+#: X-Forwarded-For is not believed (the users' paths tests are such clients).
+LOCAL_PROXIES = (ipaddress.ip_network("127.0.0.1/32"), ipaddress.ip_network("::1/128"))
 
 #: Health checks of the regional LBs, looser than a production default: every tier
 #: shares one event loop here, and a loop busy with a burst of streamed tokens must not
@@ -73,7 +78,9 @@ def global_config(plan: Plan, *, http_listen: str | None) -> GlobalConfig:
         audit_dir=str(plan.run_dir / "audit" / "global"),
         zone=DnsZoneConfig(zone=DNS_ZONE),
         health=LOCAL_HEALTH,
-        front_door=FrontDoorConfig(trusted_proxies=LOCAL_PROXIES),
+        front_door=FrontDoorConfig(
+            trusted_proxies=LOCAL_PROXIES, peer_token=SecretStr(plan.tier_key)
+        ),
         require_summaries=True,
     )
 
@@ -94,6 +101,7 @@ class InProcessFleet:
         self.gpus: dict[str, GpuSimServer] = {}
         self.zones: dict[str, ZoneAgent] = {}
         self.regions: dict[str, RegionalService] = {}
+        self._geo: GeoLocator | None = None
         self.global_tier: GlobalTier | None = None
         tls_dir = tls_directory(plan.config)
         self.tls = LocalTls.prepare(plan.deployment, tls_dir) if tls_dir is not None else None
@@ -201,6 +209,10 @@ class InProcessFleet:
             region=region.id,
             replica_id=f"{region.id}-1",
             advertise_url=https(region.url) if self.tls is not None else region.url,
+            # Clients that come straight here are located as the front door locates
+            # them: its key, its trusted proxies, its GeoIP database and geo map.
+            peer_token=self.plan.tier_key,
+            trusted_proxies=LOCAL_PROXIES,
         )
         # One audit directory per writer: a writer locks its directory.
         audit = AuditWriter(
@@ -215,6 +227,7 @@ class InProcessFleet:
             registry=registry,
             audit=audit,
             tls=self._tls(f"region/{region.id}", "regional", registry),
+            locator=self._locator(),
         )
         try:
             await self._stack.enter_async_context(serving(service, region.host, region.port))
@@ -224,6 +237,14 @@ class InProcessFleet:
                 f"{exc.strerror}"
             ) from None
         self.regions[region.id] = service
+
+    def _locator(self) -> GeoLocator:
+        """The front door's locator (one, shared by the regional LBs of this process)."""
+        if self._geo is None:
+            config = self.plan.config
+            cidr = load_geo_map(self.plan.geo_map_path)
+            self._geo = open_locator(config.geoip_db, cidr)
+        return self._geo
 
     async def _start_global(self) -> HostPort:
         plan = self.plan

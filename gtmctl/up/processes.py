@@ -64,6 +64,7 @@ from gtm.state.store import StateStore
 from gtm.state.url import open_store, parse_state_url
 from gtm.tasks import Backoff, TaskSupervisor
 from gtm.topology import GpuPlacement, RegionPlacement, ZonePlacement
+from gtm.trust import TIER_KEY_ENV
 from gtmctl.up.config import HostPort
 from gtmctl.up.control import (
     ChildInfo,
@@ -206,14 +207,28 @@ def zone_argv(zone: ZonePlacement, state: str, scrape_interval_s: float) -> list
 
 
 def regional_argv(
-    region: RegionPlacement, state: str, audit_root: Path, *, advertise: str | None = None
+    region: RegionPlacement,
+    state: str,
+    audit_root: Path,
+    *,
+    advertise: str | None = None,
+    plan: Plan | None = None,
 ) -> list[str]:
-    # One audit directory per writer: a writer locks its directory.
+    # One audit directory per writer: a writer locks its directory. Clients that come
+    # straight to a region are located as the front door locates them (its GeoIP
+    # database, geo map and trusted proxies); the tiers' key comes in the environment.
+    located: list[str] = []
+    if plan is not None:
+        geoip = plan.config.geoip_db
+        located += ["--geoip-db", geoip] if geoip else []
+        located += ["--geo-map", str(plan.geo_map_path)]
+        located += [arg for n in LOCAL_PROXIES for arg in ("--trusted-proxy", str(n))]
     return _gtm(
         "regional",
         *("--region", region.id, "--state", state, "--listen", f"{region.host}:{region.port}"),
         *("--replica-id", f"{region.id}-1", "--advertise-url", advertise or region.url),
         *("--audit-dir", str(audit_root / f"regional-{region.id}")),
+        *located,
     )
 
 
@@ -351,7 +366,7 @@ class ProcessFleet:
         for region in plan.deployment.regions:
             state = self._state_for(f"regional/{region.id}")
             advertise = https(region.url) if tls is not None else None
-            argv = regional_argv(region, state, audit, advertise=advertise)
+            argv = regional_argv(region, state, audit, advertise=advertise, plan=plan)
             self._add(region.id, TierKind.REGIONAL, with_tls(argv, f"region/{region.id}"))
         state = self._state_for("global")
         argv = with_tls(global_argv(plan, state, dns, http), GLOBAL_IDENTITY)
@@ -466,6 +481,7 @@ class ProcessFleet:
         with child.log_path.open("ab") as handle:
             child.process = await asyncio.create_subprocess_exec(
                 *child.argv,
+                env={**os.environ, TIER_KEY_ENV: self.plan.tier_key},
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=handle,
                 stderr=handle,
