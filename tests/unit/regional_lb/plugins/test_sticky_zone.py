@@ -1,0 +1,104 @@
+"""The regional LB keeps a conversation in the zone its prefix was just sent to."""
+
+from __future__ import annotations
+
+from gtm.routing.placement import PlacementMemory
+from regional_lb.plugins.prefix import ZoneMemory, sticky_zone
+from regional_lb.view import ZoneState, zone_candidates
+from tests.unit.regional_lb.helpers import NOW, model_load, route_request, view, zone
+
+#: A conversation's prompt: 8 blocks of 500 tokens.
+PROMPT = tuple(range(100, 108))
+TOKENS = 4000
+PER_BLOCK = 500.0
+
+
+def _zones(queued_a: int = 0, queued_b: int = 0, running_a: int = 0) -> tuple[ZoneState, ...]:
+    regional = view(
+        [
+            zone("a", model_load(queued=queued_a, running=running_a)),
+            zone("b", model_load(queued=queued_b)),
+        ]
+    )
+    return zone_candidates(regional, "m")
+
+
+def _place(memory: ZoneMemory, chosen: str, zones: tuple[ZoneState, ...], now: float) -> str:
+    request = route_request(tokens=TOKENS, prefix=PROMPT)
+    picked = next(z for z in zones if z.id == chosen)
+    return memory.place(picked, request, lambda: zones, tokens_per_block=PER_BLOCK, now=now).id
+
+
+def test_a_repeat_right_after_dispatch_goes_back_to_the_same_zone() -> None:
+    memory = ZoneMemory()
+    zones = _zones()
+    assert _place(memory, "a", zones, NOW - 1.0) == "a"
+    # The zone sketches know nothing yet; the profile would pick b for the next turn.
+    assert _place(memory, "b", zones, NOW - 0.5) == "a"
+
+
+def test_after_the_ttl_the_profile_decides() -> None:
+    memory = ZoneMemory(PlacementMemory(ttl_s=5.0))
+    zones = _zones()
+    assert _place(memory, "a", zones, NOW - 10.0) == "a"
+    assert _place(memory, "b", zones, NOW - 4.0) == "b"
+
+
+def test_affinity_yields_when_the_zone_is_saturated_or_its_queue_outweighs_the_cache() -> None:
+    memory = ZoneMemory()
+    request = route_request(tokens=TOKENS, prefix=PROMPT)
+    memory.memory.remember(PROMPT, "a", NOW - 1.0)
+    recall = memory.memory.recall(PROMPT, NOW)
+    full = _zones(running_a=40)  # past the zone's capacity: saturated
+    assert full[0].saturated
+    assert sticky_zone(recall, full[1], full, request, tokens_per_block=PER_BLOCK) is full[1]
+    # A queue at a far longer than the prefill the cache saves.
+    queued = _zones(queued_a=200_000)
+    assert sticky_zone(recall, queued[1], queued, request, tokens_per_block=PER_BLOCK) is queued[1]
+    idle = _zones()
+    assert sticky_zone(recall, idle[1], idle, request, tokens_per_block=PER_BLOCK) is idle[0]
+
+
+def test_the_previous_turn_a_newer_summary_still_shows_queued_is_not_held_against_it() -> None:
+    request = route_request(tokens=TOKENS, prefix=PROMPT)
+    previous = 10_000  # tokens of the previous turn's prompt
+    # A's summary (published at NOW) counts 10,000 queued tokens: a second of queue there,
+    # against the 0.8 s b needs to prefill the whole prompt.
+    zones = _zones(queued_a=previous)
+    # The previous turn was sent before that summary: the queue it shows is that turn,
+    # finished since (the client sent the next one after the answer).
+    before = PlacementMemory()
+    before.remember(PROMPT, "a", NOW - 0.5, tokens=previous)
+    recall = before.recall(PROMPT, NOW)
+    assert sticky_zone(recall, zones[1], zones, request, tokens_per_block=PER_BLOCK) is zones[0]
+    # Sent after that summary: the queue it shows is someone else's.
+    after = PlacementMemory()
+    after.remember(PROMPT, "a", NOW + 0.5, tokens=previous)
+    recall = after.recall(PROMPT, NOW + 1.0)
+    assert sticky_zone(recall, zones[1], zones, request, tokens_per_block=PER_BLOCK) is zones[1]
+
+
+def test_a_zone_the_request_failed_on_is_not_recalled() -> None:
+    memory = PlacementMemory()
+    memory.remember(PROMPT, "a", NOW)
+    zones = _zones()
+    request = route_request(tokens=TOKENS, prefix=PROMPT)
+    recall = memory.recall(PROMPT, NOW)
+    got = sticky_zone(
+        recall, zones[1], zones, request, tokens_per_block=PER_BLOCK, excluded=frozenset({"a"})
+    )
+    assert got is zones[1]
+
+
+def test_a_request_the_fair_queue_placed_stays_and_is_remembered() -> None:
+    memory = ZoneMemory()
+    zones = _zones()
+    request = route_request(tokens=TOKENS, prefix=PROMPT)
+    memory.memory.remember(PROMPT, "a", NOW - 1.0)
+    placed = memory.place(
+        zones[1], request, lambda: zones, tokens_per_block=PER_BLOCK, now=NOW, movable=False
+    )
+    assert placed is zones[1]
+    recall = memory.memory.recall(PROMPT, NOW)
+    assert recall is not None
+    assert recall.target == "b"
