@@ -145,9 +145,9 @@ MUTANTS: Mapping[str, Mutant] = _catalogue(
         patch="snapshot-dropped",
     ),
     Mutant(
-        name="no-relist-on-compaction",
-        breaks="re-listing: a watch behind compaction resumes at the head instead",
-        patch="no-relist-on-compaction",
+        name="watch-ends-on-compaction",
+        breaks="re-listing: a watch behind compaction ends, its snapshot never updated",
+        patch="watch-ends-on-compaction",
     ),
     Mutant(
         name="lenient-policy-loader",

@@ -141,10 +141,12 @@ def snapshot_dropped() -> None:
     SnapshotWatcher._mark_stale = mark_stale  # type: ignore[method-assign]
 
 
-def no_relist_on_compaction() -> None:
-    """A watch whose revision was compacted resumes at the store's head, without
-    re-listing: whatever changed meanwhile is never seen."""
-    from gtm.errors import CompactedError, StateUnavailable
+def watch_ends_on_compaction() -> None:
+    """A watch whose revision was compacted away ends for good: no re-list, no resume;
+    the tier serves the snapshot it had, never updated again."""
+    import asyncio
+
+    from gtm.errors import CompactedError
     from gtm.state.snapshot import SnapshotWatcher
 
     original = SnapshotWatcher._follow
@@ -153,9 +155,7 @@ def no_relist_on_compaction() -> None:
         try:
             await original(self)
         except CompactedError:
-            head = await self._store.current_revision()
-            self._snapshot = dataclasses.replace(self._snapshot, revision=head)
-            raise StateUnavailable("resumed past a compaction without re-listing") from None
+            await asyncio.Event().wait()
 
     SnapshotWatcher._follow = follow  # type: ignore[method-assign]
 
@@ -208,7 +208,7 @@ PATCHES: Mapping[str, Callable[[], None]] = MappingProxyType(
         "no-retry-before-first-byte": no_retry_before_first_byte,
         "region-needs-every-zone": region_needs_every_zone,
         "snapshot-dropped": snapshot_dropped,
-        "no-relist-on-compaction": no_relist_on_compaction,
+        "watch-ends-on-compaction": watch_ends_on_compaction,
         "lenient-policy-loader": lenient_policy_loader,
     }
 )

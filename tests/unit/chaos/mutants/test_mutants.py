@@ -37,7 +37,7 @@ TARGETS = {
     "no-retry-before-first-byte": "gtm.relay.Relay.__init__",
     "region-needs-every-zone": "regional_lb.app.build_summary",
     "snapshot-dropped": "gtm.state.snapshot.SnapshotWatcher._mark_stale",
-    "no-relist-on-compaction": "gtm.state.snapshot.SnapshotWatcher._follow",
+    "watch-ends-on-compaction": "gtm.state.snapshot.SnapshotWatcher._follow",
     "lenient-policy-loader": "policies.loader.validate_document",
 }
 
