@@ -45,6 +45,9 @@ class PolicySpec:
     description: str = ""
     #: gtm's global in-flight ledger (``None``: the defaults, as the front door runs it).
     ledger: LedgerSettings | None = None
+    #: gtm's placement memories and sticky rules (a conversation kept on the region,
+    #: zone and GPU its prefix was just sent to); False runs its tiers without them.
+    affinity: bool = True
 
 
 def _zone_baseline(name: str, profile: str, what: str) -> PolicySpec:
@@ -95,6 +98,13 @@ ABLATIONS: Mapping[str, PolicySpec] = MappingProxyType(
             "default",
             "gtm without the global in-flight ledger (summaries alone)",
             ledger=LedgerSettings(enabled=False),
+        ),
+        "gtm-no-affinity": PolicySpec(
+            "gtm-no-affinity",
+            RegionMode.GTM,
+            "default",
+            "gtm without its placement memories: each tier chooses again for a repeat",
+            affinity=False,
         ),
         "gtm-ttft-only": PolicySpec(
             "gtm-ttft-only",

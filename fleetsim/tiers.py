@@ -105,6 +105,7 @@ class Tiers(Routing):
         #: door's regions, remembered when it forwards (so worker 0 of a partitioned
         #: run keeps it, with the global choices), and each regional LB's zones,
         #: remembered when it dispatches.
+        self.affinity = sim.spec.affinity
         self.regions_sent = RegionMemory()
         self.zones_sent = {r: ZoneMemory() for r in sim.region_ids}
         self.region_summaries: dict[str, RegionSummary] = {}
@@ -118,7 +119,7 @@ class Tiers(Routing):
 
     def zone_choice(self, decision: ZoneDecision) -> ZoneDecision:
         # The zone agent keeps a conversation on the GPU its prefix was just sent to.
-        return sticky_gpu(decision)
+        return sticky_gpu(decision) if self.affinity else decision
 
     # ------------------------------------------------------------------ summaries
 
@@ -202,17 +203,19 @@ class Tiers(Routing):
         if outcome.region is None:
             sim.end(i, Status.REFUSED, f"global: {outcome.refusal}")
             return None
-        # Back where the prompt's prefix was just sent, while that region may take it.
-        region = self.regions_sent.place(
-            outcome.region,
-            rr,
-            view,
-            verdict.allowed,
-            point=rr.client.location,
-            country=rr.client.country,
-            tokens_per_block=float(sim.requests[i].block_tokens),
-            now=now,
-        )
+        region: str | None = outcome.region
+        if self.affinity:
+            # Back where the prompt's prefix was just sent, while that region may take it.
+            region = self.regions_sent.place(
+                region,
+                rr,
+                view,
+                verdict.allowed,
+                point=rr.client.location,
+                country=rr.client.country,
+                tokens_per_block=float(sim.requests[i].block_tokens),
+                now=now,
+            )
         assert region is not None
         # Charged as the front door charges a forward: before the region's own checks.
         # (Its quota refusal would come back a round trip later and take the charge
@@ -398,13 +401,15 @@ class Tiers(Routing):
     ) -> None:
         """The regional LB hands request ``i`` to a zone: back to the zone its prefix
         was just sent to while that zone can take it, else the profile's ``chosen``."""
-        zone = self.zones_sent[region].place(
-            chosen,
-            rr,
-            lambda: zone_candidates(self.rviews[region], rr.model, self.zacc[region]),
-            tokens_per_block=inputs.tokens_per_block,
-            now=now,
-        )
+        zone = chosen
+        if self.affinity:
+            zone = self.zones_sent[region].place(
+                chosen,
+                rr,
+                lambda: zone_candidates(self.rviews[region], rr.model, self.zacc[region]),
+                tokens_per_block=inputs.tokens_per_block,
+                now=now,
+            )
         self.sim.dispatch(i, self.sim.pools[zone.id], now, extra)
 
     # ------------------------------------------------------------------ partitioned runs
