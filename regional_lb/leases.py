@@ -402,16 +402,17 @@ class CapacityLeases:
         others = [r for r in records if r.replica != self._replica]
         mine = next((r for r in records if r.replica == self._replica), None)
         holding.alone = not others
-        if mine is not None and holding.written is None:
-            # Demand history: our record from before a restart (still held by the old
-            # lease) says what this pool asked of us; start the average there, not at 0.
-            holding.smoothed = max(holding.smoothed, mine.want / self._settings.headroom)
         if holding.backed and mine is None:
             # Someone removed our record: what we use is no longer accounted for.
             holding.backed = False
             holding.written = None
             holding.in_use = min(holding.in_use, self._settings.safe_share)
         want = self._update_want(tenant, holding, interval)
+        if mine is not None and holding.written is None and mine.want > want:
+            # Demand history: our record from before a restart (still held by the old
+            # lease) says what this pool asked of us; start there, not from idle.
+            holding.smoothed = max(holding.smoothed, mine.want / self._settings.headroom)
+            want = holding.want = mine.want
         wants = {r.replica: r.want for r in others}
         wants[self._replica] = want
         ideal = fair_shares(1.0, wants)[self._replica]

@@ -406,3 +406,19 @@ async def test_replicas_of_one_region_split_its_allowance(fake_clock: FakeClock)
     pair = [Replica(n, store, fake_clock, LeaseSettings(), rpm=QUOTA) for n in ("a", "b")]
     await rounds(fake_clock, pair, 3)
     assert sum(replica.load(QUOTA) for replica in pair) <= QUOTA + 2
+
+
+async def test_a_restarted_replica_starts_from_its_recorded_demand(fake_clock: FakeClock) -> None:
+    """Demand history: a replica that restarts while its old record is still held (same
+    replica id, old lease not yet expired) takes its share from the demand on record,
+    not from an idle start that would hand most of the pool to the other replica."""
+    store = MemoryStore(fake_clock)
+    heavy, light = Replica("heavy", store, fake_clock), Replica("light", store, fake_clock)
+    for _ in range(8):
+        heavy.load(200)
+        light.load(10)
+        await rounds(fake_clock, [heavy, light], 1)
+    before = heavy.share
+    restarted = Replica("heavy", store, fake_clock)  # a new process, no demand seen yet
+    await rounds(fake_clock, [restarted, light], 1)
+    assert restarted.leases.holdings()["t1"][0] == pytest.approx(before, abs=0.1)
