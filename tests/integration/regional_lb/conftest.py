@@ -23,6 +23,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from gtm.clock import Clock, SystemClock
+from gtm.geo import GeoLocator
 from gtm.metrics import new_registry
 from gtm.models import Endpoint, ModelLoad, RegionSummary, Zone, ZoneSummary
 from gtm.policy_store import ActivePolicy
@@ -247,6 +248,7 @@ async def make_region(
         policy: ActivePolicy | None = None,
         store_override: StateStore | None = None,
         static_policy: bool = True,
+        locator: GeoLocator | None = None,
         **settings: Any,
     ) -> Region:
         base = RegionalSettings(region=region, replica_id=f"{region}-r1", queue_tick_s=0.01)
@@ -256,6 +258,7 @@ async def make_region(
             clock=clock,
             registry=new_registry(),
             policy=(policy or active_policy) if static_policy else None,
+            locator=locator,
         )
         context = serving(service, "127.0.0.1", 0)
         bound = await context.__aenter__()

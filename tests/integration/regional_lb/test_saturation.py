@@ -4,6 +4,7 @@ allowed peer, ``on_saturation: reject``, and the audit trail of spill decisions.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from types import MappingProxyType
@@ -13,6 +14,7 @@ import aiohttp
 import pytest
 
 from gtm.clock import SystemClock
+from gtm.geo import ChainLocator, MaxMindLocator
 from gtm.models import Priority
 from gtm.state.memory import MemoryStore
 from policies import AuditWriter, verify
@@ -28,6 +30,7 @@ from tests.integration.regional_lb.conftest import (
     signed,
     until,
 )
+from tests.unit.global_lb.helpers import write_city_db
 
 pytestmark = pytest.mark.integration
 
@@ -173,6 +176,49 @@ async def test_spills_to_the_best_allowed_peer_and_audits_it(
     report = verify([tmp_path / "audit"])
     assert report.ok
     assert report.records == 2  # the first request served here, the second spilled
+
+
+async def test_a_direct_client_located_here_is_spilled_when_the_region_is_full(
+    make_region: RegionFactory,
+    stub_zones: ZoneMaker,
+    store: MemoryStore,
+    clock: SystemClock,
+    http: aiohttp.ClientSession,
+    tmp_path: Path,
+) -> None:
+    """No front door in the path: the client's trusted proxy (127.0.0.1) names it in
+    X-Forwarded-For, the full region locates it (a US address) and spills it to an
+    allowed peer, as it would a located client the front door sent."""
+    locator = ChainLocator(MaxMindLocator(write_city_db(tmp_path / "city.mmdb")))
+    trusted = (ipaddress.ip_network("127.0.0.1/32"),)
+    origin, origin_zone = await full_region(
+        make_region,
+        stub_zones,
+        store,
+        clock,
+        peer_token=TOKEN,
+        trusted_proxies=trusted,
+        locator=locator,
+    )
+    peer_zone = await stub_zones("us-west-a", "us-west")
+    peer = await make_region("us-west", peer_token=TOKEN)
+    await publish_zone(store, peer_zone, clock)
+    await until(lambda: "us-west-a" in peer.service.view.zones)
+    await peer.service.publish_summary()
+    await until(lambda: origin.service.view.peers["us-west"].summary is not None)
+    new_york = {"X-Forwarded-For": "216.160.83.56"}
+    first = asyncio.ensure_future(chat(http, origin, headers=new_york))  # noqa: TID251
+    await until(lambda: origin_zone.in_flight == 1)
+    async with await chat(http, origin, headers=new_york) as response:
+        assert response.status == 200, await response.text()
+        assert response.headers["x-gtm-region"] == "us-west"
+        assert response.headers["x-gtm-spilled-from"] == "us-east"
+    assert origin.sample("gtm_regional_client_location_total", source="trusted-proxy-xff") == 2
+    assert peer.sample("gtm_regional_client_location_total", source="signed-upstream") == 1
+    assert origin_zone.gate is not None
+    origin_zone.gate.set()
+    async with await first as one:
+        assert one.status == 200
 
 
 async def test_spillover_stays_inside_the_residency_allowed_set(
