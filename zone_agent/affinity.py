@@ -18,10 +18,11 @@ prompt replaces the choice when
   share of the zone's streams, counting this request) — SGLang's cache-aware policy
   leaves the cache for the shortest queue once the load is imbalanced past a relative
   threshold (1.5 by default) and an absolute one; and
-* its predicted TTFT, with the prompt's cached blocks credited, is no worse than the
-  choice's (the zone's cost, :func:`zone_agent.costs.ttft.cost_at`, both priced the same
-  way) — llm-d's prefix-affinity filter breaks stickiness when the warm endpoint's TTFT
-  penalty is too high.
+* its predicted TTFT, with the prompt's cached blocks credited, is at most
+  :data:`STICKY_PENALTY_MS` above the choice's (the zone's cost,
+  :func:`zone_agent.costs.ttft.cost_at`, both priced the same way) — llm-d's
+  prefix-affinity filter breaks stickiness when the warm endpoint's TTFT penalty is too
+  high.
 
 The built-in baseline profiles (:data:`zone_agent.profiles.BUILTIN_PROFILES` other than
 gtm's own, :data:`GTM_PROFILES`) run without it (:func:`keeps_affinity`), as they do in
@@ -49,8 +50,13 @@ from zone_agent.router import ZoneDecision, ZoneProfile
 #: ε of the stickiness bound: a GPU may hold up to (1 + ε) × its capacity-weighted share
 #: of the zone's streams and keep a conversation (the profile's credit stops at 1.25×).
 STICKY_EPSILON = 1.0
-#: Extra predicted TTFT the cached GPU may cost over the choice and keep the request.
-STICKY_PENALTY_MS = 300.0
+#: Extra predicted TTFT the cached GPU may cost over the choice and keep the request
+#: (llm-d's prefix-affinity filter has such a bound, ``maxTTFTPenaltyMs``): half the
+#: goodput SLO's TTFT bound (2 s, the default profile's TTFT scale). A GPU whose queue
+#: is that much longer is busy enough to leave; a shorter wait buys a prefill the
+#: cache saves for the whole zone. Chosen on the simulator's Mooncake runs
+#: (bench/prefix_affinity.py): 300 ms kept too few second turns, 2 s cost goodput.
+STICKY_PENALTY_MS = 1000.0
 
 
 #: gtm's own built-in profiles: the default and the ablation before KV-cache room.

@@ -39,6 +39,7 @@ from gtm.clock import Clock
 from gtm.errors import AttemptFailed, NoEligibleCandidate
 from gtm.relay import Ending, Failure, Relay, Upstream, describe, end_to_end, skip_set
 from zone_agent.accounting import Accounting, Ticket
+from zone_agent.affinity import keeps_affinity, sticky_gpu
 from zone_agent.errors import (
     ApiError,
     BadRequest,
@@ -114,7 +115,7 @@ def decide_or_refuse(
 ) -> ZoneDecision:
     """A decision, or the ApiError the client gets when there is none."""
     try:
-        return profile.decide(facts, view, exclude=tried)
+        decision = profile.decide(facts, view, exclude=tried)
     except ModelNotServed:
         raise ModelNotFound(facts.model) from None
     except PromptTooLong as exc:
@@ -126,6 +127,8 @@ def decide_or_refuse(
             f"no GPU in zone {view.zone_id!r} can take this request now ({exc})",
             retry_after_s=NO_CAPACITY_RETRY_AFTER_S,
         ) from None
+    # Back to the GPU the prompt's prefix was just sent to, while it can take it.
+    return sticky_gpu(decision) if keeps_affinity(profile) else decision
 
 
 def charge(accounting: Accounting, decision: ZoneDecision) -> Ticket:

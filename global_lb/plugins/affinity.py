@@ -57,6 +57,8 @@ DEFAULT_EPSILON = 0.25
 #: SGLang's cache-aware policy likewise calls the load imbalanced only past an absolute
 #: threshold as well as a relative one.
 STICKY_FLOOR = 0.5
+#: ε of the bounded load a region keeps its conversations within.
+STICKY_EPSILON = DEFAULT_EPSILON
 
 
 class Params(Frozen):
@@ -135,7 +137,7 @@ def sticky_region(
     point: GeoPoint | None,
     country: str | None,
     tokens_per_block: float,
-    epsilon: float = DEFAULT_EPSILON,
+    epsilon: float = STICKY_EPSILON,
 ) -> str | None:
     """The region for ``request``: the recalled one (where its prefix was last sent)
     when it may take it and pays for itself, else ``chosen`` (the decision's).

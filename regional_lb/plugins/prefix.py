@@ -18,7 +18,9 @@ the recalled prefix credited is no worse than the choice's. Affinity so yields t
 as SGLang's cache-aware policy does when the load is imbalanced. A zone summary
 published after the conversation's previous turn was sent still counts that turn in its
 queue when it was prefilling then: the home zone is priced without it (the client sent
-the next turn after the answer).
+the next turn after the answer). When the capacity split draws a request for a peer
+region, a request whose prefix this region holds stays (:meth:`ZoneMemory.keep_local`):
+the split should send away the cold requests, which cost the region's headroom most.
 """
 
 from __future__ import annotations
@@ -141,3 +143,31 @@ class ZoneMemory:
             zone = sticky_zone(recall, chosen, zones(), request, tokens_per_block=tokens_per_block)
         memory.remember(hashes, zone.id, now, request.input_tokens)
         return zone
+
+    def keep_local(
+        self,
+        request: RouteRequest,
+        local: Callable[[], ZoneState | None],
+        zones: Callable[[], tuple[ZoneState, ...]],
+        *,
+        tokens_per_block: float,
+        now: float,
+    ) -> ZoneState | None:
+        """The zone of this region that keeps ``request`` although the capacity split
+        drew it for a peer (a *degraded* spill), or ``None``: it spills.
+
+        The split sends the demand the region's headroom cannot take to its peers; a
+        request whose prefix is cached here costs that headroom little, so the cold
+        requests are the ones to send away. It stays when its recalled zone is the one
+        :func:`sticky_zone` keeps against ``local`` (the profile's choice among the
+        zones that can take it now, ``None`` when none can). Never for a drained region
+        or saturated zones: those spills are not drawn."""
+        hashes = request.prefix_hashes
+        recall = self.memory.recall(hashes, now) if hashes else None
+        if recall is None:
+            return None
+        chosen = local()
+        if chosen is None:
+            return None
+        kept = sticky_zone(recall, chosen, zones(), request, tokens_per_block=tokens_per_block)
+        return kept if kept.id == recall.target else None
