@@ -102,3 +102,26 @@ def test_a_request_the_fair_queue_placed_stays_and_is_remembered() -> None:
     recall = memory.memory.recall(PROMPT, NOW)
     assert recall is not None
     assert recall.target == "b"
+
+
+def test_a_warm_request_the_split_draws_for_a_peer_stays_and_a_cold_one_goes() -> None:
+    memory = ZoneMemory()
+    zones = _zones()
+    request = route_request(tokens=TOKENS, prefix=PROMPT)
+
+    def keep(local: ZoneState | None) -> ZoneState | None:
+        return memory.keep_local(
+            request, lambda: local, lambda: zones, tokens_per_block=PER_BLOCK, now=NOW
+        )
+
+    assert keep(zones[1]) is None  # nothing of it here: it spills
+    memory.memory.remember(PROMPT, "a", NOW - 1.0)
+    assert keep(zones[1]) is zones[0]
+    assert keep(None) is None  # no zone here can take anything now
+    full = _zones(running_a=40)
+    assert (
+        memory.keep_local(
+            request, lambda: full[1], lambda: full, tokens_per_block=PER_BLOCK, now=NOW
+        )
+        is None
+    )
