@@ -10,11 +10,16 @@ one bit.
 (ARCHITECTURE §2), in ms::
 
     RTT client → region                      measured map, else 26 ms + 0.0143 ms/km
-  + queued prefill tokens / region prefill rate          (the region's queueing delay)
-  + this request's prompt tokens / one GPU's prefill rate     (its own prefill)
+  + the region's wait before the prefill starts                     (``base``)
+  + this request's prompt tokens × ms per token on the GPU that takes it (``per_token``)
 
-computed as ``(rtt + base) + tokens × per_token`` with :func:`cost_terms`' ``base`` (the
-queueing delay) and ``per_token``. A region without a summary (nothing published yet)
+computed as ``(rtt + base) + tokens × per_token`` with :func:`cost_terms`' ``base`` and
+``per_token``: the region's :class:`~global_lb.view.ModelTerms`, priced by the GPU that
+would take the request (:func:`gtm.routing.cost.prefill_terms`): its fastest free GPU
+(no wait, that GPU class's rate) when no slower than its average GPU, else its pooled
+backlog (queued prefill tokens / region prefill rate) at its average rate. Its summary's
+per-GPU-class breakdown says which GPUs are free; a summary without one (from a gtm
+before it) is priced by the average, as it was then. A region without a summary (nothing published yet)
 costs its RTT alone (``base = per_token = 0``: adding zero is exact); a summary that
 lacks the model, or a region with no prefill capacity, costs ∞. Scores are
 ``exp(-(cost − best) / scale_ms)``: 1 for the cheapest region, 1/e per ``scale_ms`` of
@@ -75,9 +80,8 @@ def cost_terms(region: RegionState, model: str) -> tuple[float, float]:
     terms = region.terms.get(model)
     if terms is None:
         return math.inf, 0.0
-    # The request is prefilled on one GPU: ms_per_token is the region's rate over its
-    # healthy GPUs (ModelTerms); queue_ms is ∞ (and ms_per_token 0) where nothing can
-    # prefill.
+    # The request is prefilled on one GPU: the one that would take it (ModelTerms);
+    # queue_ms is ∞ (and ms_per_token 0) where nothing can prefill.
     return terms.queue_ms, terms.ms_per_token
 
 
