@@ -19,9 +19,10 @@ would take the request (:func:`gtm.routing.cost.prefill_terms`): its fastest fre
 (no wait, that GPU class's rate) when no slower than its average GPU, else its pooled
 backlog (queued prefill tokens / region prefill rate) at its average rate. Its summary's
 per-GPU-class breakdown says which GPUs are free; a summary without one (from a gtm
-before it) is priced by the average, as it was then. A region without a summary (nothing published yet)
-costs its RTT alone (``base = per_token = 0``: adding zero is exact); a summary that
-lacks the model, or a region with no prefill capacity, costs ∞. Scores are
+before it) is priced by the average, as it was then. A region without a summary
+(nothing published yet) costs its RTT alone (``base = per_token = 0``: adding zero is
+exact); a summary that lacks the model, or a region with no prefill capacity, costs ∞.
+Scores are
 ``exp(-(cost − best) / scale_ms)``: 1 for the cheapest region, 1/e per ``scale_ms`` of
 extra predicted TTFT (:func:`gtm.routing.cost.scores_from_costs`, the core's). The same
 object is the profile's cost model, so ``Decision.predicted_ttft_ms`` is the choice's
