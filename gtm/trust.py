@@ -10,7 +10,9 @@ front door too: one secret, not a second one. The key never travels; HMAC-SHA256
 (RFC 2104) is compared in constant time. A receiving tier believes the ``x-gtm-``
 headers of a request only when :func:`inbound` says its signature is valid and fresh
 (:data:`MAX_AGE_S`, either way, for clock skew); a request that carries the key itself
-in ``x-gtm-peer-token`` (regional LBs before this header) is believed as well.
+in ``x-gtm-peer-token`` (regional LBs before this header) is believed as well, and so is
+one over an mTLS connection whose client certificate names the front door or a regional
+LB (``global/*``, ``region/*``: :mod:`gtm.tls`).
 Anything else — no signature, a bad one, a stale one, no key configured — is a client:
 its tier-only headers are dropped (:func:`gtm.headers.from_untrusted`) and the drop is
 reported to the caller, who counts it. A signature binds the request id and the time,
@@ -136,10 +138,13 @@ class AuthResult(StrEnum):
     STALE = "stale"
     #: A signature arrived but this tier has no key to check it with.
     NO_KEY = "no-key"
+    #: No valid signature, but the connection's mTLS certificate names a tier
+    #: (``global/*`` or ``region/*``, :mod:`gtm.tls`).
+    MTLS_IDENTITY = "mtls-identity"
 
     @property
     def trusted(self) -> bool:
-        return self in (AuthResult.VALID, AuthResult.PEER_TOKEN)
+        return self in (AuthResult.VALID, AuthResult.PEER_TOKEN, AuthResult.MTLS_IDENTITY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +168,7 @@ class Inbound:
         """Whether a peer regional LB sent it (a spill: charged at its origin)."""
         if self.result is AuthResult.PEER_TOKEN:
             return True
-        return self.result is AuthResult.VALID and (self.issuer or "").startswith("region/")
+        return self.trusted and (self.issuer or "").startswith("region/")
 
 
 class TierKey:
@@ -229,21 +234,46 @@ def signed_items(headers: Mapping[str, str]) -> list[tuple[str, str]]:
     return sorted((name, ",".join(values)) for name, values in found.items())
 
 
-def inbound(headers: Mapping[str, str], key: TierKey | None, *, now: float) -> Inbound:
+def inbound(
+    headers: Mapping[str, str],
+    key: TierKey | None,
+    *,
+    now: float,
+    identities: Iterable[str] = (),
+) -> Inbound:
     """``headers`` as a tier may believe them: all of them from a proven tier, without
-    the tier-only ones (:func:`gtm.headers.from_untrusted`) from anyone else."""
+    the tier-only ones (:func:`gtm.headers.from_untrusted`) from anyone else.
+    ``identities``: the gtm identities of the connection's mTLS client certificate
+    (``KIND/NAME``, :func:`gtm.tls.peer_identities`); a front door's or a regional LB's
+    proves a tier as a signature does."""
     tier_only = h.from_untrusted(headers.keys())
     if key is None:
         result = AuthResult.NO_KEY if h.TIER_AUTH in tier_only else AuthResult.ABSENT
         issuer = None
     else:
         result, issuer = key.check(headers, now=now)
+    if not result.trusted:
+        tier = tier_identity(identities)
+        if tier is not None:
+            result, issuer = AuthResult.MTLS_IDENTITY, tier
     if result.trusted or not tier_only:
         return Inbound(result, issuer, headers)
     kept: CIMultiDict[str] = CIMultiDict(
         (name, value) for name, value in headers.items() if name.lower() not in tier_only
     )
     return Inbound(result, None, CIMultiDictProxy(kept), tuple(sorted(tier_only)))
+
+
+def tier_identity(identities: Iterable[str]) -> str | None:
+    """The issuer an mTLS identity stands for: ``global`` for ``global/<name>``,
+    ``region/<id>`` for itself; ``None`` for any other kind (zones, ops, GPUs)."""
+    for identity in identities:
+        kind, _, name = identity.partition("/")
+        if kind == "global" and name:
+            return GLOBAL_ISSUER
+        if kind == "region" and _ISSUER.match(identity):
+            return identity
+    return None
 
 
 def asserted_location(headers: Mapping[str, str]) -> ClientLocation | None:
@@ -290,4 +320,5 @@ __all__ = [
     "inbound",
     "locate_peer",
     "signed_items",
+    "tier_identity",
 ]

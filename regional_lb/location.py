@@ -6,7 +6,8 @@ resolver cached before a policy change). So it establishes every client's locati
 itself, with the front door's own rules (:mod:`gtm.geo`, :mod:`gtm.trust`):
 
 1. the request's ``x-gtm-`` headers are believed only from a proven tier
-   (:func:`gtm.trust.inbound`: a valid, fresh ``x-gtm-tier-auth``); from anyone else
+   (:func:`gtm.trust.inbound`: a valid, fresh ``x-gtm-tier-auth``, or an mTLS client
+   certificate naming the front door or a regional LB); from anyone else
    the tier-only ones are dropped and counted (``gtm_regional_untrusted_headers_total``);
    every check's result is counted (``gtm_regional_tier_auth_total``);
 2. a proven tier's asserted location is taken as it is (``signed-upstream``);
@@ -31,6 +32,7 @@ from prometheus_client import CollectorRegistry, Counter
 from gtm import headers as h
 from gtm.clock import Clock
 from gtm.geo import ChainLocator, GeoLocator, IPAddress, IPNetwork, Location
+from gtm.tls import peer_identities
 from gtm.trust import (
     ClientLocation,
     Inbound,
@@ -93,7 +95,11 @@ class ClientLocator:
 
     def inbound(self, request: web.Request) -> Inbound:
         """The request's headers as this tier may believe them (counted)."""
-        found = inbound(request.headers, self._key, now=self._clock.wall())
+        identities: tuple[str, ...] = ()
+        transport = request.transport
+        if transport is not None:  # an mTLS client certificate naming a tier proves one
+            identities = peer_identities(transport.get_extra_info("peercert"))
+        found = inbound(request.headers, self._key, now=self._clock.wall(), identities=identities)
         self.auth.labels(found.result.value).inc()
         for name in found.dropped:
             self.untrusted.labels(name if name in h.TIER_ONLY else "other").inc()

@@ -123,6 +123,20 @@ def test_the_key_itself_still_proves_an_older_peer_and_is_never_sent() -> None:
     assert "a-shared-tier-key" not in repr(KEY)
 
 
+def test_an_mtls_identity_of_a_tier_proves_one_and_no_other_does() -> None:
+    unsigned = CIMultiDict({h.CLIENT_COUNTRY: "DE", h.SPILLED_FROM: "eu-west"})
+    found = inbound(unsigned, None, now=NOW, identities=("region/eu-west",))
+    assert found.result is AuthResult.MTLS_IDENTITY
+    assert found.from_region
+    assert found.headers[h.CLIENT_COUNTRY] == "DE"
+    front = inbound(unsigned, KEY, now=NOW, identities=("global/front-1",))
+    assert (front.trusted, front.issuer, front.from_region) == (True, "global", False)
+    for identity in ("zone/eu-west-a", "ops/alice", "gpu/g1", "region/Bad_Name"):
+        found = inbound(unsigned, KEY, now=NOW, identities=(identity,))
+        assert not found.trusted, identity
+        assert h.CLIENT_COUNTRY not in found.headers
+
+
 def test_a_garbled_asserted_country_is_no_assertion() -> None:
     assert asserted_location(CIMultiDict({h.CLIENT_COUNTRY: "Germany"})) is None
     unknown = asserted_location(CIMultiDict({h.LOCATION_SOURCE: "unknown-policy"}))
