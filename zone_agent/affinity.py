@@ -12,7 +12,8 @@ whole prefill again.
 
 :func:`sticky_gpu` is the agent's edge rule after the profile's decision (the simulator
 applies it where the agent does): the surviving GPU holding the deepest prefix of the
-prompt replaces the choice when
+prompt (the cheapest of them when several do; none when the profile's choice holds as
+much) replaces the choice when
 
 * it is within a looser load bound, :data:`STICKY_EPSILON` (twice its capacity-weighted
   share of the zone's streams, counting this request) — SGLang's cache-aware policy
@@ -83,10 +84,11 @@ def sticky_gpu(
         return decision
     groups = batch.match_groups
     held = batch.matches.items() if groups is None else _by_position(groups)
-    home = _deepest_survivor(held, batch.alive)
+    homes = _deepest_survivors(held, batch.alive)
     choice = outcome.choice
-    if home < 0 or home == choice:
+    if not homes or choice in homes:
         return decision
+    home = min(homes, key=lambda p: (_cost(batch, p), p))
     index = batch.index
     request = batch.request
     streams = batch.view.accounting.streams
@@ -125,11 +127,15 @@ def _by_position(groups: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return [(p, depth) for depth, mask in groups for p in set_bits(mask)]
 
 
-def _deepest_survivor(held: Iterable[tuple[int, int]], alive: npt.NDArray[np.bool_]) -> int:
-    """The alive position holding the most leading blocks (ties: the lower position);
-    -1 when no alive position holds any."""
-    best, most = -1, 0
+def _deepest_survivors(held: Iterable[tuple[int, int]], alive: npt.NDArray[np.bool_]) -> list[int]:
+    """The alive positions holding the most leading blocks (none: no alive position
+    holds any)."""
+    found: list[int] = []
+    most = 0
     for position, blocks in held:
-        if alive[position] and (blocks > most or (blocks == most and position < best)):
-            best, most = position, blocks
-    return best
+        if not alive[position] or blocks < most:
+            continue
+        if blocks > most:
+            found, most = [], blocks
+        found.append(position)
+    return found
