@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from aiohttp import web
 from multidict import CIMultiDict
 
+from gtm import headers as gtm_headers
 from gtm.clock import Clock
 from gtm.errors import AttemptFailed, NoEligibleCandidate
 from gtm.relay import Ending, Failure, Relay, Upstream, describe, end_to_end, skip_set
@@ -68,8 +69,9 @@ log = logging.getLogger(__name__)
 #: ejection timers next change the picture (seconds).
 NO_CAPACITY_RETRY_AFTER_S = 1.0
 
-#: Client headers not sent upstream: hop-by-hop ones, and the request id (set anew).
-_SKIP_UPSTREAM = skip_set(HEADER_REQUEST_ID)
+#: Client headers not sent upstream: hop-by-hop ones, the request id (set anew) and
+#: the tiers' own assertions (a worker needs none; a tier's signature stays inside).
+_SKIP_UPSTREAM = skip_set(HEADER_REQUEST_ID, *gtm_headers.TIER_ONLY)
 
 #: How a failed attempt reflects on the GPU (None: not at all).
 _FAILURE_OUTCOME = {
