@@ -7,6 +7,7 @@ import asyncio
 import copy
 import ipaddress
 import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +20,9 @@ import openai
 import pytest
 import yaml
 from aiohttp import web
+from multidict import CIMultiDict
 from openai import AsyncOpenAI
+from pydantic import SecretStr
 
 from global_lb.app import GlobalConfig, GlobalTier
 from global_lb.config import FrontDoorConfig
@@ -31,12 +34,15 @@ from gpusim.server import GpuSimConfig, GpuSimServer
 from gtm.clock import SystemClock
 from gtm.gpu_profiles import LLAMA_8B
 from gtm.metrics import new_registry
+from gtm.trust import AuthResult, TierKey
 from policies import verify
 from tests.unit.global_lb.helpers import REGION_IDS, address_of, topology, write_city_db
 
 pytestmark = pytest.mark.integration
 
 LONDON = "81.2.69.7"
+#: The key the front door signs its forwards with in these tests.
+TIER_KEY = "front-door-test-key"
 STOCKHOLM = "89.160.20.7"
 
 
@@ -55,6 +61,7 @@ class StandIn:
     #: When set, a request waits for it after setting ``arrived``.
     gate: asyncio.Event | None = None
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    headers: list[CIMultiDict[str]] = field(default_factory=list)
 
     async def start(self) -> None:
         app = web.Application()
@@ -77,6 +84,7 @@ class StandIn:
     async def _forward(self, request: web.Request) -> web.StreamResponse:
         self.seen.append(request.headers.get("x-gtm-decision-id", ""))
         self.countries.append(request.headers.get("x-gtm-client-country"))
+        self.headers.append(CIMultiDict(request.headers))
         self.arrived.set()
         if self.gate is not None:
             await self.gate.wait()
@@ -151,7 +159,10 @@ async def deployment(tmp_path: Path) -> AsyncIterator[Deployment]:
         rrl=RrlConfig(rate=0),
         # One health round at start; the test drives later rounds itself (check_once).
         health=HealthCheckConfig(interval=3600.0, fall=2, rise=2),
-        front_door=FrontDoorConfig(trusted_proxies=(ipaddress.ip_network("127.0.0.0/8"),)),
+        front_door=FrontDoorConfig(
+            trusted_proxies=(ipaddress.ip_network("127.0.0.0/8"),),
+            peer_token=SecretStr(TIER_KEY),
+        ),
     )
     tier = GlobalTier(
         config,
@@ -199,6 +210,42 @@ async def test_client_country_is_forwarded_and_cannot_be_spoofed(
             model=LLAMA_8B, messages=[{"role": "user", "content": "hi"}], max_tokens=4
         )
     assert deployment.stand_ins["eu-west"].countries == ["GB"]
+
+
+async def test_forwards_are_signed_and_carry_no_client_tier_header(
+    deployment: Deployment,
+) -> None:
+    """Every x-gtm- header a client sends that only a tier may set is dropped; what the
+    front door asserts (the client's location and where it came from, the hop count) is
+    signed with the tiers' key, so the regional LB can believe it."""
+    forged = {
+        "x-gtm-spilled-from": "us-east",
+        "x-gtm-peer-token": "guess",
+        "x-gtm-tier-auth": "v1;global;1;" + "0" * 64,
+        "x-gtm-location-source": "signed-upstream",
+        "x-gtm-new-thing": "1",
+    }
+    async with AsyncOpenAI(
+        base_url=deployment.http + "/v1",
+        api_key="gtm-demo-global",
+        max_retries=0,
+        timeout=20.0,
+        default_headers={"X-Forwarded-For": LONDON, **forged},
+    ) as client:
+        await client.chat.completions.create(
+            model=LLAMA_8B, messages=[{"role": "user", "content": "hi"}], max_tokens=4
+        )
+    [sent] = deployment.stand_ins["eu-west"].headers
+    assert "x-gtm-spilled-from" not in sent
+    assert "x-gtm-peer-token" not in sent
+    assert "x-gtm-new-thing" not in sent
+    assert (sent["x-gtm-client-country"], sent["x-gtm-location-source"]) == (
+        "GB",
+        "trusted-proxy-xff",
+    )
+    assert sent["x-gtm-hops"] == "1"
+    assert TierKey(TIER_KEY).check(sent, now=time.time()) == (AuthResult.VALID, "global")
+    assert TierKey("another key").check(sent, now=time.time())[0] is AuthResult.BAD_SIGNATURE
 
 
 async def test_streaming_passes_through(deployment: Deployment) -> None:
