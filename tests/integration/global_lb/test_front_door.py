@@ -36,6 +36,7 @@ from gtm.gpu_profiles import LLAMA_8B
 from gtm.metrics import new_registry
 from gtm.trust import AuthResult, TierKey
 from policies import verify
+from policies.audit import iter_records
 from tests.unit.global_lb.helpers import REGION_IDS, address_of, topology, write_city_db
 
 pytestmark = pytest.mark.integration
@@ -246,6 +247,9 @@ async def test_forwards_are_signed_and_carry_no_client_tier_header(
     assert sent["x-gtm-hops"] == "1"
     assert TierKey(TIER_KEY).check(sent, now=time.time()) == (AuthResult.VALID, "global")
     assert TierKey("another key").check(sent, now=time.time())[0] is AuthResult.BAD_SIGNATURE
+    # The front door's own audit record says where the location came from.
+    [(_, record)] = list(iter_records([deployment.audit_dir]))
+    assert (record.client_country, record.location_source) == ("GB", "trusted-proxy-xff")
 
 
 async def test_streaming_passes_through(deployment: Deployment) -> None:
