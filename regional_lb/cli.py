@@ -106,7 +106,9 @@ def _identifier(name: str, value: str) -> str:
 @click.option(
     "--spill-unknown-location",
     is_flag=True,
-    help="Also spill requests whose client country is unknown (by default they stay).",
+    help="Spill even without --peer-token (by default a replica without the tiers' key "
+    "does not spill: a peer could not believe its hop count). Clients of unknown location "
+    "are spilled within what the policy's unknown_client_location allows either way.",
 )
 @click.option(
     "--split",
