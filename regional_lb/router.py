@@ -13,10 +13,11 @@ or a refusal.
 
 Spilling happens only to peers inside the request's residency-allowed set
 (:mod:`regional_lb.spill`), never when the residency verdict says
-``on_saturation: reject``, and — unless configured otherwise — never for a request
-whose client country is unknown here (the front door did not say): the verdict for an
-unknown location can be broader than the one the global tier applied, and spilling on
-it could leave the client's jurisdiction. Each spill is counted against
+``on_saturation: reject``, and — unless configured otherwise — never when admission
+says it cannot (``Inputs.client_country_known`` false: the replica has no tiers' key,
+so a peer could not believe the hop count; :mod:`regional_lb.admission`). Admission
+locates every client itself or believes a signed upstream (:mod:`regional_lb.location`),
+so the verdict is as narrow as the front door's. Each spill is counted against
 :class:`~regional_lb.spill.SpillLimiter`; when it says no, the request is served (or
 queued) locally.
 
@@ -102,7 +103,7 @@ class RouterSettings:
     panic_threshold: float = PANIC_THRESHOLD
     panic_mode: PanicMode = PanicMode.ALL
     spill: SpillSettings = field(default_factory=SpillSettings)
-    #: Refuse to spill requests whose client country is unknown (fail closed).
+    #: Refuse to spill requests admission marks unsafe to spill (fail closed).
     spill_requires_client_country: bool = True
     #: Seed of the per-request draw between region and peers.
     seed: int = 0
