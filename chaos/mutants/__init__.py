@@ -150,6 +150,11 @@ MUTANTS: Mapping[str, Mutant] = _catalogue(
         patch="watch-ends-on-compaction",
     ),
     Mutant(
+        name="no-burst-allowance",
+        breaks="quota bursts: a burst within the per-minute quota is refused past 1 s",
+        patch="no-burst-allowance",
+    ),
+    Mutant(
         name="lenient-policy-loader",
         breaks="policy validation: unknown fields are dropped instead of rejected",
         patch="lenient-policy-loader",

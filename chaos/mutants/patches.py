@@ -160,6 +160,21 @@ def watch_ends_on_compaction() -> None:
     SnapshotWatcher._follow = follow  # type: ignore[method-assign]
 
 
+def no_burst_allowance() -> None:
+    """Quotas quantised per second again: a tenant's burst beyond a second of its share
+    is refused, although it is within its per-minute quota (issue 22: "its first burst
+    of 60 requests gets 59 × 429")."""
+    from regional_lb.quota import QuotaLimiter, QuotaSettings
+
+    original = QuotaLimiter.__init__
+
+    def init(self: QuotaLimiter, settings: QuotaSettings | None = None) -> None:
+        strict = dataclasses.replace(settings or QuotaSettings(), burst_allowance=0.0)
+        original(self, strict)
+
+    QuotaLimiter.__init__ = init  # type: ignore[method-assign]
+
+
 def lenient_policy_loader() -> None:
     """A policy document with unknown fields loads with those fields dropped, where the
     loader must reject it (a typo'd field silently means "not set")."""
@@ -210,5 +225,6 @@ PATCHES: Mapping[str, Callable[[], None]] = MappingProxyType(
         "snapshot-dropped": snapshot_dropped,
         "watch-ends-on-compaction": watch_ends_on_compaction,
         "lenient-policy-loader": lenient_policy_loader,
+        "no-burst-allowance": no_burst_allowance,
     }
 )

@@ -39,6 +39,7 @@ TARGETS = {
     "snapshot-dropped": "gtm.state.snapshot.SnapshotWatcher._mark_stale",
     "watch-ends-on-compaction": "gtm.state.snapshot.SnapshotWatcher._follow",
     "lenient-policy-loader": "policies.loader.validate_document",
+    "no-burst-allowance": "regional_lb.quota.QuotaLimiter.__init__",
 }
 
 
