@@ -75,9 +75,14 @@ async def test_a_direct_client_is_held_to_residency_at_the_region(tmp_path: Path
         document = await deployment(up)
         us_east, eu_central = region_url(document, "us-east"), region_url(document, "eu-central")
 
-        # The policy in force lets the Berlin client be served in us-east.
-        served = await ask(us_east, client=BERLIN)
-        assert (served.status, served.region) == (200, "us-east"), served
+        # The policy in force lets the Berlin client be served in us-east (or wherever
+        # us-east's capacity split spills it: every region is allowed).
+        async def served_at_us_east() -> bool:
+            served = await ask(us_east, client=BERLIN)
+            assert served.status in (200, 429), served  # 429: the quota's first lease round
+            return served.status == 200
+
+        await eventually(served_at_us_east, "the Berlin client served before the change")
 
         # The operator applies the shipped policy; the client keeps its old answer.
         applied = await asyncio.to_thread(
@@ -93,7 +98,7 @@ async def test_a_direct_client_is_held_to_residency_at_the_region(tmp_path: Path
         assert refused.region is None
         assert refused.body["error"]["code"] == "region_not_allowed"
         assert (await ask(eu_central, client=BERLIN)).region == "eu-central"
-        assert (await ask(us_east, client=NEW_YORK)).region == "us-east"
+        assert (await ask(us_east, client=NEW_YORK)).status == 200
 
         # A client naming its own country, or forging a signature, is not believed.
         forged = {"x-gtm-client-country": "US", "x-gtm-location-source": "geoip"}
@@ -106,17 +111,23 @@ async def test_a_direct_client_is_held_to_residency_at_the_region(tmp_path: Path
         untrusted = await ask(us_east, client=NEW_YORK, source=UNTRUSTED_SOURCE)
         assert untrusted.status == 200, untrusted
 
-        # Through the front door, its signed location is believed at the region.
-        front = await ask(up.base_url, client=BERLIN)
-        assert (front.status, front.region) == (200, "eu-central"), front
+        # Through the front door (once it has the new policy too), the location it
+        # found is signed and believed at the region.
+        async def via_front_door() -> bool:
+            front = await ask(up.base_url, client=BERLIN)
+            assert front.region != "us-east", front
+            return (front.status, front.region) == (200, "eu-central")
+
+        await eventually(via_front_door, "a Berlin client served in eu-central via the front door")
 
     run_dir = document["run_dir"]
     records = audit_records(run_dir, "us-east")
-    located = [(r["client_country"], r.get("location_source"), r["chosen_region"]) for r in records]
-    assert ("DE", "trusted-proxy-xff", "us-east") in located  # before the policy change
-    assert ("DE", "trusted-proxy-xff", None) in located  # refused after it
-    assert ("US", "trusted-proxy-xff", "us-east") in located
-    assert (None, "unknown-policy", "us-east") in located  # the untrusted peer's client
+    located = {(r["client_country"], r.get("location_source"), r["chosen_region"]) for r in records}
+    # Served (here or spilled) before the policy change, refused after it.
+    assert {("DE", "trusted-proxy-xff", r) for r in regions} & located
+    assert ("DE", "trusted-proxy-xff", None) in located
+    assert {("US", "trusted-proxy-xff", r) for r in regions} & located
+    assert {(None, "unknown-policy", r) for r in regions} & located  # the untrusted peer's
     assert not any(country == "US" and chosen is None for country, _, chosen in located)
     at_eu = audit_records(run_dir, "eu-central")
     assert any(
