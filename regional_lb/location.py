@@ -38,9 +38,8 @@ from gtm.trust import (
     Inbound,
     TierKey,
     asserted_location,
-    client_of,
-    from_location,
     inbound,
+    locate_peer,
 )
 
 FORWARDED_FOR = "X-Forwarded-For"
@@ -68,7 +67,7 @@ class ClientLocator:
         self._locator = locator if locator is not None else ChainLocator(None)
         self._trusted = tuple(trusted_proxies)
         self._clock = clock
-        self._cache: dict[IPAddress, Location] = {}
+        self._cached = _Remembering(self._locator)
         self.auth = Counter(
             "gtm_regional_tier_auth_total",
             "Requests by what their tier signature came to (valid, peer-token, absent, "
@@ -118,23 +117,30 @@ class ClientLocator:
         return location
 
     def _locate_peer(self, request: web.Request) -> ClientLocation:
-        # gtm.trust.locate_peer, with the locations of repeat addresses remembered.
         forwarded = request.headers.get(FORWARDED_FOR)
-        address, via_proxy = client_of(request.remote, forwarded, self._trusted)
-        if address is None:
-            return from_location(None, via_proxy=False)
-        found = self._cache.get(address)
-        if found is None:
-            if len(self._cache) >= _CACHE_ENTRIES:
-                self._cache.clear()
-            found = self._cache[address] = self._locator.locate(address)
-        return from_location(found, via_proxy=via_proxy)
+        return locate_peer(request.remote, forwarded, self._trusted, self._cached)
 
     def sign(self, headers: CIMultiDict[str]) -> None:
         """Sign outgoing ``headers`` for a peer region (nothing without a key: the peer
         then locates the client itself, from the X-Forwarded-For it is sent)."""
         if self._key is not None:
             self._key.sign(headers, issuer=self._issuer, now=self._clock.wall())
+
+
+class _Remembering:
+    """A locator that remembers the locations of repeat addresses (cleared when full)."""
+
+    def __init__(self, locator: GeoLocator) -> None:
+        self._locator = locator
+        self._found: dict[IPAddress, Location] = {}
+
+    def locate(self, address: IPAddress, /) -> Location:
+        found = self._found.get(address)
+        if found is None:
+            if len(self._found) >= _CACHE_ENTRIES:
+                self._found.clear()
+            found = self._found[address] = self._locator.locate(address)
+        return found
 
 
 __all__ = ["ClientLocator"]
