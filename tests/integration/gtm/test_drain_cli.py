@@ -63,15 +63,15 @@ def test_drain_and_undrain_a_zone(etcd_server: EtcdServer) -> None:
     )
     assert result.exit_code == 0, result.output
     assert "drained zone drain-test-zone" in result.output
-    record = _read(url, key)
-    assert record is not None
-    assert (record.target, record.id, record.reason, record.by) == (
+    drain = _read(url, key)
+    assert drain is not None
+    assert (drain.target, drain.id, drain.reason, drain.by) == (
         DrainTarget.ZONE,
         "drain-test-zone",
         "maintenance",
         "ops",
     )
-    assert record.at > 0
+    assert drain.at > 0
     result = runner.invoke(cli, ["undrain", "zone", "drain-test-zone", "--state", url])
     assert result.exit_code == 0
     assert "undrained zone drain-test-zone" in result.output
