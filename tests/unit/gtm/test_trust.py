@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 from multidict import CIMultiDict
@@ -28,7 +30,9 @@ KEY = TierKey("a-shared-tier-key")
 PROXY = (ipaddress.ip_network("10.0.0.0/8"),)
 
 
-def signed(issuer: str = "global", now: float = NOW, **extra: str) -> CIMultiDict[str]:
+def signed(
+    issuer: str = "global", now: float = NOW, extra: Mapping[str, str] = MappingProxyType({})
+) -> CIMultiDict[str]:
     headers: CIMultiDict[str] = CIMultiDict(
         {"x-request-id": "req-1", "content-type": "application/json", **extra}
     )
@@ -119,7 +123,7 @@ def test_the_key_itself_still_proves_an_older_peer_and_is_never_sent() -> None:
     found = inbound(headers, KEY, now=NOW)
     assert found.result is AuthResult.PEER_TOKEN
     assert found.from_region
-    assert h.PEER_TOKEN not in signed(**{h.PEER_TOKEN: "a-shared-tier-key"})
+    assert h.PEER_TOKEN not in signed(extra={h.PEER_TOKEN: "a-shared-tier-key"})
     assert "a-shared-tier-key" not in repr(KEY)
 
 
