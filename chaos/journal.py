@@ -95,6 +95,18 @@ class PhaseRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class MetricRecord:
+    """One sample of a tier's ``/metrics``, scraped at the end of the run (``at``)."""
+
+    at: float
+    #: ``global``, ``regional/<region>`` or ``zone/<zone>``.
+    source: str
+    name: str
+    labels: tuple[tuple[str, str], ...]
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
 class NoteRecord:
     """Anything else worth a line on the timeline (start-up, abort reasons, errors)."""
 
@@ -112,6 +124,8 @@ class Journal:
     faults: list[FaultRecord] = field(default_factory=list)
     phases: list[PhaseRecord] = field(default_factory=list)
     notes: list[NoteRecord] = field(default_factory=list)
+    #: Samples of the tiers' metrics the ``metric`` probes name (scraped once, at the end).
+    metrics: list[MetricRecord] = field(default_factory=list)
     #: When the run ended (s since t0); None while it runs.
     ended_at: float | None = None
 
@@ -163,6 +177,7 @@ class Journal:
             ("note", self.notes),
             ("dns", self.dns),
             ("request", self.requests),
+            ("metric", self.metrics),
         ):
             for record in records:
                 data = asdict(record)

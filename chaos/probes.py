@@ -22,7 +22,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from chaos.journal import DnsRecord, FaultAction, Journal, Phase, RequestRecord
+from chaos.journal import DnsRecord, FaultAction, Journal, MetricRecord, Phase, RequestRecord
 from gtm.models import Frozen, Identifier
 from gtm.stats import percentile
 
@@ -488,6 +488,51 @@ class FaultRefused(_Probe):
         return Measurement(label, float(len(accepted)), tolerance, passed, len(injects), detail)
 
 
+class MetricValue(_Probe):
+    """A tier's own counter or gauge at the end of the run, within [``min``, ``max``]:
+    the sum of the samples of ``metric`` at ``source`` whose labels include ``labels``.
+    For a behaviour the tiers' answers cannot show from outside (the global tier
+    re-listed after a compacted watch: DNS shows a drain through the health checks
+    whether it did or not). The window fields do not apply: it is read once, last."""
+
+    probe: Literal["metric"] = "metric"
+    #: ``global``, ``regional/<region>`` or ``zone/<zone>``.
+    source: str = Field(pattern=r"^(global|(regional|zone)/[A-Za-z0-9][A-Za-z0-9._-]*)$")
+    metric: str = Field(pattern=r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+    labels: dict[str, str] = Field(default_factory=dict)
+    min: float | None = None
+    max: float | None = None
+
+    @model_validator(mode="after")
+    def _bounds(self) -> MetricValue:
+        if self.min is None and self.max is None:
+            raise ValueError("metric needs min or max")
+        if self.min is not None and self.max is not None and self.max < self.min:
+            raise ValueError(f"max ({self.max:g}) is below min ({self.min:g})")
+        return self
+
+    def matches(self, record: MetricRecord) -> bool:
+        return (
+            record.source == self.source
+            and record.name == self.metric
+            and set(self.labels.items()) <= set(record.labels)
+        )
+
+    def measure(self, journal: Journal) -> Measurement:
+        shown = ",".join(f'{k}="{v}"' for k, v in sorted(self.labels.items()))
+        label = self.name or f"{self.source} {self.metric}" + (f"{{{shown}}}" if shown else "")
+        tolerance = " and ".join(
+            ([f"≥ {self.min:g}"] if self.min is not None else [])
+            + ([f"≤ {self.max:g}"] if self.max is not None else [])
+        )
+        found = [r for r in journal.metrics if self.matches(r)]
+        if not found:
+            return Measurement(label, None, tolerance, False, 0, "not scraped")
+        value = sum(r.value for r in found)
+        passed = (self.min is None or value >= self.min) and (self.max is None or value <= self.max)
+        return Measurement(label, value, tolerance, passed, len(found), f"{len(found)} samples")
+
+
 def _injection(journal: Journal, step: str) -> float | None:
     """When ``step`` was injected (None: never, or its injection failed)."""
     return next(
@@ -669,6 +714,7 @@ Probe = Annotated[
     | StatusCount
     | RegionShare
     | FaultRefused
+    | MetricValue
     | DnsAnswers
     | FailoverTime
     | Oscillation,

@@ -27,14 +27,17 @@ from pathlib import Path
 from typing import Protocol, TextIO
 from urllib.parse import urlsplit
 
+import aiohttp
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
-from chaos.deployment import Deployment, LaunchSpec
+from chaos.deployment import Deployment, DeploymentError, LaunchSpec
 from chaos.faults import Injected
 from chaos.journal import (
     FaultAction,
     FaultRecord,
     Journal,
+    MetricRecord,
     NoteRecord,
     Phase,
     PhaseRecord,
@@ -42,7 +45,7 @@ from chaos.journal import (
 )
 from chaos.mutants import Mutant
 from chaos.mutants.policy import write_policies
-from chaos.probes import Measurement, Window
+from chaos.probes import Measurement, MetricValue, Window
 from chaos.progress import ProgressLine
 from chaos.report import collect_environment, verdict, write_report
 from chaos.scenario import Scenario, Step
@@ -248,6 +251,32 @@ def region_by_address(deployment: Deployment) -> dict[str, str]:
     return {(urlsplit(r.url).hostname or r.url): name for name, r in deployment.regions.items()}
 
 
+def metrics_url(deployment: Deployment, source: str) -> str:
+    """Where ``source`` (``global``, ``regional/<region>``, ``zone/<zone>``) serves
+    ``/metrics``; an unknown one is :class:`~chaos.deployment.UnknownTarget`."""
+    kind, _, name = source.partition("/")
+    if kind == "global":
+        base = deployment.front_door_url
+    elif kind == "regional":
+        base = deployment.region(name).url
+    else:
+        base = deployment.zone(name).url
+    return base.rstrip("/") + "/metrics"
+
+
+def parse_metrics(text: str) -> list[tuple[str, tuple[tuple[str, str], ...], float]]:
+    """Every sample of a Prometheus text exposition: (name, sorted labels, value)."""
+    try:
+        families = list(text_string_to_metric_families(text))
+    except ValueError as exc:
+        raise DeploymentError(f"not a Prometheus exposition: {exc}") from None
+    return [
+        (sample.name, tuple(sorted(sample.labels.items())), float(sample.value))
+        for family in families
+        for sample in family.samples
+    ]
+
+
 class _Deployment(Deployment):
     """The deployment handle, with ``--toxiproxy-url`` in place of its own fault proxy
     (so the network faults drive a real Toxiproxy when one is given)."""
@@ -432,10 +461,28 @@ class ScenarioRun:
                 await load
             else:
                 load.cancel()
+            await self._scrape_metrics(deployment)
             timeline.enter(Phase.TEARDOWN)
             return status
         finally:
             await self._stop_tasks(supervisor)
+
+    async def _scrape_metrics(self, deployment: Deployment) -> None:
+        """The ``/metrics`` of each source a ``metric`` probe names, once, at the end."""
+        sources = sorted({p.source for p in self.scenario.hypothesis if isinstance(p, MetricValue)})
+        for source in sources:
+            try:
+                url = metrics_url(deployment, source)
+                async with deployment.session.get(url) as response:
+                    text = await response.text()
+            except (GtmError, aiohttp.ClientError, TimeoutError) as exc:
+                self.timeline.note(f"metrics of {source}: {type(exc).__name__}: {exc}")
+                continue
+            at = self.timeline.now()
+            self.journal.metrics += [
+                MetricRecord(at, source, name, labels, value)
+                for name, labels, value in parse_metrics(text)
+            ]
 
     async def _stop_tasks(self, supervisor: TaskSupervisor) -> None:
         names = supervisor.names

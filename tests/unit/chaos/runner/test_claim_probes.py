@@ -9,8 +9,16 @@ import dataclasses
 import pytest
 from pydantic import ValidationError
 
-from chaos.journal import FaultAction, FaultRecord
-from chaos.probes import FaultRefused, RegionShare, SpillCount, StatusCount, Window
+from chaos.journal import FaultAction, FaultRecord, MetricRecord
+from chaos.probes import (
+    FaultRefused,
+    MetricValue,
+    RegionShare,
+    SpillCount,
+    StatusCount,
+    Window,
+)
+from chaos.runner import parse_metrics
 from tests.unit.chaos.runner.helpers import failed, journal, ok
 
 
@@ -132,3 +140,37 @@ def test_region_share_by_zone_or_gpu() -> None:
     assert (after.value, after.passed) == (0.0, True)
     with pytest.raises(ValidationError, match="exactly one of regions, zones, gpus"):
         RegionShare(regions=("eu-central",), zones=("eu-central-a",), max=0.5)
+
+
+def test_metric_sums_the_matching_samples_of_a_source() -> None:
+    j = journal()
+    j.metrics += [
+        MetricRecord(29, "global", "gtm_snapshot_relists_total", (("component", "global"),), 2.0),
+        MetricRecord(29, "global", "gtm_snapshot_relists_total", (("component", "dns"),), 1.0),
+        MetricRecord(29, "regional/eu-west", "gtm_snapshot_relists_total", (), 5.0),
+    ]
+    relisted = MetricValue(
+        source="global", metric="gtm_snapshot_relists_total", labels={"component": "global"}, min=2
+    )
+    assert (relisted.measure(j).value, relisted.measure(j).passed) == (2.0, True)
+    every = MetricValue(source="global", metric="gtm_snapshot_relists_total", max=2)
+    assert (every.measure(j).value, every.measure(j).passed) == (3.0, False)
+    missing = MetricValue(source="zone/eu-west-a", metric="gtm_snapshot_relists_total", min=1)
+    assert (missing.measure(j).value, missing.measure(j).detail) == (None, "not scraped")
+    with pytest.raises(ValidationError, match="min or max"):
+        MetricValue(source="global", metric="x")
+    with pytest.raises(ValidationError, match="source"):
+        MetricValue(source="elsewhere", metric="x", min=1)
+
+
+def test_parse_metrics_reads_a_prometheus_exposition() -> None:
+    text = (
+        "# HELP gtm_snapshot_relists_total Full re-lists.\n"
+        "# TYPE gtm_snapshot_relists_total counter\n"
+        'gtm_snapshot_relists_total{component="global"} 2.0\n'
+        "# TYPE up gauge\n"
+        "up 1\n"
+    )
+    samples = parse_metrics(text)
+    assert ("gtm_snapshot_relists_total", (("component", "global"),), 2.0) in samples
+    assert ("up", (), 1.0) in samples
