@@ -2,7 +2,8 @@
 real processes (``gtm up --processes``, real etcd, real kills) — once against the
 product, where every criterion passes, and once under its mutant ``residency-off``
 (the shipped policies without their residency rules), where it must fail on the
-criteria that see residency: EU-tenant requests served outside the EU, and no refusal.
+criteria that see fail-closed residency: the pinned tenant is no longer refused with
+451/503 (its quota, which has no share outside the EU, answers 429 instead).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pytest
 
 from chaos.journal import RunStatus
 from chaos.mutants import mutant
-from chaos.probes import ResidencyViolations, StatusCount, SuccessRate, Window
+from chaos.probes import RefusalCodes, StatusCount, SuccessRate, Window
 from chaos.runner import RunOptions, RunOutcome, ScenarioRun
 from chaos.scenario import Scenario, load_scenario
 from gtm.clock import SystemClock
@@ -71,10 +72,11 @@ async def test_the_scenario_fails_under_its_mutant(tmp_path: Path) -> None:
     assert not outcome.passed
     scenario, _ = _short()
     by_kind = {type(p): r for p, r in zip(scenario.hypothesis, outcome.results, strict=True)}
-    # Caught where residency shows: requests served outside the EU, and no refusal.
-    assert not by_kind[ResidencyViolations].passed
-    assert (by_kind[ResidencyViolations].value or 0) > 0
+    # Caught where fail-closed residency shows: no 451/503 refusal of the pinned tenant,
+    # and its failures have other statuses.
     assert not by_kind[StatusCount].passed
+    assert by_kind[StatusCount].value == 0
+    assert not by_kind[RefusalCodes].passed
     # The steady state itself held: the mutant breaks residency, not serving.
     gate = outcome.results[0]
     assert isinstance(scenario.hypothesis[0], SuccessRate)
