@@ -19,6 +19,7 @@ import click
 from chaos.proxy.server import FaultProxyServer
 from chaos.proxy.service import TOXIPROXY_VERSION, FaultProxyService
 from gtm.admin_auth import AdminGuard, is_loopback_host
+from gtm.cli_types import HttpURL
 from gtm.clock import SystemClock
 from gtm.errors import ConfigError, GtmError
 from gtm.metrics import new_registry
@@ -167,13 +168,13 @@ async def _until_signalled() -> None:
 )
 @click.option(
     "--attach",
-    metavar="URL",
+    type=HttpURL(example="http://127.0.0.1:8081"),
     help="Use a running `gtm up --processes` (its status page URL) instead of launching one; "
     "it is left running. The scenario's deployment section is then ignored.",
 )
 @click.option(
     "--toxiproxy-url",
-    metavar="URL",
+    type=HttpURL(example="http://127.0.0.1:8474"),
     help="Toxiproxy API that network faults use (default: the deployment's own fault "
     "proxy, from `gtm up --chaos-links`).",
 )

@@ -61,6 +61,8 @@ CASES: tuple[tuple[str, str], ...] = (
     ("chaos proxy --port 70000", "--port"),
     (f"chaos proxy --config {MISSING}", "--config"),
     (f"chaos run {MISSING}.yaml", "missing"),
+    ("chaos run chaos/scenarios/flash-crowd.yaml --attach nonsense", "--attach"),
+    ("chaos run chaos/scenarios/flash-crowd.yaml --toxiproxy-url ftp://x", "--toxiproxy-url"),
     ("drain region planet-x --state foo://", "--state"),
     ("drain region planet-x --api nonsense", "--api"),
     (f"drain region eu-west --api http://127.0.0.1:1 --token-file {MISSING}", "--token-file"),
