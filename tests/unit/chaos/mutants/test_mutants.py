@@ -158,7 +158,9 @@ def test_run_refuses_an_unknown_mutant_and_attach() -> None:
     result = CliRunner().invoke(chaos, ["run", path, "--mutant", "nope", "--check"])
     assert result.exit_code == 2
     assert "unknown mutant 'nope'" in result.output
-    result = CliRunner().invoke(chaos, ["run", path, "--mutant", "no-spill", "--attach", "http://127.0.0.1:1"])
+    result = CliRunner().invoke(
+        chaos, ["run", path, "--mutant", "no-spill", "--attach", "http://127.0.0.1:1"]
+    )
     assert result.exit_code == 2
     assert "not with --attach" in result.output
 
