@@ -12,7 +12,13 @@ work themselves:
 * ``prefilling``: requests not yet at their first byte (to tell the agent's own waiting
   requests from other clients' in a scraped queue);
 * ``kv_blocks``: KV blocks those sequences hold at admission (prompt blocks);
-* the prefix blocks sent there (:class:`~zone_agent.prefix.PrefixIndex`).
+* the prefix blocks sent there (:class:`~zone_agent.prefix.PrefixIndex`), and apart from
+  them the blocks of the prompts it answered (sent a first byte for, so it prefilled
+  them): a GPU that takes requests and never answers (a black hole) holds the first and
+  never the second, and the zone's stickiness (:mod:`zone_agent.affinity`) reads the
+  second;
+* the GPUs *silent* since a request left them without a first byte (a deadline, a
+  reset, a client gone): silent until that GPU answers again.
 
 Per-GPU values live in numpy arrays indexed by a *slot* that a GPU id keeps for the life
 of the process, so a decision reads the loads of all candidates with one fancy index
@@ -54,10 +60,30 @@ class SlotLoad:
 class Ticket:
     """One request's charge on one GPU. Release with :meth:`close` (idempotent)."""
 
-    __slots__ = ("_acc", "_kv", "_pending", "_prefilled", "_sequences", "closed", "gpu_id", "slot")
+    __slots__ = (
+        "_acc",
+        "_answered",
+        "_capacity",
+        "_hashes",
+        "_kv",
+        "_pending",
+        "_prefilled",
+        "_sequences",
+        "closed",
+        "gpu_id",
+        "slot",
+    )
 
     def __init__(
-        self, acc: Accounting, gpu_id: str, slot: int, pending: float, sequences: float, kv: float
+        self,
+        acc: Accounting,
+        gpu_id: str,
+        slot: int,
+        pending: float,
+        sequences: float,
+        kv: float,
+        hashes: tuple[int, ...] = (),
+        capacity: int = 0,
     ) -> None:
         self._acc = acc
         self.gpu_id = gpu_id
@@ -65,7 +91,11 @@ class Ticket:
         self._pending = pending
         self._sequences = sequences
         self._kv = kv
+        self._hashes = hashes
+        self._capacity = capacity
         self._prefilled = False
+        #: The GPU answered it (or, held, another data plane carries its bytes).
+        self._answered = False
         self.closed = False
 
     def prefill_done(self) -> None:
@@ -74,12 +104,23 @@ class Ticket:
             return
         self._prefilled = True
         self._acc._release_prefill(self.slot, self._pending)
+        self._answer()
+
+    def _answer(self) -> None:
+        if not self._answered:
+            self._answered = True
+            self._acc._answered(self.slot, self._hashes, self._capacity)
 
     def close(self) -> None:
-        """The request ended (any way at all): release everything it still holds."""
+        """The request ended (any way at all): release everything it still holds. Ended
+        before its first byte, it leaves its GPU silent until that GPU answers again."""
         if self.closed:
             return
-        self.prefill_done()
+        if not self._prefilled:
+            self._prefilled = True
+            self._acc._release_prefill(self.slot, self._pending)
+        if not self._answered:
+            self._acc.silent.add(self.slot)
         self.closed = True
         self._acc._release_stream(self, self._sequences, self._kv)
 
@@ -98,6 +139,10 @@ class Accounting:
         #: so the running sum is exact): a decision's bounded-load cap needs it.
         self.streams_total = 0.0
         self.prefix = PrefixIndex()
+        #: The blocks of the prompts each GPU answered (the first byte came back).
+        self.answered = PrefixIndex()
+        #: Slots a request left without a first byte, until they answer again.
+        self.silent: set[int] = set()
         self.hot = HotBlocks()
         self._open: set[Ticket] = set()
         self._idle: asyncio.Event | None = None
@@ -165,13 +210,20 @@ class Accounting:
             self.prefix.insert(slot, prefix_hashes, prefix_capacity)
             for block in prefix_hashes[:HOT_LEADING_BLOCKS]:
                 self.hot.add(block)
-        ticket = Ticket(self, gpu_id, slot, prefill_tokens, sequences, kv_blocks)
+        ticket = Ticket(
+            self, gpu_id, slot, prefill_tokens, sequences, kv_blocks, prefix_hashes, prefix_capacity
+        )
         self._open.add(ticket)
         return ticket
 
     def _release_prefill(self, slot: int, pending: float) -> None:
         self.pending[slot] -= pending
         self.prefilling[slot] -= 1
+
+    def _answered(self, slot: int, hashes: tuple[int, ...], capacity: int) -> None:
+        self.silent.discard(slot)
+        if hashes:
+            self.answered.insert(slot, hashes, capacity)
 
     def _release_stream(self, ticket: Ticket, sequences: float, kv: float) -> None:
         self.streams[ticket.slot] -= sequences
@@ -185,8 +237,10 @@ class Accounting:
         """Keep ``ticket`` open until monotonic time ``until`` (see :meth:`expire`).
 
         For decisions whose bytes another data plane carries (``/v1/assign``): the agent
-        never sees them end, so their charge lasts until scrapes have caught up.
+        never sees them end, so their charge lasts until scrapes have caught up. Nor
+        does it see their first byte: they count as answered at once.
         """
+        ticket._answer()
         self._holds.append((until, ticket))
 
     def expire(self, now: float) -> None:
@@ -214,6 +268,7 @@ class Accounting:
             slot = self._slot_of.get(gpu_id)
             if slot is not None:
                 self.prefix.forget(slot)
+                self.answered.forget(slot)
 
     @property
     def open_tickets(self) -> int:

@@ -1,4 +1,4 @@
-"""Keep a conversation on the GPU its prefix was just sent to, while that GPU can take it.
+"""Keep a conversation on the GPU that answered its prefix, while that GPU can take it.
 
 The agent's prefix index (:class:`zone_agent.prefix.PrefixIndex`) is its dispatch-side
 placement memory: :meth:`zone_agent.accounting.Accounting.start` inserts a prompt's
@@ -11,9 +11,9 @@ mean cost the cached GPU its credit, and a second turn lands elsewhere, paying i
 whole prefill again.
 
 :func:`sticky_gpu` is the agent's edge rule after the profile's decision (the simulator
-applies it where the agent does): the surviving GPU holding the deepest prefix of the
-prompt (the cheapest of them when several do; none when the profile's choice holds as
-much) replaces the choice when
+applies it where the agent does): the surviving GPU that *answered* the deepest prefix of
+the prompt (the cheapest of them when several did; none when the profile's choice holds
+as much) replaces the choice when
 
 * it is within a looser load bound, :data:`STICKY_EPSILON` (twice its capacity-weighted
   share of the zone's streams, counting this request) — SGLang's cache-aware policy
@@ -28,6 +28,14 @@ much) replaces the choice when
 The built-in baseline profiles (:data:`zone_agent.profiles.BUILTIN_PROFILES` other than
 gtm's own, :data:`GTM_PROFILES`) run without it (:func:`keeps_affinity`), as they do in
 the simulator, so a side-by-side run compares them as published.
+
+Only an answer makes a home (the accounting's ``answered`` index: the blocks of the
+prompts a GPU sent a first byte for, so prefilled), and a GPU silent since (a request
+left it without a first byte: a deadline, a reset) is no home until it answers again.
+A GPU that takes requests and never answers (a black hole) would otherwise hold every
+prefix sent to it, and look idle once their deadlines release its charges: the rule
+would pull each repeat back into it, as routers that pin a session to a backend keep
+pinning it to one that has stopped answering until outlier detection ejects it.
 
 A saturated GPU never holds a request here: the profile's filters (health, model, KV
 fit) ran first and the rule only picks among their survivors. Sans-io: it reads the
@@ -82,11 +90,9 @@ def sticky_gpu(
     batch = outcome.batch
     if outcome.runner.cost_model is None or not batch.any_match:
         return decision
-    groups = batch.match_groups
-    held = batch.matches.items() if groups is None else _by_position(groups)
-    homes = _deepest_survivors(held, batch.alive)
+    homes, depth = _deepest_survivors(_answered(batch), batch.alive)
     choice = outcome.choice
-    if not homes or choice in homes:
+    if not homes or batch.blocks_at(choice) >= depth:
         return decision
     home = min(homes, key=lambda p: (_cost(batch, p), p))
     index = batch.index
@@ -122,14 +128,25 @@ def _cost(batch: ZoneBatch, position: int) -> float:
     )
 
 
-def _by_position(groups: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """(position, leading blocks) of match groups (depth, mask of positions)."""
-    return [(p, depth) for depth, mask in groups for p in set_bits(mask)]
+def _answered(batch: ZoneBatch) -> list[tuple[int, int]]:
+    """(position, leading blocks) of the candidates that answered a prompt starting as
+    this one does, and are not silent since (see :mod:`zone_agent.accounting`)."""
+    acc = batch.view.accounting
+    silent = acc.silent
+    where = batch.index.position_of_slot.get
+    return [
+        (position, depth)
+        for depth, mask in acc.answered.match_groups(batch.request.prefix_hashes)
+        for slot in set_bits(mask)
+        if slot not in silent and (position := where(slot)) is not None
+    ]
 
 
-def _deepest_survivors(held: Iterable[tuple[int, int]], alive: npt.NDArray[np.bool_]) -> list[int]:
-    """The alive positions holding the most leading blocks (none: no alive position
-    holds any)."""
+def _deepest_survivors(
+    held: Iterable[tuple[int, int]], alive: npt.NDArray[np.bool_]
+) -> tuple[list[int], int]:
+    """The alive positions holding the most leading blocks, and how many (none, 0: no
+    alive position holds any)."""
     found: list[int] = []
     most = 0
     for position, blocks in held:
@@ -138,4 +155,4 @@ def _deepest_survivors(held: Iterable[tuple[int, int]], alive: npt.NDArray[np.bo
         if blocks > most:
             found, most = [], blocks
         found.append(position)
-    return found
+    return found, most

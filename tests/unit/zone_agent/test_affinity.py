@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from zone_agent.accounting import Accounting
+from zone_agent.accounting import Accounting, Ticket
 from zone_agent.affinity import keeps_affinity, sticky_gpu
 from zone_agent.profiles import builtin_profile
 from zone_agent.router import ZoneDecision
@@ -16,14 +16,20 @@ GPUS = [Gpu("g0"), Gpu("g1"), Gpu("g2")]
 
 
 def _send(acc: Accounting, decision: ZoneDecision) -> None:
-    """Charge a decision as the agent does, and let it finish."""
-    request = decision.request
-    acc.start(
+    """Charge a decision as the agent does, and let it finish (first byte, then end)."""
+    ticket = _dispatch(acc, decision)
+    ticket.prefill_done()
+    ticket.close()
+
+
+def _dispatch(acc: Accounting, decision: ZoneDecision) -> Ticket:
+    """Charge a decision as the agent does when it sends it."""
+    return acc.start(
         decision.gpu_id,
         prefill_tokens=decision.uncached_tokens,
-        prefix_hashes=request.prefix_hashes,
+        prefix_hashes=decision.request.prefix_hashes,
         prefix_capacity=100_000,
-    ).close()
+    )
 
 
 def _busy(acc: Accounting, gpu_id: str, streams: int) -> None:
@@ -85,3 +91,70 @@ def test_the_built_in_baselines_run_as_published() -> None:
     assert keeps_affinity(builtin_profile("ttft-only"))
     assert not keeps_affinity(builtin_profile("llm-d-blend"))
     assert not keeps_affinity(builtin_profile("sglang-cache-aware"))
+
+
+def _second_turn(acc: Accounting, home: str) -> tuple[ZoneDecision, ZoneDecision]:
+    """The profile's and the edge's decisions for the conversation's next turn, with one
+    other stream on ``home`` (which costs it the profile's own credit)."""
+    _busy(acc, home, 1)
+    again = make_request(tokens=TOKENS, text=HISTORY, request_id="req-2")
+    decided = builtin_profile("default").decide(again, make_view(GPUS, acc))
+    return decided, sticky_gpu(decided)
+
+
+def _first_turn(acc: Accounting) -> Ticket:
+    """The first turn, sent to the profile's GPU (its first byte not come yet)."""
+    first = builtin_profile("default").decide(
+        make_request(tokens=TOKENS, text=HISTORY), make_view(GPUS, acc)
+    )
+    return _dispatch(acc, first)
+
+
+def test_a_gpu_that_never_answered_the_prefix_is_not_its_home() -> None:
+    # A black hole: it takes the first turn and never sends a byte. The prefix index
+    # remembers the blocks went there, but it never prefilled them.
+    acc = Accounting()
+    sent = _first_turn(acc)
+    again = make_request(tokens=TOKENS, text=HISTORY, request_id="req-2")
+    decided = builtin_profile("default").decide(again, make_view(GPUS, acc))
+    assert decided.gpu_id != sent.gpu_id
+    assert sticky_gpu(decided) is decided
+    # Its deadline fires: the request ends without a first byte, its charge is gone and
+    # the GPU looks idle (but for one other stream), yet it holds nothing for affinity.
+    sent.close()
+    decided, kept = _second_turn(acc, sent.gpu_id)
+    assert decided.gpu_id != sent.gpu_id
+    assert kept is decided
+
+
+def test_a_gpu_silent_since_it_answered_is_no_home_until_it_answers_again() -> None:
+    acc = Accounting()
+    sent = _first_turn(acc)
+    sent.prefill_done()
+    sent.close()
+    home = sent.gpu_id
+    _busy(acc, home, 1)
+    # It answered the conversation, then went silent: a later request's deadline fired.
+    acc.start(home, prefill_tokens=100.0).close()
+    again = make_request(tokens=TOKENS, text=HISTORY, request_id="req-2")
+    decided = builtin_profile("default").decide(again, make_view(GPUS, acc))
+    assert decided.gpu_id != home
+    assert sticky_gpu(decided) is decided
+    # It answers again (another request's first byte): its prefixes count again.
+    answered = acc.start(home, prefill_tokens=0.0)
+    answered.prefill_done()
+    answered.close()
+    decided = builtin_profile("default").decide(again, make_view(GPUS, acc))
+    assert decided.gpu_id != home
+    assert sticky_gpu(decided).gpu_id == home
+
+
+def test_a_held_assignment_counts_as_answered() -> None:
+    # /v1/assign: another data plane carries the bytes; the agent never sees the first.
+    acc = Accounting()
+    sent = _first_turn(acc)
+    acc.hold(sent, until=0.0)
+    acc.expire(1.0)
+    decided, kept = _second_turn(acc, sent.gpu_id)
+    assert decided.gpu_id != sent.gpu_id
+    assert kept.gpu_id == sent.gpu_id
