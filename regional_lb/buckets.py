@@ -19,7 +19,8 @@ bucket admits at most
     burst + allowance + rate · T + max(0, largest request − burst)
 
 units (the full bucket and credit at the start, the refill, and one oversize request's
-debt); with ``allowance`` 0 it is the plain token bucket. A bucket that starts full and
+debt); with ``allowance`` 0 it is the plain token bucket. A bucket of burst 0 (a share
+of 0) admits on credit alone: up to ``allowance``, never at its rate. A bucket that starts full and
 spends its credit at once admits, over the ``allowance / rate`` seconds after, no more
 than ``burst + allowance`` plus what refills above the debt.
 """
@@ -69,15 +70,16 @@ class TokenBucket:
         return self.level
 
     def _covered(self, amount: float) -> bool:
-        return self.level >= min(amount, self.burst)
+        # An empty bucket (burst 0: a share of 0) covers nothing; only its credit lends.
+        return self.level >= min(amount, self.burst) and (self.burst > 0.0 or amount <= 0.0)
 
     def wait_for(self, amount: float, now: float) -> float:
         """Seconds until ``amount`` would be admitted (0: now; ``inf``: never at rate 0)."""
         self._refill(now)
-        if amount > 0.0 and self.burst <= 0.0:
-            return math.inf  # an empty share admits nothing, not everything
         if self._covered(amount) or self.credit >= amount:
             return 0.0
+        if self.burst <= 0.0:
+            return math.inf  # an empty share admits only on credit, never at its rate
         if self.rate <= 0.0:
             return math.inf
         return (min(amount, self.burst) - self.level) / self.rate

@@ -24,7 +24,8 @@ capacity split evenly), and changes its own claim by a *write-then-verify* proto
   read comes later sees both claims, so at most the earlier one proceeds (or neither,
   and both retry with the loop's jitter). A replica that gives back a claim before it
   ever had one verified enforces 0 until one is — its record says 0, and others may
-  have verified claims counting on that.
+  have verified claims counting on that. Its burst allowance still applies at a share of
+  0 (:mod:`regional_lb.quota`), so a first burst during that round is not refused.
 
 Each replica's enforced share is therefore at most its record, and every record that
 is in use was verified against every earlier one, so the shares in use sum to at most
@@ -413,6 +414,16 @@ class CapacityLeases:
             # lease) says what this pool asked of us; start there, not from idle.
             holding.smoothed = max(holding.smoothed, mine.want / self._settings.headroom)
             want = holding.want = mine.want
+        ideal = self._divide(holding, others, want)
+        claimed = math.fsum(r.grant for r in others)
+        target = round(max(0.0, min(ideal, 1.0 - claimed)), 6)
+        if holding.backed and target <= holding.in_use:
+            await self._shrink(tenant, holding, target)
+        else:
+            await self._grow(tenant, holding, target)
+
+    def _divide(self, holding: _Holding, others: Sequence[QuotaLeaseRecord], want: float) -> float:
+        """Our fair share of the pool by the wants on record; sets our burst allowance."""
         wants = {r.replica: r.want for r in others}
         wants[self._replica] = want
         ideal = fair_shares(1.0, wants)[self._replica]
@@ -421,12 +432,7 @@ class CapacityLeases:
         # load, so both would burst at once).
         here = 1 + sum(1 for r in others if r.region == self._region)
         holding.allowance = ideal if busy else 1.0 / here
-        claimed = math.fsum(r.grant for r in others)
-        target = round(max(0.0, min(ideal, 1.0 - claimed)), 6)
-        if holding.backed and target <= holding.in_use:
-            await self._shrink(tenant, holding, target)
-        else:
-            await self._grow(tenant, holding, target)
+        return ideal
 
     async def _shrink(self, tenant: str, holding: _Holding, target: float) -> None:
         holding.in_use = target  # enforce first, then tell the others
@@ -451,8 +457,12 @@ class CapacityLeases:
             # Our record will say 0 and another replica may have verified a claim that
             # counts on it; still using the unrecorded safe share would over-allocate the
             # pool (two replicas starting together: one verified at 1.0, the other on 0.3).
-            # Enforce nothing until a round verifies a claim — with each other's wants
-            # known, the next round's fair shares no longer collide.
+            # Enforce a share of 0 until a round verifies a claim — with each other's
+            # wants known, the next round's fair shares no longer collide. A share of 0
+            # still lends its burst allowance (regional_lb.quota), so a first burst in
+            # this window is not refused; the allowance is re-derived from the pool as
+            # this read saw it (the replicas we collided with are on record now).
+            self._divide(holding, [r for r in records if r.replica != self._replica], holding.want)
             holding.in_use = 0.0
             self._push(tenant, holding)
         log.info(

@@ -34,7 +34,10 @@ is paid back by the share's refill before the replica admits more — a burst is
 by the quiet time after it, never added to the rate. The lease rounds set
 ``grant.allowance``: the whole pool while the pool's other replicas are idle (their
 budget is what the burst borrows), this replica's fair share once they show demand.
-Over a window of ``T`` seconds a replica admits at most
+A share of 0 (a replica whose first lease claim collided, until a claim is verified)
+still lends its allowance, rate and concurrency alike: it adds nothing to the pool's
+Σ shares, only the credit already counted below. Over a window of ``T`` seconds a
+replica admits at most
 
     limit × share × (T + burst_seconds) / 60 + allowance + one oversize request
 
@@ -353,11 +356,13 @@ class _Tenant:
         pool = self.per_minute.get(Dimension.CONCURRENCY)
         if pool is None:
             return None
-        if share <= 0.0:
-            return 0
         # The burst allowance holds for running requests too: while the pool's other
-        # replicas are idle, their slots may run a first burst here.
+        # replicas are idle, their slots may run a first burst here — at a share of 0
+        # as well (a replica whose first lease claim collided, regional_lb.leases), as
+        # its buckets still lend their credit.
         borrowed = self.configured_allowance * self.settings.burst_allowance
+        if share <= 0.0 and pool * borrowed <= 0.0:
+            return 0
         # Rounded down, but a replica with any share may run one request: otherwise a
         # small share of a small limit would lock the tenant out of this replica. So
         # N replicas together may run up to max_concurrent + N (see README).

@@ -123,9 +123,15 @@ def test_a_refund_pays_the_debt_first_then_restores_credit() -> None:
     assert (bucket.available(0.0), bucket.credit) == (1.0, 3.0)
 
 
-def test_an_empty_share_lends_nothing() -> None:
-    bucket = TokenBucket.full(rate=0.0, burst=0.0, now=0.0, allowance=100.0)
-    assert bucket.wait_for(1, 0.0) == math.inf
+def test_an_empty_share_admits_on_credit_alone() -> None:
+    # A share of 0 (a lease claim that collided) still lends its allowance, once: no
+    # rate refills it, so after the credit nothing more is admitted, ever.
+    bucket = TokenBucket.full(rate=0.0, burst=0.0, now=0.0, allowance=3.0)
+    for _ in range(3):
+        assert bucket.wait_for(1, 0.0) == 0.0
+        bucket.take(1, 0.0)
+    assert (bucket.available(0.0), bucket.credit) == (-3.0, 0.0)
+    assert bucket.wait_for(1, 1000.0) == math.inf
 
 
 def test_reconfigure_caps_the_credit_and_never_adds_to_it() -> None:

@@ -35,6 +35,7 @@ class Replica:
         settings: LeaseSettings = SETTINGS,
         rpm: int = 6000,
         region: str = "r1",
+        max_concurrent: int | None = None,
     ) -> None:
         self.name = name
         self.clock = clock
@@ -42,7 +43,9 @@ class Replica:
         self.registry = new_registry()
         self.limiter.configure(
             "t1",
-            quotas(requests_per_minute=rpm),
+            quotas(requests_per_minute=rpm)
+            if max_concurrent is None
+            else quotas(requests_per_minute=rpm, max_concurrent=max_concurrent),
             1.0,
             Grant(0.0, math.inf, 0.0),
             clock.monotonic(),
@@ -323,6 +326,85 @@ async def test_forgotten_tenants_are_dropped(fake_clock: FakeClock) -> None:
     a.leases.configure({})
     assert a.leases.holdings() == {}
     assert a.registry.get_sample_value("gtm_regional_quota_lease_share", {"tenant": "t1"}) is None
+
+
+class InStep:
+    """A store through which replicas take their first two reads and their first write
+    in step: each waits at ``barrier`` until all have read the (empty) pool, until all
+    have written their claim, and until all have re-read the pool to verify it — a
+    collision where nobody's claim verifies."""
+
+    def __init__(self, store: MemoryStore, barrier: asyncio.Barrier) -> None:
+        self._store = store
+        self._barrier = barrier
+        self._reads = self._writes = 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._store, name)
+
+    async def range(self, prefix: str) -> object:
+        listing = await self._store.range(prefix)
+        self._reads += 1
+        if self._reads <= 2:
+            await self._barrier.wait()
+        return listing
+
+    async def put(self, key: str, value: bytes, *, lease: int = 0) -> int:
+        revision = await self._store.put(key, value, lease=lease)
+        self._writes += 1
+        if self._writes == 1:
+            await self._barrier.wait()
+        return revision
+
+
+async def test_two_replicas_starting_together_let_a_first_burst_through_the_collision(
+    fake_clock: FakeClock,
+) -> None:
+    """Two regions on one pool start together: both claim the whole pool, both see the
+    collision, both give their claims back and enforce a share of 0 until a round
+    verifies one (Σ shares stays ≤ 1). A fresh tenant's first burst arriving in that
+    round is still not refused, rate nor concurrency: a share of 0 lends its allowance.
+    (Before, both refused everything: 'Too many concurrent requests', limit 0.)"""
+    store = MemoryStore(fake_clock)
+    barrier = asyncio.Barrier(2)
+    a, b = (
+        Replica(
+            name,
+            InStep(store, barrier),  # type: ignore[arg-type]
+            fake_clock,
+            LeaseSettings(),
+            rpm=QUOTA,
+            region=region,
+            max_concurrent=64,
+        )
+        for name, region in (("a", "eu-west"), ("b", "eu-central"))
+    )
+    await asyncio.gather(a.leases.refresh(), b.leases.refresh())
+    assert a.leases.holdings()["t1"] == b.leases.holdings()["t1"] == (0.0, False)
+    for replica in (a, b):
+        assert (
+            replica.registry.get_sample_value(
+                "gtm_regional_quota_lease_conflicts_total", {"tenant": "t1"}
+            )
+            == 1.0
+        )
+    assert sum(pool_totals(await records(store)).values()) <= 1.0 + 1e-9
+    assert a.share + b.share <= 1.0 + 1e-9
+    now = fake_clock.monotonic()
+    burst = [a.limiter.admit("t1", Cost(1, 1), now) for _ in range(QUOTA)]
+    assert all(isinstance(ticket, Ticket) for ticket in burst), burst  # running at once
+    # The loan is the pool's minute, once: nothing more until a share is verified.
+    assert not isinstance(a.limiter.admit("t1", Cost(1, 1), now), Ticket)
+    for ticket in burst:
+        assert isinstance(ticket, Ticket)
+        a.limiter.finish(ticket, now)
+    # With each other's wants on record the next rounds verify claims, never over 1.
+    for _ in range(3):
+        await rounds(fake_clock, [a, b], 1)
+        assert sum(pool_totals(await records(store)).values()) <= 1.0 + 1e-9
+        backed = [r.leases.holdings()["t1"] for r in (a, b)]
+        assert sum(share for share, _ in backed) <= 1.0 + 1e-9
+    assert all(ok for _, ok in (r.leases.holdings()["t1"] for r in (a, b)))
 
 
 # ---------------------------------------------------------------------------- burst allowance
