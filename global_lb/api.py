@@ -356,6 +356,14 @@ class FrontDoor:
             return openai_error(400, message, "invalid_request_error", "invalid_request")
         if outcome.refusal is not None:
             return _refusal_response(outcome)
+        sent_at = self._clock.wall()
+
+        def served(region: str) -> None:
+            # Spilled (or retried) elsewhere: the next turn goes back where it was served.
+            self._regions_sent.served(
+                facts.prefix_hashes, region, sent_at=sent_at, tokens=facts.input_tokens
+            )
+
         relay = RegionRelay(
             request,
             config=self._config,
@@ -373,6 +381,7 @@ class FrontDoor:
                 view, found.id, data_class, facts.model, outcome, region, client.origin
             ),
             client=client,
+            served=served if facts.prefix_hashes else None,
         )
         try:
             return await relay.forward()

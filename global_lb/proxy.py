@@ -103,6 +103,7 @@ class RegionRelay(Relay[RegionState]):
         clock: Clock,
         audit: Callable[[str], None],
         client: ClientLocation | None = None,
+        served: Callable[[str], None] | None = None,
     ) -> None:
         super().__init__(request, max_attempts=config.max_attempts)
         self._config = config
@@ -116,6 +117,8 @@ class RegionRelay(Relay[RegionState]):
         self._metrics = metrics
         self._clock = clock
         self._audit = audit
+        #: Told the region that served the request when it is not the decision's.
+        self._served = served
         self._regions = attempts(outcome, config.max_attempts)
         self._previous = ""
         self._last_error = "no region to try"
@@ -180,8 +183,10 @@ class RegionRelay(Relay[RegionState]):
         # The regional LB names the region that served the request, which differs from
         # the one tried when it spilled to a peer: keep its answer so clients (and a
         # client-side residency audit) see where the bytes were really processed.
-        headers.setdefault(REGION_HEADER, target.id)
+        region = headers.setdefault(REGION_HEADER, target.id)
         headers[DECISION_HEADER] = self._outcome.decision_id
+        if self._served is not None and region != self._outcome.region:
+            self._served(region)
 
     def failed(self, target: RegionState, failure: AttemptFailed) -> None:
         if failure.kind == Failure.STATUS:

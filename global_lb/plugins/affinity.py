@@ -21,9 +21,20 @@ replaces its choice when it may serve the request (allowed, available, serving t
 model), is within the same bounded load as the tenant home above, and its predicted
 TTFT with the recalled prefix credited (those tokens need no prefill there) is no worse
 than the choice's — affinity yields to load, as llm-d's prefix-affinity filter breaks
-stickiness when the warm endpoint's TTFT penalty is too high. A region summary
-published after the conversation's previous turn was sent still counts that turn as
-queued when it was prefilling then: the home region is priced without it.
+stickiness when the warm endpoint's TTFT penalty is too high.
+
+**The home is priced without the conversation's previous turn**, by the same per-class
+terms as every region (:func:`global_lb.view.model_terms`). The client sends the next
+turn after the answer, so that turn no longer waits nor holds a GPU there, yet the
+home's numbers may still count it twice over: a region summary published after it was
+sent counts it as queued, on the GPU class that took it (no longer free), when it was
+prefilling then; a summary published before it leaves it to the front door's in-flight
+ledger, whose charge takes the home's fastest free GPU and queues its tokens until the
+next summary. Either way the home lost its free fast GPU — the very GPU holding the
+prefix — and was priced by its pooled backlog at its average GPU, while a peer was
+priced by an idle fast GPU: the repeat left for the peer. So the home is priced from
+its summary (not the ledger's overlay) with that turn taken out of its queue and its
+GPU class given back the GPU (:func:`gtm.routing.cost.without_turn`).
 """
 
 from __future__ import annotations
@@ -38,9 +49,10 @@ from pydantic import Field
 
 from global_lb.batch import GlobalCap, RegionBatch, remember
 from global_lb.plugins.ttft import cost_ms, cost_terms
-from global_lb.view import GlobalView, RegionState
+from global_lb.view import GlobalView, RegionState, model_terms
 from gtm.models import Frozen, GeoPoint, RouteRequest
 from gtm.routing import Capability, Plugin
+from gtm.routing.cost import without_turn
 from gtm.routing.framework import Floats
 from gtm.routing.placement import PlacementMemory, Recall
 
@@ -161,31 +173,30 @@ def sticky_region(
         return chosen
     tokens = request.input_tokens
     credit = min(tokens, int(recall.blocks * max(0.0, tokens_per_block)))
-    warm = _cost(view, home, model, point, country, tokens - credit) - _stale_ms(
-        home, model, recall
-    )
+    rtt = view.latency.rtt_ms(point, country, home)
+    warm = cost_ms(rtt, *_home_terms(home, model, recall), tokens - credit)
     cold = _cost(view, best, model, point, country, tokens)
     return home.id if warm <= cold else chosen
 
 
-def _stale_ms(region: RegionState, model: str, recall: Recall) -> float:
-    """Queueing the home region's summary shows for the conversation's previous turn: a
-    summary published after that turn was sent counts it as queued if it was prefilling
-    then, and the client sends the next turn after the answer, so it no longer is."""
+def _home_terms(region: RegionState, model: str, recall: Recall) -> tuple[float, float]:
+    """``(base, per_token)`` of the recalled region without the conversation's previous
+    turn (see the module docstring): its summary's load, that turn taken out."""
     summary = region.summary
     load = region.loads.get(model)
-    if not recall.tokens or summary is None or load is None or summary.published_at < recall.at:
-        return 0.0
-    rate = load.prefill_tokens_per_s
-    stale = min(recall.tokens, load.queued_prefill_tokens)
-    return 1000.0 * stale / rate if rate > 0.0 else 0.0
+    if summary is None or load is None:
+        return cost_terms(region, model)
+    counted = summary.published_at >= recall.at
+    terms = model_terms(without_turn(load, recall.tokens) if counted else load)
+    return terms.queue_ms, terms.ms_per_token
 
 
 class RegionMemory:
     """The front door's part of stickiness: its :class:`PlacementMemory` of regions and
     :func:`sticky_region` over it. :meth:`place` is called when a request is forwarded
     (the front door's ``_decide``, the simulator's global tier), with the decision's
-    region: it returns the region to forward to and remembers it. ``now`` is on the
+    region: it returns the region to forward to and remembers it; :meth:`served`
+    corrects that when another region served the request. ``now`` is on the
     region summaries' clock (wall time live, simulated time in the simulator)."""
 
     __slots__ = ("memory",)
@@ -222,6 +233,14 @@ class RegionMemory:
         if region is not None:
             memory.remember(hashes, region, now, request.input_tokens)
         return region
+
+    def served(self, hashes: Sequence[int], region: str, *, sent_at: float, tokens: int) -> None:
+        """The prompt of ``hashes`` (``tokens`` tokens), forwarded at ``sent_at`` (the
+        ``now`` :meth:`place` had), was served by ``region``, not the region it was
+        forwarded to: that region's regional LB spilled it to a peer (or the front door
+        retried it there). Its prefix is cached where it was served, so that is where
+        the next turn goes back to; the region that spilled it holds nothing of it."""
+        self.memory.remember(hashes, region, sent_at, tokens)
 
 
 def _cost(

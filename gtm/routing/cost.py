@@ -173,6 +173,32 @@ def prefill_terms(
     return options[0]
 
 
+def without_turn(load: ModelLoad, tokens: int) -> ModelLoad:
+    """``load`` without a finished request of ``tokens`` prompt tokens that it may
+    still count as queued (a summary taken while it was prefilling): those tokens leave
+    the queue, and the fastest GPU class with a queue and a GPU not free gets that GPU
+    back free — the tiers place a request on the fastest free GPU, so that is the class
+    that took it. A load that queues none of it is returned as it is (the request was
+    decoding or done then: its GPU already counted as free). Used to price where a
+    conversation's previous turn went (``sticky_region``, ``sticky_zone``)."""
+    stale = min(tokens, load.queued_prefill_tokens)
+    if stale <= 0:
+        return load
+    classes = list(load.classes)
+    for i, c in enumerate(classes):
+        if c.free_gpus < c.healthy_gpus and c.queued_prefill_tokens > 0:
+            left = c.queued_prefill_tokens - min(stale, c.queued_prefill_tokens)
+            update = {"free_gpus": c.free_gpus + 1, "queued_prefill_tokens": left}
+            classes[i] = c.model_copy(update=update)
+            break
+    return load.model_copy(
+        update={
+            "queued_prefill_tokens": load.queued_prefill_tokens - stale,
+            "classes": tuple(classes),
+        }
+    )
+
+
 def _reject_ttft_inputs(**inputs: float) -> None:
     for label, value in inputs.items():
         _require(value >= 0.0, f"{label} must be >= 0, got {value!r}")

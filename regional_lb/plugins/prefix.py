@@ -17,7 +17,8 @@ unseen charges), not a zone the request already failed on — and its predicted 
 the recalled prefix credited is no worse than the choice's. Affinity so yields to load
 as SGLang's cache-aware policy does when the load is imbalanced. A zone summary
 published after the conversation's previous turn was sent still counts that turn in its
-queue when it was prefilling then: the home zone is priced without it (the client sent
+queue, and its GPU as not free, when it was prefilling then: the home zone is priced
+without it, its GPU free again (:func:`gtm.routing.cost.without_turn`; the client sent
 the next turn after the answer). When the capacity split draws a request for a peer
 region, a request whose prefix this region holds stays (:meth:`ZoneMemory.keep_local`):
 the split should send away the cold requests, which cost the region's headroom most.
@@ -32,7 +33,7 @@ from typing import ClassVar
 
 from gtm.models import Frozen, RouteRequest
 from gtm.routing import Capability, Plugin
-from gtm.routing.cost import matching_prefix_blocks
+from gtm.routing.cost import matching_prefix_blocks, without_turn
 from gtm.routing.placement import PlacementMemory, Recall
 from regional_lb.plugins.ttft import predicted_ttft_ms
 from regional_lb.view import ZoneBatch, ZoneState
@@ -99,10 +100,10 @@ def sticky_zone(
         and summary.published_at >= recall.at
     ):
         # The zone's summary was taken after the conversation's last turn was sent there
-        # and counts that turn in its queue if it was prefilling then; the client sends
-        # the next turn after the answer, so it no longer is.
-        queued = max(0, load.queued_prefill_tokens - recall.tokens)
-        priced = replace(home, load=load.model_copy(update={"queued_prefill_tokens": queued}))
+        # and counts that turn in its queue, on a GPU not free, if it was prefilling
+        # then; the client sends the next turn after the answer, so it no longer is:
+        # its tokens leave the queue and its GPU (the one holding the prefix) is free.
+        priced = replace(home, load=without_turn(load, recall.tokens))
     home_ms = predicted_ttft_ms(priced, max(0.0, tokens - warm * per_block))
     chosen_ms = predicted_ttft_ms(chosen, max(0.0, tokens - cold * per_block))
     return home if home_ms <= chosen_ms else chosen

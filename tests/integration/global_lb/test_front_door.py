@@ -30,6 +30,7 @@ from global_lb.dns.rrl import RrlConfig
 from global_lb.geo import ChainLocator, MaxMindLocator
 from global_lb.health import HealthCheckConfig
 from global_lb.inflight import Unseen
+from global_lb.request import parse_body
 from gpusim.server import GpuSimConfig, GpuSimServer
 from gtm.clock import SystemClock
 from gtm.gpu_profiles import LLAMA_8B
@@ -393,6 +394,29 @@ async def test_region_header_names_the_region_a_regional_lb_spilled_to(
     assert raw.headers["x-gtm-region"] == "eu-central"
     assert raw.headers["x-gtm-spilled-from"] == "eu-west"
     assert deployment.stand_ins["eu-west"].seen  # it went to eu-west first
+
+
+async def test_the_next_turn_goes_back_to_the_region_that_served_a_spill(
+    deployment: Deployment,
+) -> None:
+    """A regional LB that spilled a request names the peer that served it; the front
+    door remembers that peer for the conversation's next turn, where the prompt's prefix
+    is now cached — not the region it forwarded to, which holds nothing of it."""
+    deployment.stand_ins["eu-west"].served_by = "eu-central"
+    words = " ".join(f"w{i}" for i in range(2000))
+    body = {"model": LLAMA_8B, "messages": [{"role": "user", "content": words}]}
+    async with deployment.client("gtm-demo-global") as client:
+        raw = await client.chat.completions.with_raw_response.create(
+            model=LLAMA_8B, messages=[{"role": "user", "content": words}], max_tokens=4
+        )
+    assert raw.headers["x-gtm-region"] == "eu-central"
+    assert deployment.stand_ins["eu-west"].seen
+    hashes = parse_body("/v1/chat/completions", json.dumps(body).encode()).prefix_hashes
+    assert hashes
+    memory = deployment.tier.front_door._regions_sent.memory
+    recall = memory.recall(hashes, time.time())
+    assert recall is not None
+    assert recall.target == "eu-central"
 
 
 async def test_a_forward_is_charged_to_its_region_until_it_ends(deployment: Deployment) -> None:

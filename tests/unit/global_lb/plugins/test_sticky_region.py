@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from global_lb.inflight import InflightLedger, LedgerSettings
 from global_lb.plugins.affinity import RegionMemory, sticky_region
 from global_lb.view import GlobalView
-from gtm.models import ClientInfo, GeoPoint, RouteRequest
+from gtm.models import ClientInfo, GeoPoint, GpuClassLoad, ModelLoad, RouteRequest
+from gtm.routing.cost import without_turn
 from gtm.routing.placement import Recall
 from tests.unit.global_lb.helpers import MODEL, REGION_IDS, summary, view
 from tests.unit.global_lb.helpers import load as load_of
@@ -98,3 +100,74 @@ def test_the_memory_remembers_where_it_forwarded() -> None:
     assert place("eu-west", 1.0) == "eu-west"
     assert place("eu-central", 2.0) == "eu-west"
     assert memory.memory.recall(PROMPT, 3.0) == Recall("eu-west", len(PROMPT), 2.0, TOKENS)
+
+
+# A region of one fast GPU beside three slow ones: its free fast GPU prices it, its
+# average GPU (pooled backlog) is much slower.
+FAST = GpuClassLoad(gpu_class="H100", healthy_gpus=1, prefill_tokens_per_s=20_000.0, free_gpus=1)
+SLOW = GpuClassLoad(gpu_class="L4", healthy_gpus=3, prefill_tokens_per_s=15_000.0, free_gpus=3)
+#: The previous turn's prompt prefix: half of this one (the new turn adds as much).
+HALF = Recall("eu-west", len(PROMPT) // 2, 2.0, TOKENS)
+
+
+def _mixed(*, busy: bool = False, published_at: float = 1.0) -> ModelLoad:
+    """The mixed region's load; ``busy``: its summary counts the previous turn as
+    prefilling on the fast GPU."""
+    fast = FAST.model_copy(update={"free_gpus": 0, "queued_prefill_tokens": TOKENS})
+    return load_of(running=10, queued=TOKENS if busy else 0, prefill=35_000.0).model_copy(
+        update={"classes": (fast if busy else FAST, SLOW)}
+    )
+
+
+def _mixed_view(*, busy: bool, published_at: float) -> GlobalView:
+    summaries = [
+        summary(r, _mixed(busy=busy and r == "eu-west")).model_copy(
+            update={"published_at": published_at}
+        )
+        for r in REGION_IDS
+    ]
+    return view(summaries=summaries)
+
+
+def test_the_home_is_priced_with_its_free_fast_gpu_after_the_previous_turn() -> None:
+    # A summary taken while the previous turn was prefilling on the home's fast GPU
+    # counts it as queued there and that GPU as busy; the turn is over (the client sent
+    # the next one after the answer), so the home keeps its fast GPU — the one holding
+    # the prefix — and is not priced by its average GPU against a peer's idle fast one.
+    v = _mixed_view(busy=True, published_at=3.0)
+    assert _sticky(HALF, "eu-central", v) == "eu-west"
+    # The same home with the turn still waiting behind it (a summary taken before the
+    # turn was sent cannot hold it): priced as it is.
+    assert without_turn(v.by_id["eu-west"].loads[MODEL], 0) is v.by_id["eu-west"].loads[MODEL]
+
+
+def test_the_front_door_ledger_charge_of_the_previous_turn_does_not_move_it() -> None:
+    # The summary predates the previous turn: the front door's in-flight ledger charges
+    # that turn to the home, where it takes the free fast GPU until the next summary.
+    base = _mixed_view(busy=False, published_at=1.0)
+    ledger = InflightLedger(LedgerSettings(resolution_ms=0.0))
+    ledger.charge("eu-west", MODEL, TOKENS, now=2.0)
+    overlay = ledger.view(base, 2.5)
+    assert overlay.by_id["eu-west"].terms[MODEL] != base.by_id["eu-west"].terms[MODEL]
+    assert _sticky(HALF, "eu-central", overlay) == "eu-west"
+
+
+def test_without_turn_gives_the_gpu_back_to_the_class_that_took_it() -> None:
+    busy = _mixed(busy=True)
+    done = without_turn(busy, TOKENS)
+    assert done.queued_prefill_tokens == 0
+    assert done.classes == (FAST, SLOW)
+    assert without_turn(_mixed(), TOKENS) == _mixed()
+
+
+def test_the_memory_follows_a_spill_to_the_region_that_served_it() -> None:
+    # Forwarded to eu-west, whose regional LB spilled it to eu-central: the prefix is
+    # cached in eu-central, and the next turn goes back there, priced as sent then.
+    memory = RegionMemory()
+    request = _request()
+    memory.place(
+        "eu-west", request, _view(), EVERYWHERE, point=LONDON, country="GB",
+        tokens_per_block=PER_BLOCK, now=1.0,
+    )  # fmt: skip
+    memory.served(PROMPT, "eu-central", sent_at=1.0, tokens=TOKENS)
+    assert memory.memory.recall(PROMPT, 2.0) == Recall("eu-central", len(PROMPT), 1.0, TOKENS)

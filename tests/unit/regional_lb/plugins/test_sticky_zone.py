@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gtm.models import GpuClassLoad, ModelLoad
 from gtm.routing.placement import PlacementMemory
 from regional_lb.plugins.prefix import ZoneMemory, sticky_zone
 from regional_lb.view import ZoneState, zone_candidates
@@ -125,3 +126,27 @@ def test_a_warm_request_the_split_draws_for_a_peer_stays_and_a_cold_one_goes() -
         )
         is None
     )
+
+
+def test_the_previous_turn_gives_its_fast_gpu_back_to_the_home_zone() -> None:
+    # Each zone: one fast GPU beside three slow ones. A's summary, taken while the
+    # previous turn prefilled on its fast GPU, shows that GPU busy; the turn is over,
+    # so a is priced by that GPU (which holds the prefix), not by its average GPU
+    # against b's idle fast one.
+    request = route_request(tokens=TOKENS, prefix=PROMPT)
+    fast = GpuClassLoad(
+        gpu_class="H100", healthy_gpus=1, prefill_tokens_per_s=20_000.0, free_gpus=1
+    )
+    slow = GpuClassLoad(gpu_class="L4", healthy_gpus=3, prefill_tokens_per_s=15_000.0, free_gpus=3)
+    busy = fast.model_copy(update={"free_gpus": 0, "queued_prefill_tokens": TOKENS})
+
+    def load(*classes: GpuClassLoad) -> ModelLoad:
+        queued = sum(c.queued_prefill_tokens for c in classes)
+        base = model_load(gpus=4, rate=35_000.0, queued=queued)
+        return base.model_copy(update={"classes": classes})
+
+    zones = zone_candidates(view([zone("a", load(busy, slow)), zone("b", load(fast, slow))]), "m")
+    memory = PlacementMemory()
+    memory.remember(PROMPT[:4], "a", NOW - 0.5, tokens=TOKENS)  # half the new prompt
+    recall = memory.recall(PROMPT, NOW)
+    assert sticky_zone(recall, zones[1], zones, request, tokens_per_block=PER_BLOCK) is zones[0]
