@@ -72,11 +72,11 @@ async def test_the_scenario_fails_under_its_mutant(tmp_path: Path) -> None:
     assert not outcome.passed
     scenario, _ = _short()
     by_kind = {type(p): r for p, r in zip(scenario.hypothesis, outcome.results, strict=True)}
-    # Caught where fail-closed residency shows: no 451/503 refusal of the pinned tenant,
-    # and its failures have other statuses.
-    assert not by_kind[StatusCount].passed
-    assert by_kind[StatusCount].value == 0
-    assert not by_kind[RefusalCodes].passed
+    # Caught where fail-closed residency shows: too few 451/503 refusals of the pinned
+    # tenant, or its failures with other statuses (which of the two trips first depends
+    # on how many requests the run's timing puts in the fault window).
+    residency = (by_kind[StatusCount], by_kind[RefusalCodes])
+    assert not all(m.passed for m in residency), [str(m) for m in residency]
     # The steady state itself held: the mutant breaks residency, not serving.
     gate = outcome.results[0]
     assert isinstance(scenario.hypothesis[0], SuccessRate)
