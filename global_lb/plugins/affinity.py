@@ -33,8 +33,14 @@ ledger, whose charge takes the home's fastest free GPU and queues its tokens unt
 next summary. Either way the home lost its free fast GPU — the very GPU holding the
 prefix — and was priced by its pooled backlog at its average GPU, while a peer was
 priced by an idle fast GPU: the repeat left for the peer. So the home is priced from
-its summary (not the ledger's overlay) with that turn taken out of its queue and its
-GPU class given back the GPU (:func:`gtm.routing.cost.without_turn`).
+its summary (not the ledger's overlay): one published after the turn was sent, with
+that turn taken out of its queue and its GPU class given back the GPU
+(:func:`gtm.routing.cost.without_turn`); one published before, by the GPU that took
+the turn, free, when the front door's ledger shows nothing else sent there since —
+whatever that summary shows queued was ahead of the turn, and that GPU prefilled its
+share of it before the turn, whose answer the client has (first come, first served);
+with other charges there, by that summary as it is (the ledger cannot tell which
+charges followed the turn).
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ from pydantic import Field
 from global_lb.batch import GlobalCap, RegionBatch, remember
 from global_lb.plugins.ttft import cost_ms, cost_terms
 from global_lb.view import GlobalView, RegionState, model_terms
-from gtm.models import Frozen, GeoPoint, RouteRequest
+from gtm.models import Frozen, GeoPoint, ModelLoad, RouteRequest
 from gtm.routing import Capability, Plugin
 from gtm.routing.cost import without_turn
 from gtm.routing.framework import Floats
@@ -186,9 +192,28 @@ def _home_terms(region: RegionState, model: str, recall: Recall) -> tuple[float,
     load = region.loads.get(model)
     if summary is None or load is None:
         return cost_terms(region, model)
-    counted = summary.published_at >= recall.at
-    terms = model_terms(without_turn(load, recall.tokens) if counted else load)
+    if summary.published_at >= recall.at:
+        terms = model_terms(without_turn(load, recall.tokens))
+        return terms.queue_ms, terms.ms_per_token
+    shown = region.terms.get(model)
+    if shown is None or shown in (model_terms(load), model_terms(load, 1, recall.tokens)):
+        # Everything this summary shows was there before the turn was sent, and the
+        # front door sent nothing there since but the turn: the GPU that took the turn
+        # prefilled its share of that backlog first (first come, first served), then
+        # the turn, whose answer the client has. That GPU is free.
+        return 0.0, _prefix_gpu_ms_per_token(load)
+    terms = model_terms(load)
     return terms.queue_ms, terms.ms_per_token
+
+
+def _prefix_gpu_ms_per_token(load: ModelLoad) -> float:
+    """Prefill time per token on the GPU that took a conversation's previous turn: one
+    of the fastest class (the tiers place a request on the fastest free GPU); a load
+    without classes, one GPU at its average rate."""
+    for gpu_class in load.classes:  # fastest first
+        if gpu_class.healthy_gpus > 0 and gpu_class.prefill_tokens_per_s > 0.0:
+            return gpu_class.ms_per_token
+    return model_terms(load.model_copy(update={"queued_prefill_tokens": 0})).ms_per_token
 
 
 class RegionMemory:

@@ -171,3 +171,11 @@ def test_the_memory_follows_a_spill_to_the_region_that_served_it() -> None:
     )  # fmt: skip
     memory.served(PROMPT, "eu-central", sent_at=1.0, tokens=TOKENS)
     assert memory.memory.recall(PROMPT, 2.0) == Recall("eu-central", len(PROMPT), 1.0, TOKENS)
+
+
+def test_a_backlog_the_summary_showed_before_the_previous_turn_has_drained() -> None:
+    # The home's summary predates the previous turn and shows its fast GPU busy with
+    # a backlog: that backlog was ahead of the turn, which is answered since (first
+    # come, first served), so the GPU holding the prefix is free again.
+    v = _mixed_view(busy=True, published_at=1.0)
+    assert _sticky(HALF, "eu-central", v) == "eu-west"
