@@ -244,7 +244,7 @@ async def _call_api(
                 )
     except (aiohttp.ClientError, TimeoutError) as exc:
         raise click.ClickException(
-            f"cannot reach the drain API at {api}: {exc or 'timeout'}"
+            f"cannot reach the drain API at {api}: {str(exc) or f'no answer in {limit_s:g} s'}"
         ) from None
     if status != 200:
         error = body.get("error")

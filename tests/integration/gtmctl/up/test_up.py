@@ -120,13 +120,14 @@ async def drain_through_status_api(up: Up) -> None:
     # `gtm drain --api` sends the same token (read from --token-file).
     token_file = str(up.admin_dir / "operator.token")
     for verb, said in (("drain", "drained zone"), ("undrain", "undrained zone")):
+        # A loaded CI machine may take longer than the default 2 s to answer.
         command = [sys.executable, "-m", "gtmctl", verb, "zone", "eu-west-a",
-                   "--api", up.base_url, "--token-file", token_file]  # fmt: skip
+                   "--api", up.base_url, "--token-file", token_file, "--timeout", "20"]  # fmt: skip
         done = await asyncio.to_thread(subprocess.run, command, capture_output=True, timeout=30)
         assert done.returncode == 0, done.stderr.decode()
         assert said in done.stdout.decode()
     command = [sys.executable, "-m", "gtmctl", "drain", "region", "planet-x",
-               "--api", up.base_url, "--token-file", token_file]  # fmt: skip
+               "--api", up.base_url, "--token-file", token_file, "--timeout", "20"]  # fmt: skip
     done = await asyncio.to_thread(subprocess.run, command, capture_output=True, timeout=30)
     assert done.returncode == 2, done.stderr.decode()
     [line] = done.stderr.decode().splitlines()
