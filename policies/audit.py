@@ -186,7 +186,7 @@ def decision_record(
 
 
 def _check(pattern: re.Pattern[str], value: object, name: str) -> None:
-    if not isinstance(value, str) or not pattern.match(value):
+    if not isinstance(value, str) or not pattern.fullmatch(value):
         raise ValueError(f"{name}: {value!r} does not match {pattern.pattern}")
 
 
@@ -289,7 +289,7 @@ class AuditWriter:
         max_bytes: int = DEFAULT_MAX_BYTES,
         fsync: FsyncPolicy = FsyncPolicy.ROTATE,
     ) -> None:
-        if not _ID.match(prefix):
+        if not _ID.fullmatch(prefix):
             raise ValueError(f"prefix must be a lowercase id, got {prefix!r}")
         self._dir = Path(directory)
         self._prefix = prefix
@@ -437,7 +437,7 @@ def _last_line(path: Path, chunk: int = 1 << 16) -> bytes | None:
 def chain_files(directory: Path, prefix: str = "audit") -> list[Path]:
     """The chain's files in a directory, oldest first (names sort by first seq)."""
     pattern = re.compile(rf"^{re.escape(prefix)}-[0-9]{{12}}\.jsonl$")
-    return sorted(p for p in directory.iterdir() if pattern.match(p.name))
+    return sorted(p for p in directory.iterdir() if pattern.fullmatch(p.name))
 
 
 _CHAIN_FILE = re.compile(r"^(?P<prefix>[a-z0-9][a-z0-9-]*)-[0-9]{12}\.jsonl$")
@@ -469,7 +469,7 @@ def find_chains(root: Path) -> list[Chain]:
     chains: list[Chain] = []
     for directory, subdirectories, names in os.walk(root):
         subdirectories.sort()
-        prefixes = sorted({m["prefix"] for n in names if (m := _CHAIN_FILE.match(n))})
+        prefixes = sorted({m["prefix"] for n in names if (m := _CHAIN_FILE.fullmatch(n))})
         chains.extend(Chain(Path(directory), prefix) for prefix in prefixes)
     return chains
 

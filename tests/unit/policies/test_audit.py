@@ -83,6 +83,10 @@ def test_record_normalises_and_serialises() -> None:
         ("time", float("nan")),
         ("time", -1.0),
         ("data_class", ""),
+        # `$` alone matches before a trailing newline: ids are matched whole.
+        ("tenant", "acme\n"),
+        ("chosen_region", "eu-west\n"),
+        ("client_country", "DE\n"),
     ],
 )
 def test_free_text_cannot_be_logged(field: str, value: object) -> None:
