@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from gtm.models import RegionSummary, RouteRequest
 from regional_lb.buckets import TokenBucket
-from regional_lb.plugins.ttft import prefill_ms
+from regional_lb.plugins.ttft import peer_terms, prefill_ms
 from regional_lb.view import PeerInfo, PeerStatic, RegionalView
 
 #: ARCHITECTURE §6 allows retries "with loop prevention across tiers"; two regional
@@ -73,7 +73,10 @@ def peer_ttft_ms(summary: RegionSummary, request: RouteRequest) -> float:
     queueing = summary.ttft_for(request.model)
     if queueing is None:
         queueing = load.queue_delay_ms()
-    return queueing + prefill_ms(request.input_tokens, load.healthy_gpus, load.prefill_tokens_per_s)
+    # The GPUs that would take it (the fastest free class, or the pool): the regional
+    # cost's own terms (regional_lb.plugins.ttft.peer_terms), not the average GPU.
+    terms = peer_terms(summary, request.model)
+    return queueing + prefill_ms(request.input_tokens, terms.gpus, terms.prefill_tokens_per_s)
 
 
 def why_not(
@@ -169,10 +172,9 @@ def _peer_statics(
         queueing = summary.ttft_for(model)
         if queueing is None:
             queueing = load.queue_delay_ms()
+        terms = peer_terms(summary, model)  # as peer_ttft_ms prices it
         out.append(
-            PeerStatic(
-                peer, summary, peer.url, load.healthy_gpus, load.prefill_tokens_per_s, queueing
-            )
+            PeerStatic(peer, summary, peer.url, terms.gpus, terms.prefill_tokens_per_s, queueing)
         )
     return tuple(out)
 

@@ -4,7 +4,8 @@ import math
 
 import pytest
 
-from gtm.models import ModelTtft
+from gtm.models import GpuClassLoad, ModelTtft
+from regional_lb.plugins.ttft import prefill_ms
 from regional_lb.spill import SpillLimiter, SpillSettings, peer_ttft_ms, spill_options, why_not
 from tests.unit.regional_lb.helpers import NOW, model_load, peer, route_request, view
 
@@ -63,6 +64,26 @@ def test_peer_ttft_uses_the_published_queueing_time() -> None:
     none = peer("r3", model_load(model="x")).summary
     assert none is not None
     assert peer_ttft_ms(none, route_request()) == math.inf
+
+
+def test_a_peer_is_priced_by_the_gpu_that_would_take_the_request() -> None:
+    # One idle H100 beside three L4s: a spilled request starts at once on the H100, so
+    # the peer costs what the regional cost (peer_terms) says, not its average GPU.
+    fast = GpuClassLoad(
+        gpu_class="H100", healthy_gpus=1, prefill_tokens_per_s=20_000.0, free_gpus=1
+    )
+    slow = GpuClassLoad(gpu_class="L4", healthy_gpus=3, prefill_tokens_per_s=15_000.0)
+    load = model_load(gpus=4, rate=35_000.0).model_copy(update={"classes": (fast, slow)})
+    candidate = peer("r2", load, rtt=10.0)
+    assert candidate.summary is not None
+    request = route_request(tokens=1000)
+    on_h100 = prefill_ms(1000, 1, 20_000.0)
+    assert peer_ttft_ms(candidate.summary, request) == pytest.approx(on_h100)
+    assert on_h100 < prefill_ms(1000, 4, 35_000.0)  # the average GPU is slower
+    (option,) = spill_options(
+        view([], [candidate]), request, allowed=ALLOWED, hops=0, now_wall=NOW, settings=SETTINGS
+    )
+    assert option.ttft_ms == peer_ttft_ms(candidate.summary, request)
 
 
 def test_options_are_ranked_by_rtt_plus_ttft_and_stop_at_the_hop_limit() -> None:
