@@ -51,6 +51,7 @@ from gtm.admin_auth import AdminGuard, admin_middleware, path_prefix
 from gtm.clock import Clock, SystemClock
 from gtm.gpu_profiles import ModelKind
 from gtm.http_limits import limited_app
+from gtm.loopstats import register_loop_tasks
 from gtm.models import GpuWorker, WorkerState
 from gtm.serve import HttpServer
 from gtm.state.store import StateStore
@@ -153,6 +154,7 @@ class GpuSimServer:
         self._metrics = EngineMetrics(registry, config.metrics_flavor, self._snapshots)
         self._faults = FaultInjector(config.seed)
         self._lag = LagProbe(registry, interval=config.lag_probe_interval_s)
+        register_loop_tasks(registry)
         degradation = Degradation(warmup_passes=config.warmup_passes)
         self._drivers: dict[str, EngineDriver] = {}
         for index, model in enumerate(dict.fromkeys(config.models)):

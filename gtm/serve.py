@@ -19,7 +19,8 @@ same way:
 * :func:`until_signalled` is the foreground process's wait: SIGINT or SIGTERM ends it,
   and its handlers are removed again;
 * :func:`add_service_routes` gives every service ``/healthz`` (the process answers),
-  ``/readyz`` (the service's own answer) and ``/metrics`` (its injected registry).
+  ``/readyz`` (the service's own answer) and ``/metrics`` (its injected registry, plus
+  ``gtm_event_loop_tasks``, :mod:`gtm.loopstats`).
 
 The DNS listeners (``global_lb.dns.server``) bind UDP and TCP on one port themselves
 (a UDP thread with batched system calls is not an aiohttp site); their answers are
@@ -41,6 +42,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from gtm.errors import ConfigError
+from gtm.loopstats import register_loop_tasks
 from gtm.tls import scheme as tls_scheme
 
 #: Seconds in-flight requests get to finish when a server stops; then they are
@@ -188,6 +190,7 @@ def add_service_routes(
             body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
         )
 
+    register_loop_tasks(registry)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)

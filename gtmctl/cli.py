@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import sys
 from dataclasses import dataclass
 from typing import IO, Any
@@ -178,6 +179,10 @@ def cli(log_level: str) -> None:
         format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
         stream=sys.stderr,
     )
+    if os.environ.get("GTM_TRACEMALLOC_DIR"):  # diagnosis only (gtm.memdebug)
+        from gtm.memdebug import install_from_env
+
+        install_from_env()
 
 
 def _print_version(ctx: click.Context) -> None:

@@ -1,0 +1,62 @@
+"""Allocation snapshots on demand, for finding what grows (off unless asked for).
+
+With ``GTM_TRACEMALLOC_DIR`` set in its environment, a ``gtm`` process traces its
+Python allocations from start-up (:mod:`tracemalloc`, ``GTM_TRACEMALLOC_FRAMES``
+frames per allocation, default :data:`DEFAULT_FRAMES`) and, each time it receives
+SIGUSR2, writes a snapshot to ``$GTM_TRACEMALLOC_DIR/<pid>-<n>.tracemalloc``. Two
+snapshots of one process, compared (``Snapshot.compare_to``), name the lines whose
+allocations grew between them: that is how ``bench/soak.py --tracemalloc`` finds the
+structure behind a rising RSS.
+
+Tracing makes every allocation slower and keeps a traceback per live block, so it is a
+diagnosis tool, never a serving mode: nothing happens without the variable, and the
+variable is read once, at start-up (:func:`install_from_env`, called by the ``gtm``
+command before any subcommand runs).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import tracemalloc
+from collections.abc import Mapping
+from pathlib import Path
+from types import FrameType
+
+#: Where snapshots go; unset: no tracing.
+DIR_ENV = "GTM_TRACEMALLOC_DIR"
+FRAMES_ENV = "GTM_TRACEMALLOC_FRAMES"
+#: Enough frames to see past the container (a dict's ``__setitem__``) to its owner.
+DEFAULT_FRAMES = 6
+#: The snapshot files' suffix.
+SUFFIX = ".tracemalloc"
+
+
+def snapshot_path(directory: Path, pid: int, n: int) -> Path:
+    return directory / f"{pid}-{n}{SUFFIX}"
+
+
+def install_from_env(environ: Mapping[str, str] = os.environ) -> bool:
+    """Start tracing and dump on SIGUSR2 when ``GTM_TRACEMALLOC_DIR`` is set; whether it
+    did. Called once per process, in the main thread (signal handlers live there)."""
+    directory = environ.get(DIR_ENV)
+    if not directory:
+        return False
+    target = Path(directory)
+    target.mkdir(parents=True, exist_ok=True)
+    tracemalloc.start(int(environ.get(FRAMES_ENV, DEFAULT_FRAMES)))
+    counter = itertools.count(1)
+
+    def dump(signum: int, frame: FrameType | None) -> None:
+        pid = os.getpid()
+        path = snapshot_path(target, pid, next(counter))
+        partial = path.with_suffix(".partial")
+        tracemalloc.take_snapshot().dump(str(partial))
+        partial.rename(path)  # readers never see half a file
+
+    signal.signal(signal.SIGUSR2, dump)
+    return True
+
+
+__all__ = ["DEFAULT_FRAMES", "DIR_ENV", "FRAMES_ENV", "SUFFIX", "install_from_env", "snapshot_path"]
