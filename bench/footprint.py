@@ -55,6 +55,7 @@ BANNER_END = "Ctrl-C stops everything."
 START_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 30.0
 PROBE_TIMEOUT_S = 15.0
+ROOT = Path(__file__).resolve().parent.parent
 
 #: The serving kinds and what none of them may import (top-level package, or a dotted
 #: prefix for a part of one).
@@ -72,7 +73,7 @@ KIND_ORDER = ("up", "global", "regional", "zone", "gpu-sim", "etcd", "other")
 # Loaded by every child interpreter through PYTHONPATH (this benchmark only): SIGUSR2
 # writes the process's modules (and its heap by package when tracemalloc traces) to
 # $GTM_FOOTPRINT_DIR/PID.json. No product process handles SIGUSR2.
-PROBE = r'''
+PROBE = r"""
 import os, signal, sys
 
 def _package(filename):
@@ -100,7 +101,7 @@ def _dump(signum, frame):
 
 if os.environ.get("GTM_FOOTPRINT_DIR"):
     signal.signal(signal.SIGUSR2, _dump)
-'''
+"""
 
 
 @dataclass
@@ -274,9 +275,7 @@ def violations(samples: list[Sample]) -> list[str]:
     for s in samples:
         if s.kind not in SERVING:
             continue
-        bad = sorted(
-            {f for f in FORBIDDEN for m in s.modules if m == f or m.startswith(f + ".")}
-        )
+        bad = sorted({f for f in FORBIDDEN for m in s.modules if m == f or m.startswith(f + ".")})
         if bad:
             found.append(f"{s.kind} (pid {s.pid}) imports {', '.join(bad)}")
     return found
@@ -312,12 +311,11 @@ async def measure(args: argparse.Namespace, work: Path) -> tuple[list[Sample], l
     probe_dir = work / "probe"
     probe_dir.mkdir()
     (probe_dir / "sitecustomize.py").write_text(PROBE, "utf-8")
-    root = Path(__file__).resolve().parent.parent
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(probe_dir), os.environ.get("PYTHONPATH")])),
         "GTM_FOOTPRINT_DIR": str(probe_dir),
-        "GTM_FOOTPRINT_ROOT": str(root),
+        "GTM_FOOTPRINT_ROOT": str(ROOT),
     }
     if args.tracemalloc:
         env["PYTHONTRACEMALLOC"] = "1"
@@ -343,9 +341,7 @@ async def measure(args: argparse.Namespace, work: Path) -> tuple[list[Sample], l
         try:
             await asyncio.wait_for(_banner(proc), START_TIMEOUT_S)
         except (TimeoutError, SystemExit):
-            raise SystemExit(
-                f"gtm up did not start:\n{stderr_path.read_text()[-4000:]}"
-            ) from None
+            raise SystemExit(f"gtm up did not start:\n{stderr_path.read_text()[-4000:]}") from None
         await asyncio.sleep(args.settle)
         started = await sample(proc.pid, probe_dir)
         await run_load(f"http://127.0.0.1:{http_port}", args.load_seconds)
