@@ -4,6 +4,7 @@ from prometheus_client import generate_latest
 
 from gtm.loopstats import NAME, register_loop_tasks
 from gtm.metrics import new_registry
+from gtm.tasks import TaskSupervisor
 
 
 async def test_counts_the_running_loops_unfinished_tasks() -> None:
@@ -13,11 +14,12 @@ async def test_counts_the_running_loops_unfinished_tasks() -> None:
     before = registry.get_sample_value(NAME)
     assert before is not None
     release = asyncio.Event()
-    tasks = [asyncio.create_task(release.wait()) for _ in range(3)]
-    await asyncio.sleep(0)
-    assert registry.get_sample_value(NAME) == before + 3
-    release.set()
-    await asyncio.gather(*tasks)
+    async with TaskSupervisor(registry=new_registry()) as supervisor:
+        tasks = [supervisor.spawn(f"t{k}", release.wait()) for k in range(3)]
+        await asyncio.sleep(0)
+        assert registry.get_sample_value(NAME) == before + 3
+        release.set()
+        await asyncio.gather(*tasks)
     assert registry.get_sample_value(NAME) == before
 
 
