@@ -27,8 +27,9 @@ class GlobalError(GtmError):
     """Root of the global tier's errors."""
 
 
-class BadRequest(GlobalError, ValueError):
-    """The body is not a request we can route; the message says why (HTTP 400)."""
+class BadRequest(openai_errors.BadRequest, GlobalError, ValueError):
+    """400: the body or a header is not a request we can route; the message and
+    ``param`` say why, in OpenAI's shape (:class:`gtm.openai_errors.BadRequest`)."""
 
 
 class UpstreamUnavailable(openai_errors.ApiError, GlobalError):

@@ -58,12 +58,13 @@ class RequestFacts:
 
 
 def parse_body(path: str, body: bytes) -> RequestFacts:
-    """What region choice needs from a body, read as every tier reads it
-    (:func:`gtm.openai_request.read_prompt`); a malformed one is a :class:`BadRequest`."""
+    """What region choice needs from a body, read and checked as every tier reads it
+    (:func:`gtm.openai_request.read_prompt`); a malformed one is a :class:`BadRequest`
+    naming the parameter as OpenAI would."""
     try:
         read = read_prompt(parse_json_body(body), path)
     except ApiError as exc:
-        raise BadRequest(exc.message) from None
+        raise BadRequest(exc.message, param=exc.param, code=exc.code) from None
     data = read.fingerprint_text.encode("utf-8", "surrogatepass")
     embedding = path.rstrip("/").endswith(EMBEDDINGS)
     return RequestFacts(
@@ -79,7 +80,9 @@ def parse_body(path: str, body: bytes) -> RequestFacts:
 def check_data_class(value: str) -> None:
     """A data class header must be a lowercase id (400 otherwise)."""
     if not is_identifier(value):
-        raise BadRequest(f"{DATA_CLASS_HEADER} must be a lowercase id, got {value!r}")
+        raise BadRequest(
+            f"{DATA_CLASS_HEADER} must be a lowercase id, got {value!r}", param=DATA_CLASS_HEADER
+        )
 
 
 def hops(value: str | None) -> int:

@@ -1,8 +1,9 @@
 """Reading OpenAI request bodies the same way at every tier.
 
 Each tier reads only what its decision needs (model, token counts, ``n``, ``stream``);
-what is shared is how a body is parsed and how a bad field is reported: a 400 in
-OpenAI's shape naming the field (:class:`gtm.openai_errors.BadRequest`).
+what is shared is how a body is parsed, which parameters are refused (types and ranges
+as OpenAI checks them, :mod:`gtm.openai_params`) and how a bad one is reported: a 400 in
+OpenAI's shape naming the parameter (:class:`gtm.openai_errors.BadRequest`).
 :func:`read_prompt` is the one reading of what a request asks for — its prompts' token
 counts (with :mod:`gtm.tokens`, the estimate every tier and the GPU emulator charge
 with), the text its prefix fingerprints are taken from, its output budget, ``n`` and
@@ -17,18 +18,20 @@ from dataclasses import dataclass
 
 from gtm.http_limits import MAX_JSON_DEPTH, json_too_deep
 from gtm.openai_errors import BadRequest
+from gtm.openai_params import CHAT as CHAT
+from gtm.openai_params import COMPLETIONS as COMPLETIONS
+from gtm.openai_params import EMBEDDINGS as EMBEDDINGS
+from gtm.openai_params import MAX_CHOICES as MAX_CHOICES
+from gtm.openai_params import MAX_MODEL_NAME as MAX_MODEL_NAME
+from gtm.openai_params import check_params, empty_array, invalid_type
 from gtm.tokens import PromptError, count_chat_tokens, count_text_tokens, parse_chat_messages
 
-#: Longest model name accepted (matches :data:`gtm.models.ModelName`).
-MAX_MODEL_NAME = 256
-#: Most choices (``n``) and prompts per request (as the emulator and vLLM's defaults).
-MAX_CHOICES = 16
+#: Most prompts (or embeddings inputs) per request.
 MAX_INPUTS = 2048
-
-#: The endpoints every tier serves.
-CHAT = "/v1/chat/completions"
-COMPLETIONS = "/v1/completions"
-EMBEDDINGS = "/v1/embeddings"
+#: What ``prompt`` and ``input`` may be, as OpenAI's type errors say it.
+_PROMPT_TYPES = (
+    "one of a string, array of strings, array of integers, or array of arrays of integers"
+)
 
 
 def parse_json_body(raw: bytes) -> Mapping[str, object]:
@@ -40,7 +43,7 @@ def parse_json_body(raw: bytes) -> Mapping[str, object]:
         )
     try:
         body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except ValueError as exc:  # undecodable, not JSON, or an integer of over 4300 digits
         raise BadRequest(
             f"the request body is not valid JSON: {exc}", code="invalid_json"
         ) from None
@@ -49,29 +52,6 @@ def parse_json_body(raw: bytes) -> Mapping[str, object]:
     if not isinstance(body, dict):
         raise BadRequest("the request body must be a JSON object", code="invalid_json")
     return body
-
-
-def require_model(body: Mapping[str, object]) -> str:
-    """The ``model`` field: a non-empty string of at most :data:`MAX_MODEL_NAME` characters."""
-    model = body.get("model")
-    if not isinstance(model, str) or not model or len(model) > MAX_MODEL_NAME:
-        raise BadRequest(
-            f"model must be a non-empty string of at most {MAX_MODEL_NAME} characters",
-            param="model",
-        )
-    return model
-
-
-def positive_int(body: Mapping[str, object], name: str, limit: int | None = None) -> int | None:
-    """An optional positive integer field (``None`` when absent); booleans are refused."""
-    value = body.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise BadRequest(f"{name} must be a positive integer", param=name)
-    if limit is not None and value > limit:
-        raise BadRequest(f"{name} must be at most {limit}", param=name)
-    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,29 +74,34 @@ class PromptRead:
 
 
 def read_prompt(body: Mapping[str, object], path: str) -> PromptRead:
-    """Validate what a decision needs from a body sent to ``path`` (one of
-    :data:`CHAT`, :data:`COMPLETIONS`, :data:`EMBEDDINGS`); the worker validates the rest.
+    """Check ``body``'s parameters as OpenAI does (:func:`gtm.openai_params.check_params`)
+    and read what a decision needs from it, for ``path`` (one of :data:`CHAT`,
+    :data:`COMPLETIONS`, :data:`EMBEDDINGS`). Every tier reads a body here, once.
 
     Raises:
-        BadRequest: a field a decision reads is missing or malformed (the message and
-            ``param`` name it).
+        BadRequest: a parameter is missing or malformed (``param`` names it, the
+            message is OpenAI's).
     """
-    model = require_model(body)
+    check_params(body, path)
+    model = str(body["model"])  # checked: a string
     if path == CHAT:
         counts, text = _chat_prompt(body)
-        output = positive_int(body, "max_completion_tokens") or positive_int(body, "max_tokens")
+        output = _integer(body.get("max_completion_tokens")) or _integer(body.get("max_tokens"))
     elif path == COMPLETIONS:
         counts, text = _items_prompt(body.get("prompt"), "prompt")
-        output = positive_int(body, "max_tokens")
+        output = _integer(body.get("max_tokens"))
     else:
         counts, text = _items_prompt(body.get("input"), "input")
         output = 0
-    embedding = path == EMBEDDINGS
-    choices = 1 if embedding else (positive_int(body, "n", MAX_CHOICES) or 1)
-    stream = body.get("stream", False)
-    if not isinstance(stream, bool):
-        raise BadRequest("stream must be a boolean", param="stream")
-    return PromptRead(model, counts, text, output, choices, stream and not embedding)
+    if path == EMBEDDINGS:
+        return PromptRead(model, counts, text, output, 1, False)
+    choices = _integer(body.get("n")) or 1
+    return PromptRead(model, counts, text, output, choices, body.get("stream") is True)
+
+
+def _integer(value: object) -> int | None:
+    """A checked integer parameter's value (None when absent)."""
+    return value if isinstance(value, int) else None
 
 
 def _chat_prompt(body: Mapping[str, object]) -> tuple[tuple[int, ...], str]:
@@ -140,13 +125,12 @@ def _items_prompt(value: object, field: str) -> tuple[tuple[int, ...], str]:
         if not all(
             isinstance(x, str) or (isinstance(x, list) and all(map(_is_token, x))) for x in value
         ):
-            raise BadRequest(
-                f"{field} must be a string, a list of strings, token ids or lists of token ids",
-                param=field,
-            )
+            raise invalid_type(field, _PROMPT_TYPES, value)
         items = list(value)
+    elif isinstance(value, list):
+        raise empty_array(field)
     else:
-        raise BadRequest(f"{field} must be a non-empty string or list", param=field)
+        raise invalid_type(field, _PROMPT_TYPES, value)
     if len(items) > MAX_INPUTS:
         raise BadRequest(f"at most {MAX_INPUTS} items in {field}", param=field)
     counts: list[int] = []

@@ -9,9 +9,7 @@ from gtm.openai_request import (
     MAX_INPUTS,
     MAX_MODEL_NAME,
     parse_json_body,
-    positive_int,
     read_prompt,
-    require_model,
 )
 from gtm.tokens import count_text_tokens
 
@@ -32,21 +30,25 @@ def test_bad_bodies_are_400_invalid_json(raw: bytes, message: str) -> None:
 
 
 def test_model_field() -> None:
-    assert require_model({"model": "m"}) == "m"
+    assert read_prompt({"model": "m", "prompt": "x"}, COMPLETIONS).model == "m"
     for bad in ({}, {"model": ""}, {"model": 3}, {"model": "x" * (MAX_MODEL_NAME + 1)}):
         with pytest.raises(BadRequest) as info:
-            require_model(bad)
+            read_prompt({**bad, "prompt": "x"}, COMPLETIONS)
         assert info.value.param == "model"
 
 
-def test_positive_int_field() -> None:
-    assert positive_int({}, "n") is None
-    assert positive_int({"n": 3}, "n", limit=16) == 3
-    for bad in (0, -1, True, 1.5, "2"):
-        with pytest.raises(BadRequest, match="positive integer"):
-            positive_int({"n": bad}, "n")
-    with pytest.raises(BadRequest, match="at most 16"):
-        positive_int({"n": 17}, "n", limit=16)
+def test_integers_given_as_decimals_or_booleans_are_refused() -> None:
+    for bad in (0, -1, True, 1.0, 1.5, "2"):
+        with pytest.raises(BadRequest) as info:
+            read_prompt({"model": "m", "prompt": "x", "n": bad}, COMPLETIONS)
+        assert info.value.param == "n"
+
+
+def test_a_huge_integer_is_invalid_json_not_an_error_of_ours() -> None:
+    """json.loads refuses integers of over 4300 digits with a bare ValueError."""
+    with pytest.raises(BadRequest) as info:
+        parse_json_body(b'{"n": ' + b"1" * 5000 + b"}")
+    assert info.value.code == "invalid_json"
 
 
 def test_read_prompt_counts_each_prompt_and_keeps_the_first_text() -> None:

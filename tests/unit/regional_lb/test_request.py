@@ -77,6 +77,11 @@ def test_completion_and_embedding_facts() -> None:
         ),
         (json.dumps({"model": "m", "prompt": "a", "n": 99}).encode(), req.Endpoint.COMPLETION, "n"),
         (
+            json.dumps({"model": "m", "prompt": "a", "temperature": "abc"}).encode(),
+            req.Endpoint.COMPLETION,
+            "temperature",
+        ),
+        (
             json.dumps({"model": "m", "prompt": "a", "stream": "yes"}).encode(),
             req.Endpoint.COMPLETION,
             "stream",
