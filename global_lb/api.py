@@ -351,7 +351,9 @@ class FrontDoor:
                 prefix_hashes=facts.prefix_hashes,
                 tokens_per_block=facts.tokens_per_block,
             )
-        except (BadRequest, ValidationError, ValueError) as exc:
+        except BadRequest as exc:  # before a decision: OpenAI's 400 naming the parameter
+            return exc.response()
+        except (ValidationError, ValueError) as exc:
             message = _first_error(exc) if isinstance(exc, ValidationError) else str(exc)
             return openai_error(400, message, "invalid_request_error", "invalid_request")
         if outcome.refusal is not None:
