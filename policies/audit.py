@@ -22,10 +22,17 @@ the chain at the next file's first line.
 
 **Truncation of the newest file's tail** cannot be seen from the chain alone; the
 writer therefore keeps ``<prefix>.head`` (the last seq and hash, rewritten in place
-after each record) and ``verify`` checks the chain still reaches it. An attacker who
-can rewrite the log can rewrite the head file too: for tamper-evidence against the
-operator, also ship the head hash somewhere they cannot write (the state store, a
-remote log).
+after each record) and ``verify`` checks the chain still reaches it. Whoever can cut
+the log can delete or rewrite the head file too, so the head is also **anchored**
+outside the files: an :class:`Anchor` (the chain's directory and prefix, the file
+holding the last record, its seq and hash, the time) that the tiers write to the
+state store at every rotation and at a bounded interval (:mod:`gtm.audit_anchor`; this
+package stays store-free and only defines the record and the check). ``verify`` given
+the stored anchor says whether the chain still reaches it (:func:`verify_chain`): a
+chain that ends below its anchor has lost its tail, whatever its ``.head`` says, and
+records after the anchor are counted as not yet anchored. An anchor protects against
+whoever can write the log's directory but not the store; a writer that can also write
+the store can rewrite both (SECURITY.md).
 
 **Durability.** Each record is one ``write`` followed by ``flush``, so a process crash
 loses nothing already appended. ``fsync`` is a choice (:class:`FsyncPolicy`): the
@@ -45,8 +52,9 @@ import math
 import os
 import re
 import threading
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
@@ -265,6 +273,34 @@ class Head:
 _HEAD_WIDTH = 128
 
 
+@dataclass(frozen=True, slots=True)
+class ChainPosition:
+    """Where a chain ends: the name of the file holding its last record (no directory),
+    and that record's sequence number and hash."""
+
+    file: str
+    seq: int
+    hash: str
+
+    @property
+    def head(self) -> Head:
+        return Head(self.seq, self.hash)
+
+    @property
+    def file_records(self) -> int:
+        """Records of :attr:`file` up to and including ``seq`` (files are named for their
+        first seq)."""
+        match = _FILE_SEQ.search(self.file)
+        return self.seq - int(match.group(1)) + 1 if match else self.seq
+
+
+_FILE_SEQ = re.compile(r"-([0-9]{12})\.jsonl$")
+
+#: Called by the writer, under its lock, when it starts a new file: the position of the
+#: file it leaves (its last record). Must only record it and return.
+RotationHook = Callable[[ChainPosition], None]
+
+
 # ---------------------------------------------------------------------------- writer
 
 
@@ -300,6 +336,9 @@ class AuditWriter:
         self._lock_fd = self._acquire_dir_lock()
         self._file: BinaryIO | None = None
         self._size = 0
+        self._path = self._dir  # the open file (meaningful while _file is not None)
+        self._head_path: Path | None = None  # the file holding the head record
+        self._on_rotate: RotationHook | None = None
         try:
             self._head = self._recover()
             self._head_fd = os.open(self._dir / f"{prefix}.head", os.O_RDWR | os.O_CREAT, 0o644)
@@ -323,6 +362,30 @@ class AuditWriter:
         """The last record appended (seq 0 and the genesis hash before the first)."""
         return self._head
 
+    @property
+    def directory(self) -> Path:
+        return self._dir
+
+    @property
+    def prefix(self) -> str:
+        return self._prefix
+
+    def position(self) -> ChainPosition | None:
+        """Where the chain ends now (None before its first record)."""
+        with self._lock:
+            return self._position()
+
+    def _position(self) -> ChainPosition | None:
+        if self._head.seq == 0 or self._head_path is None:
+            return None
+        return ChainPosition(self._head_path.name, self._head.seq, self._head.hash)
+
+    def set_rotation_hook(self, hook: RotationHook | None) -> None:
+        """Have ``hook`` called with the position of each file the writer leaves for a
+        new one (the anchorer, :mod:`gtm.audit_anchor`, anchors it)."""
+        with self._lock:
+            self._on_rotate = hook
+
     def files(self) -> list[Path]:
         return chain_files(self._dir, self._prefix)
 
@@ -341,6 +404,7 @@ class AuditWriter:
                     "`gtm audit verify` on the directory and move the file aside to start a "
                     "new chain"
                 )
+            self._head_path = path
             return Head(parsed.seq, parsed.hash)
         return Head(0, GENESIS)
 
@@ -361,6 +425,7 @@ class AuditWriter:
                 raise AuditError(f"cannot append to the audit log: {exc.strerror}") from None
             self._size += len(line)
             self._head = Head(seq, digest)
+            self._head_path = self._path
             os.pwrite(self._head_fd, self._head.to_bytes(), 0)
             return self._head
 
@@ -374,10 +439,14 @@ class AuditWriter:
                 path = newest
             else:
                 path = self._dir / f"{self._prefix}-{seq:012d}.jsonl"
+            left = self._position() if path != self._head_path else None
             self._file = path.open("ab")
+            self._path = path
             self._size = path.stat().st_size
             if self._fsync is not FsyncPolicy.NEVER:
                 _fsync_dir(self._dir)
+            if left is not None and self._on_rotate is not None:
+                self._on_rotate(left)
         return self._file
 
     def _close_file(self) -> None:
@@ -474,6 +543,173 @@ def find_chains(root: Path) -> list[Chain]:
     return chains
 
 
+# ---------------------------------------------------------------------------- anchors
+
+_HASH = re.compile(r"^[0-9a-f]{64}$")
+
+
+@dataclass(frozen=True, slots=True)
+class PriorAnchor:
+    """An anchor a writer found its chain below when it started: the chain had lost
+    records the store had seen (its tail was cut, or its files replaced) before the
+    restart."""
+
+    seq: int
+    hash: str
+    revision: int
+    found_seq: int  # where the chain ended when the writer started
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "found_seq": self.found_seq,
+            "hash": self.hash,
+            "revision": self.revision,
+            "seq": self.seq,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Anchor:
+    """A chain's end as recorded outside its directory (the state store, by
+    :mod:`gtm.audit_anchor`): which chain (the writer's host, absolute directory and
+    prefix), the file holding its last record, that record's seq and hash, and when.
+
+    ``cut`` is carried from the first anchor a writer wrote after finding its chain
+    below the stored anchor, in every later anchor of that chain: a restart does not
+    launder a cut tail.
+    """
+
+    directory: str
+    prefix: str
+    file: str
+    seq: int
+    hash: str
+    time: float
+    host: str = ""
+    cut: PriorAnchor | None = None
+
+    def __post_init__(self) -> None:
+        if not _ID.fullmatch(self.prefix):
+            raise ValueError(f"prefix: {self.prefix!r} is not a lowercase id")
+        if not (self.file.startswith(f"{self.prefix}-") and _FILE_SEQ.search(self.file)):
+            raise ValueError(f"file: {self.file!r} is not a file of the {self.prefix} chain")
+        if not _HASH.fullmatch(self.hash):
+            raise ValueError("hash: expected 64 lowercase hex digits")
+        if self.seq < 1:
+            raise ValueError("seq: an anchor records at least one record")
+        if not math.isfinite(self.time) or self.time < 0:
+            raise ValueError("time must be a finite, non-negative Unix timestamp")
+
+    @property
+    def position(self) -> ChainPosition:
+        return ChainPosition(self.file, self.seq, self.hash)
+
+    def encode(self) -> bytes:
+        data: dict[str, Any] = {
+            "directory": self.directory,
+            "file": self.file,
+            "hash": self.hash,
+            "host": self.host,
+            "prefix": self.prefix,
+            "seq": self.seq,
+            "time": self.time,
+        }
+        if self.cut is not None:
+            data["cut"] = self.cut.to_json()
+        return _canonical(data)
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Anchor:
+        """The anchor in ``raw``; ValueError if it is not one."""
+        try:
+            data = json.loads(raw)
+            cut = data.get("cut")
+            return cls(
+                directory=_text(data["directory"]),
+                prefix=_text(data["prefix"]),
+                file=_text(data["file"]),
+                seq=_integer(data["seq"]),
+                hash=_text(data["hash"]),
+                time=float(data["time"]),
+                host=_text(data.get("host", "")),
+                cut=None
+                if cut is None
+                else PriorAnchor(
+                    seq=_integer(cut["seq"]),
+                    hash=_text(cut["hash"]),
+                    revision=_integer(cut["revision"]),
+                    found_seq=_integer(cut["found_seq"]),
+                ),
+            )
+        except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"not an audit anchor ({exc})") from None
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def _integer(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"expected an integer, got {type(value).__name__}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class StoredAnchor:
+    """An anchor as read back: with its key and the store revision that wrote it."""
+
+    anchor: Anchor
+    revision: int
+    key: str
+
+    def describe(self) -> str:
+        return f"the anchor at revision {self.revision} ({_iso(self.anchor.time)})"
+
+
+def _iso(when: float) -> str:
+    return datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def match_anchors(
+    chains: Sequence[Chain], anchors: Iterable[StoredAnchor]
+) -> dict[Chain, StoredAnchor]:
+    """Which anchor records each chain: the one naming its directory (resolved) and
+    prefix; else, for a chain copied elsewhere, the only one naming a directory of the
+    same name and that prefix. Several for one directory (hosts sharing a path): the
+    newest."""
+    pool = sorted(anchors, key=lambda stored: stored.revision, reverse=True)
+    found: dict[Chain, StoredAnchor] = {}
+    for chain in chains:
+        here = chain.directory.resolve()
+        same = [a for a in pool if a.anchor.prefix == chain.prefix]
+        exact = [a for a in same if Path(a.anchor.directory) == here]
+        if exact:
+            found[chain] = exact[0]
+            continue
+        named = {a.key: a for a in same if Path(a.anchor.directory).name == here.name}
+        if len(named) == 1:
+            found[chain] = next(iter(named.values()))
+    return found
+
+
+def orphan_anchors(
+    roots: Iterable[Path], chains: Sequence[Chain], anchors: Iterable[StoredAnchor]
+) -> list[StoredAnchor]:
+    """Anchors of directories under ``roots`` in which no chain was found: their
+    chains were deleted (or their files renamed)."""
+    matched = {a.key for a in match_anchors(chains, anchors).values()}
+    resolved = [root.resolve() for root in roots]
+    return [
+        a
+        for a in anchors
+        if a.key not in matched
+        and any(Path(a.anchor.directory).is_relative_to(root) for root in resolved)
+    ]
+
+
 # ---------------------------------------------------------------------------- verifier
 
 
@@ -497,6 +733,10 @@ class VerifyReport:
     files: int
     problems: tuple[AuditProblem, ...]
     head: Head | None  # the last well-formed record
+    #: The anchor the chain was checked against, if any.
+    anchor: StoredAnchor | None = None
+    #: Records after the anchor (written since it; not yet anchored).
+    unanchored: int = 0
 
     @property
     def ok(self) -> bool:
@@ -519,7 +759,7 @@ class _Verifier:
         if len(self.problems) < self.max_problems:
             self.problems.append(AuditProblem(file, line, message))
 
-    def file(self, path: Path, previous: str | None, watch_seq: int | None) -> None:
+    def file(self, path: Path, previous: str | None, watch: frozenset[int]) -> None:
         name = str(path)
         try:
             data = path.read_bytes()
@@ -533,11 +773,11 @@ class _Verifier:
         lines = data.split(b"\n")
         if lines[-1]:
             self.problem(name, len(lines), "last line is incomplete (file truncated mid-record)")
-        self._lines(name, lines[:-1], previous, watch_seq)
+        self._lines(name, lines[:-1], previous, watch)
         self._check_file_name(path, lines[0])
 
     def _lines(
-        self, name: str, lines: list[bytes], previous: str | None, watch_seq: int | None
+        self, name: str, lines: list[bytes], previous: str | None, watch: frozenset[int]
     ) -> None:
         """The hot loop: a well-linked line costs one SHA-256 and a few slices; anything
         unexpected drops to :meth:`line`, which diagnoses it."""
@@ -561,15 +801,15 @@ class _Verifier:
                     self.records += 1
                     self.expected_prev = claimed.decode()
                     self.expected_seq = expected_seq + 1
-                    if expected_seq == watch_seq:
+                    if expected_seq in watch:
                         self.seen[expected_seq] = self.expected_prev
                     continue
-            self.line(name, number, line, previous if number == 1 else None, watch_seq)
+            self.line(name, number, line, previous if number == 1 else None, watch)
         if self.expected_seq is not None:
             self.head = Head(self.expected_seq - 1, self.expected_prev or GENESIS)
 
     def line(
-        self, name: str, number: int, line: bytes, previous: str | None, watch_seq: int | None
+        self, name: str, number: int, line: bytes, previous: str | None, watch: frozenset[int]
     ) -> None:
         try:
             parsed = parse_line(line)
@@ -585,7 +825,7 @@ class _Verifier:
         elif self.check_records:
             self._check_record(name, number, parsed)
         self._check_link(name, number, parsed, previous)
-        if watch_seq is not None and parsed.seq == watch_seq:
+        if parsed.seq in watch:
             self.seen[parsed.seq] = parsed.hash
         self.expected_prev, self.expected_seq = parsed.hash, parsed.seq + 1
 
@@ -645,6 +885,7 @@ def verify(
     paths: Sequence[str | Path],
     *,
     head: Head | None = None,
+    anchor: StoredAnchor | None = None,
     from_genesis: bool = True,
     check_records: bool = False,
     max_problems: int = 100,
@@ -654,6 +895,9 @@ def verify(
 
     Args:
         head: where the chain must reach (detects truncation of the newest file).
+        anchor: the chain's anchor from the state store: the chain must reach and
+            contain its record (detects a cut tail even when the head file was cut
+            too); records after it are counted in ``unanchored``.
         from_genesis: the first record must be the chain's first (seq 1, genesis
             hash). Pass False when older files were deleted by retention.
         check_records: also parse each record and validate its fields (slower: a JSON
@@ -665,7 +909,9 @@ def verify(
         from_genesis=from_genesis, check_records=check_records, max_problems=max_problems
     )
     head = head or found_head
-    watch = head.seq if head is not None else None
+    watch = frozenset(
+        p.seq for p in (head, anchor.anchor if anchor is not None else None) if p is not None
+    )
     previous: str | None = None
     for path in files:
         verifier.file(path, previous, watch)
@@ -674,7 +920,95 @@ def verify(
         verifier.problem(", ".join(map(str, paths)) or "(no paths)", 0, "no audit files given")
     if head is not None:
         _check_head(verifier, head, previous or "")
-    return VerifyReport(verifier.records, len(files), tuple(verifier.problems), verifier.head)
+    unanchored = _check_anchor(verifier, anchor, previous or "") if anchor is not None else 0
+    return VerifyReport(
+        verifier.records,
+        len(files),
+        tuple(verifier.problems),
+        verifier.head,
+        anchor=anchor,
+        unanchored=unanchored,
+    )
+
+
+def verify_chain(
+    chain: Chain,
+    *,
+    anchor: StoredAnchor | None = None,
+    from_genesis: bool = True,
+    check_records: bool = False,
+    max_problems: int = 100,
+) -> VerifyReport:
+    """Verify one writer's chain against its ``.head`` file and, if given, its anchor:
+    a head file missing (or emptied) while the store holds an anchor is a problem too —
+    the writer rewrites it after every record, so it was deleted.
+
+    Raises:
+        AuditError: the head file exists but cannot be read.
+    """
+    head_file = chain.head_file
+    head = Head.read(head_file) if head_file.is_file() and head_file.stat().st_size else None
+    report = verify(
+        chain.files,
+        head=head,
+        anchor=anchor,
+        from_genesis=from_genesis,
+        check_records=check_records,
+        max_problems=max_problems,
+    )
+    if head is None and anchor is not None:
+        state = "empty" if head_file.exists() else "missing"
+        missing = AuditProblem(
+            str(head_file),
+            0,
+            f"{state}, but {anchor.describe()} records {anchor.anchor.seq} records: "
+            "the head file was deleted or emptied",
+        )
+        report = replace(report, problems=(missing, *report.problems))
+    return report
+
+
+def _check_anchor(verifier: _Verifier, stored: StoredAnchor, last_file: str) -> int:
+    """Problems if the chain does not reach or contain the anchored record; the number
+    of records after it."""
+    anchor = stored.anchor
+    seen = verifier.seen.get(anchor.seq)
+    reached = verifier.head.seq if verifier.head is not None else None
+    records = f"{anchor.seq} records (last seq {anchor.seq}, hash {anchor.hash}, in {anchor.file})"
+    if anchor.cut is not None:
+        cut = anchor.cut
+        verifier.problem(
+            last_file,
+            0,
+            f"tail was cut before a restart: {stored.describe()} says its writer found the "
+            f"chain ending at seq {cut.found_seq} below the anchor at revision "
+            f"{cut.revision} (seq {cut.seq}, hash {cut.hash}): "
+            f"{cut.seq - cut.found_seq} record(s) lost",
+        )
+    if seen is None:
+        if reached is not None and reached < anchor.seq:
+            verifier.problem(
+                last_file,
+                0,
+                f"tail may be missing: {stored.describe()} records {records} but the chain "
+                f"ends at seq {reached}: {anchor.seq - reached} record(s) cut",
+            )
+        else:
+            verifier.problem(
+                last_file,
+                0,
+                f"{stored.describe()} records {records}, and that record is not in the chain",
+            )
+        return 0
+    if seen != anchor.hash:
+        verifier.problem(
+            last_file,
+            0,
+            f"record seq {anchor.seq} does not match {stored.describe()} "
+            f"(hash {anchor.hash}): rewritten",
+        )
+        return 0
+    return max(0, (reached or anchor.seq) - anchor.seq)
 
 
 def _check_head(verifier: _Verifier, head: Head, last_file: str) -> None:

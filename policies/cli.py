@@ -13,13 +13,23 @@ from __future__ import annotations
 import ipaddress
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import click
 
 from policies.apikeys import ScryptCost, generate_key, hash_key, key_id
-from policies.audit import Chain, Head, VerifyReport, find_chains, verify
+from policies.audit import (
+    Chain,
+    Head,
+    StoredAnchor,
+    VerifyReport,
+    find_chains,
+    match_anchors,
+    orphan_anchors,
+    verify,
+    verify_chain,
+)
 from policies.documents import Kind, json_schema
 from policies.errors import ApiKeyError, AuditError, PolicyValidationError
 from policies.loader import DEFAULT_MAX_BYTES, LoadOptions, examples_path, load_paths
@@ -38,6 +48,11 @@ LOCATE_KEY = "policies.locate"
 Locate = Callable[
     [ipaddress.IPv4Address | ipaddress.IPv6Address, Path | None], tuple[str | None, str]
 ]
+#: ``ctx.meta`` key of the audit anchors' reader: ``(state URL) -> anchors``; raises a
+#: click exception when the store cannot be read. ``gtm audit`` provides it
+#: (:mod:`gtm.audit_cli`); ``python -m policies`` cannot read a store.
+ANCHORS_KEY = "policies.anchors"
+ReadAnchors = Callable[[str], Sequence[StoredAnchor]]
 
 _paths_argument = click.argument(
     "paths", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path)
@@ -276,15 +291,25 @@ def audit() -> None:
 )
 @click.option("--expect-head", help="SEQ:HASH the chain must reach (from a trusted copy).")
 @click.option(
+    "--state",
+    envvar="GTM_STATE",
+    help="State store holding the chains' anchors (etcd://HOST:PORT[,…]; read from "
+    "GTM_STATE when not given): each chain must reach the head its writer last anchored "
+    "there. Without it a cut tail whose .head was deleted too cannot be seen.",
+)
+@click.option(
     "--allow-partial",
     is_flag=True,
     help="Do not require the first file to start the chain (older files were deleted).",
 )
 @click.option("--check-records", is_flag=True, help="Also validate every record's fields.")
+@click.pass_context
 def audit_verify(
+    ctx: click.Context,
     paths: tuple[Path, ...],
     head_file: Path | None,
     expect_head: str | None,
+    state: str | None,
     allow_partial: bool,
     check_records: bool,
 ) -> None:
@@ -297,18 +322,34 @@ def audit_verify(
     directory of its own: `gtm up`'s run directory holds audit/global,
     audit/regional-REGION and admin-audit — and each chain is verified on its own against
     its .head file, one line per chain saying which. FILES given are one chain, in order.
+
+    With --state, each chain is also checked against the anchor its writer keeps in the
+    state store: a chain that ends below it lost its tail ("tail may be missing", exit
+    1), even if its .head file was deleted or cut with it; records after the anchor are
+    counted as not yet anchored (a warning); an anchor of a directory given whose chain
+    is gone fails too.
     """
     try:
         head = Head.read(head_file) if head_file else _parse_head(expect_head)
     except AuditError as exc:
         raise click.BadParameter(str(exc), param_hint="--head") from None
+    anchors = _read_anchors(ctx, state)
     if not all(path.is_dir() for path in paths):
+        chain = _files_chain(paths)
+        anchor = match_anchors([chain], anchors or ()).get(chain) if chain else None
         report = verify(
-            paths, head=head, from_genesis=not allow_partial, check_records=check_records
+            paths,
+            head=head,
+            anchor=anchor,
+            from_genesis=not allow_partial,
+            check_records=check_records,
         )
-        sys.exit(_print_report(report, ""))
+        status = _print_report(report, "")
+        _warn_unanchored(report, "", anchors is not None)
+        sys.exit(status)
     chains = [chain for path in paths for chain in find_chains(path)]
-    if not chains:
+    orphans = orphan_anchors(paths, chains, anchors or ())
+    if not chains and not orphans:
         click.echo(f"FAILED: no audit chain in {', '.join(map(str, paths))}", err=True)
         sys.exit(EXIT_INVALID)
     if len(chains) > 1 and head is not None:
@@ -316,31 +357,88 @@ def audit_verify(
             f"--head and --expect-head name one chain's head, and {len(chains)} chains were "
             "found: give that chain's directory"
         )
+    matched = match_anchors(chains, anchors or ())
     # The chain of the one directory given needs no name; chains found below it do.
-    walked = len(chains) > 1 or chains[0].directory != paths[0]
+    walked = len(chains) + len(orphans) > 1 or chains[0].directory != paths[0]
     failed = 0
     for chain in chains:
-        report = verify(
-            chain.files,
-            head=head or _chain_head(chain),
-            from_genesis=not allow_partial,
-            check_records=check_records,
-        )
         named = f"{chain.directory} ({chain.prefix} chain): " if walked else ""
+        try:
+            report = (
+                verify(
+                    chain.files,
+                    head=head,
+                    anchor=matched.get(chain),
+                    from_genesis=not allow_partial,
+                    check_records=check_records,
+                )
+                if head is not None
+                else verify_chain(
+                    chain,
+                    anchor=matched.get(chain),
+                    from_genesis=not allow_partial,
+                    check_records=check_records,
+                )
+            )
+        except AuditError as exc:
+            raise click.BadParameter(str(exc), param_hint="PATHS") from None
         failed += _print_report(report, named) != 0
+        _warn_unanchored(report, named, anchors is not None)
+    for orphan in orphans:
+        gone = orphan.anchor
+        click.echo(
+            f"{gone.directory}: {orphan.describe()} records {gone.seq} records of the "
+            f"{gone.prefix} chain (in {gone.file}), and no chain files are there (deleted?)"
+        )
+        click.echo(f"FAILED: {gone.directory} ({gone.prefix} chain): chain missing", err=True)
+        failed += 1
     if walked:
-        click.echo(f"verified {len(chains)} chain(s): {len(chains) - failed} OK, {failed} FAILED")
+        total = len(chains) + len(orphans)
+        click.echo(f"verified {total} chain(s): {total - failed} OK, {failed} FAILED")
     sys.exit(EXIT_INVALID if failed else 0)
 
 
-def _chain_head(chain: Chain) -> Head | None:
-    path = chain.head_file
-    if not path.is_file() or not path.stat().st_size:
+def _read_anchors(ctx: click.Context, state: str | None) -> Sequence[StoredAnchor] | None:
+    """The anchors in ``state``; None (and a warning) without a store."""
+    if state is None:
+        click.echo(
+            "warning: no state store given (--state or GTM_STATE): a tail cut together with "
+            "its .head file cannot be seen; verifying the files alone",
+            err=True,
+        )
         return None
-    try:
-        return Head.read(path)
-    except AuditError as exc:
-        raise click.BadParameter(str(exc), param_hint="PATHS") from None
+    read: ReadAnchors | None = ctx.meta.get(ANCHORS_KEY)
+    if read is None:
+        raise click.UsageError(
+            "`python -m policies` cannot read a state store; use `gtm audit verify --state`"
+        )
+    return read(state)
+
+
+def _files_chain(paths: tuple[Path, ...]) -> Chain | None:
+    """The chain FILES given belong to, when they are one directory's one prefix."""
+    chains = {Chain(path.parent, path.name.rsplit("-", 1)[0]) for path in paths if "-" in path.name}
+    return next(iter(chains)) if len(chains) == 1 else None
+
+
+def _warn_unanchored(report: VerifyReport, named: str, with_store: bool) -> None:
+    if not report.ok:
+        return
+    if report.anchor is None:
+        if with_store:
+            click.echo(
+                f"warning: {named}no anchor in the state store for this chain: its tail "
+                "cannot be checked",
+                err=True,
+            )
+        return
+    if report.unanchored:
+        click.echo(
+            f"warning: {named}{report.unanchored} record(s) after seq "
+            f"{report.anchor.anchor.seq} not yet anchored (written after "
+            f"{report.anchor.describe()}): a cut among them would not show",
+            err=True,
+        )
 
 
 def _print_report(report: VerifyReport, named: str) -> int:
@@ -354,6 +452,8 @@ def _print_report(report: VerifyReport, named: str) -> int:
         )
         return EXIT_INVALID
     end = f"; head seq {report.head.seq} hash {report.head.hash}" if report.head else ""
+    if report.anchor is not None:
+        end += f"; OK up to {report.anchor.describe()}: seq {report.anchor.anchor.seq}"
     click.echo(f"OK: {named}{report.records} records in {report.files} file(s){end}")
     return 0
 

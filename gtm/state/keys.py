@@ -15,6 +15,7 @@ key                                         value (record, see gtm.models / poli
 /gtm/v1/policies/{kind}/{name}              a policy document (policies package)
 /gtm/v1/quota-leases/{tenant}/{replica}     a regional replica's capacity lease
 /gtm/v1/drains/{target}/{id}                Drain
+/gtm/v1/audit-anchors/{chain}               an audit chain's anchor (policies.audit.Anchor)
 ==========================================  ===========================================
 """
 
@@ -42,6 +43,7 @@ class Kind(StrEnum):
     POLICY = "policies"
     QUOTA_LEASE = "quota-leases"
     DRAIN = "drains"
+    AUDIT_ANCHOR = "audit-anchors"
 
 
 def _seg(value: str) -> str:
@@ -91,6 +93,10 @@ def drain(target: DrainTarget, target_id: str) -> str:
     return prefix(Kind.DRAIN, target.value) + _seg(target_id)
 
 
+def audit_anchor(chain_id: str) -> str:
+    return prefix(Kind.AUDIT_ANCHOR) + _seg(chain_id)
+
+
 @dataclass(frozen=True, slots=True)
 class ParsedKey:
     kind: Kind
@@ -109,6 +115,7 @@ _ARITY = {
     Kind.POLICY: 2,
     Kind.QUOTA_LEASE: 2,
     Kind.DRAIN: 2,
+    Kind.AUDIT_ANCHOR: 1,
 }
 
 

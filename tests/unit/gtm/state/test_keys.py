@@ -18,6 +18,7 @@ BUILDERS: list[tuple[Callable[..., str], tuple[str, ...], Kind, tuple[str, ...]]
     (keys.tenant, ("acme",), Kind.TENANT, ("acme",)),
     (keys.policy, ("residency", "eu.v2"), Kind.POLICY, ("residency", "eu.v2")),
     (keys.quota_lease, ("acme", "replica_1"), Kind.QUOTA_LEASE, ("acme", "replica_1")),
+    (keys.audit_anchor, ("global-0123abcd",), Kind.AUDIT_ANCHOR, ("global-0123abcd",)),
 ]
 
 
