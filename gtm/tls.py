@@ -59,7 +59,6 @@ from typing import Any
 
 import aiohttp
 import click
-from cryptography import x509
 from prometheus_client import CollectorRegistry, Gauge
 
 from gtm.clock import Clock
@@ -265,6 +264,11 @@ class CertInfo:
 
 def cert_info(path: Path) -> CertInfo:
     """The first certificate in a PEM file: its gtm identity (or subject) and notAfter."""
+    # Imported here: only a process with TLS on reads certificates (the x509 layer is
+    # a large import), and it does so at start-up (TlsMaterial), so a broken install
+    # still fails there, not on a later reload.
+    from cryptography import x509
+
     try:
         cert = x509.load_pem_x509_certificate(path.read_bytes())
     except (OSError, ValueError) as exc:

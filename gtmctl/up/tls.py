@@ -22,16 +22,19 @@ import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
 from gtm.clock import Clock
 from gtm.metrics import new_registry
-from gtm.pki import LocalPki, ensure_local_pki
 from gtm.tls import DEFAULT_CLIENTS, DEFAULT_PEERS, TlsConfig, TlsMaterial
 from gtm.topology import Deployment
 from gtmctl.up.config import UpConfig
 from gtmctl.up.fleet import Plan
+
+if TYPE_CHECKING:  # the PKI (cryptography) is imported only when --tls makes one
+    from gtm.pki import LocalPki
 
 GLOBAL_IDENTITY = "global/gtm-up"
 OPS_IDENTITY = "ops/gtm-up"
@@ -74,6 +77,8 @@ class LocalTls:
         hosts = {f"region/{r.id}": (r.host,) for r in deployment.regions} | {
             f"zone/{z.id}": (z.host,) for z in deployment.zones
         }
+        from gtm.pki import ensure_local_pki
+
         pki = ensure_local_pki(directory or default_tls_dir(), identities(deployment), hosts)
         return cls(pki)
 
