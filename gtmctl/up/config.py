@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
@@ -18,6 +19,14 @@ from gtmctl.up.control import LinkKind
 #: door on 8080.
 DEFAULT_DNS_LISTEN = "127.0.0.1:5353"
 DEFAULT_HTTP_LISTEN = "127.0.0.1:8080"
+
+#: The local deployment's proxies: the loopback address local tools connect from
+#: (``gtm load`` sends its clients' places in X-Forwarded-For), trusted by the front
+#: door and the regional LBs alike; on a real deployment only the anycast LBs are. The
+#: rest of 127/8 is not: a client bound to 127.0.0.2 is an untrusted peer whose
+#: X-Forwarded-For is not believed (the users' paths tests are such clients). Here, not
+#: in ``inprocess`` (which re-exports it), so ``--processes`` never imports the tiers.
+LOCAL_PROXIES = (ipaddress.ip_network("127.0.0.1/32"), ipaddress.ip_network("::1/128"))
 
 #: How long ``gtm up`` waits for every region to answer before giving up, s. The
 #: acceptance bound for ``make up`` on a 2-core machine is 60 s; a slower machine gets

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 from collections.abc import Callable
 
@@ -40,7 +39,7 @@ from gtm.state.url import open_store
 from gtm.tasks import TaskSupervisor
 from gtm.tls import TlsMaterial
 from gtm.topology import GpuPlacement, RegionPlacement, ZonePlacement
-from gtmctl.up.config import HostPort
+from gtmctl.up.config import LOCAL_PROXIES, HostPort
 from gtmctl.up.fleet import DNS_ZONE, Plan, Started, seed_store, unseed_store
 from gtmctl.up.tls import GLOBAL_IDENTITY, LocalTls, https, moved_urls, tls_directory
 from policies import AuditWriter
@@ -49,13 +48,6 @@ from zone_agent.app import ZoneAgent
 from zone_agent.config import ZoneConfig
 
 log = logging.getLogger(__name__)
-
-#: The local deployment's proxies: the loopback address local tools connect from
-#: (``gtm load`` sends its clients' places in X-Forwarded-For), trusted by the front
-#: door and the regional LBs alike; on a real deployment only the anycast LBs are. The
-#: rest of 127/8 is not: a client bound to 127.0.0.2 is an untrusted peer whose
-#: X-Forwarded-For is not believed (the users' paths tests are such clients).
-LOCAL_PROXIES = (ipaddress.ip_network("127.0.0.1/32"), ipaddress.ip_network("::1/128"))
 
 #: Health checks of the regional LBs, looser than a production default: every tier
 #: shares one event loop here, and a loop busy with a burst of streamed tokens must not

@@ -65,7 +65,7 @@ from gtm.state.url import open_store, parse_state_url
 from gtm.tasks import Backoff, TaskSupervisor
 from gtm.topology import GpuPlacement, RegionPlacement, ZonePlacement
 from gtm.trust import TIER_KEY_ENV
-from gtmctl.up.config import HostPort
+from gtmctl.up.config import LOCAL_PROXIES, HostPort
 from gtmctl.up.control import (
     ChildInfo,
     ControlApi,
@@ -79,7 +79,6 @@ from gtmctl.up.control import (
     link_name,
 )
 from gtmctl.up.fleet import Plan, Started, seed_store, unseed_store
-from gtmctl.up.inprocess import LOCAL_PROXIES
 from gtmctl.up.tls import GLOBAL_IDENTITY, LocalTls, https, moved_urls, tls_directory
 
 log = logging.getLogger(__name__)
