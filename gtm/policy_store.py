@@ -15,7 +15,15 @@ sha256 and the policy set's digest. Two concurrent applies cannot interleave: th
 second fails to take the lock, and even if a lock expired mid-apply, the commit CAS
 fails for whoever lost. Readers trust only what a commit names and re-check every
 hash, so a reader that looks while an apply is writing sees a mismatch and keeps the
-policy it has. Documents the new set drops are deleted after the commit.
+policy it has. Documents the new set drops are deleted after the commit. An apply that
+fails after writing and before committing puts back what it overwrote while it still
+holds the lock, so the committed generation stays readable.
+
+:func:`apply` makes the policy set it is given the whole next generation. ``gtm policy
+apply`` first asks :func:`plan_apply` what applying some documents over the committed
+generation means (:mod:`gtm.policy_plan`: kept unless pruned), shows it, and applies the
+plan's set with the plan's generation as the expected one, so what it showed is what it
+commits — or nothing, if someone applied in between.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import contextlib
 import hashlib
 import logging
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -34,6 +43,7 @@ from gtm.clock import Clock
 from gtm.errors import CompactedError, LeaseNotFound, StateError, StateUnavailable
 from gtm.models import Frozen, NonNegFloat, StoredRecord
 from gtm.outage import OutageLog
+from gtm.policy_plan import ApplyPlan, plan_changes
 from gtm.state import codec, keys
 from gtm.state.store import KeyValue, StateStore
 from gtm.tasks import Backoff
@@ -98,6 +108,8 @@ class ApplyResult:
     changed: bool
     written: int = 0
     deleted: int = 0
+    #: The store revision of the commit (0: nothing was committed).
+    revision: int = 0
 
 
 def _doc_key(doc: LoadedDocument) -> str:
@@ -170,34 +182,66 @@ async def _apply_locked(
     listing = await store.range(POLICY_PREFIX)
     existing = {kv.key: kv.value for kv in listing.kvs}
     refs = []
-    written = 0
-    for doc in policy_set.documents:
-        key, value = _doc_key(doc), document_json(doc.document)
-        refs.append(PolicyDocumentRef(kind=doc.kind.value, name=doc.name, sha256=_sha(value)))
-        if existing.get(key) != value:
-            await _still_locked(store, lease_id)
-            await store.put(key, value)
-            written += 1
-    record = PolicyGeneration(
-        generation=current_generation + 1,
-        digest=policy_set.digest,
-        documents=tuple(refs),
-        applied_at=clock.wall(),
-        applied_by=applied_by,
-    )
-    await _still_locked(store, lease_id)
-    committed = await store.compare_and_swap(
-        GENERATION_KEY,
-        codec.encode(record),
-        expected_mod_revision=current_kv.mod_revision if current_kv else 0,
-    )
-    if not committed.succeeded:
-        raise PolicyApplyConflict("another apply committed first; nothing was committed")
+    overwritten: dict[str, bytes | None] = {}
+    try:
+        for doc in policy_set.documents:
+            key, value = _doc_key(doc), document_json(doc.document)
+            refs.append(PolicyDocumentRef(kind=doc.kind.value, name=doc.name, sha256=_sha(value)))
+            if existing.get(key) != value:
+                await _still_locked(store, lease_id)
+                overwritten[key] = existing.get(key)
+                await store.put(key, value)
+        record = PolicyGeneration(
+            generation=current_generation + 1,
+            digest=policy_set.digest,
+            documents=tuple(refs),
+            applied_at=clock.wall(),
+            applied_by=applied_by,
+        )
+        await _still_locked(store, lease_id)
+        committed = await store.compare_and_swap(
+            GENERATION_KEY,
+            codec.encode(record),
+            expected_mod_revision=current_kv.mod_revision if current_kv else 0,
+        )
+        if not committed.succeeded:
+            raise PolicyApplyConflict("another apply committed first; nothing was committed")
+    except StateError:
+        await _put_back(store, lease_id, overwritten)
+        raise
     keep = {_doc_key(d) for d in policy_set.documents} | {GENERATION_KEY, LOCK_KEY}
     deleted = 0
     for key in existing.keys() - keep:
         deleted += await store.delete(key)
-    return ApplyResult(record.generation, changed=True, written=written, deleted=deleted)
+    return ApplyResult(
+        record.generation,
+        changed=True,
+        written=len(overwritten),
+        deleted=deleted,
+        revision=committed.revision,
+    )
+
+
+async def _put_back(store: StateStore, lease_id: int, overwritten: dict[str, bytes | None]) -> None:
+    """Undo the writes of an apply that did not commit, while it still holds the lock
+    (once the lock is gone, another apply may be writing those keys). Best effort: a
+    store that failed the apply may fail this too; readers still trust only what the
+    commit names, and say so when a named document changed."""
+    if not overwritten:
+        return
+    try:
+        await store.keep_alive(lease_id)
+        for key, value in overwritten.items():
+            if value is None:
+                await store.delete(key)
+            else:
+                await store.put(key, value)
+    except StateError as exc:
+        log.warning(
+            "a failed policy apply could not put back %d document(s) it overwrote: %s",
+            len(overwritten),
+            exc,
+        )
 
 
 async def _still_locked(store: StateStore, lease_id: int) -> None:
@@ -211,6 +255,77 @@ async def _still_locked(store: StateStore, lease_id: int) -> None:
 
 def _sha(value: bytes) -> str:
     return hashlib.sha256(value).hexdigest()
+
+
+async def plan_apply(
+    store: StateStore, given: Sequence[LoadedDocument], *, prune: bool
+) -> ApplyPlan:
+    """What applying ``given`` over the committed generation would change
+    (:func:`gtm.policy_plan.plan_changes`); reads, never writes.
+
+    Raises:
+        PolicyStoreError: without ``prune``, the committed generation cannot be read
+            (its documents are needed for the next one).
+        PolicyValidationError / PolicyConflictError: the next generation does not
+            validate as a whole.
+        StateUnavailable: the store cannot be reached.
+    """
+    listing = await store.range(POLICY_PREFIX)
+    values = {kv.key: kv for kv in listing.kvs}
+    stored = {
+        (parsed.parts[0], parsed.parts[1]): kv.value
+        for kv in listing.kvs
+        if (parsed := keys.parse(kv.key)) is not None and parsed.parts[0] != META
+    }
+    commit = values.get(GENERATION_KEY)
+    record = codec.decode(GENERATION_KEY, commit.value, PolicyGeneration) if commit else None
+    committed: list[LoadedDocument] = []
+    if record is not None:
+        try:
+            committed = [_stored_document(values, record, ref) for ref in record.documents]
+        except PolicyStoreError as exc:
+            if not prune:
+                raise PolicyStoreError(
+                    f"{exc}; the documents of generation {record.generation} are needed to "
+                    "keep the ones not given — apply the whole set with --prune"
+                ) from None
+            committed = []  # with prune every stored document not given is deleted
+    return plan_changes(
+        committed,
+        stored,
+        given,
+        prune=prune,
+        base_generation=record.generation if record else 0,
+        base_revision=listing.revision,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedDocument:
+    kind: str
+    name: str
+    value: bytes  # canonical JSON, as stored
+
+
+async def committed_documents(store: StateStore) -> tuple[int, tuple[CommittedDocument, ...]]:
+    """The committed generation and its documents' stored JSON, hashes checked
+    (``(0, ())`` before any apply).
+
+    Raises:
+        PolicyStoreError: the commit names a missing or changed document.
+    """
+    listing = await store.range(POLICY_PREFIX)
+    values = {kv.key: kv for kv in listing.kvs}
+    commit = values.get(GENERATION_KEY)
+    if commit is None:
+        return 0, ()
+    record = codec.decode(GENERATION_KEY, commit.value, PolicyGeneration)
+    documents = []
+    for ref in record.documents:
+        _stored_document(values, record, ref)  # checks presence and hash
+        value = values[keys.policy(ref.kind, ref.name)].value
+        documents.append(CommittedDocument(ref.kind, ref.name, value))
+    return record.generation, tuple(documents)
 
 
 # ---------------------------------------------------------------------------- reading

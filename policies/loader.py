@@ -72,6 +72,18 @@ def load_paths(paths: Iterable[str | Path], options: LoadOptions | None = None) 
     Raises:
         PolicyValidationError: every problem found, in every file.
     """
+    return build_policy_set(load_documents(paths, options))
+
+
+def load_documents(
+    paths: Iterable[str | Path], options: LoadOptions | None = None
+) -> tuple[LoadedDocument, ...]:
+    """Each document of the files and directories, validated on its own but not
+    cross-checked (``gtm policy apply`` checks them together with the stored ones).
+
+    Raises:
+        PolicyValidationError: every problem found, in every file.
+    """
     options = options or LoadOptions()
     documents: list[LoadedDocument] = []
     problems: list[Problem] = []
@@ -86,7 +98,7 @@ def load_paths(paths: Iterable[str | Path], options: LoadOptions | None = None) 
             problems.extend(exc.problems)
     if problems:
         raise PolicyValidationError(tuple(problems))
-    return build_policy_set(documents)
+    return tuple(documents)
 
 
 def load_examples(options: LoadOptions | None = None) -> PolicySet:
