@@ -214,7 +214,7 @@ class FrontDoor:
             prefix_hashes=prefix_hashes,
         )
         outcome = self._router.decide(request, view, location)
-        if prefix_hashes and outcome.region is not None:
+        if prefix_hashes and outcome.region is not None and self._config.affinity:
             # Back to the region the prompt's prefix was just sent to, while it may
             # take it (residency-allowed, available, within its load bound).
             region = self._regions_sent.place(
@@ -362,6 +362,8 @@ class FrontDoor:
 
         def served(region: str) -> None:
             # Spilled (or retried) elsewhere: the next turn goes back where it was served.
+            if not self._config.affinity:
+                return
             self._regions_sent.served(
                 facts.prefix_hashes, region, sent_at=sent_at, tokens=facts.input_tokens
             )

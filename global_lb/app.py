@@ -311,7 +311,7 @@ def build_routers(
     """The request router (cached decisions) and the DNS router (the responder caches),
     each following the routing profile of the policy in force (``--profile`` and
     :data:`~global_lb.profiles.DNS_PROFILE_NAME`, else the built-in defaults)."""
-    request = profiles.follow(config.profile, profiles.DEFAULT_REQUEST_PROFILE, metrics)
+    request = profiles.follow(config.profile, profiles.request_default(config.profile), metrics)
     dns = profiles.follow(profiles.DNS_PROFILE_NAME, profiles.DEFAULT_DNS_PROFILE, metrics)
     return (
         GlobalRouter(*request(policy), cache_size=config.decision_cache, follow=request),

@@ -21,6 +21,11 @@ from global_lb.dns.zone import DEFAULT_TTL, DEFAULT_ZONE, ZoneConfig
 from global_lb.geo import load_geo_map, open_locator
 from global_lb.health import HealthTable
 from global_lb.keeper import build_view, load_topology
+from global_lb.profiles import (
+    BUILTIN_REQUEST_PROFILES,
+    NEAREST_PROFILE_NAME,
+    REQUEST_PROFILE_NAME,
+)
 from global_lb.router import RouteOutcome
 from gtm import native
 from gtm.cli_types import HostPort, IPAddress, IPNetwork, StateURL
@@ -130,6 +135,20 @@ def _fail(exc: Exception) -> None:
     help="DNS processes sharing the DNS port (SO_REUSEPORT), this one included; "
     "one per core answers the most queries/s.",
 )
+@click.option(
+    "--profile",
+    default=REQUEST_PROFILE_NAME,
+    show_default=True,
+    help="The front door's routing profile: the policy set's profile of that name, else "
+    f"a built-in one ({', '.join(BUILTIN_REQUEST_PROFILES)}; {NEAREST_PROFILE_NAME}: the "
+    "nearest region residency allows, by round trip alone, for comparisons).",
+)
+@click.option(
+    "--no-affinity",
+    is_flag=True,
+    help="Decide every request afresh: no going back to the region a prompt's prefix was "
+    "just sent to (for side-by-side comparisons).",
+)
 @click_options("global")
 @click.option(
     "--front-door-tls",
@@ -165,8 +184,11 @@ def _config(options: dict[str, Any]) -> GlobalConfig:
         zone=ZoneConfig(zone=options["zone"], ttl=options["ttl"], negative_ttl=options["ttl"]),
         rrl=RrlConfig(rate=options["rrl_rate"]),
         front_door=FrontDoorConfig(
-            trusted_proxies=trusted, peer_token=options.get("peer_token") or None
+            trusted_proxies=trusted,
+            peer_token=options.get("peer_token") or None,
+            affinity=not options.get("no_affinity", False),
         ),
+        profile=options.get("profile") or REQUEST_PROFILE_NAME,
         require_summaries=options["require_summaries"],
         reuse_port=options["reuse_port"],
         dns_workers=options["dns_workers"],

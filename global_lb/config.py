@@ -38,6 +38,10 @@ class FrontDoorConfig(Frozen):
     #: The key the tiers share (``--peer-token``, :mod:`gtm.trust`): each forward is
     #: signed with it, so regional LBs believe the client location the front door found.
     peer_token: SecretStr | None = None
+    #: Send a prompt back to the region its prefix was just sent to, while that region
+    #: may take it (:class:`global_lb.plugins.affinity.RegionMemory`). Off: every request
+    #: is decided afresh (``gtm global --no-affinity``, for side-by-side comparisons).
+    affinity: bool = True
 
 
 class GlobalConfig(Frozen):

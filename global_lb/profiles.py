@@ -63,6 +63,39 @@ DEFAULT_REQUEST_PROFILE: Mapping[str, Any] = {
     },
 }
 
+#: The nearest region residency allows: the round trip alone decides (``rtt-scorer``),
+#: no load, no predicted TTFT — the cross-region rule of the simulator's zone-agent
+#: baselines, so that a live comparison (``gtm up --policy-profile``) runs them as the
+#: simulator does.
+NEAREST_PROFILE_NAME = "global-nearest"
+NEAREST_REQUEST_PROFILE: Mapping[str, Any] = {
+    "name": NEAREST_PROFILE_NAME,
+    "plugins": [
+        *(p for p in _PLUGINS if p["name"] in ("residency", "health", "model")),
+        {"type": "rtt-scorer", "name": "rtt"},
+        {"type": "max-score-picker", "name": "max-score"},
+    ],
+    "profile": {
+        "filters": ["residency", "health", "model"],
+        "scorers": [{"ref": "rtt", "weight": 1.0}],
+        "picker": "max-score",
+    },
+}
+
+#: The request profiles ``gtm global --profile`` knows without a policy set defining
+#: them (a policy set's profile of the same name comes first).
+BUILTIN_REQUEST_PROFILES: Mapping[str, Mapping[str, Any]] = {
+    REQUEST_PROFILE_NAME: DEFAULT_REQUEST_PROFILE,
+    NEAREST_PROFILE_NAME: NEAREST_REQUEST_PROFILE,
+}
+
+
+def request_default(name: str) -> Mapping[str, Any]:
+    """The built-in request profile ``name`` (the default for any other name: the policy
+    set may define it)."""
+    return BUILTIN_REQUEST_PROFILES.get(name, DEFAULT_REQUEST_PROFILE)
+
+
 DEFAULT_DNS_PROFILE: Mapping[str, Any] = {
     "name": DNS_PROFILE_NAME,
     "plugins": [p for p in _PLUGINS if p["name"] != "model"],

@@ -134,7 +134,11 @@ class RegionalApi:
             now=service.clock.monotonic(),
             now_wall=service.clock.wall(),
         )
-        if decision.route is Route.SPILL and decision.reason is Reason.DEGRADED:
+        if (
+            decision.route is Route.SPILL
+            and decision.reason is Reason.DEGRADED
+            and service.settings.affinity
+        ):
             # The split drew it for a peer: a request whose prefix is here stays.
             request, inputs = admitted.route_request, admitted.inputs
             kept = self._zones_sent.keep_local(
@@ -187,14 +191,16 @@ class RegionalApi:
             )
         # Back to the zone the prompt's prefix was just sent to, while it can take it.
         route_request = admitted.route_request
-        first = self._zones_sent.place(
-            decision.zone,
-            route_request,
-            lambda: zone_candidates(service.view, route_request.model, service.accounting),
-            tokens_per_block=admitted.inputs.tokens_per_block,
-            now=service.clock.wall(),  # the zone summaries' clock
-            movable=precharged is None,
-        )
+        first = decision.zone
+        if service.settings.affinity:
+            first = self._zones_sent.place(
+                decision.zone,
+                route_request,
+                lambda: zone_candidates(service.view, route_request.model, service.accounting),
+                tokens_per_block=admitted.inputs.tokens_per_block,
+                now=service.clock.wall(),  # the zone summaries' clock
+                movable=precharged is None,
+            )
         return await LocalRelay(
             request,
             service.carrier,

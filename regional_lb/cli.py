@@ -28,6 +28,7 @@ from regional_lb.leases import DEFAULT_SAFE_SHARE, LeaseSettings
 from regional_lb.priority import SplitMode
 from regional_lb.profiles import PROFILE_NAME
 from regional_lb.router import RouterSettings
+from regional_lb.spill import NO_SPILL, SpillSettings
 from regional_lb.view import ViewSettings
 
 
@@ -149,6 +150,18 @@ def _identifier(name: str, value: str) -> str:
     multiple=True,
     help="Network whose X-Forwarded-For is believed when locating a client. Repeatable.",
 )
+@click.option(
+    "--no-affinity",
+    is_flag=True,
+    help="Choose every request's zone afresh: no going back to the zone a prompt's prefix "
+    "was just sent to (for side-by-side comparisons).",
+)
+@click.option(
+    "--no-spill",
+    is_flag=True,
+    help="Never pass a request to a peer region: serve or queue it here (a single-region "
+    "balancer, for side-by-side comparisons).",
+)
 @click_options("regional")
 def regional(
     region: str,
@@ -168,6 +181,8 @@ def regional(
     geoip_db: str | None,
     geo_map: str | None,
     trusted: tuple[GeoNetwork, ...],
+    no_affinity: bool = False,
+    no_spill: bool = False,
     **tls_options: object,
 ) -> None:
     """Run one region's regional LB: quotas, fair queueing, zone choice, spillover."""
@@ -194,11 +209,13 @@ def regional(
         router=RouterSettings(
             split_mode=SplitMode(split_mode),
             spill_requires_client_country=not spill_unknown_location,
+            spill=NO_SPILL if no_spill else SpillSettings(),
         ),
         view=ViewSettings(local_zone=local_zone, zone_urls=MappingProxyType(_zone_urls(zone_urls))),
         profile_name=profile,
         peer_token=peer_token or None,
         trusted_proxies=trusted,
+        affinity=not no_affinity,
     )
     try:
         cidr = load_geo_map(geo_map) if geo_map else None

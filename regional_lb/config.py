@@ -34,6 +34,11 @@ class RegionalSettings:
     proxy: ProxySettings = field(default_factory=ProxySettings)
     view: ViewSettings = field(default_factory=ViewSettings)
     profile_name: str = PROFILE_NAME
+    #: Send a prompt back to the zone its prefix was just sent to, while that zone can
+    #: take it, and keep it here when the split draws it for a peer
+    #: (:class:`regional_lb.plugins.prefix.ZoneMemory`). Off: every request is placed
+    #: afresh (``gtm regional --no-affinity``, for side-by-side comparisons).
+    affinity: bool = True
     summary_interval_s: float = 1.0
     #: How often queued requests are expired and re-offered to zones, s.
     queue_tick_s: float = 0.05

@@ -53,6 +53,11 @@ class SpillSettings:
     max_summary_age_s: float = 10.0
 
 
+#: No peer is ever offered (out of hops from the start): a single-region balancer
+#: (``gtm regional --no-spill``).
+NO_SPILL = SpillSettings(max_hops=0)
+
+
 @dataclass(frozen=True, slots=True)
 class PeerOption:
     region: str

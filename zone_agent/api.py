@@ -189,7 +189,9 @@ class AssignApi:
         clock: Clock,
         hold_s: float,
         trace_top: int,
+        affinity: bool = True,
     ) -> None:
+        self._affinity = affinity
         self._zone = zone_id
         self._region = region_id
         self._view = view
@@ -222,7 +224,9 @@ class AssignApi:
             facts = _from_headers(request, seq)
         now = self._clock.monotonic()
         self._acc.expire(now)
-        decision = decide_or_refuse(self._profile(), facts, self._view(), frozenset())
+        decision = decide_or_refuse(
+            self._profile(), facts, self._view(), frozenset(), affinity=self._affinity
+        )
         self._acc.hold(charge(self._acc, decision), now + self._hold)
         self._metrics.assignments.labels(decision.gpu_id, decision.profile).inc()
         self._metrics.decision.observe(time.perf_counter() - started)

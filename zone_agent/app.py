@@ -408,6 +408,7 @@ class ZoneAgent:
                 first_byte_floor_s=self.config.first_byte_floor_s,
                 first_byte_ttft_factor=self.config.first_byte_ttft_factor,
                 first_byte_cap_s=self.config.upstream_timeout_s,
+                affinity=self.config.affinity,
             ),
             view=lambda: self._view,
             profile=lambda: self._profile,
@@ -430,6 +431,7 @@ class ZoneAgent:
             clock=self._clock,
             hold_s=self.config.assign_hold_s,
             trace_top=self.config.trace_top,
+            affinity=self.config.affinity,
         ).routes(app)
         ServiceApi(lambda: self._view, self._registry).routes(app)
         return app

@@ -53,6 +53,12 @@ from zone_agent.profiles import BUILTIN_PROFILES, DEFAULT_PROFILE
     help="Routing profile (the default, or a baseline for comparisons).",
 )
 @click.option(
+    "--no-affinity",
+    is_flag=True,
+    help="No stickiness: a conversation's GPU is chosen by the profile alone, not kept on "
+    "the GPU that answered its prefix (for side-by-side comparisons).",
+)
+@click.option(
     "--scrape-interval",
     type=click.FloatRange(min=0.0, min_open=True),
     default=0.25,
@@ -91,6 +97,7 @@ def zone(
     upstream_timeout: float,
     tls_plain_workers: bool,
     event_loop: str,
+    no_affinity: bool = False,
     **tls_options: object,
 ) -> None:
     """Run one zone's agent: choose a GPU for each request by predicted TTFT and proxy it."""
@@ -104,6 +111,7 @@ def zone(
             port=port,
             workers=tuple(parse_worker(w) for w in workers),
             profile=profile,
+            affinity=not no_affinity,
             scrape_interval_s=scrape_interval,
             upstream_timeout_s=upstream_timeout,
         )

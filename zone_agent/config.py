@@ -86,6 +86,10 @@ class ZoneConfig(Frozen):
     port: int = Field(default=8100, ge=0, le=65535)
     workers: tuple[StaticWorker, ...] = ()
     profile: str = DEFAULT_PROFILE
+    #: Keep a conversation on the GPU that answered its prefix while that GPU can take
+    #: it (:func:`zone_agent.affinity.sticky_gpu`; the built-in baselines never do).
+    #: Off: ``gtm zone --no-affinity``, for side-by-side comparisons.
+    affinity: bool = True
     #: Scrape every worker's /metrics this often (s); issue 5 asks for 250 ms.
     scrape_interval_s: float = Field(default=0.25, gt=0.0)
     scrape_timeout_s: float = Field(default=1.0, gt=0.0)

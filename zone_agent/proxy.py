@@ -100,6 +100,9 @@ class ProxySettings:
     first_byte_ttft_factor: float = 4.0
     #: Longest first-byte deadline, s (the upstream read timeout).
     first_byte_cap_s: float = 300.0
+    #: Apply the agent's stickiness rule (:func:`zone_agent.affinity.sticky_gpu`) to
+    #: gtm's own profiles (ZoneConfig.affinity).
+    affinity: bool = True
 
     def first_byte_timeout(self, facts: ZoneRequest, decision: ZoneDecision) -> float | None:
         """Seconds the GPU has to send the first chunk, or ``None`` (no deadline)."""
@@ -113,9 +116,15 @@ class ProxySettings:
 
 
 def decide_or_refuse(
-    profile: ZoneProfile, facts: ZoneRequest, view: ZoneView, tried: frozenset[str]
+    profile: ZoneProfile,
+    facts: ZoneRequest,
+    view: ZoneView,
+    tried: frozenset[str],
+    *,
+    affinity: bool = True,
 ) -> ZoneDecision:
-    """A decision, or the ApiError the client gets when there is none."""
+    """A decision, or the ApiError the client gets when there is none (``affinity``:
+    whether the stickiness rule may apply, :func:`keeps_affinity`)."""
     try:
         decision = profile.decide(facts, view, exclude=tried)
     except ModelNotServed:
@@ -130,7 +139,7 @@ def decide_or_refuse(
             retry_after_s=NO_CAPACITY_RETRY_AFTER_S,
         ) from None
     # Back to the GPU the prompt's prefix was just sent to, while it can take it.
-    return sticky_gpu(decision) if keeps_affinity(profile) else decision
+    return sticky_gpu(decision) if affinity and keeps_affinity(profile) else decision
 
 
 def charge(accounting: Accounting, decision: ZoneDecision) -> Ticket:
@@ -219,7 +228,9 @@ class ZoneRelay(Relay[ZoneDecision]):
         path = self._path
         path.accounting.expire(path.clock.monotonic())
         try:
-            decision = decide_or_refuse(path.profile(), self._facts, path.view(), tried)
+            decision = decide_or_refuse(
+                path.profile(), self._facts, path.view(), tried, affinity=path.settings.affinity
+            )
         except NoCapacity:
             if not tried:
                 raise

@@ -10,6 +10,7 @@ type                        what
 ``ttft-cost-model``         the cost model, under its own type name)
 ``load-scorer``             headroom for the model
 ``tenant-affinity-scorer``  bounded-load rendezvous home region per tenant
+``rtt-scorer``              the client's round trip alone (the nearest region)
 ``headroom-spread-picker``  best region; spread by headroom near saturation/failover
 ==========================  =====================================================
 
@@ -22,7 +23,7 @@ plugin class declares what it offers the tier's fast paths as typed capabilities
 
 from __future__ import annotations
 
-from global_lb.plugins import affinity, health, load, model, residency, spread, ttft
+from global_lb.plugins import affinity, health, load, model, residency, rtt, spread, ttft
 from gtm.routing import PluginRegistry, default_registry
 
 
@@ -39,6 +40,7 @@ def global_registry() -> PluginRegistry:
     registry.register(ttft.COST_MODEL_TYPE_NAME, ttft.Params, ttft.TtftScorer)
     registry.register(load.TYPE_NAME, load.Params, load.LoadScorer)
     registry.register(affinity.TYPE_NAME, affinity.Params, affinity.TenantAffinityScorer)
+    registry.register(rtt.TYPE_NAME, rtt.Params, rtt.RttScorer)
     registry.register(spread.TYPE_NAME, spread.Params, spread.HeadroomSpreadPicker)
     registry.register_vocabulary_aliases()
     register_fast_paths(registry)

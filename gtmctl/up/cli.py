@@ -159,6 +159,16 @@ EXIT_INTERRUPTED = 130
     "global-regional, regional-zone, etcd (every tier to every etcd member).",
 )
 @click.option(
+    "--policy-profile",
+    default=None,
+    metavar="NAME",
+    help="Run one of the simulator's policies (gtm sim, bench/prefix_affinity.py) at every "
+    "tier, for side-by-side live comparisons: gtm, gtm-no-affinity (no placement memories "
+    "or sticky rules at any tier), or a baseline such as llm-d-blend or sglang-cache-aware "
+    "(the nearest allowed region, no spills, each region's GPUs under one zone agent "
+    "running that balancer). Default: every tier's own defaults.",
+)
+@click.option(
     "--print-topology",
     is_flag=True,
     help="Print the topology (the example, or --topology) as YAML and exit.",
@@ -189,6 +199,7 @@ def up(print_topology: bool, admin_dir: Path | None, **options: Any) -> None:
             chaos_links=_link_kinds(options["chaos_links"]),
             tls=options["tls"],
             tls_dir=options["tls_dir"],
+            policy_profile=options["policy_profile"],
         )
     except ValidationError as exc:
         first = exc.errors()[0]

@@ -14,6 +14,7 @@ from gtm.errors import ConfigError
 from gtm.models import Frozen
 from gtm.state.url import StoreKind, parse_state_url
 from gtmctl.up.control import LinkKind
+from gtmctl.up.policy_profile import TierPolicy, tier_policy
 
 #: ARCHITECTURE §9 defaults: DNS on 5353 (UDP and TCP; 53 needs privileges), the front
 #: door on 8080.
@@ -88,6 +89,9 @@ class UpConfig(Frozen):
     #: (default: ~/.local/state/gtm/tls), made on first run and reused.
     tls: bool = False
     tls_dir: str | None = None
+    #: Run a simulator policy at every tier (:mod:`gtmctl.up.policy_profile`; None: the
+    #: tiers' defaults).
+    policy_profile: str | None = None
 
     # ConfigError becomes ValueError: pydantic reports it as a validation error of the
     # field (one line naming the option), not an exception escaping the model.
@@ -106,6 +110,20 @@ class UpConfig(Frozen):
             return None if value is None else str(parse_listen(value, "listen address"))
         except ConfigError as exc:
             raise ValueError(str(exc)) from None
+
+    @field_validator("policy_profile")
+    @classmethod
+    def _policy_profile(cls, value: str | None) -> str | None:
+        try:
+            tier_policy(value)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    @property
+    def tiers(self) -> TierPolicy:
+        """What each tier runs (--policy-profile, else the defaults)."""
+        return tier_policy(self.policy_profile)
 
     @model_validator(mode="after")
     def _processes_only(self) -> UpConfig:

@@ -40,6 +40,7 @@ from gtm.topology import Deployment, Topology, ZonePlacement, load_topology, res
 from gtm.trust import TIER_KEY_ENV
 from gtmctl.up.clients import bundled_cities, geo_map
 from gtmctl.up.config import HostPort, UpConfig
+from gtmctl.up.policy_profile import pooled
 from policies import PolicyError, PolicySet, load_paths
 from policies.loader import examples_path
 
@@ -106,6 +107,8 @@ def make_plan(config: UpConfig) -> Plan:
     """Load and check everything; create the run directory. Raises ConfigError."""
     policy_set = load_policies(config.policies)
     topology = load_topology(config.topology)
+    if config.tiers.region_pool:
+        topology = pooled(topology)
     port = config.http.port or topology.regional_port
     deployment = resolve(topology, policy_set.regions, regional_port=port)
     if config.run_dir is not None:

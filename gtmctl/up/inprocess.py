@@ -44,6 +44,8 @@ from gtmctl.up.fleet import DNS_ZONE, Plan, Started, seed_store, unseed_store
 from gtmctl.up.tls import GLOBAL_IDENTITY, LocalTls, https, moved_urls, tls_directory
 from policies import AuditWriter
 from regional_lb.app import RegionalService, RegionalSettings, serving
+from regional_lb.router import RouterSettings
+from regional_lb.spill import NO_SPILL
 from zone_agent.app import ZoneAgent
 from zone_agent.config import ZoneConfig
 
@@ -60,6 +62,7 @@ AppHook = Callable[[web.Application], None]
 def global_config(plan: Plan, *, http_listen: str | None) -> GlobalConfig:
     """The global tier's configuration in a local deployment (shared with --processes)."""
     config = plan.config
+    tiers = config.tiers
     return GlobalConfig(
         dns_listen=config.dns_listen,
         http_listen=http_listen,
@@ -71,9 +74,42 @@ def global_config(plan: Plan, *, http_listen: str | None) -> GlobalConfig:
         zone=DnsZoneConfig(zone=DNS_ZONE),
         health=LOCAL_HEALTH,
         front_door=FrontDoorConfig(
-            trusted_proxies=LOCAL_PROXIES, peer_token=SecretStr(plan.tier_key)
+            trusted_proxies=LOCAL_PROXIES,
+            peer_token=SecretStr(plan.tier_key),
+            affinity=tiers.affinity,
         ),
+        profile=tiers.global_profile,
         require_summaries=True,
+    )
+
+
+def zone_config(plan: Plan, zone: ZonePlacement) -> ZoneConfig:
+    """A zone agent's configuration in a local deployment."""
+    config = plan.config
+    return ZoneConfig(
+        zone=zone.id,
+        region=zone.region,
+        host=zone.host,
+        port=zone.port,
+        scrape_interval_s=config.scrape_interval_s,
+        profile=config.tiers.zone_profile,
+        affinity=config.tiers.affinity,
+    )
+
+
+def regional_settings(plan: Plan, region: RegionPlacement, advertise: str) -> RegionalSettings:
+    """A regional LB's configuration in a local deployment."""
+    tiers = plan.config.tiers
+    return RegionalSettings(
+        region=region.id,
+        replica_id=f"{region.id}-1",
+        advertise_url=advertise,
+        # Clients that come straight here are located as the front door locates
+        # them: its key, its trusted proxies, its GeoIP database and geo map.
+        peer_token=plan.tier_key,
+        trusted_proxies=LOCAL_PROXIES,
+        affinity=tiers.affinity,
+        router=RouterSettings() if tiers.spill else RouterSettings(spill=NO_SPILL),
     )
 
 
@@ -171,13 +207,7 @@ class InProcessFleet:
         self.gpus[gpu.id] = server
 
     async def _start_zone(self, zone: ZonePlacement) -> None:
-        config = ZoneConfig(
-            zone=zone.id,
-            region=zone.region,
-            host=zone.host,
-            port=zone.port,
-            scrape_interval_s=self.plan.config.scrape_interval_s,
-        )
+        config = zone_config(self.plan, zone)
         registry = new_registry()
         agent = ZoneAgent(
             config,
@@ -197,15 +227,8 @@ class InProcessFleet:
         self.zones[zone.id] = agent
 
     async def _start_region(self, region: RegionPlacement) -> None:
-        settings = RegionalSettings(
-            region=region.id,
-            replica_id=f"{region.id}-1",
-            advertise_url=https(region.url) if self.tls is not None else region.url,
-            # Clients that come straight here are located as the front door locates
-            # them: its key, its trusted proxies, its GeoIP database and geo map.
-            peer_token=self.plan.tier_key,
-            trusted_proxies=LOCAL_PROXIES,
-        )
+        advertise = https(region.url) if self.tls is not None else region.url
+        settings = regional_settings(self.plan, region, advertise)
         # One audit directory per writer: a writer locks its directory.
         audit = AuditWriter(
             self.plan.run_dir / "audit" / f"regional-{region.id}", prefix="regional"

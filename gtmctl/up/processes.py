@@ -79,6 +79,7 @@ from gtmctl.up.control import (
     link_name,
 )
 from gtmctl.up.fleet import Plan, Started, seed_store, unseed_store
+from gtmctl.up.policy_profile import TierPolicy
 from gtmctl.up.tls import GLOBAL_IDENTITY, LocalTls, https, moved_urls, tls_directory
 
 log = logging.getLogger(__name__)
@@ -197,11 +198,14 @@ def gpu_argv(gpu: GpuPlacement, state: str, speedup: float) -> list[str]:
     )
 
 
-def zone_argv(zone: ZonePlacement, state: str, scrape_interval_s: float) -> list[str]:
+def zone_argv(
+    zone: ZonePlacement, state: str, scrape_interval_s: float, tiers: TierPolicy | None = None
+) -> list[str]:
     return _gtm(
         "zone",
         *("--zone", zone.id, "--region", zone.region, "--state", state),
         *("--listen", f"{zone.host}:{zone.port}", "--scrape-interval", repr(scrape_interval_s)),
+        *(tiers or TierPolicy()).zone_flags(),
     )
 
 
@@ -222,6 +226,7 @@ def regional_argv(
         located += ["--geoip-db", geoip] if geoip else []
         located += ["--geo-map", str(plan.geo_map_path)]
         located += [arg for n in LOCAL_PROXIES for arg in ("--trusted-proxy", str(n))]
+        located += plan.config.tiers.regional_flags()
     return _gtm(
         "regional",
         *("--region", region.id, "--state", state, "--listen", f"{region.host}:{region.port}"),
@@ -249,6 +254,7 @@ def global_argv(plan: Plan, state: str, dns: HostPort, http: HostPort) -> list[s
         ),
         *trusted,
         "--require-summaries",
+        *config.tiers.global_flags(),
     )
 
 
@@ -360,7 +366,8 @@ class ProcessFleet:
             self._add(gpu.id, TierKind.GPU, argv)
         for zone in plan.deployment.zones:
             state = self._state_for(f"zone/{zone.id}")
-            argv = with_tls(zone_argv(zone, state, config.scrape_interval_s), f"zone/{zone.id}")
+            argv = zone_argv(zone, state, config.scrape_interval_s, config.tiers)
+            argv = with_tls(argv, f"zone/{zone.id}")
             self._add(zone.id, TierKind.ZONE, argv)
         for region in plan.deployment.regions:
             state = self._state_for(f"regional/{region.id}")
