@@ -59,7 +59,6 @@ from aiohttp.typedefs import Handler, Middleware
 from gtm.clock import Clock
 from gtm.errors import ConfigError, GtmError
 from gtm.openai_errors import ApiError, ErrorType
-from policies.audit import AuditWriter
 from policies.errors import AuditError
 
 log = logging.getLogger(__name__)
@@ -425,6 +424,11 @@ class AdminGuard:
         """The guard a CLI builds from ``--admin-token-file`` / ``--admin-audit-dir``."""
         audit: AuditSink | None = None
         if audit_dir is not None:
+            # Here, not at module level: the audit chain brings the residency engine and
+            # the policy documents, which a process without an admin audit directory (an
+            # emulated GPU worker) does not need; this runs at start-up.
+            from policies.audit import AuditWriter
+
             try:
                 audit = AuditWriter(audit_dir, prefix="admin")
             except (AuditError, OSError) as exc:
@@ -438,6 +442,10 @@ class AdminGuard:
         return cls(tokens=tokens, clock=clock, audit=audit)
 
     def close(self) -> None:
+        if self._audit is None:
+            return
+        from policies.audit import AuditWriter  # loaded when from_options made one
+
         if isinstance(self._audit, AuditWriter):
             self._audit.close()
 
