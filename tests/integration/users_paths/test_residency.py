@@ -86,8 +86,9 @@ async def test_a_direct_client_is_held_to_residency_at_the_region(tmp_path: Path
 
         # The operator applies the shipped policy; the client keeps its old answer.
         applied = await asyncio.to_thread(
-            gtm, "policy", "apply", str(examples_path()), "--state", document["state"]
-        )
+            gtm, "policy", "apply", str(examples_path()), "--state", document["state"],
+            "--backup", str(tmp_path / "policy-backups"),
+        )  # fmt: skip
         assert applied.returncode == 0, applied.stderr
 
         async def refused_at_us_east() -> bool:

@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 from gtm.clock import FakeClock
 from gtm.errors import StateUnavailable
 from gtm.metrics import new_registry
+from gtm.policy_plan import Change
 from gtm.policy_store import (
     GENERATION_KEY,
     LOCK_KEY,
@@ -23,6 +24,7 @@ from gtm.policy_store import (
     activate,
     apply,
     load_from_store,
+    plan_apply,
 )
 from gtm.state import codec, keys
 from gtm.state.memory import MemoryStore
@@ -231,6 +233,67 @@ async def test_losing_the_lock_mid_apply_commits_nothing(
     with pytest.raises(PolicyApplyConflict, match="lock expired while writing"):
         await apply(LosesLock(store), examples, 0, clock=clock)
     assert await store.get(GENERATION_KEY) is None
+
+
+class CommitFails(YieldingStore):
+    """The store goes away as the apply commits: its documents are written, its commit not."""
+
+    async def compare_and_swap(
+        self, key: str, value: bytes, *, expected_mod_revision: int, lease: int = 0
+    ) -> TxnResult:
+        if key == GENERATION_KEY:
+            raise StateUnavailable("etcd went away")
+        return await super().compare_and_swap(
+            key, value, expected_mod_revision=expected_mod_revision, lease=lease
+        )
+
+
+def stored_values(listing: RangeResult) -> dict[str, bytes]:
+    return {kv.key: kv.value for kv in listing.kvs if kv.key != LOCK_KEY}
+
+
+async def test_a_failed_apply_puts_back_what_it_overwrote(
+    store: MemoryStore, clock: FakeClock, examples: PolicySet, tmp_path: Path
+) -> None:
+    await apply(store, examples, 0, clock=clock)
+    before = stored_values(await store.range(keys.prefix(keys.Kind.POLICY)))
+    target = tmp_path / "bigger"  # one document overwritten, one added
+    target.mkdir()
+    for source in examples_path().iterdir():
+        text = source.read_text().replace("Dublin", "Dublin, Ireland")
+        (target / source.name).write_text(text.replace("example-tenants", "more-tenants"))
+    bigger = load_paths([target])
+    with pytest.raises(StateUnavailable):
+        await apply(CommitFails(store), bigger, 1, clock=clock)
+    # The overwritten document is back and the added one gone: generation 1 still loads
+    # (before, a tier starting now found it "changed" and had no policy).
+    assert stored_values(await store.range(keys.prefix(keys.Kind.POLICY))) == before
+    stored = await load_from_store(store)
+    assert stored is not None
+    assert (stored.generation, stored.policy_set.digest) == (1, examples.digest)
+
+
+async def test_plan_apply_keeps_or_prunes_and_reads_the_commit_only(
+    store: MemoryStore, clock: FakeClock, examples: PolicySet, tmp_path: Path
+) -> None:
+    empty = await plan_apply(store, examples.documents, prune=False)
+    assert (empty.base_generation, len(empty.of(Change.ADDED))) == (0, 6)
+    await apply(store, examples, 0, clock=clock)
+    changed = edited(tmp_path, "Dublin", "Dublin, Ireland", drop="routing-profiles.yaml")
+    plan = await plan_apply(store, changed.documents, prune=False)
+    assert plan.base_generation == 1
+    assert [c.ref for c in plan.of(Change.CHANGED)] == ["Regions/example-regions"]
+    assert [c.ref for c in plan.of(Change.KEPT)] == ["RoutingProfiles/example-routing"]
+    assert plan.policy_set.profiles
+    assert await store.get(LOCK_KEY) is None  # planning takes no lock, writes nothing
+    # A committed document that changed under the commit: only --prune can go on.
+    await store.put(keys.policy("Regions", "example-regions"), b"{}")
+    with pytest.raises(
+        PolicyStoreError, match=r"which is changed .*apply the whole set with --prune"
+    ):
+        await plan_apply(store, changed.documents, prune=False)
+    pruned = await plan_apply(store, changed.documents, prune=True)
+    assert [c.ref for c in pruned.of(Change.DELETED)] == ["RoutingProfiles/example-routing"]
 
 
 class PausesAfterFirstPut(YieldingStore):
