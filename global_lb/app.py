@@ -42,6 +42,7 @@ from global_lb.keeper import ViewKeeper, load_topology
 from global_lb.metrics import GlobalMetrics
 from global_lb.router import GlobalRouter, settle_collector
 from global_lb.view import LatencyModel
+from gtm.audit_anchor import AuditAnchorer
 from gtm.clock import Clock
 from gtm.errors import ConfigError
 from gtm.policy_store import ActivePolicy, PolicyWatcher, activate
@@ -104,6 +105,18 @@ class GlobalTier:
         self.locator = locator or _locator(config)
         self._audit_writer: AuditWriter | None = None
         self.audit = audit or self._open_audit()
+        #: Anchors the audit chain's head in the store (gtm.audit_anchor).
+        self.anchorer = (
+            AuditAnchorer(
+                self._audit_writer,
+                self._store,
+                clock=clock,
+                registry=registry,
+                interval=config.audit_anchor_interval_s,
+            )
+            if self._audit_writer is not None
+            else None
+        )
         self._supervisor = TaskSupervisor(registry=registry, clock=clock, component="global")
         self.snapshots = SnapshotWatcher(
             self._store, clock=clock, registry=registry, component="global"
@@ -183,6 +196,8 @@ class GlobalTier:
             self._supervisor.spawn("follow-snapshots", self._follow_snapshots())
             self._supervisor.spawn("follow-policies", self._follow_policies())
             self._supervisor.run_loop("refresh", self._refresh, interval=1.0)
+            if self.anchorer is not None:
+                self._supervisor.spawn("audit-anchor", self.anchorer.run())
             dns = await self._start_dns()
             http = await self._start_http()
         except BaseException:
@@ -209,6 +224,9 @@ class GlobalTier:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self.anchorer is not None:
+            await self.anchorer.close()
+            self.anchorer = None
         if self._owns_store:
             await self._store.aclose()
         if self._audit_writer is not None:

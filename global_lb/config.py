@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import ipaddress
 
-from pydantic import Field, SecretStr
+from pydantic import Field, PositiveFloat, SecretStr
 
 from global_lb import profiles
 from global_lb.dns.rrl import RrlConfig
 from global_lb.dns.zone import ZoneConfig
 from global_lb.geo import AssumedLocation
 from global_lb.health import HealthCheckConfig
+from gtm.audit_anchor import DEFAULT_INTERVAL_S as DEFAULT_ANCHOR_INTERVAL_S
 from gtm.http_limits import HttpLimits
 from gtm.models import Frozen
 
@@ -56,6 +57,9 @@ class GlobalConfig(Frozen):
     unknown_location: AssumedLocation = AssumedLocation()
     topology: str | None = None
     audit_dir: str | None = None
+    #: At most this long between an audit record and the chain's anchor in the store
+    #: (gtm.audit_anchor: what a cut tail can take unseen).
+    audit_anchor_interval_s: PositiveFloat = DEFAULT_ANCHOR_INTERVAL_S
     profile: str = profiles.REQUEST_PROFILE_NAME
     zone: ZoneConfig = ZoneConfig()
     rrl: RrlConfig = RrlConfig()

@@ -110,6 +110,7 @@ class AuditAnchorer:
         self._last_write = clock.monotonic() - interval  # the first anchor is due at once
         self._anchored_at = clock.monotonic()  # when the store last held the current head
         self._checked = False
+        self._start = writer.position()  # where the chain ended when the writer opened it
         self._cut: PriorAnchor | None = None
         label = writer.prefix
         self._age = Gauge(
@@ -177,21 +178,24 @@ class AuditAnchorer:
         has passed and it moved. True if it wrote. Raises what the store raises."""
         if not self._checked:
             await self._check_stored()
-        wrote = False
-        rotated = self._rotated
-        if rotated is not None:
-            if self._anchored is None or rotated.seq > self._anchored.seq:
-                await self._write(rotated)
-                wrote = True
-            if self._rotated is rotated:
-                self._rotated = None
+        rotated, self._rotated = self._rotated, None
         position = self._writer.position()
-        due = self._clock.monotonic() - self._last_write >= self._interval
-        if position is not None and position != self._anchored and (due or self._cut_pending):
-            await self._write(position)
-            wrote = True
+        due = self._clock.monotonic() - self._last_write >= self._interval or self._cut_pending
+        if position is not None and position != self._anchored and due:
+            target: ChainPosition | None = position  # covers a rotation before it
+        elif rotated is not None and (self._anchored is None or rotated.seq > self._anchored.seq):
+            target = rotated
+        else:
+            target = None
+        if target is not None:
+            try:
+                await self._write(target)
+            except BaseException:
+                if rotated is not None and self._rotated is None:
+                    self._rotated = rotated  # still to anchor
+                raise
         self._update_gauges()
-        return wrote
+        return target is not None
 
     @property
     def _cut_pending(self) -> bool:
@@ -228,27 +232,26 @@ class AuditAnchorer:
         except ValueError as exc:
             log.error("audit anchor %s is not readable (%s); replacing it", self.key, exc)
             return
-        position = self._writer.position()
-        found = position.seq if position is not None else 0
+        start = self._start
+        found = start.seq if start is not None else 0
         self._cut = stored.cut
-        reaches = position is not None and (
-            position.seq > stored.seq
-            or (position.seq == stored.seq and position.hash == stored.hash)
+        reaches = start is not None and (
+            start.seq > stored.seq or (start.seq == stored.seq and start.hash == stored.hash)
         )
         if not reaches:
             self._cut = PriorAnchor(stored.seq, stored.hash, kv.mod_revision, found)
             log.error(
-                "audit chain %s (%s) ends at seq %d, below its anchor at revision %d "
-                "(seq %d): %d record(s) were cut while its writer was down; the cut is "
-                "recorded in its next anchors",
+                "audit chain %s (%s) ended at seq %d when its writer started, without the "
+                "record its anchor at revision %d holds (seq %d): the chain was cut or "
+                "replaced while its writer was down; the cut is recorded in its next anchors",
                 self._directory,
                 self._writer.prefix,
                 found,
                 kv.mod_revision,
                 stored.seq,
-                stored.seq - found,
             )
             return
+        position = self._writer.position()
         if position is not None and stored.position == position and stored.cut == self._cut:
             self._anchored = position
             self._stored = StoredAnchor(stored, kv.mod_revision, self.key)

@@ -50,7 +50,7 @@ _COMMANDS: dict[str, _Entry] = {
     "route": _Entry("Ask for a routing decision and print its trace.", "global_lb.cli:route"),
     "drain": _Entry("Drain a region, zone or GPU.", "gtm.drain_cli:drain"),
     "undrain": _Entry("Undo a drain.", "gtm.drain_cli:undrain"),
-    "audit": _Entry("Verify the hash-chained audit log.", "policies.cli:audit"),
+    "audit": _Entry("Verify the hash-chained audit log.", "gtm.audit_cli:audit"),
     "admin": _Entry("Admin API tokens (create, list, revoke).", "gtm.admin_cli:admin"),
     "chaos": _Entry("Fault proxy (Toxiproxy API) and game-day runner.", "chaos.cli:chaos"),
     "sim": _Entry("Run the discrete-event fleet simulator.", "fleetsim.cli:sim"),

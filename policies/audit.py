@@ -981,9 +981,13 @@ def _check_anchor(verifier: _Verifier, stored: StoredAnchor, last_file: str) -> 
             last_file,
             0,
             f"tail was cut before a restart: {stored.describe()} says its writer found the "
-            f"chain ending at seq {cut.found_seq} below the anchor at revision "
+            f"chain ending at seq {cut.found_seq} without the record of the anchor at revision "
             f"{cut.revision} (seq {cut.seq}, hash {cut.hash}): "
-            f"{cut.seq - cut.found_seq} record(s) lost",
+            + (
+                f"{cut.seq - cut.found_seq} record(s) lost"
+                if cut.seq > cut.found_seq
+                else "the anchored record was replaced"
+            ),
         )
     if seen is None:
         if reached is not None and reached < anchor.seq:

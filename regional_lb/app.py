@@ -24,6 +24,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from gtm.audit_anchor import AuditAnchorer
 from gtm.clock import Clock
 from gtm.errors import GtmError
 from gtm.geo import GeoLocator
@@ -87,6 +88,18 @@ class RegionalService:
         self.registry = registry
         self._static_policy = policy
         self.tasks = TaskSupervisor(registry=registry, clock=clock, component="regional")
+        #: Anchors the audit chain's head in the store (gtm.audit_anchor).
+        self.anchorer = (
+            AuditAnchorer(
+                audit,
+                store,
+                clock=clock,
+                registry=registry,
+                interval=settings.audit_anchor_interval_s,
+            )
+            if audit is not None
+            else None
+        )
         self.snapshots = SnapshotWatcher(
             store, clock=clock, registry=registry, component="regional"
         )
@@ -218,6 +231,8 @@ class RegionalService:
             "region-summary", self.publish_summary, interval=self.settings.summary_interval_s
         )
         tasks.run_loop("queue", self.dispatcher.tick, interval=self.settings.queue_tick_s)
+        if self.anchorer is not None:
+            tasks.spawn("audit-anchor", self.anchorer.run())
 
     def refuse_waiting(self) -> None:
         """Answer every queued request 503 (shutting down): they would not be served."""
@@ -232,6 +247,8 @@ class RegionalService:
                 await action()
             except GtmError as exc:
                 log.warning("could not release %s on shutdown: %s", name, exc)
+        if self.anchorer is not None:
+            await self.anchorer.close()
         if self._session is not None:
             await self._session.close()
 

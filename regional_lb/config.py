@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gtm.audit_anchor import DEFAULT_INTERVAL_S as DEFAULT_ANCHOR_INTERVAL_S
 from gtm.geo import IPNetwork
 from gtm.http_limits import HttpLimits
 from regional_lb.fairqueue import QueueSettings
@@ -40,6 +41,9 @@ class RegionalSettings:
     #: afresh (``gtm regional --no-affinity``, for side-by-side comparisons).
     affinity: bool = True
     summary_interval_s: float = 1.0
+    #: At most this long between an audit record and the chain's anchor in the store
+    #: (gtm.audit_anchor: what a cut tail can take unseen).
+    audit_anchor_interval_s: float = DEFAULT_ANCHOR_INTERVAL_S
     #: How often queued requests are expired and re-offered to zones, s.
     queue_tick_s: float = 0.05
     #: The key the tiers share (:mod:`gtm.trust`): requests signed with it by the front
