@@ -277,7 +277,7 @@ class ZoneAgent:
     def rebuild(self) -> ZoneView:
         """A fresh view from everything known now (swapped in atomically)."""
         now = self._clock.monotonic()
-        slowdowns = self.health.slowdowns()
+        slowdowns = self.health.slowdowns(now)
         states = [
             GpuState(
                 worker=worker,

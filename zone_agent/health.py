@@ -24,9 +24,25 @@ share of the traffic that grows with time.
 
 Throughput regression: each scrape's inter-token latency (engine time, from the
 histogram's ``_sum``/``_count`` deltas) is divided by the profile's expected decode step
-for the scraped batch; a GPU whose smoothed ratio is ``regression_threshold`` above the
-zone's median (a thermally throttled GPU is 25 % slower, NVIDIA's "HW Thermal Slowdown")
-is de-weighted by that factor, so its predicted TTFT grows by as much as it slowed down.
+for the scraped batch. A window counts when it holds ``regression_min_tokens`` tokens or
+``regression_min_engine_s`` of decode time: a very slow GPU emits few tokens per scrape,
+and it is the one that must be seen. The smoothed ratio (EWMA) is compared with two
+references, and the GPU is de-weighted by the larger slowness, so its predicted TTFT
+grows by as much as it slowed down:
+
+* the zone's median: ``regression_threshold`` above it (a thermally throttled GPU is
+  25 % slower, NVIDIA's "HW Thermal Slowdown") — a GPU slower than its peers;
+* the GPU's own best over the last ``regression_window_s`` (a windowed minimum, as BBR
+  keeps its ``min_rtt``): ``regression_self_factor`` times it — a gray failure of a GPU
+  that has no peer to compare with (alone in its zone) or of a whole zone at once,
+  which the median cannot see. The factor is coarse because a GPU's own ratio moves
+  with its batch mix and its host's load, which the profile does not model.
+
+A slowed GPU draws little traffic, so its estimate would never be corrected: with no
+sample for ``regression_stale_s`` its excess over its best decays with a half-life of
+``regression_recovery_s`` (the regression's analogue of an ejection ending), until
+new traffic measures it again; a window that much faster than the estimate replaces it
+at once (a recovered GPU is not blended back over many windows).
 """
 
 from __future__ import annotations
@@ -72,8 +88,18 @@ class HealthConfig(Frozen):
     regression_threshold: float = Field(default=0.15, gt=0.0)
     #: Weight of a new sample in the smoothed slowness (EWMA).
     regression_alpha: float = Field(default=0.3, gt=0.0, le=1.0)
-    #: Fewest decoded tokens in a scrape window for its latency to count.
+    #: Fewest decoded tokens in a scrape window for its latency to count…
     regression_min_tokens: int = Field(default=16, ge=1)
+    #: …or least decode time in it (seconds of inter-token latency summed).
+    regression_min_engine_s: float = Field(default=0.1, gt=0.0)
+    #: De-weight a GPU this many times slower than its own best in the window.
+    regression_self_factor: float = Field(default=3.0, gt=1.0)
+    #: How long a GPU's best ratio is remembered (then re-measured from the current one).
+    regression_window_s: float = Field(default=600.0, gt=0.0)
+    #: Without a sample for this long, a slowness estimate starts decaying…
+    regression_stale_s: float = Field(default=5.0, gt=0.0)
+    #: …with this half-life (of its excess over the GPU's best).
+    regression_recovery_s: float = Field(default=5.0, gt=0.0)
 
 
 class Outcome(StrEnum):
@@ -96,12 +122,15 @@ class HealthStatus:
     weight: float = 1.0
     #: Back from ejection on trial: only one request at a time until a success.
     half_open: bool = False
-    #: Measured decode slowness relative to the zone's median (1.0 = normal).
+    #: Measured decode slowness relative to the zone's median or the GPU's own best
+    #: (1.0 = normal; see the module docstring).
     slowdown: float = 1.0
 
 
 class _Gpu:
     __slots__ = (
+        "best",
+        "best_at",
         "checked",
         "ejected_at",
         "ejected_until",
@@ -110,6 +139,7 @@ class _Gpu:
         "half_open",
         "ok_streak",
         "passive_streak",
+        "sampled_at",
         "slowness",
         "timeout_streak",
         "up",
@@ -129,6 +159,10 @@ class _Gpu:
         self.half_open = False
         self.up_since = now
         self.slowness: float | None = None
+        #: The lowest smoothed slowness in the window, and when it was set.
+        self.best = math.inf
+        self.best_at = now
+        self.sampled_at = now
 
 
 class HealthTracker:
@@ -233,24 +267,55 @@ class HealthTracker:
         self, gpu_id: str, observed_s: float, expected_s: float, tokens: float, now: float
     ) -> None:
         """A scrape window's mean inter-token latency vs the profile's expected step."""
-        if tokens < self.config.regression_min_tokens or expected_s <= 0 or not observed_s > 0:
+        cfg = self.config
+        if expected_s <= 0 or not observed_s > 0 or tokens <= 0:
+            return
+        if tokens < cfg.regression_min_tokens and observed_s * tokens < cfg.regression_min_engine_s:
             return
         gpu = self._gpu(gpu_id, now)
         sample = observed_s / expected_s
-        alpha = self.config.regression_alpha
-        gpu.slowness = (
-            sample if gpu.slowness is None else alpha * sample + (1 - alpha) * gpu.slowness
-        )
+        current = self._slowness(gpu, now)
+        alpha = cfg.regression_alpha
+        if current is None or sample * cfg.regression_self_factor <= current:
+            # A GPU is never faster than it is: a window this much faster than the
+            # estimate is a recovery, taken at once (a blend would keep a recovered GPU
+            # de-weighted for many windows, and a de-weighted GPU gets few windows).
+            gpu.slowness = sample
+        else:
+            gpu.slowness = alpha * sample + (1 - alpha) * current
+        gpu.sampled_at = now
+        if gpu.slowness <= gpu.best or now - gpu.best_at > cfg.regression_window_s:
+            gpu.best, gpu.best_at = gpu.slowness, now
 
-    def slowdowns(self) -> Mapping[str, float]:
-        """Each measured GPU's slowness relative to the zone's median (1.0 = typical)."""
-        measured = {gid: g.slowness for gid, g in self._gpus.items() if g.slowness is not None}
+    def _slowness(self, gpu: _Gpu, now: float) -> float | None:
+        """The smoothed slowness, its excess over the GPU's best decayed when stale."""
+        if gpu.slowness is None:
+            return None
+        cfg = self.config
+        stale = now - gpu.sampled_at - cfg.regression_stale_s
+        if stale <= 0 or not gpu.slowness > gpu.best:
+            return gpu.slowness
+        decay = math.pow(0.5, stale / cfg.regression_recovery_s)
+        return gpu.best + (gpu.slowness - gpu.best) * decay
+
+    def slowdowns(self, now: float) -> Mapping[str, float]:
+        """Each measured GPU's slowness (1.0 = typical; see the module docstring)."""
+        cfg = self.config
+        measured: dict[str, tuple[float, float]] = {}
+        for gid, gpu in self._gpus.items():
+            value = self._slowness(gpu, now)
+            if value is not None:
+                measured[gid] = (value, gpu.best)
         if not measured:
             return {}
-        reference = statistics.median(measured.values())
+        reference = statistics.median(value for value, _ in measured.values())
         if reference <= 0:
             return {}
-        return {gid: value / reference for gid, value in measured.items()}
+        out: dict[str, float] = {}
+        for gid, (value, best) in measured.items():
+            own = value / best if best > 0 else 1.0
+            out[gid] = max(value / reference, own if own >= cfg.regression_self_factor else 0.0)
+        return out
 
     # ------------------------------------------------------------------ reading
 

@@ -54,6 +54,11 @@ class _GpuGauges(Collector):
         weight = GaugeMetricFamily(
             "gtm_zone_gpu_weight", "Health weight (slow start × throughput).", labels=["gpu"]
         )
+        slowdown = GaugeMetricFamily(
+            "gtm_zone_gpu_slowdown",
+            "Measured decode slowness vs the zone's median or the GPU's own best (1 = normal).",
+            labels=["gpu"],
+        )
         available = GaugeMetricFamily(
             "gtm_zone_gpu_available", "1 if the GPU may take requests now.", labels=["gpu"]
         )
@@ -64,8 +69,9 @@ class _GpuGauges(Collector):
             if gpu.metrics is not None:
                 age.add_metric([gpu.id], gpu.metrics.age(now))
             weight.add_metric([gpu.id], gpu.health.weight)
+            slowdown.add_metric([gpu.id], gpu.health.slowdown)
             available.add_metric([gpu.id], 1.0 if gpu.unavailable_reason() is None else 0.0)
-        yield from (in_flight, pending, age, weight, available)
+        yield from (in_flight, pending, age, weight, slowdown, available)
 
 
 class ZoneMetrics:

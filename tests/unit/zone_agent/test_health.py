@@ -143,7 +143,7 @@ def test_throughput_regression_is_measured_against_the_zone_median() -> None:
         health.observe_decode("a", 0.010, 0.010, 100, 0.0)
         health.observe_decode("b", 0.0101, 0.010, 100, 0.0)
         health.observe_decode("c", 0.0125, 0.010, 100, 0.0)  # thermal throttle: 25 % slower
-    slow = health.slowdowns()
+    slow = health.slowdowns(0.0)
     assert slow["c"] == pytest.approx(1.2376, rel=1e-3)
     throttled = health.status("c", 0.0, slow["c"])
     assert throttled.weight == pytest.approx(1 / slow["c"])
@@ -151,14 +151,82 @@ def test_throughput_regression_is_measured_against_the_zone_median() -> None:
     assert normal.weight == 1.0
 
 
-def test_too_few_tokens_do_not_count() -> None:
+def test_too_few_tokens_in_too_little_time_do_not_count() -> None:
     health = tracker("a")
-    health.observe_decode("a", 1.0, 0.01, CFG.regression_min_tokens - 1, 0.0)
+    few = CFG.regression_min_tokens - 1
+    health.observe_decode("a", 0.001, 0.01, few, 0.0)  # 15 ms of decode: noise
     health.observe_decode("a", 1.0, 0.0, 100, 0.0)
-    assert health.slowdowns() == {}
+    assert health.slowdowns(0.0) == {}
+
+
+def test_a_few_slow_tokens_count() -> None:
+    """A GPU 100x slower emits a handful of tokens per scrape: those are the ones to see."""
+    health = tracker("a")
+    health.observe_decode("a", 0.05, 0.01, 4, 0.0)  # 0.2 s of decode in 4 tokens
+    assert health.slowdowns(0.0) == {"a": 1.0}  # measured (alone: its own median)
+
+
+def solo_gpu_slows_down(factor: float) -> HealthTracker:
+    """A GPU alone in its zone: 20 healthy windows, then ``factor`` times slower."""
+    health = tracker("a")
+    for t in range(20):
+        health.observe_decode("a", 0.010, 0.010, 100, float(t))
+    for t in range(20, 25):
+        health.observe_decode("a", 0.010 * factor, 0.010, 100, float(t))
+    return health
+
+
+def test_a_gpu_alone_in_its_zone_is_measured_against_its_own_best() -> None:
+    health = solo_gpu_slows_down(100.0)
+    slow = health.slowdowns(24.0)["a"]
+    assert slow > 50.0
+    assert health.status("a", 24.0, slow).weight == pytest.approx(1 / slow)
+
+
+def test_a_mild_drift_against_its_own_best_is_not_a_slowdown() -> None:
+    """Its own history is a coarse reference (batch mix, host load): 2x is not enough."""
+    health = solo_gpu_slows_down(2.0)
+    assert health.slowdowns(24.0)["a"] == 1.0
+
+
+def test_a_whole_zone_slowing_down_is_seen() -> None:
+    health = tracker("a", "b")
+    for t in range(10):
+        for gid in ("a", "b"):
+            health.observe_decode(gid, 0.010, 0.010, 100, float(t))
+    for t in range(10, 15):
+        for gid in ("a", "b"):
+            health.observe_decode(gid, 0.200, 0.010, 100, float(t))
+    slow = health.slowdowns(14.0)
+    assert slow["a"] > 10.0
+    assert slow["b"] > 10.0
+
+
+def test_a_slow_estimate_without_traffic_decays_so_the_gpu_is_tried_again() -> None:
+    health = solo_gpu_slows_down(100.0)
+    last = 24.0
+    assert health.slowdowns(last + CFG.regression_stale_s)["a"] > 50.0
+    later = last + CFG.regression_stale_s + 10 * CFG.regression_recovery_s
+    assert health.slowdowns(later)["a"] == 1.0
+    # Measured again, still slow: seen at once.
+    health.observe_decode("a", 1.0, 0.010, 100, later)
+    assert health.slowdowns(later)["a"] > 20.0
+
+
+def test_the_best_is_forgotten_after_its_window() -> None:
+    health = solo_gpu_slows_down(100.0)
+    late = 24.0 + CFG.regression_window_s + 1.0
+    health.observe_decode("a", 1.0, 0.010, 100, late)
+    assert health.slowdowns(late)["a"] == 1.0  # a new normal after the window
 
 
 def test_sync_forgets_removed_gpus() -> None:
     health = tracker("a", "b")
     health.sync(["b"], 1.0)
     assert health.status("a", 1.0).reason == "not checked yet"
+
+
+def test_a_recovered_gpu_is_taken_back_in_one_window() -> None:
+    health = solo_gpu_slows_down(100.0)
+    health.observe_decode("a", 0.010, 0.010, 100, 25.0)
+    assert health.slowdowns(25.0)["a"] == 1.0
