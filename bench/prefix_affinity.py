@@ -16,7 +16,8 @@ against the baselines measured in the same run and the targets:
 
 ``gtm-no-affinity`` is gtm without its placement memories and sticky rules (each tier
 chooses again for a repeat, as before them): the figures before and after, in one run.
-Simulated figures do not depend on the machine's load.
+Simulated figures do not depend on the machine's load. The same comparison on a live
+``gtm up --processes`` deployment: ``bench/prefix_affinity_live.py``.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ import argparse
 import math
 import sys
 from collections.abc import Sequence
+from typing import Protocol
 
 from fleetsim.bench import BenchConfig, run_bench
 from fleetsim.geography import CITIES_FILE, read_places
-from fleetsim.metrics import Summary
 from fleetsim.traces import TraceKind, data_dir, load_trace
 
 OURS = "gtm"
@@ -69,7 +70,26 @@ def main() -> int:
     return 0 if missed == 0 or args.smoke else 1
 
 
-def table(rows: Sequence[Summary]) -> str:
+class Figures(Protocol):
+    """What the table and the verdicts read of a policy's run: a simulated
+    :class:`~fleetsim.metrics.Summary`, or a live run's figures
+    (``bench/prefix_affinity_live.py``)."""
+
+    @property
+    def policy(self) -> str: ...
+    @property
+    def prefix_hit(self) -> float: ...
+    @property
+    def goodput_rps(self) -> float: ...
+    @property
+    def ttft_p99(self) -> float: ...
+    @property
+    def refused(self) -> int: ...
+    @property
+    def timed_out(self) -> int: ...
+
+
+def table(rows: Sequence[Figures]) -> str:
     out = [
         "| policy | prefix hit | goodput req/s | TTFT p99 s | refused | timed out |",
         "|---|---:|---:|---:|---:|---:|",
@@ -83,7 +103,7 @@ def table(rows: Sequence[Summary]) -> str:
     return "\n".join(out)
 
 
-def verdicts(rows: Sequence[Summary]) -> tuple[list[str], bool]:
+def verdicts(rows: Sequence[Figures]) -> tuple[list[str], bool]:
     """gtm's ratios against the baselines of the same run, and whether the targets hold."""
     by = {r.policy: r for r in rows}
     ours = by[OURS]

@@ -47,7 +47,8 @@ def test_the_nearest_region_wins_however_loaded() -> None:
 def test_residency_and_health_still_filter_first() -> None:
     nearest = router("global-nearest")
     drained = nearest.decide(request(), view(drained=["eu-west"]), located("GB", LONDON))
-    assert drained.region is not None and drained.region != "eu-west"
+    assert drained.region is not None
+    assert drained.region != "eu-west"
     # demo-eu is pinned to the EU: a Seattle client gets the nearest EU region, not
     # us-west.
     eu = nearest.decide(request("demo-eu"), view(), located("US", SEATTLE))

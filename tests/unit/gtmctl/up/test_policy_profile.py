@@ -84,7 +84,9 @@ def test_defaults_add_nothing_to_the_daemons_command_lines(tmp_path: Path) -> No
         *regional_argv(region, "etcd://x:1", tmp_path, plan=plan),
         *zone_argv(zone, "etcd://x:1", 0.25, plan.config.tiers),
     ]
-    assert "--no-affinity" not in argv and "--no-spill" not in argv and "--profile" not in argv
+    assert "--no-affinity" not in argv
+    assert "--no-spill" not in argv
+    assert "--profile" not in argv
 
 
 def test_no_affinity_reaches_every_daemon(tmp_path: Path) -> None:
@@ -107,9 +109,11 @@ def test_a_baseline_reaches_every_daemon(tmp_path: Path) -> None:
     plan = plan_for(tmp_path, "llm-d-blend")
     zone, region = plan.deployment.zones[0], plan.deployment.regions[0]
     front = global_config(plan, http_listen=None)
-    assert front.profile == NEAREST_PROFILE_NAME and not front.front_door.affinity
+    assert front.profile == NEAREST_PROFILE_NAME
+    assert not front.front_door.affinity
     settings = regional_settings(plan, region, region.url)
-    assert settings.router.spill == NO_SPILL and not settings.affinity
+    assert settings.router.spill == NO_SPILL
+    assert not settings.affinity
     assert zone_config(plan, zone).profile == "llm-d-blend"
     dns = http = HostPort("127.0.0.1", 1)
     g = global_argv(plan, "etcd://x:1", dns, http)

@@ -1,0 +1,384 @@
+"""Prefix-cache affinity live: gtm against the llm-d-like and SGLang-like baselines on a
+real ``gtm up --processes`` deployment (issue 22, item 3; the simulator's half is
+``bench/prefix_affinity.py``).
+
+    python bench/prefix_affinity_live.py                # 85 % and 120 %, one repetition
+    python bench/prefix_affinity_live.py --repeat 2     # two, interleaved
+    python bench/prefix_affinity_live.py --smoke        # one short run per policy, 85 %
+    python bench/prefix_affinity_live.py --gpus 2 --duration 90 --load 0.85,1.2
+
+Each run is a fresh ``gtm up --processes --policy-profile POLICY`` (every tier runs the
+simulator's policy of that name, :mod:`gtmctl.up.policy_profile`) on private loopback
+addresses: two regions, two zones each, ``--gpus`` L40S per zone (emulated, serving
+Llama-3.1-8B; the baselines pool each region's under one zone agent, as the simulator
+does). The policies (``gtm``, ``gtm-no-affinity``,
+``llm-d-blend``, ``sglang-cache-aware``) take turns: for each repetition and load, one
+run of each, so that a slow spell of the shared machine falls on all of them.
+
+The Mooncake conversation trace (``hash_ids`` are real shared prefixes; requests longer
+than :data:`fleetsim.workload.MAX_INPUT` tokens left out, as the simulator does) is
+replayed open loop through the front door, as ``gtm load`` sends it (same prompts,
+tenant and client cities for the same seed). **Load** is as in :mod:`fleetsim.bench`:
+offered requests/s ÷ the fleet's capacity (:func:`fleetsim.workload.fleet_capacity_rps`),
+with the emulated GPUs ``--speedup`` × as fast as real ones, so the trace is replayed at
+``load × capacity × speedup`` requests per wall second; every latency is multiplied back
+by the speedup ("GPU seconds", what a real GPU would take), and the arrival window is
+counted the same way. The speedup is at least 1: the tiers price GPUs at their real
+rates (``gtm.gpu_profiles``), so slower emulated GPUs would miss the zone agents'
+first-byte deadlines and be retried elsewhere. What sizes a run for a small machine is
+the request rate (the deployment spends a few hundred ms of CPU per Mooncake request,
+``bench/sim_fidelity.py``): the slowest GPU class that holds the trace's prompts (L40S)
+and few of them — four by default, ~2.5 requests/s at 120 % load.
+
+Per load it prints each policy's
+
+* prefix-hit share: cached prompt tokens ÷ prompt tokens, as the GPU workers report them
+  in each answer's usage (``prompt_tokens_details.cached_tokens``);
+* goodput: requests/s within the SLO of :mod:`fleetsim.metrics` (TTFT ≤ 2 s, TPOT ≤
+  100 ms, in GPU seconds) over the arrival window;
+* p99 TTFT over the requests not refused (a request without an answer counts as
+  infinitely late, as in the simulator);
+* refused (an HTTP error answer) and timed out (no first token within the simulator's
+  client timeout, or not done when the drain ends);
+
+then gtm's ratios against the baselines of the same repetition and the targets
+(:func:`bench.prefix_affinity.verdicts`: goodput ≥ every baseline's, prefix-hit share ≥
+0.9 × the best baseline's), and with ``--repeat`` the range of each figure. Wall-clock
+figures on a shared machine are noisy: goodput and hit share are what the targets read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import math
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import yaml
+
+# Run as a script, sys.path starts at bench/, not at the repository root: add the root so
+# the other benchmarks import as a package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.prefix_affinity import BASELINES, BEFORE, OURS, table, verdicts
+from bench.sim_fidelity import Reply, body_for, send
+from fleetsim.metrics import SLO_TPOT_S, SLO_TTFT_S
+from fleetsim.simulator import CLIENT_TIMEOUT_S, DRAIN_S
+from fleetsim.traces import Trace, TraceKind, TraceRequest, load_trace
+from fleetsim.workload import MAX_INPUT, fleet_capacity_rps
+from gtm.metrics import new_registry
+from gtm.net import free_port
+from gtm.stats import percentile
+from gtm.tasks import TaskSupervisor
+from gtm.topology import GpuGroup, RegionSpec, Topology, ZoneSpec
+from gtmctl.load import LoadConfig, PromptMaker
+from gtmctl.up.clients import ClientSampler, bundled_cities
+
+MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+REGIONS = ("us-east", "eu-west")
+#: The GPU class of every emulated GPU: the slowest that holds the trace's prompts, so
+#: 120 % load is few requests per second.
+GPU_TYPE = "L40S"
+POLICIES = (OURS, BEFORE, *BASELINES)
+#: gtm up prints this last once every region answers.
+BANNER_END = "Ctrl-C stops everything."
+#: Longest drain after the arrival window in a --smoke run, wall s (otherwise the
+#: simulator's DRAIN_S, in GPU seconds).
+SMOKE_DRAIN_S = 20.0
+
+
+def topology(gpus_per_zone: int = 1, zones_per_region: int = 2) -> Topology:
+    """Two regions on a private loopback block, ``zones_per_region`` zones of
+    ``gpus_per_zone`` GPUs each."""
+    rng = random.Random()
+    block = f"127.{rng.randrange(100, 250)}.{rng.randrange(1, 250)}"
+    regions = tuple(
+        RegionSpec(
+            id=region,
+            address=f"{block}.{i}",
+            zones=tuple(
+                ZoneSpec(
+                    id=f"{region}-{chr(ord('a') + z)}",
+                    gpus=(GpuGroup(type=GPU_TYPE, models=(MODEL,), count=gpus_per_zone),),
+                )
+                for z in range(zones_per_region)
+            ),
+        )
+        for i, region in enumerate(REGIONS, start=1)
+    )
+    return Topology(regions=regions, models=(MODEL,), zone_port_base=rng.randrange(20_000, 30_000))
+
+
+def gpu_types(topo: Topology) -> list[str]:
+    return [g.type for r in topo.regions for z in r.zones for g in z.gpus for _ in range(g.count)]
+
+
+# ---------------------------------------------------------------------------- figures
+
+
+@dataclass(frozen=True, slots=True)
+class LiveFigures:
+    """One policy's run, in GPU seconds (wall × speedup); the fields
+    :func:`bench.prefix_affinity.table` and ``verdicts`` read."""
+
+    policy: str
+    requests: int
+    prefix_hit: float
+    goodput_rps: float
+    ttft_p99: float
+    refused: int
+    timed_out: int
+    failed: int
+
+
+def outcome(reply: Reply) -> str:
+    """``ok``, ``refused`` (an HTTP error answer), ``timed_out`` or ``failed``."""
+    if reply.ok:
+        return "ok"
+    if reply.status >= 400:
+        return "refused"
+    if reply.reason in ("TimeoutError", "ServerTimeoutError", "cancelled", "not-sent"):
+        return "timed_out"
+    return "failed"
+
+
+def live_figures(
+    policy: str, replies: Sequence[Reply], outputs: Sequence[int], window_s: float, speedup: float
+) -> LiveFigures:
+    """The figures of one run: ``replies`` and the ``outputs`` (max tokens) asked, in
+    the same order; ``window_s``: the arrival window, wall s."""
+    kinds = [outcome(r) for r in replies]
+    served = [r for r, k in zip(replies, kinds, strict=True) if k == "ok"]
+    prompt = sum(r.prompt_tokens for r in served)
+    cached = sum(r.cached_tokens for r in served)
+    good = 0
+    for r, out, kind in zip(replies, outputs, kinds, strict=True):
+        if kind != "ok" or r.ttft_s is None:
+            continue
+        ttft = r.ttft_s * speedup
+        tpot = (r.e2e_s - r.ttft_s) * speedup / (out - 1) if out > 1 else 0.0
+        good += ttft <= SLO_TTFT_S and tpot <= SLO_TPOT_S
+    late = [
+        r.ttft_s * speedup if k == "ok" and r.ttft_s is not None else math.inf
+        for r, k in zip(replies, kinds, strict=True)
+        if k != "refused"
+    ]
+    return LiveFigures(
+        policy=policy,
+        requests=len(replies),
+        prefix_hit=cached / prompt if prompt else 0.0,
+        goodput_rps=good / max(1e-9, window_s * speedup),
+        ttft_p99=percentile(sorted(late), 0.99) if late else math.nan,
+        refused=kinds.count("refused"),
+        timed_out=kinds.count("timed_out"),
+        failed=kinds.count("failed"),
+    )
+
+
+def ranges(runs: Sequence[Sequence[LiveFigures]]) -> str:
+    """Per policy, the min–max of each target figure over repetitions."""
+    out = ["| policy | prefix hit | goodput req/s | TTFT p99 s |", "|---|---:|---:|---:|"]
+    for name in POLICIES:
+        rows = [f for run in runs for f in run if f.policy == name]
+        if not rows:
+            continue
+        hit = [f.prefix_hit for f in rows]
+        good = [f.goodput_rps for f in rows]
+        p99 = [f.ttft_p99 for f in rows]
+        out.append(
+            f"| {name} | {min(hit):.1%}–{max(hit):.1%} | {min(good):.2f}–{max(good):.2f} | "
+            f"{min(p99):.2f}–{max(p99):.2f} |"
+        )
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------- live
+
+
+@contextmanager
+def deployment(topo: Topology, policy: str, speedup: float, workdir: Path) -> Iterator[str]:
+    """``gtm up --processes --policy-profile policy`` on ``topo``; yields the front
+    door's URL, stops it (SIGINT) on the way out."""
+    topo_path = workdir / "topology.yaml"
+    topo_path.write_text(yaml.safe_dump(topo.model_dump(mode="json")), "utf-8")
+    dns_port, http_port = free_port("127.0.0.1"), free_port("127.0.0.1")
+    command = [
+        sys.executable, "-m", "gtmctl", "up", "--processes", "--topology", str(topo_path),
+        "--dns-listen", f"127.0.0.1:{dns_port}", "--http-listen", f"127.0.0.1:{http_port}",
+        "--run-dir", str(workdir / "run"), "--admin-dir", str(workdir / "admin"),
+        "--speedup", f"{speedup:g}", "--policy-profile", policy,
+    ]  # fmt: skip
+    stderr = (workdir / "up.stderr").open("wb")
+    up = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=stderr, stdin=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )  # fmt: skip
+    try:
+        _wait_banner(up, workdir)
+        yield f"http://127.0.0.1:{http_port}"
+    finally:
+        up.send_signal(signal.SIGINT)
+        try:
+            up.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            up.kill()
+            up.wait()
+        stderr.close()
+
+
+def _wait_banner(up: subprocess.Popen[bytes], workdir: Path) -> None:
+    assert up.stdout is not None
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        line = up.stdout.readline()
+        if not line:
+            errors = (workdir / "up.stderr").read_text()[-3000:]
+            raise SystemExit(f"gtm up exited before it was ready:\n{errors}")
+        if BANNER_END in line.decode(errors="replace"):
+            return
+    raise SystemExit("gtm up was not ready within 180 s")
+
+
+async def replay(
+    url: str, load: LoadConfig, window: Sequence[TraceRequest], speedup: float, drain_s: float
+) -> list[Reply]:
+    """Open loop through the front door; a request with no byte for the simulator's
+    client timeout gives up, and whatever is unfinished when the drain ends is cut."""
+    sampler = ClientSampler(bundled_cities(), random.Random(load.seed))
+    prompts = PromptMaker(load.seed)
+    prepared = []
+    for r in window:  # bodies and clients first: no prompt generation during the run
+        headers = {
+            "Authorization": f"Bearer {load.api_key}",
+            "X-Forwarded-For": str(sampler.sample().address),
+        }
+        prepared.append((body_for(prompts, load, r), headers))
+    timeout = aiohttp.ClientTimeout(total=None, sock_read=CLIENT_TIMEOUT_S / speedup)
+    connector = aiohttp.TCPConnector(limit=load.max_in_flight)
+    replies: list[Reply | None] = [None] * len(window)
+    supervisor = TaskSupervisor(registry=new_registry(), component="prefix-affinity-live")
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+
+        async def one(k: int) -> None:
+            replies[k] = await send(session, url, prepared[k][0], prepared[k][1])
+
+        start = time.monotonic()
+        tasks = []
+        for k, r in enumerate(window):
+            delay = start + r.at_s / load.rate_scale - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(supervisor.spawn(f"request-{k}", one(k)))
+        if tasks:
+            await asyncio.wait(tasks, timeout=drain_s)
+        await supervisor.aclose()  # what is left is cut: timed out
+    return [
+        r if r is not None else Reply(False, 0, "cancelled", None, 0.0, "", "", 0, 0)
+        for r in replies
+    ]
+
+
+def run_one(
+    topo: Topology, policy: str, load: LoadConfig, window: Sequence[TraceRequest],
+    speedup: float, settle_s: float, duration_s: float, drain_s: float,
+) -> LiveFigures:  # fmt: skip
+    with (
+        tempfile.TemporaryDirectory(prefix="gtm-affinity-live-") as tmp,
+        deployment(topo, policy, speedup, Path(tmp)) as url,
+    ):
+        if settle_s > 0:
+            time.sleep(settle_s)  # the zone agents' slow start of new GPUs
+        started = time.monotonic()
+        replies = asyncio.run(replay(url, load, window, speedup, drain_s))
+        wall = time.monotonic() - started
+    outputs = [max(1, min(r.output_tokens, load.max_output_tokens)) for r in window]
+    figures = live_figures(policy, replies, outputs, duration_s, speedup)
+    reasons = Counter(r.reason for r in replies if not r.ok)
+    print(
+        f"  {policy}: {figures.requests} requests in {wall:.0f} s wall, prefix hit "
+        f"{figures.prefix_hit:.1%}, goodput {figures.goodput_rps:.2f} req/s, refused "
+        f"{figures.refused}, timed out {figures.timed_out}, failed {figures.failed}"
+        + (f" ({', '.join(f'{k} {n}' for k, n in reasons.most_common())})" if reasons else ""),
+        flush=True,
+    )
+    return figures
+
+
+def replayed(trace: Trace) -> Trace:
+    """The trace without the requests the simulator leaves out (longer than MAX_INPUT)."""
+    kept = tuple(r for r in trace.requests if r.input_tokens + r.output_tokens <= MAX_INPUT)
+    return dataclasses.replace(trace, requests=kept)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="one short run per policy at 85 %%")
+    parser.add_argument("--load", default="0.85,1.2", help="comma-separated loads")
+    parser.add_argument("--gpus", type=int, default=1, help="L40S per zone (four zones)")
+    parser.add_argument("--speedup", type=float, default=1.0, help="emulated GPU speed (≥ 1)")
+    parser.add_argument("--duration", type=float, default=60.0, help="arrival window, wall s")
+    parser.add_argument("--repeat", type=int, default=1, help="repetitions (interleaved)")
+    parser.add_argument("--seed", type=int, default=0, help="clients and prompts")
+    parser.add_argument(
+        "--settle", type=float, default=30.0,
+        help="wall s between the deployment being up and the load (the GPUs' slow start)",
+    )  # fmt: skip
+    args = parser.parse_args()
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+    if args.speedup < 1:
+        parser.error("--speedup must be at least 1 (the tiers price GPUs at real rates)")
+    loads = (0.85,) if args.smoke else tuple(float(x) for x in args.load.split(",") if x)
+    duration = 5.0 if args.smoke else args.duration
+    settle = 0.0 if args.smoke else args.settle
+    drain = SMOKE_DRAIN_S if args.smoke else DRAIN_S / args.speedup
+    trace = replayed(load_trace(TraceKind.MOONCAKE))
+    topo = topology(args.gpus)
+    capacity = fleet_capacity_rps(gpu_types(topo), MODEL, trace)
+    results: dict[float, list[list[LiveFigures]]] = {load: [] for load in loads}
+    for repeat in range(args.repeat):
+        for load_share in loads:
+            rate_scale = load_share * capacity * args.speedup / trace.rate_per_s
+            load = LoadConfig(
+                rate_scale=rate_scale, duration_s=duration, seed=args.seed,
+                max_input_tokens=MAX_INPUT, timeout_s=drain + duration,
+            )  # fmt: skip
+            window = trace.window(duration, rate_scale)
+            print(
+                f"== repetition {repeat + 1}, load {load_share:.0%}: {len(window)} requests "
+                f"in {duration:g} s wall ({len(gpu_types(topo))} GPUs, capacity ≈ "
+                f"{capacity:.2f} req/s of real GPUs, speedup {args.speedup:g})",
+                flush=True,
+            )
+            row = [
+                run_one(topo, name, load, window, args.speedup, settle, duration, drain)
+                for name in POLICIES
+            ]
+            results[load_share].append(row)
+            print(table(row))
+            print("\n".join(verdicts(row)[0]), flush=True)
+    missed = 0
+    for load_share, runs in results.items():
+        if args.repeat > 1:
+            print(f"\nload {load_share:.0%}, {args.repeat} repetitions (min–max):")
+            print(ranges(runs))
+        for row in runs:
+            missed += not verdicts(row)[1]
+    return 0 if missed == 0 or args.smoke else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
