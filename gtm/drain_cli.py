@@ -15,14 +15,20 @@ through its drain API instead, sending the operator token ``gtm up`` created
 the front door instead, ``gtm drain`` finds the deployment and says which to use.
 
 ``gtm drain`` refuses an id the store does not know (:mod:`gtm.drains`), naming the known
-ones; ``--force`` drains it anyway. Exit status: 0 done, 1 the store or the API failed,
-2 a bad target, id or option.
+ones; ``--force`` drains it anyway. ``gtm undrain`` of an id that is neither drained nor
+known is refused the same way, naming what is drained. Both name what they changed, the
+store revision, what was there before and the command that undoes it (``drained region
+eu-west at store revision 57 (was: serving); undo: gtm undrain region eu-west --state
+…``); the write is a compare-and-swap on what was read, so "was" is what was replaced.
+Exit status: 0 done, 1 the store or the API failed, 2 a bad target, id or option.
 """
 
 from __future__ import annotations
 
 import asyncio
 import getpass
+import shlex
+import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,11 +40,12 @@ import click
 from gtm.admin_auth import LOCAL_TOKEN_NAME, default_admin_dir, read_token
 from gtm.cli_types import HttpURL, StateURL, existing_file
 from gtm.clock import SystemClock
-from gtm.drains import known_ids, unknown_message
-from gtm.errors import GtmError
+from gtm.drains import PLURAL, known_ids, unknown_message
+from gtm.errors import CodecError, GtmError
 from gtm.metrics import new_registry
 from gtm.models import Drain, DrainTarget
 from gtm.state import codec, keys
+from gtm.state.store import KeyValue, StateStore
 from gtm.state.url import ACCEPTED_FORMS, StateUrl, StoreKind, open_store, parse_state_url
 
 T = TypeVar("T")
@@ -141,7 +148,11 @@ def drain(
         answer = _run(
             lambda: _call_api("POST", api, target, target_id, token_file, timeout, force=force)
         )
-        click.echo(f"drained {target} {target_id} (revision {answer.get('revision')})")
+        was = _was(_record_in(answer))
+        click.echo(
+            f"drained {target} {target_id} at store revision {answer.get('revision')} "
+            f"(was: {was}); undo: {_undo_drain(target, target_id, _record_in(answer), api=api)}"
+        )
         return
     state_url = parse_state_url(state_text)
     _require_shared(state_url)
@@ -156,21 +167,33 @@ def drain(
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
 
-    async def work() -> int | str:
+    async def work() -> tuple[int, Drain | None] | str:
         store = open_store(state_url, clock=SystemClock(), registry=new_registry(), timeout=timeout)
         try:
-            if not force:
+            previous = await store.get(key)
+            if previous is None and not force:
                 known = await known_ids(store, record.target)
                 if target_id not in known:
                     return unknown_message(record.target, target_id, known)
-            return await store.put(key, codec.encode(record))
+            done = await store.compare_and_swap(
+                key,
+                codec.encode(record),
+                expected_mod_revision=previous.mod_revision if previous else 0,
+            )
+            if not done.succeeded:
+                raise click.ClickException(_CHANGED.format(what=f"{target} {target_id}"))
+            return done.revision, _decoded(key, previous)
         finally:
             await store.aclose()
 
-    revision = _run(work)
-    if isinstance(revision, str):
-        raise click.BadParameter(revision, param_hint="ID")
-    click.echo(f"drained {target} {target_id} (revision {revision})")
+    outcome = _run(work)
+    if isinstance(outcome, str):
+        raise click.BadParameter(outcome, param_hint="ID")
+    revision, previous = outcome
+    click.echo(
+        f"drained {target} {target_id} at store revision {revision} (was: {_was(previous)}); "
+        f"undo: {_undo_drain(target, target_id, previous, state=str(state_url))}"
+    )
 
 
 @click.command("undrain", context_settings={"help_option_names": ["-h", "--help"]})
@@ -188,31 +211,118 @@ def undrain(
     token_file: Path | None,
     timeout: float,
 ) -> None:
-    """Undo a drain of a region, zone or GPU."""
+    """Undo a drain of a region, zone or GPU.
+
+    Prints the drain it ended and the command that puts it back. An id that is neither
+    drained nor known to the store is refused (exit 2), naming what is drained.
+    """
     key = _key(target, target_id)
     if api is not None:
         answer = _run(lambda: _call_api("DELETE", api, target, target_id, token_file, timeout))
-        existed = answer.get("existed") is True
-        click.echo(
-            f"undrained {target} {target_id}"
-            if existed
-            else f"{target} {target_id} was not drained"
-        )
+        if answer.get("existed") is not True:
+            click.echo(f"{target} {target_id} was not drained; nothing changed")
+            return
+        previous = _record_in(answer)
+        redo = _redo(target, target_id, previous, ["--api", api])
+        click.echo(f"undrained {target} {target_id} (was: {_was(previous)}); undo: {redo}")
         return
     state_url = parse_state_url(state_text)
     _require_shared(state_url)
+    drain_target = DrainTarget(target)
 
-    async def work() -> bool:
+    async def work() -> tuple[int, Drain | None] | str | None:
         store = open_store(state_url, clock=SystemClock(), registry=new_registry(), timeout=timeout)
         try:
-            return await store.delete(key)
+            previous = await store.get(key)
+            if previous is None:
+                known = await known_ids(store, drain_target)
+                if target_id in known:
+                    return None
+                return unknown_message(
+                    drain_target, target_id, known, hint=await _drained_hint(store, drain_target)
+                )
+            done = await store.compare_and_delete(key, expected_mod_revision=previous.mod_revision)
+            if not done.succeeded:
+                raise click.ClickException(_CHANGED.format(what=f"{target} {target_id}"))
+            return done.revision, _decoded(key, previous)
         finally:
             await store.aclose()
 
-    if _run(work):
-        click.echo(f"undrained {target} {target_id}")
-    else:
-        click.echo(f"{target} {target_id} was not drained")
+    outcome = _run(work)
+    if outcome is None:
+        click.echo(f"{target} {target_id} was not drained; nothing changed")
+        return
+    if isinstance(outcome, str):
+        raise click.BadParameter(outcome, param_hint="ID")
+    revision, previous = outcome
+    redo = _redo(target, target_id, previous, ["--state", str(state_url)])
+    click.echo(
+        f"undrained {target} {target_id} at store revision {revision} "
+        f"(was: {_was(previous)}); undo: {redo}"
+    )
+
+
+# ---------------------------------------------------------------------------- what changed
+
+_CHANGED = "the drain of {what} changed while this command ran; nothing was written — run it again"
+
+
+def _decoded(key: str, kv: KeyValue | None) -> Drain | None:
+    if kv is None:
+        return None
+    try:
+        return codec.decode(key, kv.value, Drain)
+    except CodecError:
+        return None  # unreadable: it is replaced or deleted all the same
+
+
+def _record_in(answer: dict[str, object]) -> Drain | None:
+    """The drain record a drain API answer says was in force before (``was``)."""
+    was = answer.get("was")
+    if not isinstance(was, dict):
+        return None
+    try:
+        return Drain.model_validate(was)
+    except ValueError:
+        return None
+
+
+def _was(previous: Drain | None) -> str:
+    """What the target was before: ``serving``, or the drain that was in force."""
+    if previous is None:
+        return "serving"
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(previous.at))
+    who = f" by {previous.by}" if previous.by else ""
+    why = f": {previous.reason}" if previous.reason else ""
+    return f"drained{who} since {when}{why}"
+
+
+def _undo_drain(
+    target: str, target_id: str, previous: Drain | None, *, state: str = "", api: str = ""
+) -> str:
+    """The command that undoes a drain: an undrain, or the drain that was there before."""
+    where = ["--api", api] if api else ["--state", state]
+    if previous is None:
+        return shlex.join(["gtm", "undrain", target, target_id, *where])
+    return _redo(target, target_id, previous, where)
+
+
+def _redo(target: str, target_id: str, previous: Drain | None, where: list[str]) -> str:
+    """The command that writes ``previous`` again (who and why, where known)."""
+    command = ["gtm", "drain", target, target_id, *where, "--force"]
+    if previous is not None and previous.reason:
+        command += ["--reason", previous.reason]
+    if previous is not None and previous.by and "--state" in where:
+        command += ["--by", previous.by]
+    return shlex.join(command)
+
+
+async def _drained_hint(store: StateStore, target: DrainTarget) -> str:
+    """Which ids of ``target`` kind are drained, for an undrain of an unknown one."""
+    listing = await store.range(keys.prefix(keys.Kind.DRAIN, target.value))
+    drained = sorted(kv.key.rsplit("/", 1)[-1] for kv in listing.kvs)
+    plural = PLURAL[target]
+    return f"drained {plural}: {', '.join(drained)}" if drained else f"no {plural} are drained"
 
 
 async def _call_api(

@@ -23,7 +23,7 @@ _SOURCES: dict[DrainTarget, tuple[tuple[keys.Kind, int], ...]] = {
     DrainTarget.GPU: ((keys.Kind.GPU, 2),),
 }
 
-_PLURAL = {DrainTarget.REGION: "regions", DrainTarget.ZONE: "zones", DrainTarget.GPU: "GPUs"}
+PLURAL = {DrainTarget.REGION: "regions", DrainTarget.ZONE: "zones", DrainTarget.GPU: "GPUs"}
 
 #: Most ids an error message lists before it says how many more there are.
 _LISTED = 20
@@ -41,13 +41,20 @@ async def known_ids(store: StateStore, target: DrainTarget) -> tuple[str, ...]:
     return tuple(sorted(found))
 
 
-def unknown_message(target: DrainTarget, target_id: str, known: tuple[str, ...]) -> str:
-    """One line: the id is unknown, these are known, and how to drain it anyway."""
-    plural = _PLURAL[target]
+def unknown_message(
+    target: DrainTarget,
+    target_id: str,
+    known: tuple[str, ...],
+    *,
+    hint: str = "--force drains it anyway",
+) -> str:
+    """One line: the id is unknown, these are known, and ``hint`` (by default: how to
+    drain it anyway; an undrain says what is drained instead)."""
+    plural = PLURAL[target]
     if known:
         more = len(known) - _LISTED
         listed = f"known {plural}: {', '.join(known[:_LISTED])}"
         listed += f" and {more} more" if more > 0 else ""
     else:
         listed = f"the store knows no {plural}"
-    return f"unknown {target.value} {target_id!r}; {listed} (--force drains it anyway)"
+    return f"unknown {target.value} {target_id!r}; {listed} ({hint})"

@@ -19,6 +19,8 @@ other process can reach. A drain of an id the store does not know is a 404 namin
 known ones (``?force=1`` drains it anyway; :mod:`gtm.drains`). They are admin APIs
 (:mod:`gtm.admin_auth`): ``gtm up`` requires an operator bearer token (it creates one on
 first run); without a guard only loopback clients may use them. Every call is audited.
+Answers carry ``was``: the drain record in force before (``null``: none), so the
+caller can say what it changed and how to undo it.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ from gtm.metrics import new_registry
 from gtm.models import Drain, DrainTarget, ModelLoad, RegionSummary, ZoneSummary
 from gtm.state import codec, keys
 from gtm.state.snapshot import FleetSnapshot, SnapshotWatcher
-from gtm.state.store import StateStore
+from gtm.state.store import KeyValue, StateStore
 from gtm.tasks import TaskSupervisor
 from gtm.tls import connector_ssl
 from gtm.topology import Deployment, RegionPlacement, ZonePlacement
@@ -459,10 +461,13 @@ class StatusPage:
                 by = getpass.getuser()
         record = Drain(target=target, id=target_id, reason="status page", by=by, at=time.time())
         try:
+            was = await self._store.get(key)
             revision = await self._store.put(key, codec.encode(record))
         except StateError as exc:
             return web.json_response({"error": str(exc)}, status=503)
-        return web.json_response({"drained": f"{target.value}/{target_id}", "revision": revision})
+        return web.json_response(
+            {"drained": f"{target.value}/{target_id}", "revision": revision, "was": _json(was)}
+        )
 
     async def _undrain(self, request: web.Request) -> web.Response:
         parsed = self._drain_key(request)
@@ -471,7 +476,22 @@ class StatusPage:
         target, target_id, key = parsed
         assert self._store is not None
         try:
+            was = await self._store.get(key)
             existed = await self._store.delete(key)
         except StateError as exc:
             return web.json_response({"error": str(exc)}, status=503)
-        return web.json_response({"undrained": f"{target.value}/{target_id}", "existed": existed})
+        return web.json_response(
+            {"undrained": f"{target.value}/{target_id}", "existed": existed, "was": _json(was)}
+        )
+
+
+def _json(kv: KeyValue | None) -> Any:
+    """A stored drain record as JSON (``was`` in the drain API's answers: the drain in
+    force before, so ``gtm drain``/``gtm undrain --api`` can print the undo); ``None``
+    when there was none or it cannot be read."""
+    if kv is None:
+        return None
+    try:
+        return json.loads(kv.value)
+    except ValueError:
+        return None

@@ -62,7 +62,10 @@ def test_drain_and_undrain_a_zone(etcd_server: EtcdServer) -> None:
         ],
     )
     assert result.exit_code == 0, result.output
-    assert "drained zone drain-test-zone" in result.output
+    assert result.output.startswith("drained zone drain-test-zone at store revision ")
+    assert result.output.strip().endswith(
+        f"(was: serving); undo: gtm undrain zone drain-test-zone --state {url}"
+    )
     drain = _read(url, key)
     assert drain is not None
     assert (drain.target, drain.id, drain.reason, drain.by) == (
@@ -74,7 +77,11 @@ def test_drain_and_undrain_a_zone(etcd_server: EtcdServer) -> None:
     assert drain.at > 0
     result = runner.invoke(cli, ["undrain", "zone", "drain-test-zone", "--state", url])
     assert result.exit_code == 0
-    assert "undrained zone drain-test-zone" in result.output
+    assert result.output.startswith("undrained zone drain-test-zone at store revision ")
+    assert "(was: drained by ops since " in result.output
+    assert result.output.strip().endswith(
+        f"undo: gtm drain zone drain-test-zone --state {url} --force --reason maintenance --by ops"
+    )
     assert _read(url, key) is None
     again = runner.invoke(cli, ["undrain", "zone", "drain-test-zone", "--state", url])
     assert "was not drained" in again.output

@@ -1,8 +1,12 @@
-"""``gtm drain --api`` pointed at the wrong listener says what to use instead, in one line."""
+"""``gtm drain --api`` pointed at the wrong listener says what to use instead, in one line;
+``gtm drain``/``gtm undrain`` name what they changed and print the undo."""
 
 from __future__ import annotations
 
+import asyncio
+import shlex
 import socket
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -10,10 +14,17 @@ from pathlib import Path
 import click
 import pytest
 from aiohttp import web
+from click.testing import CliRunner
 
+from gtm import drain_cli
+from gtm.clock import FakeClock
 from gtm.drain_cli import _call_api
+from gtm.models import Drain, DrainTarget
 from gtm.net import bindable, free_port
 from gtm.serve import HttpServer
+from gtm.state import codec, keys
+from gtm.state.memory import MemoryStore
+from gtmctl.cli import cli
 
 STATE = "etcd://127.0.0.1:23790"
 
@@ -109,3 +120,88 @@ async def test_an_unknown_id_from_the_drain_api_is_a_usage_error(token: Path) ->
             )
     assert raised.value.exit_code == 2
     assert "known regions: eu-west" in raised.value.format_message()
+
+
+# ---------------------------------------------------------------------------- --state
+
+
+class KeptOpen(MemoryStore):
+    """The CLI closes the store it opened; keep this one for the next command."""
+
+    async def aclose(self) -> None:
+        return None
+
+
+@pytest.fixture
+def store(monkeypatch: pytest.MonkeyPatch) -> MemoryStore:
+    shared = KeptOpen(FakeClock())
+    asyncio.run(shared.put(keys.region("eu-west"), b"{}"))  # known_ids reads keys only
+    monkeypatch.setattr(drain_cli, "open_store", lambda url, **_: shared)
+    return shared
+
+
+def gtm(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def undo_of(out: str) -> list[str]:
+    """The command after ``undo: `` (without the leading ``gtm``)."""
+    command = shlex.split(out.split("; undo: ", 1)[1])
+    assert command[0] == "gtm"
+    return command[1:]
+
+
+def drain_record(store: MemoryStore) -> Drain | None:
+    kv = asyncio.run(store.get(keys.drain(DrainTarget.REGION, "eu-west")))
+    return None if kv is None else codec.decode(kv.key, kv.value, Drain)
+
+
+def test_drain_and_undrain_name_the_change_and_print_the_undo(store: MemoryStore) -> None:
+    state = ("--state", "etcd://h:1")
+    code, out, err = gtm("drain", "region", "eu-west", *state, "--by", "ops", "--reason", "maint")
+    assert code == 0, err
+    revision = asyncio.run(store.current_revision())
+    assert out.strip() == (
+        f"drained region eu-west at store revision {revision} (was: serving); "
+        "undo: gtm undrain region eu-west --state etcd://h:1"
+    )
+    drained = drain_record(store)
+    assert drained is not None
+    code, out, _ = gtm(*undo_of(out))
+    assert code == 0
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(drained.at))
+    assert out.strip() == (
+        f"undrained region eu-west at store revision {revision + 1} "
+        f"(was: drained by ops since {when}: maint); "
+        "undo: gtm drain region eu-west --state etcd://h:1 --force --reason maint --by ops"
+    )
+    assert drain_record(store) is None
+    # Its undo drains it again, for the same reason and in the same name.
+    code, out, _ = gtm(*undo_of(out))
+    assert (code, out.startswith("drained region eu-west at store revision ")) == (0, True)
+    again = drain_record(store)
+    assert again is not None
+    assert (again.by, again.reason) == ("ops", "maint")
+    # Draining a drained region says whose drain it replaced, and undoes to it.
+    code, out, _ = gtm("drain", "region", "eu-west", *state, "--by", "bob")
+    assert code == 0
+    assert "(was: drained by ops since " in out
+    assert out.strip().endswith("undo: gtm drain region eu-west --state etcd://h:1 --force "
+                                "--reason maint --by ops")  # fmt: skip
+
+
+def test_undrain_refuses_an_id_neither_drained_nor_known(store: MemoryStore) -> None:
+    state = ("--state", "etcd://h:1")
+    code, out, _ = gtm("undrain", "region", "eu-west", *state)
+    assert (code, out.strip()) == (0, "region eu-west was not drained; nothing changed")
+    assert gtm("drain", "region", "eu-central", *state, "--force")[0] == 0
+    revision = asyncio.run(store.current_revision())
+    code, _, err = gtm("undrain", "region", "eu-wset", *state)
+    assert code == 2
+    [line] = err.splitlines()
+    assert "unknown region 'eu-wset'; known regions: eu-west (drained regions: eu-central)" in line
+    assert asyncio.run(store.current_revision()) == revision
+    # A drain forced ahead of its region's arrival can be undone.
+    code, out, _ = gtm("undrain", "region", "eu-central", *state)
+    assert (code, out.startswith("undrained region eu-central at store revision ")) == (0, True)
