@@ -267,7 +267,7 @@ class FrontDoor:
     async def _route(self, request: web.Request) -> web.Response:
         view = self._view()
         if view is None:
-            return openai_error(503, "no policy in force yet", "service_unavailable", "not_ready")
+            return _not_ready()
         try:
             body = await request.json()
         except ValueError:
@@ -315,7 +315,7 @@ class FrontDoor:
     async def _forward(self, request: web.Request) -> web.StreamResponse:
         view = self._view()
         if view is None:
-            return openai_error(503, "no policy in force yet", "service_unavailable", "not_ready")
+            return _not_ready()
         crossed = hops(request.headers.get(HOPS_HEADER))
         if crossed >= self._config.max_hops:
             return openai_error(508, "routing loop detected", "server_error", "loop_detected")
@@ -391,6 +391,18 @@ class FrontDoor:
             return await relay.forward()
         except UpstreamUnavailable as exc:
             return exc.response(**{DECISION_HEADER: outcome.decision_id})
+
+
+def _not_ready() -> web.Response:
+    """503 before the first policy generation is in force: a state every restart passes
+    through, so the client is told when to retry (as the regional LB does)."""
+    return openai_error(
+        503,
+        "no policy in force yet",
+        "service_unavailable",
+        "not_ready",
+        **{"Retry-After": "1"},
+    )
 
 
 def _bad_request(message: str) -> web.Response:

@@ -500,3 +500,24 @@ async def test_requests_that_arrive_together_are_decided_on_each_others_charges(
     assert len(decided) == 2
     for used, latest in decided:
         assert used is latest  # the view of the moment it was decided
+
+
+async def test_before_a_policy_is_in_force_requests_are_told_when_to_retry(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restarted front door answers before its first policy generation: a 503 with
+    Retry-After (as the regional LB's), in OpenAI's shape, on forwards and /v1/route."""
+    monkeypatch.setattr(type(deployment.tier.keeper), "view", property(lambda _self: None))
+    async with aiohttp.ClientSession() as session:
+        for path, body in (
+            (
+                "/v1/chat/completions",
+                {"model": LLAMA_8B, "messages": [{"role": "user", "content": "hi"}]},
+            ),
+            ("/v1/route", {"model": LLAMA_8B, "tenant": "acme"}),
+        ):
+            async with session.post(deployment.http + path, json=body) as response:
+                assert response.status == 503, path
+                assert response.headers["Retry-After"] == "1"
+                error = (await response.json())["error"]
+                assert error["code"] == "not_ready"
