@@ -20,10 +20,11 @@ conversation trace for ``--load-seconds``. The table gives per kind the number o
 processes, the mean of each figure, and the totals.
 
 Target (checked in both modes): no serving process (front door, regional LB, zone agent,
-GPU worker) imports the simulator, the chaos tooling, plotting, scipy or another
-subcommand's command tree (``gtmctl.up``, ``gtmctl.load``): what a daemon does not need
-it must not load. RSS itself has no target here — it depends on the machine; the soak
-benchmark (bench/soak.py) judges growth.
+GPU worker) imports the simulator, the chaos tooling, plotting, scipy, another
+subcommand's command tree (``gtmctl.up``, ``gtmctl.load``) or, without ``--tls``, the
+X.509 layer (``gtm.testing.imports.NOT_IN_A_DAEMON``, which the unit tests pin per tier
+too): what a daemon does not need it must not load. RSS itself has no target here — it
+depends on the machine; the soak benchmark (bench/soak.py) judges growth.
 
     python bench/footprint.py                 # six regions, 30 s of load (~2 min)
     python bench/footprint.py --smoke         # one region, a few seconds of load (CI)
@@ -49,6 +50,7 @@ from pathlib import Path
 import yaml
 
 from gtm.net import free_port
+from gtm.testing.imports import NOT_IN_A_DAEMON, loaded
 from gtm.topology import RegionSpec, Topology, load_topology
 
 BANNER_END = "Ctrl-C stops everything."
@@ -57,17 +59,8 @@ STOP_TIMEOUT_S = 30.0
 PROBE_TIMEOUT_S = 15.0
 ROOT = Path(__file__).resolve().parent.parent
 
-#: The serving kinds and what none of them may import (top-level package, or a dotted
-#: prefix for a part of one).
+#: The serving kinds; none of them may import gtm.testing.imports.NOT_IN_A_DAEMON.
 SERVING = ("global", "regional", "zone", "gpu-sim")
-FORBIDDEN = (
-    "fleetsim",
-    "chaos",
-    "matplotlib",
-    "scipy",
-    "gtmctl.up",
-    "gtmctl.load",
-)
 KIND_ORDER = ("up", "global", "regional", "zone", "gpu-sim", "etcd", "other")
 
 # Loaded by every child interpreter through PYTHONPATH (this benchmark only): SIGUSR2
@@ -273,9 +266,7 @@ def violations(samples: list[Sample]) -> list[str]:
     """What the serving processes import that they must not (the target)."""
     found = []
     for s in samples:
-        if s.kind not in SERVING:
-            continue
-        bad = sorted({f for f in FORBIDDEN for m in s.modules if m == f or m.startswith(f + ".")})
+        bad = loaded(frozenset(s.modules), NOT_IN_A_DAEMON) if s.kind in SERVING else []
         if bad:
             found.append(f"{s.kind} (pid {s.pid}) imports {', '.join(bad)}")
     return found
@@ -403,7 +394,7 @@ def main() -> None:
     if problems:
         print("TARGET MISSED:\n  " + "\n  ".join(problems))
         raise SystemExit(1)
-    print("target met: no serving process imports " + ", ".join(FORBIDDEN))
+    print("target met: no serving process imports " + ", ".join(NOT_IN_A_DAEMON))
 
 
 if __name__ == "__main__":
