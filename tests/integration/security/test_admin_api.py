@@ -176,7 +176,7 @@ def test_cli_creates_lists_revokes_and_refuses_remote_binds(tmp_path: Path) -> N
     assert revoked.exit_code == 0
     assert TokenFile(path).authenticate(token) is None
     again = runner.invoke(cli, ["admin", "token", "revoke", record.id, "--token-file", str(path)])
-    assert again.exit_code == 1
+    assert again.exit_code == 2  # an unknown id is a bad argument, refused in one line
     assert "no token" in again.output
     # An admin API beyond loopback needs the explicit flag *and* a token file.
     remote = runner.invoke(gpu_sim, ["--host", "0.0.0.0", "--port", "0"])
