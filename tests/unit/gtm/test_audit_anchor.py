@@ -21,6 +21,7 @@ from gtm.state import keys
 from gtm.state.memory import MemoryStore
 from gtm.tasks import TaskSupervisor
 from gtm.testing.outage import OutageStore
+from gtmctl.cli import cli
 from policies import cli as policies_cli
 from policies.audit import Anchor, AuditWriter, FsyncPolicy, StoredAnchor, chain_files
 from tests.unit.policies.test_audit import record
@@ -368,3 +369,15 @@ async def test_close_writes_a_last_anchor_and_never_waits_long_on_a_dead_store(
         dead = anchorer(audit, down, clock)
         audit.append(record(3))
         await dead.close()  # logs and returns
+
+
+def test_gtm_audit_verify_refuses_a_store_that_cannot_hold_anchors(tmp_path: Path) -> None:
+    with writer(tmp_path) as audit:
+        audit.append(record(1))
+    runner = CliRunner()
+    memory = runner.invoke(cli, ["audit", "verify", str(tmp_path), "--state", "memory"])
+    assert memory.exit_code == 2
+    assert "holds no anchors afterwards" in memory.stderr
+    typo = runner.invoke(cli, ["audit", "verify", str(tmp_path), "--state", "etcd:/x"])
+    assert typo.exit_code == 2
+    assert "--state" in typo.stderr

@@ -191,3 +191,21 @@ def test_audit_verify_finds_every_chain_of_a_run_directory(tmp_path: Path) -> No
     empty.mkdir()
     code, _, err = run("audit", "verify", str(empty))
     assert (code, f"FAILED: no audit chain in {empty}" in err) == (1, True)
+
+
+def test_audit_verify_without_a_store_warns_that_a_cut_tail_cannot_be_seen(
+    tmp_path: Path,
+) -> None:
+    with AuditWriter(tmp_path, fsync=FsyncPolicy.NEVER) as writer:
+        writer.append(record(1))
+    code, out, err = run("audit", "verify", str(tmp_path))
+    assert code == 0
+    assert out.startswith("OK: 1 records in 1 file(s)")
+    assert err.splitlines() == [
+        "warning: no state store given (--state or GTM_STATE): a tail cut together with its "
+        ".head file cannot be seen; verifying the files alone"
+    ]
+    # `python -m policies` reads no store: asked to, it says where to go instead.
+    code, _, err = run("audit", "verify", str(tmp_path), "--state", "etcd://127.0.0.1:2379")
+    assert code == 2
+    assert "use `gtm audit verify --state`" in err
