@@ -165,6 +165,9 @@ class EngineStats:
     preemptions_total: int
     requests_finished_total: int
     passes_total: int
+    #: Blocks registered under a prefix hash (cached, in use or evictable): at most
+    #: ``kv_blocks_total``, reached once the cache has filled.
+    prefix_cache_blocks: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -528,6 +531,7 @@ class Engine:
             preemptions_total=self._preemptions_total,
             requests_finished_total=self._finished_total,
             passes_total=self._passes_total,
+            prefix_cache_blocks=self.pool.num_cached,
         )
 
     def running_ids(self) -> Iterator[str]:

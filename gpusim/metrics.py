@@ -129,14 +129,22 @@ class _EngineCollector(Collector):
         generated = CounterMetricFamily(
             n.generation_tokens, "Generated tokens.", labels=["model_name"]
         )
+        # Not vLLM's: the size of the emulator's own prefix-cache index (one entry per
+        # cached block, bounded by the KV cache), so a soak sees it level off.
+        cached = GaugeMetricFamily(
+            "gtm_gpusim_prefix_cache_entries",
+            "Blocks registered in the prefix cache (at most the KV cache's blocks).",
+            labels=["model_name"],
+        )
         for snap in snapshots:
             label = [snap.model]
+            cached.add_metric(label, snap.stats.prefix_cache_blocks)
             running.add_metric(label, snap.stats.running)
             waiting.add_metric(label, snap.stats.waiting)
             usage.add_metric(label, snap.stats.kv_usage)
             prompt.add_metric(label, snap.stats.prompt_tokens_total)
             generated.add_metric(label, snap.stats.generation_tokens_total)
-        yield from (running, waiting, usage, prompt, generated)
+        yield from (running, waiting, usage, prompt, generated, cached)
         if self._flavor is MetricsFlavor.VLLM:
             yield from self._vllm_only(snapshots)
         else:

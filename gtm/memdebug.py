@@ -1,12 +1,15 @@
 """Allocation snapshots on demand, for finding what grows (off unless asked for).
 
-With ``GTM_TRACEMALLOC_DIR`` set in its environment, a ``gtm`` process traces its
-Python allocations from start-up (:mod:`tracemalloc`, ``GTM_TRACEMALLOC_FRAMES``
-frames per allocation, default :data:`DEFAULT_FRAMES`) and, each time it receives
-SIGUSR2, writes a snapshot to ``$GTM_TRACEMALLOC_DIR/<pid>-<n>.tracemalloc``. Two
-snapshots of one process, compared (``Snapshot.compare_to``), name the lines whose
-allocations grew between them: that is how ``bench/soak.py --tracemalloc`` finds the
-structure behind a rising RSS.
+With ``GTM_TRACEMALLOC_DIR`` set in its environment, a ``gtm`` process answers
+SIGUSR2: the first one starts tracing its Python allocations (:mod:`tracemalloc`,
+``GTM_TRACEMALLOC_FRAMES`` frames per allocation, default :data:`DEFAULT_FRAMES`), and
+each one writes a snapshot to ``$GTM_TRACEMALLOC_DIR/<pid>-<n>.tracemalloc``. The
+second snapshot compared with the first (``Snapshot.compare_to``) names the lines whose
+allocations made after the first signal are still alive: what grew in between. That is
+how ``bench/soak.py --tracemalloc`` finds the structure behind a rising RSS. Tracing
+starts at the signal, not at start-up, so start-up runs at full speed (a deployment of
+forty traced processes does not start on a small machine) and what start-up allocated
+(modules, the app) is not in the way.
 
 Tracing makes every allocation slower and keeps a traceback per live block, so it is a
 diagnosis tool, never a serving mode: nothing happens without the variable, and the
@@ -38,17 +41,20 @@ def snapshot_path(directory: Path, pid: int, n: int) -> Path:
 
 
 def install_from_env(environ: Mapping[str, str] = os.environ) -> bool:
-    """Start tracing and dump on SIGUSR2 when ``GTM_TRACEMALLOC_DIR`` is set; whether it
-    did. Called once per process, in the main thread (signal handlers live there)."""
+    """Answer SIGUSR2 (start tracing, write a snapshot) when ``GTM_TRACEMALLOC_DIR`` is
+    set; whether it is. Called once per process, in the main thread (signal handlers
+    live there)."""
     directory = environ.get(DIR_ENV)
     if not directory:
         return False
     target = Path(directory)
     target.mkdir(parents=True, exist_ok=True)
-    tracemalloc.start(int(environ.get(FRAMES_ENV, DEFAULT_FRAMES)))
+    frames = int(environ.get(FRAMES_ENV, DEFAULT_FRAMES))
     counter = itertools.count(1)
 
     def dump(signum: int, frame: FrameType | None) -> None:
+        if not tracemalloc.is_tracing():
+            tracemalloc.start(frames)
         pid = os.getpid()
         path = snapshot_path(target, pid, next(counter))
         partial = path.with_suffix(".partial")

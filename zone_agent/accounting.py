@@ -274,6 +274,11 @@ class Accounting:
     def open_tickets(self) -> int:
         return len(self._open)
 
+    @property
+    def held_tickets(self) -> int:
+        """Tickets kept open by :meth:`hold` until their time is up."""
+        return len(self._holds)
+
     async def wait_idle(self) -> None:
         """Wait until no ticket is open (graceful shutdown; tests of cancellation)."""
         while self._open:

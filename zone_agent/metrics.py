@@ -1,8 +1,10 @@
 """The zone agent's Prometheus metrics (on an injected registry; names ``gtm_zone_*``).
 
 Counters and histograms are updated on the request path; per-GPU gauges (in-flight
-requests, pending tokens, scrape age, weight, availability) are read from the current
-view and the accounting when ``/metrics`` is scraped, so they cost nothing in between.
+requests, pending tokens, scrape age, weight, availability) and the sizes of the
+agent's prefix indexes, sketch and ledgers (``gtm_zone_*_entries``) are read from the
+current view and the accounting when ``/metrics`` is scraped, so they cost nothing in
+between.
 Per-plugin decision latency is the routing framework's
 ``gtm_routing_plugin_duration_seconds{tier="zone"}``.
 """
@@ -17,6 +19,7 @@ from prometheus_client.registry import Collector
 
 from gtm.clock import Clock
 from gtm.routing.metrics import RoutingMetrics
+from zone_agent.accounting import Accounting
 from zone_agent.view import ZoneView
 
 #: Proxy overhead and first-byte latency buckets (s): sub-millisecond to minutes.
@@ -72,6 +75,33 @@ class _GpuGauges(Collector):
             slowdown.add_metric([gpu.id], gpu.health.slowdown)
             available.add_metric([gpu.id], 1.0 if gpu.unavailable_reason() is None else 0.0)
         yield from (in_flight, pending, age, weight, slowdown, available)
+        yield from _sizes(acc)
+
+
+def _sizes(acc: Accounting) -> Iterator[GaugeMetricFamily]:
+    """How many entries the agent's long-lived structures hold: each is bounded (the
+    prefix indexes by their GPUs' KV caches, the sketch by its counters, the ledgers by
+    the requests in flight), so in a steady load these level off."""
+    index = GaugeMetricFamily(
+        "gtm_zone_prefix_index_entries",
+        "Prefix blocks in the agent's indexes: sent to a GPU, answered by one "
+        "(each GPU's share bounded by its KV cache).",
+        labels=["index"],
+    )
+    index.add_metric(["sent"], len(acc.prefix))
+    index.add_metric(["answered"], len(acc.answered))
+    hot = GaugeMetricFamily(
+        "gtm_zone_hot_blocks_entries", "Counters of the hot-prefix sketch (bounded)."
+    )
+    hot.add_metric([], len(acc.hot))
+    ledger = GaugeMetricFamily(
+        "gtm_zone_ledger_entries",
+        "Requests the accounting holds: open tickets, and assignments held until they expire.",
+        labels=["ledger"],
+    )
+    ledger.add_metric(["open"], acc.open_tickets)
+    ledger.add_metric(["held"], acc.held_tickets)
+    yield from (index, hot, ledger)
 
 
 class ZoneMetrics:

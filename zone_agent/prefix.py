@@ -233,6 +233,10 @@ class HotBlocks:
         self._heap = [(count, since[block], block) for block, count in self._counts.items()]
         heapq.heapify(self._heap)
 
+    def __len__(self) -> int:
+        """Counters in use (at most ``capacity``)."""
+        return len(self._counts)
+
     def top(self, k: int) -> tuple[int, ...]:
         """The ``k`` most frequent blocks, most frequent first (ties: smaller hash)."""
         # Two stable C sorts instead of one with a Python key (every zone summary, every

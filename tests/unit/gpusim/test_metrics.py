@@ -94,3 +94,25 @@ def test_sglang_flavor_uses_sglang_names() -> None:
     info = {"model_name": M, "page_size": "16", "num_pages": str(engine.profile.num_gpu_blocks)}
     assert registry.get_sample_value("sglang:cache_config_info", info) == 1.0
     assert registry.get_sample_value("vllm:num_requests_waiting", label) is None
+
+
+def test_prefix_cache_size_gauge_is_bounded_by_the_kv_cache() -> None:
+    registry = new_registry()
+    engine = _engine()
+    EngineMetrics(registry, MetricsFlavor.VLLM, lambda: [_snapshot(engine)])
+    label = {"model_name": M}
+    assert registry.get_sample_value("gtm_gpusim_prefix_cache_entries", label) == 0.0
+    # Three caches' worth of distinct blocks: the index holds at most the KV cache's
+    # blocks, the least recently released evicted first.
+    pool = engine.pool
+    batch = 4096
+    for k in range(3 * pool.num_blocks // batch + 1):
+        blocks = pool.allocate(min(batch, pool.num_free))
+        assert blocks is not None
+        for i, block in enumerate(blocks):
+            pool.register(block, hash((k, i)))
+        pool.release(blocks)
+    assert pool.evictions > 0
+    gauge = registry.get_sample_value("gtm_gpusim_prefix_cache_entries", label)
+    assert gauge == pool.num_cached
+    assert pool.num_blocks - batch <= pool.num_cached <= pool.num_blocks

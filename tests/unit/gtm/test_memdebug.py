@@ -27,11 +27,14 @@ def test_off_without_the_variable(restored: None) -> None:
 
 def test_each_sigusr2_writes_a_numbered_snapshot(tmp_path: Path, restored: None) -> None:
     target = tmp_path / "snaps"
+    if tracemalloc.is_tracing():
+        tracemalloc.stop()
     assert install_from_env({DIR_ENV: str(target), FRAMES_ENV: "3"}) is True
+    assert not tracemalloc.is_tracing()  # the first signal starts it
+    kept = [bytearray(1000) for _ in range(100)]
+    os.kill(os.getpid(), signal.SIGUSR2)
     assert tracemalloc.is_tracing()
     assert tracemalloc.get_traceback_limit() == 3
-    kept = [bytearray(1000) for _ in range(100)]  # something to see between the two
-    os.kill(os.getpid(), signal.SIGUSR2)
     kept += [bytearray(1000) for _ in range(500)]
     os.kill(os.getpid(), signal.SIGUSR2)
     first = snapshot_path(target, os.getpid(), 1)

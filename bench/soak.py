@@ -1,0 +1,845 @@
+"""Soak: ``gtm up --processes`` under a replayed trace for a long time — does anything grow?
+
+Issue 25, item 1. Starts ``gtm up --processes`` (the example topology, or its first
+``--regions`` regions, on a private 127.x.y.0/24 block and free ports, as the game-day
+runner does) and replays the Azure conversation trace through the front door with
+``gtm load``'s request builder (:class:`gtmctl.load.LoadRun`) at ``--rate-scale`` × its
+rate for ``--duration`` seconds; the trace (about an hour) is replayed again from its
+start when the run is longer than it is at that rate. Every ``--interval`` seconds it
+samples each process of the deployment (``gtm up`` itself, the front door, the regional
+LBs, the zone agents, the emulated GPU workers, etcd):
+
+* **RSS** (``/proc/PID/status``) and **open descriptors** (``/proc/PID/fd``);
+* **tasks** of its event loop (``gtm_event_loop_tasks`` on ``/metrics``);
+* **responsiveness**: the round trip of a ``GET /healthz`` (a lagging event loop answers
+  late), and the GPU workers' own lag probe (``gtm_gpusim_event_loop_lag_seconds``);
+* **log volume**: bytes its log file grew, and its WARNING and ERROR lines;
+* the **size gauges** of its caches, indexes and ledgers (every ``gtm_*_entries``
+  sample on ``/metrics``), so a structure that grows is named, not guessed.
+
+Printed per process kind: RSS at the end of the warm-up and at the end, the RSS slope
+after the warm-up (least squares over the samples, % of the process's RSS per hour;
+the kind's worst process and the median), descriptors before the load and once it is
+over, tasks, responsiveness, log volume per hour, and the size gauges' first and last
+values. Then the errors: failed requests, restarted children, ERROR lines and
+``Traceback`` in the logs, crashed background tasks (``gtm_task_failures_total``).
+
+Target (``--smoke`` only reports): 0 errors, RSS slope after warm-up below 1 % per
+hour for every process, and every process's descriptors back to their level before the
+load within ``--settle`` seconds after it. A short run extrapolates a few minutes of
+samples to an hour, so its slopes are noisy (a 1 MB step in a 90 MB process over five
+minutes reads as 13 %/h): the figure is the one-hour run.
+
+``--tracemalloc`` runs every process with ``GTM_TRACEMALLOC_DIR`` (:mod:`gtm.memdebug`:
+allocation tracing, a snapshot on SIGUSR2), snapshots each at the end of the warm-up
+and at the end of the load, and prints per kind the source lines whose allocations grew
+most in between. Tracing slows every process down: RSS figures of such a run are not
+comparable with a plain one.
+
+    python bench/soak.py                         # 1 h at 1× the trace's rate
+    python bench/soak.py --rate-scale 3 --duration 600 --warmup 120
+    python bench/soak.py --duration 600 --tracemalloc
+    python bench/soak.py --smoke                 # one region, ~40 s of load (make bench)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import math
+import os
+import random
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import time
+import tracemalloc
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import numpy as np
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from chaos.deployment import Deployment, LaunchSpec
+from fleetsim.traces import Trace, TraceKind, TraceRequest, load_trace
+from gtm.clock import SystemClock
+from gtm.memdebug import DIR_ENV, SUFFIX
+from gtm.metrics import new_registry
+from gtm.tasks import TaskSupervisor
+from gtm.topology import RegionSpec, Topology, load_topology
+from gtmctl.load import LoadConfig, LoadRun, Tally
+
+ROOT = Path(__file__).resolve().parent.parent
+#: RSS slope target: % of the process's RSS per hour.
+SLOPE_TARGET_PCT_H = 1.0
+#: Order of the kinds in the tables.
+KINDS = ("gtm up", "global", "regional", "zone", "gpu-sim", "etcd", "chaos-proxy")
+#: A /metrics or /healthz answer slower than this counts as no answer (s).
+PROBE_TIMEOUT_S = 5.0
+#: Log lines that count as errors.
+ERROR_MARKS = (
+    "level=ERROR", "level=CRITICAL", "Traceback (most recent call last)",
+    '"level":"error"', '"level":"fatal"', '"level":"panic"',  # etcd's JSON lines
+)  # fmt: skip
+WARNING_MARKS = ("level=WARNING", '"level":"warn"')
+
+
+# ---------------------------------------------------------------------------- arithmetic
+
+
+def slope_pct_per_hour(times_s: Sequence[float], rss: Sequence[float]) -> float:
+    """The least-squares slope of ``rss`` over ``times_s``, as % of the mean RSS per
+    hour (NaN with fewer than three samples or no spread in time)."""
+    if len(times_s) < 3 or max(times_s) - min(times_s) <= 0:
+        return math.nan
+    slope_per_s = float(np.polyfit(np.asarray(times_s), np.asarray(rss, dtype=float), 1)[0])
+    mean = float(np.mean(rss))
+    return math.nan if mean <= 0 else 100.0 * slope_per_s * 3600.0 / mean
+
+
+def looped(trace: Trace, duration_s: float, rate_scale: float) -> tuple[TraceRequest, ...]:
+    """The requests arriving in ``duration_s`` at ``rate_scale`` × the trace's rate,
+    the trace replayed from its start (shifted by its length) as often as it takes."""
+    limit = duration_s * rate_scale
+    span = trace.duration_s + 1.0 / max(trace.rate_per_s, 1e-9)  # one gap between laps
+    out: list[TraceRequest] = []
+    lap = 0
+    while lap * span < limit:
+        offset = lap * span
+        for r in trace.requests:
+            at = r.at_s + offset
+            if at >= limit:
+                break
+            out.append(dataclasses.replace(r, at_s=at))
+        lap += 1
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------- samples
+
+
+@dataclass(frozen=True, slots=True)
+class Proc:
+    """One process of the deployment."""
+
+    name: str  # control name ("zone/us-east-a"), "gtm up", or "etcd/<member>"
+    kind: str
+    pid: int
+    #: Where its /metrics and /healthz answer (None: not an HTTP service of ours).
+    url: str | None
+    log: Path | None
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    at_s: float  # since the load started (negative: before)
+    rss_kb: int
+    fds: int
+    tasks: float | None = None
+    healthz_s: float | None = None
+    lag_sum_s: float | None = None
+    lag_count: float | None = None
+    task_failures: float | None = None
+    #: Every ``gtm_*_entries`` sample: "name{labels}" → value.
+    entries: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Series:
+    proc: Proc
+    samples: list[Sample] = field(default_factory=list)
+    log_offset: int = 0
+    log_bytes_after_warmup: int = 0
+    errors: list[str] = field(default_factory=list)
+    warnings: int = 0
+
+
+def read_rss_kb(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def count_fds(pid: int) -> int | None:
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return None
+
+
+def metric_values(text: str) -> dict[str, float]:
+    """The samples of a /metrics page the soak reads: "name{a="b"}" → value."""
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            wanted = s.name.endswith("_entries") or s.name in (
+                "gtm_event_loop_tasks",
+                "gtm_task_failures_total",
+                "gtm_gpusim_event_loop_lag_seconds_sum",
+                "gtm_gpusim_event_loop_lag_seconds_count",
+            )
+            if wanted:
+                labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+                out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
+    return out
+
+
+def _sum(values: Mapping[str, float], name: str) -> float | None:
+    found = [v for k, v in values.items() if k == name or k.startswith(name + "{")]
+    return sum(found) if found else None
+
+
+async def probe(
+    session: aiohttp.ClientSession, proc: Proc
+) -> tuple[float | None, dict[str, float]]:
+    """(/healthz round trip, /metrics samples) of one process (None, {}: no answer)."""
+    if proc.url is None:
+        return None, {}
+    healthz: float | None = None
+    values: dict[str, float] = {}
+    with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
+        started = time.monotonic()
+        async with session.get(f"{proc.url}/healthz") as response:
+            await response.read()
+            if response.status == 200:
+                healthz = time.monotonic() - started
+        async with session.get(f"{proc.url}/metrics") as response:
+            if response.status == 200:
+                values = metric_values(await response.text())
+    return healthz, values
+
+
+def scan_log(series: Series, counting: bool) -> None:
+    """Read what the process's log gained since the last scan: its ERROR lines and
+    tracebacks (errors), WARNING lines, and (``counting``: after the warm-up) bytes."""
+    path = series.proc.log
+    if path is None:
+        return
+    try:
+        with path.open("rb") as handle:
+            handle.seek(series.log_offset)
+            chunk = handle.read()
+    except OSError:
+        return
+    # Only whole lines; the rest is read next time.
+    end = chunk.rfind(b"\n") + 1
+    series.log_offset += end
+    if counting:
+        series.log_bytes_after_warmup += end
+    for line in chunk[:end].decode("utf-8", errors="replace").splitlines():
+        if any(mark in line for mark in ERROR_MARKS):
+            series.errors.append(line.strip()[:300])
+        elif any(mark in line for mark in WARNING_MARKS):
+            series.warnings += 1
+
+
+# ---------------------------------------------------------------------------- the deployment
+
+
+def private_topology(directory: Path, regions: int | None) -> Path:
+    """The example topology (or its first ``regions`` regions) on a random 127.x.y.0/24
+    block with a random zone-port base: never collides with ``make up`` or another run."""
+    example = load_topology()
+    rng = random.Random()
+    block = f"127.{rng.randrange(100, 250)}.{rng.randrange(1, 250)}"
+    kept = example.regions[:regions] if regions else example.regions
+    topology = Topology(
+        regions=tuple(
+            RegionSpec(id=r.id, address=f"{block}.{i}", zones=r.zones)
+            for i, r in enumerate(kept, start=1)
+        ),
+        models=example.models,
+        zone_port_base=rng.randrange(20_000, 30_000),
+    )
+    path = directory / "topology.yaml"
+    path.write_text(yaml.safe_dump(topology.model_dump(mode="json")), "utf-8")
+    return path
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def processes(deployment: Deployment, up_pid: int) -> list[Proc]:
+    """Every process of the deployment as of its control API's last answer."""
+    doc = deployment.document
+    run_dir = Path(doc.run_dir)
+    urls: dict[str, str | None] = {"global": doc.front_door_url}
+    urls |= {f"regional/{r.name}": r.url for r in doc.regions}
+    urls |= {f"zone/{z.name}": z.url for z in doc.zones}
+    urls |= {f"gpu/{g.name}": g.url for g in doc.gpus}
+    found = [Proc("gtm up", "gtm up", up_pid, None, run_dir / "gtm-up.stderr")]
+    for child in doc.children:
+        if child.pid is None:
+            continue
+        short = child.name.split("/", 1)[-1]
+        log = run_dir / "logs" / f"{child.kind}-{short}.log"
+        found.append(Proc(child.name, child.kind, child.pid, urls.get(child.name), log))
+    for member in doc.etcd:
+        if member.pid is not None:
+            logs = sorted(run_dir.glob(f"**/{member.name}.log"))
+            log = logs[0] if logs else None
+            found.append(Proc(f"etcd/{member.name}", "etcd", member.pid, None, log))
+    return found
+
+
+def up_pid_of(deployment: Deployment) -> int:
+    """``gtm up``'s own pid: the parent of its children."""
+    child = next(c.pid for c in deployment.document.children if c.pid is not None)
+    stat = Path(f"/proc/{child}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+# ---------------------------------------------------------------------------- the run
+
+
+@dataclass(slots=True)
+class Run:
+    series: dict[str, Series] = field(default_factory=dict)
+    fds_before: dict[str, int] = field(default_factory=dict)
+    fds_after: dict[str, int] = field(default_factory=dict)
+    fds_settled_s: float | None = None
+    restarts: dict[str, int] = field(default_factory=dict)
+    tally: Tally | None = None
+    load_s: float = 0.0
+    requests: int = 0
+    snapshots: dict[str, tuple[Path, Path]] = field(default_factory=dict)
+
+
+class Sampler:
+    def __init__(
+        self, deployment: Deployment, run: Run, up_pid: int, warmup_s: float, interval_s: float
+    ) -> None:
+        self._deployment = deployment
+        self._run = run
+        self._up_pid = up_pid
+        self._warmup = warmup_s
+        self._interval = interval_s
+        self._session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=PROBE_TIMEOUT_S),
+            connector=aiohttp.TCPConnector(force_close=True),  # holds no descriptor of theirs
+        )
+        self.load_started: float | None = None
+
+    async def aclose(self) -> None:
+        await self._session.close()
+
+    def at(self) -> float:
+        return 0.0 if self.load_started is None else time.monotonic() - self.load_started
+
+    async def sample(self) -> None:
+        await self._deployment.refresh()
+        procs = processes(self._deployment, self._up_pid)
+        at = self.at()
+        counting = self.load_started is not None and at >= self._warmup
+        results = await asyncio.gather(*(probe(self._session, p) for p in procs))
+        for proc, (healthz, values) in zip(procs, results, strict=True):
+            series = self._run.series.get(proc.name)
+            if series is None or series.proc.pid != proc.pid:
+                # New, or restarted (a restart is counted from the control API): the
+                # series starts over, its log is read from where it is now.
+                offset = series.log_offset if series is not None else 0
+                series = self._run.series[proc.name] = Series(proc, log_offset=offset)
+            rss, fds = read_rss_kb(proc.pid), count_fds(proc.pid)
+            if rss is None or fds is None:
+                continue
+            series.samples.append(
+                Sample(
+                    at, rss, fds, _sum(values, "gtm_event_loop_tasks"), healthz,
+                    _sum(values, "gtm_gpusim_event_loop_lag_seconds_sum"),
+                    _sum(values, "gtm_gpusim_event_loop_lag_seconds_count"),
+                    _sum(values, "gtm_task_failures_total"),
+                    {k: v for k, v in values.items() if "_entries" in k},
+                )
+            )  # fmt: skip
+            scan_log(series, counting)
+        doc = self._deployment.document
+        self._run.restarts = {c.name: c.restarts for c in doc.children if c.restarts} | {
+            f"etcd/{m.name}": m.restarts for m in doc.etcd if m.restarts
+        }
+
+    def fds(self) -> dict[str, int]:
+        return {
+            name: n
+            for name, s in self._run.series.items()
+            if (n := count_fds(s.proc.pid)) is not None
+        }
+
+    def snapshot(self, directory: Path, n: int) -> None:
+        """SIGUSR2 to every gtm process: each writes its n-th allocation snapshot."""
+        for series in self._run.series.values():
+            if series.proc.kind != "etcd":
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(series.proc.pid, signal.SIGUSR2)
+
+    def progress(self, tally: Tally | None, duration_s: float) -> str:
+        by_kind: dict[str, int] = defaultdict(int)
+        for s in self._run.series.values():
+            if s.samples:
+                by_kind[s.proc.kind] += s.samples[-1].rss_kb
+        total = sum(by_kind.values())
+        load = ""
+        if tally is not None:
+            failed = tally.done - tally.succeeded
+            load = f"  sent {tally.sent}/{tally.scheduled} ok {tally.succeeded} failed {failed}"
+        kinds = " ".join(f"{k} {by_kind[k] / 1024:.0f}" for k in KINDS if k in by_kind)
+        return f"[{self.at():6.0f}/{duration_s:.0f} s]{load}  RSS MB {total / 1024:.0f} ({kinds})"
+
+
+async def sample_loop(sampler: Sampler, run: Run, duration_s: float, every_s: float) -> None:
+    while True:
+        started = time.monotonic()
+        await sampler.sample()
+        print(sampler.progress(run.tally, duration_s), file=sys.stderr, flush=True)
+        await asyncio.sleep(max(0.0, every_s - (time.monotonic() - started)))
+
+
+async def wait_snapshots(directory: Path, pids: Iterable[int], n: int, limit_s: float) -> None:
+    """Until every process wrote its n-th snapshot (a file appears: polled), or the limit."""
+    deadline = time.monotonic() + limit_s
+    wanted = {directory / f"{pid}-{n}{SUFFIX}" for pid in pids}
+    for _ in range(int(limit_s / 0.5) + 1):
+        if time.monotonic() >= deadline or all(p.exists() for p in wanted):
+            return
+        await asyncio.sleep(0.5)
+
+
+async def soak(args: argparse.Namespace, work: Path) -> Run:
+    run = Run()
+    trace = load_trace(TraceKind(args.trace))
+    requests = looped(trace, args.duration, args.rate_scale)
+    run.requests = len(requests)
+    snap_dir = work / "tracemalloc"
+    env = ((DIR_ENV, str(snap_dir)),) if args.tracemalloc else ()
+    spec = LaunchSpec(
+        topology=private_topology(work, args.regions),
+        speedup=args.speedup,
+        run_dir=work / "run",
+        env=env,
+        ready_timeout_s=180.0,
+    )
+    print(
+        f"soak: {trace.kind.value} × {args.rate_scale:g} ({trace.rate_per_s * args.rate_scale:.2f}"
+        f" req/s) for {args.duration:g} s = {len(requests)} requests, warm-up {args.warmup:g} s,"
+        f" sample every {args.interval:g} s; gtm up --processes, "
+        f"{args.regions or 'all'} region(s), speedup {args.speedup:g}",
+        flush=True,
+    )
+    async with Deployment.launch(spec) as deployment:
+        up_pid = up_pid_of(deployment)
+        sampler = Sampler(deployment, run, up_pid, args.warmup, args.interval)
+        try:
+            await sampler.sample()
+            await asyncio.sleep(args.interval)
+            await sampler.sample()
+            run.fds_before = sampler.fds()
+            config = LoadConfig(
+                url=deployment.front_door_url,
+                rate_scale=args.rate_scale,
+                duration_s=args.duration,
+                seed=args.seed,
+                max_input_tokens=args.max_input_tokens,
+                max_output_tokens=args.max_output_tokens,
+                timeout_s=args.request_timeout,
+            )
+            load = LoadRun(config, requests, clock=SystemClock())
+            run.tally = load.tally
+            sampler.load_started = time.monotonic()
+            supervisor = TaskSupervisor(registry=new_registry(), component="soak")
+            supervisor.spawn("sample", sample_loop(sampler, run, args.duration, args.interval))
+            snapping = None
+            if args.tracemalloc:
+                snapping = supervisor.spawn("snapshot", _snap_at(sampler, snap_dir, args.warmup, 1))
+            try:
+                await load.run()
+                run.load_s = sampler.at()
+                if snapping is not None:
+                    await snapping
+            finally:
+                await supervisor.aclose()
+            await sampler.sample()
+            if snapping is not None:
+                sampler.snapshot(snap_dir, 2)
+                pids = [s.proc.pid for s in run.series.values() if s.proc.kind != "etcd"]
+                await wait_snapshots(snap_dir, pids, 2, 120.0)
+                for name, s in run.series.items():
+                    first = snap_dir / f"{s.proc.pid}-1{SUFFIX}"
+                    second = snap_dir / f"{s.proc.pid}-2{SUFFIX}"
+                    if first.exists() and second.exists():
+                        run.snapshots[name] = (first, second)
+            # Descriptors back to their level before the load: wait up to --settle.
+            settle_started = time.monotonic()
+            while True:
+                run.fds_after = sampler.fds()
+                if all(run.fds_after.get(k, 0) <= v for k, v in run.fds_before.items()):
+                    run.fds_settled_s = time.monotonic() - settle_started
+                    break
+                if time.monotonic() - settle_started >= args.settle:
+                    break
+                await asyncio.sleep(1.0)
+            await sampler.sample()
+        finally:
+            await sampler.aclose()
+    return run
+
+
+async def _snap_at(sampler: Sampler, directory: Path, at_s: float, n: int) -> None:
+    await asyncio.sleep(max(0.0, at_s - sampler.at()))
+    sampler.snapshot(directory, n)
+
+
+# ---------------------------------------------------------------------------- report
+
+
+@dataclass(frozen=True, slots=True)
+class ProcFigures:
+    name: str
+    kind: str
+    rss_warm_mb: float
+    rss_end_mb: float
+    slope_pct_h: float
+    fds_before: int | None
+    fds_after: int | None
+    tasks_first: float | None
+    tasks_last: float | None
+    tasks_max: float | None
+    healthz_p99_ms: float | None
+    lag_mean_ms: float | None
+    log_kb_per_h: float
+    warnings: int
+    errors: int
+
+
+def _load_samples(series: Series) -> list[Sample]:
+    return [s for s in series.samples if s.at_s >= 0]
+
+
+def proc_figures(run: Run, warmup_s: float) -> list[ProcFigures]:
+    out = []
+    for name, series in run.series.items():
+        during = _load_samples(series)
+        warm = [s for s in during if s.at_s >= warmup_s]
+        if not warm:
+            continue
+        hours = max(1e-9, (warm[-1].at_s - warm[0].at_s) / 3600.0)
+        tasks = [s.tasks for s in during if s.tasks is not None]
+        healthz = sorted(1000 * s.healthz_s for s in during if s.healthz_s is not None)
+        lag = [s for s in warm if s.lag_sum_s is not None and s.lag_count]
+        lag_ms = None
+        if len(lag) >= 2 and (lag[-1].lag_count or 0) > (lag[0].lag_count or 0):
+            lag_ms = (
+                1000
+                * ((lag[-1].lag_sum_s or 0) - (lag[0].lag_sum_s or 0))
+                / ((lag[-1].lag_count or 0) - (lag[0].lag_count or 0))
+            )
+        out.append(
+            ProcFigures(
+                name, series.proc.kind, warm[0].rss_kb / 1024, warm[-1].rss_kb / 1024,
+                slope_pct_per_hour([s.at_s for s in warm], [s.rss_kb for s in warm]),
+                run.fds_before.get(name), run.fds_after.get(name),
+                tasks[0] if tasks else None, tasks[-1] if tasks else None,
+                max(tasks) if tasks else None,
+                healthz[min(len(healthz) - 1, int(0.99 * len(healthz)))] if healthz else None,
+                lag_ms, series.log_bytes_after_warmup / 1024 / hours, series.warnings,
+                len(series.errors),
+            )
+        )  # fmt: skip
+    return out
+
+
+def _fmt(value: float | None, spec: str = ".0f") -> str:
+    return (
+        "–"
+        if value is None or (isinstance(value, float) and math.isnan(value))
+        else (f"{value:{spec}}")
+    )
+
+
+def kind_table(figures: Sequence[ProcFigures]) -> list[str]:
+    rows = [
+        "| kind | n | RSS MB after warm-up → end (sum) | slope %/h worst (median) | "
+        "fds before → after load (sum) | tasks first → last (max) | /healthz p99 ms | "
+        "GPU lag probe mean ms | log KB/h | warnings | errors |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    by_kind: dict[str, list[ProcFigures]] = defaultdict(list)
+    for f in figures:
+        by_kind[f.kind].append(f)
+    for kind in sorted(by_kind, key=lambda k: KINDS.index(k) if k in KINDS else len(KINDS)):
+        group = by_kind[kind]
+        slopes = [f.slope_pct_h for f in group if not math.isnan(f.slope_pct_h)]
+        worst = max(slopes, key=abs) if slopes else math.nan
+        median = statistics.median(slopes) if slopes else math.nan
+
+        def total(values: Iterable[float | None]) -> float | None:
+            known = [v for v in values if v is not None]
+            return sum(known) if known else None
+
+        lags = [f.lag_mean_ms for f in group if f.lag_mean_ms is not None]
+        healthz = [f.healthz_p99_ms for f in group if f.healthz_p99_ms is not None]
+        rows.append(
+            f"| {kind} | {len(group)} | {sum(f.rss_warm_mb for f in group):.0f} → "
+            f"{sum(f.rss_end_mb for f in group):.0f} | {_fmt(worst, '+.2f')} "
+            f"({_fmt(median, '+.2f')}) | {_fmt(total(f.fds_before for f in group))} → "
+            f"{_fmt(total(f.fds_after for f in group))} | "
+            f"{_fmt(total(f.tasks_first for f in group))} → "
+            f"{_fmt(total(f.tasks_last for f in group))} "
+            f"({_fmt(total(f.tasks_max for f in group))}) | "
+            f"{_fmt(max(healthz) if healthz else None)} | "
+            f"{_fmt(statistics.mean(lags) if lags else None, '.1f')} | "
+            f"{sum(f.log_kb_per_h for f in group):.0f} | {sum(f.warnings for f in group)} | "
+            f"{sum(f.errors for f in group)} |"
+        )
+    return rows
+
+
+def entries_table(run: Run, warmup_s: float) -> list[str]:
+    """Each size gauge, summed over the processes of a kind: after the warm-up → end."""
+    first: Counter[tuple[str, str]] = Counter()
+    last: Counter[tuple[str, str]] = Counter()
+    peak: Counter[tuple[str, str]] = Counter()
+    for series in run.series.values():
+        warm = [s for s in _load_samples(series) if s.at_s >= warmup_s]
+        if not warm:
+            continue
+        for name in set(warm[0].entries) | set(warm[-1].entries):
+            gauge = name.split("{", 1)[0]
+            key = (series.proc.kind, gauge)
+            first[key] += warm[0].entries.get(name, 0.0)
+            last[key] += warm[-1].entries.get(name, 0.0)
+            peak[key] += max(s.entries.get(name, 0.0) for s in warm)
+    if not first and not last:
+        return ["(no gtm_*_entries gauges exported)"]
+    rows = ["| kind | size gauge (sum over processes) | after warm-up | end | peak |",
+            "|---|---|---:|---:|---:|"]  # fmt: skip
+    for key in sorted(set(first) | set(last)):
+        rows.append(
+            f"| {key[0]} | {key[1]} | {first[key]:.0f} | {last[key]:.0f} | {peak[key]:.0f} |"
+        )
+    return rows
+
+
+def errors(run: Run) -> list[str]:
+    found: list[str] = []
+    tally = run.tally
+    if tally is not None:
+        failed = Counter(o.reason for o in tally.outcomes if not o.ok)
+        if failed:
+            found.append(
+                f"{sum(failed.values())} failed requests: "
+                + ", ".join(f"{k} {n}" for k, n in failed.most_common())
+            )
+        if tally.done < run.requests:
+            found.append(f"{run.requests - tally.done} requests never finished")
+    for name, n in sorted(run.restarts.items()):
+        found.append(f"{name} restarted {n} time(s)")
+    for name, series in sorted(run.series.items()):
+        crashes = [s.task_failures for s in series.samples if s.task_failures is not None]
+        if len(crashes) >= 2 and crashes[-1] > crashes[0]:
+            found.append(f"{name}: {crashes[-1] - crashes[0]:.0f} background task failure(s)")
+        for line in series.errors[:3]:
+            found.append(f"{name}: {line}")
+        if len(series.errors) > 3:
+            found.append(f"{name}: … {len(series.errors) - 3} more error lines")
+    return found
+
+
+def verdict(figures: Sequence[ProcFigures], run: Run, errs: Sequence[str]) -> list[str]:
+    """What misses the target (empty: met)."""
+    missed = list(errs)
+    for f in figures:
+        if not math.isnan(f.slope_pct_h) and f.slope_pct_h >= SLOPE_TARGET_PCT_H:
+            missed.append(f"{f.name}: RSS slope {f.slope_pct_h:+.2f} %/h ≥ {SLOPE_TARGET_PCT_H}")
+    for name, before in run.fds_before.items():
+        after = run.fds_after.get(name)
+        if after is not None and after > before:
+            missed.append(f"{name}: {after} descriptors after the load, {before} before")
+    return missed
+
+
+def heap_growth(run: Run, top: int = 8) -> list[str]:
+    """Per kind, the source lines whose traced allocations grew most (summed over the
+    kind's processes) between the two snapshots."""
+    by_kind: dict[str, Counter[str]] = defaultdict(Counter)
+    counts: dict[str, Counter[str]] = defaultdict(Counter)
+    for name, (first, second) in run.snapshots.items():
+        kind = run.series[name].proc.kind
+        a = tracemalloc.Snapshot.load(str(first))
+        b = tracemalloc.Snapshot.load(str(second))
+        for stat in b.compare_to(a, "traceback"):
+            frames = [f"{_short(fr.filename)}:{fr.lineno}" for fr in stat.traceback]
+            key = " < ".join(frames[:4])
+            by_kind[kind][key] += stat.size_diff
+            counts[kind][key] += stat.count_diff
+    lines = []
+    for kind in sorted(by_kind):
+        n = sum(1 for name in run.snapshots if run.series[name].proc.kind == kind)
+        lines.append(f"{kind} (summed over {n} processes):")
+        for key, size in by_kind[kind].most_common(top):
+            if size <= 0:
+                break
+            lines.append(f"  {size / 1024:+9.0f} KB {counts[kind][key]:+7d} blocks  {key}")
+    return lines
+
+
+def _short(filename: str) -> str:
+    for marker in ("site-packages/", str(ROOT) + "/", "/lib/python3"):
+        if marker in filename:
+            return filename.split(marker, 1)[1]
+    return filename
+
+
+def plot(run: Run, path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    by_kind: dict[str, dict[float, float]] = defaultdict(lambda: defaultdict(float))
+    for series in run.series.values():
+        for s in _load_samples(series):
+            by_kind[series.proc.kind][round(s.at_s)] += s.rss_kb / 1024
+    fig, ax = plt.subplots(figsize=(9, 5))
+    for kind, points in sorted(by_kind.items()):
+        xs = sorted(points)
+        ax.plot([x / 60 for x in xs], [points[x] for x in xs], label=kind)
+    ax.set_xlabel("minutes since the load started")
+    ax.set_ylabel("RSS MB, summed over the kind's processes")
+    ax.set_yscale("log")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
+def write_series(run: Run, path: Path) -> None:
+    rows = ["process,kind,pid,at_s,rss_kb,fds,tasks,healthz_ms"]
+    for name, series in run.series.items():
+        for s in series.samples:
+            rows.append(
+                f"{name},{series.proc.kind},{series.proc.pid},{s.at_s:.1f},{s.rss_kb},{s.fds},"
+                f"{_fmt(s.tasks)},"
+                f"{_fmt(None if s.healthz_s is None else 1000 * s.healthz_s, '.1f')}"
+            )
+    path.write_text("\n".join(rows) + "\n", "utf-8")
+
+
+def report(args: argparse.Namespace, run: Run) -> tuple[str, list[str]]:
+    figures = proc_figures(run, args.warmup)
+    errs = errors(run)
+    missed = verdict(figures, run, errs)
+    tally = run.tally
+    summary = tally.summary() if tally is not None else {}
+    lines = [
+        f"load: {summary.get('requests', 0)} of {run.requests} requests done in "
+        f"{run.load_s:.0f} s, {summary.get('succeeded', 0)} succeeded; TTFT p50 "
+        f"{_fmt((summary.get('ttft_ms') or {}).get('p50'))} ms, p99 "
+        f"{_fmt((summary.get('ttft_ms') or {}).get('p99'))} ms; load average "
+        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores",
+        f"RSS slope fitted over the samples after the {args.warmup:g} s warm-up; "
+        f"descriptors before the load and {_fmt(run.fds_settled_s)} s after it "
+        f"(limit {args.settle:g} s)",
+        "",
+        *kind_table(figures),
+        "",
+        *entries_table(run, args.warmup),
+        "",
+        "errors: " + ("none" if not errs else ""),
+        *(f"  {e}" for e in errs),
+    ]
+    worst = sorted(
+        (f for f in figures if not math.isnan(f.slope_pct_h)), key=lambda f: -f.slope_pct_h
+    )[:5]
+    lines.append(
+        "steepest processes: "
+        + ", ".join(f"{f.name} {f.slope_pct_h:+.2f} %/h ({f.rss_end_mb:.0f} MB)" for f in worst)
+    )
+    if run.snapshots:
+        lines += ["", "allocation growth between the snapshots (tracemalloc):", *heap_growth(run)]
+    return "\n".join(lines), missed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true",
+                        help="one region, ~40 s of load; reports, never fails")  # fmt: skip
+    parser.add_argument("--duration", type=float, default=3600.0, help="s of load")
+    parser.add_argument("--warmup", type=float, default=None,
+                        help="s of load before the slopes are fitted (default: 600 s, at "
+                        "most a third of the run)")  # fmt: skip
+    parser.add_argument("--interval", type=float, default=10.0, help="s between samples")
+    parser.add_argument("--rate-scale", type=float, default=1.0,
+                        help="arrivals × the trace's (azure-conv: 5.5 req/s native)")  # fmt: skip
+    parser.add_argument("--trace", default=TraceKind.AZURE_CONV.value,
+                        choices=[k.value for k in TraceKind])  # fmt: skip
+    parser.add_argument("--regions", type=int, default=None,
+                        help="the example topology's first N regions (default: all)")  # fmt: skip
+    parser.add_argument("--speedup", type=float, default=1.0, help="emulated GPUs' speedup")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-input-tokens", type=int, default=LoadConfig().max_input_tokens)
+    parser.add_argument("--max-output-tokens", type=int, default=LoadConfig().max_output_tokens)
+    parser.add_argument("--request-timeout", type=float, default=LoadConfig().timeout_s)
+    parser.add_argument("--settle", type=float, default=60.0,
+                        help="s the descriptors get to come back after the load")  # fmt: skip
+    parser.add_argument("--tracemalloc", action="store_true",
+                        help="trace allocations; print what grew after the warm-up")  # fmt: skip
+    parser.add_argument("--report", type=Path, default=ROOT / "reports" / "soak",
+                        help="directory for the table, the samples (CSV) and the plot")  # fmt: skip
+    parser.add_argument("--keep", action="store_true", help="keep the run directory (logs)")
+    args = parser.parse_args()
+    if args.smoke:
+        args.duration, args.regions, args.interval = 40.0, 1, 2.0
+        args.rate_scale, args.settle = min(args.rate_scale, 0.5), 20.0
+        args.warmup = 10.0
+    if args.warmup is None:
+        args.warmup = min(600.0, args.duration / 3)
+    work = Path(tempfile.mkdtemp(prefix="gtm-soak-"))
+    try:
+        run = asyncio.run(soak(args, work))
+        text, missed = report(args, run)
+        print(text)
+        if not args.smoke:
+            args.report.mkdir(parents=True, exist_ok=True)
+            stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+            (args.report / f"soak-{stamp}.md").write_text(
+                " ".join(sys.argv) + "\n\n" + text + "\n", "utf-8"
+            )
+            write_series(run, args.report / f"soak-{stamp}.csv")
+            if plot(run, args.report / f"soak-{stamp}.png"):
+                print(f"plot: {args.report / f'soak-{stamp}.png'}")
+        if missed:
+            print(f"target missed ({len(missed)}):")
+            for line in missed[:40]:
+                print(f"  {line}")
+            if not args.smoke:
+                sys.exit(1)
+        else:
+            print("target met: 0 errors, every RSS slope < 1 %/h, descriptors back")
+    finally:
+        if args.keep:
+            print(f"run directory kept: {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""The soak benchmark's own arithmetic (bench/soak.py): slopes, the looped trace, what it
+reads from /metrics and the logs, and its verdict."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from bench.soak import (
+    Proc,
+    ProcFigures,
+    Run,
+    Series,
+    looped,
+    metric_values,
+    scan_log,
+    slope_pct_per_hour,
+    verdict,
+)
+from fleetsim.traces import Trace, TraceKind, TraceRequest
+
+
+def test_slope_is_percent_of_the_mean_per_hour() -> None:
+    # 100 → 101 MB over an hour, sampled every 10 min: +1 MB/h on a 100.5 MB mean.
+    times = [600.0 * k for k in range(7)]
+    rss = [100.0 + k / 6 for k in range(7)]
+    assert slope_pct_per_hour(times, rss) == pytest.approx(100 / 100.5)
+    assert slope_pct_per_hour(times, [100.0] * 7) == pytest.approx(0.0)
+    assert slope_pct_per_hour(times, [100.0 - k for k in range(7)]) < 0
+
+
+def test_slope_needs_three_samples_spread_in_time() -> None:
+    assert math.isnan(slope_pct_per_hour([0.0, 1.0], [1.0, 2.0]))
+    assert math.isnan(slope_pct_per_hour([5.0, 5.0, 5.0], [1.0, 2.0, 3.0]))
+
+
+def trace(ats: list[float]) -> Trace:
+    return Trace(TraceKind.AZURE_CONV, "test", tuple(TraceRequest(a, 10, 5) for a in ats))
+
+
+def test_a_run_longer_than_the_trace_replays_it_from_the_start() -> None:
+    t = trace([0.0, 4.0, 9.0])  # laps are 9 s plus one mean gap apart
+    once = looped(t, 9.0, 1.0)
+    assert [r.at_s for r in once] == [0.0, 4.0]
+    span = t.duration_s + 1.0 / t.rate_per_s
+    twice = looped(t, 2 * span, 1.0)
+    assert [r.at_s for r in twice] == pytest.approx([0.0, 4.0, 9.0, span, span + 4.0, span + 9.0])
+    # At twice the rate the same wall time holds twice the trace.
+    assert len(looped(t, span, 2.0)) == 6
+    assert all(r.input_tokens == 10 for r in twice)
+
+
+def test_reads_tasks_failures_lag_and_every_entries_gauge() -> None:
+    text = "\n".join(
+        [
+            "# TYPE gtm_event_loop_tasks gauge",
+            "gtm_event_loop_tasks 12.0",
+            "# TYPE gtm_zone_prefix_index_entries gauge",
+            'gtm_zone_prefix_index_entries{index="sent"} 40.0',
+            'gtm_zone_prefix_index_entries{index="answered"} 30.0',
+            "# TYPE gtm_task_failures_total counter",
+            'gtm_task_failures_total{component="zone",task="scrape"} 2.0',
+            "# TYPE gtm_zone_requests_total counter",
+            'gtm_zone_requests_total{code="200"} 9.0',
+        ]
+    )
+    values = metric_values(text + "\n")
+    assert values == {
+        "gtm_event_loop_tasks": 12.0,
+        'gtm_zone_prefix_index_entries{index="sent"}': 40.0,
+        'gtm_zone_prefix_index_entries{index="answered"}': 30.0,
+        'gtm_task_failures_total{component="zone",task="scrape"}': 2.0,
+    }
+
+
+def test_log_scan_counts_whole_new_lines_only(tmp_path: Path) -> None:
+    log = tmp_path / "zone-a.log"
+    log.write_text("t level=INFO x\nt level=WARNING slow\nt level=ERROR bad\npart")
+    series = Series(Proc("zone/a", "zone", 1, None, log))
+    scan_log(series, counting=False)
+    assert series.warnings == 1
+    assert series.errors == ["t level=ERROR bad"]
+    assert series.log_bytes_after_warmup == 0
+    with log.open("a") as handle:
+        handle.write("ial line\nTraceback (most recent call last):\n")
+    scan_log(series, counting=True)
+    added = "partial line\nTraceback (most recent call last):\n"
+    assert series.log_bytes_after_warmup == len(added)
+    assert len(series.errors) == 2
+
+
+def figures(name: str, slope: float) -> ProcFigures:
+    return ProcFigures(name, "zone", 90.0, 90.0, slope, None, None, None, None, None, None,
+                       None, 0.0, 0, 0)  # fmt: skip
+
+
+def test_verdict_names_errors_slopes_and_descriptors() -> None:
+    run = Run(fds_before={"zone/a": 20, "zone/b": 20}, fds_after={"zone/a": 20, "zone/b": 23})
+    missed = verdict(
+        [figures("zone/a", 0.99), figures("zone/b", 1.0), figures("gpu/x", math.nan)],
+        run,
+        ["3 failed requests"],
+    )
+    assert missed == [
+        "3 failed requests",
+        "zone/b: RSS slope +1.00 %/h ≥ 1.0",
+        "zone/b: 23 descriptors after the load, 20 before",
+    ]
+    fewer = Run(fds_before={"a": 3}, fds_after={"a": 2})
+    assert verdict([figures("zone/a", -5.0)], fewer, []) == []
