@@ -28,6 +28,7 @@ from global_lb.profiles import (
 )
 from global_lb.router import RouteOutcome
 from gtm import native
+from gtm.audit_anchor import DEFAULT_INTERVAL_S as DEFAULT_ANCHOR_INTERVAL_S
 from gtm.cli_types import HostPort, IPAddress, IPNetwork, StateURL
 from gtm.clock import SystemClock
 from gtm.errors import ConfigError, GtmError
@@ -115,6 +116,14 @@ def _fail(exc: Exception) -> None:
     "--audit-dir", type=click.Path(file_okay=False), help="Directory of the residency audit trail."
 )
 @click.option(
+    "--audit-anchor-interval",
+    type=click.FloatRange(min=0.1),
+    default=DEFAULT_ANCHOR_INTERVAL_S,
+    show_default=True,
+    help="At most this many seconds between an audit record and the chain's anchor in the "
+    "state store (what `gtm audit verify --state` checks a cut tail against).",
+)
+@click.option(
     "--peer-token",
     envvar="GTM_PEER_TOKEN",
     default=None,
@@ -181,6 +190,7 @@ def _config(options: dict[str, Any]) -> GlobalConfig:
         geo_map=options["geo_map"],
         topology=options["topology"],
         audit_dir=options["audit_dir"],
+        audit_anchor_interval_s=options.get("audit_anchor_interval", DEFAULT_ANCHOR_INTERVAL_S),
         zone=ZoneConfig(zone=options["zone"], ttl=options["ttl"], negative_ttl=options["ttl"]),
         rrl=RrlConfig(rate=options["rrl_rate"]),
         front_door=FrontDoorConfig(

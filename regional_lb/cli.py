@@ -10,6 +10,7 @@ from types import MappingProxyType
 
 import click
 
+from gtm.audit_anchor import DEFAULT_INTERVAL_S as DEFAULT_ANCHOR_INTERVAL_S
 from gtm.cli_types import HostPort, HttpURL, IPNetwork, StateURL
 from gtm.clock import SystemClock
 from gtm.errors import GtmError
@@ -105,6 +106,14 @@ def _identifier(name: str, value: str) -> str:
     help="Append-only audit log of residency refusals and spill decisions.",
 )
 @click.option(
+    "--audit-anchor-interval",
+    type=click.FloatRange(min=0.1),
+    default=DEFAULT_ANCHOR_INTERVAL_S,
+    show_default=True,
+    help="At most this many seconds between an audit record and the chain's anchor in the "
+    "state store (what `gtm audit verify --state` checks a cut tail against).",
+)
+@click.option(
     "--spill-unknown-location",
     is_flag=True,
     help="Spill even without --peer-token (by default a replica without the tiers' key "
@@ -175,6 +184,7 @@ def regional(
     profile: str,
     safe_share: float,
     audit_dir: Path | None,
+    audit_anchor_interval: float,
     spill_unknown_location: bool,
     split_mode: str,
     peer_token: str | None,
@@ -216,6 +226,7 @@ def regional(
         peer_token=peer_token or None,
         trusted_proxies=trusted,
         affinity=not no_affinity,
+        audit_anchor_interval_s=audit_anchor_interval,
     )
     try:
         cidr = load_geo_map(geo_map) if geo_map else None

@@ -72,3 +72,21 @@ def test_global_dns_workers_flag_is_checked_and_reaches_the_config() -> None:
         "require_summaries": False, "reuse_port": False, "dns_workers": 3,
     }  # fmt: skip
     assert _config(options).dns_workers == 3
+
+
+def test_global_audit_anchor_interval_reaches_the_config() -> None:
+    from global_lb.cli import _config
+
+    code, out, _ = run("global", "--help")
+    assert "--audit-anchor-interval" in out
+    code, _, err = run("global", "--audit-anchor-interval", "0")
+    assert code == 2
+    assert "--audit-anchor-interval" in err
+    options = {
+        "dns_listen": "off", "http_listen": "off", "state": "memory", "policies": (),
+        "geoip_db": None, "geo_map": None, "topology": None, "audit_dir": "/tmp/audit",
+        "zone": "inference.example.", "ttl": 30, "rrl_rate": 0.0, "trusted": (),
+        "require_summaries": False, "reuse_port": False, "dns_workers": 1,
+        "audit_anchor_interval": 2.5,
+    }  # fmt: skip
+    assert _config(options).audit_anchor_interval_s == 2.5
