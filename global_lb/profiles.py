@@ -25,6 +25,7 @@ from typing import Any
 
 from global_lb.batch import GlobalCap, RegionBatch
 from global_lb.plugins import global_registry, residency
+from global_lb.profile_names import DNS_PROFILE_NAME, NEAREST_PROFILE_NAME, REQUEST_PROFILE_NAME
 from gtm.errors import ConfigError, PluginError
 from gtm.models import Tier
 from gtm.policy_store import ActivePolicy
@@ -37,9 +38,6 @@ from gtm.routing import (
     capabilities_of,
     policy_profile_spec,
 )
-
-REQUEST_PROFILE_NAME = "global-default"
-DNS_PROFILE_NAME = "global-dns"
 
 _PLUGINS: tuple[Mapping[str, Any], ...] = (
     {"type": "residency-filter", "name": "residency"},
@@ -67,7 +65,6 @@ DEFAULT_REQUEST_PROFILE: Mapping[str, Any] = {
 #: no load, no predicted TTFT — the cross-region rule of the simulator's zone-agent
 #: baselines, so that a live comparison (``gtm up --policy-profile``) runs them as the
 #: simulator does.
-NEAREST_PROFILE_NAME = "global-nearest"
 NEAREST_REQUEST_PROFILE: Mapping[str, Any] = {
     "name": NEAREST_PROFILE_NAME,
     "plugins": [

@@ -68,9 +68,8 @@ from zone_agent.plugins import (
     ttft_scorer,
     weighted_round_robin_picker,
 )
+from zone_agent.profile_names import DEFAULT_PROFILE
 from zone_agent.router import ZoneProfile
-
-DEFAULT_PROFILE = "default"
 
 #: The zone's plugin types under their names before the one vocabulary (the core's
 #: aliases — healthy-filter, serves-model-filter, ttft-cost, kv-cache-utilization-scorer,

@@ -32,11 +32,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from global_lb.profiles import NEAREST_PROFILE_NAME, REQUEST_PROFILE_NAME
+from global_lb.profile_names import NEAREST_PROFILE_NAME, REQUEST_PROFILE_NAME
 from gtm.errors import ConfigError
 from gtm.models import Frozen
 from gtm.topology import RegionSpec, Topology, ZoneSpec
-from zone_agent.profiles import DEFAULT_PROFILE
+from zone_agent.profile_names import DEFAULT_PROFILE
 
 
 class TierPolicy(Frozen):

@@ -21,5 +21,14 @@ def test_gtm_up_with_processes_imports_no_simulator_chaos_plotting_or_x509() -> 
     never = ("fleetsim", "chaos", "matplotlib", "scipy", "gtm.testing", "gpusim")
     # The X.509 layer and the local CA only with --tls (gtm.pki, imported when it runs).
     assert loaded(modules, (*never, "cryptography.x509", "gtm.pki")) == []
-    # The in-process fleet (every tier in one process) is not loaded for --processes.
+    # The in-process fleet (every tier in one process) is not loaded for --processes,
+    # nor the tiers' routing (numpy): the parent only names their profiles.
     assert "gtmctl.up.inprocess" not in modules
+    tiers = {m for m in modules if m.split(".")[0] in ("global_lb", "regional_lb", "zone_agent")}
+    assert tiers <= {
+        "global_lb",
+        "global_lb.profile_names",
+        "zone_agent",
+        "zone_agent.profile_names",
+    }
+    assert "numpy" not in modules
