@@ -28,7 +28,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -53,6 +53,7 @@ from gtm.gpu_profiles import ModelKind
 from gtm.http_limits import limited_app
 from gtm.loopstats import register_loop_tasks
 from gtm.models import GpuWorker, WorkerState
+from gtm.openai_errors import error_middleware
 from gtm.serve import HttpServer
 from gtm.state.store import StateStore
 from gtm.tasks import TaskSupervisor
@@ -210,7 +211,10 @@ class GpuSimServer:
         app = limited_app(
             self.config.limits,
             client_max_size=MAX_BODY_BYTES,
-            middlewares=[self._guard, admin_middleware(self._admin, path_prefix("/admin/"))],
+            middlewares=[
+                error_middleware("GPU emulator", self._count),
+                admin_middleware(self._admin, path_prefix("/admin/")),
+            ],
         )
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/completions", self._completions)
@@ -292,33 +296,8 @@ class GpuSimServer:
 
     # ------------------------------------------------------------------ plumbing
 
-    @web.middleware
-    async def _guard(
-        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-    ) -> web.StreamResponse:
-        """Count responses; turn every failure into a JSON error (never a crash)."""
-        endpoint = (
-            request.match_info.route.resource.canonical
-            if request.match_info.route.resource
-            else "-"
-        )
-        try:
-            response = await handler(request)
-        except api.ApiError as exc:
-            response = web.json_response(exc.body(), status=exc.status)
-        except web.HTTPException as exc:
-            if exc.status < 400:
-                raise
-            err = api.ApiError(exc.status, exc.reason, code=str(exc.status))
-            response = web.json_response(err.body(), status=exc.status)
-        except (asyncio.CancelledError, ConnectionError):
-            raise
-        except Exception:
-            log.exception("unexpected error in %s", request.path)
-            err = api.ApiError(500, "internal error in the emulator", type=api.ErrorType.SERVER)
-            response = web.json_response(err.body(), status=500)
-        self._http.labels(endpoint, str(response.status)).inc()
-        return response
+    def _count(self, route: str, status: int) -> None:
+        self._http.labels(route, str(status)).inc()
 
     async def _body(self, request: web.Request, model: type[M]) -> M:
         try:

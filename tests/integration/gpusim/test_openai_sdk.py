@@ -190,7 +190,9 @@ async def test_unknown_paths_and_methods_are_json_errors(sim: Sim) -> None:
     assert "error" in missing.json()
     wrong = await sim.http.get(sim.url + "/v1/chat/completions")
     assert wrong.status_code == 405
-    assert wrong.json()["error"]["code"] == "405"
+    # The same shape as every tier's (gtm.openai_errors.error_middleware).
+    assert wrong.json()["error"]["code"] == "method_not_allowed"
+    assert "POST" in wrong.headers["Allow"]
 
 
 async def test_full_queue_is_a_rate_limit(make_sim: SimFactory) -> None:
