@@ -49,6 +49,19 @@ def anchorer(
     )
 
 
+async def anchored_chain(
+    directory: Path, store: MemoryStore, clock: FakeClock, count: int, prefix: str = "global"
+) -> StoredAnchor:
+    """A closed chain of ``count`` records, anchored once at its end."""
+    with writer(directory, prefix) as audit:
+        anchoring = anchorer(audit, store, clock)
+        for i in range(1, count + 1):
+            audit.append(record(i))
+        assert await anchoring.step()
+    assert anchoring.anchored is not None
+    return anchoring.anchored
+
+
 async def stored(store: MemoryStore, key: str) -> Anchor:
     kv = await store.get(key)
     assert kv is not None
@@ -175,10 +188,7 @@ async def test_a_cut_tail_with_its_head_file_deleted_fails_verify_naming_the_cut
 async def test_a_deleted_head_file_alone_is_detected(
     tmp_path: Path, clock: FakeClock, store: MemoryStore
 ) -> None:
-    with writer(tmp_path) as audit:
-        anchoring = anchorer(audit, store, clock)
-        audit.append(record(1))
-        await anchoring.step()
+    await anchored_chain(tmp_path, store, clock, 1)
     (tmp_path / "global.head").unlink()
     code, out, _ = verify_cli(await read_anchors(store), str(tmp_path))
     assert code == 1
@@ -213,10 +223,7 @@ async def test_records_after_the_anchor_are_counted_as_not_yet_anchored(
 async def test_a_rehashed_chain_does_not_match_its_anchor(
     tmp_path: Path, clock: FakeClock, store: MemoryStore
 ) -> None:
-    with writer(tmp_path) as audit:
-        anchoring = anchorer(audit, store, clock)
-        audit.append(record(1))
-        await anchoring.step()
+    await anchored_chain(tmp_path, store, clock, 1)
     for path in chain_files(tmp_path, "global"):
         path.unlink()
     (tmp_path / "global.head").unlink()
@@ -232,9 +239,7 @@ async def test_an_anchor_whose_chain_is_gone_fails_the_run(
     tmp_path: Path, clock: FakeClock, store: MemoryStore
 ) -> None:
     for name in ("global", "regional-eu-west"):
-        with writer(tmp_path / "audit" / name, prefix=name.split("-")[0]) as audit:
-            audit.append(record(1))
-            await anchorer(audit, store, clock).step()
+        await anchored_chain(tmp_path / "audit" / name, store, clock, 1, name.split("-")[0])
     gone = tmp_path / "audit" / "regional-eu-west"
     for path in gone.iterdir():
         path.unlink()
@@ -250,11 +255,7 @@ async def test_an_anchor_whose_chain_is_gone_fails_the_run(
 async def test_a_chain_copied_elsewhere_is_checked_against_its_anchor(
     tmp_path: Path, clock: FakeClock, store: MemoryStore
 ) -> None:
-    with writer(tmp_path / "live" / "global") as audit:
-        anchoring = anchorer(audit, store, clock)
-        for i in range(1, 4):
-            audit.append(record(i))
-        await anchoring.step()
+    await anchored_chain(tmp_path / "live" / "global", store, clock, 3)
     copy = tmp_path / "copy" / "global"
     copy.mkdir(parents=True)
     for path in (tmp_path / "live" / "global").iterdir():
@@ -323,12 +324,7 @@ async def test_a_store_outage_blocks_no_append_and_anchoring_resumes(
 async def test_a_writer_restarted_below_its_anchor_records_the_cut(
     tmp_path: Path, clock: FakeClock, store: MemoryStore, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with writer(tmp_path) as audit:
-        anchoring = anchorer(audit, store, clock)
-        for i in range(1, 6):
-            audit.append(record(i))
-        await anchoring.step()
-    revision = anchoring.anchored.revision if anchoring.anchored else 0
+    revision = (await anchored_chain(tmp_path, store, clock, 5)).revision
     # Cut while the writer is down: the newest file goes; the writer continues at seq 4.
     chain_files(tmp_path, "global")[-1].unlink()
     (tmp_path / "global.head").unlink()
