@@ -138,6 +138,18 @@ def free_ports(host: str, count: int) -> list[int]:
         return [int(s.getsockname()[1]) for s in sockets]
 
 
+#: Revisions of history etcd keeps: every 5 minutes it compacts what is older (etcd's
+#: revision auto-compaction). The embedded store keeps as many
+#: (:data:`gtm.state.memory.DEFAULT_HISTORY_LIMIT`), so a watcher that falls further
+#: behind re-lists (CompactedError) on both. A few minutes of a deployment's writes.
+HISTORY_REVISIONS = 10_000
+#: Committed entries between two raft snapshots: the in-memory raft log holds up to this
+#: many (each a write, mostly summaries of a few KB). etcd's default since 3.2, 100,000,
+#: lets it grow by hundreds of MB before a snapshot trims it; this is its default
+#: before 3.2.
+SNAPSHOT_ENTRIES = 10_000
+
+
 class EtcdServer:
     """One etcd member as a child process, on ``host`` (loopback by default).
 
@@ -334,6 +346,14 @@ class EtcdServer:
             f"--heartbeat-interval={self._heartbeat_ms}",
             f"--election-timeout={self._election_ms}",
             "--log-outputs=stderr",
+            # Bounded history (HISTORY_REVISIONS). Without it, every summary a tier
+            # writes stays in etcd's MVCC history, its index in memory and its pages in
+            # the database, for ever: RSS and the file grow until the space quota stops
+            # every write (NOSPACE).
+            "--auto-compaction-mode=revision",
+            f"--auto-compaction-retention={HISTORY_REVISIONS}",
+            # Raft entries kept in memory between two snapshots (SNAPSHOT_ENTRIES).
+            f"--snapshot-count={SNAPSHOT_ENTRIES}",
         ]
         if self._tls is not None:
             command += [

