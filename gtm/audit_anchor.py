@@ -27,9 +27,11 @@ when the store is back it anchors the current head (and the last rotation it mis
 
 **A writer restarted below its anchor** (the chain's tail was cut, or its files
 replaced, while it was down) is found at start-up: the stored anchor records a record
-the chain no longer reaches. The anchorer logs an error and records the cut in every
-later anchor of the chain (:class:`policies.audit.PriorAnchor`), so a restart does not
-launder it; ``gtm audit verify`` reports it.
+the chain no longer holds (a chain that grew past the anchor again is checked for the
+anchored record's hash, in the one file that holds it). The anchorer logs an error
+and records the cut in every later anchor of the chain
+(:class:`policies.audit.PriorAnchor`), so a restart does not launder it; ``gtm audit
+verify`` reports it.
 
 **What it does not protect against**: whoever can write the store as well as the log's
 directory (SECURITY.md). It raises the bar from "can write the files" to "can write
@@ -53,7 +55,14 @@ from gtm.outage import OutageLog
 from gtm.state import keys
 from gtm.state.store import StateStore
 from gtm.tasks import Backoff
-from policies.audit import Anchor, AuditWriter, ChainPosition, PriorAnchor, StoredAnchor
+from policies.audit import (
+    Anchor,
+    AuditWriter,
+    ChainPosition,
+    PriorAnchor,
+    StoredAnchor,
+    record_hash,
+)
 
 log = logging.getLogger(__name__)
 
@@ -235,9 +244,15 @@ class AuditAnchorer:
         start = self._start
         found = start.seq if start is not None else 0
         self._cut = stored.cut
-        reaches = start is not None and (
-            start.seq > stored.seq or (start.seq == stored.seq and start.hash == stored.hash)
-        )
+        if start is None or start.seq < stored.seq:
+            reaches = False
+        elif start.seq == stored.seq:
+            reaches = start.hash == stored.hash
+        else:  # a chain cut and then grown past its anchor again must not launder the cut
+            held = await asyncio.to_thread(
+                record_hash, self._writer.directory, self._writer.prefix, stored.seq
+            )
+            reaches = held == stored.hash
         if not reaches:
             self._cut = PriorAnchor(stored.seq, stored.hash, kv.mod_revision, found)
             log.error(

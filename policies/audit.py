@@ -1058,3 +1058,26 @@ def iter_records(paths: Sequence[str | Path]) -> Iterator[tuple[int, AuditRecord
             for line in stream:
                 parsed = parse_line(line.rstrip(b"\n"))
                 yield parsed.seq, AuditRecord.from_json(json.loads(parsed.record))
+
+
+def record_hash(directory: Path, prefix: str, seq: int) -> str | None:
+    """The hash of record ``seq`` of a chain as its files hold it now (None if no file
+    holds it), reading only the file named for the last first-seq at or below ``seq``.
+    Checks the line's own hash, not the chain (that is :func:`verify`'s job)."""
+    holding = [path for path in chain_files(directory, prefix) if _first_seq(path) <= seq]
+    if not holding:
+        return None
+    with holding[-1].open("rb") as stream:
+        for line in stream:
+            try:
+                parsed = parse_line(line.rstrip(b"\n"))
+            except ValueError:
+                continue
+            if parsed.seq == seq:
+                return parsed.hash if parsed.hash_ok else None
+    return None
+
+
+def _first_seq(path: Path) -> int:
+    match = _FILE_SEQ.search(path.name)
+    return int(match.group(1)) if match else 0

@@ -377,3 +377,41 @@ def test_gtm_audit_verify_refuses_a_store_that_cannot_hold_anchors(tmp_path: Pat
     typo = runner.invoke(cli, ["audit", "verify", str(tmp_path), "--state", "etcd:/x"])
     assert typo.exit_code == 2
     assert "--state" in typo.stderr
+
+
+async def test_a_chain_cut_and_regrown_past_its_anchor_does_not_launder_the_cut(
+    tmp_path: Path, clock: FakeClock, store: MemoryStore
+) -> None:
+    anchor = (await anchored_chain(tmp_path, store, clock, 3)).anchor
+    # While the writer is down: the chain is replaced by a longer forged one.
+    for path in chain_files(tmp_path, "global"):
+        path.unlink()
+    (tmp_path / "global.head").unlink()
+    with writer(tmp_path) as forged:
+        for i in range(1, 6):
+            forged.append(record(i, tenant="acme-health"))
+    with writer(tmp_path) as audit:
+        anchoring = anchorer(audit, store, clock)
+        assert await anchoring.step()
+    again = await stored(store, anchoring.key)
+    assert again.cut is not None
+    assert (again.cut.seq, again.cut.hash, again.cut.found_seq) == (3, anchor.hash, 5)
+    code, out, _ = verify_cli(await read_anchors(store), str(tmp_path))
+    assert code == 1
+    assert "tail was cut before a restart" in out
+    assert "the anchored record was replaced" in out
+
+
+async def test_a_writer_that_continues_its_chain_keeps_a_clean_anchor(
+    tmp_path: Path, clock: FakeClock, store: MemoryStore
+) -> None:
+    await anchored_chain(tmp_path, store, clock, 3)  # seq 3 in the second file
+    with writer(tmp_path) as audit:
+        for i in range(4, 8):
+            audit.append(record(i))
+        anchoring = anchorer(audit, store, clock)
+        assert await anchoring.step()
+    assert (await stored(store, anchoring.key)).cut is None
+    code, out, err = verify_cli(await read_anchors(store), str(tmp_path))
+    assert code == 0, out + err
+    assert err == ""
