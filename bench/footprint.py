@@ -12,8 +12,9 @@ the regional LBs, the zone agents, the emulated GPU workers, etcd) and reads, pe
 * **modules**: ``len(sys.modules)`` and the top-level packages a process imported. Each
   child runs with a ``sitecustomize`` (on ``PYTHONPATH``, this benchmark's only) that
   answers ``SIGUSR2`` by writing them to a file; with ``--tracemalloc`` it also writes
-  the Python heap grouped by top-level package (tracing from interpreter start, which
-  itself costs memory: compare RSS only between runs without it).
+  the Python heap grouped by the top-level package of the code that allocated it
+  (loading modules' code shows as "importing"; tracing from interpreter start itself
+  costs memory: compare RSS only between runs without it).
 
 It samples once the deployment is ready and again after ``gtm load`` replays the
 conversation trace for ``--load-seconds``. The table gives per kind the number of
@@ -76,20 +77,24 @@ def _package(filename):
     root = os.environ.get("GTM_FOOTPRINT_ROOT", "")
     if root and filename.startswith(root + os.sep):
         return filename[len(root) + 1 :].split(os.sep, 1)[0].removesuffix(".py")
+    if filename.startswith("<frozen importlib"):
+        return "(importing: code objects)"
     if filename.startswith("<"):
         return filename
     return "stdlib"
 
 def _dump(signum, frame):
-    import json, tracemalloc
+    modules = sorted(sys.modules)  # before this handler imports anything
+    import json
     heap = {}
-    if tracemalloc.is_tracing():
+    if os.environ.get("PYTHONTRACEMALLOC"):
+        import tracemalloc
         for stat in tracemalloc.take_snapshot().statistics("filename"):
             name = _package(stat.traceback[0].filename)
             heap[name] = heap.get(name, 0) + stat.size
     path = os.path.join(os.environ["GTM_FOOTPRINT_DIR"], f"{os.getpid()}.json")
     with open(path + ".tmp", "w") as out:
-        json.dump({"modules": sorted(sys.modules), "heap": heap}, out)
+        json.dump({"modules": modules, "heap": heap}, out)
     os.replace(path + ".tmp", path)
 
 if os.environ.get("GTM_FOOTPRINT_DIR"):
