@@ -258,7 +258,7 @@ def _messages(name: str, value: object) -> None:
         if not isinstance(message, dict):
             raise invalid_type(f"{name}[{index}]", "an object", message)
         role = message.get("role")
-        if role not in ROLES:
+        if role not in ROLES:  # a tuple: an unhashable role compares unequal, not a TypeError
             where = f"{name}[{index}].role"
             if role is None:
                 raise missing(where)
@@ -308,7 +308,12 @@ def _logit_bias(name: str, value: object) -> None:
                 param=name,
                 code="invalid_value",
             )
-        _BIAS(f"{name}.{token}", weight)
+        if (
+            isinstance(weight, bool)
+            or not isinstance(weight, (int, float))
+            or not -100 <= weight <= 100
+        ):
+            _BIAS(f"{name}.{token}", weight)  # raises, naming the token (its path built only then)
 
 
 def _stream_options(name: str, value: object) -> None:

@@ -7,7 +7,10 @@ import math
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from gtm import openai_params
 from gtm.openai_errors import BadRequest
 from gtm.openai_params import (
     CHAT,
@@ -17,6 +20,7 @@ from gtm.openai_params import (
     MAX_LOGIT_BIAS,
     check_params,
 )
+from tests.fuzz.strategies import JSON
 
 BASE: dict[str, dict[str, Any]] = {
     CHAT: {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
@@ -67,7 +71,7 @@ def test_valid_values_pass(path: str, name: str, value: Any) -> None:
 
 
 def test_valid_messages_pass() -> None:
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": role, "content": "x"}
         for role in ("system", "assistant", "user", "function", "tool", "developer")
     ]
@@ -503,6 +507,13 @@ INVALID: list[tuple[str, dict[str, Any], str, str, str]] = [
     ),
     (
         CHAT,
+        {"messages": [{"role": ["user"], "content": "a"}]},
+        "messages[0].role",
+        "invalid_type",
+        "Invalid type for 'messages[0].role': expected a string, but got an array instead.",
+    ),
+    (
+        CHAT,
         {"messages": [{"role": "user", "content": 7}]},
         "messages[0].content",
         "invalid_type",
@@ -565,3 +576,32 @@ def test_a_long_value_is_echoed_by_its_ends_only() -> None:
 
 def test_other_paths_are_not_checked() -> None:
     check_params({"temperature": "abc"}, "/v1/models")
+
+
+#: Every parameter a rule checks, on each endpoint.
+RULED = sorted((path, name) for path, rules in openai_params._RULES.items() for name in rules)
+
+
+@settings(max_examples=300, deadline=None)
+@given(where=st.sampled_from(RULED), value=JSON)
+def test_any_json_value_passes_or_is_a_400_naming_its_parameter(
+    where: tuple[str, str], value: Any
+) -> None:
+    path, name = where
+    refusal = _refusal({**BASE[path], name: value}, path)
+    if refusal is not None:
+        assert refusal.param is not None
+        assert refusal.param.startswith(name) or refusal.param in PAIRED
+        assert refusal.message
+
+
+#: Parameters refused for another's value (``stream_options`` without ``stream``, …).
+PAIRED = ("stream_options", "top_logprobs")
+
+
+def _refusal(body: dict[str, Any], path: str) -> BadRequest | None:
+    try:
+        check_params(body, path)
+    except BadRequest as exc:
+        return exc
+    return None
