@@ -14,13 +14,13 @@ The group is built from the policies group's commands without modifying it, so
   load-test tenant used to delete that tenant, silently);
 * ``--dry-run`` prints every document's fate and each changed field, and writes nothing;
 * before writing, it saves the generation it replaces, whole, in a directory of its own
-  (``--backup``; a production operator expects the previous state kept where the
-  command says, as ``terraform`` keeps its state backup: the store keeps no history
-  that outlives compaction); its output names every document it added, replaced and
-  deleted, the generation and store revision it committed, that directory, and the one
-  command that puts the previous generation back (``apply --prune`` of the directory,
-  expecting the generation just committed, so it cannot undo someone else's later
-  change).
+  (``--backup``, :mod:`gtm.policy_backup`: a production operator expects the previous
+  state kept where the command says, as ``terraform`` keeps its state backup, and the
+  store keeps no history that outlives compaction); its output names every document it
+  added, replaced and deleted, the generation and store revision it committed, that
+  directory, and the one command that puts the previous generation back (``apply
+  --prune`` of the directory, expecting the generation just committed, so it cannot
+  undo someone else's later change).
 
 It stays one commit: the documents of the next generation are cross-checked whole and
 committed by compare-and-swap (:mod:`gtm.policy_store`), or nothing is.
@@ -31,32 +31,27 @@ from __future__ import annotations
 import asyncio
 import getpass
 import ipaddress
-import json
-import os
 import shlex
 import sys
-import time
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
 from gtm.clock import SystemClock
-from gtm.errors import ConfigError, GtmError, StateError
+from gtm.errors import ConfigError, StateError
 from gtm.geo import ChainLocator, LocationSource, MaxMindLocator, bundled_database
 from gtm.metrics import new_registry
+from gtm.policy_backup import BackupError, backup_home, save_previous, write_documents
 from gtm.policy_plan import ApplyPlan, Change
 from gtm.policy_store import (
     ApplyResult,
     CommittedDocument,
-    PolicyStoreError,
     StalePolicyRevision,
     apply,
     committed_documents,
     plan_apply,
 )
-from gtm.state.store import StateStore
 from gtm.state.url import StateUrl, StoreKind, open_store, parse_state_url
 from policies import cli as policies_cli
 from policies.errors import PolicyConflictError, PolicyValidationError
@@ -67,7 +62,7 @@ from policies.loader import (
     load_documents,
     load_file,
 )
-from policies.policyset import LoadedDocument, document_json
+from policies.policyset import LoadedDocument
 
 _STATE_HELP = "Store: etcd://HOST:PORT[,HOST:PORT…]."
 
@@ -144,7 +139,7 @@ def apply_command(
             err=True,
         )
         sys.exit(policies_cli.EXIT_INVALID)
-    except (StateError, _BackupError) as exc:
+    except (StateError, BackupError) as exc:
         click.echo(f"gtm policy apply: {exc}", err=True)
         sys.exit(policies_cli.EXIT_INVALID)
 
@@ -170,9 +165,9 @@ def export_command(directory: Path, state: str) -> None:
     try:
         generation, documents = asyncio.run(read())
         if not documents:
-            raise _BackupError(f"{url} holds no committed policy")
+            raise BackupError(f"{url} holds no committed policy")
         written = write_documents(directory, documents, generation=generation, state=str(url))
-    except (StateError, _BackupError) as exc:
+    except (StateError, BackupError) as exc:
         click.echo(f"gtm policy export: {exc}", err=True)
         sys.exit(policies_cli.EXIT_INVALID)
     click.echo(f"exported generation {generation} to {directory} ({written} document(s))")
@@ -217,10 +212,6 @@ class _ApplyOptions:
     backup_root: Path
 
 
-class _BackupError(GtmError):
-    """The generation being replaced could not be saved (nothing was written)."""
-
-
 async def _apply(url: StateUrl, given: tuple[LoadedDocument, ...], options: _ApplyOptions) -> None:
     clock = SystemClock()
     store = open_store(url, clock=clock, registry=new_registry())
@@ -242,7 +233,7 @@ async def _apply(url: StateUrl, given: tuple[LoadedDocument, ...], options: _App
             click.echo(f"--prune: deleting {len(deleting)} document(s) not given:")
             for change in deleting:
                 click.echo(f"  will delete  {change.ref}")
-        backup = await _save_previous(store, url, plan, options.backup_root)
+        backup = await save_previous(store, str(url), plan, options.backup_root)
         result = await apply(
             store, plan.policy_set, plan.base_generation, clock=clock, applied_by=_who()
         )
@@ -306,91 +297,6 @@ def _echo_applied(url: StateUrl, plan: ApplyPlan, result: ApplyResult, backup: P
     click.echo(f"generation {plan.base_generation} was saved in {backup}")
     undo = ["gtm", "policy", "apply", "--prune", "--expected-revision", str(result.generation)]
     click.echo(f"undo: {shlex.join([*undo, '--state', str(url), str(backup)])}")
-
-
-# ---------------------------------------------------------------------------- backups
-
-
-def backup_home(environ: Mapping[str, str] | None = None) -> Path:
-    """Where backups go by default: ``$XDG_STATE_HOME/gtm/policy-backups``, else
-    ``~/.local/state/gtm/policy-backups``."""
-    env = os.environ if environ is None else environ
-    base = Path(env["XDG_STATE_HOME"]) if env.get("XDG_STATE_HOME") else None
-    return (base or Path.home() / ".local" / "state") / "gtm" / "policy-backups"
-
-
-async def _save_previous(
-    store: StateStore, url: StateUrl, plan: ApplyPlan, root: Path
-) -> Path | None:
-    """Save the committed generation the plan replaces (``None`` before generation 1),
-    before anything is written: the backup holds it whole, so applying it with
-    ``--prune`` is the undo."""
-    try:
-        generation, documents = await committed_documents(store)
-    except PolicyStoreError:
-        if not plan.prune:
-            raise
-        # A generation that cannot be read is replaced whole; save what is stored.
-        generation = plan.base_generation
-        documents = tuple(
-            CommittedDocument(c.kind, c.name, c.before) for c in plan.changes if c.before
-        )
-    if generation != plan.base_generation:
-        raise StalePolicyRevision(plan.base_generation, generation)
-    if not documents:
-        return None
-    name = f"generation-{generation}-revision-{plan.base_revision}"
-    directory = root / name
-    for attempt in range(2, 100):
-        if not directory.exists():
-            break
-        directory = root / f"{name}.{attempt}"
-    write_documents(directory, documents, generation=generation, state=str(url))
-    return directory
-
-
-#: What a backup or export directory says about itself (the loader reads only .yaml,
-#: .yml and .json files, so this one is not taken for a document).
-_README = """\
-Policy generation {generation} of {state}, saved {when} ({count} document(s)).
-Make it the policy again (everything else is deleted):
-  gtm policy apply --prune --state {state} {directory}
-"""
-
-
-def write_documents(
-    directory: Path, documents: Sequence[CommittedDocument], *, generation: int, state: str
-) -> int:
-    """Write ``documents`` to a new (or empty) ``directory`` as ``KIND-NAME.json``;
-    the shipped built-in jurisdictions are left out when unchanged (every apply adds
-    them). Returns how many files were written."""
-    builtin = {
-        (d.kind.value, d.name): document_json(d.document)
-        for d in load_file(builtin_jurisdictions_path())
-    }
-    kept = [d for d in documents if builtin.get((d.kind, d.name)) != d.value]
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        if any(directory.iterdir()):
-            raise _BackupError(f"{directory} is not empty; name a new directory")
-        for doc in kept:
-            text = json.dumps(json.loads(doc.value), indent=2, ensure_ascii=False) + "\n"
-            (directory / f"{doc.kind}-{doc.name}.json").write_text(text, "utf-8")
-        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        readme = _README.format(
-            generation=generation,
-            state=state,
-            when=when,
-            count=len(documents),
-            directory=shlex.quote(str(directory)),
-        )
-        (directory / "README.txt").write_text(readme, "utf-8")
-    except OSError as exc:
-        raise _BackupError(
-            f"cannot save the policies to {directory}: {exc.strerror}; nothing was written "
-            "(choose another place with --backup DIR)"
-        ) from None
-    return len(kept)
 
 
 def _who() -> str:

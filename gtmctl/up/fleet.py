@@ -33,7 +33,9 @@ import dns.rdatatype
 from gtm.clock import Clock
 from gtm.errors import ConfigError, GtmError, StateError
 from gtm.models import Region, RegionSummary, Zone, ZoneSummary
-from gtm.policy_store import apply
+from gtm.policy_backup import save_previous
+from gtm.policy_plan import Change
+from gtm.policy_store import apply, plan_apply
 from gtm.state import codec, keys
 from gtm.state.store import StateStore
 from gtm.topology import Deployment, Topology, ZonePlacement, load_topology, resolve
@@ -175,6 +177,7 @@ async def seed_store(
     region's LB or zone agent: ``--chaos-links`` puts a fault-proxy link there. DNS
     answers keep the region's own address."""
     moved = urls or {}
+    await _say_what_is_replaced(store, plan)
     result = await apply(store, plan.policy_set, None, clock=clock, applied_by="gtm up")
     for region in plan.deployment.regions:
         record = _moved(region.region, moved.get(region.id))
@@ -183,6 +186,28 @@ async def seed_store(
             zone_record = _moved(zone.record(), moved.get(zone.id))
             await store.put(keys.zone(region.id, zone.id), codec.encode(zone_record))
     return result.generation
+
+
+async def _say_what_is_replaced(store: StateStore, plan: Plan) -> None:
+    """``gtm up`` makes its policies the store's whole policy. On a store that already
+    holds a generation (``--state`` of an etcd used before), say which documents that
+    replaces or deletes and save the generation in the run directory first, so nothing
+    an operator applied there disappears unsaid (:mod:`gtm.policy_backup`)."""
+    replacing = await plan_apply(store, plan.policy_set.documents, prune=True)
+    changed = replacing.of(Change.CHANGED, Change.DELETED)
+    if not replacing.base_generation or not changed:
+        return
+    state = plan.config.state if plan.config.uses_etcd else "<gtm up's private etcd>"
+    saved = await save_previous(store, state, replacing, plan.run_dir / "policy-backups")
+    log.warning(
+        "gtm up replaces policy generation %d of the store with its own policies: %s; "
+        "the generation was saved in %s (gtm policy apply --prune --state %s %s puts it back)",
+        replacing.base_generation,
+        ", ".join(f"{c.change.value} {c.ref}" for c in changed),
+        saved,
+        state,
+        saved,
+    )
 
 
 def _moved(record: _Placed, url: str | None) -> _Placed:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,7 @@ from gtm.clock import FakeClock
 from gtm.gpu_profiles import BGE_LARGE, LLAMA_8B, LLAMA_70B
 from gtm.metrics import new_registry
 from gtm.models import ModelLoad, Region, RegionSummary, Zone, ZoneSummary
-from gtm.policy_store import load_from_store
+from gtm.policy_store import apply, load_from_store
 from gtm.state import codec, keys
 from gtm.state.memory import MemoryStore
 from gtmctl.up.config import UpConfig
@@ -24,6 +25,7 @@ from gtmctl.up.fleet import (
     zone_problem,
 )
 from policies import TenantDirectory
+from policies.loader import examples_path, load_paths
 
 
 @pytest.fixture
@@ -72,6 +74,35 @@ async def test_seed_writes_policies_regions_zones_and_unseed_removes_them(
     await unseed_store(store, plan)
     assert (await store.range(keys.prefix(keys.Kind.REGION))).kvs == ()
     assert (await store.range(keys.prefix(keys.Kind.ZONE))).kvs == ()
+    await store.aclose()
+
+
+async def test_seed_says_what_it_replaces_and_saves_it_in_the_run_dir(
+    plan: Plan, fake_clock: FakeClock, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # An etcd used before: an operator applied a tenant of their own there.
+    store = MemoryStore(fake_clock, new_registry())
+    extra = tmp_path / "soak.yaml"
+    extra.write_text(
+        "apiVersion: gtm.dev/v1\nkind: Tenants\nmetadata: {name: soak-test}\n"
+        "spec: {tenants: [{id: soak-test, name: Soak}]}\n"
+    )
+    before = load_paths([examples_path(), extra])
+    await apply(store, before, 0, clock=fake_clock)
+    with caplog.at_level(logging.WARNING, logger="gtmctl.up.fleet"):
+        assert await seed_store(store, plan, fake_clock) == 2
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    [saved] = (plan.run_dir / "policy-backups").iterdir()
+    assert saved.name.startswith("generation-1-revision-")
+    assert warning.startswith("gtm up replaces policy generation 1 of the store with its own")
+    assert "deleted Tenants/soak-test" in warning
+    assert f"saved in {saved} (gtm policy apply --prune --state <gtm up's private etcd> " in warning
+    assert (saved / "Tenants-soak-test.json").is_file()
+    # A store holding gtm up's own policies already: nothing to say.
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="gtmctl.up.fleet"):
+        await seed_store(store, plan, fake_clock)
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]
     await store.aclose()
 
 
