@@ -415,3 +415,13 @@ async def test_a_writer_that_continues_its_chain_keeps_a_clean_anchor(
     code, out, err = verify_cli(await read_anchors(store), str(tmp_path))
     assert code == 0, out + err
     assert err == ""
+
+
+async def test_read_anchors_leaves_out_what_is_not_an_anchor(
+    tmp_path: Path, clock: FakeClock, store: MemoryStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    good = await anchored_chain(tmp_path, store, clock, 1)
+    await store.put(keys.audit_anchor("junk"), b"{}")
+    caplog.set_level(logging.WARNING, logger="gtm.audit_anchor")
+    assert await read_anchors(store) == [good]
+    assert f"skipping {keys.audit_anchor('junk')}: not an audit anchor" in caplog.text

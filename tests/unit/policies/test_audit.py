@@ -11,10 +11,12 @@ import pytest
 
 from policies.audit import (
     GENESIS,
+    Anchor,
     AuditRecord,
     AuditWriter,
     FsyncPolicy,
     Head,
+    PriorAnchor,
     chain_files,
     decision_record,
     encode_line,
@@ -366,3 +368,30 @@ def test_nothing_to_verify(tmp_path: Path) -> None:
     assert problems([tmp_path / "none"]) == [
         f"{tmp_path / 'none'}: cannot read: No such file or directory"
     ]
+
+
+def test_an_anchor_round_trips_and_refuses_what_is_not_one() -> None:
+    anchor = Anchor(
+        directory="/var/log/gtm/audit/global",
+        prefix="global",
+        file="global-000000000101.jsonl",
+        seq=150,
+        hash="ab" * 32,
+        time=1_700_000_000.5,
+        host="lb-1",
+        cut=PriorAnchor(seq=120, hash="cd" * 32, revision=7, found_seq=100),
+    )
+    assert Anchor.decode(anchor.encode()) == anchor
+    assert anchor.position.file_records == 50
+    assert Anchor.decode(dataclasses.replace(anchor, cut=None).encode()).cut is None
+    for bad in (
+        b"not json",
+        b"[]",
+        b'{"prefix": "global"}',
+        anchor.encode().replace(b'"seq":150', b'"seq":"150"'),
+        anchor.encode().replace(b'"seq":150', b'"seq":0'),
+        anchor.encode().replace(b"ab" * 32, b"AB" * 32),
+        anchor.encode().replace(b"global-000000000101", b"regional-000000000101"),
+    ):
+        with pytest.raises(ValueError, match=r"\S"):
+            Anchor.decode(bad)
