@@ -17,8 +17,13 @@ run of each, so that a slow spell of the shared machine falls on all of them.
 
 The Mooncake conversation trace (``hash_ids`` are real shared prefixes; requests longer
 than :data:`fleetsim.workload.MAX_INPUT` tokens left out, as the simulator does) is
-replayed open loop through the front door, as ``gtm load`` sends it (same prompts,
-tenant and client cities for the same seed). **Load** is as in :mod:`fleetsim.bench`:
+replayed open loop through the front door, with ``gtm load``'s prompts and tenant; each
+conversation (its second prompt block, as the simulator keys a session) comes from one
+client city. A few GPUs replaying the trace at its own pace would see a conversation's
+next turn minutes later, after the window: the trace runs at the pace of the
+simulator's fleet (``--sim-gpus``) at the same load, and only a share of its
+conversations is kept (:func:`workload`), so turns come as close together as in
+``bench/prefix_affinity.py``. **Load** is as in :mod:`fleetsim.bench`:
 offered requests/s ÷ the fleet's capacity (:func:`fleetsim.workload.fleet_capacity_rps`),
 with the emulated GPUs ``--speedup`` × as fast as real ones, so the trace is replayed at
 ``load × capacity × speedup`` requests per wall second; every latency is multiplied back
@@ -75,9 +80,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.prefix_affinity import BASELINES, BEFORE, OURS, table, verdicts
 from bench.sim_fidelity import Reply, body_for, send
+from fleetsim.bench import BenchConfig, prepare
+from fleetsim.geography import CITIES_FILE, read_places
 from fleetsim.metrics import SLO_TPOT_S, SLO_TTFT_S
 from fleetsim.simulator import CLIENT_TIMEOUT_S, DRAIN_S
-from fleetsim.traces import Trace, TraceKind, TraceRequest, load_trace
+from fleetsim.traces import Trace, TraceKind, TraceRequest, data_dir, load_trace
 from fleetsim.workload import MAX_INPUT, fleet_capacity_rps
 from gtm.metrics import new_registry
 from gtm.net import free_port
@@ -259,12 +266,11 @@ async def replay(
     client timeout gives up, and whatever is unfinished when the drain ends is cut."""
     sampler = ClientSampler(bundled_cities(), random.Random(load.seed))
     prompts = PromptMaker(load.seed)
+    clients: dict[int, str] = {}  # session -> its client's address
     prepared = []
     for r in window:  # bodies and clients first: no prompt generation during the run
-        headers = {
-            "Authorization": f"Bearer {load.api_key}",
-            "X-Forwarded-For": str(sampler.sample().address),
-        }
+        client = clients.setdefault(session_of(r), str(sampler.sample().address))
+        headers = {"Authorization": f"Bearer {load.api_key}", "X-Forwarded-For": client}
         prepared.append((body_for(prompts, load, r), headers))
     timeout = aiohttp.ClientTimeout(total=None, sock_read=CLIENT_TIMEOUT_S / speedup)
     connector = aiohttp.TCPConnector(limit=load.max_in_flight)
@@ -317,6 +323,45 @@ def run_one(
     return figures
 
 
+def session_of(r: TraceRequest) -> int:
+    """The conversation ``r`` belongs to: its second prompt block, as the simulator keys
+    a session (:func:`fleetsim.workload.build_requests`; every Mooncake prompt shares the
+    first). A prompt of one block is a conversation of its own."""
+    hashes = r.prefix_hashes
+    return hashes[1] if len(hashes) > 1 else -1 - hash((r.at_s, r.input_tokens))
+
+
+def kept(session: int, fraction: float) -> bool:
+    """Whether ``session`` is among the ``fraction`` of conversations replayed (a fixed
+    draw per session, so a larger fraction keeps a superset)."""
+    unit = ((session * 0x9E3779B97F4A7C15) & 0xFFFF_FFFF_FFFF_FFFF) / 2.0**64
+    return unit < fraction
+
+
+def workload(
+    trace: Trace, rate_rps: float, duration_s: float, trace_speed: float
+) -> tuple[tuple[TraceRequest, ...], float]:
+    """The requests to replay at ``rate_rps`` over ``duration_s`` wall seconds, and the
+    trace's speed-up (trace s per wall s).
+
+    The trace runs ``trace_speed`` × its own pace, and only a share of its conversations
+    is kept so that the rate is ``rate_rps``: a conversation's turns come as far apart as
+    in the simulator's fleet, whose size sets its pace (a small fleet replaying the trace
+    at its own rate would see a conversation's next turn minutes later, past the
+    window). When even every conversation is too few, the trace runs faster."""
+    speed = max(trace_speed, rate_rps / trace.rate_per_s)
+    fraction = rate_rps / (trace.rate_per_s * speed)
+    window = trace.window(duration_s, speed)
+    return tuple(r for r in window if kept(session_of(r), fraction)), speed
+
+
+def simulated_capacity(gpus: int) -> float:
+    """Requests/s of the simulator bench's fleet of ``gpus`` GPUs (:mod:`fleetsim.bench`)."""
+    config = BenchConfig(gpus=gpus, loads=(1.0,), duration_s=60.0, policies=(OURS,))
+    trace = load_trace(TraceKind.MOONCAKE)
+    return prepare(config, trace, read_places(data_dir() / CITIES_FILE)).capacity_rps
+
+
 def replayed(trace: Trace) -> Trace:
     """The trace without the requests the simulator leaves out (longer than MAX_INPUT)."""
     kept = tuple(r for r in trace.requests if r.input_tokens + r.output_tokens <= MAX_INPUT)
@@ -331,6 +376,11 @@ def main() -> int:
     parser.add_argument("--speedup", type=float, default=1.0, help="emulated GPU speed (≥ 1)")
     parser.add_argument("--duration", type=float, default=60.0, help="arrival window, wall s")
     parser.add_argument("--repeat", type=int, default=1, help="repetitions (interleaved)")
+    parser.add_argument(
+        "--sim-gpus", type=int, default=120,
+        help="the trace runs at the pace of a simulated fleet of this size at the same load "
+        "(bench/prefix_affinity.py's default), a share of its conversations kept",
+    )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="clients and prompts")
     parser.add_argument(
         "--settle", type=float, default=30.0,
@@ -348,19 +398,23 @@ def main() -> int:
     trace = replayed(load_trace(TraceKind.MOONCAKE))
     topo = topology(args.gpus)
     capacity = fleet_capacity_rps(gpu_types(topo), MODEL, trace)
+    sim_capacity = simulated_capacity(args.sim_gpus)
     results: dict[float, list[list[LiveFigures]]] = {load: [] for load in loads}
     for repeat in range(args.repeat):
         for load_share in loads:
-            rate_scale = load_share * capacity * args.speedup / trace.rate_per_s
+            rate = load_share * capacity * args.speedup
+            pace = load_share * sim_capacity / trace.rate_per_s
+            window, speed = workload(trace, rate, duration, pace)
             load = LoadConfig(
-                rate_scale=rate_scale, duration_s=duration, seed=args.seed,
+                rate_scale=speed, duration_s=duration, seed=args.seed,
                 max_input_tokens=MAX_INPUT, timeout_s=drain + duration,
             )  # fmt: skip
-            window = trace.window(duration, rate_scale)
             print(
                 f"== repetition {repeat + 1}, load {load_share:.0%}: {len(window)} requests "
                 f"in {duration:g} s wall ({len(gpu_types(topo))} GPUs, capacity ≈ "
-                f"{capacity:.2f} req/s of real GPUs, speedup {args.speedup:g})",
+                f"{capacity:.2f} req/s of real GPUs, speedup {args.speedup:g}; the trace "
+                f"{speed:.1f}× its pace, {len({session_of(r) for r in window})} "
+                "conversations)",
                 flush=True,
             )
             row = [

@@ -8,8 +8,17 @@ import math
 import pytest
 
 from bench.prefix_affinity import verdicts
-from bench.prefix_affinity_live import LiveFigures, live_figures, outcome, ranges
+from bench.prefix_affinity_live import (
+    LiveFigures,
+    kept,
+    live_figures,
+    outcome,
+    ranges,
+    session_of,
+    workload,
+)
 from bench.sim_fidelity import Reply
+from fleetsim.traces import Trace, TraceKind, TraceRequest
 
 
 def ok(ttft: float, e2e: float, prompt: int = 1000, cached: int = 0) -> Reply:
@@ -75,3 +84,50 @@ def test_ranges_over_repetitions() -> None:
     runs = [[row("gtm", 0.30, 5.0)], [row("gtm", 0.25, 6.0)]]
     text = ranges(runs)
     assert "| gtm | 25.0%–30.0% | 5.00–6.00 | 1.00–1.00 |" in text
+
+
+def conversations(n: int, turns: int, gap_s: float) -> Trace:
+    """``n`` conversations of ``turns`` turns each, ``gap_s`` apart, one starting every
+    second; every prompt shares block 0, a conversation's turns its second block on."""
+    requests = [
+        TraceRequest(c + t * gap_s, 512 * (t + 2), 10, (0, 1000 + c, *range(t + 1)))
+        for c in range(n)
+        for t in range(turns)
+    ]
+    requests.sort(key=lambda r: r.at_s)
+    return Trace(TraceKind.MOONCAKE, "test", tuple(requests))
+
+
+def test_a_conversation_is_its_second_block() -> None:
+    trace = conversations(3, 2, 10.0)
+    assert {session_of(r) for r in trace.requests} == {1000, 1001, 1002}
+    alone = TraceRequest(0.0, 100, 10, (0,))
+    assert session_of(alone) < 0
+
+
+def test_kept_conversations_grow_with_the_fraction() -> None:
+    sessions = range(10_000)
+    some = {s for s in sessions if kept(s, 0.1)}
+    more = {s for s in sessions if kept(s, 0.3)}
+    assert some < more
+    assert len(some) == pytest.approx(1000, rel=0.1)
+    assert len(more) == pytest.approx(3000, rel=0.1)
+
+
+def test_workload_keeps_whole_conversations_at_the_rate_asked() -> None:
+    trace = conversations(4000, 3, 5.0)
+    window, speed = workload(trace, rate_rps=2.0, duration_s=100.0, trace_speed=20.0)
+    assert speed == 20.0
+    # Every turn of a kept conversation that falls in the window is replayed.
+    sessions = {session_of(r) for r in window}
+    for r in trace.requests:
+        if r.at_s < 100.0 * speed:
+            assert (session_of(r) in sessions) == (r in window)
+    assert len(window) / 100.0 == pytest.approx(2.0, rel=0.15)
+
+
+def test_workload_runs_the_trace_faster_when_every_conversation_is_too_few() -> None:
+    trace = conversations(100, 1, 1.0)  # one request/s
+    window, speed = workload(trace, rate_rps=5.0, duration_s=10.0, trace_speed=2.0)
+    assert speed == pytest.approx(5.0 / trace.rate_per_s)
+    assert len(window) == 50
