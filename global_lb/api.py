@@ -42,7 +42,7 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Gauge
 from pydantic import Field, ValidationError
 
 from global_lb.audit import AuditSink
@@ -67,6 +67,7 @@ from global_lb.request import (
 from global_lb.router import GlobalRouter, RouteOutcome
 from global_lb.view import GlobalView
 from gtm.clock import Clock
+from gtm.geo import CachedLocator
 from gtm.http_limits import limited_app
 from gtm.inbound import bearer_key, read_body, tenant_of
 from gtm.models import ClientInfo, Frozen, Identifier, ModelName, RouteRequest
@@ -110,14 +111,19 @@ class FrontDoor:
         #: Where this front door sent prompts' prefixes (regions), remembered when it
         #: forwards them.
         self._regions_sent = RegionMemory()
-        self._locator = locator
         self._metrics = metrics
         self._registry = registry
         self._audit = audit
         self._clock = clock
         self._session = session
         self._ready = ready
-        self._locations: dict[IPAddress, Location] = {}
+        self._locations = CachedLocator(locator)
+        Gauge(
+            "gtm_global_location_cache_entries",
+            "Client addresses whose location is remembered (bounded, least recently "
+            "used dropped first).",
+            registry=registry,
+        ).set_function(lambda: len(self._locations))
 
     @property
     def ledger(self) -> InflightLedger:
@@ -176,12 +182,7 @@ class FrontDoor:
     def _locate(self, address: IPAddress | None) -> Location | None:
         if address is None:
             return None
-        found = self._locations.get(address)
-        if found is None:
-            if len(self._locations) >= 65_536:
-                self._locations.clear()
-            found = self._locations[address] = self._locator.locate(address)
-        return found
+        return self._locations.locate(address)
 
     def _decide(
         self,

@@ -27,11 +27,11 @@ from collections.abc import Mapping, Sequence
 
 from aiohttp import web
 from multidict import CIMultiDict
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from gtm import headers as h
 from gtm.clock import Clock
-from gtm.geo import ChainLocator, GeoLocator, IPAddress, IPNetwork, Location
+from gtm.geo import CachedLocator, ChainLocator, GeoLocator, IPNetwork
 from gtm.tls import peer_identities
 from gtm.trust import (
     ClientLocation,
@@ -43,8 +43,6 @@ from gtm.trust import (
 )
 
 FORWARDED_FOR = "X-Forwarded-For"
-#: Addresses whose location is remembered (cleared when full): clients repeat.
-_CACHE_ENTRIES = 65_536
 
 
 class ClientLocator:
@@ -67,7 +65,13 @@ class ClientLocator:
         self._locator = locator if locator is not None else ChainLocator(None)
         self._trusted = tuple(trusted_proxies)
         self._clock = clock
-        self._cached = _Remembering(self._locator)
+        self._cached = CachedLocator(self._locator)
+        Gauge(
+            "gtm_regional_location_cache_entries",
+            "Client addresses whose location is remembered (bounded, least recently "
+            "used dropped first).",
+            registry=registry,
+        ).set_function(lambda: len(self._cached))
         self.auth = Counter(
             "gtm_regional_tier_auth_total",
             "Requests by what their tier signature came to (valid, peer-token, absent, "
@@ -125,22 +129,6 @@ class ClientLocator:
         then locates the client itself, from the X-Forwarded-For it is sent)."""
         if self._key is not None:
             self._key.sign(headers, issuer=self._issuer, now=self._clock.wall())
-
-
-class _Remembering:
-    """A locator that remembers the locations of repeat addresses (cleared when full)."""
-
-    def __init__(self, locator: GeoLocator) -> None:
-        self._locator = locator
-        self._found: dict[IPAddress, Location] = {}
-
-    def locate(self, address: IPAddress, /) -> Location:
-        found = self._found.get(address)
-        if found is None:
-            if len(self._found) >= _CACHE_ENTRIES:
-                self._found.clear()
-            found = self._found[address] = self._locator.locate(address)
-        return found
 
 
 __all__ = ["ClientLocator"]

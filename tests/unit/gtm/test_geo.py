@@ -8,10 +8,14 @@ import pytest
 
 from gtm.errors import ConfigError
 from gtm.geo import (
+    LOCATION_CACHE_ENTRIES,
     AssumedLocation,
+    CachedLocator,
     ChainLocator,
     CidrEntry,
     CidrMap,
+    IPAddress,
+    Location,
     LocationSource,
     MaxMindLocator,
     bundled_database,
@@ -175,3 +179,29 @@ def test_geo_map_errors_name_the_field(tmp_path: Path, text: str, message: str) 
     path.write_text(text)
     with pytest.raises(ConfigError, match=message):
         load_geo_map(path)
+
+
+def test_cached_locator_answers_as_its_locator_and_keeps_only_recent_addresses() -> None:
+    looked_up: list[IPAddress] = []
+    inner = ChainLocator(None)
+
+    class Counting:
+        def locate(self, address: IPAddress, /) -> Location:
+            looked_up.append(address)
+            return inner.locate(address)
+
+    cached = CachedLocator(Counting(), capacity=2)
+    a, b, c = (ipaddress.ip_address(f"2001:db8::{k}") for k in (1, 2, 3))
+    assert cached.locate(a) == inner.locate(a)
+    cached.locate(a)
+    cached.locate(b)
+    assert looked_up == [a, b]  # a was remembered
+    cached.locate(c)  # a, the least recently used, goes
+    assert len(cached) == 2
+    cached.locate(a)
+    assert looked_up == [a, b, c, a]
+    # A stream of new clients: the cache stays at its capacity.
+    for k in range(100):
+        cached.locate(ipaddress.ip_address(f"2001:db8::1:{k}"))
+    assert len(cached) == 2
+    assert CachedLocator(Counting())._found.capacity == LOCATION_CACHE_ENTRIES
