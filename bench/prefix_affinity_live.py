@@ -317,10 +317,42 @@ def run_one(
         f"  {policy}: {figures.requests} requests in {wall:.0f} s wall, prefix hit "
         f"{figures.prefix_hit:.1%}, goodput {figures.goodput_rps:.2f} req/s, refused "
         f"{figures.refused}, timed out {figures.timed_out}, failed {figures.failed}"
-        + (f" ({', '.join(f'{k} {n}' for k, n in reasons.most_common())})" if reasons else ""),
+        + (f" ({', '.join(f'{k} {n}' for k, n in reasons.most_common())})" if reasons else "")
+        + "\n    "
+        + placement(window, replies, speedup),
         flush=True,
     )
     return figures
+
+
+def placement(window: Sequence[TraceRequest], replies: Sequence[Reply], speedup: float) -> str:
+    """Where conversations' later turns ran, against their previous turn, and the
+    served requests' median TTFT and TPOT (GPU s): what the hit share comes from."""
+    last: dict[int, Reply] = {}
+    turns = same_region = same_gpu = 0
+    for r, reply in zip(window, replies, strict=True):
+        if not reply.ok:
+            continue
+        before = last.get(session_of(r))
+        if before is not None:
+            turns += 1
+            same_region += reply.region == before.region
+            same_gpu += reply.gpu == before.gpu
+        last[session_of(r)] = reply
+    served = [x for x in replies if x.ok and x.ttft_s is not None]
+    ttft = [x.ttft_s * speedup for x in served if x.ttft_s is not None]
+    tpot = [
+        (x.e2e_s - x.ttft_s) * speedup / max(1, o.output_tokens - 1)
+        for x, o in zip(replies, window, strict=True)
+        if x.ok and x.ttft_s is not None
+    ]
+    regions = Counter(x.region for x in served)
+    return (
+        f"later turns served ({turns}): same region as the previous turn "
+        f"{same_region / max(1, turns):.0%}, same GPU {same_gpu / max(1, turns):.0%}; "
+        f"regions {dict(regions)}; TTFT p50 {percentile(sorted(ttft), 0.5):.2f} s, "
+        f"TPOT p50 {1000 * percentile(sorted(tpot), 0.5):.0f} ms"
+    )
 
 
 def session_of(r: TraceRequest) -> int:
