@@ -112,7 +112,7 @@ class AuditAnchorer:
         self._directory = writer.directory.resolve()
         self.key = keys.audit_anchor(chain_id(self._host, self._directory, writer.prefix))
         self._rng = rng or random.Random()
-        self._backoff = Backoff(initial=self._poll, maximum=max(self._poll, 30.0))
+        self._backoff = Backoff(initial=self._poll, maximum=max(self._poll, 5.0))
         self._rotated: ChainPosition | None = None
         self._anchored: ChainPosition | None = None  # what the store holds, as far as known
         self._stored: StoredAnchor | None = None

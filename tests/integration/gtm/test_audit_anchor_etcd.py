@@ -10,6 +10,8 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,7 @@ from gtm.clock import SystemClock
 from gtm.metrics import new_registry
 from gtm.state.etcd_server import EtcdServer
 from gtm.state.url import open_store
+from gtm.tasks import TaskSupervisor
 from policies.audit import AuditWriter, FsyncPolicy, Head, chain_files
 from tests.unit.policies.test_audit import record
 
@@ -113,3 +116,56 @@ def test_an_intact_chain_verifies_up_to_its_anchor(
     down = gtm("audit", "verify", str(directory), "--state", url)
     assert down.returncode == 1, down.stdout + down.stderr
     assert f"cannot read the audit anchors from {url}" in down.stderr
+
+
+async def test_anchoring_rides_out_an_etcd_outage_and_resumes(
+    tmp_path: Path, own_etcd_server: EtcdServer
+) -> None:
+    url = own_etcd_server.etcd_url
+    clock = SystemClock()
+    store = open_store(url, clock=clock, registry=new_registry())
+    supervisor = TaskSupervisor(registry=new_registry(), clock=clock)
+    directory = tmp_path / "global"
+    try:
+        with AuditWriter(directory, prefix="global", fsync=FsyncPolicy.NEVER) as audit:
+            registry = new_registry()
+            anchoring = AuditAnchorer(
+                audit, store, clock=clock, registry=registry, interval=0.5, poll=0.1
+            )
+
+            def failures() -> float:
+                labels = {"chain": "global"}
+                return registry.get_sample_value("gtm_audit_anchor_failures_total", labels) or 0
+
+            supervisor.spawn("audit-anchor", anchoring.run())
+            audit.append(record(1))
+            await until(lambda: anchoring.anchored is not None, "the first anchor")
+            await asyncio.to_thread(own_etcd_server.stop)
+            # Appending never waits for the store: a plain call, nothing to await.
+            heads = [audit.append(record(i)) for i in range(2, 12)]
+            await until(lambda: failures() >= 2, "the anchorer tried, and failed, meanwhile")
+            assert anchoring.anchored is not None
+            assert anchoring.anchored.anchor.seq == 1
+            await asyncio.to_thread(own_etcd_server.start)
+            await until(
+                lambda: (
+                    anchoring.anchored is not None
+                    and anchoring.anchored.anchor.hash == heads[-1].hash
+                ),
+                "anchoring resumed",
+            )
+    finally:
+        await supervisor.aclose()
+        await store.aclose()
+    checked = await asyncio.to_thread(gtm, "audit", "verify", str(directory), "--state", url)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert checked.stdout.strip().endswith(": seq 11")
+    assert checked.stderr == ""
+
+
+async def until(condition: Callable[[], bool], what: str, within: float = 60.0) -> None:
+    deadline = time.monotonic() + within
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {within} s: {what}")
+        await asyncio.sleep(0.1)
