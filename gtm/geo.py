@@ -39,7 +39,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Protocol
 
-import maxminddb
 import yaml
 from pydantic import Field, ValidationError
 
@@ -265,6 +264,12 @@ class MaxMindLocator:
     """
 
     def __init__(self, path: str | Path) -> None:
+        # Imported here (at start-up, when a tier opens its database): gtm up's parent
+        # and the zone agents use this module's geo maps, never a reader. MODE_AUTO
+        # maps the file (the C reader's mmap, or the pure reader's): its pages are
+        # shared by every process that opens the same database.
+        import maxminddb
+
         try:
             self._reader = maxminddb.open_database(str(path))
         except (OSError, maxminddb.InvalidDatabaseError, ValueError) as exc:
