@@ -92,7 +92,9 @@ class HopInfo:
 
 
 def body_facts(body: Mapping[str, object], endpoint: Endpoint) -> BodyFacts:
-    """Validate what the decision needs; the worker validates everything else."""
+    """Check the body's parameters as OpenAI does and read what the decision needs
+    (:func:`gtm.openai_request.read_prompt`); the worker checks what only it knows (the
+    model's context, extra sampling parameters)."""
     read = read_prompt(body, endpoint.value)
     first_tokens = read.token_counts[0]
     data = read.fingerprint_text.encode("utf-8", "surrogatepass")

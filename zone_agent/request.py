@@ -4,8 +4,8 @@ The body is read as every tier reads it (:func:`gtm.openai_request.read_prompt`:
 sizes counted with :mod:`gtm.tokens`, the estimator the emulated workers charge
 requests with, so the agent's "prompt too long" answer agrees with the worker's).
 Prefix fingerprints hash the prompt text (:mod:`zone_agent.prefix`). Bad input becomes a
-:class:`~zone_agent.errors.BadRequest` naming the field; nothing here raises anything
-else on any JSON value.
+:class:`~zone_agent.errors.BadRequest` naming the parameter as OpenAI would
+(:mod:`gtm.openai_params`); nothing here raises anything else on any JSON value.
 
 Headers the zone agent reads or sets::
 
@@ -107,7 +107,9 @@ def zone_request(
     version: str | None = None,
     canary: CanaryChoice = CanaryChoice.AUTO,
 ) -> ZoneRequest:
-    """Validate what the decision needs from ``body``; the worker validates the rest."""
+    """Check ``body``'s parameters as OpenAI does and read what the decision needs
+    (:func:`gtm.openai_request.read_prompt`); the worker checks what only it knows (the
+    model's context, extra sampling parameters)."""
     read = read_prompt(body, endpoint.path)
     counts = read.token_counts
     data = read.fingerprint_text.encode("utf-8", "surrogatepass")
