@@ -865,7 +865,7 @@ class _Verifier:
             self.problem(name, number, f"seq {parsed.seq}: {message}")
 
     def _check_file_name(self, path: Path, first_line: bytes) -> None:
-        match = re.search(r"-([0-9]{12})\.jsonl$", path.name)
+        match = _FILE_SEQ.search(path.name)
         if match is None:
             return
         try:
