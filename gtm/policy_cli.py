@@ -334,7 +334,7 @@ def _with_locator(ctx: click.Context) -> None:
 
 policy = click.Group(
     name="policy",
-    help="Check, apply, explain policy files; print their schema; hash API keys.",
+    help="Check, apply, export, explain policy files; print their schema; hash API keys.",
     commands={**policies_cli.policy.commands, "apply": apply_command, "export": export_command},
     callback=_with_locator,
 )

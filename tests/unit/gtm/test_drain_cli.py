@@ -205,3 +205,34 @@ def test_undrain_refuses_an_id_neither_drained_nor_known(store: MemoryStore) -> 
     # A drain forced ahead of its region's arrival can be undone.
     code, out, _ = gtm("undrain", "region", "eu-central", *state)
     assert (code, out.startswith("undrained region eu-central at store revision ")) == (0, True)
+
+
+async def test_through_the_drain_api_the_output_says_what_was_there_and_the_undo(
+    token: Path,
+) -> None:
+    previous = {"schema": 1, "target": "zone", "id": "eu-west-a", "reason": "maint",
+                "by": "ops", "at": 0.0}  # fmt: skip
+
+    async def drain(request: web.Request) -> web.Response:
+        return web.json_response({"drained": "zone/eu-west-a", "revision": 7, "was": None})
+
+    async def undrain(request: web.Request) -> web.Response:
+        return web.json_response({"undrained": "zone/eu-west-a", "existed": True, "was": previous})
+
+    app = web.Application()
+    app.router.add_post("/api/v1/drains/{target}/{id}", drain)
+    app.router.add_delete("/api/v1/drains/{target}/{id}", undrain)
+    port = free_port("127.0.0.1")
+    api = f"http://127.0.0.1:{port}"
+    options = ("--api", api, "--token-file", str(token))
+    async with _listening(app, port):
+        drained = await asyncio.to_thread(gtm, "drain", "zone", "eu-west-a", *options)
+        undrained = await asyncio.to_thread(gtm, "undrain", "zone", "eu-west-a", *options)
+    assert drained[1].strip() == (
+        f"drained zone eu-west-a at store revision 7 (was: serving); "
+        f"undo: gtm undrain zone eu-west-a --api {api}"
+    )
+    assert undrained[1].strip() == (
+        "undrained zone eu-west-a (was: drained by ops since 1970-01-01T00:00:00Z: maint); "
+        f"undo: gtm drain zone eu-west-a --api {api} --force --reason maint"
+    )

@@ -97,13 +97,16 @@ async def drain_through_status_api(up: Up) -> None:
     async with aiohttp.ClientSession(headers=up.admin_headers()) as session:
         async with session.post(url) as response:
             assert response.status == 200
+            assert (await response.json())["was"] is None  # it was serving
 
         async def moved() -> bool:
             return await up.resolve("api.inference.example.", LONDON) == [up.address("eu-central")]
 
         await eventually(moved, "a drained eu-west no longer answers London")
         async with session.delete(url) as response:
-            assert (await response.json())["existed"] is True
+            answer = await response.json()
+        assert answer["existed"] is True
+        assert answer["was"]["reason"] == "status page"  # the drain it ended
 
         async def back() -> bool:
             return await up.resolve("api.inference.example.", LONDON) == [up.address("eu-west")]
