@@ -55,7 +55,7 @@ from gtm.testing.imports import NOT_IN_A_DAEMON, loaded
 from gtm.topology import RegionSpec, Topology, load_topology
 
 BANNER_END = "Ctrl-C stops everything."
-START_TIMEOUT_S = 180.0
+START_TIMEOUT_S = 360.0
 STOP_TIMEOUT_S = 30.0
 PROBE_TIMEOUT_S = 15.0
 ROOT = Path(__file__).resolve().parent.parent
@@ -328,6 +328,7 @@ async def measure(args: argparse.Namespace, work: Path) -> tuple[list[Sample], l
             *("--topology", str(topology), "--run-dir", str(work / "run")),
             *("--dns-listen", f"127.0.0.1:{dns_port}", "--http-listen", f"127.0.0.1:{http_port}"),
             *("--admin-dir", str(work / "admin")),
+            *("--ready-timeout", repr(args.ready_timeout)),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=stderr,
@@ -358,6 +359,9 @@ def main() -> None:
     parser.add_argument("--regions", type=int, default=None, help="first N example regions")
     parser.add_argument("--load-seconds", type=float, default=None, help="default 30 (smoke 3)")
     parser.add_argument("--settle", type=float, default=2.0, help="seconds before a sample")
+    parser.add_argument(
+        "--ready-timeout", type=float, default=300.0, help="gtm up's (a loaded machine)"
+    )
     parser.add_argument("--tracemalloc", action="store_true", help="heap by package too")
     parser.add_argument("--json", type=Path, default=None, help="write the samples here too")
     args = parser.parse_args()
