@@ -11,17 +11,27 @@ first and then evicts the least recently used cached block, dropping its hash.
 Counters follow vLLM's ``vllm:prefix_cache_queries_total`` / ``..._hits_total``: both
 are in *tokens* (prompt tokens looked up, and tokens found cached).
 
-Sans-io and synchronous; the engine owns one pool. Per-block state lives in arrays
-and int-only dicts, which the garbage collector does not traverse: a pool can have
-millions of blocks, and objects or lists of that many would make every full collection
-walk them all, stalling the event loop.
+Sans-io and synchronous; the engine owns one pool. Every structure is allocated whole
+when the pool is made, sized by ``num_blocks``, and never grows: the hash index is an
+open-addressing table in two arrays (hash → block, linear probing, at most half full,
+deletion by backward shift — Knuth, TAOCP vol. 3, 6.4, algorithm R), the LRU of
+evictable blocks a doubly linked list threaded through two arrays, and each block's
+hash an array slot. So a worker's memory is the same with an empty cache as with a
+full one (a dict per cached block grew it by megabytes over the hour a cache takes to
+fill under a soak), and the garbage collector has nothing to traverse: a pool can
+have millions of blocks.
+
+Hashes are 64-bit (``gtm.tokens.block_hashes``); any other int is taken modulo 2**64.
 """
 
 from __future__ import annotations
 
 from array import array
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+
+_MASK64 = (1 << 64) - 1
+#: A free slot of the hash table / no neighbour in the LRU list / no hash on a block.
+_NONE = -1
 
 
 class BlockPool:
@@ -34,10 +44,24 @@ class BlockPool:
         self.enable_caching = enable_caching
         # A stack of never-hashed free blocks; popped from the end, so block 0 goes first.
         self._free = array("q", range(num_blocks - 1, -1, -1))
-        self._evictable: OrderedDict[int, None] = OrderedDict()  # oldest first
         self._ref = array("q", bytes(8 * num_blocks))  # reference counts, all 0
-        self._hash_of: dict[int, int] = {}  # block -> hash, for registered blocks
-        self._by_hash: dict[int, int] = {}
+        # Evictable blocks (cached, unreferenced), least recently released first: a
+        # doubly linked list through _prev/_next, _NONE at the ends.
+        self._prev = array("q", [_NONE]) * num_blocks
+        self._next = array("q", [_NONE]) * num_blocks
+        self._head = self._tail = _NONE
+        self._evictable_count = 0
+        self._in_lru = bytearray(num_blocks)
+        # Block -> its hash, for registered blocks (_has_hash[block] == 1).
+        self._hash_of = array("Q", bytes(8 * num_blocks))
+        self._has_hash = bytearray(num_blocks)
+        # Hash -> block: open addressing over a power-of-two table at most half full
+        # (at most num_blocks hashes are registered at once: one per block).
+        size = 1 << (2 * num_blocks - 1).bit_length()
+        self._slot_mask = size - 1
+        self._keys = array("Q", bytes(8 * size))
+        self._blocks = array("q", [_NONE]) * size
+        self._cached = 0
         self.query_tokens = 0
         self.hit_tokens = 0
         self.evictions = 0
@@ -47,31 +71,33 @@ class BlockPool:
     @property
     def num_free(self) -> int:
         """Blocks that an allocation may take (free + cached-but-unreferenced)."""
-        return len(self._free) + len(self._evictable)
+        return len(self._free) + self._evictable_count
 
     @property
     def num_cached(self) -> int:
         """Blocks registered under a prefix hash (in use or evictable)."""
-        return len(self._by_hash)
+        return self._cached
 
     def usage(self) -> float:
         """Fraction of blocks held by running requests, in [0, 1] (vLLM's KV usage)."""
         return 1.0 - self.num_free / self.num_blocks
 
     def is_cached(self, block_hash: int) -> bool:
-        return block_hash in self._by_hash
+        return self._find(block_hash & _MASK64) != _NONE
 
     def cached_hashes(self) -> frozenset[int]:
-        return frozenset(self._by_hash)
+        blocks, keys = self._blocks, self._keys
+        return frozenset(keys[i] for i in range(len(blocks)) if blocks[i] != _NONE)
 
     def lookup(self, hashes: Sequence[int], max_blocks: int) -> list[int]:
         """Block ids of the longest cached prefix of ``hashes`` (at most ``max_blocks``)."""
         if not self.enable_caching:
             return []
         found: list[int] = []
+        find = self._find
         for block_hash in hashes[:max_blocks]:
-            block = self._by_hash.get(block_hash)
-            if block is None:
+            block = find(block_hash & _MASK64)
+            if block == _NONE:
                 break
             found.append(block)
         return found
@@ -89,8 +115,8 @@ class BlockPool:
     def touch(self, blocks: Iterable[int]) -> None:
         """Take a reference on cached blocks (they stop being evictable)."""
         for block in blocks:
-            if self._ref[block] == 0:
-                self._evictable.pop(block, None)
+            if self._ref[block] == 0 and self._in_lru[block]:
+                self._unlink(block)
             self._ref[block] += 1
 
     def allocate(self, count: int) -> list[int] | None:
@@ -102,7 +128,8 @@ class BlockPool:
             if self._free:
                 block = self._free.pop()
             else:
-                block, _ = self._evictable.popitem(last=False)
+                block = self._head
+                self._unlink(block)
                 self._drop_hash(block)
                 self.evictions += 1
             self._ref[block] = 1
@@ -111,12 +138,20 @@ class BlockPool:
 
     def register(self, block: int, block_hash: int) -> None:
         """Publish a full block under its prefix hash (first writer wins, like vLLM)."""
-        if not self.enable_caching or block in self._hash_of:
+        if not self.enable_caching or self._has_hash[block]:
             return
-        if block_hash in self._by_hash:
-            return  # an identical block is cached already; this copy stays private
-        self._hash_of[block] = block_hash
-        self._by_hash[block_hash] = block
+        key = block_hash & _MASK64
+        mask, keys, blocks = self._slot_mask, self._keys, self._blocks
+        slot = key & mask
+        while blocks[slot] != _NONE:
+            if keys[slot] == key:
+                return  # an identical block is cached already; this copy stays private
+            slot = (slot + 1) & mask
+        keys[slot] = key
+        blocks[slot] = block
+        self._hash_of[block] = key
+        self._has_hash[block] = 1
+        self._cached += 1
 
     def release(self, blocks: Sequence[int]) -> None:
         """Drop a request's references. Tail blocks first, so they are evicted first."""
@@ -124,19 +159,80 @@ class BlockPool:
             self._ref[block] -= 1
             if self._ref[block] > 0:
                 continue
-            if block in self._hash_of:
-                self._evictable[block] = None
+            if self._has_hash[block]:
+                self._append(block)
             else:
                 self._free.append(block)
 
     def reset(self) -> None:
         """Forget everything cached (model reload). Referenced blocks must be released."""
-        for block in list(self._evictable):
+        block = self._head
+        while block != _NONE:
+            following = self._next[block]
+            self._unlink(block)
             self._drop_hash(block)
             self._free.append(block)
-        self._evictable.clear()
+            block = following
+
+    # ------------------------------------------------------------------ internals
+
+    def _find(self, key: int) -> int:
+        """The block registered under ``key`` (reduced to 64 bits), or ``_NONE``."""
+        mask, keys, blocks = self._slot_mask, self._keys, self._blocks
+        slot = key & mask
+        while True:
+            block = blocks[slot]
+            if block == _NONE or keys[slot] == key:
+                return block
+            slot = (slot + 1) & mask
+
+    def _append(self, block: int) -> None:
+        """Make ``block`` the most recently released evictable one."""
+        tail = self._tail
+        self._prev[block] = tail
+        self._next[block] = _NONE
+        if tail == _NONE:
+            self._head = block
+        else:
+            self._next[tail] = block
+        self._tail = block
+        self._in_lru[block] = 1
+        self._evictable_count += 1
+
+    def _unlink(self, block: int) -> None:
+        prev, nxt = self._prev[block], self._next[block]
+        if prev == _NONE:
+            self._head = nxt
+        else:
+            self._next[prev] = nxt
+        if nxt == _NONE:
+            self._tail = prev
+        else:
+            self._prev[nxt] = prev
+        self._in_lru[block] = 0
+        self._evictable_count -= 1
 
     def _drop_hash(self, block: int) -> None:
-        block_hash = self._hash_of.pop(block, None)
-        if block_hash is not None and self._by_hash.get(block_hash) == block:
-            del self._by_hash[block_hash]
+        if not self._has_hash[block]:
+            return
+        self._has_hash[block] = 0
+        key = self._hash_of[block]
+        mask, keys, blocks = self._slot_mask, self._keys, self._blocks
+        slot = key & mask
+        while blocks[slot] != block:
+            if blocks[slot] == _NONE:
+                return  # registered as a private copy: the hash names another block
+            slot = (slot + 1) & mask
+        self._cached -= 1
+        # Backward-shift deletion: move up any later entry of the probe run whose home
+        # slot is not cyclically in (hole, its slot], so every lookup still finds it.
+        hole = slot
+        slot = (slot + 1) & mask
+        while blocks[slot] != _NONE:
+            home = keys[slot] & mask
+            if (slot - home) & mask >= (slot - hole) & mask:
+                keys[hole] = keys[slot]
+                blocks[hole] = blocks[slot]
+                hole = slot
+            slot = (slot + 1) & mask
+        blocks[hole] = _NONE

@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import random
+import tracemalloc
+from collections import OrderedDict
+
 import pytest
 
 from gpusim.prefix_cache import BlockPool
@@ -107,3 +111,120 @@ def test_reset_forgets_evictable_blocks() -> None:
 def test_a_pool_needs_blocks() -> None:
     with pytest.raises(ValueError, match="at least one block"):
         BlockPool(0)
+
+
+class _Reference:
+    """The pool as it was written with dicts (an OrderedDict LRU), for comparison."""
+
+    def __init__(self, n: int) -> None:
+        self.free = list(range(n - 1, -1, -1))
+        self.evictable: OrderedDict[int, None] = OrderedDict()
+        self.ref = [0] * n
+        self.hash_of: dict[int, int] = {}
+        self.by_hash: dict[int, int] = {}
+        self.evictions = 0
+
+    def allocate(self, count: int) -> list[int] | None:
+        if count > len(self.free) + len(self.evictable):
+            return None
+        out = []
+        for _ in range(count):
+            if self.free:
+                block = self.free.pop()
+            else:
+                block, _ = self.evictable.popitem(last=False)
+                h = self.hash_of.pop(block, None)
+                if h is not None and self.by_hash.get(h) == block:
+                    del self.by_hash[h]
+                self.evictions += 1
+            self.ref[block] = 1
+            out.append(block)
+        return out
+
+    def register(self, block: int, h: int) -> None:
+        if block in self.hash_of or h in self.by_hash:
+            return
+        self.hash_of[block] = h
+        self.by_hash[h] = block
+
+    def touch(self, blocks: list[int]) -> None:
+        for block in blocks:
+            if self.ref[block] == 0:
+                self.evictable.pop(block, None)
+            self.ref[block] += 1
+
+    def release(self, blocks: list[int]) -> None:
+        for block in reversed(blocks):
+            self.ref[block] -= 1
+            if self.ref[block] == 0:
+                if block in self.hash_of:
+                    self.evictable[block] = None
+                else:
+                    self.free.append(block)
+
+    def lookup(self, hashes: list[int]) -> list[int]:
+        found = []
+        for h in hashes:
+            if h not in self.by_hash:
+                break
+            found.append(self.by_hash[h])
+        return found
+
+
+@pytest.mark.parametrize("stride", [1, 1 << 20])  # 1 << 20: every hash in one probe run
+def test_the_array_pool_behaves_as_the_dict_pool_did(stride: int) -> None:
+    rng = random.Random(7)
+    n = 64
+    pool, ref = BlockPool(n), _Reference(n)
+    held: list[list[int]] = []
+    for _ in range(5000):
+        # Prompts share prefixes: hashes are drawn from a small space, chained by depth.
+        prefix = [((rng.randrange(12) * 31 + d) * stride) for d in range(rng.randrange(1, 9))]
+        found = pool.lookup(prefix, max_blocks=len(prefix))
+        assert found == ref.lookup(prefix)
+        pool.touch(found)
+        ref.touch(found)
+        more = len(prefix) - len(found)
+        got = pool.allocate(more)
+        assert got == ref.allocate(more)
+        if got is not None:
+            for block, h in zip(got, prefix[len(found) :], strict=True):
+                pool.register(block, h)
+                ref.register(block, h)
+            held.append(found + got)
+        else:
+            pool.release(found)
+            ref.release(found)
+        while held and (rng.random() < 0.5 or got is None):
+            blocks = held.pop(rng.randrange(len(held)))
+            pool.release(blocks)
+            ref.release(blocks)
+            if got is None:
+                break
+        assert pool.num_free == len(ref.free) + len(ref.evictable)
+        assert pool.num_cached == len(ref.by_hash)
+        assert pool.cached_hashes() == frozenset(ref.by_hash)
+    assert pool.evictions == ref.evictions > 0
+
+
+def test_a_full_cache_takes_no_more_memory_than_an_empty_one() -> None:
+    n = 2048
+    tracemalloc.start()
+    try:
+        pool = BlockPool(n)
+        empty = tracemalloc.get_traced_memory()[0]
+        for k in range(5):  # five caches' worth of distinct blocks
+            blocks = pool.allocate(n)
+            assert blocks is not None
+            for i, block in enumerate(blocks):
+                pool.register(block, (k << 32) | i)
+            pool.release(blocks)
+            del blocks
+        full = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert pool.num_cached == n
+    # Nothing is allocated per cached block (a dict entry and its int objects were
+    # ~280 bytes a block): what is left is noise of the interpreter's own.
+    assert full - empty < 4 * 1024
+    assert pool.lookup([(4 << 32) | i for i in range(3)], 3) != []
