@@ -5,6 +5,8 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gtm.metrics import DECISION_LATENCY_BUCKETS
+from gtm.models import Tier
+from gtm.relay import StreamBreaks
 
 
 class GlobalMetrics:
@@ -84,6 +86,8 @@ class GlobalMetrics:
             ["region", "result"],
             registry=registry,
         )
+        #: Streams to a regional LB that broke after the first byte, by cause.
+        self.stream_breaks = StreamBreaks(registry, Tier.GLOBAL)
         self.retries = Counter(
             "gtm_global_retries_total",
             "Front-door retries on another allowed region, by the region that failed.",

@@ -105,7 +105,7 @@ class RegionRelay(Relay[RegionState]):
         client: ClientLocation | None = None,
         served: Callable[[str], None] | None = None,
     ) -> None:
-        super().__init__(request, max_attempts=config.max_attempts)
+        super().__init__(request, max_attempts=config.max_attempts, breaks=metrics.stream_breaks)
         self._config = config
         self._view = view
         self._outcome = outcome

@@ -15,8 +15,23 @@ of :class:`Relay`; the loop and the byte relay are here, once:
 * **Streaming**: the response is relayed chunk by chunk as it arrives, never buffered
   or decompressed. A body that arrives whole in the first read (``Content-Length``
   met) is answered as one response, so headers and body leave in one write.
-* **After the first byte** a failure cannot be retried: the client's connection is
-  cut (an SSE client sees no ``[DONE]``), so a partial answer never looks complete.
+* **After the first byte** a failure cannot be retried, and a partial answer must never
+  look complete (:meth:`Relay.forward`'s cut): a streaming (SSE) client gets OpenAI's
+  error event (``data: {"error": {...}}``, the shape of :mod:`gtm.openai_errors`, which
+  the OpenAI SDKs raise as an ``APIError``) and a clean end without ``[DONE]``; any
+  other body is cut by resetting the client's connection, so its short body or missing
+  last chunk shows (a clean end would make a truncated JSON body look whole). The tier
+  above relays the error event as it relays any bytes and sees a clean end: a break is
+  counted and logged once, by the tier whose upstream hop broke.
+* **Breaks** (:class:`BreakCause`, ``gtm_stream_breaks_total{tier,cause}``,
+  :class:`StreamBreaks`): every response that ends early after its first byte reached
+  the client is counted by why — the upstream failed (``upstream_reset``) or went
+  silent past its read timeout (``upstream_timeout``), the client went away
+  (``client_disconnect``: no product failure, logged at DEBUG, not as a warning), or the
+  server cancelled the handler while stopping (``cancelled``), or the upstream failed
+  after the event stream's ``[DONE]`` (``after_done``: the client has its whole answer
+  and gets a clean end). An upstream break is logged once at WARNING with its cause and
+  the library's message, never a traceback.
 * **Cancellation**: a client that goes away cancels the handler; the upstream response
   is closed (the target sees the disconnect and aborts) and the attempt's release
   (:meth:`Relay.begin`) runs in a ``finally``.
@@ -33,6 +48,7 @@ and :class:`~gtm.errors.AttemptFailed`.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -42,8 +58,11 @@ from typing import Generic, Protocol, TypeVar
 import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
+from prometheus_client import CollectorRegistry, Counter
 
 from gtm.errors import AttemptFailed, UpstreamError
+from gtm.models import Tier
+from gtm.openai_errors import ApiError, ErrorType
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +112,68 @@ class Ending(StrEnum):
     CUT_RESET = "cut-reset"
     #: The client went away: nobody's fault upstream.
     CLIENT_GONE = "client-gone"
+    #: The handler was cancelled with its client still connected (the server stopping).
+    CANCELLED = "cancelled"
+    #: The upstream failed after an event stream's ``[DONE]``: the client has its whole
+    #: answer, only the end of the HTTP body was lost; it gets a clean end.
+    CUT_AFTER_DONE = "cut-after-done"
+
+    @property
+    def cause(self) -> BreakCause | None:
+        """Why the response broke after its first byte (``None``: it completed)."""
+        return _CAUSES.get(self)
+
+
+class BreakCause(StrEnum):
+    """Why a relayed response ended early after its first byte reached the client: the
+    ``cause`` label of ``gtm_stream_breaks_total``."""
+
+    #: The upstream's connection or response failed mid-body (reset, closed, not HTTP).
+    UPSTREAM_RESET = "upstream_reset"
+    #: The upstream sent nothing for its read timeout mid-body (a silent upstream).
+    UPSTREAM_TIMEOUT = "upstream_timeout"
+    #: The client went away: not a product failure.
+    CLIENT_DISCONNECT = "client_disconnect"
+    #: The server cancelled the handler while the client was still there (stopping).
+    CANCELLED = "cancelled"
+    #: The upstream broke after the stream's ``[DONE]``: the client's answer is whole.
+    AFTER_DONE = "after_done"
+
+
+_CAUSES = {
+    Ending.CUT_RESET: BreakCause.UPSTREAM_RESET,
+    Ending.CUT_TIMEOUT: BreakCause.UPSTREAM_TIMEOUT,
+    Ending.CLIENT_GONE: BreakCause.CLIENT_DISCONNECT,
+    Ending.CANCELLED: BreakCause.CANCELLED,
+    Ending.CUT_AFTER_DONE: BreakCause.AFTER_DONE,
+}
+
+#: What the client's error event says, per upstream cause.
+_CUT_MESSAGES = {
+    BreakCause.UPSTREAM_RESET: "the upstream failed mid-response",
+    BreakCause.UPSTREAM_TIMEOUT: "the upstream stopped sending mid-response",
+}
+
+
+class StreamBreaks:
+    """``gtm_stream_breaks_total{tier,cause}`` on an injected registry, for one tier.
+
+    A tier counts the breaks of its own upstream hop (and its clients' disconnects);
+    every cause's series exists from the start, at 0.
+    """
+
+    def __init__(self, registry: CollectorRegistry, tier: Tier) -> None:
+        counter = Counter(
+            "gtm_stream_breaks",
+            "Relayed responses that ended early after their first byte reached the client, "
+            "by the tier whose upstream hop broke (or whose client left) and why.",
+            ("tier", "cause"),
+            registry=registry,
+        )
+        self._inc = {cause: counter.labels(tier.value, cause.value).inc for cause in BreakCause}
+
+    def count(self, cause: BreakCause) -> None:
+        self._inc[cause]()
 
 
 class Upstream(Protocol):
@@ -165,9 +246,17 @@ class Relay(ABC, Generic[T]):
     #: Attempts per request, first included.
     max_attempts: int = 3
 
-    def __init__(self, request: web.Request, *, max_attempts: int = 3) -> None:
+    def __init__(
+        self,
+        request: web.Request,
+        *,
+        max_attempts: int = 3,
+        breaks: StreamBreaks | None = None,
+    ) -> None:
         self.request = request
         self.max_attempts = max_attempts
+        #: Where breaks after the first byte are counted (None: not counted).
+        self.breaks = breaks
         #: The failed attempts so far, in order.
         self.failures: list[AttemptFailed] = []
 
@@ -267,7 +356,16 @@ class Relay(ABC, Generic[T]):
                 status = upstream.status
                 body = await bounded_body(upstream)
                 raise AttemptFailed(Failure.STATUS, f"HTTP {status}", status=status, body=body)
-            response, ending = await self._relay(target, upstream, first)
+            try:
+                response, ending = await self._relay(target, upstream, first)
+            except asyncio.CancelledError:
+                # After the first byte: the client left (aiohttp cancels the handler), or
+                # the server is stopping with the client still there.
+                transport = self.request.transport
+                gone = transport is None or transport.is_closing()
+                ending = Ending.CLIENT_GONE if gone else Ending.CANCELLED
+                _log_break(self.target_id(target), ending, None)
+                raise
             return response
         finally:
             if upstream is not None:
@@ -278,6 +376,9 @@ class Relay(ABC, Generic[T]):
             if release is not None:
                 release()
             if ending is not None:
+                cause = ending.cause
+                if cause is not None and self.breaks is not None:
+                    self.breaks.count(cause)
                 self.finished(target, ending)
 
     async def _relay(
@@ -303,31 +404,115 @@ class Relay(ABC, Generic[T]):
         if length is not None:
             response.content_length = length
         await response.prepare(request)
+        last = b""
+        ending = Ending.COMPLETED
+        error: BaseException | None = None
         try:
             chunk = first
             while chunk:
                 if watch:
                     self.chunk(chunk)
                 await response.write(chunk)
+                last = chunk
                 try:
                     chunk = await upstream.readany()
-                except TimeoutError:
-                    return _cut(request, response, self.target_id(target)), Ending.CUT_TIMEOUT
-                except (UpstreamError, OSError):
-                    return _cut(request, response, self.target_id(target)), Ending.CUT_RESET
-            await response.write_eof()
-        except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+                except TimeoutError as exc:
+                    ending, error = Ending.CUT_TIMEOUT, exc
+                    break
+                except (UpstreamError, OSError) as exc:
+                    ending, error = Ending.CUT_RESET, exc
+                    break
+            else:
+                await response.write_eof()
+                return response, Ending.COMPLETED
+        except (ConnectionResetError, aiohttp.ClientConnectionResetError) as exc:
+            _log_break(self.target_id(target), Ending.CLIENT_GONE, exc)
             return response, Ending.CLIENT_GONE
-        return response, Ending.COMPLETED
+        sse = is_event_stream(upstream.headers)
+        if sse and last.rstrip().endswith(b"[DONE]"):
+            ending = Ending.CUT_AFTER_DONE
+        _log_break(self.target_id(target), ending, error)
+        await _cut(request, response, ending, sse=sse, last=last)
+        return response, ending
 
 
-def _cut(request: web.Request, response: web.StreamResponse, target: str) -> web.StreamResponse:
-    """The upstream failed mid-response: reset the client's connection (no clean end)."""
-    log.warning("upstream %s failed mid-response; cutting the client", target)
+def is_event_stream(headers: Mapping[str, str]) -> bool:
+    """Whether a response is a server-sent event stream (``text/event-stream``)."""
+    kind = headers.get("content-type", "")
+    return kind.split(";", 1)[0].strip().lower() == "text/event-stream"
+
+
+def cut_event(cause: BreakCause) -> bytes:
+    """The SSE event a streaming client gets when its stream broke upstream: OpenAI's
+    error shape (``{"error": {"message", "type", "param", "code"}}``), ``code`` the
+    cause, so the OpenAI SDKs raise it as an ``APIError`` and no ``[DONE]`` follows."""
+    what = _CUT_MESSAGES.get(cause, "the response was cut")
+    error = ApiError(
+        502,
+        f"{what}; the answer is incomplete (retry the request)",
+        type=ErrorType.SERVER,
+        code=cause.value,
+    )
+    return b"data: " + json.dumps(error.body(), separators=(",", ":")).encode() + b"\n\n"
+
+
+def _at_event_boundary(last: bytes) -> bool:
+    return last.endswith((b"\n\n", b"\r\n\r\n", b"\r\r"))
+
+
+async def _cut(
+    request: web.Request,
+    response: web.StreamResponse,
+    ending: Ending,
+    *,
+    sse: bool,
+    last: bytes,
+) -> None:
+    """End a response whose upstream broke after the first byte, so the client can tell.
+
+    An event stream gets :func:`cut_event` (after a blank line when the upstream broke
+    inside an event, so the error is an event of its own) and a clean end; anything else
+    has its connection reset: a ``Content-Length`` the body never reaches, or no last
+    chunk, is what an HTTP client detects.
+    """
+    cause = ending.cause
+    if sse and cause is not None:
+        event = b"" if cause is BreakCause.AFTER_DONE else cut_event(cause)
+        if event and not _at_event_boundary(last):
+            event = b"\n\n" + event
+        try:
+            if event:
+                await response.write(event)
+            await response.write_eof()
+            return
+        except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+            pass  # the client left meanwhile: nothing more to tell it
     transport = request.transport
     if transport is not None:
         transport.abort()
-    return response
+
+
+def _log_break(target: str, ending: Ending, error: BaseException | None) -> None:
+    """One line per break, at its level: an upstream break is a WARNING; one after the
+    answer's ``[DONE]`` is INFO (the client has it all); a client that left (or a server
+    stopping) is DEBUG — no product failure. Never a traceback."""
+    cause = ending.cause
+    detail = (f"{type(error).__name__}: {error}" if error is not None else "").rstrip(": ")
+    if cause is BreakCause.UPSTREAM_RESET or cause is BreakCause.UPSTREAM_TIMEOUT:
+        log.warning(
+            "stream from %s broke after the first byte (%s: %s); the client was told",
+            target,
+            cause,
+            detail or "no detail",
+        )
+    elif cause is BreakCause.AFTER_DONE:
+        log.info(
+            "stream from %s broke after its [DONE] (%s); the client has the whole answer",
+            target,
+            detail or "no detail",
+        )
+    else:
+        log.debug("stream from %s ended after the first byte: %s", target, cause)
 
 
 async def bounded_body(upstream: Upstream, limit: int = ERROR_BODY_BYTES) -> bytes:
@@ -419,15 +604,19 @@ __all__ = [
     "ERROR_BODY_BYTES",
     "HOP_BY_HOP",
     "AiohttpUpstream",
+    "BreakCause",
     "Ending",
     "Failure",
     "Relay",
+    "StreamBreaks",
     "Upstream",
     "all_busy",
     "bounded_body",
+    "cut_event",
     "describe",
     "end_to_end",
     "first_byte_timeout",
+    "is_event_stream",
     "open_aiohttp",
     "skip_set",
 ]

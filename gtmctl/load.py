@@ -17,6 +17,14 @@ Measured per request: the status (and the refusal's code), the time to the first
 content token (TTFT), the region that served it and whether it was spilled there
 (``x-gtm-region``, ``x-gtm-spilled-from``).
 
+A stream that breaks after its first byte is a failure with a reason of its own
+(:class:`StreamBreak`), counted apart in the summary (``cut_streams``): an error event
+in OpenAI's shape instead of ``[DONE]`` (``stream-error:<code>``, how gtm tells a
+streaming client its answer was cut), a connection that broke mid-body
+(``cut-stream``), or a body that ended without ``[DONE]`` (``truncated-stream``). The
+body is read to its end after ``[DONE]`` (the chunked terminator), so the connection
+is reused and the front door never sees its client leave before its response ended.
+
 The game-day runner (:mod:`chaos.traffic`) sends its traffic with this module's request
 builder and tally, so a drill's requests and figures are ``gtm load``'s; that is why this
 module sits below :mod:`chaos` in the import layers, and the ``gtm load`` command itself
@@ -114,6 +122,25 @@ class PromptMaker:
 # ---------------------------------------------------------------------------- results
 
 
+class StreamBreak(StrEnum):
+    """How a stream that had begun (status 200, headers in) failed: the reason's prefix."""
+
+    #: An error event (``data: {"error": …}``) came instead of ``[DONE]``.
+    ERROR_EVENT = "stream-error"
+    #: The connection broke mid-body (reset, a short body, no last chunk).
+    CUT = "cut-stream"
+    #: The body ended cleanly but without ``[DONE]``.
+    TRUNCATED = "truncated-stream"
+
+
+def is_stream_break(reason: str) -> bool:
+    """Whether a failure's reason is a stream that broke after its first byte."""
+    return reason.split(":", 1)[0] in _BREAK_REASONS
+
+
+_BREAK_REASONS = frozenset(b.value for b in StreamBreak)
+
+
 @dataclass(frozen=True, slots=True)
 class Outcome:
     ok: bool
@@ -154,6 +181,9 @@ class Tally:
         regions = Counter(o.region for o in ok if o.region)
         spills = Counter(f"{o.spilled_from.split(',')[0]}→{o.region}" for o in ok if o.spilled_from)
         refusals = Counter(o.reason for o in done if not o.ok)
+        cut = Counter(
+            o.reason.split(":", 1)[0] for o in done if not o.ok and is_stream_break(o.reason)
+        )
 
         def ms(value: float) -> float | None:
             return None if math.isnan(value) else round(1000.0 * value, 1)
@@ -174,6 +204,8 @@ class Tally:
             "spills": dict(spills.most_common()),
             "spilled": sum(spills.values()),
             "refusals": dict(refusals.most_common()),
+            "cut_streams": sum(cut.values()),
+            "cut_stream_kinds": dict(cut.most_common()),
         }
 
 
@@ -189,24 +221,61 @@ async def _error_reason(response: aiohttp.ClientResponse) -> str:
         return f"http-{response.status}"
 
 
-async def _read_stream(
-    response: aiohttp.ClientResponse, started: float
-) -> tuple[float | None, bool]:
-    """(TTFT, whether the stream ended with [DONE])."""
-    ttft: float | None = None
+@dataclass(slots=True)
+class StreamRead:
+    """What a streamed body showed so far (filled in as it is read)."""
+
+    ttft_s: float | None = None
+    #: ``data: [DONE]`` arrived: the answer is whole.
+    done: bool = False
+    #: The code (else type) of an error event, when one came.
+    error: str | None = None
+
+    def reason(self) -> str:
+        """The failure's reason once the body ended cleanly ("" when it succeeded)."""
+        if self.error is not None:
+            kind = StreamBreak.ERROR_EVENT.value
+            return f"{kind}:{self.error}" if self.error else kind
+        return "" if self.done else StreamBreak.TRUNCATED.value
+
+
+def _error_code(data: bytes) -> str | None:
+    """The code of an OpenAI error event's payload (``""`` without one), else None."""
+    try:
+        event = json.loads(data)
+    except ValueError:
+        return None
+    error = event.get("error") if isinstance(event, dict) else None
+    if not isinstance(error, dict):
+        return None
+    code = error.get("code") or error.get("type") or ""
+    return str(code)
+
+
+async def read_stream(response: aiohttp.ClientResponse, started: float, read: StreamRead) -> None:
+    """Read an SSE body to its end into ``read`` (raises the client's error when the
+    connection breaks). Every line is checked for an error event; the first content
+    token's time is the TTFT."""
     async for raw in response.content:
         line = raw.strip()
         if not line.startswith(b"data:"):
             continue
         data = line[5:].strip()
         if data == b"[DONE]":
-            return ttft, True
-        if ttft is None:
-            chunk = json.loads(data)
-            choices = chunk.get("choices") or []
+            read.done = True
+            continue
+        if b'"error"' in data and read.error is None:
+            read.error = _error_code(data)
+            if read.error is not None:
+                continue
+        if read.ttft_s is None:
+            try:
+                chunk = json.loads(data)
+            except ValueError:
+                continue  # a malformed event: the stream's end says whether it failed
+            choices = (chunk.get("choices") or []) if isinstance(chunk, dict) else []
             if choices and (choices[0].get("delta") or {}).get("content"):
-                ttft = time.monotonic() - started
-    return ttft, False
+                read.ttft_s = time.monotonic() - started
 
 
 async def send_one(
@@ -217,6 +286,7 @@ async def send_one(
     city: str,
 ) -> Outcome:
     started = time.monotonic()
+    read = StreamRead()
     try:
         async with session.post(
             f"{config.url}/v1/chat/completions", json=body, headers=headers
@@ -227,13 +297,22 @@ async def send_one(
                 reason = await _error_reason(response)
                 return Outcome(False, response.status, reason, None, time.monotonic() - started,
                                region, spilled, city)  # fmt: skip
-            ttft, complete = await _read_stream(response, started)
+            try:
+                await read_stream(response, started, read)
+            except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as exc:
+                if not read.done or read.error is not None:
+                    # Broke after the first byte: a cut stream, whatever the library says.
+                    latency = time.monotonic() - started
+                    reason = f"{StreamBreak.CUT.value}:{type(exc).__name__}"
+                    return Outcome(False, 200, reason, read.ttft_s, latency, region, spilled, city)
+                # After [DONE] the answer is whole; only the chunked terminator was lost.
     except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
         return Outcome(False, 0, type(exc).__name__, None, time.monotonic() - started, "", "", city)
     latency = time.monotonic() - started
-    if not complete:
-        return Outcome(False, 200, "truncated-stream", ttft, latency, region, spilled, city)
-    return Outcome(True, 200, "", ttft, latency, region, spilled, city)
+    reason = read.reason()
+    if reason:
+        return Outcome(False, 200, reason, read.ttft_s, latency, region, spilled, city)
+    return Outcome(True, 200, "", read.ttft_s, latency, region, spilled, city)
 
 
 # ---------------------------------------------------------------------------- the run
@@ -421,6 +500,13 @@ def render_summary(summary: dict[str, Any], header: str) -> str:
         ),
         "  refusals   " + (", ".join(f"{k} {n}" for k, n in summary["refusals"].items()) or "none"),
     ]
+    kinds = summary.get("cut_stream_kinds") or {}
+    if kinds:
+        lines.append(
+            f"  cut        {summary['cut_streams']} streams broke after the first byte ("
+            + ", ".join(f"{k} {n}" for k, n in kinds.items())
+            + ")"
+        )
     return "\n".join(lines)
 
 

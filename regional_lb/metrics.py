@@ -13,7 +13,8 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gtm.metrics import DECISION_LATENCY_BUCKETS
-from gtm.models import Priority
+from gtm.models import Priority, Tier
+from gtm.relay import StreamBreaks
 from gtm.routing.metrics import RoutingMetrics
 
 #: Queue waits and upstream latencies, s: milliseconds to minutes.
@@ -80,6 +81,8 @@ class RegionalMetrics:
             ["target", "outcome"],
             registry=registry,
         )
+        #: Streams from a zone or peer region that broke after the first byte, by cause.
+        self.stream_breaks = StreamBreaks(registry, Tier.REGIONAL)
         self.decision = Histogram(
             "gtm_regional_decision_duration_seconds",
             "Admission + zone choice per request (quota, residency, routing), s.",

@@ -72,6 +72,17 @@ BUSY_RETRY_AFTER_S = 1.0
 _DETAIL_CHARS = 300
 
 
+#: ``gtm_regional_upstream_attempts``' outcome of a relayed response, by its ending.
+_UPSTREAM_OUTCOME = {
+    Ending.COMPLETED: "ok",
+    Ending.CUT_RESET: "cut",
+    Ending.CUT_TIMEOUT: "cut",
+    Ending.CLIENT_GONE: "client-gone",
+    Ending.CANCELLED: "cancelled",
+    Ending.CUT_AFTER_DONE: "cut-after-done",
+}
+
+
 class TargetKind(StrEnum):
     ZONE = "zone"
     PEER = "peer"
@@ -192,7 +203,11 @@ class _RegionalRelay(Relay[Target]):
         extra: Mapping[str, str],
         sign: Callable[[CIMultiDict[str]], None] | None = None,
     ) -> None:
-        super().__init__(request, max_attempts=carrier.settings.max_attempts)
+        super().__init__(
+            request,
+            max_attempts=carrier.settings.max_attempts,
+            breaks=carrier.metrics.stream_breaks,
+        )
         self._carrier = carrier
         self._trip = trip
         self._extra = extra
@@ -228,8 +243,8 @@ class _RegionalRelay(Relay[Target]):
         self._carrier.metrics.upstream.labels(target.id, failure.reason).inc()
 
     def finished(self, target: Target, ending: Ending) -> None:
-        label = "ok" if ending is Ending.COMPLETED else "cut"
-        self._carrier.metrics.upstream.labels(target.id, label).inc()
+        # A client that left is not the target's failure: its own label, not "cut".
+        self._carrier.metrics.upstream.labels(target.id, _UPSTREAM_OUTCOME[ending]).inc()
 
     def exhausted(self) -> Exception:
         failures = self.failures

@@ -18,6 +18,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gtm.clock import Clock
+from gtm.models import Tier
+from gtm.relay import StreamBreaks
 from gtm.routing.metrics import RoutingMetrics
 from zone_agent.accounting import Accounting
 from zone_agent.view import ZoneView
@@ -141,6 +143,8 @@ class ZoneMetrics:
             ["gpu", "outcome"],
             registry=registry,
         )
+        #: Streams from a GPU worker that broke after the first byte, by cause.
+        self.stream_breaks = StreamBreaks(registry, Tier.ZONE)
         self.scrape_failures = Counter(
             "gtm_zone_scrape_failures",
             "Failed /metrics scrapes.",

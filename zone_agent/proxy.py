@@ -217,7 +217,9 @@ class ZoneRelay(Relay[ZoneDecision]):
         facts: ZoneRequest,
         started: float,
     ) -> None:
-        super().__init__(request, max_attempts=path.settings.max_attempts)
+        super().__init__(
+            request, max_attempts=path.settings.max_attempts, breaks=path.metrics.stream_breaks
+        )
         self._path = path
         self._raw = raw
         self._facts = facts

@@ -1,9 +1,12 @@
 """The core relay on a loopback server, with scripted upstreams: retries only before the
-first byte, bounded attempts, cut streams, header rules, releases on every path."""
+first byte, bounded attempts, cut streams (the error event, the reset, the break counts
+and their log lines), header rules, releases on every path."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -12,10 +15,15 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from multidict import CIMultiDict
+from prometheus_client import CollectorRegistry
 
 from gtm.errors import AttemptFailed, UpstreamError
+from gtm.metrics import new_registry
+from gtm.models import Tier
 from gtm.openai_errors import ApiError
-from gtm.relay import Ending, Failure, Relay, Upstream
+from gtm.relay import BreakCause, Ending, Failure, Relay, StreamBreaks, Upstream
+
+SSE = {"content-type": "text/event-stream; charset=utf-8"}
 
 
 @dataclass
@@ -66,11 +74,18 @@ class Script:
     finished: list[tuple[str, Ending]] = field(default_factory=list)
     deadline_passed: bool = False
     retry_4xx: bool = True
+    registry: CollectorRegistry = field(default_factory=new_registry)
+    #: Set when a relayed response ended (``finished`` ran).
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def breaks(self, cause: BreakCause) -> float:
+        labels = {"tier": "zone", "cause": cause.value}
+        return self.registry.get_sample_value("gtm_stream_breaks_total", labels) or 0.0
 
 
 class ScriptRelay(Relay[str]):
-    def __init__(self, request: web.Request, script: Script) -> None:
-        super().__init__(request, max_attempts=3)
+    def __init__(self, request: web.Request, script: Script, breaks: StreamBreaks) -> None:
+        super().__init__(request, max_attempts=3, breaks=breaks)
         self.script = script
 
     def next_target(self, tried: frozenset[str]) -> str | None:
@@ -110,6 +125,7 @@ class ScriptRelay(Relay[str]):
 
     def finished(self, target: str, ending: Ending) -> None:
         self.script.finished.append((target, ending))
+        self.script.ended.set()
 
     def exhausted(self) -> Exception:
         return ApiError(502, "; ".join(f.detail for f in self.failures), code="exhausted")
@@ -125,15 +141,18 @@ async def serve() -> AsyncIterator[Serve]:
     sessions: list[aiohttp.ClientSession] = []
 
     async def start(script: Script) -> tuple[aiohttp.ClientSession, str]:
+        breaks = StreamBreaks(script.registry, Tier.ZONE)
+
         async def handle(request: web.Request) -> web.StreamResponse:
             try:
-                return await ScriptRelay(request, script).forward()
+                return await ScriptRelay(request, script, breaks).forward()
             except ApiError as exc:
                 return exc.response()
 
         app = web.Application()
         app.router.add_post("/v1/chat/completions", handle)
-        server = TestServer(app, host="127.0.0.1")
+        # As gtm.serve: a client that goes away cancels its handler.
+        server = TestServer(app, host="127.0.0.1", handler_cancellation=True)
         await server.start_server()
         servers.append(server)
         session = aiohttp.ClientSession()
@@ -179,23 +198,113 @@ async def test_attempts_are_bounded_and_the_tier_error_answers(serve: Serve) -> 
     assert script.released == ["a", "b", "c"]
 
 
-async def test_a_failure_after_the_first_byte_cuts_the_client_and_is_not_retried(
-    serve: Serve,
+def events(body: bytes) -> list[str]:
+    """The ``data:`` payloads of an SSE body, in order."""
+    return [line[5:].strip().decode() for line in body.split(b"\n") if line.startswith(b"data:")]
+
+
+async def test_a_failure_after_the_first_byte_sends_the_stream_openais_error_event(
+    serve: Serve, caplog: pytest.LogCaptureFixture
 ) -> None:
-    stream = Scripted(
-        headers={"content-type": "text/event-stream"},
-        chunks=(b"data: 1\n\n", UpstreamError("worker died")),
-    )
+    stream = Scripted(headers=SSE, chunks=(b"data: 1\n\n", UpstreamError("worker died")))
     script = Script({"a": stream, "b": Scripted()}, ["a", "b"])
     session, url = await serve(script)
-    async with session.post(url, json={}) as response:
-        assert response.status == 200
-        with pytest.raises(aiohttp.ClientPayloadError):
-            await response.read()
-    assert script.opened == ["a"]
+    with caplog.at_level(logging.DEBUG, logger="gtm.relay"):
+        async with session.post(url, json={}) as response:
+            assert response.status == 200
+            body = await response.read()  # a clean end: the error event says it all
+    first, last = events(body)
+    assert first == "1"
+    error = json.loads(last)["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["type"] == "server_error"
+    assert error["code"] == "upstream_reset"
+    assert "incomplete" in error["message"]
+    assert b"[DONE]" not in body
+    assert script.opened == ["a"]  # never retried after the first byte
     assert script.finished == [("a", Ending.CUT_RESET)]
     assert stream.closed
     assert script.released == ["a"]
+    assert script.breaks(BreakCause.UPSTREAM_RESET) == 1
+    assert script.breaks(BreakCause.CLIENT_DISCONNECT) == 0
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1
+    assert "upstream_reset" in warnings[0].getMessage()
+    assert "worker died" in warnings[0].getMessage()
+    assert warnings[0].exc_info is None  # one line, no traceback
+
+
+async def test_a_break_inside_an_event_ends_it_before_the_error_event(serve: Serve) -> None:
+    stream = Scripted(headers=SSE, chunks=(b'data: {"a": 1}\n\ndata: {"b"', OSError("reset")))
+    script = Script({"a": stream}, ["a"])
+    session, url = await serve(script)
+    async with session.post(url, json={}) as response:
+        body = await response.read()
+    assert body.startswith(b'data: {"a": 1}\n\ndata: {"b"\n\ndata: {"error"')
+    assert json.loads(events(body)[-1])["error"]["code"] == "upstream_reset"
+
+
+async def test_an_upstream_silent_mid_stream_is_an_upstream_timeout(serve: Serve) -> None:
+    stream = Scripted(headers=SSE, chunks=(b"data: 1\n\n", TimeoutError()))
+    script = Script({"a": stream}, ["a"])
+    session, url = await serve(script)
+    async with session.post(url, json={}) as response:
+        body = await response.read()
+    assert json.loads(events(body)[-1])["error"]["code"] == "upstream_timeout"
+    assert script.finished == [("a", Ending.CUT_TIMEOUT)]
+    assert script.breaks(BreakCause.UPSTREAM_TIMEOUT) == 1
+
+
+async def test_a_body_that_is_no_event_stream_is_cut_by_a_reset(serve: Serve) -> None:
+    # A clean end would make a truncated JSON body look whole: the client must see a
+    # short body instead (no last chunk, or fewer bytes than its Content-Length).
+    chunked = Scripted(chunks=(b'{"id": "x", ', UpstreamError("worker died")))
+    sized = Scripted(chunks=(b'{"id": "x", ', UpstreamError("worker died")), content_length=40)
+    for upstream in (chunked, sized):
+        script = Script({"a": upstream, "b": Scripted()}, ["a", "b"])
+        session, url = await serve(script)
+        async with session.post(url, json={}) as response:
+            assert response.status == 200
+            with pytest.raises(aiohttp.ClientPayloadError):
+                await response.read()
+        assert script.opened == ["a"]
+        assert script.finished == [("a", Ending.CUT_RESET)]
+        assert script.breaks(BreakCause.UPSTREAM_RESET) == 1
+
+
+async def test_a_break_after_done_ends_cleanly_and_is_no_warning(
+    serve: Serve, caplog: pytest.LogCaptureFixture
+) -> None:
+    stream = Scripted(headers=SSE, chunks=(b"data: 1\n\n", b"data: [DONE]\n\n", OSError()))
+    script = Script({"a": stream}, ["a"])
+    session, url = await serve(script)
+    with caplog.at_level(logging.DEBUG, logger="gtm.relay"):
+        async with session.post(url, json={}) as response:
+            body = await response.read()
+    assert events(body) == ["1", "[DONE]"]  # the whole answer, and no error after it
+    assert script.finished == [("a", Ending.CUT_AFTER_DONE)]
+    assert script.breaks(BreakCause.AFTER_DONE) == 1
+    assert script.breaks(BreakCause.UPSTREAM_RESET) == 0
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+async def test_a_client_that_leaves_mid_stream_is_counted_apart_and_no_warning(
+    serve: Serve, caplog: pytest.LogCaptureFixture
+) -> None:
+    stream = Scripted(headers=SSE, chunks=(b"data: 1\n\n", None))  # then silence
+    script = Script({"a": stream}, ["a"])
+    session, url = await serve(script)
+    with caplog.at_level(logging.DEBUG, logger="gtm.relay"):
+        async with session.post(url, json={}) as response:
+            assert await response.content.readline() == b"data: 1\n"
+        # Leaving the block before the body's end closes the connection.
+        await asyncio.wait_for(script.ended.wait(), 10.0)
+    assert script.finished == [("a", Ending.CLIENT_GONE)]
+    assert stream.closed  # the upstream sees the client go
+    assert script.released == ["a"]
+    assert script.breaks(BreakCause.CLIENT_DISCONNECT) == 1
+    assert script.breaks(BreakCause.UPSTREAM_RESET) == 0
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 async def test_a_reset_before_the_first_byte_is_retried(serve: Serve) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import cast
 
@@ -10,7 +11,22 @@ import pytest
 from multidict import CIMultiDict
 
 from gtm.errors import AttemptFailed, GtmError, RelayError, UpstreamError
-from gtm.relay import HOP_BY_HOP, AiohttpUpstream, Failure, all_busy, describe, end_to_end, skip_set
+from gtm.metrics import new_registry
+from gtm.models import Tier
+from gtm.relay import (
+    HOP_BY_HOP,
+    AiohttpUpstream,
+    BreakCause,
+    Ending,
+    Failure,
+    StreamBreaks,
+    all_busy,
+    cut_event,
+    describe,
+    end_to_end,
+    is_event_stream,
+    skip_set,
+)
 
 
 def test_the_hop_by_hop_set_holds_rfc_9110_and_the_classic_names() -> None:
@@ -127,3 +143,55 @@ def test_no_tier_keeps_a_hop_by_hop_set_of_its_own() -> None:
     for tier in ("global_lb", "regional_lb", "zone_agent"):
         for module in (root / tier).rglob("*.py"):
             assert '"proxy-authenticate"' not in module.read_text(), module
+
+
+def test_every_early_ending_has_a_break_cause_and_completion_has_none() -> None:
+    assert Ending.COMPLETED.cause is None
+    assert Ending.CUT_RESET.cause is BreakCause.UPSTREAM_RESET
+    assert Ending.CUT_TIMEOUT.cause is BreakCause.UPSTREAM_TIMEOUT
+    assert Ending.CLIENT_GONE.cause is BreakCause.CLIENT_DISCONNECT
+    assert Ending.CANCELLED.cause is BreakCause.CANCELLED
+    assert Ending.CUT_AFTER_DONE.cause is BreakCause.AFTER_DONE
+    assert {e.cause for e in Ending} - {None} == set(BreakCause)
+
+
+def test_the_cut_event_is_one_sse_event_in_openais_error_shape() -> None:
+    event = cut_event(BreakCause.UPSTREAM_TIMEOUT)
+    assert event.startswith(b"data: ")
+    assert event.endswith(b"\n\n")
+    assert event.count(b"\n") == 2
+    body = json.loads(event[len(b"data: ") :])
+    assert body == {
+        "error": {
+            "message": body["error"]["message"],
+            "type": "server_error",
+            "param": None,
+            "code": "upstream_timeout",
+        }
+    }
+    assert "stopped sending" in body["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("content_type", "expected"),
+    [
+        ("text/event-stream", True),
+        ("Text/Event-Stream; charset=utf-8", True),
+        ("application/json", False),
+        ("", False),
+    ],
+)
+def test_event_streams_are_told_by_their_content_type(content_type: str, expected: bool) -> None:
+    assert is_event_stream(CIMultiDict({"Content-Type": content_type})) is expected
+
+
+def test_stream_breaks_start_at_zero_for_every_cause_and_count_per_tier() -> None:
+    registry = new_registry()
+    breaks = StreamBreaks(registry, Tier.REGIONAL)
+    for cause in BreakCause:
+        labels = {"tier": "regional", "cause": cause.value}
+        assert registry.get_sample_value("gtm_stream_breaks_total", labels) == 0.0
+    breaks.count(BreakCause.CLIENT_DISCONNECT)
+    breaks.count(BreakCause.CLIENT_DISCONNECT)
+    labels = {"tier": "regional", "cause": "client_disconnect"}
+    assert registry.get_sample_value("gtm_stream_breaks_total", labels) == 2.0
