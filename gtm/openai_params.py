@@ -323,26 +323,25 @@ def _stream_options(name: str, value: object) -> None:
         _boolean(f"{name}.include_usage", usage)
 
 
-def _response_format(name: str, value: object) -> None:
-    form = _object(name, value)
-    kind_ = form.get("type")
-    if kind_ is None:
-        raise missing(f"{name}.type")
-    _RESPONSE_FORMAT_TYPE(f"{name}.type", kind_)
-    if kind_ == "json_schema":
-        schema = form.get("json_schema")
-        if schema is None:
-            raise missing(f"{name}.json_schema")
-        _named(f"{name}.json_schema", schema)
+def _member(owner: Mapping[str, object], path: str, member: str, rule: Rule) -> object:
+    """``owner``'s required ``member``, checked by ``rule`` (as ``path.member``)."""
+    value = owner.get(member)
+    where = f"{path}.{member}"
+    if value is None:
+        raise missing(where)
+    rule(where, value)
+    return value
 
 
 def _named(name: str, value: object) -> None:
     """An object with a string ``name`` (a function, a JSON schema)."""
-    named = _object(name, value)
-    label = named.get("name")
-    if label is None:
-        raise missing(f"{name}.name")
-    _string(f"{name}.name", label)
+    _member(_object(name, value), name, "name", _string)
+
+
+def _response_format(name: str, value: object) -> None:
+    form = _object(name, value)
+    if _member(form, name, "type", _RESPONSE_FORMAT_TYPE) == "json_schema":
+        _member(form, name, "json_schema", _named)
 
 
 def _tools(name: str, value: object) -> None:
@@ -351,15 +350,8 @@ def _tools(name: str, value: object) -> None:
     for index, item in enumerate(value):
         where = f"{name}[{index}]"
         tool = _object(where, item)
-        kind_ = tool.get("type")
-        if kind_ is None:
-            raise missing(f"{where}.type")
-        _TOOL_TYPE(f"{where}.type", kind_)
-        if kind_ == "function":
-            function = tool.get("function")
-            if function is None:
-                raise missing(f"{where}.function")
-            _named(f"{where}.function", function)
+        if _member(tool, where, "type", _TOOL_TYPE) == "function":
+            _member(tool, where, "function", _named)
 
 
 def _tool_choice(name: str, value: object) -> None:
@@ -369,15 +361,8 @@ def _tool_choice(name: str, value: object) -> None:
         return
     if not isinstance(value, dict):
         raise invalid_type(name, "one of 'none', 'auto', 'required', or an object", value)
-    kind_ = value.get("type")
-    if kind_ is None:
-        raise missing(f"{name}.type")
-    _string(f"{name}.type", kind_)
-    if kind_ == "function":
-        function = value.get("function")
-        if function is None:
-            raise missing(f"{name}.function")
-        _named(f"{name}.function", function)
+    if _member(value, name, "type", _string) == "function":
+        _member(value, name, "function", _named)
 
 
 def _check_stream_options(body: Mapping[str, object]) -> None:

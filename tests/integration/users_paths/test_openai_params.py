@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gtm.state.etcd_server import EtcdServer
 from tests.integration.gtmctl.up.helpers import Up, running_up
+from tests.integration.users_paths.test_openai_errors import _tiers
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
 
@@ -33,16 +34,6 @@ DECISIONS = (
     "gtm_regional_admitted_total",
     "gtm_zone_assignments_total",
 )
-
-
-def _tiers(up: Up) -> dict[str, str]:
-    region = up.topology.regions[0]
-    zone_port = up.topology.zone_port(region, region.zones[0])
-    return {
-        "front door": up.base_url,
-        "regional LB": f"http://{region.address}:{up.http_port}",
-        "zone agent": f"http://{region.address}:{zone_port}",
-    }
 
 
 async def _decisions(session: aiohttp.ClientSession, up: Up) -> float:
