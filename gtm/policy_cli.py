@@ -239,6 +239,9 @@ async def _apply(url: StateUrl, given: tuple[LoadedDocument, ...], options: _App
         )
     finally:
         await store.aclose()
+    if not result.changed:  # only leftovers differed: nothing to commit
+        click.echo(f"unchanged: generation {result.generation} already has these policies")
+        return
     _echo_applied(url, plan, result, backup)
 
 

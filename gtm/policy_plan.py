@@ -17,7 +17,7 @@ dry run reads like a review.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -92,6 +92,7 @@ def plan_changes(
     prune: bool,
     base_generation: int,
     base_revision: int,
+    named: Collection[tuple[str, str]] | None = None,
 ) -> ApplyPlan:
     """The plan of applying ``given`` over the ``committed`` generation.
 
@@ -100,6 +101,8 @@ def plan_changes(
             ``prune``, to cross-check the merged set; may be empty with ``prune``).
         stored: (kind, name) → stored value of every document under the policy prefix,
             committed or not.
+        named: the (kind, name) of every document the commit names (default: those of
+            ``committed``); a stored document it does not name is a leftover.
 
     Raises:
         PolicyValidationError / PolicyConflictError: the next generation does not
@@ -108,12 +111,12 @@ def plan_changes(
     given_refs = {(d.kind.value, d.name) for d in given}
     kept = [] if prune else [d for d in committed if (d.kind.value, d.name) not in given_refs]
     policy_set = build_policy_set([*kept, *given])
-    committed_refs = {(d.kind.value, d.name) for d in committed}
+    in_commit = set(named) if named is not None else {(d.kind.value, d.name) for d in committed}
     changes = [_given_change(d, stored.get((d.kind.value, d.name))) for d in given]
     for ref, before in sorted(stored.items()):
         if ref in given_refs:
             continue
-        if ref not in committed_refs and not prune:
+        if ref not in in_commit:
             change = Change.DISCARDED
         else:
             change = Change.DELETED if prune else Change.KEPT

@@ -297,6 +297,7 @@ async def plan_apply(
         prune=prune,
         base_generation=record.generation if record else 0,
         base_revision=listing.revision,
+        named={(ref.kind, ref.name) for ref in record.documents} if record else set(),
     )
 
 

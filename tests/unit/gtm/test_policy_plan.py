@@ -52,13 +52,14 @@ def test_without_prune_the_stored_documents_not_given_are_kept(
     assert fates["Tenants/leftover"] is Change.DISCARDED
     assert set(plan.policy_set.profiles) == {"global-default", "regional-default", "zone-default"}
     assert not plan.writes  # a leftover alone is no reason for a generation
-    pruned = plan_changes((), stored, others, prune=True, base_generation=3, base_revision=9)
-    assert {c.ref for c in pruned.of(Change.DELETED)} == {
-        "RoutingProfiles/example-routing",
-        "Tenants/leftover",
-    }
+    named = set(stored_of(examples))  # what the commit names: not the leftover
+    pruned = plan_changes(
+        (), stored, others, prune=True, base_generation=3, base_revision=9, named=named
+    )
+    assert [c.ref for c in pruned.of(Change.DELETED)] == ["RoutingProfiles/example-routing"]
+    assert [c.ref for c in pruned.of(Change.DISCARDED)] == ["Tenants/leftover"]
     assert not pruned.policy_set.profiles
-    assert pruned.counts() == "5 unchanged, 2 deleted"
+    assert pruned.counts() == "5 unchanged, 1 deleted, 1 discarded"
 
 
 TENANT = """\
