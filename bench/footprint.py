@@ -268,13 +268,19 @@ def heap_table(samples: list[Sample], top: int = 12) -> str:
 
 
 def violations(samples: list[Sample]) -> list[str]:
-    """What the serving processes import that they must not (the target)."""
-    found = []
+    """What the serving processes import that they must not (the target), per kind."""
+    found: dict[tuple[str, str], int] = {}
+    counts: dict[str, int] = {}
     for s in samples:
-        bad = loaded(frozenset(s.modules), NOT_IN_A_DAEMON) if s.kind in SERVING else []
-        if bad:
-            found.append(f"{s.kind} (pid {s.pid}) imports {', '.join(bad)}")
-    return found
+        if s.kind not in SERVING:
+            continue
+        counts[s.kind] = counts.get(s.kind, 0) + 1
+        for name in loaded(frozenset(s.modules), NOT_IN_A_DAEMON):
+            found[s.kind, name] = found.get((s.kind, name), 0) + 1
+    return [
+        f"{kind} ({n} of {counts[kind]} processes) imports {name}"
+        for (kind, name), n in found.items()
+    ]
 
 
 async def run_load(url: str, seconds: float) -> None:
@@ -393,7 +399,7 @@ def main() -> None:
     kinds = {s.kind for s in started}
     missing = [k for k in ("up", *SERVING) if k not in kinds]
     unprobed = [f"{s.kind} (pid {s.pid})" for s in started if s.kind in SERVING and not s.modules]
-    bad = violations(started) + violations(loaded)
+    bad = sorted({*violations(started), *violations(loaded)})
     problems = (
         [f"no {k} process found" for k in missing]
         + [f"{u}: no module list (probe did not answer)" for u in unprobed]

@@ -22,7 +22,7 @@ def test_a_serving_process_that_imports_the_simulator_misses_the_target() -> Non
     x509 = Sample(3, "global", 1, 1, 1, ("cryptography", "cryptography.x509"))
     parent = Sample(4, "up", 1, 1, 1, ("gtmctl.up", "fleetsim"))  # not a serving process
     assert violations([clean, parent]) == []
-    assert violations([clean, simulator, x509]) == [
-        "gpu-sim (pid 2) imports fleetsim",
-        "global (pid 3) imports cryptography.x509",
+    assert violations([clean, simulator, x509, clean]) == [
+        "gpu-sim (1 of 1 processes) imports fleetsim",
+        "global (1 of 1 processes) imports cryptography.x509",
     ]
