@@ -1,11 +1,11 @@
 """``policy`` and ``audit`` commands. ``gtm`` mounts them (``gtm policy …``,
 ``gtm audit …``); ``python -m policies`` runs them without the rest of gtm.
 
-``gtm policy apply`` needs the state store, so it lives in :mod:`gtm.policy_cli`; so
-does the GeoIP lookup of ``gtm policy explain --client-ip`` (the front door's database),
-which this package reaches through :data:`LOCATE_KEY` in the click context's ``meta``
-rather than by importing gtm. Without it (``python -m policies``) only private and
-loopback addresses are accepted.
+``gtm policy apply`` and ``export`` need the state store, so they live in
+:mod:`gtm.policy_cli`; so does the GeoIP lookup of ``gtm policy explain --client-ip``
+(the front door's database), which this package reaches through :data:`LOCATE_KEY` in
+the click context's ``meta`` rather than by importing gtm. Without it (``python -m
+policies``) only private and loopback addresses are accepted.
 """
 
 from __future__ import annotations
