@@ -64,12 +64,12 @@ from policies.loader import (
 )
 from policies.policyset import LoadedDocument
 
-_STATE_HELP = "Store: etcd://HOST:PORT[,HOST:PORT…]."
+_STORE_FORM = "etcd://HOST:PORT[,HOST:PORT…]"
 
 
 @click.command("apply")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--state", required=True, help=f"{_STATE_HELP[:-1]} to apply to.")
+@click.option("--state", required=True, help=f"Store to apply to: {_STORE_FORM}.")
 @click.option(
     "--expected-revision",
     type=click.IntRange(min=0),
@@ -146,7 +146,7 @@ def apply_command(
 
 @click.command("export")
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--state", required=True, help=f"{_STATE_HELP[:-1]} to read from.")
+@click.option("--state", required=True, help=f"Store to read from: {_STORE_FORM}.")
 def export_command(directory: Path, state: str) -> None:
     """Write the committed policy documents to DIRECTORY, one JSON file per document.
 
