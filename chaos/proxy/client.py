@@ -1,7 +1,7 @@
 """A typed adapter around toxiproxy-python 0.1.1 that fixes its pitfalls.
 
 toxiproxy-python (the client the design names; import name ``toxiproxy``) works against
-Toxiproxy 2.12 and against our server, but (anchors/chaos-and-toxiproxy.md §b):
+Toxiproxy 2.12 and against our server, but (read against its 0.1.1 source):
 
 1. only 400/404/409 raise; a 500 bind error surfaces as ``KeyError: 'name'``, a failed
    re-enable goes unnoticed, a 503 raises JSONDecodeError;
