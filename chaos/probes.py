@@ -25,6 +25,7 @@ from pydantic import Field, model_validator
 from chaos.journal import DnsRecord, FaultAction, Journal, MetricRecord, Phase, RequestRecord
 from gtm.models import Frozen, Identifier
 from gtm.stats import percentile
+from gtmctl.load import is_stream_break
 
 
 class Window(StrEnum):
@@ -390,6 +391,41 @@ class StatusCount(_Probe):
         )
 
 
+class CutStreams(_Probe):
+    """How many requests of a window failed as a stream that broke after its first byte
+    (an error event instead of ``[DONE]``, a connection cut mid-body, or no ``[DONE]``:
+    :class:`gtmctl.load.StreamBreak`), between ``min`` and ``max``: a started stream
+    cannot be retried, so a GPU that dies mid-stream must cut (and tell) exactly the
+    streams it carried, and no other fault may cut any."""
+
+    probe: Literal["cut_streams"] = "cut_streams"
+    min: int = Field(default=0, ge=0)
+    max: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> CutStreams:
+        if self.max is not None and self.max < self.min:
+            raise ValueError(f"max ({self.max}) is below min ({self.min})")
+        if self.min == 0 and self.max is None:
+            raise ValueError("cut_streams needs min ≥ 1 or a max")
+        return self
+
+    def measure(self, journal: Journal) -> Measurement:
+        label = self.label("cut streams")
+        parts = [f"≥ {self.min}"] if self.min else []
+        parts += [f"≤ {self.max}"] if self.max is not None else []
+        tolerance = " and ".join(parts)
+        found = requests_in(journal, self.window, self.skip_s, self.stream)
+        if found is None:
+            return _not_reached(label, tolerance, self.window)
+        cut = [r for r in found if not r.ok and is_stream_break(r.reason)]
+        count = len(cut)
+        passed = count >= self.min and (self.max is None or count <= self.max) and bool(found)
+        reasons = ", ".join(sorted({r.reason for r in cut})[:5])
+        detail = f"{count}/{len(found)} requests" + (f" ({reasons})" if reasons else "")
+        return Measurement(label, float(count), tolerance, passed, len(found), detail)
+
+
 class RegionShare(_Probe):
     """Share of the successful requests served by ``regions`` (or ``zones``, or
     ``gpus``: exactly one of them), within [``min``, ``max``]. With ``step`` the window
@@ -712,6 +748,7 @@ Probe = Annotated[
     | SpillShare
     | SpillCount
     | StatusCount
+    | CutStreams
     | RegionShare
     | FaultRefused
     | MetricValue

@@ -1,6 +1,6 @@
 """The game-day report: ``journal.json``, ``summary.md`` and ``timeline.png``.
 
-Shape (anchors/chaos-and-toxiproxy.md §e, after the Chaos Toolkit journal, AWS
+Shape (after the Chaos Toolkit journal, AWS
 Well-Architected REL12-BP05 and the Google SRE postmortem): header with environment and
 versions; hypothesis and method as replayable fault specs; a UTC timeline (phases,
 injections, rollbacks, each change of a DNS answer); each criterion with its measured
@@ -25,6 +25,7 @@ from gtm._version import __version__
 from gtm.errors import GtmError
 from gtm.state.etcd_server import find_etcd_binary
 from gtm.stats import percentile
+from gtmctl.load import is_stream_break
 
 #: Width of the timeline plot's buckets, s.
 BUCKET_S = 1.0
@@ -126,6 +127,7 @@ def render_summary(
     ttfts = [r.ttft_s for r in ok if r.ttft_s is not None]
     regions = Counter(r.region for r in ok if r.region)
     failures = Counter(f"{r.status} {r.reason}".strip() for r in journal.requests if not r.ok)
+    cut = Counter(r.reason for r in journal.requests if not r.ok and is_stream_break(r.reason))
     end = journal.ended_at or 0.0
     lines = [
         f"# Game day: {scenario.title}",
@@ -164,6 +166,8 @@ def render_summary(
         "- Served by region: "
         + (", ".join(f"{r} {n}" for r, n in regions.most_common()) or "none"),
         "- Failures: " + (", ".join(f"{k} ×{n}" for k, n in failures.most_common()) or "none"),
+        f"- Cut streams (broke after the first byte): {sum(cut.values())}"
+        + (" (" + ", ".join(f"{k} ×{n}" for k, n in cut.most_common()) + ")" if cut else ""),
         "- Residency violations: "
         + (
             ", ".join(f"{m.value_text()} ({m.detail})" for m in residency)

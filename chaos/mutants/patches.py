@@ -101,12 +101,18 @@ def no_retry_before_first_byte() -> None:
     client's, not retried on another GPU, zone or region."""
     from aiohttp import web
 
-    from gtm.relay import Relay
+    from gtm.relay import Relay, StreamBreaks
 
     original = Relay.__init__
 
-    def init(self: Relay[Any], request: web.Request, *, max_attempts: int = 3) -> None:
-        original(self, request, max_attempts=1)
+    def init(
+        self: Relay[Any],
+        request: web.Request,
+        *,
+        max_attempts: int = 3,
+        breaks: StreamBreaks | None = None,
+    ) -> None:
+        original(self, request, max_attempts=1, breaks=breaks)
 
     Relay.__init__ = init  # type: ignore[method-assign]
 

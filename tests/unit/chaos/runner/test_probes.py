@@ -8,6 +8,7 @@ import pytest
 
 from chaos.journal import Journal
 from chaos.probes import (
+    CutStreams,
     DnsAnswers,
     FailoverTime,
     Oscillation,
@@ -246,3 +247,32 @@ def test_ignored_statuses_and_refusals_are_not_the_dead_target() -> None:
     assert rate.value == 1.0
     assert rate.samples == 2
     assert FailoverTime(step="kill", max_s=1.0).measure(j).value == 0.0
+
+
+def test_cut_streams_count_the_streams_that_broke_after_their_first_byte() -> None:
+    j = journal()
+    j.requests += [
+        ok(1),
+        failed(2, 200, "stream-error:upstream_reset", attempts=1),
+        failed(3, 200, "cut-stream:ClientPayloadError", attempts=1),
+        failed(4, 200, "truncated-stream", attempts=1),
+        failed(5, 502, "http-502"),
+        failed(11, 200, "stream-error:upstream_timeout", attempts=1),
+    ]
+    before = CutStreams(max=0, window=Window.BEFORE).measure(j)
+    assert before.value == 3
+    assert not before.passed
+    assert before.detail == (
+        "3/5 requests (cut-stream:ClientPayloadError, stream-error:upstream_reset, "
+        "truncated-stream)"
+    )
+    assert CutStreams(min=1, max=1, window=Window.DURING).measure(j).passed
+    nothing = CutStreams(max=0, window=Window.AFTER).measure(j)
+    assert (nothing.value, nothing.passed, nothing.samples) == (0, False, 0)  # measured nothing
+
+
+def test_cut_streams_needs_a_bound() -> None:
+    with pytest.raises(ValueError, match="needs min"):
+        CutStreams()
+    with pytest.raises(ValueError, match="below min"):
+        CutStreams(min=2, max=1)

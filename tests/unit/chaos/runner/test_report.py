@@ -70,6 +70,7 @@ def test_report_files(tmp_path: Path) -> None:
     assert "| failover time after kill | 2.5 | ≤ 3 s | PASS |" in summary
     assert "| requests lost (during) | 1 | ≤ 0 | **FAIL** |" in summary
     assert "1 lost** (failed after every attempt), 2 retried (3 extra attempts" in summary
+    assert "- Cut streams (broke after the first byte): 0\n" in summary
     assert "gtm 0.1.0, commit abc123; Python 3.11.2; etcd 3.5.1" in summary
     # The timeline is in UTC and shows DNS answer changes once each.
     assert "| 2023-11-14T22:13:30.000Z |   10.00 | inject `kill` (kill)" in summary
@@ -131,3 +132,21 @@ def test_progress_line() -> None:
     assert "during" in line
     assert "in flight 3" in line
     assert "faults: none" in line  # the fake journal rolled its fault back
+
+
+def test_cut_streams_have_their_own_line_and_reasons(tmp_path: Path) -> None:
+    scenario, j = _scenario(), _journal()
+    j.requests += [
+        failed(13.0, 200, "stream-error:upstream_reset", attempts=1),
+        failed(13.5, 200, "stream-error:upstream_reset", attempts=1),
+        failed(14.0, 200, "cut-stream:ClientPayloadError", attempts=1),
+    ]
+    results = [p.measure(j) for p in scenario.hypothesis]
+    summary = write_report(
+        tmp_path, scenario, "s.yaml", j, results, RunStatus.COMPLETED, ENVIRONMENT
+    ).read_text()
+    assert "200 stream-error:upstream_reset ×2" in summary
+    assert (
+        "- Cut streams (broke after the first byte): 3 (stream-error:upstream_reset ×2, "
+        "cut-stream:ClientPayloadError ×1)"
+    ) in summary
