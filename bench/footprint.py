@@ -267,6 +267,21 @@ def heap_table(samples: list[Sample], top: int = 12) -> str:
     return "\n".join(lines)
 
 
+def packages_table(samples: list[Sample], top: int = 12) -> str:
+    """Per kind, the top-level packages with the most modules (one process of each)."""
+    lines = ["## Modules by top-level package (one process of each kind)", ""]
+    for kind, group in _kinds(samples):
+        modules = next((s.modules for s in group if s.modules), ())
+        if not modules:
+            continue
+        counts: dict[str, int] = {}
+        for name in modules:
+            counts[name.split(".")[0]] = counts.get(name.split(".")[0], 0) + 1
+        ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:top]
+        lines.append(f"- **{kind}** ({len(modules)}): " + ", ".join(f"{p} {n}" for p, n in ranked))
+    return "\n".join(lines)
+
+
 def violations(samples: list[Sample]) -> list[str]:
     """What the serving processes import that they must not (the target), per kind."""
     found: dict[tuple[str, str], int] = {}
@@ -383,6 +398,8 @@ def main() -> None:
     print(table("after start", started))
     print()
     print(table(f"after {args.load_seconds:g} s of gtm load", loaded))
+    print()
+    print(packages_table(loaded))
     if args.tracemalloc:
         print()
         print(heap_table(loaded))
