@@ -30,15 +30,16 @@ load within ``--settle`` seconds after it. A short run extrapolates a few minute
 samples to an hour, so its slopes are noisy (a 1 MB step in a 90 MB process over five
 minutes reads as 13 %/h): the figure is the one-hour run.
 
-``--tracemalloc`` runs every process with ``GTM_TRACEMALLOC_DIR`` (:mod:`gtm.memdebug`:
-allocation tracing, a snapshot on SIGUSR2), snapshots each at the end of the warm-up
-and at the end of the load, and prints per kind the source lines whose allocations grew
-most in between. Tracing slows every process down: RSS figures of such a run are not
-comparable with a plain one.
+``--tracemalloc KINDS`` runs every process with ``GTM_TRACEMALLOC_DIR``
+(:mod:`gtm.memdebug`: a SIGUSR2 starts allocation tracing and writes a snapshot),
+signals the processes of those kinds at the end of the warm-up and at the end of the
+load, and prints per kind the source lines whose allocations made in between are
+still alive. Tracing slows the traced processes down and costs memory of its own: RSS
+figures of such a run are not comparable with a plain one.
 
     python bench/soak.py                         # 1 h at 1× the trace's rate
     python bench/soak.py --rate-scale 3 --duration 600 --warmup 120
-    python bench/soak.py --duration 600 --tracemalloc
+    python bench/soak.py --duration 600 --tracemalloc global,zone
     python bench/soak.py --smoke                 # one region, ~40 s of load (make bench)
 """
 
@@ -380,10 +381,11 @@ class Sampler:
             if (n := count_fds(s.proc.pid)) is not None
         }
 
-    def snapshot(self, directory: Path, n: int) -> None:
-        """SIGUSR2 to every gtm process: each writes its n-th allocation snapshot."""
+    def snapshot(self, kinds: Sequence[str]) -> None:
+        """SIGUSR2 to the gtm processes of ``kinds``: each writes its next allocation
+        snapshot (the first signal starts tracing)."""
         for series in self._run.series.values():
-            if series.proc.kind != "etcd":
+            if series.proc.kind in kinds:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(series.proc.pid, signal.SIGUSR2)
 
@@ -425,6 +427,7 @@ async def soak(args: argparse.Namespace, work: Path) -> Run:
     requests = looped(trace, args.duration, args.rate_scale)
     run.requests = len(requests)
     snap_dir = work / "tracemalloc"
+    traced = tuple(k for k in (args.tracemalloc or "").split(",") if k)
     env = ((DIR_ENV, str(snap_dir)),) if args.tracemalloc else ()
     spec = LaunchSpec(
         topology=private_topology(work, args.regions),
@@ -464,7 +467,7 @@ async def soak(args: argparse.Namespace, work: Path) -> Run:
             supervisor.spawn("sample", sample_loop(sampler, run, args.duration, args.interval))
             snapping = None
             if args.tracemalloc:
-                snapping = supervisor.spawn("snapshot", _snap_at(sampler, snap_dir, args.warmup, 1))
+                snapping = supervisor.spawn("snapshot", _snap_at(sampler, args.warmup, traced))
             try:
                 await load.run()
                 run.load_s = sampler.at()
@@ -474,8 +477,8 @@ async def soak(args: argparse.Namespace, work: Path) -> Run:
                 await supervisor.aclose()
             await sampler.sample()
             if snapping is not None:
-                sampler.snapshot(snap_dir, 2)
-                pids = [s.proc.pid for s in run.series.values() if s.proc.kind != "etcd"]
+                sampler.snapshot(traced)
+                pids = [s.proc.pid for s in run.series.values() if s.proc.kind in traced]
                 await wait_snapshots(snap_dir, pids, 2, 120.0)
                 for name, s in run.series.items():
                     first = snap_dir / f"{s.proc.pid}-1{SUFFIX}"
@@ -498,9 +501,9 @@ async def soak(args: argparse.Namespace, work: Path) -> Run:
     return run
 
 
-async def _snap_at(sampler: Sampler, directory: Path, at_s: float, n: int) -> None:
+async def _snap_at(sampler: Sampler, at_s: float, kinds: Sequence[str]) -> None:
     await asyncio.sleep(max(0.0, at_s - sampler.at()))
-    sampler.snapshot(directory, n)
+    sampler.snapshot(kinds)
 
 
 # ---------------------------------------------------------------------------- report
@@ -682,8 +685,9 @@ def heap_growth(run: Run, top: int = 8) -> list[str]:
         a = tracemalloc.Snapshot.load(str(first))
         b = tracemalloc.Snapshot.load(str(second))
         for stat in b.compare_to(a, "traceback"):
-            frames = [f"{_short(fr.filename)}:{fr.lineno}" for fr in stat.traceback]
-            key = " < ".join(frames[:4])
+            # Innermost frame (where the block was allocated) first, then its callers.
+            frames = [f"{_short(fr.filename)}:{fr.lineno}" for fr in reversed(stat.traceback)]
+            key = " < ".join(frames[:5])
             by_kind[kind][key] += stat.size_diff
             counts[kind][key] += stat.count_diff
     lines = []
@@ -800,8 +804,10 @@ def main() -> None:
     parser.add_argument("--request-timeout", type=float, default=LoadConfig().timeout_s)
     parser.add_argument("--settle", type=float, default=60.0,
                         help="s the descriptors get to come back after the load")  # fmt: skip
-    parser.add_argument("--tracemalloc", action="store_true",
-                        help="trace allocations; print what grew after the warm-up")  # fmt: skip
+    parser.add_argument("--tracemalloc", metavar="KINDS", default="",
+                        help="trace allocations in these kinds of process (comma-separated: "
+                        "global,regional,zone,gpu-sim) from the end of the warm-up; print "
+                        "what grew")  # fmt: skip
     parser.add_argument("--report", type=Path, default=ROOT / "reports" / "soak",
                         help="directory for the table, the samples (CSV) and the plot")  # fmt: skip
     parser.add_argument("--keep", action="store_true", help="keep the run directory (logs)")

@@ -124,6 +124,12 @@ class FrontDoor:
             "used dropped first).",
             registry=registry,
         ).set_function(lambda: len(self._locations))
+        Gauge(
+            "gtm_global_placement_memory_entries",
+            "Prompt blocks remembered with the region they were sent to (bounded by the "
+            "memory's capacity and time to live).",
+            registry=registry,
+        ).set_function(lambda: len(self._regions_sent.memory))
 
     @property
     def ledger(self) -> InflightLedger:

@@ -19,6 +19,7 @@ command before any subcommand runs).
 
 from __future__ import annotations
 
+import gc
 import itertools
 import os
 import signal
@@ -55,6 +56,7 @@ def install_from_env(environ: Mapping[str, str] = os.environ) -> bool:
     def dump(signum: int, frame: FrameType | None) -> None:
         if not tracemalloc.is_tracing():
             tracemalloc.start(frames)
+        gc.collect()  # what is left is alive, not garbage waiting for a collection
         pid = os.getpid()
         path = snapshot_path(target, pid, next(counter))
         partial = path.with_suffix(".partial")

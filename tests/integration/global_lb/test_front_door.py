@@ -22,6 +22,7 @@ import yaml
 from aiohttp import web
 from multidict import CIMultiDict
 from openai import AsyncOpenAI
+from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 
 from global_lb.app import GlobalConfig, GlobalTier
@@ -362,6 +363,16 @@ async def test_route_api_service_endpoints_and_audit(deployment: Deployment) -> 
         async with http.get(deployment.http + "/metrics") as response:
             text = await response.text()
         assert 'gtm_global_decisions_total{channel="route",outcome="' in text
+        # The sizes of its bounded caches (gtm.geo.CachedLocator, the placement memory).
+        sizes = {
+            s.name: s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+            if s.name.endswith("_entries")
+        }
+        assert sizes["gtm_global_location_cache_entries"] >= 1  # Stockholm's address
+        assert "gtm_global_placement_memory_entries" in sizes
+        assert "gtm_event_loop_tasks" in text
         async with http.post(deployment.http + "/v1/route", json={"model": "m"}) as response:
             assert response.status == 401
     report = verify([deployment.audit_dir])
