@@ -25,7 +25,9 @@ from typing import Any
 
 from global_lb.batch import GlobalCap, RegionBatch
 from global_lb.plugins import global_registry, residency
-from global_lb.profile_names import DNS_PROFILE_NAME, NEAREST_PROFILE_NAME, REQUEST_PROFILE_NAME
+from global_lb.profile_names import DNS_PROFILE_NAME as DNS_PROFILE_NAME
+from global_lb.profile_names import NEAREST_PROFILE_NAME as NEAREST_PROFILE_NAME
+from global_lb.profile_names import REQUEST_PROFILE_NAME as REQUEST_PROFILE_NAME
 from gtm.errors import ConfigError, PluginError
 from gtm.models import Tier
 from gtm.policy_store import ActivePolicy

@@ -68,7 +68,7 @@ from zone_agent.plugins import (
     ttft_scorer,
     weighted_round_robin_picker,
 )
-from zone_agent.profile_names import DEFAULT_PROFILE
+from zone_agent.profile_names import DEFAULT_PROFILE as DEFAULT_PROFILE
 from zone_agent.router import ZoneProfile
 
 #: The zone's plugin types under their names before the one vocabulary (the core's
