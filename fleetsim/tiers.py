@@ -40,7 +40,7 @@ from policies import Verdict
 from regional_lb import profiles as regional_profiles
 from regional_lb.fairqueue import FairQueue, RefusalReason
 from regional_lb.plugins.prefix import ZoneMemory
-from regional_lb.router import Inputs, Reason, RegionalDecision, RegionalRouter, Route
+from regional_lb.router import Inputs, RegionalDecision, RegionalRouter, Route
 from regional_lb.summary import build_summary as region_summary
 from regional_lb.view import ViewBuilder as RegionalViewBuilder
 from regional_lb.view import ViewSettings as RegionalViewSettings
@@ -291,21 +291,9 @@ class Tiers(Routing):
             now=now,
             now_wall=now,
             trace=self.trace,
+            keeper=self.zones_sent[region] if self.affinity else None,
         )
         sim.tier_ns["regional"] += perf_counter_ns() - t0
-        if self.affinity and decision.route is Route.SPILL and decision.reason is Reason.DEGRADED:
-            # The split drew it for a peer: a request whose prefix is here stays.
-            router, view, acc = self.routers[region], self.rviews[region], self.zacc[region]
-            kept = self.zones_sent[region].keep_local(
-                rr,
-                lambda: _zone_of(router.place(rr, view, inputs, accounting=acc, trace=False)),
-                lambda: zone_candidates(view, rr.model, acc),
-                tokens_per_block=inputs.tokens_per_block,
-                now=now,
-            )
-            if kept is not None:
-                self._dispatch_local(i, rr, region, inputs, kept, now, extra)
-                return
         if decision.route is Route.LOCAL and decision.zone is not None:
             self._dispatch_local(i, rr, region, inputs, decision.zone, now, extra)
         elif decision.route is Route.SPILL and decision.peer is not None:
@@ -460,7 +448,3 @@ class Tiers(Routing):
             i += 1
         sim.next_arrival = i
         return feeds
-
-
-def _zone_of(decision: RegionalDecision | None) -> ZoneState | None:
-    return None if decision is None else decision.zone

@@ -39,7 +39,7 @@ from regional_lb.plugins.prefix import ZoneMemory
 from regional_lb.proxy import LocalRelay, PeerRelay, Trip, UsageTap
 from regional_lb.quota import Usage
 from regional_lb.router import Reason, RegionalDecision, Route
-from regional_lb.view import ZoneState, zone_candidates
+from regional_lb.view import zone_candidates
 
 if TYPE_CHECKING:
     from regional_lb.app import RegionalService
@@ -133,25 +133,8 @@ class RegionalApi:
             accounting=service.accounting,
             now=service.clock.monotonic(),
             now_wall=service.clock.wall(),
+            keeper=self._zones_sent if service.settings.affinity else None,
         )
-        if (
-            decision.route is Route.SPILL
-            and decision.reason is Reason.DEGRADED
-            and service.settings.affinity
-        ):
-            # The split drew it for a peer: a request whose prefix is here stays.
-            request, inputs = admitted.route_request, admitted.inputs
-            kept = self._zones_sent.keep_local(
-                request,
-                lambda: _zone_of(
-                    router.place(request, service.view, inputs, accounting=service.accounting)
-                ),
-                lambda: zone_candidates(service.view, request.model, service.accounting),
-                tokens_per_block=inputs.tokens_per_block,
-                now=service.clock.wall(),  # the zone summaries' clock
-            )
-            if kept is not None:
-                decision = RegionalDecision(Route.LOCAL, Reason.CHOSEN, kept)
         if decision.route is Route.REFUSE:
             self._refuse(admitted, decision)
         return decision
@@ -291,7 +274,3 @@ class RegionalApi:
             "queued": len(service.queue),
         }
         return web.json_response(body, status=200 if service.ready else 503)
-
-
-def _zone_of(decision: RegionalDecision | None) -> ZoneState | None:
-    return None if decision is None else decision.zone

@@ -37,8 +37,10 @@ same view and demand always gets the same answer.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Protocol
 
 from gtm.errors import NoEligibleCandidate
 from gtm.models import Decision, DecisionTrace, RouteRequest
@@ -148,6 +150,22 @@ class RegionalDecision:
         return None if self.outcome is None else self.outcome.to_decision()
 
 
+class LocalKeeper(Protocol):
+    """Keeps a request the capacity split drew for a peer when its prefix is cached here
+    (:meth:`regional_lb.plugins.prefix.ZoneMemory.keep_local`): the zone that keeps it,
+    or ``None``."""
+
+    def keep_local(
+        self,
+        request: RouteRequest,
+        local: Callable[[], ZoneState | None],
+        zones: Callable[[], tuple[ZoneState, ...]],
+        *,
+        tokens_per_block: float,
+        now: float,
+    ) -> ZoneState | None: ...
+
+
 class RegionalRouter:
     """Zone choice + spillover for one region. ``decide`` is synchronous and does no I/O;
     its state is the spill rate limiter and the admitted-demand meter (pass the same
@@ -204,7 +222,12 @@ class RegionalRouter:
         now: float,
         now_wall: float,
         trace: bool = True,
+        keeper: LocalKeeper | None = None,
     ) -> RegionalDecision:
+        """The request's route. ``keeper`` (placement memory, when affinity is on) may
+        keep a request the capacity split drew for a peer: asked before a spill token
+        is taken, so a kept request spends none (the zone summaries' clock,
+        ``now_wall``, is its clock)."""
         if view.region not in inputs.allowed:
             return RegionalDecision(Route.REFUSE, Reason.RESIDENCY)
         # Demand is what was admitted here, wherever it ends up (see the priority module).
@@ -214,6 +237,17 @@ class RegionalRouter:
         priority = self._split(zones, options, request, view, now)
         if options and (view.region_drained or self._spills(request, priority.local_load)):
             reason = Reason.DRAINED if view.region_drained else Reason.DEGRADED
+            if keeper is not None and reason is Reason.DEGRADED:
+                # A drained region keeps nothing; saturated zones never reach here.
+                stays = keeper.keep_local(
+                    request,
+                    lambda: self._local(request, zones, view, inputs),
+                    lambda: zones,
+                    tokens_per_block=inputs.tokens_per_block,
+                    now=now_wall,
+                )
+                if stays is not None:
+                    return RegionalDecision(Route.LOCAL, Reason.CHOSEN, stays)
             spilled = self._spill(options, reason, priority, now)
             if spilled is not None:
                 return spilled
@@ -250,6 +284,20 @@ class RegionalRouter:
         return RegionalDecision(Route.LOCAL, Reason.CHOSEN, zones[outcome.choice], kept)
 
     # ------------------------------------------------------------------ parts
+
+    def _local(
+        self,
+        request: RouteRequest,
+        zones: tuple[ZoneState, ...],
+        view: RegionalView,
+        inputs: Inputs,
+    ) -> ZoneState | None:
+        """The zone :meth:`place` would choose, from candidates already built."""
+        ctx = ZoneContext(view, inputs.allowed, False, inputs.tokens_per_block)
+        try:
+            return zones[self._choose(request, zones, ctx).choice]
+        except NoEligibleCandidate:
+            return None
 
     def _options(
         self, request: RouteRequest, view: RegionalView, inputs: Inputs, now_wall: float

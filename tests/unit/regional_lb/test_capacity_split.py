@@ -9,17 +9,19 @@ router decides every arrival over the latest view, exactly as the service does.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import pytest
 
 from gtm.clock import FakeClock
+from gtm.models import RouteRequest
 from policies.documents import SaturationPolicy
 from regional_lb.priority import SplitMode
 from regional_lb.profiles import build, profile_spec
 from regional_lb.router import Inputs, Reason, RegionalRouter, Route, RouterSettings
 from regional_lb.spill import SpillLimiter, SpillSettings
-from regional_lb.view import RegionalView
+from regional_lb.view import RegionalView, ZoneState
 from tests.unit.regional_lb.helpers import model_load, peer, route_request, view, zone
 
 SPILL = SaturationPolicy.SPILL_WITHIN_ALLOWED
@@ -256,3 +258,63 @@ def test_only_zones_the_health_filter_passes_have_headroom() -> None:
     assert decision.split is not None
     assert decision.split.headroom_tokens_per_s == pytest.approx(8_000.0 + 5_000.0)
     assert decision.split.peer_headroom_tokens_per_s == pytest.approx(8_000.0)
+
+
+class _KeepsAll:
+    """A placement memory that holds every prompt in zone b (the survivor)."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def keep_local(
+        self,
+        request: RouteRequest,
+        local: Callable[[], ZoneState | None],
+        zones: Callable[[], tuple[ZoneState, ...]],
+        *,
+        tokens_per_block: float,
+        now: float,
+    ) -> ZoneState | None:
+        self.asked += 1
+        chosen = local()
+        assert chosen is not None
+        assert chosen.id == "b"  # the zone place() would choose: never the lost one
+        return chosen
+
+
+def test_a_request_kept_for_its_prefix_spends_no_spill_token() -> None:
+    """The split draws 30 % for the peer (Envoy's count); the memory keeps them all. A
+    kept request must not spend the peer's spill token: the next cold one still spills."""
+    router = RegionalRouter(
+        build(profile_spec(None)),
+        saturation_filter="saturation",
+        settings=RouterSettings(split_mode=SplitMode.ENVOY),
+        limiter=SpillLimiter(SpillSettings(per_peer_rate=0.0, per_peer_burst=1.0)),
+    )
+    inputs = Inputs(allowed=frozenset({"r1", "r2"}), on_saturation=SPILL, client_country_known=True)
+    current = region(10_000.0, 0.0)
+    keeper = _KeepsAll()
+    for i in range(20):
+        decision = router.decide(
+            route_request(f"req-{i}", tokens=TOKENS),
+            current,
+            inputs,
+            accounting=None,
+            now=0.0,
+            now_wall=0.0,
+            keeper=keeper,
+        )
+        assert decision.route is Route.LOCAL
+    assert keeper.asked >= 3  # ~30 % of 20 drawn for the peer, every one kept
+    spilled = [
+        router.decide(
+            route_request(f"cold-{i}", tokens=TOKENS),
+            current,
+            inputs,
+            accounting=None,
+            now=0.0,
+            now_wall=0.0,
+        ).route
+        for i in range(20)
+    ]
+    assert spilled.count(Route.SPILL) == 1  # the one token, unspent by the kept ones
