@@ -1,3 +1,4 @@
+import asyncio
 import os
 import signal
 import tracemalloc
@@ -6,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from gtm.memdebug import DIR_ENV, FRAMES_ENV, install_from_env, snapshot_path
+from gtm.memdebug import DIR_ENV, FRAMES_ENV, TASKS_SUFFIX, install_from_env, snapshot_path
+from gtm.metrics import new_registry
+from gtm.tasks import TaskSupervisor
 
 
 @pytest.fixture
@@ -47,3 +50,34 @@ def test_each_sigusr2_writes_a_numbered_snapshot(tmp_path: Path, restored: None)
     assert here
     assert here[0].size_diff >= 500 * 1000
     assert len(kept) == 600
+
+
+def test_inside_an_event_loop_the_tasks_stacks_are_written_too(
+    tmp_path: Path, restored: None
+) -> None:
+    target = tmp_path / "snaps"
+    install_from_env({DIR_ENV: str(target)})
+
+    async def main() -> None:
+        release = asyncio.Event()
+        async with TaskSupervisor(registry=new_registry()) as supervisor:
+            supervisor.spawn("stuck-handler", release.wait())
+            await asyncio.sleep(0)
+            os.kill(os.getpid(), signal.SIGUSR2)
+            await asyncio.sleep(0)
+            release.set()
+
+    asyncio.run(main())
+    tasks = snapshot_path(target, os.getpid(), 1).with_suffix(TASKS_SUFFIX).read_text()
+    assert "--- gtm:stuck-handler" in tasks
+    assert " wait\n" in tasks  # the line it waits on
+
+
+def test_a_failing_dump_is_logged_and_the_process_lives_on(
+    tmp_path: Path, restored: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    target = tmp_path / "snaps"
+    install_from_env({DIR_ENV: str(target)})
+    target.rmdir()  # nowhere to write
+    os.kill(os.getpid(), signal.SIGUSR2)
+    assert "could not write an allocation snapshot" in caplog.text
