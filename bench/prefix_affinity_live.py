@@ -6,6 +6,8 @@ real ``gtm up --processes`` deployment (issue 22, item 3; the simulator's half i
     python bench/prefix_affinity_live.py --repeat 2     # two, interleaved
     python bench/prefix_affinity_live.py --smoke        # one short run per policy, 85 %
     python bench/prefix_affinity_live.py --gpus 2 --duration 90 --load 0.85,1.2
+    python bench/prefix_affinity_live.py --simulate     # no live run: the same requests
+                                                        # on the same GPUs, simulated
 
 Each run is a fresh ``gtm up --processes --policy-profile POLICY`` (every tier runs the
 simulator's policy of that name, :mod:`gtmctl.up.policy_profile`) on private loopback
@@ -48,7 +50,13 @@ Per load it prints each policy's
 
 then gtm's ratios against the baselines of the same repetition and the targets
 (:func:`bench.prefix_affinity.verdicts`: goodput ≥ every baseline's, prefix-hit share ≥
-0.9 × the best baseline's), and with ``--repeat`` the range of each figure. Wall-clock
+0.9 × the best baseline's), and with ``--repeat`` the range of each figure. Per run it
+also prints where conversations' later turns ran against their previous turn (same
+region, same GPU), the evidence behind a hit share. ``--simulate`` runs the very same
+requests (arrivals, sizes, each conversation's client city) on the same GPUs in the
+fleet simulator instead, one run per policy, in seconds: what the live figures would be
+on a machine that keeps up, and whether a difference is the policy's or the live
+path's. Wall-clock
 figures on a shared machine are noisy: goodput and hit share are what the targets read.
 """
 
@@ -81,18 +89,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.prefix_affinity import BASELINES, BEFORE, OURS, table, verdicts
 from bench.sim_fidelity import Reply, body_for, send
 from fleetsim.bench import BenchConfig, prepare
+from fleetsim.fleet import fleet_from_topology
 from fleetsim.geography import CITIES_FILE, read_places
-from fleetsim.metrics import SLO_TPOT_S, SLO_TTFT_S
-from fleetsim.simulator import CLIENT_TIMEOUT_S, DRAIN_S
-from fleetsim.traces import Trace, TraceKind, TraceRequest, data_dir, load_trace
-from fleetsim.workload import MAX_INPUT, fleet_capacity_rps
+from fleetsim.metrics import SLO_TPOT_S, SLO_TTFT_S, Summary, summarise
+from fleetsim.policies import policy
+from fleetsim.simulator import CLIENT_TIMEOUT_S, DRAIN_S, Simulator
+from fleetsim.traces import (
+    MOONCAKE_BLOCK_TOKENS,
+    Trace,
+    TraceKind,
+    TraceRequest,
+    data_dir,
+    load_trace,
+)
+from fleetsim.workload import MAX_INPUT, SimRequest, fleet_capacity_rps
 from gtm.metrics import new_registry
 from gtm.net import free_port
+from gtm.policy_store import activate
 from gtm.stats import percentile
 from gtm.tasks import TaskSupervisor
 from gtm.topology import GpuGroup, RegionSpec, Topology, ZoneSpec
 from gtmctl.load import LoadConfig, PromptMaker
-from gtmctl.up.clients import ClientSampler, bundled_cities
+from gtmctl.up.clients import City, Client, ClientSampler, bundled_cities
+from gtmctl.up.config import UpConfig
+from gtmctl.up.fleet import load_policies
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 REGIONS = ("us-east", "eu-west")
@@ -100,6 +120,10 @@ REGIONS = ("us-east", "eu-west")
 #: 120 % load is few requests per second.
 GPU_TYPE = "L40S"
 POLICIES = (OURS, BEFORE, *BASELINES)
+#: Wall seconds between the live tiers' summaries, and between a zone agent's scrapes of
+#: its GPUs (zone_agent.config.ZoneConfig, gtm up's --scrape-interval default).
+SUMMARY_INTERVAL_S = 1.0
+SCRAPE_INTERVAL_S = UpConfig().scrape_interval_s
 #: gtm up prints this last once every region answers.
 BANNER_END = "Ctrl-C stops everything."
 #: Longest drain after the arrival window in a --smoke run, wall s (otherwise the
@@ -264,13 +288,14 @@ async def replay(
 ) -> list[Reply]:
     """Open loop through the front door; a request with no byte for the simulator's
     client timeout gives up, and whatever is unfinished when the drain ends is cut."""
-    sampler = ClientSampler(bundled_cities(), random.Random(load.seed))
     prompts = PromptMaker(load.seed)
-    clients: dict[int, str] = {}  # session -> its client's address
     prepared = []
-    for r in window:  # bodies and clients first: no prompt generation during the run
-        client = clients.setdefault(session_of(r), str(sampler.sample().address))
-        headers = {"Authorization": f"Bearer {load.api_key}", "X-Forwarded-For": client}
+    for r, client in zip(window, clients_of(window, load.seed), strict=True):
+        # Bodies first: no prompt generation during the run.
+        headers = {
+            "Authorization": f"Bearer {load.api_key}",
+            "X-Forwarded-For": str(client.address),
+        }
         prepared.append((body_for(prompts, load, r), headers))
     timeout = aiohttp.ClientTimeout(total=None, sock_read=CLIENT_TIMEOUT_S / speedup)
     connector = aiohttp.TCPConnector(limit=load.max_in_flight)
@@ -355,6 +380,54 @@ def placement(window: Sequence[TraceRequest], replies: Sequence[Reply], speedup:
     )
 
 
+def clients_of(
+    window: Sequence[TraceRequest], seed: int, cities: tuple[City, ...] | None = None
+) -> list[Client]:
+    """Each request's client: one per conversation, drawn in order of first turn."""
+    sampler = ClientSampler(cities or bundled_cities(), random.Random(seed))
+    clients: dict[int, Client] = {}
+    return [clients.setdefault(session_of(r), sampler.sample()) for r in window]
+
+
+def simulated(
+    topo: Topology, window: Sequence[TraceRequest], load: LoadConfig, speedup: float,
+    duration_s: float, drain_s: float,
+) -> list[Summary]:  # fmt: skip
+    """The same requests (arrivals, sizes, conversations' client cities) on the same
+    GPUs in the fleet simulator, one run per policy (no network, no tier overhead):
+    what the live figures would be with a machine that keeps up."""
+    active = activate(1, load_policies(()))
+    fleet = fleet_from_topology(active, topo, MODEL)
+    cities = bundled_cities()
+    index = {id(c): k for k, c in enumerate(cities)}
+    requests = [
+        SimRequest(
+            at_s=r.at_s / load.rate_scale * speedup,
+            input_tokens=min(r.input_tokens, load.max_input_tokens),
+            output_tokens=max(1, min(r.output_tokens, load.max_output_tokens)),
+            prefix_hashes=r.prefix_hashes,
+            block_tokens=MOONCAKE_BLOCK_TOKENS,
+            hash_key=hash(r.prefix_hashes[:1]) if r.prefix_hashes else k,
+            tenant="load-test",
+            country=client.city.country,
+            point=client.city.location,
+            place_id=index[id(client.city)],
+        )
+        for k, (r, client) in enumerate(
+            zip(window, clients_of(window, load.seed, cities), strict=True)
+        )
+    ]
+    out = []
+    for name in POLICIES:
+        sim = Simulator(
+            fleet, active, policy(name), requests, model=MODEL,
+            tick_s=SUMMARY_INTERVAL_S * speedup, scrape_s=SCRAPE_INTERVAL_S * speedup,
+            duration_s=duration_s * speedup, drain_s=drain_s * speedup, network=False,
+        )  # fmt: skip
+        out.append(summarise(sim.run(), requests))
+    return out
+
+
 def session_of(r: TraceRequest) -> int:
     """The conversation ``r`` belongs to: its second prompt block, as the simulator keys
     a session (:func:`fleetsim.workload.build_requests`; every Mooncake prompt shares the
@@ -415,6 +488,10 @@ def main() -> int:
     )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0, help="clients and prompts")
     parser.add_argument(
+        "--simulate", action="store_true",
+        help="no live run: the same requests on the same GPUs in the fleet simulator",
+    )  # fmt: skip
+    parser.add_argument(
         "--settle", type=float, default=30.0,
         help="wall s between the deployment being up and the load (the GPUs' slow start)",
     )  # fmt: skip
@@ -441,6 +518,12 @@ def main() -> int:
                 rate_scale=speed, duration_s=duration, seed=args.seed,
                 max_input_tokens=MAX_INPUT, timeout_s=drain + duration,
             )  # fmt: skip
+            if args.simulate:
+                print(f"== simulated, load {load_share:.0%}: {len(window)} requests")
+                rows = simulated(topo, window, load, args.speedup, duration, drain)
+                print(table(rows))
+                print("\n".join(verdicts(rows)[0]), flush=True)
+                continue
             print(
                 f"== repetition {repeat + 1}, load {load_share:.0%}: {len(window)} requests "
                 f"in {duration:g} s wall ({len(gpu_types(topo))} GPUs, capacity ≈ "
