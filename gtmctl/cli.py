@@ -13,7 +13,6 @@ non-zero exit status, instead of being missing.
 from __future__ import annotations
 
 import importlib
-import logging
 import os
 import sys
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ import click
 
 from gtm._version import __version__
 from gtm.errors import ConfigError
+from gtm.logs import LogFormat, configure
 
 #: Exit status of a subcommand that is part of the interface but not built yet.
 EXIT_NOT_AVAILABLE = 3
@@ -168,17 +168,22 @@ class _LazyGroup(click.Group):
     envvar="GTM_LOG_LEVEL",
     help="Logging verbosity (structured key=value lines on stderr).",
 )
-def cli(log_level: str) -> None:
+@click.option(
+    "--log-format",
+    type=click.Choice([f.value for f in LogFormat]),
+    default=LogFormat.TEXT.value,
+    show_default=True,
+    envvar="GTM_LOG_FORMAT",
+    help="Log lines on stderr as text (key=value) or JSON (one object per line); "
+    "gtm up passes it to every process it starts.",
+)
+def cli(log_level: str, log_format: str) -> None:
     """gtm — a multi-region global traffic manager for AI-inference GPU fleets.
 
     Routes each inference request to a region, a zone and a GPU by predicted
     time-to-first-token, inside the regions its data-residency policy allows.
     """
-    logging.basicConfig(
-        level=log_level.upper(),
-        format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
-        stream=sys.stderr,
-    )
+    configure(log_level, LogFormat(log_format))
     if os.environ.get("GTM_TRACEMALLOC_DIR"):  # diagnosis only (gtm.memdebug)
         from gtm.memdebug import install_from_env
 

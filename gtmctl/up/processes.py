@@ -54,6 +54,7 @@ from gtm.admin_auth import AdminGuard
 from gtm.clock import Clock
 from gtm.errors import ConfigError, GtmError, StateError
 from gtm.http_limits import HttpLimits, limited_app
+from gtm.logs import configured_format
 from gtm.metrics import new_registry
 from gtm.models import GpuWorker
 from gtm.net import free_port
@@ -185,7 +186,9 @@ def _fixed(address: HostPort) -> HostPort:
 
 
 def _gtm(*args: str) -> list[str]:
-    return [sys.executable, "-m", "gtmctl", "--log-level", "info", *args]
+    """``gtm ARGS`` with this interpreter, logging at INFO in this process's format."""
+    logging_args = ("--log-level", "info", "--log-format", configured_format().value)
+    return [sys.executable, "-m", "gtmctl", *logging_args, *args]
 
 
 def gpu_argv(gpu: GpuPlacement, state: str, speedup: float) -> list[str]:

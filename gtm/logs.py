@@ -1,0 +1,156 @@
+"""How every gtm process logs: one line per record on stderr, as text or as JSON.
+
+``gtm --log-format text|json`` (``GTM_LOG_FORMAT``) picks the format for the process
+and, through ``gtm up``, for every process it starts (:func:`configured_format` tells
+``gtm up`` what the parent runs with):
+
+* **text** (the default): ``<time> level=<LEVEL> logger=<name> <message>``, then the
+  record's structured fields (``extra=``) as ``key=value``; a value with a space, a
+  quote or an ``=`` is written as a JSON string, and an empty one is left out, so a line
+  stays one line and compact;
+* **json**: one object per line: ``ts`` (RFC 3339, UTC, milliseconds), ``level``,
+  ``logger``, ``msg``, the record's structured fields as keys, and ``exc`` (the
+  traceback as one string) when the record has one. Values that are not JSON scalars
+  are written as their ``str``.
+
+The structured fields are whatever a call passes as ``extra=`` (the per-request access
+line, :mod:`gtm.access`, is the main user); the formatters know nothing of their names.
+No third-party dependency: the standard library's ``logging`` and ``json``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import IO
+
+
+class LogFormat(StrEnum):
+    """``--log-format``."""
+
+    TEXT = "text"
+    JSON = "json"
+
+
+#: A LogRecord's own attributes: everything else on a record came from ``extra=``.
+_STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {
+    "message",
+    "asctime",
+    "taskName",
+}
+
+_TEXT_FORMAT = "%(asctime)s level=%(levelname)s logger=%(name)s %(message)s"
+
+_Scalar = str | int | float | bool | None
+
+
+def fields(record: logging.LogRecord) -> Iterator[tuple[str, object]]:
+    """The record's structured fields (its ``extra=``), in the order they were given."""
+    for key, value in record.__dict__.items():
+        if key not in _STANDARD and not key.startswith("_"):
+            yield key, value
+
+
+def _scalar(value: object) -> _Scalar:
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
+
+
+def _text_value(value: object) -> str:
+    text = "true" if value is True else "false" if value is False else str(value)
+    if not text or any(c.isspace() or c in '"=' for c in text):
+        return json.dumps(text)
+    return text
+
+
+class TextFormatter(logging.Formatter):
+    """``<time> level=… logger=… <message> key=value…`` (see the module docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__(_TEXT_FORMAT)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        line = super().formatMessage(record)
+        extra = " ".join(
+            f"{key}={_text_value(value)}"
+            for key, value in fields(record)
+            if value is not None and value != ""
+        )
+        if not extra:
+            return line
+        return f"{line} {extra}" if record.message else f"{line}{extra}"
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record (see the module docstring)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        document: dict[str, object] = {
+            "ts": datetime.fromtimestamp(record.created, UTC)
+            .isoformat(timespec="milliseconds")
+            .replace("+00:00", "Z"),
+            "level": record.levelname,
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key, value in fields(record):
+            document.setdefault(key, _scalar(value))
+        if record.exc_info:
+            record.exc_text = record.exc_text or self.formatException(record.exc_info)
+        if record.exc_text:
+            document["exc"] = record.exc_text
+        if record.stack_info:
+            document["stack"] = self.formatStack(record.stack_info)
+        return json.dumps(document, ensure_ascii=False, separators=(",", ":"))
+
+
+def formatter(log_format: LogFormat) -> logging.Formatter:
+    return JsonFormatter() if log_format is LogFormat.JSON else TextFormatter()
+
+
+class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
+    """The handler :func:`configure` installs (told apart from a host's own)."""
+
+
+def configure(level: str, log_format: LogFormat, stream: IO[str] | None = None) -> None:
+    """Log at ``level`` in ``log_format`` to ``stream`` (stderr) from the root logger.
+
+    As ``logging.basicConfig``: a root logger that already has handlers it did not get
+    from here (a test runner's, an embedding program's) is left alone; one configured
+    here before gets the new format and level.
+    """
+    root = logging.getLogger()
+    ours = [h for h in root.handlers if isinstance(h, _Handler)]
+    if root.handlers and not ours:
+        return
+    if not ours:
+        ours = [_Handler(sys.stderr if stream is None else stream)]
+        root.addHandler(ours[0])
+    for handler in ours:
+        handler.setFormatter(formatter(log_format))
+    root.setLevel(level.upper())
+
+
+def configured_format() -> LogFormat:
+    """The format the root logger writes (``text`` when it has no gtm formatter): what
+    ``gtm up`` passes on to the processes it starts."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler.formatter, JsonFormatter):
+            return LogFormat.JSON
+    return LogFormat.TEXT
+
+
+__all__ = [
+    "JsonFormatter",
+    "LogFormat",
+    "TextFormatter",
+    "configure",
+    "configured_format",
+    "fields",
+    "formatter",
+]
