@@ -18,7 +18,8 @@ tier asserts and signs itself.
 The relay retries before the first byte only (a connect failure, a timeout or reset, a
 5xx, or a 429: that zone's queue is full), at most ``max_attempts`` (3, ARCHITECTURE §6),
 streams without buffering (``auto_decompress`` off: the bytes are the upstream's own)
-and cuts the client when the upstream fails after the first byte. When every attempt
+and tells the client when the upstream fails after the first byte (:mod:`gtm.relay`: an
+SSE client's error event, else a reset; ``gtm_stream_breaks_total``). When every attempt
 failed: 503 + Retry-After if every target was at capacity, else 502.
 
 **Usage**: :class:`UsageTap` watches the relayed bytes for the OpenAI ``usage`` object

@@ -4,7 +4,8 @@ One request (the handler is :class:`zone_agent.api.OpenAiApi`): decide
 (:class:`~zone_agent.router.ZoneProfile`), charge the GPU
 (:class:`~zone_agent.accounting.Ticket`), send it over the zone's own keep-alive pool
 (:class:`~zone_agent.upstream.UpstreamPool`), relay the response. The relay owns the
-retry-before-first-byte loop, streaming, cutting and the hop-by-hop headers; the zone's
+retry-before-first-byte loop, streaming, telling the client of a break after the first
+byte (and counting it) and the hop-by-hop headers; the zone's
 hooks (:class:`ZoneRelay`) add:
 
 * **Targets**: each attempt is a fresh decision that excludes the GPUs tried; no GPU
@@ -265,7 +266,8 @@ class ZoneRelay(Relay[ZoneDecision]):
     def first_byte(self, target: ZoneDecision) -> None:
         if self._ticket is not None:
             self._ticket.prefill_done()
-        self._path.metrics.first_byte.observe(time.perf_counter() - self._started)
+        elapsed = time.perf_counter() - self._started
+        self._path.metrics.observe_first_byte(self._facts.model, elapsed)
 
     def response_headers(self, target: ZoneDecision, headers: CIMultiDict[str]) -> None:
         headers[HEADER_ZONE] = self._path.settings.zone_id
