@@ -84,6 +84,8 @@ _ENDING_OUTCOME = {
     Ending.COMPLETED: Outcome.SUCCESS,
     Ending.CUT_TIMEOUT: Outcome.TIMEOUT,
     Ending.CUT_RESET: Outcome.RESET,
+    # The answer was whole, but the worker broke its connection before the body's end.
+    Ending.CUT_AFTER_DONE: Outcome.RESET,
 }
 
 

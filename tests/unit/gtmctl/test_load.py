@@ -18,8 +18,10 @@ from gtmctl.load import (
     Outcome,
     ProgressBar,
     PromptMaker,
+    StreamRead,
     Tally,
     describe,
+    is_stream_break,
     render_summary,
 )
 from gtmctl.up.cli import EXIT_FAILED
@@ -148,3 +150,29 @@ def test_gtm_load_replays_a_synthetic_trace_without_any_file(
     assert result.exit_code == EXIT_FAILED, result.output
     assert "cannot read the azure-conv trace" in result.output
     assert "GTM_DATA_DIR" in result.output
+
+
+def test_a_stream_read_names_how_it_failed() -> None:
+    assert StreamRead(done=True).reason() == ""
+    assert StreamRead().reason() == "truncated-stream"
+    assert StreamRead(done=True, error="upstream_reset").reason() == "stream-error:upstream_reset"
+    assert StreamRead(error="").reason() == "stream-error"
+
+
+def test_stream_break_reasons_are_told_from_other_failures() -> None:
+    for reason in (
+        "stream-error:upstream_timeout",
+        "cut-stream:ClientPayloadError",
+        "truncated-stream",
+    ):
+        assert is_stream_break(reason)
+    for reason in ("", "http-502", "ClientConnectorError", "client-overload", "TimeoutError"):
+        assert not is_stream_break(reason)
+
+
+def test_a_summary_without_cut_streams_has_no_cut_line() -> None:
+    tally = Tally(scheduled=1)
+    tally.add(Outcome(True, 200, ttft_s=0.1, latency_s=1.0))
+    summary = tally.summary()
+    assert summary["cut_streams"] == 0
+    assert "cut " not in render_summary(summary, "summary")
