@@ -81,6 +81,7 @@ from pathlib import Path
 
 import aiohttp
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 # Run as a script, sys.path starts at bench/, not at the repository root: add the root so
 # the other benchmarks import as a package.
@@ -316,10 +317,37 @@ async def replay(
         if tasks:
             await asyncio.wait(tasks, timeout=drain_s)
         await supervisor.aclose()  # what is left is cut: timed out
+        events = await front_door_events(session, url)
+    print(f"    front door: {events}", flush=True)
     return [
         r if r is not None else Reply(False, 0, "cancelled", None, 0.0, "", "", 0, 0)
         for r in replies
     ]
+
+
+#: The front door's counters that say why a conversation changed region: health
+#: transitions of a region (its checks or summaries failing on a starved machine) and
+#: retries on another region.
+EVENT_FAMILIES = ("gtm_global_region_health_changes", "gtm_global_retries")
+
+
+async def front_door_events(session: aiohttp.ClientSession, url: str) -> str:
+    """The front door's region health changes and retries during the run."""
+    try:
+        async with session.get(f"{url}/metrics") as response:
+            text = await response.text()
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        return f"metrics not read ({type(exc).__name__})"
+    found = []
+    for family in text_string_to_metric_families(text):
+        if family.name in EVENT_FAMILIES:
+            found += [
+                f"{family.name.removeprefix('gtm_global_')}"
+                f"{{{','.join(f'{k}={v}' for k, v in sorted(s.labels.items()))}}} {s.value:g}"
+                for s in family.samples
+                if s.name.endswith("_total") and s.value
+            ]
+    return ", ".join(found) or "no region health change, no retry"
 
 
 def run_one(
