@@ -138,16 +138,18 @@ def free_ports(host: str, count: int) -> list[int]:
         return [int(s.getsockname()[1]) for s in sockets]
 
 
-#: Revisions of history etcd keeps: every 5 minutes it compacts what is older (etcd's
-#: revision auto-compaction). The embedded store keeps as many
-#: (:data:`gtm.state.memory.DEFAULT_HISTORY_LIMIT`), so a watcher that falls further
-#: behind re-lists (CompactedError) on both. A few minutes of a deployment's writes.
-HISTORY_REVISIONS = 10_000
-#: Committed entries between two raft snapshots: the in-memory raft log holds up to this
-#: many (each a write, mostly summaries of a few KB). etcd's default since 3.2, 100,000,
-#: lets it grow by hundreds of MB before a snapshot trims it; this is its default
-#: before 3.2.
-SNAPSHOT_ENTRIES = 10_000
+#: How long etcd keeps history: every this-much it compacts older revisions (periodic
+#: auto-compaction, the setting Kubernetes' API server applies to its etcd). A watcher
+#: that falls further behind re-lists (CompactedError), as it does on the embedded store
+#: past its last :data:`gtm.state.memory.DEFAULT_HISTORY_LIMIT` revisions. Time, not a
+#: revision count, so the history a deployment keeps is the same few minutes whatever
+#: its size, and a soak's etcd levels off after that long.
+HISTORY_RETENTION = "5m"
+#: Committed entries between two raft snapshots. At each snapshot etcd trims its
+#: in-memory raft log to the last 5,000 entries (its catch-up margin for slow members),
+#: so between two it holds 5,000 + this many. etcd's default since 3.2, 100,000, lets
+#: the log grow by hundreds of MB (mostly summaries) before the first trim.
+SNAPSHOT_ENTRIES = 1_000
 
 
 class EtcdServer:
@@ -346,12 +348,12 @@ class EtcdServer:
             f"--heartbeat-interval={self._heartbeat_ms}",
             f"--election-timeout={self._election_ms}",
             "--log-outputs=stderr",
-            # Bounded history (HISTORY_REVISIONS). Without it, every summary a tier
+            # Bounded history (HISTORY_RETENTION). Without it, every summary a tier
             # writes stays in etcd's MVCC history, its index in memory and its pages in
             # the database, for ever: RSS and the file grow until the space quota stops
             # every write (NOSPACE).
-            "--auto-compaction-mode=revision",
-            f"--auto-compaction-retention={HISTORY_REVISIONS}",
+            "--auto-compaction-mode=periodic",
+            f"--auto-compaction-retention={HISTORY_RETENTION}",
             # Raft entries kept in memory between two snapshots (SNAPSHOT_ENTRIES).
             f"--snapshot-count={SNAPSHOT_ENTRIES}",
         ]

@@ -10,7 +10,6 @@ import pytest
 from gtm.errors import GtmError
 from gtm.state import etcd_server
 from gtm.state.etcd_server import ENV_BINARY, EtcdNotFound, find_etcd_binary
-from gtm.state.memory import DEFAULT_HISTORY_LIMIT
 
 
 def _executable(path: Path, text: str) -> Path:
@@ -71,8 +70,7 @@ def test_history_and_raft_log_are_bounded(tmp_path: Path) -> None:
     # with 3.5's snapshot count its in-memory raft log holds 100,000 entries.
     binary = _executable(tmp_path / "etcd", "#!/bin/sh\n")
     command = etcd_server.EtcdServer(tmp_path / "data", binary=binary)._command()
-    assert "--auto-compaction-mode=revision" in command
-    assert f"--auto-compaction-retention={etcd_server.HISTORY_REVISIONS}" in command
+    assert "--auto-compaction-mode=periodic" in command
+    assert "--auto-compaction-retention=5m" in command
     assert f"--snapshot-count={etcd_server.SNAPSHOT_ENTRIES}" in command
-    # As many revisions as the embedded store keeps for its watchers.
-    assert etcd_server.HISTORY_REVISIONS == DEFAULT_HISTORY_LIMIT
+    assert etcd_server.SNAPSHOT_ENTRIES <= 10_000
