@@ -23,6 +23,7 @@ from chaos.probes import Measurement, ResidencyViolations, request_counts
 from chaos.scenario import Scenario
 from gtm._version import __version__
 from gtm.errors import GtmError
+from gtm.extras import Extra, install_line, optional
 from gtm.state.etcd_server import find_etcd_binary
 from gtm.stats import percentile
 from gtmctl.load import is_stream_break
@@ -193,6 +194,9 @@ def render_summary(
     ]
     if plot is not None:
         lines += [f"![timeline]({plot})", ""]
+    else:
+        missing = install_line(Extra.REPORT)
+        lines += [f"No timeline plot: matplotlib is not installed ({missing}).", ""]
     lines += [
         "Every event (each request, DNS answer, fault) is in `journal.json`; the "
         "deployment's logs and audit trail are artifacts too (see Deployment above).",
@@ -251,10 +255,12 @@ def series(journal: Journal, bucket_s: float = BUCKET_S) -> Series:
     )
 
 
-def plot_timeline(journal: Journal, path: Path, title: str) -> Path:
-    """Success rate, TTFT p50/p99 and per-region traffic, fault windows shaded."""
-    import matplotlib
-
+def plot_timeline(journal: Journal, path: Path, title: str) -> Path | None:
+    """Success rate, TTFT p50/p99 and per-region traffic, fault windows shaded; ``None``
+    without matplotlib (an optional dependency: the report says which extra draws it)."""
+    matplotlib = optional("matplotlib")
+    if matplotlib is None:
+        return None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -314,7 +320,13 @@ def write_report(
     (directory / "journal.json").write_text(journal.to_json(header), encoding="utf-8")
     plot = plot_timeline(journal, directory / "timeline.png", scenario.title)
     summary = render_summary(
-        scenario, source, journal, results, status, environment, plot=plot.name
+        scenario,
+        source,
+        journal,
+        results,
+        status,
+        environment,
+        plot=None if plot is None else plot.name,
     )
     path = directory / "summary.md"
     path.write_text(summary, encoding="utf-8")

@@ -11,6 +11,7 @@ import numpy as np
 
 from fleetsim.metrics import Summary
 from fleetsim.results import RunResult, Status
+from gtm.extras import Extra, install_line, optional
 
 COLUMNS = (
     ("policy", "policy", "{}"),
@@ -127,6 +128,8 @@ def write_report(
     parts += [*extra]
     plots = _plots(directory, per_load, results, "" if name == "routing" else f"{name}-")
     parts += [f"![{p.stem}]({p.name})" for p in plots]
+    if not plots:
+        parts += [f"No plots: matplotlib is not installed ({install_line(Extra.REPORT)})."]
     path = directory / f"{name}.md"
     path.write_text("\n".join(parts) + "\n", encoding="utf-8")
     return path
@@ -138,13 +141,12 @@ def _plots(
     results: Mapping[float, Sequence[RunResult]],
     prefix: str = "",
 ) -> list[Path]:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    matplotlib = optional("matplotlib")
+    if matplotlib is None:
         return []
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     out: list[Path] = []
     top = max(results)
     fig, ax = plt.subplots(figsize=(7, 4))

@@ -6,6 +6,7 @@ the boundary where the library is called — e.g. etcd errors only in
 
     GtmError
     ├── ConfigError                 bad configuration or command-line input
+    │   └── MissingExtra            an optional dependency is not installed (names the extra)
     ├── NotAvailableYet             a subcommand/feature that is not built yet
     ├── StateError                  anything about the state store
     │   ├── StateUnavailable        store unreachable or a call timed out (retryable)
@@ -38,6 +39,11 @@ class GtmError(Exception):
 
 class ConfigError(GtmError):
     """Configuration or command-line input is invalid; the message says what to change."""
+
+
+class MissingExtra(ConfigError):
+    """An optional dependency a command needs is not installed; the message is the
+    ``pip install '…[extra]'`` line that brings it (:mod:`gtm.extras`)."""
 
 
 class NotAvailableYet(GtmError):

@@ -125,6 +125,16 @@ class _LazyGroup(click.Group):
             # input, so still one line and status 2.
             path = " ".join(filter(None, (ctx.command_path, ctx.invoked_subcommand)))
             raise _OneLineUsageError(str(exc), None, path=path) from None
+        except ModuleNotFoundError as exc:
+            # An optional dependency (gtm.extras): one line naming the extra, status 2.
+            from gtm.extras import missing_extra
+
+            path = " ".join(filter(None, (ctx.command_path, ctx.invoked_subcommand)))
+            missing = missing_extra(exc)
+            if missing is None:
+                raise
+            click.echo(f"{path}: {missing}", err=True)
+            sys.exit(EXIT_USAGE)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(_COMMANDS)
