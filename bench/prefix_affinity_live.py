@@ -88,7 +88,7 @@ from prometheus_client.parser import text_string_to_metric_families
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.prefix_affinity import BASELINES, BEFORE, OURS, table, verdicts
-from bench.sim_fidelity import Reply, body_for, send
+from bench.sim_fidelity import Reply, _wait_banner, body_for, send
 from fleetsim.bench import BenchConfig, prepare
 from fleetsim.fleet import fleet_from_topology
 from fleetsim.geography import CITIES_FILE, read_places
@@ -125,8 +125,6 @@ POLICIES = (OURS, BEFORE, *BASELINES)
 #: its GPUs (zone_agent.config.ZoneConfig, gtm up's --scrape-interval default).
 SUMMARY_INTERVAL_S = 1.0
 SCRAPE_INTERVAL_S = UpConfig().scrape_interval_s
-#: gtm up prints this last once every region answers.
-BANNER_END = "Ctrl-C stops everything."
 #: Longest drain after the arrival window in a --smoke run, wall s (otherwise the
 #: simulator's DRAIN_S, in GPU seconds).
 SMOKE_DRAIN_S = 20.0
@@ -269,19 +267,6 @@ def deployment(topo: Topology, policy: str, speedup: float, workdir: Path) -> It
             up.kill()
             up.wait()
         stderr.close()
-
-
-def _wait_banner(up: subprocess.Popen[bytes], workdir: Path) -> None:
-    assert up.stdout is not None
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        line = up.stdout.readline()
-        if not line:
-            errors = (workdir / "up.stderr").read_text()[-3000:]
-            raise SystemExit(f"gtm up exited before it was ready:\n{errors}")
-        if BANNER_END in line.decode(errors="replace"):
-            return
-    raise SystemExit("gtm up was not ready within 180 s")
 
 
 async def replay(
