@@ -66,11 +66,12 @@ from global_lb.request import (
 )
 from global_lb.router import GlobalRouter, RouteOutcome
 from global_lb.view import GlobalView
+from gtm import access
 from gtm.clock import Clock
 from gtm.geo import CachedLocator
 from gtm.http_limits import limited_app
 from gtm.inbound import bearer_key, read_body, tenant_of
-from gtm.models import ClientInfo, Frozen, Identifier, ModelName, RouteRequest
+from gtm.models import ClientInfo, Frozen, Identifier, ModelName, RouteRequest, Tier
 from gtm.openai_errors import ApiError, error_middleware, openai_error
 from gtm.serve import add_service_routes
 from gtm.trust import LocationOrigin, client_of, from_location
@@ -152,6 +153,7 @@ class FrontDoor:
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/route", self._route)
         add_service_routes(app, registry=self._registry, readyz=self._readyz)
+        access.install(app, Tier.GLOBAL)
         return app
 
     # ------------------------------------------------------------------ service
@@ -342,6 +344,13 @@ class FrontDoor:
         address, via = client_of(request.remote, forwarded, self._config.trusted_proxies)
         location = self._locate(address)
         client = from_location(location, via_proxy=via)
+        access.tell(
+            request,
+            tenant=found.id,
+            country=client.country,
+            location_source=client.origin,
+            client=address,
+        )
         try:
             facts = parse_body(request.path, body)
             check_data_class(data_class)
@@ -363,6 +372,14 @@ class FrontDoor:
         except (ValidationError, ValueError) as exc:
             message = _first_error(exc) if isinstance(exc, ValidationError) else str(exc)
             return openai_error(400, message, "invalid_request_error", "invalid_request")
+        access.tell(
+            request,
+            model=facts.model,
+            decision_id=outcome.decision_id,
+            tokens_in=facts.input_tokens,
+            tokens_out=facts.max_output_tokens,
+            tokens_source=access.TokenSource.ESTIMATE,
+        )
         if outcome.refusal is not None:
             return _refusal_response(outcome)
         sent_at = self._clock.wall()

@@ -28,10 +28,12 @@ from global_lb.profiles import (
 )
 from global_lb.router import RouteOutcome
 from gtm import native
+from gtm.access import access_log_option
 from gtm.audit_anchor import DEFAULT_INTERVAL_S as DEFAULT_ANCHOR_INTERVAL_S
 from gtm.cli_types import HostPort, IPAddress, IPNetwork, StateURL
 from gtm.clock import SystemClock
 from gtm.errors import ConfigError, GtmError
+from gtm.logs import announce
 from gtm.metrics import new_registry
 from gtm.models import ClientInfo, RouteRequest
 from gtm.serve import until_signalled
@@ -47,6 +49,7 @@ def _fail(exc: Exception) -> None:
 
 
 @click.command(name="global")
+@access_log_option()
 @click.option(
     "--dns-listen",
     type=HostPort(example=DEFAULT_DNS_LISTEN, off=True),
@@ -220,11 +223,11 @@ async def _serve(
     try:
         if endpoints.dns is not None:
             workers = f", {config.dns_workers} processes" if config.dns_workers > 1 else ""
-            click.echo(
+            announce(
                 f"gtm global: DNS (UDP+TCP) on {endpoints.dns}, zone {config.zone.zone}{workers}"
             )
         if endpoints.http is not None:
-            click.echo(f"gtm global: front door on {endpoints.http}")
+            announce(f"gtm global: front door on {endpoints.http}")
         await until_signalled()
     finally:
         await tier.stop()

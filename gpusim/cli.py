@@ -19,6 +19,7 @@ from gtm.cli_types import PORT, Host, HttpURL, StateURL, existing_file
 from gtm.clock import SystemClock
 from gtm.errors import GtmError
 from gtm.gpu_profiles import LLAMA_8B, gpu_types, model_names
+from gtm.logs import announce
 from gtm.metrics import new_registry
 from gtm.serve import freeze_startup_objects, until_signalled
 from gtm.state.store import StateStore
@@ -180,7 +181,7 @@ async def serve(
         url = await server.start()
         freeze_startup_objects()
         models = ",".join(server.models)
-        click.echo(f"gpu-sim listening on {url} (gpu={config.gpu_type}, models={models})")
+        announce(f"gpu-sim listening on {url} (gpu={config.gpu_type}, models={models})")
         sys.stdout.flush()
         await until_signalled()
     finally:

@@ -11,7 +11,8 @@ and, through ``gtm up``, for every process it starts (:func:`configured_format` 
 * **json**: one object per line: ``ts`` (RFC 3339, UTC, milliseconds), ``level``,
   ``logger``, ``msg``, the record's structured fields as keys, and ``exc`` (the
   traceback as one string) when the record has one. Values that are not JSON scalars
-  are written as their ``str``.
+  are written as their ``str``. A daemon's announcement on stdout (``listening on …``,
+  :func:`announce`) is such an object too, so stdout and stderr read together are JSON.
 
 The structured fields are whatever a call passes as ``extra=`` (the per-request access
 line, :mod:`gtm.access`, is the main user); the formatters know nothing of their names.
@@ -145,10 +146,22 @@ def configured_format() -> LogFormat:
     return LogFormat.TEXT
 
 
+def announce(message: str, name: str = "gtm") -> None:
+    """Say on stdout what a daemon serves (``listening on …``): the plain line in text
+    format, one JSON object as :class:`JsonFormatter` writes it (logger ``name``, INFO)
+    in JSON format, so a collector reading stdout and stderr together meets JSON only."""
+    if configured_format() is LogFormat.JSON:
+        record = logging.LogRecord(name, logging.INFO, "", 0, message, (), None)
+        message = JsonFormatter().format(record)
+    sys.stdout.write(message + "\n")
+    sys.stdout.flush()
+
+
 __all__ = [
     "JsonFormatter",
     "LogFormat",
     "TextFormatter",
+    "announce",
     "configure",
     "configured_format",
     "fields",

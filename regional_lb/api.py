@@ -27,7 +27,9 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from multidict import CIMultiDict
 
+from gtm import access
 from gtm.http_limits import limited_app
+from gtm.models import Tier
 from gtm.openai_errors import error_middleware
 from gtm.serve import add_service_routes
 from gtm.trust import assert_location
@@ -70,6 +72,7 @@ class RegionalApi:
             app.router.add_post(endpoint.value, self._handler(endpoint))
         app.router.add_get("/v1/models", self.models)
         add_service_routes(app, registry=service.registry, readyz=self.readyz)
+        access.install(app, Tier.REGIONAL, region=service.settings.region)
         return app
 
     def _handler(self, endpoint: req.Endpoint) -> Handler:
@@ -85,6 +88,7 @@ class RegionalApi:
         metrics = service.metrics
         arrived = time.perf_counter()
         admitted, ticket = await service.admission.admit(request, endpoint)
+        _tell(request, admitted)
         tap = UsageTap(admitted.stream)
         usage: Usage | None = None
         try:
@@ -108,6 +112,13 @@ class RegionalApi:
                 service.admission.audit_admitted(admitted, service.settings.region)
                 response = await self._local(request, admitted, decision, trip, precharged)
             usage = tap.usage(admitted.cost.input_tokens)
+            if usage is not None:
+                access.tell(
+                    request,
+                    tokens_in=usage.input_tokens,
+                    tokens_out=usage.output_tokens,
+                    tokens_source=access.TokenSource.USAGE,
+                )
             if precharged is not None and usage is not None:
                 # VTC charges output as it is generated: correct the dispatch estimate.
                 delta = usage.output_tokens - admitted.cost.output_tokens
@@ -274,3 +285,19 @@ class RegionalApi:
             "queued": len(service.queue),
         }
         return web.json_response(body, status=200 if service.ready else 503)
+
+
+def _tell(request: web.Request, admitted: Admitted) -> None:
+    """What the access line needs of an admitted request (ids and estimates only)."""
+    access.tell(
+        request,
+        tenant=admitted.tenant.id,
+        model=admitted.route_request.model,
+        country=admitted.location.country,
+        location_source=admitted.location.origin,
+        decision_id=admitted.decision_id,
+        spill_from=",".join(admitted.hops.spilled_from) or None,
+        tokens_in=admitted.cost.input_tokens,
+        tokens_out=admitted.cost.output_tokens,
+        tokens_source=access.TokenSource.ESTIMATE,
+    )

@@ -10,12 +10,14 @@ from types import MappingProxyType
 
 import click
 
+from gtm.access import access_log_option
 from gtm.audit_anchor import DEFAULT_INTERVAL_S as DEFAULT_ANCHOR_INTERVAL_S
 from gtm.cli_types import HostPort, HttpURL, IPNetwork, StateURL
 from gtm.clock import SystemClock
 from gtm.errors import GtmError
 from gtm.geo import GeoLocator, load_geo_map, open_locator
 from gtm.geo import IPNetwork as GeoNetwork
+from gtm.logs import announce
 from gtm.metrics import new_registry
 from gtm.net import split_host_port
 from gtm.policy_store import ActivePolicy, activate
@@ -52,6 +54,7 @@ def _identifier(name: str, value: str) -> str:
 
 
 @click.command("regional", context_settings={"help_option_names": ["-h", "--help"]})
+@access_log_option()
 @click.option("--region", required=True, help="Region id (e.g. eu-west).")
 @click.option(
     "--state",
@@ -267,7 +270,7 @@ async def serve(
     try:
         async with serving(service, host, port):
             freeze_startup_objects()
-            click.echo(
+            announce(
                 f"regional LB {settings.region} (replica {settings.replica_id}) listening on "
                 f"{service.advertise_url}"
             )

@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from gtm import inbound
+from gtm import access, inbound
 from gtm.clock import Clock
 from gtm.models import decision_adapter
 from gtm.openai_request import parse_json_body
@@ -101,6 +101,13 @@ class OpenAiApi:
     async def handle(self, request: web.Request, endpoint: Endpoint) -> web.StreamResponse:
         started = time.perf_counter()
         raw, facts = await read_request(request, endpoint, self._path.accounting)
+        access.tell(
+            request,
+            model=facts.model,
+            tokens_in=facts.input_tokens,
+            tokens_out=facts.max_output_tokens,
+            tokens_source=access.TokenSource.ESTIMATE,
+        )
         return await ZoneRelay(request, self._path, raw, facts, started).forward()
 
 

@@ -32,10 +32,11 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
+from gtm import access
 from gtm.clock import Clock, SystemClock
 from gtm.gpu_profiles import UnknownProfile
 from gtm.http_limits import limited_app
-from gtm.models import DrainTarget, GpuWorker
+from gtm.models import DrainTarget, GpuWorker, Tier
 from gtm.openai_errors import error_middleware
 from gtm.policy_store import PolicyWatcher
 from gtm.serve import HttpServer
@@ -434,4 +435,5 @@ class ZoneAgent:
             affinity=self.config.affinity,
         ).routes(app)
         ServiceApi(lambda: self._view, self._registry).routes(app)
+        access.install(app, Tier.ZONE, region=self.config.region, zone=self.config.zone)
         return app

@@ -8,9 +8,11 @@ import click
 from pydantic import ValidationError
 
 from gtm import native
+from gtm.access import access_log_option
 from gtm.cli_types import HostPort, StateURL
 from gtm.clock import SystemClock
 from gtm.errors import GtmError
+from gtm.logs import announce
 from gtm.metrics import new_registry
 from gtm.net import split_host_port
 from gtm.serve import freeze_startup_objects, until_signalled
@@ -23,6 +25,7 @@ from zone_agent.profiles import BUILTIN_PROFILES, DEFAULT_PROFILE
 
 
 @click.command("zone", context_settings={"help_option_names": ["-h", "--help"]})
+@access_log_option()
 @click.option("--zone", "zone", required=True, help="Zone id (e.g. eu-west-a).")
 @click.option("--region", required=True, help="Region id (e.g. eu-west).")
 @click.option(
@@ -156,7 +159,7 @@ async def serve(
     try:
         url = await agent.start()
         freeze_startup_objects()
-        click.echo(
+        announce(
             f"zone agent {config.region}/{config.zone} listening on {url} "
             f"(profile={config.profile}, gpus={len(agent.view.gpus)})"
         )

@@ -1,0 +1,361 @@
+"""The access log: one line per request at each tier, when its response ends.
+
+Each tier's application calls :func:`install` once (the front door, the regional LB,
+the zone agent, the GPU emulator); it adds the outermost middleware and a response-prepare
+hook, so every request is covered whatever ends it: a relayed answer, a refusal raised
+anywhere below (the error middleware's JSON), a limit's 4xx, an unexpected 500, or the
+client going away (the handler is cancelled). The line is written once, when the
+handler is done, at INFO on ``gtm.access.<tier>`` (:class:`AccessRecord`, :func:`emit`):
+
+* from the response the client got: ``status``, ``x-request-id`` (the middleware sets
+  it on a response that has none, so every answer names its request), the decision id,
+  ``x-gtm-region`` / ``-zone`` / ``-gpu`` and ``x-gtm-spilled-from``; ``ttft_ms`` is the
+  time to the response's head, which a relay sends with the first body byte (a stream's
+  first token; a whole body otherwise), ``duration_ms`` the time to its end;
+* from the tier (:func:`tell`, a call where the tier knows it): the tenant's id, the
+  model, the client's country and where that came from, the client's address, a spill
+  that arrived here, the tier's decision id, and tokens in and out — the response's
+  ``usage`` where the tier reads it (the regional LB), else the tier's estimates
+  (``tokens_source``);
+* ``end``: ``ok`` (the handler returned), ``disconnect`` (the client went away: status
+  499 if no response had started) or ``error`` (an exception: 500).
+
+**Never logged**: the body (prompts, completions), the ``Authorization`` header or any
+API key, any other request header. A tier tells the tenant's *id*, found from the key.
+
+Health probes and scrapes (``/healthz``, ``/readyz``, ``/metrics``) are not logged.
+``--no-access-log`` (``GTM_ACCESS_LOG=false``) on a daemon turns the lines off: the
+middleware is then not installed at all. The format (text or JSON) is the process's
+(:mod:`gtm.logs`): in JSON the fields are keys of the line's object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, TypeVar
+
+import click
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from gtm import headers as gtm_headers
+from gtm.inbound import request_id
+
+#: Parent of every tier's access logger (``gtm.access.global``, ``…regional``, …).
+ACCESS_LOGGER = "gtm.access"
+#: Paths not logged: probes and scrapes, many per minute and never a user's request.
+SERVICE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+#: Status of a request whose client went away before any response started (nginx's).
+CLIENT_CLOSED = 499
+
+
+class End(StrEnum):
+    """How a request's handling ended."""
+
+    OK = "ok"
+    #: The client went away (the handler was cancelled).
+    DISCONNECT = "disconnect"
+    #: An exception no middleware answered (the client got a 500).
+    ERROR = "error"
+
+
+class TokenSource(StrEnum):
+    """Where ``tokens_in``/``tokens_out`` came from."""
+
+    #: The response's OpenAI ``usage`` object.
+    USAGE = "usage"
+    #: The tier's own estimates (the prompt's counted tokens, ``max_tokens``).
+    ESTIMATE = "estimate"
+
+
+@dataclass(frozen=True, slots=True)
+class AccessRecord:
+    """One request's access line. Ids and names only: never a body, key or header."""
+
+    tier: str
+    method: str
+    path: str
+    status: int
+    end: End
+    duration_ms: float
+    request_id: str
+    decision_id: str | None = None
+    tenant: str | None = None
+    model: str | None = None
+    country: str | None = None
+    location_source: str | None = None
+    region: str | None = None
+    zone: str | None = None
+    gpu: str | None = None
+    spill_from: str | None = None
+    spill_to: str | None = None
+    ttft_ms: float | None = None
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    tokens_source: TokenSource | None = None
+    client: str | None = None
+    peer: str | None = None
+
+    def fields(self) -> dict[str, object]:
+        """The line's fields in order (``None``: unknown here); times rounded to 0.1 ms."""
+        return {
+            "request_id": self.request_id,
+            "decision_id": self.decision_id,
+            "tenant": self.tenant,
+            "model": self.model,
+            "country": self.country,
+            "location_source": self.location_source,
+            "region": self.region,
+            "zone": self.zone,
+            "gpu": self.gpu,
+            "spill_from": self.spill_from,
+            "spill_to": self.spill_to,
+            "status": self.status,
+            "end": self.end.value,
+            "ttft_ms": None if self.ttft_ms is None else round(self.ttft_ms, 1),
+            "tokens_in": self.tokens_in,
+            "tokens_out": self.tokens_out,
+            "tokens_source": None if self.tokens_source is None else self.tokens_source.value,
+            "duration_ms": round(self.duration_ms, 1),
+            "method": self.method,
+            "path": self.path,
+            "client": self.client,
+            "peer": self.peer,
+            "tier": self.tier,
+        }
+
+    def message(self) -> str:
+        return f"{self.method} {self.path} {self.status}"
+
+
+def logger(tier: str) -> logging.Logger:
+    return logging.getLogger(f"{ACCESS_LOGGER}.{tier}")
+
+
+def emit(record: AccessRecord, log: logging.Logger | None = None) -> None:
+    """Write ``record`` at INFO (on ``gtm.access.<tier>`` unless ``log`` is given)."""
+    (log or logger(record.tier)).info(record.message(), extra=record.fields())
+
+
+@dataclass(slots=True)
+class AccessNote:
+    """What a tier learns about one request while handling it (per request, mutable;
+    :func:`tell` fills it, the middleware turns it into an :class:`AccessRecord`)."""
+
+    started: float
+    request_id: str
+    tenant: str | None = None
+    model: str | None = None
+    country: str | None = None
+    location_source: str | None = None
+    client: str | None = None
+    decision_id: str | None = None
+    spill_from: str | None = None
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    tokens_source: TokenSource | None = None
+    response: web.StreamResponse | None = field(default=None, repr=False)
+    prepared_at: float | None = None
+
+
+_NOTE = web.RequestKey("gtm_access_note", AccessNote)
+
+
+def tell(
+    request: web.Request,
+    *,
+    tenant: str | None = None,
+    model: str | None = None,
+    country: str | None = None,
+    location_source: str | None = None,
+    client: object | None = None,
+    decision_id: str | None = None,
+    spill_from: str | None = None,
+    tokens_in: int | None = None,
+    tokens_out: int | None = None,
+    tokens_source: TokenSource | None = None,
+) -> None:
+    """Note what the tier knows of ``request`` for its access line (arguments left
+    ``None`` keep what was told before). Does nothing when the access log is off."""
+    note = request.get(_NOTE)
+    if note is None:
+        return
+    if tenant is not None:
+        note.tenant = tenant
+    if model is not None:
+        note.model = model
+    if country is not None:
+        note.country = country
+    if location_source is not None:
+        note.location_source = location_source
+    if client is not None:
+        note.client = str(client)
+    if decision_id is not None:
+        note.decision_id = decision_id
+    if spill_from is not None:
+        note.spill_from = spill_from
+    if tokens_in is not None:
+        note.tokens_in = tokens_in
+    if tokens_out is not None:
+        note.tokens_out = tokens_out
+    if tokens_source is not None:
+        note.tokens_source = tokens_source
+
+
+def record_of(
+    request: web.Request,
+    note: AccessNote,
+    *,
+    tier: str,
+    status: int,
+    end: End,
+    now: float,
+    region: str | None = None,
+    zone: str | None = None,
+) -> AccessRecord:
+    """The access record of ``request``: the response's headers first, then what the
+    tier told (``note``), then this process's own ``region``/``zone``."""
+    response = note.response
+    got: Mapping[str, str] = response.headers if response is not None else {}
+    spill_from = got.get(gtm_headers.SPILLED_FROM) or note.spill_from
+    served = got.get(gtm_headers.REGION) or region
+    prepared = note.prepared_at
+    if prepared is None and end is End.OK:
+        prepared = now  # a whole response, sent as the handler returns it
+    return AccessRecord(
+        tier=tier,
+        method=request.method,
+        path=request.path,
+        status=status,
+        end=end,
+        duration_ms=(now - note.started) * 1000.0,
+        request_id=got.get(gtm_headers.REQUEST_ID) or note.request_id,
+        decision_id=note.decision_id or got.get(gtm_headers.DECISION_ID),
+        tenant=note.tenant,
+        model=note.model,
+        country=note.country,
+        location_source=note.location_source,
+        region=served,
+        zone=got.get(gtm_headers.ZONE) or zone,
+        gpu=got.get(gtm_headers.GPU),
+        spill_from=spill_from,
+        spill_to=served if spill_from else None,
+        ttft_ms=None if prepared is None else (prepared - note.started) * 1000.0,
+        tokens_in=note.tokens_in,
+        tokens_out=note.tokens_out,
+        tokens_source=note.tokens_source,
+        client=note.client,
+        peer=request.remote,
+    )
+
+
+def install(
+    app: web.Application,
+    tier: str,
+    *,
+    region: str | None = None,
+    zone: str | None = None,
+    skip: Collection[str] = SERVICE_PATHS,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
+    """Log one access line per request of ``app`` (see the module docstring); nothing
+    when ``gtm.access.<tier>`` is off (``--no-access-log``). ``region``/``zone``: where
+    this process is, for lines whose response does not say."""
+    log = logger(tier)
+    if not log.isEnabledFor(logging.INFO):
+        return
+
+    @web.middleware
+    async def access(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path in skip:
+            return await handler(request)
+        note = AccessNote(clock(), request_id(request.headers))
+        request[_NOTE] = note
+        status, end = 500, End.ERROR
+        try:
+            response = await handler(request)
+            status, end = response.status, End.OK
+            if note.response is None:  # not sent yet: the record reads its headers
+                note.response = response
+            return response
+        except web.HTTPException as exc:  # answered by aiohttp itself
+            status, end = exc.status, End.OK
+            raise
+        except asyncio.CancelledError:
+            end = End.DISCONNECT
+            status = CLIENT_CLOSED if note.response is None else note.response.status
+            raise
+        finally:
+            now = clock()
+            emit(
+                record_of(
+                    request,
+                    note,
+                    tier=tier,
+                    status=status,
+                    end=end,
+                    now=now,
+                    region=region,
+                    zone=zone,
+                ),
+                log,
+            )
+
+    async def prepared(request: web.Request, response: web.StreamResponse) -> None:
+        note = request.get(_NOTE)
+        if note is None:
+            return
+        note.response = response
+        note.prepared_at = clock()
+        if gtm_headers.REQUEST_ID not in response.headers:
+            response.headers[gtm_headers.REQUEST_ID] = note.request_id
+
+    app.middlewares.insert(0, access)
+    app.on_response_prepare.append(prepared)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+#: A level above every record's: the tiers' access loggers are off.
+_OFF = logging.CRITICAL + 1
+
+
+def _switch(ctx: click.Context, param: click.Parameter, on: bool) -> None:
+    # On: at INFO whatever --log-level says (the access log is its own stream); off: the
+    # tiers find their loggers off and install nothing.
+    logging.getLogger(ACCESS_LOGGER).setLevel(logging.INFO if on else _OFF)
+
+
+def access_log_option() -> Callable[[F], F]:
+    """``--access-log/--no-access-log`` (``GTM_ACCESS_LOG``) for a daemon's command."""
+    return click.option(
+        "--access-log/--no-access-log",
+        default=True,
+        show_default=True,
+        envvar="GTM_ACCESS_LOG",
+        expose_value=False,
+        callback=_switch,
+        help="One log line per request when its response ends (logger gtm.access.<tier>; "
+        "ids, tenant, place, status, times, tokens — never a prompt or a key).",
+    )
+
+
+__all__ = [
+    "ACCESS_LOGGER",
+    "CLIENT_CLOSED",
+    "SERVICE_PATHS",
+    "AccessNote",
+    "AccessRecord",
+    "End",
+    "TokenSource",
+    "access_log_option",
+    "emit",
+    "install",
+    "logger",
+    "record_of",
+    "tell",
+]
