@@ -167,7 +167,7 @@ def kind_of(argv: list[str]) -> str:
         return "other"
     rest = argv[argv.index("gtmctl") + 1 :]
     while rest and rest[0].startswith("--"):
-        rest = rest[2:] if rest[0] == "--log-level" else rest[1:]
+        rest = rest[2:] if rest[0] in ("--log-level", "--log-format") else rest[1:]
     return rest[0] if rest and rest[0] in ("up", *SERVING) else "other"
 
 

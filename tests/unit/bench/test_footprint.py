@@ -10,6 +10,7 @@ def test_kind_of_reads_the_subcommand_after_gtmctl_and_its_options() -> None:
     python = ["/venv/bin/python", "-m", "gtmctl"]
     assert kind_of([*python, "--log-level", "info", "zone", "--zone", "eu-a"]) == "zone"
     assert kind_of([*python, "--log-level", "info", "gpu-sim", "--port", "0"]) == "gpu-sim"
+    assert kind_of([*python, "--log-level", "info", "--log-format", "json", "zone"]) == "zone"
     assert kind_of([*python, "up", "--processes"]) == "up"
     assert kind_of([*python, "--log-level", "info", "chaos", "proxy"]) == "other"
     assert kind_of(["/usr/bin/etcd", "--name", "m1"]) == "etcd"
