@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -322,6 +323,7 @@ class FrontDoor:
     # ------------------------------------------------------------------ forwarding
 
     async def _forward(self, request: web.Request) -> web.StreamResponse:
+        arrived = time.perf_counter()
         view = self._view()
         if view is None:
             return _not_ready()
@@ -410,6 +412,8 @@ class FrontDoor:
             ),
             client=client,
             served=served if facts.prefix_hashes else None,
+            stream=facts.stream,
+            arrived=arrived,
         )
         try:
             return await relay.forward()

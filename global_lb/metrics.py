@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from gtm.metrics import DECISION_LATENCY_BUCKETS
+from gtm.metrics import DECISION_LATENCY_BUCKETS, ModelLabel
 from gtm.models import Tier
 from gtm.relay import StreamBreaks
+
+#: Client-facing latencies (first byte, whole request), s: milliseconds to minutes.
+REQUEST_BUCKETS = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+)  # fmt: skip
 
 
 class GlobalMetrics:
@@ -94,6 +99,33 @@ class GlobalMetrics:
             ["from_region", "to_region"],
             registry=registry,
         )
+        self.first_byte = Histogram(
+            "gtm_global_first_byte_seconds",
+            "Front door: from a request's arrival to its first response byte, s, by the "
+            "region that served it and model (bounded: gtm.metrics.ModelLabel).",
+            ["region", "model"],
+            buckets=REQUEST_BUCKETS,
+            registry=registry,
+        )
+        self.request_seconds = Histogram(
+            "gtm_global_request_duration_seconds",
+            "Front door end to end: from a request's arrival to the end of its relayed "
+            "response (a stream's last byte), s, by the region that served it and model.",
+            ["region", "model"],
+            buckets=REQUEST_BUCKETS,
+            registry=registry,
+        )
+        self.tokens = Counter(
+            "gtm_global_tokens",
+            "Tokens of the requests the front door relayed, by the region that served them, "
+            "model and kind (prompt, completion): the response's usage when it reports one, "
+            "else the estimates (prompt: the front door's count; completion: one per "
+            "streamed content chunk).",
+            ["region", "model", "kind"],
+            registry=registry,
+        )
+        #: The ``model`` label of the request metrics above (bounded).
+        self.model_label = ModelLabel()
         self.view_revision = Gauge(
             "gtm_global_view_snapshot_revision",
             "Fleet snapshot revision of the view region choice reads.",

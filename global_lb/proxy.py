@@ -26,6 +26,7 @@ residency-allowed set, ``max_attempts`` regions in all. :class:`RegionRelay` add
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator
 
 import aiohttp
@@ -60,6 +61,7 @@ from gtm.relay import (
     skip_set,
 )
 from gtm.trust import GLOBAL_ISSUER, ClientLocation, TierKey, assert_location, from_location
+from gtm.usage import UsageTap
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +106,8 @@ class RegionRelay(Relay[RegionState]):
         audit: Callable[[str], None],
         client: ClientLocation | None = None,
         served: Callable[[str], None] | None = None,
+        stream: bool = False,
+        arrived: float | None = None,
     ) -> None:
         super().__init__(request, max_attempts=config.max_attempts, breaks=metrics.stream_breaks)
         self._config = config
@@ -120,6 +124,12 @@ class RegionRelay(Relay[RegionState]):
         #: Told the region that served the request when it is not the decision's.
         self._served = served
         self._regions = attempts(outcome, config.max_attempts)
+        #: ``time.perf_counter()`` at the request's arrival (latency metrics).
+        self._arrived = time.perf_counter() if arrived is None else arrived
+        #: Reads the relayed response's usage (token counters).
+        self._tap = UsageTap(stream)
+        #: The region that served the response (the regional LB's answer when it spilled).
+        self._served_region = ""
         self._previous = ""
         self._last_error = "no region to try"
         if client is None:
@@ -179,11 +189,22 @@ class RegionRelay(Relay[RegionState]):
     def first_byte(self, target: RegionState) -> None:
         self._metrics.forward_attempts.labels(target.id, "ok").inc()
 
+    #: The relayed bytes feed the usage tap (front-door token counters).
+    watch_chunks = True
+
+    def chunk(self, data: bytes) -> None:
+        self._tap.feed(data)
+
     def response_headers(self, target: RegionState, headers: CIMultiDict[str]) -> None:
         # The regional LB names the region that served the request, which differs from
         # the one tried when it spilled to a peer: keep its answer so clients (and a
         # client-side residency audit) see where the bytes were really processed.
         region = headers.setdefault(REGION_HEADER, target.id)
+        self._served_region = region
+        metrics = self._metrics
+        model = metrics.model_label(self._model)
+        elapsed = time.perf_counter() - self._arrived
+        metrics.first_byte.labels(region, model).observe(elapsed)
         headers[DECISION_HEADER] = self._outcome.decision_id
         if self._served is not None and region != self._outcome.region:
             self._served(region)
@@ -198,8 +219,17 @@ class RegionRelay(Relay[RegionState]):
         self._metrics.forward_attempts.labels(target.id, result).inc()
 
     def finished(self, target: RegionState, ending: Ending) -> None:
+        metrics = self._metrics
         if ending in (Ending.CUT_RESET, Ending.CUT_TIMEOUT):
-            self._metrics.forward_attempts.labels(target.id, "broken-stream").inc()
+            metrics.forward_attempts.labels(target.id, "broken-stream").inc()
+        region = self._served_region or target.id
+        model = metrics.model_label(self._model)
+        metrics.request_seconds.labels(region, model).observe(time.perf_counter() - self._arrived)
+        usage = self._tap.usage(self._input_tokens)
+        prompt = self._input_tokens if usage is None else usage.input_tokens
+        completion = 0 if usage is None else usage.output_tokens
+        metrics.tokens.labels(region, model, "prompt").inc(prompt)
+        metrics.tokens.labels(region, model, "completion").inc(completion)
 
     def exhausted(self) -> Exception:
         return UpstreamUnavailable(f"no regional LB could take the request: {self._last_error}")

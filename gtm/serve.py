@@ -20,7 +20,8 @@ same way:
   and its handlers are removed again;
 * :func:`add_service_routes` gives every service ``/healthz`` (the process answers),
   ``/readyz`` (the service's own answer) and ``/metrics`` (its injected registry, plus
-  ``gtm_event_loop_tasks``, :mod:`gtm.loopstats`).
+  ``gtm_event_loop_tasks``, :mod:`gtm.loopstats`, and the process, Python and
+  ``gtm_build_info`` collectors, :func:`gtm.metrics.register_runtime`).
 
 The DNS listeners (``global_lb.dns.server``) bind UDP and TCP on one port themselves
 (a UDP thread with batched system calls is not an aiohttp site); their answers are
@@ -43,6 +44,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from gtm.errors import ConfigError
 from gtm.loopstats import register_loop_tasks
+from gtm.metrics import register_runtime
 from gtm.tls import scheme as tls_scheme
 
 #: Seconds in-flight requests get to finish when a server stops; then they are
@@ -191,6 +193,7 @@ def add_service_routes(
         )
 
     register_loop_tasks(registry)
+    register_runtime(registry)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)

@@ -40,7 +40,9 @@ Expiry
     ``gtm_tls_certificate_expiry_seconds{role,identity}`` — seconds until ``notAfter``
     of this process's certificate (role ``certificate``) and of the CA (role ``ca``),
     refreshed every check — and a WARNING log when one is less than
-    :data:`EXPIRY_WARNING_DAYS` days from expiry.
+    :data:`EXPIRY_WARNING_DAYS` days from expiry. The same ``notAfter`` as a Unix
+    timestamp, ``gtm_tls_cert_expiry_timestamp_seconds{cert,identity}`` (``cert``: the
+    role), is what alerts compare with ``time()``: it does not move between checks.
 """
 
 from __future__ import annotations
@@ -310,6 +312,13 @@ class TlsMaterial:
             ["role", "identity"],
             registry=registry,
         )
+        self._expiry = Gauge(
+            "gtm_tls_cert_expiry_timestamp_seconds",
+            "Unix time at which this process's TLS certificate (cert=certificate) or its "
+            "CA (cert=ca) expires (notAfter).",
+            ["cert", "identity"],
+            registry=registry,
+        )
         self._warned: set[tuple[str, float]] = set()
         self._infos: dict[str, CertInfo] = {}
         self._stamp = _stamp(config)
@@ -334,6 +343,7 @@ class TlsMaterial:
         infos = {"certificate": cert_info(self.config.cert), "ca": cert_info(self.config.ca)}
         for role, old in self._infos.items():
             self._gauge.remove(role, old.identity)
+            self._expiry.remove(role, old.identity)
         self._infos = infos
 
     def check_expiry(self) -> None:
@@ -342,6 +352,7 @@ class TlsMaterial:
         for role, info in self._infos.items():
             left = info.not_after - now
             self._gauge.labels(role, info.identity).set(left)
+            self._expiry.labels(role, info.identity).set(info.not_after)
             key = (info.identity, info.not_after)
             if left < EXPIRY_WARNING_DAYS * 86400 and key not in self._warned:
                 self._warned.add(key)

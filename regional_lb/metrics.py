@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from gtm.metrics import DECISION_LATENCY_BUCKETS
+from gtm.metrics import DECISION_LATENCY_BUCKETS, ModelLabel
 from gtm.models import Priority, Tier
 from gtm.relay import StreamBreaks
 from gtm.routing.metrics import RoutingMetrics
@@ -91,10 +91,14 @@ class RegionalMetrics:
         )
         self.first_byte = Histogram(
             "gtm_regional_first_byte_seconds",
-            "From the request's arrival to the first response byte, s.",
+            "From the request's arrival to the first response byte, s, by model (bounded: "
+            "gtm.metrics.ModelLabel).",
+            ["model"],
             buckets=WAIT_BUCKETS,
             registry=registry,
         )
+        #: The ``model`` label of :attr:`first_byte` (bounded).
+        self.model_label = ModelLabel()
 
 
 def _reader(queue_depth: Callable[[Priority], int], band: Priority) -> Callable[[], float]:

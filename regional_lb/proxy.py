@@ -22,15 +22,14 @@ and tells the client when the upstream fails after the first byte (:mod:`gtm.rel
 SSE client's error event, else a reset; ``gtm_stream_breaks_total``). When every attempt
 failed: 503 + Retry-After if every target was at capacity, else 502.
 
-**Usage**: :class:`UsageTap` watches the relayed bytes for the OpenAI ``usage`` object
-(a JSON body, or the last SSE chunk when the client asked for it) and otherwise counts
-streamed content chunks, so quotas and VTC counters can be reconciled with what the
+**Usage**: :class:`~gtm.usage.UsageTap` watches the relayed bytes for the OpenAI
+``usage`` object (a JSON body, or the last SSE chunk when the client asked for it) and
+otherwise counts streamed content chunks, so quotas and VTC counters can be reconciled with what the
 request really produced.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -54,19 +53,17 @@ from gtm.relay import (
     open_aiohttp,
     skip_set,
 )
+from gtm.usage import USAGE_BODY_BYTES as USAGE_BODY_BYTES
+from gtm.usage import UsageTap as UsageTap
 from regional_lb import request as req
 from regional_lb.errors import Overloaded, UpstreamFailed
 from regional_lb.metrics import RegionalMetrics
-from regional_lb.quota import Usage
 from regional_lb.router import Inputs, RegionalRouter
 from regional_lb.spill import PeerOption
 from regional_lb.view import RegionalView, ZoneAccounting, ZoneState
 
 log = logging.getLogger(__name__)
 
-#: Bytes of a non-streamed body kept to read its ``usage`` (larger bodies are relayed
-#: but not parsed: their usage is unknown and the estimate stands).
-USAGE_BODY_BYTES = 1 << 20
 #: Retry-After of a 503 when every target tried was at capacity.
 BUSY_RETRY_AFTER_S = 1.0
 #: Characters of a retried upstream's error body kept in the client's message.
@@ -106,72 +103,6 @@ class ProxySettings:
     first_byte_timeout_s: float = 120.0
 
 
-class UsageTap:
-    """Reads the usage of a response from the bytes relayed (bounded work and memory)."""
-
-    def __init__(self, streaming: bool) -> None:
-        self._streaming = streaming
-        self._body = bytearray()
-        self._line = bytearray()
-        self._chunks = 0
-        self._usage: Usage | None = None
-        self._overflow = False
-        self.relayed_any = False
-
-    def feed(self, data: bytes) -> None:
-        self.relayed_any = True
-        if not self._streaming:
-            if len(self._body) + len(data) > USAGE_BODY_BYTES:
-                self._overflow = True
-            else:
-                self._body += data
-            return
-        self._line += data
-        while (cut := self._line.find(b"\n")) >= 0:
-            line = bytes(self._line[:cut]).strip()
-            del self._line[: cut + 1]
-            self._sse_line(line)
-        if len(self._line) > USAGE_BODY_BYTES:
-            self._line.clear()
-
-    def _sse_line(self, line: bytes) -> None:
-        if not line.startswith(b"data:"):
-            return
-        payload = line[5:].strip()
-        if payload == b"[DONE]":
-            return
-        if b'"usage"' in payload:
-            found = _usage_of(payload)
-            if found is not None:
-                self._usage = found
-                return
-        if b'"choices"' in payload and b'"choices":[]' not in payload.replace(b" ", b""):
-            self._chunks += 1
-
-    def usage(self, input_tokens: int) -> Usage | None:
-        """The reported usage; else (streams) ``input_tokens`` and one token per chunk."""
-        if self._usage is not None:
-            return self._usage
-        if not self._streaming:
-            return None if self._overflow else _usage_of(bytes(self._body))
-        return Usage(input_tokens, self._chunks) if self._chunks else None
-
-
-def _usage_of(payload: bytes) -> Usage | None:
-    try:
-        data = json.loads(payload)
-    except (ValueError, RecursionError):
-        return None
-    usage = data.get("usage") if isinstance(data, dict) else None
-    if not isinstance(usage, dict):
-        return None
-    prompt = usage.get("prompt_tokens")
-    completion = usage.get("completion_tokens", 0)
-    if not isinstance(prompt, int) or not isinstance(completion, int):
-        return None
-    return Usage(max(0, prompt), max(0, completion))
-
-
 @dataclass(frozen=True, slots=True)
 class Carrier:
     """What every relay of one replica shares: the pool, settings and metrics."""
@@ -189,6 +120,8 @@ class Trip:
     tap: UsageTap
     #: ``time.perf_counter()`` when the request arrived (first-byte latency).
     arrived: float
+    #: The request's model (the first-byte histogram's ``model`` label).
+    model: str = ""
 
 
 class _RegionalRelay(Relay[Target]):
@@ -235,7 +168,9 @@ class _RegionalRelay(Relay[Target]):
         )
 
     def first_byte(self, target: Target) -> None:
-        self._carrier.metrics.first_byte.observe(max(0.0, time.perf_counter() - self._trip.arrived))
+        metrics, trip = self._carrier.metrics, self._trip
+        model = metrics.model_label(trip.model)
+        metrics.first_byte.labels(model).observe(max(0.0, time.perf_counter() - trip.arrived))
 
     def chunk(self, data: bytes) -> None:
         self._trip.tap.feed(data)

@@ -51,6 +51,7 @@ import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from gtm.usage import Usage as Usage
 from policies.documents import Quotas, Tenant
 from regional_lb.buckets import TokenBucket
 
@@ -142,14 +143,6 @@ class Cost:
 
     def weighted(self, output_weight: float) -> float:
         return self.input_tokens + output_weight * self.output_tokens
-
-
-@dataclass(frozen=True, slots=True)
-class Usage:
-    """What a finished request actually used (from the response's ``usage``)."""
-
-    input_tokens: int
-    output_tokens: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gtm.clock import Clock
+from gtm.metrics import ModelLabel
 from gtm.models import Tier
 from gtm.relay import StreamBreaks
 from gtm.routing.metrics import RoutingMetrics
@@ -153,10 +154,16 @@ class ZoneMetrics:
         )
         self.first_byte = Histogram(
             "gtm_zone_first_byte_seconds",
-            "Time from receiving a request to its first response byte from the worker.",
+            "Time from receiving a request to its first response byte from the worker, by "
+            "model (bounded: gtm.metrics.ModelLabel).",
+            ["model"],
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
+        self._model_label = ModelLabel()
+        # Per-request lookups cached: a labelled child costs a lock and a tuple per
+        # ``.labels()`` call. Bounded by the model labels.
+        self._first_byte: dict[str, Callable[[float], None]] = {}
         self.decision = Histogram(
             "gtm_zone_request_overhead_seconds",
             "Agent time before a request is sent upstream (parse, count, decide).",
@@ -164,3 +171,11 @@ class ZoneMetrics:
             registry=registry,
         )
         registry.register(_GpuGauges(view, clock))
+
+    def observe_first_byte(self, model: str, seconds: float) -> None:
+        """One request's first-byte latency, under its (bounded) model label."""
+        observe = self._first_byte.get(model)
+        if observe is None:
+            label = self._model_label(model)
+            observe = self._first_byte[model] = self.first_byte.labels(label).observe
+        observe(seconds)

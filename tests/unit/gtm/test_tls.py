@@ -144,6 +144,28 @@ def test_expiry_gauge_counts_down_on_the_injected_clock(tmp_path: Path) -> None:
     assert _expiry(registry, "certificate", "region/eu-west") == pytest.approx(80 * DAY, abs=1)
 
 
+def test_expiry_timestamp_is_not_after_and_does_not_move(tmp_path: Path) -> None:
+    # What alerts compare with time(): the notAfter itself, the same at every check.
+    clock = FakeClock()
+    ca = CertificateAuthority.create(not_before=_at(clock, -DAY), not_after=_at(clock, 900 * DAY))
+    config = _files(
+        tmp_path, ca, "zone/a", not_before=_at(clock, -DAY), not_after=_at(clock, 20 * DAY)
+    )
+    registry = new_registry()
+    material = TlsMaterial(config, clock=clock, registry=registry)
+    name = "gtm_tls_cert_expiry_timestamp_seconds"
+    leaf = {"cert": "certificate", "identity": "zone/a"}
+    expected = _at(clock, 20 * DAY).timestamp()
+    assert registry.get_sample_value(name, leaf) == pytest.approx(expected, abs=1)
+    clock.advance_nowait(5 * DAY)
+    material.check_expiry()
+    assert registry.get_sample_value(name, leaf) == pytest.approx(expected, abs=1)
+    ca_labels = {"cert": "ca", "identity": "CN=gtm local CA"}
+    assert registry.get_sample_value(name, ca_labels) == pytest.approx(
+        _at(clock, 895 * DAY).timestamp(), abs=1
+    )
+
+
 def test_warning_once_when_within_30_days(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     clock = FakeClock()
     ca = CertificateAuthority.create(not_before=_at(clock, -DAY), not_after=_at(clock, 900 * DAY))

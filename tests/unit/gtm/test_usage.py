@@ -2,8 +2,7 @@ from __future__ import annotations
 
 import json
 
-from regional_lb.proxy import USAGE_BODY_BYTES, UsageTap
-from regional_lb.quota import Usage
+from gtm.usage import USAGE_BODY_BYTES, Usage, UsageTap
 
 
 def sse(*events: object) -> bytes:
