@@ -1,0 +1,128 @@
+"""gtm.logs: JSON and text lines, their structured fields, and who configures the root."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+
+import pytest
+
+from gtm.logs import (
+    JsonFormatter,
+    LogFormat,
+    TextFormatter,
+    announce,
+    configure,
+    configured_format,
+    fields,
+)
+
+
+def _record(
+    msg: str = "hello %s",
+    args: tuple[object, ...] = ("world",),
+    *,
+    exc: bool = False,
+    **extra: object,
+) -> logging.LogRecord:
+    exc_info = None
+    if exc:
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            exc_info = sys.exc_info()
+    record = logging.getLogger("gtm.test").makeRecord(
+        "gtm.test", logging.WARNING, "f.py", 1, msg, args, exc_info, extra=extra
+    )
+    record.created = 1_767_225_600.25  # 2026-01-01T00:00:00.250Z
+    return record
+
+
+def test_a_json_line_has_ts_level_logger_msg_and_the_extra_fields_as_keys() -> None:
+    line = JsonFormatter().format(_record(request_id="r1", status=200, ratio=0.5, gone=None))
+    assert "\n" not in line
+    document = json.loads(line)
+    assert document == {
+        "ts": "2026-01-01T00:00:00.250Z",
+        "level": "WARNING",
+        "logger": "gtm.test",
+        "msg": "hello world",
+        "request_id": "r1",
+        "status": 200,
+        "ratio": 0.5,
+        "gone": None,
+    }
+    parsed = datetime.fromisoformat(document["ts"])
+    assert parsed.tzinfo is not None
+    assert parsed.utcoffset() == UTC.utcoffset(None)
+
+
+def test_a_json_line_writes_an_exception_as_one_string_and_odd_values_as_str() -> None:
+    document = json.loads(JsonFormatter().format(_record(exc=True, where=("a", 1))))
+    assert isinstance(document["exc"], str)
+    assert "ValueError: boom" in document["exc"]
+    assert "Traceback" in document["exc"]
+    assert document["where"] == "('a', 1)"
+
+
+def test_a_json_line_never_lets_an_extra_field_replace_the_standard_keys() -> None:
+    record = _record()
+    record.__dict__["level"] = "forged"
+    assert json.loads(JsonFormatter().format(record))["level"] == "WARNING"
+
+
+def test_a_text_line_is_unchanged_without_extra_fields() -> None:
+    line = TextFormatter().format(_record())
+    assert line.endswith(" level=WARNING logger=gtm.test hello world")
+
+
+def test_a_text_line_adds_extra_fields_as_key_value_and_quotes_what_would_split_it() -> None:
+    line = TextFormatter().format(
+        _record(request_id="r1", tenant=None, zone="", path="/v1/x", note="two words", ok=True)
+    )
+    assert line.endswith(' hello world request_id=r1 path=/v1/x note="two words" ok=true'), line
+    assert "tenant" not in line
+    assert "zone" not in line
+
+
+def test_fields_are_the_extras_in_the_order_given() -> None:
+    assert list(fields(_record(b=1, a=2))) == [("b", 1), ("a", 2)]
+
+
+def test_configure_leaves_a_root_with_foreign_handlers_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    root = logging.getLogger()
+    foreign = logging.NullHandler()
+    monkeypatch.setattr(root, "handlers", [foreign])
+    monkeypatch.setattr(root, "level", logging.WARNING)
+    configure("debug", LogFormat.JSON)
+    assert root.handlers == [foreign]
+    assert root.level == logging.WARNING
+    assert configured_format() is LogFormat.TEXT
+
+
+def test_configure_writes_json_lines_and_announce_follows_the_format(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])
+    monkeypatch.setattr(root, "level", logging.WARNING)
+    stream = io.StringIO()
+    configure("info", LogFormat.JSON, stream)
+    assert configured_format() is LogFormat.JSON
+    logging.getLogger("gtm.x").info("started", extra={"port": 8080})
+    assert json.loads(stream.getvalue())["port"] == 8080
+    announce("zone agent listening on http://127.0.0.1:1")
+    announced = json.loads(capsys.readouterr().out)
+    assert announced["msg"] == "zone agent listening on http://127.0.0.1:1"
+    assert announced["level"] == "INFO"
+
+    configure("info", LogFormat.TEXT)  # the same handler, the other format
+    assert len(root.handlers) == 1
+    assert configured_format() is LogFormat.TEXT
+    announce("zone agent listening on http://127.0.0.1:1")
+    assert capsys.readouterr().out == "zone agent listening on http://127.0.0.1:1\n"
