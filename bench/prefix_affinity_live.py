@@ -385,10 +385,12 @@ def placement(window: Sequence[TraceRequest], replies: Sequence[Reply], speedup:
         if x.ok and x.ttft_s is not None
     ]
     regions = Counter(x.region for x in served)
+    spilled = sum(bool(x.spilled_from) for x in served)
     return (
         f"later turns served ({turns}): same region as the previous turn "
         f"{same_region / max(1, turns):.0%}, same GPU {same_gpu / max(1, turns):.0%}; "
-        f"regions {dict(regions)}; TTFT p50 {percentile(sorted(ttft), 0.5):.2f} s, "
+        f"regions {dict(regions)}, {spilled} spilled to a peer; "
+        f"TTFT p50 {percentile(sorted(ttft), 0.5):.2f} s, "
         f"TPOT p50 {1000 * percentile(sorted(tpot), 0.5):.0f} ms"
     )
 
