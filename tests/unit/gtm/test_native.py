@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import logging
 import os
+from importlib.machinery import EXTENSION_SUFFIXES
+from pathlib import Path
 
 import pytest
 
@@ -56,3 +58,62 @@ def test_a_kernel_not_running_compiled_is_logged_with_what_to_do(
     with caplog.at_level(logging.WARNING, logger="gtm.native"):
         native.warn_if_not_compiled("no_such_module_xyz")  # a C kernel that was not built
     assert "kernel no_such_module_xyz: python" in caplog.text
+
+
+# ---------------------------------------------------------------- wheel installs
+# A wheel install is laid out here by hand, as pip lays it: the package's files, and a
+# dist-info RECORD listing each with its sha256. pip writes a kernel's .py after the
+# extension beside it, so the source is the newer file although both come from one build.
+
+SUFFIX = EXTENSION_SUFFIXES[0]
+
+
+def _install(site: Path, *, with_record: bool) -> tuple[Path, Path]:
+    package = site / "global_lb"
+    package.mkdir(parents=True)
+    extension = package / f"kernels{SUFFIX}"
+    source = package / "kernels.py"
+    extension.write_bytes(b"\x7fELF compiled from the source below")
+    source.write_text("def kernel() -> None: ...\n")
+    os.utime(extension, (1_000_000, 1_000_000))
+    os.utime(source, (1_000_060, 1_000_060))  # written a minute later
+    if with_record:
+        dist_info = site / "gtm_traffic_manager-0.1.0.dist-info"
+        dist_info.mkdir()
+        rows = [
+            f"global_lb/kernels{SUFFIX},{native._sha256(extension)},{extension.stat().st_size}",
+            f"global_lb/kernels.py,{native._sha256(source)},{source.stat().st_size}",
+            "gtm_traffic_manager-0.1.0.dist-info/RECORD,,",
+        ]
+        (dist_info / "RECORD").write_text("\n".join(rows) + "\n")
+    return extension, source
+
+
+def test_a_wheel_installs_kernels_are_fresh_whatever_the_order_files_were_written(
+    tmp_path: Path,
+) -> None:
+    extension, _ = _install(tmp_path, with_record=True)
+    assert native.extension_state(extension, "global_lb.kernels") is native.KernelState.COMPILED
+
+
+def test_a_wheel_installs_kernel_whose_source_was_edited_after_install_is_stale(
+    tmp_path: Path,
+) -> None:
+    extension, source = _install(tmp_path, with_record=True)
+    source.write_text("def kernel() -> int: return 1\n")
+    os.utime(source, (900_000, 900_000))  # older than the extension: the hash decides
+    assert native.extension_state(extension, "global_lb.kernels") is native.KernelState.STALE
+
+
+def test_without_a_record_the_modification_times_decide(tmp_path: Path) -> None:
+    extension, source = _install(tmp_path, with_record=False)  # as an editable install
+    assert native.extension_state(extension, "global_lb.kernels") is native.KernelState.STALE
+    os.utime(source, (900_000, 900_000))
+    assert native.extension_state(extension, "global_lb.kernels") is native.KernelState.COMPILED
+
+
+def test_record_hashes_are_written_as_wheels_write_them(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.write_bytes(b"")
+    # RECORD of any wheel: the sha256 of no bytes, urlsafe base64 without padding.
+    assert native._sha256(empty) == "sha256=47DEQpj8HBSa-_TImW-5JCeuQeRkm5NMpJWZG3hSuFU"
