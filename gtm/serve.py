@@ -12,8 +12,8 @@ same way:
   (``handler_cancellation``; aiohttp ≥ 3.9 leaves them running by default), so a
   proxied request releases its upstream, queue slot and quota at once; control APIs
   (``cancel_on_disconnect=False``) finish what they started;
-* no access log (the tiers count responses in metrics; a log line per request costs
-  more than the decision);
+* no aiohttp access log: the tiers write their own, with the decision's fields
+  (:mod:`gtm.access`, ``--no-access-log`` turns it off);
 * :func:`freeze_startup_objects` is called once a server is up: what start-up allocated
   lives for the process, so full collections stop scanning it;
 * :func:`until_signalled` is the foreground process's wait: SIGINT or SIGTERM ends it,

@@ -26,6 +26,7 @@ from gtm.admin_auth import (
 from gtm.cli_types import HostPort, HttpURL, NewFile, StateURL
 from gtm.clock import SystemClock
 from gtm.errors import ConfigError, GtmError
+from gtm.logs import configured_format, formatter
 from gtm.topology import example_text
 from gtmctl.up.banner import Listeners, demo_keys, render
 from gtmctl.up.config import DEFAULT_DNS_LISTEN, DEFAULT_HTTP_LISTEN, UpConfig
@@ -260,9 +261,7 @@ def _quiet_console(plan: Plan) -> None:
     for handler in root.handlers:
         handler.setLevel(max(handler.level, logging.WARNING))
     file_handler = logging.FileHandler(plan.run_dir / "gtm-up.log", encoding="utf-8")
-    file_handler.setFormatter(
-        logging.Formatter("%(asctime)s level=%(levelname)s logger=%(name)s %(message)s")
-    )
+    file_handler.setFormatter(formatter(configured_format()))  # gtm --log-format's
     root.addHandler(file_handler)
 
 

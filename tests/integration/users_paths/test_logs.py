@@ -8,7 +8,8 @@ and completions, streamed and not, a bad key (401), a residency refusal (451) an
 body (400) — each with its own ``x-request-id``. Then every process's log file in the
 run directory is read:
 
-* every line is one JSON object with ``ts``, ``level``, ``logger`` and ``msg``;
+* every line (``gtm up``'s own log's too) is one JSON object with ``ts``, ``level``,
+  ``logger`` and ``msg``;
 * each served request has one access line at the front door, the regional LB and the
   zone agent, with the request id the client saw, the tenant, the status and the region;
   each refused one has one at the front door only, with its status;
@@ -38,7 +39,6 @@ from gtm.net import free_port
 from gtm.state.etcd_server import EtcdServer
 from gtm.topology import load_topology
 from tests.integration.gtmctl.up.helpers import (
-    START_TIMEOUT_S,
     STOP_TIMEOUT_S,
     Up,
     _read_banner,
@@ -46,7 +46,7 @@ from tests.integration.gtmctl.up.helpers import (
 )
 from tests.integration.users_paths.direct_clients import BERLIN, MODEL, TENANT_KEY
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 #: The healthcare tenant: US only, so a Berlin client (GDPR: EEA only) is refused (451).
 US_ONLY_KEY = "gtm-acme-health-example"
@@ -57,6 +57,8 @@ BAD_KEY = f"sk-logs-test-{uuid.uuid4().hex}"
 TIERS = ("global", "regional", "zone")
 #: Longest wait for the access lines of requests already answered.
 LINES_WITHIN_S = 30.0
+#: Longest start of the whole deployment (a shared 2-core machine under load).
+START_TIMEOUT_S = 150.0
 
 
 @contextlib.asynccontextmanager
@@ -215,7 +217,7 @@ async def test_json_logs_have_one_access_line_per_request_per_tier_and_no_prompt
                 assert record["gpu"], (tier, name)
                 assert record["model"] == MODEL, (tier, name)
                 assert record["ttft_ms"] is not None, (tier, name)
-                assert record["tokens_in"] and record["tokens_in"] > 0, (tier, name)
+                assert record["tokens_in"] > 0, (tier, name)
                 assert record["tenant"] == (None if tier == "zone" else "demo-global"), tier
     front = {r["request_id"].removeprefix(f"{run}-"): r for r in found["global"]}
     assert front["refused"]["tenant"] == "acme-health"
@@ -232,6 +234,7 @@ async def test_json_logs_have_one_access_line_per_request_per_tier_and_no_prompt
     logs = _log_lines(run_dir)
     kinds = {name.partition("-")[0] for name in logs}
     assert {"global", "regional", "zone", "gpu"} <= kinds, sorted(logs)
+    logs["gtm-up.log"] = (run_dir / "gtm-up.log").read_text().splitlines()  # gtm up's own
     for name, lines in logs.items():
         for line in lines:
             record = json.loads(line)  # every line is one JSON object
