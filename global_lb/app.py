@@ -123,6 +123,7 @@ class GlobalTier:
         )
         self.policies = PolicyWatcher(self._store, clock=clock, registry=registry, initial=initial)
         self._session: aiohttp.ClientSession | None = None
+        self._probe_session: aiohttp.ClientSession | None = None
         self._prober = prober
         self.health = HealthChecker(
             _LazyProber(self),
@@ -186,6 +187,16 @@ class GlobalTier:
             ),
             **client_session_options(client_ssl),
         )
+        # Health probes get a session of their own. aiohttp reuses the oldest idle
+        # connection first, so a probe every ``interval`` on the relay's session touched
+        # each of its idle connections in turn and none ever reached its keep-alive
+        # timeout: the connections a load peak opened to a region stayed open for good
+        # (the soak's descriptors not back after the load). Apart, the probes keep one
+        # connection per region and the relay's idle ones close.
+        self._probe_session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=connector_ssl(client_ssl)),
+            **client_session_options(client_ssl),
+        )
         try:
             if self.tls is not None:
                 self._supervisor.spawn("tls-reload", self.tls.run())
@@ -224,6 +235,9 @@ class GlobalTier:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._probe_session is not None:
+            await self._probe_session.close()
+            self._probe_session = None
         if self.anchorer is not None:
             await self.anchorer.close()
             self.anchorer = None
@@ -311,7 +325,8 @@ class GlobalTier:
 
 
 class _LazyProber:
-    """The injected prober, or HTTP probes over the tier's session once it exists."""
+    """The injected prober, or HTTP probes over the tier's probe session once it
+    exists (not the relay's: see :meth:`GlobalTier.start`)."""
 
     def __init__(self, tier: GlobalTier) -> None:
         self._tier = tier
@@ -320,7 +335,10 @@ class _LazyProber:
         tier = self._tier
         if tier._prober is not None:
             return await tier._prober.probe(url)
-        return await HttpProber(tier._client_session(), tier.config.health).probe(url)
+        session = tier._probe_session
+        if session is None:
+            raise RuntimeError("the global tier is not started")
+        return await HttpProber(session, tier.config.health).probe(url)
 
 
 def build_routers(

@@ -532,3 +532,33 @@ async def test_before_a_policy_is_in_force_requests_are_told_when_to_retry(
                 assert response.headers["Retry-After"] == "1"
                 error = (await response.json())["error"]
                 assert error["code"] == "not_ready"
+
+
+async def test_health_probes_leave_the_relays_idle_connections_to_expire(
+    deployment: Deployment,
+) -> None:
+    # Three requests at once leave three idle connections to eu-west in the relay's pool.
+    async with deployment.client("gtm-demo-global") as client:
+        await asyncio.gather(
+            *(
+                client.chat.completions.create(
+                    model=LLAMA_8B, messages=[{"role": "user", "content": f"hi {k}"}], max_tokens=2
+                )
+                for k in range(3)
+            )
+        )
+    relay = deployment.tier._session
+    assert relay is not None
+
+    def idle() -> list[float]:
+        # aiohttp's pool: host key -> (protocol, time it was last released), oldest first.
+        return sorted(t for conns in relay.connector._conns.values() for _, t in conns)  # type: ignore[union-attr]
+
+    before = idle()
+    assert len(before) >= 1
+    # Probe rounds used to take the oldest idle connection each time and put it back
+    # fresh, so no connection ever idled long enough to close. They go elsewhere now.
+    for _ in range(4):
+        await deployment.tier.health.check_once()
+    assert idle() == before
+    assert deployment.tier.health.table.status["eu-west"][0]  # the probes still ran
