@@ -29,7 +29,7 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -383,6 +383,84 @@ def test_gtm_command_lines_use_existing_options_and_defined_variables(overlay: s
             for arg in args:
                 assert arg.startswith("--"), arg
                 assert arg.partition("=")[0] in options, (name, arg)
+            checked += 1
+    assert checked
+
+
+def _env_values(objs: tuple[Obj, ...], workload: Obj, container: Obj) -> dict[str, str]:
+    """The container's environment as the kubelet would give it (pod fields made up)."""
+    maps = {o["metadata"]["name"]: o.get("data", {}) for o in _kinds(objs, "ConfigMap")}
+    secrets = {
+        o["metadata"]["name"]: {k: base64.b64decode(v).decode() for k, v in o["data"].items()}
+        for o in _kinds(objs, "Secret")
+    }
+    fields = {
+        "metadata.name": f"{workload['metadata']['name']}-0",
+        "metadata.namespace": workload["metadata"]["namespace"],
+        "status.podIP": "10.0.0.7",
+    }
+    env: dict[str, str] = {}
+    for e in container.get("env", ()):
+        source = e.get("valueFrom", {})
+        if "value" in e:
+            env[e["name"]] = e["value"]
+        elif "configMapKeyRef" in source:
+            ref = source["configMapKeyRef"]
+            env[e["name"]] = maps[ref["name"]][ref["key"]]
+        elif "secretKeyRef" in source:
+            ref = source["secretKeyRef"]
+            env[e["name"]] = secrets[ref["name"]][ref["key"]]
+        else:
+            env[e["name"]] = fields[source["fieldRef"]["fieldPath"]]
+    return env
+
+
+def _lookup(env: dict[str, str]) -> Callable[[re.Match[str]], str]:
+    return lambda m: env[m.group(1)]
+
+
+def _localise(arg: str, mounts: dict[str, str]) -> str:
+    """``--opt=/mount/path/file`` → the same file under the test's directory."""
+    option, sep, value = arg.partition("=")
+    for mount_path, local_path in mounts.items():
+        if value == mount_path or value.startswith(mount_path + "/"):
+            return f"{option}{sep}{local_path}{value.removeprefix(mount_path)}"
+    return arg
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_gtm_command_lines_parse_with_the_pods_values(
+    overlay: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each gtm container's command line, with its variables expanded and its ConfigMap
+    volumes laid out as files, passes gtm's own option parsing (types, choices, files)."""
+    objs = render(overlay)
+    maps = {o["metadata"]["name"]: o.get("data", {}) for o in _kinds(objs, "ConfigMap")}
+    checked = 0
+    for workload in (o for o in objs if o["kind"] in WORKLOADS):
+        pod = workload["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in pod.get("volumes", ())}
+        for c in _containers(workload):
+            if not c["image"].startswith(GTM_IMAGE):
+                continue
+            env = _env_values(objs, workload, c)
+            mounts: dict[str, str] = {}
+            for mount in c.get("volumeMounts", ()):
+                local = tmp_path / workload["metadata"]["name"] / mount["name"]
+                local.mkdir(parents=True)
+                for name, text in maps.get(
+                    volumes[mount["name"]].get("configMap", {}).get("name", ""), {}
+                ).items():
+                    (local / name).write_text(text, "utf-8")
+                mounts[mount["mountPath"]] = str(local)
+            name, *args = (_localise(VAR.sub(_lookup(env), a), mounts) for a in c["args"])
+            for key, value in env.items():
+                monkeypatch.setenv(key, value)
+            command = _subcommand(name)
+            try:
+                command.make_context(name, list(args))
+            except click.ClickException as exc:
+                pytest.fail(f"{overlay}: {workload['metadata']['name']}: {exc.format_message()}")
             checked += 1
     assert checked
 
