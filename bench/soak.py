@@ -1,7 +1,7 @@
 """Soak: ``gtm up --processes`` under a replayed trace for a long time — does anything grow?
 
-Issue 25, item 1. Starts ``gtm up --processes`` (the example topology, or its first
-``--regions`` regions, on a private 127.x.y.0/24 block and free ports, as the game-day
+Issue 25, item 1. Starts ``gtm up --processes`` (the example topology, or the
+``--regions`` it names, on a private 127.x.y.0/24 block and free ports, as the game-day
 runner does) and replays the Azure conversation trace through the front door with
 ``gtm load``'s request builder (:class:`gtmctl.load.LoadRun`) at ``--rate-scale`` × its
 rate for ``--duration`` seconds; the trace (about an hour) is replayed again from its
@@ -40,7 +40,8 @@ figures of such a run are not comparable with a plain one.
     python bench/soak.py                         # 1 h at 1× the trace's rate
     python bench/soak.py --rate-scale 3 --duration 600 --warmup 120
     python bench/soak.py --duration 600 --tracemalloc global,zone
-    python bench/soak.py --smoke                 # one region, ~40 s of load (make bench)
+    python bench/soak.py --regions us-east,eu-west --rate-scale 0.5 --warmup 1200
+    python bench/soak.py --smoke                 # two regions, ~40 s of load (make bench)
 """
 
 from __future__ import annotations
@@ -81,6 +82,9 @@ from gtmctl.load import LoadConfig, LoadRun, Tally
 ROOT = Path(__file__).resolve().parent.parent
 #: RSS slope target: % of the process's RSS per hour.
 SLOPE_TARGET_PCT_H = 1.0
+#: The smoke's regions: the fewest that serve every client of the trace (the example
+#: policy keeps GDPR clients in the EEA; with us-east alone they are refused).
+SMOKE_REGIONS = "us-east,eu-west"
 #: Order of the kinds in the tables.
 KINDS = ("gtm up", "global", "regional", "zone", "gpu-sim", "etcd", "chaos-proxy")
 #: A /metrics or /healthz answer slower than this counts as no answer (s).
@@ -249,13 +253,22 @@ def scan_log(series: Series, counting: bool) -> None:
 # ---------------------------------------------------------------------------- the deployment
 
 
-def private_topology(directory: Path, regions: int | None) -> Path:
-    """The example topology (or its first ``regions`` regions) on a random 127.x.y.0/24
-    block with a random zone-port base: never collides with ``make up`` or another run."""
+def private_topology(directory: Path, regions: str | None) -> Path:
+    """The example topology (or the ``regions`` it names: ids, comma-separated, or a
+    count of its first regions) on a random 127.x.y.0/24 block with a random zone-port
+    base: never collides with ``make up`` or another run."""
     example = load_topology()
     rng = random.Random()
     block = f"127.{rng.randrange(100, 250)}.{rng.randrange(1, 250)}"
-    kept = example.regions[:regions] if regions else example.regions
+    kept = example.regions
+    if regions and regions.isdigit():
+        kept = kept[: int(regions)]
+    elif regions:
+        wanted = regions.split(",")
+        unknown = set(wanted) - {r.id for r in kept}
+        if unknown:
+            raise SystemExit(f"--regions: no region {', '.join(sorted(unknown))} in the example")
+        kept = tuple(r for r in kept if r.id in wanted)
     topology = Topology(
         regions=tuple(
             RegionSpec(id=r.id, address=f"{block}.{i}", zones=r.zones)
@@ -440,7 +453,7 @@ async def soak(args: argparse.Namespace, work: Path) -> Run:
         f"soak: {trace.kind.value} × {args.rate_scale:g} ({trace.rate_per_s * args.rate_scale:.2f}"
         f" req/s) for {args.duration:g} s = {len(requests)} requests, warm-up {args.warmup:g} s,"
         f" sample every {args.interval:g} s; gtm up --processes, "
-        f"{args.regions or 'all'} region(s), speedup {args.speedup:g}",
+        f"regions {args.regions or 'all'}, speedup {args.speedup:g}",
         flush=True,
     )
     async with Deployment.launch(spec) as deployment:
@@ -785,7 +798,7 @@ def report(args: argparse.Namespace, run: Run) -> tuple[str, list[str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true",
-                        help="one region, ~40 s of load; reports, never fails")  # fmt: skip
+                        help="two regions, ~40 s of load; reports, never fails")  # fmt: skip
     parser.add_argument("--duration", type=float, default=3600.0, help="s of load")
     parser.add_argument("--warmup", type=float, default=None,
                         help="s of load before the slopes are fitted (default: 600 s, at "
@@ -795,8 +808,10 @@ def main() -> None:
                         help="arrivals × the trace's (azure-conv: 5.5 req/s native)")  # fmt: skip
     parser.add_argument("--trace", default=TraceKind.AZURE_CONV.value,
                         choices=[k.value for k in TraceKind])  # fmt: skip
-    parser.add_argument("--regions", type=int, default=None,
-                        help="the example topology's first N regions (default: all)")  # fmt: skip
+    parser.add_argument("--regions", default=None,
+                        help="regions of the example topology: ids (comma-separated) or a "
+                        "count of its first ones (default: all). Keep one in the EEA: the "
+                        "example policy serves GDPR clients there only")  # fmt: skip
     parser.add_argument("--speedup", type=float, default=1.0, help="emulated GPUs' speedup")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-input-tokens", type=int, default=LoadConfig().max_input_tokens)
@@ -813,7 +828,7 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the run directory (logs)")
     args = parser.parse_args()
     if args.smoke:
-        args.duration, args.regions, args.interval = 40.0, 1, 2.0
+        args.duration, args.regions, args.interval = 40.0, SMOKE_REGIONS, 2.0
         args.rate_scale, args.settle = min(args.rate_scale, 0.5), 20.0
         args.warmup = 10.0
     if args.warmup is None:

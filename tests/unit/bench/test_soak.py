@@ -15,11 +15,13 @@ from bench.soak import (
     Series,
     looped,
     metric_values,
+    private_topology,
     scan_log,
     slope_pct_per_hour,
     verdict,
 )
 from fleetsim.traces import Trace, TraceKind, TraceRequest
+from gtm.topology import load_topology
 
 
 def test_slope_is_percent_of_the_mean_per_hour() -> None:
@@ -110,3 +112,13 @@ def test_verdict_names_errors_slopes_and_descriptors() -> None:
     ]
     fewer = Run(fds_before={"a": 3}, fds_after={"a": 2})
     assert verdict([figures("zone/a", -5.0)], fewer, []) == []
+
+
+def test_regions_by_name_or_count_on_a_private_block(tmp_path: Path) -> None:
+    named = load_topology(private_topology(tmp_path, "us-east,eu-west"))
+    assert [r.id for r in named.regions] == ["us-east", "eu-west"]
+    assert all(str(r.address).startswith("127.") for r in named.regions)
+    assert str(named.regions[0].address) != "127.0.1.1"  # never make up's addresses
+    assert len(load_topology(private_topology(tmp_path, "3")).regions) == 3
+    with pytest.raises(SystemExit, match="no region mars"):
+        private_topology(tmp_path, "us-east,mars")
