@@ -356,7 +356,31 @@ class SpillCount(_Probe):
         return Measurement(label, float(len(spilled)), tolerance, passed, len(found), detail)
 
 
-class StatusCount(_Probe):
+class _CountProbe(_Probe):
+    """A count of a window's requests that must lie between ``min`` and ``max``."""
+
+    min: int = Field(default=0, ge=0)
+    max: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> _CountProbe:
+        if self.max is not None and self.max < self.min:
+            raise ValueError(f"max ({self.max}) is below min ({self.min})")
+        if self.min == 0 and self.max is None:
+            name = getattr(self, "probe", type(self).__name__)
+            raise ValueError(f"{name} needs min ≥ 1 or a max")
+        return self
+
+    def tolerance(self) -> str:
+        parts = [f"≥ {self.min}"] if self.min else []
+        parts += [f"≤ {self.max}"] if self.max is not None else []
+        return " and ".join(parts)
+
+    def within(self, count: int) -> bool:
+        return count >= self.min and (self.max is None or count <= self.max)
+
+
+class StatusCount(_CountProbe):
     """How many requests of a window ended with one of ``statuses`` (after the client's
     retries), between ``min`` and ``max``: a refusal that must happen (residency fail
     closed: 451/503; an over-quota tenant: 429) or must not (429 for a tenant without
@@ -364,34 +388,22 @@ class StatusCount(_Probe):
 
     probe: Literal["status_count"] = "status_count"
     statuses: tuple[int, ...] = Field(min_length=1)
-    min: int = Field(default=0, ge=0)
-    max: int | None = Field(default=None, ge=0)
-
-    @model_validator(mode="after")
-    def _bounds(self) -> StatusCount:
-        if self.max is not None and self.max < self.min:
-            raise ValueError(f"max ({self.max}) is below min ({self.min})")
-        if self.min == 0 and self.max is None:
-            raise ValueError("status_count needs min ≥ 1 or a max")
-        return self
 
     def measure(self, journal: Journal) -> Measurement:
         codes = ",".join(map(str, self.statuses))
         label = self.label(f"requests answered {codes}")
-        parts = [f"≥ {self.min}"] if self.min else []
-        parts += [f"≤ {self.max}"] if self.max is not None else []
-        tolerance = " and ".join(parts)
+        tolerance = self.tolerance()
         found = requests_in(journal, self.window, self.skip_s, self.stream)
         if found is None:
             return _not_reached(label, tolerance, self.window)
         count = sum(1 for r in found if not r.ok and r.status in self.statuses)
-        passed = count >= self.min and (self.max is None or count <= self.max) and bool(found)
+        passed = self.within(count) and bool(found)
         return Measurement(
             label, float(count), tolerance, passed, len(found), f"{count}/{len(found)} requests"
         )
 
 
-class CutStreams(_Probe):
+class CutStreams(_CountProbe):
     """How many requests of a window failed as a stream that broke after its first byte
     (an error event instead of ``[DONE]``, a connection cut mid-body, or no ``[DONE]``:
     :class:`gtmctl.load.StreamBreak`), between ``min`` and ``max``: a started stream
@@ -399,28 +411,16 @@ class CutStreams(_Probe):
     streams it carried, and no other fault may cut any."""
 
     probe: Literal["cut_streams"] = "cut_streams"
-    min: int = Field(default=0, ge=0)
-    max: int | None = Field(default=None, ge=0)
-
-    @model_validator(mode="after")
-    def _bounds(self) -> CutStreams:
-        if self.max is not None and self.max < self.min:
-            raise ValueError(f"max ({self.max}) is below min ({self.min})")
-        if self.min == 0 and self.max is None:
-            raise ValueError("cut_streams needs min ≥ 1 or a max")
-        return self
 
     def measure(self, journal: Journal) -> Measurement:
         label = self.label("cut streams")
-        parts = [f"≥ {self.min}"] if self.min else []
-        parts += [f"≤ {self.max}"] if self.max is not None else []
-        tolerance = " and ".join(parts)
+        tolerance = self.tolerance()
         found = requests_in(journal, self.window, self.skip_s, self.stream)
         if found is None:
             return _not_reached(label, tolerance, self.window)
         cut = [r for r in found if not r.ok and is_stream_break(r.reason)]
         count = len(cut)
-        passed = count >= self.min and (self.max is None or count <= self.max) and bool(found)
+        passed = self.within(count) and bool(found)
         reasons = ", ".join(sorted({r.reason for r in cut})[:5])
         detail = f"{count}/{len(found)} requests" + (f" ({reasons})" if reasons else "")
         return Measurement(label, float(count), tolerance, passed, len(found), detail)
