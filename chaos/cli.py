@@ -21,6 +21,7 @@ from chaos.proxy.service import TOXIPROXY_VERSION, FaultProxyService
 from gtm.admin_auth import AdminGuard, is_loopback_host
 from gtm.cli_types import HttpURL
 from gtm.clock import SystemClock
+from gtm.envvars import from_environment
 from gtm.errors import ConfigError, GtmError
 from gtm.metrics import new_registry
 
@@ -45,6 +46,7 @@ def chaos() -> None:
     """Fault proxy (Toxiproxy API) and game-day runner."""
 
 
+@from_environment
 @chaos.command(name="proxy")
 @click.option("--host", default="127.0.0.1", show_default=True, help="API listen host.")
 @click.option(

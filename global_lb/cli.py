@@ -32,6 +32,7 @@ from gtm.access import access_log_option
 from gtm.audit_anchor import DEFAULT_INTERVAL_S as DEFAULT_ANCHOR_INTERVAL_S
 from gtm.cli_types import HostPort, IPAddress, IPNetwork, StateURL
 from gtm.clock import SystemClock
+from gtm.envvars import from_environment
 from gtm.errors import ConfigError, GtmError
 from gtm.logs import announce
 from gtm.metrics import new_registry
@@ -48,6 +49,7 @@ def _fail(exc: Exception) -> None:
     sys.exit(2)
 
 
+@from_environment
 @click.command(name="global")
 @access_log_option()
 @click.option(

@@ -17,6 +17,7 @@ from gpusim.server import GpuSimConfig, GpuSimServer
 from gtm.admin_auth import AdminGuard, check_admin_bind
 from gtm.cli_types import PORT, Host, HttpURL, StateURL, existing_file
 from gtm.clock import SystemClock
+from gtm.envvars import from_environment
 from gtm.errors import GtmError
 from gtm.gpu_profiles import LLAMA_8B, gpu_types, model_names
 from gtm.logs import announce
@@ -29,6 +30,7 @@ from gtm.tls import TlsConfig, click_options, config_from_options, material
 _FLAG_OF = {"lease_ttl_s": "--lease-ttl", "lag_probe_interval_s": "--lag-probe-interval"}
 
 
+@from_environment
 @click.command("gpu-sim", context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--host", type=Host(), default="127.0.0.1", show_default=True, help="Address to listen on."

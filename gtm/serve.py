@@ -17,7 +17,8 @@ same way:
 * :func:`freeze_startup_objects` is called once a server is up: what start-up allocated
   lives for the process, so full collections stop scanning it;
 * :func:`until_signalled` is the foreground process's wait: SIGINT or SIGTERM ends it,
-  and its handlers are removed again;
+  and its handlers are removed again; it tells a service manager the daemon is ready
+  (:mod:`gtm.sdnotify`, only when one asked);
 * :func:`add_service_routes` gives every service ``/healthz`` (the process answers),
   ``/readyz`` (the service's own answer) and ``/metrics`` (its injected registry, plus
   ``gtm_event_loop_tasks``, :mod:`gtm.loopstats`, and the process, Python and
@@ -45,6 +46,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from gtm.errors import ConfigError
 from gtm.loopstats import register_loop_tasks
 from gtm.metrics import register_runtime
+from gtm.sdnotify import notify
 from gtm.tls import scheme as tls_scheme
 
 #: Seconds in-flight requests get to finish when a server stops; then they are
@@ -212,14 +214,18 @@ async def until_signalled(
     signals: Iterable[signal.Signals] = (signal.SIGINT, signal.SIGTERM),
 ) -> None:
     """Wait for one of ``signals`` (default SIGINT, SIGTERM); the handlers are removed
-    when it returns or is cancelled."""
+    when it returns or is cancelled. A service manager that asked for it
+    (``NOTIFY_SOCKET``) hears ``READY=1`` when the wait starts — every daemon waits
+    here once its listeners are bound — and ``STOPPING=1`` when a signal ends it."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     chosen = tuple(signals)
     for signum in chosen:
         loop.add_signal_handler(signum, stop.set)
+    notify("READY=1")  # a daemon waits here once it serves (gtm.sdnotify)
     try:
         await stop.wait()
+        notify("STOPPING=1")
     finally:
         for signum in chosen:
             loop.remove_signal_handler(signum)

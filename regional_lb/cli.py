@@ -14,6 +14,7 @@ from gtm.access import access_log_option
 from gtm.audit_anchor import DEFAULT_INTERVAL_S as DEFAULT_ANCHOR_INTERVAL_S
 from gtm.cli_types import HostPort, HttpURL, IPNetwork, StateURL
 from gtm.clock import SystemClock
+from gtm.envvars import from_environment
 from gtm.errors import GtmError
 from gtm.geo import GeoLocator, load_geo_map, open_locator
 from gtm.geo import IPNetwork as GeoNetwork
@@ -53,6 +54,7 @@ def _identifier(name: str, value: str) -> str:
     return value
 
 
+@from_environment
 @click.command("regional", context_settings={"help_option_names": ["-h", "--help"]})
 @access_log_option()
 @click.option("--region", required=True, help="Region id (e.g. eu-west).")

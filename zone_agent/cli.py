@@ -11,6 +11,7 @@ from gtm import native
 from gtm.access import access_log_option
 from gtm.cli_types import HostPort, StateURL
 from gtm.clock import SystemClock
+from gtm.envvars import from_environment
 from gtm.errors import GtmError
 from gtm.logs import announce
 from gtm.metrics import new_registry
@@ -24,6 +25,7 @@ from zone_agent.loop import LoopKind, run
 from zone_agent.profiles import BUILTIN_PROFILES, DEFAULT_PROFILE
 
 
+@from_environment
 @click.command("zone", context_settings={"help_option_names": ["-h", "--help"]})
 @access_log_option()
 @click.option("--zone", "zone", required=True, help="Zone id (e.g. eu-west-a).")
