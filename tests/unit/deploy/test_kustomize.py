@@ -256,7 +256,9 @@ def test_services_and_monitors_select_what_they_are_for(overlay: str) -> None:
             zone = svc["metadata"]["labels"]["gtm.dev/zone"]
             assert svc["spec"]["selector"]["gtm.dev/zone"] == zone
             continue
-        assert any(_matches(svc["spec"]["selector"], t) for t in templates), svc["metadata"]["name"]
+        # Exactly one workload: the zone agents of one namespace must not share Services.
+        selected = [t for t in templates if _matches(svc["spec"]["selector"], t)]
+        assert len(selected) == 1, svc["metadata"]["name"]
     monitors = _kinds(objs, "ServiceMonitor")
     assert monitors
     for mon in monitors:
