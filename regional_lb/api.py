@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 from aiohttp.typedefs import Handler
 from multidict import CIMultiDict
+from prometheus_client import Gauge
 
 from gtm import access
 from gtm.http_limits import limited_app
@@ -54,6 +55,12 @@ class RegionalApi:
         self._service = service
         #: Where this replica sent prompts' prefixes (zones), remembered at dispatch.
         self._zones_sent = ZoneMemory()
+        Gauge(
+            "gtm_regional_placement_memory_entries",
+            "Prompt blocks remembered with the zone they were sent to (bounded by the "
+            "memory's capacity and time to live).",
+            registry=service.registry,
+        ).set_function(lambda: len(self._zones_sent.memory))
 
     def build_app(self) -> web.Application:
         service = self._service

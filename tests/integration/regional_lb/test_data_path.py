@@ -235,3 +235,7 @@ async def test_health_ready_and_metrics(
         text = await response.text()
         assert 'gtm_regional_queue_depth{band="interactive"} 0.0' in text
         assert "gtm_regional_quota_lease_share" in text
+        # The sizes of its bounded caches, and its event loop's tasks.
+        assert "gtm_regional_placement_memory_entries 0.0" in text
+        assert "gtm_regional_location_cache_entries 0.0" in text
+        assert "gtm_event_loop_tasks " in text
