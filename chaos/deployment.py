@@ -344,6 +344,23 @@ class Deployment:
         assert self._session is not None
         return await find_leader(self._session, members)
 
+    async def etcd_make_leader(self, member: str) -> None:
+        """Move the etcd leadership to ``member`` (etcd's MoveLeader; bounded wait)."""
+        from gtm.state.etcd_cluster import transfer_leadership
+
+        self._need_etcd()
+        self.etcd_member(member)
+        members = {m.name: m.client_url for m in self.document.etcd}
+        assert self._session is not None
+        await transfer_leadership(self._session, members, member)
+
+    @property
+    def etcd_clients_member(self) -> str:
+        """The member the tiers talk to first: the first of their ``--state`` (the
+        members in the deployment document's order, as ``gtm up`` lists them)."""
+        self._need_etcd()
+        return self.document.etcd[0].name
+
     def _need_etcd(self) -> None:
         if not self.document.etcd:
             raise UnknownTarget(

@@ -102,6 +102,41 @@ async def find_leader(
         await asyncio.sleep(POLL_S)
 
 
+async def transfer_leadership(
+    session: aiohttp.ClientSession,
+    members: Mapping[str, str],
+    to: str,
+    *,
+    timeout_s: float = LEADER_TIMEOUT_S,
+) -> None:
+    """Make ``to`` the leader of ``members`` (name → client URL): etcd's MoveLeader
+    (``/v3/maintenance/transfer-leadership``), sent to the current leader, then waits
+    until every answering member agrees (bounded). Raises NoLeader."""
+    leader = await find_leader(session, members, timeout_s=timeout_s)
+    if leader == to:
+        return
+    target = await member_status(session, members[to])
+    if target is None:
+        raise NoLeader(f"etcd member {to} does not answer; leadership cannot move to it")
+    try:
+        async with session.post(
+            f"{members[leader]}/v3/maintenance/transfer-leadership",
+            # The gateway reads uint64 fields from JSON strings.
+            json={"targetID": str(target[0])},
+            timeout=aiohttp.ClientTimeout(total=timeout_s),
+        ) as response:
+            if response.status != 200:
+                detail = (await response.text())[:200]
+                raise NoLeader(f"etcd refused to move leadership to {to}: {detail}")
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise NoLeader(f"moving etcd leadership to {to} failed: {exc}") from None
+    deadline = time.monotonic() + timeout_s
+    while await find_leader(session, members, timeout_s=timeout_s) != to:
+        if time.monotonic() > deadline:
+            raise NoLeader(f"etcd leadership did not move to {to} within {timeout_s:.0f} s")
+        await asyncio.sleep(POLL_S)
+
+
 class EtcdCluster:
     """``members`` etcd members on ``host``, data under ``root``; see the module doc."""
 
@@ -212,6 +247,13 @@ class EtcdCluster:
         if not live:
             raise NoLeader(f"no etcd member is running; to get etcd, {HOW_TO_GET_ETCD}")
         return await find_leader(self._http(), live, not_in=not_in, timeout_s=timeout_s)
+
+    async def make_leader(self, name: str, *, timeout_s: float = LEADER_TIMEOUT_S) -> None:
+        """Move the leadership to ``name`` (see :func:`transfer_leadership`)."""
+        live = {n: m.client_url for n, m in self._members.items() if m.running}
+        if name not in live:
+            raise NoLeader(f"etcd member {name} is not running")
+        await transfer_leadership(self._http(), live, name, timeout_s=timeout_s)
 
     async def wait_leader(
         self, *, not_in: Collection[str] = (), timeout_s: float = LEADER_TIMEOUT_S

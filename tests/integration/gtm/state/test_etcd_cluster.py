@@ -100,3 +100,16 @@ def test_unknown_member_is_named(tmp_path: Path) -> None:
     cluster = EtcdCluster(tmp_path, members=1)
     with pytest.raises(KeyError, match="no etcd member 'etcd-9'; members: etcd-1"):
         cluster.member("etcd-9")
+
+
+async def test_leadership_moves_to_the_member_asked(tmp_path: Path) -> None:
+    async with EtcdCluster(tmp_path, members=3) as cluster:
+        first = cluster.names[0]
+        leader = await cluster.leader()
+        other = next(n for n in cluster.names if n != leader)
+        await cluster.make_leader(other)
+        assert await cluster.leader() == other
+        await cluster.make_leader(first)
+        assert await cluster.leader() == first
+        await cluster.make_leader(first)  # already: nothing to do
+        assert await cluster.leader() == first
