@@ -22,6 +22,7 @@ import yaml
 from aiohttp import web
 from multidict import CIMultiDict
 from openai import AsyncOpenAI
+from prometheus_client import Histogram
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 
@@ -562,3 +563,52 @@ async def test_health_probes_leave_the_relays_idle_connections_to_expire(
         await deployment.tier.health.check_once()
     assert idle() == before
     assert deployment.tier.health.table.status["eu-west"][0]  # the probes still ran
+
+
+def _count(histogram: Histogram, **labels: str) -> float:
+    """The ``_count`` sample of a labelled histogram child (0 when it has none)."""
+    for family in histogram.collect():
+        for sample in family.samples:
+            if sample.name.endswith("_count") and sample.labels == labels:
+                return float(sample.value)
+    return 0.0
+
+
+async def test_front_door_latency_and_tokens_by_served_region_and_model(
+    deployment: Deployment,
+) -> None:
+    """gtm_global_first_byte_seconds, gtm_global_request_duration_seconds and
+    gtm_global_tokens_total: the response's usage when it reports one (a JSON body),
+    else the front door's prompt estimate and one completion token per streamed chunk;
+    the region is the one that served (a regional LB's spill), the model bounded."""
+    metrics = deployment.tier.metrics
+    async with deployment.client("gtm-demo-global") as client:
+        completion = await client.chat.completions.create(
+            model=LLAMA_8B, messages=[{"role": "user", "content": "count me"}], max_tokens=8
+        )
+    assert completion.usage is not None
+    where = {"region": "eu-west", "model": LLAMA_8B}
+    assert _count(metrics.first_byte, **where) == 1
+    assert _count(metrics.request_seconds, **where) == 1
+    tokens = metrics.tokens
+    assert (
+        tokens.labels("eu-west", LLAMA_8B, "prompt")._value.get() == completion.usage.prompt_tokens
+    )
+    assert (
+        tokens.labels("eu-west", LLAMA_8B, "completion")._value.get()
+        == completion.usage.completion_tokens
+    )
+
+    deployment.stand_ins["eu-west"].served_by = "eu-central"  # the regional LB spilled it
+    async with deployment.client("gtm-demo-global") as client:
+        stream = await client.chat.completions.create(
+            model=LLAMA_8B,
+            messages=[{"role": "user", "content": "stream me"}],
+            max_tokens=6,
+            stream=True,
+        )
+        chunks = [c async for c in stream if c.choices]  # the estimate: one per choice chunk
+    spilled = {"region": "eu-central", "model": LLAMA_8B}
+    assert _count(metrics.request_seconds, **spilled) == 1
+    assert tokens.labels("eu-central", LLAMA_8B, "completion")._value.get() == len(chunks)
+    assert tokens.labels("eu-central", LLAMA_8B, "prompt")._value.get() > 0  # the estimate
