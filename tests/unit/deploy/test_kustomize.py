@@ -198,6 +198,8 @@ def test_every_container_has_probes_resources_and_a_locked_down_security_context
     for workload in workloads:
         pod = workload["spec"]["template"]["spec"]
         assert pod.get("automountServiceAccountToken") is False, workload["metadata"]["name"]
+        # No <SERVICE>_PORT variables: gtm reads every flag from a GTM_... variable too.
+        assert pod.get("enableServiceLinks") is False, workload["metadata"]["name"]
         pod_ctx = pod.get("securityContext", {})
         assert pod_ctx.get("seccompProfile") == {"type": "RuntimeDefault"}, workload["metadata"]
         for c in _containers(workload):
