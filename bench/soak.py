@@ -307,8 +307,9 @@ def processes(deployment: Deployment, up_pid: int) -> list[Proc]:
     for member in doc.etcd:
         if member.pid is not None:
             logs = sorted(run_dir.glob(f"**/{member.name}.log"))
-            log = logs[0] if logs else None
-            found.append(Proc(f"etcd/{member.name}", "etcd", member.pid, None, log))
+            found.append(
+                Proc(f"etcd/{member.name}", "etcd", member.pid, None, logs[0] if logs else None)
+            )
     return found
 
 
@@ -435,6 +436,11 @@ async def wait_snapshots(directory: Path, pids: Iterable[int], n: int, limit_s: 
 
 
 async def soak(args: argparse.Namespace, work: Path) -> Run:
+    # SIGTERM (or SIGINT, which a background shell ignores) stops the run cleanly: the
+    # deployment runs in a session of its own and would outlive this process.
+    loop, task = asyncio.get_running_loop(), asyncio.current_task()
+    assert task is not None
+    loop.add_signal_handler(signal.SIGTERM, task.cancel)
     run = Run()
     trace = load_trace(TraceKind(args.trace))
     requests = looped(trace, args.duration, args.rate_scale)
@@ -626,9 +632,9 @@ def kind_table(figures: Sequence[ProcFigures]) -> list[str]:
 
 def entries_table(run: Run, warmup_s: float) -> list[str]:
     """Each size gauge, summed over the processes of a kind: after the warm-up → end."""
-    first: Counter[tuple[str, str]] = Counter()
-    last: Counter[tuple[str, str]] = Counter()
-    peak: Counter[tuple[str, str]] = Counter()
+    first: dict[tuple[str, str], float] = defaultdict(float)
+    last: dict[tuple[str, str], float] = defaultdict(float)
+    peak: dict[tuple[str, str], float] = defaultdict(float)
     for series in run.series.values():
         warm = [s for s in _load_samples(series) if s.at_s >= warmup_s]
         if not warm:
@@ -835,7 +841,10 @@ def main() -> None:
         args.warmup = min(600.0, args.duration / 3)
     work = Path(tempfile.mkdtemp(prefix="gtm-soak-"))
     try:
-        run = asyncio.run(soak(args, work))
+        try:
+            run = asyncio.run(soak(args, work))
+        except asyncio.CancelledError:
+            raise SystemExit("soak: stopped (SIGTERM); the deployment was stopped") from None
         text, missed = report(args, run)
         print(text)
         if not args.smoke:
