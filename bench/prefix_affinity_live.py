@@ -271,9 +271,10 @@ def deployment(topo: Topology, policy: str, speedup: float, workdir: Path) -> It
 
 async def replay(
     url: str, load: LoadConfig, window: Sequence[TraceRequest], speedup: float, drain_s: float
-) -> list[Reply]:
+) -> tuple[list[Reply], str]:
     """Open loop through the front door; a request with no byte for the simulator's
-    client timeout gives up, and whatever is unfinished when the drain ends is cut."""
+    client timeout gives up, and whatever is unfinished when the drain ends is cut.
+    Returns the replies, in ``window``'s order, and the front door's region events."""
     prompts = PromptMaker(load.seed)
     prepared = []
     for r, client in zip(window, clients_of(window, load.seed), strict=True):
@@ -303,11 +304,11 @@ async def replay(
             await asyncio.wait(tasks, timeout=drain_s)
         await supervisor.aclose()  # what is left is cut: timed out
         events = await front_door_events(session, url)
-    print(f"    front door: {events}", flush=True)
-    return [
+    got = [
         r if r is not None else Reply(False, 0, "cancelled", None, 0.0, "", "", 0, 0)
         for r in replies
     ]
+    return got, events
 
 
 #: The front door's counters that say why a conversation changed region: health
@@ -346,7 +347,7 @@ def run_one(
         if settle_s > 0:
             time.sleep(settle_s)  # the zone agents' slow start of new GPUs
         started = time.monotonic()
-        replies = asyncio.run(replay(url, load, window, speedup, drain_s))
+        replies, events = asyncio.run(replay(url, load, window, speedup, drain_s))
         wall = time.monotonic() - started
     outputs = [max(1, min(r.output_tokens, load.max_output_tokens)) for r in window]
     figures = live_figures(policy, replies, outputs, duration_s, speedup)
@@ -357,7 +358,8 @@ def run_one(
         f"{figures.refused}, timed out {figures.timed_out}, failed {figures.failed}"
         + (f" ({', '.join(f'{k} {n}' for k, n in reasons.most_common())})" if reasons else "")
         + "\n    "
-        + placement(window, replies, speedup),
+        + placement(window, replies, speedup)
+        + f"\n    front door: {events}",
         flush=True,
     )
     return figures
