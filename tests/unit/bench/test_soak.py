@@ -12,10 +12,14 @@ from bench.soak import (
     Proc,
     ProcFigures,
     Run,
+    Sample,
     Series,
+    entries_table,
+    kind_table,
     looped,
     metric_values,
     private_topology,
+    proc_figures,
     scan_log,
     slope_pct_per_hour,
     verdict,
@@ -122,3 +126,26 @@ def test_regions_by_name_or_count_on_a_private_block(tmp_path: Path) -> None:
     assert len(load_topology(private_topology(tmp_path, "3")).regions) == 3
     with pytest.raises(SystemExit, match="no region mars"):
         private_topology(tmp_path, "us-east,mars")
+
+
+def test_report_tables_fit_after_the_warm_up_and_sum_each_kind(tmp_path: Path) -> None:
+    run = Run(fds_before={"zone/a": 10, "zone/b": 12}, fds_after={"zone/a": 10, "zone/b": 12})
+    for name, growth_kb in (("zone/a", 0), ("zone/b", 1024)):
+        series = run.series[name] = Series(Proc(name, "zone", 1, None, None))
+        for k in range(-1, 13):  # every 5 min for an hour, one sample before the load
+            at = 300.0 * k
+            # Both grow 50 MB during the 10-min warm-up; then b grows 1 MB per 5 min.
+            rss = 100 * 1024 + min(at, 600) / 600 * 50 * 1024 + max(0.0, at - 600) / 300 * growth_kb
+            series.samples.append(
+                Sample(at, int(rss), 10, tasks=5.0, entries={'gtm_zone_x_entries{i="1"}': k})
+            )
+    figures = {f.name: f for f in proc_figures(run, warmup_s=600.0)}
+    assert figures["zone/a"].slope_pct_h == pytest.approx(0.0, abs=1e-9)
+    # b: +12 MB/h over the last 50 min, on a mean of ~155 MB.
+    assert 7.0 < figures["zone/b"].slope_pct_h < 8.0
+    assert figures["zone/a"].rss_warm_mb == pytest.approx(150.0)
+    table = kind_table(list(figures.values()))
+    assert table[2].startswith("| zone | 2 | 300 → 310 | +7.")
+    assert "| 22 → 22 |" in table[2]
+    sizes = entries_table(run, warmup_s=600.0)
+    assert sizes[-1] == "| zone | gtm_zone_x_entries | 4 | 24 | 24 |"
