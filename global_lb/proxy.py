@@ -130,6 +130,7 @@ class RegionRelay(Relay[RegionState]):
         self._tap = UsageTap(stream)
         #: The region that served the response (the regional LB's answer when it spilled).
         self._served_region = ""
+        self._label: str | None = None
         self._previous = ""
         self._last_error = "no region to try"
         if client is None:
@@ -202,7 +203,7 @@ class RegionRelay(Relay[RegionState]):
         region = headers.setdefault(REGION_HEADER, target.id)
         self._served_region = region
         metrics = self._metrics
-        model = metrics.model_label(self._model)
+        model = self._model_label()
         elapsed = time.perf_counter() - self._arrived
         metrics.first_byte.labels(region, model).observe(elapsed)
         headers[DECISION_HEADER] = self._outcome.decision_id
@@ -223,13 +224,23 @@ class RegionRelay(Relay[RegionState]):
         if ending in (Ending.CUT_RESET, Ending.CUT_TIMEOUT):
             metrics.forward_attempts.labels(target.id, "broken-stream").inc()
         region = self._served_region or target.id
-        model = metrics.model_label(self._model)
+        model = self._model_label()
         metrics.request_seconds.labels(region, model).observe(time.perf_counter() - self._arrived)
         usage = self._tap.usage(self._input_tokens)
         prompt = self._input_tokens if usage is None else usage.input_tokens
         completion = 0 if usage is None else usage.output_tokens
         metrics.tokens.labels(region, model, "prompt").inc(prompt)
         metrics.tokens.labels(region, model, "completion").inc(completion)
+
+    def _model_label(self) -> str:
+        # Bounded (gtm.metrics.ModelLabel). Only a decided request is relayed, and a
+        # model no allowed region serves is refused before (404), so the values are the
+        # fleet's models; the view's loads are not the test (a region without a summary
+        # yet still serves).
+        label = self._label
+        if label is None:
+            label = self._label = self._metrics.model_label(self._model)
+        return label
 
     def exhausted(self) -> Exception:
         return UpstreamUnavailable(f"no regional LB could take the request: {self._last_error}")

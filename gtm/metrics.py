@@ -14,11 +14,13 @@ Runtime collectors
     out of :func:`new_registry`, so a test's registry holds only what it asserts.
 
 Model labels
-    A ``model`` label is bounded (:class:`ModelLabel`): a tier labels an observation with
-    the request's model only when its view knows the model (a GPU of the fleet serves
-    it), and at most :data:`MODEL_LABEL_LIMIT` distinct values per metric set; any other
-    model is folded into :data:`OTHER_MODEL`. A client's made-up model names never
-    become series.
+    A ``model`` label is bounded (:class:`ModelLabel`). Its values are models the fleet
+    serves: the tiers observe a labelled metric only for a request that was relayed and
+    answered (a zone picks only a GPU that has the model loaded; a model no allowed
+    region serves is refused before it is relayed), and at most
+    :data:`MODEL_LABEL_LIMIT` distinct values per metric set are kept; past the limit,
+    or where a caller knows the model is not served (``known=False``), the value is
+    :data:`OTHER_MODEL`. A client's made-up model names never become series.
 """
 
 from __future__ import annotations
