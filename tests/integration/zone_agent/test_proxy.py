@@ -94,7 +94,7 @@ async def test_models_health_ready_and_metrics(make_zone: ZoneFactory) -> None:
             404,
             "model_not_found",
         ),
-        (b'{"model": "' + LLAMA_8B.encode() + b'", "messages": []}', 400, "invalid_value"),
+        (b'{"model": "' + LLAMA_8B.encode() + b'", "messages": []}', 400, "empty_array"),
     ],
 )
 async def test_bad_input_gets_openai_errors(
