@@ -46,6 +46,7 @@ from global_lb.request import (
 )
 from global_lb.router import RouteOutcome
 from global_lb.view import GlobalView, RegionState
+from gtm import access
 from gtm import headers as gtm_headers
 from gtm.clock import Clock
 from gtm.errors import AttemptFailed
@@ -231,6 +232,13 @@ class RegionRelay(Relay[RegionState]):
         completion = 0 if usage is None else usage.output_tokens
         metrics.tokens.labels(region, model, "prompt").inc(prompt)
         metrics.tokens.labels(region, model, "completion").inc(completion)
+        if usage is not None:  # the access line's tokens: what the response reported
+            access.tell(
+                self.request,
+                tokens_in=usage.input_tokens,
+                tokens_out=usage.output_tokens,
+                tokens_source=access.TokenSource.USAGE,
+            )
 
     def _model_label(self) -> str:
         # Bounded (gtm.metrics.ModelLabel). Only a decided request is relayed, and a
