@@ -15,8 +15,8 @@ handler is done, at INFO on ``gtm.access.<tier>`` (:class:`AccessRecord`, :func:
 * from the tier (:func:`tell`, a call where the tier knows it): the tenant's id, the
   model, the client's country and where that came from, the client's address, a spill
   that arrived here, the tier's decision id, and tokens in and out — the response's
-  ``usage`` where the tier reads it (the regional LB), else the tier's estimates
-  (``tokens_source``);
+  ``usage`` where the tier reads it (the front door and the regional LB; a stream without
+  one: its content chunks), else the tier's estimates (``tokens_source``);
 * ``end``: ``ok`` (the handler returned), ``disconnect`` (the client went away: status
   499 if no response had started) or ``error`` (an exception: 500).
 

@@ -229,7 +229,9 @@ async def test_json_logs_have_one_access_line_per_request_per_tier_and_no_prompt
         assert front[name]["client"] == BERLIN
     regional = {r["request_id"].removeprefix(f"{run}-"): r for r in found["regional"]}
     assert {regional[name]["location_source"] for name in SERVED} == {"signed-upstream"}
-    assert regional["chat-stream"]["tokens_source"] == "usage"
+    for name in ("chat", "chat-stream", "completion"):  # the answer reported its usage
+        assert front[name]["tokens_source"] == regional[name]["tokens_source"] == "usage"
+        assert front[name]["tokens_out"] == regional[name]["tokens_out"] > 0
 
     logs = _log_lines(run_dir)
     kinds = {name.partition("-")[0] for name in logs}
