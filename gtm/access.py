@@ -1,10 +1,10 @@
 """The access log: one line per request at each tier, when its response ends.
 
 Each tier's application calls :func:`install` once (the front door, the regional LB,
-the zone agent, the GPU emulator); it adds the outermost middleware and a response-prepare
-hook, so every request is covered whatever ends it: a relayed answer, a refusal raised
-anywhere below (the error middleware's JSON), a limit's 4xx, an unexpected 500, or the
-client going away (the handler is cancelled). The line is written once, when the
+the zone agent); it adds the outermost middleware and a response-prepare hook, so every
+request is covered whatever ends it: a relayed answer, a refusal raised anywhere below
+(the error middleware's JSON), a limit's 4xx, an unexpected 500, or the client going
+away (the handler is cancelled). The line is written once, when the
 handler is done, at INFO on ``gtm.access.<tier>`` (:class:`AccessRecord`, :func:`emit`):
 
 * from the response the client got: ``status``, ``x-request-id`` (the middleware sets
