@@ -45,6 +45,7 @@ from aiohttp.typedefs import Handler
 
 from gtm import headers as gtm_headers
 from gtm.inbound import request_id
+from gtm.logs import configured
 
 #: Parent of every tier's access logger (``gtm.access.global``, ``…regional``, …).
 ACCESS_LOGGER = "gtm.access"
@@ -325,9 +326,13 @@ _OFF = logging.CRITICAL + 1
 
 
 def _switch(ctx: click.Context, param: click.Parameter, on: bool) -> None:
-    # On: at INFO whatever --log-level says (the access log is its own stream); off: the
-    # tiers find their loggers off and install nothing.
-    logging.getLogger(ACCESS_LOGGER).setLevel(logging.INFO if on else _OFF)
+    # On: at INFO whatever --log-level says (the access log is its own stream), in a
+    # process the gtm command configured (a host's logging, a test runner's, is left as
+    # it is); off: the tiers find their loggers off and install nothing.
+    if not on:
+        logging.getLogger(ACCESS_LOGGER).setLevel(_OFF)
+    elif configured():
+        logging.getLogger(ACCESS_LOGGER).setLevel(logging.INFO)
 
 
 def access_log_option() -> Callable[[F], F]:

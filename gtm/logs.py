@@ -137,6 +137,12 @@ def configure(level: str, log_format: LogFormat, stream: IO[str] | None = None) 
     root.setLevel(level.upper())
 
 
+def configured() -> bool:
+    """Whether :func:`configure` set up this process's root logger (a ``gtm`` command),
+    rather than a host (a test runner) that keeps its own."""
+    return any(isinstance(h, _Handler) for h in logging.getLogger().handlers)
+
+
 def configured_format() -> LogFormat:
     """The format the root logger writes (``text`` when it has no gtm formatter): what
     ``gtm up`` passes on to the processes it starts."""
@@ -163,6 +169,7 @@ __all__ = [
     "TextFormatter",
     "announce",
     "configure",
+    "configured",
     "configured_format",
     "fields",
     "formatter",

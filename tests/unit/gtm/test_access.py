@@ -4,6 +4,7 @@ request however it ends (answered, refused, failed, or its client gone)."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import logging
 from collections.abc import AsyncIterator, Iterator
@@ -25,7 +26,7 @@ from gtm.access import (
     access_log_option,
     emit,
 )
-from gtm.logs import JsonFormatter, TextFormatter
+from gtm.logs import JsonFormatter, LogFormat, TextFormatter, configure
 
 SECRET_KEY = "sk-unit-secret-key"
 PROMPT = "unit-test-prompt-text"
@@ -261,8 +262,14 @@ async def test_no_access_log_installs_nothing(lines: Lines) -> None:
     logging.getLogger(ACCESS_LOGGER).setLevel(logging.INFO)
 
 
-async def test_a_daemon_with_the_access_log_on_installs_it_at_any_log_level(lines: Lines) -> None:
-    logging.getLogger(ACCESS_LOGGER).setLevel(logging.NOTSET)  # as a fresh process
+async def test_a_daemon_with_the_access_log_on_installs_it_at_any_log_level(
+    lines: Lines, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = logging.getLogger()  # as a fresh `gtm --log-level warning` process
+    monkeypatch.setattr(root, "handlers", [])
+    monkeypatch.setattr(root, "level", logging.WARNING)
+    configure("warning", LogFormat.TEXT, io.StringIO())
+    logging.getLogger(ACCESS_LOGGER).setLevel(logging.NOTSET)
 
     @click.command()
     @access_log_option()
@@ -285,3 +292,16 @@ async def test_a_real_session_sees_the_request_id_on_a_stream(
             assert response.headers["x-request-id"]
     got = _fields(await lines.next())
     assert got["end"] == "disconnect"
+
+
+def test_under_a_hosts_own_logging_the_option_leaves_the_access_level_alone() -> None:
+    access_logger = logging.getLogger(ACCESS_LOGGER)
+    access_logger.setLevel(logging.NOTSET)
+
+    @click.command()
+    @access_log_option()
+    def daemon() -> None:
+        pass
+
+    assert CliRunner().invoke(daemon, []).exit_code == 0
+    assert access_logger.level == logging.NOTSET  # pytest's logging, not gtm's
