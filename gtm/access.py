@@ -103,7 +103,8 @@ class AccessRecord:
     peer: str | None = None
 
     def fields(self) -> dict[str, object]:
-        """The line's fields in order (``None``: unknown here); times rounded to 0.1 ms."""
+        """The line's fields in order (``None``: unknown here); times rounded to 0.1 ms.
+        The tier is the logger's name (``gtm.access.<tier>``), not a field."""
         return {
             "request_id": self.request_id,
             "decision_id": self.decision_id,
@@ -127,7 +128,6 @@ class AccessRecord:
             "path": self.path,
             "client": self.client,
             "peer": self.peer,
-            "tier": self.tier,
         }
 
     def message(self) -> str:
