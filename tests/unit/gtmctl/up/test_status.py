@@ -203,10 +203,17 @@ def test_fleet_document(deployment: Deployment) -> None:
 
 def test_counter_names_match_what_the_tiers_register() -> None:
     # A rename in a tier would blank parts of the page silently: pin them here.
-    registry = new_registry()
-    GlobalMetrics(registry)
-    RegionalMetrics(registry, lambda band: 0)
-    families = {f.name for f in registry.collect() if f.type == "counter"}
+    # Each component has its own registry, as in gtm up (shared names such as
+    # gtm_stream_breaks_total would collide on one).
+    global_registry, regional_registry = new_registry(), new_registry()
+    GlobalMetrics(global_registry)
+    RegionalMetrics(regional_registry, lambda band: 0)
+    families = {
+        f.name
+        for registry in (global_registry, regional_registry)
+        for f in registry.collect()
+        if f.type == "counter"
+    }
     for name in (FORWARDS, GLOBAL_REFUSALS, SPILLS, REGIONAL_REJECTIONS):
         assert name.removesuffix("_total") in families
 
