@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
+from gtm import access
 from gtm.clock import Clock
 from gtm.errors import GtmError
 from gtm.inbound import bearer_key, read_body, tenant_of
@@ -138,6 +139,7 @@ class Admission:
         if policy is None:
             raise Overloaded("no policy in force yet", reason="not_ready", retry_after_s=1.0)
         tenant = await authenticate(request, policy)
+        access.tell(request, tenant=tenant.id)  # its refusals' access lines name it too
         raw = await read_body(request)
         facts = req.body_facts(parse_json_body(raw), endpoint)
         if not policy.tenants.allows_model(tenant.id, facts.model):
@@ -146,6 +148,7 @@ class Admission:
             req.client_country(headers)  # a proven tier's garbled country is a 400
         location = self.locator.locate(request, sender)
         country = location.country
+        access.tell(request, model=facts.model, country=country, location_source=location.origin)
         query = ResidencyQuery(tenant.id, facts.model, req.data_class(headers), country)
         verdict = policy.engine.allowed_regions(query)
         band = req.priority(headers, Priority(tenant.priority.value))

@@ -295,13 +295,10 @@ class RegionalApi:
 
 
 def _tell(request: web.Request, admitted: Admitted) -> None:
-    """What the access line needs of an admitted request (ids and estimates only)."""
+    """What the access line needs of an admitted request besides what admission told it
+    (tenant, model, location): ids and estimates only."""
     access.tell(
         request,
-        tenant=admitted.tenant.id,
-        model=admitted.route_request.model,
-        country=admitted.location.country,
-        location_source=admitted.location.origin,
         decision_id=admitted.decision_id,
         spill_from=",".join(admitted.hops.spilled_from) or None,
         tokens_in=admitted.cost.input_tokens,

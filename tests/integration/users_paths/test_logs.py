@@ -12,7 +12,9 @@ run directory is read:
   ``logger`` and ``msg``;
 * each served request has one access line at the front door, the regional LB and the
   zone agent, with the request id the client saw, the tenant, the status and the region;
-  each refused one has one at the front door only, with its status;
+  each refused one has one at the front door only, with its status (and a client sent
+  straight to the regional LB and refused there has one at the regional LB, with its
+  tenant);
 * no log file, and no audit file, contains the prompt or any key sent.
 
 Before, ``gtm`` had no ``--log-format`` and no tier wrote a line per request.
@@ -44,7 +46,14 @@ from tests.integration.gtmctl.up.helpers import (
     _read_banner,
     private_topology,
 )
-from tests.integration.users_paths.direct_clients import BERLIN, MODEL, TENANT_KEY
+from tests.integration.users_paths.direct_clients import (
+    BERLIN,
+    MODEL,
+    TENANT_KEY,
+    ask,
+    deployment,
+    region_url,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -180,6 +189,15 @@ async def _all_lines(run_dir: Path, run: str) -> dict[str, list[dict[str, Any]]]
         await asyncio.sleep(0.1)
 
 
+async def _one_line(run_dir: Path, request_id: str, tier: str) -> dict[str, Any]:
+    deadline = time.monotonic() + LINES_WITHIN_S
+    while not (found := _access(run_dir, request_id)[tier]):
+        assert time.monotonic() < deadline, f"no {tier} access line for {request_id}"
+        await asyncio.sleep(0.1)
+    (line,) = found
+    return line
+
+
 async def test_json_logs_have_one_access_line_per_request_per_tier_and_no_prompt_or_key(
     tmp_path: Path, own_etcd_server: EtcdServer
 ) -> None:
@@ -191,6 +209,13 @@ async def test_json_logs_have_one_access_line_per_request_per_tier_and_no_prompt
             name: status for name, (*_, status) in REQUESTS.items()
         }
         found = await _all_lines(run_dir, run)
+        # Straight to the regional LB, as a cached DNS answer sends a client: its own
+        # residency refusal names the tenant too.
+        direct = f"direct-{uuid.uuid4().hex[:12]}"
+        url = region_url(await deployment(up), "eu-west")
+        refused = await ask(url, client=BERLIN, key=US_ONLY_KEY, headers={"x-request-id": direct})
+        assert refused.status == 451
+        regional_refusal = await _one_line(run_dir, direct, "regional")
 
     for tier in TIERS:
         by_id: dict[str, list[dict[str, Any]]] = {}
@@ -219,6 +244,9 @@ async def test_json_logs_have_one_access_line_per_request_per_tier_and_no_prompt
                 assert record["ttft_ms"] is not None, (tier, name)
                 assert record["tokens_in"] > 0, (tier, name)
                 assert record["tenant"] == (None if tier == "zone" else "demo-global"), tier
+    assert regional_refusal["status"] == 451
+    assert regional_refusal["tenant"] == "acme-health"
+    assert regional_refusal["country"] == "DE"
     front = {r["request_id"].removeprefix(f"{run}-"): r for r in found["global"]}
     assert front["refused"]["tenant"] == "acme-health"
     assert front["bad-body"]["tenant"] == "demo-global"
