@@ -485,6 +485,14 @@ class EtcdStore:
             raise StateUnavailable(
                 f"etcd at {self.endpoint} did not answer {op} within {self._timeout} s"
             ) from exc
+        except grpc.aio.BaseError as exc:
+            # gRPC's own errors (not an RPC status): e.g. ExecuteBatchError from a stream
+            # operation on a call that broke underneath, seen on keep-alive streams while
+            # etcd was starved. The store is unavailable for this call, like a timeout.
+            self._errors.labels(op, "broken_call").inc()
+            raise StateUnavailable(
+                f"etcd at {self.endpoint}: the {op} call broke ({type(exc).__name__}: {exc})"
+            ) from exc
 
     def _error(self, op: str, code: Any, details: str, lease: int) -> StateError:
         self._errors.labels(op, str(code.name).lower()).inc()
