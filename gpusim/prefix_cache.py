@@ -17,7 +17,7 @@ open-addressing table in two arrays (hash → block, linear probing, at most hal
 deletion by backward shift — Knuth, TAOCP vol. 3, 6.4, algorithm R), the LRU of
 evictable blocks a doubly linked list threaded through two arrays, and each block's
 hash an array slot. So a worker's memory is the same with an empty cache as with a
-full one (a dict per cached block grew it by megabytes over the hour a cache takes to
+full one (a dict entry per cached block grew it for as long as the cache took to
 fill under a soak), and the garbage collector has nothing to traverse: a pool can
 have millions of blocks.
 
