@@ -2,11 +2,12 @@
 
 The files are loaded and validated as ``gtm policy apply --prune`` does — the set
 pushed is the whole policy (:func:`policies.load_paths`, then
-:func:`gtm.policy_store.apply` with its lock and compare-and-swap commit). A bad set (malformed YAML, an unknown field, a
-``!!python/object`` tag, a broken reference) is rejected before anything is written —
-the injected fault then records the rejection, and serving must stay unchanged. A good
-set is committed; rollback re-applies the set that was in force before, on top of the
-generation the push made (so a concurrent apply is not silently overwritten).
+:func:`gtm.policy_store.apply` with its lock and compare-and-swap commit). A bad set
+(malformed YAML, an unknown field, a ``!!python/object`` tag, a broken reference) is
+rejected before anything is written — the injected fault then records the rejection, and
+serving must stay unchanged. A good set is committed; rollback re-applies the set that
+was in force before, on top of the generation the push made (so a concurrent apply is
+not silently overwritten).
 """
 
 from __future__ import annotations
