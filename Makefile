@@ -1,6 +1,7 @@
 # gtm — the commands CI runs are the commands you run.
 #   make up      start a local multi-region deployment (embedded state store)
-#   make test    run the whole test suite (starts its own etcd servers on loopback)
+#   make test    run the test suite (starts its own etcd servers on loopback)
+#   make test-system  the tests that start whole gtm up deployments and game days
 #   make check   lint, format check, type check, import-layer contracts
 #   make bench   run the benchmarks in smoke mode (BENCH_FULL=1 for full runs)
 #   make fuzz    the fuzz tests (tests/fuzz) with ~20x the cases of `make test`
@@ -15,10 +16,10 @@ PYTEST_ARGS ?=
 # extension in use is never older than its source.
 KERNELS := $(wildcard */kernels.py */*/kernels.py */_*.c) global_lb/plugins/_ttft.py
 
-.PHONY: up test check bench chaos chaos-mutants fuzz fmt clean help system-deps
+.PHONY: up test test-system check bench chaos chaos-mutants fuzz fmt clean help system-deps
 
 help:
-	@sed -n '2,8p' Makefile
+	@sed -n '2,9p' Makefile
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -46,7 +47,12 @@ up: $(VENV)/.installed-run
 	$(BIN)/gtm up
 
 test: $(VENV)/.installed-test
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest -m "not system" $(PYTEST_ARGS)
+
+# The tests that start a whole multi-process deployment (gtm up --processes, game days):
+# marked `system` by path in tests/conftest.py. CI runs them after `make test`.
+test-system: $(VENV)/.installed-test
+	$(BIN)/pytest -m system $(PYTEST_ARGS)
 
 # Random seeds, shrinking, 20x the cases (tests/fuzz/profiles.py); no per-test timeout.
 fuzz: $(VENV)/.installed-test

@@ -2,6 +2,11 @@
 
 etcd fixtures FAIL (never skip) when no etcd can be started: a missing dependency must
 not turn into a silently green run.
+
+Tests that start a whole multi-process deployment (``gtm up --processes``, game days)
+are marked ``system`` by where they live (:data:`SYSTEM_PATHS`): ``make test`` runs the
+rest and ``make test-system`` runs them, and CI runs both. They are a third of the
+suite's time on two cores, and ``make test`` stays a quick loop.
 """
 
 from __future__ import annotations
@@ -45,3 +50,25 @@ def own_etcd_server(tmp_path: Path) -> Iterator[EtcdServer]:
 @pytest.fixture
 def fake_clock() -> FakeClock:
     return FakeClock()
+
+
+#: Where the tests that start a whole deployment live (relative to the repository).
+SYSTEM_PATHS = (
+    "tests/integration/users_paths/",
+    "tests/integration/chaos/scenarios/",
+    "tests/integration/chaos/faults/",
+    "tests/integration/gtmctl/up/",
+    "tests/integration/deploy/",
+    "tests/integration/security/test_up_tls.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = config.rootpath
+    for item in items:
+        try:
+            where = item.path.relative_to(root).as_posix()
+        except ValueError:
+            continue
+        if where.startswith(SYSTEM_PATHS):
+            item.add_marker(pytest.mark.system)
