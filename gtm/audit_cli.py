@@ -14,10 +14,11 @@ import asyncio
 import click
 
 from gtm.audit_anchor import read_anchors
+from gtm.cli_types import shared_store
 from gtm.clock import SystemClock
-from gtm.errors import ConfigError, StateError
+from gtm.errors import StateError
 from gtm.metrics import new_registry
-from gtm.state.url import StateUrl, StoreKind, open_store, parse_state_url
+from gtm.state.url import StateUrl, open_store
 from policies import cli as policies_cli
 from policies.audit import StoredAnchor
 
@@ -27,16 +28,11 @@ READ_TIMEOUT_S = 10.0
 
 def anchors_from(state: str) -> list[StoredAnchor]:
     """Every audit anchor in the store ``state`` names; a click error if it cannot."""
-    try:
-        url = parse_state_url(state)
-    except ConfigError as exc:
-        raise click.BadParameter(str(exc), param_hint="--state") from None
-    if url.kind is StoreKind.MEMORY:
-        raise click.BadParameter(
-            "the embedded store lives inside one `gtm up` process and holds no anchors "
-            "afterwards; give the etcd the tiers wrote to (etcd://HOST:PORT)",
-            param_hint="--state",
-        )
+    url = shared_store(
+        state,
+        instead=" and holds no anchors afterwards; give the etcd the tiers wrote to "
+        "(etcd://HOST:PORT)",
+    )
     try:
         return asyncio.run(_read(url))
     except (StateError, TimeoutError, OSError) as exc:

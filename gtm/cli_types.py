@@ -37,7 +37,7 @@ import click
 
 from gtm.errors import ConfigError
 from gtm.net import is_host, split_host_port
-from gtm.state.url import ACCEPTED_FORMS, parse_state_url
+from gtm.state.url import ACCEPTED_FORMS, StateUrl, StoreKind, parse_state_url
 
 #: Ports a listener or a client may name (0: the system picks a free one).
 PORT = click.IntRange(0, 65535)
@@ -168,6 +168,22 @@ class IPNetwork(click.ParamType[ipaddress.IPv4Network | ipaddress.IPv6Network]):
             return ipaddress.ip_network(str(value).strip(), strict=False)
         except ValueError:
             self.fail(f"{value!r} is not a network (e.g. 10.0.0.0/8)", param, ctx)
+
+
+def shared_store(state: str, *, instead: str) -> StateUrl:
+    """``--state`` of a command that reads or writes the store the tiers share: never the
+    embedded one, which lives inside one ``gtm up`` process (``instead`` says what to do
+    about it)."""
+    try:
+        url = parse_state_url(state)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="--state") from None
+    if url.kind is StoreKind.MEMORY:
+        raise click.BadParameter(
+            f"the embedded store lives inside one `gtm up` process{instead}",
+            param_hint="--state",
+        )
+    return url
 
 
 def existing_file(*, as_path: bool = False) -> click.Path:

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import click
 
+from gtm.cli_types import shared_store
 from gtm.clock import SystemClock
 from gtm.errors import ConfigError, StateError
 from gtm.geo import ChainLocator, LocationSource, MaxMindLocator, bundled_database
@@ -52,7 +53,7 @@ from gtm.policy_store import (
     committed_documents,
     plan_apply,
 )
-from gtm.state.url import StateUrl, StoreKind, open_store, parse_state_url
+from gtm.state.url import StateUrl, open_store
 from policies import cli as policies_cli
 from policies.errors import PolicyConflictError, PolicyValidationError
 from policies.loader import (
@@ -174,17 +175,9 @@ def export_command(directory: Path, state: str) -> None:
 
 
 def _shared_store(state: str) -> StateUrl:
-    try:
-        url = parse_state_url(state)
-    except ConfigError as exc:
-        raise click.BadParameter(str(exc), param_hint="--state") from None
-    if url.kind is StoreKind.MEMORY:
-        raise click.BadParameter(
-            "the embedded store lives inside one `gtm up` process; give it the files with "
-            "`gtm up --policies DIR`, or apply to etcd://…",
-            param_hint="--state",
-        )
-    return url
+    return shared_store(
+        state, instead="; give it the files with `gtm up --policies DIR`, or apply to etcd://…"
+    )
 
 
 def _load_given(paths: tuple[Path, ...], max_bytes: int) -> tuple[LoadedDocument, ...]:
