@@ -647,6 +647,10 @@ class GlobalRouter:
             outcome = self._profile.decide(batch)
         except NoEligibleCandidate as exc:
             refusal = self._refusal_of(exc.filter_name)
+            if refusal is Refusal.MODEL_NOT_SERVED and _listed(view, verdict, request.model):
+                # An allowed region lists the model with no healthy GPU now (all down,
+                # or their scrapes lapsed): unavailable, retryable — not an unknown model.
+                refusal = Refusal.NO_AVAILABLE_REGION
             return _Cached(None, refusal, str(exc), TraceSource(exc.trace), None, NO_RANKING)
         trace = RerunTrace(self._profile, layout, request, view, verdict, point, country)
         state = batch.state
@@ -692,3 +696,12 @@ def _cached_of(outcome: Outcome[RegionBatch], trace: TraceSource) -> _Cached:
     best = min(range(len(names)), key=lambda k: (-totals[k], names[k]))
     ranking = Ranking(names, totals, best, survivors.index(outcome.choice))
     return _Cached(region, None, "", trace, outcome.predicted_ttft_ms, ranking, batch.spread)
+
+
+def _listed(view: GlobalView, verdict: Verdict, model: str) -> bool:
+    """Whether a region the verdict allows lists ``model`` in its summary (with or
+    without a healthy GPU for it)."""
+    return any(
+        region.id in verdict.allowed and region.terms.get(model) is not None
+        for region in view.regions
+    )

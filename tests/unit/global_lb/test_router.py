@@ -98,6 +98,16 @@ def test_model_served_nowhere_allowed_is_404(router: GlobalRouter) -> None:
     assert outcome.http_status == 404
 
 
+def test_a_listed_model_with_no_healthy_gpu_now_is_a_retryable_503(router: GlobalRouter) -> None:
+    # Every allowed region lists the model, none has a healthy GPU for it now (all down,
+    # or their zones' scrapes lapsed while etcd was starved): the model exists, the
+    # capacity does not — a retryable 503, not "model not found".
+    summaries = [summary(r, load(healthy_gpus=0)) for r in ("eu-west", "eu-central")]
+    outcome = router.decide(request("demo-eu"), view(summaries=summaries), located("GB", LONDON))
+    assert outcome.refusal is Refusal.NO_AVAILABLE_REGION
+    assert outcome.http_status == 503
+
+
 def test_drained_region_takes_no_new_requests(router: GlobalRouter) -> None:
     outcome = router.decide(request(), view(drained=["eu-west"]), located("GB", LONDON))
     assert outcome.region == "eu-central"
