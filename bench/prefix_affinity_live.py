@@ -89,6 +89,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.prefix_affinity import BASELINES, BEFORE, OURS, table, verdicts
 from bench.sim_fidelity import Reply, _wait_banner, body_for, send
+from bench.sim_fidelity import topology as loopback_topology
 from fleetsim.bench import BenchConfig, prepare
 from fleetsim.fleet import fleet_from_topology
 from fleetsim.geography import CITIES_FILE, read_places
@@ -109,7 +110,7 @@ from gtm.net import free_port
 from gtm.policy_store import activate
 from gtm.stats import percentile
 from gtm.tasks import TaskSupervisor
-from gtm.topology import GpuGroup, RegionSpec, Topology, ZoneSpec
+from gtm.topology import Topology
 from gtmctl.load import LoadConfig, PromptMaker
 from gtmctl.up.clients import City, Client, ClientSampler, bundled_cities
 from gtmctl.up.config import UpConfig
@@ -132,24 +133,10 @@ SMOKE_DRAIN_S = 20.0
 
 def topology(gpus_per_zone: int = 1, zones_per_region: int = 2) -> Topology:
     """Two regions on a private loopback block, ``zones_per_region`` zones of
-    ``gpus_per_zone`` GPUs each."""
-    rng = random.Random()
-    block = f"127.{rng.randrange(100, 250)}.{rng.randrange(1, 250)}"
-    regions = tuple(
-        RegionSpec(
-            id=region,
-            address=f"{block}.{i}",
-            zones=tuple(
-                ZoneSpec(
-                    id=f"{region}-{chr(ord('a') + z)}",
-                    gpus=(GpuGroup(type=GPU_TYPE, models=(MODEL,), count=gpus_per_zone),),
-                )
-                for z in range(zones_per_region)
-            ),
-        )
-        for i, region in enumerate(REGIONS, start=1)
+    ``gpus_per_zone`` GPUs each (:func:`bench.sim_fidelity.topology`)."""
+    return loopback_topology(
+        ((GPU_TYPE, gpus_per_zone),), regions=REGIONS, zones_per_region=zones_per_region
     )
-    return Topology(regions=regions, models=(MODEL,), zone_port_base=rng.randrange(20_000, 30_000))
 
 
 def gpu_types(topo: Topology) -> list[str]:

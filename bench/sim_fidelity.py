@@ -169,24 +169,31 @@ PROBE_REPEATS = 3
 FIGURES = ("ttft_p50", "ttft_p99", "e2e_p50", "e2e_p99", "success", "throughput")
 
 
-def topology() -> Topology:
+def topology(
+    zone_gpus: Sequence[tuple[str, int]] = ZONE_GPUS,
+    *,
+    regions: Sequence[str] = REGIONS,
+    zones_per_region: int = 2,
+) -> Topology:
+    """``regions`` on a random private loopback block (no clash with another run), each
+    with ``zones_per_region`` zones of ``zone_gpus`` (GPU type, count) serving MODEL."""
     rng = random.Random()
     block = f"127.{rng.randrange(100, 250)}.{rng.randrange(1, 250)}"
-    regions = tuple(
+    specs = tuple(
         RegionSpec(
             id=region,
             address=f"{block}.{i}",
             zones=tuple(
                 ZoneSpec(
-                    id=f"{region}-{z}",
-                    gpus=tuple(GpuGroup(type=t, models=(MODEL,), count=n) for t, n in ZONE_GPUS),
+                    id=f"{region}-{chr(ord('a') + z)}",
+                    gpus=tuple(GpuGroup(type=t, models=(MODEL,), count=n) for t, n in zone_gpus),
                 )
-                for z in ("a", "b")
+                for z in range(zones_per_region)
             ),
         )
-        for i, region in enumerate(REGIONS, start=1)
+        for i, region in enumerate(regions, start=1)
     )
-    return Topology(regions=regions, models=(MODEL,), zone_port_base=rng.randrange(20_000, 30_000))
+    return Topology(regions=specs, models=(MODEL,), zone_port_base=rng.randrange(20_000, 30_000))
 
 
 # ---------------------------------------------------------------------------- figures
