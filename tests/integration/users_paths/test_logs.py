@@ -23,29 +23,18 @@ Before, ``gtm`` had no ``--log-format`` and no tier wrote a line per request.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
-import signal
-import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
-from gtm.net import free_port
 from gtm.state.etcd_server import EtcdServer
-from gtm.topology import load_topology
-from tests.integration.gtmctl.up.helpers import (
-    STOP_TIMEOUT_S,
-    Up,
-    _read_banner,
-    private_topology,
-)
+from tests.integration.gtmctl.up.helpers import Up, running_up
 from tests.integration.users_paths.direct_clients import (
     BERLIN,
     MODEL,
@@ -70,43 +59,15 @@ LINES_WITHIN_S = 30.0
 START_TIMEOUT_S = 150.0
 
 
-@contextlib.asynccontextmanager
-async def json_up(tmp_path: Path, etcd: EtcdServer) -> AsyncIterator[Up]:
-    """``gtm --log-format json up --processes`` with one region (eu-west); SIGINT on the
-    way out, asserting it exits 0."""
-    topology_path = private_topology(tmp_path, ("eu-west",))
-    dns_port, http_port = free_port("127.0.0.1"), free_port("127.0.0.1")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GTM_LOG")}
-    stderr_path = tmp_path / "up.stderr"
-    with stderr_path.open("wb") as stderr:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            *("-m", "gtmctl", "--log-format", "json", "up", "--processes"),
-            *("--state", etcd.etcd_url, "--speedup", "20"),
-            *("--topology", str(topology_path)),
-            *("--dns-listen", f"127.0.0.1:{dns_port}", "--http-listen", f"127.0.0.1:{http_port}"),
-            *("--run-dir", str(tmp_path / "run")),
-            *("--admin-dir", str(tmp_path / "admin")),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=stderr,
-            env=env,
-        )
-    try:
-        try:
-            banner = await asyncio.wait_for(_read_banner(process), START_TIMEOUT_S)
-        except (TimeoutError, AssertionError) as exc:
-            raise AssertionError(f"{exc}\nstderr:\n{stderr_path.read_text()[-4000:]}") from None
-        yield Up(
-            process, dns_port, http_port, banner, load_topology(topology_path), tmp_path / "admin"
-        )
-        process.send_signal(signal.SIGINT)
-        code = await asyncio.wait_for(process.wait(), STOP_TIMEOUT_S)
-        assert code == 0, stderr_path.read_text()[-4000:]
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+def json_up(tmp_path: Path, etcd: EtcdServer) -> AbstractAsyncContextManager[Up]:
+    """``gtm --log-format json up --processes`` with one region (eu-west)."""
+    return running_up(
+        tmp_path,
+        *("--processes", "--state", etcd.etcd_url, "--speedup", "20"),
+        regions=("eu-west",),
+        root_args=("--log-format", "json"),
+        start_timeout_s=START_TIMEOUT_S,
+    )
 
 
 def _chat(stream: bool) -> dict[str, Any]:

@@ -95,10 +95,15 @@ async def _read_banner(process: asyncio.subprocess.Process) -> str:
 
 @contextlib.asynccontextmanager
 async def running_up(
-    tmp_path: Path, *args: str, regions: tuple[str, ...] | None = None
+    tmp_path: Path,
+    *args: str,
+    regions: tuple[str, ...] | None = None,
+    root_args: tuple[str, ...] = (),
+    start_timeout_s: float | None = None,
 ) -> AsyncIterator[Up]:
-    """``gtm up`` with ``args`` on a private topology; SIGINT on the way out, asserting
-    that it exits 0 in time without a traceback."""
+    """``gtm [root_args] up`` with ``args`` on a private topology; SIGINT on the way out,
+    asserting that it exits 0 in time without a traceback. The caller's ``GTM_LOG*``
+    settings are not passed on (the tests read the logs' default shape)."""
     topology_path = private_topology(tmp_path, regions)
     dns_port, http_port = free_port("127.0.0.1"), free_port("127.0.0.1")
     stderr_path = tmp_path / "up.stderr"
@@ -107,6 +112,7 @@ async def running_up(
             sys.executable,
             "-m",
             "gtmctl",
+            *root_args,
             "up",
             *("--topology", str(topology_path)),
             *("--dns-listen", f"127.0.0.1:{dns_port}", "--http-listen", f"127.0.0.1:{http_port}"),
@@ -116,11 +122,16 @@ async def running_up(
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=stderr,
-            env={**os.environ, "PYTHONWARNINGS": "error"},
+            env={
+                **{k: v for k, v in os.environ.items() if not k.startswith("GTM_LOG")},
+                "PYTHONWARNINGS": "error",
+            },
         )
     try:
         try:
-            banner = await asyncio.wait_for(_read_banner(process), START_TIMEOUT_S)
+            banner = await asyncio.wait_for(
+                _read_banner(process), start_timeout_s or START_TIMEOUT_S
+            )
         except (TimeoutError, AssertionError) as exc:
             raise AssertionError(f"{exc}\nstderr:\n{stderr_path.read_text()[-4000:]}") from None
         yield Up(
