@@ -48,11 +48,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from gtm.net import free_port
 from gtm.testing.imports import NOT_IN_A_DAEMON, loaded
-from gtm.topology import RegionSpec, Topology, load_topology
+from gtm.topology import load_topology, on_private_block, write_topology
 
 BANNER_END = "Ctrl-C stops everything."
 START_TIMEOUT_S = 360.0
@@ -116,21 +114,11 @@ class Sample:
 
 
 def private_topology(directory: Path, regions: int | None) -> Path:
-    """The example topology on a random 127.x.y.0/24 with zone ports of its own."""
+    """The example topology (its first ``regions``) on a private block."""
     example = load_topology()
-    rng = random.Random()
-    block = f"127.{rng.randrange(100, 250)}.{rng.randrange(1, 250)}"
     kept = example.regions[:regions] if regions else example.regions
-    moved = [
-        RegionSpec(id=r.id, address=f"{block}.{i}", zones=r.zones)
-        for i, r in enumerate(kept, start=1)
-    ]
-    topology = Topology(
-        regions=tuple(moved), models=example.models, zone_port_base=rng.randrange(20_000, 30_000)
-    )
-    path = directory / "topology.yaml"
-    path.write_text(yaml.safe_dump(topology.model_dump(mode="json")), "utf-8")
-    return path
+    moved = on_private_block(example.model_copy(update={"regions": kept}), random.Random())
+    return write_topology(moved, directory / "topology.yaml")
 
 
 def _cmdline(pid: int) -> list[str]:

@@ -143,7 +143,7 @@ from gtm.net import free_port
 from gtm.policy_store import ActivePolicy, activate
 from gtm.stats import percentile
 from gtm.tasks import TaskSupervisor
-from gtm.topology import GpuGroup, RegionSpec, Topology, ZoneSpec, resolve
+from gtm.topology import GpuGroup, RegionSpec, Topology, ZoneSpec, on_private_block, resolve
 from gtmctl.load import LoadConfig, PromptMaker
 from gtmctl.up.clients import ClientSampler, bundled_cities
 from gtmctl.up.config import UpConfig
@@ -175,14 +175,12 @@ def topology(
     regions: Sequence[str] = REGIONS,
     zones_per_region: int = 2,
 ) -> Topology:
-    """``regions`` on a random private loopback block (no clash with another run), each
+    """``regions`` on a private loopback block (:func:`gtm.topology.on_private_block`), each
     with ``zones_per_region`` zones of ``zone_gpus`` (GPU type, count) serving MODEL."""
-    rng = random.Random()
-    block = f"127.{rng.randrange(100, 250)}.{rng.randrange(1, 250)}"
     specs = tuple(
         RegionSpec(
             id=region,
-            address=f"{block}.{i}",
+            address=f"127.0.0.{i}",  # moved to a private block below
             zones=tuple(
                 ZoneSpec(
                     id=f"{region}-{chr(ord('a') + z)}",
@@ -193,7 +191,7 @@ def topology(
         )
         for i, region in enumerate(regions, start=1)
     )
-    return Topology(regions=specs, models=(MODEL,), zone_port_base=rng.randrange(20_000, 30_000))
+    return on_private_block(Topology(regions=specs, models=(MODEL,)), random.Random())
 
 
 # ---------------------------------------------------------------------------- figures

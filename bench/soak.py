@@ -67,7 +67,6 @@ from pathlib import Path
 
 import aiohttp
 import numpy as np
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from chaos.deployment import Deployment, LaunchSpec
@@ -76,7 +75,7 @@ from gtm.clock import SystemClock
 from gtm.memdebug import DIR_ENV, SUFFIX
 from gtm.metrics import new_registry
 from gtm.tasks import TaskSupervisor
-from gtm.topology import RegionSpec, Topology, load_topology
+from gtm.topology import load_topology, on_private_block, write_topology
 from gtmctl.load import LoadConfig, LoadRun, Tally
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -256,10 +255,8 @@ def scan_log(series: Series, counting: bool) -> None:
 def private_topology(directory: Path, regions: str | None) -> Path:
     """The example topology (or the ``regions`` it names: ids, comma-separated, or a
     count of its first regions) on a random 127.x.y.0/24 block with a random zone-port
-    base: never collides with ``make up`` or another run."""
+    base (:func:`gtm.topology.on_private_block`)."""
     example = load_topology()
-    rng = random.Random()
-    block = f"127.{rng.randrange(100, 250)}.{rng.randrange(1, 250)}"
     kept = example.regions
     if regions and regions.isdigit():
         kept = kept[: int(regions)]
@@ -269,16 +266,8 @@ def private_topology(directory: Path, regions: str | None) -> Path:
         if unknown:
             raise SystemExit(f"--regions: no region {', '.join(sorted(unknown))} in the example")
         kept = tuple(r for r in kept if r.id in wanted)
-    topology = Topology(
-        regions=tuple(
-            RegionSpec(id=r.id, address=f"{block}.{i}", zones=r.zones)
-            for i, r in enumerate(kept, start=1)
-        ),
-        models=example.models,
-        zone_port_base=rng.randrange(20_000, 30_000),
-    )
-    path = directory / "topology.yaml"
-    path.write_text(yaml.safe_dump(topology.model_dump(mode="json")), "utf-8")
+    moved = on_private_block(example.model_copy(update={"regions": kept}), random.Random())
+    path = write_topology(moved, directory / "topology.yaml")
     return path
 
 

@@ -28,7 +28,6 @@ from typing import Protocol, TextIO
 from urllib.parse import urlsplit
 
 import aiohttp
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from chaos.deployment import Deployment, DeploymentError, LaunchSpec
@@ -55,7 +54,7 @@ from gtm.clock import Clock
 from gtm.errors import GtmError
 from gtm.metrics import new_registry
 from gtm.tasks import TaskSupervisor
-from gtm.topology import RegionSpec, Topology, load_topology
+from gtm.topology import load_topology, on_private_block, write_topology
 
 log = logging.getLogger(__name__)
 
@@ -300,22 +299,11 @@ def _open_deployment(scenario: Scenario, topology: Path | None, options: RunOpti
 
 
 def private_topology(source: Path | None, directory: Path, rng: random.Random) -> Path:
-    """A copy of the topology on a random 127.x.y.0/24 block with a random zone-port
-    base, so a run never collides with ``make up`` (127.0.1.N:8101…) or another run."""
-    topology = load_topology(source)
-    block = f"127.{rng.randrange(100, 250)}.{rng.randrange(1, 250)}"
-    moved = Topology(
-        regions=tuple(
-            RegionSpec(id=r.id, address=f"{block}.{i}", zones=r.zones)
-            for i, r in enumerate(topology.regions, start=1)
-        ),
-        models=topology.models,
-        zone_port_base=rng.randrange(20_000, 30_000),
-    )
+    """A copy of the topology on a private block (:func:`gtm.topology.on_private_block`),
+    so a run never collides with ``make up`` or another run."""
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / "topology.yaml"
-    path.write_text(yaml.safe_dump(moved.model_dump(mode="json")), "utf-8")
-    return path
+    moved = on_private_block(load_topology(source), rng)
+    return write_topology(moved, directory / "topology.yaml")
 
 
 def launch_spec(scenario: Scenario, topology: Path, options: RunOptions) -> LaunchSpec:

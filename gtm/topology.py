@@ -19,6 +19,7 @@ against a policy set and gives the :class:`~gtm.models.Region` and
 from __future__ import annotations
 
 import ipaddress
+import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -171,6 +172,24 @@ def load_topology(path: str | Path | None = None) -> Topology:
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the topology: {exc.strerror}") from None
     return parse_topology(text, str(path))
+
+
+def on_private_block(topology: Topology, rng: random.Random) -> Topology:
+    """``topology`` moved to a random 127.x.y.0/24 block (region i at .i) with a random
+    zone-port base: a deployment that never collides with ``make up`` (127.0.1.N:8101…)
+    or another run on the machine. Game days, tests and benchmarks launch on it."""
+    block = f"127.{rng.randrange(100, 250)}.{rng.randrange(1, 250)}"
+    data = topology.model_dump()
+    for i, region in enumerate(data["regions"], start=1):
+        region["address"] = f"{block}.{i}"
+    data["zone_port_base"] = rng.randrange(20_000, 30_000)
+    return Topology.model_validate(data)  # validated again, as a file would be
+
+
+def write_topology(topology: Topology, path: Path) -> Path:
+    """``topology`` as a file ``gtm up --topology`` reads."""
+    path.write_text(yaml.safe_dump(topology.model_dump(mode="json")), "utf-8")
+    return path
 
 
 # ---------------------------------------------------------------------------- resolving

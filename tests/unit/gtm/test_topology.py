@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -7,7 +8,7 @@ import yaml
 
 from gtm.errors import ConfigError
 from gtm.gpu_profiles import BGE_LARGE, LLAMA_8B, LLAMA_70B
-from gtm.topology import example_text, load_topology, parse_topology, resolve
+from gtm.topology import example_text, load_topology, on_private_block, parse_topology, resolve
 from policies import load_examples
 
 
@@ -118,3 +119,19 @@ def test_region_unknown_to_the_policies_is_refused() -> None:
 def test_unreadable_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read the topology"):
         load_topology(tmp_path / "missing.yaml")
+
+
+def test_a_topology_on_a_private_block_keeps_its_layout_and_moves_its_addresses() -> None:
+    example = load_topology()
+    moved = on_private_block(example, random.Random(7))
+    again = on_private_block(example, random.Random(7))
+    assert moved == again  # the rng decides, nothing else
+    assert [r.id for r in moved.regions] == [r.id for r in example.regions]
+    assert [r.zones for r in moved.regions] == [r.zones for r in example.regions]
+    block = {str(r.address).rsplit(".", 1)[0] for r in moved.regions}
+    assert len(block) == 1
+    assert block != {str(example.regions[0].address).rsplit(".", 1)[0]}
+    assert [str(r.address).rsplit(".", 1)[1] for r in moved.regions] == [
+        str(i) for i in range(1, len(moved.regions) + 1)
+    ]
+    assert 20_000 <= moved.zone_port_base < 30_000

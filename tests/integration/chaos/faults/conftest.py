@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-import yaml
 
 from chaos.deployment import Deployment, LaunchSpec
-from gtm.topology import GpuGroup, RegionSpec, Topology, ZoneSpec
+from gtm.topology import GpuGroup, RegionSpec, Topology, ZoneSpec, on_private_block, write_topology
 from gtmctl.up.control import LinkKind
 
 CHAT = "meta-llama/Llama-3.1-8B-Instruct"
@@ -24,23 +23,18 @@ CONVERGE_S = 20.0
 
 def small_topology(path: Path) -> Path:
     """eu-west and eu-central, one zone of one L4 each, on a random 127.x.y.0/24."""
-    rng = random.Random()
-    block = f"127.{rng.randrange(100, 250)}.{rng.randrange(1, 250)}"
     regions = tuple(
         RegionSpec(
             id=region,
-            address=f"{block}.{i}",
+            address=f"127.0.0.{i}",  # moved to a private block below
             zones=(
                 ZoneSpec(id=f"{region}-a", gpus=(GpuGroup(type="L4", count=1, models=(CHAT,)),)),
             ),
         )
         for i, region in enumerate(("eu-west", "eu-central"), start=1)
     )
-    topology = Topology(
-        regions=regions, models=(CHAT,), zone_port_base=rng.randrange(20_000, 30_000)
-    )
-    path.write_text(yaml.safe_dump(topology.model_dump(mode="json")), "utf-8")
-    return path
+    topology = on_private_block(Topology(regions=regions, models=(CHAT,)), random.Random())
+    return write_topology(topology, path)
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], what: str) -> None:

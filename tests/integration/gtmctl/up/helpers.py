@@ -15,10 +15,9 @@ from pathlib import Path
 import dns.asyncquery
 import dns.edns
 import dns.message
-import yaml
 
 from gtm.net import free_port
-from gtm.topology import RegionSpec, Topology, load_topology
+from gtm.topology import Topology, load_topology, on_private_block, write_topology
 
 #: Generous bounds for a loaded 2-core CI machine; each test stays well inside them.
 START_TIMEOUT_S = 60.0
@@ -27,24 +26,12 @@ BANNER_END = "Ctrl-C stops everything."
 
 
 def private_topology(tmp_path: Path, regions: tuple[str, ...] | None = None) -> Path:
-    """The example topology on a random 127.x.y.0/24 and zone ports of its own, so a
-    test never collides with a running ``make up`` (127.0.1.N:8101...)."""
+    """The example topology (its ``regions`` only, if given) on a private block
+    (:func:`gtm.topology.on_private_block`), so a test never collides with ``make up``."""
     example = load_topology()
-    rng = random.Random()
-    block = f"127.{rng.randrange(100, 250)}.{rng.randrange(1, 250)}"
-    kept = [r for r in example.regions if regions is None or r.id in regions]
-    moved = [
-        RegionSpec(id=r.id, address=f"{block}.{i}", zones=r.zones)
-        for i, r in enumerate(kept, start=1)
-    ]
-    topology = Topology(
-        regions=tuple(moved),
-        models=example.models,
-        zone_port_base=rng.randrange(20_000, 30_000),
-    )
-    path = tmp_path / "topology.yaml"
-    path.write_text(yaml.safe_dump(topology.model_dump(mode="json")), "utf-8")
-    return path
+    kept = tuple(r for r in example.regions if regions is None or r.id in regions)
+    moved = on_private_block(example.model_copy(update={"regions": kept}), random.Random())
+    return write_topology(moved, tmp_path / "topology.yaml")
 
 
 @dataclass
