@@ -84,6 +84,9 @@ log = logging.getLogger(__name__)
 #: ``Retry-After`` (whole seconds) of a 503 when no allowed region is available: about
 #: two health rounds, the time a recovered region takes to be trusted again.
 NO_REGION_RETRY_AFTER_S = 1
+#: ``Retry-After`` of the 503 before the first policy generation is in force: the policy
+#: arrives with the first snapshot, within a second of a start (as the regional LB says).
+NOT_READY_RETRY_AFTER_S = 1
 
 
 class FrontDoor:
@@ -429,7 +432,7 @@ def _not_ready() -> web.Response:
         "no policy in force yet",
         "service_unavailable",
         "not_ready",
-        **{"Retry-After": "1"},
+        **{"Retry-After": str(NOT_READY_RETRY_AFTER_S)},
     )
 
 
