@@ -115,7 +115,13 @@ def test_udp_packets_never_break_the_server(server: BoundAddress) -> None:
         @given(packet=packets())
         def batch(packet: bytes) -> None:
             sock.sendto(packet, (server.host, server.port))
-            _valid_answer(sock, server, next(counter) & 0xFFFF)
+            query_id = next(counter) & 0xFFFF
+            if packet[:2] == struct.pack("!H", query_id):
+                # The server's FORMERR to the fuzzed packet echoes its ID; an equal ID
+                # would make that reply look like the answer to the valid query (CI run
+                # of session 12, packet ID 906).
+                query_id = (query_id + 1) & 0xFFFF
+            _valid_answer(sock, server, query_id)
 
         batch()
 
