@@ -67,7 +67,7 @@ from global_lb.request import (
 )
 from global_lb.router import GlobalRouter, RouteOutcome
 from global_lb.view import GlobalView
-from gtm import access
+from gtm import access, tracing
 from gtm.clock import Clock
 from gtm.geo import CachedLocator
 from gtm.http_limits import limited_app
@@ -75,6 +75,7 @@ from gtm.inbound import bearer_key, read_body, tenant_of
 from gtm.models import ClientInfo, Frozen, Identifier, ModelName, RouteRequest, Tier
 from gtm.openai_errors import ApiError, error_middleware, openai_error
 from gtm.serve import add_service_routes
+from gtm.tracing import OFF, Tracing
 from gtm.trust import LocationOrigin, client_of, from_location
 from policies import ApiKeyError, ResidencyQuery, decision_record
 from policies.documents import Tenant
@@ -106,8 +107,10 @@ class FrontDoor:
         session: Callable[[], aiohttp.ClientSession],
         ready: Callable[[], bool] = lambda: True,
         ledger: InflightLedger | None = None,
+        tracing: Tracing = OFF,
     ) -> None:
         self._config = config
+        self._tracing = tracing
         self._base_view = view
         #: What this front door sent each region since its last summary: decisions read
         #: it (global_lb.inflight), so one summary interval does not herd to one region.
@@ -158,6 +161,7 @@ class FrontDoor:
         app.router.add_post("/v1/route", self._route)
         add_service_routes(app, registry=self._registry, readyz=self._readyz)
         access.install(app, Tier.GLOBAL)
+        tracing.install(app, Tier.GLOBAL, self._tracing)
         return app
 
     # ------------------------------------------------------------------ service

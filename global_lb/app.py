@@ -53,6 +53,7 @@ from gtm.state.store import StateStore
 from gtm.state.url import open_store
 from gtm.tasks import TaskSupervisor
 from gtm.tls import TlsMaterial, client_session_options, connector_ssl
+from gtm.tracing import OFF, Tracing
 from policies import PolicyError, load_examples, load_paths
 
 log = logging.getLogger(__name__)
@@ -89,6 +90,7 @@ class GlobalTier:
         policy: ActivePolicy | None = None,
         tls: TlsMaterial | None = None,
         front_door_tls: bool = False,
+        tracing: Tracing = OFF,
     ) -> None:
         self.config = config
         #: mTLS to the regional LBs (health checks and proxied requests, never in the
@@ -167,6 +169,7 @@ class GlobalTier:
             clock=clock,
             session=self._client_session,
             ready=lambda: self.health.ready,
+            tracing=tracing,
         )
         self._dns: DnsServer | None = None
         self.dns_pool: DnsWorkers | None = None

@@ -42,6 +42,7 @@ from gtm.state.snapshot import FleetSnapshot, SnapshotWatcher
 from gtm.state.url import open_store
 from gtm.tasks import TaskSupervisor
 from gtm.tls import TlsConfig, click_options, config_from_options, material
+from gtm.tracing import OFF, Tracing, open_tracing, trace_options
 
 
 def _fail(exc: Exception) -> None:
@@ -52,6 +53,7 @@ def _fail(exc: Exception) -> None:
 @from_environment
 @click.command(name="global")
 @access_log_option()
+@trace_options()
 @click.option(
     "--dns-listen",
     type=HostPort(example=DEFAULT_DNS_LISTEN, off=True),
@@ -179,7 +181,15 @@ def global_cmd(**options: Any) -> None:
         if options["front_door_tls"] and tls is None:
             raise ConfigError("--front-door-tls needs --tls-ca, --tls-cert and --tls-key")
         native.warn_if_not_compiled("global_lb.kernels", "global_lb.plugins._ttft")
-        asyncio.run(_serve(config, tls, front_door_tls=options["front_door_tls"]))
+        tracing = open_tracing(
+            options["trace_exporter"], service="gtm-global", file=options["trace_file"]
+        )
+        try:
+            asyncio.run(
+                _serve(config, tls, front_door_tls=options["front_door_tls"], tracing=tracing)
+            )
+        finally:
+            tracing.shutdown()
     except GtmError as exc:
         _fail(exc)
 
@@ -211,7 +221,11 @@ def _config(options: dict[str, Any]) -> GlobalConfig:
 
 
 async def _serve(
-    config: GlobalConfig, tls: TlsConfig | None = None, *, front_door_tls: bool = False
+    config: GlobalConfig,
+    tls: TlsConfig | None = None,
+    *,
+    front_door_tls: bool = False,
+    tracing: Tracing = OFF,
 ) -> None:
     clock, registry = SystemClock(), new_registry()
     tier = GlobalTier(
@@ -220,6 +234,7 @@ async def _serve(
         registry=registry,
         tls=material(tls, clock=clock, registry=registry),
         front_door_tls=front_door_tls,
+        tracing=tracing,
     )
     endpoints = await tier.start()
     try:

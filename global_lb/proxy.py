@@ -46,7 +46,7 @@ from global_lb.request import (
 )
 from global_lb.router import RouteOutcome
 from global_lb.view import GlobalView, RegionState
-from gtm import access
+from gtm import access, tracing
 from gtm import headers as gtm_headers
 from gtm.clock import Clock
 from gtm.errors import AttemptFailed
@@ -145,6 +145,7 @@ class RegionRelay(Relay[RegionState]):
         headers[HOPS_HEADER] = str(hops + 1)
         headers[DECISION_HEADER] = outcome.decision_id
         headers[gtm_headers.REQUEST_ID] = request_id(request.headers)
+        tracing.inject(request, headers)  # this hop's span is the next one's parent
         self._headers = headers
         token = config.peer_token
         self._key = TierKey(token.get_secret_value()) if token is not None else None

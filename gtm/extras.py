@@ -31,6 +31,10 @@ class Extra(StrEnum):
 
     #: matplotlib: the plots of ``gtm sim``, ``gtm bench routing`` and game-day reports.
     REPORT = "report"
+    #: The OTLP span exporter of ``--trace-exporter otlp`` (gtm.tracing; its module lives
+    #: in the ``opentelemetry`` namespace the runtime API and SDK share, so gtm.tracing
+    #: names the extra itself rather than through :data:`EXTRA_OF`).
+    OTLP = "otlp"
 
 
 #: Top-level module → the extra whose install brings it.

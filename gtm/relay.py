@@ -60,6 +60,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 from prometheus_client import CollectorRegistry, Counter
 
+from gtm import tracing
 from gtm.errors import AttemptFailed, UpstreamError
 from gtm.models import Tier
 from gtm.openai_errors import ApiError, ErrorType
@@ -330,6 +331,9 @@ class Relay(ABC, Generic[T]):
             except AttemptFailed as failure:
                 failure.target = target_id
                 self.failures.append(failure)
+                tracing.attempt_failed(
+                    self.request, target_id, failure.kind, failure.status, failure.detail
+                )
                 self.failed(target, failure)
         raise self.exhausted()
 

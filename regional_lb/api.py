@@ -28,7 +28,7 @@ from aiohttp.typedefs import Handler
 from multidict import CIMultiDict
 from prometheus_client import Gauge
 
-from gtm import access
+from gtm import access, tracing
 from gtm.http_limits import limited_app
 from gtm.models import Tier
 from gtm.openai_errors import error_middleware
@@ -80,6 +80,7 @@ class RegionalApi:
         app.router.add_get("/v1/models", self.models)
         add_service_routes(app, registry=service.registry, readyz=self.readyz)
         access.install(app, Tier.REGIONAL, region=service.settings.region)
+        tracing.install(app, Tier.REGIONAL, service.tracing, region=service.settings.region)
         return app
 
     def _handler(self, endpoint: req.Endpoint) -> Handler:

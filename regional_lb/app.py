@@ -38,6 +38,7 @@ from gtm.state.snapshot import SnapshotWatcher
 from gtm.state.store import StateStore
 from gtm.tasks import TaskSupervisor
 from gtm.tls import TlsMaterial, client_session_options, connector_ssl
+from gtm.tracing import OFF, Tracing
 from gtm.trust import TierKey
 from policies import AuditWriter
 from regional_lb.admission import Admission, has_limits
@@ -74,11 +75,14 @@ class RegionalService:
         audit: AuditWriter | None = None,
         tls: TlsMaterial | None = None,
         locator: GeoLocator | None = None,
+        tracing: Tracing = OFF,
     ) -> None:
         """``locator``: the GeoIP database and geo map clients are located with (the
         front door's; ``None``: none, so a directly reached replica knows no public
-        address and the policy's unknown-location rule decides)."""
+        address and the policy's unknown-location rule decides). ``tracing``: the
+        replica's tracer (off by default)."""
         self.settings = settings
+        self.tracing = tracing
         #: mTLS: serve only TLS (global/region/ops clients), dial zones and peer regions
         #: with our certificate, never in the clear.
         self.tls = tls

@@ -25,6 +25,7 @@ from gtm.policy_store import ActivePolicy, activate
 from gtm.serve import freeze_startup_objects, until_signalled
 from gtm.state.url import open_store
 from gtm.tls import TlsConfig, click_options, config_from_options, material
+from gtm.tracing import OFF, Tracing, open_tracing, trace_options
 from policies import AuditWriter, PolicyError, load_paths
 from policies.types import is_identifier
 from regional_lb.app import RegionalService, RegionalSettings, serving
@@ -57,6 +58,7 @@ def _identifier(name: str, value: str) -> str:
 @from_environment
 @click.command("regional", context_settings={"help_option_names": ["-h", "--help"]})
 @access_log_option()
+@trace_options()
 @click.option("--region", required=True, help="Region id (e.g. eu-west).")
 @click.option(
     "--state",
@@ -198,6 +200,8 @@ def regional(
     trusted: tuple[GeoNetwork, ...],
     no_affinity: bool = False,
     no_spill: bool = False,
+    trace_exporter: str = "none",
+    trace_file: str | None = None,
     **tls_options: object,
 ) -> None:
     """Run one region's regional LB: quotas, fair queueing, zone choice, spillover."""
@@ -236,7 +240,28 @@ def regional(
     try:
         cidr = load_geo_map(geo_map) if geo_map else None
         locator = open_locator(geoip_db, cidr)
-        asyncio.run(serve(settings, state, host, port, policy, audit_dir, tls, locator=locator))
+        tracing = open_tracing(
+            trace_exporter,
+            service="gtm-regional",
+            file=trace_file,
+            attributes={"gtm.region": region, "service.instance.id": replica},
+        )
+        try:
+            asyncio.run(
+                serve(
+                    settings,
+                    state,
+                    host,
+                    port,
+                    policy,
+                    audit_dir,
+                    tls,
+                    locator=locator,
+                    tracing=tracing,
+                )
+            )
+        finally:
+            tracing.shutdown()
     except GtmError as exc:
         click.echo(f"gtm regional: {exc}", err=True)
         sys.exit(2)
@@ -252,6 +277,7 @@ async def serve(
     tls: TlsConfig | None = None,
     *,
     locator: GeoLocator | None = None,
+    tracing: Tracing = OFF,
 ) -> None:
     """Run the replica until SIGINT or SIGTERM, then stop cleanly."""
     clock = SystemClock()
@@ -268,6 +294,7 @@ async def serve(
         audit=audit,
         tls=tls_material,
         locator=locator,
+        tracing=tracing,
     )
     try:
         async with serving(service, host, port):

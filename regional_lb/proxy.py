@@ -41,6 +41,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from gtm import headers as gtm_headers
+from gtm import tracing
 from gtm.errors import AttemptFailed
 from gtm.models import RouteRequest
 from gtm.relay import (
@@ -157,6 +158,7 @@ class _RegionalRelay(Relay[Target]):
         request = self.request
         headers = CIMultiDict(end_to_end(request.headers, self._skip))
         headers.extend(self._extra.items())
+        tracing.inject(request, headers)  # this hop's span is the next one's parent
         if self._sign is not None:
             self._sign(headers)  # per attempt: the signature's time is the send's
         return await open_aiohttp(

@@ -32,7 +32,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from gtm import access
+from gtm import access, tracing
 from gtm.clock import Clock, SystemClock
 from gtm.gpu_profiles import UnknownProfile
 from gtm.http_limits import limited_app
@@ -46,6 +46,7 @@ from gtm.state.snapshot import SnapshotWatcher
 from gtm.state.store import StateStore
 from gtm.tasks import TaskSupervisor
 from gtm.tls import TlsMaterial, client_session_options, connector_ssl
+from gtm.tracing import OFF, Tracing
 from zone_agent.accounting import Accounting, SlotLoad
 from zone_agent.api import AssignApi, OpenAiApi, ServiceApi
 from zone_agent.config import ZoneConfig
@@ -79,8 +80,11 @@ class ZoneAgent:
         profile: ZoneProfile | None = None,
         tls: TlsMaterial | None = None,
         plain_workers: bool = False,
+        tracing: Tracing = OFF,
     ) -> None:
         self.config = config
+        #: The agent's tracer: a span per request, passed on to the worker (off by default).
+        self.tracing = tracing
         #: mTLS: serve only TLS; dial workers with our certificate, expecting gpu/*
         #: identities, and refuse http:// workers unless ``plain_workers`` (a vLLM
         #: without TLS) says they are allowed.
@@ -436,4 +440,7 @@ class ZoneAgent:
         ).routes(app)
         ServiceApi(lambda: self._view, self._registry).routes(app)
         access.install(app, Tier.ZONE, region=self.config.region, zone=self.config.zone)
+        tracing.install(
+            app, Tier.ZONE, self.tracing, region=self.config.region, zone=self.config.zone
+        )
         return app

@@ -19,6 +19,7 @@ from gtm.net import split_host_port
 from gtm.serve import freeze_startup_objects, until_signalled
 from gtm.state.store import StateStore
 from gtm.tls import TlsConfig, click_options, config_from_options, material
+from gtm.tracing import OFF, Tracing, open_tracing, trace_options
 from zone_agent.app import ZoneAgent
 from zone_agent.config import ZoneConfig, parse_worker
 from zone_agent.loop import LoopKind, run
@@ -28,6 +29,7 @@ from zone_agent.profiles import BUILTIN_PROFILES, DEFAULT_PROFILE
 @from_environment
 @click.command("zone", context_settings={"help_option_names": ["-h", "--help"]})
 @access_log_option()
+@trace_options()
 @click.option("--zone", "zone", required=True, help="Zone id (e.g. eu-west-a).")
 @click.option("--region", required=True, help="Region id (e.g. eu-west).")
 @click.option(
@@ -103,6 +105,8 @@ def zone(
     tls_plain_workers: bool,
     event_loop: str,
     no_affinity: bool = False,
+    trace_exporter: str = "none",
+    trace_file: str | None = None,
     **tls_options: object,
 ) -> None:
     """Run one zone's agent: choose a GPU for each request by predicted TTFT and proxy it."""
@@ -128,7 +132,19 @@ def zone(
         raise click.UsageError(str(exc)) from None
     native.warn_if_not_compiled("zone_agent.costs._ttft", "zone_agent.costs._blend")
     try:
-        run(serve(config, state, tls, plain_workers=tls_plain_workers), LoopKind(event_loop))
+        tracing = open_tracing(
+            trace_exporter,
+            service="gtm-zone",
+            file=trace_file,
+            attributes={"gtm.region": region, "gtm.zone": zone},
+        )
+        try:
+            run(
+                serve(config, state, tls, plain_workers=tls_plain_workers, tracing=tracing),
+                LoopKind(event_loop),
+            )
+        finally:
+            tracing.shutdown()
     except GtmError as exc:
         click.echo(f"gtm zone: {exc}", err=True)
         sys.exit(2)
@@ -140,6 +156,7 @@ async def serve(
     tls: TlsConfig | None = None,
     *,
     plain_workers: bool = False,
+    tracing: Tracing = OFF,
 ) -> None:
     """Run the agent until SIGINT or SIGTERM, then stop cleanly."""
     clock = SystemClock()
@@ -157,6 +174,7 @@ async def serve(
         store=store,
         tls=tls_material,
         plain_workers=plain_workers,
+        tracing=tracing,
     )
     try:
         url = await agent.start()

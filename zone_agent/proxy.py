@@ -37,6 +37,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from gtm import headers as gtm_headers
+from gtm import tracing
 from gtm.clock import Clock
 from gtm.errors import AttemptFailed, NoEligibleCandidate
 from gtm.relay import Ending, Failure, Relay, Upstream, describe, end_to_end, skip_set
@@ -258,6 +259,7 @@ class ZoneRelay(Relay[ZoneDecision]):
     async def open(self, target: ZoneDecision) -> Upstream:
         headers = end_to_end(self.request.headers, _SKIP_UPSTREAM)
         headers.append((HEADER_REQUEST_ID, self._facts.request_id))
+        tracing.inject(self.request, headers)  # the worker's parent is this hop's span
         try:
             return await self._path.session().post(
                 target.gpu.worker.url, self.request.path, headers, self._raw
