@@ -28,6 +28,9 @@ C_KERNELS = [
         extra_compile_args=["-ffp-contract=off"],
     )
     for name in ("ttft", "blend")
+] + [
+    # The zone agent's prefix index, allocated whole (zone_agent/prefix.py says why).
+    Extension("zone_agent._prefix", ["zone_agent/_prefix.c"], optional=True),
 ]
 
 

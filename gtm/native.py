@@ -42,6 +42,7 @@ KERNEL_MODULES: tuple[str, ...] = (
     "global_lb.plugins._ttft",
     "zone_agent.costs._ttft",
     "zone_agent.costs._blend",
+    "zone_agent._prefix",
 )
 
 

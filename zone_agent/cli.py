@@ -130,7 +130,9 @@ def zone(
         raise click.UsageError(f"{where}: {first['msg']}") from None
     except GtmError as exc:
         raise click.UsageError(str(exc)) from None
-    native.warn_if_not_compiled("zone_agent.costs._ttft", "zone_agent.costs._blend")
+    native.warn_if_not_compiled(
+        "zone_agent.costs._ttft", "zone_agent.costs._blend", "zone_agent._prefix"
+    )
     try:
         tracing = open_tracing(
             trace_exporter,

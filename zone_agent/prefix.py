@@ -26,6 +26,7 @@ import heapq
 from collections import OrderedDict
 from collections.abc import Iterable
 from operator import itemgetter
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -43,7 +44,9 @@ MAX_BLOCKS = MAX_TEXT_BLOCKS
 
 __all__ = [
     "BLOCK_BYTES",
+    "COMPILED",
     "MAX_BLOCKS",
+    "DictPrefixIndex",
     "PrefixIndex",
     "consistent_hash_key",
     "iter_bits",
@@ -91,8 +94,12 @@ def set_bits(mask: int) -> list[int]:
     return found
 
 
-class PrefixIndex:
+class DictPrefixIndex:
     """Block hash → GPU slots that recently received it; per-slot LRU with a capacity.
+
+    The reference form, in dicts: what the compiled form (``_prefix.c``) must give, and
+    what runs where it is not built. It allocates as it fills, so a process running it
+    grows until every slot's LRU is full (see :data:`PrefixIndex`).
 
     Mutated only by the agent's accounting, between decisions (decisions are synchronous,
     so none ever sees a half-applied insert).
@@ -148,10 +155,7 @@ class PrefixIndex:
     def match(self, hashes: tuple[int, ...]) -> dict[int, int]:
         """Slot → leading blocks of ``hashes`` it holds, for every slot holding at least
         one (shallowest first, then lowest slot first): a new dict, the caller's."""
-        matched: dict[int, int] = {}
-        for depth, gone in self.match_groups(hashes):
-            matched.update(dict.fromkeys(set_bits(gone), depth))
-        return matched
+        return _match(self, hashes)
 
     def match_groups(self, hashes: tuple[int, ...]) -> list[tuple[int, int]]:
         """:meth:`match` by depth: (leading blocks, mask of the slots holding exactly
@@ -176,6 +180,37 @@ class PrefixIndex:
     def holders(self, block: int) -> int:
         """Bit mask of the slots holding ``block``."""
         return self._slots_of.get(block, 0)
+
+
+def _match(index: DictPrefixIndex, hashes: tuple[int, ...]) -> dict[int, int]:
+    matched: dict[int, int] = {}
+    for depth, gone in index.match_groups(hashes):
+        matched.update(dict.fromkeys(set_bits(gone), depth))
+    return matched
+
+
+if TYPE_CHECKING:
+    PrefixIndex = DictPrefixIndex
+else:
+    try:  # the compiled form (setup.py builds it when it can)
+        from zone_agent._prefix import PrefixIndex as _CompiledIndex
+    except ImportError:  # pragma: no cover - an install without a C compiler
+        PrefixIndex = DictPrefixIndex
+    else:
+
+        class PrefixIndex(_CompiledIndex):
+            __doc__ = _CompiledIndex.__doc__
+            __slots__ = ()
+            match = _match
+
+
+#: The index the agent runs: the compiled form when built (every structure allocated
+#: when a GPU's slot first gets blocks, sized by its capacity, so memory does not grow
+#: with traffic — a dict form grew for as long as a busy zone took to fill its GPUs'
+#: LRUs, hours in the soak of issue 25), else :class:`DictPrefixIndex`. Which one runs
+#: is in ``gtm --version`` and the zone agent's start-up warning
+#: (:mod:`gtm.native`).
+COMPILED = PrefixIndex is not DictPrefixIndex
 
 
 class HotBlocks:

@@ -1,13 +1,19 @@
 from __future__ import annotations
 
 import hashlib
+import os
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gtm import native
+from gtm.testing.kernels import expected_state
 from zone_agent.prefix import (
     BLOCK_BYTES,
+    COMPILED,
+    DictPrefixIndex,
     HotBlocks,
     PrefixIndex,
     consistent_hash_key,
@@ -123,3 +129,101 @@ def test_hot_blocks_heap_keeps_exactly_the_scans_counters(capacity: int, blocks:
             b for b, _ in sorted(reference.counts.items(), key=lambda i: (-i[1], i[0]))
         )
     assert fast._counts == reference.counts
+
+
+# ------------------------------------------------------------------ the two forms
+
+
+_OPS = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("insert"),
+            st.integers(0, 70),  # slot: past 64, masks span two words
+            st.lists(st.integers(0, 40), max_size=14),
+            st.integers(-1, 12),  # capacity: none, shrinking, growing
+        ),
+        st.tuples(st.just("forget"), st.integers(0, 70)),
+        st.tuples(st.just("match"), st.lists(st.integers(0, 40), max_size=10)),
+    ),
+    max_size=60,
+)
+
+
+def test_the_compiled_index_is_built() -> None:
+    # Without it the agent runs the dict form, which grows as it fills: CI must not pass
+    # on that quietly.
+    expected = expected_state()
+    assert native.kernel("zone_agent._prefix").state is expected
+    assert COMPILED is (expected is not native.KernelState.PYTHON)
+
+
+@given(ops=_OPS)
+@settings(max_examples=400, deadline=None)
+def test_compiled_index_gives_what_the_dict_index_gives(ops: list[tuple[object, ...]]) -> None:
+    # The pin between the two forms: the same inserts, forgets and queries, the same
+    # holders, matches, block counts and sizes after every step.
+    compiled, reference = PrefixIndex(), DictPrefixIndex()
+    seen: set[int] = set()
+    for op in ops:
+        if op[0] == "insert":
+            _, slot, blocks, capacity = op
+            assert isinstance(slot, int)
+            assert isinstance(blocks, list)
+            assert isinstance(capacity, int)
+            chain = tuple(1000 + b for b in blocks)
+            compiled.insert(slot, chain, capacity)
+            reference.insert(slot, chain, capacity)
+            seen.update(chain)
+            assert compiled.blocks(slot) == reference.blocks(slot)
+        elif op[0] == "forget":
+            assert isinstance(op[1], int)
+            compiled.forget(op[1])
+            reference.forget(op[1])
+        else:
+            assert isinstance(op[1], list)
+            hashes = tuple(1000 + b for b in op[1])
+            assert compiled.match_groups(hashes) == reference.match_groups(hashes)
+            assert compiled.match(hashes) == reference.match(hashes)
+        assert len(compiled) == len(reference)
+    for block in seen:
+        assert compiled.holders(block) == reference.holders(block)
+    for slot in range(72):
+        assert compiled.blocks(slot) == reference.blocks(slot)
+
+
+def test_compiled_index_memory_does_not_grow_with_traffic() -> None:
+    # Sized when a slot first gets blocks (by its capacity), then fixed however many
+    # blocks come and go; 64-bit hashes as the fingerprints make them.
+    if not COMPILED:  # an install without a compiler, asked for
+        assert os.environ.get("GTM_PURE_PYTHON")
+        return
+    from zone_agent._prefix import PrefixIndex as CompiledIndex
+
+    index = CompiledIndex()
+    index.insert(0, (1,), capacity=500)
+    index.insert(1, (1,), capacity=500)
+    size = index.nbytes
+    rng = np.random.default_rng(7)
+    for _ in range(400):
+        slot = int(rng.integers(0, 2))
+        index.insert(slot, tuple(int(h) for h in rng.integers(0, 2**63, 16)), 500)
+    assert index.blocks(0) == index.blocks(1) == 500
+    assert index.nbytes == size
+    # A GPU whose capacity grows gets a new range: the one time the index grows.
+    index.insert(0, (2,), capacity=600)
+    assert index.nbytes > size
+    assert index.blocks(0) == 501
+
+
+def test_compiled_index_takes_blocks_modulo_2_64_and_refuses_non_ints() -> None:
+    if not COMPILED:  # an install without a compiler, asked for
+        assert os.environ.get("GTM_PURE_PYTHON")
+        return
+    index = PrefixIndex()
+    index.insert(0, (2**64 + 5,), capacity=4)
+    assert index.holders(5) == 1
+    with pytest.raises(TypeError, match="ints"):
+        index.insert(0, (1, "x"), capacity=4)  # type: ignore[arg-type]
+    assert index.blocks(0) == 1  # a bad block changes nothing
+    with pytest.raises(ValueError, match="slot"):
+        index.insert(-1, (1,), capacity=4)
