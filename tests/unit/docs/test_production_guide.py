@@ -79,7 +79,7 @@ EXPECTED_COMMANDS = frozenset(
     }
 )
 
-_FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
+_FENCE = re.compile(r"^[ \t]*```(\w*)\n(.*?)^[ \t]*```", re.MULTILINE | re.DOTALL)
 _INLINE = re.compile(r"`([^`\n]+)`")
 _METRIC = re.compile(r"\bgtm_[a-z0-9_]+\b")
 _ALERT = re.compile(r"\bGtm[A-Z][A-Za-z0-9]+\b")
