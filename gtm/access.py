@@ -47,13 +47,10 @@ from gtm import headers as gtm_headers
 from gtm import tracing
 from gtm.inbound import request_id
 from gtm.logs import configured
+from gtm.serve import CLIENT_CLOSED, SERVICE_PATHS
 
 #: Parent of every tier's access logger (``gtm.access.global``, ``…regional``, …).
 ACCESS_LOGGER = "gtm.access"
-#: Paths not logged: probes and scrapes, many per minute and never a user's request.
-SERVICE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
-#: Status of a request whose client went away before any response started (nginx's).
-CLIENT_CLOSED = 499
 
 
 class End(StrEnum):

@@ -54,6 +54,11 @@ from gtm.tls import scheme as tls_scheme
 #: that an orchestrator's stop (Kubernetes waits 30 s before SIGKILL) never kills us
 #: mid-shutdown with leases and summaries still held.
 SHUTDOWN_GRACE_S = 5.0
+#: The routes :func:`add_service_routes` adds: probes and the scrape, many per minute and
+#: never a user's request, so neither logged (gtm.access) nor traced (gtm.tracing).
+SERVICE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+#: Status of a request whose client went away before any response started (nginx's).
+CLIENT_CLOSED = 499
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +237,8 @@ async def until_signalled(
 
 
 __all__ = [
+    "CLIENT_CLOSED",
+    "SERVICE_PATHS",
     "SHUTDOWN_GRACE_S",
     "Bound",
     "HttpServer",

@@ -59,6 +59,7 @@ from gtm.cli_types import NewFile
 from gtm.errors import ConfigError, MissingExtra
 from gtm.extras import Extra, install_line
 from gtm.models import Tier
+from gtm.serve import CLIENT_CLOSED, SERVICE_PATHS
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -71,14 +72,10 @@ if TYPE_CHECKING:
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
 _CONTEXT_HEADERS = (TRACEPARENT, TRACESTATE)
-#: Paths not traced: probes and scrapes (as the access log skips them).
-SERVICE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 #: The instrumentation scope's name.
 SCOPE = "gtm"
 #: Largest error body read for its ``code`` (an OpenAI error is a few hundred bytes).
 _ERROR_BODY_BYTES = 16384
-#: Status of a request whose client went away before any response started (as logged).
-_CLIENT_CLOSED = 499
 
 
 class TraceExporter(StrEnum):
@@ -350,7 +347,7 @@ def install(
             status, end = exc.status, "ok"
             raise
         except asyncio.CancelledError:
-            status, end = _CLIENT_CLOSED, "disconnect"
+            status, end = CLIENT_CLOSED, "disconnect"
             raise
         finally:
             span.set_attributes(_response_attributes(response, status, end))
@@ -497,7 +494,6 @@ __all__ = [
     "ATTRIBUTES",
     "OFF",
     "OPERATIONS",
-    "SERVICE_PATHS",
     "TRACEPARENT",
     "TRACESTATE",
     "TraceExporter",
