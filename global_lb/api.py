@@ -381,6 +381,14 @@ class FrontDoor:
         except (ValidationError, ValueError) as exc:
             message = _first_error(exc) if isinstance(exc, ValidationError) else str(exc)
             return openai_error(400, message, "invalid_request_error", "invalid_request")
+        if tracing.traced(request):
+            tracing.decided(
+                request,
+                reasons=outcome.reasons,
+                allowed=outcome.allowed,
+                predicted_ttft_ms=outcome.predicted_ttft_ms,
+                cached=outcome.cached,
+            )
         access.tell(
             request,
             model=facts.model,

@@ -21,6 +21,9 @@ one SERVER span per request, when it arrives, and ends it when its handler is do
   the request arrives through :func:`gtm.access.tell` (one call feeds the access line
   and the span); what the response says is read from its ``x-gtm-*`` headers. **Never**
   a prompt, a completion, a key or any other header.
+* **The decision** (:func:`decided`, where the tier decides; only when :func:`traced`):
+  reason codes, the regions residency allows, the predicted TTFT, the regional route,
+  the zone's profile and the prompt's prefix blocks found cached.
 * **Events**: each attempt that failed before its first byte (``attempt_failed``, with
   the target and why; :func:`attempt_failed`, called by :class:`gtm.relay.Relay`).
 
@@ -116,6 +119,13 @@ ATTRIBUTES: Mapping[str, str] = {
     "spill_from": "gtm.spill.from",
     "spill_to": "gtm.spill.to",
     "refusal": "gtm.refusal.reason",
+    "route": "gtm.decision.route",
+    "reasons": "gtm.decision.reasons",
+    "allowed": "gtm.decision.allowed_regions",
+    "predicted_ttft_ms": "gtm.decision.predicted_ttft_ms",
+    "profile": "gtm.decision.profile",
+    "matched_blocks": "gtm.decision.matched_blocks",
+    "cached": "gtm.decision.cached",
     "end": "gtm.end",
 }
 _A = ATTRIBUTES
@@ -456,6 +466,48 @@ def tell(
     hop.span.set_attributes(told)
 
 
+def traced(request: web.Request) -> bool:
+    """Whether ``request`` has a span: a tier asks before it gathers what only the span
+    wants (:func:`decided`), so tracing off costs one lookup."""
+    return request.get(_HOP) is not None
+
+
+def decided(
+    request: web.Request,
+    *,
+    route: str | None = None,
+    reasons: Sequence[str] = (),
+    allowed: Sequence[str] = (),
+    predicted_ttft_ms: float | None = None,
+    profile: str | None = None,
+    matched_blocks: int | None = None,
+    cached: bool | None = None,
+) -> None:
+    """The tier's decision on ``request``'s span (the last one made, after a retry): the
+    regional ``route`` (local, queue, spill), reason codes, the regions residency allows,
+    the predicted TTFT, the zone's profile and prefix blocks found cached, whether the
+    front door's decision cache answered. Nothing when tracing is off."""
+    hop = request.get(_HOP)
+    if hop is None:
+        return
+    told: dict[str, str | int | float | bool | Sequence[str]] = {}
+    if route is not None:
+        told[_A["route"]] = route
+    if reasons:
+        told[_A["reasons"]] = tuple(reasons)
+    if allowed:
+        told[_A["allowed"]] = tuple(allowed)
+    if predicted_ttft_ms is not None:
+        told[_A["predicted_ttft_ms"]] = round(predicted_ttft_ms, 3)
+    if profile is not None:
+        told[_A["profile"]] = profile
+    if matched_blocks is not None:
+        told[_A["matched_blocks"]] = matched_blocks
+    if cached is not None:
+        told[_A["cached"]] = cached
+    hop.span.set_attributes(told)
+
+
 def attempt_failed(
     request: web.Request, target: str, kind: str, status: int | None, detail: str
 ) -> None:
@@ -499,6 +551,7 @@ __all__ = [
     "TraceExporter",
     "Tracing",
     "attempt_failed",
+    "decided",
     "error_code",
     "inject",
     "install",
@@ -506,4 +559,5 @@ __all__ = [
     "open_tracing",
     "tell",
     "trace_options",
+    "traced",
 ]

@@ -113,6 +113,7 @@ class RegionalApi:
                     raise
                 precharged = decision.zone.id if decision.zone is not None else None
             metrics.admitted.labels(admitted.tenant.id, label).inc()
+            tracing.decided(request, route=label, reasons=(decision.reason.value,))
             trip = Trip(admitted.body, tap, arrived, admitted.route_request.model)
             if decision.route is Route.SPILL:
                 response = await self._spill(request, admitted, decision, trip)

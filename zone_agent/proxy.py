@@ -243,6 +243,13 @@ class ZoneRelay(Relay[ZoneDecision]):
             return None  # retries end here; the failures so far are the answer
         path.count_assignment(decision)
         path.metrics.decision.observe(time.perf_counter() - self._started)
+        if tracing.traced(self.request):
+            tracing.decided(
+                self.request,
+                profile=decision.profile,
+                predicted_ttft_ms=decision.predicted_ttft_ms,
+                matched_blocks=decision.matched_blocks,
+            )
         return decision
 
     def target_id(self, target: ZoneDecision) -> str:

@@ -177,6 +177,12 @@ async def test_one_trace_per_request_one_span_per_hop_parents_right_and_the_spil
         assert attributes["gtm.zone"] == served_zone, span
         assert attributes["gtm.gpu"] == answer["x-gtm-gpu"], span
         assert "gtm.spill.from" not in attributes, span
+    assert front["attributes"]["gtm.decision.reasons"][0].startswith("residency:allowed")
+    assert set(front["attributes"]["gtm.decision.allowed_regions"]) == {"eu-central", "eu-west"}
+    assert front["attributes"]["gtm.decision.predicted_ttft_ms"] >= 0
+    assert regional["attributes"]["gtm.decision.route"] in ("local", "queue")
+    assert zone["attributes"]["gtm.decision.profile"]
+    assert zone["attributes"]["gtm.decision.predicted_ttft_ms"] >= 0
     decided = front["attributes"]
     assert decided["gtm.decision.id"] == answer["x-gtm-decision-id"]
     assert decided["gtm.tenant.id"] == regional["attributes"]["gtm.tenant.id"] == "demo-global"
@@ -200,6 +206,8 @@ async def test_one_trace_per_request_one_span_per_hop_parents_right_and_the_spil
     assert _parent_of(zone, second)
     assert zone["resource"]["attributes"]["gtm.region"] == "eu-west"
     spilling = first["attributes"]
+    assert spilling["gtm.decision.route"] == "spill"
+    assert spilling["gtm.decision.reasons"] == ["region-drained"]
     assert (spilling["gtm.spill.from"], spilling["gtm.spill.to"]) == ("eu-central", "eu-west")
     assert spilling["gtm.region"] == "eu-west"
     receiving = second["attributes"]

@@ -57,6 +57,17 @@ def _app(tracer: Tracing) -> web.Application:
         tracing.inject(request, upstream)
         request.app[SENT].append(dict(upstream))
         tracing.attempt_failed(request, "eu-central", "status", 503, "HTTP 503")
+        assert tracing.traced(request)
+        tracing.decided(
+            request,
+            route="spill",
+            reasons=("residency:allowed", "spread"),
+            allowed=("eu-central", "eu-west"),
+            predicted_ttft_ms=41.23456,
+            profile="default",
+            matched_blocks=3,
+            cached=False,
+        )
         access.tell(request, tokens_in=11, tokens_out=5, tokens_source=access.TokenSource.USAGE)
         headers = {
             gtm_headers.REGION: "eu-west",
@@ -181,6 +192,13 @@ async def test_the_span_names_the_decision_and_genai_facts_never_the_prompt_or_k
         "gtm.request.id": "r-1",
         "gtm.spill.from": "eu-central",
         "gtm.spill.to": "eu-west",
+        "gtm.decision.route": "spill",
+        "gtm.decision.reasons": ("residency:allowed", "spread"),
+        "gtm.decision.allowed_regions": ("eu-central", "eu-west"),
+        "gtm.decision.predicted_ttft_ms": 41.235,
+        "gtm.decision.profile": "default",
+        "gtm.decision.matched_blocks": 3,
+        "gtm.decision.cached": False,
         "http.response.status_code": 200,
         "gtm.end": "ok",
     }
@@ -229,6 +247,12 @@ def test_tracing_off_installs_nothing_and_passes_the_clients_header_on() -> None
     app = web.Application()
     tracing.install(app, Tier.ZONE, OFF)
     assert list(app.middlewares) == []
+    request = make_mocked_request("POST", "/v1/completions", app=app)
+    assert not tracing.traced(request)
+    tracing.decided(request, route="local")  # nothing to set: no error
+    headers = CIMultiDict({"traceparent": TRACEPARENT})
+    tracing.inject(request, headers)
+    assert headers["traceparent"] == TRACEPARENT
     assert open_tracing("none", service="gtm-zone") is OFF
     assert not OFF.enabled
 
