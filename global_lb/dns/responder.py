@@ -86,6 +86,8 @@ class _Prepared:
     body: bytes
     location_dependent: bool
     counter: Any  # the prometheus counter child of (kind, region, rcode)
+    #: Additional records at the end of ``body`` (glue), before the OPT record.
+    adcount: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,6 +359,7 @@ class Responder:
             prepared.body,
             max_size=max_size,
             ecs_scope=scope,
+            adcount=prepared.adcount,
         )
         if len(reply) < 12 + len(query.question) + len(prepared.body):
             self._metrics.dns_truncated.labels("too-large").inc()
@@ -452,11 +455,14 @@ class Responder:
     def _apex(self, query: Query) -> _Prepared:
         zone = self.zone
         if query.qtype == QType.SOA:
-            soa = zone.soa_record(wire.QNAME_POINTER, self._serial)
+            soa = zone.soa_record(wire.QNAME_POINTER, self._serial, negative=False)
             return self._prepared(Rcode.NOERROR, 1, soa, "apex", "", False)
         if query.qtype == QType.NS:
             records, count = zone.ns_records()
-            return self._prepared(Rcode.NOERROR, count, records, "apex", "", False)
+            glue, glued = zone.glue()
+            return self._prepared(
+                Rcode.NOERROR, count, records + glue, "apex", "", False, adcount=glued
+            )
         return self._nodata(query, "apex", "", False)
 
     def _addresses(
@@ -487,9 +493,10 @@ class Responder:
         dependent: bool,
         *,
         nscount: int = 0,
+        adcount: int = 0,
     ) -> _Prepared:
         counter = self._count(kind, region, rcode.name)
-        return _Prepared(rcode, ancount, nscount, body, dependent, counter)
+        return _Prepared(rcode, ancount, nscount, body, dependent, counter, adcount)
 
     # ------------------------------------------------------------------ region choice
 

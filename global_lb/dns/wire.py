@@ -293,9 +293,11 @@ def response(
     max_size: int,
     ecs_scope: int | None = None,
     authoritative: bool = True,
+    adcount: int = 0,
 ) -> bytes:
-    """A whole response: header, the echoed question, ``body`` (answer and authority
-    records, already rendered), and an OPT record when the query had one.
+    """A whole response: header, the echoed question, ``body`` (answer, authority and
+    ``adcount`` additional records, already rendered), and an OPT record when the query
+    had one (the last additional record).
 
     When the result exceeds ``max_size`` (a UDP limit), the answer is dropped and TC is
     set, so the client retries over TCP (RFC 1035 §4.2.1, RFC 7766).
@@ -309,7 +311,10 @@ def response(
         flags |= AA
     arcount = 1 if opt else 0
     message = (
-        _HEADER.pack(query.id, flags, 1, ancount, nscount, arcount) + query.question + body + opt
+        _HEADER.pack(query.id, flags, 1, ancount, nscount, adcount + arcount)
+        + query.question
+        + body
+        + opt
     )
     if len(message) <= max_size:
         return message

@@ -4,7 +4,7 @@ Names (ARCHITECTURE §9), all under the zone (default ``inference.example.``):
 
 ============================  ===============================================
 ``<zone>``                    SOA and NS
-``<ns>.<zone>``               the name servers' A/AAAA (when configured)
+``<ns>.<zone>``               the in-zone name servers' A/AAAA (their glue)
 ``api.<zone>``                the best region for the client: geo, latency, capacity
 ``<jurisdiction>.api.<zone>`` the best region inside the jurisdiction (``eu.api``)
 ``<region>.api.<zone>``       one region (while it is available and allowed)
@@ -12,6 +12,15 @@ Names (ARCHITECTURE §9), all under the zone (default ``inference.example.``):
 
 Anything else under the zone is NXDOMAIN; anything outside it is REFUSED (we are not a
 resolver). Names are matched on their lower-cased wire form.
+
+**Delegation** (docs/dns-delegation.md). The parent zone delegates with NS records
+naming these servers, and — for a name server inside this zone — glue A/AAAA records,
+without which a resolver could not find the server (the name is only answered by the
+server itself). So the NS set, and the SOA that closes every negative answer, are
+configuration (``gtm global --ns/--soa-*``), checked here once: an in-zone name server
+is one label directly under the zone (its address is answered from this
+configuration, and an empty non-terminal above it would be NXDOMAIN), never ``api``;
+a name server outside the zone has no addresses here (they live in its own zone).
 """
 
 from __future__ import annotations
@@ -22,8 +31,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+import dns.exception
 import dns.name
-from pydantic import Field, field_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 
 from global_lb.dns import wire
 from global_lb.view import GlobalView
@@ -38,23 +48,104 @@ DEFAULT_ZONE = "inference.example."
 #: Addresses per answer: 8 A records fit a 512-byte UDP response with room to spare,
 #: as Route 53's multivalue answers do (at most 8 records).
 DEFAULT_MAX_ADDRESSES = 8
+#: SOA REFRESH/RETRY/EXPIRE defaults: RFC 1912 §2.2's suggested values. They are for
+#: secondaries pulling the zone; gtm serves no transfers (every gtm server answers from
+#: the shared state), so they matter only to zone checkers — and to operators whose
+#: policy fixes them.
+DEFAULT_REFRESH = 3600
+DEFAULT_RETRY = 600
+DEFAULT_EXPIRE = 604_800
+_MAX_TIMER = (1 << 31) - 1  # RFC 2181 §8: TTL-like values are 31-bit
+_LABEL = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+#: Labels an in-zone name server may not take: ``api`` is the routed name.
+_RESERVED = frozenset({"api"})
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+class SerialPolicy(StrEnum):
+    """How the SOA SERIAL is chosen (``--soa-serial``)."""
+
+    #: Seconds since the epoch when the answers last changed (a new view), never going
+    #: back (RFC 1982 arithmetic): the serial moves whenever what the zone says does.
+    UNIXTIME = "unixtime"
+    #: The configured number, always: every server of the NS set shows the same serial,
+    #: which zone checkers (zonemaster, DNSViz) compare across the set.
+    FIXED = "fixed"
+
+
+def absolute_name(text: str, zone: dns.name.Name) -> dns.name.Name:
+    """``text`` as an absolute name: itself when it ends in a dot, else under ``zone``.
+
+    Raises ``ValueError`` saying what is wrong with it."""
+    try:
+        name = dns.name.from_text(text.strip().lower(), origin=zone)
+    except dns.exception.DNSException as exc:
+        raise ValueError(f"{text!r} is not a domain name: {exc}") from None
+    if name == dns.name.root:
+        raise ValueError(f"{text!r} is not a usable domain name")
+    return name
+
+
+def mailbox_name(text: str, zone: dns.name.Name) -> dns.name.Name:
+    """An SOA RNAME: a mailbox ``user@example.com`` (RFC 1035 §8: the first dot of the
+    name stands for the ``@``, dots in ``user`` are escaped), or a name as
+    :func:`absolute_name` reads it (``hostmaster``: ``hostmaster.<zone>``)."""
+    local, at, domain = text.strip().lower().rpartition("@")
+    if not at:
+        return absolute_name(text, zone)
+    if not local or not domain or any(c.isspace() for c in local):
+        raise ValueError(f"{text!r} is not a mailbox (e.g. hostmaster@example.com)")
+    host = absolute_name(domain.rstrip(".") + ".", zone)
+    try:
+        return dns.name.Name((local.encode(), *host.labels))
+    except dns.exception.DNSException as exc:
+        raise ValueError(f"{text!r} is not a usable mailbox: {exc}") from None
 
 
 class NameServer(Frozen):
-    """One of the zone's name servers: a label under the zone and its addresses."""
+    """One of the zone's name servers: its name and, inside the zone, its addresses.
 
-    label: str = Field(default="ns1", pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-    addresses: tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, ...] = ()
+    ``name`` is one label (``ns1``: a server inside the zone, ``ns1.<zone>``) or an
+    absolute name ending in a dot (``ns1.example.net.``; inside the zone or not)."""
+
+    name: str = Field(
+        default="ns1", min_length=1, max_length=255, validation_alias=AliasChoices("name", "label")
+    )
+    #: The glue: what a resolver reaches an in-zone name server at.
+    addresses: tuple[IPAddress, ...] = Field(default=(), max_length=8)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        value = value.strip().lower()
+        if not value.endswith(".") and "." in value:
+            raise ValueError(
+                f"{value!r}: give one label under the zone (ns1) or an absolute name "
+                "ending in a dot (ns1.example.net.)"
+            )
+        return value
 
 
 class ZoneConfig(Frozen):
     zone: str = DEFAULT_ZONE
     ttl: int = Field(default=DEFAULT_TTL, ge=0, le=86_400)
-    #: SOA MINIMUM: how long resolvers cache NXDOMAIN/NODATA (RFC 2308 §4). As short as
-    #: the TTL, so a region coming back is seen as fast as one going away.
+    #: SOA MINIMUM: how long resolvers cache NXDOMAIN/NODATA (RFC 2308 §4); the SOA in a
+    #: negative answer carries it as its TTL (at most ``ttl``, RFC 2308 §3). As short as
+    #: the TTL by default, so a region coming back is seen as fast as one going away.
     negative_ttl: int = Field(default=DEFAULT_TTL, ge=0, le=86_400)
-    name_servers: tuple[NameServer, ...] = (NameServer(),)
-    hostmaster: str = Field(default="hostmaster", pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+    #: The NS set, in the order answered; the first is the SOA MNAME unless ``primary``.
+    name_servers: tuple[NameServer, ...] = Field(default=(NameServer(),), min_length=1)
+    #: SOA RNAME: a label under the zone, an absolute name, or ``user@example.com``.
+    hostmaster: str = Field(default="hostmaster", min_length=1, max_length=255)
+    #: SOA MNAME (``None``: the first name server).
+    primary: str | None = Field(default=None, min_length=1, max_length=255)
+    serial_policy: SerialPolicy = SerialPolicy.UNIXTIME
+    #: The SERIAL under :attr:`SerialPolicy.FIXED`.
+    serial: int = Field(default=1, ge=0, le=(1 << 32) - 1)
+    refresh: int = Field(default=DEFAULT_REFRESH, ge=1, le=_MAX_TIMER)
+    retry: int = Field(default=DEFAULT_RETRY, ge=1, le=_MAX_TIMER)
+    expire: int = Field(default=DEFAULT_EXPIRE, ge=1, le=_MAX_TIMER)
     max_addresses: int = Field(default=DEFAULT_MAX_ADDRESSES, ge=1, le=64)
     #: Decide DNS residency as this tenant; ``None``: any tenant's rules (see responder).
     dns_tenant: str | None = None
@@ -66,6 +157,50 @@ class ZoneConfig(Frozen):
         if len(name.labels) < 2:
             raise ValueError("the zone must be below the root (e.g. inference.example.)")
         return name.to_text().lower()
+
+    @model_validator(mode="after")
+    def _names(self) -> ZoneConfig:
+        """Errors start with the field they are about (the CLI names its option)."""
+        zone = dns.name.from_text(self.zone)
+        seen: set[dns.name.Name] = set()
+        for ns in self.name_servers:
+            where = f"name_servers: {ns.name}"
+            try:
+                name = absolute_name(ns.name, zone)
+            except ValueError as exc:
+                raise ValueError(f"name_servers: {exc}") from None
+            if name in seen:
+                raise ValueError(f"{where} is listed twice")
+            seen.add(name)
+            if name.is_subdomain(zone):
+                relative = name.relativize(zone)
+                if len(relative.labels) != 1:
+                    raise ValueError(
+                        f"{where}: a name server inside the zone {self.zone} must be one "
+                        "label directly under it (ns1)"
+                    )
+                if relative.labels[0].decode() in _RESERVED:
+                    raise ValueError(f"{where}: 'api' is the routed name, not a name server")
+            elif ns.addresses:
+                raise ValueError(
+                    f"{where} is outside the zone {self.zone}: its addresses are not glue "
+                    "here (they belong in its own zone); give the name alone"
+                )
+        try:
+            mailbox_name(self.hostmaster, zone)
+        except ValueError as exc:
+            raise ValueError(f"hostmaster: {exc}") from None
+        if self.primary is not None:
+            try:
+                absolute_name(self.primary, zone)
+            except ValueError as exc:
+                raise ValueError(f"primary: {exc}") from None
+        if self.expire < self.refresh + self.retry:
+            raise ValueError(
+                f"expire: {self.expire} s is shorter than refresh + retry "
+                f"({self.refresh} + {self.retry} s): a secondary would give up before retrying"
+            )
+        return self
 
 
 class NameKind(StrEnum):
@@ -87,6 +222,13 @@ class NameEntry:
         return self.kind in (NameKind.API, NameKind.JURISDICTION, NameKind.REGION)
 
 
+def name_wire(name: dns.name.Name) -> bytes:
+    """An absolute name's uncompressed wire form."""
+    data = name.to_wire()
+    assert data is not None  # absolute names always render
+    return data
+
+
 def to_wire(labels: tuple[str, ...]) -> bytes:
     return b"".join(bytes([len(label)]) + label.encode() for label in labels) + b"\x00"
 
@@ -100,7 +242,19 @@ class Zone:
         self._labels = tuple(label.decode().lower() for label in name.labels[:-1])
         self.wire = to_wire(self._labels)
         self.text = config.zone
-        self._ns = {ns.label: ns for ns in config.name_servers}
+        servers = [(absolute_name(ns.name, name), ns) for ns in config.name_servers]
+        #: Every NS name (wire form), in the configured order.
+        self._ns_names = tuple(name_wire(n) for n, _ in servers)
+        #: The in-zone name servers by label, with their addresses (glue).
+        self._ns = {
+            n.relativize(name).labels[0].decode(): ns for n, ns in servers if n.is_subdomain(name)
+        }
+        self._glue = tuple((self.wire_name(label), ns.addresses) for label, ns in self._ns.items())
+        mname = absolute_name(config.primary, name) if config.primary else servers[0][0]
+        self._mname = name_wire(mname)
+        self._rname = name_wire(mailbox_name(config.hostmaster, name))
+        #: RFC 2308 §3: the SOA of a negative answer lives min(its TTL, MINIMUM).
+        self._soa_ttl = min(config.ttl, config.negative_ttl)
 
     def wire_name(self, *prefix: str) -> bytes:
         return to_wire((*prefix, *self._labels))
@@ -136,21 +290,37 @@ class Zone:
         return wire.pointer(12 + len(qname) - len(self.wire))
 
     def soa_rdata(self, serial: int) -> bytes:
-        mname = self.wire_name(self.config.name_servers[0].label)
-        rname = self.wire_name(self.config.hostmaster)
-        # REFRESH/RETRY/EXPIRE are for secondaries pulling the zone; we serve no
-        # transfers, so they are RFC 1912 §2.2's suggested values, for completeness.
-        timers = struct.pack(">IIIII", serial, 3600, 600, 604_800, self.config.negative_ttl)
-        return mname + rname + timers
+        config = self.config
+        if config.serial_policy is SerialPolicy.FIXED:
+            serial = config.serial
+        timers = struct.pack(
+            ">IIIII", serial, config.refresh, config.retry, config.expire, config.negative_ttl
+        )
+        return self._mname + self._rname + timers
 
-    def soa_record(self, owner: bytes, serial: int) -> bytes:
-        return wire.rr(owner, wire.QType.SOA, self.config.negative_ttl, self.soa_rdata(serial))
+    def soa_record(self, owner: bytes, serial: int, *, negative: bool = True) -> bytes:
+        """The SOA record; in a negative answer's authority section (``negative``) its TTL
+        is the negative-caching time, else the zone's TTL."""
+        ttl = self._soa_ttl if negative else self.config.ttl
+        return wire.rr(owner, wire.QType.SOA, ttl, self.soa_rdata(serial))
 
     def ns_records(self) -> tuple[bytes, int]:
         """The apex NS RRset (owner: the question name) and its record count."""
         records = [
-            wire.rr(wire.QNAME_POINTER, wire.QType.NS, self.config.ttl, self.wire_name(ns.label))
-            for ns in self.config.name_servers
+            wire.rr(wire.QNAME_POINTER, wire.QType.NS, self.config.ttl, name)
+            for name in self._ns_names
+        ]
+        return b"".join(records), len(records)
+
+    def glue(self) -> tuple[bytes, int]:
+        """The in-zone name servers' A and AAAA records (for the additional section of
+        an NS answer, RFC 9471: glue for in-domain servers is not optional) and their
+        count."""
+        ttl = self.config.ttl
+        records = [
+            wire.rr(owner, wire.QType.A if a.version == 4 else wire.QType.AAAA, ttl, a.packed)
+            for owner, addresses in self._glue
+            for a in sorted(addresses, key=lambda a: a.version)
         ]
         return b"".join(records), len(records)
 
