@@ -7,6 +7,7 @@
 #   make fuzz    the fuzz tests (tests/fuzz) with ~20x the cases of `make test`
 #   make chaos   run every game-day scenario (chaos/scenarios), reports in reports/chaos/
 #   make chaos-mutants  each scenario under its mutants: every run must FAIL (reports/chaos-mutants/)
+#   make image   build the container image (Containerfile) with podman and smoke-test it (root)
 
 PYTHON ?= python3
 VENV   := .venv
@@ -16,10 +17,10 @@ PYTEST_ARGS ?=
 # extension in use is never older than its source.
 KERNELS := $(wildcard */kernels.py */*/kernels.py */_*.c) global_lb/plugins/_ttft.py
 
-.PHONY: up test test-system check bench chaos chaos-mutants fuzz fmt clean help system-deps
+.PHONY: up test test-system check bench chaos chaos-mutants fuzz fmt clean help system-deps image
 
 help:
-	@sed -n '2,9p' Makefile
+	@sed -n '2,10p' Makefile
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -80,6 +81,11 @@ chaos: $(VENV)/.installed-test
 # reports/chaos-mutants/matrix.md; the target fails if a scenario passes under a mutant.
 chaos-mutants: $(VENV)/.installed-test
 	$(BIN)/gtm chaos mutants --report reports/chaos-mutants
+
+# The container image localhost/gtm:VERSION: an mmdebstrap base, `podman build --isolation
+# chroot`, then the image's gtm run by chroot into it (scripts/build-image says what is checked).
+image:
+	scripts/build-image
 
 # Debian packages for the browser test and the benchmarks' peers (nginx, gdnsd, ...).
 system-deps:
