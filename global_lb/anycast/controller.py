@@ -1,0 +1,253 @@
+"""The anycast controller: gathers the region's signals, applies the plan, withdraws on stop.
+
+One loop (:meth:`AnycastController.run`): every ``interval_s`` it reads the signals
+(:class:`ProbeSignals`: each local service's readiness check, the drain file), debounces
+health (a service is withdrawn after ``fall`` failed checks in a row and announced again
+after ``rise`` good ones, so one lost probe does not flap a route), decides
+(:func:`global_lb.anycast.policy.decide`) and, when the plan changed, hands it to the
+speaker and waits until the speaker has taken it. :meth:`AnycastController.stop` (SIGTERM)
+makes the next round withdraw everything, waits for the speaker to take that, then lingers
+``linger_s`` so the withdrawal reaches the neighbours before the process exits — the front
+door behind it should stop only after (``After=``/``Before=`` in systemd).
+
+A drain is read from a file (``--drain-file``: present = drained; its modification time
+is when the drain began), so an operator or a deploy script drains one host without the
+state store — and an etcd outage cannot undo it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import aiohttp
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from global_lb.anycast.policy import (
+    Announcement,
+    AnycastPrefix,
+    DrainPolicy,
+    Plan,
+    RegionSignals,
+    Service,
+    decide,
+)
+from global_lb.anycast.speaker import Speaker
+from policies.policyset import PolicySet
+
+log = logging.getLogger("gtm.anycast")
+
+
+def region_jurisdictions(policy_set: PolicySet, region: str) -> frozenset[str]:
+    """Every jurisdiction ``region`` is in: those containing its country, plus its label
+    (the label defaults to the country code, as :func:`global_lb.view.policy_regions`)."""
+    spec = policy_set.regions.get(region)
+    if spec is None:
+        known = ", ".join(sorted(policy_set.regions))
+        raise KeyError(f"region {region!r} is not in the policies (known: {known})")
+    found = {
+        jid for jid, countries in policy_set.jurisdictions.items() if spec.country in countries
+    }
+    found.add(spec.jurisdiction or spec.country.lower())
+    return frozenset(found)
+
+
+@dataclass
+class Debounce:
+    """Rise/fall counting for one service's readiness (sans-io)."""
+
+    rise: int = 2
+    fall: int = 2
+    up: bool = False
+    _streak: int = 0
+
+    def observe(self, ok: bool) -> bool:
+        if ok == self.up:
+            self._streak = 0
+        else:
+            self._streak += 1
+            if self._streak >= (self.rise if ok else self.fall):
+                self.up, self._streak = ok, 0
+        return self.up
+
+
+@dataclass
+class ProbeSignals:
+    """Signals from HTTP readiness checks (200 = ready) and a drain file."""
+
+    region: str
+    jurisdictions: frozenset[str]
+    checks: Mapping[Service, str]
+    drain_file: Path | None = None
+    check_timeout_s: float = 1.0
+    rise: int = 2
+    fall: int = 2
+    _debounce: dict[Service, Debounce] = field(default_factory=dict)
+    _session: aiohttp.ClientSession | None = None
+
+    async def read(self) -> RegionSignals:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.check_timeout_s)
+            )
+        results = await asyncio.gather(*(self._check(url) for url in self.checks.values()))
+        ready = set()
+        for service, ok in zip(self.checks, results, strict=True):
+            debounce = self._debounce.setdefault(service, Debounce(self.rise, self.fall))
+            if debounce.observe(ok):
+                ready.add(service)
+        draining, age = self._drain()
+        return RegionSignals(
+            region=self.region,
+            jurisdictions=self.jurisdictions,
+            ready=frozenset(ready),
+            draining=draining,
+            drain_age_s=age,
+        )
+
+    async def _check(self, url: str) -> bool:
+        assert self._session is not None
+        try:
+            async with self._session.get(url) as response:
+                return response.status == 200
+        except (aiohttp.ClientError, TimeoutError, OSError):
+            return False
+
+    def _drain(self) -> tuple[bool, float | None]:
+        if self.drain_file is None:
+            return False, None
+        try:
+            began = self.drain_file.stat().st_mtime
+        except FileNotFoundError:
+            return False, None
+        return True, max(0.0, time.time() - began)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+class AnycastMetrics:
+    """``gtm_anycast_announced{prefix}`` (1 while announced, draining included),
+    ``gtm_anycast_draining{prefix}``, ``gtm_anycast_transitions_total{prefix,to}`` and
+    ``gtm_anycast_last_change_timestamp_seconds``."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.announced = Gauge(
+            "gtm_anycast_announced",
+            "1 while the prefix is announced (draining included), else 0.",
+            ["prefix"],
+            registry=registry,
+        )
+        self.draining = Gauge(
+            "gtm_anycast_draining",
+            "1 while the prefix is announced as draining (prepended / lower local-pref).",
+            ["prefix"],
+            registry=registry,
+        )
+        self.transitions = Counter(
+            "gtm_anycast_transitions",
+            "Changes of a prefix's announcement, by the state entered.",
+            ["prefix", "to"],
+            registry=registry,
+        )
+        self.last_change = Gauge(
+            "gtm_anycast_last_change_timestamp_seconds",
+            "Unix time of the last announcement change the speaker took.",
+            registry=registry,
+        )
+
+    def record(self, before: Plan | None, after: Plan) -> None:
+        for decision in after.decisions:
+            prefix, state = str(decision.prefix), decision.announcement
+            self.announced.labels(prefix).set(0 if state is Announcement.WITHDRAW else 1)
+            self.draining.labels(prefix).set(1 if state is Announcement.DRAINING else 0)
+            old = None if before is None else before.by_prefix[decision.prefix.network]
+            if old is None or old.announcement is not state:
+                self.transitions.labels(prefix, state.value).inc()
+        self.last_change.set(time.time())
+
+
+def changed(before: Plan | None, after: Plan) -> bool:
+    if before is None:
+        return True
+    states = [d.announcement for d in before.decisions]
+    return states != [d.announcement for d in after.decisions]
+
+
+@dataclass
+class AnycastController:
+    prefixes: Sequence[AnycastPrefix]
+    source: ProbeSignals
+    speaker: Speaker
+    drain: DrainPolicy = field(default_factory=DrainPolicy)
+    metrics: AnycastMetrics | None = None
+    interval_s: float = 0.2
+    linger_s: float = 1.0
+    plan: Plan | None = None
+    signals: RegionSignals | None = None
+    _stopping: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def step(self, *, stopping: bool = False) -> Plan:
+        """One round: read, decide, apply if changed."""
+        signals = await self.source.read()
+        if stopping:
+            signals = replace(signals, stopping=True)
+        self.signals = signals
+        plan = decide(self.prefixes, signals, self.drain)
+        if changed(self.plan, plan):
+            await self.speaker.apply(plan)
+            for decision in plan.decisions:
+                old = None if self.plan is None else self.plan.by_prefix[decision.prefix.network]
+                if old is None or old.announcement is not decision.announcement:
+                    log.info(
+                        "anycast prefix=%s state=%s reason=%s speaker=%s",
+                        decision.prefix,
+                        decision.announcement,
+                        decision.reason,
+                        self.speaker.name,
+                    )
+            if self.metrics is not None:
+                self.metrics.record(self.plan, plan)
+            self.plan = plan
+        return plan
+
+    async def run(self) -> None:
+        """Until :meth:`stop`: then withdraw, wait for the speaker, linger, return."""
+        try:
+            while not self._stopping.is_set():
+                await self.step()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), self.interval_s)
+        finally:
+            await self.step(stopping=True)
+            log.info("anycast withdrawn; lingering %.1f s before exit", self.linger_s)
+            await asyncio.sleep(self.linger_s)
+            await self.source.close()
+            await self.speaker.close()
+
+    def state(self) -> dict[str, object]:
+        """The controller's state as JSON (``GET /api/v1/anycast``)."""
+        decisions = [] if self.plan is None else self.plan.decisions
+        return {
+            "region": self.source.region,
+            "speaker": self.speaker.name,
+            "prefixes": [
+                {
+                    "prefix": str(d.prefix),
+                    "service": d.prefix.service.value,
+                    "jurisdiction": d.prefix.jurisdiction,
+                    "state": d.announcement.value,
+                    "reason": d.reason,
+                }
+                for d in decisions
+            ],
+        }

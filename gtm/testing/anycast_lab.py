@@ -1,0 +1,382 @@
+"""A small internet in network namespaces, with real BGP routers, for the anycast tests.
+
+Topology (every box a network namespace, every line a veth pair, every router BIRD 2)::
+
+        site s1 (AS 65101) ── region r1 (AS 65001)
+        site s2 (AS 65102) ── region r2 (AS 65002)        each site and each region also
+        site s3 (AS 65103) ── region r3 (AS 65003)        links to the transit t (AS 65000)
+
+A site reaches its own region in one AS hop and the others through the transit in two,
+so BGP's shortest AS path makes each site's nearest region its best. Regions announce
+only what their anycast include file says (``<dir>/<region>-anycast.conf``, written by
+:class:`global_lb.anycast.speaker.BirdSpeaker`); sites and the transit put their best
+routes in their namespace's kernel table. Each region holds the anycast addresses on its
+loopback and runs a tiny HTTP server that answers its own name, standing in for its front
+door. Sessions run BFD (fast failure detection) under a 3 s hold time.
+
+Addresses exist only inside the namespaces (10.64.0.0/16 links, the documentation
+prefixes as anycast space): nothing is routed outside. Needs root, ``ip`` and ``bird``;
+a missing one raises, it is never skipped.
+
+The module is I/O only and test-support: product code never imports it (import-linter).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TRANSIT = "t"
+TRANSIT_AS = 65000
+#: The BFD timers: a silent neighbour is declared down after three missed intervals.
+BFD_INTERVAL_MS = 100
+HOLD_TIME_S = 3
+HTTP_PORT = 8080
+_CLONE_NEWNET = 0x40000000
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    asn: int
+    router_id: str
+
+
+@dataclass(slots=True)
+class _Link:
+    a: str
+    b: str
+    a_addr: str
+    b_addr: str
+
+
+def _run(*argv: str) -> str:
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)}: {done.stderr.strip() or done.stdout.strip()}")
+    return done.stdout
+
+
+def require_tools() -> None:
+    """Raise naming what is missing (``ip``, ``bird``, ``birdc``, root)."""
+    missing = [t for t in ("ip", "bird", "birdc") if shutil.which(t) is None]
+    if missing:
+        raise RuntimeError(
+            f"the anycast lab needs {', '.join(missing)} (scripts/install-system-deps)"
+        )
+    if os.geteuid() != 0:
+        raise RuntimeError("the anycast lab needs root (network namespaces)")
+
+
+@dataclass
+class AnycastLab:
+    """The topology above under ``directory``; :meth:`start`, then :meth:`close`."""
+
+    directory: Path
+    regions: int = 3
+    tag: str = field(default_factory=lambda: f"gtmac{os.getpid() % 100000}")
+    _links: list[_Link] = field(default_factory=list)
+    _birds: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    _http: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    _namespaces: list[str] = field(default_factory=list)
+    #: Addresses each region holds on its loopback (the anycast front doors).
+    anycast_addresses: tuple[str, ...] = ("198.51.100.1", "203.0.113.1")
+
+    # ------------------------------------------------------------------ naming
+
+    def ns(self, node: str) -> str:
+        return f"{self.tag}-{node}"
+
+    def region_names(self) -> tuple[str, ...]:
+        return tuple(f"r{i}" for i in range(1, self.regions + 1))
+
+    def site_names(self) -> tuple[str, ...]:
+        return tuple(f"s{i}" for i in range(1, self.regions + 1))
+
+    def node(self, name: str) -> Node:
+        if name == TRANSIT:
+            return Node(TRANSIT, TRANSIT_AS, "10.255.0.100")
+        index = int(name[1:])
+        if name.startswith("r"):
+            return Node(name, 65000 + index, f"10.255.0.{index}")
+        return Node(name, 65100 + index, f"10.255.1.{index}")
+
+    def control_socket(self, node: str) -> Path:
+        return self.directory / f"{node}.ctl"
+
+    def include_file(self, region: str) -> Path:
+        return self.directory / f"{region}-anycast.conf"
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        require_tools()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        nodes = [TRANSIT, *self.region_names(), *self.site_names()]
+        for name in nodes:
+            self._add_namespace(name)
+        for index, (region, site) in enumerate(
+            zip(self.region_names(), self.site_names(), strict=True)
+        ):
+            self._link(region, TRANSIT, 3 * index)
+            self._link(site, TRANSIT, 3 * index + 1)
+            self._link(site, region, 3 * index + 2)
+        _run("ip", "netns", "exec", self.ns(TRANSIT), "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        for region in self.region_names():
+            for address in self.anycast_addresses:
+                _run("ip", "-n", self.ns(region), "addr", "add", f"{address}/32", "dev", "lo")
+            to_transit = next(x for x in self._links if x.a == region and x.b == TRANSIT)
+            _run("ip", "-n", self.ns(region), "route", "add", "default", "via", to_transit.b_addr)
+            if not self.include_file(region).exists():
+                self.include_file(region).write_text("")
+        for name in nodes:
+            self.start_router(name)
+        for region in self.region_names():
+            self.start_front_door(region)
+
+    def close(self) -> None:
+        for process in (*self._http.values(), *self._birds.values()):
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGCONT)
+                process.kill()
+            process.wait()
+        self._http.clear()
+        self._birds.clear()
+        for name in reversed(self._namespaces):
+            subprocess.run(["ip", "netns", "delete", name], capture_output=True, check=False)
+        self._namespaces.clear()
+
+    def __enter__(self) -> AnycastLab:
+        try:
+            self.start()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _add_namespace(self, name: str) -> None:
+        ns = self.ns(name)
+        subprocess.run(["ip", "netns", "delete", ns], capture_output=True, check=False)
+        _run("ip", "netns", "add", ns)
+        self._namespaces.append(ns)
+        _run("ip", "-n", ns, "link", "set", "dev", "lo", "up")
+        for key in ("net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0"):
+            _run("ip", "netns", "exec", ns, "sysctl", "-qw", key)
+
+    def _link(self, a: str, b: str, index: int) -> None:
+        a_addr, b_addr = f"10.64.{index}.1", f"10.64.{index}.2"
+        _run(
+            "ip", "link", "add", "name", b, "netns", self.ns(a), "type", "veth",
+            "peer", "name", a, "netns", self.ns(b),
+        )  # fmt: skip
+        for node, peer, addr in ((a, b, a_addr), (b, a, b_addr)):
+            _run("ip", "-n", self.ns(node), "addr", "add", f"{addr}/30", "dev", peer)
+            _run("ip", "-n", self.ns(node), "link", "set", "dev", peer, "up")
+        self._links.append(_Link(a, b, a_addr, b_addr))
+
+    # ------------------------------------------------------------------ routers
+
+    def _config(self, name: str) -> str:
+        me = self.node(name)
+        lines = [
+            f"router id {me.router_id};",
+            f'log "{self.directory / (name + ".log")}" {{ warning, error, fatal, bug }};',
+            "protocol device { scan time 1; }",
+            "protocol bfd {",
+            f'  interface "*" {{ min rx interval {BFD_INTERVAL_MS} ms;'
+            f" min tx interval {BFD_INTERVAL_MS} ms; multiplier 3; }};",
+            "}",
+        ]
+        if name.startswith("r"):
+            lines.append(f'include "{self.include_file(name)}";')
+            imports, exports = "none", 'where proto ~ "gtm_anycast*"'
+        else:
+            lines.append("protocol kernel { ipv4 { export all; }; }")
+            imports, exports = "all", "none"
+        for link in self._links:
+            if name not in (link.a, link.b):
+                continue
+            peer = link.b if link.a == name else link.a
+            mine, theirs = (
+                (link.a_addr, link.b_addr) if link.a == name else (link.b_addr, link.a_addr)
+            )
+            export = "all" if name == TRANSIT and peer.startswith("s") else exports
+            if name == TRANSIT and peer.startswith("r"):
+                export = "none"
+            lines += [
+                f"protocol bgp {peer} {{",
+                f"  local {mine} as {me.asn};",
+                f"  neighbor {theirs} as {self.node(peer).asn};",
+                f"  hold time {HOLD_TIME_S}; keepalive time 1; connect retry time 1;",
+                "  error wait time 1, 2; bfd on;",
+                f"  ipv4 {{ import {imports}; export {export}; }};",
+                "}",
+            ]
+        return "\n".join(lines) + "\n"
+
+    def start_router(self, name: str) -> None:
+        conf = self.directory / f"{name}.conf"
+        conf.write_text(self._config(name))
+        sock = self.control_socket(name)
+        with contextlib.suppress(FileNotFoundError):
+            sock.unlink()
+        self._birds[name] = subprocess.Popen(
+            ["ip", "netns", "exec", self.ns(name), "bird", "-f", "-c", str(conf), "-s", str(sock)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_for(lambda: sock.exists(), 10.0, f"bird of {name} to open its control socket")
+
+    def start_front_door(self, region: str) -> None:
+        root = self.directory / f"{region}-www"
+        root.mkdir(exist_ok=True)
+        (root / "index.html").write_text(region)
+        self._http[region] = subprocess.Popen(
+            [
+                "ip", "netns", "exec", self.ns(region), sys.executable, "-m", "http.server",
+                "--bind", "0.0.0.0", "--directory", str(root), str(HTTP_PORT),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        wait_for(lambda: self.fetch(region, "127.0.0.1") == region, 10.0, f"front door of {region}")
+
+    def crash(self, region: str) -> None:
+        """The region falls silent: its router freezes (no keepalives, no BFD, sessions
+        left open, as in a hung host) and its front door dies."""
+        self._birds[region].send_signal(signal.SIGSTOP)
+        self._http[region].kill()
+        self._http[region].wait()
+
+    def restart(self, region: str) -> None:
+        """The crashed region comes back: a fresh router and front door."""
+        old = self._birds.pop(region)
+        old.kill()
+        old.wait()
+        self.start_router(region)
+        self.start_front_door(region)
+
+    def established(self) -> bool:
+        """Every BGP session of every router is up."""
+        return all(
+            "Established" in line
+            for name in (TRANSIT, *self.region_names(), *self.site_names())
+            for line in self.birdc(name, "show", "protocols").splitlines()
+            if " BGP " in line
+        )
+
+    # ------------------------------------------------------------------ looking
+
+    def birdc(self, node: str, *command: str) -> str:
+        return _run("birdc", "-s", str(self.control_socket(node)), *command)
+
+    def next_hop(self, site: str, address: str) -> str | None:
+        """The interface (named after the neighbour) ``site`` sends ``address`` to, or
+        ``None`` when it has no route."""
+        done = subprocess.run(
+            ["ip", "-j", "-n", self.ns(site), "route", "get", address],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            return None
+        routes = json.loads(done.stdout)
+        return str(routes[0].get("dev")) if routes else None
+
+    def as_path(self, site: str, prefix: str) -> tuple[int, ...] | None:
+        """The AS path of ``site``'s best route for ``prefix``, or ``None``."""
+        out = subprocess.run(
+            ["birdc", "-s", str(self.control_socket(site)), "show", "route", "for", prefix, "all"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+        for line in out.splitlines():
+            if "BGP.as_path:" in line:
+                return tuple(int(x) for x in line.split(":", 1)[1].split())
+        return None
+
+    def fetch(self, node: str, address: str, timeout: float = 0.5) -> str | None:
+        """``GET /`` on ``address`` from inside ``node``'s namespace: the answering
+        region's name, or ``None`` when nothing answers."""
+        try:
+            sock = netns_socket(self.ns(node))
+        except OSError:
+            return None
+        with sock:
+            sock.settimeout(timeout)
+            try:
+                sock.connect((address, HTTP_PORT))
+                sock.sendall(b"GET / HTTP/1.0\r\nHost: anycast\r\n\r\n")
+                data = b""
+                while chunk := sock.recv(4096):
+                    data += chunk
+            except OSError:
+                return None
+        head, _, body = data.partition(b"\r\n\r\n")
+        return body.decode() if head.startswith(b"HTTP/1.0 200") else None
+
+
+def netns_socket(netns: str) -> socket.socket:
+    """A TCP socket created inside network namespace ``netns`` (usable from any thread:
+    a socket keeps the namespace it was made in)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    made: list[socket.socket | BaseException] = []
+
+    def enter() -> None:
+        try:
+            with open(f"/run/netns/{netns}", "rb") as handle:
+                if libc.setns(handle.fileno(), _CLONE_NEWNET) != 0:
+                    errno = ctypes.get_errno()
+                    raise OSError(errno, os.strerror(errno))
+            made.append(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+        except BaseException as exc:
+            made.append(exc)
+
+    # setns moves only the calling thread, which ends right after.
+    thread = threading.Thread(target=enter, name=f"netns-{netns}")
+    thread.start()
+    thread.join()
+    result = made[0]
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+def wait_for(condition: Callable[[], bool], deadline_s: float, what: str) -> float:
+    """Poll ``condition`` until true; the seconds it took. Raises ``TimeoutError``."""
+    start = time.monotonic()
+    while True:
+        if condition():
+            return time.monotonic() - start
+        if time.monotonic() - start > deadline_s:
+            raise TimeoutError(f"waited {deadline_s:g} s for {what}")
+        time.sleep(0.01)
+
+
+@contextlib.contextmanager
+def anycast_lab(directory: Path, regions: int = 3) -> Iterator[AnycastLab]:
+    with AnycastLab(directory, regions) as lab:
+        wait_for(lab.established, 20.0, "every BGP session to be established")
+        yield lab
+
+
+__all__ = ["AnycastLab", "anycast_lab", "netns_socket", "require_tools", "wait_for"]

@@ -1,0 +1,139 @@
+"""Anycast over real routers: three regions and three client sites in network namespaces,
+BIRD 2 everywhere (gtm.testing.anycast_lab), each region's announcements written by gtm's
+BIRD speaker from the announcement policy. Routes are awaited by polling with deadlines."""
+
+from __future__ import annotations
+
+import ipaddress
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from global_lb.anycast.policy import (
+    AnycastPrefix,
+    DrainPolicy,
+    RegionSignals,
+    Service,
+    decide,
+)
+from global_lb.anycast.speaker import Attributes, BirdSpeaker
+from gtm.testing.anycast_lab import HOLD_TIME_S, AnycastLab, anycast_lab, wait_for
+
+pytestmark = pytest.mark.anycast
+
+FRONT = AnycastPrefix(ipaddress.ip_network("198.51.100.0/24"))
+EU = AnycastPrefix(ipaddress.ip_network("203.0.113.0/24"), jurisdiction="eu")
+FRONT_IP, EU_IP = "198.51.100.1", "203.0.113.1"
+PREFIXES = (FRONT, EU)
+JURISDICTIONS = {"r1": frozenset({"eu"}), "r2": frozenset({"us"}), "r3": frozenset({"jp"})}
+DRAIN = DrainPolicy(grace_s=None)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AnycastLab]:
+    with anycast_lab(Path(tmp_path_factory.mktemp("anycast"))) as running:
+        yield running
+
+
+def speaker(lab: AnycastLab, region: str) -> BirdSpeaker:
+    attrs = Attributes(local_as=lab.node(region).asn, drain=DRAIN)
+    return BirdSpeaker(lab.include_file(region), attrs, control_socket=lab.control_socket(region))
+
+
+def signals(region: str, **changes: Any) -> RegionSignals:
+    base = RegionSignals(region, JURISDICTIONS[region], frozenset({Service.FRONT_DOOR}))
+    return replace(base, **changes)
+
+
+async def announce_all(lab: AnycastLab, **changes: dict[str, object]) -> None:
+    for region in lab.region_names():
+        plan = decide(PREFIXES, signals(region, **changes.get(region, {})), DRAIN)
+        await speaker(lab, region).apply(plan)
+
+
+def serving(lab: AnycastLab, site: str, address: str = FRONT_IP) -> str | None:
+    return lab.fetch(site, address)
+
+
+def on(lab: AnycastLab, site: str, regions: tuple[str, ...], address: str = FRONT_IP) -> bool:
+    return serving(lab, site, address) in regions
+
+
+def no_route(lab: AnycastLab, site: str, address: str) -> bool:
+    return lab.next_hop(site, address) is None
+
+
+def settle(lab: AnycastLab) -> None:
+    for index, site in enumerate(lab.site_names(), start=1):
+        region = f"r{index}"
+        wait_for(partial(on, lab, site, (region,)), 15.0, f"{site} on {region}")
+
+
+async def test_each_site_reaches_its_nearest_region_on_the_anycast_address(
+    lab: AnycastLab,
+) -> None:
+    await announce_all(lab)
+    settle(lab)
+    for index, site in enumerate(lab.site_names(), start=1):
+        assert lab.as_path(site, str(FRONT)) == (65000 + index,)
+        assert lab.next_hop(site, FRONT_IP) == f"r{index}"
+
+
+async def test_an_eu_only_prefix_is_never_reachable_through_a_non_eu_region(
+    lab: AnycastLab,
+) -> None:
+    await announce_all(lab)
+    settle(lab)
+    for site in lab.site_names():
+        wait_for(partial(on, lab, site, ("r1",), EU_IP), 10.0, f"{site} on the EU prefix")
+        path = lab.as_path(site, str(EU))
+        assert path is not None
+        assert path[-1] == 65001
+    assert await speaker(lab, "r2").routes() == {FRONT.network}
+    assert await speaker(lab, "r3").routes() == {FRONT.network}
+    # The EU region withdraws (front door down): the prefix is gone, not carried elsewhere,
+    # though r2 and r3 hold the address and would answer.
+    await announce_all(lab, r1={"ready": frozenset()})
+    for site in lab.site_names():
+        wait_for(partial(no_route, lab, site, EU_IP), 10.0, f"{site} to drop EU")
+        assert serving(lab, site, EU_IP) is None
+    await announce_all(lab)
+    wait_for(lambda: serving(lab, "s2", EU_IP) == "r1", 10.0, "the EU prefix back on r1")
+
+
+async def test_a_drained_region_loses_its_sites_within_a_second_and_takes_them_back(
+    lab: AnycastLab,
+) -> None:
+    await announce_all(lab)
+    settle(lab)
+    started = time.monotonic()
+    await announce_all(lab, r1={"draining": True, "drain_age_s": 0.0})
+    wait_for(lambda: serving(lab, "s1") in ("r2", "r3"), 5.0, "s1 to leave the drained r1")
+    moved = time.monotonic() - started
+    assert moved < 1.0, f"drain took {moved:.2f} s"
+    # Draining, not withdrawn: r1 is still announced (prepended) as the last resort.
+    path = lab.birdc("s1", "show", "route", "for", FRONT_IP, "all")
+    assert "65001 65001 65001 65001" in path
+    await announce_all(lab)
+    wait_for(lambda: serving(lab, "s1") == "r1", 5.0, "s1 back on the undrained r1")
+
+
+async def test_a_crashed_region_is_routed_around_within_the_hold_time_and_restart_takes_back(
+    lab: AnycastLab,
+) -> None:
+    await announce_all(lab)
+    settle(lab)
+    started = time.monotonic()
+    lab.crash("r1")
+    wait_for(lambda: serving(lab, "s1") in ("r2", "r3"), 10.0, "s1 to leave the crashed r1")
+    moved = time.monotonic() - started
+    assert moved < HOLD_TIME_S, f"crash failover took {moved:.2f} s"
+    assert serving(lab, "s2") == "r2"
+    lab.restart("r1")
+    wait_for(lambda: serving(lab, "s1") == "r1", 15.0, "s1 back on the restarted r1")
+    wait_for(lab.established, 15.0, "every session re-established")
