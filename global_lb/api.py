@@ -195,6 +195,10 @@ class FrontDoor:
         except ApiKeyError as exc:
             return openai_error(401, str(exc), "invalid_request_error", "invalid_api_key")
 
+    def forget_locations(self) -> None:
+        """Drop every remembered client location (the GeoIP database changed)."""
+        self._locations.clear()
+
     def _locate(self, address: IPAddress | None) -> Location | None:
         if address is None:
             return None

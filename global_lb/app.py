@@ -30,7 +30,15 @@ from global_lb.config import GlobalConfig
 from global_lb.dns.responder import Responder
 from global_lb.dns.server import BoundAddress, DnsServer, parse_listen
 from global_lb.dns.workers import DnsWorkers
-from global_lb.geo import CidrMap, GeoLocator, load_geo_map, open_locator
+from global_lb.geo import (
+    ChainLocator,
+    CidrMap,
+    GeoLocator,
+    ReloadingDatabase,
+    ReloadOutcome,
+    load_geo_map,
+    open_locator,
+)
 from global_lb.health import (
     HealthChecker,
     HealthTable,
@@ -104,7 +112,9 @@ class GlobalTier:
         self._store = store or open_store(config.state, clock=clock, registry=registry)
         self._owns_store = store is None
         initial = policy or load_policy(config.policies)
-        self.locator = locator or _locator(config)
+        self.locator = locator or _locator(config, clock)
+        #: The --geoip-db followed for new versions (None: a fixed database).
+        self.geo_database = _following(self.locator)
         self._audit_writer: AuditWriter | None = None
         self.audit = audit or self._open_audit()
         #: Anchors the audit chain's head in the store (gtm.audit_anchor).
@@ -325,6 +335,22 @@ class GlobalTier:
     async def _refresh(self) -> None:
         self.keeper.refresh()
         self.responder.flush_counts()  # DNS answers on the fast path, counted in batches
+        self.poll_geo()
+
+    def poll_geo(self) -> ReloadOutcome | None:
+        """Look for a new GeoIP database (at most once its interval); after a reload,
+        forget every location found with the old one: the front door's client cache,
+        the DNS responder's client and whole-response caches."""
+        if self.geo_database is None:
+            return None
+        outcome = self.geo_database.poll()
+        if outcome is None:
+            return None
+        self.metrics.geoip_reloads.labels(outcome.value).inc()
+        if outcome is ReloadOutcome.RELOADED:
+            self.front_door.forget_locations()
+            self.responder.forget_locations()
+        return outcome
 
 
 class _LazyProber:
@@ -358,9 +384,17 @@ def build_routers(
     )
 
 
-def _locator(config: GlobalConfig) -> GeoLocator:
+def _locator(config: GlobalConfig, clock: Clock) -> GeoLocator:
     cidr: CidrMap | None = load_geo_map(config.geo_map) if config.geo_map else None
-    return open_locator(config.geoip_db, cidr, config.unknown_location)
+    interval = config.geoip_reload_interval_s
+    reload = (clock, interval) if interval > 0 else None
+    return open_locator(config.geoip_db, cidr, config.unknown_location, reload=reload)
+
+
+def _following(locator: GeoLocator) -> ReloadingDatabase | None:
+    if isinstance(locator, ChainLocator) and isinstance(locator.database, ReloadingDatabase):
+        return locator.database
+    return None
 
 
 __all__ = ["Endpoints", "GlobalConfig", "GlobalTier", "load_policy"]

@@ -29,7 +29,7 @@ from global_lb.dns.zone import (
     SerialPolicy,
     ZoneConfig,
 )
-from global_lb.geo import load_geo_map, open_locator
+from global_lb.geo import DEFAULT_RELOAD_INTERVAL_S, load_geo_map, open_locator
 from global_lb.health import HealthTable
 from global_lb.keeper import build_view, load_topology
 from global_lb.profiles import (
@@ -258,6 +258,15 @@ def _fail(exc: Exception) -> None:
     help="MaxMind City/Country .mmdb (default: the bundled 2018 GeoLite2-City, stale).",
 )
 @click.option(
+    "--geoip-reload-interval",
+    type=click.FloatRange(0, 86400),
+    default=DEFAULT_RELOAD_INTERVAL_S,
+    show_default=True,
+    help="Seconds between looks at the --geoip-db file: a new version (install it by "
+    "renaming over the file) is loaded and swapped in without dropping a query; one "
+    "that does not open leaves the old one serving. 0: never.",
+)
+@click.option(
     "--geo-map",
     type=click.Path(exists=True, dir_okay=False),
     help="YAML of networks → country/location (private ranges, test prefixes).",
@@ -373,6 +382,7 @@ def _config(options: dict[str, Any]) -> GlobalConfig:
         state=options["state"],
         policies=tuple(options["policies"]),
         geoip_db=options["geoip_db"],
+        geoip_reload_interval_s=options.get("geoip_reload_interval", DEFAULT_RELOAD_INTERVAL_S),
         geo_map=options["geo_map"],
         topology=options["topology"],
         audit_dir=options["audit_dir"],

@@ -10,7 +10,7 @@ from pydantic import Field, PositiveFloat, SecretStr
 from global_lb import profiles
 from global_lb.dns.rrl import RrlConfig
 from global_lb.dns.zone import ZoneConfig
-from global_lb.geo import AssumedLocation
+from global_lb.geo import DEFAULT_RELOAD_INTERVAL_S, AssumedLocation
 from global_lb.health import HealthCheckConfig
 from gtm.audit_anchor import DEFAULT_INTERVAL_S as DEFAULT_ANCHOR_INTERVAL_S
 from gtm.http_limits import HttpLimits
@@ -53,6 +53,9 @@ class GlobalConfig(Frozen):
     state: str = "memory"
     policies: tuple[str, ...] = ()  # empty: the examples shipped with gtm
     geoip_db: str | None = None  # None: the bundled (stale) GeoLite2-City
+    #: Look at ``geoip_db`` for a new version this often, s (0: never; gtm.geo
+    #: ReloadingDatabase).
+    geoip_reload_interval_s: float = Field(default=DEFAULT_RELOAD_INTERVAL_S, ge=0.0, le=86_400.0)
     geo_map: str | None = None
     unknown_location: AssumedLocation = AssumedLocation()
     topology: str | None = None

@@ -2,6 +2,7 @@
 tier that admits a request locates its client (the regional LBs too)."""
 
 from gtm.geo import (
+    DEFAULT_RELOAD_INTERVAL_S,
     SPECIAL_PURPOSE_NETWORKS,
     STALE_AFTER_DAYS,
     AssumedLocation,
@@ -16,6 +17,8 @@ from gtm.geo import (
     Location,
     LocationSource,
     MaxMindLocator,
+    ReloadingDatabase,
+    ReloadOutcome,
     bundled_database,
     client_address,
     load_geo_map,
@@ -25,6 +28,7 @@ from gtm.geo import (
 )
 
 __all__ = [
+    "DEFAULT_RELOAD_INTERVAL_S",
     "SPECIAL_PURPOSE_NETWORKS",
     "STALE_AFTER_DAYS",
     "AssumedLocation",
@@ -39,6 +43,8 @@ __all__ = [
     "Location",
     "LocationSource",
     "MaxMindLocator",
+    "ReloadOutcome",
+    "ReloadingDatabase",
     "bundled_database",
     "client_address",
     "load_geo_map",

@@ -68,6 +68,15 @@ class GlobalMetrics:
             "Times the precomputed DNS answers were dropped for a new view revision.",
             registry=registry,
         )
+        self.geoip_reloads = Counter(
+            "gtm_global_geoip_reloads_total",
+            "Changes of the --geoip-db file seen, by outcome: reloaded (the new database "
+            "serves) or failed (it did not open; the previous one keeps serving).",
+            ["outcome"],
+            registry=registry,
+        )
+        for outcome in ("reloaded", "failed"):
+            self.geoip_reloads.labels(outcome)
         self.region_healthy = Gauge(
             "gtm_global_region_healthy",
             "1 if the region is available for new traffic (healthy, not drained), else 0.",

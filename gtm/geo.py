@@ -22,6 +22,15 @@ Implementations:
   :func:`open_locator` logs a warning saying so.
 * :class:`CidrMap` — operator-configured networks (private and loopback ranges, test
   prefixes of a local deployment, corporate egress ranges), longest prefix first.
+* :class:`ReloadingDatabase` — a :class:`MaxMindLocator` that follows its file
+  (operators refresh GeoLite2/GeoIP2 weekly): :meth:`~ReloadingDatabase.poll`, at most
+  once an interval of an injected clock, compares the file's identity (device, inode,
+  size, mtime) with the loaded one's and opens a changed file *beside* the one in use;
+  only a database that opened is swapped in, by one reference assignment, so a lookup
+  runs wholly on the old database or wholly on the new one and none waits or fails.
+  The old reader is never closed under a lookup: it is released when the last lookup
+  holding it returns. A file that does not open leaves the old database serving (and is
+  reported once, until the file changes again).
 * :class:`ChainLocator` — the CIDR map, then the database, then the configured
   unknown-location behaviour; it narrows a database network that contains a more
   specific CIDR entry, so the scope never covers a differently mapped range.
@@ -42,6 +51,7 @@ from typing import Protocol
 import yaml
 from pydantic import Field, ValidationError
 
+from gtm.clock import Clock
 from gtm.errors import ConfigError
 from gtm.lru import LruCache
 from gtm.models import CountryCode, Frozen, GeoPoint
@@ -311,6 +321,86 @@ class MaxMindLocator:
         return Location(country, point, network, LocationSource.DATABASE)
 
 
+#: How often a tier looks at its GeoIP file for a new version, s: one ``stat`` per
+#: interval; a weekly database update is picked up within this.
+DEFAULT_RELOAD_INTERVAL_S = 60.0
+
+
+class ReloadOutcome(StrEnum):
+    """What a look at the database file found (the ``outcome`` label of the metric)."""
+
+    RELOADED = "reloaded"
+    #: The file changed but did not open (half-copied, not a MaxMind database, no
+    #: countries) or is gone: the loaded database keeps serving.
+    FAILED = "failed"
+
+
+def _identity(path: Path) -> tuple[int, int, int, int] | None:
+    try:
+        found = path.stat()
+    except OSError:
+        return None
+    return (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns)
+
+
+class ReloadingDatabase:
+    """A MaxMind database reloaded when its file changes (see the module docstring).
+
+    Install a new version by renaming it over the old path (as ``geoipupdate`` does):
+    the reader maps the file, so bytes rewritten in place under a mapped database would
+    be read mid-change.
+    """
+
+    def __init__(
+        self, path: str | Path, *, clock: Clock, interval: float = DEFAULT_RELOAD_INTERVAL_S
+    ) -> None:
+        if interval <= 0:
+            raise ConfigError(f"the GeoIP reload interval must be > 0 s, not {interval}")
+        self.path = Path(path)
+        self._clock = clock
+        self._interval = interval
+        self._identity = _identity(self.path)
+        self._current = MaxMindLocator(self.path)
+        self._next_check = clock.monotonic() + interval
+        #: How many times a new database was swapped in.
+        self.generation = 0
+
+    @property
+    def current(self) -> MaxMindLocator:
+        return self._current
+
+    def locate(self, address: IPAddress, /) -> Location:
+        return self._current.locate(address)  # one read of the reference: one database
+
+    def poll(self) -> ReloadOutcome | None:
+        """Reload if the interval has passed and the file changed; ``None``: nothing to do."""
+        now = self._clock.monotonic()
+        if now < self._next_check:
+            return None
+        self._next_check = now + self._interval
+        identity = _identity(self.path)
+        if identity == self._identity:
+            return None
+        self._identity = identity  # a bad version is reported once, not every interval
+        if identity is None:
+            log.error("geo: %s is gone; still serving the database loaded before", self.path)
+            return ReloadOutcome.FAILED
+        try:
+            fresh = MaxMindLocator(self.path)
+        except ConfigError as exc:
+            log.error("geo: not reloading, still serving the database loaded before: %s", exc)
+            return ReloadOutcome.FAILED
+        self._current = fresh
+        self.generation += 1
+        log.info(
+            "geo: reloaded %s (%s, built %s)",
+            self.path,
+            fresh.database_type,
+            time.strftime("%Y-%m-%d", time.gmtime(fresh.build_epoch)),
+        )
+        return ReloadOutcome.RELOADED
+
+
 def _iso_code(part: object) -> str | None:
     if isinstance(part, dict):
         code = part.get("iso_code")
@@ -340,6 +430,10 @@ class CachedLocator:
     def __len__(self) -> int:
         return len(self._found)
 
+    def clear(self) -> None:
+        """Forget every location (the database changed)."""
+        self._found = LruCache(self._found.capacity)
+
     def locate(self, address: IPAddress, /) -> Location:
         found = self._found.get(address)
         if found is None:
@@ -368,6 +462,10 @@ class ChainLocator:
         self._map = cidr_map or CidrMap(special_purpose_entries())
         self._entries = self._map.entries
         self._unknown = unknown or AssumedLocation()
+
+    @property
+    def database(self) -> GeoLocator | None:
+        return self._database
 
     def locate(self, address: IPAddress, /) -> Location:
         found = self._map.locate(address)
@@ -399,10 +497,17 @@ def open_locator(
     unknown: AssumedLocation | None = None,
     *,
     now: float | None = None,
+    reload: tuple[Clock, float] | None = None,
 ) -> ChainLocator:
-    """The locator the tier runs with; warns when the database is the bundled or a stale one."""
+    """The locator the tier runs with; warns when the database is the bundled or a stale one.
+
+    ``reload`` (clock, interval): a ``geoip_db`` is a :class:`ReloadingDatabase` (the
+    bundled one never changes)."""
     path = Path(geoip_db) if geoip_db is not None else bundled_database()
-    database = MaxMindLocator(path)
+    following = None
+    if reload is not None and geoip_db is not None:
+        following = ReloadingDatabase(path, clock=reload[0], interval=reload[1])
+    database = MaxMindLocator(path) if following is None else following.current
     age = database.age_days(time.time() if now is None else now)
     if geoip_db is None:
         log.warning(
@@ -415,4 +520,4 @@ def open_locator(
         )
     elif age > STALE_AFTER_DAYS:
         log.warning("geo: %s was built %.0f days ago; update it", path, age)
-    return ChainLocator(database, cidr_map, unknown)
+    return ChainLocator(database if following is None else following, cidr_map, unknown)

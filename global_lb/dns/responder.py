@@ -377,6 +377,16 @@ class Responder:
             counter = self._counters[key] = self._metrics.ecs_scope.labels(key[0], key[1])
         return counter
 
+    def forget_locations(self) -> None:
+        """Drop what was found with the previous GeoIP database: client locations and the
+        whole responses answered from them. Under the slow path's lock, so no answer
+        located with the old database is remembered after this; the fast path (another
+        thread) misses into the slow path from the next query on."""
+        with self._lock:
+            self._clients = {}
+            self._per_client = {}
+            self._packets = ({}, {})
+
     def _reset(self, view: GlobalView | None) -> None:
         # The view last: until it is set, the fast path (another thread) misses.
         self._packets = ({}, {})

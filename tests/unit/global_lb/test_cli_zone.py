@@ -101,3 +101,12 @@ def test_help_lists_the_zone_options_with_their_variables() -> None:
 def test_zone_options_are_click_options_of_gtm_global() -> None:
     names = {p.name for p in global_cmd.params if isinstance(p, click.Option)}
     assert {"name_servers", "soa_mname", "soa_rname", "soa_serial", "soa_minimum"} <= names
+
+
+def test_geoip_reload_interval_reaches_the_config() -> None:
+    ctx = global_cmd.make_context("global", ["--geoip-reload-interval", "15"])
+    assert _config(ctx.params).geoip_reload_interval_s == 15.0
+    assert _config(global_cmd.make_context("global", []).params).geoip_reload_interval_s == 60.0
+    result = CliRunner().invoke(cli, ["global", "--geoip-reload-interval", "-1"])
+    assert result.exit_code == 2
+    assert "--geoip-reload-interval" in result.stderr
