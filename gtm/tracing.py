@@ -15,7 +15,7 @@ one SERVER span per request, when it arrives, and ends it when its handler is do
   status), the GenAI semantic conventions where they fit (``gen_ai.operation.name``,
   ``gen_ai.request.model``, ``gen_ai.usage.input_tokens``/``output_tokens`` — the
   response's usage where the tier reads it, else ``gen_ai.request.max_tokens`` and the
-  counted prompt), and the decision: tenant id, client country and where it came from,
+  counted prompt), and where it went: tenant id, client country and where it came from,
   decision id, request id, region/zone/GPU that served it, the spill (from, to) and a
   refusal's reason (the OpenAI error's ``code``). What the tier learns while handling
   the request arrives through :func:`gtm.access.tell` (one call feeds the access line
@@ -29,7 +29,8 @@ one SERVER span per request, when it arrives, and ends it when its handler is do
 
 One switch per daemon, ``--trace-exporter none|otlp|console|file`` (``GTM_TRACE_EXPORTER``;
 :func:`trace_options`): ``none`` (the default) installs nothing and imports nothing of
-OpenTelemetry, so tracing off costs nothing per request; ``otlp`` sends batches over
+OpenTelemetry, so tracing off costs a request one dictionary lookup where a tier calls
+in (:func:`tell`, :func:`inject`, :func:`traced`); ``otlp`` sends batches over
 OTLP/HTTP (configured by the standard ``OTEL_EXPORTER_OTLP_*`` variables; the exporter is
 the ``otlp`` extra, named when it is missing); ``console`` prints each span on stdout;
 ``file`` appends each span as one JSON line to ``--trace-file`` (``GTM_TRACE_FILE``),
