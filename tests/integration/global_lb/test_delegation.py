@@ -1,0 +1,310 @@
+"""A client behind a real recursive resolver: Debian's ``unbound`` with its subnet cache
+module, in front of a real ``gtm global`` serving a delegated zone (``--ns``/``--soa-*``
+and ``GTM_`` variables) — the path of docs/dns-delegation.md, on loopback.
+
+unbound reaches the zone through a ``stub-zone`` (a parent's delegation would name
+port 53; the stub names gtm's port). ``client-subnet-always-forward`` passes the
+client's EDNS Client Subnet option on to gtm, and the subnet cache keeps each answer
+for the scope gtm returned: a client in another region's network must get its own
+answer, never the cached one.
+
+Needs ``unbound`` (``scripts/install-system-deps``): without it this test fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import IO
+
+import dns.edns
+import dns.flags
+import dns.message
+import dns.query
+import dns.rcode
+import dns.rdatatype
+import pytest
+import yaml
+
+from tests.unit.global_lb.helpers import REGION_IDS, address_of, maxmind_test_db, topology
+
+pytestmark = pytest.mark.integration
+
+ZONE = "gtm.example."
+#: How long a process may take to start listening.
+START_TIMEOUT_S = 30.0
+#: Each query's deadline (a recursive answer is two loopback round trips).
+QUERY_TIMEOUT_S = 5.0
+
+
+def free_port() -> int:
+    """A port free for both UDP and TCP on 127.0.0.1."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+            udp.bind(("127.0.0.1", 0))
+            port = int(udp.getsockname()[1])
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp:
+                try:
+                    tcp.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
+
+
+class _Healthy(BaseHTTPRequestHandler):
+    """The regional LBs' health endpoint: every region up."""
+
+    def do_GET(self) -> None:
+        self.send_response(200 if self.path == "/healthz" else 404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def health_endpoint() -> Iterator[int]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Healthy)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@contextlib.contextmanager
+def running(argv: list[str], env: dict[str, str], stream: str, marker: str) -> Iterator[None]:
+    """``argv`` running until the block ends, from the moment a line of its ``stream``
+    contains ``marker`` (fails on exit or after START_TIMEOUT_S, with what it said).
+    Both streams are read to their end, so a chatty process never blocks on a pipe."""
+    process = subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    said: list[str] = []
+    found = threading.Event()
+
+    def read(pipe: IO[str], watched: bool) -> None:
+        for line in pipe:
+            said.append(line)
+            if watched and marker in line:
+                found.set()
+
+    assert process.stdout is not None
+    assert process.stderr is not None
+    readers = [
+        threading.Thread(target=read, args=(process.stdout, stream == "stdout"), daemon=True),
+        threading.Thread(target=read, args=(process.stderr, stream == "stderr"), daemon=True),
+    ]
+    for reader in readers:
+        reader.start()
+    try:
+        if not found.wait(START_TIMEOUT_S):
+            process.kill()
+            pytest.fail(f"no {marker!r} from {argv[0]} ({process.poll()=}):\n{''.join(said)}")
+        yield
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        for reader in readers:
+            reader.join()
+        process.stdout.close()
+        process.stderr.close()
+
+
+def unbound_binary() -> str:
+    found = shutil.which("unbound") or next(
+        (p for p in ("/usr/sbin/unbound", "/usr/local/sbin/unbound") if os.access(p, os.X_OK)),
+        None,
+    )
+    if found is None:
+        pytest.fail(
+            "unbound is not installed: this test needs the real resolver; run "
+            "scripts/install-system-deps (Debian package unbound)"
+        )
+    return found
+
+
+def unbound_conf(directory: Path, port: int, gtm_port: int) -> Path:
+    conf = directory / "unbound.conf"
+    conf.write_text(
+        f"""server:
+    interface: 127.0.0.1
+    port: {port}
+    do-ip6: no
+    access-control: 127.0.0.0/8 allow
+    username: ""
+    chroot: ""
+    directory: "{directory}"
+    pidfile: "{directory}/unbound.pid"
+    use-syslog: no
+    logfile: ""
+    verbosity: 1
+    num-threads: 1
+    so-reuseport: no
+    # gtm listens on loopback, which unbound does not query by default.
+    do-not-query-localhost: no
+    # The subnet cache module: ECS to the authorities allowed below, answers cached
+    # per the scope they return.
+    module-config: "subnetcache validator iterator"
+    send-client-subnet: 127.0.0.1
+    client-subnet-zone: "{ZONE}"
+    # Pass on the ECS option a client sent (a forwarder in front of unbound, or the
+    # test's client) instead of the client's own loopback address.
+    client-subnet-always-forward: yes
+    max-client-subnet-ipv4: 24
+    max-client-subnet-ipv6: 56
+    domain-insecure: "{ZONE}"
+    qname-minimisation: no
+
+stub-zone:
+    name: "{ZONE}"
+    stub-addr: 127.0.0.1@{gtm_port}
+    stub-prime: no
+"""
+    )
+    return conf
+
+
+@dataclass(frozen=True)
+class Resolver:
+    port: int
+
+    def ask(
+        self, name: str, rdtype: str = "A", subnet: tuple[str, int] | None = None
+    ) -> dns.message.Message:
+        options: list[dns.edns.Option] = [dns.edns.ECSOption(*subnet)] if subnet else []
+        query = dns.message.make_query(name, rdtype, use_edns=0, options=options)
+        query.flags |= dns.flags.RD
+        return dns.query.udp(query, "127.0.0.1", port=self.port, timeout=QUERY_TIMEOUT_S)
+
+
+@pytest.fixture(scope="module")
+def resolver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Resolver]:
+    binary = unbound_binary()
+    tmp = tmp_path_factory.mktemp("delegation")
+    with health_endpoint() as health_port:
+        regions = [
+            r.model_copy(
+                update={
+                    "endpoints": (
+                        r.endpoints[0].model_copy(
+                            update={"url": f"http://127.0.0.1:{health_port}"}
+                        ),
+                        r.endpoints[1],
+                    )
+                }
+            )
+            for r in topology()
+        ]
+        topo = tmp / "topology.yaml"
+        topo.write_text(
+            yaml.safe_dump({"regions": [r.model_dump(mode="json", by_alias=True) for r in regions]})
+        )
+        gtm_port, unbound_port = free_port(), free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GTM_")}
+        # Some settings by flag, some by variable: both reach the zone.
+        env |= {"GTM_SOA_SERIAL": "2026112601", "GTM_SOA_MINIMUM": "20"}
+        gtm = [
+            sys.executable, "-m", "gtmctl", "global",
+            "--dns-listen", f"127.0.0.1:{gtm_port}", "--http-listen", "off",
+            "--state", "memory", "--topology", str(topo), "--rrl-rate", "0",
+            "--geoip-db", str(maxmind_test_db("GeoIP2-City-Test")),
+            "--zone", ZONE, "--ttl", "60",
+            "--ns", "ns1=127.0.0.1", "--ns", "ns2.gtm.example.=127.0.0.2,::1",
+            "--ns", "ns.provider.example.",
+            "--soa-rname", "dns-admin@example.com",
+        ]  # fmt: skip
+        with running(gtm, env, "stdout", "gtm global: DNS (UDP+TCP) on"):
+            conf = unbound_conf(tmp, unbound_port, gtm_port)
+            with running([binary, "-d", "-c", str(conf)], env, "stderr", "start of service"):
+                yield Resolver(unbound_port)
+
+
+def addresses(reply: dns.message.Message) -> list[str]:
+    return sorted(rd.to_text() for rrset in reply.answer for rd in rrset)
+
+
+def ecs_scope(reply: dns.message.Message) -> int:
+    (option,) = [o for o in reply.options if isinstance(o, dns.edns.ECSOption)]
+    return int(option.scopelen)
+
+
+#: Clients in turn, each behind the same resolver: (ECS subnet, type, region, scope).
+CLIENTS = (
+    (("2.2.3.0", 24), "A", "eu-west", 24),  # Oxford, GB: its /24 in the database
+    (("214.78.120.0", 24), "A", "us-west", 22),  # San Diego: the database's /22
+    (("214.78.121.0", 24), "A", "us-west", 22),  # same /22: unbound may answer from cache
+    (("2001:218::", 48), "AAAA", "ap-northeast", 32),  # Tokyo: the database's /32
+    (("2.2.3.0", 24), "A", "eu-west", 24),  # not an answer cached for another client
+)
+
+
+def test_clients_behind_unbound_get_their_regions_answer_and_scope(resolver: Resolver) -> None:
+    for subnet, rdtype, region, scope in CLIENTS:
+        reply = resolver.ask(f"api.{ZONE}", rdtype, subnet)
+        assert reply.rcode() == dns.rcode.NOERROR, subnet
+        assert addresses(reply) == [address_of(region, 6 if rdtype == "AAAA" else 4)], subnet
+        assert ecs_scope(reply) == scope, subnet
+        assert 0 < reply.answer[0].ttl <= 60
+
+
+def test_every_region_name_resolves_through_unbound(resolver: Resolver) -> None:
+    for region in REGION_IDS:
+        reply = resolver.ask(f"{region}.api.{ZONE}", "A", ("2.2.3.0", 24))
+        assert addresses(reply) == [address_of(region)], region
+
+
+def test_the_ns_set_and_soa_through_unbound(resolver: Resolver) -> None:
+    ns = resolver.ask(ZONE, "NS")
+    assert ns.rcode() == dns.rcode.NOERROR
+    assert sorted(rd.to_text() for rd in ns.answer[0]) == [
+        "ns.provider.example.",
+        "ns1.gtm.example.",
+        "ns2.gtm.example.",
+    ]
+    glue = resolver.ask(f"ns2.{ZONE}", "AAAA")
+    assert addresses(glue) == ["::1"]
+    soa = resolver.ask(ZONE, "SOA").answer[0][0]
+    assert soa.mname.to_text() == "ns1.gtm.example."
+    assert soa.rname.to_text() == "dns-admin.example.com."
+    assert (soa.serial, soa.minimum) == (2026112601, 20)
+
+
+def test_negative_answers_carry_the_soa_and_its_minimum(resolver: Resolver) -> None:
+    nx = resolver.ask(f"nowhere.{ZONE}", "A")
+    assert nx.rcode() == dns.rcode.NXDOMAIN
+    (authority,) = nx.authority
+    assert authority.rdtype == dns.rdatatype.SOA
+    assert authority.name.to_text() == ZONE
+    assert 0 < authority.ttl <= 20  # RFC 2308: cached for the SOA MINIMUM at most
+    nodata = resolver.ask(f"api.{ZONE}", "TXT")
+    assert nodata.rcode() == dns.rcode.NOERROR
+    assert nodata.answer == []
+    assert nodata.authority[0].rdtype == dns.rdatatype.SOA
+
+
+def test_a_client_without_ecs_is_answered_for_unbounds_own_view(resolver: Resolver) -> None:
+    """No ECS option from the client: unbound sends its loopback client's /24, a network
+    gtm has no location for (special-purpose): some region is answered, never an error."""
+    reply = resolver.ask(f"api.{ZONE}", "A")
+    assert reply.rcode() == dns.rcode.NOERROR
+    (address,) = addresses(reply)
+    assert ipaddress.ip_address(address) in ipaddress.ip_network("127.0.1.0/24")
