@@ -293,11 +293,13 @@ def trace_options() -> Callable[[F], F]:
 class _Hop:
     """One request's span at this tier, and how to pass it on."""
 
-    __slots__ = ("inject", "span")
+    __slots__ = ("inject", "response", "span")
 
     def __init__(self, span: Span, inject: Callable[[dict[str, str], Context], None]) -> None:
         self.span = span
         self.inject = inject
+        #: The response once its head was sent (a stream the client may leave mid-way).
+        self.response: web.StreamResponse | None = None
 
     def headers(self) -> dict[str, str]:
         """``traceparent`` (and ``tracestate``) naming this span as the parent."""
@@ -320,9 +322,10 @@ def install(
     zone: str | None = None,
     skip: Collection[str] = SERVICE_PATHS,
 ) -> None:
-    """One SERVER span per request of ``app`` (see the module docstring), outermost;
-    nothing when ``tracing`` is off. ``region``/``zone``: where this process is, for
-    spans whose response does not say."""
+    """One SERVER span per request of ``app`` (see the module docstring): the outermost
+    middleware and a response-prepare hook (a client that leaves mid-stream got that
+    response's status and ``x-gtm-*`` headers); nothing when ``tracing`` is off.
+    ``region``/``zone``: where this process is, for spans whose response does not say."""
     tracer = tracing.tracer
     if tracer is None:
         return
@@ -347,26 +350,33 @@ def install(
             kind=SpanKind.SERVER,
             attributes=_request_attributes(request, here),
         )
-        request[_HOP] = _Hop(span, propagator.inject)
-        response: web.StreamResponse | None = None
+        hop = request[_HOP] = _Hop(span, propagator.inject)
         status, end = 500, "error"
         try:
             response = await handler(request)
             status, end = response.status, "ok"
+            hop.response = response
             return response
         except web.HTTPException as exc:  # answered by aiohttp itself
             status, end = exc.status, "ok"
             raise
-        except asyncio.CancelledError:
-            status, end = CLIENT_CLOSED, "disconnect"
+        except asyncio.CancelledError:  # the client left: mid-stream, the status it got
+            end = "disconnect"
+            status = CLIENT_CLOSED if hop.response is None else hop.response.status
             raise
         finally:
-            span.set_attributes(_response_attributes(response, status, end))
+            span.set_attributes(_response_attributes(hop.response, status, end))
             if status >= 500:
                 span.set_status(Status(StatusCode.ERROR))
             span.end()
 
+    async def prepared(request: web.Request, response: web.StreamResponse) -> None:
+        hop = request.get(_HOP)
+        if hop is not None:
+            hop.response = response
+
     app.middlewares.insert(0, trace)
+    app.on_response_prepare.append(prepared)
 
 
 def _request_attributes(request: web.Request, here: Mapping[str, str]) -> dict[str, str]:

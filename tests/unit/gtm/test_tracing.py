@@ -4,6 +4,7 @@ a key; the exporters a daemon picks; tracing off installs nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -15,7 +16,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer, make_mocked_request
 from click.testing import CliRunner
 from multidict import CIMultiDict
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
@@ -87,12 +88,20 @@ def _app(tracer: Tracing) -> web.Application:
     async def healthz(request: web.Request) -> web.Response:
         return web.json_response({"ok": True})
 
+    async def stream(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={gtm_headers.GPU: "gpu-3"})
+        await response.prepare(request)
+        await response.write(b"data: first\n")
+        await asyncio.Event().wait()  # until the client leaves (the handler is cancelled)
+        return response
+
     app = web.Application()
     app[SENT] = []
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_post("/v1/completions", refused)
     app.router.add_post("/v1/embeddings", broken)
     app.router.add_get("/healthz", healthz)
+    app.router.add_post("/v1/stream", stream)
     tracing.install(app, Tier.REGIONAL, tracer, region="eu-central")
     return app
 
@@ -102,10 +111,26 @@ def exporter() -> InMemorySpanExporter:
     return InMemorySpanExporter()
 
 
+class Ended(SpanProcessor):
+    """Sets an event when a span ends (a test waits for it instead of sleeping)."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.event.set()
+
+
 @pytest.fixture
-def provider(exporter: InMemorySpanExporter) -> Iterator[TracerProvider]:
+def ended() -> Ended:
+    return Ended()
+
+
+@pytest.fixture
+def provider(exporter: InMemorySpanExporter, ended: Ended) -> Iterator[TracerProvider]:
     provider = TracerProvider(shutdown_on_exit=False)
     provider.add_span_processor(SimpleSpanProcessor(exporter))
+    provider.add_span_processor(ended)
     yield provider
     provider.shutdown()
 
@@ -114,7 +139,8 @@ def provider(exporter: InMemorySpanExporter) -> Iterator[TracerProvider]:
 async def client(
     provider: TracerProvider,
 ) -> AsyncIterator[TestClient[web.Request, web.Application]]:
-    async with TestClient(TestServer(_app(Tracing.of(provider)))) as test_client:
+    server = TestServer(_app(Tracing.of(provider)), handler_cancellation=True)
+    async with TestClient(server) as test_client:
         yield test_client
 
 
@@ -233,6 +259,20 @@ async def test_a_refusal_names_its_reason_and_a_failure_is_an_error(
         "error",
     )
     assert broken.status.status_code is StatusCode.ERROR
+
+
+async def test_a_client_that_leaves_mid_stream_ends_the_span_with_what_it_got(
+    client: TestClient[web.Request, web.Application],
+    exporter: InMemorySpanExporter,
+    ended: Ended,
+) -> None:
+    response = await client.post("/v1/stream")
+    assert await response.content.readline() == b"data: first\n"
+    response.close()  # the client goes away; the handler is cancelled
+    await asyncio.wait_for(ended.event.wait(), 5.0)
+    attributes = dict(_only(exporter).attributes or {})
+    assert (attributes["http.response.status_code"], attributes["gtm.end"]) == (200, "disconnect")
+    assert attributes["gtm.gpu"] == "gpu-3"
 
 
 async def test_probes_are_not_traced(
