@@ -41,6 +41,7 @@ _COMMANDS: dict[str, _Entry] = {
     "up": _Entry("Start a whole local multi-region deployment.", "gtmctl.up.cli:up"),
     "load": _Entry("Replay a real inference trace through a deployment.", "gtmctl.up.cli:load"),
     "global": _Entry("Run the global tier (GeoDNS + HTTP front door).", "global_lb.cli:global_cmd"),
+    "anycast": _Entry("Announce anycast prefixes over BGP.", "global_lb.anycast.cli:anycast"),
     "regional": _Entry("Run one region's regional LB.", "regional_lb.cli:regional"),
     "zone": _Entry("Run one zone's zone agent.", "zone_agent.cli:zone"),
     "gpu-sim": _Entry("Run an emulated vLLM-compatible GPU worker.", "gpusim.cli:gpu_sim"),

@@ -37,7 +37,7 @@ from global_lb.anycast.policy import (
     Service,
     decide,
 )
-from global_lb.anycast.speaker import Speaker
+from global_lb.anycast.speaker import Speaker, SpeakerError
 from policies.policyset import PolicySet
 
 log = logging.getLogger("gtm.anycast")
@@ -224,7 +224,10 @@ class AnycastController:
         """Until :meth:`stop`: then withdraw, wait for the speaker, linger, return."""
         try:
             while not self._stopping.is_set():
-                await self.step()
+                try:
+                    await self.step()
+                except SpeakerError as exc:  # the plan is retried next round
+                    log.warning("anycast speaker=%s error=%s", self.speaker.name, exc)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stopping.wait(), self.interval_s)
         finally:

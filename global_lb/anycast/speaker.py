@@ -25,8 +25,9 @@ import asyncio
 import contextlib
 import ipaddress
 import os
+import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -166,29 +167,42 @@ class FileLineWriter:
 def exabgp_config(
     *,
     router_id: str,
-    local_address: str,
+    local_address: str | None,
     local_as: int,
-    neighbours: Mapping[str, int],
-    hold_time_s: int,
-    process: list[str],
+    sessions: Sessions,
+    process: Sequence[str],
 ) -> str:
-    """An ExaBGP configuration that peers with ``neighbours`` (address → AS) and runs
+    """An ExaBGP configuration that peers with the ``sessions``' neighbours and runs
     ``process`` (``gtm anycast … --speaker exabgp``) with the text encoder."""
-    quoted = " ".join(process)
+    quoted = " ".join(_exabgp_word(arg) for arg in process)
     blocks = [f"process gtm {{\n    run {quoted};\n    encoder text;\n}}\n"]
-    for address, peer_as in neighbours.items():
+    for peer in sessions.neighbours:
+        address, peer_as = peer.address, peer.asn
+        local = peer.local or local_address
+        if local is None:
+            raise ValueError(f"neighbour {address}: no local address")
         blocks.append(
             f"neighbor {address} {{\n"
             f"    router-id {router_id};\n"
-            f"    local-address {local_address};\n"
+            f"    local-address {local};\n"
             f"    local-as {local_as};\n"
             f"    peer-as {peer_as};\n"
-            f"    hold-time {hold_time_s};\n"
-            "    family {\n        ipv4 unicast;\n        ipv6 unicast;\n    }\n"
+            f"    hold-time {sessions.hold_time_s};\n"
+            f"    family {{\n        ipv{address.version} unicast;\n    }}\n"
             "    api {\n        processes [ gtm ];\n    }\n"
             "}\n"
         )
     return "\n".join(blocks)
+
+
+def _exabgp_word(arg: str) -> str:
+    """``arg`` as one token of ExaBGP's configuration: its tokeniser splits on spaces,
+    commas, brackets and semicolons outside quotes, so such an argument is quoted."""
+    if re.fullmatch(r"[A-Za-z0-9_./:=@+%-]+", arg):
+        return arg
+    if '"' in arg or "\\" in arg or "\n" in arg:
+        raise ValueError(f"{arg!r}: cannot be passed through an ExaBGP configuration")
+    return f'"{arg}"'
 
 
 # ---------------------------------------------------------------------------- BIRD 2
@@ -197,9 +211,65 @@ STATIC4 = "gtm_anycast4"
 STATIC6 = "gtm_anycast6"
 
 
-def bird_include(plan: Plan, attrs: Attributes) -> str:
+@dataclass(frozen=True, slots=True)
+class Neighbour:
+    """A BGP neighbour of the speaker: its address and AS."""
+
+    address: ipaddress.IPv4Address | ipaddress.IPv6Address
+    asn: int
+    #: The speaker's own address on the session (ExaBGP's ``local-address``).
+    local: ipaddress.IPv4Address | ipaddress.IPv6Address | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Neighbour:
+        """``ADDRESS,AS[,LOCAL_ADDRESS]`` (``192.0.2.1,64512`` or
+        ``2001:db8::1,64512,2001:db8::2``)."""
+        parts = [p.strip() for p in text.split(",")]
+        if len(parts) not in (2, 3):
+            raise ValueError(f"{text!r}: expected ADDRESS,AS[,LOCAL_ADDRESS]")
+        try:
+            local = ipaddress.ip_address(parts[2]) if len(parts) == 3 else None
+            return cls(ipaddress.ip_address(parts[0]), int(parts[1]), local)
+        except ValueError as exc:
+            raise ValueError(f"{text!r}: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Sessions:
+    """BGP sessions gtm writes for its speaker (for BIRD, empty: the operator's bird.conf
+    has its own)."""
+
+    neighbours: tuple[Neighbour, ...] = ()
+    hold_time_s: int = 3
+    bfd: bool = False
+
+
+NO_SESSIONS = Sessions()
+
+
+def bird_sessions(sessions: Sessions, local_as: int) -> list[str]:
+    """One ``protocol bgp`` per neighbour, exporting only gtm's static routes of its
+    address family (BFD needs a ``protocol bfd`` in bird.conf)."""
+    out = []
+    for index, peer in enumerate(sessions.neighbours, start=1):
+        family = peer.address.version
+        static = STATIC4 if family == 4 else STATIC6
+        out += [
+            f"protocol bgp gtm_peer{index} {{",
+            f"    local as {local_as};",
+            f"    neighbor {peer.address} as {peer.asn};",
+            f"    hold time {sessions.hold_time_s};",
+            "    connect retry time 1;",
+            *(["    bfd on;"] if sessions.bfd else []),
+            f'    ipv{family} {{ import none; export where proto = "{static}"; }};',
+            "}",
+        ]
+    return out
+
+
+def bird_include(plan: Plan, attrs: Attributes, sessions: Sessions = NO_SESSIONS) -> str:
     """The include file for ``plan``: both static protocols, always present (an empty one
-    withdraws everything), one route per announced prefix."""
+    withdraws everything), one route per announced prefix; then ``sessions``."""
     routes: dict[int, list[str]] = {4: [], 6: []}
     for decision in plan.announced():
         network, state = decision.prefix.network, decision.announcement
@@ -211,6 +281,7 @@ def bird_include(plan: Plan, attrs: Attributes) -> str:
     out = ["# Written by gtm anycast: do not edit (rewritten on every change)."]
     for version, name in ((4, STATIC4), (6, STATIC6)):
         out += [f"protocol static {name} {{", f"    ipv{version};", *routes[version], "}"]
+    out += bird_sessions(sessions, attrs.local_as)
     return "\n".join(out) + "\n"
 
 
@@ -224,18 +295,20 @@ class BirdSpeaker:
         include: Path,
         attrs: Attributes,
         *,
+        sessions: Sessions = NO_SESSIONS,
         control_socket: Path | None = None,
         birdc: str = "birdc",
         timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         self._include = include
         self._attrs = attrs
+        self._sessions = sessions
         self._base = [birdc] + ([] if control_socket is None else ["-s", str(control_socket)])
         self._timeout_s = timeout_s
         self._written: str | None = None
 
     async def apply(self, plan: Plan) -> None:
-        text = bird_include(plan, self._attrs)
+        text = bird_include(plan, self._attrs, self._sessions)
         if text != self._written:
             tmp = self._include.with_name(self._include.name + ".tmp")
             tmp.write_text(text)

@@ -86,6 +86,8 @@ class AnycastLab:
 
     directory: Path
     regions: int = 3
+    #: Regions whose speaker is ExaBGP (started by the test, :meth:`start_exabgp`), not BIRD.
+    exabgp_regions: frozenset[str] = frozenset()
     tag: str = field(default_factory=lambda: f"gtmac{os.getpid() % 100000}")
     _links: list[_Link] = field(default_factory=list)
     _birds: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
@@ -142,7 +144,8 @@ class AnycastLab:
             if not self.include_file(region).exists():
                 self.include_file(region).write_text("")
         for name in nodes:
-            self.start_router(name)
+            if name not in self.exabgp_regions:
+                self.start_router(name)
         for region in self.region_names():
             self.start_front_door(region)
 
@@ -218,12 +221,13 @@ class AnycastLab:
             export = "all" if name == TRANSIT and peer.startswith("s") else exports
             if name == TRANSIT and peer.startswith("r"):
                 export = "none"
+            bfd = "off" if peer in self.exabgp_regions else "on"
             lines += [
                 f"protocol bgp {peer} {{",
                 f"  local {mine} as {me.asn};",
                 f"  neighbor {theirs} as {self.node(peer).asn};",
                 f"  hold time {HOLD_TIME_S}; keepalive time 1; connect retry time 1;",
-                "  error wait time 1, 2; bfd on;",
+                f"  error wait time 1, 2; bfd {bfd};",
                 f"  ipv4 {{ import {imports}; export {export}; }};",
                 "}",
             ]
@@ -274,13 +278,54 @@ class AnycastLab:
         self.start_front_door(region)
 
     def established(self) -> bool:
-        """Every BGP session of every router is up."""
+        """Every BGP session of every BIRD router is up (those with ExaBGP too)."""
         return all(
             "Established" in line
             for name in (TRANSIT, *self.region_names(), *self.site_names())
+            if name not in self.exabgp_regions
             for line in self.birdc(name, "show", "protocols").splitlines()
             if " BGP " in line
         )
+
+    def established_between_birds(self) -> bool:
+        """Every BGP session between two BIRD routers is up."""
+        return all(
+            "Established" in line
+            for name in (TRANSIT, *self.region_names(), *self.site_names())
+            if name not in self.exabgp_regions
+            for line in self.birdc(name, "show", "protocols").splitlines()
+            if " BGP " in line and line.split()[0] not in self.exabgp_regions
+        )
+
+    def neighbours(self, node: str) -> tuple[tuple[str, int, str], ...]:
+        """``node``'s BGP neighbours: (their address, their AS, our address)."""
+        found = []
+        for link in self._links:
+            if node == link.a:
+                found.append((link.b_addr, self.node(link.b).asn, link.a_addr))
+            elif node == link.b:
+                found.append((link.a_addr, self.node(link.a).asn, link.b_addr))
+        return tuple(found)
+
+    def start_exabgp(
+        self, region: str, config: str, env: dict[str, str]
+    ) -> subprocess.Popen[bytes]:
+        """ExaBGP on ``config`` inside ``region``'s namespace (its output in
+        ``<dir>/<region>-exabgp.log``)."""
+        path = self.directory / f"{region}-exabgp.conf"
+        path.write_text(config)
+        log = (self.directory / f"{region}-exabgp.log").open("wb")
+        exabgp = str(Path(sys.executable).with_name("exabgp"))
+        process = subprocess.Popen(
+            ["ip", "netns", "exec", self.ns(region), exabgp, str(path)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **env},
+        )
+        log.close()
+        self._birds[region] = process
+        return process
 
     # ------------------------------------------------------------------ looking
 
@@ -317,6 +362,13 @@ class AnycastLab:
     def fetch(self, node: str, address: str, timeout: float = 0.5) -> str | None:
         """``GET /`` on ``address`` from inside ``node``'s namespace: the answering
         region's name, or ``None`` when nothing answers."""
+        return self.get(node, address, HTTP_PORT, "/", timeout)
+
+    def get(
+        self, node: str, address: str, port: int, path: str, timeout: float = 0.5
+    ) -> str | None:
+        """The body of ``GET path`` on ``address:port`` from inside ``node``'s namespace
+        when it answers 200, else ``None``."""
         try:
             sock = netns_socket(self.ns(node))
         except OSError:
@@ -324,15 +376,16 @@ class AnycastLab:
         with sock:
             sock.settimeout(timeout)
             try:
-                sock.connect((address, HTTP_PORT))
-                sock.sendall(b"GET / HTTP/1.0\r\nHost: anycast\r\n\r\n")
+                sock.connect((address, port))
+                sock.sendall(f"GET {path} HTTP/1.0\r\nHost: anycast\r\n\r\n".encode())
                 data = b""
                 while chunk := sock.recv(4096):
                     data += chunk
             except OSError:
                 return None
         head, _, body = data.partition(b"\r\n\r\n")
-        return body.decode() if head.startswith(b"HTTP/1.0 200") else None
+        status = head.split(b" ", 2)[1:2]
+        return body.decode() if status == [b"200"] else None
 
 
 def netns_socket(netns: str) -> socket.socket:
@@ -373,9 +426,11 @@ def wait_for(condition: Callable[[], bool], deadline_s: float, what: str) -> flo
 
 
 @contextlib.contextmanager
-def anycast_lab(directory: Path, regions: int = 3) -> Iterator[AnycastLab]:
-    with AnycastLab(directory, regions) as lab:
-        wait_for(lab.established, 20.0, "every BGP session to be established")
+def anycast_lab(
+    directory: Path, regions: int = 3, exabgp_regions: frozenset[str] = frozenset()
+) -> Iterator[AnycastLab]:
+    with AnycastLab(directory, regions, exabgp_regions) as lab:
+        wait_for(lab.established_between_birds, 20.0, "every BGP session to be established")
         yield lab
 
 
