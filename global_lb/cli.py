@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import sys
 from typing import Any
 
 import click
-from pydantic import ValidationError
 
 from global_lb.app import GlobalTier, build_routers, load_policy
 from global_lb.config import (
@@ -18,17 +16,9 @@ from global_lb.config import (
     FrontDoorConfig,
     GlobalConfig,
 )
+from global_lb.dns.options import zone_config, zone_options
 from global_lb.dns.rrl import RrlConfig
-from global_lb.dns.zone import (
-    DEFAULT_EXPIRE,
-    DEFAULT_REFRESH,
-    DEFAULT_RETRY,
-    DEFAULT_TTL,
-    DEFAULT_ZONE,
-    NameServer,
-    SerialPolicy,
-    ZoneConfig,
-)
+from global_lb.dns.zone import DEFAULT_TTL, DEFAULT_ZONE
 from global_lb.geo import DEFAULT_RELOAD_INTERVAL_S, load_geo_map, open_locator
 from global_lb.health import HealthTable
 from global_lb.keeper import build_view, load_topology
@@ -54,165 +44,6 @@ from gtm.state.url import open_store
 from gtm.tasks import TaskSupervisor
 from gtm.tls import TlsConfig, click_options, config_from_options, material
 from gtm.tracing import OFF, Tracing, open_tracing, trace_options
-
-
-class NameServerSpec(click.ParamType[NameServer]):
-    """``--ns NAME[=ADDRESS,...]``: a name server of the zone and, when it is inside the
-    zone, its addresses (the glue)."""
-
-    name = "NAME[=ADDR,...]"
-
-    def convert(
-        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> NameServer:
-        if isinstance(value, NameServer):
-            return value
-        name, _, listed = str(value).strip().partition("=")
-        addresses = []
-        for text in (a.strip() for a in listed.split(",") if a.strip()):
-            try:
-                addresses.append(ipaddress.ip_address(text))
-            except ValueError:
-                self.fail(f"{value!r}: {text!r} is not an IP address", param, ctx)
-        try:
-            return NameServer(name=name, addresses=tuple(addresses))
-        except ValidationError as exc:
-            why = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
-            self.fail(
-                f"{value!r}: {why} (e.g. ns1=192.0.2.53,2001:db8::53 or ns1.example.net.)",
-                param,
-                ctx,
-            )
-
-
-class SerialSpec(click.ParamType[int | None]):
-    """``--soa-serial unixtime|N``: ``None`` for the unixtime policy, else the number."""
-
-    name = "unixtime|N"
-
-    def convert(
-        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> int | None:
-        text = str(value).strip().lower()
-        if text == SerialPolicy.UNIXTIME:
-            return None
-        if text.isdigit() and int(text) < 1 << 32:
-            return int(text)
-        self.fail(f"{value!r}: expected 'unixtime' or a number 0..4294967295", param, ctx)
-
-
-#: ZoneConfig fields → the ``gtm global`` option that sets them (errors name the option).
-ZONE_OPTIONS = {
-    "zone": "--zone",
-    "ttl": "--ttl",
-    "name_servers": "--ns",
-    "primary": "--soa-mname",
-    "hostmaster": "--soa-rname",
-    "serial": "--soa-serial",
-    "refresh": "--soa-refresh",
-    "retry": "--soa-retry",
-    "expire": "--soa-expire",
-    "negative_ttl": "--soa-minimum",
-}
-
-
-def zone_options(command: Any) -> Any:
-    """The options of the zone's NS set and SOA (``gtm global``)."""
-    timer = click.IntRange(1, (1 << 31) - 1)
-    options = [
-        click.option(
-            "--ns",
-            "name_servers",
-            type=NameServerSpec(),
-            multiple=True,
-            help="A name server of the zone, in the NS answer: one label under the zone "
-            "with its addresses (glue, given to the parent zone too), e.g. "
-            "ns1=192.0.2.53,2001:db8::53, or an absolute name outside it "
-            "(ns1.example.net.). Repeatable. Default: ns1 (no addresses).",
-        ),
-        click.option(
-            "--soa-mname",
-            default=None,
-            help="SOA MNAME, the primary name server (default: the first --ns).",
-        ),
-        click.option(
-            "--soa-rname",
-            default="hostmaster",
-            show_default=True,
-            help="SOA RNAME, the zone's contact: a mailbox (dns@example.com), an absolute "
-            "name, or a label under the zone.",
-        ),
-        click.option(
-            "--soa-serial",
-            type=SerialSpec(),
-            default="unixtime",
-            show_default=True,
-            help="SOA SERIAL: 'unixtime' (the time the answers last changed) or a fixed "
-            "number (the same on every server of the NS set).",
-        ),
-        click.option(
-            "--soa-refresh",
-            type=timer,
-            default=DEFAULT_REFRESH,
-            show_default=True,
-            help="SOA REFRESH, seconds.",
-        ),
-        click.option(
-            "--soa-retry",
-            type=timer,
-            default=DEFAULT_RETRY,
-            show_default=True,
-            help="SOA RETRY, seconds.",
-        ),
-        click.option(
-            "--soa-expire",
-            type=timer,
-            default=DEFAULT_EXPIRE,
-            show_default=True,
-            help="SOA EXPIRE, seconds (at least refresh + retry).",
-        ),
-        click.option(
-            "--soa-minimum",
-            type=click.IntRange(0, 86400),
-            default=None,
-            help="SOA MINIMUM: how long resolvers cache NXDOMAIN/NODATA answers, seconds "
-            "(RFC 2308; default: --ttl).",
-        ),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
-
-
-def zone_config(options: dict[str, Any]) -> ZoneConfig:
-    """The zone from ``gtm global``'s options; a bad one is a usage error naming its option."""
-    serial = options.get("soa_serial")
-    fields: dict[str, Any] = {
-        "zone": options["zone"],
-        "ttl": options["ttl"],
-        "negative_ttl": options["ttl"]
-        if options.get("soa_minimum") is None
-        else options["soa_minimum"],
-        "hostmaster": options.get("soa_rname") or "hostmaster",
-        "primary": options.get("soa_mname"),
-        "serial_policy": SerialPolicy.UNIXTIME if serial is None else SerialPolicy.FIXED,
-        "refresh": options.get("soa_refresh", DEFAULT_REFRESH),
-        "retry": options.get("soa_retry", DEFAULT_RETRY),
-        "expire": options.get("soa_expire", DEFAULT_EXPIRE),
-    }
-    if serial is not None:
-        fields["serial"] = serial
-    if options.get("name_servers"):
-        fields["name_servers"] = tuple(options["name_servers"])
-    try:
-        return ZoneConfig(**fields)
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        message = error["msg"].removeprefix("Value error, ")
-        field = str(error["loc"][0]) if error["loc"] else message.partition(":")[0]
-        if not error["loc"]:
-            message = message.partition(": ")[2] or message
-        raise click.BadParameter(message, param_hint=ZONE_OPTIONS.get(field, field)) from None
 
 
 def _fail(exc: Exception) -> None:
@@ -284,7 +115,7 @@ def _fail(exc: Exception) -> None:
     type=click.IntRange(0, 86400),
     help="Answer TTL, seconds.",
 )
-@zone_options
+@zone_options()
 @click.option(
     "--rrl-rate",
     default=1000.0,
@@ -387,7 +218,7 @@ def _config(options: dict[str, Any]) -> GlobalConfig:
         topology=options["topology"],
         audit_dir=options["audit_dir"],
         audit_anchor_interval_s=options.get("audit_anchor_interval", DEFAULT_ANCHOR_INTERVAL_S),
-        zone=zone_config(options),
+        zone=zone_config(options, zone=options["zone"], ttl=options["ttl"]),
         rrl=RrlConfig(rate=options["rrl_rate"]),
         front_door=FrontDoorConfig(
             trusted_proxies=trusted,

@@ -15,6 +15,8 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
+from global_lb.dns.options import zone_config, zone_options
+from global_lb.dns.zone_config import DEFAULT_TTL, ZoneConfig
 from gtm import native
 from gtm.admin_auth import (
     TOKEN_FILE_NAME,
@@ -31,7 +33,7 @@ from gtm.topology import example_text
 from gtmctl.up.banner import Listeners, demo_keys, render
 from gtmctl.up.config import DEFAULT_DNS_LISTEN, DEFAULT_HTTP_LISTEN, UpConfig
 from gtmctl.up.control import LinkKind
-from gtmctl.up.fleet import Fleet, Plan, make_plan, remove_run_dir, wait_ready
+from gtmctl.up.fleet import DNS_ZONE, Fleet, Plan, make_plan, remove_run_dir, wait_ready
 from gtmctl.up.status import StatusPage
 from gtmctl.up.tls import describe, ops_context
 
@@ -169,6 +171,7 @@ EXIT_INTERRUPTED = 130
     "(the nearest allowed region, no spills, each region's GPUs under one zone agent "
     "running that balancer). Default: every tier's own defaults.",
 )
+@zone_options(prefix="dns-")
 @click.option(
     "--print-topology",
     is_flag=True,
@@ -182,8 +185,16 @@ def up(print_topology: bool, admin_dir: Path | None, **options: Any) -> None:
         path = options["topology"]
         click.echo(Path(path).read_text("utf-8") if path else example_text(), nl=False)
         return
+    # The GeoDNS zone's NS set and SOA, as `gtm global --ns/--soa-*` (checked here, before
+    # anything starts; a usage error names the --dns-… option).
+    dns_zone: ZoneConfig | None = zone_config(
+        options, zone=DNS_ZONE, ttl=DEFAULT_TTL, prefix="dns-"
+    )
+    if dns_zone == ZoneConfig(zone=DNS_ZONE):
+        dns_zone = None  # the defaults: nothing to pass on
     try:
         config = UpConfig(
+            dns_zone=dns_zone,
             topology=options["topology"],
             policies=tuple(options["policies"]),
             state=options["state"],

@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from global_lb.dns.zone_config import ZoneConfig
 from gtm.cli_types import host_port
 from gtm.errors import ConfigError
 from gtm.models import Frozen
@@ -92,6 +93,8 @@ class UpConfig(Frozen):
     #: Run a simulator policy at every tier (:mod:`gtmctl.up.policy_profile`; None: the
     #: tiers' defaults).
     policy_profile: str | None = None
+    #: The GeoDNS zone's NS set and SOA (``--dns-ns``, ``--dns-soa-*``; None: the defaults).
+    dns_zone: ZoneConfig | None = None
 
     # ConfigError becomes ValueError: pydantic reports it as a validation error of the
     # field (one line naming the option), not an exception escaping the model.

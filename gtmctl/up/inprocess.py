@@ -71,7 +71,7 @@ def global_config(plan: Plan, *, http_listen: str | None) -> GlobalConfig:
         geoip_db=config.geoip_db,
         geo_map=str(plan.geo_map_path),
         audit_dir=str(plan.run_dir / "audit" / "global"),
-        zone=DnsZoneConfig(zone=DNS_ZONE),
+        zone=config.dns_zone or DnsZoneConfig(zone=DNS_ZONE),
         health=LOCAL_HEALTH,
         front_door=FrontDoorConfig(
             trusted_proxies=LOCAL_PROXIES,

@@ -50,6 +50,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client import Counter
 
+from global_lb.dns.options import zone_flags
 from gtm.admin_auth import AdminGuard
 from gtm.clock import Clock
 from gtm.errors import ConfigError, GtmError, StateError
@@ -258,6 +259,7 @@ def global_argv(plan: Plan, state: str, dns: HostPort, http: HostPort) -> list[s
         *trusted,
         "--require-summaries",
         *config.tiers.global_flags(),
+        *(zone_flags(config.dns_zone) if config.dns_zone is not None else ()),
     )
 
 

@@ -100,7 +100,7 @@ def test_help_lists_the_zone_options_with_their_variables() -> None:
 
 def test_zone_options_are_click_options_of_gtm_global() -> None:
     names = {p.name for p in global_cmd.params if isinstance(p, click.Option)}
-    assert {"name_servers", "soa_mname", "soa_rname", "soa_serial", "soa_minimum"} <= names
+    assert {"ns", "soa_mname", "soa_rname", "soa_serial", "soa_minimum"} <= names
 
 
 def test_geoip_reload_interval_reaches_the_config() -> None:
