@@ -152,8 +152,10 @@ class RegionalDecision:
 
 class LocalKeeper(Protocol):
     """Keeps a request the capacity split drew for a peer when its prefix is cached here
-    (:meth:`regional_lb.plugins.prefix.ZoneMemory.keep_local`): the zone that keeps it,
-    or ``None``."""
+    (:meth:`regional_lb.plugins.prefix.ZoneMemory.keep_local`), or one no zone can take
+    now on the zone holding its prefix when that zone can hold it
+    (:meth:`~regional_lb.plugins.prefix.ZoneMemory.hold`): the zone that keeps it, or
+    ``None``."""
 
     def keep_local(
         self,
@@ -163,6 +165,10 @@ class LocalKeeper(Protocol):
         *,
         tokens_per_block: float,
         now: float,
+    ) -> ZoneState | None: ...
+
+    def hold(
+        self, request: RouteRequest, zones: tuple[ZoneState, ...], *, now: float
     ) -> ZoneState | None: ...
 
 
@@ -225,9 +231,9 @@ class RegionalRouter:
         keeper: LocalKeeper | None = None,
     ) -> RegionalDecision:
         """The request's route. ``keeper`` (placement memory, when affinity is on) may
-        keep a request the capacity split drew for a peer: asked before a spill token
-        is taken, so a kept request spends none (the zone summaries' clock,
-        ``now_wall``, is its clock)."""
+        keep a request the capacity split drew for a peer, or one no zone can take now,
+        on the zone holding its prefix: asked before a spill token is taken, so a kept
+        request spends none (the zone summaries' clock, ``now_wall``, is its clock)."""
         if view.region not in inputs.allowed:
             return RegionalDecision(Route.REFUSE, Reason.RESIDENCY)
         # Demand is what was admitted here, wherever it ends up (see the priority module).
@@ -238,7 +244,8 @@ class RegionalRouter:
         if options and (view.region_drained or self._spills(request, priority.local_load)):
             reason = Reason.DRAINED if view.region_drained else Reason.DEGRADED
             if keeper is not None and reason is Reason.DEGRADED:
-                # A drained region keeps nothing; saturated zones never reach here.
+                # A drained region keeps nothing; nor does one none of whose zones
+                # can take the request now (the split's draw stands).
                 stays = keeper.keep_local(
                     request,
                     lambda: self._local(request, zones, view, inputs),
@@ -256,6 +263,12 @@ class RegionalRouter:
         try:
             outcome = self._choose(request, zones, ctx)
         except NoEligibleCandidate as exc:
+            if keeper is not None and not view.region_drained and self._saturated(exc):
+                # Every zone is full: the one holding the prompt's prefix keeps it when
+                # only its KV cache use fills it (regional_lb.plugins.prefix.can_hold).
+                held = keeper.hold(request, zones, now=now_wall)
+                if held is not None:
+                    return RegionalDecision(Route.LOCAL, Reason.CHOSEN, held)
             refusal = exc if trace else None
             return self._no_zone(exc, refusal, zones, options, priority, view, request, inputs, now)
         zone = zones[outcome.choice]
@@ -421,6 +434,14 @@ class RegionalRouter:
                 )
         return None
 
+    def _saturated(self, exc: NoEligibleCandidate) -> bool:
+        """Whether ``exc`` is the saturation filter's: every zone is full."""
+        saturation = self._saturation
+        if saturation is None:
+            filters = self._profile.filters
+            saturation = filters[-1].name if filters else None
+        return exc.filter_name == saturation
+
     def _no_zone(
         self,
         exc: NoEligibleCandidate,
@@ -433,11 +454,7 @@ class RegionalRouter:
         inputs: Inputs,
         now: float,
     ) -> RegionalDecision:
-        saturation = self._saturation
-        if saturation is None:
-            filters = self._profile.filters
-            saturation = filters[-1].name if filters else None
-        saturated = exc.filter_name == saturation
+        saturated = self._saturated(exc)
         reason = Reason.SATURATED if saturated else Reason.UNAVAILABLE
         if options:
             spilled = self._spill(options, reason, priority, now)

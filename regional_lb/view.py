@@ -91,6 +91,8 @@ class ZoneStatic:
     busy: int
     limit: int
     limit_in_panic: int
+    #: ``full`` for its KV cache use alone (it has healthy GPUs and running room).
+    kv_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,6 +321,10 @@ class ZoneState:
     saturated: bool = False
     #: Whether it would be full with every GPU healthy (what panic mode goes by).
     saturated_in_panic: bool = False
+    #: Saturated by its KV cache use alone, its request count under its limit: a
+    #: request whose prefix it holds adds only its uncached part to that use
+    #: (:func:`regional_lb.plugins.prefix.can_hold`).
+    kv_bound: bool = False
 
     @property
     def drained(self) -> bool:
@@ -394,7 +400,10 @@ def zone_candidates(
         # is_saturated, with the summary's part precomputed (the same sums, in order).
         saturated = z.full or z.busy + unseen[0] >= z.limit
         panicked = z.full_in_panic or z.busy + unseen[0] >= z.limit_in_panic
-        out.append(ZoneState(info.id, info, z.load, unseen[0], unseen[1], saturated, panicked))
+        kv_bound = z.kv_only and z.busy + unseen[0] < z.limit
+        out.append(
+            ZoneState(info.id, info, z.load, unseen[0], unseen[1], saturated, panicked, kv_bound)
+        )
     return tuple(out)
 
 
@@ -421,6 +430,7 @@ def _zone_statics(view: RegionalView, model: str) -> tuple[ZoneStatic, ...]:
                 load.running_requests + load.waiting_requests,
                 load.max_running_requests + depth * load.healthy_gpus,
                 load.max_running_requests + depth * load.gpus,
+                kv_full and not no_room and load.healthy_gpus > 0,
             )
         )
     return tuple(out)

@@ -11,17 +11,30 @@ summaries, about once a second, and hold a zone's hottest leading blocks only: t
 second turn of a conversation, sent right after the first, is invisible in them. The
 regional LB therefore remembers which zone it dispatched each prompt's blocks to
 (:class:`gtm.routing.placement.PlacementMemory`, updated at dispatch), and the recalled
-zone replaces the profile's choice when it can take the request — healthy, not drained,
-serving the model, not saturated (the saturation filter's rule, with this replica's
-unseen charges), not a zone the request already failed on — and its predicted TTFT with
-the recalled prefix credited is no worse than the choice's. Affinity so yields to load
-as SGLang's cache-aware policy does when the load is imbalanced. A zone summary
-published after the conversation's previous turn was sent still counts that turn in its
-queue, and its GPU as not free, when it was prefilling then: the home zone is priced
-without it, its GPU free again (:func:`gtm.routing.cost.without_turn`; the client sent
-the next turn after the answer). When the capacity split draws a request for a peer
-region, a request whose prefix this region holds stays (:meth:`ZoneMemory.keep_local`):
-the split should send away the cold requests, which cost the region's headroom most.
+zone replaces the profile's choice when it can hold the request (:func:`can_hold`),
+is not a zone the request already failed on, and its predicted TTFT with the recalled
+prefix credited is no worse than the choice's. Affinity so yields to load as SGLang's
+cache-aware policy does when the load is imbalanced. A zone summary published after
+the conversation's previous turn was sent still counts that turn in its queue, and its
+GPU as not free, when it was prefilling then: the home zone is priced without it, its
+GPU free again (:func:`gtm.routing.cost.without_turn`; the client sent the next turn
+after the answer). When the capacity split draws a request for a peer region, a
+request whose prefix this region holds stays (:meth:`ZoneMemory.keep_local`): the split
+should send away the cold requests, which cost the region's headroom most.
+
+**A home full only by its KV cache use still holds its conversations**
+(:func:`can_hold`). The saturation filter calls a zone full when its running and
+waiting requests reach its limit, or when its KV cache use passes the detector's
+threshold. The second is no reason to send a repeat elsewhere: the blocks of the
+prefix it would reuse are resident and counted in that use, so it adds only its
+uncached part, while another zone (or a peer region) allocates and prefills the whole
+prompt again — KV room and prefill time that an overloaded fleet takes from every
+other request. Its queue is priced by the TTFT comparison, as any zone's. A zone full
+by its request count, unhealthy, drained or without GPUs for the model holds none.
+When no zone can take a request (every one saturated), the home that can hold it keeps
+it (:meth:`ZoneMemory.hold`) rather than the request spilling or queueing cold; a
+request the capacity split drew for a peer still leaves then (the region is past its
+capacity: the draw stands unless a zone can take the request now).
 """
 
 from __future__ import annotations
@@ -69,7 +82,7 @@ def sticky_zone(
     excluded: frozenset[str] = frozenset(),
 ) -> ZoneState:
     """The zone for ``request``: the recalled one (where its prefix was last sent) when
-    it can take it and pays for itself, else ``chosen`` (the profile's).
+    it can hold it and pays for itself, else ``chosen`` (the profile's).
 
     ``zones``: the decision's candidates (:func:`regional_lb.view.zone_candidates`, with
     the replica's unseen charges); ``recall.at`` is on the zone summaries' clock (wall
@@ -77,14 +90,7 @@ def sticky_zone(
     if recall is None or recall.target == chosen.id or recall.target in excluded:
         return chosen
     home = next((z for z in zones if z.id == recall.target), None)
-    if (
-        home is None
-        or home.saturated
-        or home.drained
-        or not home.healthy
-        or not home.serves_model
-        or home.info.url is None
-    ):
+    if home is None or not can_hold(home):
         return chosen
     per_block = max(0.0, tokens_per_block)
     blocks = request.prefix_hashes
@@ -107,6 +113,26 @@ def sticky_zone(
     home_ms = predicted_ttft_ms(priced, max(0.0, tokens - warm * per_block))
     chosen_ms = predicted_ttft_ms(chosen, max(0.0, tokens - cold * per_block))
     return home if home_ms <= chosen_ms else chosen
+
+
+def can_hold(home: ZoneState) -> bool:
+    """Whether ``home``, the zone a request's prefix was last sent to, may take it:
+    healthy, not drained, serving the model, with an agent URL, and not saturated but
+    by its KV cache use alone (``kv_bound``: the prefix's blocks are counted in that
+    use; see the module docstring)."""
+    return (
+        (not home.saturated or home.kv_bound)
+        and not home.drained
+        and home.healthy
+        and home.serves_model
+        and home.info.url is not None
+    )
+
+
+def _home(recall: Recall, zones: tuple[ZoneState, ...]) -> ZoneState | None:
+    """The recalled zone among ``zones`` when it can hold the request."""
+    home = next((z for z in zones if z.id == recall.target), None)
+    return home if home is not None and can_hold(home) else None
 
 
 class ZoneMemory:
@@ -161,8 +187,8 @@ class ZoneMemory:
         request whose prefix is cached here costs that headroom little, so the cold
         requests are the ones to send away. It stays when its recalled zone is the one
         :func:`sticky_zone` keeps against ``local`` (the profile's choice among the
-        zones that can take it now, ``None`` when none can). Never for a drained region
-        or saturated zones: those spills are not drawn."""
+        zones that can take it now, ``None`` when none can: then the draw stands).
+        Never for a drained region: those spills are not drawn."""
         hashes = request.prefix_hashes
         recall = self.memory.recall(hashes, now) if hashes else None
         if recall is None:
@@ -172,3 +198,14 @@ class ZoneMemory:
             return None
         kept = sticky_zone(recall, chosen, zones(), request, tokens_per_block=tokens_per_block)
         return kept if kept.id == recall.target else None
+
+    def hold(
+        self, request: RouteRequest, zones: tuple[ZoneState, ...], *, now: float
+    ) -> ZoneState | None:
+        """The zone that keeps ``request`` when no zone of the region can take it now
+        (every one saturated: it would spill or queue), or ``None``: the zone its
+        prefix was last sent to, when that zone can hold it (:func:`can_hold`: full by
+        its KV cache use alone, which the prefix's resident blocks are part of)."""
+        hashes = request.prefix_hashes
+        recall = self.memory.recall(hashes, now) if hashes else None
+        return None if recall is None else _home(recall, zones)

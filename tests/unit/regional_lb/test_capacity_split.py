@@ -281,6 +281,11 @@ class _KeepsAll:
         assert chosen.id == "b"  # the zone place() would choose: never the lost one
         return chosen
 
+    def hold(
+        self, request: RouteRequest, zones: tuple[ZoneState, ...], *, now: float
+    ) -> ZoneState | None:
+        raise AssertionError("zone b can take every request: no zone is saturated")
+
 
 def test_a_request_kept_for_its_prefix_spends_no_spill_token() -> None:
     """The split draws 30 % for the peer (Envoy's count); the memory keeps them all. A

@@ -334,6 +334,7 @@ def _reference_candidates(
 ) -> tuple[ZoneState, ...]:
     """zone_candidates as written before the per-view memo: every check per call."""
     out = []
+    count_only = dataclasses.replace(regional.settings, kv_cache_util_threshold=math.inf)
     for info in regional.zones.values():
         load = info.summary.load_for(model) if info.summary is not None else None
         unseen = accounting.unseen(info.id, model)
@@ -341,7 +342,9 @@ def _reference_candidates(
         panicked = load is None or is_saturated(
             load, unseen[0], regional.settings, all_healthy=True
         )
-        out.append(ZoneState(info.id, info, load, unseen[0], unseen[1], full, panicked))
+        # Full, but not without its KV threshold: full by its KV cache use alone.
+        kv_bound = full and not (load is None or is_saturated(load, unseen[0], count_only))
+        out.append(ZoneState(info.id, info, load, unseen[0], unseen[1], full, panicked, kv_bound))
     return tuple(out)
 
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from gtm.models import GpuClassLoad, ModelLoad
 from gtm.routing.placement import PlacementMemory
-from regional_lb.plugins.prefix import ZoneMemory, sticky_zone
+from policies.documents import SaturationPolicy
+from regional_lb.plugins.prefix import ZoneMemory, can_hold, sticky_zone
+from regional_lb.profiles import build, profile_spec
+from regional_lb.router import Inputs, RegionalDecision, RegionalRouter, Route
 from regional_lb.view import ZoneState, zone_candidates
 from tests.unit.regional_lb.helpers import NOW, model_load, route_request, view, zone
 
@@ -150,3 +153,91 @@ def test_the_previous_turn_gives_its_fast_gpu_back_to_the_home_zone() -> None:
     memory.remember(PROMPT[:4], "a", NOW - 0.5, tokens=TOKENS)  # half the new prompt
     recall = memory.recall(PROMPT, NOW)
     assert sticky_zone(recall, zones[1], zones, request, tokens_per_block=PER_BLOCK) is zones[0]
+
+
+def _kv_zones(*, running_a: int = 0, kv_free_b: int = 1000) -> tuple[ZoneState, ...]:
+    """Zone a's KV cache 90 % used (past the saturation detector's 80 %): full by it
+    alone, or by its request count too with ``running_a`` past its limit."""
+    regional = view(
+        [
+            zone("a", model_load(running=running_a, kv=(1000, 100))),
+            zone("b", model_load(kv=(1000, kv_free_b))),
+        ]
+    )
+    return zone_candidates(regional, "m")
+
+
+def test_a_home_full_only_by_its_kv_cache_use_keeps_its_conversation() -> None:
+    # The prefix's blocks are resident at a and counted in its KV use; b would allocate
+    # and prefill the whole prompt again.
+    request = route_request(tokens=TOKENS, prefix=PROMPT)
+    memory = PlacementMemory()
+    memory.remember(PROMPT, "a", NOW - 1.0)
+    recall = memory.recall(PROMPT, NOW)
+    zones = _kv_zones()
+    assert zones[0].saturated
+    assert zones[0].kv_bound
+    assert can_hold(zones[0])
+    assert sticky_zone(recall, zones[1], zones, request, tokens_per_block=PER_BLOCK) is zones[0]
+    # Full by its request count as well: it holds nothing.
+    crowded = _kv_zones(running_a=40)
+    assert crowded[0].saturated
+    assert not crowded[0].kv_bound
+    assert not can_hold(crowded[0])
+    got = sticky_zone(recall, crowded[1], crowded, request, tokens_per_block=PER_BLOCK)
+    assert got is crowded[1]
+    # Its queue is still priced: one far longer than the prefill the cache saves loses.
+    regional = view(
+        [zone("a", model_load(queued=200_000, kv=(1000, 100))), zone("b", model_load())]
+    )
+    queued = zone_candidates(regional, "m")
+    assert queued[0].kv_bound
+    assert sticky_zone(recall, queued[1], queued, request, tokens_per_block=PER_BLOCK) is queued[1]
+
+
+def test_when_no_zone_can_take_a_request_its_home_holds_it_if_only_kv_fills_it() -> None:
+    memory = ZoneMemory()
+    request = route_request(tokens=TOKENS, prefix=PROMPT)
+    zones = _kv_zones(kv_free_b=100)  # both zones full by KV use
+    assert all(z.saturated for z in zones)
+    assert memory.hold(request, zones, now=NOW) is None  # nothing of it here
+    memory.memory.remember(PROMPT, "b", NOW - 1.0)
+    assert memory.hold(request, zones, now=NOW) is zones[1]
+    memory.memory.remember(PROMPT, "a", NOW - 0.5)
+    assert memory.hold(request, _kv_zones(running_a=40, kv_free_b=100), now=NOW) is None
+    drained = zone_candidates(
+        view(
+            [
+                zone("a", model_load(kv=(1000, 100)), drained=True),
+                zone("b", model_load(kv=(1000, 100))),
+            ]
+        ),
+        "m",
+    )
+    assert memory.hold(request, drained, now=NOW) is None
+
+
+def test_the_router_keeps_a_request_no_zone_can_take_on_its_kv_full_home() -> None:
+    router = RegionalRouter(build(profile_spec(None)), saturation_filter="saturation")
+    inputs = Inputs(
+        allowed=frozenset({"r1"}),
+        on_saturation=SaturationPolicy.SPILL_WITHIN_ALLOWED,
+        client_country_known=True,
+        tokens_per_block=PER_BLOCK,
+    )
+    regional = view([zone("a", model_load(kv=(1000, 100))), zone("b", model_load(kv=(1000, 100)))])
+    request = route_request(tokens=TOKENS, prefix=PROMPT)
+    memory = ZoneMemory()
+
+    def decide(keeper: ZoneMemory | None) -> RegionalDecision:
+        return router.decide(
+            request, regional, inputs, accounting=None, now=NOW, now_wall=NOW, keeper=keeper
+        )
+
+    assert decide(None).route is Route.QUEUE  # every zone full
+    assert decide(memory).route is Route.QUEUE  # nothing of it here
+    memory.memory.remember(PROMPT, "b", NOW - 1.0)
+    kept = decide(memory)
+    assert kept.route is Route.LOCAL
+    assert kept.zone is not None
+    assert kept.zone.id == "b"
