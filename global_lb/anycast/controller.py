@@ -91,10 +91,6 @@ class ProbeSignals:
     _session: aiohttp.ClientSession | None = None
 
     async def read(self) -> RegionSignals:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=self.check_timeout_s)
-            )
         results = await asyncio.gather(*(self._check(url) for url in self.checks.values()))
         ready = set()
         for service, ok in zip(self.checks, results, strict=True):
@@ -111,7 +107,9 @@ class ProbeSignals:
         )
 
     async def _check(self, url: str) -> bool:
-        assert self._session is not None
+        if self._session is None:
+            timeout = aiohttp.ClientTimeout(total=self.check_timeout_s)
+            self._session = aiohttp.ClientSession(timeout=timeout)
         try:
             async with self._session.get(url) as response:
                 return response.status == 200

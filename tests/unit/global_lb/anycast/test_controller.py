@@ -1,0 +1,132 @@
+"""The controller: debounce, apply-on-change, metrics, the withdrawal on stop, and the
+region's jurisdictions from the shipped example policies."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from global_lb.anycast.controller import (
+    AnycastController,
+    AnycastMetrics,
+    Debounce,
+    ProbeSignals,
+    region_jurisdictions,
+)
+from global_lb.anycast.policy import Announcement, AnycastPrefix, Plan, Service
+from global_lb.anycast.speaker import SpeakerError
+from gtm.metrics import new_registry
+from policies.loader import load_examples
+
+FRONT = AnycastPrefix(ipaddress.ip_network("198.51.100.0/24"))
+EU = AnycastPrefix(ipaddress.ip_network("203.0.113.0/24"), jurisdiction="eu")
+
+
+def test_debounce_needs_rise_goods_and_fall_bads_in_a_row() -> None:
+    d = Debounce(rise=2, fall=3)
+    assert [d.observe(ok) for ok in (True, True)] == [False, True]
+    assert [d.observe(ok) for ok in (False, False, True, False, False, False)] == [
+        True, True, True, True, True, False,
+    ]  # fmt: skip
+
+
+def test_region_jurisdictions_from_the_example_policies() -> None:
+    policies = load_examples()
+    assert "eu" in region_jurisdictions(policies, "eu-west")
+    assert "eu" not in region_jurisdictions(policies, "us-east")
+    assert "us" in region_jurisdictions(policies, "us-east")
+    with pytest.raises(KeyError, match="known"):
+        region_jurisdictions(policies, "mars-1")
+
+
+@dataclass
+class RecordingSpeaker:
+    name: str = "recording"
+    plans: list[Plan] = field(default_factory=list)
+    fail: bool = False
+
+    async def apply(self, plan: Plan) -> None:
+        if self.fail:
+            raise SpeakerError("refused")
+        self.plans.append(plan)
+
+    async def close(self) -> None:
+        return None
+
+
+class ReadyFlags(ProbeSignals):
+    """ProbeSignals whose checks answer from ``answers`` instead of HTTP."""
+
+    answers: dict[str, bool]
+
+    async def _check(self, url: str) -> bool:
+        return self.answers[url]
+
+
+def source(tmp_path: Path, *, ready: bool = True) -> ReadyFlags:
+    s = ReadyFlags(
+        "eu-west",
+        frozenset({"eu"}),
+        {Service.FRONT_DOOR: "front"},
+        drain_file=tmp_path / "drain",
+        rise=1,
+        fall=1,
+    )
+    s.answers = {"front": ready}
+    return s
+
+
+def states(plan: Plan) -> list[Announcement]:
+    return [d.announcement for d in plan.decisions]
+
+
+async def test_the_controller_applies_only_changes_and_withdraws_on_stop(tmp_path: Path) -> None:
+    registry = new_registry()
+    speaker = RecordingSpeaker()
+    signals = source(tmp_path)
+    controller = AnycastController(
+        (FRONT, EU), signals, speaker, metrics=AnycastMetrics(registry), linger_s=0.0
+    )
+    await controller.step()
+    await controller.step()
+    assert len(speaker.plans) == 1
+    assert states(speaker.plans[0]) == [Announcement.ANNOUNCE] * 2
+    (tmp_path / "drain").touch()
+    await controller.step()
+    assert states(speaker.plans[-1]) == [Announcement.DRAINING] * 2
+    value = registry.get_sample_value
+    assert value("gtm_anycast_draining", {"prefix": "198.51.100.0/24"}) == 1.0
+    assert value("gtm_anycast_announced", {"prefix": "198.51.100.0/24"}) == 1.0
+    labels = {"prefix": "198.51.100.0/24", "to": "draining"}
+    assert value("gtm_anycast_transitions_total", labels) == 1.0
+    controller.stop()
+    await controller.run()
+    assert states(speaker.plans[-1]) == [Announcement.WITHDRAW] * 2
+    assert value("gtm_anycast_announced", {"prefix": "198.51.100.0/24"}) == 0.0
+    assert (value("gtm_anycast_last_change_timestamp_seconds") or 0) > 0
+    state = controller.state()
+    assert state["speaker"] == "recording"
+
+
+async def test_a_failed_check_withdraws_its_service(tmp_path: Path) -> None:
+    speaker = RecordingSpeaker()
+    signals = source(tmp_path)
+    controller = AnycastController((FRONT,), signals, speaker, linger_s=0.0)
+    await controller.step()
+    signals.answers["front"] = False
+    await controller.step()
+    assert states(speaker.plans[-1]) == [Announcement.WITHDRAW]
+
+
+async def test_a_refused_plan_is_tried_again(tmp_path: Path) -> None:
+    speaker = RecordingSpeaker(fail=True)
+    controller = AnycastController((FRONT,), source(tmp_path), speaker, linger_s=0.0)
+    with pytest.raises(SpeakerError):
+        await controller.step()
+    assert controller.plan is None
+    speaker.fail = False
+    await controller.step()
+    assert states(speaker.plans[-1]) == [Announcement.ANNOUNCE]
