@@ -88,6 +88,9 @@ class AnycastLab:
     regions: int = 3
     #: Regions whose speaker is ExaBGP (started by the test, :meth:`start_exabgp`), not BIRD.
     exabgp_regions: frozenset[str] = frozenset()
+    #: BFD on the sessions between BIRD routers; off: a silent router is found by the
+    #: hold timer alone.
+    bfd: bool = True
     tag: str = field(default_factory=lambda: f"gtmac{os.getpid() % 100000}")
     _links: list[_Link] = field(default_factory=list)
     _birds: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
@@ -221,7 +224,7 @@ class AnycastLab:
             export = "all" if name == TRANSIT and peer.startswith("s") else exports
             if name == TRANSIT and peer.startswith("r"):
                 export = "none"
-            bfd = "off" if peer in self.exabgp_regions else "on"
+            bfd = "on" if self.bfd and peer not in self.exabgp_regions else "off"
             lines += [
                 f"protocol bgp {peer} {{",
                 f"  local {mine} as {me.asn};",
@@ -427,9 +430,13 @@ def wait_for(condition: Callable[[], bool], deadline_s: float, what: str) -> flo
 
 @contextlib.contextmanager
 def anycast_lab(
-    directory: Path, regions: int = 3, exabgp_regions: frozenset[str] = frozenset()
+    directory: Path,
+    regions: int = 3,
+    exabgp_regions: frozenset[str] = frozenset(),
+    *,
+    bfd: bool = True,
 ) -> Iterator[AnycastLab]:
-    with AnycastLab(directory, regions, exabgp_regions) as lab:
+    with AnycastLab(directory, regions, exabgp_regions, bfd) as lab:
         wait_for(lab.established_between_birds, 20.0, "every BGP session to be established")
         yield lab
 
