@@ -68,7 +68,7 @@ def test_the_runtime_stage_installs_no_compiler_and_reads_no_index() -> None:
     runtime = " ".join(arguments for keyword, arguments in _stages()["runtime"])
     for word in ("apt-get", "gcc", "python3-dev", "build-essential"):
         assert word not in runtime
-    assert "pip install -q --no-index --find-links /wheels gtm-traffic-manager" in runtime
+    assert 'pip install -q --no-index --find-links /wheels "gtm-traffic-manager[' in runtime
     # The wheels come in by a bind mount for one step, not a COPY that a layer would keep.
     assert "COPY" not in [keyword for keyword, _ in _stages()["runtime"]]
     assert "--mount=type=bind,from=build,source=/wheels,target=/wheels" in runtime
@@ -121,3 +121,11 @@ def test_the_build_context_holds_what_the_wheel_is_built_from() -> None:
     assert packages | files <= included
     # An editable install's compiled kernels stay out: the build stage compiles its own.
     assert "**/*.so" in lines
+
+
+def test_the_default_extras_are_extras_of_the_distribution() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))
+    default = [value for keyword, value in _instructions() if keyword == "ARG"]
+    extras = next(v.partition("=")[2] for v in default if v.startswith("EXTRAS="))
+    assert "otlp" in extras.split(","), "traces reach a collector from the image"
+    assert set(extras.split(",")) <= set(project["project"]["optional-dependencies"])
