@@ -82,7 +82,8 @@ def test_the_parent_records_are_the_zones_ns_set_and_glue() -> None:
     ns: set[str] = set()
     glue: set[tuple[str, str]] = set()
     for line in records.splitlines():
-        rrset = dns.rrset.from_text(*line.split(None, 4))
+        name, ttl, rdclass, rdtype, rdata = line.split(None, 4)
+        rrset = dns.rrset.from_text(name, int(ttl), rdclass, rdtype, rdata)
         if rrset.rdtype == dns.rdatatype.NS:
             assert rrset.name.to_text() == config.zone
             ns |= {rd.to_text() for rd in rrset}
