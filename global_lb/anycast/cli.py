@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +43,17 @@ from global_lb.anycast.speaker import (
     Speaker,
     exabgp_config,
 )
+from gtm.cli_types import StateURL
+from gtm.clock import SystemClock
+from gtm.envvars import from_environment
 from gtm.errors import ConfigError
 from gtm.metrics import new_registry
 from gtm.serve import add_service_routes, serving
+from gtm.state.url import open_store
 
 DEFAULT_CHECK = "http://127.0.0.1:8080/readyz"
+#: Each store read is bounded so that a hung etcd does not stall the health loop.
+STORE_TIMEOUT_S = 1.0
 
 
 class SpeakerKind:
@@ -91,6 +97,7 @@ class _Setup:
     sessions: Sessions
 
 
+@from_environment
 @click.command("anycast")
 @click.option("--region", required=True, help="This region's id (as in the policies).")
 @click.option(
@@ -158,6 +165,13 @@ class _Setup:
 )
 @click.option("--drain-prepend", type=click.IntRange(1, 16), default=3, show_default=True)
 @click.option("--drain-local-pref", type=click.IntRange(0, 4294967295), default=50)
+@click.option(
+    "--state",
+    type=StateURL(),
+    default=None,
+    help="etcd://HOST:PORT[,...]: follow this region's drain (gtm drain region ID); "
+    "through an outage the last drain state stays (none by default).",
+)
 @click.option(
     "--drain-file",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -268,6 +282,11 @@ async def _speaker(options: dict[str, Any], setup: _Setup) -> Speaker:
 
 async def _run(options: dict[str, Any], setup: _Setup) -> None:
     registry = new_registry()
+    if options["state"] is not None:
+        store = open_store(
+            options["state"], clock=SystemClock(), registry=registry, timeout=STORE_TIMEOUT_S
+        )
+        setup = replace(setup, source=replace(setup.source, store=store))
     controller = AnycastController(
         setup.prefixes,
         setup.source,

@@ -10,9 +10,11 @@ makes the next round withdraw everything, waits for the speaker to take that, th
 ``linger_s`` so the withdrawal reaches the neighbours before the process exits — the front
 door behind it should stop only after (``After=``/``Before=`` in systemd).
 
-A drain is read from a file (``--drain-file``: present = drained; its modification time
-is when the drain began), so an operator or a deploy script drains one host without the
-state store — and an etcd outage cannot undo it.
+A drain is read from the state store (``gtm drain region ID``, the record's ``at`` is when
+it began) and from a file (``--drain-file``: present = drained; its modification time is
+when), so a deploy script drains one host without the store. When the store does not
+answer, the last drain state it gave stays in force and the signals say the store is
+unreachable — static stability: an etcd outage neither undoes a drain nor withdraws.
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ from global_lb.anycast.policy import (
     decide,
 )
 from global_lb.anycast.speaker import Speaker, SpeakerError
+from gtm.errors import StateUnavailable
+from gtm.models import Drain, DrainTarget
+from gtm.state import codec, keys
+from gtm.state.store import StateStore
 from policies.policyset import PolicySet
 
 log = logging.getLogger("gtm.anycast")
@@ -84,11 +90,15 @@ class ProbeSignals:
     jurisdictions: frozenset[str]
     checks: Mapping[Service, str]
     drain_file: Path | None = None
+    #: The state store whose region drain (``gtm drain region``) is followed.
+    store: StateStore | None = None
     check_timeout_s: float = 1.0
     rise: int = 2
     fall: int = 2
     _debounce: dict[Service, Debounce] = field(default_factory=dict)
     _session: aiohttp.ClientSession | None = None
+    #: The last drain the store answered with (``None``: none), kept through an outage.
+    _store_drain: Drain | None = None
 
     async def read(self) -> RegionSignals:
         results = await asyncio.gather(*(self._check(url) for url in self.checks.values()))
@@ -97,6 +107,7 @@ class ProbeSignals:
             debounce = self._debounce.setdefault(service, Debounce(self.rise, self.fall))
             if debounce.observe(ok):
                 ready.add(service)
+        reachable = await self._read_store()
         draining, age = self._drain()
         return RegionSignals(
             region=self.region,
@@ -104,7 +115,20 @@ class ProbeSignals:
             ready=frozenset(ready),
             draining=draining,
             drain_age_s=age,
+            store_reachable=reachable,
         )
+
+    async def _read_store(self) -> bool:
+        """Refresh the region's drain from the store; ``False`` when it did not answer."""
+        if self.store is None:
+            return True
+        key = keys.drain(DrainTarget.REGION, self.region)
+        try:
+            found = await self.store.get(key)
+        except StateUnavailable:
+            return False
+        self._store_drain = None if found is None else codec.decode(key, found.value, Drain)
+        return True
 
     async def _check(self, url: str) -> bool:
         if self._session is None:
@@ -117,17 +141,22 @@ class ProbeSignals:
             return False
 
     def _drain(self) -> tuple[bool, float | None]:
-        if self.drain_file is None:
+        """Drained by the store or the file; the age of the older drain."""
+        began: list[float] = []
+        if self._store_drain is not None:
+            began.append(self._store_drain.at)
+        if self.drain_file is not None:
+            with contextlib.suppress(FileNotFoundError):
+                began.append(self.drain_file.stat().st_mtime)
+        if not began:
             return False, None
-        try:
-            began = self.drain_file.stat().st_mtime
-        except FileNotFoundError:
-            return False, None
-        return True, max(0.0, time.time() - began)
+        return True, max(0.0, time.time() - min(began))
 
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
+        if self.store is not None:
+            await self.store.aclose()
 
 
 class AnycastMetrics:

@@ -4,6 +4,7 @@ region's jurisdictions from the shipped example policies."""
 from __future__ import annotations
 
 import ipaddress
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,7 +19,12 @@ from global_lb.anycast.controller import (
 )
 from global_lb.anycast.policy import Announcement, AnycastPrefix, Plan, Service
 from global_lb.anycast.speaker import SpeakerError
+from gtm.clock import FakeClock
 from gtm.metrics import new_registry
+from gtm.models import Drain, DrainTarget
+from gtm.state import codec, keys
+from gtm.state.memory import MemoryStore
+from gtm.testing.outage import OutageStore
 from policies.loader import load_examples
 
 FRONT = AnycastPrefix(ipaddress.ip_network("198.51.100.0/24"))
@@ -130,3 +136,43 @@ async def test_a_refused_plan_is_tried_again(tmp_path: Path) -> None:
     speaker.fail = False
     await controller.step()
     assert states(speaker.plans[-1]) == [Announcement.ANNOUNCE]
+
+
+async def test_a_region_drain_in_the_store_drains_and_an_outage_keeps_it(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    store = OutageStore(MemoryStore(clock, new_registry()))
+    signals = source(tmp_path)
+    signals.store = store
+    speaker = RecordingSpeaker()
+    controller = AnycastController((FRONT,), signals, speaker, linger_s=0.0)
+    await controller.step()
+    assert states(speaker.plans[-1]) == [Announcement.ANNOUNCE]
+    drain = Drain(target=DrainTarget.REGION, id="eu-west", at=time.time())
+    await store.put(keys.drain(DrainTarget.REGION, "eu-west"), codec.encode(drain))
+    await controller.step()
+    assert states(speaker.plans[-1]) == [Announcement.DRAINING]
+    # etcd goes away: the drain stays in force, nothing is withdrawn for the outage.
+    store.down = True
+    await controller.step()
+    assert controller.signals is not None
+    assert not controller.signals.store_reachable
+    assert states(speaker.plans[-1]) == [Announcement.DRAINING]
+    # Back, undrained: announced again.
+    store.down = False
+    await store.delete(keys.drain(DrainTarget.REGION, "eu-west"))
+    await controller.step()
+    assert states(speaker.plans[-1]) == [Announcement.ANNOUNCE]
+
+
+async def test_an_etcd_outage_alone_keeps_announcing(tmp_path: Path) -> None:
+    store = OutageStore(MemoryStore(FakeClock(), new_registry()))
+    store.down = True
+    signals = source(tmp_path)
+    signals.store = store
+    speaker = RecordingSpeaker()
+    controller = AnycastController((FRONT, EU), signals, speaker, linger_s=0.0)
+    await controller.step()
+    assert states(speaker.plans[-1]) == [Announcement.ANNOUNCE] * 2
+    assert "static stability" in speaker.plans[-1].decisions[0].reason
