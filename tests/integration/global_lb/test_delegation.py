@@ -13,19 +13,12 @@ Needs ``unbound`` (``scripts/install-system-deps``): without it this test fails.
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import os
 import shutil
-import socket
-import subprocess
-import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import IO
 
 import dns.edns
 import dns.flags
@@ -34,99 +27,22 @@ import dns.query
 import dns.rcode
 import dns.rdatatype
 import pytest
-import yaml
 
-from tests.unit.global_lb.helpers import REGION_IDS, address_of, maxmind_test_db, topology
+from tests.integration.global_lb.daemons import (
+    DNS_LISTENING,
+    free_port,
+    gtm_global,
+    health_endpoint,
+    running,
+    write_topology,
+)
+from tests.unit.global_lb.helpers import REGION_IDS, address_of, maxmind_test_db
 
 pytestmark = pytest.mark.integration
 
 ZONE = "gtm.example."
-#: How long a process may take to start listening.
-START_TIMEOUT_S = 30.0
 #: Each query's deadline (a recursive answer is two loopback round trips).
 QUERY_TIMEOUT_S = 5.0
-
-
-def free_port() -> int:
-    """A port free for both UDP and TCP on 127.0.0.1."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
-            udp.bind(("127.0.0.1", 0))
-            port = int(udp.getsockname()[1])
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp:
-                try:
-                    tcp.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
-                return port
-
-
-class _Healthy(BaseHTTPRequestHandler):
-    """The regional LBs' health endpoint: every region up."""
-
-    def do_GET(self) -> None:
-        self.send_response(200 if self.path == "/healthz" else 404)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
-@contextlib.contextmanager
-def health_endpoint() -> Iterator[int]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Healthy)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield int(server.server_address[1])
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
-
-
-@contextlib.contextmanager
-def running(argv: list[str], env: dict[str, str], stream: str, marker: str) -> Iterator[None]:
-    """``argv`` running until the block ends, from the moment a line of its ``stream``
-    contains ``marker`` (fails on exit or after START_TIMEOUT_S, with what it said).
-    Both streams are read to their end, so a chatty process never blocks on a pipe."""
-    process = subprocess.Popen(
-        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    said: list[str] = []
-    found = threading.Event()
-
-    def read(pipe: IO[str], watched: bool) -> None:
-        for line in pipe:
-            said.append(line)
-            if watched and marker in line:
-                found.set()
-
-    assert process.stdout is not None
-    assert process.stderr is not None
-    readers = [
-        threading.Thread(target=read, args=(process.stdout, stream == "stdout"), daemon=True),
-        threading.Thread(target=read, args=(process.stderr, stream == "stderr"), daemon=True),
-    ]
-    for reader in readers:
-        reader.start()
-    try:
-        if not found.wait(START_TIMEOUT_S):
-            process.kill()
-            pytest.fail(f"no {marker!r} from {argv[0]} ({process.poll()=}):\n{''.join(said)}")
-        yield
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        for reader in readers:
-            reader.join()
-        process.stdout.close()
-        process.stderr.close()
 
 
 def unbound_binary() -> str:
@@ -201,29 +117,12 @@ def resolver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Resolver]:
     binary = unbound_binary()
     tmp = tmp_path_factory.mktemp("delegation")
     with health_endpoint() as health_port:
-        regions = [
-            r.model_copy(
-                update={
-                    "endpoints": (
-                        r.endpoints[0].model_copy(
-                            update={"url": f"http://127.0.0.1:{health_port}"}
-                        ),
-                        r.endpoints[1],
-                    )
-                }
-            )
-            for r in topology()
-        ]
-        topo = tmp / "topology.yaml"
-        topo.write_text(
-            yaml.safe_dump({"regions": [r.model_dump(mode="json", by_alias=True) for r in regions]})
-        )
+        topo = write_topology(tmp / "topology.yaml", health_port)
         gtm_port, unbound_port = free_port(), free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("GTM_")}
         # Some settings by flag, some by variable: both reach the zone.
         env |= {"GTM_SOA_SERIAL": "2026112601", "GTM_SOA_MINIMUM": "20"}
-        gtm = [
-            sys.executable, "-m", "gtmctl", "global",
+        gtm = gtm_global(
             "--dns-listen", f"127.0.0.1:{gtm_port}", "--http-listen", "off",
             "--state", "memory", "--topology", str(topo), "--rrl-rate", "0",
             "--geoip-db", str(maxmind_test_db("GeoIP2-City-Test")),
@@ -231,10 +130,10 @@ def resolver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Resolver]:
             "--ns", "ns1=127.0.0.1", "--ns", "ns2.gtm.example.=127.0.0.2,::1",
             "--ns", "ns.provider.example.",
             "--soa-rname", "dns-admin@example.com",
-        ]  # fmt: skip
-        with running(gtm, env, "stdout", "gtm global: DNS (UDP+TCP) on"):
+        )  # fmt: skip
+        with running(gtm, env, DNS_LISTENING):
             conf = unbound_conf(tmp, unbound_port, gtm_port)
-            with running([binary, "-d", "-c", str(conf)], env, "stderr", "start of service"):
+            with running([binary, "-d", "-c", str(conf)], env, "start of service"):
                 yield Resolver(unbound_port)
 
 
