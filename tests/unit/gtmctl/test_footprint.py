@@ -27,6 +27,10 @@ def test_gtm_up_with_processes_imports_no_simulator_chaos_plotting_or_x509() -> 
     tiers = {m for m in modules if m.split(".")[0] in ("global_lb", "regional_lb", "zone_agent")}
     assert tiers <= {
         "global_lb",
+        # The zone's --dns-ns/--dns-soa-* options, checked before the children start.
+        "global_lb.dns",
+        "global_lb.dns.options",
+        "global_lb.dns.zone_config",
         "global_lb.profile_names",
         "zone_agent",
         "zone_agent.profile_names",
