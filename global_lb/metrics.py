@@ -71,7 +71,8 @@ class GlobalMetrics:
         self.geoip_reloads = Counter(
             "gtm_global_geoip_reloads_total",
             "Changes of the --geoip-db file seen, by outcome: reloaded (the new database "
-            "serves) or failed (it did not open; the previous one keeps serving).",
+            "serves) or failed (it did not open; the previous one keeps serving). Each "
+            "process follows the file: with --dns-workers N a change counts N times.",
             ["outcome"],
             registry=registry,
         )
