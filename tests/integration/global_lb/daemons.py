@@ -1,20 +1,28 @@
-"""Real daemons on loopback for the global tier's process-level tests (mine:
-test_delegation, test_geoip_reload): a ``gtm global`` child, a health endpoint that says
-every region is up, and the child's output read line by line, so a test waits for what
-the daemon says (it listens; it reloaded) instead of sleeping."""
+"""Real daemons on loopback for the GeoDNS process-level tests (global_lb's
+test_delegation and test_geoip_reload, users_paths' test_delegation): a ``gtm global``
+child, a health endpoint that says every region is up, Debian's ``unbound`` as the
+clients' recursive resolver, and each child's output read line by line, so a test waits
+for what the daemon says (it listens; it reloaded) instead of sleeping."""
 
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import socket
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import IO
 
+import dns.edns
+import dns.flags
+import dns.message
+import dns.query
 import pytest
 import yaml
 
@@ -22,6 +30,8 @@ from tests.unit.global_lb.helpers import topology
 
 #: How long a process may take to start listening, or to say what a test waits for.
 START_TIMEOUT_S = 30.0
+#: Each query's deadline (a recursive answer is two loopback round trips).
+QUERY_TIMEOUT_S = 5.0
 
 
 class Running:
@@ -167,3 +177,72 @@ def gtm_global(*flags: str) -> list[str]:
 
 #: What ``gtm global`` says when its DNS server listens.
 DNS_LISTENING = "gtm global: DNS (UDP+TCP) on"
+
+
+def unbound_binary() -> str:
+    found = shutil.which("unbound") or next(
+        (p for p in ("/usr/sbin/unbound", "/usr/local/sbin/unbound") if os.access(p, os.X_OK)),
+        None,
+    )
+    if found is None:
+        pytest.fail(
+            "unbound is not installed: this test needs the real resolver; run "
+            "scripts/install-system-deps (Debian package unbound)"
+        )
+    return found
+
+
+def unbound_conf(directory: Path, port: int, gtm_port: int, zone: str) -> Path:
+    """unbound on 127.0.0.1:``port`` in ``directory``: ECS through its subnet cache, and
+    ``zone`` by a stub to gtm on 127.0.0.1:``gtm_port``."""
+    conf = directory / "unbound.conf"
+    conf.write_text(
+        f"""server:
+    interface: 127.0.0.1
+    port: {port}
+    do-ip6: no
+    access-control: 127.0.0.0/8 allow
+    username: ""
+    chroot: ""
+    directory: "{directory}"
+    pidfile: "{directory}/unbound.pid"
+    use-syslog: no
+    logfile: ""
+    verbosity: 1
+    num-threads: 1
+    so-reuseport: no
+    # gtm listens on loopback, which unbound does not query by default.
+    do-not-query-localhost: no
+    # The subnet cache module: ECS to the authorities allowed below, answers cached
+    # per the scope they return.
+    module-config: "subnetcache validator iterator"
+    send-client-subnet: 127.0.0.1
+    client-subnet-zone: "{zone}"
+    # Pass on the ECS option a client sent (a forwarder in front of unbound, or the
+    # test's client) instead of the client's own loopback address.
+    client-subnet-always-forward: yes
+    max-client-subnet-ipv4: 24
+    max-client-subnet-ipv6: 56
+    domain-insecure: "{zone}"
+    qname-minimisation: no
+
+stub-zone:
+    name: "{zone}"
+    stub-addr: 127.0.0.1@{gtm_port}
+    stub-prime: no
+"""
+    )
+    return conf
+
+
+@dataclass(frozen=True)
+class Resolver:
+    port: int
+
+    def ask(
+        self, name: str, rdtype: str = "A", subnet: tuple[str, int] | None = None
+    ) -> dns.message.Message:
+        options: list[dns.edns.Option] = [dns.edns.ECSOption(*subnet)] if subnet else []
+        query = dns.message.make_query(name, rdtype, use_edns=0, options=options)
+        query.flags |= dns.flags.RD
+        return dns.query.udp(query, "127.0.0.1", port=self.port, timeout=QUERY_TIMEOUT_S)

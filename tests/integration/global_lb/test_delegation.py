@@ -15,10 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import dns.edns
 import dns.flags
@@ -30,10 +27,13 @@ import pytest
 
 from tests.integration.global_lb.daemons import (
     DNS_LISTENING,
+    Resolver,
     free_port,
     gtm_global,
     health_endpoint,
     running,
+    unbound_binary,
+    unbound_conf,
     write_topology,
 )
 from tests.unit.global_lb.helpers import REGION_IDS, address_of, maxmind_test_db
@@ -41,75 +41,6 @@ from tests.unit.global_lb.helpers import REGION_IDS, address_of, maxmind_test_db
 pytestmark = pytest.mark.integration
 
 ZONE = "gtm.example."
-#: Each query's deadline (a recursive answer is two loopback round trips).
-QUERY_TIMEOUT_S = 5.0
-
-
-def unbound_binary() -> str:
-    found = shutil.which("unbound") or next(
-        (p for p in ("/usr/sbin/unbound", "/usr/local/sbin/unbound") if os.access(p, os.X_OK)),
-        None,
-    )
-    if found is None:
-        pytest.fail(
-            "unbound is not installed: this test needs the real resolver; run "
-            "scripts/install-system-deps (Debian package unbound)"
-        )
-    return found
-
-
-def unbound_conf(directory: Path, port: int, gtm_port: int) -> Path:
-    conf = directory / "unbound.conf"
-    conf.write_text(
-        f"""server:
-    interface: 127.0.0.1
-    port: {port}
-    do-ip6: no
-    access-control: 127.0.0.0/8 allow
-    username: ""
-    chroot: ""
-    directory: "{directory}"
-    pidfile: "{directory}/unbound.pid"
-    use-syslog: no
-    logfile: ""
-    verbosity: 1
-    num-threads: 1
-    so-reuseport: no
-    # gtm listens on loopback, which unbound does not query by default.
-    do-not-query-localhost: no
-    # The subnet cache module: ECS to the authorities allowed below, answers cached
-    # per the scope they return.
-    module-config: "subnetcache validator iterator"
-    send-client-subnet: 127.0.0.1
-    client-subnet-zone: "{ZONE}"
-    # Pass on the ECS option a client sent (a forwarder in front of unbound, or the
-    # test's client) instead of the client's own loopback address.
-    client-subnet-always-forward: yes
-    max-client-subnet-ipv4: 24
-    max-client-subnet-ipv6: 56
-    domain-insecure: "{ZONE}"
-    qname-minimisation: no
-
-stub-zone:
-    name: "{ZONE}"
-    stub-addr: 127.0.0.1@{gtm_port}
-    stub-prime: no
-"""
-    )
-    return conf
-
-
-@dataclass(frozen=True)
-class Resolver:
-    port: int
-
-    def ask(
-        self, name: str, rdtype: str = "A", subnet: tuple[str, int] | None = None
-    ) -> dns.message.Message:
-        options: list[dns.edns.Option] = [dns.edns.ECSOption(*subnet)] if subnet else []
-        query = dns.message.make_query(name, rdtype, use_edns=0, options=options)
-        query.flags |= dns.flags.RD
-        return dns.query.udp(query, "127.0.0.1", port=self.port, timeout=QUERY_TIMEOUT_S)
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +63,7 @@ def resolver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Resolver]:
             "--soa-rname", "dns-admin@example.com",
         )  # fmt: skip
         with running(gtm, env, DNS_LISTENING):
-            conf = unbound_conf(tmp, unbound_port, gtm_port)
+            conf = unbound_conf(tmp, unbound_port, gtm_port, ZONE)
             with running([binary, "-d", "-c", str(conf)], env, "start of service"):
                 yield Resolver(unbound_port)
 
