@@ -38,12 +38,33 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import dns.exception
+import dns.message
+
 TRANSIT = "t"
 TRANSIT_AS = 65000
 #: The BFD timers: a silent neighbour is declared down after three missed intervals.
 BFD_INTERVAL_MS = 100
 HOLD_TIME_S = 3
 HTTP_PORT = 8080
+#: The anycast address of the regions' DNS servers (held by each region; announced in
+#: 192.0.2.0/24 when the DNS service is).
+DNS_ADDRESS = "192.0.2.53"
+#: A region's DNS stand-in: answers every question with a TXT record naming the region,
+#: from the anycast address (a UDP answer must come from the address asked).
+_DNS_STANDIN = """
+import socket, sys
+import dns.message, dns.rrset
+region, address = sys.argv[1], sys.argv[2]
+sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+sock.bind((address, 53))
+while True:
+    data, peer = sock.recvfrom(4096)
+    query = dns.message.from_wire(data)
+    answer = dns.message.make_response(query)
+    answer.answer.append(dns.rrset.from_text(query.question[0].name, 0, "IN", "TXT", region))
+    sock.sendto(answer.to_wire(), peer)
+"""
 _CLONE_NEWNET = 0x40000000
 
 
@@ -95,9 +116,10 @@ class AnycastLab:
     _links: list[_Link] = field(default_factory=list)
     _birds: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _http: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    _dns: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _namespaces: list[str] = field(default_factory=list)
     #: Addresses each region holds on its loopback (the anycast front doors).
-    anycast_addresses: tuple[str, ...] = ("198.51.100.1", "203.0.113.1")
+    anycast_addresses: tuple[str, ...] = ("198.51.100.1", "203.0.113.1", DNS_ADDRESS)
 
     # ------------------------------------------------------------------ naming
 
@@ -151,14 +173,16 @@ class AnycastLab:
                 self.start_router(name)
         for region in self.region_names():
             self.start_front_door(region)
+            self.start_dns(region)
 
     def close(self) -> None:
-        for process in (*self._http.values(), *self._birds.values()):
+        for process in (*self._http.values(), *self._dns.values(), *self._birds.values()):
             with contextlib.suppress(ProcessLookupError):
                 process.send_signal(signal.SIGCONT)
                 process.kill()
             process.wait()
         self._http.clear()
+        self._dns.clear()
         self._birds.clear()
         for name in reversed(self._namespaces):
             subprocess.run(["ip", "netns", "delete", name], capture_output=True, check=False)
@@ -265,12 +289,38 @@ class AnycastLab:
         )  # fmt: skip
         wait_for(lambda: self.fetch(region, "127.0.0.1") == region, 10.0, f"front door of {region}")
 
+    def start_dns(self, region: str) -> None:
+        script = self.directory / "dns_standin.py"
+        script.write_text(_DNS_STANDIN)
+        self._dns[region] = subprocess.Popen(
+            [
+                "ip",
+                "netns",
+                "exec",
+                self.ns(region),
+                sys.executable,
+                str(script),
+                region,
+                DNS_ADDRESS,
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_for(lambda: self.query(region, DNS_ADDRESS) == region, 10.0, f"DNS of {region}")
+
+    def stop_dns(self, region: str) -> None:
+        process = self._dns.pop(region)
+        process.kill()
+        process.wait()
+
     def crash(self, region: str) -> None:
         """The region falls silent: its router freezes (no keepalives, no BFD, sessions
-        left open, as in a hung host) and its front door dies."""
+        left open, as in a hung host) and its front door and DNS server die."""
         self._birds[region].send_signal(signal.SIGSTOP)
         self._http[region].kill()
         self._http[region].wait()
+        self.stop_dns(region)
 
     def restart(self, region: str) -> None:
         """The crashed region comes back: a fresh router and front door."""
@@ -279,6 +329,7 @@ class AnycastLab:
         old.wait()
         self.start_router(region)
         self.start_front_door(region)
+        self.start_dns(region)
 
     def established(self) -> bool:
         """Every BGP session of every BIRD router is up (those with ExaBGP too)."""
@@ -367,6 +418,26 @@ class AnycastLab:
         region's name, or ``None`` when nothing answers."""
         return self.get(node, address, HTTP_PORT, "/", timeout)
 
+    def query(self, node: str, address: str, timeout: float = 0.5) -> str | None:
+        """A DNS question to ``address`` from inside ``node``'s namespace: the region named
+        in the answer, or ``None`` when none comes."""
+        try:
+            sock = netns_socket(self.ns(node), socket.SOCK_DGRAM)
+        except OSError:
+            return None
+        with sock:
+            sock.settimeout(timeout)
+            try:
+                sock.connect((address, 53))
+                sock.send(dns.message.make_query("api.anycast.", "TXT").to_wire())
+                answer = dns.message.from_wire(sock.recv(4096))
+            except (OSError, dns.exception.DNSException):
+                return None
+        for rrset in answer.answer:
+            for record in rrset:
+                return b"".join(record.strings).decode()
+        return None
+
     def get(
         self, node: str, address: str, port: int, path: str, timeout: float = 0.5
     ) -> str | None:
@@ -391,9 +462,9 @@ class AnycastLab:
         return body.decode() if status == [b"200"] else None
 
 
-def netns_socket(netns: str) -> socket.socket:
-    """A TCP socket created inside network namespace ``netns`` (usable from any thread:
-    a socket keeps the namespace it was made in)."""
+def netns_socket(netns: str, kind: int = socket.SOCK_STREAM) -> socket.socket:
+    """An IPv4 socket (TCP by default) created inside network namespace ``netns`` (usable
+    from any thread: a socket keeps the namespace it was made in)."""
     libc = ctypes.CDLL(None, use_errno=True)
     made: list[socket.socket | BaseException] = []
 
@@ -403,7 +474,7 @@ def netns_socket(netns: str) -> socket.socket:
                 if libc.setns(handle.fileno(), _CLONE_NEWNET) != 0:
                     errno = ctypes.get_errno()
                     raise OSError(errno, os.strerror(errno))
-            made.append(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            made.append(socket.socket(socket.AF_INET, kind))
         except BaseException as exc:
             made.append(exc)
 

@@ -22,14 +22,22 @@ from global_lb.anycast.policy import (
     decide,
 )
 from global_lb.anycast.speaker import Attributes, BirdSpeaker
-from gtm.testing.anycast_lab import HOLD_TIME_S, AnycastLab, anycast_lab, wait_for
+from gtm.testing.anycast_lab import (
+    DNS_ADDRESS,
+    HOLD_TIME_S,
+    AnycastLab,
+    anycast_lab,
+    wait_for,
+)
 
 pytestmark = pytest.mark.anycast
 
 FRONT = AnycastPrefix(ipaddress.ip_network("198.51.100.0/24"))
 EU = AnycastPrefix(ipaddress.ip_network("203.0.113.0/24"), jurisdiction="eu")
+DNS = AnycastPrefix(ipaddress.ip_network("192.0.2.0/24"), Service.DNS)
 FRONT_IP, EU_IP = "198.51.100.1", "203.0.113.1"
-PREFIXES = (FRONT, EU)
+PREFIXES = (FRONT, EU, DNS)
+BOTH = frozenset({Service.FRONT_DOOR, Service.DNS})
 JURISDICTIONS = {"r1": frozenset({"eu"}), "r2": frozenset({"us"}), "r3": frozenset({"jp"})}
 DRAIN = DrainPolicy(grace_s=None)
 
@@ -46,7 +54,7 @@ def speaker(lab: AnycastLab, region: str) -> BirdSpeaker:
 
 
 def signals(region: str, **changes: Any) -> RegionSignals:
-    base = RegionSignals(region, JURISDICTIONS[region], frozenset({Service.FRONT_DOOR}))
+    base = RegionSignals(region, JURISDICTIONS[region], BOTH)
     return replace(base, **changes)
 
 
@@ -68,9 +76,16 @@ def no_route(lab: AnycastLab, site: str, address: str) -> bool:
     return lab.next_hop(site, address) is None
 
 
+def direct(lab: AnycastLab, site: str, region: str) -> bool:
+    return lab.as_path(site, str(FRONT)) == (lab.node(region).asn,)
+
+
 def settle(lab: AnycastLab) -> None:
+    """Every site on its own region, over the direct link (a route through the transit
+    may arrive first and serve the same region)."""
     for index, site in enumerate(lab.site_names(), start=1):
         region = f"r{index}"
+        wait_for(partial(direct, lab, site, region), 15.0, f"{site}'s direct route")
         wait_for(partial(on, lab, site, (region,)), 15.0, f"{site} on {region}")
 
 
@@ -84,6 +99,25 @@ async def test_each_site_reaches_its_nearest_region_on_the_anycast_address(
         assert lab.next_hop(site, FRONT_IP) == f"r{index}"
 
 
+def dns_from(lab: AnycastLab, site: str, regions: tuple[str, ...]) -> bool:
+    return lab.query(site, DNS_ADDRESS) in regions
+
+
+async def test_each_site_reaches_its_nearest_dns_and_a_failed_dns_moves_only_dns(
+    lab: AnycastLab,
+) -> None:
+    await announce_all(lab)
+    settle(lab)
+    for index, site in enumerate(lab.site_names(), start=1):
+        wait_for(partial(dns_from, lab, site, (f"r{index}",)), 10.0, f"{site}'s DNS")
+    # r1's DNS server fails its check: its DNS prefix goes, its front door prefix stays.
+    await announce_all(lab, r1={"ready": frozenset({Service.FRONT_DOOR})})
+    wait_for(partial(dns_from, lab, "s1", ("r2", "r3")), 5.0, "s1's DNS to leave r1")
+    assert serving(lab, "s1") == "r1"
+    await announce_all(lab)
+    wait_for(partial(dns_from, lab, "s1", ("r1",)), 5.0, "s1's DNS back on r1")
+
+
 async def test_an_eu_only_prefix_is_never_reachable_through_a_non_eu_region(
     lab: AnycastLab,
 ) -> None:
@@ -94,8 +128,8 @@ async def test_an_eu_only_prefix_is_never_reachable_through_a_non_eu_region(
         path = lab.as_path(site, str(EU))
         assert path is not None
         assert path[-1] == 65001
-    assert await speaker(lab, "r2").routes() == {FRONT.network}
-    assert await speaker(lab, "r3").routes() == {FRONT.network}
+    assert await speaker(lab, "r2").routes() == {FRONT.network, DNS.network}
+    assert await speaker(lab, "r3").routes() == {FRONT.network, DNS.network}
     # The EU region withdraws (front door down): the prefix is gone, not carried elsewhere,
     # though r2 and r3 hold the address and would answer.
     await announce_all(lab, r1={"ready": frozenset()})
