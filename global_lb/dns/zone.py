@@ -99,8 +99,9 @@ class Zone:
         mname = absolute_name(config.primary, name) if config.primary else servers[0][0]
         self._mname = name_wire(mname)
         self._rname = name_wire(mailbox_name(config.hostmaster, name))
-        #: RFC 2308 §3: the SOA of a negative answer lives min(its TTL, MINIMUM).
-        self._soa_ttl = min(config.ttl, config.negative_ttl)
+        #: RFC 2308 §3/§5: a negative answer is cached for min(the SOA's TTL, MINIMUM);
+        #: the SOA it carries has MINIMUM as its TTL, so it is cached for MINIMUM exactly.
+        self._soa_ttl = config.negative_ttl
 
     def wire_name(self, *prefix: str) -> bytes:
         return to_wire((*prefix, *self._labels))

@@ -142,9 +142,18 @@ def test_negative_answers_close_with_the_soa_for_negative_caching(
     (rrset,) = reply.authority
     assert rrset.name.to_text() == ZONE
     soa = soa_of(rrset)
-    # RFC 2308 §3/§5: cached for min(SOA TTL, MINIMUM) — here the MINIMUM, 15 s.
+    # RFC 2308 §3/§5: cached for min(SOA TTL, MINIMUM): the MINIMUM, 15 s, both ways.
     assert rrset.ttl == 15 == soa.minimum
     assert soa.serial == 2026112601
+
+
+def test_a_minimum_longer_than_the_ttl_is_the_negative_caching_time(
+    tmp_path: Path, dns_router: GlobalRouter
+) -> None:
+    zone = Zone(tmp_path, dns_router, ZoneConfig(zone=ZONE, ttl=30, negative_ttl=300))
+    (rrset,) = zone.ask(f"nothing.{ZONE}").authority
+    assert (rrset.ttl, soa_of(rrset).minimum) == (300, 300)
+    assert zone.ask(ZONE, "SOA").answer[0].ttl == 30  # the SOA asked for: the zone's TTL
 
 
 def test_the_default_zone_is_unchanged(tmp_path: Path, dns_router: GlobalRouter) -> None:
