@@ -65,7 +65,7 @@ class Zone:
         )
 
     def ask(self, name: str, rdtype: str = "A", ecs: bool = False) -> dns.message.Message:
-        options = [dns.edns.ECSOption("81.2.69.0", 24)] if ecs else []
+        options: list[dns.edns.Option] = [dns.edns.ECSOption("81.2.69.0", 24)] if ecs else []
         query = dns.message.make_query(name, rdtype, use_edns=0, options=options)
         raw = self.responder.respond(query.to_wire(), ipaddress.ip_address("127.0.0.1"))
         assert raw is not None
