@@ -10,6 +10,7 @@ global`` child — does not import the tier. The rules are the zone module's doc
 from __future__ import annotations
 
 import ipaddress
+import re
 from enum import StrEnum
 
 import dns.exception
@@ -35,7 +36,8 @@ DEFAULT_REFRESH = 3600
 DEFAULT_RETRY = 600
 DEFAULT_EXPIRE = 604_800
 _MAX_TIMER = (1 << 31) - 1  # RFC 2181 §8: TTL-like values are 31-bit
-_LABEL = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+#: A host name's label (RFC 1123 §2.1): what a name server's name is made of.
+_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 #: Labels an in-zone name server may not take: ``api`` is the routed name.
 _RESERVED = frozenset({"api"})
 
@@ -63,6 +65,19 @@ def absolute_name(text: str, zone: dns.name.Name) -> dns.name.Name:
         raise ValueError(f"{text!r} is not a domain name: {exc}") from None
     if name == dns.name.root:
         raise ValueError(f"{text!r} is not a usable domain name")
+    return name
+
+
+def host_name(text: str, zone: dns.name.Name) -> dns.name.Name:
+    """A server's name, as :func:`absolute_name` reads it, made of host name labels
+    (letters, digits, inner hyphens)."""
+    name = absolute_name(text, zone)
+    for label in name.labels[:-1]:
+        if not _LABEL.match(label.decode("ascii", "replace")):
+            raise ValueError(
+                f"{text!r} is not a host name: {label.decode('ascii', 'replace')!r} is not "
+                "letters, digits and inner hyphens"
+            )
     return name
 
 
@@ -145,7 +160,7 @@ class ZoneConfig(Frozen):
         for ns in self.name_servers:
             where = f"name_servers: {ns.name}"
             try:
-                name = absolute_name(ns.name, zone)
+                name = host_name(ns.name, zone)
             except ValueError as exc:
                 raise ValueError(f"name_servers: {exc}") from None
             if name in seen:
@@ -171,7 +186,7 @@ class ZoneConfig(Frozen):
             raise ValueError(f"hostmaster: {exc}") from None
         if self.primary is not None:
             try:
-                absolute_name(self.primary, zone)
+                host_name(self.primary, zone)
             except ValueError as exc:
                 raise ValueError(f"primary: {exc}") from None
         if self.expire < self.refresh + self.retry:
@@ -193,5 +208,6 @@ __all__ = [
     "SerialPolicy",
     "ZoneConfig",
     "absolute_name",
+    "host_name",
     "mailbox_name",
 ]

@@ -214,6 +214,8 @@ def test_glue_that_does_not_fit_sets_tc(tmp_path: Path, dns_router: GlobalRouter
         ({"name_servers": ({"name": "ns1.dns"},)}, "one label under the zone"),
         ({"name_servers": ({"name": "ns1.dns.gtm.example.com."},)}, "one label directly"),
         ({"name_servers": ({"name": "api"},)}, "'api' is the routed name"),
+        ({"name_servers": ({"name": "ns_1"},)}, "'ns_1' is not a host name"),
+        ({"primary": "ns-.example.net."}, "primary: 'ns-.example.net.' is not a host name"),
         ({"name_servers": ({"name": "ns1"}, {"name": "ns1.gtm.example.com."})}, "twice"),
         (
             {"name_servers": ({"name": "ns.provider.net.", "addresses": ("192.0.2.1",)},)},
