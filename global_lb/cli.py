@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
+import logging
 import sys
 from typing import Any
 
@@ -18,6 +20,7 @@ from global_lb.config import (
 )
 from global_lb.dns.options import zone_config, zone_options
 from global_lb.dns.rrl import RrlConfig
+from global_lb.dns.server import parse_listen
 from global_lb.dns.zone import DEFAULT_TTL, DEFAULT_ZONE
 from global_lb.geo import DEFAULT_RELOAD_INTERVAL_S, load_geo_map, open_locator
 from global_lb.health import HealthTable
@@ -44,6 +47,8 @@ from gtm.state.url import open_store
 from gtm.tasks import TaskSupervisor
 from gtm.tls import TlsConfig, click_options, config_from_options, material
 from gtm.tracing import OFF, Tracing, open_tracing, trace_options
+
+log = logging.getLogger(__name__)
 
 
 def _fail(exc: Exception) -> None:
@@ -188,6 +193,7 @@ def global_cmd(**options: Any) -> None:
     """Run the global tier: GeoDNS (EDNS Client Subnet) and the HTTP front door."""
     try:
         config = _config(options)
+        _warn_if_undelegatable(config)
         tls = config_from_options(options)
         if options["front_door_tls"] and tls is None:
             raise ConfigError("--front-door-tls needs --tls-ca, --tls-cert and --tls-key")
@@ -203,6 +209,26 @@ def global_cmd(**options: Any) -> None:
             tracing.shutdown()
     except GtmError as exc:
         _fail(exc)
+
+
+def _warn_if_undelegatable(config: GlobalConfig) -> None:
+    """A DNS server reachable from elsewhere whose in-zone name servers have no address
+    cannot be delegated to: say so at start (a local one, as gtm up's, need not be)."""
+    missing = config.zone.without_glue()
+    if not missing or config.dns_listen is None:
+        return
+    host, _ = parse_listen(config.dns_listen, 53)
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return
+    except ValueError:  # a host name
+        if host == "localhost":
+            return
+    log.warning(
+        "dns: name server %s is inside the zone but has no address: a parent zone cannot "
+        "delegate to it; give its addresses (--ns LABEL=ADDR,...; docs/dns-delegation.md)",
+        ", ".join(missing),
+    )
 
 
 def _config(options: dict[str, Any]) -> GlobalConfig:

@@ -196,6 +196,16 @@ class ZoneConfig(Frozen):
             )
         return self
 
+    def without_glue(self) -> tuple[str, ...]:
+        """The in-zone name servers given no address: a parent zone cannot delegate to
+        them (nothing would say where they are)."""
+        zone = dns.name.from_text(self.zone)
+        return tuple(
+            name.to_text()
+            for name, ns in ((absolute_name(ns.name, zone), ns) for ns in self.name_servers)
+            if name.is_subdomain(zone) and not ns.addresses
+        )
+
 
 __all__ = [
     "DEFAULT_EXPIRE",

@@ -110,3 +110,25 @@ def test_geoip_reload_interval_reaches_the_config() -> None:
     result = CliRunner().invoke(cli, ["global", "--geoip-reload-interval", "-1"])
     assert result.exit_code == 2
     assert "--geoip-reload-interval" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "warned"),
+    [
+        (("--dns-listen", "0.0.0.0:53"), True),  # reachable, ns1 without an address
+        (("--dns-listen", "0.0.0.0:53", "--ns", "ns1=192.0.2.53"), False),
+        (("--dns-listen", "0.0.0.0:53", "--ns", "ns1.example.net."), False),
+        (("--dns-listen", "127.0.0.1:5353"), False),  # local, as gtm up's
+        (("--dns-listen", "localhost:5353"), False),
+        (("--dns-listen", "off"), False),
+    ],
+)
+def test_a_reachable_server_without_glue_is_warned_about(
+    args: tuple[str, ...], warned: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    from global_lb.cli import _warn_if_undelegatable
+
+    _warn_if_undelegatable(_config(global_cmd.make_context("global", list(args)).params))
+    assert ("a parent zone cannot delegate to it" in caplog.text) is warned
+    if warned:
+        assert "ns1.inference.example." in caplog.text
