@@ -29,6 +29,7 @@ from prometheus_client import CollectorRegistry
 from global_lb.anycast.controller import (
     AnycastController,
     AnycastMetrics,
+    FleetSignals,
     ProbeSignals,
     region_jurisdictions,
 )
@@ -43,17 +44,19 @@ from global_lb.anycast.speaker import (
     Speaker,
     exabgp_config,
 )
+from global_lb.app import load_policy
 from gtm.cli_types import StateURL
 from gtm.clock import SystemClock
 from gtm.envvars import from_environment
 from gtm.errors import ConfigError
 from gtm.metrics import new_registry
+from gtm.policy_store import ActivePolicy
 from gtm.serve import add_service_routes, serving
+from gtm.state.snapshot import SnapshotWatcher
 from gtm.state.url import open_store
+from gtm.tasks import TaskSupervisor
 
 DEFAULT_CHECK = "http://127.0.0.1:8080/readyz"
-#: Each store read is bounded so that a hung etcd does not stall the health loop.
-STORE_TIMEOUT_S = 1.0
 
 
 class SpeakerKind:
@@ -95,6 +98,7 @@ class _Setup:
     drain: DrainPolicy
     attrs: Attributes
     sessions: Sessions
+    policy: ActivePolicy
 
 
 @from_environment
@@ -169,8 +173,14 @@ class _Setup:
     "--state",
     type=StateURL(),
     default=None,
-    help="etcd://HOST:PORT[,...]: follow this region's drain (gtm drain region ID); "
-    "through an outage the last drain state stays (none by default).",
+    help="etcd://HOST:PORT[,...]: follow the fleet as the global tier does — this "
+    "region's drain (gtm drain region ID), which jurisdictions have an available region; "
+    "through an outage the last snapshot stays (none by default).",
+)
+@click.option(
+    "--require-summaries",
+    is_flag=True,
+    help="As gtm global's: a region without a published summary counts as down.",
 )
 @click.option(
     "--drain-file",
@@ -218,14 +228,12 @@ def anycast(**options: Any) -> None:
 
 def _setup(options: dict[str, Any]) -> _Setup:
     region: str = options["region"]
+    policy = load_policy(tuple(options["policies"]))
     if options["jurisdictions"]:
         jurisdictions = frozenset(options["jurisdictions"])
     else:
-        from global_lb.app import load_policy
-
-        policy = load_policy(tuple(options["policies"]))
         try:
-            jurisdictions = region_jurisdictions(policy.policy_set, region)
+            jurisdictions = region_jurisdictions(policy, region)
         except KeyError as exc:
             raise ConfigError(str(exc.args[0])) from None
     drain = DrainPolicy(
@@ -244,7 +252,7 @@ def _setup(options: dict[str, Any]) -> _Setup:
     )
     sessions = Sessions(options["neighbours"], options["hold_time"], options["bfd"])
     attrs = Attributes(options["local_as"], drain)
-    return _Setup(options["prefixes"], source, drain, attrs, sessions)
+    return _Setup(options["prefixes"], source, drain, attrs, sessions, policy)
 
 
 def _exabgp_config(options: dict[str, Any], setup: _Setup) -> str:
@@ -282,11 +290,24 @@ async def _speaker(options: dict[str, Any], setup: _Setup) -> Speaker:
 
 async def _run(options: dict[str, Any], setup: _Setup) -> None:
     registry = new_registry()
+    clock = SystemClock()
+    supervisor = TaskSupervisor(registry=registry, clock=clock, component="anycast")
+    store = None
     if options["state"] is not None:
-        store = open_store(
-            options["state"], clock=SystemClock(), registry=registry, timeout=STORE_TIMEOUT_S
-        )
-        setup = replace(setup, source=replace(setup.source, store=store))
+        store = open_store(options["state"], clock=clock, registry=registry)
+        snapshots = SnapshotWatcher(store, clock=clock, registry=registry, component="anycast")
+        supervisor.spawn("snapshots", snapshots.run())
+        fleet = FleetSignals(snapshots, setup.policy, options["require_summaries"])
+        setup = replace(setup, source=replace(setup.source, fleet=fleet))
+    try:
+        await _control(options, setup, registry)
+    finally:
+        await supervisor.aclose()
+        if store is not None:
+            await store.aclose()
+
+
+async def _control(options: dict[str, Any], setup: _Setup, registry: CollectorRegistry) -> None:
     controller = AnycastController(
         setup.prefixes,
         setup.source,

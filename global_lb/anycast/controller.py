@@ -10,11 +10,15 @@ makes the next round withdraw everything, waits for the speaker to take that, th
 ``linger_s`` so the withdrawal reaches the neighbours before the process exits — the front
 door behind it should stop only after (``After=``/``Before=`` in systemd).
 
-A drain is read from the state store (``gtm drain region ID``, the record's ``at`` is when
-it began) and from a file (``--drain-file``: present = drained; its modification time is
-when), so a deploy script drains one host without the store. When the store does not
-answer, the last drain state it gave stays in force and the signals say the store is
-unreachable — static stability: an etcd outage neither undoes a drain nor withdraws.
+The fleet (:class:`FleetSignals`, with ``--state``) is read as the global tier reads it:
+the store's snapshot (:class:`~gtm.state.snapshot.SnapshotWatcher`) through the same view
+builder (:func:`global_lb.keeper.build_view`), so "which regions can serve a jurisdiction"
+and "is this region drained" (``gtm drain region ID``; the record's ``at`` is when it
+began) mean what they mean to the front door. When the store is unreachable the watcher
+keeps the last snapshot and says it is stale — static stability: an etcd outage neither
+undoes a drain nor withdraws a route. A drain can also come from a file (``--drain-file``:
+present = drained; its modification time is when), so a deploy script drains one host
+without the store.
 """
 
 from __future__ import annotations
@@ -40,27 +44,54 @@ from global_lb.anycast.policy import (
     decide,
 )
 from global_lb.anycast.speaker import Speaker, SpeakerError
-from gtm.errors import StateUnavailable
+from global_lb.health import HealthTable
+from global_lb.keeper import build_view
 from gtm.models import Drain, DrainTarget
-from gtm.state import codec, keys
-from gtm.state.store import StateStore
-from policies.policyset import PolicySet
+from gtm.policy_store import ActivePolicy
+from gtm.state.snapshot import FleetSnapshot, SnapshotWatcher
 
 log = logging.getLogger("gtm.anycast")
 
 
-def region_jurisdictions(policy_set: PolicySet, region: str) -> frozenset[str]:
-    """Every jurisdiction ``region`` is in: those containing its country, plus its label
-    (the label defaults to the country code, as :func:`global_lb.view.policy_regions`)."""
-    spec = policy_set.regions.get(region)
-    if spec is None:
-        known = ", ".join(sorted(policy_set.regions))
+def region_jurisdictions(policy: ActivePolicy, region: str) -> frozenset[str]:
+    """Every jurisdiction ``region`` is in, by the rule the global tier's view uses
+    (:func:`global_lb.view.jurisdiction_members`)."""
+    view = build_view(policy, FleetSnapshot(revision=0), HealthTable())
+    if region not in view.by_id:
+        known = ", ".join(sorted(view.by_id))
         raise KeyError(f"region {region!r} is not in the policies (known: {known})")
-    found = {
-        jid for jid, countries in policy_set.jurisdictions.items() if spec.country in countries
-    }
-    found.add(spec.jurisdiction or spec.country.lower())
-    return frozenset(found)
+    return frozenset(j for j, members in view.jurisdictions.items() if region in members)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetReading:
+    reachable: bool
+    drain: Drain | None
+    servable: frozenset[str]
+    any_available: bool
+
+
+@dataclass
+class FleetSignals:
+    """The fleet as the global tier sees it, from the store (kept through an outage)."""
+
+    snapshots: SnapshotWatcher
+    policy: ActivePolicy
+    #: As ``gtm global --require-summaries``: a region without a summary is down.
+    require_summaries: bool = False
+
+    def read(self, region: str) -> FleetReading:
+        snapshot = self.snapshots.current
+        view = build_view(
+            self.policy, snapshot, HealthTable(), require_summaries=self.require_summaries
+        )
+        available = view.available_ids()
+        return FleetReading(
+            reachable=not self.snapshots.stale,
+            drain=snapshot.drains.get(f"{DrainTarget.REGION.value}/{region}"),
+            servable=frozenset(j for j, m in view.jurisdictions.items() if m & available),
+            any_available=bool(available),
+        )
 
 
 @dataclass
@@ -84,21 +115,19 @@ class Debounce:
 
 @dataclass
 class ProbeSignals:
-    """Signals from HTTP readiness checks (200 = ready) and a drain file."""
+    """Signals from HTTP readiness checks (200 = ready), the fleet and a drain file."""
 
     region: str
     jurisdictions: frozenset[str]
     checks: Mapping[Service, str]
     drain_file: Path | None = None
-    #: The state store whose region drain (``gtm drain region``) is followed.
-    store: StateStore | None = None
+    #: The fleet in the state store (``None``: not followed).
+    fleet: FleetSignals | None = None
     check_timeout_s: float = 1.0
     rise: int = 2
     fall: int = 2
     _debounce: dict[Service, Debounce] = field(default_factory=dict)
     _session: aiohttp.ClientSession | None = None
-    #: The last drain the store answered with (``None``: none), kept through an outage.
-    _store_drain: Drain | None = None
 
     async def read(self) -> RegionSignals:
         results = await asyncio.gather(*(self._check(url) for url in self.checks.values()))
@@ -107,28 +136,23 @@ class ProbeSignals:
             debounce = self._debounce.setdefault(service, Debounce(self.rise, self.fall))
             if debounce.observe(ok):
                 ready.add(service)
-        reachable = await self._read_store()
-        draining, age = self._drain()
-        return RegionSignals(
+        fleet = None if self.fleet is None else self.fleet.read(self.region)
+        draining, age = self._drain(None if fleet is None else fleet.drain)
+        signals = RegionSignals(
             region=self.region,
             jurisdictions=self.jurisdictions,
             ready=frozenset(ready),
             draining=draining,
             drain_age_s=age,
-            store_reachable=reachable,
         )
-
-    async def _read_store(self) -> bool:
-        """Refresh the region's drain from the store; ``False`` when it did not answer."""
-        if self.store is None:
-            return True
-        key = keys.drain(DrainTarget.REGION, self.region)
-        try:
-            found = await self.store.get(key)
-        except StateUnavailable:
-            return False
-        self._store_drain = None if found is None else codec.decode(key, found.value, Drain)
-        return True
+        if fleet is None:
+            return signals
+        return replace(
+            signals,
+            store_reachable=fleet.reachable,
+            servable=fleet.servable,
+            any_available=fleet.any_available,
+        )
 
     async def _check(self, url: str) -> bool:
         if self._session is None:
@@ -140,11 +164,11 @@ class ProbeSignals:
         except (aiohttp.ClientError, TimeoutError, OSError):
             return False
 
-    def _drain(self) -> tuple[bool, float | None]:
+    def _drain(self, stored: Drain | None) -> tuple[bool, float | None]:
         """Drained by the store or the file; the age of the older drain."""
         began: list[float] = []
-        if self._store_drain is not None:
-            began.append(self._store_drain.at)
+        if stored is not None:
+            began.append(stored.at)
         if self.drain_file is not None:
             with contextlib.suppress(FileNotFoundError):
                 began.append(self.drain_file.stat().st_mtime)
@@ -155,8 +179,6 @@ class ProbeSignals:
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
-        if self.store is not None:
-            await self.store.aclose()
 
 
 class AnycastMetrics:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ipaddress
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,18 +16,21 @@ from global_lb.anycast.controller import (
     AnycastController,
     AnycastMetrics,
     Debounce,
+    FleetSignals,
     ProbeSignals,
     region_jurisdictions,
 )
 from global_lb.anycast.policy import Announcement, AnycastPrefix, Plan, Service
 from global_lb.anycast.speaker import SpeakerError
+from global_lb.app import load_policy
 from gtm.clock import FakeClock
 from gtm.metrics import new_registry
 from gtm.models import Drain, DrainTarget
 from gtm.state import codec, keys
 from gtm.state.memory import MemoryStore
+from gtm.state.snapshot import SnapshotWatcher
+from gtm.tasks import TaskSupervisor
 from gtm.testing.outage import OutageStore
-from policies.loader import load_examples
 
 FRONT = AnycastPrefix(ipaddress.ip_network("198.51.100.0/24"))
 EU = AnycastPrefix(ipaddress.ip_network("203.0.113.0/24"), jurisdiction="eu")
@@ -40,7 +45,7 @@ def test_debounce_needs_rise_goods_and_fall_bads_in_a_row() -> None:
 
 
 def test_region_jurisdictions_from_the_example_policies() -> None:
-    policies = load_examples()
+    policies = load_policy(())
     assert "eu" in region_jurisdictions(policies, "eu-west")
     assert "eu" not in region_jurisdictions(policies, "us-east")
     assert "us" in region_jurisdictions(policies, "us-east")
@@ -138,41 +143,91 @@ async def test_a_refused_plan_is_tried_again(tmp_path: Path) -> None:
     assert states(speaker.plans[-1]) == [Announcement.ANNOUNCE]
 
 
+@asynccontextmanager
+async def fleet_of(
+    store: OutageStore[MemoryStore], clock: FakeClock
+) -> AsyncIterator[FleetSignals]:
+    snapshots = SnapshotWatcher(store, clock=clock, registry=new_registry())
+    supervisor = TaskSupervisor(registry=new_registry(), clock=clock)
+    supervisor.spawn("snapshots", snapshots.run())
+    try:
+        yield FleetSignals(snapshots, load_policy(()))
+    finally:
+        await supervisor.aclose()
+
+
 async def test_a_region_drain_in_the_store_drains_and_an_outage_keeps_it(
     tmp_path: Path,
 ) -> None:
     clock = FakeClock()
     store = OutageStore(MemoryStore(clock, new_registry()))
-    signals = source(tmp_path)
-    signals.store = store
-    speaker = RecordingSpeaker()
-    controller = AnycastController((FRONT,), signals, speaker, linger_s=0.0)
-    await controller.step()
-    assert states(speaker.plans[-1]) == [Announcement.ANNOUNCE]
-    drain = Drain(target=DrainTarget.REGION, id="eu-west", at=time.time())
-    await store.put(keys.drain(DrainTarget.REGION, "eu-west"), codec.encode(drain))
-    await controller.step()
-    assert states(speaker.plans[-1]) == [Announcement.DRAINING]
-    # etcd goes away: the drain stays in force, nothing is withdrawn for the outage.
-    store.down = True
-    await controller.step()
-    assert controller.signals is not None
-    assert not controller.signals.store_reachable
-    assert states(speaker.plans[-1]) == [Announcement.DRAINING]
-    # Back, undrained: announced again.
-    store.down = False
-    await store.delete(keys.drain(DrainTarget.REGION, "eu-west"))
-    await controller.step()
-    assert states(speaker.plans[-1]) == [Announcement.ANNOUNCE]
+    async with fleet_of(store, clock) as fleet:
+        signals = source(tmp_path)
+        signals.fleet = fleet
+        speaker = RecordingSpeaker()
+        controller = AnycastController((FRONT,), signals, speaker, linger_s=0.0)
+        await fleet.snapshots.wait_ready()
+        await controller.step()
+        assert states(speaker.plans[-1]) == [Announcement.ANNOUNCE]
+        drain = Drain(target=DrainTarget.REGION, id="eu-west", at=time.time())
+        key = keys.drain(DrainTarget.REGION, "eu-west")
+        await fleet.snapshots.wait_for_revision(await store.put(key, codec.encode(drain)))
+        await controller.step()
+        assert states(speaker.plans[-1]) == [Announcement.DRAINING]
+        # etcd goes away: the drain stays in force, nothing is withdrawn for the outage.
+        store.down = True
+        await fleet.snapshots.wait_stale(True)
+        await controller.step()
+        assert controller.signals is not None
+        assert not controller.signals.store_reachable
+        assert states(speaker.plans[-1]) == [Announcement.DRAINING]
+        # Back, undrained: announced again.
+        store.down = False
+        await clock.advance_until(lambda: not fleet.snapshots.stale)
+        assert await store.delete(key)
+        await fleet.snapshots.wait_for_revision((await store.range("/")).revision)
+        await controller.step()
+        assert states(speaker.plans[-1]) == [Announcement.ANNOUNCE]
+
+
+async def test_no_available_region_in_a_jurisdiction_withdraws_its_prefix(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    store = OutageStore(MemoryStore(clock, new_registry()))
+    async with fleet_of(store, clock) as fleet:
+        signals = source(tmp_path)
+        signals.fleet = fleet
+        speaker = RecordingSpeaker()
+        controller = AnycastController((FRONT, EU), signals, speaker, linger_s=0.0)
+        await fleet.snapshots.wait_ready()
+        revision = 0
+        for region in ("eu-west", "eu-central"):
+            drain = Drain(target=DrainTarget.REGION, id=region, at=time.time())
+            revision = await store.put(keys.drain(DrainTarget.REGION, region), codec.encode(drain))
+        await fleet.snapshots.wait_for_revision(revision)
+        await controller.step()
+        eu = speaker.plans[-1].by_prefix[EU.network]
+        assert eu.announcement is Announcement.WITHDRAW
+        assert eu.reason == "no available region in eu"
+        # The unbound prefix: other regions are available, this one drains.
+        assert speaker.plans[-1].by_prefix[FRONT.network].announcement is Announcement.DRAINING
+        # The same stale view during an etcd outage withdraws nothing more.
+        store.down = True
+        await fleet.snapshots.wait_stale(True)
+        await controller.step()
+        assert speaker.plans[-1].by_prefix[EU.network].announcement is Announcement.DRAINING
 
 
 async def test_an_etcd_outage_alone_keeps_announcing(tmp_path: Path) -> None:
-    store = OutageStore(MemoryStore(FakeClock(), new_registry()))
+    clock = FakeClock()
+    store = OutageStore(MemoryStore(clock, new_registry()))
     store.down = True
-    signals = source(tmp_path)
-    signals.store = store
-    speaker = RecordingSpeaker()
-    controller = AnycastController((FRONT, EU), signals, speaker, linger_s=0.0)
-    await controller.step()
-    assert states(speaker.plans[-1]) == [Announcement.ANNOUNCE] * 2
-    assert "static stability" in speaker.plans[-1].decisions[0].reason
+    async with fleet_of(store, clock) as fleet:
+        signals = source(tmp_path)
+        signals.fleet = fleet
+        speaker = RecordingSpeaker()
+        controller = AnycastController((FRONT, EU), signals, speaker, linger_s=0.0)
+        await controller.step()
+        assert states(speaker.plans[-1]) == [Announcement.ANNOUNCE] * 2
+        assert "static stability" in speaker.plans[-1].decisions[0].reason
