@@ -288,22 +288,24 @@ def variable_problems(text: str) -> list[str]:
 
 
 def path_problems(text: str) -> list[str]:
-    """Repository paths in inline code spans and relative links that do not exist."""
+    """Repository paths in inline code spans (from the repository's root) and relative
+    links (from the guide's directory) that do not exist."""
     top_level = {p.name for p in ROOT.iterdir()}
-    candidates = set(_LINK.findall(text))
+    candidates = {
+        (GUIDE.parent, link)
+        for link in _LINK.findall(text)
+        if not link.startswith(("http://", "https://", "mailto:"))
+    }
     for span in _INLINE.findall(prose(text)):
         if " " in span or "/" not in span or span.startswith(("/", "~", "$", "http")):
             continue
         if span.split("/", 1)[0] in top_level:
-            candidates.add(span)
-    problems = []
-    for candidate in sorted(candidates):
-        if candidate.startswith(("http://", "https://", "mailto:")):
-            continue
-        base = GUIDE.parent if candidate.startswith("..") else ROOT
-        if not any(base.glob(candidate)) and not (base / candidate).exists():
-            problems.append(f"path {candidate}: does not exist")
-    return problems
+            candidates.add((ROOT, span))
+    return [
+        f"path {candidate}: does not exist"
+        for base, candidate in sorted(candidates)
+        if not any(base.glob(candidate)) and not (base / candidate).exists()
+    ]
 
 
 def alert_problems(text: str) -> list[str]:
@@ -430,14 +432,18 @@ def test_a_renamed_metric_alert_panel_path_flag_or_variable_is_caught() -> None:
     text = (
         "`gtm_regional_responsez_total` and `gtm_regional_responses_total`; GtmRegionGone; "
         "“Requests by regions”; `deploy/systemd/gtm-glob.service`; "
-        "`--tls-plain-worker`; `--tlz-*`; GTM_STAT. `python bench/footprint.py --region 1`\n"
+        "`--tls-plain-worker`; `--tlz-*`; GTM_STAT. `python bench/footprint.py --region 1`; "
+        "[the guide](production.md), [no such page](dns-delegations.md)\n"
     )
     assert [p.split(":")[0] for p in metric_problems(text)] == [
         "metric gtm_regional_responsez_total"
     ]
     assert alert_problems(text) == ["alert GtmRegionGone: not in gtm-alerts.yaml"]
     assert len(panel_problems(text)) == 1
-    assert path_problems(text) == ["path deploy/systemd/gtm-glob.service: does not exist"]
+    assert path_problems(text) == [
+        "path deploy/systemd/gtm-glob.service: does not exist",
+        "path dns-delegations.md: does not exist",
+    ]
     assert len(flag_problems(text)) == 2
     assert script_problems(text) == ["script bench/footprint.py: no option --region"]
     assert variable_problems(text) == [
