@@ -60,6 +60,10 @@ from regional_lb.view import RegionalView, ViewBuilder, ZoneAccounting
 
 log = logging.getLogger(__name__)
 
+#: How often the replica asks its GeoIP database whether the file changed; the database
+#: itself looks at the file at most once its own interval (``--geoip-reload-interval``).
+GEOIP_POLL_INTERVAL_S = 1.0
+
 
 class RegionalService:
     """One regional LB replica. :meth:`start`, then serve :meth:`build_app`; :meth:`stop`."""
@@ -237,6 +241,10 @@ class RegionalService:
         tasks.run_loop("queue", self.dispatcher.tick, interval=self.settings.queue_tick_s)
         if self.anchorer is not None:
             tasks.spawn("audit-anchor", self.anchorer.run())
+        if self.locator.database is not None:
+            tasks.run_loop(
+                "geoip-reload", self.locator.poll_database, interval=GEOIP_POLL_INTERVAL_S
+            )
 
     def refuse_waiting(self) -> None:
         """Answer every queued request 503 (shutting down): they would not be served."""

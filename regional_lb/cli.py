@@ -16,7 +16,7 @@ from gtm.cli_types import HostPort, HttpURL, IPNetwork, StateURL
 from gtm.clock import SystemClock
 from gtm.envvars import from_environment
 from gtm.errors import GtmError
-from gtm.geo import GeoLocator, load_geo_map, open_locator
+from gtm.geo import DEFAULT_RELOAD_INTERVAL_S, GeoLocator, load_geo_map, open_locator
 from gtm.geo import IPNetwork as GeoNetwork
 from gtm.logs import announce
 from gtm.metrics import new_registry
@@ -154,6 +154,15 @@ def _identifier(name: str, value: str) -> str:
     "front door's; default: the bundled GeoLite2-City, stale).",
 )
 @click.option(
+    "--geoip-reload-interval",
+    type=click.FloatRange(0, 86400),
+    default=DEFAULT_RELOAD_INTERVAL_S,
+    show_default=True,
+    help="Seconds between looks at the --geoip-db file (the front door's option): a new "
+    "version, renamed over the file, is swapped in without dropping a request; one that "
+    "does not open leaves the old one serving. 0: never.",
+)
+@click.option(
     "--geo-map",
     type=click.Path(exists=True, dir_okay=False),
     default=None,
@@ -196,6 +205,7 @@ def regional(
     split_mode: str,
     peer_token: str | None,
     geoip_db: str | None,
+    geoip_reload_interval: float,
     geo_map: str | None,
     trusted: tuple[GeoNetwork, ...],
     no_affinity: bool = False,
@@ -239,7 +249,8 @@ def regional(
     )
     try:
         cidr = load_geo_map(geo_map) if geo_map else None
-        locator = open_locator(geoip_db, cidr)
+        reload = (SystemClock(), geoip_reload_interval) if geoip_reload_interval > 0 else None
+        locator = open_locator(geoip_db, cidr, reload=reload)
         tracing = open_tracing(
             trace_exporter,
             service="gtm-regional",

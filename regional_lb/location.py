@@ -31,7 +31,14 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from gtm import headers as h
 from gtm.clock import Clock
-from gtm.geo import CachedLocator, ChainLocator, GeoLocator, IPNetwork
+from gtm.geo import (
+    CachedLocator,
+    ChainLocator,
+    GeoLocator,
+    IPNetwork,
+    ReloadingDatabase,
+    ReloadOutcome,
+)
 from gtm.tls import peer_identities
 from gtm.trust import (
     ClientLocation,
@@ -91,6 +98,34 @@ class ClientLocator:
             ["source"],
             registry=registry,
         )
+        self.geoip_reloads = Counter(
+            "gtm_regional_geoip_reloads_total",
+            "New versions of the --geoip-db file: swapped in (reloaded), or left out "
+            "because they did not open (failed; the loaded database keeps serving).",
+            ["outcome"],
+            registry=registry,
+        )
+        for outcome in ReloadOutcome:
+            self.geoip_reloads.labels(outcome.value)
+        #: The --geoip-db followed for new versions (None: a fixed database).
+        self.database: ReloadingDatabase | None = None
+        if isinstance(self._locator, ChainLocator) and isinstance(
+            self._locator.database, ReloadingDatabase
+        ):
+            self.database = self._locator.database
+
+    async def poll_database(self) -> None:
+        """Look for a new GeoIP database (at most once its interval: the front door's
+        rule, :class:`gtm.geo.ReloadingDatabase`); after a reload, forget every location
+        found with the old one."""
+        if self.database is None:
+            return
+        outcome = self.database.poll()
+        if outcome is None:
+            return
+        self.geoip_reloads.labels(outcome.value).inc()
+        if outcome is ReloadOutcome.RELOADED:
+            self._cached.clear()
 
     @property
     def key(self) -> TierKey | None:

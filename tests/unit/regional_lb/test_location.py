@@ -13,10 +13,11 @@ from multidict import CIMultiDict
 from prometheus_client import CollectorRegistry
 
 from gtm.clock import FakeClock
-from gtm.geo import ChainLocator, MaxMindLocator
+from gtm.geo import ChainLocator, MaxMindLocator, open_locator
 from gtm.trust import ClientLocation, LocationOrigin, TierKey
 from regional_lb.location import ClientLocator
-from tests.unit.global_lb.helpers import write_city_db
+from tests.unit.global_lb.helpers import maxmind_test_db, write_city_db
+from tests.unit.gtm.test_geo_reload import install
 
 KEY = "regional-test-key"
 PROXY = "10.0.0.9"
@@ -105,3 +106,45 @@ def test_spills_are_signed_as_this_region(database: Path) -> None:
     locator.sign(headers)
     assert headers["x-gtm-tier-auth"].startswith("v1;region/us-east;")
     assert locator.check(headers).from_region
+
+
+async def test_a_new_geoip_file_is_swapped_in_and_the_cache_forgotten(tmp_path: Path) -> None:
+    # A client going straight to a regional LB is located with the database the operator
+    # installed last, as at the front door (gtm.geo.ReloadingDatabase), not the one the
+    # replica started with; a broken version keeps the last good one serving.
+    path = tmp_path / "GeoIP.mmdb"
+    install(maxmind_test_db("GeoLite2-Country-Test"), path)
+    clock = FakeClock()
+    registry = CollectorRegistry()
+    locator = ClientLocator(
+        region="eu-west",
+        key=None,
+        locator=open_locator(path, reload=(clock, 60.0)),
+        trusted_proxies=(),
+        clock=clock,
+        registry=registry,
+    )
+    sent = request("81.2.69.142", {})  # GB in every MaxMind test database
+    assert locator.locate(sent, locator.inbound(sent)).country == "GB"
+    assert locator.database is not None
+    assert locator.database.current.database_type == "GeoLite2-Country"
+    install(maxmind_test_db("GeoIP2-City-Test"), path)
+    await locator.poll_database()  # before the interval: the file is not looked at
+    assert count(registry, "gtm_regional_geoip_reloads_total", outcome="reloaded") == 0
+    clock.advance_nowait(60.0)
+    await locator.poll_database()
+    assert count(registry, "gtm_regional_geoip_reloads_total", outcome="reloaded") == 1
+    assert locator.database.current.database_type == "GeoIP2-City"
+    assert len(locator._cached) == 0  # found with the old database: forgotten
+    assert locator.locate(sent, locator.inbound(sent)).country == "GB"
+    path.write_bytes(b"not a database")
+    clock.advance_nowait(60.0)
+    await locator.poll_database()
+    assert count(registry, "gtm_regional_geoip_reloads_total", outcome="failed") == 1
+    assert locator.database.current.database_type == "GeoIP2-City"
+
+
+def test_a_fixed_database_is_not_followed(database: Path) -> None:
+    locator, registry = make(database)
+    assert locator.database is None
+    assert count(registry, "gtm_regional_geoip_reloads_total", outcome="reloaded") == 0
