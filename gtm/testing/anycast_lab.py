@@ -46,7 +46,12 @@ TRANSIT_AS = 65000
 #: The BFD timers: a silent neighbour is declared down after three missed intervals.
 BFD_INTERVAL_MS = 100
 HOLD_TIME_S = 3
+#: Longest a lab process may take to start, or the lab's sessions to come up: generous,
+#: since the condition is polled and a loaded machine starts processes slowly.
+STARTUP_S = 60.0
 HTTP_PORT = 8080
+#: The front door's IPv6 anycast address (in 2001:db8:100::/48).
+FRONT_ADDRESS6 = "2001:db8:100::1"
 #: The anycast address of the regions' DNS servers (held by each region; announced in
 #: 192.0.2.0/24 when the DNS service is).
 DNS_ADDRESS = "192.0.2.53"
@@ -81,6 +86,13 @@ class _Link:
     b: str
     a_addr: str
     b_addr: str
+    a_addr6: str
+    b_addr6: str
+
+    def addresses(self, node: str, version: int) -> tuple[str, str]:
+        """(``node``'s address, its peer's) on this link."""
+        a, b = (self.a_addr, self.b_addr) if version == 4 else (self.a_addr6, self.b_addr6)
+        return (a, b) if node == self.a else (b, a)
 
 
 def _run(*argv: str) -> str:
@@ -119,7 +131,12 @@ class AnycastLab:
     _dns: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _namespaces: list[str] = field(default_factory=list)
     #: Addresses each region holds on its loopback (the anycast front doors).
-    anycast_addresses: tuple[str, ...] = ("198.51.100.1", "203.0.113.1", DNS_ADDRESS)
+    anycast_addresses: tuple[str, ...] = (
+        "198.51.100.1/32",
+        "203.0.113.1/32",
+        f"{DNS_ADDRESS}/32",
+        f"{FRONT_ADDRESS6}/128",
+    )
 
     # ------------------------------------------------------------------ naming
 
@@ -160,20 +177,29 @@ class AnycastLab:
             self._link(region, TRANSIT, 3 * index)
             self._link(site, TRANSIT, 3 * index + 1)
             self._link(site, region, 3 * index + 2)
-        _run("ip", "netns", "exec", self.ns(TRANSIT), "sysctl", "-qw", "net.ipv4.ip_forward=1")
+        for key in ("net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"):
+            _run("ip", "netns", "exec", self.ns(TRANSIT), "sysctl", "-qw", key)
         for region in self.region_names():
+            ns = self.ns(region)
             for address in self.anycast_addresses:
-                _run("ip", "-n", self.ns(region), "addr", "add", f"{address}/32", "dev", "lo")
+                _run("ip", "-n", ns, "addr", "add", address, "dev", "lo", "nodad")
             to_transit = next(x for x in self._links if x.a == region and x.b == TRANSIT)
-            _run("ip", "-n", self.ns(region), "route", "add", "default", "via", to_transit.b_addr)
+            _run("ip", "-n", ns, "route", "add", "default", "via", to_transit.b_addr)
+            _run("ip", "-6", "-n", ns, "route", "add", "default", "via", to_transit.b_addr6)
             if not self.include_file(region).exists():
                 self.include_file(region).write_text("")
-        for name in nodes:
-            if name not in self.exabgp_regions:
-                self.start_router(name)
+        # Everything starts at once, then is awaited (each start is a process start-up).
+        birds = [name for name in nodes if name not in self.exabgp_regions]
+        for name in birds:
+            self.start_router(name, wait=False)
         for region in self.region_names():
-            self.start_front_door(region)
-            self.start_dns(region)
+            self.start_front_door(region, wait=False)
+            self.start_dns(region, wait=False)
+        for name in birds:
+            self.wait_router(name)
+        for region in self.region_names():
+            self.wait_front_door(region)
+            self.wait_dns(region)
 
     def close(self) -> None:
         for process in (*self._http.values(), *self._dns.values(), *self._birds.values()):
@@ -209,15 +235,22 @@ class AnycastLab:
             _run("ip", "netns", "exec", ns, "sysctl", "-qw", key)
 
     def _link(self, a: str, b: str, index: int) -> None:
-        a_addr, b_addr = f"10.64.{index}.1", f"10.64.{index}.2"
+        link = _Link(
+            a, b, f"10.64.{index}.1", f"10.64.{index}.2", f"fd64:{index}::1", f"fd64:{index}::2"
+        )
         _run(
             "ip", "link", "add", "name", b, "netns", self.ns(a), "type", "veth",
             "peer", "name", a, "netns", self.ns(b),
         )  # fmt: skip
-        for node, peer, addr in ((a, b, a_addr), (b, a, b_addr)):
-            _run("ip", "-n", self.ns(node), "addr", "add", f"{addr}/30", "dev", peer)
-            _run("ip", "-n", self.ns(node), "link", "set", "dev", peer, "up")
-        self._links.append(_Link(a, b, a_addr, b_addr))
+        for node, peer in ((a, b), (b, a)):
+            ns = self.ns(node)
+            _run("ip", "-n", ns, "addr", "add", f"{link.addresses(node, 4)[0]}/30", "dev", peer)
+            _run(
+                "ip", "-n", ns, "addr", "add", f"{link.addresses(node, 6)[0]}/64",
+                "dev", peer, "nodad",
+            )  # fmt: skip
+            _run("ip", "-n", ns, "link", "set", "dev", peer, "up")
+        self._links.append(link)
 
     # ------------------------------------------------------------------ routers
 
@@ -237,30 +270,31 @@ class AnycastLab:
             imports, exports = "none", 'where proto ~ "gtm_anycast*"'
         else:
             lines.append("protocol kernel { ipv4 { export all; }; }")
+            lines.append("protocol kernel { ipv6 { export all; }; }")
             imports, exports = "all", "none"
         for link in self._links:
             if name not in (link.a, link.b):
                 continue
             peer = link.b if link.a == name else link.a
-            mine, theirs = (
-                (link.a_addr, link.b_addr) if link.a == name else (link.b_addr, link.a_addr)
-            )
             export = "all" if name == TRANSIT and peer.startswith("s") else exports
             if name == TRANSIT and peer.startswith("r"):
                 export = "none"
             bfd = "on" if self.bfd and peer not in self.exabgp_regions else "off"
-            lines += [
-                f"protocol bgp {peer} {{",
-                f"  local {mine} as {me.asn};",
-                f"  neighbor {theirs} as {self.node(peer).asn};",
-                f"  hold time {HOLD_TIME_S}; keepalive time 1; connect retry time 1;",
-                f"  error wait time 1, 2; bfd {bfd};",
-                f"  ipv4 {{ import {imports}; export {export}; }};",
-                "}",
-            ]
+            # One session per address family; none over IPv6 with an ExaBGP region.
+            for version in (4,) if peer in self.exabgp_regions else (4, 6):
+                mine, theirs = link.addresses(name, version)
+                lines += [
+                    f"protocol bgp {peer if version == 4 else peer + '_6'} {{",
+                    f"  local {mine} as {me.asn};",
+                    f"  neighbor {theirs} as {self.node(peer).asn};",
+                    f"  hold time {HOLD_TIME_S}; keepalive time 1; connect retry time 1;",
+                    f"  error wait time 1, 2; bfd {bfd};",
+                    f"  ipv{version} {{ import {imports}; export {export}; }};",
+                    "}",
+                ]
         return "\n".join(lines) + "\n"
 
-    def start_router(self, name: str) -> None:
+    def start_router(self, name: str, *, wait: bool = True) -> None:
         conf = self.directory / f"{name}.conf"
         conf.write_text(self._config(name))
         sock = self.control_socket(name)
@@ -272,24 +306,35 @@ class AnycastLab:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        wait_for(lambda: sock.exists(), 10.0, f"bird of {name} to open its control socket")
+        if wait:
+            self.wait_router(name)
 
-    def start_front_door(self, region: str) -> None:
+    def wait_router(self, name: str) -> None:
+        sock = self.control_socket(name)
+        wait_for(sock.exists, STARTUP_S, f"bird of {name} to open its control socket")
+
+    def start_front_door(self, region: str, *, wait: bool = True) -> None:
         root = self.directory / f"{region}-www"
         root.mkdir(exist_ok=True)
         (root / "index.html").write_text(region)
         self._http[region] = subprocess.Popen(
             [
                 "ip", "netns", "exec", self.ns(region), sys.executable, "-m", "http.server",
-                "--bind", "0.0.0.0", "--directory", str(root), str(HTTP_PORT),
+                "--bind", "::", "--directory", str(root), str(HTTP_PORT),
             ],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )  # fmt: skip
-        wait_for(lambda: self.fetch(region, "127.0.0.1") == region, 10.0, f"front door of {region}")
+        if wait:
+            self.wait_front_door(region)
 
-    def start_dns(self, region: str) -> None:
+    def wait_front_door(self, region: str) -> None:
+        wait_for(
+            lambda: self.fetch(region, "127.0.0.1") == region, STARTUP_S, f"front door of {region}"
+        )
+
+    def start_dns(self, region: str, *, wait: bool = True) -> None:
         script = self.directory / "dns_standin.py"
         script.write_text(_DNS_STANDIN)
         self._dns[region] = subprocess.Popen(
@@ -307,7 +352,11 @@ class AnycastLab:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        wait_for(lambda: self.query(region, DNS_ADDRESS) == region, 10.0, f"DNS of {region}")
+        if wait:
+            self.wait_dns(region)
+
+    def wait_dns(self, region: str) -> None:
+        wait_for(lambda: self.query(region, DNS_ADDRESS) == region, STARTUP_S, f"DNS of {region}")
 
     def stop_dns(self, region: str) -> None:
         process = self._dns.pop(region)
@@ -348,17 +397,17 @@ class AnycastLab:
             for name in (TRANSIT, *self.region_names(), *self.site_names())
             if name not in self.exabgp_regions
             for line in self.birdc(name, "show", "protocols").splitlines()
-            if " BGP " in line and line.split()[0] not in self.exabgp_regions
+            if " BGP " in line and line.split()[0].removesuffix("_6") not in self.exabgp_regions
         )
 
     def neighbours(self, node: str) -> tuple[tuple[str, int, str], ...]:
         """``node``'s BGP neighbours: (their address, their AS, our address)."""
         found = []
         for link in self._links:
-            if node == link.a:
-                found.append((link.b_addr, self.node(link.b).asn, link.a_addr))
-            elif node == link.b:
-                found.append((link.a_addr, self.node(link.a).asn, link.b_addr))
+            if node in (link.a, link.b):
+                mine, theirs = link.addresses(node, 4)
+                peer = link.b if node == link.a else link.a
+                found.append((theirs, self.node(peer).asn, mine))
         return tuple(found)
 
     def start_exabgp(
@@ -443,8 +492,9 @@ class AnycastLab:
     ) -> str | None:
         """The body of ``GET path`` on ``address:port`` from inside ``node``'s namespace
         when it answers 200, else ``None``."""
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
         try:
-            sock = netns_socket(self.ns(node))
+            sock = netns_socket(self.ns(node), family=family)
         except OSError:
             return None
         with sock:
@@ -462,8 +512,10 @@ class AnycastLab:
         return body.decode() if status == [b"200"] else None
 
 
-def netns_socket(netns: str, kind: int = socket.SOCK_STREAM) -> socket.socket:
-    """An IPv4 socket (TCP by default) created inside network namespace ``netns`` (usable
+def netns_socket(
+    netns: str, kind: int = socket.SOCK_STREAM, family: int = socket.AF_INET
+) -> socket.socket:
+    """A socket (IPv4 TCP by default) created inside network namespace ``netns`` (usable
     from any thread: a socket keeps the namespace it was made in)."""
     libc = ctypes.CDLL(None, use_errno=True)
     made: list[socket.socket | BaseException] = []
@@ -474,7 +526,7 @@ def netns_socket(netns: str, kind: int = socket.SOCK_STREAM) -> socket.socket:
                 if libc.setns(handle.fileno(), _CLONE_NEWNET) != 0:
                     errno = ctypes.get_errno()
                     raise OSError(errno, os.strerror(errno))
-            made.append(socket.socket(socket.AF_INET, kind))
+            made.append(socket.socket(family, kind))
         except BaseException as exc:
             made.append(exc)
 
@@ -508,7 +560,7 @@ def anycast_lab(
     bfd: bool = True,
 ) -> Iterator[AnycastLab]:
     with AnycastLab(directory, regions, exabgp_regions, bfd) as lab:
-        wait_for(lab.established_between_birds, 20.0, "every BGP session to be established")
+        wait_for(lab.established_between_birds, STARTUP_S, "every BGP session to be established")
         yield lab
 
 

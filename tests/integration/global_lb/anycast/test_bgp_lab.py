@@ -24,7 +24,9 @@ from global_lb.anycast.policy import (
 from global_lb.anycast.speaker import Attributes, BirdSpeaker
 from gtm.testing.anycast_lab import (
     DNS_ADDRESS,
+    FRONT_ADDRESS6,
     HOLD_TIME_S,
+    STARTUP_S,
     AnycastLab,
     anycast_lab,
     wait_for,
@@ -35,8 +37,9 @@ pytestmark = pytest.mark.anycast
 FRONT = AnycastPrefix(ipaddress.ip_network("198.51.100.0/24"))
 EU = AnycastPrefix(ipaddress.ip_network("203.0.113.0/24"), jurisdiction="eu")
 DNS = AnycastPrefix(ipaddress.ip_network("192.0.2.0/24"), Service.DNS)
+FRONT6 = AnycastPrefix(ipaddress.ip_network("2001:db8:100::/48"))
 FRONT_IP, EU_IP = "198.51.100.1", "203.0.113.1"
-PREFIXES = (FRONT, EU, DNS)
+PREFIXES = (FRONT, EU, DNS, FRONT6)
 BOTH = frozenset({Service.FRONT_DOOR, Service.DNS})
 JURISDICTIONS = {"r1": frozenset({"eu"}), "r2": frozenset({"us"}), "r3": frozenset({"jp"})}
 DRAIN = DrainPolicy(grace_s=None)
@@ -99,6 +102,23 @@ async def test_each_site_reaches_its_nearest_region_on_the_anycast_address(
         assert lab.next_hop(site, FRONT_IP) == f"r{index}"
 
 
+async def test_each_site_reaches_its_nearest_region_over_ipv6_and_a_drain_moves_it(
+    lab: AnycastLab,
+) -> None:
+    await announce_all(lab)
+    settle(lab)
+    for index, site in enumerate(lab.site_names(), start=1):
+        region = f"r{index}"
+        wait_for(partial(on, lab, site, (region,), FRONT_ADDRESS6), 10.0, f"{site} over IPv6")
+    started = time.monotonic()
+    await announce_all(lab, r1={"draining": True, "drain_age_s": 0.0})
+    wait_for(partial(on, lab, "s1", ("r2", "r3"), FRONT_ADDRESS6), 5.0, "s1 to leave r1 (v6)")
+    moved = time.monotonic() - started
+    assert moved < 1.0, f"IPv6 drain took {moved:.2f} s"
+    await announce_all(lab)
+    wait_for(partial(on, lab, "s1", ("r1",), FRONT_ADDRESS6), 5.0, "s1 back on r1 (v6)")
+
+
 def dns_from(lab: AnycastLab, site: str, regions: tuple[str, ...]) -> bool:
     return lab.query(site, DNS_ADDRESS) in regions
 
@@ -128,8 +148,9 @@ async def test_an_eu_only_prefix_is_never_reachable_through_a_non_eu_region(
         path = lab.as_path(site, str(EU))
         assert path is not None
         assert path[-1] == 65001
-    assert await speaker(lab, "r2").routes() == {FRONT.network, DNS.network}
-    assert await speaker(lab, "r3").routes() == {FRONT.network, DNS.network}
+    others = {FRONT.network, DNS.network, FRONT6.network}
+    assert await speaker(lab, "r2").routes() == others
+    assert await speaker(lab, "r3").routes() == others
     # The EU region withdraws (front door down): the prefix is gone, not carried elsewhere,
     # though r2 and r3 hold the address and would answer.
     await announce_all(lab, r1={"ready": frozenset()})
@@ -169,5 +190,5 @@ async def test_a_crashed_region_is_routed_around_within_the_hold_time_and_restar
     assert moved < HOLD_TIME_S, f"crash failover took {moved:.2f} s"
     assert serving(lab, "s2") == "r2"
     lab.restart("r1")
-    wait_for(lambda: serving(lab, "s1") == "r1", 15.0, "s1 back on the restarted r1")
-    wait_for(lab.established, 15.0, "every session re-established")
+    wait_for(lambda: serving(lab, "s1") == "r1", STARTUP_S, "s1 back on the restarted r1")
+    wait_for(lab.established, STARTUP_S, "every session re-established")

@@ -22,7 +22,7 @@ import pytest
 
 from global_lb.anycast.policy import AnycastPrefix, DrainPolicy, RegionSignals, Service, decide
 from global_lb.anycast.speaker import Attributes, BirdSpeaker
-from gtm.testing.anycast_lab import AnycastLab, anycast_lab, wait_for
+from gtm.testing.anycast_lab import STARTUP_S, AnycastLab, anycast_lab, wait_for
 
 pytestmark = pytest.mark.anycast
 
@@ -75,7 +75,7 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
             check=True,
         ).stdout
         exabgp = lab.start_exabgp("r3", config, EXABGP_ENV)
-        wait_for(lab.established, 20.0, "the sessions with ExaBGP")
+        wait_for(lab.established, STARTUP_S, "the sessions with ExaBGP")
         yield Running(lab, exabgp, drain_file)
 
 
@@ -94,7 +94,7 @@ def gtm_process(exabgp: subprocess.Popen[bytes]) -> int:
 
 def test_the_site_reaches_the_exabgp_region_and_never_its_eu_prefix(running: Running) -> None:
     lab = running.lab
-    wait_for(partial(serving, lab, "s3", ("r3",)), 15.0, "s3 on r3 through ExaBGP")
+    wait_for(partial(serving, lab, "s3", ("r3",)), STARTUP_S, "s3 on r3 through ExaBGP")
     # Over the direct session with ExaBGP (a route through the transit may come first).
     wait_for(lambda: lab.as_path("s3", str(FRONT)) == (65003,), 15.0, "s3's direct route")
     # r3 (jurisdiction jp) serves 203.0.113.1 but never announces it: nobody routes there.
