@@ -14,9 +14,11 @@ routes in their namespace's kernel table. Each region holds the anycast addresse
 loopback and runs a tiny HTTP server that answers its own name, standing in for its front
 door. Sessions run BFD (fast failure detection) under a 3 s hold time.
 
-Addresses exist only inside the namespaces (10.64.0.0/16 links, the documentation
-prefixes as anycast space): nothing is routed outside. Needs root, ``ip`` and ``bird``;
-a missing one raises, it is never skipped.
+Every link and session is dual-stack (a BGP session per address family; IPv4 only with
+an ExaBGP region). Addresses exist only inside the namespaces (10.64.0.0/16 and
+fd64::/16 links, the documentation prefixes as anycast space): nothing is routed outside.
+Each region also runs a DNS stand-in on an anycast address (a TXT answer naming it).
+Needs root, ``ip`` and ``bird``; a missing one raises, it is never skipped.
 
 The module is I/O only and test-support: product code never imports it (import-linter).
 """
