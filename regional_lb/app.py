@@ -111,9 +111,11 @@ class RegionalService:
         self.snapshots = SnapshotWatcher(
             store, clock=clock, registry=registry, component="regional"
         )
-        self.policies = (
-            None if policy is not None else PolicyWatcher(store, clock=clock, registry=registry)
-        )
+        # A policy given at start (``--policies``) is in force until a policy is applied
+        # to the store, which then replaces it — the front door's rule. It was static
+        # here, so `gtm policy apply` never reached a replica started with files (as the
+        # Kubernetes and systemd examples start them) while it reached the front door.
+        self.policies = PolicyWatcher(store, clock=clock, registry=registry, initial=policy)
         self.queue: FairQueue[Waiter] = FairQueue(settings.queue)
         self.metrics = RegionalMetrics(registry, self.queue.depth)
         self.limiter = QuotaLimiter(settings.quota)
@@ -229,9 +231,8 @@ class RegionalService:
             tasks.spawn("tls-reload", self.tls.run())
         tasks.spawn("snapshot-watch", self.snapshots.run())
         tasks.spawn("snapshot-follow", self._follow_snapshots())
-        if self.policies is not None:
-            tasks.spawn("policy-watch", self.policies.run())
-            tasks.spawn("policy-follow", self._follow_policies(self.policies))
+        tasks.spawn("policy-watch", self.policies.run())
+        tasks.spawn("policy-follow", self._follow_policies(self.policies))
         tasks.run_loop(
             "quota-leases", self.leases.refresh, interval=self.settings.leases.refresh_interval
         )

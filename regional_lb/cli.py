@@ -80,8 +80,9 @@ def _identifier(name: str, value: str) -> str:
     "policies_dir",
     type=click.Path(exists=True, path_type=Path),
     default=None,
-    help="Policy files (a directory or file); without it, the policy applied to the store "
-    "is used and hot-reloaded.",
+    help="Policy files (a directory or file) in force until a policy is applied to the "
+    "store, which then replaces them and is hot-reloaded (the front door's rule); without "
+    "it, the replica is not ready until a policy is applied.",
 )
 @click.option("--replica-id", default=None, help="This replica's id (default: REGION-PID).")
 @click.option(

@@ -8,7 +8,7 @@ import aiohttp
 import pytest
 
 from gtm.clock import SystemClock
-from gtm.policy_store import apply
+from gtm.policy_store import activate, apply
 from gtm.state.memory import MemoryStore
 from regional_lb.quota import Dimension
 from tests.integration.regional_lb.conftest import RegionFactory, chat, until
@@ -53,3 +53,21 @@ async def test_policies_come_from_the_store_and_reload(
     )
     assert failures == 1
     assert region.service.limiter.pool_limits("alpha").get(Dimension.REQUESTS) == 30
+
+
+async def test_policies_given_at_start_give_way_to_the_store(
+    make_region: RegionFactory, store: MemoryStore, clock: SystemClock, tmp_path: Path
+) -> None:
+    # `gtm regional --policies DIR` (as the Kubernetes and systemd examples start it)
+    # serves DIR until a policy is applied, then follows the store, as the front door
+    # does: before, the files stayed in force and `gtm policy apply` never reached it.
+    files = policy(tmp_path / "files", quotas={"alpha": {"requests_per_minute": 6000}})
+    given = activate(0, files.policy_set)  # what the CLI makes of --policies
+    region = await make_region("us-east", policy=given)
+    assert region.service.policy is given
+    assert region.service.limiter.pool_limits("alpha")[Dimension.REQUESTS] == 6000
+    applied = policy(tmp_path / "applied", quotas={"alpha": {"requests_per_minute": 60}})
+    await apply(store, applied.policy_set, 0, clock=clock)
+    await until(lambda: region.service.limiter.pool_limits("alpha").get(Dimension.REQUESTS) == 60)
+    assert region.service.policy is not None
+    assert region.service.policy.generation == 1
