@@ -5,6 +5,9 @@ BIRD speaker from the announcement policy. Routes are awaited by polling with de
 from __future__ import annotations
 
 import ipaddress
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -192,3 +195,61 @@ async def test_a_crashed_region_is_routed_around_within_the_hold_time_and_restar
     lab.restart("r1")
     wait_for(lambda: serving(lab, "s1") == "r1", STARTUP_S, "s1 back on the restarted r1")
     wait_for(lab.established, STARTUP_S, "every session re-established")
+
+
+def start_gtm_anycast(lab: AnycastLab, drain_file: Path) -> subprocess.Popen[bytes]:
+    """`gtm anycast --speaker bird` for region r2, inside its namespace."""
+    return subprocess.Popen(
+        [
+            "ip", "netns", "exec", lab.ns("r2"), sys.executable, "-m", "gtmctl", "anycast",
+            "--speaker", "bird", "--region", "r2", "--jurisdiction", "us",
+            "--prefix", str(FRONT), "--prefix", f"{EU.network},jurisdiction=eu",
+            "--local-as", "65002", "--bird-include", str(lab.include_file("r2")),
+            "--bird-socket", str(lab.control_socket("r2")),
+            "--check", "front-door=http://127.0.0.1:8080/", "--drain-file", str(drain_file),
+            "--drain-grace", "0", "--interval", "0.05", "--rise", "1", "--fall", "1",
+            "--linger", "2",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+
+
+async def test_gtm_anycast_with_bird_drains_and_withdraws_on_sigterm(
+    lab: AnycastLab, tmp_path: Path
+) -> None:
+    """The command itself (`gtm anycast --speaker bird`) in region r2's namespace, driving
+    r2's BIRD through its control socket and include file."""
+    await announce_all(lab)
+    settle(lab)
+    drain_file = tmp_path / "drain"
+    process = start_gtm_anycast(lab, drain_file)
+    try:
+        # It took over r2's include: only what the command announces is there.
+        wait_for(
+            lambda: lab.include_file("r2").read_text().count(" blackhole") == 1,
+            STARTUP_S,
+            "gtm anycast to write r2's include",
+        )
+        wait_for(partial(on, lab, "s2", ("r2",)), 10.0, "s2 on r2")
+        started = time.monotonic()
+        drain_file.touch()
+        wait_for(partial(on, lab, "s2", ("r1", "r3")), 5.0, "s2 to leave the drained r2")
+        moved = time.monotonic() - started
+        assert moved < 1.0, f"drain through gtm anycast took {moved:.2f} s"
+        drain_file.unlink()
+        wait_for(partial(on, lab, "s2", ("r2",)), 5.0, "s2 back on r2")
+        process.send_signal(signal.SIGTERM)
+        wait_for(partial(on, lab, "s2", ("r1", "r3")), 5.0, "s2 to leave the stopping r2")
+        assert process.poll() is None, "the withdrawal took before the process exited"
+        assert process.wait(timeout=10.0) == 0
+        assert await speaker(lab, "r2").routes() == set()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        assert process.stderr is not None
+        process.stderr.close()
+    await announce_all(lab)
+    wait_for(partial(on, lab, "s2", ("r2",)), 10.0, "s2 back on r2")
