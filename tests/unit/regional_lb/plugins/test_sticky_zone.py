@@ -5,7 +5,7 @@ from __future__ import annotations
 from gtm.models import GpuClassLoad, ModelLoad
 from gtm.routing.placement import PlacementMemory
 from policies.documents import SaturationPolicy
-from regional_lb.plugins.prefix import ZoneMemory, can_hold, sticky_zone
+from regional_lb.plugins.prefix import ZoneMemory, can_hold, sticky_zone, warm_tokens
 from regional_lb.profiles import build, profile_spec
 from regional_lb.router import Inputs, RegionalDecision, RegionalRouter, Route
 from regional_lb.view import ZoneState, zone_candidates
@@ -241,3 +241,25 @@ def test_the_router_keeps_a_request_no_zone_can_take_on_its_kv_full_home() -> No
     assert kept.route is Route.LOCAL
     assert kept.zone is not None
     assert kept.zone.id == "b"
+
+
+def test_a_whole_fingerprint_match_credits_the_previous_prompt_not_the_fingerprint() -> None:
+    # The tiers fingerprint a prompt's leading blocks only: 8 blocks of 500 tokens here,
+    # of a 20,000-token turn whose previous turn (18,000 tokens) went to a. a's queue
+    # (2 s) is less than the 3.6 s of prefill the previous prompt saves, more than the
+    # 0.8 s the fingerprint alone would.
+    request = route_request(tokens=20_000, prefix=PROMPT)
+    zones = _zones(queued_a=20_000)
+    memory = PlacementMemory()
+    memory.remember(PROMPT, "a", NOW + 0.5, tokens=18_000)  # after a's summary
+    recall = memory.recall(PROMPT, NOW + 1.0)
+    assert recall is not None
+    assert warm_tokens(recall, recall.blocks, request, PER_BLOCK) == 18_000.0
+    assert sticky_zone(recall, zones[1], zones, request, tokens_per_block=PER_BLOCK) is zones[0]
+    # Only part of the fingerprint matched: the prompts part there, the blocks count.
+    partial = PlacementMemory()
+    partial.remember(PROMPT[:4], "a", NOW + 0.5, tokens=18_000)
+    recall = partial.recall(PROMPT, NOW + 1.0)
+    assert recall is not None
+    assert warm_tokens(recall, recall.blocks, request, PER_BLOCK) == 2_000.0
+    assert sticky_zone(recall, zones[1], zones, request, tokens_per_block=PER_BLOCK) is zones[1]
