@@ -178,7 +178,8 @@ def sticky_region(
     if _utilisation_with_one_more(model, home) > bound:
         return chosen
     tokens = request.input_tokens
-    credit = min(tokens, int(recall.blocks * max(0.0, tokens_per_block)))
+    # The recalled blocks, or the previous prompt when they are the whole fingerprint.
+    credit = int(recall.held_tokens(tokens, len(request.prefix_hashes), tokens_per_block))
     rtt = view.latency.rtt_ms(point, country, home)
     warm = cost_ms(rtt, *_home_terms(home, model, recall), tokens - credit)
     cold = _cost(view, best, model, point, country, tokens)

@@ -75,6 +75,30 @@ class Recall:
         """The share of a prompt of ``total_blocks`` blocks that the recall covers."""
         return min(1.0, self.blocks / total_blocks) if total_blocks > 0 else 0.0
 
+    def held_tokens(
+        self,
+        prompt_tokens: int,
+        fingerprint_blocks: int,
+        tokens_per_block: float,
+        blocks: int | None = None,
+    ) -> float:
+        """Prompt tokens of a request the target holds: its ``blocks`` (default: the
+        recalled) leading blocks of ``tokens_per_block`` tokens — or, when the recall
+        matched every one of the ``fingerprint_blocks`` the request is fingerprinted
+        by, up to the whole prompt sent then (:attr:`tokens`); never more than
+        ``prompt_tokens``.
+
+        The tiers fingerprint a prompt's leading blocks only (at most
+        :data:`FINGERPRINT_BLOCKS`: a few thousand tokens of text), so a match of all
+        of them says nothing of where the two prompts part, and a conversation's next
+        turn repeats its previous prompt whole. Counting the fingerprint alone priced a
+        long conversation's home as if it held its first few thousand tokens, and the
+        next turn left for a shorter queue to prefill the rest again."""
+        held = (self.blocks if blocks is None else blocks) * max(0.0, tokens_per_block)
+        if self.tokens and self.blocks >= fingerprint_blocks > 0:
+            held = max(held, float(self.tokens))
+        return min(float(prompt_tokens), held)
+
 
 class PlacementMemory:
     """Block hash → (target, time), an LRU bounded by ``capacity`` and ``ttl_s``.

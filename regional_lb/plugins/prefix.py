@@ -110,30 +110,10 @@ def sticky_zone(
         # then; the client sends the next turn after the answer, so it no longer is:
         # its tokens leave the queue and its GPU (the one holding the prefix) is free.
         priced = replace(home, load=without_turn(load, recall.tokens))
-    home_ms = predicted_ttft_ms(
-        priced, max(0.0, tokens - warm_tokens(recall, warm, request, per_block))
-    )
+    held = recall.held_tokens(request.input_tokens, len(blocks), per_block, warm)
+    home_ms = predicted_ttft_ms(priced, max(0.0, tokens - held))
     chosen_ms = predicted_ttft_ms(chosen, max(0.0, tokens - cold * per_block))
     return home if home_ms <= chosen_ms else chosen
-
-
-def warm_tokens(recall: Recall, warm: int, request: RouteRequest, per_block: float) -> float:
-    """The prompt tokens of ``request`` its home holds: ``warm`` leading blocks of
-    ``per_block`` tokens, or, when the recall matched every block the request is
-    fingerprinted by, up to the whole prompt the home was sent then (``recall.tokens``).
-
-    The tiers fingerprint a prompt's leading blocks only (at most
-    :data:`gtm.routing.placement.FINGERPRINT_BLOCKS`, a few thousand tokens of text):
-    a match of all of them says nothing of where the two prompts part, and a
-    conversation's next turn repeats its previous prompt whole. Counting the
-    fingerprint alone priced a long conversation's home as if it held its first few
-    thousand tokens, and its next turn left for a zone with a shorter queue to prefill
-    the rest again."""
-    tokens = float(request.input_tokens)
-    credit = warm * per_block
-    if recall.tokens and recall.blocks >= len(request.prefix_hashes) > 0:
-        credit = max(credit, float(recall.tokens))
-    return min(tokens, credit)
 
 
 def can_hold(home: ZoneState) -> bool:

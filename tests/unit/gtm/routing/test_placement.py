@@ -75,3 +75,16 @@ def test_share_of_a_prompt() -> None:
 def test_bad_bounds_are_refused(capacity: int, ttl: float) -> None:
     with pytest.raises(ValueError, match="must be"):
         PlacementMemory(capacity, ttl)
+
+
+def test_held_tokens_are_the_recalled_blocks_or_the_previous_prompt_past_the_fingerprint() -> None:
+    # 4 of a request's 8 fingerprinted blocks of 100 tokens: those blocks.
+    assert Recall("z", 4, 0.0, 9_000).held_tokens(20_000, 8, 100.0) == 400.0
+    # Every fingerprinted block: the fingerprint says nothing of where the prompts part,
+    # and a next turn repeats its previous prompt whole.
+    assert Recall("z", 8, 0.0, 9_000).held_tokens(20_000, 8, 100.0) == 9_000.0
+    # Never more than the request's prompt; without the previous prompt's size, blocks.
+    assert Recall("z", 8, 0.0, 30_000).held_tokens(20_000, 8, 100.0) == 20_000.0
+    assert Recall("z", 8, 0.0).held_tokens(20_000, 8, 100.0) == 800.0
+    # Another count of matched blocks (a sketch's) may stand for the recalled one.
+    assert Recall("z", 4, 0.0, 9_000).held_tokens(20_000, 8, 100.0, 6) == 600.0

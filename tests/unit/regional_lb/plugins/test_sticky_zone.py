@@ -5,7 +5,7 @@ from __future__ import annotations
 from gtm.models import GpuClassLoad, ModelLoad
 from gtm.routing.placement import PlacementMemory
 from policies.documents import SaturationPolicy
-from regional_lb.plugins.prefix import ZoneMemory, can_hold, sticky_zone, warm_tokens
+from regional_lb.plugins.prefix import ZoneMemory, can_hold, sticky_zone
 from regional_lb.profiles import build, profile_spec
 from regional_lb.router import Inputs, RegionalDecision, RegionalRouter, Route
 from regional_lb.view import ZoneState, zone_candidates
@@ -254,12 +254,12 @@ def test_a_whole_fingerprint_match_credits_the_previous_prompt_not_the_fingerpri
     memory.remember(PROMPT, "a", NOW + 0.5, tokens=18_000)  # after a's summary
     recall = memory.recall(PROMPT, NOW + 1.0)
     assert recall is not None
-    assert warm_tokens(recall, recall.blocks, request, PER_BLOCK) == 18_000.0
+    assert recall.held_tokens(request.input_tokens, len(PROMPT), PER_BLOCK) == 18_000.0
     assert sticky_zone(recall, zones[1], zones, request, tokens_per_block=PER_BLOCK) is zones[0]
     # Only part of the fingerprint matched: the prompts part there, the blocks count.
     partial = PlacementMemory()
     partial.remember(PROMPT[:4], "a", NOW + 0.5, tokens=18_000)
     recall = partial.recall(PROMPT, NOW + 1.0)
     assert recall is not None
-    assert warm_tokens(recall, recall.blocks, request, PER_BLOCK) == 2_000.0
+    assert recall.held_tokens(request.input_tokens, len(PROMPT), PER_BLOCK) == 2_000.0
     assert sticky_zone(recall, zones[1], zones, request, tokens_per_block=PER_BLOCK) is zones[1]
