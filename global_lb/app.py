@@ -15,6 +15,7 @@ embeds it). Its moving parts run as supervised tasks:
 from __future__ import annotations
 
 import logging
+import random
 import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,14 +53,16 @@ from global_lb.router import GlobalRouter, settle_collector
 from global_lb.view import LatencyModel
 from gtm.audit_anchor import AuditAnchorer
 from gtm.clock import Clock
-from gtm.errors import ConfigError
+from gtm.errors import ConfigError, StateUnavailable
+from gtm.outage import OutageLog
 from gtm.policy_store import ActivePolicy, PolicyWatcher, activate
 from gtm.routing import RoutingMetrics
 from gtm.serve import HttpServer
+from gtm.state.memory import MemoryStore
 from gtm.state.snapshot import SnapshotWatcher
 from gtm.state.store import StateStore
 from gtm.state.url import open_store
-from gtm.tasks import TaskSupervisor
+from gtm.tasks import Backoff, TaskSupervisor
 from gtm.tls import TlsMaterial, client_session_options, connector_ssl
 from gtm.tracing import OFF, Tracing
 from policies import PolicyError, load_examples, load_paths
@@ -112,6 +115,12 @@ class GlobalTier:
         self._store = store or open_store(config.state, clock=clock, registry=registry)
         self._owns_store = store is None
         initial = policy or load_policy(config.policies)
+        #: Started with neither a policy nor files, on a store other tiers share: the
+        #: examples (whose demo API keys are public) only stand in until :meth:`start`
+        #: has the store's policy in force, and it does not serve without one.
+        self._policy_from_store = (
+            policy is None and not config.policies and not isinstance(self._store, MemoryStore)
+        )
         self.locator = locator or _locator(config, clock)
         #: The --geoip-db followed for new versions (None: a fixed database).
         self.geo_database = _following(self.locator)
@@ -213,6 +222,8 @@ class GlobalTier:
         try:
             if self.tls is not None:
                 self._supervisor.spawn("tls-reload", self.tls.run())
+            if self._policy_from_store:
+                await self._load_stored_policy()
             self.keeper.refresh()
             self._supervisor.spawn("snapshots", self.snapshots.run())
             self._supervisor.spawn("policies", self.policies.run())
@@ -325,6 +336,32 @@ class GlobalTier:
             seen = self.snapshots.current.revision
             await self.snapshots.wait_for_revision(seen + 1)
             self.keeper.refresh()
+
+    async def _load_stored_policy(self) -> None:
+        """The store's policy generation in force before anything is served: waits out
+        an unreachable store (logged once, retried with backoff); a store without a
+        policy is a :class:`ConfigError` saying how to give one."""
+        outage = OutageLog(
+            "policy load before serving",
+            logger=log,
+            clock=self._clock,
+            consequence="not serving until the store answers",
+        )
+        rng = random.Random()
+        while True:
+            try:
+                loaded = await self.policies.reload()
+            except StateUnavailable as exc:
+                outage.failed(exc)
+                await self._clock.sleep(Backoff().delay(outage.attempts - 1, rng))
+                continue
+            outage.recovered()
+            if loaded:
+                return
+            raise ConfigError(
+                "no policy in the state store: apply one first (`gtm policy apply DIR "
+                "--state URL`) or give the tier its files (--policies DIR)"
+            )
 
     async def _follow_policies(self) -> None:
         while True:

@@ -86,7 +86,9 @@ def _fail(exc: Exception) -> None:
     "policies",
     multiple=True,
     type=click.Path(exists=True),
-    help="Policy files/dirs (default: the shipped examples). Repeatable.",
+    help="Policy files/dirs, in force until a policy is applied to the store (default: the "
+    "store's policy, and the tier does not serve until there is one; with --state memory, "
+    "the shipped examples). Repeatable.",
 )
 @click.option(
     "--geoip-db",
