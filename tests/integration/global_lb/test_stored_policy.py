@@ -30,7 +30,7 @@ DEMO_KEY = "gtm-demo-global"
 
 def _tier(store: OutageStore[MemoryStore]) -> GlobalTier:
     config = GlobalConfig(dns_listen=None, http_listen="127.0.0.1:0")
-    return GlobalTier(config, clock=SystemClock(), registry=new_registry(), store=store)  # type: ignore[arg-type]
+    return GlobalTier(config, clock=SystemClock(), registry=new_registry(), store=store)
 
 
 async def test_a_store_without_a_policy_is_refused_with_how_to_give_one() -> None:
