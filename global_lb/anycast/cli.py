@@ -16,7 +16,6 @@ SIGTERM/SIGINT: withdraw everything, wait for the speaker to take it, linger, ex
 from __future__ import annotations
 
 import asyncio
-import signal
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -51,7 +50,7 @@ from gtm.envvars import from_environment
 from gtm.errors import ConfigError
 from gtm.metrics import new_registry
 from gtm.policy_store import ActivePolicy
-from gtm.serve import add_service_routes, serving
+from gtm.serve import add_service_routes, serving, until_signalled
 from gtm.state.snapshot import SnapshotWatcher
 from gtm.state.url import open_store
 from gtm.tasks import TaskSupervisor
@@ -300,14 +299,19 @@ async def _run(options: dict[str, Any], setup: _Setup) -> None:
         fleet = FleetSignals(snapshots, setup.policy, options["require_summaries"])
         setup = replace(setup, source=replace(setup.source, fleet=fleet))
     try:
-        await _control(options, setup, registry)
+        await _control(options, setup, registry, supervisor)
     finally:
         await supervisor.aclose()
         if store is not None:
             await store.aclose()
 
 
-async def _control(options: dict[str, Any], setup: _Setup, registry: CollectorRegistry) -> None:
+async def _control(
+    options: dict[str, Any],
+    setup: _Setup,
+    registry: CollectorRegistry,
+    supervisor: TaskSupervisor,
+) -> None:
     controller = AnycastController(
         setup.prefixes,
         setup.source,
@@ -317,9 +321,13 @@ async def _control(options: dict[str, Any], setup: _Setup, registry: CollectorRe
         interval_s=options["interval"],
         linger_s=options["linger"],
     )
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, controller.stop)
+
+    async def stop_when_signalled() -> None:
+        # SIGINT/SIGTERM: the controller withdraws, waits for it to take, then returns.
+        await until_signalled()
+        controller.stop()
+
+    supervisor.spawn("signals", stop_when_signalled())
     if not options["metrics_listen"]:
         await controller.run()
         return
