@@ -31,6 +31,8 @@ C_KERNELS = [
 ] + [
     # The zone agent's prefix index, allocated whole (zone_agent/prefix.py says why).
     Extension("zone_agent._prefix", ["zone_agent/_prefix.c"], optional=True),
+    # The tiers' placement memory, allocated whole (gtm/routing/placement.py says why).
+    Extension("gtm.routing._placement", ["gtm/routing/_placement.c"], optional=True),
 ]
 
 

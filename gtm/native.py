@@ -43,6 +43,7 @@ KERNEL_MODULES: tuple[str, ...] = (
     "zone_agent.costs._ttft",
     "zone_agent.costs._blend",
     "zone_agent._prefix",
+    "gtm.routing._placement",
 )
 
 

@@ -43,14 +43,15 @@ import math
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 #: Leading prompt blocks the tiers above the zone fingerprint for their memories: 16 KiB
 #: of text (~4k tokens at the live tiers' 256-byte blocks), enough to tell apart the
 #: conversations that share a system prompt, at a few dozen hashes per request.
 FINGERPRINT_BLOCKS = 64
-#: Blocks remembered per tier. At ~100 bytes an entry (a dict slot, the key, a tuple)
-#: that is a few MB; at the simulator's 512-token blocks it covers ~33 M prompt tokens,
-#: at the live tiers' 256-byte text blocks ~16 MB of prompt text.
+#: Blocks remembered per tier. At 48 bytes an entry in the compiled form (a node and two
+#: table slots) that is ~3 MB, allocated whole; at the simulator's 512-token blocks it
+#: covers ~33 M prompt tokens, at the live tiers' 256-byte text blocks ~16 MB of text.
 DEFAULT_CAPACITY = 65_536
 #: How long a placement is trusted without being sent again. vLLM keeps a finished
 #: request's blocks until their memory is needed: minutes on a busy GPU. A chat's next
@@ -100,8 +101,19 @@ class Recall:
         return min(float(prompt_tokens), held)
 
 
-class PlacementMemory:
+def _check(capacity: int, ttl_s: float) -> None:
+    if capacity < 1:
+        raise ValueError(f"capacity must be >= 1, got {capacity!r}")
+    if not (ttl_s > 0.0 and math.isfinite(ttl_s)):
+        raise ValueError(f"ttl_s must be a finite number > 0, got {ttl_s!r}")
+
+
+class DictPlacementMemory:
     """Block hash → (target, time), an LRU bounded by ``capacity`` and ``ttl_s``.
+
+    The reference form, in an OrderedDict: what the compiled form (``_placement.c``)
+    must give, and what runs where it is not built. It allocates as it fills, and its
+    size follows the recent request rate (see :data:`PlacementMemory`).
 
     Not thread-safe: a tier calls it from its event loop, between decisions.
     """
@@ -109,10 +121,7 @@ class PlacementMemory:
     __slots__ = ("_capacity", "_entries", "_ttl")
 
     def __init__(self, capacity: int = DEFAULT_CAPACITY, ttl_s: float = DEFAULT_TTL_S) -> None:
-        if capacity < 1:
-            raise ValueError(f"capacity must be >= 1, got {capacity!r}")
-        if not (ttl_s > 0.0 and math.isfinite(ttl_s)):
-            raise ValueError(f"ttl_s must be a finite number > 0, got {ttl_s!r}")
+        _check(capacity, ttl_s)
         self._capacity = capacity
         self._ttl = ttl_s
         #: Oldest first. Entries are stamped with non-decreasing ``now`` (the callers'
@@ -187,10 +196,43 @@ class PlacementMemory:
             del entries[block]
 
 
+if TYPE_CHECKING:
+    PlacementMemory = DictPlacementMemory
+else:
+    try:  # the compiled form (setup.py builds it when it can)
+        from gtm.routing._placement import PlacementCore
+    except ImportError:  # pragma: no cover - an install without a C compiler
+        PlacementMemory = DictPlacementMemory
+    else:
+
+        class PlacementMemory(PlacementCore):
+            __doc__ = DictPlacementMemory.__doc__
+            __slots__ = ()
+
+            def __init__(
+                self, capacity: int = DEFAULT_CAPACITY, ttl_s: float = DEFAULT_TTL_S
+            ) -> None:
+                _check(capacity, ttl_s)
+                super().__init__(capacity, ttl_s)
+
+            def recall(self, hashes: Sequence[int], now: float) -> Recall | None:
+                found = self.recall_raw(hashes, now)
+                return None if found is None else Recall(*found)
+
+
+#: The memory the tiers and the simulator run: the compiled form when built (its
+#: ``capacity`` entries allocated and written when it is made, so a tier's memory does
+#: not follow the request rate up — the dict form grew with every busier hour and never
+#: gave it back, the soak's global and regional growth of issue 25), else
+#: :class:`DictPlacementMemory`. Which one runs is in ``gtm --version`` (:mod:`gtm.native`).
+COMPILED = PlacementMemory is not DictPlacementMemory
+
 __all__ = [
+    "COMPILED",
     "DEFAULT_CAPACITY",
     "DEFAULT_TTL_S",
     "FINGERPRINT_BLOCKS",
+    "DictPlacementMemory",
     "PlacementMemory",
     "Recall",
 ]

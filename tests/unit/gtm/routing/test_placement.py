@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-import pytest
+import os
 
-from gtm.routing.placement import PlacementMemory, Recall
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gtm import native
+from gtm.routing.placement import COMPILED, DictPlacementMemory, PlacementMemory, Recall
+from gtm.testing.kernels import expected_state
 
 TURN_1 = (11, 12, 13, 14)
 #: The next turn of the same conversation: the whole previous prompt, then more.
@@ -88,3 +95,88 @@ def test_held_tokens_are_the_recalled_blocks_or_the_previous_prompt_past_the_fin
     assert Recall("z", 8, 0.0).held_tokens(20_000, 8, 100.0) == 800.0
     # Another count of matched blocks (a sketch's) may stand for the recalled one.
     assert Recall("z", 4, 0.0, 9_000).held_tokens(20_000, 8, 100.0, 6) == 600.0
+
+
+# ------------------------------------------------------------------ the two forms
+
+
+def test_the_compiled_memory_is_built() -> None:
+    # Without it the tiers run the dict form, whose memory follows the request rate up:
+    # CI must not pass on that quietly.
+    expected = expected_state()
+    assert native.kernel("gtm.routing._placement").state is expected
+    assert COMPILED is (expected is not native.KernelState.PYTHON)
+
+
+_CALLS = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("remember"),
+            st.lists(st.integers(0, 30), max_size=12),
+            st.sampled_from(["a", "b", "c"]),
+            st.floats(0.0, 3.0),  # time passes by this much first
+            st.integers(0, 5000),
+        ),
+        st.tuples(st.just("recall"), st.lists(st.integers(0, 30), max_size=12), st.floats(0, 3)),
+        st.tuples(st.just("forget"), st.sampled_from(["a", "b", "c", "d"])),
+        st.tuples(st.just("expire"), st.floats(0.0, 3.0)),
+    ),
+    max_size=60,
+)
+
+
+@given(calls=_CALLS, capacity=st.integers(1, 24), ttl=st.sampled_from([0.5, 2.0, 300.0]))
+@settings(max_examples=400, deadline=None)
+def test_compiled_memory_gives_what_the_dict_memory_gives(
+    calls: list[tuple[object, ...]], capacity: int, ttl: float
+) -> None:
+    # The pin between the two forms: the same calls at the same times, the same recalls
+    # and sizes after every one.
+    compiled, reference = PlacementMemory(capacity, ttl), DictPlacementMemory(capacity, ttl)
+    now = 0.0
+    for call in calls:
+        if call[0] == "remember":
+            _, blocks, target, step, tokens = call
+            assert isinstance(blocks, list)
+            assert isinstance(target, str)
+            assert isinstance(step, float)
+            assert isinstance(tokens, int)
+            now += step
+            hashes = [1000 + b for b in blocks]
+            compiled.remember(hashes, target, now, tokens)
+            reference.remember(hashes, target, now, tokens)
+        elif call[0] == "recall":
+            _, blocks, step = call
+            assert isinstance(blocks, list)
+            assert isinstance(step, float)
+            hashes = [1000 + b for b in blocks]
+            assert compiled.recall(hashes, now + step) == reference.recall(hashes, now + step)
+        elif call[0] == "forget":
+            assert isinstance(call[1], str)
+            compiled.forget(call[1])
+            reference.forget(call[1])
+        else:
+            assert isinstance(call[1], float)
+            now += call[1]
+            compiled.expire(now)
+            reference.expire(now)
+        assert len(compiled) == len(reference)
+    for block in range(1000, 1031):
+        assert compiled.recall([block], now) == reference.recall([block], now)
+
+
+def test_compiled_memory_does_not_grow_with_traffic() -> None:
+    if not COMPILED:  # an install without a compiler, asked for
+        assert os.environ.get("GTM_PURE_PYTHON")
+        return
+    from gtm.routing._placement import PlacementCore
+
+    memory = PlacementCore(5_000, 1e9)
+    size = memory.nbytes
+    rng = np.random.default_rng(3)
+    for i in range(2_000):
+        memory.remember([int(h) for h in rng.integers(0, 2**63, 16)], f"r{i % 7}", float(i))
+    assert len(memory) == 5_000
+    assert memory.nbytes == size
+    with pytest.raises(TypeError, match="ints"):
+        memory.remember([1, "x"], "r0", 2_001.0)  # type: ignore[list-item]
