@@ -15,7 +15,7 @@ BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 # Compiled at install (setup.py: mypyc, and small C files): a change reinstalls, so the
 # extension in use is never older than its source.
-KERNELS := $(wildcard */kernels.py */*/kernels.py */_*.c) global_lb/plugins/_ttft.py
+KERNELS := $(wildcard */kernels.py */*/kernels.py */_*.c */*/_*.c */*/_*.h) global_lb/plugins/_ttft.py
 
 .PHONY: up test test-system check bench chaos chaos-mutants fuzz fmt clean help system-deps image
 

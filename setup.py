@@ -15,6 +15,8 @@ import sys
 
 from setuptools import Extension, setup
 
+#: The hash table both allocated-whole structures share (one home, both include it).
+OPEN_ADDRESSING = "gtm/routing/_open_addressing.h"
 KERNELS = ["global_lb/kernels.py", "global_lb/plugins/_ttft.py"]
 #: Hand-written C over numpy arrays (mypyc cannot read them without a call per item).
 #: No contraction of a * b + c into a fused multiply-add: the kernels repeat numpy's
@@ -30,9 +32,21 @@ C_KERNELS = [
     for name in ("ttft", "blend")
 ] + [
     # The zone agent's prefix index, allocated whole (zone_agent/prefix.py says why).
-    Extension("zone_agent._prefix", ["zone_agent/_prefix.c"], optional=True),
+    Extension(
+        "zone_agent._prefix",
+        ["zone_agent/_prefix.c"],
+        depends=[OPEN_ADDRESSING],
+        include_dirs=["."],
+        optional=True,
+    ),
     # The tiers' placement memory, allocated whole (gtm/routing/placement.py says why).
-    Extension("gtm.routing._placement", ["gtm/routing/_placement.c"], optional=True),
+    Extension(
+        "gtm.routing._placement",
+        ["gtm/routing/_placement.c"],
+        depends=[OPEN_ADDRESSING],
+        include_dirs=["."],
+        optional=True,
+    ),
 ]
 
 

@@ -29,10 +29,12 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "gtm/routing/_open_addressing.h"
+
 /* Most blocks one slot may hold: a capacity above is taken as this (node indices are
  * 32-bit; a GPU with 2**22 blocks of 256 bytes would cache a billion bytes of text). */
 #define MAX_SLOT_BLOCKS (1 << 22)
-#define NONE (-1)
+#define NONE OA_NONE
 
 typedef struct {
     uint64_t key;
@@ -66,52 +68,17 @@ typedef struct {
     int64_t words;
 } Index;
 
-static inline uint64_t
-mix(uint64_t x)
-{
-    /* splitmix64's finaliser: tests and callers may use small consecutive ints. */
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebULL;
-    x ^= x >> 31;
-    return x;
-}
-
-/* The table position holding ``key``'s chain, or -1 - (the empty position to use). */
+/* The position holding ``key``'s chain, or -1 - (the empty position to use). */
 static inline int64_t
 find(const Index *ix, uint64_t key)
 {
-    uint64_t mask = ix->table_mask;
-    uint64_t at = mix(key) & mask;
-    for (;;) {
-        int32_t head = ix->table[at];
-        if (head == NONE) {
-            return -1 - (int64_t)at;
-        }
-        if (ix->nodes[head].key == key) {
-            return (int64_t)at;
-        }
-        at = (at + 1) & mask;
-    }
+    return oa_find(ix->table, ix->table_mask, ix->nodes, sizeof(Node), key);
 }
 
 static void
 table_delete(Index *ix, uint64_t at)
 {
-    uint64_t mask = ix->table_mask;
-    int32_t *table = ix->table;
-    uint64_t hole = at;
-    uint64_t slot = (at + 1) & mask;
-    while (table[slot] != NONE) {
-        uint64_t home = mix(ix->nodes[table[slot]].key) & mask;
-        if (((slot - home) & mask) >= ((slot - hole) & mask)) {
-            table[hole] = table[slot];
-            hole = slot;
-        }
-        slot = (slot + 1) & mask;
-    }
-    table[hole] = NONE;
+    oa_delete(ix->table, ix->table_mask, ix->nodes, sizeof(Node), at);
     ix->distinct -= 1;
 }
 
@@ -284,7 +251,7 @@ rehash(Index *ix, uint64_t size)
             if (head == NONE) {
                 continue;
             }
-            uint64_t at = mix(ix->nodes[head].key) & mask;
+            uint64_t at = oa_mix(ix->nodes[head].key) & mask;
             while (table[at] != NONE) {
                 at = (at + 1) & mask;
             }
@@ -407,17 +374,6 @@ Index_len(Index *self)
 }
 
 static int
-as_key(PyObject *obj, uint64_t *key)
-{
-    if (!PyLong_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "prefix blocks are ints, got %.100s", Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    *key = (uint64_t)PyLong_AsUnsignedLongLongMask(obj);
-    return (*key == (uint64_t)-1 && PyErr_Occurred()) ? -1 : 0;
-}
-
-static int
 as_slot(PyObject *obj, int64_t *slot)
 {
     long long value = PyLong_AsLongLong(obj);
@@ -459,7 +415,7 @@ Index_insert(Index *self, PyObject *args, PyObject *kwds)
         return PyErr_NoMemory();
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (as_key(items[i], &keys[i]) < 0) {
+        if (oa_as_key(items[i], &keys[i]) < 0) {
             goto fail;
         }
     }
@@ -585,7 +541,7 @@ static PyObject *
 Index_holders(Index *self, PyObject *block)
 {
     uint64_t key;
-    if (as_key(block, &key) < 0) {
+    if (oa_as_key(block, &key) < 0) {
         return NULL;
     }
     memset(self->alive, 0, (size_t)self->words * sizeof(uint64_t));
@@ -611,7 +567,7 @@ Index_match_groups(Index *self, PyObject *hashes)
     uint64_t *alive = self->alive, *still = self->still;
     size_t span = (size_t)words * sizeof(uint64_t);
     uint64_t key;
-    if (as_key(items[0], &key) < 0) {
+    if (oa_as_key(items[0], &key) < 0) {
         goto fail;
     }
     memset(alive, 0, span);
@@ -621,7 +577,7 @@ Index_match_groups(Index *self, PyObject *hashes)
         memset(still, 0, span);
         live = 0;
         if (depth < end) {
-            if (as_key(items[depth], &key) < 0) {
+            if (oa_as_key(items[depth], &key) < 0) {
                 goto fail;
             }
             live = holders_into(self, key, alive, still);

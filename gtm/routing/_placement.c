@@ -26,7 +26,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#define NONE (-1)
+#include "gtm/routing/_open_addressing.h"
+
+#define NONE OA_NONE
 
 typedef struct {
     uint64_t key;
@@ -51,50 +53,11 @@ typedef struct {
     PyObject *ids;     /* str -> int */
 } Memory;
 
-static inline uint64_t
-mix(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebULL;
-    x ^= x >> 31;
-    return x;
-}
-
-/* The table position holding ``key``, or -1 - (the empty position to use). */
+/* The position holding ``key``, or -1 - (the empty position to use). */
 static inline int64_t
 find(const Memory *m, uint64_t key)
 {
-    uint64_t at = mix(key) & m->table_mask;
-    for (;;) {
-        int32_t n = m->table[at];
-        if (n == NONE) {
-            return -1 - (int64_t)at;
-        }
-        if (m->nodes[n].key == key) {
-            return (int64_t)at;
-        }
-        at = (at + 1) & m->table_mask;
-    }
-}
-
-static void
-table_delete(Memory *m, uint64_t at)
-{
-    uint64_t mask = m->table_mask;
-    int32_t *table = m->table;
-    uint64_t hole = at;
-    uint64_t slot = (at + 1) & mask;
-    while (table[slot] != NONE) {
-        uint64_t home = mix(m->nodes[table[slot]].key) & mask;
-        if (((slot - home) & mask) >= ((slot - hole) & mask)) {
-            table[hole] = table[slot];
-            hole = slot;
-        }
-        slot = (slot + 1) & mask;
-    }
-    table[hole] = NONE;
+    return oa_find(m->table, m->table_mask, m->nodes, sizeof(Node), key);
 }
 
 static void
@@ -134,7 +97,7 @@ drop(Memory *m, int32_t n)
     unlink_node(m, n);
     int64_t at = find(m, m->nodes[n].key);
     if (at >= 0) {
-        table_delete(m, (uint64_t)at);
+        oa_delete(m->table, m->table_mask, m->nodes, sizeof(Node), (uint64_t)at);
     }
     m->nodes[n].newer = m->free;
     m->free = n;
@@ -148,17 +111,6 @@ trim(Memory *m, double now)
     while (m->oldest != NONE && m->nodes[m->oldest].at <= horizon) {
         drop(m, m->oldest);
     }
-}
-
-static int
-as_key(PyObject *obj, uint64_t *key)
-{
-    if (!PyLong_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "prefix blocks are ints, got %.100s", Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    *key = (uint64_t)PyLong_AsUnsignedLongLongMask(obj);
-    return (*key == (uint64_t)-1 && PyErr_Occurred()) ? -1 : 0;
 }
 
 static int
@@ -286,7 +238,7 @@ Memory_remember(Memory *self, PyObject *args, PyObject *kwds)
     }
     int32_t tid;
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (as_key(items[i], &keys[i]) < 0) {
+        if (oa_as_key(items[i], &keys[i]) < 0) {
             goto fail;
         }
     }
@@ -377,7 +329,7 @@ Memory_recall_raw(Memory *self, PyObject *args)
     Py_ssize_t depth = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
         uint64_t key;
-        if (as_key(items[i], &key) < 0) {
+        if (oa_as_key(items[i], &key) < 0) {
             Py_DECREF(seq);
             return NULL;
         }
