@@ -34,7 +34,7 @@ from global_lb.router import RouteOutcome
 from gtm import native
 from gtm.access import access_log_option
 from gtm.audit_anchor import DEFAULT_INTERVAL_S as DEFAULT_ANCHOR_INTERVAL_S
-from gtm.cli_types import HostPort, IPAddress, IPNetwork, StateURL
+from gtm.cli_types import HostPort, IPAddress, IPNetwork, StateURL, geoip_reload_interval
 from gtm.clock import SystemClock
 from gtm.envvars import from_environment
 from gtm.errors import ConfigError, GtmError
@@ -95,15 +95,7 @@ def _fail(exc: Exception) -> None:
     type=click.Path(exists=True, dir_okay=False),
     help="MaxMind City/Country .mmdb (default: the bundled 2018 GeoLite2-City, stale).",
 )
-@click.option(
-    "--geoip-reload-interval",
-    type=click.FloatRange(0, 86400),
-    default=DEFAULT_RELOAD_INTERVAL_S,
-    show_default=True,
-    help="Seconds between looks at the --geoip-db file: a new version (install it by "
-    "renaming over the file) is loaded and swapped in without dropping a query; one "
-    "that does not open leaves the old one serving. 0: never.",
-)
+@geoip_reload_interval(DEFAULT_RELOAD_INTERVAL_S)
 @click.option(
     "--geo-map",
     type=click.Path(exists=True, dir_okay=False),

@@ -29,8 +29,9 @@ usage error is the ``gtm`` command's (:mod:`gtmctl.cli`).
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import click
@@ -184,6 +185,24 @@ def shared_store(state: str, *, instead: str) -> StateUrl:
             param_hint="--state",
         )
     return url
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def geoip_reload_interval(default: float) -> Callable[[_F], _F]:
+    """``--geoip-reload-interval``, the same option on every tier that reads a GeoIP
+    database (``default``: :data:`gtm.geo.DEFAULT_RELOAD_INTERVAL_S`, passed in so that
+    this module does not import the geo code)."""
+    return click.option(
+        "--geoip-reload-interval",
+        type=click.FloatRange(0, 86400),
+        default=default,
+        show_default=True,
+        help="Seconds between looks at the --geoip-db file: a new version (install it by "
+        "renaming over the file) is loaded and swapped in without dropping a request; one "
+        "that does not open leaves the old one serving. 0: never.",
+    )
 
 
 def existing_file(*, as_path: bool = False) -> click.Path:

@@ -12,7 +12,7 @@ import click
 
 from gtm.access import access_log_option
 from gtm.audit_anchor import DEFAULT_INTERVAL_S as DEFAULT_ANCHOR_INTERVAL_S
-from gtm.cli_types import HostPort, HttpURL, IPNetwork, StateURL
+from gtm.cli_types import HostPort, HttpURL, IPNetwork, StateURL, geoip_reload_interval
 from gtm.clock import SystemClock
 from gtm.envvars import from_environment
 from gtm.errors import GtmError
@@ -154,15 +154,7 @@ def _identifier(name: str, value: str) -> str:
     help="MaxMind City/Country database to locate clients that come here directly (the "
     "front door's; default: the bundled GeoLite2-City, stale).",
 )
-@click.option(
-    "--geoip-reload-interval",
-    type=click.FloatRange(0, 86400),
-    default=DEFAULT_RELOAD_INTERVAL_S,
-    show_default=True,
-    help="Seconds between looks at the --geoip-db file (the front door's option): a new "
-    "version, renamed over the file, is swapped in without dropping a request; one that "
-    "does not open leaves the old one serving. 0: never.",
-)
+@geoip_reload_interval(DEFAULT_RELOAD_INTERVAL_S)
 @click.option(
     "--geo-map",
     type=click.Path(exists=True, dir_okay=False),
