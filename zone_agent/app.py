@@ -349,6 +349,8 @@ class ZoneAgent:
             tokens = current.itl_count - before.itl_count
             if tokens <= 0 or current.itl_sum is None or before.itl_sum is None:
                 continue
+            if current.kv_usage is None:  # no KV usage: no context length to price a step
+                continue
             observed = (current.itl_sum - before.itl_sum) / tokens
             try:
                 profile = profile_for(worker.gpu_type, model or (worker.models or ("",))[0])

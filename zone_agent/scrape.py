@@ -1,42 +1,35 @@
-"""Reading a worker's load from its Prometheus ``/metrics`` (vLLM and SGLang names).
+"""Reading a worker's load from its Prometheus ``/metrics``, whichever engine it runs.
 
-The names are those the Gateway API Inference Extension's model-server protocol and
-llm-d's metric extractors read (ARCHITECTURE §7): vLLM ``vllm:num_requests_running``,
-``vllm:num_requests_waiting``, ``vllm:kv_cache_usage_perc`` (a fraction despite its name;
-older releases call it ``vllm:gpu_cache_usage_perc``), ``vllm:prefix_cache_{hits,queries}``
-and ``vllm:cache_config_info`` (labels ``block_size``, ``num_gpu_blocks``); SGLang
-``sglang:num_running_reqs``, ``sglang:num_queue_reqs``, ``sglang:token_usage`` and
-``sglang:cache_config_info`` (``page_size``, ``num_pages``). The inter-token latency
-histogram (``*:inter_token_latency_seconds``; vLLM before V1: ``time_per_output_token``)
-feeds throughput-regression detection.
+The names are the engines' own, one plugin per engine in ``zone_agent.engines`` (vLLM,
+SGLang, TGI, TensorRT-LLM behind Triton, llama.cpp's server, Dynamo workers; each module
+cites where its names come from, and ARCHITECTURE §7 has the table). What the router
+needs from each: running and waiting requests, the KV-cache usage fraction, the KV
+geometry (block size, blocks) where exposed, prefix-cache hits and queries where exposed,
+and an inter-token latency sum and count for throughput-regression detection. A figure
+an engine does not expose is None in ``ModelMetrics``; the view treats it as unknown.
 
-Parsing uses prometheus_client's own text parser, on only the lines of the families
-above (a worker exposes hundreds of histogram lines we do not need). Every result
-carries the monotonic time it was taken, so a reader knows its age.
+Parsing uses prometheus_client's own text parser, on only the lines of the families the
+engines declare (a worker exposes hundreds of histogram lines we do not need). Every
+result carries the monotonic time it was taken, so a reader knows its age.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from enum import StrEnum
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from gtm.clock import Clock
+from zone_agent.engines import ENGINES, ConfigInfo, EngineNames, LabelledFamily, Row
+from zone_agent.engines import Flavor as Flavor  # the flavours live with the engines
 from zone_agent.errors import ScrapeError as ScrapeError  # raised here; re-exported
 
 #: Largest /metrics body read (a vLLM worker with several LoRA adapters exposes ~200 kB).
 MAX_METRICS_BYTES = 4 * 1024 * 1024
-
-
-class Flavor(StrEnum):
-    VLLM = "vllm"
-    SGLANG = "sglang"
-    UNKNOWN = "unknown"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +38,8 @@ class ModelMetrics:
 
     running: float = 0.0
     waiting: float = 0.0
-    #: Fraction of KV-cache blocks in use, in [0, 1].
-    kv_usage: float = 0.0
+    #: Fraction of KV-cache blocks in use, in [0, 1]; None: the engine does not say.
+    kv_usage: float | None = 0.0
     block_size: int | None = None
     kv_blocks_total: int | None = None
     prefix_hits: float | None = None
@@ -67,39 +60,21 @@ class GpuMetrics:
         return max(0.0, now - self.scraped_at)
 
 
-# Sample name → (ModelMetrics field, flavor).
-_GAUGES: Mapping[str, tuple[str, Flavor]] = MappingProxyType(
-    {
-        "vllm:num_requests_running": ("running", Flavor.VLLM),
-        "vllm:num_requests_waiting": ("waiting", Flavor.VLLM),
-        "vllm:kv_cache_usage_perc": ("kv_usage", Flavor.VLLM),
-        "vllm:gpu_cache_usage_perc": ("kv_usage", Flavor.VLLM),
-        "vllm:prefix_cache_hits_total": ("prefix_hits", Flavor.VLLM),
-        "vllm:prefix_cache_queries_total": ("prefix_queries", Flavor.VLLM),
-        "vllm:inter_token_latency_seconds_sum": ("itl_sum", Flavor.VLLM),
-        "vllm:inter_token_latency_seconds_count": ("itl_count", Flavor.VLLM),
-        "vllm:time_per_output_token_seconds_sum": ("itl_sum", Flavor.VLLM),
-        "vllm:time_per_output_token_seconds_count": ("itl_count", Flavor.VLLM),
-        "sglang:num_running_reqs": ("running", Flavor.SGLANG),
-        "sglang:num_queue_reqs": ("waiting", Flavor.SGLANG),
-        "sglang:token_usage": ("kv_usage", Flavor.SGLANG),
-        "sglang:inter_token_latency_seconds_sum": ("itl_sum", Flavor.SGLANG),
-        "sglang:inter_token_latency_seconds_count": ("itl_count", Flavor.SGLANG),
-    }
+#: Every engine's names, flattened for the one-pass parse: sample name → (engine, field);
+#: labelled family → (engine, its label and values); info gauge → (engine, its labels).
+_SAMPLES: Mapping[str, tuple[EngineNames, str]] = MappingProxyType(
+    {name: (engine, f) for engine in ENGINES for name, f in engine.samples.items()}
 )
-_CONFIG_INFO: Mapping[str, tuple[str, str, Flavor]] = MappingProxyType(
-    {
-        "vllm:cache_config_info": ("block_size", "num_gpu_blocks", Flavor.VLLM),
-        "sglang:cache_config_info": ("page_size", "num_pages", Flavor.SGLANG),
-    }
+_LABELLED: Mapping[str, tuple[EngineNames, LabelledFamily]] = MappingProxyType(
+    {name: (engine, fam) for engine in ENGINES for name, fam in engine.labelled.items()}
 )
-_PREFIXES = tuple(
-    {
-        name.rsplit("_", 1)[0] if name.endswith(("_sum", "_count", "_total")) else name
-        for name in _GAUGES
-    }
-    | set(_CONFIG_INFO)
+_CONFIG_INFO: Mapping[str, tuple[EngineNames, ConfigInfo]] = MappingProxyType(
+    {name: (engine, info) for engine in ENGINES for name, info in engine.config_info.items()}
 )
+_PREFIXES = tuple(sorted(frozenset().union(*(engine.families() for engine in ENGINES))))
+_FIELDS = frozenset(f.name for f in fields(ModelMetrics))
+_RANK = {engine.flavor: rank for rank, engine in enumerate(ENGINES)}
+_DERIVE = {engine.flavor: engine.derive for engine in ENGINES if engine.derive is not None}
 
 
 def _relevant(text: str) -> str:
@@ -125,37 +100,79 @@ def _int_label(labels: Mapping[str, str], name: str) -> int | None:
 
 
 def parse_metrics(text: str, *, scraped_at: float, default_model: str = "") -> GpuMetrics:
-    """Parse a /metrics body. Samples without a ``model_name`` label go to ``default_model``.
+    """Parse a /metrics body. Samples without a model label go to ``default_model``.
+
+    Every engine's names are read in the one pass; the flavour is the engine whose names
+    filled the most fields (ties: ``ENGINES`` order), and only its figures are kept — a
+    Dynamo worker that also passes its backend's names through is read as one engine,
+    never as a blend of two. No known name at all: ``Flavor.UNKNOWN`` and no models.
+    A field the flavour does not expose is None (absent), never zero.
 
     Raises ScrapeError if the text is not Prometheus exposition format.
     """
-    fields: dict[str, dict[str, float | int | None]] = {}
-    flavor = Flavor.UNKNOWN
+    rows: dict[Flavor, dict[str, Row]] = {}
     try:
         for family in text_string_to_metric_families(_relevant(text)):
             for sample in family.samples:
-                model = sample.labels.get("model_name", default_model)
-                row = fields.setdefault(model, {})
-                gauge = _GAUGES.get(sample.name)
-                if gauge is not None:
-                    row[gauge[0]] = float(sample.value)
-                    flavor = gauge[1]
-                    continue
-                config = _CONFIG_INFO.get(sample.name)
-                if config is not None:
-                    row["block_size"] = _int_label(sample.labels, config[0])
-                    row["kv_blocks_total"] = _int_label(sample.labels, config[1])
-                    flavor = config[2]
+                _read_sample(rows, sample.name, sample.labels, sample.value, default_model)
     except (ValueError, TypeError, IndexError) as exc:
         raise ScrapeError(f"not Prometheus text exposition format: {exc}") from None
-    models = {
-        model: ModelMetrics(**{k: v for k, v in row.items()})  # type: ignore[arg-type]
-        for model, row in fields.items()
-    }
-    for model, metrics in models.items():
-        if not 0.0 <= metrics.kv_usage <= 1.0 or metrics.running < 0 or metrics.waiting < 0:
-            raise ScrapeError(f"impossible values for model {model!r}: {metrics}")
+    if not rows:
+        return GpuMetrics(scraped_at, Flavor.UNKNOWN, MappingProxyType({}))
+    flavor = min(rows, key=lambda f: (-sum(len(r) for r in rows[f].values()), _RANK[f]))
+    models = {model: _model_metrics(flavor, model, row) for model, row in rows[flavor].items()}
     return GpuMetrics(scraped_at, flavor, MappingProxyType(models))
+
+
+def _read_sample(
+    rows: dict[Flavor, dict[str, Row]],
+    name: str,
+    labels: Mapping[str, str],
+    value: float,
+    default_model: str,
+) -> None:
+    found = _SAMPLES.get(name)
+    if found is not None:
+        engine, target = found
+        _row(rows, engine, labels, default_model)[target] = float(value)
+        return
+    labelled = _LABELLED.get(name)
+    if labelled is not None:
+        engine, family = labelled
+        target_or_none = family.values.get(labels.get(family.label, ""))
+        if target_or_none is not None:
+            _row(rows, engine, labels, default_model)[target_or_none] = float(value)
+        return
+    config = _CONFIG_INFO.get(name)
+    if config is not None:
+        engine, info = config
+        row = _row(rows, engine, labels, default_model)
+        row["block_size"] = _int_label(labels, info.block_size_label)
+        row["kv_blocks_total"] = _int_label(labels, info.blocks_label)
+
+
+def _row(
+    rows: dict[Flavor, dict[str, Row]],
+    engine: EngineNames,
+    labels: Mapping[str, str],
+    default_model: str,
+) -> Row:
+    label = engine.model_label
+    model = labels.get(label, default_model) if label is not None else default_model
+    return rows.setdefault(engine.flavor, {}).setdefault(model, {})
+
+
+def _model_metrics(flavor: Flavor, model: str, row: Row) -> ModelMetrics:
+    derive = _DERIVE.get(flavor)
+    if derive is not None:
+        derive(row)
+    values = {k: v for k, v in row.items() if k in _FIELDS}
+    values.setdefault("kv_usage", None)  # not exposed: unknown, not empty
+    metrics = ModelMetrics(**values)  # type: ignore[arg-type]
+    kv = metrics.kv_usage
+    if (kv is not None and not 0.0 <= kv <= 1.0) or metrics.running < 0 or metrics.waiting < 0:
+        raise ScrapeError(f"impossible values for model {model!r}: {metrics}")
+    return metrics
 
 
 async def scrape(

@@ -307,8 +307,10 @@ def _row(
     kv_free = math.nan
     external = 0.0
     if fresh and metrics is not None:
-        running, waiting, usage = metrics.running, metrics.waiting, metrics.kv_usage
-        kv_free = kv_total * (1.0 - usage)
+        running, waiting = metrics.running, metrics.waiting
+        if metrics.kv_usage is not None:  # None: the engine does not export it (unknown)
+            usage = metrics.kv_usage
+            kv_free = kv_total * (1.0 - usage)
         others = max(0.0, waiting - state.own_at_scrape.prefilling)
         external = others * settings.mean_prompt_tokens
     used_tokens = usage * kv_total * block

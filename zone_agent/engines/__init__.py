@@ -1,0 +1,16 @@
+"""Engine plugins: one module per inference engine, each a table of its metric names.
+
+``zone_agent.scrape`` reads every engine's names in one pass over a worker's
+``/metrics`` and keeps the flavour whose names it saw most (see ``scrape.parse_metrics``).
+The order of ``ENGINES`` breaks ties: an engine's own names before a wrapper's.
+"""
+
+from __future__ import annotations
+
+from zone_agent.engines.base import ConfigInfo, EngineNames, Flavor, LabelledFamily, Row
+from zone_agent.engines.sglang import SGLANG
+from zone_agent.engines.vllm import VLLM
+
+ENGINES: tuple[EngineNames, ...] = (VLLM, SGLANG)
+
+__all__ = ["ENGINES", "ConfigInfo", "EngineNames", "Flavor", "LabelledFamily", "Row"]
