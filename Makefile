@@ -65,7 +65,12 @@ check: $(VENV)/.installed-test
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-bench: $(VENV)/.installed-test
+# The side-by-side benchmarks' peer routers (sglang-router, vllm-router): the bench-peers extra.
+$(VENV)/.installed-peers: pyproject.toml | $(VENV)/.installed-test
+	$(BIN)/pip install -q -e '.[bench-peers]'
+	@touch $@
+
+bench: $(VENV)/.installed-test $(VENV)/.installed-peers
 	@for b in bench/[a-z]*.py; do echo "== $$b"; $(BIN)/python $$b --smoke || exit 1; done
 
 # Every game-day scenario in turn (each launches its own gtm up --processes); a failed
