@@ -9,7 +9,9 @@ start when the run is longer than it is at that rate. Every ``--interval`` secon
 samples each process of the deployment (``gtm up`` itself, the front door, the regional
 LBs, the zone agents, the emulated GPU workers, etcd):
 
-* **RSS** (``/proc/PID/status``) and **open descriptors** (``/proc/PID/fd``);
+* **RSS** (``/proc/PID/status``: also its anonymous and file-backed parts) and **open
+  descriptors** (``/proc/PID/fd``), by kind: sockets, files (a path), other (pipes,
+  event and timer descriptors);
 * **tasks** of its event loop (``gtm_event_loop_tasks`` on ``/metrics``);
 * **responsiveness**: the round trip of a ``GET /healthz`` (a lagging event loop answers
   late), and the GPU workers' own lag probe (``gtm_gpusim_event_loop_lag_seconds``);
@@ -19,14 +21,20 @@ LBs, the zone agents, the emulated GPU workers, etcd):
 
 Printed per process kind: RSS at the end of the warm-up and at the end, the RSS slope
 after the warm-up (least squares over the samples, % of the process's RSS per hour;
-the kind's worst process and the median), descriptors before the load and once it is
-over, tasks, responsiveness, log volume per hour, and the size gauges' first and last
-values. Then the errors: failed requests, restarted children, ERROR lines and
+the kind's worst process and the median) and over the last half of those samples (a
+growth that levels off has a flat tail; one that does not keeps its slope), the
+descriptors, tasks, responsiveness, log volume per hour, and the size gauges' first and
+last values. Then the errors: failed requests, restarted children, ERROR lines and
 ``Traceback`` in the logs, crashed background tasks (``gtm_task_failures_total``).
 
 Target (``--smoke`` only reports): 0 errors, RSS slope after warm-up below 1 % per
-hour for every process, and every process's descriptors back to their level before the
-load within ``--settle`` seconds after it. A short run extrapolates a few minutes of
+hour for every process, and every process's descriptors back within ``--settle``
+seconds after the load: its sockets and other descriptors to their number before the
+load, its files to their number at the end of the warm-up (:func:`fds_missed`). A
+file a daemon opens once, at its first request of a kind (the audit log at the first
+audited decision, an access log), is a step an operator's descriptor alarm never
+needs to hear about; a file opened per request, or a connection not closed, is a leak,
+and both still show. A short run extrapolates a few minutes of
 samples to an hour, so its slopes are noisy (a 1 MB step in a 90 MB process over five
 minutes reads as 13 %/h): the figure is the one-hour run.
 
@@ -34,12 +42,16 @@ minutes reads as 13 %/h): the figure is the one-hour run.
 (:mod:`gtm.memdebug`: a SIGUSR2 starts allocation tracing and writes a snapshot),
 signals the processes of those kinds at the end of the warm-up and at the end of the
 load, and prints per kind the source lines whose allocations made in between are
-still alive. Tracing slows the traced processes down and costs memory of its own: RSS
-figures of such a run are not comparable with a plain one.
+still alive, and per process how the C allocator's and Python's small-object
+allocator's figures moved (in use, free inside the heap: fragmentation). Tracing slows
+the traced processes down and costs memory of its own: RSS figures of such a run are
+not comparable with a plain one. ``--tracemalloc-frames 0`` takes the allocator
+figures without tracing.
 
     python bench/soak.py                         # 1 h at 1× the trace's rate
     python bench/soak.py --rate-scale 3 --duration 600 --warmup 120
     python bench/soak.py --duration 600 --tracemalloc global,zone
+    python bench/soak.py --duration 600 --tracemalloc gpu-sim --tracemalloc-frames 0
     python bench/soak.py --regions us-east,eu-west --rate-scale 0.5 --warmup 1200
     python bench/soak.py --smoke                 # two regions, ~40 s of load (make bench)
 """
@@ -63,6 +75,7 @@ import tracemalloc
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 import aiohttp
@@ -72,7 +85,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from chaos.deployment import Deployment, LaunchSpec
 from fleetsim.traces import Trace, TraceKind, TraceRequest, load_trace
 from gtm.clock import SystemClock
-from gtm.memdebug import DIR_ENV, SUFFIX
+from gtm.memdebug import DIR_ENV, FRAMES_ENV, MALLOC_SUFFIX, SUFFIX, read_malloc
 from gtm.metrics import new_registry
 from gtm.tasks import TaskSupervisor
 from gtm.topology import load_topology, on_private_block, write_topology
@@ -142,6 +155,60 @@ class Proc:
     log: Path | None
 
 
+class FdKind(StrEnum):
+    """What an open descriptor is, from its ``/proc/PID/fd`` link."""
+
+    SOCKET = "socket"  # socket:[inode]: a connection or a listener
+    FILE = "file"  # a path: logs, the audit chain, etcd's WAL and database, /dev/null
+    OTHER = "other"  # pipe:[…], anon_inode:[eventpoll|eventfd|timerfd|…]
+
+
+def fd_kind(target: str) -> FdKind:
+    if target.startswith("socket:"):
+        return FdKind.SOCKET
+    if target.startswith("/"):
+        return FdKind.FILE
+    return FdKind.OTHER
+
+
+@dataclass(frozen=True, slots=True)
+class Fds:
+    """A process's open descriptors, by kind."""
+
+    sockets: int = 0
+    files: int = 0
+    other: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.sockets + self.files + self.other
+
+    @classmethod
+    def of(cls, targets: Iterable[str]) -> Fds:
+        counted = Counter(fd_kind(t) for t in targets)
+        return cls(counted[FdKind.SOCKET], counted[FdKind.FILE], counted[FdKind.OTHER])
+
+    def __str__(self) -> str:
+        return f"{self.sockets} sockets, {self.files} files, {self.other} other"
+
+
+def fds_missed(before: Fds, warm: Fds | None, after: Fds) -> str | None:
+    """How ``after`` (once the load is over) is not back, or None. Sockets and other
+    descriptors come back to ``before`` (the load's start); files to ``warm`` (the end
+    of the warm-up, or ``before`` without one): a file opened once at a first request
+    (the audit log) stays open by design, one opened per request or never closed does
+    not come back to it."""
+    files_base = max(before.files, warm.files) if warm is not None else before.files
+    missed = []
+    if after.sockets > before.sockets:
+        missed.append(f"{after.sockets} sockets after the load, {before.sockets} before")
+    if after.other > before.other:
+        missed.append(f"{after.other} other descriptors after the load, {before.other} before")
+    if after.files > files_base:
+        missed.append(f"{after.files} files after the load, {files_base} after the warm-up")
+    return "; ".join(missed) or None
+
+
 @dataclass(frozen=True, slots=True)
 class Sample:
     at_s: float  # since the load started (negative: before)
@@ -154,6 +221,10 @@ class Sample:
     task_failures: float | None = None
     #: Every ``gtm_*_entries`` sample: "name{labels}" → value.
     entries: Mapping[str, float] = field(default_factory=dict)
+    #: RSS's anonymous part (heap, stacks) and file-backed part (code, mmapped files:
+    #: etcd's database).
+    rss_anon_kb: int | None = None
+    rss_file_kb: int | None = None
 
 
 @dataclass(slots=True)
@@ -167,20 +238,40 @@ class Series:
 
 
 def read_rss_kb(pid: int) -> int | None:
+    return read_memory_kb(pid).get("VmRSS")
+
+
+def read_memory_kb(pid: int) -> dict[str, int]:
+    """VmRSS, RssAnon, RssFile of ``/proc/PID/status`` (empty: the process is gone)."""
+    out: dict[str, int] = {}
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "RssAnon", "RssFile"):
+                out[key] = int(value.split()[0])
+    except OSError:
+        return {}
+    return out
+
+
+def read_fds(pid: int) -> Fds | None:
+    """The process's descriptors by kind (None: it is gone). A descriptor closed while
+    it is read is not counted."""
+    directory = f"/proc/{pid}/fd"
+    try:
+        names = os.listdir(directory)
     except OSError:
         return None
-    return None
+    targets = []
+    for name in names:
+        with contextlib.suppress(OSError):
+            targets.append(os.readlink(f"{directory}/{name}"))
+    return Fds.of(targets)
 
 
 def count_fds(pid: int) -> int | None:
-    try:
-        return len(os.listdir(f"/proc/{pid}/fd"))
-    except OSError:
-        return None
+    fds = read_fds(pid)
+    return None if fds is None else fds.total
 
 
 def metric_values(text: str) -> dict[str, float]:
@@ -315,14 +406,29 @@ def up_pid_of(deployment: Deployment) -> int:
 @dataclass(slots=True)
 class Run:
     series: dict[str, Series] = field(default_factory=dict)
-    fds_before: dict[str, int] = field(default_factory=dict)
-    fds_after: dict[str, int] = field(default_factory=dict)
+    fds_before: dict[str, Fds] = field(default_factory=dict)
+    #: At the first sample after the warm-up.
+    fds_warm: dict[str, Fds] = field(default_factory=dict)
+    fds_after: dict[str, Fds] = field(default_factory=dict)
     fds_settled_s: float | None = None
+    #: Per process: the allocator figures (gtm.memdebug.read_malloc) at the two snapshots.
+    malloc: dict[str, tuple[dict[str, int], dict[str, int]]] = field(default_factory=dict)
     restarts: dict[str, int] = field(default_factory=dict)
     tally: Tally | None = None
     load_s: float = 0.0
     requests: int = 0
     snapshots: dict[str, tuple[Path, Path]] = field(default_factory=dict)
+
+
+def descriptors_missed(run: Run) -> dict[str, str]:
+    """Every process whose descriptors are not back (:func:`fds_missed`): why."""
+    missed = {}
+    for name, before in run.fds_before.items():
+        after = run.fds_after.get(name)
+        why = None if after is None else fds_missed(before, run.fds_warm.get(name), after)
+        if why is not None:
+            missed[name] = why
+    return missed
 
 
 class Sampler:
@@ -359,16 +465,19 @@ class Sampler:
                 # series starts over, its log is read from where it is now.
                 offset = series.log_offset if series is not None else 0
                 series = self._run.series[proc.name] = Series(proc, log_offset=offset)
-            rss, fds = read_rss_kb(proc.pid), count_fds(proc.pid)
-            if rss is None or fds is None:
+            memory, fds = read_memory_kb(proc.pid), read_fds(proc.pid)
+            if "VmRSS" not in memory or fds is None:
                 continue
+            if counting:
+                self._run.fds_warm.setdefault(proc.name, fds)
             series.samples.append(
                 Sample(
-                    at, rss, fds, _sum(values, "gtm_event_loop_tasks"), healthz,
-                    _sum(values, "gtm_gpusim_event_loop_lag_seconds_sum"),
+                    at, memory["VmRSS"], fds.total, _sum(values, "gtm_event_loop_tasks"),
+                    healthz, _sum(values, "gtm_gpusim_event_loop_lag_seconds_sum"),
                     _sum(values, "gtm_gpusim_event_loop_lag_seconds_count"),
                     _sum(values, "gtm_task_failures_total"),
                     {k: v for k, v in values.items() if "_entries" in k},
+                    memory.get("RssAnon"), memory.get("RssFile"),
                 )
             )  # fmt: skip
             scan_log(series, counting)
@@ -377,11 +486,11 @@ class Sampler:
             f"etcd/{m.name}": m.restarts for m in doc.etcd if m.restarts
         }
 
-    def fds(self) -> dict[str, int]:
+    def fds(self) -> dict[str, Fds]:
         return {
             name: n
             for name, s in self._run.series.items()
-            if (n := count_fds(s.proc.pid)) is not None
+            if (n := read_fds(s.proc.pid)) is not None
         }
 
     def snapshot(self, kinds: Sequence[str]) -> None:
@@ -414,10 +523,12 @@ async def sample_loop(sampler: Sampler, run: Run, duration_s: float, every_s: fl
         await asyncio.sleep(max(0.0, every_s - (time.monotonic() - started)))
 
 
-async def wait_snapshots(directory: Path, pids: Iterable[int], n: int, limit_s: float) -> None:
+async def wait_snapshots(
+    directory: Path, pids: Iterable[int], n: int, limit_s: float, suffix: str = SUFFIX
+) -> None:
     """Until every process wrote its n-th snapshot (a file appears: polled), or the limit."""
     deadline = time.monotonic() + limit_s
-    wanted = {directory / f"{pid}-{n}{SUFFIX}" for pid in pids}
+    wanted = {directory / f"{pid}-{n}{suffix}" for pid in pids}
     for _ in range(int(limit_s / 0.5) + 1):
         if time.monotonic() >= deadline or all(p.exists() for p in wanted):
             return
@@ -436,7 +547,11 @@ async def soak(args: argparse.Namespace, work: Path) -> Run:
     run.requests = len(requests)
     snap_dir = work / "tracemalloc"
     traced = tuple(k for k in (args.tracemalloc or "").split(",") if k)
-    env = ((DIR_ENV, str(snap_dir)),) if args.tracemalloc else ()
+    env: tuple[tuple[str, str], ...] = ((DIR_ENV, str(snap_dir)),) if args.tracemalloc else ()
+    if args.tracemalloc and args.tracemalloc_frames is not None:
+        env += ((FRAMES_ENV, str(args.tracemalloc_frames)),)
+    # Without tracing a process writes only its allocator figures (gtm.memdebug).
+    last_file = MALLOC_SUFFIX if args.tracemalloc_frames == 0 else SUFFIX
     spec = LaunchSpec(
         topology=private_topology(work, args.regions),
         speedup=args.speedup,
@@ -487,17 +602,20 @@ async def soak(args: argparse.Namespace, work: Path) -> Run:
             if snapping is not None:
                 sampler.snapshot(traced)
                 pids = [s.proc.pid for s in run.series.values() if s.proc.kind in traced]
-                await wait_snapshots(snap_dir, pids, 2, 120.0)
+                await wait_snapshots(snap_dir, pids, 2, 120.0, last_file)
                 for name, s in run.series.items():
                     first = snap_dir / f"{s.proc.pid}-1{SUFFIX}"
                     second = snap_dir / f"{s.proc.pid}-2{SUFFIX}"
                     if first.exists() and second.exists():
                         run.snapshots[name] = (first, second)
+                    figures = [snap_dir / f"{s.proc.pid}-{n}{MALLOC_SUFFIX}" for n in (1, 2)]
+                    if all(f.exists() for f in figures):
+                        run.malloc[name] = (read_malloc(figures[0]), read_malloc(figures[1]))
             # Descriptors back to their level before the load: wait up to --settle.
             settle_started = time.monotonic()
             while True:
                 run.fds_after = sampler.fds()
-                if all(run.fds_after.get(k, 0) <= v for k, v in run.fds_before.items()):
+                if not descriptors_missed(run):
                     run.fds_settled_s = time.monotonic() - settle_started
                     break
                 if time.monotonic() - settle_started >= args.settle:
@@ -524,8 +642,11 @@ class ProcFigures:
     rss_warm_mb: float
     rss_end_mb: float
     slope_pct_h: float
-    fds_before: int | None
-    fds_after: int | None
+    #: The slope over the last half of the samples after the warm-up.
+    slope_tail_pct_h: float
+    fds_before: Fds | None
+    fds_warm: Fds | None
+    fds_after: Fds | None
     tasks_first: float | None
     tasks_last: float | None
     tasks_max: float | None
@@ -548,6 +669,7 @@ def proc_figures(run: Run, warmup_s: float) -> list[ProcFigures]:
         if not warm:
             continue
         hours = max(1e-9, (warm[-1].at_s - warm[0].at_s) / 3600.0)
+        tail = [s for s in warm if s.at_s >= (warm[0].at_s + warm[-1].at_s) / 2]
         tasks = [s.tasks for s in during if s.tasks is not None]
         healthz = sorted(1000 * s.healthz_s for s in during if s.healthz_s is not None)
         lag = [s for s in warm if s.lag_sum_s is not None and s.lag_count]
@@ -562,7 +684,8 @@ def proc_figures(run: Run, warmup_s: float) -> list[ProcFigures]:
             ProcFigures(
                 name, series.proc.kind, warm[0].rss_kb / 1024, warm[-1].rss_kb / 1024,
                 slope_pct_per_hour([s.at_s for s in warm], [s.rss_kb for s in warm]),
-                run.fds_before.get(name), run.fds_after.get(name),
+                slope_pct_per_hour([s.at_s for s in tail], [s.rss_kb for s in tail]),
+                run.fds_before.get(name), run.fds_warm.get(name), run.fds_after.get(name),
                 tasks[0] if tasks else None, tasks[-1] if tasks else None,
                 max(tasks) if tasks else None,
                 healthz[min(len(healthz) - 1, int(0.99 * len(healthz)))] if healthz else None,
@@ -581,21 +704,28 @@ def _fmt(value: float | None, spec: str = ".0f") -> str:
     )
 
 
+def _worst_median(slopes: Iterable[float]) -> tuple[float, float]:
+    known = [v for v in slopes if not math.isnan(v)]
+    if not known:
+        return math.nan, math.nan
+    return max(known, key=abs), statistics.median(known)
+
+
 def kind_table(figures: Sequence[ProcFigures]) -> list[str]:
     rows = [
         "| kind | n | RSS MB after warm-up → end (sum) | slope %/h worst (median) | "
-        "fds before → after load (sum) | tasks first → last (max) | /healthz p99 ms | "
+        "last half: worst (median) | sockets before → after load | files after warm-up → "
+        "after load | tasks first → last (max) | /healthz p99 ms | "
         "GPU lag probe mean ms | log KB/h | warnings | errors |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     by_kind: dict[str, list[ProcFigures]] = defaultdict(list)
     for f in figures:
         by_kind[f.kind].append(f)
     for kind in sorted(by_kind, key=lambda k: KINDS.index(k) if k in KINDS else len(KINDS)):
         group = by_kind[kind]
-        slopes = [f.slope_pct_h for f in group if not math.isnan(f.slope_pct_h)]
-        worst = max(slopes, key=abs) if slopes else math.nan
-        median = statistics.median(slopes) if slopes else math.nan
+        worst, median = _worst_median(f.slope_pct_h for f in group)
+        tail_worst, tail_median = _worst_median(f.slope_tail_pct_h for f in group)
 
         def total(values: Iterable[float | None]) -> float | None:
             known = [v for v in values if v is not None]
@@ -606,8 +736,12 @@ def kind_table(figures: Sequence[ProcFigures]) -> list[str]:
         rows.append(
             f"| {kind} | {len(group)} | {sum(f.rss_warm_mb for f in group):.0f} → "
             f"{sum(f.rss_end_mb for f in group):.0f} | {_fmt(worst, '+.2f')} "
-            f"({_fmt(median, '+.2f')}) | {_fmt(total(f.fds_before for f in group))} → "
-            f"{_fmt(total(f.fds_after for f in group))} | "
+            f"({_fmt(median, '+.2f')}) | {_fmt(tail_worst, '+.2f')} "
+            f"({_fmt(tail_median, '+.2f')}) | "
+            f"{_fmt(total(f.fds_before.sockets if f.fds_before else None for f in group))} → "
+            f"{_fmt(total(f.fds_after.sockets if f.fds_after else None for f in group))} | "
+            f"{_fmt(total(f.fds_warm.files if f.fds_warm else None for f in group))} → "
+            f"{_fmt(total(f.fds_after.files if f.fds_after else None for f in group))} | "
             f"{_fmt(total(f.tasks_first for f in group))} → "
             f"{_fmt(total(f.tasks_last for f in group))} "
             f"({_fmt(total(f.tasks_max for f in group))}) | "
@@ -676,10 +810,8 @@ def verdict(figures: Sequence[ProcFigures], run: Run, errs: Sequence[str]) -> li
     for f in figures:
         if not math.isnan(f.slope_pct_h) and f.slope_pct_h >= SLOPE_TARGET_PCT_H:
             missed.append(f"{f.name}: RSS slope {f.slope_pct_h:+.2f} %/h ≥ {SLOPE_TARGET_PCT_H}")
-    for name, before in run.fds_before.items():
-        after = run.fds_after.get(name)
-        if after is not None and after > before:
-            missed.append(f"{name}: {after} descriptors after the load, {before} before")
+    for name, why in descriptors_missed(run).items():
+        missed.append(f"{name}: {why}")
     return missed
 
 
@@ -707,6 +839,41 @@ def heap_growth(run: Run, top: int = 8) -> list[str]:
                 break
             lines.append(f"  {size / 1024:+9.0f} KB {counts[kind][key]:+7d} blocks  {key}")
     return lines
+
+
+#: The allocator figures compared between the snapshots: (title, gtm.memdebug key).
+ALLOCATOR_FIGURES = (
+    ("malloc in use", "mallinfo2.uordblks"),
+    ("malloc free in heap", "mallinfo2.fordblks"),
+    ("malloc mmapped", "mallinfo2.hblkhd"),
+    ("pymalloc used", "pymalloc.bytes_in_allocated_blocks"),
+    ("pymalloc free", "pymalloc.bytes_in_available_blocks"),
+    ("traced", "tracemalloc.current"),
+)
+
+
+def allocator_table(run: Run, warmup_s: float) -> list[str]:
+    """Per process, how RSS and the allocators' figures moved between the two
+    snapshots (KB): live memory flat while "free in heap" or pymalloc's free blocks
+    grow is fragmentation, not a leak."""
+    rows = [
+        "allocator figures between the snapshots, KB (gtm.memdebug):",
+        "| process | RSS | " + " | ".join(t for t, _ in ALLOCATOR_FIGURES) + " | pymalloc arenas |",
+        "|---|" + "---:|" * (len(ALLOCATOR_FIGURES) + 2),
+    ]
+    for name, (first, second) in sorted(run.malloc.items()):
+        warm = [s for s in _load_samples(run.series[name]) if s.at_s >= warmup_s]
+        rss = warm[-1].rss_kb - warm[0].rss_kb if warm else None
+        cells = [
+            _fmt((second[key] - first[key]) / 1024, "+.0f")
+            if key in first and key in second
+            else "–"
+            for _, key in ALLOCATOR_FIGURES
+        ]
+        arenas = "pymalloc.arenas_allocated_current"
+        cells.append(f"{first.get(arenas, '–')} → {second.get(arenas, '–')}")
+        rows.append(f"| {name} | {_fmt(rss, '+.0f')} | " + " | ".join(cells) + " |")
+    return rows
 
 
 def _short(filename: str) -> str:
@@ -744,13 +911,14 @@ def plot(run: Run, path: Path) -> bool:
 
 
 def write_series(run: Run, path: Path) -> None:
-    rows = ["process,kind,pid,at_s,rss_kb,fds,tasks,healthz_ms"]
+    rows = ["process,kind,pid,at_s,rss_kb,fds,tasks,healthz_ms,rss_anon_kb,rss_file_kb"]
     for name, series in run.series.items():
         for s in series.samples:
             rows.append(
                 f"{name},{series.proc.kind},{series.proc.pid},{s.at_s:.1f},{s.rss_kb},{s.fds},"
                 f"{_fmt(s.tasks)},"
-                f"{_fmt(None if s.healthz_s is None else 1000 * s.healthz_s, '.1f')}"
+                f"{_fmt(None if s.healthz_s is None else 1000 * s.healthz_s, '.1f')},"
+                f"{_fmt(s.rss_anon_kb)},{_fmt(s.rss_file_kb)}"
             )
     path.write_text("\n".join(rows) + "\n", "utf-8")
 
@@ -767,9 +935,9 @@ def report(args: argparse.Namespace, run: Run) -> tuple[str, list[str]]:
         f"{_fmt((summary.get('ttft_ms') or {}).get('p50'))} ms, p99 "
         f"{_fmt((summary.get('ttft_ms') or {}).get('p99'))} ms; load average "
         f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores",
-        f"RSS slope fitted over the samples after the {args.warmup:g} s warm-up; "
-        f"descriptors before the load and {_fmt(run.fds_settled_s)} s after it "
-        f"(limit {args.settle:g} s)",
+        f"RSS slope fitted over the samples after the {args.warmup:g} s warm-up, and over "
+        f"their last half; sockets before the load, files at the end of the warm-up, both "
+        f"{_fmt(run.fds_settled_s)} s after the load (limit {args.settle:g} s)",
         "",
         *kind_table(figures),
         "",
@@ -783,8 +951,14 @@ def report(args: argparse.Namespace, run: Run) -> tuple[str, list[str]]:
     )[:5]
     lines.append(
         "steepest processes: "
-        + ", ".join(f"{f.name} {f.slope_pct_h:+.2f} %/h ({f.rss_end_mb:.0f} MB)" for f in worst)
+        + ", ".join(
+            f"{f.name} {f.slope_pct_h:+.2f} %/h, last half {_fmt(f.slope_tail_pct_h, '+.2f')} "
+            f"({f.rss_end_mb:.0f} MB)"
+            for f in worst
+        )
     )
+    if run.malloc:
+        lines += ["", *allocator_table(run, args.warmup)]
     if run.snapshots:
         lines += ["", "allocation growth between the snapshots (tracemalloc):", *heap_growth(run)]
     return "\n".join(lines), missed
@@ -818,6 +992,9 @@ def main() -> None:
                         help="trace allocations in these kinds of process (comma-separated: "
                         "global,regional,zone,gpu-sim) from the end of the warm-up; print "
                         "what grew")  # fmt: skip
+    parser.add_argument("--tracemalloc-frames", type=int, default=None, metavar="N",
+                        help="frames per traced allocation (default: gtm.memdebug's); 0: "
+                        "no tracing, only the allocator figures")  # fmt: skip
     parser.add_argument("--report", type=Path, default=ROOT / "reports" / "soak",
                         help="directory for the table, the samples (CSV) and the plot")  # fmt: skip
     parser.add_argument("--keep", action="store_true", help="keep the run directory (logs)")

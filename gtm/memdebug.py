@@ -7,7 +7,18 @@ each one writes a snapshot to ``$GTM_TRACEMALLOC_DIR/<pid>-<n>.tracemalloc`` (an
 the stacks of its event loop's tasks to ``<pid>-<n>.tasks``). The
 second snapshot compared with the first (``Snapshot.compare_to``) names the lines whose
 allocations made after the first signal are still alive: what grew in between. That is
-how ``bench/soak.py --tracemalloc`` finds the structure behind a rising RSS. Tracing
+how ``bench/soak.py --tracemalloc`` finds the structure behind a rising RSS.
+
+Python's live objects are not the whole RSS: the C allocator keeps freed memory it
+cannot give back (a heap whose top is still in use, arenas of other threads), and
+Python's own small-object allocator keeps an arena while one object in it lives. So
+each signal also writes ``<pid>-<n>.malloc``: glibc's ``mallinfo2`` (bytes in use and
+free inside its arenas, and in mmapped chunks), Python's traced total, and the
+small-object allocator's statistics (``sys._debugmallocstats``: arenas, used and free
+blocks). Live objects flat while RSS grows, and free bytes in the arenas growing, is
+fragmentation, not a leak. ``GTM_TRACEMALLOC_FRAMES=0`` writes only these figures and
+the task stacks, without tracing (tracing changes the allocation pattern it measures).
+Tracing
 starts at the signal, not at start-up, so start-up runs at full speed (a deployment of
 forty traced processes does not start on a small machine) and what start-up allocated
 (modules, the app) is not in the way.
@@ -21,11 +32,15 @@ command before any subcommand runs).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
+import ctypes.util
 import gc
 import itertools
 import logging
 import os
 import signal
+import sys
 import tracemalloc
 from collections.abc import Mapping
 from pathlib import Path
@@ -37,10 +52,18 @@ log = logging.getLogger(__name__)
 DIR_ENV = "GTM_TRACEMALLOC_DIR"
 FRAMES_ENV = "GTM_TRACEMALLOC_FRAMES"
 #: Enough frames to see past the container (a dict's ``__setitem__``) to its owner.
+#: 0: no tracing; each signal writes the allocator figures and task stacks only.
 DEFAULT_FRAMES = 6
-#: The snapshot files' suffix, and that of the task stacks written with each.
+#: The snapshot files' suffix, and those of the task stacks and the allocator figures
+#: written with each.
 SUFFIX = ".tracemalloc"
 TASKS_SUFFIX = ".tasks"
+MALLOC_SUFFIX = ".malloc"
+#: ``struct mallinfo2``'s fields (glibc 2.33+), in order: all ``size_t``.
+MALLINFO2_FIELDS = (
+    "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+    "fordblks", "keepcost",
+)  # fmt: skip
 
 
 def snapshot_path(directory: Path, pid: int, n: int) -> Path:
@@ -71,14 +94,71 @@ def install_from_env(environ: Mapping[str, str] = os.environ) -> bool:
 
 
 def _dump(target: Path, frames: int, n: int) -> None:
-    if not tracemalloc.is_tracing():
+    if frames > 0 and not tracemalloc.is_tracing():
         tracemalloc.start(frames)
     gc.collect()  # what is left is alive, not garbage waiting for a collection
     path = snapshot_path(target, os.getpid(), n)
-    partial = path.with_suffix(".partial")
-    tracemalloc.take_snapshot().dump(str(partial))
-    partial.rename(path)  # readers never see half a file
+    _dump_malloc(path.with_suffix(MALLOC_SUFFIX))
     _dump_tasks(path.with_suffix(TASKS_SUFFIX))
+    if tracemalloc.is_tracing():
+        partial = path.with_suffix(".partial")
+        tracemalloc.take_snapshot().dump(str(partial))
+        partial.rename(path)  # readers never see half a file
+
+
+def mallinfo2() -> dict[str, int]:
+    """glibc's allocator figures for the whole process (every arena), in bytes and
+    counts; empty where there is no ``mallinfo2`` (another C library)."""
+    name = ctypes.util.find_library("c")
+    try:
+        function = ctypes.CDLL(name).mallinfo2
+    except (OSError, AttributeError):
+        return {}
+
+    class Mallinfo2(ctypes.Structure):
+        _fields_ = [(field, ctypes.c_size_t) for field in MALLINFO2_FIELDS]
+
+    function.restype = Mallinfo2
+    info = function()
+    return {field: int(getattr(info, field)) for field in MALLINFO2_FIELDS}
+
+
+def read_malloc(path: Path) -> dict[str, int]:
+    """The figures of a ``.malloc`` file: its ``key value`` lines, and the
+    small-object allocator's ``# name = 1,234`` lines as ``pymalloc.<name>``."""
+    out: dict[str, int] = {}
+    for line in path.read_text("utf-8").splitlines():
+        if line.startswith("# ") and "=" in line:
+            name, _, value = line[2:].partition("=")
+            out["pymalloc." + "_".join(name.split())] = int(value.strip().replace(",", ""))
+        elif line and not line.startswith(("#", " ")) and " " in line and "=" not in line:
+            key, _, value = line.partition(" ")
+            with contextlib.suppress(ValueError):
+                out[key] = int(value)
+    return out
+
+
+def _dump_malloc(path: Path) -> None:
+    """``key value`` lines (mallinfo2, Python's traced bytes), a blank line, then the
+    small-object allocator's statistics, which CPython prints only to file descriptor 2."""
+    figures = {f"mallinfo2.{k}": v for k, v in mallinfo2().items()}
+    if tracemalloc.is_tracing():
+        current, peak = tracemalloc.get_traced_memory()
+        figures |= {"tracemalloc.current": current, "tracemalloc.peak": peak}
+    partial = path.with_suffix(".partial")
+    with partial.open("w", encoding="utf-8") as out:
+        out.writelines(f"{k} {v}\n" for k, v in figures.items())
+        out.write("\n")
+        out.flush()
+        saved = os.dup(2)
+        try:
+            sys.stderr.flush()
+            os.dup2(out.fileno(), 2)
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+    partial.rename(path)
 
 
 def _dump_tasks(path: Path) -> None:
@@ -100,8 +180,11 @@ __all__ = [
     "DEFAULT_FRAMES",
     "DIR_ENV",
     "FRAMES_ENV",
+    "MALLOC_SUFFIX",
     "SUFFIX",
     "TASKS_SUFFIX",
     "install_from_env",
+    "mallinfo2",
+    "read_malloc",
     "snapshot_path",
 ]

@@ -4,22 +4,29 @@ reads from /metrics and the logs, and its verdict."""
 from __future__ import annotations
 
 import math
+import os
+import socket
 from pathlib import Path
 
 import pytest
 
 from bench.soak import (
+    FdKind,
+    Fds,
     Proc,
     ProcFigures,
     Run,
     Sample,
     Series,
     entries_table,
+    fd_kind,
+    fds_missed,
     kind_table,
     looped,
     metric_values,
     private_topology,
     proc_figures,
+    read_fds,
     scan_log,
     slope_pct_per_hour,
     verdict,
@@ -98,12 +105,59 @@ def test_log_scan_counts_whole_new_lines_only(tmp_path: Path) -> None:
 
 
 def figures(name: str, slope: float) -> ProcFigures:
-    return ProcFigures(name, "zone", 90.0, 90.0, slope, None, None, None, None, None, None,
-                       None, 0.0, 0, 0)  # fmt: skip
+    return ProcFigures(name, "zone", 90.0, 90.0, slope, slope, None, None, None, None, None,
+                       None, None, None, 0.0, 0, 0)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("target", "kind"),
+    [
+        ("socket:[123456]", FdKind.SOCKET),
+        ("/tmp/run/logs/global-global.log", FdKind.FILE),
+        ("/var/lib/gtm/audit/audit-000000000001.jsonl", FdKind.FILE),
+        ("/dev/null", FdKind.FILE),
+        ("pipe:[98765]", FdKind.OTHER),
+        ("anon_inode:[eventpoll]", FdKind.OTHER),
+        ("anon_inode:[eventfd]", FdKind.OTHER),
+    ],
+)
+def test_a_descriptor_is_a_socket_a_file_or_other_by_its_link(target: str, kind: FdKind) -> None:
+    assert fd_kind(target) is kind
+
+
+def test_reads_this_process_descriptors_by_kind(tmp_path: Path) -> None:
+    before = read_fds(os.getpid())
+    assert before is not None
+    with (tmp_path / "f").open("w"), socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        during = read_fds(os.getpid())
+    assert during == Fds(before.sockets + 1, before.files + 1, before.other)
+    assert read_fds(2**22 + 1) is None  # no such process
+
+
+def test_sockets_come_back_to_the_start_files_to_the_end_of_the_warm_up() -> None:
+    before, warm = Fds(sockets=10, files=3, other=4), Fds(sockets=60, files=4, other=4)
+    # The audit log, opened at the first audited request, stays open: back.
+    assert fds_missed(before, warm, Fds(10, 4, 4)) is None
+    # A connection not closed after the load is not back, whatever the warm-up held.
+    assert fds_missed(before, warm, Fds(11, 4, 4)) == "11 sockets after the load, 10 before"
+    # A file opened after the warm-up (per request, or never closed) is not back.
+    assert fds_missed(before, warm, Fds(10, 5, 4)) == "5 files after the load, 4 after the warm-up"
+    assert fds_missed(before, warm, Fds(10, 4, 5)) == (
+        "5 other descriptors after the load, 4 before"
+    )
+    # Without a sample after the warm-up, files come back to the start too.
+    assert fds_missed(before, None, Fds(10, 4, 4)) == "4 files after the load, 3 after the warm-up"
+    # A file closed during the warm-up does not lower the bar below the start.
+    assert fds_missed(before, Fds(10, 2, 4), Fds(10, 3, 4)) is None
 
 
 def test_verdict_names_errors_slopes_and_descriptors() -> None:
-    run = Run(fds_before={"zone/a": 20, "zone/b": 20}, fds_after={"zone/a": 20, "zone/b": 23})
+    run = Run(
+        fds_before={"zone/a": Fds(20, 3, 2), "zone/b": Fds(20, 3, 2)},
+        fds_warm={"zone/a": Fds(40, 4, 2), "zone/b": Fds(40, 4, 2)},
+        fds_after={"zone/a": Fds(20, 4, 2), "zone/b": Fds(23, 4, 2)},
+    )
     missed = verdict(
         [figures("zone/a", 0.99), figures("zone/b", 1.0), figures("gpu/x", math.nan)],
         run,
@@ -112,9 +166,9 @@ def test_verdict_names_errors_slopes_and_descriptors() -> None:
     assert missed == [
         "3 failed requests",
         "zone/b: RSS slope +1.00 %/h ≥ 1.0",
-        "zone/b: 23 descriptors after the load, 20 before",
+        "zone/b: 23 sockets after the load, 20 before",
     ]
-    fewer = Run(fds_before={"a": 3}, fds_after={"a": 2})
+    fewer = Run(fds_before={"a": Fds(3, 1, 1)}, fds_after={"a": Fds(2, 1, 1)})
     assert verdict([figures("zone/a", -5.0)], fewer, []) == []
 
 
@@ -129,7 +183,11 @@ def test_regions_by_name_or_count_on_a_private_block(tmp_path: Path) -> None:
 
 
 def test_report_tables_fit_after_the_warm_up_and_sum_each_kind(tmp_path: Path) -> None:
-    run = Run(fds_before={"zone/a": 10, "zone/b": 12}, fds_after={"zone/a": 10, "zone/b": 12})
+    run = Run(
+        fds_before={"zone/a": Fds(10, 2, 1), "zone/b": Fds(12, 2, 1)},
+        fds_warm={"zone/a": Fds(30, 3, 1), "zone/b": Fds(30, 3, 1)},
+        fds_after={"zone/a": Fds(10, 3, 1), "zone/b": Fds(12, 3, 1)},
+    )
     for name, growth_kb in (("zone/a", 0), ("zone/b", 1024)):
         series = run.series[name] = Series(Proc(name, "zone", 1, None, None))
         for k in range(-1, 13):  # every 5 min for an hour, one sample before the load
@@ -143,9 +201,14 @@ def test_report_tables_fit_after_the_warm_up_and_sum_each_kind(tmp_path: Path) -
     assert figures["zone/a"].slope_pct_h == pytest.approx(0.0, abs=1e-9)
     # b: +12 MB/h over the last 50 min, on a mean of ~155 MB.
     assert 7.0 < figures["zone/b"].slope_pct_h < 8.0
+    # A steady growth keeps its slope over the last half; no growth stays flat.
+    assert figures["zone/b"].slope_tail_pct_h == pytest.approx(
+        figures["zone/b"].slope_pct_h, rel=0.1
+    )
+    assert figures["zone/a"].slope_tail_pct_h == pytest.approx(0.0, abs=1e-9)
     assert figures["zone/a"].rss_warm_mb == pytest.approx(150.0)
     table = kind_table(list(figures.values()))
     assert table[2].startswith("| zone | 2 | 300 → 310 | +7.")
-    assert "| 22 → 22 |" in table[2]
+    assert "| 22 → 22 | 6 → 6 |" in table[2]  # sockets before → after, files warm → after
     sizes = entries_table(run, warmup_s=600.0)
     assert sizes[-1] == "| zone | gtm_zone_x_entries | 4 | 24 | 24 |"

@@ -1,4 +1,5 @@
 import asyncio
+import ctypes
 import os
 import signal
 import tracemalloc
@@ -7,7 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from gtm.memdebug import DIR_ENV, FRAMES_ENV, TASKS_SUFFIX, install_from_env, snapshot_path
+from gtm.memdebug import (
+    DIR_ENV,
+    FRAMES_ENV,
+    MALLOC_SUFFIX,
+    SUFFIX,
+    TASKS_SUFFIX,
+    install_from_env,
+    mallinfo2,
+    read_malloc,
+    snapshot_path,
+)
 from gtm.metrics import new_registry
 from gtm.tasks import TaskSupervisor
 
@@ -42,7 +53,8 @@ def test_each_sigusr2_writes_a_numbered_snapshot(tmp_path: Path, restored: None)
     os.kill(os.getpid(), signal.SIGUSR2)
     first = snapshot_path(target, os.getpid(), 1)
     second = snapshot_path(target, os.getpid(), 2)
-    assert sorted(target.iterdir()) == [first, second]
+    assert sorted(target.glob(f"*{SUFFIX}")) == [first, second]
+    assert first.with_suffix(MALLOC_SUFFIX).exists()
     grown = tracemalloc.Snapshot.load(str(second)).compare_to(
         tracemalloc.Snapshot.load(str(first)), "filename"
     )
@@ -81,3 +93,35 @@ def test_a_failing_dump_is_logged_and_the_process_lives_on(
     target.rmdir()  # nowhere to write
     os.kill(os.getpid(), signal.SIGUSR2)
     assert "could not write an allocation snapshot" in caplog.text
+
+
+def test_each_signal_writes_the_allocators_figures(tmp_path: Path, restored: None) -> None:
+    target = tmp_path / "snaps"
+    if tracemalloc.is_tracing():
+        tracemalloc.stop()
+    install_from_env({DIR_ENV: str(target), FRAMES_ENV: "0"})
+    os.kill(os.getpid(), signal.SIGUSR2)
+    kept = [bytearray(64) for _ in range(200_000)]  # small blocks: pymalloc's arenas
+    os.kill(os.getpid(), signal.SIGUSR2)
+    # Frames 0: no tracing, no snapshot; the figures and nothing else.
+    assert not tracemalloc.is_tracing()
+    assert not list(target.glob(f"*{SUFFIX}"))
+    first, second = (
+        read_malloc(snapshot_path(target, os.getpid(), n).with_suffix(MALLOC_SUFFIX))
+        for n in (1, 2)
+    )
+    grown = 200_000 * 64
+    used = "pymalloc.bytes_in_allocated_blocks"
+    assert second[used] - first[used] >= grown
+    assert second["pymalloc.arenas_allocated_current"] > first["pymalloc.arenas_allocated_current"]
+    assert "tracemalloc.current" not in second
+    assert second["mallinfo2.uordblks"] > 0
+    assert len(kept) == 200_000
+
+
+def test_mallinfo2_counts_a_large_block_as_mmapped() -> None:
+    before = mallinfo2()
+    block = ctypes.create_string_buffer(8 << 20)  # above glibc's mmap threshold
+    after = mallinfo2()
+    assert after["hblkhd"] - before["hblkhd"] >= 8 << 20
+    assert len(block) == 8 << 20
