@@ -32,17 +32,32 @@ Models a single GPU cannot hold run as a tensor-parallel group: for
 ``meta-llama/Llama-3.1-70B-Instruct`` (141 GB of BF16 weights) a "GPU" in gtm is a
 worker of :attr:`GpuProfile.tensor_parallel` GPUs (2×H200, 4×H100/A100-80GB/L40S,
 8×A100-40GB/L4/V100), as vLLM runs it with ``--tensor-parallel-size``.
+
+Profiles are data (``gtm/data/profiles/*.yaml``, format in :mod:`gtm.profile_files`)
+------------------------------------------------------------------------------------
+The roofline above is how the *shipped* files were written (``python -m
+gtm.profile_files --write gtm/data/profiles`` regenerates them; a test pins that the
+files equal the derivation, and that the pairs of the former built-in table are
+unchanged to the bit). At run time :func:`get_profile` reads the files, not the
+derivation, so an operator's file (``gtm zone --profiles DIR``) is the same kind of
+thing as a shipped one and overrides it. :class:`ProfileCatalog` is one immutable set
+of profiles with where each came from (:class:`ProfileSource`).
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from gtm.errors import GtmError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 GIB = 1024**3
 GB = 1e9
@@ -88,6 +103,15 @@ class ModelKind(StrEnum):
     EMBED = "embed"  # encoder: one prefill pass, no decode, no prefix caching
 
 
+class ProfileSource(StrEnum):
+    """Where the profile a worker is priced by comes from."""
+
+    SHIPPED = "shipped"  # a file shipped with gtm (gtm/data/profiles)
+    FILE = "file"  # an operator's file (--profiles)
+    CALIBRATED = "calibrated"  # scaled to what the worker's own metrics measure
+    PRIOR = "prior"  # unknown pair, not enough measurements yet: a conservative stand-in
+
+
 class UnknownProfile(GtmError, KeyError):
     """No profile for this (GPU type, model) pair; the message lists what exists."""
 
@@ -103,7 +127,7 @@ class GpuSpec:
     memory_bytes: float
     bandwidth_bytes_per_s: float
     bf16_flops: float  # dense (no 2:4 sparsity); FP16 for V100, which has no BF16
-    nvlink: bool
+    nvlink: bool  # an NVLink-class GPU-to-GPU link (NVLink, AMD Infinity Fabric)
     #: Model FLOPs utilisation reached in prefill. Assumptions inside the 30–60 % range
     #: usual for dense-transformer prefill: lower on Hopper, whose BF16 peak is the
     #: hardest to reach (the FlashAttention-3 paper, Shah et al. 2024, reports that
@@ -131,6 +155,14 @@ class ModelSpec:
     max_context: int
     bytes_per_param: int = 2  # BF16/FP16
     embedding_dim: int = 0  # for embedding models
+    #: Parameters one token passes through (mixture-of-experts: the routed experts
+    #: only); 0 means all of ``params`` (a dense model). Compute scales with these,
+    #: weight reads with all of ``params`` (a batch touches every expert).
+    active_params: float = 0.0
+
+    @property
+    def compute_params(self) -> float:
+        return self.active_params or self.params
 
 
 # Sources: NVIDIA datasheets — H100 Tensor Core GPU (SXM5: 80 GB HBM3, 3.35 TB/s,
@@ -138,7 +170,13 @@ class ModelSpec:
 # A100 (80 GB HBM2e 2,039 GB/s; 40 GB HBM2 1,555 GB/s; BF16 312 TFLOPS dense); L40S
 # (48 GB GDDR6, 864 GB/s, BF16 362 TFLOPS dense / 733 sparse, PCIe); L4 (24 GB GDDR6,
 # 300 GB/s, BF16 121 TFLOPS dense / 242 sparse, PCIe); V100 SXM2 32 GB (900 GB/s,
-# FP16 tensor 125 TFLOPS, no BF16).
+# FP16 tensor 125 TFLOPS, no BF16). HGX B200 (8 GPUs: 1,440 GB HBM3e, 64 TB/s, FP16/BF16
+# 36 PFLOPS with sparsity → per GPU 180 GB, 8 TB/s, 2,250 TFLOPS dense). AMD Instinct
+# MI300X datasheet (192 GB HBM3, 5.3 TB/s, BF16 1,307.4 TFLOPS dense, Infinity Fabric).
+# Prefill MFU of the two newest is an assumption: B200 as Hopper (0.33; no public vLLM
+# MFU figures yet); MI300X 0.25, so that its achieved BF16 rate is about an H100's, as
+# public GEMM benchmarks of the two found despite MI300X's higher peak (SemiAnalysis,
+# "MI300X vs H100 vs H200 Benchmark Part 1: Training", 2024-12).
 GPUS: Mapping[str, GpuSpec] = MappingProxyType(
     {
         g.name: g
@@ -150,6 +188,8 @@ GPUS: Mapping[str, GpuSpec] = MappingProxyType(
             GpuSpec("L40S", 48 * GB, 0.864e12, 362e12, False, 0.45, 256, 2048),
             GpuSpec("L4", 24 * GB, 0.300e12, 121e12, False, 0.45, 256, 2048),
             GpuSpec("V100", 32 * GB, 0.900e12, 125e12, True, 0.50, 256, 2048),
+            GpuSpec("B200", 180 * GB, 8.0e12, 2250e12, True, 0.33, 1024, 8192),
+            GpuSpec("MI300X", 192 * GB, 5.3e12, 1307.4e12, True, 0.25, 1024, 8192),
         )
     }
 )
@@ -157,11 +197,25 @@ GPUS: Mapping[str, GpuSpec] = MappingProxyType(
 LLAMA_8B = "meta-llama/Llama-3.1-8B-Instruct"
 LLAMA_70B = "meta-llama/Llama-3.1-70B-Instruct"
 BGE_LARGE = "BAAI/bge-large-en-v1.5"
+QWEN_7B = "Qwen/Qwen2.5-7B-Instruct"
+QWEN_72B = "Qwen/Qwen2.5-72B-Instruct"
+MIXTRAL_8X7B = "mistralai/Mixtral-8x7B-Instruct-v0.1"
+R1_DISTILL_LLAMA_8B = "deepseek-ai/DeepSeek-R1-Distill-Llama-8B"
+R1_DISTILL_QWEN_32B = "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B"
 
 # Sources: the models' config.json on Hugging Face. Llama 3.1 8B: 8.03 B parameters,
 # 32 layers, 32 heads, 8 KV heads (GQA), head_dim 128, 131,072-token context.
 # Llama 3.1 70B: 70.6 B, 80 layers, 64 heads, 8 KV heads, head_dim 128, 131,072.
 # bge-large-en-v1.5: 335 M (BERT-large), 24 layers, 16 heads × 64, 512 tokens, 1,024-d.
+# Qwen2.5-7B: 7.62 B, 28 layers, 28 heads, 4 KV heads, head_dim 128, 32,768 (without
+# YaRN). Qwen2.5-72B: 72.7 B, 80 layers, 64 heads, 8 KV heads, 128, 32,768.
+# Mixtral-8x7B: 46.7 B of which 12.9 B active per token (2 of 8 experts; Mistral AI's
+# announcement), 32 layers, 32 heads, 8 KV heads, 128, 32,768.
+# DeepSeek-R1-Distill-Llama-8B is Llama-3.1-8B's architecture; R1-Distill-Qwen-32B is
+# Qwen2.5-32B's (32.8 B, 64 layers, 40 heads, 8 KV heads, 128, 131,072).
+# DeepSeek-V3/R1 themselves (671 B, FP8 weights, multi-head latent attention) are not
+# shipped: the roofline models neither FP8 weights nor MLA's compressed KV cache, and a
+# guessed profile would be priced as if measured. Supply a file, or let calibration do.
 MODELS: Mapping[str, ModelSpec] = MappingProxyType(
     {
         m.name: m
@@ -169,6 +223,14 @@ MODELS: Mapping[str, ModelSpec] = MappingProxyType(
             ModelSpec(LLAMA_8B, ModelKind.GENERATE, 8.03e9, 32, 32, 8, 128, 131_072),
             ModelSpec(LLAMA_70B, ModelKind.GENERATE, 70.6e9, 80, 64, 8, 128, 131_072),
             ModelSpec(BGE_LARGE, ModelKind.EMBED, 335e6, 24, 16, 16, 64, 512, embedding_dim=1024),
+            ModelSpec(QWEN_7B, ModelKind.GENERATE, 7.62e9, 28, 28, 4, 128, 32_768),
+            ModelSpec(QWEN_72B, ModelKind.GENERATE, 72.7e9, 80, 64, 8, 128, 32_768),
+            ModelSpec(
+                MIXTRAL_8X7B, ModelKind.GENERATE, 46.7e9, 32, 32, 8, 128, 32_768,
+                active_params=12.9e9,
+            ),  # fmt: skip
+            ModelSpec(R1_DISTILL_LLAMA_8B, ModelKind.GENERATE, 8.03e9, 32, 32, 8, 128, 131_072),
+            ModelSpec(R1_DISTILL_QWEN_32B, ModelKind.GENERATE, 32.8e9, 64, 40, 8, 128, 131_072),
         )
     }
 )
@@ -177,11 +239,13 @@ MODELS: Mapping[str, ModelSpec] = MappingProxyType(
 #: decoder's prefill does. Assumption: half the GPU's prefill MFU.
 ENCODER_MFU_FACTOR = 0.5
 
-#: Tensor-parallel degree per (GPU, model): the smallest power of two whose memory
-#: holds the BF16 weights with room for a useful KV cache (as commonly deployed).
-_TP_70B: Mapping[str, int] = MappingProxyType(
-    {"H200": 2, "H100": 4, "A100-80GB": 4, "L40S": 4, "A100-40GB": 8, "L4": 8, "V100": 8}
-)
+#: Tensor-parallel degree per (GPU, model): the smallest power of two (up to
+#: :data:`MAX_TENSOR_PARALLEL`) whose usable memory holds the BF16 weights with at least
+#: this fraction left for the KV cache. The threshold is the one that reproduces the
+#: degrees commonly deployed for Llama-3.1-70B (2×H200, 4×H100/A100-80GB/L40S,
+#: 8×A100-40GB/L4/V100), which the former hand-written table held.
+MIN_KV_FRACTION = 0.05
+MAX_TENSOR_PARALLEL = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,7 +348,7 @@ def _derive(gpu: GpuSpec, model: ModelSpec, tp: int) -> GpuProfile:
         model=model.name,
         kind=model.kind,
         tensor_parallel=tp,
-        prefill_tokens_per_s=flops / (2 * model.params),
+        prefill_tokens_per_s=flops / (2 * model.compute_params),
         weight_read_s=weight_bytes / bandwidth,
         kv_read_s_per_token=kv_bytes_per_token / bandwidth,
         attention_s_per_pair=4 * model.layers * model.attention_heads * model.head_dim / flops,
@@ -301,46 +365,145 @@ def _derive(gpu: GpuSpec, model: ModelSpec, tp: int) -> GpuProfile:
     )
 
 
-def _tensor_parallel(gpu: str, model: str) -> int:
-    return _TP_70B[gpu] if model == LLAMA_70B else 1
+def _usable_bytes(gpu: GpuSpec) -> float:
+    return gpu.memory_bytes * GPU_MEMORY_UTILIZATION - ACTIVATION_RESERVE_BYTES
 
 
-PROFILES: Mapping[tuple[str, str], GpuProfile] = MappingProxyType(
-    {
-        (g.name, m.name): _derive(g, m, _tensor_parallel(g.name, m.name))
-        for g in GPUS.values()
-        for m in MODELS.values()
-    }
-)
+def tensor_parallel_for(gpu: GpuSpec, model: ModelSpec) -> int | None:
+    """The degree a worker of ``gpu`` runs ``model`` at (None: not even 8 GPUs hold it)."""
+    weight_bytes = model.params * model.bytes_per_param
+    tp = 1
+    while tp <= MAX_TENSOR_PARALLEL:
+        usable = tp * _usable_bytes(gpu)
+        if usable - weight_bytes >= MIN_KV_FRACTION * usable:
+            return tp
+        tp *= 2
+    return None
 
-_GPU_BY_FOLDED_NAME: Mapping[str, str] = MappingProxyType({name.casefold(): name for name in GPUS})
+
+def derive_profile(gpu: GpuSpec, model: ModelSpec, tp: int | None = None) -> GpuProfile:
+    """The roofline profile of ``model`` on ``gpu`` (at ``tp``, default: the usual degree)."""
+    degree = tp if tp is not None else tensor_parallel_for(gpu, model)
+    if degree is None:
+        raise ValueError(f"{model.name} does not fit on {MAX_TENSOR_PARALLEL}×{gpu.name}")
+    return _derive(gpu, model, degree)
+
+
+def roofline_profiles() -> Iterator[GpuProfile]:
+    """Every (GPU, model) pair of :data:`GPUS` × :data:`MODELS` that fits: what the
+    shipped files hold (``python -m gtm.profile_files --write`` writes them from this)."""
+    for gpu in GPUS.values():
+        for model in MODELS.values():
+            tp = tensor_parallel_for(gpu, model)
+            if tp is not None:
+                yield _derive(gpu, model, tp)
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileEntry:
+    """One profile and where it came from (``origin``: the file, for messages)."""
+
+    profile: GpuProfile
+    source: ProfileSource
+    origin: str
+
+
+def _key(gpu_type: str, model: str) -> tuple[str, str]:
+    return gpu_type.strip().casefold(), model
+
+
+class ProfileCatalog:
+    """An immutable set of profiles by (GPU type, model); GPU types match case-insensitively.
+
+    Build one from files with :func:`gtm.profile_files.load_catalog`; :func:`shipped`
+    is the one gtm ships; :meth:`overlaid` puts an operator's files over it.
+    """
+
+    __slots__ = ("_entries", "_gpus", "_models")
+
+    def __init__(self, entries: Iterable[ProfileEntry] = ()) -> None:
+        table = {_key(e.profile.gpu_type, e.profile.model): e for e in entries}
+        self._entries: Mapping[tuple[str, str], ProfileEntry] = MappingProxyType(table)
+        self._gpus: Mapping[str, str] = MappingProxyType(
+            {key[0]: e.profile.gpu_type for key, e in table.items()}
+        )
+        self._models = tuple(sorted({e.profile.model for e in table.values()}))
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self) -> Iterator[ProfileEntry]:
+        return iter(self._entries.values())
+
+    def overlaid(self, other: ProfileCatalog) -> ProfileCatalog:
+        """This catalog with ``other``'s entries replacing (or adding to) its own."""
+        return ProfileCatalog([*self._entries.values(), *other._entries.values()])
+
+    def entry(self, gpu_type: str, model: str) -> ProfileEntry | None:
+        return self._entries.get(_key(gpu_type, model))
+
+    def canonical_gpu_type(self, gpu_type: str) -> str:
+        name = self._gpus.get(gpu_type.strip().casefold())
+        if name is None:
+            known = ", ".join(self.gpu_types())
+            raise UnknownProfile(f"unknown GPU type {gpu_type!r}; known: {known}")
+        return name
+
+    def get(self, gpu_type: str, model: str) -> GpuProfile:
+        """The profile; :class:`UnknownProfile` (listing what exists) if there is none."""
+        found = self._entries.get(_key(gpu_type, model))
+        if found is not None:
+            return found.profile
+        gpu = self.canonical_gpu_type(gpu_type)
+        raise UnknownProfile(
+            f"no profile for model {model!r} on {gpu}; known models: {', '.join(self._models)}"
+        )
+
+    def gpu_types(self) -> tuple[str, ...]:
+        return tuple(sorted(self._gpus.values()))
+
+    def model_names(self) -> tuple[str, ...]:
+        return self._models
+
+    def profiles(self) -> Mapping[tuple[str, str], GpuProfile]:
+        """Every profile by (GPU type as spelled, model)."""
+        return MappingProxyType(
+            {(e.profile.gpu_type, e.profile.model): e.profile for e in self._entries.values()}
+        )
+
+
+@functools.cache
+def shipped() -> ProfileCatalog:
+    """The profiles shipped with gtm (``gtm/data/profiles``), read once."""
+    from gtm.profile_files import load_catalog, shipped_dir  # the file format needs us
+
+    return load_catalog([shipped_dir()], source=ProfileSource.SHIPPED)
 
 
 def canonical_gpu_type(gpu_type: str) -> str:
-    """The table's spelling of a GPU type (lookup is case-insensitive)."""
-    name = _GPU_BY_FOLDED_NAME.get(gpu_type.strip().casefold())
-    if name is None:
-        raise UnknownProfile(f"unknown GPU type {gpu_type!r}; known: {', '.join(sorted(GPUS))}")
-    return name
+    """The shipped files' spelling of a GPU type (lookup is case-insensitive)."""
+    return shipped().canonical_gpu_type(gpu_type)
 
 
 def get_profile(gpu_type: str, model: str) -> GpuProfile:
-    """The profile of ``model`` on ``gpu_type``; :class:`UnknownProfile` if there is none."""
-    gpu = canonical_gpu_type(gpu_type)
-    profile = PROFILES.get((gpu, model))
-    if profile is None:
-        raise UnknownProfile(
-            f"no profile for model {model!r} on {gpu}; known models: {', '.join(sorted(MODELS))}"
-        )
-    return profile
+    """The shipped profile of ``model`` on ``gpu_type``; :class:`UnknownProfile` if none."""
+    return shipped().get(gpu_type, model)
 
 
 def gpu_types() -> tuple[str, ...]:
-    return tuple(sorted(GPUS))
+    return shipped().gpu_types()
 
 
 def model_names() -> tuple[str, ...]:
-    return tuple(sorted(MODELS))
+    return shipped().model_names()
+
+
+def __getattr__(name: str) -> Mapping[tuple[str, str], GpuProfile]:
+    # ``PROFILES`` (the former built-in table) is the shipped files' content, read lazily
+    # so that importing this module reads no file.
+    if name == "PROFILES":
+        return shipped().profiles()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def saturated_tokens_per_s(profile: GpuProfile, prompt_tokens: int, output_tokens: int) -> float:
