@@ -46,6 +46,17 @@ class ModelMetrics:
     prefix_queries: float | None = None
     itl_sum: float | None = None
     itl_count: float | None = None
+    # Cumulative prefill figures that calibrate the worker's profile online
+    # (zone_agent.calibration): per-request prefill time, or TTFT and queue time, and the
+    # prompt tokens of the same requests with what the prefix cache spared.
+    prefill_time_sum: float | None = None
+    prefill_time_count: float | None = None
+    ttft_sum: float | None = None
+    ttft_count: float | None = None
+    queue_time_sum: float | None = None
+    prompt_tokens_sum: float | None = None
+    computed_tokens_sum: float | None = None
+    cached_tokens: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

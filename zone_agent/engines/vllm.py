@@ -5,6 +5,9 @@ V1 call it ``vllm:gpu_cache_usage_perc``. Prefix-cache hits and queries count to
 ``vllm:cache_config_info`` carries the KV geometry in its labels (``block_size``,
 ``num_gpu_blocks``). The inter-token latency histogram is
 ``vllm:inter_token_latency_seconds`` (before V1: ``time_per_output_token_seconds``).
+Profile calibration reads the per-request histograms vLLM observes when a request
+finishes: ``vllm:request_prefill_time_seconds``, ``vllm:request_prompt_tokens`` and
+``vllm:request_prefill_kv_computed_tokens`` (prompt tokens less prefix-cache hits).
 """
 
 from __future__ import annotations
@@ -27,6 +30,13 @@ VLLM = EngineNames(
             "vllm:inter_token_latency_seconds_count": "itl_count",
             "vllm:time_per_output_token_seconds_sum": "itl_sum",
             "vllm:time_per_output_token_seconds_count": "itl_count",
+            "vllm:request_prefill_time_seconds_sum": "prefill_time_sum",
+            "vllm:request_prefill_time_seconds_count": "prefill_time_count",
+            "vllm:time_to_first_token_seconds_sum": "ttft_sum",
+            "vllm:time_to_first_token_seconds_count": "ttft_count",
+            "vllm:request_queue_time_seconds_sum": "queue_time_sum",
+            "vllm:request_prompt_tokens_sum": "prompt_tokens_sum",
+            "vllm:request_prefill_kv_computed_tokens_sum": "computed_tokens_sum",
         }
     ),
     config_info=MappingProxyType(
