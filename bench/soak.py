@@ -107,6 +107,27 @@ ERROR_MARKS = (
     '"level":"error"', '"level":"fatal"', '"level":"panic"',  # etcd's JSON lines
 )  # fmt: skip
 WARNING_MARKS = ("level=WARNING", '"level":"warn"')
+#: etcd's own size figures, read from its /metrics with the ``gtm_*_entries`` gauges:
+#: its raft index (the in-memory raft log holds the last 5,000 entries plus up to
+#: ``--snapshot-count`` more, so it fills until the index passes their sum), its
+#: database, its keys and its Go heap.
+ETCD_SIZES = (
+    "etcd_server_proposals_committed_total",
+    "etcd_mvcc_db_total_size_in_bytes",
+    "etcd_mvcc_db_total_size_in_use_in_bytes",
+    "etcd_debugging_mvcc_keys_total",
+    "go_memstats_heap_inuse_bytes",
+)
+#: The other samples the soak reads from a /metrics page.
+READ_BY_NAME = frozenset(
+    (
+        "gtm_event_loop_tasks",
+        "gtm_task_failures_total",
+        "gtm_gpusim_event_loop_lag_seconds_sum",
+        "gtm_gpusim_event_loop_lag_seconds_count",
+        *ETCD_SIZES,
+    )
+)
 
 
 # ---------------------------------------------------------------------------- arithmetic
@@ -279,12 +300,7 @@ def metric_values(text: str) -> dict[str, float]:
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
-            wanted = s.name.endswith("_entries") or s.name in (
-                "gtm_event_loop_tasks",
-                "gtm_task_failures_total",
-                "gtm_gpusim_event_loop_lag_seconds_sum",
-                "gtm_gpusim_event_loop_lag_seconds_count",
-            )
+            wanted = s.name.endswith("_entries") or s.name in READ_BY_NAME
             if wanted:
                 labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
                 out[f"{s.name}{{{labels}}}" if labels else s.name] = s.value
@@ -387,9 +403,9 @@ def processes(deployment: Deployment, up_pid: int) -> list[Proc]:
     for member in doc.etcd:
         if member.pid is not None:
             logs = sorted(run_dir.glob(f"**/{member.name}.log"))
-            found.append(
-                Proc(f"etcd/{member.name}", "etcd", member.pid, None, logs[0] if logs else None)
-            )
+            log = logs[0] if logs else None
+            # Its client URL answers /metrics (and 404 to /healthz: no round trip).
+            found.append(Proc(f"etcd/{member.name}", "etcd", member.pid, member.client_url, log))
     return found
 
 
@@ -476,7 +492,7 @@ class Sampler:
                     healthz, _sum(values, "gtm_gpusim_event_loop_lag_seconds_sum"),
                     _sum(values, "gtm_gpusim_event_loop_lag_seconds_count"),
                     _sum(values, "gtm_task_failures_total"),
-                    {k: v for k, v in values.items() if "_entries" in k},
+                    {k: v for k, v in values.items() if "_entries" in k or k in ETCD_SIZES},
                     memory.get("RssAnon"), memory.get("RssFile"),
                 )
             )  # fmt: skip

@@ -65,7 +65,7 @@ def test_a_run_longer_than_the_trace_replays_it_from_the_start() -> None:
     assert all(r.input_tokens == 10 for r in twice)
 
 
-def test_reads_tasks_failures_lag_and_every_entries_gauge() -> None:
+def test_reads_tasks_failures_lag_every_entries_gauge_and_etcds_sizes() -> None:
     text = "\n".join(
         [
             "# TYPE gtm_event_loop_tasks gauge",
@@ -77,6 +77,10 @@ def test_reads_tasks_failures_lag_and_every_entries_gauge() -> None:
             'gtm_task_failures_total{component="zone",task="scrape"} 2.0',
             "# TYPE gtm_zone_requests_total counter",
             'gtm_zone_requests_total{code="200"} 9.0',
+            "# TYPE etcd_server_proposals_committed_total gauge",
+            "etcd_server_proposals_committed_total 6123.0",
+            "# TYPE etcd_server_proposals_failed_total counter",
+            "etcd_server_proposals_failed_total 0.0",
         ]
     )
     values = metric_values(text + "\n")
@@ -85,6 +89,7 @@ def test_reads_tasks_failures_lag_and_every_entries_gauge() -> None:
         'gtm_zone_prefix_index_entries{index="sent"}': 40.0,
         'gtm_zone_prefix_index_entries{index="answered"}': 30.0,
         'gtm_task_failures_total{component="zone",task="scrape"}': 2.0,
+        "etcd_server_proposals_committed_total": 6123.0,  # etcd's raft index
     }
 
 
