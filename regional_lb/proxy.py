@@ -13,7 +13,10 @@ Two ways out of a region, each a :class:`gtm.relay.Relay`:
 
 Neither way passes on a tier-only ``x-gtm-`` header it received
 (:func:`gtm.headers.is_tier_only`): a zone needs none, and a peer gets only what this
-tier asserts and signs itself.
+tier asserts and signs itself. The client's credentials
+(:data:`gtm.credentials.CLIENT_CREDENTIALS`) stop here on the way to a zone: the
+tenant is authenticated, and a zone (and its workers) needs no tenant key; a peer
+region authenticates the tenant again, so it gets the key.
 
 The relay retries before the first byte only (a connect failure, a timeout or reset, a
 5xx, or a 429: that zone's queue is full), at most ``max_attempts`` (3, ARCHITECTURE §6),
@@ -42,6 +45,7 @@ from multidict import CIMultiDict
 
 from gtm import headers as gtm_headers
 from gtm import tracing
+from gtm.credentials import CLIENT_CREDENTIALS
 from gtm.errors import AttemptFailed
 from gtm.models import RouteRequest
 from gtm.relay import (
@@ -129,6 +133,8 @@ class _RegionalRelay(Relay[Target]):
     """The hooks both ways out share: aiohttp upstreams, usage tap, metrics, errors."""
 
     watch_chunks = True
+    #: Client headers this way out never passes on (besides the hop-by-hop ones).
+    withheld: frozenset[str] = frozenset()
 
     def __init__(
         self,
@@ -147,7 +153,7 @@ class _RegionalRelay(Relay[Target]):
         self._trip = trip
         self._extra = extra
         self._sign = sign
-        skip = skip_set(*extra)
+        skip = skip_set(*extra) | self.withheld
         self._skip = skip | gtm_headers.from_untrusted(request.headers.keys())
 
     def target_id(self, target: Target) -> str:
@@ -211,6 +217,7 @@ class LocalRelay(_RegionalRelay):
     already charged this request to."""
 
     _kind = TargetKind.ZONE
+    withheld = CLIENT_CREDENTIALS
 
     def __init__(
         self,

@@ -50,6 +50,7 @@ from gtm.tracing import OFF, Tracing
 from zone_agent.accounting import Accounting, SlotLoad
 from zone_agent.api import AssignApi, OpenAiApi, ServiceApi
 from zone_agent.config import ZoneConfig
+from zone_agent.credentials import RELOAD_INTERVAL_S, WorkerKeys
 from zone_agent.health import HealthTracker, probe
 from zone_agent.metrics import ZoneMetrics
 from zone_agent.profiles import profile_source
@@ -99,6 +100,12 @@ class ZoneAgent:
             config.zone, config.region, ViewSettings(stale_after_s=config.stale_after_s)
         )
         self._static = {w.id: w.record(config.zone, config.region) for w in config.workers}
+        #: Each worker's own API key (the zone's key is read here: ConfigError if it
+        #: cannot be); the data path looks the header up per request.
+        self.worker_keys = WorkerKeys(
+            config.worker_keys,
+            static={w.id: w.api_key_from for w in config.workers if w.api_key_from is not None},
+        )
         self._workers: dict[str, GpuWorker] = dict(self._static)
         self._drained: frozenset[str] = frozenset()
         self._scraped: dict[str, GpuMetrics] = {}
@@ -202,6 +209,8 @@ class ZoneAgent:
                 # serving its static workers; registered ones join when it answers.
                 log.warning("state store not answering; starting with static workers only")
         self._sync_inventory()
+        if self.worker_keys.enabled:
+            self._supervisor.run_loop("worker-keys", self._reload_keys, interval=RELOAD_INTERVAL_S)
         await asyncio.gather(self.check_round(), self.scrape_round())
         self._supervisor.run_loop("scrape", self.scrape_round, interval=cfg.scrape_interval_s)
         self._supervisor.run_loop(
@@ -278,6 +287,10 @@ class ZoneAgent:
         self._workers = workers
         self._drained = frozenset(drained)
         self.health.sync(workers, self._clock.monotonic())
+        self.worker_keys.update(workers.values())
+
+    async def _reload_keys(self) -> None:
+        self.worker_keys.reload()  # a few stat calls; a changed file is read again
 
     def rebuild(self) -> ZoneView:
         """A fresh view from everything known now (swapped in atomically)."""
@@ -426,6 +439,7 @@ class ZoneAgent:
             metrics=self.metrics,
             clock=self._clock,
             new_id=Ids().new,
+            worker_auth=self.worker_keys.header,
         )
         OpenAiApi(path).routes(app)
         AssignApi(

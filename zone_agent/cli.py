@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 from pydantic import ValidationError
@@ -12,7 +13,7 @@ from gtm.access import access_log_option
 from gtm.cli_types import HostPort, StateURL
 from gtm.clock import SystemClock
 from gtm.envvars import from_environment
-from gtm.errors import GtmError
+from gtm.errors import ConfigError, GtmError
 from gtm.logs import announce
 from gtm.metrics import new_registry
 from gtm.net import split_host_port
@@ -22,6 +23,7 @@ from gtm.tls import TlsConfig, click_options, config_from_options, material
 from gtm.tracing import OFF, Tracing, open_tracing, trace_options
 from zone_agent.app import ZoneAgent
 from zone_agent.config import ZoneConfig, parse_worker
+from zone_agent.credentials import WorkerKeyConfig
 from zone_agent.loop import LoopKind, run
 from zone_agent.profiles import BUILTIN_PROFILES, DEFAULT_PROFILE
 
@@ -86,6 +88,27 @@ from zone_agent.profiles import BUILTIN_PROFILES, DEFAULT_PROFILE
     show_default=True,
     help="Event loop: uvloop (faster proxying), asyncio's own, or auto (uvloop when installed).",
 )
+@click.option(
+    "--worker-api-key-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Send every worker 'Authorization: Bearer <key>' with the key in this file (a "
+    "vLLM's --api-key; a Kubernetes Secret mounted as a file); re-read when it changes. "
+    "Clients' own credentials are never passed on to a worker.",
+)
+@click.option(
+    "--worker-api-key-env",
+    default=None,
+    metavar="NAME",
+    help="As --worker-api-key-file, the key read from environment variable NAME.",
+)
+@click.option(
+    "--worker-api-key-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Per-worker keys: the file named by a worker's id in this directory (or the one "
+    "its record's api-key-from=file:NAME label names) wins over the zone's key.",
+)
 @click_options("zone")
 @click.option(
     "--tls-plain-workers",
@@ -105,6 +128,9 @@ def zone(
     tls_plain_workers: bool,
     event_loop: str,
     no_affinity: bool = False,
+    worker_api_key_file: Path | None = None,
+    worker_api_key_env: str | None = None,
+    worker_api_key_dir: Path | None = None,
     trace_exporter: str = "none",
     trace_file: str | None = None,
     **tls_options: object,
@@ -123,6 +149,7 @@ def zone(
             affinity=not no_affinity,
             scrape_interval_s=scrape_interval,
             upstream_timeout_s=upstream_timeout,
+            worker_keys=_worker_keys(worker_api_key_file, worker_api_key_env, worker_api_key_dir),
         )
     except ValidationError as exc:
         first = exc.errors()[0]
@@ -150,6 +177,14 @@ def zone(
     except GtmError as exc:
         click.echo(f"gtm zone: {exc}", err=True)
         sys.exit(2)
+
+
+def _worker_keys(file: Path | None, env: str | None, directory: Path | None) -> WorkerKeyConfig:
+    try:
+        return WorkerKeyConfig(file=file, env=env, directory=directory)
+    except ValidationError as exc:
+        detail = exc.errors()[0]["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"--worker-api-key-file/-env/-dir: {detail}") from None
 
 
 async def serve(

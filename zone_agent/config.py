@@ -10,6 +10,7 @@ from pydantic import Field
 from gtm.errors import ConfigError
 from gtm.http_limits import HttpLimits
 from gtm.models import Frozen, GpuWorker, Identifier, ModelName
+from zone_agent.credentials import KeyRef, WorkerKeyConfig, parse_ref
 from zone_agent.health import HealthConfig
 from zone_agent.profiles import DEFAULT_PROFILE
 
@@ -25,6 +26,9 @@ class StaticWorker(Frozen):
     gpu_type: str = UNKNOWN_GPU_TYPE
     models: tuple[ModelName, ...] = ()
     labels: tuple[tuple[str, str], ...] = ()
+    #: Where this worker's own API key is read (``api-key-from=file:PATH|env:NAME``;
+    #: zone_agent.credentials). Kept out of the record: never in the state store.
+    api_key_from: KeyRef | None = None
 
     def record(self, zone_id: str, region_id: str) -> GpuWorker:
         return GpuWorker(
@@ -46,7 +50,8 @@ def _default_id(url: str) -> str:
 
 
 def parse_worker(spec: str) -> StaticWorker:
-    """Parse ``URL[,gpu=TYPE][,id=ID][,model=NAME][,label:KEY=VALUE]``; ConfigError if bad."""
+    """Parse ``URL[,gpu=TYPE][,id=ID][,model=NAME][,label:KEY=VALUE][,api-key-from=REF]``;
+    ConfigError if bad."""
     url, *options = [part.strip() for part in spec.split(",")]
     if not re.match(r"^https?://[^/\s]+", url):
         raise ConfigError(f"--worker {spec!r}: expected http(s)://HOST:PORT[,gpu=TYPE][,id=ID]")
@@ -63,11 +68,13 @@ def parse_worker(spec: str) -> StaticWorker:
             fields["id"] = value
         elif key == "model":
             models.append(value)
+        elif key == "api-key-from":
+            fields["api_key_from"] = parse_ref(value, where=f"--worker {url}: api-key-from")
         elif key.startswith("label:"):
             labels.append((key.removeprefix("label:"), value))
         else:
             raise ConfigError(
-                f"--worker {spec!r}: unknown option {key!r} (gpu, id, model, label:K)"
+                f"--worker {url}: unknown option {key!r} (gpu, id, model, label:K, api-key-from)"
             )
     fields["models"] = tuple(models)
     fields["labels"] = tuple(labels)
@@ -117,3 +124,5 @@ class ZoneConfig(Frozen):
     trace_top: int = Field(default=16, ge=0)
     #: Keep-alive connections per worker in the proxy's pool.
     pool_per_worker: int = Field(default=256, ge=1)
+    #: Where the workers' own API keys are read (zone_agent.credentials).
+    worker_keys: WorkerKeyConfig = WorkerKeyConfig()

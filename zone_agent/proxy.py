@@ -23,6 +23,11 @@ hooks (:class:`ZoneRelay`) add:
   going away blames nobody.
 * **Headers**: ``x-request-id`` (the client's, or a new one) goes upstream and back;
   responses carry ``x-gtm-zone``, ``x-gtm-gpu`` and ``x-gtm-decision-id``.
+* **Credentials**: a client's (:data:`gtm.credentials.CLIENT_CREDENTIALS`) never goes
+  upstream; each worker gets its own key (:mod:`zone_agent.credentials`, looked up per
+  attempt). A worker that answers 401 refused that key: the attempt moves on to another
+  GPU, and a request every GPU refused is a 502 saying so, not the worker's 401 (the
+  client's key was fine).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from multidict import CIMultiDict
 from gtm import headers as gtm_headers
 from gtm import tracing
 from gtm.clock import Clock
+from gtm.credentials import CLIENT_CREDENTIALS
 from gtm.errors import AttemptFailed, NoEligibleCandidate
 from gtm.relay import Ending, Failure, Relay, Upstream, describe, end_to_end, skip_set
 from zone_agent.accounting import Accounting, Ticket
@@ -71,9 +77,17 @@ log = logging.getLogger(__name__)
 #: ejection timers next change the picture (seconds).
 NO_CAPACITY_RETRY_AFTER_S = 1.0
 
-#: Client headers not sent upstream: hop-by-hop ones, the request id (set anew) and
-#: the tiers' own assertions (a worker needs none; a tier's signature stays inside).
-_SKIP_UPSTREAM = skip_set(HEADER_REQUEST_ID, *gtm_headers.TIER_ONLY)
+#: Client headers not sent upstream: hop-by-hop ones, the request id (set anew), the
+#: tiers' own assertions (a worker needs none; a tier's signature stays inside) and a
+#: client's credentials (a worker gets its own key instead).
+_SKIP_UPSTREAM = skip_set(HEADER_REQUEST_ID, *gtm_headers.TIER_ONLY, *CLIENT_CREDENTIALS)
+#: What a worker answers when it refuses the zone's key for it (vLLM's ``--api-key``).
+_KEY_REFUSED = 401
+
+
+def _no_key(worker_id: str) -> tuple[str, str] | None:
+    return None
+
 
 #: How a failed attempt reflects on the GPU (None: not at all).
 _FAILURE_OUTCOME = {
@@ -177,6 +191,7 @@ class DataPath:
         metrics: ZoneMetrics,
         clock: Clock,
         new_id: Callable[[], str],
+        worker_auth: Callable[[str], tuple[str, str] | None] = _no_key,
     ) -> None:
         self.settings = settings
         self.view = view
@@ -188,6 +203,8 @@ class DataPath:
         self.metrics = metrics
         self.clock = clock
         self.new_id = new_id
+        #: The worker's ``Authorization`` header by GPU id (None: no key).
+        self.worker_auth = worker_auth
         # Per-request lookups cached: a labelled child costs a lock and a tuple per
         # ``.labels()`` call. Bounded by the GPUs (× profiles) the zone has had.
         self._assigned: dict[tuple[str, str], Callable[[], None]] = {}
@@ -266,6 +283,9 @@ class ZoneRelay(Relay[ZoneDecision]):
     async def open(self, target: ZoneDecision) -> Upstream:
         headers = end_to_end(self.request.headers, _SKIP_UPSTREAM)
         headers.append((HEADER_REQUEST_ID, self._facts.request_id))
+        auth = self._path.worker_auth(target.gpu_id)
+        if auth is not None:
+            headers.append(auth)
         tracing.inject(self.request, headers)  # the worker's parent is this hop's span
         try:
             return await self._path.session().post(
@@ -273,6 +293,9 @@ class ZoneRelay(Relay[ZoneDecision]):
             )
         except UpstreamConnectError as exc:
             raise AttemptFailed(Failure.CONNECT, f"connect failed: {exc.os_error}") from None
+
+    def retry_status(self, status: int) -> bool:
+        return status >= 500 or status == 429 or status == _KEY_REFUSED
 
     def first_byte(self, target: ZoneDecision) -> None:
         if self._ticket is not None:
@@ -306,6 +329,9 @@ class ZoneRelay(Relay[ZoneDecision]):
     def exhausted(self) -> Exception:
         failures = self.failures
         detail = describe(failures) or "no attempt was made"
+        if any(f.status == _KEY_REFUSED for f in failures):
+            # First, so that it survives the tiers above cutting the message short.
+            detail = f"a worker refused the zone's worker API key (HTTP 401): {detail}"
         if failures and failures[-1].status == 429:
             return ApiError(
                 429,

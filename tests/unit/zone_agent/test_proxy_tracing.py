@@ -40,13 +40,17 @@ def _relay(request: web.Request, pool: Pool) -> ZoneRelay:
         settings=SimpleNamespace(max_attempts=3),
         metrics=SimpleNamespace(stream_breaks=None),
         session=lambda: pool,
+        worker_auth=lambda gpu_id: None,
     )
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     facts = zone_request(body, Endpoint.CHAT, request_id="r-1")
     return ZoneRelay(request, cast(DataPath, path), b"{}", facts, 0.0)
 
 
-TARGET = cast(ZoneDecision, SimpleNamespace(gpu=SimpleNamespace(worker=SimpleNamespace(url="w"))))
+TARGET = cast(
+    ZoneDecision,
+    SimpleNamespace(gpu_id="g", gpu=SimpleNamespace(worker=SimpleNamespace(url="w"))),
+)
 
 
 async def test_the_worker_gets_the_zone_span_as_its_parent() -> None:

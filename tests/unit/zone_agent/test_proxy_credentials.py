@@ -1,0 +1,86 @@
+"""The zone agent's worker hop (zone_agent.proxy): a client's credentials never reach a
+worker, the worker's own key does, and a worker that refuses that key is retried
+elsewhere and ends, if every GPU refuses it, in a 502 that says so."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any, cast
+
+import pytest
+from aiohttp.test_utils import make_mocked_request
+
+from gtm.errors import AttemptFailed
+from gtm.relay import Failure
+from zone_agent.errors import ApiError
+from zone_agent.proxy import DataPath, ZoneRelay
+from zone_agent.request import Endpoint, zone_request
+from zone_agent.router import ZoneDecision
+
+TENANT_KEY = "gtm-tenant-secret"
+CLIENT_HEADERS = {
+    "Authorization": f"Bearer {TENANT_KEY}",
+    "Proxy-Authorization": f"Basic {TENANT_KEY}",
+    "x-api-key": TENANT_KEY,
+    "api-key": TENANT_KEY,
+    "Content-Type": "application/json",
+}
+
+
+class Pool:
+    def __init__(self) -> None:
+        self.sent: list[list[tuple[str, str]]] = []
+
+    async def post(self, url: str, path: str, headers: list[tuple[str, str]], body: bytes) -> Any:
+        self.sent.append(list(headers))
+        return SimpleNamespace(status=200)
+
+
+def relay(pool: Pool, keys: dict[str, tuple[str, str]]) -> ZoneRelay:
+    path = SimpleNamespace(
+        settings=SimpleNamespace(max_attempts=3),
+        metrics=SimpleNamespace(stream_breaks=None),
+        session=lambda: pool,
+        worker_auth=keys.get,
+    )
+    request = make_mocked_request("POST", "/v1/chat/completions", headers=CLIENT_HEADERS)
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    facts = zone_request(body, Endpoint.CHAT, request_id="r-1")
+    return ZoneRelay(request, cast(DataPath, path), b"{}", facts, 0.0)
+
+
+def target(gpu_id: str) -> ZoneDecision:
+    worker = SimpleNamespace(url="http://w")
+    return cast(ZoneDecision, SimpleNamespace(gpu_id=gpu_id, gpu=SimpleNamespace(worker=worker)))
+
+
+async def test_the_worker_gets_its_own_key_and_none_of_the_clients() -> None:
+    pool = Pool()
+    await relay(pool, {"g": ("Authorization", "Bearer worker-key")}).open(target("g"))
+    (sent,) = pool.sent
+    assert [(k, v) for k, v in sent if k.lower() == "authorization"] == [
+        ("Authorization", "Bearer worker-key")
+    ]
+    assert all(TENANT_KEY not in v for _, v in sent)
+    assert ("Content-Type", "application/json") in sent
+
+
+async def test_without_a_key_the_worker_gets_no_authorization_at_all() -> None:
+    pool = Pool()
+    await relay(pool, {}).open(target("g"))
+    (sent,) = pool.sent
+    assert not [k for k, _ in sent if k.lower() in ("authorization", "x-api-key", "api-key")]
+    assert all(TENANT_KEY not in v for _, v in sent)
+
+
+def test_a_refused_key_moves_on_and_the_client_learns_why() -> None:
+    zone = relay(Pool(), {})
+    assert zone.retry_status(401)
+    assert not zone.retry_status(400)
+    failure = AttemptFailed(Failure.STATUS, "HTTP 401", status=401, body=b"")
+    failure.target = "g"
+    zone.failures.append(failure)
+    with pytest.raises(ApiError) as caught:
+        raise zone.exhausted()
+    assert caught.value.status == 502
+    assert "a worker refused the zone's worker API key (HTTP 401)" in str(caught.value)
