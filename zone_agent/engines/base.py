@@ -74,8 +74,8 @@ class EngineNames:
 
     def families(self) -> frozenset[str]:
         """The family names this engine's samples belong to (for the line filter)."""
-        names = set(self.labelled) | set(self.config_info)
-        for sample in self.samples:
+        names = set(self.config_info)
+        for sample in (*self.samples, *self.labelled):
             stem, _, suffix = sample.rpartition("_")
             names.add(stem if suffix in {"sum", "count", "total"} else sample)
         return frozenset(names)
