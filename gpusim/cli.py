@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 from pydantic import ValidationError
 
+from gpusim.auth import API_KEY_ENV, WorkerAuth, WorkerAuthConfig
 from gpusim.lagprobe import PROBE_INTERVAL_S
 from gpusim.metrics import MetricsFlavor
 from gpusim.perfmodel import WARMUP_PASSES
@@ -105,6 +106,27 @@ _FLAG_OF = {"lease_ttl_s": "--lease-ttl", "lag_probe_interval_s": "--lag-probe-i
     "shorter stalls and costs more CPU.",
 )
 @click.option(
+    "--api-key",
+    "api_keys",
+    multiple=True,
+    envvar=API_KEY_ENV,
+    help="As vLLM's --api-key (repeatable; else its VLLM_API_KEY variable): /v1/* needs "
+    "the header Authorization: Bearer KEY, else a 401 as vLLM's; /health and /metrics "
+    "stay open.",
+)
+@click.option(
+    "--access-log-file",
+    default=None,
+    metavar="PATH",
+    help="Append an access line per request to this file (uvicorn's format; - for stderr).",
+)
+@click.option(
+    "--access-log-headers",
+    is_flag=True,
+    help="Debugging only: put every request header, value included, on its access line "
+    "(the worker's own key is masked), so a credential that reaches a worker shows.",
+)
+@click.option(
     "--admin-token-file",
     type=existing_file(as_path=True),
     default=None,
@@ -124,6 +146,9 @@ _FLAG_OF = {"lease_ttl_s": "--lease-ttl", "lag_probe_interval_s": "--lag-probe-i
 )
 @click_options("gpu")
 def gpu_sim(
+    api_keys: tuple[str, ...],
+    access_log_file: str | None,
+    access_log_headers: bool,
     admin_token_file: Path | None,
     admin_audit_dir: Path | None,
     allow_remote_admin: bool,
@@ -156,15 +181,25 @@ def gpu_sim(
         )
     except GtmError as exc:
         raise click.UsageError(str(exc)) from None
+    auth = WorkerAuthConfig.model_validate(
+        {
+            "api_keys": api_keys,
+            "access_log": access_log_file,
+            "access_log_headers": access_log_headers,
+        }
+    )
     try:
-        asyncio.run(serve(config, admin, tls))
+        asyncio.run(serve(config, admin, tls, auth))
     except GtmError as exc:
         click.echo(f"gtm gpu-sim: {exc}", err=True)
         sys.exit(2)
 
 
 async def serve(
-    config: GpuSimConfig, admin: AdminGuard | None = None, tls: TlsConfig | None = None
+    config: GpuSimConfig,
+    admin: AdminGuard | None = None,
+    tls: TlsConfig | None = None,
+    auth: WorkerAuthConfig | None = None,
 ) -> None:
     """Run the worker until SIGINT or SIGTERM, then stop cleanly."""
     clock = SystemClock()
@@ -178,7 +213,13 @@ async def serve(
     server: GpuSimServer | None = None
     try:
         server = GpuSimServer(
-            config, registry=registry, clock=clock, store=store, admin=admin, tls=tls_material
+            config,
+            registry=registry,
+            clock=clock,
+            store=store,
+            admin=admin,
+            tls=tls_material,
+            auth=WorkerAuth(auth),
         )
         url = await server.start()
         freeze_startup_objects()

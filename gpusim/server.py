@@ -38,6 +38,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
 
 from gpusim import openai_api as api
+from gpusim.auth import WorkerAuth
 from gpusim.config import GpuSimConfig, build_profile
 from gpusim.driver import EngineDriver, Notifier, RequestStream
 from gpusim.engine import Engine, EngineConfig, EngineError, EngineRequest, RequestTooLong
@@ -141,8 +142,11 @@ class GpuSimServer:
         exit_fn: Callable[[int], None] = os._exit,
         admin: AdminGuard | None = None,
         tls: TlsMaterial | None = None,
+        auth: WorkerAuth | None = None,
     ) -> None:
         self.config = config
+        #: vLLM's --api-key on /v1/* and the opt-in access log (gpusim.auth).
+        self._auth = auth or WorkerAuth()
         #: mTLS: serve only TLS and require a zone agent's (or ops) certificate.
         self._tls = tls
         self._clock = clock or SystemClock()
@@ -212,7 +216,9 @@ class GpuSimServer:
             self.config.limits,
             client_max_size=MAX_BODY_BYTES,
             middlewares=[
+                *self._auth.outer(),
                 error_middleware("GPU emulator", self._count),
+                *self._auth.inner(),
                 admin_middleware(self._admin, path_prefix("/admin/")),
             ],
         )
@@ -264,6 +270,7 @@ class GpuSimServer:
             await self._server.stop()
             self._server = None
         await self._supervisor.aclose()
+        self._auth.close()
 
     async def __aenter__(self) -> GpuSimServer:
         await self.start()
