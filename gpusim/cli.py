@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from pathlib import Path
 
@@ -28,7 +29,11 @@ from gtm.state.store import StateStore
 from gtm.tls import TlsConfig, click_options, config_from_options, material
 
 #: Config fields whose flag is not the field's name in kebab case.
-_FLAG_OF = {"lease_ttl_s": "--lease-ttl", "lag_probe_interval_s": "--lag-probe-interval"}
+_FLAG_OF = {
+    "lease_ttl_s": "--lease-ttl",
+    "lag_probe_interval_s": "--lag-probe-interval",
+    "kv_events": "--kv-events-config",
+}
 
 
 @from_environment
@@ -127,6 +132,15 @@ _FLAG_OF = {"lease_ttl_s": "--lease-ttl", "lag_probe_interval_s": "--lag-probe-i
     "(the worker's own key is masked), so a credential that reaches a worker shows.",
 )
 @click.option(
+    "--kv-events-config",
+    "kv_events",
+    default=None,
+    metavar="JSON",
+    help="Publish KV-cache events as vLLM does: its --kv-events-config JSON (fields "
+    "enable_kv_cache_events, publisher, endpoint, replay_endpoint, topic, buffer_steps, hwm, "
+    "max_queue_size); gtm adds encoding: array (vLLM <= 0.23, the default) or map.",
+)
+@click.option(
     "--admin-token-file",
     type=existing_file(as_path=True),
     default=None,
@@ -162,6 +176,11 @@ def gpu_sim(
     except GtmError as exc:
         raise click.UsageError(f"--host: {exc}") from None
     options["lease_ttl_s"] = options.pop("lease_ttl")
+    if options["kv_events"] is not None:
+        try:
+            options["kv_events"] = json.loads(str(options["kv_events"]))
+        except ValueError as exc:
+            raise click.UsageError(f"--kv-events-config: not JSON: {exc}") from None
     try:
         tls = config_from_options(
             {k: options.pop(k) for k in ("tls_ca", "tls_cert", "tls_key", "tls_client")}

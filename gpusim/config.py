@@ -14,6 +14,7 @@ from gpusim.registration import DEFAULT_LEASE_TTL_S
 from gtm.errors import ConfigError
 from gtm.gpu_profiles import LLAMA_8B, GpuProfile, UnknownProfile, get_profile
 from gtm.http_limits import HttpLimits
+from gtm.kv_events import KVEventsConfig
 from gtm.models import Frozen, Identifier, ModelName
 
 
@@ -45,6 +46,9 @@ class GpuSimConfig(Frozen):
     lag_probe_interval_s: float = Field(default=PROBE_INTERVAL_S, ge=0.001, le=10.0)
     #: Header/body/JSON-depth limits, slow-client timeouts, per-client concurrency.
     limits: HttpLimits = HttpLimits()
+    #: vLLM's ``--kv-events-config``: publish the prefix cache's KV events over ZMQ
+    #: (:mod:`gpusim.kv_events`); ``None``, as vLLM's default, publishes nothing.
+    kv_events: KVEventsConfig | None = None
 
 
 def build_profile(config: GpuSimConfig, model: str) -> GpuProfile:

@@ -22,16 +22,34 @@ fill under a soak), and the garbage collector has nothing to traverse: a pool ca
 have millions of blocks.
 
 Hashes are 64-bit (``gtm.tokens.block_hashes``); any other int is taken modulo 2**64.
+
+A :class:`PoolListener` (``listener``) hears every hash registered and dropped, as vLLM's
+block pool queues its KV-cache events (``BlockStored`` / ``BlockRemoved`` /
+``AllBlocksCleared``): :mod:`gpusim.kv_events` publishes them.
 """
 
 from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable, Sequence
+from typing import Protocol
 
 _MASK64 = (1 << 64) - 1
 #: A free slot of the hash table / no neighbour in the LRU list / no hash on a block.
 _NONE = -1
+
+
+class PoolListener(Protocol):
+    """Hears the pool's cache changes (vLLM's KV-cache events), in the order they happen."""
+
+    def stored(self, block_hash: int) -> None:
+        """A block was registered under ``block_hash``."""
+
+    def removed(self, block_hash: int) -> None:
+        """The block registered under ``block_hash`` was evicted."""
+
+    def cleared(self) -> None:
+        """Every cached block was dropped."""
 
 
 class BlockPool:
@@ -65,6 +83,8 @@ class BlockPool:
         self.query_tokens = 0
         self.hit_tokens = 0
         self.evictions = 0
+        #: Told of every registration and eviction (KV events); none by default.
+        self.listener: PoolListener | None = None
 
     # ------------------------------------------------------------------ queries
 
@@ -152,6 +172,8 @@ class BlockPool:
         self._hash_of[block] = key
         self._has_hash[block] = 1
         self._cached += 1
+        if self.listener is not None:
+            self.listener.stored(key)
 
     def release(self, blocks: Sequence[int]) -> None:
         """Drop a request's references. Tail blocks first, so they are evicted first."""
@@ -170,9 +192,11 @@ class BlockPool:
         while block != _NONE:
             following = self._next[block]
             self._unlink(block)
-            self._drop_hash(block)
+            self._drop_hash(block, notify=False)
             self._free.append(block)
             block = following
+        if self.listener is not None:
+            self.listener.cleared()
 
     # ------------------------------------------------------------------ internals
 
@@ -212,7 +236,7 @@ class BlockPool:
         self._in_lru[block] = 0
         self._evictable_count -= 1
 
-    def _drop_hash(self, block: int) -> None:
+    def _drop_hash(self, block: int, *, notify: bool = True) -> None:
         if not self._has_hash[block]:
             return
         self._has_hash[block] = 0
@@ -236,3 +260,5 @@ class BlockPool:
                 hole = slot
             slot = (slot + 1) & mask
         blocks[hole] = _NONE
+        if notify and self.listener is not None:
+            self.listener.removed(key)

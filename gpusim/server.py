@@ -30,7 +30,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter
@@ -60,6 +60,9 @@ from gtm.state.store import StateStore
 from gtm.tasks import TaskSupervisor
 from gtm.tls import TlsMaterial
 from gtm.tokens import PromptError, block_hashes, encode_chat, encode_text, parse_chat_messages
+
+if TYPE_CHECKING:
+    from gpusim.kv_events import KVEventPublisher, KVEventRecorder
 
 log = logging.getLogger(__name__)
 
@@ -162,12 +165,23 @@ class GpuSimServer:
         register_loop_tasks(registry)
         degradation = Degradation(warmup_passes=config.warmup_passes)
         self._drivers: dict[str, EngineDriver] = {}
+        #: vLLM's KV-event publisher (--kv-events-config), one stream for the worker.
+        self._kv_events: KVEventPublisher | None = None
+        if config.kv_events is not None and config.kv_events.publishing:
+            # Imported only when publishing: a worker without events never loads ZeroMQ.
+            from gpusim.kv_events import KVEventPublisher
+
+            self._kv_events = KVEventPublisher(config.kv_events, registry=registry)
+        self._kv_recorders: dict[str, KVEventRecorder] = {}
         for index, model in enumerate(dict.fromkeys(config.models)):
             profile = build_profile(config, model)
             engine_config = EngineConfig(
                 degradation=degradation, step_jitter=config.step_jitter, seed=config.seed + index
             )
             engine = Engine(profile, engine_config, loaded=not config.cold_start)
+            if self._kv_events is not None:
+                recorder = self._kv_events.recorder(profile.block_size)
+                engine.pool.listener = self._kv_recorders[model] = recorder
             self._drivers[model] = EngineDriver(
                 model, engine, clock=self._clock, speedup=config.speedup, metrics=self._metrics
             )
@@ -208,6 +222,11 @@ class GpuSimServer:
     def registration(self) -> WorkerRegistration | None:
         return self._registration
 
+    @property
+    def kv_events(self) -> KVEventPublisher | None:
+        """The KV-event publisher (``--kv-events-config``), if events are enabled."""
+        return self._kv_events
+
     def _snapshots(self) -> Iterable[ModelSnapshot]:
         return [driver.snapshot() for driver in self._drivers.values()]
 
@@ -243,6 +262,10 @@ class GpuSimServer:
         bound = await self._server.start()
         self.port = bound.port
         self.url = bound.url
+        if self._kv_events is not None:
+            self._kv_events.open()
+            self._supervisor.spawn("kv-events", self._kv_events.run())
+            self._supervisor.spawn("kv-events-replay", self._kv_events.serve_replay())
         if self._tls is not None:
             self._supervisor.spawn("tls-reload", self._tls.run())
         for model, driver in self._drivers.items():
@@ -270,6 +293,8 @@ class GpuSimServer:
             await self._server.stop()
             self._server = None
         await self._supervisor.aclose()
+        if self._kv_events is not None:
+            self._kv_events.close()
         self._auth.close()
 
     async def __aenter__(self) -> GpuSimServer:
@@ -413,6 +438,9 @@ class GpuSimServer:
         plans: list[tuple[EngineRequest, Completion, str, int]] = []
         for prompt_index, prompt in enumerate(prompts):
             hashes = block_hashes(prompt, profile.block_size) if profile.prefix_caching else ()
+            recorder = self._kv_recorders.get(driver.model)
+            if recorder is not None:
+                recorder.note_prompt(prompt, hashes)
             for choice_index in range(body.n):
                 completion = Completion(self.config.seed, prompt, choice_index)
                 output, reason = _output_plan(
