@@ -45,6 +45,7 @@ from gpusim.engine import Engine, EngineConfig, EngineError, EngineRequest, Requ
 from gpusim.faults import CRASH_EXIT_STATUS, FaultInjector, Faults
 from gpusim.lagprobe import LagProbe
 from gpusim.metrics import EngineMetrics, ModelSnapshot
+from gpusim.peer_api import PeerApi
 from gpusim.perfmodel import Degradation
 from gpusim.registration import WorkerRegistration
 from gpusim.textgen import Completion, embedding
@@ -249,6 +250,9 @@ class GpuSimServer:
         app.router.add_get("/readyz", self._health)  # ready = every model loaded
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/metrics", self._metrics_endpoint)
+        # What sglang-router and vllm-router poll (load, server/model info, render, KV
+        # event sources): gpusim.peer_api.
+        PeerApi(self._drivers, kv_events=self._kv_events, read_body=self._body).add_routes(app)
         app.router.add_route("*", "/admin/faults", self._admin_faults)
         app.router.add_route("*", "/admin/lag", self._admin_lag)
         return app
