@@ -87,6 +87,7 @@ from fleetsim.traces import Trace, TraceKind, TraceRequest, load_trace
 from gtm.clock import SystemClock
 from gtm.memdebug import DIR_ENV, FRAMES_ENV, MALLOC_SUFFIX, SUFFIX, read_malloc
 from gtm.metrics import new_registry
+from gtm.state.etcd_server import RAFT_CATCHUP_ENTRIES, SNAPSHOT_ENTRIES
 from gtm.tasks import TaskSupervisor
 from gtm.topology import load_topology, on_private_block, write_topology
 from gtmctl.load import LoadConfig, LoadRun, Tally
@@ -403,9 +404,11 @@ def processes(deployment: Deployment, up_pid: int) -> list[Proc]:
     for member in doc.etcd:
         if member.pid is not None:
             logs = sorted(run_dir.glob(f"**/{member.name}.log"))
-            log = logs[0] if logs else None
             # Its client URL answers /metrics (and 404 to /healthz: no round trip).
-            found.append(Proc(f"etcd/{member.name}", "etcd", member.pid, member.client_url, log))
+            url = member.client_url
+            found.append(
+                Proc(f"etcd/{member.name}", "etcd", member.pid, url, logs[0] if logs else None)
+            )
     return found
 
 
@@ -795,6 +798,35 @@ def entries_table(run: Run, warmup_s: float) -> list[str]:
     return rows
 
 
+def etcd_notes(run: Run, warmup_s: float) -> list[str]:
+    """Per etcd member: its raft index at the end of the warm-up against the entries
+    its in-memory raft log fills to (:data:`RAFT_CATCHUP_ENTRIES` +
+    :data:`SNAPSHOT_ENTRIES`), and its slope from when the index passed them."""
+    full = RAFT_CATCHUP_ENTRIES + SNAPSHOT_ENTRIES
+    notes = []
+    for name, series in sorted(run.series.items()):
+        warm = [s for s in _load_samples(series) if s.at_s >= warmup_s]
+        index = [(s, s.entries.get(ETCD_SIZES[0])) for s in warm]
+        known = [(s, i) for s, i in index if i is not None]
+        if series.proc.kind != "etcd" or not known:
+            continue
+        first = known[0][1]
+        filled = [s for s, i in known if i >= full]
+        slope = slope_pct_per_hour([s.at_s for s in filled], [s.rss_kb for s in filled])
+        state = (
+            "full from the start of the fit"
+            if first >= full
+            else f"still filling after the warm-up (a longer --warmup covers it); "
+            f"slope once full: {_fmt(slope, '+.2f')} %/h over {len(filled)} samples"
+        )
+        notes.append(
+            f"{name}: raft index {first:.0f} at the end of the warm-up, "
+            f"{known[-1][1]:.0f} at the end; its in-memory raft log fills to {full} "
+            f"entries: {state}"
+        )
+    return notes
+
+
 def errors(run: Run) -> list[str]:
     found: list[str] = []
     tally = run.tally
@@ -958,6 +990,7 @@ def report(args: argparse.Namespace, run: Run) -> tuple[str, list[str]]:
         *kind_table(figures),
         "",
         *entries_table(run, args.warmup),
+        *etcd_notes(run, args.warmup),
         "",
         "errors: " + ("none" if not errs else ""),
         *(f"  {e}" for e in errs),

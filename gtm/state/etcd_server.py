@@ -146,10 +146,21 @@ def free_ports(host: str, count: int) -> list[int]:
 #: its size, and a soak's etcd levels off after that long.
 HISTORY_RETENTION = "5m"
 #: Committed entries between two raft snapshots. At each snapshot etcd trims its
-#: in-memory raft log to the last 5,000 entries (its catch-up margin for slow members),
-#: so between two it holds 5,000 + this many. etcd's default since 3.2, 100,000, lets
-#: the log grow by hundreds of MB (mostly summaries) before the first trim.
+#: in-memory raft log to the last :data:`RAFT_CATCHUP_ENTRIES` (its catch-up margin for
+#: slow members), so between two it holds that many plus up to this many. etcd's
+#: default since 3.2, 100,000, lets the log grow by hundreds of MB (mostly summaries)
+#: before the first trim ("Higher --snapshot-count holds more Raft entries in memory
+#: until snapshot, thus causing recurrent higher memory usage": etcd's maintenance
+#: guide, "Raft log retention").
 SNAPSHOT_ENTRIES = 1_000
+#: The raft entries etcd keeps after a snapshot for a slow follower to catch up from
+#: (``DefaultSnapshotCatchUpEntries``). Later etcd releases take it as the hidden
+#: ``--experimental-snapshot-catchup-entries`` (etcd-io/etcd#15033, #17808); the etcd
+#: 3.5.1 this project ships does not. So an etcd's memory grows with its raft index
+#: until the index passes this plus :data:`SNAPSHOT_ENTRIES`, and is flat from then on:
+#: at a deployment's few summary writes a second that takes tens of minutes, which a
+#: soak's warm-up must cover (``bench/soak.py`` says when it did not).
+RAFT_CATCHUP_ENTRIES = 5_000
 
 
 class EtcdServer:

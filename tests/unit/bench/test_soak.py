@@ -19,6 +19,7 @@ from bench.soak import (
     Sample,
     Series,
     entries_table,
+    etcd_notes,
     fd_kind,
     fds_missed,
     kind_table,
@@ -32,6 +33,7 @@ from bench.soak import (
     verdict,
 )
 from fleetsim.traces import Trace, TraceKind, TraceRequest
+from gtm.state.etcd_server import RAFT_CATCHUP_ENTRIES, SNAPSHOT_ENTRIES
 from gtm.topology import load_topology
 
 
@@ -217,3 +219,20 @@ def test_report_tables_fit_after_the_warm_up_and_sum_each_kind(tmp_path: Path) -
     assert "| 22 → 22 | 6 → 6 |" in table[2]  # sockets before → after, files warm → after
     sizes = entries_table(run, warmup_s=600.0)
     assert sizes[-1] == "| zone | gtm_zone_x_entries | 4 | 24 | 24 |"
+
+
+def test_etcd_note_says_whether_its_raft_log_was_still_filling_after_the_warm_up() -> None:
+    full = RAFT_CATCHUP_ENTRIES + SNAPSHOT_ENTRIES
+    run = Run()
+    series = run.series["etcd/etcd-1"] = Series(Proc("etcd/etcd-1", "etcd", 1, None, None))
+    for k in range(13):  # every 5 min; 4 entries a second; RSS grows until the log is full
+        at, index = 300.0 * k, 4.0 * 300 * k
+        rss = 60 * 1024 + min(index, full) / 100
+        entries = {"etcd_server_proposals_committed_total": index}
+        series.samples.append(Sample(at, int(rss), 20, entries=entries))
+    (filling,) = etcd_notes(run, warmup_s=600.0)
+    assert filling.startswith("etcd/etcd-1: raft index 2400 at the end of the warm-up, 14400 ")
+    assert "still filling after the warm-up" in filling
+    assert "slope once full: +0.00 %/h over 8 samples" in filling
+    (full_note,) = etcd_notes(run, warmup_s=1800.0)
+    assert full_note.endswith("full from the start of the fit")
