@@ -52,12 +52,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
-from typing import TYPE_CHECKING
 
 from gtm.errors import GtmError
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 GIB = 1024**3
 GB = 1e9
@@ -226,9 +222,16 @@ MODELS: Mapping[str, ModelSpec] = MappingProxyType(
             ModelSpec(QWEN_7B, ModelKind.GENERATE, 7.62e9, 28, 28, 4, 128, 32_768),
             ModelSpec(QWEN_72B, ModelKind.GENERATE, 72.7e9, 80, 64, 8, 128, 32_768),
             ModelSpec(
-                MIXTRAL_8X7B, ModelKind.GENERATE, 46.7e9, 32, 32, 8, 128, 32_768,
+                MIXTRAL_8X7B,
+                ModelKind.GENERATE,
+                46.7e9,
+                32,
+                32,
+                8,
+                128,
+                32_768,
                 active_params=12.9e9,
-            ),  # fmt: skip
+            ),
             ModelSpec(R1_DISTILL_LLAMA_8B, ModelKind.GENERATE, 8.03e9, 32, 32, 8, 128, 131_072),
             ModelSpec(R1_DISTILL_QWEN_32B, ModelKind.GENERATE, 32.8e9, 64, 40, 8, 128, 131_072),
         )

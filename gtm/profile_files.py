@@ -237,10 +237,9 @@ def _number(value: float | int) -> str:
 def _comments(profile: GpuProfile) -> list[str]:
     """Prefill time by prompt length and decode step by batch, as the figures give."""
     if profile.kind is ModelKind.EMBED:
-        lengths = (128, 512)
         return [
             "# prefill (one request alone): "
-            + ", ".join(f"{n} tokens {1000 * profile.prefill_time_s(n):.1f} ms" for n in lengths)
+            + ", ".join(f"{n} tokens {1000 * profile.prefill_time_s(n):.1f} ms" for n in (128, 512))
         ]
     lengths = (512, 2048, 8192)
     batches = (1, 16, 64)
@@ -332,9 +331,7 @@ def render_shipped(profiles: Iterable[GpuProfile]) -> dict[str, str]:
         sheet = _DATASHEETS[gpu]
         source = f"roofline from the {sheet.split(':')[0]} datasheet and the model's config.json"
         docs = [render(p, source) for p in group]
-        out[file_name(gpu)] = _HEADER.format(gpu=gpu, datasheet=sheet) + "---\n".join(
-            ["", *docs]
-        )
+        out[file_name(gpu)] = _HEADER.format(gpu=gpu, datasheet=sheet) + "---\n".join(["", *docs])
     return out
 
 

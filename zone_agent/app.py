@@ -34,11 +34,11 @@ from prometheus_client import CollectorRegistry
 
 from gtm import access, tracing
 from gtm.clock import Clock, SystemClock
-from gtm.gpu_profiles import UnknownProfile
 from gtm.http_limits import limited_app
 from gtm.models import DrainTarget, GpuWorker, Tier
 from gtm.openai_errors import error_middleware
 from gtm.policy_store import PolicyWatcher
+from gtm.profile_files import operator_catalog
 from gtm.serve import HttpServer
 from gtm.state import keys
 from gtm.state.publisher import LeasedPublisher
@@ -49,6 +49,7 @@ from gtm.tls import TlsMaterial, client_session_options, connector_ssl
 from gtm.tracing import OFF, Tracing
 from zone_agent.accounting import Accounting, SlotLoad
 from zone_agent.api import AssignApi, OpenAiApi, ServiceApi
+from zone_agent.calibration import Calibrator
 from zone_agent.config import ZoneConfig
 from zone_agent.credentials import RELOAD_INTERVAL_S, WorkerKeys
 from zone_agent.health import HealthTracker, probe
@@ -60,7 +61,7 @@ from zone_agent.router import ZoneProfile
 from zone_agent.scrape import GpuMetrics, ScrapeError, scrape
 from zone_agent.summary import build_summary
 from zone_agent.upstream import UpstreamPool
-from zone_agent.view import GpuState, ViewBuilder, ViewSettings, ZoneView, profile_for
+from zone_agent.view import GpuState, ViewBuilder, ViewSettings, ZoneView
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +97,14 @@ class ZoneAgent:
         self._store = store
         self.accounting = Accounting()
         self.health = HealthTracker(config.health)
+        #: Each worker's profile: the operator's files over the shipped ones, calibrated
+        #: online from its own metrics (ConfigError here for a bad profile file).
+        self.calibrator = Calibrator(operator_catalog(config.gpu_profiles))
         self._builder = ViewBuilder(
-            config.zone, config.region, ViewSettings(stale_after_s=config.stale_after_s)
+            config.zone,
+            config.region,
+            ViewSettings(stale_after_s=config.stale_after_s),
+            pricing=self.calibrator.priced,
         )
         self._static = {w.id: w.record(config.zone, config.region) for w in config.workers}
         #: Each worker's own API key (the zone's key is read here: ConfigError if it
@@ -341,6 +348,9 @@ class ZoneAgent:
         for worker, result in zip(workers, results, strict=True):
             if isinstance(result, GpuMetrics):
                 self._observe_decode(worker, result, now)
+                for model, current in result.models.items():
+                    name = model or (worker.models or ("",))[0]
+                    self.calibrator.observe(worker.id, worker.gpu_type, name, current, now)
                 self._scraped[worker.id] = result
                 self._own_at_scrape[worker.id] = self.accounting.at(worker.id)
                 self.health.observe_check(worker.id, True, now)
@@ -349,6 +359,7 @@ class ZoneAgent:
                     log.error("scraping %s failed unexpectedly", worker.id, exc_info=result)
                 self.metrics.scrape_failures.labels(worker.id).inc()
                 self.health.observe_check(worker.id, False, now)
+        self.calibrator.forget(set(self._workers))
         self.rebuild()
 
     def _observe_decode(self, worker: GpuWorker, metrics: GpuMetrics, now: float) -> None:
@@ -365,10 +376,14 @@ class ZoneAgent:
             if current.kv_usage is None:  # no KV usage: no context length to price a step
                 continue
             observed = (current.itl_sum - before.itl_sum) / tokens
-            try:
-                profile = profile_for(worker.gpu_type, model or (worker.models or ("",))[0])
-            except UnknownProfile:
+            # Regressions are judged against the pair's own profile; a pair without one
+            # is priced by calibration, which follows it, so there is nothing to judge by.
+            entry = self.calibrator.catalog.entry(
+                worker.gpu_type, model or (worker.models or ("",))[0]
+            )
+            if entry is None:
                 continue
+            profile = entry.profile
             batch = max(1.0, current.running)
             blocks = current.kv_blocks_total or profile.num_gpu_blocks
             size = current.block_size or profile.block_size

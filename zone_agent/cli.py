@@ -17,6 +17,7 @@ from gtm.errors import ConfigError, GtmError
 from gtm.logs import announce
 from gtm.metrics import new_registry
 from gtm.net import split_host_port
+from gtm.profile_files import operator_catalog
 from gtm.serve import freeze_startup_objects, until_signalled
 from gtm.state.store import StateStore
 from gtm.tls import TlsConfig, click_options, config_from_options, material
@@ -60,6 +61,17 @@ from zone_agent.profiles import BUILTIN_PROFILES, DEFAULT_PROFILE
     default=DEFAULT_PROFILE,
     show_default=True,
     help="Routing profile (the default, or a baseline for comparisons).",
+)
+@click.option(
+    "--gpu-profiles",
+    "--profiles",
+    "gpu_profiles",
+    type=click.Path(exists=True, path_type=Path),
+    multiple=True,
+    help="GPU performance profiles (a YAML file, or a directory of them; repeatable), over "
+    "the shipped ones: one document per GPU type × model (format: see the zone agent's "
+    "README). A worker whose pair has none is priced conservatively, logged, and "
+    "calibrated from its own metrics (gtm_zone_profile_source).",
 )
 @click.option(
     "--no-affinity",
@@ -123,6 +135,7 @@ def zone(
     listen: str,
     workers: tuple[str, ...],
     profile: str,
+    gpu_profiles: tuple[Path, ...],
     scrape_interval: float,
     upstream_timeout: float,
     tls_plain_workers: bool,
@@ -146,11 +159,13 @@ def zone(
             port=port,
             workers=tuple(parse_worker(w) for w in workers),
             profile=profile,
+            gpu_profiles=gpu_profiles,
             affinity=not no_affinity,
             scrape_interval_s=scrape_interval,
             upstream_timeout_s=upstream_timeout,
             worker_keys=_worker_keys(worker_api_key_file, worker_api_key_env, worker_api_key_dir),
         )
+        operator_catalog(config.gpu_profiles)  # a bad profile file stops us here, by name
     except ValidationError as exc:
         first = exc.errors()[0]
         where = "--" + str(first["loc"][0]).replace("_", "-") if first["loc"] else "options"

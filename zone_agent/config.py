@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from pydantic import Field
@@ -93,6 +94,9 @@ class ZoneConfig(Frozen):
     port: int = Field(default=8100, ge=0, le=65535)
     workers: tuple[StaticWorker, ...] = ()
     profile: str = DEFAULT_PROFILE
+    #: Operator's GPU performance profile files or directories (gtm.profile_files),
+    #: over the shipped ones (``--gpu-profiles``).
+    gpu_profiles: tuple[Path, ...] = ()
     #: Keep a conversation on the GPU that answered its prefix while that GPU can take
     #: it (:func:`zone_agent.affinity.sticky_gpu`; the built-in baselines never do).
     #: Off: ``gtm zone --no-affinity``, for side-by-side comparisons.

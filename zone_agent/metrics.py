@@ -78,7 +78,29 @@ class _GpuGauges(Collector):
             slowdown.add_metric([gpu.id], gpu.health.slowdown)
             available.add_metric([gpu.id], 1.0 if gpu.unavailable_reason() is None else 0.0)
         yield from (in_flight, pending, age, weight, slowdown, available)
+        yield from _profiles(view)
         yield from _sizes(acc)
+
+
+def _profiles(view: ZoneView) -> Iterator[GaugeMetricFamily]:
+    """Where each GPU's profile comes from, and the prefill rate it is priced at."""
+    source = GaugeMetricFamily(
+        "gtm_zone_profile_source",
+        "1 for where the GPU's performance profile for the model comes from: shipped, "
+        "file (--gpu-profiles), calibrated (its own metrics) or prior (unknown pair, "
+        "conservative until calibrated).",
+        labels=["gpu", "model", "source"],
+    )
+    rate = GaugeMetricFamily(
+        "gtm_zone_profile_prefill_tokens_per_second",
+        "Prefill rate the GPU is priced at for the model (its profile's, before health).",
+        labels=["gpu", "model"],
+    )
+    for model, index in view.by_model.items():
+        for gpu_id, src, profile in zip(index.ids, index.sources, index.profiles, strict=True):
+            source.add_metric([gpu_id, model, src.value], 1.0)
+            rate.add_metric([gpu_id, model], profile.prefill_tokens_per_s)
+    yield from (source, rate)
 
 
 def _sizes(acc: Accounting) -> Iterator[GaugeMetricFamily]:

@@ -30,9 +30,10 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from gtm.gpu_profiles import LLAMA_8B, GpuProfile, UnknownProfile, get_profile
+from gtm.gpu_profiles import GpuProfile, ProfileCatalog, ProfileSource, shipped
 from gtm.models import GpuWorker, WorkerState
 from zone_agent.accounting import Accounting, SlotLoad
+from zone_agent.calibration import Priced, prior_profile
 from zone_agent.health import HealthStatus
 from zone_agent.prefix import BLOCK_BYTES
 from zone_agent.scrape import GpuMetrics, ModelMetrics
@@ -40,10 +41,6 @@ from zone_agent.scrape import GpuMetrics, ModelMetrics
 Floats = npt.NDArray[np.float64]
 Ints = npt.NDArray[np.int64]
 Bools = npt.NDArray[np.bool_]
-
-#: Profile used to price a (GPU type, model) pair the table does not know: a mid-range
-#: worker (A100-80GB serving Llama-3.1-8B), with the KV geometry the worker reports.
-FALLBACK_PROFILE = ("A100-80GB", LLAMA_8B)
 
 #: Virtual nodes per GPU on the consistent-hash ring (the vLLM router's
 #: ``consistent_hash`` uses 160, as ketama does).
@@ -58,11 +55,35 @@ VERSION_LABEL = "version"
 BYTES_PER_TOKEN = 4
 
 
+#: What a view prices one GPU's model by: (GPU id, GPU type, model, now) → profile and
+#: its source. The zone agent's is its :class:`zone_agent.calibration.Calibrator`.
+Pricing = Callable[[str, str, str, float], Priced]
+
+
+def static_priced(catalog: ProfileCatalog, gpu_type: str, model: str) -> Priced:
+    """The pair's profile in ``catalog``, else the conservative prior (never calibrated)."""
+    entry = catalog.entry(gpu_type, model)
+    if entry is not None:
+        return Priced(entry.profile, entry.source)
+    return Priced(prior_profile(catalog, gpu_type, model).profile, ProfileSource.PRIOR)
+
+
 def profile_for(gpu_type: str, model: str) -> GpuProfile:
-    try:
-        return get_profile(gpu_type, model)
-    except UnknownProfile:
-        return get_profile(*FALLBACK_PROFILE)
+    """The shipped profile of the pair, else the conservative prior (the slowest shipped
+    profile of the model), with the KV geometry the worker reports taking precedence
+    in the view. Never another GPU's figures silently: the prior is logged and exported
+    by the zone agent's calibrator, which replaces it by measurements."""
+    return static_priced(shipped(), gpu_type, model).profile
+
+
+def static_pricing(catalog: ProfileCatalog | None = None) -> Pricing:
+    """Pricing by profiles alone (no calibration): the simulator's and the tests'."""
+    table = catalog
+
+    def price(gpu_id: str, gpu_type: str, model: str, now: float) -> Priced:
+        return static_priced(table if table is not None else shipped(), gpu_type, model)
+
+    return price
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +131,8 @@ class ModelIndex:
     positions: Ints  # into ZoneView.gpus
     slots: Ints  # accounting slots
     profiles: tuple[GpuProfile, ...]
+    #: Where each GPU's profile comes from (shipped, file, calibrated, prior).
+    sources: tuple[ProfileSource, ...]
     #: Why a GPU may not take requests now (None: it may); ``available`` is the mask.
     reasons: tuple[str | None, ...]
     available: Bools
@@ -346,10 +369,17 @@ def _row(
 class ViewBuilder:
     """Builds views; caches what only changes with membership (hash rings, WRR weights)."""
 
-    def __init__(self, zone_id: str, region_id: str, settings: ViewSettings | None = None) -> None:
+    def __init__(
+        self,
+        zone_id: str,
+        region_id: str,
+        settings: ViewSettings | None = None,
+        pricing: Pricing | None = None,
+    ) -> None:
         self.zone_id = zone_id
         self.region_id = region_id
         self.settings = settings or ViewSettings()
+        self.pricing = pricing or static_pricing()
         self._rings: dict[tuple[str, ...], tuple[npt.NDArray[np.uint64], Ints]] = {}
 
     def build(self, gpus: Sequence[GpuState], accounting: Accounting, now: float) -> ZoneView:
@@ -375,7 +405,8 @@ class ViewBuilder:
         self, model: str, gpus: Sequence[GpuState], positions: list[int], now: float
     ) -> ModelIndex:
         states = [gpus[p] for p in positions]
-        profiles = tuple(profile_for(s.worker.gpu_type, model) for s in states)
+        priced = [self.pricing(s.id, s.worker.gpu_type, model, now) for s in states]
+        profiles = tuple(p.profile for p in priced)
         rows = np.array(
             [
                 _row(s, model, prof, now, self.settings)
@@ -400,6 +431,7 @@ class ViewBuilder:
             positions=_frozen(np.array(positions, dtype=np.int64)),
             slots=_frozen(slots),
             profiles=profiles,
+            sources=tuple(p.source for p in priced),
             reasons=reasons,
             available=_frozen(np.array([r is None for r in reasons], dtype=np.bool_)),
             half_open=_frozen(np.array([s.health.half_open for s in states], dtype=np.bool_)),
@@ -448,9 +480,12 @@ def ring_lookup(index: ModelIndex, key: int) -> int:
 __all__ = [
     "GpuState",
     "ModelIndex",
+    "Pricing",
     "ViewBuilder",
     "ViewSettings",
     "ZoneView",
     "profile_for",
     "ring_lookup",
+    "static_priced",
+    "static_pricing",
 ]

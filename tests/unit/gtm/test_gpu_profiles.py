@@ -10,6 +10,7 @@ from gtm.gpu_profiles import (
     GPUS,
     LLAMA_8B,
     LLAMA_70B,
+    MIXTRAL_8X7B,
     MODELS,
     PROFILES,
     STEP_OVERHEAD_S,
@@ -17,10 +18,12 @@ from gtm.gpu_profiles import (
     ModelKind,
     UnknownProfile,
     canonical_gpu_type,
+    derive_profile,
     get_profile,
     gpu_types,
     model_names,
     saturated_tokens_per_s,
+    tensor_parallel_for,
 )
 
 REQUIRED_GPUS = {"H100", "H200", "A100-80GB", "A100-40GB", "L40S", "L4", "V100"}
@@ -43,8 +46,8 @@ def test_every_required_gpu_has_every_model() -> None:
 def test_lookup_is_case_insensitive_and_unknown_pairs_fail_clearly() -> None:
     assert canonical_gpu_type(" h100 ") == "H100"
     assert get_profile("a100-80gb", LLAMA_8B) is PROFILES[("A100-80GB", LLAMA_8B)]
-    with pytest.raises(UnknownProfile, match="unknown GPU type 'B200'; known: A100-40GB"):
-        get_profile("B200", LLAMA_8B)
+    with pytest.raises(UnknownProfile, match="unknown GPU type 'TPU-v5'; known: A100-40GB"):
+        get_profile("TPU-v5", LLAMA_8B)
     with pytest.raises(UnknownProfile, match="no profile for model 'gpt-x' on H100") as info:
         get_profile("H100", "gpt-x")
     assert isinstance(info.value, GtmError)
@@ -144,3 +147,29 @@ def test_saturated_throughput_of_an_embedding_model_is_its_prefill_rate() -> Non
     rate = saturated_tokens_per_s(profile, 512, 0)
     assert 0 < rate <= profile.prefill_tokens_per_s
     assert saturated_tokens_per_s(profile, 0, 0) == 0.0
+
+
+def test_the_tensor_parallel_rule_reproduces_the_deployed_70b_degrees() -> None:
+    expected = {"H200": 2, "H100": 4, "A100-80GB": 4, "L40S": 4, "A100-40GB": 8, "L4": 8}
+    expected["V100"] = 8
+    for gpu, tp in expected.items():
+        assert tensor_parallel_for(GPUS[gpu], MODELS[LLAMA_70B]) == tp, gpu
+        assert tensor_parallel_for(GPUS[gpu], MODELS[LLAMA_8B]) == 1, gpu
+
+
+def test_a_mixture_of_experts_computes_with_its_active_parameters() -> None:
+    mixtral = get_profile("H100", MIXTRAL_8X7B)
+    dense = derive_profile(GPUS["H100"], dataclasses.replace(MODELS[MIXTRAL_8X7B], active_params=0))
+    # Prefill compute follows the 12.9 B active parameters, weight reads all 46.7 B.
+    assert mixtral.prefill_tokens_per_s / dense.prefill_tokens_per_s == pytest.approx(46.7 / 12.9)
+    assert mixtral.weight_read_s == dense.weight_read_s
+
+
+def test_newer_gpus_rank_by_their_datasheets() -> None:
+    b200, h100 = get_profile("B200", LLAMA_8B), get_profile("H100", LLAMA_8B)
+    mi300x = get_profile("MI300X", LLAMA_8B)
+    assert b200.prefill_tokens_per_s == pytest.approx(h100.prefill_tokens_per_s * 2250 / 989)
+    assert h100.weight_read_s / b200.weight_read_s == pytest.approx(8.0 / 3.35)
+    # MI300X: about an H100's achieved prefill (assumption), 5.3 TB/s decode.
+    assert mi300x.prefill_tokens_per_s == pytest.approx(h100.prefill_tokens_per_s, rel=0.02)
+    assert h100.weight_read_s / mi300x.weight_read_s == pytest.approx(5.3 / 3.35)

@@ -5,11 +5,11 @@ import math
 import numpy as np
 import pytest
 
-from gtm.gpu_profiles import BGE_LARGE, LLAMA_8B, get_profile
+from gtm.gpu_profiles import BGE_LARGE, LLAMA_8B, PROFILES, ModelKind, get_profile, gpu_types
 from gtm.models import WorkerState
 from zone_agent.accounting import SlotLoad
 from zone_agent.health import HealthStatus
-from zone_agent.view import FALLBACK_PROFILE, profile_for, ring_lookup
+from zone_agent.view import profile_for, ring_lookup
 
 from .helpers import NOW, Gpu, make_view
 
@@ -75,9 +75,22 @@ def test_health_weight_scales_the_prefill_rate() -> None:
     assert index.ms_per_token[0] == pytest.approx(2000 / rate)
 
 
-def test_unknown_gpu_type_is_priced_with_the_fallback() -> None:
-    assert profile_for("TPU-v5", LLAMA_8B) == get_profile(*FALLBACK_PROFILE)
-    assert profile_for("tpu", "some/other-model") == get_profile(*FALLBACK_PROFILE)
+def test_an_unknown_gpu_type_is_priced_by_the_slowest_profile_of_its_model() -> None:
+    slowest = min(
+        (get_profile(gpu, LLAMA_8B) for gpu in gpu_types()), key=lambda p: p.prefill_tokens_per_s
+    )
+    prior = profile_for("TPU-v5", LLAMA_8B)
+    assert (prior.gpu_type, prior.model) == ("TPU-v5", LLAMA_8B)  # declared, not another's
+    assert prior.prefill_tokens_per_s == slowest.prefill_tokens_per_s
+    assert prior.weight_read_s == slowest.weight_read_s
+    # An unknown model too: the slowest generative profile gtm ships.
+    other = profile_for("tpu", "some/other-model")
+    assert other.model == "some/other-model"
+    assert all(
+        other.prefill_tokens_per_s <= p.prefill_tokens_per_s
+        for p in PROFILES.values()
+        if p.kind is ModelKind.GENERATE
+    )
 
 
 def test_context_limit_follows_the_workers_kv_geometry() -> None:

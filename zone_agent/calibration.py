@@ -1,0 +1,349 @@
+"""Each worker's profile, calibrated online from the worker's own metrics (sans-io).
+
+A worker is priced by the profile of its (GPU type, model) — an operator's file, else
+the shipped one — until its own metrics say otherwise. Two figures are measured, each
+as a *speed factor* against the worker's reference profile (> 1: faster than it):
+
+* **prefill**, from the per-request histograms engines observe as requests finish:
+  vLLM's ``request_prefill_time_seconds`` with ``request_prefill_kv_computed_tokens``
+  (else ``request_prompt_tokens`` less prefix-cache hits); SGLang's TTFT less queue
+  time with ``prompt_tokens_total`` less ``cached_tokens_total``. Between two scrapes
+  the deltas give ``n`` requests, ``T`` computed prompt tokens and ``S`` prefill
+  seconds; the reference would have taken ``E = n · prefill_time_s(T / n)``, and the
+  factor is ``E / S``.
+* **decode**, from the inter-token latency histogram: observed mean step against the
+  reference's ``decode_step_s`` at the scraped batch and context.
+
+Robustness. Deltas accumulate until a sample holds :data:`MIN_REQUESTS` requests (or
+:data:`MIN_DECODE_TOKENS` tokens), so one request's noise never sets a price. A counter
+that goes down (the engine restarted) drops the baseline, not the samples. A request's
+measured prefill includes every pass it shared with others (their chunks, the running
+batch's decode tokens), so contention only ever makes a worker look *slower*; the
+factor is therefore a high quantile (:data:`QUANTILE`) of the last :data:`SAMPLES_KEPT`
+samples rather than their mean — the least-contended samples are nearest the
+hardware — and not the maximum, so one lucky sample does not set it either. Samples
+older than :data:`MAX_SAMPLE_AGE_S` are forgotten (the time is the caller's clock).
+
+Pricing. A worker whose pair has a profile is priced by it (source ``shipped`` or
+``file``) unless a measured factor is off by more than :data:`DRIFT_THRESHOLD`; then
+by the profile scaled to what it measures (``calibrated``). A pair without a profile is
+never priced as another GPU silently: it is logged once (GPU type, model, and what to do)
+and priced by a *conservative prior* (``prior``) — the slowest profile gtm has of that
+model (of any generative model when the model is unknown too) — until it has
+:data:`MIN_SAMPLES` prefill samples (``MIN_SAMPLES × MIN_REQUESTS`` finished requests),
+then by the prior scaled to its measurements (``calibrated``). Slowest, because the two
+errors are not alike: a fast GPU priced slow gets fewer requests for a few seconds,
+a slow GPU priced fast is flooded and misses every SLO until calibration catches up.
+
+The :class:`Calibrator` keeps mutable per-worker state, updated once per scrape round
+by the agent's loop; decisions never see it: they read the immutable view, into which
+:meth:`Calibrator.priced` is copied when the view is rebuilt.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass, field, replace
+
+from gtm.gpu_profiles import GpuProfile, ModelKind, ProfileCatalog, ProfileSource
+from zone_agent.scrape import ModelMetrics
+
+log = logging.getLogger(__name__)
+
+#: Finished requests per prefill sample, and decode tokens per decode sample.
+MIN_REQUESTS = 8
+MIN_DECODE_TOKENS = 256
+#: Prefill samples before an estimate counts (so an unknown pair is calibrated after at
+#: most ``MIN_SAMPLES × MIN_REQUESTS`` finished requests, plus those finishing in the
+#: scrape intervals that close the samples).
+MIN_SAMPLES = 3
+SAMPLES_KEPT = 8
+QUANTILE = 0.75
+#: Relative difference between measured and profiled speed beyond which a worker with a
+#: profile is priced by its measurements. Wide enough for the roofline's own error and
+#: for contention the quantile does not remove; narrow enough to catch a worker running
+#: at two thirds of its profile (thermal throttling costs ~20 %, a wrong TP degree 2×).
+DRIFT_THRESHOLD = 0.25
+MAX_SAMPLE_AGE_S = 900.0
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillCounters:
+    """Cumulative prefill figures of one (worker, model), as engines count them."""
+
+    requests: float
+    seconds: float
+    tokens: float
+
+
+def prefill_counters(metrics: ModelMetrics) -> PrefillCounters | None:
+    """The worker's cumulative prefill requests, seconds and computed tokens (None: the
+    engine does not expose enough to tell)."""
+    m = metrics
+    if m.prefill_time_sum is not None and m.prefill_time_count is not None:
+        requests, seconds = m.prefill_time_count, m.prefill_time_sum
+    elif m.ttft_sum is not None and m.ttft_count is not None and m.queue_time_sum is not None:
+        requests, seconds = m.ttft_count, m.ttft_sum - m.queue_time_sum
+    else:
+        return None
+    if m.computed_tokens_sum is not None:
+        tokens = m.computed_tokens_sum
+    elif m.prompt_tokens_sum is not None:
+        spared = m.cached_tokens if m.cached_tokens is not None else (m.prefix_hits or 0.0)
+        tokens = m.prompt_tokens_sum - spared
+    else:
+        return None
+    return PrefillCounters(requests, seconds, tokens)
+
+
+def scaled(
+    profile: GpuProfile, gpu_type: str, prefill_factor: float, decode_factor: float
+) -> GpuProfile:
+    """``profile`` made ``prefill_factor`` × faster in compute and ``decode_factor`` × in
+    memory reads, declared as ``gpu_type`` (the fixed per-pass overhead is kept)."""
+    return replace(
+        profile,
+        gpu_type=gpu_type,
+        prefill_tokens_per_s=profile.prefill_tokens_per_s * prefill_factor,
+        attention_s_per_pair=profile.attention_s_per_pair / prefill_factor,
+        weight_read_s=profile.weight_read_s / decode_factor,
+        kv_read_s_per_token=profile.kv_read_s_per_token / decode_factor,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Prior:
+    profile: GpuProfile
+    #: "GPU × model" of the profile it stands in with.
+    source_pair: str
+
+
+def prior_profile(catalog: ProfileCatalog, gpu_type: str, model: str) -> Prior:
+    """The conservative stand-in for a pair without a profile: the slowest profile of
+    ``model`` in ``catalog`` (of any generative model if ``model`` has none), declared
+    as ``gpu_type`` × ``model``. LookupError when the catalog is empty."""
+    same_model = [e.profile for e in catalog if e.profile.model == model]
+    candidates = same_model or [e.profile for e in catalog if e.profile.kind is ModelKind.GENERATE]
+    if not candidates:
+        raise LookupError(f"no profile at all to price {model!r} on {gpu_type!r} by")
+    base = min(candidates, key=lambda p: (p.prefill_tokens_per_s, p.gpu_type, p.model))
+    return Prior(replace(base, gpu_type=gpu_type, model=model), f"{base.gpu_type} × {base.model}")
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+@dataclass(slots=True)
+class _Samples:
+    """Factor samples of one figure, and the deltas accumulating towards the next."""
+
+    values: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=SAMPLES_KEPT))
+    pending_weight: float = 0.0  # requests (prefill) or tokens (decode)
+    pending_expected: float = 0.0
+    pending_measured: float = 0.0
+    #: The factor as last computed (recomputed only when the samples change).
+    cached: float | None = None
+    dirty: bool = True
+
+    def add(
+        self, weight: float, expected: float, measured: float, minimum: float, now: float
+    ) -> None:
+        self.pending_weight += weight
+        self.pending_expected += expected
+        self.pending_measured += measured
+        if self.pending_weight >= minimum and self.pending_measured > 0:
+            self.values.append((now, self.pending_expected / self.pending_measured))
+            self.pending_weight = self.pending_expected = self.pending_measured = 0.0
+            self.dirty = True
+
+    def factor(self, now: float, minimum_samples: int) -> float | None:
+        while self.values and now - self.values[0][0] > MAX_SAMPLE_AGE_S:
+            self.values.popleft()
+            self.dirty = True
+        if self.dirty:
+            self.dirty = False
+            self.cached = (
+                _quantile([v for _, v in self.values], QUANTILE)
+                if len(self.values) >= minimum_samples
+                else None
+            )
+        return self.cached
+
+
+@dataclass(slots=True)
+class _WorkerState:
+    reference: GpuProfile
+    source: ProfileSource
+    last: ModelMetrics | None = None
+    prefill: _Samples = field(default_factory=_Samples)
+    decode: _Samples = field(default_factory=_Samples)
+    #: The prefill rate measured over the last sample's requests, tokens/s (for the log).
+    measured_rate: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Priced:
+    """The profile a (worker, model) is priced by, and where it comes from."""
+
+    profile: GpuProfile
+    source: ProfileSource
+
+
+class Calibrator:
+    """Per-worker calibration state; :meth:`observe` after each scrape, :meth:`priced`
+    when the view is rebuilt."""
+
+    def __init__(
+        self, catalog: ProfileCatalog, *, drift_threshold: float = DRIFT_THRESHOLD
+    ) -> None:
+        self.catalog = catalog
+        self.drift_threshold = drift_threshold
+        self._states: dict[tuple[str, str, str], _WorkerState] = {}
+        self._warned: set[tuple[str, str]] = set()
+
+    # ------------------------------------------------------------------ references
+
+    def reference(self, gpu_type: str, model: str) -> Priced:
+        """The operator's or shipped profile of the pair, else the conservative prior."""
+        entry = self.catalog.entry(gpu_type, model)
+        if entry is not None:
+            return Priced(entry.profile, entry.source)
+        return Priced(self._prior(gpu_type, model), ProfileSource.PRIOR)
+
+    def _prior(self, gpu_type: str, model: str) -> GpuProfile:
+        prior = prior_profile(self.catalog, gpu_type, model)
+        key = (gpu_type, model)
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning(
+                "no performance profile for model %r on GPU type %r: priced as the slowest "
+                "profile gtm has (%s) until its own metrics calibrate it; supply a profile "
+                "with --profiles DIR (format: gtm.profile_files)",
+                model,
+                gpu_type,
+                prior.source_pair,
+            )
+        return prior.profile
+
+    def _state(self, gpu_id: str, gpu_type: str, model: str) -> _WorkerState:
+        key = (gpu_id, gpu_type, model)
+        state = self._states.get(key)
+        if state is None:
+            ref = self.reference(gpu_type, model)
+            state = self._states[key] = _WorkerState(ref.profile, ref.source)
+        return state
+
+    # ------------------------------------------------------------------ observing
+
+    def observe(
+        self, gpu_id: str, gpu_type: str, model: str, metrics: ModelMetrics, now: float
+    ) -> None:
+        """One scrape of one (worker, model): fold the deltas since the last one in."""
+        state = self._state(gpu_id, gpu_type, model)
+        last, state.last = state.last, metrics
+        if last is not None:
+            self._observe_prefill(state, last, metrics, now)
+            self._observe_decode(state, last, metrics, now)
+
+    def _observe_prefill(
+        self, state: _WorkerState, last: ModelMetrics, now_m: ModelMetrics, now: float
+    ) -> None:
+        before, after = prefill_counters(last), prefill_counters(now_m)
+        if before is None or after is None:
+            return
+        requests = after.requests - before.requests
+        seconds = after.seconds - before.seconds
+        tokens = after.tokens - before.tokens
+        if requests < 0 or seconds < 0 or tokens < 0:
+            return  # a counter went down: the engine restarted; this scrape is the baseline
+        if requests == 0 or seconds <= 0:
+            return
+        per_request = max(1, round(tokens / requests))
+        expected = requests * state.reference.prefill_time_s(per_request)
+        state.prefill.add(requests, expected, seconds, MIN_REQUESTS, now)
+        state.measured_rate = tokens / seconds if tokens > 0 else state.measured_rate
+
+    def _observe_decode(
+        self, state: _WorkerState, last: ModelMetrics, now_m: ModelMetrics, now: float
+    ) -> None:
+        if (
+            last.itl_count is None
+            or last.itl_sum is None
+            or now_m.itl_count is None
+            or now_m.itl_sum is None
+        ):
+            return
+        tokens = now_m.itl_count - last.itl_count
+        seconds = now_m.itl_sum - last.itl_sum
+        if tokens <= 0 or seconds <= 0:
+            return  # idle, or a reset (handled like prefill's: this scrape is the baseline)
+        ref = state.reference
+        batch = max(1.0, now_m.running)
+        blocks = now_m.kv_blocks_total or ref.num_gpu_blocks
+        size = now_m.block_size or ref.block_size
+        context = (now_m.kv_usage or 0.0) * blocks * size / batch
+        expected = tokens * ref.decode_step_s(int(batch), context)
+        state.decode.add(tokens, expected, seconds, MIN_DECODE_TOKENS, now)
+
+    def forget(self, live: set[str]) -> None:
+        """Drop the state of workers no longer in the zone."""
+        for key in [k for k in self._states if k[0] not in live]:
+            del self._states[key]
+
+    # ------------------------------------------------------------------ pricing
+
+    def factors(self, gpu_id: str, gpu_type: str, model: str, now: float) -> tuple[float, float]:
+        """(prefill, decode) speed factors against the reference (1.0: not measured)."""
+        state = self._states.get((gpu_id, gpu_type, model))
+        if state is None:
+            return 1.0, 1.0
+        prefill = state.prefill.factor(now, MIN_SAMPLES)
+        decode = state.decode.factor(now, MIN_SAMPLES)
+        return prefill or 1.0, decode or 1.0
+
+    def priced(self, gpu_id: str, gpu_type: str, model: str, now: float) -> Priced:
+        """What the view prices this (worker, model) by now."""
+        state = self._state(gpu_id, gpu_type, model)
+        prefill = state.prefill.factor(now, MIN_SAMPLES)
+        decode = state.decode.factor(now, MIN_SAMPLES)
+        if state.source is ProfileSource.PRIOR:
+            if prefill is None:
+                return Priced(state.reference, ProfileSource.PRIOR)
+            # Decode not measured yet: keep the prior's (slow) decode, conservatively.
+            return Priced(
+                scaled(state.reference, gpu_type, prefill, decode or 1.0),
+                ProfileSource.CALIBRATED,
+            )
+        drifted_prefill = prefill is not None and abs(prefill - 1.0) > self.drift_threshold
+        drifted_decode = decode is not None and abs(decode - 1.0) > self.drift_threshold
+        if not (drifted_prefill or drifted_decode):
+            return Priced(state.reference, state.source)
+        return Priced(
+            scaled(
+                state.reference,
+                state.reference.gpu_type,
+                prefill if drifted_prefill and prefill is not None else 1.0,
+                decode if drifted_decode and decode is not None else 1.0,
+            ),
+            ProfileSource.CALIBRATED,
+        )
+
+
+__all__ = [
+    "DRIFT_THRESHOLD",
+    "MIN_REQUESTS",
+    "MIN_SAMPLES",
+    "Calibrator",
+    "PrefillCounters",
+    "Priced",
+    "Prior",
+    "prefill_counters",
+    "prior_profile",
+    "scaled",
+]
