@@ -166,6 +166,10 @@ class WorkerKey:
         #: ``("Authorization", "Bearer <key>")``, ready to append to a request's headers.
         self.header: tuple[str, str] = (WORKER_AUTHORIZATION, f"Bearer {key}")
 
+    def secret(self) -> str:
+        """The key itself (to hand to the worker it belongs to, e.g. ``gtm up``'s)."""
+        return self.header[1].removeprefix("Bearer ")
+
     def __repr__(self) -> str:
         return "WorkerKey(<hidden>)"
 

@@ -171,6 +171,14 @@ EXIT_INTERRUPTED = 130
     "(the nearest allowed region, no spills, each region's GPUs under one zone agent "
     "running that balancer). Default: every tier's own defaults.",
 )
+@click.option(
+    "--worker-api-key-file",
+    type=click.Path(exists=True, dir_okay=False, resolve_path=True),
+    default=None,
+    help="Start the emulated GPUs with the key in this file (as vLLM's --api-key) and give "
+    "every zone agent the file (gtm zone --worker-api-key-file), as in production: the "
+    "workers then take requests from the zone agents only, never a tenant's key.",
+)
 @zone_options(prefix="dns-")
 @click.option(
     "--print-topology",
@@ -212,6 +220,7 @@ def up(print_topology: bool, admin_dir: Path | None, **options: Any) -> None:
             tls=options["tls"],
             tls_dir=options["tls_dir"],
             policy_profile=options["policy_profile"],
+            worker_api_key_file=options["worker_api_key_file"],
         )
     except ValidationError as exc:
         first = exc.errors()[0]

@@ -95,6 +95,9 @@ class UpConfig(Frozen):
     policy_profile: str | None = None
     #: The GeoDNS zone's NS set and SOA (``--dns-ns``, ``--dns-soa-*``; None: the defaults).
     dns_zone: ZoneConfig | None = None
+    #: The emulated workers' API key (vLLM's --api-key), given to every zone agent as
+    #: ``gtm zone --worker-api-key-file`` (None: workers take requests without a key).
+    worker_api_key_file: str | None = None
 
     # ConfigError becomes ValueError: pydantic reports it as a validation error of the
     # field (one line naming the option), not an exception escaping the model.

@@ -45,6 +45,7 @@ from gtmctl.up.config import HostPort, UpConfig
 from gtmctl.up.policy_profile import pooled
 from policies import PolicyError, PolicySet, load_paths
 from policies.loader import examples_path
+from zone_agent.credentials import KeyRef, KeySource, WorkerKey, read_key
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,9 @@ class Plan:
         default_factory=lambda: os.environ.get(TIER_KEY_ENV) or secrets.token_urlsafe(32),
         repr=False,
     )
+    #: The emulated workers' API key (``--worker-api-key-file``), read before anything
+    #: starts so that a bad file stops ``gtm up`` with its name.
+    worker_key: WorkerKey | None = field(default=None, repr=False)
 
     @property
     def dns(self) -> HostPort:
@@ -107,6 +111,10 @@ def load_policies(paths: tuple[str, ...]) -> PolicySet:
 
 def make_plan(config: UpConfig) -> Plan:
     """Load and check everything; create the run directory. Raises ConfigError."""
+    key_file = config.worker_api_key_file
+    worker_key = None
+    if key_file is not None:
+        worker_key = read_key(KeyRef(source=KeySource.FILE, name=key_file), os.environ)
     policy_set = load_policies(config.policies)
     topology = load_topology(config.topology)
     if config.tiers.region_pool:
@@ -122,7 +130,16 @@ def make_plan(config: UpConfig) -> Plan:
         owns = True
     geo_map_path = run_dir / "geo-map.json"
     geo_map_path.write_text(json.dumps(geo_map(bundled_cities())), "utf-8")
-    return Plan(config, policy_set, topology, deployment, run_dir, owns, geo_map_path)
+    return Plan(
+        config,
+        policy_set,
+        topology,
+        deployment,
+        run_dir,
+        owns,
+        geo_map_path,
+        worker_key=worker_key,
+    )
 
 
 def remove_run_dir(plan: Plan) -> None:

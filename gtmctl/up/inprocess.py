@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from pathlib import Path
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -26,6 +27,7 @@ from global_lb.app import GlobalConfig, GlobalTier
 from global_lb.config import FrontDoorConfig
 from global_lb.dns.zone import ZoneConfig as DnsZoneConfig
 from global_lb.health import HealthCheckConfig
+from gpusim.auth import WorkerAuth, WorkerAuthConfig
 from gpusim.server import GpuSimConfig, GpuSimServer
 from gtm.clock import Clock
 from gtm.errors import ConfigError
@@ -48,6 +50,7 @@ from regional_lb.router import RouterSettings
 from regional_lb.spill import NO_SPILL
 from zone_agent.app import ZoneAgent
 from zone_agent.config import ZoneConfig
+from zone_agent.credentials import WorkerKeyConfig
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +86,12 @@ def global_config(plan: Plan, *, http_listen: str | None) -> GlobalConfig:
     )
 
 
+def _api_keys(plan: Plan) -> tuple[SecretStr, ...]:
+    """The emulated workers' keys: ``--worker-api-key-file``'s, or none."""
+    key = plan.worker_key
+    return () if key is None else (SecretStr(key.secret()),)
+
+
 def zone_config(plan: Plan, zone: ZonePlacement) -> ZoneConfig:
     """A zone agent's configuration in a local deployment."""
     config = plan.config
@@ -94,6 +103,9 @@ def zone_config(plan: Plan, zone: ZonePlacement) -> ZoneConfig:
         scrape_interval_s=config.scrape_interval_s,
         profile=config.tiers.zone_profile,
         affinity=config.tiers.affinity,
+        worker_keys=WorkerKeyConfig(
+            file=None if config.worker_api_key_file is None else Path(config.worker_api_key_file)
+        ),
     )
 
 
@@ -201,6 +213,7 @@ class InProcessFleet:
             clock=self._clock,
             store=self._store,
             tls=self._tls(f"gpu/{gpu.id}", "gpu", registry),
+            auth=WorkerAuth(WorkerAuthConfig(api_keys=_api_keys(self.plan))),
         )
         await server.start()
         self._stack.push_async_callback(server.stop)

@@ -51,6 +51,7 @@ from aiohttp import web
 from prometheus_client import Counter
 
 from global_lb.dns.options import zone_flags
+from gpusim.auth import API_KEY_ENV
 from gtm.admin_auth import AdminGuard
 from gtm.clock import Clock
 from gtm.errors import ConfigError, GtmError, StateError
@@ -203,13 +204,20 @@ def gpu_argv(gpu: GpuPlacement, state: str, speedup: float) -> list[str]:
 
 
 def zone_argv(
-    zone: ZonePlacement, state: str, scrape_interval_s: float, tiers: TierPolicy | None = None
+    zone: ZonePlacement,
+    state: str,
+    scrape_interval_s: float,
+    tiers: TierPolicy | None = None,
+    *,
+    worker_key_file: str | None = None,
 ) -> list[str]:
+    keyed = ("--worker-api-key-file", worker_key_file) if worker_key_file else ()
     return _gtm(
         "zone",
         *("--zone", zone.id, "--region", zone.region, "--state", state),
         *("--listen", f"{zone.host}:{zone.port}", "--scrape-interval", repr(scrape_interval_s)),
         *(tiers or TierPolicy()).zone_flags(),
+        *keyed,
     )
 
 
@@ -371,7 +379,13 @@ class ProcessFleet:
             self._add(gpu.id, TierKind.GPU, argv)
         for zone in plan.deployment.zones:
             state = self._state_for(f"zone/{zone.id}")
-            argv = zone_argv(zone, state, config.scrape_interval_s, config.tiers)
+            argv = zone_argv(
+                zone,
+                state,
+                config.scrape_interval_s,
+                config.tiers,
+                worker_key_file=config.worker_api_key_file,
+            )
             argv = with_tls(argv, f"zone/{zone.id}")
             self._add(zone.id, TierKind.ZONE, argv)
         for region in plan.deployment.regions:
@@ -492,13 +506,24 @@ class ProcessFleet:
         with child.log_path.open("ab") as handle:
             child.process = await asyncio.create_subprocess_exec(
                 *child.argv,
-                env={**os.environ, TIER_KEY_ENV: self.plan.tier_key},
+                env=self._environment(child),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=handle,
                 stderr=handle,
                 start_new_session=True,
                 preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )
+
+    def _environment(self, child: Child) -> dict[str, str]:
+        """The child's environment: ours, the tiers' key, and for an emulated GPU the
+        workers' key (``--worker-api-key-file``) in vLLM's variable — never a
+        ``VLLM_API_KEY`` of the caller's shell, which the zones would not have."""
+        env = {k: v for k, v in os.environ.items() if k != API_KEY_ENV}
+        env[TIER_KEY_ENV] = self.plan.tier_key
+        key = self.plan.worker_key
+        if child.kind is TierKind.GPU and key is not None:
+            env[API_KEY_ENV] = key.secret()
+        return env
 
     async def _watch(self, child: Child) -> None:
         """Restart ``child`` whenever it exits, until the deployment stops (a held
