@@ -195,6 +195,13 @@ class _EngineCollector(Collector):
             "Information of the KV cache configuration.",
             labels=["model_name", "page_size", "num_pages"],
         )
+        # Prompt tokens the device's prefix cache spared (SGLang labels them by source);
+        # with ``prompt_tokens_total`` the computed ones, which profile calibration reads.
+        cached = CounterMetricFamily(
+            "sglang:cached_tokens",
+            "Number of cached prompt tokens by source.",
+            labels=["model_name", "cache_source"],
+        )
         for snap in snapshots:
             queried = snap.stats.prefix_cache_queries
             hit_rate.add_metric(
@@ -204,7 +211,8 @@ class _EngineCollector(Collector):
             config.add_metric(
                 [snap.model, str(snap.profile.block_size), str(snap.stats.kv_blocks_total)], 1.0
             )
-        yield from (hit_rate, throughput, config)
+            cached.add_metric([snap.model, "device"], snap.stats.prefix_cache_hits)
+        yield from (hit_rate, throughput, config, cached)
 
 
 class _BatchedHistogram(Collector):
@@ -288,6 +296,22 @@ class EngineMetrics:
             names.prefix + "request_success", "Finished requests by finish reason.",
             ["model_name", "finished_reason"], registry=registry,
         )  # fmt: skip
+        # vLLM V1's per-request prefill histograms, observed as a request finishes (what
+        # profile calibration reads): first scheduled → first token, and the prompt
+        # tokens computed (less prefix-cache hits).
+        self._prefill: tuple[Histogram, Histogram] | None = None
+        if flavor is MetricsFlavor.VLLM:
+            self._prefill = (
+                Histogram(
+                    "vllm:request_prefill_time_seconds", "Time in the PREFILL phase.",
+                    ["model_name"], buckets=REQUEST_LATENCY_BUCKETS, registry=registry,
+                ),
+                Histogram(
+                    "vllm:request_prefill_kv_computed_tokens",
+                    "New KV tokens computed during prefill (excluding cached tokens).",
+                    ["model_name"], buckets=TOKEN_COUNT_BUCKETS, registry=registry,
+                ),
+            )  # fmt: skip
 
     def observe_step(self, model: str, result: StepResult) -> None:
         if result.first_token_latencies:
@@ -305,3 +329,10 @@ class EngineMetrics:
         self._prompt_len.labels(model).observe(finished.prompt_tokens)
         self._output_len.labels(model).observe(finished.output_tokens)
         self._success.labels(model, reason).inc()
+        if (
+            self._prefill is not None
+            and finished.scheduled_at is not None
+            and finished.first_token_at is not None
+        ):
+            self._prefill[0].labels(model).observe(finished.first_token_at - finished.scheduled_at)
+            self._prefill[1].labels(model).observe(finished.prompt_tokens - finished.cached_tokens)
