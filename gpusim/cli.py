@@ -46,7 +46,15 @@ _FLAG_OF = {
     "--gpu-type",
     default="A100-80GB",
     show_default=True,
-    help=f"GPU type whose profile to emulate: {', '.join(gpu_types())}.",
+    help=f"GPU type to declare, and whose profile to emulate unless --emulate names "
+    f"another: {', '.join(gpu_types())}.",
+)
+@click.option(
+    "--emulate",
+    default=None,
+    metavar="GPU_TYPE",
+    help="Run this GPU type's profile while declaring --gpu-type (which may then be a type "
+    "gtm has no profile of): e.g. --gpu-type X1 --emulate H100.",
 )
 @click.option(
     "--model",
