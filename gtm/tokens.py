@@ -249,18 +249,24 @@ def prefix_root(salt: str = "") -> int:
 
 
 def block_hashes(
-    token_ids: Sequence[int], block_size: int = DEFAULT_BLOCK_SIZE, *, salt: str = ""
+    token_ids: Sequence[int],
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    *,
+    salt: str = "",
+    parent: int | None = None,
 ) -> tuple[int, ...]:
     """Prefix-chained hashes of every *full* ``block_size``-token block of a prompt.
 
     ``result[i]`` identifies tokens ``0 .. (i+1)*block_size - 1`` as a whole, so two
     prompts share their first ``k`` hashes exactly when they share their first
     ``k * block_size`` tokens. A trailing partial block is not hashed (vLLM caches only
-    full blocks).
+    full blocks). ``parent``: the hash of the block before ``token_ids`` (they continue
+    a prompt, as a KV event's stored blocks do); the salt's root when ``None``.
     """
     if block_size < 1:
         raise PromptError("block_size must be at least 1")
-    parent = prefix_root(salt)
+    if parent is None:
+        parent = prefix_root(salt)
     out: list[int] = []
     for start in range(0, len(token_ids) - block_size + 1, block_size):
         parent = _hash_block(parent, token_ids[start : start + block_size])

@@ -18,6 +18,7 @@ from gtm.kv_events import (
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,
+    KVEvent,
     KVEventDecodeError,
     KVEventEncoding,
     KVEventsConfig,
@@ -31,7 +32,7 @@ from tests.unit.gtm import vllm_kv_events_array as VllmArray
 from tests.unit.gtm import vllm_kv_events_map as VllmMap
 
 HASH = 0xD5A1_0000_0000_0001  # above 2**63: must go out as uint64
-EVENTS = [
+EVENTS: list[KVEvent] = [
     BlockStored(
         block_hashes=(HASH, 7), parent_block_hash=None, token_ids=(1, 2, 3, 4), block_size=2
     ),
