@@ -75,7 +75,8 @@ _FLAG_OF = {
     type=click.Choice([f.value for f in MetricsFlavor]),
     default=MetricsFlavor.VLLM.value,
     show_default=True,
-    help="Metric names to expose on /metrics.",
+    help="Metric names to expose on /metrics: those of vLLM, SGLang, TGI, TensorRT-LLM "
+    "in Triton, llama.cpp's server or a Dynamo frontend.",
 )
 @click.option(
     "--max-queue", type=int, default=1024, show_default=True, help="Waiting requests before 429."

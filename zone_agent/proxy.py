@@ -205,6 +205,8 @@ class DataPath:
         self.new_id = new_id
         #: The worker's ``Authorization`` header by GPU id (None: no key).
         self.worker_auth = worker_auth
+        #: GPUs whose refusal of the zone's key was logged (once per GPU and process).
+        self._refused: set[str] = set()
         # Per-request lookups cached: a labelled child costs a lock and a tuple per
         # ``.labels()`` call. Bounded by the GPUs (× profiles) the zone has had.
         self._assigned: dict[tuple[str, str], Callable[[], None]] = {}
@@ -215,6 +217,16 @@ class DataPath:
         if inc is None:
             inc = self._assigned[key] = self.metrics.assignments.labels(*key).inc
         inc()
+
+    def key_refused(self, gpu_id: str) -> None:
+        """A worker answered 401: it refused the key sent (or wants one); logged once."""
+        if gpu_id not in self._refused:
+            self._refused.add(gpu_id)
+            log.warning(
+                "GPU %s refused the zone's worker API key (HTTP 401): check its key "
+                "(gtm zone --worker-api-key-*) against the worker's --api-key",
+                gpu_id,
+            )
 
     def record(self, gpu_id: str, outcome: Outcome) -> None:
         """A GPU's passive-health observation (may eject it)."""
@@ -313,8 +325,11 @@ class ZoneRelay(Relay[ZoneDecision]):
         path = self._path
         path.metrics.retries.labels(failure.reason).inc()
         if failure.kind == Failure.STATUS:
-            # A full queue (429) is load, not ill health: no outlier mark.
+            # A full queue (429) is load, not ill health: no outlier mark; nor is a
+            # refused key (401), which the operator must fix (logged).
             status = failure.status or 0
+            if status == _KEY_REFUSED:
+                path.key_refused(target.gpu_id)
             outcome: Outcome | None = Outcome.ERROR_5XX if status >= 500 else None
         else:
             outcome = _FAILURE_OUTCOME.get(Failure(failure.kind))
