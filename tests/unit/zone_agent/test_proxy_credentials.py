@@ -4,6 +4,7 @@ elsewhere and ends, if every GPU refuses it, in a 502 that says so."""
 
 from __future__ import annotations
 
+import logging
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -84,3 +85,11 @@ def test_a_refused_key_moves_on_and_the_client_learns_why() -> None:
         raise zone.exhausted()
     assert caught.value.status == 502
     assert "a worker refused the zone's worker API key (HTTP 401)" in str(caught.value)
+
+
+def test_a_refused_key_is_logged_once_per_gpu(caplog: pytest.LogCaptureFixture) -> None:
+    path = cast(DataPath, SimpleNamespace(_refused=set()))
+    with caplog.at_level(logging.WARNING, "zone_agent.proxy"):
+        for gpu in ("g1", "g1", "g2"):
+            DataPath.key_refused(path, gpu)
+    assert [r.getMessage().split()[1] for r in caplog.records] == ["g1", "g2"]
