@@ -10,7 +10,8 @@ as a *speed factor* against the worker's reference profile (> 1: faster than it)
   time with ``prompt_tokens_total`` less ``cached_tokens_total``. Between two scrapes
   the deltas give ``n`` requests, ``T`` computed prompt tokens and ``S`` prefill
   seconds; the reference would have taken ``E = n · prefill_time_s(T / n)``, and the
-  factor is ``E / S``.
+  factor is ``E / S`` — both less the fixed per-pass overhead, which no hardware
+  speed scales (so a profile scaled by the factor predicts the measured time).
 * **decode**, from the inter-token latency histogram: observed mean step against the
   reference's ``decode_step_s`` at the scraped batch and context.
 
@@ -43,6 +44,7 @@ by the agent's loop; decisions never see it: they read the immutable view, into 
 from __future__ import annotations
 
 import logging
+import math
 from collections import deque
 from dataclasses import dataclass, field, replace
 
@@ -53,7 +55,7 @@ log = logging.getLogger(__name__)
 
 #: Finished requests per prefill sample, and decode tokens per decode sample.
 MIN_REQUESTS = 8
-MIN_DECODE_TOKENS = 256
+MIN_DECODE_TOKENS = 128
 #: Prefill samples before an estimate counts (so an unknown pair is calibrated after at
 #: most ``MIN_SAMPLES × MIN_REQUESTS`` finished requests, plus those finishing in the
 #: scrape intervals that close the samples).
@@ -65,6 +67,13 @@ QUANTILE = 0.75
 #: for contention the quantile does not remove; narrow enough to catch a worker running
 #: at two thirds of its profile (thermal throttling costs ~20 %, a wrong TP degree 2×).
 DRIFT_THRESHOLD = 0.25
+#: Prefill deltas whose prompts (computed tokens per request) are shorter than this many
+#: times the reference's compute/memory crossover (weight read × prefill rate) are not
+#: samples: a short prompt's pass is bound by reading the weights, so it would scale the
+#: prefill rate by the bandwidth ratio — for a prior of another GPU, a wrong price in
+#: the dangerous direction. A worker that only sees short prompts stays on its profile
+#: (or its prior) until longer ones arrive.
+COMPUTE_BOUND_MARGIN = 2.0
 MAX_SAMPLE_AGE_S = 900.0
 
 
@@ -129,6 +138,12 @@ def prior_profile(catalog: ProfileCatalog, gpu_type: str, model: str) -> Prior:
         raise LookupError(f"no profile at all to price {model!r} on {gpu_type!r} by")
     base = min(candidates, key=lambda p: (p.prefill_tokens_per_s, p.gpu_type, p.model))
     return Prior(replace(base, gpu_type=gpu_type, model=model), f"{base.gpu_type} × {base.model}")
+
+
+def _variable(measured: float, fixed: float) -> float:
+    """The measured time less the fixed overhead (at least a tenth of it: a worker whose
+    passes take less than the profile's overhead is still fast, not infinitely so)."""
+    return max(measured - fixed, 0.1 * measured)
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -264,9 +279,15 @@ class Calibrator:
             return  # a counter went down: the engine restarted; this scrape is the baseline
         if requests == 0 or seconds <= 0:
             return
+        ref = state.reference
         per_request = max(1, round(tokens / requests))
-        expected = requests * state.reference.prefill_time_s(per_request)
-        state.prefill.add(requests, expected, seconds, MIN_REQUESTS, now)
+        if per_request < COMPUTE_BOUND_MARGIN * ref.weight_read_s * ref.prefill_tokens_per_s:
+            return  # memory-bound prompts: they measure bandwidth, not the prefill rate
+        # Compare what scales with the hardware: the fixed per-pass overhead is neither.
+        passes = requests * math.ceil(per_request / ref.max_num_batched_tokens)
+        fixed = passes * ref.step_overhead_s
+        expected = requests * ref.prefill_time_s(per_request) - fixed
+        state.prefill.add(requests, expected, _variable(seconds, fixed), MIN_REQUESTS, now)
         state.measured_rate = tokens / seconds if tokens > 0 else state.measured_rate
 
     def _observe_decode(
@@ -288,8 +309,9 @@ class Calibrator:
         blocks = now_m.kv_blocks_total or ref.num_gpu_blocks
         size = now_m.block_size or ref.block_size
         context = (now_m.kv_usage or 0.0) * blocks * size / batch
-        expected = tokens * ref.decode_step_s(int(batch), context)
-        state.decode.add(tokens, expected, seconds, MIN_DECODE_TOKENS, now)
+        fixed = tokens * ref.step_overhead_s  # each inter-token gap is one pass
+        expected = tokens * ref.decode_step_s(int(batch), context) - fixed
+        state.decode.add(tokens, expected, _variable(seconds, fixed), MIN_DECODE_TOKENS, now)
 
     def forget(self, live: set[str]) -> None:
         """Drop the state of workers no longer in the zone."""
