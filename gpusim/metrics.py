@@ -205,7 +205,9 @@ class _EngineCollector(Collector):
             )
         yield from (queries, hits, preemptions, config)
 
-    def _sglang_only(self, snapshots: list[ModelSnapshot]) -> Iterator[GaugeMetricFamily]:
+    def _sglang_only(
+        self, snapshots: list[ModelSnapshot]
+    ) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         hit_rate = GaugeMetricFamily(
             "sglang:cache_hit_rate", "Prefix-cache hit rate.", labels=["model_name"]
         )
