@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from typing import TYPE_CHECKING
 
 import aiohttp
 from aiohttp import web
@@ -62,6 +63,9 @@ from zone_agent.scrape import GpuMetrics, ScrapeError, scrape
 from zone_agent.summary import build_summary
 from zone_agent.upstream import UpstreamPool
 from zone_agent.view import GpuState, ViewBuilder, ViewSettings, ZoneView
+
+if TYPE_CHECKING:
+    from zone_agent.kv_events import ZoneKVEvents
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +132,16 @@ class ZoneAgent:
             else None
         )
         self._supervisor = TaskSupervisor(registry=registry, clock=self._clock, component="zone")
+        #: The workers' KV events (--kv-events): what each GPU evicted, read by the prefix
+        #: indexes in place of the agent's guess (zone_agent.kv_events).
+        self.kv_events: ZoneKVEvents | None = None
+        if config.kv_events is not None:
+            from zone_agent.kv_events import ZoneKVEvents  # ZeroMQ only when asked for
+
+            self.kv_events = ZoneKVEvents(
+                config.kv_events, supervisor=self._supervisor, registry=registry
+            )
+            self.accounting.prefix, self.accounting.answered = self.kv_events.indexes()
         self._watcher = (
             SnapshotWatcher(store, clock=self._clock, registry=registry, component="zone")
             if store is not None
@@ -251,6 +265,8 @@ class ZoneAgent:
             await self._server.stop()
             self._server = None
         await self._supervisor.aclose()
+        if self.kv_events is not None:
+            self.kv_events.close()
         if self._publisher is not None:
             await self._publisher.withdraw()
         if self._upstream is not None:
@@ -295,6 +311,8 @@ class ZoneAgent:
         self._drained = frozenset(drained)
         self.health.sync(workers, self._clock.monotonic())
         self.worker_keys.update(workers.values())
+        if self.kv_events is not None:
+            self.kv_events.sync(workers.values(), self.accounting.slot)
 
     async def _reload_keys(self) -> None:
         self.worker_keys.reload()  # a few stat calls; a changed file is read again
@@ -455,6 +473,7 @@ class ZoneAgent:
             clock=self._clock,
             new_id=Ids().new,
             worker_auth=self.worker_keys.header,
+            on_sent=None if self.kv_events is None else self.kv_events.sent,
         )
         OpenAiApi(path).routes(app)
         AssignApi(

@@ -23,7 +23,7 @@ from gtm.state.store import StateStore
 from gtm.tls import TlsConfig, click_options, config_from_options, material
 from gtm.tracing import OFF, Tracing, open_tracing, trace_options
 from zone_agent.app import ZoneAgent
-from zone_agent.config import ZoneConfig, parse_worker
+from zone_agent.config import DEFAULT_KV_EVENTS, KVEventsSource, ZoneConfig, parse_worker
 from zone_agent.credentials import WorkerKeyConfig
 from zone_agent.loop import LoopKind, run
 from zone_agent.profiles import BUILTIN_PROFILES, DEFAULT_PROFILE
@@ -121,6 +121,30 @@ from zone_agent.profiles import BUILTIN_PROFILES, DEFAULT_PROFILE
     help="Per-worker keys: the file named by a worker's id in this directory (or the one "
     "its record's api-key-from=file:NAME label names) wins over the zone's key.",
 )
+@click.option(
+    "--kv-events",
+    "kv_events",
+    is_flag=False,
+    flag_value=DEFAULT_KV_EVENTS,
+    default=None,
+    metavar="PATTERN",
+    help="Read each worker's vLLM KV events (its --kv-events-config publisher): what a GPU "
+    "cached and evicted corrects the prefix placement. PATTERN names the endpoint, {host} "
+    f"and {{port}} the worker URL's (alone: {DEFAULT_KV_EVENTS}); a worker's label "
+    "kv-events=tcp://HOST:PORT wins.",
+)
+@click.option(
+    "--kv-events-replay",
+    default=None,
+    metavar="PATTERN",
+    help="The workers' KV-event replay endpoints (vLLM's replay_endpoint), asked on a "
+    "sequence gap, e.g. tcp://{host}:5558; a worker's label kv-events-replay wins.",
+)
+@click.option(
+    "--kv-events-topic",
+    default="",
+    help="The KV-event topic the workers publish (vLLM's topic; default: every topic).",
+)
 @click_options("zone")
 @click.option(
     "--tls-plain-workers",
@@ -144,6 +168,9 @@ def zone(
     worker_api_key_file: Path | None = None,
     worker_api_key_env: str | None = None,
     worker_api_key_dir: Path | None = None,
+    kv_events: str | None = None,
+    kv_events_replay: str | None = None,
+    kv_events_topic: str = "",
     trace_exporter: str = "none",
     trace_file: str | None = None,
     **tls_options: object,
@@ -164,6 +191,9 @@ def zone(
             scrape_interval_s=scrape_interval,
             upstream_timeout_s=upstream_timeout,
             worker_keys=_worker_keys(worker_api_key_file, worker_api_key_env, worker_api_key_dir),
+            kv_events=None
+            if kv_events is None
+            else KVEventsSource(endpoint=kv_events, replay=kv_events_replay, topic=kv_events_topic),
         )
         operator_catalog(config.gpu_profiles)  # a bad profile file stops us here, by name
     except ValidationError as exc:

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from gtm.errors import ConfigError
 from gtm.http_limits import HttpLimits
@@ -17,6 +17,53 @@ from zone_agent.profiles import DEFAULT_PROFILE
 
 #: GPU type of a static worker whose type is not given: priced with the fallback profile.
 UNKNOWN_GPU_TYPE = "unknown"
+
+#: vLLM's default KV-event endpoint (``KVEventsConfig.endpoint``, tcp://*:5557), as the
+#: zone agent dials it on each worker's host: ``gtm zone --kv-events`` alone.
+DEFAULT_KV_EVENTS = "tcp://{host}:5557"
+#: Worker labels that name a worker's own KV-event endpoints (over the patterns).
+KV_EVENTS_LABEL = "kv-events"
+KV_EVENTS_REPLAY_LABEL = "kv-events-replay"
+
+
+class KVEventsSource(Frozen):
+    """Where the agent reads each worker's vLLM KV events (``gtm zone --kv-events``,
+    :mod:`zone_agent.kv_events`): patterns in which ``{host}`` is the worker URL's host
+    and ``{port}`` its port, or a worker's own ``kv-events``/``kv-events-replay`` labels
+    (as vllm-router takes a fallback port or a per-worker ``URL=tcp://HOST:PORT``)."""
+
+    endpoint: str = DEFAULT_KV_EVENTS
+    replay: str | None = None
+    topic: str = ""
+
+    @model_validator(mode="after")
+    def _patterns(self) -> KVEventsSource:
+        for pattern in (self.endpoint, self.replay):
+            if pattern is None:
+                continue
+            try:
+                filled = pattern.format_map({"host": "h", "port": "1"})
+            except (KeyError, IndexError, ValueError):
+                raise ValueError(
+                    f"{pattern!r}: only {{host}} and {{port}} may be filled in"
+                ) from None
+            if not filled.startswith(("tcp://", "ipc://", "inproc://")):
+                raise ValueError(f"{pattern!r} is not a ZeroMQ endpoint (tcp://HOST:PORT)")
+        return self
+
+    def endpoints(self, worker: GpuWorker) -> tuple[str, str | None]:
+        """(PUB endpoint, replay endpoint or None) of ``worker``."""
+        labels = dict(worker.labels)
+        url = urlsplit(worker.url)
+        host = url.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        fill = {"host": host, "port": str(url.port or (443 if url.scheme == "https" else 80))}
+        endpoint = labels.get(KV_EVENTS_LABEL) or self.endpoint.format_map(fill)
+        replay = labels.get(KV_EVENTS_REPLAY_LABEL) or (
+            self.replay.format_map(fill) if self.replay else None
+        )
+        return endpoint, replay
 
 
 class StaticWorker(Frozen):
@@ -130,3 +177,6 @@ class ZoneConfig(Frozen):
     pool_per_worker: int = Field(default=256, ge=1)
     #: Where the workers' own API keys are read (zone_agent.credentials).
     worker_keys: WorkerKeyConfig = WorkerKeyConfig()
+    #: Read the workers' vLLM KV events (``--kv-events``): what each GPU cached and
+    #: evicted corrects the agent's prefix index. None: the agent's own record alone.
+    kv_events: KVEventsSource | None = None

@@ -15,11 +15,13 @@ the emulator's tokenization (a real engine needs its model's tokenizer: not buil
 
 From token blocks to the index's text blocks: the decision reads 256-byte text
 fingerprints (:data:`zone_agent.prefix.BLOCK_BYTES`). When the agent sends a prompt
-(:meth:`KVEventSource.sent`) it maps each token block to the text blocks that end in
-it, in proportion (text block ``i`` of ``n`` ends in token block ``ceil((i+1)·m/n) − 1``
-of ``m``). An evicted token block takes its text blocks out of that GPU's entry; a
-stored one puts them back. The agent's own record stays the fallback: a GPU whose
-stream is stale (disconnected, a gap the replay could not fill) has its evictions
+(:meth:`ZoneKVEvents.sent`) it maps each token block to the text blocks that end in it,
+in proportion (text block ``i`` of ``n`` ends in token block ``ceil((i+1)·m/n) − 1`` of
+``m``). :class:`EngineBlocks` then holds the engines' word over the agent's record: a
+stored token block adds its text blocks to that GPU's entry (a prompt another router
+sent there counts too), an evicted one takes them out, and sending the prompt there
+again puts them back at once. The agent's own record stays the fallback: a GPU whose
+stream is stale (disconnected, a gap the replay could not fill) has what its engine said
 forgotten (:meth:`KVEventSource.stale`), and the decision reads the agent's guess.
 
 Sans-io: :class:`KVEventSource` changes the index between decisions (decisions are
@@ -32,10 +34,11 @@ message is counted and skipped, never raised).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import zmq
@@ -52,8 +55,12 @@ from gtm.kv_events import (
     read_seq,
     seq_bytes,
 )
-from gtm.tokens import block_hashes
+from gtm.models import GpuWorker
+from gtm.tasks import TaskSupervisor
+from gtm.tokens import PromptError, block_hashes, encode_chat, encode_text, parse_chat_messages
+from zone_agent.config import KVEventsSource
 from zone_agent.prefix import DictPrefixIndex, PrefixIndex
+from zone_agent.request import Endpoint, ZoneRequest
 
 log = logging.getLogger(__name__)
 
@@ -65,49 +72,80 @@ ENGINE_MEMORY = 1 << 20
 REPLAY_TIMEOUT_S = 5.0
 
 
-class Evictions:
-    """Text blocks each GPU slot evicted, by the engine's word: block → slot mask."""
+#: Text blocks tracked per direction (held, evicted) before the oldest is forgotten (its
+#: GPUs fall back to the agent's own record for it).
+OVERLAY_MEMORY = 1 << 20
+
+
+class EngineBlocks:
+    """What the engines said about the agent's text blocks, over the agent's own record:
+    ``held`` (block → mask of the slots whose engine stored it) and ``evicted`` (block →
+    mask of the slots whose engine evicted it). A slot's bit is in at most one of them."""
 
     def __init__(self) -> None:
-        self._masks: dict[int, int] = {}
+        self._held: dict[int, int] = {}
+        self._evicted: dict[int, int] = {}
 
-    def mask(self, block: int) -> int:
-        return self._masks.get(block, 0)
+    def adjust(self, block: int, mask: int) -> int:
+        """``mask`` (the slots the agent's record says hold ``block``) as the engines
+        say: plus the slots that stored it, minus those that evicted it."""
+        return (mask | self._held.get(block, 0)) & ~self._evicted.get(block, 0)
 
-    def evict(self, slot: int, blocks: Iterable[int]) -> None:
-        bit = 1 << slot
-        masks = self._masks
-        for block in blocks:
-            masks[block] = masks.get(block, 0) | bit
+    def stored(self, slot: int, blocks: Iterable[int]) -> None:
+        _move(slot, blocks, into=self._held, out_of=self._evicted)
 
-    def restore(self, slot: int, blocks: Iterable[int]) -> None:
-        clear = ~(1 << slot)
-        masks = self._masks
-        for block in blocks:
-            mask = masks.get(block, 0) & clear
-            if mask:
-                masks[block] = mask
-            else:
-                masks.pop(block, None)
+    def removed(self, slot: int, blocks: Iterable[int]) -> None:
+        _move(slot, blocks, into=self._evicted, out_of=self._held)
+
+    def sent(self, slot: int, blocks: Iterable[int]) -> None:
+        """The agent sent these blocks to ``slot``: its record holds them again."""
+        _clear(slot, blocks, self._evicted)
 
     def forget(self, slot: int) -> None:
-        """Forget every eviction of ``slot`` (its stream is stale: back to the guess)."""
+        """Forget what ``slot``'s engine said (its stream is stale: back to the record)."""
         clear = ~(1 << slot)
-        self._masks = {b: m & clear for b, m in self._masks.items() if m & clear}
+        self._held = {b: m & clear for b, m in self._held.items() if m & clear}
+        self._evicted = {b: m & clear for b, m in self._evicted.items() if m & clear}
 
     def __len__(self) -> int:
-        return len(self._masks)
+        return len(self._held) + len(self._evicted)
+
+    @property
+    def evicted_blocks(self) -> int:
+        return len(self._evicted)
+
+
+def _move(
+    slot: int, blocks: Iterable[int], *, into: dict[int, int], out_of: dict[int, int]
+) -> None:
+    bit = 1 << slot
+    blocks = tuple(blocks)
+    _clear(slot, blocks, out_of)
+    for block in blocks:
+        into[block] = into.pop(block, 0) | bit  # re-inserted: the newest
+    while len(into) > OVERLAY_MEMORY:
+        del into[next(iter(into))]
+
+
+def _clear(slot: int, blocks: Iterable[int], masks: dict[int, int]) -> None:
+    clear = ~(1 << slot)
+    for block in blocks:
+        mask = masks.get(block, 0) & clear
+        if mask:
+            masks[block] = mask
+        else:
+            masks.pop(block, None)
 
 
 class _Evicting:
-    """Mixed into the agent's index: matching skips what a GPU said it evicted, and
-    sending a prompt again to a GPU forgets that the GPU evicted it."""
+    """Mixed into the agent's index: matching reads the engines' word over the agent's
+    record, and sending a prompt to a GPU again makes it the GPU's again."""
 
-    evictions: Evictions
+    engine: EngineBlocks
 
     def insert(self, slot: int, hashes: Iterable[int], capacity: int) -> None:
         hashes = tuple(hashes)
-        self.evictions.restore(slot, hashes)
+        self.engine.sent(slot, hashes)
         super().insert(slot, hashes, capacity)  # type: ignore[misc]
 
     def match_groups(self, hashes: tuple[int, ...]) -> list[tuple[int, int]]:
@@ -115,13 +153,13 @@ class _Evicting:
         if not hashes:
             return groups
         holders = self.holders  # type: ignore[attr-defined]
-        evicted = self.evictions.mask
-        alive = holders(hashes[0]) & ~evicted(hashes[0])
+        adjust = self.engine.adjust
+        alive = adjust(hashes[0], holders(hashes[0]))
         depth, end = 1, len(hashes)
         while alive:
             if depth < end:
                 block = hashes[depth]
-                still = alive & holders(block) & ~evicted(block)
+                still = alive & adjust(block, holders(block))
             else:
                 still = 0
             gone = alive & ~still
@@ -133,19 +171,19 @@ class _Evicting:
 
 
 class EvictingPrefixIndex(_Evicting, PrefixIndex):
-    """The agent's :class:`~zone_agent.prefix.PrefixIndex`, told of evictions."""
+    """The agent's :class:`~zone_agent.prefix.PrefixIndex`, corrected by the engines."""
 
-    def __init__(self, evictions: Evictions) -> None:
+    def __init__(self, engine: EngineBlocks) -> None:
         super().__init__()
-        self.evictions = evictions
+        self.engine = engine
 
 
 class EvictingDictPrefixIndex(_Evicting, DictPrefixIndex):
     """The reference form of :class:`EvictingPrefixIndex`."""
 
-    def __init__(self, evictions: Evictions) -> None:
+    def __init__(self, engine: EngineBlocks) -> None:
         super().__init__()
-        self.evictions = evictions
+        self.engine = engine
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,8 +197,8 @@ class Applied:
 class KVEventSource:
     """Applies each GPU's KV events to the agent's prefix index (sans-io)."""
 
-    def __init__(self, evictions: Evictions) -> None:
-        self.evictions = evictions
+    def __init__(self, engine: EngineBlocks) -> None:
+        self.engine = engine
         #: Token-block key → the text blocks that end in it (prompts the agent sent).
         self._texts: OrderedDict[int, tuple[int, ...]] = OrderedDict()
         #: Per slot: engine hash → token-block key, for the blocks it holds.
@@ -203,7 +241,7 @@ class KVEventSource:
                     keys.move_to_end(engine)
                     covered = self._texts.get(key)
                     if covered:
-                        self.evictions.restore(slot, covered)
+                        self.engine.stored(slot, covered)
                 while len(keys) > ENGINE_MEMORY:
                     keys.popitem(last=False)
             elif isinstance(event, BlockRemoved):
@@ -211,19 +249,19 @@ class KVEventSource:
                     key = keys.pop(engine, -1)
                     covered = self._texts.get(key) if key != -1 else None
                     if covered:
-                        self.evictions.evict(slot, covered)
+                        self.engine.removed(slot, covered)
             elif isinstance(event, AllBlocksCleared):
                 for key in keys.values():
                     covered = self._texts.get(key)
                     if covered:
-                        self.evictions.evict(slot, covered)
+                        self.engine.removed(slot, covered)
                 keys.clear()
         return Applied(events=len(batch.events), orphans=orphans)
 
     def stale(self, slot: int) -> None:
-        """``slot``'s stream can no longer be trusted: forget its evictions (the agent's
-        own record decides again) and what it said it held."""
-        self.evictions.forget(slot)
+        """``slot``'s stream can no longer be trusted: forget what its engine said (the
+        agent's own record decides again)."""
+        self.engine.forget(slot)
         self._keys.pop(slot, None)
 
 
@@ -357,3 +395,95 @@ class KVEventSubscriber:
         filled = self.last_seq >= until - 1
         self._metrics.replays.labels(self.gpu_id, "filled" if filled else "short").inc()
         return filled
+
+
+def engine_tokens(raw: bytes, endpoint: Endpoint) -> tuple[int, ...]:
+    """The first prompt's token ids as the emulator renders it (``gpusim.server``: a chat
+    through :func:`gtm.tokens.encode_chat`, a completion's text through
+    :func:`gtm.tokens.encode_text`, token arrays as they are); () when the body has none."""
+    try:
+        body = json.loads(raw)
+        if endpoint is Endpoint.CHAT:
+            return encode_chat(parse_chat_messages(body.get("messages")))
+        prompt = body.get("prompt")
+    except (ValueError, AttributeError, PromptError):
+        return ()
+    if isinstance(prompt, list) and prompt:
+        if all(type(x) is int for x in prompt):
+            return tuple(prompt)
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        return encode_text(prompt)
+    if isinstance(prompt, list) and all(type(x) is int for x in prompt):
+        return tuple(prompt)
+    return ()
+
+
+class ZoneKVEvents:
+    """The zone agent's KV-event source: one supervised subscriber per worker, the
+    engines' word the agent's prefix indexes read, and the hook that maps each prompt sent."""
+
+    def __init__(
+        self, config: KVEventsSource, *, supervisor: TaskSupervisor, registry: CollectorRegistry
+    ) -> None:
+        self.config = config
+        self.engine = EngineBlocks()
+        self.source = KVEventSource(self.engine)
+        self.metrics = KVEventMetrics(registry)
+        self._supervisor = supervisor
+        self._ctx: zmq.asyncio.Context | None = None
+        #: gpu id → (endpoints, its task, its subscriber).
+        self._running: dict[
+            str, tuple[tuple[str, str | None], asyncio.Task[object], KVEventSubscriber]
+        ] = {}
+
+    def indexes(self) -> tuple[EvictingPrefixIndex, EvictingPrefixIndex]:
+        """The agent's two prefix indexes (sent, answered), reading the engines' word."""
+        return EvictingPrefixIndex(self.engine), EvictingPrefixIndex(self.engine)
+
+    def subscriber(self, gpu_id: str) -> KVEventSubscriber | None:
+        entry = self._running.get(gpu_id)
+        return None if entry is None else entry[2]
+
+    def sync(self, workers: Iterable[GpuWorker], slot_of: Callable[[str], int]) -> None:
+        """Subscribe to every worker's stream, stop those of workers gone (call with the
+        inventory whenever it changes; needs a running loop)."""
+        if self._ctx is None:
+            self._ctx = zmq.asyncio.Context()
+        wanted: dict[str, tuple[str, str | None]] = {
+            w.id: self.config.endpoints(w) for w in workers
+        }
+        for gpu_id, (endpoints, task, _) in list(self._running.items()):
+            if wanted.get(gpu_id) != endpoints:
+                task.cancel()
+                del self._running[gpu_id]
+        for gpu_id, endpoints in wanted.items():
+            if gpu_id in self._running:
+                continue
+            subscriber = KVEventSubscriber(
+                gpu_id=gpu_id,
+                slot=slot_of(gpu_id),
+                endpoint=endpoints[0],
+                replay_endpoint=endpoints[1],
+                topic=self.config.topic,
+                source=self.source,
+                metrics=self.metrics,
+                context=self._ctx,
+            )
+            task = self._supervisor.spawn(f"kv-events:{gpu_id}", subscriber.run())
+            self._running[gpu_id] = (endpoints, task, subscriber)
+
+    def sent(self, raw: bytes, facts: ZoneRequest, block_size: int) -> None:
+        """A request's body was sent to a GPU: map its token blocks to its text blocks."""
+        if not facts.prefix_hashes:
+            return
+        tokens = engine_tokens(raw, facts.endpoint)
+        if tokens:
+            self.source.sent(tokens, block_size, facts.prefix_hashes)
+
+    def close(self) -> None:
+        """After the supervisor's tasks are cancelled: close the ZeroMQ context."""
+        self._running.clear()
+        if self._ctx is not None:
+            self._ctx.term()
+            self._ctx = None

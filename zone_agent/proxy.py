@@ -192,6 +192,7 @@ class DataPath:
         clock: Clock,
         new_id: Callable[[], str],
         worker_auth: Callable[[str], tuple[str, str] | None] = _no_key,
+        on_sent: Callable[[bytes, ZoneRequest, int], None] | None = None,
     ) -> None:
         self.settings = settings
         self.view = view
@@ -207,6 +208,9 @@ class DataPath:
         self.worker_auth = worker_auth
         #: GPUs whose refusal of the zone's key was logged (once per GPU and process).
         self._refused: set[str] = set()
+        #: Told of each body sent, with its facts and the GPU's block size (the KV-event
+        #: source maps the prompt's token blocks: zone_agent.kv_events).
+        self.on_sent = on_sent
         # Per-request lookups cached: a labelled child costs a lock and a tuple per
         # ``.labels()`` call. Bounded by the GPUs (× profiles) the zone has had.
         self._assigned: dict[tuple[str, str], Callable[[], None]] = {}
@@ -286,6 +290,9 @@ class ZoneRelay(Relay[ZoneDecision]):
 
     def begin(self, target: ZoneDecision) -> Callable[[], None]:
         ticket = self._ticket = charge(self._path.accounting, target)
+        on_sent = self._path.on_sent
+        if on_sent is not None:
+            on_sent(self._raw, self._facts, int(target.model_index.block_size[target.choice]))
         return ticket.close
 
     def first_byte_deadline(self, target: ZoneDecision) -> float | None:

@@ -24,8 +24,8 @@ from gtm.tokens import DEFAULT_BLOCK_SIZE, encode_text
 from tests.integration.gpusim.conftest import Sim, SimFactory
 from tests.integration.gpusim.conftest import make_sim as make_sim
 from zone_agent.kv_events import (
+    EngineBlocks,
     EvictingPrefixIndex,
-    Evictions,
     KVEventMetrics,
     KVEventSource,
     KVEventSubscriber,
@@ -86,10 +86,10 @@ async def test_an_evicted_prefix_stops_matching_and_a_gap_is_replayed(
     publisher = sim.server.kv_events
     assert publisher is not None
     registry = new_registry()
-    evictions = Evictions()
-    index = EvictingPrefixIndex(evictions)
+    engine = EngineBlocks()
+    index = EvictingPrefixIndex(engine)
     control = DictPrefixIndex()  # the agent's record alone
-    source = KVEventSource(evictions)
+    source = KVEventSource(engine)
 
     async def send(prompt: str) -> tuple[int, ...]:
         body = {"model": LLAMA_8B, "prompt": prompt, "max_tokens": 1}
@@ -130,7 +130,9 @@ async def test_an_evicted_prefix_stops_matching_and_a_gap_is_replayed(
         assert subscriber.last_seq == publisher.sequence - 1 or subscriber.last_seq >= 1
 
         await send(_prompt("beta"))  # does not fit beside alpha: alpha's tail is evicted
-        await _until(lambda: subscriber.last_seq >= publisher.sequence - 1 and len(evictions) > 0)
+        await _until(
+            lambda: subscriber.last_seq >= publisher.sequence - 1 and engine.evicted_blocks > 0
+        )
         held = index.match_groups(alpha)
         assert held, "alpha's first blocks are still cached there"
         (depth, mask), *_ = held
@@ -146,7 +148,7 @@ async def test_an_evicted_prefix_stops_matching_and_a_gap_is_replayed(
     finally:
         await tasks.aclose()
     # A stream that ends is stale: the agent's record decides again.
-    assert len(evictions) == 0
+    assert len(engine) == 0
 
 
 async def test_garbage_frames_are_counted_and_skipped(context: zmq.asyncio.Context) -> None:
@@ -155,8 +157,8 @@ async def test_garbage_frames_are_counted_and_skipped(context: zmq.asyncio.Conte
     pub.bind("tcp://127.0.0.1:*")
     endpoint = pub.getsockopt_string(zmq.LAST_ENDPOINT)
     registry = new_registry()
-    evictions = Evictions()
-    source = KVEventSource(evictions)
+    engine = EngineBlocks()
+    source = KVEventSource(engine)
     subscriber = KVEventSubscriber(
         gpu_id="g",
         slot=3,
