@@ -32,6 +32,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 from pydantic import SecretStr
 
+from gtm.credentials import VLLM_API_KEY_ENV
 from gtm.errors import ConfigError
 from gtm.models import Frozen
 
@@ -39,7 +40,7 @@ from gtm.models import Frozen
 #: only ``/v1`` of them. Older vLLM releases guarded ``/v1`` alone.
 GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
 #: The environment variable vLLM reads its key from when ``--api-key`` is not given.
-API_KEY_ENV = "VLLM_API_KEY"
+API_KEY_ENV = VLLM_API_KEY_ENV
 #: ``--access-log-file`` value meaning standard error.
 STDERR = "-"
 

@@ -42,12 +42,18 @@ import logging
 import os
 import re
 from collections.abc import Iterable, Mapping
-from enum import StrEnum
 from pathlib import Path
 
 from pydantic import Field, model_validator
 
-from gtm.credentials import WORKER_AUTHORIZATION
+from gtm.credentials import (
+    ENV_NAME,
+    KeyRef,
+    KeySource,
+    WorkerKey,
+    parse_ref,
+    read_key,
+)
 from gtm.errors import ConfigError
 from gtm.models import Frozen, GpuWorker
 
@@ -61,45 +67,8 @@ RECORD_ENV_PREFIX = "GTM_WORKER_KEY_"
 #: Seconds between checks of the key files for a change (a Kubernetes Secret volume is
 #: refreshed by the kubelet within about a minute; gtm.tls checks its files as often).
 RELOAD_INTERVAL_S = 60.0
-#: Longest key file read (a key is a line; anything larger is not one).
-MAX_KEY_BYTES = 4096
-
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: A file name a worker record may give (no directory part).
 _FILE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
-
-
-class KeySource(StrEnum):
-    FILE = "file"
-    ENV = "env"
-
-
-class KeyRef(Frozen):
-    """Where a key is read: ``file:PATH`` or ``env:NAME`` — never the key itself."""
-
-    source: KeySource
-    name: str = Field(min_length=1, max_length=4096)
-
-    def __str__(self) -> str:
-        return f"{self.source.value}:{self.name}"
-
-    def describe(self) -> str:
-        """``file /run/keys/w1`` or ``environment variable NAME``, for messages."""
-        if self.source is KeySource.FILE:
-            return f"file {self.name}"
-        return f"environment variable {self.name}"
-
-
-def parse_ref(text: str, *, where: str) -> KeyRef:
-    """``file:PATH`` or ``env:NAME``; :class:`ConfigError` naming ``where`` otherwise
-    (without the value: it may be a key pasted in by mistake)."""
-    source, sep, name = text.partition(":")
-    if not sep or not name or source not in (KeySource.FILE, KeySource.ENV):
-        raise ConfigError(
-            f"{where}: expected file:PATH or env:NAME (the value is not shown: it may be a key)"
-        )
-    if source == KeySource.ENV and not _ENV_NAME.match(name):
-        raise ConfigError(f"{where}: env: takes a variable's name (letters, digits, _)")
-    return KeyRef(source=KeySource(source), name=name)
 
 
 def record_ref(worker: GpuWorker, directory: Path | None) -> KeyRef | None:
@@ -130,7 +99,7 @@ class WorkerKeyConfig(Frozen):
     #: The key of every worker without its own, from a file...
     file: Path | None = None
     #: ... or from an environment variable (not both).
-    env: str | None = Field(default=None, pattern=_ENV_NAME.pattern)
+    env: str | None = Field(default=None, pattern=ENV_NAME.pattern)
     #: A directory of per-worker keys: a file named by the worker's id, or the file a
     #: worker record's ``api-key-from=file:NAME`` names.
     directory: Path | None = None
@@ -150,58 +119,12 @@ class WorkerKeyConfig(Frozen):
         return None
 
 
-class WorkerKey:
-    """A worker's key and the header that carries it; its ``repr`` hides both."""
-
-    __slots__ = ("header",)
-
-    def __init__(self, value: str, *, origin: KeyRef) -> None:
-        key = value.strip()
-        if not key:
-            raise ConfigError(f"worker API key: {origin.describe()} is empty")
-        if not key.isprintable() or any(c.isspace() for c in key):
-            raise ConfigError(
-                f"worker API key: {origin.describe()} holds more than one printable word"
-            )
-        #: ``("Authorization", "Bearer <key>")``, ready to append to a request's headers.
-        self.header: tuple[str, str] = (WORKER_AUTHORIZATION, f"Bearer {key}")
-
-    def secret(self) -> str:
-        """The key itself (to hand to the worker it belongs to, e.g. ``gtm up``'s)."""
-        return self.header[1].removeprefix("Bearer ")
-
-    def __repr__(self) -> str:
-        return "WorkerKey(<hidden>)"
-
-    __str__ = __repr__
-
-
 _Stamp = tuple[int, int, int]
 
 
 def _stamp(path: Path) -> _Stamp:
     st = path.stat()
     return (st.st_ino, st.st_mtime_ns, st.st_size)
-
-
-def read_key(ref: KeyRef, environ: Mapping[str, str]) -> WorkerKey:
-    """The key ``ref`` names; :class:`ConfigError` naming the file or variable."""
-    if ref.source is KeySource.ENV:
-        value = environ.get(ref.name, "")
-        if not value:
-            raise ConfigError(f"worker API key: environment variable {ref.name} is not set")
-        return WorkerKey(value, origin=ref)
-    try:
-        with open(ref.name, "rb") as f:
-            raw = f.read(MAX_KEY_BYTES + 1)
-    except OSError as exc:
-        raise ConfigError(f"worker API key: cannot read file {ref.name}: {exc.strerror}") from None
-    if len(raw) > MAX_KEY_BYTES:
-        raise ConfigError(f"worker API key: file {ref.name} is larger than a key")
-    try:
-        return WorkerKey(raw.decode("utf-8"), origin=ref)
-    except UnicodeDecodeError:
-        raise ConfigError(f"worker API key: file {ref.name} is not UTF-8 text") from None
 
 
 class WorkerKeys:

@@ -31,6 +31,7 @@ import dns.message
 import dns.rdatatype
 
 from gtm.clock import Clock
+from gtm.credentials import KeyRef, KeySource, WorkerKey, read_key
 from gtm.errors import ConfigError, GtmError, StateError
 from gtm.models import Region, RegionSummary, Zone, ZoneSummary
 from gtm.policy_backup import save_previous
@@ -45,7 +46,6 @@ from gtmctl.up.config import HostPort, UpConfig
 from gtmctl.up.policy_profile import pooled
 from policies import PolicyError, PolicySet, load_paths
 from policies.loader import examples_path
-from zone_agent.credentials import KeyRef, KeySource, WorkerKey, read_key
 
 log = logging.getLogger(__name__)
 

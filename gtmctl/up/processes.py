@@ -51,9 +51,9 @@ from aiohttp import web
 from prometheus_client import Counter
 
 from global_lb.dns.options import zone_flags
-from gpusim.auth import API_KEY_ENV
 from gtm.admin_auth import AdminGuard
 from gtm.clock import Clock
+from gtm.credentials import VLLM_API_KEY_ENV as API_KEY_ENV
 from gtm.errors import ConfigError, GtmError, StateError
 from gtm.http_limits import HttpLimits, limited_app
 from gtm.logs import configured_format
