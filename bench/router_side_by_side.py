@@ -1,0 +1,726 @@
+"""Side by side with the routers operators run: gtm's zone agent, sglang-router and
+vllm-router in front of the same emulated workers, on the same arrivals (issue 26, item 4).
+
+    python bench/router_side_by_side.py                   # every pool × trace × router, once
+    python bench/router_side_by_side.py --repeat 3        # three repetitions, order rotated
+    python bench/router_side_by_side.py --pools hetero --traces mooncake --repeat 3
+    python bench/router_side_by_side.py --routers gtm-default,vllm-round_robin
+    python bench/router_side_by_side.py --smoke           # seconds: 2 GPUs, one policy each
+    python bench/router_side_by_side.py --report reports/router-side-by-side
+
+**Workers.** Each run starts its own ``gtm gpu-sim`` processes (Llama-3.1-8B,
+``--speedup`` × faster than the real GPU, 10 by default), so every router meets cold
+workers with empty prefix caches, then stops them. Pools: ``hetero`` (3 × H100,
+2 × A100-80GB, 2 × L40S, 1 × L4) and ``h100`` (8 × H100). The workers answer what each
+peer polls (:mod:`gpusim.peer_api`: SGLang's ``/get_load``, ``/server_info``,
+``/model_info``; vLLM's ``/v1/completions/render`` and ``/kv_event_sources``), and for
+vllm-router's ``kv_aware`` they publish vLLM's KV events (``--kv-events-config``), so
+each policy has what it would have in front of real engines.
+
+**Routers.** ``gtm-default`` (``gtm zone`` with its default profile and settings),
+``gtm-round-robin`` (the same agent, ``--profile round-robin``), and the peers with
+their own defaults, started by :mod:`bench.peers` (a missing peer fails the run; it
+is never skipped): sglang-router ``cache_aware`` (its default), ``power_of_two``,
+``round_robin``; vllm-router ``cache_aware`` (its default), ``kv_aware``,
+``round_robin``. Within a repetition every router runs once per pool and trace; the
+order rotates by one each repetition, so a slow spell of the shared machine does not
+always fall on the same router.
+
+**Arrivals.** A contiguous slice of the trace (Mooncake conversation, Azure
+conversation, Azure code; requests whose prompt and output do not fit the pool's
+smallest context are left out), its inter-arrival times scaled so that the offered
+rate is ``--load`` (0.85 by default) × the pool's capacity for the trace's mean
+request (:func:`fleetsim.workload.fleet_capacity_rps`), × the speedup in wall time.
+Mooncake prompts are built from the trace's ``hash_ids`` (one deterministic 512-token
+text per id, as ``bench/zone_quality.py`` does), so turns of a conversation share real
+prefixes; Azure prompts are unique texts of the trace's lengths. Every request is an
+open-loop streaming ``/v1/completions`` with ``max_tokens`` = the trace's output
+length and ``ignore_eos``, sent by a client with no connection limit and one
+keep-alive pool (the figures are the router's, not the client's).
+
+**Figures**, in GPU time (wall × speedup), per router: success ratio (an HTTP 200
+whose stream ended with ``[DONE]``); TTFT p50 and p99 over successful requests; E2E
+p50; goodput: requests/s within :mod:`fleetsim.metrics`' SLO (TTFT ≤ 2 s and TPOT ≤
+100 ms) over the arrival window; prefix-hit share (cached ÷ prompt tokens, from the
+workers' usage); requests per GPU (each worker's own count); the router process's
+CPU seconds. With ``--repeat`` each figure is printed as its range over repetitions,
+and gtm's ratios against the best peer against the issue's targets: p99 TTFT ≤ 0.5 ×
+the best peer's and goodput ≥ 1.2 × the best peer's, on every pool × trace.
+
+Wall-clock figures on a shared 2-core machine carry its load: 8 worker processes, the
+router and the client share two cores. Read ranges, not single runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import random
+import statistics
+import sys
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import asdict, dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+# Run as a script, sys.path starts at bench/, not at the repository root.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.peers import POLICIES, Peer, PeerRouter, require, start_peer, version
+from fleetsim.metrics import SLO_TPOT_S, SLO_TTFT_S
+from fleetsim.simulator import CLIENT_TIMEOUT_S
+from fleetsim.traces import MOONCAKE_BLOCK_TOKENS, Trace, TraceKind, TraceRequest, load_trace
+from fleetsim.workload import fleet_capacity_rps
+from gtm.gpu_profiles import LLAMA_8B, get_profile
+from gtm.metrics import new_registry
+from gtm.net import free_port
+from gtm.stats import percentile
+from gtm.tasks import TaskSupervisor
+from gtm.testing.processes import GtmProcess, start_listening
+
+MODEL = LLAMA_8B
+POOLS: dict[str, tuple[str, ...]] = {
+    "hetero": ("H100", "H100", "H100", "A100-80GB", "A100-80GB", "L40S", "L40S", "L4"),
+    "h100": ("H100",) * 8,
+}
+SMOKE_POOL = ("H100", "L40S")
+TRACES = (TraceKind.MOONCAKE, TraceKind.AZURE_CONV, TraceKind.AZURE_CODE)
+#: The issue's targets: gtm's p99 TTFT at most this × the best peer's ...
+P99_TARGET = 0.5
+#: ... and its goodput at least this × the best peer's.
+GOODPUT_TARGET = 1.2
+#: Wall seconds a run may drain after its last arrival before what is left is cut.
+DRAIN_WALL_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class RouterSpec:
+    """One contestant: gtm's zone agent with a profile, or a peer with a policy."""
+
+    name: str
+    gtm_profile: str | None = None
+    peer: Peer | None = None
+    policy: str = ""
+
+    @property
+    def is_gtm(self) -> bool:
+        return self.gtm_profile is not None
+
+
+def _peer(peer: Peer, policy: str) -> RouterSpec:
+    short = "sglang" if peer is Peer.SGLANG else "vllm"
+    return RouterSpec(f"{short}-{policy}", peer=peer, policy=policy)
+
+
+ROUTERS: tuple[RouterSpec, ...] = (
+    RouterSpec("gtm-default", gtm_profile="default"),
+    RouterSpec("gtm-round-robin", gtm_profile="round-robin"),
+    _peer(Peer.SGLANG, "cache_aware"),
+    _peer(Peer.SGLANG, "power_of_two"),
+    _peer(Peer.SGLANG, "round_robin"),
+    _peer(Peer.VLLM, "cache_aware"),
+    _peer(Peer.VLLM, "kv_aware"),
+    _peer(Peer.VLLM, "round_robin"),
+)
+#: --smoke: gtm's default and one policy (the default) of each peer.
+SMOKE_ROUTERS = ("gtm-default", "sglang-cache_aware", "vllm-cache_aware")
+OURS = "gtm-default"
+
+
+# ---------------------------------------------------------------------------- workload
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """One request to send: when (wall s after the start), its prompt and output size."""
+
+    at_s: float
+    prompt: str
+    input_tokens: int
+    output_tokens: int
+
+
+@cache
+def _vocabulary() -> tuple[str, ...]:
+    rng = random.Random(512)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    return tuple(
+        "".join(rng.choice(letters) for _ in range(rng.randint(3, 5))) for _ in range(4096)
+    )
+
+
+@cache
+def block_text(block_id: int) -> tuple[str, ...]:
+    """512 words, each one token for :mod:`gtm.tokens` (a space and ≤ 5 letters), fixed
+    by the id: equal ids, equal prefixes."""
+    rng = random.Random(block_id)
+    words = _vocabulary()
+    return tuple(" " + words[rng.randrange(len(words))] for _ in range(MOONCAKE_BLOCK_TOKENS))
+
+
+def prompt_text(request: TraceRequest, unique: int) -> str:
+    """The prompt of ``request``: its Mooncake blocks, or (no hashes: Azure) blocks of
+    its own, numbered from ``unique`` so that no two requests share a prefix."""
+    blocks = request.prefix_hashes or tuple(
+        -(unique * 1000 + k) - 1
+        for k in range(math.ceil(request.input_tokens / MOONCAKE_BLOCK_TOKENS))
+    )
+    parts: list[str] = []
+    remaining = request.input_tokens
+    for block in blocks:
+        take = min(MOONCAKE_BLOCK_TOKENS, remaining)
+        parts.extend(block_text(block)[:take])
+        remaining -= take
+    return "".join(parts)
+
+
+def max_context(pool: Sequence[str]) -> int:
+    """The longest prompt + output every GPU of ``pool`` holds."""
+    return min(get_profile(gpu, MODEL).max_model_len for gpu in pool)
+
+
+def unloaded_e2e_s(gpu: str, input_tokens: float, output_tokens: float) -> float:
+    """The mean request's E2E alone on ``gpu``: its prefill, then one decode step per
+    output token at batch 1 (GPU seconds)."""
+    profile = get_profile(gpu, MODEL)
+    step = profile.decode_step_s(1, input_tokens + output_tokens / 2)
+    return profile.prefill_time_s(round(input_tokens)) + output_tokens * step
+
+
+def busy_rate(pool: Sequence[str], busy: float, input_tokens: float, output_tokens: float) -> float:
+    """Requests per GPU second at which the mean GPU of ``pool`` has work ``busy`` of the
+    time (:mod:`fleetsim`'s "GPU busy"), requests spread evenly: a GPU offered λ/G
+    requests/s of unloaded length E is idle with probability exp(-λE/G) (M/G/∞)."""
+    lengths = [unloaded_e2e_s(g, input_tokens, output_tokens) for g in pool]
+
+    def mean_busy(rate: float) -> float:
+        return statistics.fmean(1 - math.exp(-rate / len(pool) * e) for e in lengths)
+
+    lo, hi = 0.0, 1.0
+    while mean_busy(hi) < busy:
+        hi *= 2
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if mean_busy(mid) < busy else (lo, mid)
+    return (lo + hi) / 2
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    plan: list[Arrival]
+    #: Offered requests per GPU second, and the speedup the run uses (GPU s per wall s).
+    rate: float
+    speedup: float
+    #: The offered rate ÷ the pool's saturated capacity (fleetsim's "load").
+    load: float
+
+
+def arrivals(
+    kind: TraceKind, pool: Sequence[str], *, busy: float, speedup: float, duration_s: float,
+    max_wall_rate: float, offset: int = 0,
+) -> Workload:  # fmt: skip
+    """The requests to replay over ``duration_s`` wall seconds so that the pool is
+    ``busy`` (:func:`busy_rate`, on the slice's own mean sizes). The speedup is lowered
+    (not below 1) when ``speedup`` × that rate would exceed ``max_wall_rate`` requests
+    per wall second, more than one shared machine can send and route."""
+    trace = load_trace(kind)
+    limit = max_context(pool)
+    kept = [r for r in trace.requests if r.input_tokens + r.output_tokens <= limit]
+    window = kept[offset : offset + 200]
+    for _ in range(4):  # the slice's sizes set the rate, the rate sets the slice
+        mean_in = statistics.fmean(r.input_tokens for r in window)
+        mean_out = statistics.fmean(max(1, r.output_tokens) for r in window)
+        rate = busy_rate(pool, busy, mean_in, mean_out)
+        used = max(1.0, min(speedup, max_wall_rate / rate))
+        count = max(2, round(rate * used * duration_s))
+        window = kept[offset : offset + count]
+    span = window[-1].at_s - window[0].at_s
+    scale = duration_s / span if span > 0 else 0.0  # wall s per trace s
+    plan = [
+        Arrival(
+            (r.at_s - window[0].at_s) * scale,
+            prompt_text(r, offset + k),
+            r.input_tokens,
+            max(1, r.output_tokens),
+        )
+        for k, r in enumerate(window)
+    ]
+    sliced = Trace(kind, trace.source, tuple(window))
+    capacity = fleet_capacity_rps(list(pool), MODEL, sliced, max_input=limit)
+    return Workload(plan, rate, used, rate / capacity)
+
+
+# ---------------------------------------------------------------------------- client
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    ok: bool
+    status: int
+    reason: str
+    ttft_s: float | None
+    e2e_s: float
+    tokens: int
+    prompt_tokens: int
+    cached_tokens: int
+
+
+async def send(session: aiohttp.ClientSession, url: str, a: Arrival) -> Reply:
+    body = {
+        "model": MODEL,
+        "prompt": a.prompt,
+        "max_tokens": a.output_tokens,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    start = time.perf_counter()
+    ttft: float | None = None
+    tokens = prompt_tokens = cached = 0
+    done = False
+    try:
+        async with session.post(url + "/v1/completions", json=body) as response:
+            if response.status != 200:
+                await response.read()
+                return Reply(False, response.status, f"http {response.status}", None,
+                             time.perf_counter() - start, 0, 0, 0)  # fmt: skip
+            async for line in response.content:
+                if not line.startswith(b"data: "):
+                    continue
+                if line.startswith(b"data: [DONE]"):
+                    done = True
+                    continue
+                chunk = json.loads(line[6:])
+                if chunk.get("choices"):
+                    if ttft is None:
+                        ttft = time.perf_counter() - start
+                    tokens += 1
+                usage = chunk.get("usage")
+                if usage:
+                    prompt_tokens = int(usage.get("prompt_tokens") or 0)
+                    details = usage.get("prompt_tokens_details") or {}
+                    cached = int(details.get("cached_tokens") or 0)
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        return Reply(False, 0, type(exc).__name__, ttft, time.perf_counter() - start,
+                     tokens, prompt_tokens, cached)  # fmt: skip
+    elapsed = time.perf_counter() - start
+    ok = done and ttft is not None
+    return Reply(ok, 200, "" if ok else "incomplete stream", ttft, elapsed, tokens,
+                 prompt_tokens, cached)  # fmt: skip
+
+
+async def replay(url: str, plan: Sequence[Arrival], speedup: float) -> list[Reply]:
+    """Open loop: each request at its time; a request with no byte for the simulator's
+    client timeout (in GPU time) gives up; whatever is unfinished
+    :data:`DRAIN_WALL_S` after the last arrival is cut."""
+    timeout = aiohttp.ClientTimeout(total=None, sock_read=CLIENT_TIMEOUT_S / speedup)
+    connector = aiohttp.TCPConnector(limit=0)  # no client-side queueing
+    replies: list[Reply | None] = [None] * len(plan)
+    supervisor = TaskSupervisor(registry=new_registry(), component="router-side-by-side")
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+
+        async def one(k: int) -> None:
+            replies[k] = await send(session, url, plan[k])
+
+        start = time.monotonic()
+        tasks = []
+        for k, a in enumerate(plan):
+            delay = start + a.at_s - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(supervisor.spawn(f"request-{k}", one(k)))
+        if tasks:
+            await asyncio.wait(tasks, timeout=DRAIN_WALL_S)
+        await supervisor.aclose()  # what is left is cut
+    return [
+        r if r is not None else Reply(False, 0, "cut at drain end", None, 0.0, 0, 0, 0)
+        for r in replies
+    ]
+
+
+# ---------------------------------------------------------------------------- one run
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    router: str
+    pool: str
+    trace: str
+    repetition: int
+    requests: int
+    success: float
+    ttft_p50_s: float
+    ttft_p99_s: float
+    e2e_p50_s: float
+    goodput_rps: float
+    prefix_hit: float
+    per_gpu: tuple[int, ...]
+    router_cpu_s: float
+    failures: dict[str, int] = field(default_factory=dict)
+
+
+def figures(
+    spec: RouterSpec, pool: str, trace: str, repetition: int, plan: Sequence[Arrival],
+    replies: Sequence[Reply], speedup: float, per_gpu: Sequence[int], cpu_s: float,
+) -> Figures:  # fmt: skip
+    ok = [r for r in replies if r.ok]
+    ttft = sorted(r.ttft_s * speedup for r in ok if r.ttft_s is not None)
+    e2e = sorted(r.e2e_s * speedup for r in ok)
+    good = 0
+    for a, r in zip(plan, replies, strict=True):
+        if not r.ok or r.ttft_s is None:
+            continue
+        tpot = (r.e2e_s - r.ttft_s) * speedup / (a.output_tokens - 1) if a.output_tokens > 1 else 0
+        good += r.ttft_s * speedup <= SLO_TTFT_S and tpot <= SLO_TPOT_S
+    window_gpu_s = max(1e-9, plan[-1].at_s * speedup) if plan else 1.0
+    prompt = sum(r.prompt_tokens for r in ok)
+    failures: dict[str, int] = {}
+    for r in replies:
+        if not r.ok:
+            failures[r.reason] = failures.get(r.reason, 0) + 1
+    return Figures(
+        router=spec.name, pool=pool, trace=trace, repetition=repetition,
+        requests=len(replies), success=len(ok) / max(1, len(replies)),
+        ttft_p50_s=percentile(ttft, 0.5) if ttft else math.nan,
+        ttft_p99_s=percentile(ttft, 0.99) if ttft else math.nan,
+        e2e_p50_s=percentile(e2e, 0.5) if e2e else math.nan,
+        goodput_rps=good / window_gpu_s,
+        prefix_hit=sum(r.cached_tokens for r in ok) / prompt if prompt else 0.0,
+        per_gpu=tuple(per_gpu), router_cpu_s=cpu_s, failures=failures,
+    )  # fmt: skip
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def served_counts(workers: Sequence[GtmProcess]) -> list[int]:
+    """Requests each worker finished (its ``request_success`` counter, any flavour)."""
+    out = []
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+        for worker in workers:
+            try:
+                async with session.get(worker.url + "/metrics") as response:
+                    text = await response.text()
+            except (aiohttp.ClientError, TimeoutError):
+                out.append(-1)
+                continue
+            total = 0.0
+            for family in text_string_to_metric_families(text):
+                if family.name.endswith("request_success"):
+                    total += sum(s.value for s in family.samples if s.name.endswith("_total"))
+            out.append(int(total))
+    return out
+
+
+@contextlib.asynccontextmanager
+async def worker_pool(
+    pool: Sequence[str], speedup: float, *, kv_events: bool
+) -> AsyncIterator[list[GtmProcess]]:
+    """Fresh ``gtm gpu-sim`` workers (empty caches), stopped on the way out; with
+    ``kv_events`` each publishes vLLM's KV events on a loopback port of its own."""
+    args = []
+    for i, gpu in enumerate(pool):
+        one = ["gpu-sim", "--port", "0", "--gpu-type", gpu, "--speedup", f"{speedup:g}",
+               "--warmup-passes", "0", "--seed", str(i), "--model", MODEL]  # fmt: skip
+        if kv_events:
+            endpoint = f"tcp://*:{free_port('127.0.0.1')}"
+            config = {"enable_kv_cache_events": True, "endpoint": endpoint}
+            one += ["--kv-events-config", json.dumps(config)]
+        args.append(one)
+    workers = list(await asyncio.gather(*(start_listening(a) for a in args)))
+    try:
+        yield workers
+    finally:
+        await asyncio.gather(*(w.stop() for w in workers))
+
+
+@contextlib.asynccontextmanager
+async def router(
+    spec: RouterSpec, workers: Sequence[GtmProcess], pool: Sequence[str]
+) -> AsyncIterator[tuple[str, Any]]:
+    """The router in front of ``workers``: yields its URL and a CPU-time reader."""
+    if spec.is_gtm:
+        args = ["zone", "--zone", "bench-a", "--region", "bench", "--listen", "127.0.0.1:0"]
+        if spec.gtm_profile != "default":
+            args += ["--profile", str(spec.gtm_profile)]
+        for i, (w, gpu) in enumerate(zip(workers, pool, strict=True)):
+            args += ["--worker", f"{w.url},gpu={gpu},id=gpu-{i}"]
+        agent = await start_listening(args)
+        pid = agent.proc.pid
+        try:
+            yield agent.url, lambda: _cpu_seconds(pid)
+        finally:
+            await agent.stop()
+        return
+    assert spec.peer is not None
+    peer: PeerRouter = await start_peer(spec.peer, spec.policy, [w.url for w in workers])
+    try:
+        yield peer.url, peer.cpu_seconds
+    finally:
+        await peer.stop()
+
+
+async def run_one(
+    spec: RouterSpec, pool_name: str, pool: Sequence[str], trace: TraceKind,
+    plan: Sequence[Arrival], speedup: float, repetition: int,
+) -> Figures:  # fmt: skip
+    kv_events = spec.peer is Peer.VLLM and spec.policy == "kv_aware"
+    async with (
+        worker_pool(pool, speedup, kv_events=kv_events) as workers,
+        router(spec, workers, pool) as (url, cpu),
+    ):
+        started_cpu = cpu()
+        replies = await replay(url, plan, speedup)
+        cpu_s = cpu() - started_cpu
+        counts = await served_counts(workers)
+    return figures(spec, pool_name, trace.value, repetition, plan, replies, speedup, counts, cpu_s)
+
+
+# ---------------------------------------------------------------------------- output
+
+
+def _ms(seconds: float) -> str:
+    return "–" if math.isnan(seconds) else f"{seconds * 1000:,.0f}"
+
+
+def row(f: Figures) -> str:
+    fails = ", ".join(f"{k} {n}" for k, n in sorted(f.failures.items())) or "-"
+    return (
+        f"| {f.router} | {f.success:.1%} | {_ms(f.ttft_p50_s)} | {_ms(f.ttft_p99_s)} | "
+        f"{_ms(f.e2e_p50_s)} | {f.goodput_rps:.2f} | {f.prefix_hit:.0%} | "
+        f"{' '.join(map(str, f.per_gpu))} | {f.router_cpu_s:.1f} | {fails} |"
+    )
+
+
+HEADER = (
+    "| router | success | TTFT p50 ms | TTFT p99 ms | E2E p50 ms | goodput req/s | "
+    "prefix hit | requests per GPU | router CPU s | failures |\n"
+    "|---|---:|---:|---:|---:|---:|---:|---|---:|---|"
+)
+
+
+def _span(values: Sequence[float], fmt: str) -> str:
+    vals = [v for v in values if not math.isnan(v)]
+    if not vals:
+        return "–"
+    lo, hi = min(vals), max(vals)
+    return format(lo, fmt) if lo == hi else f"{format(lo, fmt)}–{format(hi, fmt)}"
+
+
+def ranges(rows: Sequence[Figures], order: Sequence[str]) -> list[str]:
+    """Per router, each figure's range over repetitions."""
+    out = [
+        "| router | runs | success | TTFT p50 ms | TTFT p99 ms | E2E p50 ms | goodput req/s "
+        "| prefix hit |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name in order:
+        mine = [f for f in rows if f.router == name]
+        if not mine:
+            continue
+        out.append(
+            f"| {name} | {len(mine)} | {_span([f.success * 100 for f in mine], '.1f')} % | "
+            f"{_span([f.ttft_p50_s * 1000 for f in mine], ',.0f')} | "
+            f"{_span([f.ttft_p99_s * 1000 for f in mine], ',.0f')} | "
+            f"{_span([f.e2e_p50_s * 1000 for f in mine], ',.0f')} | "
+            f"{_span([f.goodput_rps for f in mine], '.2f')} | "
+            f"{_span([f.prefix_hit * 100 for f in mine], '.0f')} % |"
+        )
+    return out
+
+
+def verdicts(rows: Sequence[Figures]) -> tuple[list[str], bool]:
+    """gtm's ratios against the best peer per repetition (best = lowest p99, highest
+    goodput among the peers of that repetition) and whether every target is met."""
+    lines = []
+    met = True
+    for rep in sorted({f.repetition for f in rows}):
+        mine = [f for f in rows if f.repetition == rep]
+        ours = next((f for f in mine if f.router == OURS), None)
+        peers = [f for f in mine if not f.router.startswith("gtm-")]
+        if ours is None or not peers:
+            continue
+        p99s = [f.ttft_p99_s for f in peers if not math.isnan(f.ttft_p99_s)]
+        best_p99 = min(p99s) if p99s else math.inf
+        best_good = max(f.goodput_rps for f in peers)
+        p99_ratio = ours.ttft_p99_s / best_p99 if best_p99 > 0 else math.inf
+        good_ratio = ours.goodput_rps / best_good if best_good > 0 else math.inf
+        ok_p99, ok_good = p99_ratio <= P99_TARGET, good_ratio >= GOODPUT_TARGET
+        met &= ok_p99 and ok_good
+        best_p99_name = next(f.router for f in peers if f.ttft_p99_s == best_p99) if p99s else "-"
+        best_good_name = next(f.router for f in peers if f.goodput_rps == best_good)
+        lines.append(
+            f"repetition {rep + 1}: p99 TTFT gtm/best peer ({best_p99_name}) = "
+            f"{p99_ratio:.2f} (target ≤ {P99_TARGET}: {'met' if ok_p99 else 'MISSED'}); "
+            f"goodput gtm/best peer ({best_good_name}) = {good_ratio:.2f} "
+            f"(target ≥ {GOODPUT_TARGET}: {'met' if ok_good else 'MISSED'})"
+        )
+    return lines, met
+
+
+def plot(rows: Sequence[Figures], order: Sequence[str], path: Path) -> str:
+    """p99 TTFT and goodput per router for each pool × trace (ranges as error bars)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "(plots need the `report` extra: pip install -e '.[report]')"
+    combos = sorted({(f.pool, f.trace) for f in rows})
+    fig, axes = plt.subplots(
+        2, len(combos), figsize=(4.5 * len(combos), 7), squeeze=False, constrained_layout=True
+    )
+    for col, (pool, trace) in enumerate(combos):
+        names = [n for n in order if any(f.router == n and f.pool == pool for f in rows)]
+        for r, (attr, label) in enumerate(
+            (("ttft_p99_s", "TTFT p99 (s, log)"), ("goodput_rps", "goodput (req/s)"))
+        ):
+            ax = axes[r][col]
+            mids, los, his = [], [], []
+            for n in names:
+                vals = [
+                    getattr(f, attr)
+                    for f in rows
+                    if f.router == n and f.pool == pool and f.trace == trace
+                ]
+                vals = [v for v in vals if not math.isnan(v)] or [0.0]
+                mid = statistics.median(vals)
+                mids.append(mid)
+                los.append(mid - min(vals))
+                his.append(max(vals) - mid)
+            colors = ["tab:green" if n.startswith("gtm-") else "tab:gray" for n in names]
+            ax.bar(range(len(names)), mids, yerr=[los, his], color=colors, capsize=3)
+            ax.set_xticks(range(len(names)), names, rotation=60, ha="right", fontsize=7)
+            ax.set_ylabel(label)
+            if attr == "ttft_p99_s":
+                ax.set_yscale("log")
+                ax.set_title(f"{pool} · {trace}")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return f"![p99 TTFT and goodput per router]({path.name})"
+
+
+def write_report(
+    directory: Path, rows: Sequence[Figures], order: Sequence[str], header: str
+) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "results.json").write_text(
+        json.dumps([asdict(f) for f in rows], indent=1), "utf-8"
+    )
+    lines = ["# Router side by side", "", header, ""]
+    for pool, trace in sorted({(f.pool, f.trace) for f in rows}):
+        mine = [f for f in rows if f.pool == pool and f.trace == trace]
+        lines += [f"## {pool} · {trace}", "", *ranges(mine, order), ""]
+        lines += [f"- {v}" for v in verdicts(mine)[0]] + [""]
+        lines += ["Every run:", "", HEADER, *(row(f) for f in mine), ""]
+    lines.append(plot(rows, order, directory / "side_by_side.png"))
+    path = directory / "README.md"
+    path.write_text("\n".join(lines) + "\n", "utf-8")
+    return path
+
+
+# ---------------------------------------------------------------------------- main
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    names = args.routers.split(",") if args.routers else [r.name for r in ROUTERS]
+    if args.smoke and not args.routers:
+        names = list(SMOKE_ROUTERS)
+    by_name = {r.name: r for r in ROUTERS}
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        print(f"unknown routers {unknown}; known: {', '.join(by_name)}", file=sys.stderr)
+        return 2
+    specs = [by_name[n] for n in names]
+    for spec in specs:
+        if spec.peer is not None:
+            require(spec.peer)  # a missing peer fails the benchmark, never skips it
+            assert spec.policy in POLICIES[spec.peer]
+    pools = {"smoke": SMOKE_POOL} if args.smoke else {p: POOLS[p] for p in args.pools.split(",")}
+    traces = [TraceKind(t if t != "mooncake" else "mooncake") for t in args.traces.split(",")]
+    if args.smoke:
+        traces = traces[:1]
+    duration = 4.0 if args.smoke else args.duration
+    header = (
+        f"Llama-3.1-8B; arrivals for {args.busy:.0%} GPU busy, speedup up to "
+        f"{args.speedup:g} (at most {args.max_wall_rate:g} req/s wall), {duration:g} s of "
+        f"arrivals per run, {args.repeat} repetition(s); peers: "
+        + ", ".join(f"{p.value} {version(p)}" for p in Peer)
+        + f"; {os.cpu_count()} CPUs (shared)."
+    )
+    print(header, flush=True)
+    rows: list[Figures] = []
+    for pool_name, pool in pools.items():
+        for trace in traces:
+            work = arrivals(
+                trace, pool, busy=args.busy, speedup=args.speedup, duration_s=duration,
+                max_wall_rate=args.max_wall_rate,
+            )  # fmt: skip
+            plan, speedup = work.plan, work.speedup
+            print(
+                f"\n== {pool_name} ({', '.join(pool)}) · {trace.value}: {len(plan)} requests, "
+                f"{work.rate:.2f} req/s of GPU time offered (load {work.load:.2f} of the "
+                f"pool's saturated capacity), speedup {speedup:.2f} = "
+                f"{work.rate * speedup:.1f} req/s wall, mean input "
+                f"{statistics.fmean(a.input_tokens for a in plan):,.0f} tokens, output "
+                f"{statistics.fmean(a.output_tokens for a in plan):,.0f}",
+                flush=True,
+            )
+            combo: list[Figures] = []
+            for rep in range(args.repeat):
+                shift = rep % len(specs)
+                for spec in specs[shift:] + specs[:shift]:
+                    f = await run_one(spec, pool_name, pool, trace, plan, speedup, rep)
+                    combo.append(f)
+                    print(f"  rep {rep + 1} {row(f)}", flush=True)
+            rows += combo
+            print("\n".join(ranges(combo, names)))
+            lines, _ = verdicts(combo)
+            print("\n".join(lines), flush=True)
+    if args.report:
+        path = write_report(Path(args.report), rows, names, header)
+        print(f"\nreport: {path}")
+    missed = not verdicts(rows)[1] if OURS in names else False
+    if args.smoke:
+        bad = [f for f in rows if f.success < 0.5]
+        if bad:
+            print(f"smoke: {', '.join(f.router for f in bad)} served under half", file=sys.stderr)
+            return 1
+        return 0
+    return 1 if missed else 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="seconds: 2 GPUs, 3 routers")
+    parser.add_argument("--pools", default="hetero,h100", help=f"of {', '.join(POOLS)}")
+    parser.add_argument("--traces", default=",".join(t.value for t in TRACES))
+    parser.add_argument("--routers", default="", help=f"of {', '.join(r.name for r in ROUTERS)}")
+    parser.add_argument("--repeat", type=int, default=1, help="repetitions, order rotated")
+    parser.add_argument("--speedup", type=float, default=10.0, help="emulated GPUs N× fast")
+    parser.add_argument(
+        "--busy", type=float, default=0.85, help="share of time the mean GPU has work"
+    )
+    parser.add_argument(
+        "--max-wall-rate", type=float, default=25.0,
+        help="lower the speedup (not below 1) to stay under this many requests/s wall",
+    )  # fmt: skip
+    parser.add_argument("--duration", type=float, default=40.0, help="arrival window, wall s")
+    parser.add_argument("--report", default="", help="write README.md, plot, JSON here")
+    sys.exit(asyncio.run(main_async(parser.parse_args())))
+
+
+if __name__ == "__main__":
+    main()
