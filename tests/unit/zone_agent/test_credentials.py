@@ -21,7 +21,6 @@ from zone_agent.credentials import (
     WorkerKey,
     WorkerKeyConfig,
     WorkerKeys,
-    parse_ref,
     read_key,
     record_ref,
 )
@@ -48,25 +47,6 @@ def write(path: Path, text: str) -> Path:
 
 def bearer(key: str) -> tuple[str, str]:
     return ("Authorization", f"Bearer {key}")
-
-
-@pytest.mark.parametrize(
-    ("text", "ref"),
-    [
-        ("file:/run/keys/w1", KeyRef(source=KeySource.FILE, name="/run/keys/w1")),
-        ("env:VLLM_KEY", KeyRef(source=KeySource.ENV, name="VLLM_KEY")),
-    ],
-)
-def test_a_reference_names_a_file_or_a_variable(text: str, ref: KeyRef) -> None:
-    assert parse_ref(text, where="x") == ref
-    assert str(ref) == text
-
-
-@pytest.mark.parametrize("text", [SECRET, "file:", "vault:x", f"env:{SECRET}-x"])
-def test_anything_else_is_refused_without_echoing_it(text: str) -> None:
-    with pytest.raises(ConfigError, match=r"^where: ") as caught:
-        parse_ref(text, where="where")
-    assert SECRET not in str(caught.value)
 
 
 def test_the_zone_key_from_a_file_goes_to_every_worker(tmp_path: Path) -> None:
