@@ -1,38 +1,48 @@
-"""The zone agent as a proxy, against nginx, in front of the same emulated workers.
+"""The zone agent as a proxy, against the routers operators run and nginx, in front of
+the same emulated workers.
 
 Four ``gtm gpu-sim`` worker processes (H100 profile, ``--speedup`` 10⁶ so a 1-token
 answer costs the worker almost nothing but HTTP) sit behind, in the same run:
 
-* **direct** — the client spreads requests over the workers itself (the floor);
+* **direct** — the client talks to one worker itself (the floor);
 * **agent** — ``gtm zone`` (one process, default profile, every request tokenized,
-  decided, charged and proxied with keep-alive pooling) on uvloop;
-* **agent-asyncio** — the same on asyncio's own event loop (``--event-loop asyncio``,
-  the fallback where uvloop is not installed);
-* **nginx** — Debian's nginx with as many worker processes as the agent has (one),
-  ``least_conn`` upstream with ``keepalive 64``, ``proxy_buffering off`` (as for SSE).
+  decided, charged, proxied with keep-alive pooling and written to the access log) on
+  uvloop; ``--with-asyncio`` adds **agent-asyncio**, the same on asyncio's own loop
+  (the fallback where uvloop is not installed); ``--baseline DIR`` adds
+  **agent-base**, the agent of another checkout (old vs new in the same run);
+* **sglang-router** and **vllm-router** — SGLang's model gateway and vLLM's router
+  (Rust; the ``bench-peers`` extra, started by :mod:`bench.peers`) with their default
+  policy and settings;
+* **nginx** — Debian's nginx with one worker process, ``least_conn`` upstream with
+  ``keepalive 64``, ``proxy_buffering off`` (as for SSE).
 
-Latency: sequential requests (one in flight); the *added* latency of a proxy is its p50
-(p99) minus the direct p50 (p99) of the same repetition. Throughput: a closed loop of
-``--concurrency`` clients, in requests/s, measured in short slices (1 s) that take turns
-between the paths, so that the load of other jobs on a shared machine falls on each path
-alike; the ratio agent / nginx is taken per pair of adjacent slices, and the verdict is
-on the *median* of those ratios over all repetitions (their range is printed too).
-Everything is warmed up first (sequential, then concurrent requests on every path), then
-measured ``--repeat`` times with the order of the paths rotated; other figures are
-printed as ranges over the repetitions. The client is Python
-(aiohttp) on the same machine, so on a small box it shares the CPUs with the proxy
-under test: compare the proxies with each other, not with other machines. Each proxy's
-own CPU time per request in the throughput phase (``/proc/PID/stat``; nginx: master and
-workers) is printed too: on a shared, busy machine requests/s swing with the other jobs,
-CPU per request much less. The agent's includes its background work in that time
-(scrapes every 250 ms, health checks), which weighs more the fewer requests it serves.
+Each path is driven by closed-loop clients at each ``--concurrency`` (default 1, 16
+and 64) in short slices (1 s) that take turns between the paths, so that the load of
+other jobs on a shared machine falls on each path alike; ``--repeat`` repetitions rotate
+the order of the paths. Per path and concurrency: latency p50/p99 (the median over the
+slices of each slice's percentile), the *added* latency (minus the direct path's, same
+repetition), requests/s, and the proxy's own CPU time per request (``/proc/PID/stat``,
+user + system, every thread; nginx: master and workers). The agent's CPU includes its
+background work in that time (scrapes every 250 ms, health checks). Other figures are
+ranges over the repetitions.
 
-Issue 5 targets: added latency p50 < 1 ms; throughput ≥ 0.5 × nginx.
+The client is ``wrk`` (C, closed loop, as the issue's figures were taken; Debian:
+``apt-get install -y wrk``): it shares the machine's CPUs with the proxies but costs
+each path the same, and far less than a Python client would. Without wrk, ``--smoke``
+falls back to a Python (aiohttp) client. On a shared, busy machine requests/s swing
+with the other jobs; CPU per request much less: it is the robust figure.
 
-    python bench/zone_proxy.py           # full run (~2 min); fails if nginx is missing
-    python bench/zone_proxy.py --smoke   # a few seconds; skips the nginx peer if absent
+Targets (issue 26), against sglang-router: requests/s ≥ 1× at each concurrency (the
+median of the ratios over pairs of adjacent slices), added p50 at concurrency 1 ≤
+sglang-router's, CPU per request ≤ sglang-router's. Issue 5's, against nginx: added
+p50 < 1 ms at concurrency 1, requests/s ≥ 0.5× nginx's.
 
-Needs: the ``nginx`` binary on PATH or in /usr/sbin (Debian: ``apt-get install -y nginx``).
+    python bench/zone_proxy.py                   # full run (~5 min)
+    python bench/zone_proxy.py --baseline ../old # also the agent of another checkout
+    python bench/zone_proxy.py --smoke           # a few seconds; skips what is missing
+
+Needs (full run): ``wrk`` and ``nginx`` on PATH (or in /usr/sbin), and the peers
+(``pip install -e '.[bench-peers]'``).
 """
 
 from __future__ import annotations
@@ -40,6 +50,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import shutil
 import statistics
 import sys
@@ -48,9 +59,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import aiohttp
 
+# Run as a script, sys.path starts at bench/, not at the repository root.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.peers import POLICIES, Peer, PeerMissing, PeerRouter, require, start_peer, version
 from gtm.gpu_profiles import LLAMA_8B
 from gtm.net import free_port
 from gtm.stats import percentile
@@ -58,15 +74,25 @@ from gtm.testing.processes import STARTUP_TIMEOUT_S, start_listening
 from gtm.testing.processes import GtmProcess as Process
 
 WORKERS = 4
-BODY = {
-    "model": LLAMA_8B,
-    "messages": [{"role": "user", "content": "Hello, how are you today?"}],
-    "max_tokens": 1,
-}
+CHAT = "/v1/chat/completions"
+BODY_JSON = (
+    '{"model":"' + LLAMA_8B + '","messages":[{"role":"user","content":'
+    '"Hello, how are you today?"}],"max_tokens":1}'
+)
+#: One emulated worker (its seed is added): a 1-token answer costs it almost nothing.
+WORKER_ARGS = (
+    *("gpu-sim", "--port", "0", "--gpu-type", "H100"),
+    *("--speedup", "1000000", "--warmup-passes", "0"),
+)
+CONCURRENCY = (1, 16, 64)
+#: Length of one slice, s (the paths take turns slice by slice; wrk counts whole seconds).
+SLICE_S = 1
+#: Issue 5's targets, against nginx.
 TARGET_ADDED_P50_S = 1e-3
-TARGET_THROUGHPUT_RATIO = 0.5
-#: Length of one throughput slice, s (the paths take turns slice by slice).
-SLICE_S = 1.0
+TARGET_NGINX_RATIO = 0.5
+#: Issue 26's: at least sglang-router's requests/s, at most its added p50 and CPU.
+REFERENCE = Peer.SGLANG.value
+TARGET_REFERENCE_RATIO = 1.0
 
 NGINX_CONF = """\
 worker_processes 1;
@@ -98,11 +124,140 @@ http {{
 }}
 """
 
+#: wrk's script: the chat request, and one result line when done (latencies in µs).
+WRK_SCRIPT = """\
+wrk.method = "POST"
+wrk.body = '{body}'
+wrk.headers["Content-Type"] = "application/json"
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format("GTM-BENCH %d %d %.1f %.1f %d\\n", summary.requests,
+    summary.duration, latency:percentile(50), latency:percentile(99),
+    e.connect + e.read + e.write + e.status + e.timeout))
+end
+"""
+_WRK_RESULT = re.compile(r"GTM-BENCH (\d+) (\d+) ([\d.]+) ([\d.]+) (\d+)")
 
-def find_nginx() -> str | None:
-    return shutil.which("nginx") or next(
-        (p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if Path(p).exists()), None
+
+def find_binary(name: str) -> str | None:
+    return shutil.which(name) or next(
+        (p for d in ("/usr/sbin", "/usr/local/sbin") if Path(p := f"{d}/{name}").exists()),
+        None,
     )
+
+
+# ---------------------------------------------------------------------------- clients
+
+
+@dataclass(frozen=True, slots=True)
+class Slice:
+    """One closed-loop run against one path."""
+
+    requests: int
+    seconds: float
+    p50_s: float
+    p99_s: float
+
+
+class Client(Protocol):
+    name: str
+
+    async def run(self, url: str, concurrency: int, seconds: int) -> Slice: ...
+
+
+class WrkClient:
+    """``wrk`` with the chat request (one or two threads)."""
+
+    name = "wrk"
+
+    def __init__(self, wrk: str, directory: Path) -> None:
+        self._wrk = wrk
+        self._script = directory / "chat.lua"
+        self._script.write_text(WRK_SCRIPT.format(body=BODY_JSON))
+
+    async def run(self, url: str, concurrency: int, seconds: int) -> Slice:
+        args = [self._wrk, f"-t{min(2, concurrency)}", f"-c{concurrency}", f"-d{seconds}s"]
+        args += ["--timeout", "10s", "-s", str(self._script), url + CHAT]
+        proc = await asyncio.create_subprocess_exec(
+            *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+        )
+        out = (await proc.communicate())[0].decode(errors="replace")
+        match = _WRK_RESULT.search(out)
+        if match is None:
+            raise SystemExit(f"wrk against {url} printed no result:\n{out}")
+        requests, micros, p50, p99, errors = match.groups()
+        if int(errors):
+            raise SystemExit(f"{url}: {errors} failed requests (non-2xx or socket errors)")
+        return Slice(int(requests), int(micros) / 1e6, float(p50) / 1e6, float(p99) / 1e6)
+
+
+class PythonClient:
+    """An aiohttp closed loop (the fallback when wrk is missing; it costs the machine
+    more CPU per request than any proxy here)."""
+
+    name = "python (aiohttp)"
+
+    def __init__(self, http: aiohttp.ClientSession) -> None:
+        self._http = http
+
+    async def run(self, url: str, concurrency: int, seconds: int) -> Slice:
+        latencies: list[float] = []
+        deadline = time.perf_counter() + seconds
+        headers = {"Content-Type": "application/json"}
+
+        async def loop() -> None:
+            while time.perf_counter() < deadline:
+                start = time.perf_counter()
+                async with self._http.post(url + CHAT, data=BODY_JSON, headers=headers) as r:
+                    await r.read()
+                    if r.status != 200:
+                        raise SystemExit(f"{url}: HTTP {r.status}")
+                latencies.append(time.perf_counter() - start)
+
+        start = time.perf_counter()
+        async with asyncio.TaskGroup() as group:
+            for _ in range(concurrency):
+                group.create_task(loop())
+        elapsed = time.perf_counter() - start
+        return Slice(
+            len(latencies), elapsed, percentile(latencies, 0.5), percentile(latencies, 0.99)
+        )
+
+
+# ---------------------------------------------------------------------------- paths
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A path under test: its URL and the processes whose CPU is the proxy's."""
+
+    name: str
+    url: str
+    pids: tuple[int, ...] = ()
+
+
+def cpu_seconds(pids: Sequence[int]) -> float:
+    """User + system CPU time of these processes so far (``/proc/PID/stat``)."""
+    total = 0
+    for pid in pids:
+        # Fields after the ")" closing the command name: utime and stime are the 12th
+        # and 13th (proc(5): fields 14 and 15 of the line).
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def with_children(pid: int) -> list[int]:
+    """``pid`` and its child processes (nginx's master and its workers)."""
+    out = [pid]
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == pid:
+            out.append(int(stat.parent.name))
+    return out
 
 
 def write_nginx_conf(prefix: Path, workers: Sequence[str], port: int) -> Path:
@@ -139,66 +294,158 @@ async def start_nginx(nginx: str, workers: Sequence[str], prefix: Path) -> Proce
     return Process(proc, url)
 
 
-async def latencies(http: aiohttp.ClientSession, urls: Sequence[str], count: int) -> list[float]:
-    out = []
-    for i in range(count):
-        url = urls[i % len(urls)] + "/v1/chat/completions"
-        start = time.perf_counter()
-        async with http.post(url, json=BODY) as response:
-            await response.read()
-            if response.status != 200:
-                raise SystemExit(f"{url}: HTTP {response.status}")
-        out.append(time.perf_counter() - start)
+async def start_agent(urls: Sequence[str], loop: str, tree: Path | None = None) -> Process:
+    """``gtm zone`` in front of ``urls``; ``tree``: run another checkout's code (its
+    directory first on ``PYTHONPATH``, with its compiled modules in place)."""
+    args = ["zone", "--zone", "bench-a", "--region", "bench"]
+    args += ["--listen", f"127.0.0.1:{free_port('127.0.0.1')}", "--event-loop", loop]
+    for i, url in enumerate(urls):
+        args += ["--worker", f"{url},gpu=H100,id=gpu-{i}"]
+    if tree is None:
+        return await start_listening(args)
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    return await start_listening(args, env=env, cwd=str(tree))
+
+
+# ---------------------------------------------------------------------------- measuring
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """One path at one concurrency in one repetition."""
+
+    rps: float
+    p50_s: float
+    p99_s: float
+    #: The proxy's CPU seconds per request (None: the direct path).
+    cpu_s: float | None
+    #: Requests/s of each slice, in order (paired with other paths' slices).
+    slices: tuple[float, ...]
+
+
+Round = dict[tuple[str, int], Figures]
+
+
+async def measure_round(
+    client: Client,
+    targets: Sequence[Target],
+    concurrencies: Sequence[int],
+    slices: int,
+    order: int,
+) -> Round:
+    # Rotate the order each repetition, so no path always runs first (or last).
+    k = order % len(targets)
+    names = [*targets[k:], *targets[:k]]
+    out: Round = {}
+    for concurrency in concurrencies:
+        runs: dict[str, list[Slice]] = {t.name: [] for t in names}
+        cpu = dict.fromkeys(runs, 0.0)
+        for _ in range(slices):
+            for target in names:
+                before = cpu_seconds(target.pids)
+                runs[target.name].append(await client.run(target.url, concurrency, SLICE_S))
+                cpu[target.name] += cpu_seconds(target.pids) - before
+        for target in names:
+            done = runs[target.name]
+            requests = sum(s.requests for s in done)
+            out[target.name, concurrency] = Figures(
+                rps=requests / sum(s.seconds for s in done),
+                p50_s=statistics.median(s.p50_s for s in done),
+                p99_s=statistics.median(s.p99_s for s in done),
+                cpu_s=cpu[target.name] / max(1, requests) if target.pids else None,
+                slices=tuple(s.requests / s.seconds for s in done),
+            )
     return out
 
 
-def cpu_seconds(pids: Sequence[int]) -> float:
-    """User + system CPU time of these processes so far (``/proc/PID/stat``)."""
-    total = 0
-    for pid in pids:
-        # Fields after the ")" closing the command name: utime and stime are the 12th
-        # and 13th (proc(5): fields 14 and 15 of the line).
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+async def warm_up(client: Client, targets: Sequence[Target], concurrencies: Sequence[int]) -> None:
+    """Pools, caches and code paths: one slice per path and concurrency."""
+    for target in targets:
+        for concurrency in concurrencies:
+            await client.run(target.url, concurrency, SLICE_S)
 
 
-def with_children(pid: int) -> list[int]:
-    """``pid`` and its child processes (nginx's master and its workers)."""
-    out = [pid]
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+# ---------------------------------------------------------------------------- the run
+
+
+@dataclass
+class Setup:
+    smoke: bool
+    concurrencies: tuple[int, ...]
+    repeat: int
+    baseline: Path | None
+    with_asyncio: bool
+
+
+async def start_peers(urls: Sequence[str], smoke: bool, notes: list[str]) -> list[PeerRouter]:
+    routers = []
+    for peer in Peer:
         try:
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
+            require(peer)
+        except PeerMissing as exc:
+            if not smoke:
+                raise SystemExit(str(exc)) from None
+            notes.append(f"{peer.value} not installed: not run (smoke mode)")
             continue
-        if ppid == pid:
-            out.append(int(stat.parent.name))
-    return out
+        routers.append(await start_peer(peer, POLICIES[peer][0], urls))
+    return routers
 
 
-async def throughput(
-    http: aiohttp.ClientSession, urls: Sequence[str], concurrency: int, seconds: float
-) -> tuple[float, int]:
-    """Requests/s of a closed loop, and how many requests were done."""
-    done = 0
-    deadline = time.perf_counter() + seconds
+async def run(setup: Setup) -> int:
+    wrk, nginx = find_binary("wrk"), find_binary("nginx")
+    missing = [name for name, path in (("wrk", wrk), ("nginx", nginx)) if path is None]
+    if missing and not setup.smoke:
+        print(f"not found: {', '.join(missing)} (Debian: apt-get install -y {' '.join(missing)})")
+        return 2
+    notes: list[str] = []
+    workers = [await start_listening([*WORKER_ARGS, "--seed", str(i)]) for i in range(WORKERS)]
+    urls = [w.url for w in workers]
+    procs: list[Process] = list(workers)
+    routers: list[PeerRouter] = []
+    rounds: list[Round] = []
+    with tempfile.TemporaryDirectory(prefix="gtm-bench-proxy-") as tmp:
+        try:
+            targets = [Target("direct", urls[0])]
+            agents: dict[str, tuple[str, Path | None]] = {"agent": ("uvloop", None)}
+            if setup.baseline is not None:
+                agents["agent-base"] = ("uvloop", setup.baseline)
+            if setup.with_asyncio:
+                agents["agent-asyncio"] = ("asyncio", None)
+            for name, (loop, tree) in agents.items():
+                procs.append(await start_agent(urls, loop, tree))
+                targets.append(Target(name, procs[-1].url, (procs[-1].proc.pid,)))
+            routers = await start_peers(urls, setup.smoke, notes)
+            targets += [Target(r.peer.value, r.url, (r.pid,)) for r in routers]
+            if nginx is not None:
+                (Path(tmp) / "nginx").mkdir()
+                procs.append(await start_nginx(nginx, urls, Path(tmp) / "nginx"))
+                pids = tuple(with_children(procs[-1].proc.pid))
+                targets.append(Target("nginx", procs[-1].url, pids))
+            else:
+                notes.append("nginx not found: not run (smoke mode)")
+            async with aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=max(setup.concurrencies))
+            ) as http:
+                client: Client = WrkClient(wrk, Path(tmp)) if wrk else PythonClient(http)
+                if wrk is None:
+                    notes.append("wrk not found: a Python client drove the load (smoke mode)")
+                await warm_up(client, targets, setup.concurrencies)
+                slices = 1 if setup.smoke else 4
+                for k in range(setup.repeat):
+                    rounds.append(
+                        await measure_round(client, targets, setup.concurrencies, slices, k)
+                    )
+                    print(f"  repetition {k + 1}/{setup.repeat} done", file=sys.stderr, flush=True)
+        finally:
+            for router in routers:
+                await router.stop()
+            for proc in reversed(procs):
+                await proc.stop()
+    report([t.name for t in targets], rounds, setup, client.name, notes)
+    return 0
 
-    async def client(k: int) -> None:
-        nonlocal done
-        i = k
-        while time.perf_counter() < deadline:
-            async with http.post(urls[i % len(urls)] + "/v1/chat/completions", json=BODY) as r:
-                await r.read()
-                if r.status != 200:
-                    raise SystemExit(f"HTTP {r.status}")
-            done += 1
-            i += 1
 
-    start = time.perf_counter()
-    async with asyncio.TaskGroup() as group:
-        for k in range(concurrency):
-            group.create_task(client(k))
-    return done / (time.perf_counter() - start), done
+# ---------------------------------------------------------------------------- report
 
 
 def ms(seconds: float) -> str:
@@ -211,197 +458,164 @@ def span(values: Sequence[float], fmt: Callable[[float], str]) -> str:
     return fmt(low) if len(values) == 1 else f"{fmt(low)}–{fmt(high)}"
 
 
-async def start_agent(urls: Sequence[str], loop: str) -> Process:
-    args = [
-        "zone",
-        "--zone",
-        "bench-a",
-        "--region",
-        "bench",
-        "--listen",
-        f"127.0.0.1:{free_port('127.0.0.1')}",
-        "--event-loop",
-        loop,
+def _ratio(x: float) -> str:
+    return f"{x:.2f}"
+
+
+def _count(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+def paired(rounds: Sequence[Round], a: str, b: str, concurrency: int) -> list[float]:
+    """``a``'s requests/s over ``b``'s in each pair of adjacent slices, all repetitions."""
+    return [
+        x / y
+        for r in rounds
+        for x, y in zip(r[a, concurrency].slices, r[b, concurrency].slices, strict=True)
+        if y
     ]
-    for i, url in enumerate(urls):
-        args += ["--worker", f"{url},gpu=H100,id=gpu-{i}"]
-    return await start_listening(args)
 
 
-@dataclass
-class Round:
-    """One repetition's figures per target."""
-
-    p50: dict[str, float]
-    p99: dict[str, float]
-    rps: dict[str, float]
-    #: The proxy's own CPU time per request in the throughput phase, seconds.
-    cpu: dict[str, float]
-    #: Per agent, its requests/s over nginx's in each pair of adjacent slices.
-    ratios: dict[str, list[float]]
-
-
-async def measure_round(
-    http: aiohttp.ClientSession,
-    targets: dict[str, list[str]],
-    count: int,
-    seconds: float,
-    concurrency: int,
-    order: int,
-    pids: dict[str, list[int]],
-) -> Round:
-    # Rotate the order each repetition, so no target always runs first (or last).
-    names = list(targets)
-    names = names[order % len(names) :] + names[: order % len(names)]
-    p50, p99 = {}, {}
-    for name in names:
-        lat = await latencies(http, targets[name], count)
-        p50[name], p99[name] = percentile(lat, 0.5), percentile(lat, 0.99)
-    done = dict.fromkeys(names, 0)
-    cpu_s = dict.fromkeys(names, 0.0)
-    per_slice: dict[str, list[float]] = {name: [] for name in names}
-    slices = max(1, round(seconds / SLICE_S))
-    for _ in range(slices):
+def report(
+    names: Sequence[str], rounds: Sequence[Round], setup: Setup, client: str, notes: list[str]
+) -> None:
+    print(
+        f"zone agent vs peers, {WORKERS} emulated H100 workers, client {client}, "
+        f"{len(rounds)} repetition(s), ranges over repetitions "
+        f"({'smoke' if setup.smoke else 'full'})"
+    )
+    for concurrency in setup.concurrencies:
+        print(f"\nconcurrency {concurrency}")
+        print(
+            f"{'path':>14} {'p50 ms':>13} {'p99 ms':>15} {'added p50':>13} {'added p99':>15}"
+            f" {'req/s':>13} {'CPU µs/req':>11}"
+        )
         for name in names:
-            before = cpu_seconds(pids[name]) if name in pids else 0.0
-            rate, n = await throughput(http, targets[name], concurrency, seconds / slices)
-            per_slice[name].append(rate)
-            done[name] += n
-            if name in pids:
-                cpu_s[name] += cpu_seconds(pids[name]) - before
-    rps = {name: statistics.fmean(per_slice[name]) for name in names}
-    cpu = {name: cpu_s[name] / max(1, done[name]) for name in names if name in pids}
-    ratios = {
-        agent: [a / b for a, b in zip(per_slice[agent], per_slice["nginx"], strict=True) if b]
-        for agent in AGENTS
-        if "nginx" in per_slice and agent in per_slice
-    }
-    return Round(p50, p99, rps, cpu, ratios)
-
-
-async def run(smoke: bool, concurrency: int, repeat: int) -> int:
-    nginx = find_nginx()
-    if nginx is None and not smoke:
-        print("nginx not found: install it (Debian: apt-get install -y nginx)", file=sys.stderr)
-        return 2
-    count = 100 if smoke else 1_000
-    seconds = 1.0 if smoke else 4.0
-    workers = [
-        await start_listening(
-            [
-                "gpu-sim",
-                "--port",
-                "0",
-                "--gpu-type",
-                "H100",
-                "--speedup",
-                "1000000",
-                "--warmup-passes",
-                "0",
-                "--seed",
-                str(i),
+            got = [r[name, concurrency] for r in rounds]
+            base = [r["direct", concurrency] for r in rounds]
+            cpu = [g.cpu_s * 1e6 for g in got if g.cpu_s is not None]
+            print(
+                f"{name:>14} {span([g.p50_s for g in got], ms):>13}"
+                f" {span([g.p99_s for g in got], ms):>15}"
+                f" {span([g.p50_s - d.p50_s for g, d in zip(got, base, strict=True)], ms):>13}"
+                f" {span([g.p99_s - d.p99_s for g, d in zip(got, base, strict=True)], ms):>15}"
+                f" {span([g.rps for g in got], _count):>13}"
+                f" {span(cpu, _count) if cpu else '':>11}"
+            )
+    agents = [n for n in names if n.startswith("agent")]
+    for agent in agents:
+        print()
+        if REFERENCE in names:
+            verdicts_vs_reference(agent, rounds, setup.concurrencies)
+        if "nginx" in names:
+            verdicts_vs_nginx(agent, rounds, setup.concurrencies)
+    if "agent-base" in names:
+        print()
+        for concurrency in setup.concurrencies:
+            cpu = [
+                new / old
+                for r in rounds
+                if (new := r["agent", concurrency].cpu_s) is not None
+                and (old := r["agent-base", concurrency].cpu_s)
             ]
-        )
-        for i in range(WORKERS)
-    ]
-    urls = [w.url for w in workers]
-    procs = list(workers)
-    rounds: list[Round] = []
-    with tempfile.TemporaryDirectory(prefix="gtm-bench-nginx-") as tmp:
-        try:
-            targets: dict[str, list[str]] = {"direct": urls}
-            pids: dict[str, list[int]] = {}
-            for name, loop in AGENTS.items():
-                agent = await start_agent(urls, loop)
-                procs.append(agent)
-                targets[name] = [agent.url]
-                pids[name] = [agent.proc.pid]
-            if nginx is not None:
-                procs.append(await start_nginx(nginx, urls, Path(tmp)))
-                targets["nginx"] = [procs[-1].url]
-                pids["nginx"] = with_children(procs[-1].proc.pid)
-            connector = aiohttp.TCPConnector(limit=concurrency)
-            async with aiohttp.ClientSession(connector=connector) as http:
-                # Warm up pools, caches and code paths: sequential, then concurrent.
-                for target in targets.values():
-                    await latencies(http, target, 20 if smoke else 200)
-                    await throughput(http, target, concurrency, 0.2 if smoke else 1.0)
-                for k in range(repeat):
-                    rounds.append(
-                        await measure_round(http, targets, count, seconds, concurrency, k, pids)
-                    )
-                    print(f"  repetition {k + 1}/{repeat} done", file=sys.stderr, flush=True)
-        finally:
-            for proc in reversed(procs):
-                await proc.stop()
-    report(targets, rounds, smoke)
-    return 0
+            rate = paired(rounds, "agent", "agent-base", concurrency)
+            print(
+                f"agent vs agent-base at concurrency {concurrency}: CPU per request "
+                f"{span(cpu, _ratio)} ×, requests/s median {statistics.median(rate):.2f} × "
+                f"(paired slices {span(rate, _ratio)})"
+            )
+    for note in notes:
+        print(note)
 
 
-#: The agents measured: gtm zone on uvloop (what it runs when installed) and on
-#: asyncio's own loop (the fallback).
-AGENTS = {"agent": "uvloop", "agent-asyncio": "asyncio"}
-
-
-def report(targets: dict[str, list[str]], rounds: list[Round], smoke: bool) -> None:
-    print(
-        f"zone agent vs nginx, {WORKERS} emulated H100 workers, one process each "
-        f"(gtm zone; nginx worker_processes 1), {len(rounds)} repetition(s), "
-        f"ranges over repetitions ({'smoke' if smoke else 'full'})"
-    )
-    print(
-        f"{'path':>14} {'p50 ms':>13} {'p99 ms':>13} {'added p50':>13} {'added p99':>13}"
-        f" {'req/s':>13} {'CPU µs/req':>13}"
-    )
-    for name in targets:
-        added50 = [r.p50[name] - r.p50["direct"] for r in rounds]
-        added99 = [r.p99[name] - r.p99["direct"] for r in rounds]
-        cpu = [r.cpu[name] * 1e6 for r in rounds if name in r.cpu]
+def verdicts_vs_reference(
+    agent: str, rounds: Sequence[Round], concurrencies: Sequence[int]
+) -> None:
+    """Issue 26's targets: requests/s, added p50 (concurrency 1) and CPU per request
+    against sglang-router's."""
+    for concurrency in concurrencies:
+        rate = paired(rounds, agent, REFERENCE, concurrency)
+        median = statistics.median(rate)
+        met = "met" if median >= TARGET_REFERENCE_RATIO else "MISSED"
         print(
-            f"{name:>14} {span([r.p50[name] for r in rounds], ms):>13}"
-            f" {span([r.p99[name] for r in rounds], ms):>13} {span(added50, ms):>13}"
-            f" {span(added99, ms):>13} {span([r.rps[name] for r in rounds], '{:,.0f}'.format):>13}"
-            f" {span(cpu, '{:,.0f}'.format) if cpu else '':>13}"
+            f"target: {agent} requests/s ≥ 1 × {REFERENCE}'s at concurrency {concurrency}: "
+            f"median {median:.2f} × over {len(rate)} paired slices "
+            f"(range {span(rate, _ratio)}), {met}"
         )
-    for agent in AGENTS:
-        added = [r.p50[agent] - r.p50["direct"] for r in rounds]
-        met = sum(a < TARGET_ADDED_P50_S for a in added)
+    lowest = min(concurrencies)
+    ours = [r[agent, lowest].p50_s - r["direct", lowest].p50_s for r in rounds]
+    theirs = [r[REFERENCE, lowest].p50_s - r["direct", lowest].p50_s for r in rounds]
+    met = "met" if statistics.median(ours) <= statistics.median(theirs) else "MISSED"
+    print(
+        f"target: {agent} added p50 ≤ {REFERENCE}'s at concurrency {lowest}: "
+        f"{span(ours, ms)} ms vs {span(theirs, ms)} ms, {met}"
+    )
+    for concurrency in concurrencies:
+        cpu = [
+            ours_cpu / theirs_cpu
+            for r in rounds
+            if (ours_cpu := r[agent, concurrency].cpu_s) is not None
+            and (theirs_cpu := r[REFERENCE, concurrency].cpu_s)
+        ]
+        met = "met" if cpu and statistics.median(cpu) <= 1.0 else "MISSED"
         print(
-            f"target: {agent} added latency p50 < 1 ms: {span(added, ms)} ms, "
-            f"met in {met}/{len(rounds)} repetitions"
+            f"target: {agent} CPU per request ≤ {REFERENCE}'s at concurrency {concurrency}: "
+            f"{agent} / {REFERENCE} = {span(cpu, _ratio)} ×, {met}"
         )
-        if "nginx" in targets:
-            ratios = [x for r in rounds for x in r.ratios.get(agent, [])]
-            if ratios:
-                median = statistics.median(ratios)
-                verdict = "met" if median >= TARGET_THROUGHPUT_RATIO else "MISSED"
-                print(
-                    f"target: {agent} throughput ≥ 0.5 × nginx: median {median:.2f} × over "
-                    f"{len(ratios)} paired slices (range {span(ratios, '{:.2f}'.format)}), "
-                    f"{verdict}"
-                )
-            # CPU per request bounds a proxy's throughput per core, whatever the client
-            # manages to send, and swings far less than requests/s on a busy machine.
-            cpu = [r.cpu["nginx"] / r.cpu[agent] for r in rounds if r.cpu[agent] > 0]
-            if cpu:
-                print(
-                    f"{agent} CPU per request vs nginx's: nginx / agent = "
-                    f"{span(cpu, '{:.2f}'.format)} ×"
-                )
-    if "nginx" not in targets:
-        print("nginx not found: the peer comparison was not run (smoke mode)")
+
+
+def verdicts_vs_nginx(agent: str, rounds: Sequence[Round], concurrencies: Sequence[int]) -> None:
+    """Issue 5's targets: added p50 < 1 ms at concurrency 1; requests/s ≥ 0.5 × nginx."""
+    lowest = min(concurrencies)
+    added = [r[agent, lowest].p50_s - r["direct", lowest].p50_s for r in rounds]
+    met = sum(a < TARGET_ADDED_P50_S for a in added)
+    print(
+        f"target: {agent} added p50 < 1 ms at concurrency {lowest}: {span(added, ms)} ms, "
+        f"met in {met}/{len(rounds)} repetitions"
+    )
+    rate = [x for c in concurrencies for x in paired(rounds, agent, "nginx", c)]
+    median = statistics.median(rate)
+    print(
+        f"target: {agent} requests/s ≥ 0.5 × nginx's: median {median:.2f} × over "
+        f"{len(rate)} paired slices (range {span(rate, _ratio)}), "
+        f"{'met' if median >= TARGET_NGINX_RATIO else 'MISSED'}"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="a few-second run for CI")
-    parser.add_argument("--concurrency", type=int, default=32, help="closed-loop clients")
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        action="append",
+        help=f"closed-loop clients (repeatable; default {', '.join(map(str, CONCURRENCY))})",
+    )
     parser.add_argument(
         "--repeat", type=int, default=None, help="repetitions (default: 3; 1 with --smoke)"
     )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="another checkout whose agent runs beside this one's (agent-base)",
+    )
+    parser.add_argument(
+        "--with-asyncio", action="store_true", help="also the agent on asyncio's own loop"
+    )
     args = parser.parse_args()
-    repeat = args.repeat or (1 if args.smoke else 3)
-    sys.exit(asyncio.run(run(args.smoke, args.concurrency, repeat)))
+    concurrencies = tuple(args.concurrency or ((1, 16) if args.smoke else CONCURRENCY))
+    setup = Setup(
+        smoke=args.smoke,
+        concurrencies=concurrencies,
+        repeat=args.repeat or (1 if args.smoke else 3),
+        baseline=args.baseline.resolve() if args.baseline else None,
+        with_asyncio=args.with_asyncio,
+    )
+    for peer in Peer:
+        if version(peer):
+            print(f"{peer.value} {version(peer)}", file=sys.stderr)
+    sys.exit(asyncio.run(run(setup)))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gtm.errors import GtmError
@@ -41,10 +41,15 @@ class GtmProcess:
 
 
 async def start_listening(
-    args: Sequence[str], *, timeout_s: float = STARTUP_TIMEOUT_S
+    args: Sequence[str],
+    *,
+    timeout_s: float = STARTUP_TIMEOUT_S,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
 ) -> GtmProcess:
     """Run ``python -m gtmctl --log-level warning ARGS`` and wait for its first stdout
-    line, which must say ``listening on URL``."""
+    line, which must say ``listening on URL``. ``env`` and ``cwd``: the child's (default:
+    this process's), e.g. another checkout's tree first on ``PYTHONPATH``."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -54,6 +59,8 @@ async def start_listening(
         *args,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.DEVNULL,
+        env=None if env is None else dict(env),
+        cwd=cwd,
     )
     assert proc.stdout is not None
     try:

@@ -14,6 +14,7 @@ from gtm.logs import (
     JsonFormatter,
     LogFormat,
     TextFormatter,
+    _text_value,
     announce,
     configure,
     configured_format,
@@ -86,6 +87,14 @@ def test_a_text_line_adds_extra_fields_as_key_value_and_quotes_what_would_split_
     assert line.endswith(' hello world request_id=r1 path=/v1/x note="two words" ok=true'), line
     assert "tenant" not in line
     assert "zone" not in line
+
+
+def test_a_text_value_is_quoted_exactly_when_a_character_is_whitespace_a_quote_or_equals() -> None:
+    # The one-scan check agrees with str.isspace on every code point (Unicode spaces too).
+    for code in range(sys.maxunicode + 1):
+        char = chr(code)
+        quoted = _text_value(f"a{char}b") != f"a{char}b"
+        assert quoted == (char.isspace() or char in '"='), hex(code)
 
 
 def test_fields_are_the_extras_in_the_order_given() -> None:
