@@ -96,7 +96,9 @@ def _relevant(text: str) -> str:
             parts = line.split(" ", 3)
             if len(parts) >= 3 and parts[2].startswith(_PREFIXES):
                 keep.append(line)
-        elif line.startswith(_PREFIXES) and "_bucket" not in line and "_created" not in line:
+        # Buckets first: most of an exposition's lines, dropped by one substring test
+        # before they would be tried against every engine's prefixes.
+        elif "_bucket" not in line and "_created" not in line and line.startswith(_PREFIXES):
             keep.append(line)
     keep.append("")
     return "\n".join(keep)
