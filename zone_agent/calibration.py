@@ -173,9 +173,12 @@ class _Samples:
         self.pending_expected += expected
         self.pending_measured += measured
         if self.pending_weight >= minimum and self.pending_measured > 0:
-            self.values.append((now, self.pending_expected / self.pending_measured))
+            self.record(now, self.pending_expected / self.pending_measured)
             self.pending_weight = self.pending_expected = self.pending_measured = 0.0
-            self.dirty = True
+
+    def record(self, now: float, factor: float) -> None:
+        self.values.append((now, factor))
+        self.dirty = True
 
     def factor(self, now: float, minimum_samples: int) -> float | None:
         while self.values and now - self.values[0][0] > MAX_SAMPLE_AGE_S:
@@ -198,8 +201,8 @@ class _WorkerState:
     last: ModelMetrics | None = None
     prefill: _Samples = field(default_factory=_Samples)
     decode: _Samples = field(default_factory=_Samples)
-    #: The prefill rate measured over the last sample's requests, tokens/s (for the log).
-    measured_rate: float | None = None
+    #: Prefill deltas since the last prefill sample.
+    pending: PrefillCounters = PrefillCounters(0.0, 0.0, 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,25 +273,38 @@ class Calibrator:
         self, state: _WorkerState, last: ModelMetrics, now_m: ModelMetrics, now: float
     ) -> None:
         before, after = prefill_counters(last), prefill_counters(now_m)
-        if before is None or after is None:
+        if after is None:
             return
+        if before is None:
+            # An engine writes a labelled histogram's series at its first observation:
+            # absent before means zero (the worker's first requests are not lost).
+            before = PrefillCounters(0.0, 0.0, 0.0)
         requests = after.requests - before.requests
-        seconds = after.seconds - before.seconds
         tokens = after.tokens - before.tokens
-        if requests < 0 or seconds < 0 or tokens < 0:
+        if requests < 0 or tokens < 0:
             return  # a counter went down: the engine restarted; this scrape is the baseline
-        if requests == 0 or seconds <= 0:
+        # Deltas add up until a sample holds MIN_REQUESTS requests: the engines observe a
+        # request's figures at slightly different moments (SGLang: TTFT at the first
+        # token, queue time when scheduled), so one scrape's deltas may not line up;
+        # their sums over several requests do.
+        p = state.pending
+        p = state.pending = PrefillCounters(
+            p.requests + requests, p.seconds + after.seconds - before.seconds, p.tokens + tokens
+        )
+        if p.requests < MIN_REQUESTS:
             return
+        state.pending = PrefillCounters(0.0, 0.0, 0.0)
         ref = state.reference
-        per_request = max(1, round(tokens / requests))
-        if per_request < COMPUTE_BOUND_MARGIN * ref.weight_read_s * ref.prefill_tokens_per_s:
+        per_request = max(1, round(p.tokens / p.requests))
+        if p.seconds <= 0 or per_request < (
+            COMPUTE_BOUND_MARGIN * ref.weight_read_s * ref.prefill_tokens_per_s
+        ):
             return  # memory-bound prompts: they measure bandwidth, not the prefill rate
         # Compare what scales with the hardware: the fixed per-pass overhead is neither.
-        passes = requests * math.ceil(per_request / ref.max_num_batched_tokens)
+        passes = p.requests * math.ceil(per_request / ref.max_num_batched_tokens)
         fixed = passes * ref.step_overhead_s
-        expected = requests * ref.prefill_time_s(per_request) - fixed
-        state.prefill.add(requests, expected, _variable(seconds, fixed), MIN_REQUESTS, now)
-        state.measured_rate = tokens / seconds if tokens > 0 else state.measured_rate
+        expected = p.requests * ref.prefill_time_s(per_request) - fixed
+        state.prefill.record(now, expected / _variable(p.seconds, fixed))
 
     def _observe_decode(
         self, state: _WorkerState, last: ModelMetrics, now_m: ModelMetrics, now: float

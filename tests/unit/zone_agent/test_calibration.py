@@ -130,6 +130,17 @@ def test_too_few_requests_never_calibrate() -> None:
     assert cal.priced("gpu-0", "X1", LLAMA_8B, 31.0).source is ProfileSource.CALIBRATED
 
 
+def test_a_series_that_appears_counts_from_zero() -> None:
+    """vLLM writes a labelled histogram at its first observation: before, it is absent."""
+    cal = Calibrator(shipped())
+    fake = FakeWorker(H100)
+    cal.observe("gpu-0", "X1", LLAMA_8B, ModelMetrics(running=0), 0.0)
+    fake.serve(MIN_REQUESTS)
+    cal.observe("gpu-0", "X1", LLAMA_8B, fake.metrics(), 1.0)
+    _run(cal, fake, "X1", scrapes=MIN_SAMPLES - 1, per_scrape=MIN_REQUESTS)
+    assert cal.priced("gpu-0", "X1", LLAMA_8B, 9.0).source is ProfileSource.CALIBRATED
+
+
 def test_a_counter_reset_is_a_new_baseline_not_a_sample() -> None:
     cal = Calibrator(shipped())
     fake = FakeWorker(H100)
