@@ -37,7 +37,7 @@ import asyncio
 import json
 import logging
 import math
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -68,6 +68,8 @@ log = logging.getLogger(__name__)
 KEY_MEMORY = 1 << 18
 #: Engine hashes remembered per GPU (what it reported stored and has not evicted).
 ENGINE_MEMORY = 1 << 20
+#: Prompts waiting to be mapped, and prompts remembered as mapped (not tokenized again).
+PENDING_MEMORY = 4096
 #: Seconds a replay answer may take before the stream is declared stale.
 REPLAY_TIMEOUT_S = 5.0
 
@@ -203,6 +205,29 @@ class KVEventSource:
         self._texts: OrderedDict[int, tuple[int, ...]] = OrderedDict()
         #: Per slot: engine hash → token-block key, for the blocks it holds.
         self._keys: dict[int, OrderedDict[int, int]] = {}
+        #: Prompts sent and not yet mapped (:meth:`defer`), at most PENDING_MEMORY.
+        self._pending: deque[tuple[Callable[[], tuple[int, ...]], int, tuple[int, ...]]] = deque(
+            maxlen=PENDING_MEMORY
+        )
+        #: (last text block, blocks, block size) of the prompts deferred lately.
+        self._mapped: OrderedDict[tuple[int, int, int], None] = OrderedDict()
+
+    def defer(
+        self,
+        tokens: Callable[[], tuple[int, ...]],
+        block_size: int,
+        text_hashes: tuple[int, ...],
+    ) -> None:
+        """:meth:`sent`, with the tokenization (``tokens()``) done when the next batch of
+        events is applied: off the request's path, once per prompt (a prompt whose text
+        blocks were mapped lately is not tokenized again)."""
+        tail = (text_hashes[-1], len(text_hashes), block_size) if text_hashes else None
+        if tail is None or tail in self._mapped:
+            return
+        self._mapped[tail] = None
+        while len(self._mapped) > PENDING_MEMORY:
+            self._mapped.popitem(last=False)
+        self._pending.append((tokens, block_size, text_hashes))
 
     def sent(
         self, token_ids: tuple[int, ...], block_size: int, text_hashes: tuple[int, ...]
@@ -224,7 +249,14 @@ class KVEventSource:
             texts.popitem(last=False)
 
     def apply(self, slot: int, batch: EventBatch) -> Applied:
-        """Apply one batch of ``slot``'s events to the index."""
+        """Apply one batch of ``slot``'s events to the index (the prompts deferred
+        since are mapped first: their blocks' events follow their sending)."""
+        pending = self._pending
+        while pending:
+            tokens, block_size, text_hashes = pending.popleft()
+            ids = tokens()
+            if ids:
+                self.sent(ids, block_size, text_hashes)
         keys = self._keys.setdefault(slot, OrderedDict())
         orphans = 0
         for event in batch.events:
@@ -475,11 +507,9 @@ class ZoneKVEvents:
 
     def sent(self, raw: bytes, facts: ZoneRequest, block_size: int) -> None:
         """A request's body was sent to a GPU: map its token blocks to its text blocks."""
-        if not facts.prefix_hashes:
-            return
-        tokens = engine_tokens(raw, facts.endpoint)
-        if tokens:
-            self.source.sent(tokens, block_size, facts.prefix_hashes)
+        if facts.prefix_hashes:
+            endpoint = facts.endpoint
+            self.source.defer(lambda: engine_tokens(raw, endpoint), block_size, facts.prefix_hashes)
 
     def close(self) -> None:
         """After the supervisor's tasks are cancelled: close the ZeroMQ context."""

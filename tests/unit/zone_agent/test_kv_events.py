@@ -140,3 +140,21 @@ def test_endpoints_from_patterns_and_labels() -> None:
     for bad in ("tcp://{hostname}:1", "http://{host}:1", "tcp://{0}:1"):
         with pytest.raises(ValidationError):
             KVEventsSource(endpoint=bad)
+
+
+def test_deferred_prompts_are_tokenized_once_when_events_come() -> None:
+    engine = EngineBlocks()
+    source = KVEventSource(engine)
+    index = EvictingDictPrefixIndex(engine)
+    calls: list[int] = []
+
+    def tokens() -> tuple[int, ...]:
+        calls.append(1)
+        return TOKENS
+
+    for _ in range(3):  # the same prompt three times (retries, n > 1, a repeat)
+        source.defer(tokens, BS, TEXT)
+    assert calls == []  # nothing on the request's path
+    source.apply(1, _batch(BlockStored(KEYS, None, TOKENS, BS)))
+    assert calls == [1]
+    assert index.match_groups(TEXT) == [(3, 1 << 1)]
