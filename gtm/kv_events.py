@@ -43,11 +43,17 @@ Block hashes
     over canonical CBOR, ...) and block 0's parent ``NONE_HASH`` (a seed from
     ``PYTHONHASHSEED``, random when unset) — ``vllm/v1/core/kv_cache_utils.py``. The
     published ``block_hashes`` are the engine's own (an int, or the low 8 bytes of the
-    digest as an int: ``ExternalBlockHash``), so consumers do not reproduce them: llm-d's
-    indexer and vllm-router (``src/kv_index/local_hash.rs``) hash the event's
-    ``token_ids`` again with their own function and keep the engine hash only to apply a
-    later ``BlockRemoved``. A router therefore needs the engine's *tokenization* of a
-    prompt, never its hash seed. gtm does the same (:mod:`zone_agent.kv_events`).
+    digest as an int: ``ExternalBlockHash``), so consumers do not reproduce them. They
+    hash the event's ``token_ids`` again with their own function and keep the engine
+    hash only to apply a later ``BlockRemoved``: llm-d (llm-d/llm-d-kv-cache
+    ``pkg/kvcache/kvblock/token_processor.go``: FNV-64a over canonical CBOR of
+    ``[parent, tokens, extra]``, chained from a seed), vllm-router
+    (``src/kv_index/local_hash.rs``: SHA-256 of each block's tokens), Dynamo (ai-dynamo/
+    dynamo ``lib/kv-router``: XXH3-64, seed 1337, of each block's little-endian u32
+    tokens, walked in a radix tree where the engine's hash is an opaque id). Each scores
+    a worker by the longest run of the prompt's leading blocks it holds. A router
+    therefore needs the engine's *tokenization* of a prompt, never its hash seed. gtm
+    does the same (:mod:`zone_agent.kv_events`).
 """
 
 from __future__ import annotations
