@@ -3,6 +3,7 @@
 ``zone_agent.scrape`` reads every engine's names in one pass over a worker's
 ``/metrics`` and keeps the flavour whose names it saw most (see ``scrape.parse_metrics``).
 The order of ``ENGINES`` breaks ties: an engine's own names before a wrapper's.
+ARCHITECTURE §7 tables which names each engine gives for each figure, and which it lacks.
 """
 
 from __future__ import annotations
