@@ -179,6 +179,13 @@ EXIT_INTERRUPTED = 130
     "every zone agent the file (gtm zone --worker-api-key-file), as in production: the "
     "workers then take requests from the zone agents only, never a tenant's key.",
 )
+@click.option(
+    "--gpu-profiles",
+    multiple=True,
+    type=click.Path(exists=True, resolve_path=True),
+    help="GPU performance profiles (a YAML file or a directory of them; repeatable) given "
+    "to every zone agent (gtm zone --gpu-profiles), over the shipped ones.",
+)
 @zone_options(prefix="dns-")
 @click.option(
     "--print-topology",
@@ -221,6 +228,7 @@ def up(print_topology: bool, admin_dir: Path | None, **options: Any) -> None:
             tls_dir=options["tls_dir"],
             policy_profile=options["policy_profile"],
             worker_api_key_file=options["worker_api_key_file"],
+            gpu_profiles=tuple(options["gpu_profiles"]),
         )
     except ValidationError as exc:
         first = exc.errors()[0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -13,6 +14,7 @@ from global_lb.dns.zone_config import ZoneConfig
 from gtm.cli_types import host_port
 from gtm.errors import ConfigError
 from gtm.models import Frozen
+from gtm.profile_files import operator_catalog
 from gtm.state.url import StoreKind, parse_state_url
 from gtmctl.up.control import LinkKind
 from gtmctl.up.policy_profile import TierPolicy, tier_policy
@@ -98,6 +100,9 @@ class UpConfig(Frozen):
     #: The emulated workers' API key (vLLM's --api-key), given to every zone agent as
     #: ``gtm zone --worker-api-key-file`` (None: workers take requests without a key).
     worker_api_key_file: str | None = None
+    #: Operator's GPU profile files or directories, given to every zone agent
+    #: (``gtm zone --gpu-profiles``); empty: the shipped profiles alone.
+    gpu_profiles: tuple[str, ...] = ()
 
     # ConfigError becomes ValueError: pydantic reports it as a validation error of the
     # field (one line naming the option), not an exception escaping the model.
@@ -108,6 +113,15 @@ class UpConfig(Frozen):
             return str(parse_state_url(value))
         except ConfigError as exc:
             raise ValueError(str(exc)) from None
+
+    @field_validator("gpu_profiles")
+    @classmethod
+    def _gpu_profiles(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        try:
+            operator_catalog([Path(p) for p in value])
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return value
 
     @field_validator("dns_listen", "http_listen", "status_listen")
     @classmethod

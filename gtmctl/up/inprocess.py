@@ -106,6 +106,7 @@ def zone_config(plan: Plan, zone: ZonePlacement) -> ZoneConfig:
         worker_keys=WorkerKeyConfig(
             file=None if config.worker_api_key_file is None else Path(config.worker_api_key_file)
         ),
+        gpu_profiles=tuple(Path(p) for p in config.gpu_profiles),
     )
 
 

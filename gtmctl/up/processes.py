@@ -210,14 +210,17 @@ def zone_argv(
     tiers: TierPolicy | None = None,
     *,
     worker_key_file: str | None = None,
+    gpu_profiles: tuple[str, ...] = (),
 ) -> list[str]:
     keyed = ("--worker-api-key-file", worker_key_file) if worker_key_file else ()
+    profiled = [arg for path in gpu_profiles for arg in ("--gpu-profiles", path)]
     return _gtm(
         "zone",
         *("--zone", zone.id, "--region", zone.region, "--state", state),
         *("--listen", f"{zone.host}:{zone.port}", "--scrape-interval", repr(scrape_interval_s)),
         *(tiers or TierPolicy()).zone_flags(),
         *keyed,
+        *profiled,
     )
 
 
@@ -385,6 +388,7 @@ class ProcessFleet:
                 config.scrape_interval_s,
                 config.tiers,
                 worker_key_file=config.worker_api_key_file,
+                gpu_profiles=config.gpu_profiles,
             )
             argv = with_tls(argv, f"zone/{zone.id}")
             self._add(zone.id, TierKind.ZONE, argv)
