@@ -45,7 +45,7 @@ from aiohttp.typedefs import Handler
 
 from gtm import headers as gtm_headers
 from gtm import tracing
-from gtm.inbound import request_id
+from gtm.inbound import client_request_id, new_request_id
 from gtm.logs import configured
 from gtm.serve import CLIENT_CLOSED, SERVICE_PATHS
 
@@ -137,8 +137,17 @@ def logger(tier: str) -> logging.Logger:
 
 
 def emit(record: AccessRecord, log: logging.Logger | None = None) -> None:
-    """Write ``record`` at INFO (on ``gtm.access.<tier>`` unless ``log`` is given)."""
-    (log or logger(record.tier)).info(record.message(), extra=record.fields())
+    """Write ``record`` at INFO (on ``gtm.access.<tier>`` unless ``log`` is given).
+
+    ``Logger.info`` without its caller lookup (a walk up the stack per line, for a
+    source location the formatters never print; every line comes from here)."""
+    log = log or logger(record.tier)
+    if log.isEnabledFor(logging.INFO):
+        line = log.makeRecord(
+            log.name, logging.INFO, __file__, 0, record.message(), (), None, "emit",
+            record.fields(),
+        )  # fmt: skip
+        log.handle(line)
 
 
 @dataclass(slots=True)
@@ -147,7 +156,8 @@ class AccessNote:
     :func:`tell` fills it, the middleware turns it into an :class:`AccessRecord`)."""
 
     started: float
-    request_id: str
+    #: The client's sane ``x-request-id``, or None until :attr:`request_id` is read.
+    given_id: str | None
     tenant: str | None = None
     model: str | None = None
     country: str | None = None
@@ -160,6 +170,15 @@ class AccessNote:
     tokens_source: TokenSource | None = None
     response: web.StreamResponse | None = field(default=None, repr=False)
     prepared_at: float | None = None
+
+    @property
+    def request_id(self) -> str:
+        """The client's id, else a fresh one made on first use (and kept): a relayed
+        response names its request itself, so most requests never need one here."""
+        rid = self.given_id
+        if rid is None:
+            rid = self.given_id = new_request_id()
+        return rid
 
 
 _NOTE = web.RequestKey("gtm_access_note", AccessNote)
@@ -287,7 +306,7 @@ def install(
     async def access(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path in skip:
             return await handler(request)
-        note = AccessNote(clock(), request_id(request.headers))
+        note = AccessNote(clock(), client_request_id(request.headers))
         request[_NOTE] = note
         status, end = 500, End.ERROR
         try:

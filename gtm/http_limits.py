@@ -183,8 +183,11 @@ async def _read_body(
             413, f"request body is {length} bytes; at most {max_body_bytes}", "body_too_large"
         )
     try:
-        async with asyncio.timeout(limits.body_timeout_s):
+        if request.content.is_eof():  # all of it arrived with the head: nothing to bound
             raw = await request.read()
+        else:
+            async with asyncio.timeout(limits.body_timeout_s):
+                raw = await request.read()
     except TimeoutError:
         return _refuse(
             408,

@@ -51,16 +51,33 @@ async def tenant_of(directory: TenantDirectory, key: str) -> Tenant:
     return await loop.run_in_executor(None, directory.authenticate, key)
 
 
-def _new_id() -> str:
+def new_request_id() -> str:
+    """A fresh request id (32 hex digits)."""
     return uuid.uuid4().hex
 
 
-def request_id(headers: Mapping[str, str], new: Callable[[], str] = _new_id) -> str:
-    """The client's ``x-request-id`` when sane, else ``new()``."""
+_new_id = new_request_id
+
+
+def client_request_id(headers: Mapping[str, str]) -> str | None:
+    """The client's ``x-request-id`` when sane, else ``None``."""
     rid = headers.get(HEADER_REQUEST_ID, "")
     if rid and len(rid) <= MAX_REQUEST_ID and rid.isprintable():
         return rid
-    return new()
+    return None
 
 
-__all__ = ["bearer_key", "read_body", "request_id", "tenant_of"]
+def request_id(headers: Mapping[str, str], new: Callable[[], str] = new_request_id) -> str:
+    """The client's ``x-request-id`` when sane, else ``new()``."""
+    rid = client_request_id(headers)
+    return new() if rid is None else rid
+
+
+__all__ = [
+    "bearer_key",
+    "client_request_id",
+    "new_request_id",
+    "read_body",
+    "request_id",
+    "tenant_of",
+]
