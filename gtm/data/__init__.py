@@ -1,6 +1,9 @@
 """Package data: what the product reads at run time, shipped in the wheel.
 
 * ``example-topology.yaml`` and ``load-tenant.yaml``: ``gtm up``'s example deployment.
+* ``profiles/``: GPU performance profiles, one YAML file per GPU type
+  (:mod:`gtm.profile_files`; not affected by ``$GTM_DATA_DIR``: an operator's own
+  profiles come with ``--gpu-profiles``).
 * ``cities.csv``: the 500 client cities of ``gtm load`` and ``gtm up``'s geo map.
 * ``traces/``: the request traces ``gtm load``, ``gtm sim`` and the game days replay
   (Azure LLM inference 2023, CC BY 4.0; Mooncake FAST'25, Apache-2.0), xz-compressed.
