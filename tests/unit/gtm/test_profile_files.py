@@ -158,3 +158,13 @@ def test_missing_and_empty_paths_are_errors(tmp_path: Path) -> None:
     (tmp_path / "x.yaml").write_bytes(b"\xff\xfe")
     with pytest.raises(ConfigError, match="not UTF-8"):
         operator_catalog([tmp_path])
+
+
+def test_the_readme_example_is_a_valid_profile(tmp_path: Path) -> None:
+    readme = Path(__file__).parents[3] / "zone_agent" / "README.md"
+    text = readme.read_text()
+    example = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "example.yaml"
+    path.write_text(example)
+    [profile] = read_file(path)
+    assert (profile.gpu_type, profile.tensor_parallel) == ("B300", 2)
