@@ -25,6 +25,7 @@ import json
 import logging
 import re
 import sys
+import time
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import IO
@@ -82,6 +83,19 @@ class TextFormatter(logging.Formatter):
 
     def __init__(self) -> None:
         super().__init__(_TEXT_FORMAT)
+        #: The last second formatted and its text (the access log writes many lines a
+        #: second, each of which would format the same date and time again).
+        self._second: tuple[int, str] = (-1, "")
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        if datefmt is not None:
+            return super().formatTime(record, datefmt)
+        second, text = self._second
+        if second != int(record.created):
+            second = int(record.created)
+            text = time.strftime(self.default_time_format, self.converter(record.created))
+            self._second = (second, text)
+        return self.default_msec_format % (text, record.msecs)
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         line = super().formatMessage(record)

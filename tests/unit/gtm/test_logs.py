@@ -97,6 +97,14 @@ def test_a_text_value_is_quoted_exactly_when_a_character_is_whitespace_a_quote_o
         assert quoted == (char.isspace() or char in '"='), hex(code)
 
 
+def test_a_text_line_times_each_record_as_logging_does_within_and_across_seconds() -> None:
+    ours, reference = TextFormatter(), logging.Formatter()
+    for created in (1.0, 1.5, 1.999, 2.0, 1_700_000_000.123, 1_700_000_000.9995, 1.25):
+        record = _record()
+        record.created, record.msecs = created, (created - int(created)) * 1000
+        assert ours.formatTime(record) == reference.formatTime(record)
+
+
 def test_fields_are_the_extras_in_the_order_given() -> None:
     assert list(fields(_record(b=1, a=2))) == [("b", 1), ("a", 2)]
 
