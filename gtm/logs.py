@@ -95,7 +95,8 @@ class TextFormatter(logging.Formatter):
             second = int(record.created)
             text = time.strftime(self.default_time_format, self.converter(record.created))
             self._second = (second, text)
-        return self.default_msec_format % (text, record.msecs)
+        msec = self.default_msec_format
+        return text if not msec else msec % (text, record.msecs)
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         line = super().formatMessage(record)
