@@ -44,6 +44,7 @@ from dataclasses import dataclass
 import zmq
 import zmq.asyncio
 from prometheus_client import CollectorRegistry, Counter, Gauge
+from zmq.utils.monitor import parse_monitor_message
 
 from gtm.kv_events import (
     AllBlocksCleared,
@@ -325,6 +326,12 @@ class KVEventMetrics:
             ["gpu"],
             registry=registry,
         )
+        self.disconnects = Counter(
+            "gtm_zone_kv_event_disconnects",
+            "Times a worker's KV-event stream was disconnected (it went stale).",
+            ["gpu"],
+            registry=registry,
+        )
         self.stale = Gauge(
             "gtm_zone_kv_events_stale",
             "1 while a worker's KV-event stream is stale (placement uses the agent's record).",
@@ -359,14 +366,32 @@ class KVEventSubscriber:
         self.last_seq = -1
 
     async def run(self) -> None:
-        """Read the stream until cancelled (a supervised task)."""
+        """Read the stream until cancelled (a supervised task). A disconnection (the
+        worker restarted, the network broke) makes the stream stale at once: what the
+        engine said is forgotten, and the next message starts it again from the replay
+        buffer's beginning."""
         sub = self._ctx.socket(zmq.SUB)
         sub.setsockopt(zmq.LINGER, 0)
         sub.setsockopt(zmq.SUBSCRIBE, self._topic)
+        monitor = sub.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        poller = zmq.asyncio.Poller()
+        poller.register(sub, zmq.POLLIN)
+        poller.register(monitor, zmq.POLLIN)
         sub.connect(self._endpoint)
         stale = self._metrics.stale.labels(self.gpu_id)
+        stale.set(1)  # until the stream delivers, placement is the agent's own record
         try:
             while True:
+                ready = dict(await poller.poll())
+                if monitor in ready:
+                    event = parse_monitor_message(await monitor.recv_multipart())
+                    if event["event"] == zmq.EVENT_DISCONNECTED:
+                        self._source.stale(self.slot)
+                        self.last_seq = -1
+                        stale.set(1)
+                        self._metrics.disconnects.labels(self.gpu_id).inc()
+                if sub not in ready:
+                    continue
                 frames = await sub.recv_multipart()
                 if len(frames) != 3:
                     self._metrics.decode_errors.labels(self.gpu_id).inc()
@@ -384,10 +409,11 @@ class KVEventSubscriber:
                     self._metrics.gaps.labels(self.gpu_id).inc()
                     if not await self._replay(self.last_seq + 1, seq):
                         self._source.stale(self.slot)
-                        stale.set(1)
                 self._apply(seq, batch)
                 stale.set(0)
         finally:
+            sub.disable_monitor()
+            monitor.close(linger=0)
             sub.close(linger=0)
             self._source.stale(self.slot)
             stale.set(1)

@@ -10,7 +10,9 @@ skipped.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 import zmq
@@ -42,6 +44,8 @@ CONFIG = KVEventsConfig(
     topic="kv",
 )
 SLOT = 0
+#: How long a test waits for events over real sockets; a bound, not a sleep.
+EVENTUALLY_S = 10.0
 CAPACITY = 10_000  # the agent's own LRU never forgets here: only events do
 
 
@@ -68,15 +72,16 @@ def _value(registry: object, name: str, **labels: str) -> float:
 
 
 async def _until(condition: object, *, poke: object = None) -> None:
+    """Until ``condition()`` holds (bounded: the events cross real sockets), calling
+    ``poke()`` in between to make more of them."""
     assert callable(condition)
-    for _ in range(2000):
-        if condition():
-            return
+    deadline = asyncio.get_running_loop().time() + EVENTUALLY_S
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "never happened"
         if poke is not None:
             assert callable(poke)
             await poke()
-        await asyncio.sleep(0)
-    raise AssertionError("never happened")
+        await asyncio.sleep(0.005)
 
 
 async def test_an_evicted_prefix_stops_matching_and_a_gap_is_replayed(
@@ -196,3 +201,62 @@ async def test_garbage_frames_are_counted_and_skipped(context: zmq.asyncio.Conte
     finally:
         await tasks.aclose()
         pub.close(linger=0)
+
+
+async def test_a_restarted_worker_is_stale_then_read_again(
+    make_sim: SimFactory, context: zmq.asyncio.Context, tmp_path: Path
+) -> None:
+    # ipc:// endpoints, which vLLM binds: the restarted worker takes the same ones.
+    config = KVEventsConfig(
+        enable_kv_cache_events=True,
+        endpoint=f"ipc://{tmp_path}/pub",
+        replay_endpoint=f"ipc://{tmp_path}/replay",
+    )
+    registry = new_registry()
+    engine = EngineBlocks()
+    index = EvictingPrefixIndex(engine)
+    source = KVEventSource(engine)
+    subscriber = KVEventSubscriber(
+        gpu_id="gpu-0",
+        slot=SLOT,
+        endpoint=config.endpoint,
+        replay_endpoint=config.replay_endpoint,
+        topic="",
+        source=source,
+        metrics=KVEventMetrics(registry),
+        context=context,
+    )
+    tasks = TaskSupervisor(registry=registry, component="test")
+    tasks.spawn("kv-events", subscriber.run())
+    prompt = _prompt("gamma")
+    facts = zone_request(
+        {"model": LLAMA_8B, "prompt": prompt, "max_tokens": 1},
+        Endpoint.COMPLETION,
+        request_id="r",
+    )
+    source.sent(encode_text(prompt), DEFAULT_BLOCK_SIZE, facts.prefix_hashes)
+    try:
+        for restart in range(2):
+            sim = await make_sim(models=(LLAMA_8B,), num_gpu_blocks=4096, kv_events=config)
+            await _complete(sim, prompt)
+            # Other prompts make more events until the subscriber has joined; its first
+            # one is a gap, filled from the replay buffer, prompt's events included.
+            fillers = (f"filler {restart} {i} " * 20 for i in itertools.count())
+            # The worker's engine holds the prompt: the index says so, without the agent
+            # ever having sent it there.
+            await _until(
+                lambda: (
+                    index.match_groups(facts.prefix_hashes)
+                    == [(len(facts.prefix_hashes), 1 << SLOT)]
+                ),
+                poke=lambda: _complete(sim, next(fillers)),  # noqa: B023 (awaited here)
+            )
+            await sim.server.stop()
+            await _until(lambda: len(engine) == 0)
+            assert _value(registry, "gtm_zone_kv_events_stale", gpu="gpu-0") == 1
+            assert (
+                _value(registry, "gtm_zone_kv_event_disconnects_total", gpu="gpu-0") == restart + 1
+            )
+            assert index.match_groups(facts.prefix_hashes) == []
+    finally:
+        await tasks.aclose()

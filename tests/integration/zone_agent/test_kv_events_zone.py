@@ -23,7 +23,7 @@ from gtm.metrics import new_registry
 from zone_agent.app import ZoneAgent
 from zone_agent.config import KVEventsSource, ZoneConfig, parse_worker
 
-from .conftest import FAST_HEALTH, sim_config
+from .conftest import EVENTUALLY_S, FAST_HEALTH, sim_config
 
 pytestmark = pytest.mark.integration
 
@@ -113,7 +113,8 @@ async def _events_applied(agent: ZoneAgent, sims: list[GpuSimServer]) -> None:
     """Until every worker's subscriber has applied every batch its publisher sent."""
     source = agent.kv_events
     assert source is not None
-    for _ in range(5000):
+    deadline = asyncio.get_running_loop().time() + EVENTUALLY_S
+    while asyncio.get_running_loop().time() < deadline:
         done = True
         for i, sim in enumerate(sims):
             publisher = sim.kv_events
@@ -123,7 +124,7 @@ async def _events_applied(agent: ZoneAgent, sims: list[GpuSimServer]) -> None:
             done &= subscriber.last_seq >= publisher.sequence - 1
         if done:
             return
-        await asyncio.sleep(0.001)
+        await asyncio.sleep(0.005)
     raise AssertionError("the agent never caught up with the workers' events")
 
 
