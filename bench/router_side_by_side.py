@@ -366,11 +366,15 @@ class Figures:
     per_gpu: tuple[int, ...]
     router_cpu_s: float
     failures: dict[str, int] = field(default_factory=dict)
+    #: Per GPU (pool order): requests aborted (the client or router gave up), and the
+    #: worker's own mean TTFT in GPU seconds (its queue and prefill, no router).
+    per_gpu_aborted: tuple[int, ...] = ()
+    per_gpu_ttft_s: tuple[float, ...] = ()
 
 
 def figures(
     spec: RouterSpec, pool: str, trace: str, repetition: int, plan: Sequence[Arrival],
-    replies: Sequence[Reply], speedup: float, per_gpu: Sequence[int], cpu_s: float,
+    replies: Sequence[Reply], speedup: float, tallies: Sequence[WorkerTally], cpu_s: float,
 ) -> Figures:  # fmt: skip
     ok = [r for r in replies if r.ok]
     ttft = sorted(r.ttft_s * speedup for r in ok if r.ttft_s is not None)
@@ -395,7 +399,9 @@ def figures(
         e2e_p50_s=percentile(e2e, 0.5) if e2e else math.nan,
         goodput_rps=good / window_gpu_s,
         prefix_hit=sum(r.cached_tokens for r in ok) / prompt if prompt else 0.0,
-        per_gpu=tuple(per_gpu), router_cpu_s=cpu_s, failures=failures,
+        per_gpu=tuple(t.served for t in tallies), router_cpu_s=cpu_s, failures=failures,
+        per_gpu_aborted=tuple(t.aborted for t in tallies),
+        per_gpu_ttft_s=tuple(round(t.ttft_mean_s, 3) for t in tallies),
     )  # fmt: skip
 
 
@@ -404,8 +410,18 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def served_counts(workers: Sequence[GtmProcess]) -> list[int]:
-    """Requests each worker finished (its ``request_success`` counter, any flavour)."""
+@dataclass(frozen=True, slots=True)
+class WorkerTally:
+    """What one worker says it did: requests finished (not aborted) and its own mean
+    TTFT (engine time: queue + prefill, without any router or network)."""
+
+    served: int
+    aborted: int
+    ttft_mean_s: float
+
+
+async def worker_tallies(workers: Sequence[GtmProcess]) -> list[WorkerTally]:
+    """Each worker's :class:`WorkerTally`, from its ``/metrics`` (any flavour)."""
     out = []
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
         for worker in workers:
@@ -413,13 +429,27 @@ async def served_counts(workers: Sequence[GtmProcess]) -> list[int]:
                 async with session.get(worker.url + "/metrics") as response:
                     text = await response.text()
             except (aiohttp.ClientError, TimeoutError):
-                out.append(-1)
+                out.append(WorkerTally(-1, -1, math.nan))
                 continue
-            total = 0.0
+            served = aborted = 0.0
+            ttft_sum = ttft_count = 0.0
             for family in text_string_to_metric_families(text):
                 if family.name.endswith("request_success"):
-                    total += sum(s.value for s in family.samples if s.name.endswith("_total"))
-            out.append(int(total))
+                    for sample in family.samples:
+                        if not sample.name.endswith("_total"):
+                            continue
+                        if sample.labels.get("finished_reason") == "abort":
+                            aborted += sample.value
+                        else:
+                            served += sample.value
+                elif family.name.endswith("time_to_first_token_seconds"):
+                    for sample in family.samples:
+                        if sample.name.endswith("_sum"):
+                            ttft_sum += sample.value
+                        elif sample.name.endswith("_count"):
+                            ttft_count += sample.value
+            mean = ttft_sum / ttft_count if ttft_count else math.nan
+            out.append(WorkerTally(int(served), int(aborted), mean))
     return out
 
 
@@ -483,8 +513,8 @@ async def run_one(
         started_cpu = cpu()
         replies = await replay(url, plan, speedup)
         cpu_s = cpu() - started_cpu
-        counts = await served_counts(workers)
-    return figures(spec, pool_name, trace.value, repetition, plan, replies, speedup, counts, cpu_s)
+        tallies = await worker_tallies(workers)
+    return figures(spec, pool_name, trace.value, repetition, plan, replies, speedup, tallies, cpu_s)
 
 
 # ---------------------------------------------------------------------------- output
@@ -499,14 +529,15 @@ def row(f: Figures) -> str:
     return (
         f"| {f.router} | {f.success:.1%} | {_ms(f.ttft_p50_s)} | {_ms(f.ttft_p99_s)} | "
         f"{_ms(f.e2e_p50_s)} | {f.goodput_rps:.2f} | {f.prefix_hit:.0%} | "
-        f"{' '.join(map(str, f.per_gpu))} | {f.router_cpu_s:.1f} | {fails} |"
+        f"{' '.join(map(str, f.per_gpu))} | {' '.join(f'{t:.1f}' for t in f.per_gpu_ttft_s)} | "
+        f"{f.router_cpu_s:.1f} | {fails} |"
     )
 
 
 HEADER = (
     "| router | success | TTFT p50 ms | TTFT p99 ms | E2E p50 ms | goodput req/s | "
-    "prefix hit | requests per GPU | router CPU s | failures |\n"
-    "|---|---:|---:|---:|---:|---:|---:|---|---:|---|"
+    "prefix hit | requests per GPU | worker TTFT mean s per GPU | router CPU s | failures |\n"
+    "|---|---:|---:|---:|---:|---:|---:|---|---|---:|---|"
 )
 
 

@@ -1,0 +1,102 @@
+"""The side-by-side benchmark's own logic (bench/router_side_by_side.py): arrivals sized
+for a busy share, prompts that share real prefixes, gtm's verdicts against the best
+peer; and bench/peers.py's command lines."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from bench.peers import POLICIES, Peer, command
+from bench.router_side_by_side import (
+    POOLS,
+    Figures,
+    arrivals,
+    busy_rate,
+    max_context,
+    prompt_text,
+    unloaded_e2e_s,
+    verdicts,
+)
+from fleetsim.traces import TraceKind, TraceRequest
+from gtm.tokens import encode_text
+
+
+def test_busy_rate_meets_its_share_and_grows_with_it() -> None:
+    pool = POOLS["hetero"]
+    rate = busy_rate(pool, 0.85, 8000, 300)
+    lengths = [unloaded_e2e_s(g, 8000, 300) for g in pool]
+    busy = sum(1 - math.exp(-rate / len(pool) * e) for e in lengths) / len(pool)
+    assert busy == pytest.approx(0.85, abs=1e-6)
+    assert busy_rate(pool, 0.5, 8000, 300) < rate
+    # Slower GPUs hold a request longer: the same share is reached at a lower rate.
+    assert busy_rate(("L4",) * 8, 0.85, 8000, 300) < busy_rate(("H100",) * 8, 0.85, 8000, 300)
+
+
+def test_mooncake_prompts_share_their_common_blocks_and_azure_prompts_share_none() -> None:
+    first = TraceRequest(0.0, 1024, 10, (7, 8))
+    second = TraceRequest(1.0, 1500, 10, (7, 8, 9))
+    a, b = encode_text(prompt_text(first, 0)), encode_text(prompt_text(second, 1))
+    assert len(a) == 1024
+    assert len(b) == 1500
+    assert a == b[:1024]
+    azure = TraceRequest(0.0, 600, 10)
+    c, d = encode_text(prompt_text(azure, 0)), encode_text(prompt_text(azure, 1))
+    assert len(c) == len(d) == 600
+    assert c[:16] != d[:16]
+
+
+def test_arrivals_fill_the_window_at_the_offered_rate() -> None:
+    pool = ("H100", "L40S")
+    work = arrivals(
+        TraceKind.MOONCAKE, pool, busy=0.85, speedup=10, duration_s=20, max_wall_rate=25
+    )
+    assert work.plan[0].at_s == 0.0
+    assert work.plan[-1].at_s == pytest.approx(20.0)
+    assert len(work.plan) == pytest.approx(work.rate * work.speedup * 20, abs=1)
+    assert all(a.input_tokens + a.output_tokens <= max_context(pool) for a in work.plan)
+    # A rate the machine cannot send lowers the speedup, never below 1.
+    capped = arrivals(
+        TraceKind.MOONCAKE, pool, busy=0.85, speedup=10, duration_s=20, max_wall_rate=1
+    )
+    assert capped.speedup == pytest.approx(max(1.0, 1 / capped.rate))
+
+
+def _figures(router: str, p99: float, goodput: float, rep: int = 0) -> Figures:
+    return Figures(router, "hetero", "mooncake", rep, 100, 1.0, 0.2, p99, 5.0, goodput, 0.3,
+                   (50, 50), 1.0)  # fmt: skip
+
+
+def test_verdicts_compare_gtm_with_the_best_peer_of_each_repetition() -> None:
+    rows = [
+        _figures("gtm-default", 0.5, 2.5),
+        _figures("gtm-round-robin", 0.1, 9.0),  # gtm's own baselines are not peers
+        _figures("sglang-cache_aware", 1.2, 2.0),
+        _figures("vllm-round_robin", 1.0, 1.5),
+    ]
+    lines, met = verdicts(rows)
+    assert met
+    assert "vllm-round_robin) = 0.50" in lines[0]
+    assert "sglang-cache_aware) = 1.25" in lines[0]
+    rows.append(_figures("vllm-kv_aware", 0.9, 2.2))
+    lines, met = verdicts(rows)
+    assert not met
+    assert "MISSED" in lines[0]
+
+
+def test_peer_command_lines_name_the_policy_ports_and_workers() -> None:
+    args = command(
+        Peer.VLLM, "round_robin", ["http://127.0.0.1:1", "http://127.0.0.1:2"],
+        host="127.0.0.1", port=9000, prometheus_port=9001,
+    )  # fmt: skip
+    assert args[1:3] == ["-m", "vllm_router.launch_router"]
+    assert args[args.index("--worker-urls") + 1 : args.index("--policy")] == [
+        "http://127.0.0.1:1",
+        "http://127.0.0.1:2",
+    ]
+    assert args[args.index("--policy") + 1] == "round_robin"
+    assert args[args.index("--prometheus-port") + 1] == "9001"
+    assert POLICIES[Peer.SGLANG][0] == "cache_aware"  # each peer's default comes first
+    with pytest.raises(ValueError, match="no policy 'kv_aware'"):
+        command(Peer.SGLANG, "kv_aware", [], host="127.0.0.1", port=1, prometheus_port=2)
