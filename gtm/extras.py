@@ -35,11 +35,15 @@ class Extra(StrEnum):
     #: in the ``opentelemetry`` namespace the runtime API and SDK share, so gtm.tracing
     #: names the extra itself rather than through :data:`EXTRA_OF`).
     OTLP = "otlp"
+    #: A model's tokenizer and chat template for ``gtm zone --kv-events-tokenizer``.
+    KV_EVENTS_TOKENIZER = "kv-events-tokenizer"
 
 
 #: Top-level module → the extra whose install brings it.
 EXTRA_OF: dict[str, Extra] = {
     "matplotlib": Extra.REPORT,
+    "tokenizers": Extra.KV_EVENTS_TOKENIZER,
+    "jinja2": Extra.KV_EVENTS_TOKENIZER,
 }
 
 

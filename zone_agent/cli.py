@@ -141,6 +141,15 @@ from zone_agent.profiles import BUILTIN_PROFILES, DEFAULT_PROFILE
     "sequence gap, e.g. tcp://{host}:5558; a worker's label kv-events-replay wins.",
 )
 @click.option(
+    "--kv-events-tokenizer",
+    type=click.Path(exists=True, path_type=Path),
+    default=None,
+    help="The served model's tokenizer.json (or its directory, with tokenizer_config.json "
+    "for the chat template), so prompts are tokenized as vLLM does and its KV events "
+    "match; without it, the emulator's tokenization (gtm gpu-sim). Needs the "
+    "kv-events-tokenizer extra.",
+)
+@click.option(
     "--kv-events-topic",
     default="",
     help="The KV-event topic the workers publish (vLLM's topic; default: every topic).",
@@ -171,6 +180,7 @@ def zone(
     kv_events: str | None = None,
     kv_events_replay: str | None = None,
     kv_events_topic: str = "",
+    kv_events_tokenizer: Path | None = None,
     trace_exporter: str = "none",
     trace_file: str | None = None,
     **tls_options: object,
@@ -193,7 +203,12 @@ def zone(
             worker_keys=_worker_keys(worker_api_key_file, worker_api_key_env, worker_api_key_dir),
             kv_events=None
             if kv_events is None
-            else KVEventsSource(endpoint=kv_events, replay=kv_events_replay, topic=kv_events_topic),
+            else KVEventsSource(
+                endpoint=kv_events,
+                replay=kv_events_replay,
+                topic=kv_events_topic,
+                tokenizer=kv_events_tokenizer,
+            ),
         )
         operator_catalog(config.gpu_profiles)  # a bad profile file stops us here, by name
     except ValidationError as exc:

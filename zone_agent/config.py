@@ -35,6 +35,9 @@ class KVEventsSource(Frozen):
     endpoint: str = DEFAULT_KV_EVENTS
     replay: str | None = None
     topic: str = ""
+    #: The model's tokenizer.json (or its directory), tokenizing prompts as a real vLLM
+    #: does (zone_agent.kv_tokenizer); None: the emulator's tokenization (gtm.tokens).
+    tokenizer: Path | None = None
 
     @model_validator(mode="after")
     def _patterns(self) -> KVEventsSource:

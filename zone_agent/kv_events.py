@@ -488,6 +488,11 @@ class ZoneKVEvents:
         self.engine = EngineBlocks()
         self.source = KVEventSource(self.engine)
         self.metrics = KVEventMetrics(registry)
+        self._tokenize: Callable[[bytes, Endpoint], tuple[int, ...]] = engine_tokens
+        if config.tokenizer is not None:
+            from zone_agent.kv_tokenizer import HfPromptTokenizer
+
+            self._tokenize = HfPromptTokenizer(config.tokenizer)
         self._supervisor = supervisor
         self._ctx: zmq.asyncio.Context | None = None
         #: gpu id → (endpoints, its task, its subscriber).
@@ -534,8 +539,8 @@ class ZoneKVEvents:
     def sent(self, raw: bytes, facts: ZoneRequest, block_size: int) -> None:
         """A request's body was sent to a GPU: map its token blocks to its text blocks."""
         if facts.prefix_hashes:
-            endpoint = facts.endpoint
-            self.source.defer(lambda: engine_tokens(raw, endpoint), block_size, facts.prefix_hashes)
+            endpoint, tokenize = facts.endpoint, self._tokenize
+            self.source.defer(lambda: tokenize(raw, endpoint), block_size, facts.prefix_hashes)
 
     def close(self) -> None:
         """After the supervisor's tasks are cancelled: close the ZeroMQ context."""
