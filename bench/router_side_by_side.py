@@ -420,7 +420,7 @@ class WorkerTally:
     ttft_mean_s: float
 
 
-async def worker_tallies(workers: Sequence[GtmProcess]) -> list[WorkerTally]:
+async def worker_tallies(workers: Sequence[Worker]) -> list[WorkerTally]:
     """Each worker's :class:`WorkerTally`, from its ``/metrics`` (any flavour)."""
     out = []
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
@@ -453,31 +453,51 @@ async def worker_tallies(workers: Sequence[GtmProcess]) -> list[WorkerTally]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Worker:
+    process: GtmProcess
+    #: Where it publishes KV events (``tcp://127.0.0.1:PORT``), when it does.
+    kv_endpoint: str = ""
+
+    @property
+    def url(self) -> str:
+        return self.process.url
+
+
 @contextlib.asynccontextmanager
 async def worker_pool(
     pool: Sequence[str], speedup: float, *, kv_events: bool
-) -> AsyncIterator[list[GtmProcess]]:
+) -> AsyncIterator[list[Worker]]:
     """Fresh ``gtm gpu-sim`` workers (empty caches), stopped on the way out; with
     ``kv_events`` each publishes vLLM's KV events on a loopback port of its own."""
-    args = []
+    args, endpoints = [], []
     for i, gpu in enumerate(pool):
         one = ["gpu-sim", "--port", "0", "--gpu-type", gpu, "--speedup", f"{speedup:g}",
                "--warmup-passes", "0", "--seed", str(i), "--model", MODEL]  # fmt: skip
+        endpoint = ""
         if kv_events:
-            endpoint = f"tcp://*:{free_port('127.0.0.1')}"
-            config = {"enable_kv_cache_events": True, "endpoint": endpoint}
+            port = free_port("127.0.0.1")
+            endpoint = f"tcp://127.0.0.1:{port}"
+            # vllm-router 0.1.17 decodes map-encoded events only ("KV event must be a
+            # tagged map" for the array form).
+            config = {
+                "enable_kv_cache_events": True,
+                "endpoint": f"tcp://*:{port}",
+                "encoding": "map",
+            }
             one += ["--kv-events-config", json.dumps(config)]
         args.append(one)
-    workers = list(await asyncio.gather(*(start_listening(a) for a in args)))
+        endpoints.append(endpoint)
+    processes = await asyncio.gather(*(start_listening(a) for a in args))
     try:
-        yield workers
+        yield [Worker(p, e) for p, e in zip(processes, endpoints, strict=True)]
     finally:
-        await asyncio.gather(*(w.stop() for w in workers))
+        await asyncio.gather(*(p.stop() for p in processes))
 
 
 @contextlib.asynccontextmanager
 async def router(
-    spec: RouterSpec, workers: Sequence[GtmProcess], pool: Sequence[str]
+    spec: RouterSpec, workers: Sequence[Worker], pool: Sequence[str]
 ) -> AsyncIterator[tuple[str, Any]]:
     """The router in front of ``workers``: yields its URL and a CPU-time reader."""
     if spec.is_gtm:
@@ -494,7 +514,19 @@ async def router(
             await agent.stop()
         return
     assert spec.peer is not None
-    peer: PeerRouter = await start_peer(spec.peer, spec.policy, [w.url for w in workers])
+    # vllm-router's kv_aware: each worker's publisher named (its /kv_event_sources
+    # discovery does not parse vLLM's answer in this release; see the report).
+    extra = [
+        arg
+        for w in workers
+        if w.kv_endpoint
+        for arg in ("--kv-event-source", f"{w.url}={w.kv_endpoint}")
+    ]
+    if extra:
+        extra += ["--kv-event-model", MODEL]
+    peer: PeerRouter = await start_peer(
+        spec.peer, spec.policy, [w.url for w in workers], extra_args=extra
+    )
     try:
         yield peer.url, peer.cpu_seconds
     finally:
