@@ -113,6 +113,11 @@ class EngineBlocks:
     def __len__(self) -> int:
         return len(self._held) + len(self._evicted)
 
+    def silent_on(self, blocks: tuple[int, ...]) -> bool:
+        """Whether the engines said nothing of any of ``blocks`` (one C-level pass each
+        way: then the agent's record alone answers, at its compiled speed)."""
+        return self._held.keys().isdisjoint(blocks) and self._evicted.keys().isdisjoint(blocks)
+
     @property
     def evicted_blocks(self) -> int:
         return len(self._evicted)
@@ -152,9 +157,10 @@ class _Evicting:
         super().insert(slot, hashes, capacity)  # type: ignore[misc]
 
     def match_groups(self, hashes: tuple[int, ...]) -> list[tuple[int, int]]:
+        if self.engine.silent_on(hashes):
+            found: list[tuple[int, int]] = super().match_groups(hashes)  # type: ignore[misc]
+            return found
         groups: list[tuple[int, int]] = []
-        if not hashes:
-            return groups
         holders = self.holders  # type: ignore[attr-defined]
         adjust = self.engine.adjust
         alive = adjust(hashes[0], holders(hashes[0]))
