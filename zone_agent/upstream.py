@@ -282,15 +282,7 @@ class _Connection(asyncio.Protocol):
             raise UpstreamProtocolError(f"bad status code {parts[1]!r}") from None
         if not 100 <= status <= 599:
             raise UpstreamProtocolError(f"bad status code {status}")
-        headers: CIMultiDict[str] = CIMultiDict()
-        for line in lines[1:]:
-            name, colon, value = line.partition(b":")
-            if not colon or not name or name != name.strip():
-                raise UpstreamProtocolError(f"bad header line {line[:40]!r}")
-            headers.add(
-                name.decode("ascii", "surrogateescape"),
-                value.strip(b" \t").decode("utf-8", "surrogateescape"),
-            )
+        headers = CIMultiDict(_fields(head, lines))
         if status < 200:
             return  # an interim response (100 Continue, 103 Early Hints): the real one follows
         self.status = status
@@ -353,6 +345,45 @@ class _Connection(asyncio.Protocol):
         for waiter in (self._head_waiter, self._data_waiter):
             if waiter is not None and not waiter.done():
                 waiter.set_exception(error)
+
+
+#: What ``bytes.strip()`` strips (ASCII whitespace): ``str.strip()`` strips more.
+_ASCII_SPACE = " \t\n\r\x0b\x0c"
+
+
+def _fields(head: bytes, lines: list[bytes]) -> list[tuple[str, str]]:
+    """The header fields of a response head split in ``lines`` (the status line first):
+    names decoded as ASCII, values as UTF-8 (both with ``surrogateescape``). A head all
+    in ASCII (the usual one) is decoded once and split as text: the same fields, without
+    a decode per name and per value."""
+    if head.isascii():
+        return _ascii_fields(head.decode("ascii").split("\r\n")[1:])
+    return _byte_fields(lines[1:])
+
+
+def _ascii_fields(lines: list[str]) -> list[tuple[str, str]]:
+    fields = []
+    for line in lines:
+        name, colon, value = line.partition(":")
+        if not colon or not name or name != name.strip(_ASCII_SPACE):
+            raise UpstreamProtocolError(f"bad header line {line[:40].encode()!r}")
+        fields.append((name, value.strip(" \t")))
+    return fields
+
+
+def _byte_fields(lines: list[bytes]) -> list[tuple[str, str]]:
+    fields = []
+    for line in lines:
+        name, colon, value = line.partition(b":")
+        if not colon or not name or name != name.strip():
+            raise UpstreamProtocolError(f"bad header line {line[:40]!r}")
+        fields.append(
+            (
+                name.decode("ascii", "surrogateescape"),
+                value.strip(b" \t").decode("utf-8", "surrogateescape"),
+            )
+        )
+    return fields
 
 
 def _expire(waiter: asyncio.Future[None]) -> None:
