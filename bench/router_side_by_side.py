@@ -56,6 +56,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -370,6 +371,8 @@ class Figures:
     #: worker's own mean TTFT in GPU seconds (its queue and prefill, no router).
     per_gpu_aborted: tuple[int, ...] = ()
     per_gpu_ttft_s: tuple[float, ...] = ()
+    #: gtm's zone agent only: its retries (by reason) and ejections during the run.
+    router_events: dict[str, int] = field(default_factory=dict)
 
 
 def figures(
@@ -450,6 +453,33 @@ async def worker_tallies(workers: Sequence[Worker]) -> list[WorkerTally]:
                             ttft_count += sample.value
             mean = ttft_sum / ttft_count if ttft_count else math.nan
             out.append(WorkerTally(int(served), int(aborted), mean))
+    return out
+
+
+#: The zone agent's counters that show where it did not just forward: retries on
+#: another GPU (by reason: first-byte deadline, 429, connect failure, ...) and ejections.
+ZONE_EVENTS = ("gtm_zone_retries", "gtm_zone_ejections")
+
+
+async def zone_events(url: str) -> dict[str, int]:
+    """The zone agent's retries by reason and its ejections, from its ``/metrics``."""
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session,
+            session.get(url + "/metrics") as response,
+        ):
+            text = await response.text()
+    except (aiohttp.ClientError, TimeoutError):
+        return {}
+    out: dict[str, int] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name not in ZONE_EVENTS:
+            continue
+        for sample in family.samples:
+            if sample.name.endswith("_total") and sample.value:
+                label = ",".join(f"{v}" for _, v in sorted(sample.labels.items()))
+                key = family.name.removeprefix("gtm_zone_") + (f"[{label}]" if label else "")
+                out[key] = out.get(key, 0) + int(sample.value)
     return out
 
 
@@ -546,7 +576,11 @@ async def run_one(
         replies = await replay(url, plan, speedup)
         cpu_s = cpu() - started_cpu
         tallies = await worker_tallies(workers)
-    return figures(spec, pool_name, trace.value, repetition, plan, replies, speedup, tallies, cpu_s)
+        events = await zone_events(url) if spec.is_gtm else {}
+    result = figures(
+        spec, pool_name, trace.value, repetition, plan, replies, speedup, tallies, cpu_s
+    )
+    return dataclasses.replace(result, router_events=events)
 
 
 # ---------------------------------------------------------------------------- output
@@ -558,6 +592,8 @@ def _ms(seconds: float) -> str:
 
 def row(f: Figures) -> str:
     fails = ", ".join(f"{k} {n}" for k, n in sorted(f.failures.items())) or "-"
+    if f.router_events:
+        fails += "; gtm: " + ", ".join(f"{k} {n}" for k, n in sorted(f.router_events.items()))
     return (
         f"| {f.router} | {f.success:.1%} | {_ms(f.ttft_p50_s)} | {_ms(f.ttft_p99_s)} | "
         f"{_ms(f.e2e_p50_s)} | {f.goodput_rps:.2f} | {f.prefix_hit:.0%} | "
@@ -568,7 +604,8 @@ def row(f: Figures) -> str:
 
 HEADER = (
     "| router | success | TTFT p50 ms | TTFT p99 ms | E2E p50 ms | goodput req/s | "
-    "prefix hit | requests per GPU | worker TTFT mean s per GPU | router CPU s | failures |\n"
+    "prefix hit | requests per GPU | worker TTFT mean s per GPU | router CPU s | "
+    "failures; events |\n"
     "|---|---:|---:|---:|---:|---:|---:|---|---|---:|---|"
 )
 
