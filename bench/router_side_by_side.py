@@ -712,6 +712,77 @@ def plot(rows: Sequence[Figures], order: Sequence[str], path: Path) -> str:
     return f"![p99 TTFT and goodput per router]({path.name})"
 
 
+#: What each peer policy reads from a worker, and whether the emulator gives it
+#: (gpusim.peer_api; read from the peers' code and from what they asked a recording
+#: worker). Printed into the report.
+_PEER_INPUT_ROWS = (
+    (
+        "sglang-router · all",
+        "`/health` (every 60 s); at join `/server_info`, `/model_info` (and an HTTP/2 "
+        "probe for gRPC workers)",
+        "answers all",
+    ),
+    (
+        "sglang-router · cache_aware",
+        "nothing more: its radix tree is of the texts it routed, its load its own in-flight count",
+        "—",
+    ),
+    (
+        "sglang-router · power_of_two",
+        "`/get_load` every 30 s: the sum of `num_tokens` (SGLang's array)",
+        "answers, from the engine",
+    ),
+    ("sglang-router · round_robin", "nothing more", "—"),
+    ("vllm-router · all", "`/health` (every 60 s)", "answers"),
+    (
+        "vllm-router · cache_aware",
+        "`POST /v1/completions/render` before each request (token ids for its tree)",
+        "answers with the engine's token ids",
+    ),
+    (
+        "vllm-router · kv_aware",
+        "`/get_server_info` (block size), `/kv_event_sources`, then each worker's ZMQ "
+        "KV-event stream; render as above",
+        "answers; 0.1.17's discovery does not parse vLLM's `/kv_event_sources` answer, "
+        "so the bench names each publisher (`--kv-event-source`), map-encoded (the "
+        "form 0.1.17 decodes)",
+    ),
+    (
+        "vllm-router · power_of_two",
+        "`/get_load` every 30 s, an object's `load` field (SGLang's old form; vLLM has "
+        "no `/get_load`)",
+        "answers SGLang's array: the policy uses its own in-flight counts, as in front of vLLM",
+    ),
+    ("vllm-router · round_robin", "nothing more", "—"),
+)
+PEER_INPUTS = "\n".join(
+    [
+        "| router · policy | reads from the workers | the emulator |",
+        "|---|---|---|",
+        *(f"| {a} | {b} | {c} |" for a, b, c in _PEER_INPUT_ROWS),
+    ]
+)
+
+#: Why gtm's round-robin is ahead of the peers' round-robin on a mixed pool (issue 26
+#: asked); the per-GPU columns of each run are the evidence.
+ROUND_ROBIN_NOTE = """\
+**gtm round-robin vs the peers' round-robin.** gtm's `round-robin` profile is the
+round-robin picker behind gtm's zone filters, not blind rotation: the fits filter drops
+a GPU whose free KV blocks (last scrape minus what the agent sent since) cannot hold
+the request whenever another can, and the data path retries a streamed request on
+another GPU when its first byte misses the deadline and ejects GPUs that time out. On
+the mixed pool the L4 (the slowest GPU, with the smallest KV cache) therefore gets
+fewer requests than its rotation share, and its queue stays bounded. sglang-router's
+and vllm-router's `round_robin` rotate blindly: every GPU gets the same count (see
+"requests per GPU"), the L4 cannot keep up with its share of long Mooncake prompts,
+its own queue grows for the whole run (see its worker TTFT) and the pool's p99 is that
+queue. With one worker at low load the three add the same few ms to TTFT, all three
+cancel the worker's request when the client goes away, and the client has no
+connection limit: the gap is the decision, not the proxies or the load generator. On
+the all-H100 pool rotation is fair and the three round-robins meet.
+"""
+
+
 def write_report(
     directory: Path, rows: Sequence[Figures], order: Sequence[str], header: str
 ) -> Path:
@@ -719,7 +790,8 @@ def write_report(
     (directory / "results.json").write_text(
         json.dumps([asdict(f) for f in rows], indent=1), "utf-8"
     )
-    lines = ["# Router side by side", "", header, ""]
+    lines = ["# Router side by side", "", header, "", "## What each peer reads", "", PEER_INPUTS]
+    lines += [ROUND_ROBIN_NOTE, ""]
     for pool, trace in sorted({(f.pool, f.trace) for f in rows}):
         mine = [f for f in rows if f.pool == pool and f.trace == trace]
         lines += [f"## {pool} · {trace}", "", *ranges(mine, order), ""]
