@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from http import HTTPStatus
 from pathlib import Path
 from typing import TextIO
@@ -43,6 +43,16 @@ GUARDED_PREFIXES = ("/v1", "/v2", "/inference", "/cohere")
 API_KEY_ENV = VLLM_API_KEY_ENV
 #: ``--access-log-file`` value meaning standard error.
 STDERR = "-"
+
+
+def api_keys(flags: Sequence[str], environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The keys a worker accepts: its ``--api-key`` flags (or ``GTM_API_KEY``, gtm's
+    rule for every flag), else vLLM's ``VLLM_API_KEY``, else none (as vLLM: the flag
+    wins over the variable)."""
+    if flags:
+        return tuple(flags)
+    key = environ.get(API_KEY_ENV, "")
+    return (key,) if key else ()
 
 
 class WorkerAuthConfig(Frozen):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import click
 from pydantic import ValidationError
 
 from gpusim.auth import API_KEY_ENV, WorkerAuth, WorkerAuthConfig
+from gpusim.auth import api_keys as worker_api_keys
 from gpusim.lagprobe import PROBE_INTERVAL_S
 from gpusim.metrics import MetricsFlavor
 from gpusim.perfmodel import WARMUP_PASSES
@@ -123,8 +125,7 @@ _FLAG_OF = {
     "--api-key",
     "api_keys",
     multiple=True,
-    envvar=API_KEY_ENV,
-    help="As vLLM's --api-key (repeatable; else its VLLM_API_KEY variable): /v1/* needs "
+    help=f"As vLLM's --api-key (repeatable; else vLLM's {API_KEY_ENV} variable): /v1/* needs "
     "the header Authorization: Bearer KEY, else a 401 as vLLM's; /health and /metrics "
     "stay open.",
 )
@@ -211,7 +212,7 @@ def gpu_sim(
         raise click.UsageError(str(exc)) from None
     auth = WorkerAuthConfig.model_validate(
         {
-            "api_keys": api_keys,
+            "api_keys": worker_api_keys(api_keys, os.environ),
             "access_log": access_log_file,
             "access_log_headers": access_log_headers,
         }

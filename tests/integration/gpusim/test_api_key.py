@@ -14,7 +14,7 @@ import pytest
 from openai import AsyncOpenAI, AuthenticationError
 from pydantic import SecretStr
 
-from gpusim.auth import WorkerAuth, WorkerAuthConfig
+from gpusim.auth import WorkerAuth, WorkerAuthConfig, api_keys
 from gpusim.cli import gpu_sim
 from gpusim.server import GpuSimConfig, GpuSimServer
 from gtm.gpu_profiles import LLAMA_8B
@@ -108,7 +108,9 @@ async def test_the_access_log_shows_each_request_and_with_headers_every_value(
 def test_the_key_comes_from_vllms_variable_and_the_flag_wins(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("VLLM_API_KEY", "from-env")
-    assert gpu_sim.make_context("gpu-sim", []).params["api_keys"] == ("from-env",)
-    context = gpu_sim.make_context("gpu-sim", ["--api-key", "from-flag"])
-    assert context.params["api_keys"] == ("from-flag",)
+    vllm = {"VLLM_API_KEY": "from-vllm-variable"}
+    assert api_keys((), vllm) == ("from-vllm-variable",)
+    assert api_keys(("a", "b"), vllm) == ("a", "b")
+    assert api_keys((), {}) == ()
+    monkeypatch.setenv("GTM_API_KEY", "from-gtm-variable")  # gtm's rule for every flag
+    assert gpu_sim.make_context("gpu-sim", []).params["api_keys"] == ("from-gtm-variable",)
