@@ -94,6 +94,8 @@ STOP_GRACE_S = 8.0
 RESTART_BACKOFF = Backoff(initial=0.5, maximum=10.0)
 #: How often the private etcd's members are checked for one that died, s.
 ETCD_CHECK_S = 0.5
+#: Variables an emulated GPU would take its API key from (``gtm gpu-sim --api-key``).
+_WORKER_KEY_VARIABLES = frozenset({API_KEY_ENV, "GTM_API_KEY"})
 #: Linux prctl option: signal sent to a child when its parent dies.
 _PR_SET_PDEATHSIG = 1
 
@@ -520,9 +522,10 @@ class ProcessFleet:
 
     def _environment(self, child: Child) -> dict[str, str]:
         """The child's environment: ours, the tiers' key, and for an emulated GPU the
-        workers' key (``--worker-api-key-file``) in vLLM's variable — never a
-        ``VLLM_API_KEY`` of the caller's shell, which the zones would not have."""
-        env = {k: v for k, v in os.environ.items() if k != API_KEY_ENV}
+        workers' key (``--worker-api-key-file``) in vLLM's variable — never a key of
+        the caller's shell (``VLLM_API_KEY``, or ``GTM_API_KEY`` as ``gtm load``'s
+        tenant key), which the zones would not have."""
+        env = {k: v for k, v in os.environ.items() if k not in _WORKER_KEY_VARIABLES}
         env[TIER_KEY_ENV] = self.plan.tier_key
         key = self.plan.worker_key
         if child.kind is TierKind.GPU and key is not None:

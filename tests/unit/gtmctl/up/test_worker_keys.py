@@ -30,11 +30,13 @@ def test_the_key_goes_to_the_gpus_and_the_file_to_the_zones(
     assert "sk-worker" not in repr(plan)
 
     monkeypatch.setenv("VLLM_API_KEY", "from-the-shell")
+    monkeypatch.setenv("GTM_API_KEY", "a-tenant-key-for-gtm-load")
     fleet = SimpleNamespace(plan=plan)
     for kind, expected in ((TierKind.GPU, "sk-worker"), (TierKind.ZONE, None)):
         child = Child("c", kind, [], tmp_path / "log")
         env = ProcessFleet._environment(fleet, child)  # type: ignore[arg-type]
         assert env.get("VLLM_API_KEY") == expected
+        assert "GTM_API_KEY" not in env
 
 
 def test_without_the_option_no_key_anywhere(
