@@ -345,7 +345,7 @@ class Relay(ABC, Generic[T]):
             deadline = self.first_byte_deadline(target)
             first = b""
             try:
-                async with asyncio.timeout_at(deadline):
+                async with _NO_DEADLINE if deadline is None else asyncio.timeout_at(deadline):
                     upstream = await self.open(target)
                     retry = self.retry_status(upstream.status)
                     if not retry:
@@ -438,6 +438,22 @@ class Relay(ABC, Generic[T]):
         _log_break(self.target_id(target), ending, error)
         await _cut(request, response, ending, sse=sse, last=last)
         return response, ending
+
+
+class _NoDeadline:
+    """A reusable ``async with`` that bounds nothing: an attempt without a first-byte
+    deadline (every non-streamed request) skips arming and disarming a timeout."""
+
+    __slots__ = ()
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None
+
+
+_NO_DEADLINE = _NoDeadline()
 
 
 def is_event_stream(headers: Mapping[str, str]) -> bool:
