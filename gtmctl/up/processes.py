@@ -523,8 +523,8 @@ class ProcessFleet:
     def _environment(self, child: Child) -> dict[str, str]:
         """The child's environment: ours, the tiers' key, and for an emulated GPU the
         workers' key (``--worker-api-key-file``) in vLLM's variable — never a key of
-        the caller's shell (``VLLM_API_KEY``, or ``GTM_API_KEY`` as ``gtm load``'s
-        tenant key), which the zones would not have."""
+        the caller's shell (``VLLM_API_KEY``, or ``GTM_API_KEY``: ``gtm gpu-sim
+        --api-key`` by gtm's variable rule), which the zones would not have."""
         env = {k: v for k, v in os.environ.items() if k not in _WORKER_KEY_VARIABLES}
         env[TIER_KEY_ENV] = self.plan.tier_key
         key = self.plan.worker_key

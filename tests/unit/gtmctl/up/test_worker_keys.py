@@ -30,7 +30,7 @@ def test_the_key_goes_to_the_gpus_and_the_file_to_the_zones(
     assert "sk-worker" not in repr(plan)
 
     monkeypatch.setenv("VLLM_API_KEY", "from-the-shell")
-    monkeypatch.setenv("GTM_API_KEY", "a-tenant-key-for-gtm-load")
+    monkeypatch.setenv("GTM_API_KEY", "another-key-from-the-shell")
     fleet = SimpleNamespace(plan=plan)
     for kind, expected in ((TierKind.GPU, "sk-worker"), (TierKind.ZONE, None)):
         child = Child("c", kind, [], tmp_path / "log")
