@@ -7,6 +7,8 @@ vllm-router in front of the same emulated workers, on the same arrivals (issue 2
     python bench/router_side_by_side.py --routers gtm-default,vllm-round_robin
     python bench/router_side_by_side.py --smoke           # seconds: 2 GPUs, one policy each
     python bench/router_side_by_side.py --report reports/router-side-by-side
+    python bench/router_side_by_side.py --one-worker   # each router before one idle
+        worker: the TTFT it adds, and whether a client going away cancels upstream
 
 **Workers.** Each run starts its own ``gtm gpu-sim`` processes (Llama-3.1-8B,
 ``--speedup`` × faster than the real GPU, 10 by default), so every router meets cold
@@ -803,6 +805,75 @@ def write_report(
     return path
 
 
+# ---------------------------------------------------------------------------- one worker
+
+
+async def _first_token_s(session: aiohttp.ClientSession, url: str) -> float:
+    body = {"model": MODEL, "prompt": " one two three" * 50, "max_tokens": 4,
+            "stream": True, "ignore_eos": True}  # fmt: skip
+    start = time.perf_counter()
+    async with session.post(url + "/v1/completions", json=body) as response:
+        async for line in response.content:
+            if line.startswith(b"data: {"):
+                break
+    return time.perf_counter() - start
+
+
+async def _running(session: aiohttp.ClientSession, url: str) -> int:
+    async with session.get(url + "/metrics") as response:
+        text = await response.text()
+    return int(
+        sum(
+            sample.value
+            for family in text_string_to_metric_families(text)
+            if family.name == "vllm:num_requests_running"
+            for sample in family.samples
+        )
+    )
+
+
+async def one_worker(specs: Sequence[RouterSpec], samples: int = 15) -> None:
+    """Each router in front of one idle L4 worker (real speed): the TTFT of short
+    requests sent one at a time, direct and through it (what the proxy adds), and
+    whether a client that goes away mid-stream has its request cancelled on the
+    worker (six long streams opened, then closed)."""
+    print("one worker (L4, speedup 1), one request at a time:")
+    for spec in [None, *specs]:
+        async with (
+            worker_pool(("L4",), 1.0, kv_events=False) as workers,
+            contextlib.AsyncExitStack() as stack,
+            aiohttp.ClientSession() as session,
+        ):
+            url = workers[0].url
+            if spec is not None:
+                url, _ = await stack.enter_async_context(router(spec, workers, ("L4",)))
+            await _first_token_s(session, url)  # warm the connections
+            ttft = sorted([await _first_token_s(session, url) for _ in range(samples)])
+            streams = []
+            long_body = {"model": MODEL, "prompt": "a b c", "max_tokens": 3000,
+                         "stream": True, "ignore_eos": True}  # fmt: skip
+            for _ in range(6):
+                client = await stack.enter_async_context(aiohttp.ClientSession())
+                response = await client.post(url + "/v1/completions", json=long_body)
+                async for line in response.content:
+                    if line.startswith(b"data: {"):
+                        break
+                streams.append((client, response))
+            open_running = await _running(session, workers[0].url)
+            for client, response in streams:
+                response.close()
+                await client.close()
+            await asyncio.sleep(3)
+            closed_running = await _running(session, workers[0].url)
+        name = spec.name if spec is not None else "direct"
+        print(
+            f"  {name:>20}: TTFT p50 {statistics.median(ttft) * 1000:.1f} ms, max "
+            f"{ttft[-1] * 1000:.1f} ms; running on the worker with 6 streams open "
+            f"{open_running}, 3 s after their clients closed {closed_running}",
+            flush=True,
+        )
+
+
 # ---------------------------------------------------------------------------- main
 
 
@@ -820,6 +891,9 @@ async def main_async(args: argparse.Namespace) -> int:
         if spec.peer is not None:
             require(spec.peer)  # a missing peer fails the benchmark, never skips it
             assert spec.policy in POLICIES[spec.peer]
+    if args.one_worker:
+        await one_worker(specs)
+        return 0
     pools = {"smoke": SMOKE_POOL} if args.smoke else {p: POOLS[p] for p in args.pools.split(",")}
     traces = [TraceKind(t if t != "mooncake" else "mooncake") for t in args.traces.split(",")]
     if args.smoke:
@@ -891,6 +965,10 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--duration", type=float, default=40.0, help="arrival window, wall s")
     parser.add_argument("--report", default="", help="write README.md, plot, JSON here")
+    parser.add_argument(
+        "--one-worker", action="store_true",
+        help="each router before one idle worker: TTFT added, client cancellation",
+    )  # fmt: skip
     sys.exit(asyncio.run(main_async(parser.parse_args())))
 
 
