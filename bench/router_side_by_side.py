@@ -30,24 +30,32 @@ always fall on the same router.
 
 **Arrivals.** A contiguous slice of the trace (Mooncake conversation, Azure
 conversation, Azure code; requests whose prompt and output do not fit the pool's
-smallest context are left out), its inter-arrival times scaled so that the offered
-rate is ``--load`` (0.85 by default) × the pool's capacity for the trace's mean
-request (:func:`fleetsim.workload.fleet_capacity_rps`), × the speedup in wall time.
-Mooncake prompts are built from the trace's ``hash_ids`` (one deterministic 512-token
-text per id, as ``bench/zone_quality.py`` does), so turns of a conversation share real
-prefixes; Azure prompts are unique texts of the trace's lengths. Every request is an
-open-loop streaming ``/v1/completions`` with ``max_tokens`` = the trace's output
-length and ``ignore_eos``, sent by a client with no connection limit and one
-keep-alive pool (the figures are the router's, not the client's).
+smallest context are left out), its inter-arrival times scaled so that the mean GPU
+of the pool has work ``--busy`` of the time (0.85, :mod:`fleetsim`'s "GPU busy"; the
+rate comes from each GPU's unloaded E2E of the slice's mean request,
+:func:`busy_rate`). That is well under the pools' saturated capacity (the run prints
+the ratio, fleetsim's "load"): decode-bound work keeps a GPU busy with few requests.
+The emulated GPUs run ``--speedup`` × faster than real ones (10), lowered (not below 1)
+so that at most ``--max-wall-rate`` requests/s (25) reach the router: a shared 2-core
+machine runs the workers, the router and the client. Mooncake prompts are built from
+the trace's ``hash_ids`` (one deterministic 512-token text per id, as
+``bench/zone_quality.py`` does), so turns of a conversation share real prefixes; Azure
+prompts are unique texts of the trace's lengths. Every request is an open-loop
+streaming ``/v1/completions`` with ``max_tokens`` = the trace's output length and
+``ignore_eos``, sent by a client with no connection limit (the figures are the
+router's, not the client's); a request with no byte for the simulator's client
+timeout gives up.
 
 **Figures**, in GPU time (wall × speedup), per router: success ratio (an HTTP 200
 whose stream ended with ``[DONE]``); TTFT p50 and p99 over successful requests; E2E
 p50; goodput: requests/s within :mod:`fleetsim.metrics`' SLO (TTFT ≤ 2 s and TPOT ≤
 100 ms) over the arrival window; prefix-hit share (cached ÷ prompt tokens, from the
-workers' usage); requests per GPU (each worker's own count); the router process's
-CPU seconds. With ``--repeat`` each figure is printed as its range over repetitions,
-and gtm's ratios against the best peer against the issue's targets: p99 TTFT ≤ 0.5 ×
-the best peer's and goodput ≥ 1.2 × the best peer's, on every pool × trace.
+workers' usage); requests per GPU and each worker's own mean TTFT (its queue and
+prefill, no router); the router process's CPU seconds; for gtm, its zone agent's
+retries and ejections. With ``--repeat`` each figure is printed as its range over
+repetitions, and gtm's ratios against the best peer against the issue's targets: p99
+TTFT ≤ 0.5 × the best peer's and goodput ≥ 1.2 × the best peer's, on every pool ×
+trace.
 
 Wall-clock figures on a shared 2-core machine carry its load: 8 worker processes, the
 router and the client share two cores. Read ranges, not single runs.
