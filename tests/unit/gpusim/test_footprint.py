@@ -1,7 +1,7 @@
 """What ``gtm gpu-sim`` imports: an emulated GPU worker (24 of them in the example
 deployment) serves its OpenAI API and registers in the store; it routes nothing, so it
-loads neither numpy nor the policy machinery (documents, residency engine, audit chain,
-YAML) — every module a process imports stays in its memory for its whole life
+loads neither numpy nor the policy machinery (documents, residency engine, audit chain)
+— every module a process imports stays in its memory for its whole life
 (bench/footprint.py measures it)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from gtm.testing.imports import COMMAND, NOT_IN_A_DAEMON, loaded, modules_after_
 #: Needed by the tiers, not by a worker.
 NOT_IN_A_WORKER = (
     "numpy",
-    "yaml",
+    # (YAML it needs: its performance profile is a YAML file, gtm/data/profiles.)
     "policies.audit",
     "policies.documents",
     "policies.loader",

@@ -27,10 +27,20 @@ def test_profile_overrides_apply() -> None:
 
 
 def test_unknown_gpu_or_model_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match="unknown GPU type 'B200'"):
-        GpuSimServer(GpuSimConfig(gpu_type="B200"), registry=new_registry())
+    with pytest.raises(ConfigError, match=r"unknown GPU type 'TPU-v5'.*--emulate TYPE"):
+        GpuSimServer(GpuSimConfig(gpu_type="TPU-v5"), registry=new_registry())
     with pytest.raises(ConfigError, match="no profile for model 'm'"):
         GpuSimServer(GpuSimConfig(models=("m",)), registry=new_registry())
+
+
+def test_emulate_runs_one_types_profile_under_another_name() -> None:
+    config = GpuSimConfig(gpu_type="X1", emulate="H100")
+    assert build_profile(config, LLAMA_8B) == get_profile("H100", LLAMA_8B)
+    server = GpuSimServer(config, registry=new_registry())
+    assert server.worker_id().startswith("sim-x1-")  # it declares X1
+    with pytest.raises(ConfigError, match="unknown GPU type 'X2'") as info:
+        build_profile(GpuSimConfig(gpu_type="X1", emulate="X2"), LLAMA_8B)
+    assert "--emulate" not in str(info.value)  # it was given; no hint to give it
 
 
 @pytest.mark.parametrize(
@@ -68,9 +78,9 @@ async def test_admin_endpoints_refuse_non_loopback_peers() -> None:
 
 def test_cli_reports_bad_options_clearly() -> None:
     runner = CliRunner()
-    result = runner.invoke(gpu_sim, ["--gpu-type", "B200", "--port", "0"])
+    result = runner.invoke(gpu_sim, ["--gpu-type", "TPU-v5", "--port", "0"])
     assert result.exit_code == 2
-    assert "unknown GPU type 'B200'" in result.output
+    assert "unknown GPU type 'TPU-v5'" in result.output
     result = runner.invoke(gpu_sim, ["--speedup", "0"])
     assert result.exit_code == 2
     assert "--speedup" in result.output
