@@ -6,6 +6,8 @@ Endpoints
     ``GET /v1/models``, ``GET /health``, ``GET /metrics`` (vLLM or SGLang names), and the
     admin ``/admin/faults`` (GET/POST/DELETE) and ``/admin/lag`` (GET/DELETE): loopback
     clients only, or bearer tokens with ``--admin-token-file`` (:mod:`gtm.admin_auth`).
+    With ``--api-key`` (vLLM's; :mod:`gpusim.auth`) ``/v1/*`` needs that key, as on a
+    vLLM; ``--access-log-file`` writes uvicorn's access lines.
 
 Each served model has its own :class:`~gpusim.engine.Engine` (performance model of
 the GPU type) run in real time by an :class:`~gpusim.driver.EngineDriver`; several
