@@ -26,7 +26,8 @@ hardware — and not the maximum, so one lucky sample does not set it either. Sa
 older than :data:`MAX_SAMPLE_AGE_S` are forgotten (the time is the caller's clock).
 
 Pricing. A worker whose pair has a profile is priced by it (source ``shipped`` or
-``file``) unless a measured factor is off by more than :data:`DRIFT_THRESHOLD`; then
+``file``) unless a factor measured in its quiet intervals (:data:`QUIET_RUNNING`) is
+off by more than :data:`DRIFT_THRESHOLD`; then
 by the profile scaled to what it measures (``calibrated``). A pair without a profile is
 never priced as another GPU silently: it is logged once (GPU type, model, and what to do)
 and priced by a *conservative prior* (``prior``) — the slowest profile gtm has of that
@@ -75,6 +76,14 @@ DRIFT_THRESHOLD = 0.25
 #: (or its prior) until longer ones arrive.
 COMPUTE_BOUND_MARGIN = 2.0
 MAX_SAMPLE_AGE_S = 900.0
+#: A worker that has a profile is measured in its quiet intervals only: nothing waiting
+#: and at most this many requests running at both scrapes. Under load every request
+#: shares its passes with others' chunks and decode tokens and so looks slower, for
+#: reasons the cost model already counts (queued tokens, decode pressure); measuring
+#: then would count them twice and re-price a healthy GPU. A throttled or misprofiled
+#: GPU is slower when quiet too. A pair priced by the prior has nothing better to go
+#: by, so every interval counts for it (contention errs on the slow, safe side).
+QUIET_RUNNING = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +147,12 @@ def prior_profile(catalog: ProfileCatalog, gpu_type: str, model: str) -> Prior:
         raise LookupError(f"no profile at all to price {model!r} on {gpu_type!r} by")
     base = min(candidates, key=lambda p: (p.prefill_tokens_per_s, p.gpu_type, p.model))
     return Prior(replace(base, gpu_type=gpu_type, model=model), f"{base.gpu_type} × {base.model}")
+
+
+def _quiet(last: ModelMetrics, now: ModelMetrics) -> bool:
+    return (
+        last.waiting == 0 and now.waiting == 0 and max(last.running, now.running) <= QUIET_RUNNING
+    )
 
 
 def _variable(measured: float, fixed: float) -> float:
@@ -265,9 +280,12 @@ class Calibrator:
         """One scrape of one (worker, model): fold the deltas since the last one in."""
         state = self._state(gpu_id, gpu_type, model)
         last, state.last = state.last, metrics
-        if last is not None:
-            self._observe_prefill(state, last, metrics, now)
-            self._observe_decode(state, last, metrics, now)
+        if last is None:
+            return
+        if state.source is not ProfileSource.PRIOR and not _quiet(last, metrics):
+            return  # this interval only moves the baseline (see QUIET_RUNNING)
+        self._observe_prefill(state, last, metrics, now)
+        self._observe_decode(state, last, metrics, now)
 
     def _observe_prefill(
         self, state: _WorkerState, last: ModelMetrics, now_m: ModelMetrics, now: float

@@ -191,6 +191,24 @@ def test_short_prompts_measure_bandwidth_and_are_not_prefill_samples() -> None:
     assert cal.priced("gpu-0", "X1", LLAMA_8B, 10.0).source is ProfileSource.PRIOR
 
 
+def test_a_known_worker_is_measured_only_when_quiet() -> None:
+    cal = Calibrator(shipped())
+    fake = FakeWorker(H100)
+    busy = dataclasses.replace(fake.metrics(), running=40, waiting=3)
+    cal.observe("gpu-0", "H100", LLAMA_8B, busy, 0.0)
+    for i in range(1, 10):
+        fake.serve(MIN_REQUESTS, slowdown=2.0)  # shared passes: looks twice as slow
+        metrics = dataclasses.replace(fake.metrics(), running=40, waiting=3)
+        cal.observe("gpu-0", "H100", LLAMA_8B, metrics, float(i))
+    assert cal.priced("gpu-0", "H100", LLAMA_8B, 10.0).source is ProfileSource.SHIPPED
+    # A prior has nothing better: the same busy intervals calibrate it.
+    for i in range(10):
+        fake.serve(MIN_REQUESTS)
+        metrics = dataclasses.replace(fake.metrics(), running=40, waiting=3)
+        cal.observe("gpu-1", "X1", LLAMA_8B, metrics, float(i))
+    assert cal.priced("gpu-1", "X1", LLAMA_8B, 10.0).source is ProfileSource.CALIBRATED
+
+
 def test_contention_does_not_drag_the_estimate_down() -> None:
     """Requests that shared their passes look slow; the quantile keeps the clean ones."""
     cal = Calibrator(shipped())
