@@ -122,6 +122,16 @@ _FLAG_OF = {
     "shorter stalls and costs more CPU.",
 )
 @click.option(
+    "--kv-events-config",
+    "kv_events",
+    default=None,
+    metavar="JSON",
+    help="Publish KV-cache events as vLLM does: its --kv-events-config JSON (fields "
+    "enable_kv_cache_events, publisher, endpoint, replay_endpoint, topic, buffer_steps, hwm, "
+    "max_queue_size); gtm adds encoding: map (current vLLM, the default) or array "
+    "(vLLM <= 0.23).",
+)
+@click.option(
     "--api-key",
     "api_keys",
     multiple=True,
@@ -140,15 +150,6 @@ _FLAG_OF = {
     is_flag=True,
     help="Debugging only: put every request header, value included, on its access line "
     "(the worker's own key is masked), so a credential that reaches a worker shows.",
-)
-@click.option(
-    "--kv-events-config",
-    "kv_events",
-    default=None,
-    metavar="JSON",
-    help="Publish KV-cache events as vLLM does: its --kv-events-config JSON (fields "
-    "enable_kv_cache_events, publisher, endpoint, replay_endpoint, topic, buffer_steps, hwm, "
-    "max_queue_size); gtm adds encoding: array (vLLM <= 0.23, the default) or map.",
 )
 @click.option(
     "--admin-token-file",

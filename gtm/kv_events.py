@@ -26,16 +26,17 @@ Payloads: ``msgspec.msgpack`` of msgspec structs, ``omit_defaults=True``, ``tag=
     — an array; the publisher fills the rank (0 without data parallelism). Two encodings
     of the events exist (:class:`KVEventEncoding`):
 
+    * ``map`` (the default: current vLLM) — vLLM PR #42892 (merged 2026-06) dropped
+      ``array_like`` from the event structs: each event is a map with the tag under
+      ``"type"`` and its fields by name, the batch stays an array (a vLLM 0.26 capture
+      in volcano-sh/kthena#1535). llm-d's indexer, Dynamo and the vllm-router release
+      on PyPI decode it.
     * ``array`` — vLLM up to 0.23: every event is a positional array whose first element
       is the tag, e.g. ``["BlockStored", block_hashes, parent_block_hash, token_ids,
-      block_size, lora_id, medium, lora_name]``; trailing fields at their default
-      (``extra_keys``, ``group_idx``, ...) are omitted. This is what vllm-router's
-      ``kv_aware`` policy decodes (vllm-project/router ``src/kv_events/decoder.rs``
-      requires 8 fields of a ``BlockStored``), and llm-d's kv-cache indexer and Dynamo
-      decode it too.
-    * ``map`` — vLLM PR #42892 (merged 2026-06) dropped ``array_like`` from the event
-      structs: each event is a map with the tag under ``"type"`` and its fields by name,
-      the batch stays an array (a vLLM 0.26 capture in volcano-sh/kthena#1535).
+      block_size, lora_id, medium, lora_name, extra_keys, group_idx, ...]`` (msgspec
+      writes an array-like struct's defaulted fields too). Older consumers decode only
+      this (vllm-project/router ``src/kv_events/decoder.rs`` at one point required 8
+      positional fields of a ``BlockStored``).
 
 Block hashes
     vLLM hashes block ``i`` as ``H((parent_hash, token_ids_of_block, extra_keys))`` with
@@ -81,9 +82,9 @@ FULL_ATTENTION = "full_attention"
 class KVEventEncoding(StrEnum):
     """How the events inside a batch are encoded (see the module docstring)."""
 
-    #: Positional arrays, tag first (vLLM up to 0.23; what vllm-router decodes).
+    #: Positional arrays, tag first (vLLM up to 0.23).
     ARRAY = "array"
-    #: Maps with the tag under ``"type"`` (vLLM after PR #42892).
+    #: Maps with the tag under ``"type"`` (vLLM after PR #42892: current vLLM).
     MAP = "map"
 
 
@@ -101,7 +102,7 @@ class KVEventsConfig(Frozen):
     hwm: int = Field(default=100_000, ge=0)
     max_queue_size: int = Field(default=100_000, ge=1)
     topic: str = ""
-    encoding: KVEventEncoding = KVEventEncoding.ARRAY
+    encoding: KVEventEncoding = KVEventEncoding.MAP
 
     @model_validator(mode="after")
     def _default_publisher(self) -> KVEventsConfig:
@@ -238,7 +239,7 @@ def encode_batch(
     ts: float,
     events: list[KVEvent],
     *,
-    encoding: KVEventEncoding = KVEventEncoding.ARRAY,
+    encoding: KVEventEncoding = KVEventEncoding.MAP,
     data_parallel_rank: int | None = 0,
 ) -> bytes:
     """The msgpack payload vLLM would publish for ``events`` in ``encoding``."""

@@ -95,13 +95,13 @@ def test_array_encoding_literal_bytes() -> None:
         + "9101" "c0" "920708" "02" "c0" "a3" + b"GPU".hex() + "c0" "c0c0c0c0" "00"
     )  # fmt: skip
     event = BlockStored(block_hashes=(1,), parent_block_hash=None, token_ids=(7, 8), block_size=2)
-    assert encode_batch(1.5, [event]) == expected
+    assert encode_batch(1.5, [event], encoding=KVEventEncoding.ARRAY) == expected
     assert decode_batch(expected).events == (event,)
 
 
 def test_vllm_router_reads_eight_fields_of_block_stored() -> None:
     # vllm-project/router src/kv_events/decoder.rs: "expected >= 8 fields".
-    raw = msgspec.msgpack.decode(encode_batch(1.0, EVENTS[:1]))
+    raw = msgspec.msgpack.decode(encode_batch(1.0, EVENTS[:1], encoding=KVEventEncoding.ARRAY))
     assert raw[1][0][0] == "BlockStored"
     assert len(raw[1][0]) >= 8
     assert raw[1][0][1] == [HASH, 7]
@@ -162,6 +162,7 @@ def test_config_is_vllms() -> None:
     assert config.publishing
     assert config.endpoint == "tcp://*:5557"
     assert config.buffer_steps == 10_000
+    assert config.encoding is KVEventEncoding.MAP  # what current vLLM sends
     assert not KVEventsConfig(enable_kv_cache_events=True, publisher="null").publishing
     assert binds("tcp://*:5557")
     assert binds("ipc:///tmp/kv")
