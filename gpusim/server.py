@@ -418,28 +418,30 @@ class GpuSimServer:
             messages = parse_chat_messages(body.messages)
         except PromptError as exc:
             raise api.ApiError(400, str(exc), param="messages") from None
-        prompt = encode_chat(messages)
-        return await self._generate(request, driver, api.Kind.CHAT, body, [prompt], "messages")
+        prompts: list[Sequence[int]] = [encode_chat(messages)]
+        return await self._generate(request, driver, api.Kind.CHAT, body, prompts, "messages")
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         body = await self._body(request, api.CompletionRequest)
         await self._admit()
         driver = self._served(body.model, ModelKind.GENERATE)
         items = api.prompt_items(body.prompt, "prompt")
-        prompts = [encode_text(item) if isinstance(item, str) else item for item in items]
+        prompts: list[Sequence[int]] = [
+            encode_text(item) if isinstance(item, str) else item for item in items
+        ]
         if body.stream and len(prompts) * body.n > api.MAX_CHOICES:
             raise api.ApiError(400, f"at most {api.MAX_CHOICES} streamed choices", param="prompt")
         return await self._generate(request, driver, api.Kind.COMPLETION, body, prompts, "prompt")
 
-    async def _generate(
+    def _plan(
         self,
-        request: web.Request,
         driver: EngineDriver,
-        kind: api.Kind,
         body: api.ChatCompletionRequest | api.CompletionRequest,
         prompts: Sequence[Sequence[int]],
         param: str,
-    ) -> web.StreamResponse:
+    ) -> list[tuple[EngineRequest, Completion, str, int]]:
+        """An engine request, its completion, its finish reason and prompt index for
+        every choice of every prompt."""
         profile = driver.engine.profile
         plans: list[tuple[EngineRequest, Completion, str, int]] = []
         for prompt_index, prompt in enumerate(prompts):
@@ -454,6 +456,27 @@ class GpuSimServer:
                 )
                 engine_request = EngineRequest(uuid.uuid4().hex, len(prompt), output, hashes)
                 plans.append((engine_request, completion, reason, prompt_index))
+        return plans
+
+    async def _generate(
+        self,
+        request: web.Request,
+        driver: EngineDriver,
+        kind: api.Kind,
+        body: api.ChatCompletionRequest | api.CompletionRequest,
+        prompts: list[Sequence[int]],
+        param: str,
+    ) -> web.StreamResponse:
+        """Plan and run the request; empties ``prompts`` once planned.
+
+        A prompt's token ids (an int object each) are the largest thing a request
+        holds, and nothing needs them past planning: the engine requests keep lengths
+        and block hashes. Kept for a whole stream, they set how many of Python's
+        small-object arenas a worker holds at its busiest, and those arenas are not
+        given back: its memory crept up at every new peak of streams in flight.
+        """
+        plans = self._plan(driver, body, prompts, param)
+        prompts.clear()
         self._check_queue(driver, len(plans))
         notifier = Notifier()
         choices: list[_Choice] = []
