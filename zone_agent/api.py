@@ -197,8 +197,11 @@ class AssignApi:
         hold_s: float,
         trace_top: int,
         affinity: bool = True,
+        on_sent: Callable[[bytes, ZoneRequest, int], None] | None = None,
     ) -> None:
         self._affinity = affinity
+        #: As the data path's (zone_agent.proxy.DataPath.on_sent): the prompt assigned.
+        self._on_sent = on_sent
         self._zone = zone_id
         self._region = region_id
         self._view = view
@@ -235,6 +238,9 @@ class AssignApi:
             self._profile(), facts, self._view(), frozenset(), affinity=self._affinity
         )
         self._acc.hold(charge(self._acc, decision), now + self._hold)
+        if self._on_sent is not None and raw.strip():
+            index, i = decision.model_index, decision.choice
+            self._on_sent(raw, facts, int(index.block_size[i]))
         self._metrics.assignments.labels(decision.gpu_id, decision.profile).inc()
         self._metrics.decision.observe(time.perf_counter() - started)
         decision_id = uuid.uuid4().hex

@@ -487,6 +487,7 @@ class ZoneAgent:
             hold_s=self.config.assign_hold_s,
             trace_top=self.config.trace_top,
             affinity=self.config.affinity,
+            on_sent=None if self.kv_events is None else self.kv_events.sent,
         ).routes(app)
         ServiceApi(lambda: self._view, self._registry).routes(app)
         access.install(app, Tier.ZONE, region=self.config.region, zone=self.config.zone)

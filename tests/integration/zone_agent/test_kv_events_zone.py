@@ -101,7 +101,24 @@ def _served(agent: ZoneAgent) -> dict[str, float]:
     }
 
 
-async def _where(agent: ZoneAgent, http: aiohttp.ClientSession, prompt: str) -> str:
+async def _where(
+    agent: ZoneAgent,
+    http: aiohttp.ClientSession,
+    prompt: str,
+    via: str = "proxy",
+    sims: list[GpuSimServer] | None = None,
+) -> str:
+    """The GPU the agent sends ``prompt`` to: through its proxy, or (``assign``) by
+    asking ``/v1/assign`` and sending the request there ourselves, as a data plane in
+    front of the agent does."""
+    if via == "assign":
+        assert sims is not None
+        body = {"model": LLAMA_8B, "prompt": prompt, "max_tokens": 1}
+        async with http.post(agent.url + "/v1/assign", json=body) as response:
+            assert response.status == 200, await response.text()
+            gpu = str((await response.json())["gpu"])
+        await _complete(http, sims[int(gpu[-1])].url, prompt)
+        return gpu
     before = _served(agent)
     await _complete(http, agent.url, prompt)
     after = _served(agent)
@@ -128,16 +145,17 @@ async def _events_applied(agent: ZoneAgent, sims: list[GpuSimServer]) -> None:
     raise AssertionError("the agent never caught up with the workers' events")
 
 
+@pytest.mark.parametrize("via", ["proxy", "assign"])
 @pytest.mark.parametrize("kv_events", [True, False], ids=["kv-events", "own-record"])
 async def test_the_next_turn_goes_where_the_prefix_is_still_cached(
-    sims: list[GpuSimServer], kv_events: bool
+    sims: list[GpuSimServer], kv_events: bool, via: str
 ) -> None:
     agent = await _agent(sims, kv_events=kv_events)
     try:
         async with aiohttp.ClientSession() as http:
-            home = await _where(agent, http, CONVERSATION)
+            home = await _where(agent, http, CONVERSATION, via, sims)
             other = "gpu-1" if home == "gpu-0" else "gpu-0"
-            assert await _where(agent, http, CONVERSATION) == home  # sticky, as today
+            assert await _where(agent, http, CONVERSATION, via, sims) == home  # sticky
             # Other traffic, straight to the workers: the prompt reaches the other GPU,
             # and the home evicts it for a longer one.
             await _complete(http, sims[int(other[-1])].url, CONVERSATION)
@@ -147,7 +165,7 @@ async def test_the_next_turn_goes_where_the_prefix_is_still_cached(
                 engine = agent.kv_events
                 assert engine is not None
                 assert engine.engine.evicted_blocks > 0
-            chosen = await _where(agent, http, CONVERSATION)
+            chosen = await _where(agent, http, CONVERSATION, via, sims)
             if kv_events:
                 assert chosen == other  # where the engine says the prefix is
             else:
