@@ -27,10 +27,20 @@ A forward pass of ``n`` new tokens reading ``c`` context tokens with ``p`` atten
 pairs takes ``step_overhead_s + max(weight_read_s + c·kv_read_s_per_token,
 n/tokens_per_s + p·attention_s_per_pair)`` (:meth:`GpuProfile.forward_time_s`), so
 prefill time by prompt length and decode step time by batch size both follow from these
-figures; the shipped files list a few of each in comments. To write a profile from
-measurements: ``tokens_per_s`` is the slope of prefill time over prompt tokens at
-prompts of one or two thousand tokens, ``weight_read_s`` a batch-1 decode step minus
-the overhead, ``kv_read_s_per_token`` the growth of a decode step per context token.
+figures; the shipped files list a few of each in comments. Measurements can be given
+instead of the figures, and the figures are fitted to them (least squares)::
+
+    prefill:
+      measured:                        # one request alone: prompt tokens → seconds
+        - {prompt_tokens: 1024, seconds: 0.055}
+        - {prompt_tokens: 8192, seconds: 0.47}
+    decode:
+      measured:                        # one step: batch × context tokens → seconds
+        - {batch: 1, context_tokens: 1024, step_s: 0.008}
+        - {batch: 64, context_tokens: 1024, step_s: 0.0112}
+
+Prefill points should be compute-bound (prompts of several hundred tokens or more:
+shorter ones measure the weight reads); decode steps are taken as memory-bound.
 
 Any field that is wrong is a :class:`gtm.errors.ConfigError` naming the file, the line
 and the field; two files giving the same pair is one too (naming both).
@@ -40,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Iterable, Sequence
 from importlib import resources
@@ -73,14 +84,109 @@ Positive = Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
 NonNegative = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
 
 
+class PrefillPoint(Frozen):
+    """One measured prefill: a request of ``prompt_tokens`` alone, first token after
+    ``seconds`` (less any queueing)."""
+
+    prompt_tokens: int = Field(ge=1)
+    seconds: Positive
+
+
+class DecodePoint(Frozen):
+    """One measured decode step of ``batch`` sequences of ``context_tokens`` each."""
+
+    batch: int = Field(ge=1)
+    context_tokens: int = Field(ge=0)
+    step_s: Positive
+
+
 class PrefillFigures(Frozen):
-    tokens_per_s: Positive
-    attention_s_per_pair: NonNegative = 0.0
+    """The prefill rate and attention cost, or measurements they are fitted to."""
+
+    tokens_per_s: Positive | None = None
+    attention_s_per_pair: NonNegative | None = None
+    measured: tuple[PrefillPoint, ...] = ()
+
+    @model_validator(mode="after")
+    def _one_way(self) -> PrefillFigures:
+        if (self.tokens_per_s is None) == (not self.measured):
+            raise ValueError("give either tokens_per_s or measured (a list of points)")
+        if self.measured and self.attention_s_per_pair is not None:
+            raise ValueError("attention_s_per_pair is fitted from measured; give one or other")
+        return self
 
 
 class DecodeFigures(Frozen):
-    weight_read_s: Positive
-    kv_read_s_per_token: NonNegative
+    """The weight and KV read times, or measurements they are fitted to."""
+
+    weight_read_s: Positive | None = None
+    kv_read_s_per_token: NonNegative | None = None
+    measured: tuple[DecodePoint, ...] = ()
+
+    @model_validator(mode="after")
+    def _one_way(self) -> DecodeFigures:
+        given = self.weight_read_s is not None or self.kv_read_s_per_token is not None
+        if given == bool(self.measured):
+            raise ValueError(
+                "give either weight_read_s and kv_read_s_per_token, or measured (a list of points)"
+            )
+        if given and (self.weight_read_s is None or self.kv_read_s_per_token is None):
+            raise ValueError("give both weight_read_s and kv_read_s_per_token")
+        return self
+
+
+def _least_squares(rows: Sequence[tuple[float, float, float]]) -> tuple[float, float] | None:
+    """(p, q) minimising Σ (p·x + q·z − y)² over rows (x, z, y); None if singular."""
+    sxx = sum(x * x for x, _, _ in rows)
+    szz = sum(z * z for _, z, _ in rows)
+    sxz = sum(x * z for x, z, _ in rows)
+    sxy = sum(x * y for x, _, y in rows)
+    szy = sum(z * y for _, z, y in rows)
+    det = sxx * szz - sxz * sxz
+    if abs(det) <= 1e-12 * max(sxx * szz, 1e-300):
+        return None
+    return (sxy * szz - szy * sxz) / det, (szy * sxx - sxy * sxz) / det
+
+
+def fit_prefill(
+    points: Sequence[PrefillPoint], overhead_s: float, chunk_tokens: int
+) -> tuple[float, float]:
+    """(tokens_per_s, attention_s_per_pair) of the roofline's compute term that best
+    predicts ``points``: ``seconds = passes·overhead + n/rate + n(n+1)/2 · attention``
+    (prompts long enough to be compute-bound; attention 0 when the points cannot tell)."""
+    rows = [
+        (
+            float(p.prompt_tokens),
+            p.prompt_tokens * (p.prompt_tokens + 1) / 2.0,
+            p.seconds - math.ceil(p.prompt_tokens / chunk_tokens) * overhead_s,
+        )
+        for p in points
+    ]
+    fitted = _least_squares(rows) if len(rows) >= 2 else None
+    if fitted is None or fitted[1] < 0 or fitted[0] <= 0:
+        per_token = sum(x * y for x, _, y in rows) / sum(x * x for x, _, _ in rows)
+        fitted = (per_token, 0.0)
+    if fitted[0] <= 0:
+        raise ValueError(
+            "prefill.measured: the times are not longer than the per-pass overhead; "
+            "no positive prefill rate fits them"
+        )
+    return 1.0 / fitted[0], fitted[1]
+
+
+def fit_decode(points: Sequence[DecodePoint], overhead_s: float) -> tuple[float, float]:
+    """(weight_read_s, kv_read_s_per_token) that best predict ``points``: a decode step
+    is memory-bound, ``step_s = overhead + weights + batch·context · kv``."""
+    rows = [(1.0, float(p.batch * p.context_tokens), p.step_s - overhead_s) for p in points]
+    fitted = _least_squares(rows) if len(rows) >= 2 else None
+    if fitted is None or fitted[1] < 0:
+        fitted = (sum(y for _, _, y in rows) / len(rows), 0.0)
+    if fitted[0] <= 0:
+        raise ValueError(
+            "decode.measured: the steps are not longer than the per-pass overhead; "
+            "no positive weight read time fits them"
+        )
+    return fitted
 
 
 class KvCacheFigures(Frozen):
@@ -115,6 +221,24 @@ class ProfileDocument(Frozen):
     embedding_dim: int = Field(default=0, ge=0)
 
     @model_validator(mode="after")
+    def _fits(self) -> ProfileDocument:
+        self._prefill_figures()
+        self._decode_figures()
+        return self
+
+    def _prefill_figures(self) -> tuple[float, float]:
+        if self.prefill.tokens_per_s is not None:
+            return self.prefill.tokens_per_s, self.prefill.attention_s_per_pair or 0.0
+        return fit_prefill(
+            self.prefill.measured, self.step_overhead_s, self.batching.max_num_batched_tokens
+        )
+
+    def _decode_figures(self) -> tuple[float, float]:
+        if self.decode.weight_read_s is not None and self.decode.kv_read_s_per_token is not None:
+            return self.decode.weight_read_s, self.decode.kv_read_s_per_token
+        return fit_decode(self.decode.measured, self.step_overhead_s)
+
+    @model_validator(mode="after")
     def _context_fits(self) -> ProfileDocument:
         capacity = self.kv_cache.num_gpu_blocks * self.kv_cache.block_size
         if self.max_model_len > capacity and self.kind is ModelKind.GENERATE:
@@ -125,15 +249,17 @@ class ProfileDocument(Frozen):
         return self
 
     def profile(self) -> GpuProfile:
+        rate, attention = self._prefill_figures()
+        weights, kv_read = self._decode_figures()
         return GpuProfile(
             gpu_type=self.gpu_type,
             model=self.model,
             kind=self.kind,
             tensor_parallel=self.tensor_parallel,
-            prefill_tokens_per_s=self.prefill.tokens_per_s,
-            weight_read_s=self.decode.weight_read_s,
-            kv_read_s_per_token=self.decode.kv_read_s_per_token,
-            attention_s_per_pair=self.prefill.attention_s_per_pair,
+            prefill_tokens_per_s=rate,
+            weight_read_s=weights,
+            kv_read_s_per_token=kv_read,
+            attention_s_per_pair=attention,
             step_overhead_s=self.step_overhead_s,
             kv_bytes_per_token=self.kv_cache.bytes_per_token,
             block_size=self.kv_cache.block_size,

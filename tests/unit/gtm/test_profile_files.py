@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -168,3 +169,70 @@ def test_the_readme_example_is_a_valid_profile(tmp_path: Path) -> None:
     path.write_text(example)
     [profile] = read_file(path)
     assert (profile.gpu_type, profile.tensor_parallel) == ("B300", 2)
+
+
+MEASURED = """\
+format: gtm.gpu-profile/v1
+gpu_type: H100
+model: meta-llama/Llama-3.1-8B-Instruct
+prefill:
+  measured:
+{prefill}
+decode:
+  measured:
+{decode}
+kv_cache: {{bytes_per_token: 131072, num_gpu_blocks: 25650}}
+batching: {{max_num_seqs: 1024, max_num_batched_tokens: 8192}}
+max_model_len: 131072
+"""
+
+
+def _measured(prefill: list[int], decode: list[tuple[int, int]]) -> str:
+    h100 = get_profile("H100", LLAMA_8B)
+    return MEASURED.format(
+        prefill="\n".join(
+            f"    - {{prompt_tokens: {n}, seconds: {h100.prefill_time_s(n)!r}}}" for n in prefill
+        ),
+        decode="\n".join(
+            f"    - {{batch: {b}, context_tokens: {c}, step_s: {h100.decode_step_s(b, c)!r}}}"
+            for b, c in decode
+        ),
+    )
+
+
+def test_measured_times_are_fitted_to_the_roofline(tmp_path: Path) -> None:
+    """Times measured on a GPU that follows the roofline give its figures back."""
+    h100 = get_profile("H100", LLAMA_8B)
+    path = tmp_path / "measured.yaml"
+    path.write_text(_measured([1024, 4096, 8192], [(1, 1024), (16, 2048), (64, 1024)]))
+    [fitted] = read_file(path)
+    assert fitted.prefill_tokens_per_s == pytest.approx(h100.prefill_tokens_per_s, rel=1e-6)
+    assert fitted.attention_s_per_pair == pytest.approx(h100.attention_s_per_pair, rel=1e-4)
+    assert fitted.weight_read_s == pytest.approx(h100.weight_read_s, rel=1e-6)
+    assert fitted.kv_read_s_per_token == pytest.approx(h100.kv_read_s_per_token, rel=1e-4)
+    # One point each: no attention term, no KV term — the rest still priced sensibly.
+    path.write_text(_measured([2048], [(1, 0)]))
+    [one] = read_file(path)
+    assert one.prefill_tokens_per_s == pytest.approx(h100.prefill_tokens_per_s, rel=0.05)
+    assert one.attention_s_per_pair == 0.0
+    assert (one.weight_read_s, one.kv_read_s_per_token) == (
+        pytest.approx(h100.weight_read_s),
+        0.0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        (r"prefill:\n", "prefill:\n  tokens_per_s: 5\n", "either"),
+        (r"decode:\n", "decode:\n  weight_read_s: 0.01\n", "either"),
+        (r"seconds: [0-9.e-]+", "seconds: 0.0001", "prefill.measured: the times are not longer"),
+        (r"step_s: [0-9.e-]+", "step_s: 0.001", "decode.measured: the steps are not longer"),
+    ],
+)
+def test_bad_measurements_are_named(tmp_path: Path, old: str, new: str, message: str) -> None:
+    path = tmp_path / "measured.yaml"
+    path.write_text(re.sub(old, new, _measured([1024, 4096], [(1, 1024), (8, 1024)])))
+    with pytest.raises(ConfigError, match=message) as info:
+        read_file(path)
+    assert str(info.value).startswith(str(path))
