@@ -215,10 +215,8 @@ def test_measured_times_are_fitted_to_the_roofline(tmp_path: Path) -> None:
     [one] = read_file(path)
     assert one.prefill_tokens_per_s == pytest.approx(h100.prefill_tokens_per_s, rel=0.05)
     assert one.attention_s_per_pair == 0.0
-    assert (one.weight_read_s, one.kv_read_s_per_token) == (
-        pytest.approx(h100.weight_read_s),
-        0.0,
-    )
+    assert one.weight_read_s == pytest.approx(h100.weight_read_s)
+    assert one.kv_read_s_per_token == 0.0
 
 
 @pytest.mark.parametrize(
