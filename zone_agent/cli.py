@@ -201,13 +201,8 @@ def zone(
             scrape_interval_s=scrape_interval,
             upstream_timeout_s=upstream_timeout,
             worker_keys=_worker_keys(worker_api_key_file, worker_api_key_env, worker_api_key_dir),
-            kv_events=None
-            if kv_events is None
-            else KVEventsSource(
-                endpoint=kv_events,
-                replay=kv_events_replay,
-                topic=kv_events_topic,
-                tokenizer=kv_events_tokenizer,
+            kv_events=_kv_events_source(
+                kv_events, kv_events_replay, kv_events_topic, kv_events_tokenizer
             ),
         )
         operator_catalog(config.gpu_profiles)  # a bad profile file stops us here, by name
@@ -237,6 +232,21 @@ def zone(
     except GtmError as exc:
         click.echo(f"gtm zone: {exc}", err=True)
         sys.exit(2)
+
+
+def _kv_events_source(
+    endpoint: str | None, replay: str | None, topic: str, tokenizer: Path | None
+) -> KVEventsSource | None:
+    """``--kv-events*`` as one source, or None without ``--kv-events``; a bad pattern is
+    a usage error naming the flag."""
+    if endpoint is None:
+        return None
+    try:
+        return KVEventsSource(endpoint=endpoint, replay=replay, topic=topic, tokenizer=tokenizer)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        reason = first.get("ctx", {}).get("error", first["msg"])
+        raise click.UsageError(f"--kv-events: {reason}") from None
 
 
 def _worker_keys(file: Path | None, env: str | None, directory: Path | None) -> WorkerKeyConfig:

@@ -158,3 +158,18 @@ def test_deferred_prompts_are_tokenized_once_when_events_come() -> None:
     source.apply(1, _batch(BlockStored(KEYS, None, TOKENS, BS)))
     assert calls == [1]
     assert index.match_groups(TEXT) == [(3, 1 << 1)]
+
+
+def test_gtm_zone_names_a_bad_kv_events_pattern() -> None:
+    from click.testing import CliRunner
+
+    from zone_agent.cli import zone
+
+    base = ["--zone", "z", "--region", "r", "--worker", "http://127.0.0.1:1"]
+    for flags in (
+        ["--kv-events", "http://{host}:5557"],
+        ["--kv-events-replay", "tcp://{x}:1", "--kv-events"],
+    ):
+        result = CliRunner().invoke(zone, [*base, *flags])
+        assert result.exit_code == 2, result.output
+        assert "--kv-events" in result.output
