@@ -254,7 +254,8 @@ async def serve(
         url = await server.start()
         freeze_startup_objects()
         models = ",".join(server.models)
-        announce(f"gpu-sim listening on {url} (gpu={config.gpu_type}, models={models})")
+        gpu = config.gpu_type + (f" emulating {config.emulate}" if config.emulate else "")
+        announce(f"gpu-sim listening on {url} (gpu={gpu}, models={models})")
         sys.stdout.flush()
         await until_signalled()
     finally:
