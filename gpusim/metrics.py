@@ -364,10 +364,15 @@ TGI_DURATION_BUCKETS = tuple(0.0001 * 1.5**k for k in range(1, 36))
 
 
 class _TgiWriter(_FlavorWriter):
-    """TGI v3 (no model label). KV: the tokens the batch holds over the KV capacity."""
+    """TGI v3 (no model label). KV: the tokens the batch holds over the KV capacity. A
+    pass that prefills is a ``prefill`` call, one that only decodes a ``decode`` call."""
 
     def __init__(self, source: Callable[[], Iterable[ModelSnapshot]]) -> None:
         super().__init__(source)
+        self._calls = _BatchedHistogram(
+            "tgi_batch_inference_duration", "Batch inference duration", "method",
+            TGI_DURATION_BUCKETS,
+        )  # fmt: skip
         self._per_token = _BatchedHistogram(
             "tgi_request_mean_time_per_token_duration",
             "Mean time per token per request (inter-token latency)",
@@ -395,8 +400,12 @@ class _TgiWriter(_FlavorWriter):
             "tgi_batch_max_total_tokens", "Maximum amount of tokens in total.",
             totals.capacity_tokens,
         )  # fmt: skip
-        for histogram in (self._per_token, self._queue, self._input):
+        for histogram in (self._calls, self._per_token, self._queue, self._input):
             yield from histogram.collect()
+
+    def observe_step(self, model: str, result: StepResult) -> None:
+        method = "prefill" if result.prefill_tokens else "decode"
+        self._calls.observe_many(method, (result.duration,))
 
     def observe_finished(self, model: str, finished: FinishedRequest) -> None:
         # TGI: inference time (from the batch's start) over the tokens generated.

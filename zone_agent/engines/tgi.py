@@ -3,9 +3,9 @@
 Sources: ``docs/source/reference/metrics.md`` (the metric table) and the code that sets
 them: ``backends/v3/src/queue.rs`` (``tgi_queue_size``), ``backends/v3/src/backend.rs``
 (``tgi_batch_current_size``, ``tgi_batch_current_max_tokens``), ``backends/v3/src/lib.rs``
-(``tgi_batch_max_total_tokens``, set once after warm-up), ``router/src/server.rs``
-(``tgi_request_mean_time_per_token_duration``, a histogram; served on ``/metrics`` of the
-API port and of ``--prometheus-port``).
+(``tgi_batch_max_total_tokens``, set once after warm-up; ``tgi_batch_inference_duration``
+by ``method``, one observation per prefill or decode call), ``router/src/server.rs``
+(histogram buckets; ``/metrics`` is served on the API port and on ``--prometheus-port``).
 
 What the router needs, and what TGI gives:
 
@@ -17,9 +17,11 @@ What the router needs, and what TGI gives:
   the fraction is their ratio: an upper bound of what is written, which is what admission
   must respect. Absent when the capacity gauge is (v2 backends set no such gauge);
 * KV geometry (block size, blocks), prefix-cache hits and queries — not exported: absent;
-* inter-token latency — ``tgi_request_mean_time_per_token_duration``: its sum over its
-  count is the mean, over finished requests, of each request's inference time per
-  generated token (prefill included, so a little above the decode step);
+* inter-token latency — ``tgi_batch_inference_duration{method="decode"}``: one decode
+  call produces a token for every running request, so its mean duration is the gap
+  between tokens. (``tgi_request_mean_time_per_token_duration``, which TGI's table calls
+  the inter-token latency, divides a request's whole inference time, prefill included,
+  by its tokens: above the decode step by the prefill, so not read);
 * for profile calibration — ``tgi_request_queue_duration`` (queue time) and
   ``tgi_request_input_length`` (prompt tokens), both per-request histograms; TGI times no
   request's prefill or first token (``tgi_batch_forward_duration{method="prefill"}`` times
@@ -32,7 +34,7 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from zone_agent.engines.base import EngineNames, Flavor, Row
+from zone_agent.engines.base import EngineNames, Flavor, LabelledFamily, Row
 
 _RESERVED = "_tgi_reserved_tokens"
 _CAPACITY = "_tgi_capacity_tokens"
@@ -53,10 +55,18 @@ TGI = EngineNames(
             "tgi_queue_size": "waiting",
             "tgi_batch_current_max_tokens": _RESERVED,
             "tgi_batch_max_total_tokens": _CAPACITY,
-            "tgi_request_mean_time_per_token_duration_sum": "itl_sum",
-            "tgi_request_mean_time_per_token_duration_count": "itl_count",
             "tgi_request_queue_duration_sum": "queue_time_sum",
             "tgi_request_input_length_sum": "prompt_tokens_sum",
+        }
+    ),
+    labelled=MappingProxyType(
+        {
+            "tgi_batch_inference_duration_sum": LabelledFamily(
+                "method", MappingProxyType({"decode": "itl_sum"})
+            ),
+            "tgi_batch_inference_duration_count": LabelledFamily(
+                "method", MappingProxyType({"decode": "itl_count"})
+            ),
         }
     ),
     model_label=None,

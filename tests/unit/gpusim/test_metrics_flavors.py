@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 from prometheus_client import generate_latest
 
-from gpusim.engine import Engine, EngineConfig, EngineRequest, FinishReason
+from gpusim.engine import Engine, EngineConfig, EngineRequest, FinishedRequest, FinishReason
 from gpusim.metrics import EngineMetrics, MetricsFlavor, ModelSnapshot
 from gpusim.perfmodel import Degradation
 from gtm.gpu_profiles import LLAMA_8B, get_profile
@@ -18,7 +18,7 @@ from zone_agent.scrape import parse_metrics
 
 #: Engines that export the KV geometry (the others leave it to the profile).
 GEOMETRY = {MetricsFlavor.VLLM, MetricsFlavor.SGLANG, MetricsFlavor.TRTLLM, MetricsFlavor.DYNAMO}
-#: Engines that export an inter-token latency per token (TGI's is per request).
+#: Engines that export an inter-token latency per token (TGI's is per decode call).
 PER_TOKEN_ITL = {
     MetricsFlavor.VLLM,
     MetricsFlavor.SGLANG,
@@ -41,12 +41,16 @@ def test_the_scraper_reads_back_the_engine_s_own_state(flavor: MetricsFlavor) ->
     registry = new_registry()
     snapshot = lambda: [ModelSnapshot(LLAMA_8B, engine.profile, engine.stats(), 0.0)]  # noqa: E731
     metrics = EngineMetrics(registry, flavor, snapshot)
-    now, gaps = 0.0, []
+    now = 0.0
+    gaps: list[float] = []
+    decode_calls: list[float] = []
     for _ in range(4):
         result = engine.step(now)
         assert result is not None
         metrics.observe_step(LLAMA_8B, result)
         gaps.extend(result.inter_token_latencies)
+        if not result.prefill_tokens:
+            decode_calls.append(result.duration)
         now += result.duration
     stats = engine.stats()
     assert (stats.running, stats.waiting) == (2, 3)
@@ -66,6 +70,11 @@ def test_the_scraper_reads_back_the_engine_s_own_state(flavor: MetricsFlavor) ->
     if flavor in PER_TOKEN_ITL:
         assert model.itl_count == len(gaps) > 0
         assert model.itl_sum == pytest.approx(sum(gaps))
+    elif flavor is MetricsFlavor.TGI:  # one observation per decode call
+        assert model.itl_count == len(decode_calls) > 0
+        assert model.itl_sum == pytest.approx(sum(decode_calls))
+    else:
+        assert (model.itl_sum, model.itl_count) == (None, None)
     state = {
         figure: registry.get_sample_value(
             "gtm_gpusim_engine_state", {"model_name": LLAMA_8B, "figure": figure}
@@ -85,7 +94,8 @@ def test_tgi_s_time_per_token_is_observed_per_finished_request() -> None:
     engine = _loaded_engine()
     registry = new_registry()
     metrics = EngineMetrics(registry, MetricsFlavor.TGI, list)
-    now, finished = 0.0, []
+    now = 0.0
+    finished: list[FinishedRequest] = []
     while len(finished) < 2:
         result = engine.step(now)
         assert result is not None
@@ -108,7 +118,8 @@ def test_llamacpp_counts_the_prompt_it_computed_and_the_time_it_took() -> None:
     engine = _loaded_engine()
     registry = new_registry()
     metrics = EngineMetrics(registry, MetricsFlavor.LLAMACPP, list)
-    now, finished = 0.0, []
+    now = 0.0
+    finished: list[FinishedRequest] = []
     while not finished:
         result = engine.step(now)
         assert result is not None

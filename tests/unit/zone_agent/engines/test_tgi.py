@@ -16,11 +16,20 @@ def test_a_tgi_server_is_read_for_the_model_it_serves() -> None:
         running=24.0,
         waiting=6.0,
         kv_usage=98304 / 393216,
-        itl_sum=22.5,
-        itl_count=1000.0,
+        itl_sum=5000.0,
+        itl_count=250000.0,
         queue_time_sum=41.0,
         prompt_tokens_sum=1536000.0,
     )
+
+
+def test_the_inter_token_latency_is_the_decode_call_not_the_per_request_mean() -> None:
+    """TGI's per-request mean time per token counts the prefill too (22.5 s over 1,000
+    requests here); a decode call's duration is the gap between tokens."""
+    model = parsed("tgi", default_model=MODEL).models[MODEL]
+    assert model.itl_sum is not None
+    assert model.itl_count is not None
+    assert model.itl_sum / model.itl_count == 0.02
 
 
 def test_what_tgi_does_not_export_is_absent_not_zero() -> None:
