@@ -122,64 +122,45 @@ def binds(endpoint: str) -> bool:
 
 
 # ---------------------------------------------------------------------------- payloads
-# The structs below reproduce vLLM's class layouts field for field, in both encodings, so
-# msgspec (the encoder vLLM itself uses) writes the same bytes vLLM does.
+# vLLM's event layouts field for field, in declaration order — (name, type) or (name,
+# type, default) — built as msgspec structs in both encodings, so msgspec (the encoder
+# vLLM itself uses) writes the same bytes vLLM does.
+
+_STORED_FIELDS_LAYOUT: tuple[tuple[Any, ...], ...] = (
+    ("block_hashes", list[int]),
+    ("parent_block_hash", int | None),
+    ("token_ids", list[int]),
+    ("block_size", int),
+    ("lora_id", int | None),
+    ("medium", str | None),
+    ("lora_name", str | None),
+    ("extra_keys", list[Any] | None, None),
+    ("group_idx", int | None, None),
+    ("kv_cache_spec_kind", str | None, None),
+    ("kv_cache_spec_sliding_window", int | None, None),
+)
+_REMOVED_FIELDS_LAYOUT: tuple[tuple[Any, ...], ...] = (
+    ("block_hashes", list[int]),
+    ("medium", str | None),
+    ("group_idx", int | None, None),
+)
 
 
-class _ArrayEvent(msgspec.Struct, array_like=True, omit_defaults=True, gc=False, tag=True):
-    """``KVCacheEvent`` before vLLM PR #42892."""
+def _event_structs(*, array_like: bool) -> tuple[type[msgspec.Struct], ...]:
+    """(BlockStored, BlockRemoved, AllBlocksCleared) as vLLM's ``KVCacheEvent``
+    subclasses: ``array_like`` before vLLM PR #42892, maps (tag under ``"type"``) after."""
+    return tuple(
+        msgspec.defstruct(tag, fields, tag=tag, array_like=array_like, omit_defaults=True, gc=False)
+        for tag, fields in (
+            ("BlockStored", _STORED_FIELDS_LAYOUT),
+            ("BlockRemoved", _REMOVED_FIELDS_LAYOUT),
+            ("AllBlocksCleared", ()),
+        )
+    )
 
 
-class ArrayBlockStored(_ArrayEvent, tag="BlockStored"):
-    block_hashes: list[int]
-    parent_block_hash: int | None
-    token_ids: list[int]
-    block_size: int
-    lora_id: int | None
-    medium: str | None
-    lora_name: str | None
-    extra_keys: list[Any] | None = None
-    group_idx: int | None = None
-    kv_cache_spec_kind: str | None = None
-    kv_cache_spec_sliding_window: int | None = None
-
-
-class ArrayBlockRemoved(_ArrayEvent, tag="BlockRemoved"):
-    block_hashes: list[int]
-    medium: str | None
-    group_idx: int | None = None
-
-
-class ArrayAllBlocksCleared(_ArrayEvent, tag="AllBlocksCleared"):
-    pass
-
-
-class _MapEvent(msgspec.Struct, omit_defaults=True, gc=False, tag=True):
-    """``KVCacheEvent`` after vLLM PR #42892 (tag under ``"type"``)."""
-
-
-class MapBlockStored(_MapEvent, tag="BlockStored"):
-    block_hashes: list[int]
-    parent_block_hash: int | None
-    token_ids: list[int]
-    block_size: int
-    lora_id: int | None
-    medium: str | None
-    lora_name: str | None
-    extra_keys: list[Any] | None = None
-    group_idx: int | None = None
-    kv_cache_spec_kind: str | None = None
-    kv_cache_spec_sliding_window: int | None = None
-
-
-class MapBlockRemoved(_MapEvent, tag="BlockRemoved"):
-    block_hashes: list[int]
-    medium: str | None
-    group_idx: int | None = None
-
-
-class MapAllBlocksCleared(_MapEvent, tag="AllBlocksCleared"):
-    pass
+ArrayBlockStored, ArrayBlockRemoved, ArrayAllBlocksCleared = _event_structs(array_like=True)
+MapBlockStored, MapBlockRemoved, MapAllBlocksCleared = _event_structs(array_like=False)
 
 
 class KVEventBatch(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):

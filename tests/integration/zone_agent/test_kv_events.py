@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import zmq
 import zmq.asyncio
+from prometheus_client import CollectorRegistry
 
 from gtm.gpu_profiles import LLAMA_8B
 from gtm.kv_events import BlockRemoved, KVEventsConfig, encode_batch, seq_bytes
@@ -84,6 +85,31 @@ async def _until(condition: object, *, poke: object = None) -> None:
         await asyncio.sleep(0.005)
 
 
+def _subscribe(
+    context: zmq.asyncio.Context,
+    registry: CollectorRegistry,
+    source: KVEventSource,
+    endpoint: str,
+    replay: str | None,
+    *,
+    topic: str = "",
+    slot: int = SLOT,
+) -> tuple[KVEventSubscriber, TaskSupervisor, asyncio.Task[object]]:
+    """A subscriber for ``slot`` running as a supervised task (``aclose`` the supervisor)."""
+    subscriber = KVEventSubscriber(
+        gpu_id=f"gpu-{slot}",
+        slot=slot,
+        endpoint=endpoint,
+        replay_endpoint=replay,
+        topic=topic,
+        source=source,
+        metrics=KVEventMetrics(registry),
+        context=context,
+    )
+    tasks = TaskSupervisor(registry=registry, component="test")
+    return subscriber, tasks, tasks.spawn("kv-events", subscriber.run())
+
+
 async def test_an_evicted_prefix_stops_matching_and_a_gap_is_replayed(
     make_sim: SimFactory, context: zmq.asyncio.Context
 ) -> None:
@@ -108,18 +134,9 @@ async def test_an_evicted_prefix_stops_matching_and_a_gap_is_replayed(
     alpha = await send(_prompt("alpha"))
     await _until(lambda: publisher.sequence >= 1)
     # The subscriber joins after the first batch went out: its first message is a gap.
-    subscriber = KVEventSubscriber(
-        gpu_id="gpu-0",
-        slot=SLOT,
-        endpoint=publisher.endpoint,
-        replay_endpoint=publisher.replay_endpoint,
-        topic="kv",
-        source=source,
-        metrics=KVEventMetrics(registry),
-        context=context,
+    subscriber, tasks, _ = _subscribe(
+        context, registry, source, publisher.endpoint, publisher.replay_endpoint, topic="kv"
     )
-    tasks = TaskSupervisor(registry=registry, component="test")
-    tasks.spawn("kv-events", subscriber.run())
     try:
         assert index.match_groups(alpha) == [(len(alpha), 1 << SLOT)]
         filler = iter(range(1000))
@@ -164,18 +181,7 @@ async def test_garbage_frames_are_counted_and_skipped(context: zmq.asyncio.Conte
     registry = new_registry()
     engine = EngineBlocks()
     source = KVEventSource(engine)
-    subscriber = KVEventSubscriber(
-        gpu_id="g",
-        slot=3,
-        endpoint=endpoint,
-        replay_endpoint=None,
-        topic="",
-        source=source,
-        metrics=KVEventMetrics(registry),
-        context=context,
-    )
-    tasks = TaskSupervisor(registry=registry, component="test")
-    task = tasks.spawn("kv-events", subscriber.run())
+    subscriber, tasks, task = _subscribe(context, registry, source, endpoint, None, slot=3)
     good = encode_batch(1.0, [BlockRemoved(block_hashes=(1,))])
     garbage = [
         (b"", b"\x00"),  # two frames
@@ -196,8 +202,10 @@ async def test_garbage_frames_are_counted_and_skipped(context: zmq.asyncio.Conte
 
         await _until(lambda: subscriber.last_seq >= 0, poke=poke)
         assert not task.done()
-        assert _value(registry, "gtm_zone_kv_event_decode_errors_total", gpu="g") >= len(garbage)
-        assert _value(registry, "gtm_zone_kv_events_applied_total", gpu="g") >= 1
+        assert _value(registry, "gtm_zone_kv_event_decode_errors_total", gpu="gpu-3") >= len(
+            garbage
+        )
+        assert _value(registry, "gtm_zone_kv_events_applied_total", gpu="gpu-3") >= 1
     finally:
         await tasks.aclose()
         pub.close(linger=0)
@@ -216,18 +224,7 @@ async def test_a_restarted_worker_is_stale_then_read_again(
     engine = EngineBlocks()
     index = EvictingPrefixIndex(engine)
     source = KVEventSource(engine)
-    subscriber = KVEventSubscriber(
-        gpu_id="gpu-0",
-        slot=SLOT,
-        endpoint=config.endpoint,
-        replay_endpoint=config.replay_endpoint,
-        topic="",
-        source=source,
-        metrics=KVEventMetrics(registry),
-        context=context,
-    )
-    tasks = TaskSupervisor(registry=registry, component="test")
-    tasks.spawn("kv-events", subscriber.run())
+    _, tasks, _ = _subscribe(context, registry, source, config.endpoint, config.replay_endpoint)
     prompt = _prompt("gamma")
     facts = zone_request(
         {"model": LLAMA_8B, "prompt": prompt, "max_tokens": 1},
