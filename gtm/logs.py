@@ -72,6 +72,8 @@ _NEEDS_QUOTES = re.compile(r'[\s"=]')
 
 
 def _text_value(value: object) -> str:
+    if type(value) is int or type(value) is float:
+        return str(value)  # digits, a sign, a point, an exponent, inf or nan: never quoted
     text = "true" if value is True else "false" if value is False else str(value)
     if not text or _NEEDS_QUOTES.search(text) is not None:
         return json.dumps(text)

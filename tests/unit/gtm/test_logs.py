@@ -97,6 +97,13 @@ def test_a_text_value_is_quoted_exactly_when_a_character_is_whitespace_a_quote_o
         assert quoted == (char.isspace() or char in '"='), hex(code)
 
 
+@pytest.mark.parametrize(
+    "value", [0, -1, 10**30, 1.5, -0.0, 1e-300, 1e300, float("inf"), float("-inf"), float("nan")]
+)
+def test_a_number_is_written_as_its_str_unquoted(value: float) -> None:
+    assert _text_value(value) == str(value)
+
+
 def test_a_text_line_times_each_record_as_logging_does_within_and_across_seconds() -> None:
     ours, reference = TextFormatter(), logging.Formatter()
     for created in (1.0, 1.5, 1.999, 2.0, 1_700_000_000.123, 1_700_000_000.9995, 1.25):
