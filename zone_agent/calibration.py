@@ -26,8 +26,8 @@ hardware — and not the maximum, so one lucky sample does not set it either. Sa
 older than :data:`MAX_SAMPLE_AGE_S` are forgotten (the time is the caller's clock).
 
 Pricing. A worker whose pair has a profile is priced by it (source ``shipped`` or
-``file``) unless a factor measured in its quiet intervals (:data:`QUIET_RUNNING`) is
-off by more than :data:`DRIFT_THRESHOLD`; then
+``file``) unless its prefill factor, measured in its quiet intervals
+(:data:`QUIET_RUNNING`), is off by more than :data:`DRIFT_THRESHOLD`; then
 by the profile scaled to what it measures (``calibrated``). A pair without a profile is
 never priced as another GPU silently: it is logged once (GPU type, model, and what to do)
 and priced by a *conservative prior* (``prior``) — the slowest profile gtm has of that
@@ -376,15 +376,18 @@ class Calibrator:
                 scaled(state.reference, gpu_type, prefill, decode or 1.0),
                 ProfileSource.CALIBRATED,
             )
-        drifted_prefill = prefill is not None and abs(prefill - 1.0) > self.drift_threshold
-        drifted_decode = decode is not None and abs(decode - 1.0) > self.drift_threshold
-        if not (drifted_prefill or drifted_decode):
+        # A worker with a profile is re-priced when its prefill rate drifts (what its
+        # price is made of); a slow decode alone is the health tracker's throughput
+        # regression, judged against the same profile — and the inter-token latencies
+        # of a quiet worker still include the passes that prefilled newcomers.
+        if prefill is None or abs(prefill - 1.0) <= self.drift_threshold:
             return Priced(state.reference, state.source)
+        drifted_decode = decode is not None and abs(decode - 1.0) > self.drift_threshold
         return Priced(
             scaled(
                 state.reference,
                 state.reference.gpu_type,
-                prefill if drifted_prefill and prefill is not None else 1.0,
+                prefill,
                 decode if drifted_decode and decode is not None else 1.0,
             ),
             ProfileSource.CALIBRATED,

@@ -209,6 +209,19 @@ def test_a_known_worker_is_measured_only_when_quiet() -> None:
     assert cal.priced("gpu-1", "X1", LLAMA_8B, 10.0).source is ProfileSource.CALIBRATED
 
 
+def test_a_slow_decode_alone_does_not_reprice_a_known_worker() -> None:
+    """That is the health tracker's throughput regression, against the same profile."""
+    cal = Calibrator(shipped())
+    fake = FakeWorker(H100)
+    cal.observe("gpu-0", "H100", LLAMA_8B, fake.metrics(), 0.0)
+    for i in range(1, 2 * MIN_SAMPLES):
+        fake.serve(MIN_REQUESTS)
+        fake.itl_sum += 16 * MIN_REQUESTS * H100.decode_step_s(1, 0)  # decode twice as slow
+        cal.observe("gpu-0", "H100", LLAMA_8B, fake.metrics(), float(i))
+    assert cal.factors("gpu-0", "H100", LLAMA_8B, 9.0)[1] < 0.6
+    assert cal.priced("gpu-0", "H100", LLAMA_8B, 9.0).source is ProfileSource.SHIPPED
+
+
 def test_contention_does_not_drag_the_estimate_down() -> None:
     """Requests that shared their passes look slow; the quantile keeps the clean ones."""
     cal = Calibrator(shipped())
