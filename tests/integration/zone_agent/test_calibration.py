@@ -4,8 +4,10 @@ Real processes: ``gtm gpu-sim --gpu-type X1 --emulate H100`` (an H100's speed un
 name gtm does not know) and ``gtm zone`` in front of it. The zone agent prices it by the
 conservative prior (the slowest profile of the model) and says so, then by its own
 metrics once they hold ``MIN_SAMPLES × MIN_REQUESTS`` finished requests: within 10 % of
-an H100's prefill rate. Requests go one at a time and each waits for a scrape after it,
-so the request at which the price flips is exact up to one scrape's worth.
+an H100's prefill rate. And a worker declared as an H100 that runs at an L40S's speed
+drifts from its profile and is priced by what it measures, within the same bound.
+Requests go one at a time and each waits for a scrape after it, so the request at which
+the price flips is exact up to one scrape's worth.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 
 import aiohttp
 import pytest
@@ -58,21 +61,22 @@ async def _stop(proc: asyncio.subprocess.Process) -> bytes:
     return await proc.stderr.read()
 
 
-@pytest.fixture(params=["vllm", "sglang"])
-async def processes(
-    request: pytest.FixtureRequest,
+@asynccontextmanager
+async def zone_over(
+    declared: str, emulated: str, flavor: str
 ) -> AsyncIterator[tuple[str, asyncio.subprocess.Process]]:
-    """The worker in each engine's metric names (vLLM: per-request prefill histograms;
-    SGLang: TTFT less queue time, prompt less cached tokens)."""
+    """A zone agent in front of one worker declared as ``declared``, running at the speed
+    of ``emulated``, exposing ``flavor``'s metric names."""
     sim, sim_url = await _start(
-        "gpu-sim", "--port", "0", "--gpu-type", "X1", "--emulate", "H100",
+        "gpu-sim", "--port", "0", "--gpu-type", declared, "--emulate", emulated,
         "--model", LLAMA_8B, "--speedup", "20", "--warmup-passes", "0",
-        "--metrics-flavor", request.param,
+        "--metrics-flavor", flavor,
     )  # fmt: skip
     try:
+        worker = f"{sim_url},gpu={declared},id={GPU},model={LLAMA_8B}"
         zone, zone_url = await _start(
             "zone", "--zone", "zone-a", "--region", "region-1", "--listen", "127.0.0.1:0",
-            "--scrape-interval", "0.05", "--worker", f"{sim_url},gpu=X1,id={GPU},model={LLAMA_8B}",
+            "--scrape-interval", "0.05", "--worker", worker,
         )  # fmt: skip
         try:
             yield zone_url, zone
@@ -80,6 +84,16 @@ async def processes(
             await _stop(zone)
     finally:
         await _stop(sim)
+
+
+@pytest.fixture(params=["vllm", "sglang"])
+async def processes(
+    request: pytest.FixtureRequest,
+) -> AsyncIterator[tuple[str, asyncio.subprocess.Process]]:
+    """The worker in each engine's metric names (vLLM: per-request prefill histograms;
+    SGLang: TTFT less queue time, prompt less cached tokens)."""
+    async with zone_over("X1", "H100", request.param) as running:
+        yield running
 
 
 Samples = Mapping[tuple[str, frozenset[tuple[str, str]]], float]
@@ -123,6 +137,30 @@ async def _scraped_after(http: aiohttp.ClientSession, url: str, moment: float) -
     raise AssertionError("the zone agent did not scrape the worker")
 
 
+async def _until_calibrated(
+    http: aiohttp.ClientSession, url: str, bound: int, before: float
+) -> tuple[int | None, Samples]:
+    """Requests one at a time, each followed by a scrape, until the GPU is priced by
+    calibration (the request count then) or ``bound`` requests were sent (None)."""
+    samples: Samples = {}
+    for n in range(1, bound + 1):
+        body = {
+            "model": LLAMA_8B,
+            "messages": [{"role": "user", "content": f"{n} " + "lorem ipsum " * WORDS}],
+            "max_tokens": 4,
+        }
+        async with http.post(url + "/v1/chat/completions", json=body) as response:
+            assert response.status == 200, await response.text()
+            assert response.headers["x-gtm-gpu"] == GPU
+            usage = (await response.json())["usage"]
+        assert usage["prompt_tokens"] > 1000
+        samples = await _scraped_after(http, url, time.monotonic())
+        if _source(samples) == "calibrated":
+            return n, samples
+        assert _rate(samples) == pytest.approx(before), n
+    return None, samples
+
+
 async def test_an_h100_declared_as_an_unknown_type_converges_to_h100_pricing(
     processes: tuple[str, asyncio.subprocess.Process],
 ) -> None:
@@ -134,23 +172,7 @@ async def test_an_h100_declared_as_an_unknown_type_converges_to_h100_pricing(
         samples = await _scraped_after(http, url, time.monotonic())
         assert _source(samples) == "prior"
         assert _rate(samples) == pytest.approx(prior)
-        flipped_at = None
-        for n in range(1, bound + 1):
-            body = {
-                "model": LLAMA_8B,
-                "messages": [{"role": "user", "content": f"{n} " + "lorem ipsum " * WORDS}],
-                "max_tokens": 4,
-            }
-            async with http.post(url + "/v1/chat/completions", json=body) as response:
-                assert response.status == 200, await response.text()
-                assert response.headers["x-gtm-gpu"] == GPU
-                usage = (await response.json())["usage"]
-            assert usage["prompt_tokens"] > 1000
-            samples = await _scraped_after(http, url, time.monotonic())
-            if _source(samples) == "calibrated":
-                flipped_at = n
-                break
-            assert _rate(samples) == pytest.approx(prior), n
+        flipped_at, samples = await _until_calibrated(http, url, bound, prior)
     # Priced by measurements within the bound, and not before the samples could exist.
     assert flipped_at is not None, f"still on the prior after {bound} requests"
     assert flipped_at > (MIN_SAMPLES - 1) * MIN_REQUESTS
@@ -165,3 +187,18 @@ async def test_an_h100_declared_as_an_unknown_type_converges_to_h100_pricing(
     assert len(warnings) == 1, log
     for part in ("'X1'", LLAMA_8B, "--profiles"):
         assert part in warnings[0]
+
+
+async def test_a_worker_slower_than_its_profile_is_priced_by_what_it_measures() -> None:
+    """Declared H100, running at an L40S's speed: the H100 profile drifts, so it is
+    priced by its measurements, within the same bound."""
+    shipped_rate = get_profile("H100", LLAMA_8B).prefill_tokens_per_s
+    real = get_profile("L40S", LLAMA_8B).prefill_tokens_per_s
+    bound = MIN_SAMPLES * MIN_REQUESTS
+    async with zone_over("H100", "L40S", "vllm") as (url, _), aiohttp.ClientSession() as http:
+        samples = await _scraped_after(http, url, time.monotonic())
+        assert _source(samples) == "shipped"
+        flipped_at, samples = await _until_calibrated(http, url, bound, shipped_rate)
+    assert flipped_at is not None, f"still on the H100 profile after {bound} requests"
+    assert flipped_at > (MIN_SAMPLES - 1) * MIN_REQUESTS
+    assert _rate(samples) == pytest.approx(real, rel=0.10)
