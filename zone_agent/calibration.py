@@ -76,8 +76,8 @@ DRIFT_THRESHOLD = 0.25
 #: (or its prior) until longer ones arrive.
 COMPUTE_BOUND_MARGIN = 2.0
 MAX_SAMPLE_AGE_S = 900.0
-#: A worker that has a profile is measured in its quiet intervals only: nothing waiting
-#: and at most this many requests running at both scrapes. Under load every request
+#: A worker that has a profile is measured in its quiet intervals only: at most this
+#: many requests in the engine (running or waiting) at both scrapes. Under load every request
 #: shares its passes with others' chunks and decode tokens and so looks slower, for
 #: reasons the cost model already counts (queued tokens, decode pressure); measuring
 #: then would count them twice and re-price a healthy GPU. A throttled or misprofiled
@@ -150,9 +150,7 @@ def prior_profile(catalog: ProfileCatalog, gpu_type: str, model: str) -> Prior:
 
 
 def _quiet(last: ModelMetrics, now: ModelMetrics) -> bool:
-    return (
-        last.waiting == 0 and now.waiting == 0 and max(last.running, now.running) <= QUIET_RUNNING
-    )
+    return max(last.running + last.waiting, now.running + now.waiting) <= QUIET_RUNNING
 
 
 def _variable(measured: float, fixed: float) -> float:
