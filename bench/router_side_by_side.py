@@ -370,7 +370,10 @@ class Figures:
     requests: int
     success: float
     ttft_p50_s: float
+    #: Over every request not refused, a request that never got a first token = ∞.
     ttft_p99_s: float
+    #: Over the successful requests only (what a table of served requests shows).
+    ttft_p99_served_s: float
     e2e_p50_s: float
     goodput_rps: float
     prefix_hit: float
@@ -399,6 +402,13 @@ def figures(
         tpot = (r.e2e_s - r.ttft_s) * speedup / (a.output_tokens - 1) if a.output_tokens > 1 else 0
         good += r.ttft_s * speedup <= SLO_TTFT_S and tpot <= SLO_TPOT_S
     window_gpu_s = max(1e-9, plan[-1].at_s * speedup) if plan else 1.0
+    # fleetsim's convention: every request not refused counts, one that never got a
+    # first token (timed out, cut) is infinitely late.
+    late = sorted(
+        r.ttft_s * speedup if r.ok and r.ttft_s is not None else math.inf
+        for r in replies
+        if not 400 <= r.status < 600
+    )
     prompt = sum(r.prompt_tokens for r in ok)
     failures: dict[str, int] = {}
     for r in replies:
@@ -408,7 +418,8 @@ def figures(
         router=spec.name, pool=pool, trace=trace, repetition=repetition,
         requests=len(replies), success=len(ok) / max(1, len(replies)),
         ttft_p50_s=percentile(ttft, 0.5) if ttft else math.nan,
-        ttft_p99_s=percentile(ttft, 0.99) if ttft else math.nan,
+        ttft_p99_s=percentile(late, 0.99) if late else math.nan,
+        ttft_p99_served_s=percentile(ttft, 0.99) if ttft else math.nan,
         e2e_p50_s=percentile(e2e, 0.5) if e2e else math.nan,
         goodput_rps=good / window_gpu_s,
         prefix_hit=sum(r.cached_tokens for r in ok) / prompt if prompt else 0.0,
@@ -597,6 +608,8 @@ async def run_one(
 
 
 def _ms(seconds: float) -> str:
+    if math.isinf(seconds):
+        return "timeout"
     return "–" if math.isnan(seconds) else f"{seconds * 1000:,.0f}"
 
 
@@ -606,6 +619,7 @@ def row(f: Figures) -> str:
         fails += "; gtm: " + ", ".join(f"{k} {n}" for k, n in sorted(f.router_events.items()))
     return (
         f"| {f.router} | {f.success:.1%} | {_ms(f.ttft_p50_s)} | {_ms(f.ttft_p99_s)} | "
+        f"{_ms(f.ttft_p99_served_s)} | "
         f"{_ms(f.e2e_p50_s)} | {f.goodput_rps:.2f} | {f.prefix_hit:.0%} | "
         f"{' '.join(map(str, f.per_gpu))} | {' '.join(f'{t:.1f}' for t in f.per_gpu_ttft_s)} | "
         f"{f.router_cpu_s:.1f} | {fails} |"
@@ -613,10 +627,10 @@ def row(f: Figures) -> str:
 
 
 HEADER = (
-    "| router | success | TTFT p50 ms | TTFT p99 ms | E2E p50 ms | goodput req/s | "
+    "| router | success | TTFT p50 ms | TTFT p99 ms | p99 served ms | E2E p50 ms | goodput req/s | "
     "prefix hit | requests per GPU | worker TTFT mean s per GPU | router CPU s | "
     "failures; events |\n"
-    "|---|---:|---:|---:|---:|---:|---:|---|---|---:|---|"
+    "|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---|"
 )
 
 
@@ -625,15 +639,19 @@ def _span(values: Sequence[float], fmt: str) -> str:
     if not vals:
         return "–"
     lo, hi = min(vals), max(vals)
-    return format(lo, fmt) if lo == hi else f"{format(lo, fmt)}–{format(hi, fmt)}"
+
+    def shown(v: float) -> str:
+        return "timeout" if math.isinf(v) else format(v, fmt)
+
+    return shown(lo) if lo == hi else f"{shown(lo)}–{shown(hi)}"
 
 
 def ranges(rows: Sequence[Figures], order: Sequence[str]) -> list[str]:
     """Per router, each figure's range over repetitions."""
     out = [
-        "| router | runs | success | TTFT p50 ms | TTFT p99 ms | E2E p50 ms | goodput req/s "
-        "| prefix hit |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| router | runs | success | TTFT p50 ms | TTFT p99 ms | p99 served ms | E2E p50 ms "
+        "| goodput req/s | prefix hit |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name in order:
         mine = [f for f in rows if f.router == name]
@@ -643,6 +661,7 @@ def ranges(rows: Sequence[Figures], order: Sequence[str]) -> list[str]:
             f"| {name} | {len(mine)} | {_span([f.success * 100 for f in mine], '.1f')} % | "
             f"{_span([f.ttft_p50_s * 1000 for f in mine], ',.0f')} | "
             f"{_span([f.ttft_p99_s * 1000 for f in mine], ',.0f')} | "
+            f"{_span([f.ttft_p99_served_s * 1000 for f in mine], ',.0f')} | "
             f"{_span([f.e2e_p50_s * 1000 for f in mine], ',.0f')} | "
             f"{_span([f.goodput_rps for f in mine], '.2f')} | "
             f"{_span([f.prefix_hit * 100 for f in mine], '.0f')} % |"
@@ -705,7 +724,8 @@ def plot(rows: Sequence[Figures], order: Sequence[str], path: Path) -> str:
                     for f in rows
                     if f.router == n and f.pool == pool and f.trace == trace
                 ]
-                vals = [v for v in vals if not math.isnan(v)] or [0.0]
+                # A timed-out p99 is drawn at the client timeout.
+                vals = [min(v, CLIENT_TIMEOUT_S) for v in vals if not math.isnan(v)] or [0.0]
                 mid = statistics.median(vals)
                 mids.append(mid)
                 los.append(mid - min(vals))

@@ -64,8 +64,11 @@ def test_arrivals_fill_the_window_at_the_offered_rate() -> None:
 
 
 def _figures(router: str, p99: float, goodput: float, rep: int = 0) -> Figures:
-    return Figures(router, "hetero", "mooncake", rep, 100, 1.0, 0.2, p99, 5.0, goodput, 0.3,
-                   (50, 50), 1.0)  # fmt: skip
+    return Figures(
+        router=router, pool="hetero", trace="mooncake", repetition=rep, requests=100,
+        success=1.0, ttft_p50_s=0.2, ttft_p99_s=p99, ttft_p99_served_s=p99, e2e_p50_s=5.0,
+        goodput_rps=goodput, prefix_hit=0.3, per_gpu=(50, 50), router_cpu_s=1.0,
+    )  # fmt: skip
 
 
 def test_verdicts_compare_gtm_with_the_best_peer_of_each_repetition() -> None:
@@ -83,6 +86,11 @@ def test_verdicts_compare_gtm_with_the_best_peer_of_each_repetition() -> None:
     lines, met = verdicts(rows)
     assert not met
     assert "MISSED" in lines[0]
+    # A peer whose p99 timed out (∞) is beaten by any finite p99.
+    timed_out = [_figures("gtm-default", 30.0, 3.0), _figures("vllm-round_robin", math.inf, 1.0)]
+    lines, met = verdicts(timed_out)
+    assert met
+    assert "= 0.00" in lines[0]
 
 
 def test_peer_command_lines_name_the_policy_ports_and_workers() -> None:
