@@ -136,7 +136,7 @@ def command(
     ]  # fmt: skip
 
 
-def _cpu_seconds(pid: int) -> float:
+def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` (every thread), from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     # After the command name: state is field 3, utime 14 and stime 15 (proc(5)).
@@ -163,13 +163,13 @@ class PeerRouter:
         """CPU seconds the router has used so far (after :meth:`stop`: in all)."""
         if self._cpu_at_exit is not None:
             return self._cpu_at_exit
-        return _cpu_seconds(self.proc.pid)
+        return cpu_seconds(self.proc.pid)
 
     async def stop(self) -> None:
         """SIGTERM, then SIGKILL after :data:`STOP_GRACE_S`; remembers the CPU time."""
         if self.proc.returncode is None:
             with contextlib.suppress(OSError):
-                self._cpu_at_exit = _cpu_seconds(self.proc.pid)
+                self._cpu_at_exit = cpu_seconds(self.proc.pid)
             self.proc.send_signal(signal.SIGTERM)
             try:
                 await asyncio.wait_for(self.proc.wait(), STOP_GRACE_S)

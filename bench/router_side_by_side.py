@@ -70,13 +70,11 @@ import dataclasses
 import json
 import math
 import os
-import random
 import statistics
 import sys
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict, dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +84,8 @@ from prometheus_client.parser import text_string_to_metric_families
 # Run as a script, sys.path starts at bench/, not at the repository root.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.peers import POLICIES, Peer, PeerRouter, require, start_peer, version
+from bench.peers import POLICIES, Peer, PeerRouter, cpu_seconds, require, start_peer, version
+from bench.zone_quality import block_text  # one 512-token text per Mooncake block id
 from fleetsim.metrics import SLO_TPOT_S, SLO_TTFT_S
 from fleetsim.simulator import CLIENT_TIMEOUT_S
 from fleetsim.traces import MOONCAKE_BLOCK_TOKENS, Trace, TraceKind, TraceRequest, load_trace
@@ -158,24 +157,6 @@ class Arrival:
     prompt: str
     input_tokens: int
     output_tokens: int
-
-
-@cache
-def _vocabulary() -> tuple[str, ...]:
-    rng = random.Random(512)
-    letters = "abcdefghijklmnopqrstuvwxyz"
-    return tuple(
-        "".join(rng.choice(letters) for _ in range(rng.randint(3, 5))) for _ in range(4096)
-    )
-
-
-@cache
-def block_text(block_id: int) -> tuple[str, ...]:
-    """512 words, each one token for :mod:`gtm.tokens` (a space and ≤ 5 letters), fixed
-    by the id: equal ids, equal prefixes."""
-    rng = random.Random(block_id)
-    words = _vocabulary()
-    return tuple(" " + words[rng.randrange(len(words))] for _ in range(MOONCAKE_BLOCK_TOKENS))
 
 
 def prompt_text(request: TraceRequest, unique: int) -> str:
@@ -429,11 +410,6 @@ def figures(
     )  # fmt: skip
 
 
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 @dataclass(frozen=True, slots=True)
 class WorkerTally:
     """What one worker says it did: requests finished (not aborted) and its own mean
@@ -560,7 +536,7 @@ async def router(
         agent = await start_listening(args)
         pid = agent.proc.pid
         try:
-            yield agent.url, lambda: _cpu_seconds(pid)
+            yield agent.url, lambda: cpu_seconds(pid)
         finally:
             await agent.stop()
         return
