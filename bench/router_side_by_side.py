@@ -796,8 +796,8 @@ def write_report(
     (directory / "results.json").write_text(
         json.dumps([asdict(f) for f in rows], indent=1), "utf-8"
     )
-    lines = ["# Router side by side", "", header, "", "## What each peer reads", "", PEER_INPUTS]
-    lines += [ROUND_ROBIN_NOTE, ""]
+    lines = ["# Router side by side", "", header, "", "## What each peer reads", ""]
+    lines += [PEER_INPUTS, "", ROUND_ROBIN_NOTE, ""]
     for pool, trace in sorted({(f.pool, f.trace) for f in rows}):
         mine = [f for f in rows if f.pool == pool and f.trace == trace]
         lines += [f"## {pool} · {trace}", "", *ranges(mine, order), ""]
@@ -881,7 +881,25 @@ async def one_worker(specs: Sequence[RouterSpec], samples: int = 15) -> None:
 # ---------------------------------------------------------------------------- main
 
 
+def load_results(paths: Sequence[str]) -> list[Figures]:
+    """Figures saved by ``--report`` (its ``results.json``), from one or more runs."""
+    rows = []
+    for path in paths:
+        for item in json.loads(Path(path).read_text("utf-8")):
+            for key in ("per_gpu", "per_gpu_aborted", "per_gpu_ttft_s"):
+                item[key] = tuple(item.get(key, ()))
+            item.setdefault("ttft_p99_served_s", item["ttft_p99_s"])
+            rows.append(Figures(**item))
+    return rows
+
+
 async def main_async(args: argparse.Namespace) -> int:
+    if args.render:
+        saved = load_results(args.render)
+        order = [r.name for r in ROUTERS if any(f.router == r.name for f in saved)]
+        header = f"Rendered from {', '.join(args.render)}."
+        print(f"report: {write_report(Path(args.report or '.'), saved, order, header)}")
+        return 0
     names = args.routers.split(",") if args.routers else [r.name for r in ROUTERS]
     if args.smoke and not args.routers:
         names = list(SMOKE_ROUTERS)
@@ -969,6 +987,10 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--duration", type=float, default=40.0, help="arrival window, wall s")
     parser.add_argument("--report", default="", help="write README.md, plot, JSON here")
+    parser.add_argument(
+        "--render", nargs="+", default=[], metavar="RESULTS_JSON",
+        help="no run: write --report from saved results.json files (runs merged)",
+    )  # fmt: skip
     parser.add_argument(
         "--one-worker", action="store_true",
         help="each router before one idle worker: TTFT added, client cancellation",
