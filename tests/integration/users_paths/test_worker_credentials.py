@@ -39,6 +39,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from openai import AsyncOpenAI, InternalServerError
+from openai.types.chat import ChatCompletionMessageParam
 
 from gtm.net import free_port
 from gtm.state.etcd_server import EtcdServer
@@ -55,7 +56,7 @@ LINES_WITHIN_S = 20.0
 PROCESS_START_S = 30.0
 #: A refused key is answered at once: well inside the client's own timeout.
 REFUSAL_WITHIN_S = 10.0
-MESSAGES = [{"role": "user", "content": "Which key did you see?"}]
+MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Which key did you see?"}]
 
 
 def key_file(path: Path) -> tuple[Path, str]:
