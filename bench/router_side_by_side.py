@@ -459,7 +459,8 @@ ZONE_EVENTS = ("gtm_zone_retries", "gtm_zone_ejections")
 
 
 async def zone_events(url: str) -> dict[str, int]:
-    """The zone agent's retries by reason and its ejections, from its ``/metrics``."""
+    """The zone agent's retries by reason, its ejections and its mean time before a
+    request goes upstream (parse, count, decide), from its ``/metrics``."""
     try:
         async with (
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session,
@@ -470,6 +471,11 @@ async def zone_events(url: str) -> dict[str, int]:
         return {}
     out: dict[str, int] = {}
     for family in text_string_to_metric_families(text):
+        if family.name == "gtm_zone_request_overhead_seconds":
+            total = sum(x.value for x in family.samples if x.name.endswith("_sum"))
+            count = sum(x.value for x in family.samples if x.name.endswith("_count"))
+            if count:  # wall µs in the agent before the request goes upstream
+                out["decide_mean_us"] = round(1e6 * total / count)
         if family.name not in ZONE_EVENTS:
             continue
         for sample in family.samples:
