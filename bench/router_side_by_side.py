@@ -818,8 +818,14 @@ def write_report(
 # ---------------------------------------------------------------------------- one worker
 
 
-async def _first_token_s(session: aiohttp.ClientSession, url: str) -> float:
-    body = {"model": MODEL, "prompt": " one two three" * 50, "max_tokens": 4,
+#: Prompt sizes of --one-worker's TTFT samples, tokens: short, and a Mooncake-long one
+#: (a router that tokenizes or hashes the prompt pays for its length).
+ONE_WORKER_PROMPTS = (150, 12_000)
+
+
+async def _first_token_s(session: aiohttp.ClientSession, url: str, tokens: int) -> float:
+    prompt = prompt_text(TraceRequest(0.0, tokens, 4), tokens)  # a prefix of its own
+    body = {"model": MODEL, "prompt": prompt, "max_tokens": 4,
             "stream": True, "ignore_eos": True}  # fmt: skip
     start = time.perf_counter()
     async with session.post(url + "/v1/completions", json=body) as response:
@@ -843,22 +849,27 @@ async def _running(session: aiohttp.ClientSession, url: str) -> int:
 
 
 async def one_worker(specs: Sequence[RouterSpec], samples: int = 15) -> None:
-    """Each router in front of one idle L4 worker (real speed): the TTFT of short
-    requests sent one at a time, direct and through it (what the proxy adds), and
+    """Each router in front of one idle H100 worker (real speed): the TTFT of requests
+    sent one at a time (:data:`ONE_WORKER_PROMPTS`), direct and through it (what the
+    proxy adds; the worker's prefix cache is warm after the first of each), and
     whether a client that goes away mid-stream has its request cancelled on the
     worker (six long streams opened, then closed)."""
-    print("one worker (L4, speedup 1), one request at a time:")
+    print("one worker (H100, speedup 1), one request at a time:")
     for spec in [None, *specs]:
         async with (
-            worker_pool(("L4",), 1.0, kv_events=False) as workers,
+            worker_pool(("H100",), 1.0, kv_events=False) as workers,
             contextlib.AsyncExitStack() as stack,
             aiohttp.ClientSession() as session,
         ):
             url = workers[0].url
             if spec is not None:
-                url, _ = await stack.enter_async_context(router(spec, workers, ("L4",)))
-            await _first_token_s(session, url)  # warm the connections
-            ttft = sorted([await _first_token_s(session, url) for _ in range(samples)])
+                url, _ = await stack.enter_async_context(router(spec, workers, ("H100",)))
+            ttfts = []
+            for tokens in ONE_WORKER_PROMPTS:
+                await _first_token_s(session, url, tokens)  # warm connections and cache
+                ttfts.append(
+                    sorted([await _first_token_s(session, url, tokens) for _ in range(samples)])
+                )
             streams = []
             long_body = {"model": MODEL, "prompt": "a b c", "max_tokens": 3000,
                          "stream": True, "ignore_eos": True}  # fmt: skip
@@ -877,8 +888,13 @@ async def one_worker(specs: Sequence[RouterSpec], samples: int = 15) -> None:
             closed_running = await _running(session, workers[0].url)
         name = spec.name if spec is not None else "direct"
         print(
-            f"  {name:>20}: TTFT p50 {statistics.median(ttft) * 1000:.1f} ms, max "
-            f"{ttft[-1] * 1000:.1f} ms; running on the worker with 6 streams open "
+            f"  {name:>20}: "
+            + ", ".join(
+                f"{tokens}-token prompt TTFT p50 {statistics.median(t) * 1000:.1f} ms "
+                f"(max {t[-1] * 1000:.1f})"
+                for tokens, t in zip(ONE_WORKER_PROMPTS, ttfts, strict=True)
+            )
+            + f"; running on the worker with 6 streams open "
             f"{open_running}, 3 s after their clients closed {closed_running}",
             flush=True,
         )
