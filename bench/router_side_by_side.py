@@ -905,12 +905,15 @@ async def one_worker(specs: Sequence[RouterSpec], samples: int = 15) -> None:
 
 def load_results(paths: Sequence[str]) -> list[Figures]:
     """Figures saved by ``--report`` (its ``results.json``), from one or more runs."""
-    rows = []
+    rows: list[Figures] = []
     for path in paths:
+        # Each file's repetitions follow the previous files' (for the same pool, trace).
+        before = {(f.pool, f.trace): f.repetition + 1 for f in rows}
         for item in json.loads(Path(path).read_text("utf-8")):
             for key in ("per_gpu", "per_gpu_aborted", "per_gpu_ttft_s"):
                 item[key] = tuple(item.get(key, ()))
             item.setdefault("ttft_p99_served_s", item["ttft_p99_s"])
+            item["repetition"] += before.get((item["pool"], item["trace"]), 0)
             rows.append(Figures(**item))
     return rows
 
