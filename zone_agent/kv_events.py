@@ -40,6 +40,7 @@ import math
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from enum import StrEnum
 
 import zmq
 import zmq.asyncio
@@ -145,11 +146,31 @@ def _clear(slot: int, blocks: Iterable[int], masks: dict[int, int]) -> None:
             masks.pop(block, None)
 
 
+class MatchPath(StrEnum):
+    """How a prompt's prefix was matched (``gtm_zone_prefix_matches_total{path}``)."""
+
+    #: The engines said nothing of the prompt's blocks: the index's own match (compiled).
+    COMPILED = "compiled"
+    #: They did: a Python walk reading their word over the agent's record.
+    ENGINE_OVERLAY = "engine-overlay"
+
+
 class _Evicting:
     """Mixed into the agent's index: matching reads the engines' word over the agent's
-    record, and sending a prompt to a GPU again makes it the GPU's again."""
+    record, and sending a prompt to a GPU again makes it the GPU's again. Each match is
+    counted by its path (``matches``, when given): the overlay walk is the slow one."""
 
     engine: EngineBlocks
+    _count_compiled: Callable[[], None]
+    _count_overlay: Callable[[], None]
+
+    def _bind(self, engine: EngineBlocks, matches: Counter | None) -> None:
+        self.engine = engine
+        if matches is None:
+            self._count_compiled = self._count_overlay = _not_counted
+        else:
+            self._count_compiled = matches.labels(MatchPath.COMPILED.value).inc
+            self._count_overlay = matches.labels(MatchPath.ENGINE_OVERLAY.value).inc
 
     def insert(self, slot: int, hashes: Iterable[int], capacity: int) -> None:
         hashes = tuple(hashes)
@@ -158,8 +179,10 @@ class _Evicting:
 
     def match_groups(self, hashes: tuple[int, ...]) -> list[tuple[int, int]]:
         if self.engine.silent_on(hashes):
+            self._count_compiled()
             found: list[tuple[int, int]] = super().match_groups(hashes)  # type: ignore[misc]
             return found
+        self._count_overlay()
         groups: list[tuple[int, int]] = []
         holders = self.holders  # type: ignore[attr-defined]
         adjust = self.engine.adjust
@@ -179,20 +202,24 @@ class _Evicting:
         return groups
 
 
+def _not_counted() -> None:
+    pass
+
+
 class EvictingPrefixIndex(_Evicting, PrefixIndex):
     """The agent's :class:`~zone_agent.prefix.PrefixIndex`, corrected by the engines."""
 
-    def __init__(self, engine: EngineBlocks) -> None:
+    def __init__(self, engine: EngineBlocks, matches: Counter | None = None) -> None:
         super().__init__()
-        self.engine = engine
+        self._bind(engine, matches)
 
 
 class EvictingDictPrefixIndex(_Evicting, DictPrefixIndex):
     """The reference form of :class:`EvictingPrefixIndex`."""
 
-    def __init__(self, engine: EngineBlocks) -> None:
+    def __init__(self, engine: EngineBlocks, matches: Counter | None = None) -> None:
         super().__init__()
-        self.engine = engine
+        self._bind(engine, matches)
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,6 +363,14 @@ class KVEventMetrics:
             "gtm_zone_kv_event_disconnects",
             "Times a worker's KV-event stream was disconnected (it went stale).",
             ["gpu"],
+            registry=registry,
+        )
+        self.prefix_matches = Counter(
+            "gtm_zone_prefix_matches",
+            "Prompt prefixes matched with KV events on, by path: the compiled index "
+            "(the engines said nothing of the prompt's blocks) or the engine-overlay "
+            "walk in Python (they did).",
+            ["path"],
             registry=registry,
         )
         self.stale = Gauge(
@@ -508,7 +543,8 @@ class ZoneKVEvents:
 
     def indexes(self) -> tuple[EvictingPrefixIndex, EvictingPrefixIndex]:
         """The agent's two prefix indexes (sent, answered), reading the engines' word."""
-        return EvictingPrefixIndex(self.engine), EvictingPrefixIndex(self.engine)
+        matches = self.metrics.prefix_matches
+        return EvictingPrefixIndex(self.engine, matches), EvictingPrefixIndex(self.engine, matches)
 
     def subscriber(self, gpu_id: str) -> KVEventSubscriber | None:
         entry = self._running.get(gpu_id)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from prometheus_client import CollectorRegistry
 from pydantic import ValidationError
 
 from gtm.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, EventBatch
@@ -16,6 +17,7 @@ from zone_agent.kv_events import (
     EngineBlocks,
     EvictingDictPrefixIndex,
     EvictingPrefixIndex,
+    KVEventMetrics,
     KVEventSource,
     engine_tokens,
 )
@@ -94,6 +96,28 @@ def test_a_stale_stream_falls_back_to_the_agents_record(setup: Setup) -> None:
     assert index.match_groups(TEXT) == [(3, 0b11)]
     source.stale(1)
     assert index.match_groups(TEXT) == [(3, 0b01)]
+
+
+@pytest.mark.parametrize("form", [EvictingPrefixIndex, EvictingDictPrefixIndex])
+def test_each_match_is_counted_by_its_path(
+    form: type[EvictingPrefixIndex | EvictingDictPrefixIndex],
+) -> None:
+    registry = CollectorRegistry()
+    engine = EngineBlocks()
+    index = form(engine, KVEventMetrics(registry).prefix_matches)
+    source = KVEventSource(engine)
+    source.sent(TOKENS, BS, TEXT)
+
+    def count(path: str) -> float | None:
+        return registry.get_sample_value("gtm_zone_prefix_matches_total", {"path": path})
+
+    index.insert(0, TEXT, 100)
+    assert index.match_groups(TEXT) == [(3, 1)]  # the engines said nothing yet
+    assert (count("compiled"), count("engine-overlay")) == (1.0, 0.0)
+    source.apply(0, _batch(BlockStored((1, 2, 3, 4, 5, 6), None, TOKENS, BS)))
+    index.match_groups(TEXT)
+    index.match_groups((99,))  # blocks no engine spoke of
+    assert (count("compiled"), count("engine-overlay")) == (2.0, 1.0)
 
 
 def test_token_blocks_map_to_text_blocks_in_proportion() -> None:
