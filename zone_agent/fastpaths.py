@@ -199,8 +199,8 @@ class BlendPick:
     a picker of the highest total — the default profile: the weighted sum and the pick
     of :mod:`zone_agent.costs.blend` in one call (its C kernel when built), so the choice
     is the runner's, without the per-scorer dispatch and the scores record (a trace
-    works them out when asked). On a near tie the kernel answers -1 and the numpy form
-    decides.
+    works them out when asked). On a near tie between GPUs of different costs the kernel
+    answers -1 and the numpy form decides (an exact tie of costs it decides itself).
     """
 
     def __init__(self, match: Match) -> None:

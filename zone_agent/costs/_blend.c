@@ -8,7 +8,9 @@
  * their order, but its exp() is the C library's (the scalar reference's math.exp),
  * which may differ from numpy's in the last bit: so when the best two totals are within
  * NEAR_TIE of each other it returns -1 and the caller decides with numpy, as the
- * reference runner does. tests/unit/zone_agent/costs/test_blend.py checks the choice
+ * reference runner does -- unless every survivor in that band costs exactly the best
+ * (an exact tie of costs, exact_tie() below), whose totals are the same bits in every
+ * form. tests/unit/zone_agent/costs/test_blend.py checks the choice
  * against both other forms. Built by setup.py as an optional extension; without a
  * compiler the numpy form runs.
  */
@@ -18,14 +20,56 @@
 /* Totals are in [0, 2]; exp() implementations agree to a few ulps (~1e-15 here). */
 #define NEAR_TIE 1e-12
 
+/* One survivor's total (its slot already checked). */
+static inline double
+total_at(const double *costs, const double *kv, const long long *slots,
+         const double *own_base, const double *free_base, const double *inv_total,
+         Py_ssize_t p, double best, double inv_scale, double w_cost, double w_room,
+         double w_sum)
+{
+    double score = exp((best - costs[p]) * inv_scale);
+    double total = w_cost == 1.0 ? score : score * w_cost;
+    double sent = kv[slots[p]] - own_base[p];
+    if (!(sent > 0.0)) sent = isnan(sent) ? sent : 0.0;
+    double free = free_base[p] - sent;
+    if (!(free > 0.0)) free = isnan(free) ? free : 0.0;
+    double room = free * inv_total[p];
+    if (room > 1.0) room = 1.0;
+    total += w_room == 1.0 ? room : room * w_room;
+    if (w_sum != 0.0) total /= w_sum;
+    return total;
+}
+
+/* Whether a near tie is one the kernel may decide itself: every survivor within
+ * NEAR_TIE of the top costs exactly the best, so its TTFT score is exp(0) = 1 in every
+ * form (no exp() of a nonzero number is involved) and its total is the same sequence of
+ * IEEE operations in C and in numpy: the same bits. Those outside the band are more
+ * than NEAR_TIE below the top in any form (exp() implementations differ by a few ulps),
+ * so the first of the top is every form's choice. This is the idle zone of identical
+ * GPUs, where every request would otherwise be decided by the numpy form. */
+static int
+exact_tie(const double *costs, const double *kv, const long long *slots,
+          const double *own_base, const double *free_base, const double *inv_total,
+          const long long *surv, Py_ssize_t m, double best, double inv_scale, double w_cost,
+          double w_room, double w_sum, double top)
+{
+    for (Py_ssize_t k = 0; k < m; k++) {
+        Py_ssize_t p = surv ? (Py_ssize_t)surv[k] : k;
+        double total = total_at(costs, kv, slots, own_base, free_base, inv_total, p, best,
+                                inv_scale, w_cost, w_room, w_sum);
+        if (total >= top - NEAR_TIE && costs[p] != best) return 0;
+    }
+    return 1;
+}
+
 PyDoc_STRVAR(blend_choice_doc,
 "blend_choice(costs, kv_blocks, slots, kv_own_base, kv_free_base, inv_total, survivors,\n"
 "             inv_scale, cost_weight, room_weight, weight_sum) -> int\n\n"
 "The position of highest cost_weight*exp((best - cost)*inv_scale) + room_weight*room\n"
 "(divided by weight_sum unless it is 0), room = min(1, max(0, kv_free_base -\n"
 "max(0, kv_blocks[slots] - kv_own_base)) * inv_total), over survivors (int64\n"
-"positions, or None: all); -1 when the caller must decide (a near tie, NaN, no\n"
-"finite cost).");
+"positions, or None: all); -1 when the caller must decide (a near tie between\n"
+"survivors of different costs, NaN, no finite cost).");
 
 static PyObject *
 blend_choice(PyObject *module, PyObject *args)
@@ -81,21 +125,13 @@ blend_choice(PyObject *module, PyObject *args)
     Py_ssize_t top_at = -1;
     for (Py_ssize_t k = 0; k < m; k++) {
         Py_ssize_t p = surv ? (Py_ssize_t)surv[k] : k;
-        double score = exp((best - costs[p]) * inv_scale);
-        double total = w_cost == 1.0 ? score : score * w_cost;
         long long slot = slots[p];
         if (slot < 0 || slot >= slot_count) {
             PyErr_SetString(PyExc_IndexError, "blend_choice: slot out of range");
             goto fail;
         }
-        double sent = kv[slot] - own_base[p];
-        if (!(sent > 0.0)) sent = isnan(sent) ? sent : 0.0;
-        double free = free_base[p] - sent;
-        if (!(free > 0.0)) free = isnan(free) ? free : 0.0;
-        double room = free * inv_total[p];
-        if (room > 1.0) room = 1.0;
-        total += w_room == 1.0 ? room : room * w_room;
-        if (w_sum != 0.0) total /= w_sum;
+        double total = total_at(costs, kv, slots, own_base, free_base, inv_total, p, best,
+                                inv_scale, w_cost, w_room, w_sum);
         if (isnan(total)) goto done;
         if (total > top) {
             second = top;
@@ -105,7 +141,11 @@ blend_choice(PyObject *module, PyObject *args)
             second = total;
         }
     }
-    if (m > 1 && second >= top - NEAR_TIE) goto done;
+    if (m > 1 && second >= top - NEAR_TIE && !exact_tie(costs, kv, slots, own_base, free_base,
+                                                        inv_total, surv, m, best, inv_scale,
+                                                        w_cost, w_room, w_sum, top)) {
+        goto done;
+    }
     result = (long)top_at;
 
 done:

@@ -20,7 +20,10 @@ so changing one of these formulas is an edit to this module and to ``_blend.c``:
 The kernel's ``exp`` is the C library's, as the scalar reference's :func:`math.exp`;
 numpy's may differ from both in the last bit, so on a near tie (the best two totals
 within :data:`NEAR_TIE`) the kernel answers -1 and the numpy form decides, as the
-reference runner does.
+reference runner does — unless every survivor that close to the top costs exactly the
+cheapest cost: their TTFT scores are then ``exp(0) = 1`` in every form and their totals
+the same bits, so the kernel takes the first of them itself (the idle zone of identical
+GPUs, where every request ties).
 """
 
 from __future__ import annotations
