@@ -26,7 +26,12 @@ API key, any other request header. A tier tells the tenant's *id*, found from th
 Health probes and scrapes (``/healthz``, ``/readyz``, ``/metrics``) are not logged.
 ``--no-access-log`` (``GTM_ACCESS_LOG=false``) on a daemon turns the lines off: the
 middleware is then not installed at all. The format (text or JSON) is the process's
-(:mod:`gtm.logs`): in JSON the fields are keys of the line's object.
+(:mod:`gtm.logs`): in JSON the fields are keys of the line's object. While gtm's own
+handler is the only one the lines reach (a ``gtm`` daemon), the middleware writes each
+line to it directly (:class:`gtm.logs.LineWriter`: the same bytes, without a
+``LogRecord`` per request); a handler or filter set up by a host or a test sends the
+lines through ``logging`` again, which ``gtm_access_log_direct{tier}`` shows and the log
+says.
 """
 
 from __future__ import annotations
@@ -42,15 +47,19 @@ from typing import Any, TypeVar
 import click
 from aiohttp import web
 from aiohttp.typedefs import Handler
+from prometheus_client import CollectorRegistry, Gauge
 
 from gtm import headers as gtm_headers
 from gtm import tracing
 from gtm.inbound import client_request_id, new_request_id
-from gtm.logs import configured
+from gtm.logs import LineWriter, configured
 from gtm.serve import CLIENT_CLOSED, SERVICE_PATHS
 
 #: Parent of every tier's access logger (``gtm.access.global``, ``…regional``, …).
 ACCESS_LOGGER = "gtm.access"
+
+#: This module's own messages (not access lines: outside ``gtm.access``).
+_log = logging.getLogger("gtm.logs")
 
 
 class End(StrEnum):
@@ -148,6 +157,48 @@ def emit(record: AccessRecord, log: logging.Logger | None = None) -> None:
             record.fields(),
         )  # fmt: skip
         log.handle(line)
+
+
+class _Writer:
+    """How the middleware writes its lines: straight to gtm's own log handler when that
+    is where every line goes (:class:`gtm.logs.LineWriter`, the same bytes without a
+    ``LogRecord`` per request), else through ``logging`` (:func:`emit`). Each change of
+    way is logged and shown on ``gtm_access_log_direct{tier}`` (with a registry)."""
+
+    def __init__(self, log: logging.Logger, tier: str, registry: CollectorRegistry | None):
+        self._log = log
+        self._direct = LineWriter(log)
+        self._is_direct: bool | None = None
+        self._gauge = (
+            None
+            if registry is None
+            else Gauge(
+                "gtm_access_log_direct",
+                "1 while the access lines are written straight to gtm's log handler, 0 "
+                "while through logging's handlers (another handler or a filter is set up).",
+                ["tier"],
+                registry=registry,
+            ).labels(tier)
+        )
+
+    def __call__(self, record: AccessRecord) -> None:
+        log = self._log
+        if not log.isEnabledFor(logging.INFO):
+            return
+        if self._direct.write(record.message(), record.fields()):
+            if self._is_direct is not True:
+                self._switch(True)
+            return
+        if self._is_direct is not False:
+            self._switch(False)
+        emit(record, log)
+
+    def _switch(self, direct: bool) -> None:
+        self._is_direct = direct
+        if self._gauge is not None:
+            self._gauge.set(int(direct))
+        if not direct:
+            _log.info("access lines go through logging: %s", self._direct.why_not())
 
 
 @dataclass(slots=True)
@@ -294,13 +345,16 @@ def install(
     zone: str | None = None,
     skip: Collection[str] = SERVICE_PATHS,
     clock: Callable[[], float] = time.monotonic,
+    registry: CollectorRegistry | None = None,
 ) -> None:
     """Log one access line per request of ``app`` (see the module docstring); nothing
     when ``gtm.access.<tier>`` is off (``--no-access-log``). ``region``/``zone``: where
-    this process is, for lines whose response does not say."""
+    this process is, for lines whose response does not say; ``registry``: where
+    ``gtm_access_log_direct{tier}`` goes."""
     log = logger(tier)
     if not log.isEnabledFor(logging.INFO):
         return
+    write = _Writer(log, tier, registry)
 
     @web.middleware
     async def access(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -324,7 +378,7 @@ def install(
             raise
         finally:
             now = clock()
-            emit(
+            write(
                 record_of(
                     request,
                     note,
@@ -334,8 +388,7 @@ def install(
                     now=now,
                     region=region,
                     zone=zone,
-                ),
-                log,
+                )
             )
 
     async def prepared(request: web.Request, response: web.StreamResponse) -> None:

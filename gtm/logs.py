@@ -26,9 +26,10 @@ import logging
 import re
 import sys
 import time
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import IO
+from typing import IO, cast
 
 
 class LogFormat(StrEnum):
@@ -92,40 +93,48 @@ class TextFormatter(logging.Formatter):
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         if datefmt is not None:
             return super().formatTime(record, datefmt)
+        return self._asctime(record.created, record.msecs)
+
+    def _asctime(self, created: float, msecs: float) -> str:
         second, text = self._second
-        if second != int(record.created):
-            second = int(record.created)
-            text = time.strftime(self.default_time_format, self.converter(record.created))
+        if second != int(created):
+            second = int(created)
+            text = time.strftime(self.default_time_format, self.converter(created))
             self._second = (second, text)
         msec = self.default_msec_format
-        return text if not msec else msec % (text, record.msecs)
+        return text if not msec else msec % (text, msecs)
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        line = super().formatMessage(record)
-        extra = " ".join(
-            [
-                f"{key}={_text_value(value)}"
-                for key, value in fields(record)
-                if value is not None and value != ""
-            ]
-        )
-        if not extra:
-            return line
-        return f"{line} {extra}" if record.message else f"{line}{extra}"
+        return _with_extra(super().formatMessage(record), record.message, fields(record))
+
+    def info_line(self, name: str, message: str, extra: Mapping[str, object]) -> str:
+        """The line :meth:`format` writes for an INFO record of logger ``name`` with
+        ``message`` and the structured fields ``extra``, made now (:class:`LineWriter`)."""
+        created = time.time()
+        msecs = int((created - int(created)) * 1000) + 0.0  # as logging.LogRecord
+        head = f"{self._asctime(created, msecs)} level=INFO logger={name} {message}"
+        return _with_extra(head, message, _extra_items(extra))
+
+
+def _extra_items(extra: Mapping[str, object]) -> list[tuple[str, object]]:
+    """``extra`` as :func:`fields` reads it back from a record."""
+    return [(k, v) for k, v in extra.items() if k not in _STANDARD and k[:1] != "_"]
+
+
+def _with_extra(line: str, message: str, items: Iterable[tuple[str, object]]) -> str:
+    extra = " ".join(
+        [f"{key}={_text_value(value)}" for key, value in items if value is not None and value != ""]
+    )
+    if not extra:
+        return line
+    return f"{line} {extra}" if message else f"{line}{extra}"
 
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per record (see the module docstring)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        document: dict[str, object] = {
-            "ts": datetime.fromtimestamp(record.created, UTC)
-            .isoformat(timespec="milliseconds")
-            .replace("+00:00", "Z"),
-            "level": record.levelname,
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
+        document = _json_head(record.created, record.levelname, record.name, record.getMessage())
         for key, value in fields(record):
             document.setdefault(key, _scalar(value))
         if record.exc_info:
@@ -136,6 +145,24 @@ class JsonFormatter(logging.Formatter):
             document["stack"] = self.formatStack(record.stack_info)
         return json.dumps(document, ensure_ascii=False, separators=(",", ":"))
 
+    def info_line(self, name: str, message: str, extra: Mapping[str, object]) -> str:
+        """As :meth:`TextFormatter.info_line`."""
+        document = _json_head(time.time(), "INFO", name, message)
+        for key, value in _extra_items(extra):
+            document.setdefault(key, _scalar(value))
+        return json.dumps(document, ensure_ascii=False, separators=(",", ":"))
+
+
+def _json_head(created: float, level: str, name: str, message: str) -> dict[str, object]:
+    return {
+        "ts": datetime.fromtimestamp(created, UTC)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z"),
+        "level": level,
+        "logger": name,
+        "msg": message,
+    }
+
 
 def formatter(log_format: LogFormat) -> logging.Formatter:
     return JsonFormatter() if log_format is LogFormat.JSON else TextFormatter()
@@ -143,6 +170,74 @@ def formatter(log_format: LogFormat) -> logging.Formatter:
 
 class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
     """The handler :func:`configure` installs (told apart from a host's own)."""
+
+
+class LineWriter:
+    """Writes one logger's INFO lines itself, as the handler :func:`configure` installs
+    would write them, without a ``LogRecord`` and the walk through ``logging``'s
+    machinery (the per-request access line, :mod:`gtm.access`).
+
+    It can only while that handler is the one every line of the logger reaches: no
+    filter and no other handler on the way up to the root, and the root's handler ours,
+    with one of our formatters (:meth:`handler`, checked on each line, so a handler a
+    test or a host adds later is honoured). Otherwise :meth:`write` answers False and
+    the caller logs the line the usual way; the logger must be enabled for INFO.
+    """
+
+    def __init__(self, log: logging.Logger) -> None:
+        self._log = log
+
+    def handler(self) -> _Handler | None:
+        """The handler that writes every line, when this writer may write them."""
+        log: logging.Logger | None = self._log
+        root = logging.getLogger()
+        while log is not None and log is not root:
+            if log.filters or log.handlers or not log.propagate:
+                return None
+            log = log.parent
+        handlers = root.handlers
+        if root.filters or len(handlers) != 1:
+            return None
+        handler = handlers[0]
+        if type(handler) is not _Handler or handler.filters or handler.level > logging.INFO:
+            return None
+        if type(handler.formatter) not in _DIRECT_FORMATTERS:
+            return None
+        return handler
+
+    def why_not(self) -> str:
+        """Why :meth:`handler` is None (for a log line)."""
+        root = logging.getLogger()
+        formatters = [type(h.formatter).__name__ for h in root.handlers]
+        return (
+            f"logger {self._log.name} reaches handlers other than gtm's own "
+            f"(root handlers: {[type(h).__name__ for h in root.handlers]}, "
+            f"formatters: {formatters}) or a filter"
+        )
+
+    def write(self, message: str, extra: Mapping[str, object]) -> bool:
+        """Write an INFO line of ``message`` and the fields ``extra`` (in order); False
+        when this writer may not (:meth:`handler`): nothing was written."""
+        handler = self.handler()
+        if handler is None:
+            return False
+        formatter = cast(TextFormatter | JsonFormatter, handler.formatter)
+        handler.acquire()
+        try:
+            line = formatter.info_line(self._log.name, message, extra)
+            handler.stream.write(line + handler.terminator)
+            handler.flush()
+        except Exception:  # as StreamHandler.emit: logging never raises into the caller
+            record = self._log.makeRecord(
+                self._log.name, logging.INFO, __file__, 0, message, (), None, "write", extra
+            )
+            handler.handleError(record)
+        finally:
+            handler.release()
+        return True
+
+
+_DIRECT_FORMATTERS = (TextFormatter, JsonFormatter)
 
 
 def configure(level: str, log_format: LogFormat, stream: IO[str] | None = None) -> None:
@@ -192,6 +287,7 @@ def announce(message: str, name: str = "gtm") -> None:
 
 __all__ = [
     "JsonFormatter",
+    "LineWriter",
     "LogFormat",
     "TextFormatter",
     "announce",

@@ -490,7 +490,13 @@ class ZoneAgent:
             on_sent=None if self.kv_events is None else self.kv_events.sent,
         ).routes(app)
         ServiceApi(lambda: self._view, self._registry).routes(app)
-        access.install(app, Tier.ZONE, region=self.config.region, zone=self.config.zone)
+        access.install(
+            app,
+            Tier.ZONE,
+            region=self.config.region,
+            zone=self.config.zone,
+            registry=self._registry,
+        )
         tracing.install(
             app, Tier.ZONE, self.tracing, region=self.config.region, zone=self.config.zone
         )

@@ -15,6 +15,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from click.testing import CliRunner
+from prometheus_client import CollectorRegistry
 
 from gtm import access
 from gtm.access import (
@@ -305,3 +306,44 @@ def test_under_a_hosts_own_logging_the_option_leaves_the_access_level_alone() ->
 
     assert CliRunner().invoke(daemon, []).exit_code == 0
     assert access_logger.level == logging.NOTSET  # pytest's logging, not gtm's
+
+
+async def test_under_gtms_own_handler_the_lines_are_written_directly_and_otherwise_logged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    root = logging.getLogger()  # as a `gtm zone` process: gtm's handler alone
+    monkeypatch.setattr(root, "handlers", [])
+    monkeypatch.setattr(root, "level", logging.WARNING)
+    stream = io.StringIO()
+    configure("warning", LogFormat.JSON, stream)
+    monkeypatch.setattr(logging.getLogger(ACCESS_LOGGER), "level", logging.INFO)
+    registry = CollectorRegistry()
+    app = web.Application()
+
+    async def chat(request: web.Request) -> web.Response:
+        access.tell(request, model="m", tokens_in=5)
+        return web.Response(text="{}", headers={"x-gtm-gpu": "g1"})
+
+    app.router.add_post("/v1/chat/completions", chat)
+    access.install(app, "zone", zone="z1", registry=registry)
+
+    def direct() -> float | None:
+        return registry.get_sample_value("gtm_access_log_direct", {"tier": "zone"})
+
+    async with TestClient(TestServer(app)) as client:
+        assert (await client.post("/v1/chat/completions")).status == 200
+        line = json.loads(stream.getvalue())
+        assert (line["logger"], line["msg"]) == ("gtm.access.zone", "POST /v1/chat/completions 200")
+        assert (line["model"], line["tokens_in"], line["gpu"], line["zone"]) == ("m", 5, "g1", "z1")
+        assert direct() == 1.0
+        handler = Lines()  # a host's or a test's own handler: every line goes through logging
+        root.addHandler(handler)
+        try:
+            assert (await client.post("/v1/chat/completions")).status == 200
+            assert direct() == 0.0
+            assert _fields(handler.records[-1])["gpu"] == "g1"
+            assert len(stream.getvalue().splitlines()) == 2  # gtm's handler had it too
+        finally:
+            root.removeHandler(handler)
+        assert (await client.post("/v1/chat/completions")).status == 200
+        assert direct() == 1.0

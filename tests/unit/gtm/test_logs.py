@@ -6,12 +6,14 @@ import io
 import json
 import logging
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
 
 from gtm.logs import (
     JsonFormatter,
+    LineWriter,
     LogFormat,
     TextFormatter,
     _text_value,
@@ -150,3 +152,71 @@ def test_configure_writes_json_lines_and_announce_follows_the_format(
     assert configured_format() is LogFormat.TEXT
     announce("zone agent listening on http://127.0.0.1:1")
     assert capsys.readouterr().out == "zone agent listening on http://127.0.0.1:1\n"
+
+
+ACCESS_FIELDS: dict[str, object] = {
+    "request_id": "0123abcd",
+    "decision_id": None,
+    "model": "meta-llama/Llama-3.1-8B-Instruct",
+    "zone": "",
+    "status": 200,
+    "end": "ok",
+    "ttft_ms": 1.2,
+    "note": 'says "hi" = x',
+    "duration_ms": 3.0,
+}
+
+
+@pytest.mark.parametrize("log_format", list(LogFormat))
+@pytest.mark.parametrize("created", [1_767_225_600.25, 1_767_225_601.9995, 1_767_225_602.0])
+def test_a_line_writer_writes_the_bytes_logging_writes(
+    monkeypatch: pytest.MonkeyPatch, log_format: LogFormat, created: float
+) -> None:
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])
+    monkeypatch.setattr(root, "level", logging.WARNING)
+    stream = io.StringIO()
+    configure("warning", log_format, stream)
+    log = logging.getLogger("gtm.access.unit")
+    monkeypatch.setattr(log, "level", logging.INFO)
+    monkeypatch.setattr("time.time", lambda: created)  # logging's clock and the writer's
+    log.info("POST /v1/chat/completions 200", extra=ACCESS_FIELDS)
+    through_logging = stream.getvalue()
+    stream.seek(0)
+    stream.truncate()
+    assert LineWriter(log).write("POST /v1/chat/completions 200", ACCESS_FIELDS)
+    assert stream.getvalue() == through_logging
+    assert through_logging.count("\n") == 1
+
+
+def test_a_line_writer_leaves_a_line_to_logging_when_another_handler_or_a_filter_is_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])
+    stream = io.StringIO()
+    configure("info", LogFormat.TEXT, stream)
+    log = logging.getLogger("gtm.access.unit2")
+    parent, ours = logging.getLogger("gtm.access"), root.handlers[0]
+    writer = LineWriter(log)
+    assert writer.handler() is ours
+    formatter = ours.formatter
+    adds: tuple[Callable[[], None], ...] = (
+        lambda: parent.addHandler(logging.NullHandler()),
+        lambda: root.addFilter(logging.Filter("gtm.other")),
+        lambda: ours.addFilter(logging.Filter("gtm.other")),
+        lambda: ours.setFormatter(logging.Formatter()),
+    )
+    for add in adds:
+        add()
+        assert writer.handler() is None
+        assert not writer.write("GET / 200", {"status": 200})
+        assert "root handlers" in writer.why_not()
+        parent.handlers.clear()
+        root.filters.clear()
+        ours.filters.clear()
+        ours.setFormatter(formatter)
+        assert writer.handler() is ours
+    monkeypatch.setattr(root, "handlers", [*root.handlers, logging.NullHandler()])
+    assert writer.handler() is None
+    assert stream.getvalue() == ""
