@@ -26,7 +26,7 @@ import logging
 import re
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import IO, cast
@@ -73,7 +73,11 @@ _NEEDS_QUOTES = re.compile(r'[\s"=]')
 
 
 def _text_value(value: object) -> str:
-    if type(value) is int or type(value) is float:
+    cls = type(value)
+    if cls is str:  # the usual value, and its own str
+        text = cast(str, value)
+        return text if text and _NEEDS_QUOTES.search(text) is None else json.dumps(text)
+    if cls is int or cls is float:
         return str(value)  # digits, a sign, a point, an exponent, inf or nan: never quoted
     text = "true" if value is True else "false" if value is False else str(value)
     if not text or _NEEDS_QUOTES.search(text) is not None:
@@ -105,7 +109,14 @@ class TextFormatter(logging.Formatter):
         return text if not msec else msec % (text, msecs)
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        return _with_extra(super().formatMessage(record), record.message, fields(record))
+        extra = " ".join(
+            [
+                f"{key}={_text_value(value)}"
+                for key, value in fields(record)
+                if value is not None and value != ""
+            ]
+        )
+        return _with_extra(super().formatMessage(record), record.message, extra)
 
     def info_line(self, name: str, message: str, extra: Mapping[str, object]) -> str:
         """The line :meth:`format` writes for an INFO record of logger ``name`` with
@@ -113,18 +124,22 @@ class TextFormatter(logging.Formatter):
         created = time.time()
         msecs = int((created - int(created)) * 1000) + 0.0  # as logging.LogRecord
         head = f"{self._asctime(created, msecs)} level=INFO logger={name} {message}"
-        return _with_extra(head, message, _extra_items(extra))
+        text = " ".join(
+            [
+                f"{key}={_text_value(value)}"
+                for key, value in extra.items()
+                if value is not None and value != "" and _is_extra(key)
+            ]
+        )
+        return _with_extra(head, message, text)
 
 
-def _extra_items(extra: Mapping[str, object]) -> list[tuple[str, object]]:
-    """``extra`` as :func:`fields` reads it back from a record."""
-    return [(k, v) for k, v in extra.items() if k not in _STANDARD and k[:1] != "_"]
+def _is_extra(key: str) -> bool:
+    """Whether :func:`fields` would read ``key`` back from a record's ``extra=``."""
+    return key not in _STANDARD and key[:1] != "_"
 
 
-def _with_extra(line: str, message: str, items: Iterable[tuple[str, object]]) -> str:
-    extra = " ".join(
-        [f"{key}={_text_value(value)}" for key, value in items if value is not None and value != ""]
-    )
+def _with_extra(line: str, message: str, extra: str) -> str:
     if not extra:
         return line
     return f"{line} {extra}" if message else f"{line}{extra}"
@@ -148,8 +163,9 @@ class JsonFormatter(logging.Formatter):
     def info_line(self, name: str, message: str, extra: Mapping[str, object]) -> str:
         """As :meth:`TextFormatter.info_line`."""
         document = _json_head(time.time(), "INFO", name, message)
-        for key, value in _extra_items(extra):
-            document.setdefault(key, _scalar(value))
+        for key, value in extra.items():
+            if _is_extra(key):
+                document.setdefault(key, _scalar(value))
         return json.dumps(document, ensure_ascii=False, separators=(",", ":"))
 
 
