@@ -8,16 +8,22 @@ geometry (block size, blocks) where exposed, prefix-cache hits and queries where
 and an inter-token latency sum and count for throughput-regression detection. A figure
 an engine does not expose is None in ``ModelMetrics``; the view treats it as unknown.
 
-Parsing uses prometheus_client's own text parser, on only the lines of the families the
-engines declare (a worker exposes hundreds of histogram lines we do not need). Every
-result carries the monotonic time it was taken, so a reader knows its age.
+Only the lines of the families the engines declare are read (a worker exposes hundreds of
+histogram lines we do not need), by ``zone_agent.exposition.SampleReader``: one compiled
+expression per line, labels split out only where a table needs one. Where it steps aside
+(a line of unusual but legal shape, or garbage) prometheus_client's own text parser reads
+the same lines, as it did before the reader: the same figures or the same ScrapeError,
+and the result says which parser read it (``GpuMetrics.parsed_by``). Every result
+carries the monotonic time it was taken, so a reader knows its age.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
+from enum import StrEnum
 from types import MappingProxyType
 
 import aiohttp
@@ -27,6 +33,9 @@ from gtm.clock import Clock
 from zone_agent.engines import ENGINES, ConfigInfo, EngineNames, LabelledFamily, Row
 from zone_agent.engines import Flavor as Flavor  # the flavours live with the engines
 from zone_agent.errors import ScrapeError as ScrapeError  # raised here; re-exported
+from zone_agent.exposition import Sample, SampleReader, StepAside, relevant
+
+log = logging.getLogger(__name__)
 
 #: Largest /metrics body read (a vLLM worker with several LoRA adapters exposes ~200 kB).
 MAX_METRICS_BYTES = 4 * 1024 * 1024
@@ -59,6 +68,15 @@ class ModelMetrics:
     cached_tokens: float | None = None
 
 
+class Parser(StrEnum):
+    """Which parser read a worker's exposition (``zone_agent.exposition`` has both)."""
+
+    #: ``SampleReader``: the usual path.
+    READER = "reader"
+    #: prometheus_client's text parser: the reader stepped aside (``GpuMetrics.aside``).
+    REFERENCE = "reference"
+
+
 @dataclass(frozen=True, slots=True)
 class GpuMetrics:
     """Everything scraped from one worker at monotonic time ``scraped_at``."""
@@ -66,6 +84,9 @@ class GpuMetrics:
     scraped_at: float
     flavor: Flavor
     models: Mapping[str, ModelMetrics] = field(default_factory=lambda: MappingProxyType({}))
+    parsed_by: Parser = Parser.READER
+    #: Why the reader stepped aside (the line and the reason); empty when it did not.
+    aside: str = ""
 
     def age(self, now: float) -> float:
         return max(0.0, now - self.scraped_at)
@@ -88,20 +109,20 @@ _RANK = {engine.flavor: rank for rank, engine in enumerate(ENGINES)}
 _DERIVE = {engine.flavor: engine.derive for engine in ENGINES if engine.derive is not None}
 
 
+#: Every sample name read → whether its labels are read (a model label, a labelled
+#: family's label, an info gauge's geometry); a bare counter sample of a ``_total`` name.
+_WANTED: Mapping[str, bool] = MappingProxyType(
+    {
+        **{name: engine.model_label is not None for name, (engine, _) in _SAMPLES.items()},
+        **{name: True for name in (*_LABELLED, *_CONFIG_INFO)},
+    }
+)
+_READER = SampleReader(_PREFIXES, _WANTED)
+
+
 def _relevant(text: str) -> str:
-    """Only the sample and metadata lines of the families we read."""
-    keep: list[str] = []
-    for line in text.splitlines():
-        if line.startswith("#"):
-            parts = line.split(" ", 3)
-            if len(parts) >= 3 and parts[2].startswith(_PREFIXES):
-                keep.append(line)
-        # Buckets first: most of an exposition's lines, dropped by one substring test
-        # before they would be tried against every engine's prefixes.
-        elif "_bucket" not in line and "_created" not in line and line.startswith(_PREFIXES):
-            keep.append(line)
-    keep.append("")
-    return "\n".join(keep)
+    """Only the sample and metadata lines of the families we read (the reference's input)."""
+    return relevant(text, _PREFIXES)
 
 
 def _int_label(labels: Mapping[str, str], name: str) -> int | None:
@@ -112,7 +133,9 @@ def _int_label(labels: Mapping[str, str], name: str) -> int | None:
     return value if value >= 0 else None
 
 
-def parse_metrics(text: str, *, scraped_at: float, default_model: str = "") -> GpuMetrics:
+def parse_metrics(
+    text: str, *, scraped_at: float, default_model: str = "", parser: Parser = Parser.READER
+) -> GpuMetrics:
     """Parse a /metrics body. Samples without a model label go to ``default_model``.
 
     Every engine's names are read in the one pass; the flavour is the engine whose names
@@ -121,20 +144,45 @@ def parse_metrics(text: str, *, scraped_at: float, default_model: str = "") -> G
     never as a blend of two. No known name at all: ``Flavor.UNKNOWN`` and no models.
     A field the flavour does not expose is None (absent), never zero.
 
-    Raises ScrapeError if the text is not Prometheus exposition format.
+    ``parser=Parser.REFERENCE`` reads with prometheus_client's parser alone (tests and
+    the benchmark compare the two). Raises ScrapeError if the text is not Prometheus
+    exposition format.
     """
     rows: dict[Flavor, dict[str, Row]] = {}
-    try:
-        for family in text_string_to_metric_families(_relevant(text)):
-            for sample in family.samples:
-                _read_sample(rows, sample.name, sample.labels, sample.value, default_model)
-    except (ValueError, TypeError, IndexError) as exc:
-        raise ScrapeError(f"not Prometheus text exposition format: {exc}") from None
+    samples: list[Sample] | StepAside
+    if parser is Parser.READER:
+        samples = _READER.read(text)
+    else:
+        samples = StepAside("", "the reference parser asked for")
+    if isinstance(samples, StepAside):
+        parsed_by, aside = Parser.REFERENCE, f"{samples.reason}: {samples.line[:200]!r}"
+        samples = reference_samples(text)
+    else:
+        parsed_by, aside = Parser.READER, ""
+    for name, labels, value in samples:
+        _read_sample(rows, name, labels, value, default_model)
     if not rows:
-        return GpuMetrics(scraped_at, Flavor.UNKNOWN, MappingProxyType({}))
+        return GpuMetrics(scraped_at, Flavor.UNKNOWN, MappingProxyType({}), parsed_by, aside)
     flavor = min(rows, key=lambda f: (-sum(len(r) for r in rows[f].values()), _RANK[f]))
-    models = {model: _model_metrics(flavor, model, row) for model, row in rows[flavor].items()}
-    return GpuMetrics(scraped_at, flavor, MappingProxyType(models))
+    try:
+        models = {m: _model_metrics(flavor, m, row) for m, row in rows[flavor].items()}
+    except (ValueError, OverflowError) as exc:  # an engine's derive step, on NaN or infinity
+        raise ScrapeError(f"impossible values: {exc}") from None
+    return GpuMetrics(scraped_at, flavor, MappingProxyType(models), parsed_by, aside)
+
+
+def reference_samples(text: str) -> list[Sample]:
+    """The samples of the families read, by prometheus_client's parser (the reference
+    form of ``SampleReader.read``; raises ScrapeError where it rejects the text)."""
+    try:
+        return [
+            (sample.name, sample.labels, float(sample.value))
+            for family in text_string_to_metric_families(_relevant(text))
+            for sample in family.samples
+            if sample.name in _WANTED
+        ]
+    except (ValueError, TypeError, IndexError, OverflowError) as exc:
+        raise ScrapeError(f"not Prometheus text exposition format: {exc}") from None
 
 
 def _read_sample(
@@ -213,4 +261,7 @@ async def scrape(
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         raise ScrapeError("/metrics is not UTF-8") from None
-    return parse_metrics(text, scraped_at=clock.monotonic(), default_model=default_model)
+    parsed = parse_metrics(text, scraped_at=clock.monotonic(), default_model=default_model)
+    if parsed.parsed_by is not Parser.READER:
+        log.debug("%s/metrics read by the reference parser: %s", url, parsed.aside)
+    return parsed
