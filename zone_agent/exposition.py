@@ -29,15 +29,14 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import NamedTuple
 
 #: A sample line of the usual shape: name, label block (validated, not split), value,
 #: optional integer timestamp, single spaces. Label names starting ``__`` are the
 #: reference's to reject (reserved) or read (``__name__``).
 _LABEL_NAME = r"(?:[a-zA-Z]|_[a-zA-Z0-9])[a-zA-Z0-9_]*|_"
-_LABEL_VALUE = r'"(?:[^"\\]|\\.)*"'
+_LABEL_VALUE = r'"[^"\\]*(?:\\.[^"\\]*)*"'
 _LABEL = rf"(?:{_LABEL_NAME})={_LABEL_VALUE}"
 _VALUE = r"[-+]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|Inf|inf|NaN)"
 _SAMPLE = re.compile(
@@ -45,7 +44,7 @@ _SAMPLE = re.compile(
     r"(?: -?[0-9]{1,18})?"
 )
 #: One label of a block the line expression accepted, and its escapes.
-_LABEL_PAIR = re.compile(r'([a-zA-Z0-9_]+)="((?:[^"\\]|\\.)*)"')
+_LABEL_PAIR = re.compile(r'([a-zA-Z0-9_]+)="([^"\\]*(?:\\.[^"\\]*)*)"')
 _ESCAPE = re.compile(r'\\[\\n"]')
 _UNESCAPED = MappingProxyType({"\\\\": "\\", "\\n": "\n", '\\"': '"'})
 #: ``# HELP name [text]`` and ``# TYPE name type``: what the reference reads of them.
@@ -108,98 +107,126 @@ class SampleReader:
 
     prefixes: tuple[str, ...]
     wanted: Mapping[str, bool]
+    #: The prefixes by their first ``_head`` characters: a name's head finds the few it
+    #: may start with (a name shorter than every prefix starts with none).
+    _heads: Mapping[str, tuple[str, ...]] = field(init=False)
+    _head: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        head = min(map(len, self.prefixes), default=0)
+        heads: dict[str, tuple[str, ...]] = {}
+        for prefix in self.prefixes:
+            heads[prefix[:head]] = (*heads.get(prefix[:head], ()), prefix)
+        object.__setattr__(self, "_heads", MappingProxyType(heads))
+        object.__setattr__(self, "_head", head)
 
     def read(self, text: str) -> list[Sample] | StepAside:
         """The wanted samples in line order, or where the reader steps aside."""
+        kept = self._kept(text)
+        if isinstance(kept, StepAside):
+            return kept
         out: list[Sample] = []
-        prefixes, sample_match, comment_match = self.prefixes, _SAMPLE.fullmatch, _COMMENT.match
-        # The reference's family state: its name, type, the sample names it owns, and
-        # its samples not yet given out (a counter's are renamed when the family ends).
-        family, kind = "", "untyped"
-        owned: tuple[str, ...] = ("",)  # nothing: no sample is named ""
-        pending: list[_Pending] = []
-        for line in text.splitlines():
-            if line.startswith("#"):
-                found = comment_match(line)
-                if found is None or (found.group(1) == "TYPE" and found.group(3) is None):
-                    if _kept_comment(line, prefixes):
-                        return StepAside(line, "comment not of the usual shape")
-                    continue
-                name = found.group(2)
-                if not name.startswith(prefixes):
-                    continue
-                if found.group(1) == "HELP":
-                    if name != family:
-                        if pending and (aside := self._flush(out, family, kind, pending)):
-                            return aside
-                        family, kind, owned = name, "untyped", (name,)
-                    continue
-                if name != family:
-                    if pending and (aside := self._flush(out, family, kind, pending)):
-                        return aside
-                    family = name
-                kind = found.group(3)
-                owned = tuple(name + s for s in _SUFFIXES.get(kind, ("",)))
+        wanted = self.wanted
+        for name, block, token, line in kept:
+            needs_labels = wanted.get(name)
+            if needs_labels is None:
                 continue
-            if "_bucket" in line or "_created" in line or not line.startswith(prefixes):
-                continue
-            sample = sample_match(line)
-            if sample is None:
-                return StepAside(line, "sample line not of the usual shape")
-            name, block, token = sample.groups()
-            if block is not None and block.count('="') > 1:
+            value = float(token)
+            # The reference reads an integer as int, then float: -0 is 0.0, and an
+            # integer beyond a float's range is its error (float() would give infinity).
+            if (value == 0.0 or value in _INFINITIES) and token.lstrip("+-").isdigit():
+                try:
+                    value = float(int(token))
+                except OverflowError:
+                    return StepAside(line, "integer value too large for a float")
+            if not needs_labels or not block:
+                out.append((name, _NO_LABELS, value))
+            elif "\\" not in block and block[-1] == '"' and block.count('="') == 1:
+                # One label, no escapes (the usual model label): no quote inside it.
+                label, _, quoted = block.partition('="')
+                out.append((name, {label: quoted[:-1]}, value))
+            else:
                 pairs = _LABEL_PAIR.findall(block)
-                if len(dict(pairs)) != len(pairs):
-                    return StepAside(line, "a label name twice")
-            if name in owned:
-                pending.append(_Pending(line, name, block, token))
-                continue
-            if pending and (aside := self._flush(out, family, kind, pending)):
-                return aside
-            family, kind, owned = "", "untyped", ("",)
-            if not self._give(out, name, block, token):
-                return StepAside(line, _TOO_LARGE)
-        if pending and (aside := self._flush(out, family, kind, pending)):
-            return aside
+                if "\\" in block:
+                    pairs = [(k, _unescape(v)) for k, v in pairs]
+                out.append((name, dict(pairs), value))
         return out
 
-    def _flush(
-        self, out: list[Sample], family: str, kind: str, pending: list[_Pending]
-    ) -> StepAside | None:
-        """Give out a family's samples (a counter's renamed as the reference does)."""
-        rename = kind == "counter" and not family.endswith("_total")
-        for line, name, block, token in pending:
-            if not self._give(out, name + "_total" if rename else name, block, token):
-                return StepAside(line, _TOO_LARGE)
-        pending.clear()
-        return None
+    def _kept(self, text: str) -> list[_Kept] | StepAside:
+        """Every kept sample line's name (as the reference names it), label block and
+        value, in line order; comments followed for the reference's family rules."""
+        kept: list[_Kept] = []
+        sample_match, comment_match = _SAMPLE.fullmatch, _COMMENT.match
+        heads, head = self._heads, self._head
+        # The reference's family state: its name, type and the sample names it owns;
+        # its samples are ``kept[start:]`` (a counter's are renamed when it ends).
+        family, kind, start = "", "untyped", 0
+        owned: tuple[str, ...] = ("",)  # nothing: no sample is named ""
+        for line in text.splitlines():
+            # Buckets first: most of an exposition's lines.
+            if "_bucket" in line or "_created" in line:
+                if line[0] != "#":
+                    continue
+            elif line[:1] != "#":
+                prefixes = heads.get(line[:head])
+                if prefixes is None or not line.startswith(prefixes):
+                    continue
+                sample = sample_match(line)
+                if sample is None:
+                    return StepAside(line, "sample line not of the usual shape")
+                name, block, token = sample.groups()
+                if block and block.count('="') > 1:
+                    pairs = _LABEL_PAIR.findall(block)
+                    if len(dict(pairs)) != len(pairs):
+                        return StepAside(line, "a label name twice")
+                if name not in owned:  # the family ends; the sample is one on its own
+                    if kind == "counter":
+                        _end_counter(kept, family, start)
+                    family, kind, owned, start = "", "untyped", ("",), len(kept) + 1
+                kept.append((name, block, token, line))
+                continue
+            found = comment_match(line)
+            if found is None:
+                # Kept as ``relevant`` keeps comments: by the third space-separated word.
+                parts = line.split(" ", 3)
+                if len(parts) < 3:
+                    continue
+                prefixes = heads.get(parts[2][:head])
+                if prefixes is not None and parts[2].startswith(prefixes):
+                    return StepAside(line, "comment not of the usual shape")
+                continue
+            verb, name, declared = found.groups()
+            # (the third space-separated word of a usual comment is its name)
+            prefixes = heads.get(name[:head])
+            if prefixes is None or not name.startswith(prefixes):
+                continue
+            if verb == "HELP":
+                if name != family:
+                    if kind == "counter":
+                        _end_counter(kept, family, start)
+                    family, kind, owned, start = name, "untyped", (name,), len(kept)
+                continue
+            if declared is None:
+                return StepAside(line, "# TYPE without a type")
+            if name != family:
+                if kind == "counter":
+                    _end_counter(kept, family, start)
+                family, start = name, len(kept)
+            kind = declared
+            suffixes = _SUFFIXES.get(kind)
+            owned = (name,) if suffixes is None else tuple([name + s for s in suffixes])
+        if kind == "counter":
+            _end_counter(kept, family, start)
+        return kept
 
-    def _give(self, out: list[Sample], name: str, block: str | None, token: str) -> bool:
-        """Append the sample if it is wanted; False if its value is not a float."""
-        needs_labels = self.wanted.get(name)
-        if needs_labels is None:
-            return True
-        value = float(token)
-        # The reference reads an integer as int, then float: -0 is 0.0, and an integer
-        # beyond a float's range its error (float() of the text would be infinity).
-        if (value == 0.0 or math.isinf(value)) and token.lstrip("+-").isdigit():
-            try:
-                value = float(int(token))
-            except OverflowError:
-                return False
-        if needs_labels and block:
-            labels: Mapping[str, str] = {k: _unescape(v) for k, v in _LABEL_PAIR.findall(block)}
-        else:
-            labels = _NO_LABELS
-        out.append((name, labels, value))
-        return True
+
+#: A kept sample line: name, label block (None: no braces), value text, the line.
+_Kept = tuple[str, str | None, str, str]
+_INFINITIES = frozenset({math.inf, -math.inf})
 
 
-class _Pending(NamedTuple):
-    line: str
-    name: str
-    block: str | None
-    token: str
-
-
-_TOO_LARGE = "integer value too large for a float"
+def _end_counter(kept: list[_Kept], family: str, start: int) -> None:
+    """A counter family ends: the reference names its samples ``family_total`` when the
+    declared name lacks the suffix (its samples are then all named ``family``)."""
+    if not family.endswith("_total"):
+        kept[start:] = [(n + "_total", b, v, line) for n, b, v, line in kept[start:]]
