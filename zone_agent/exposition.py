@@ -127,7 +127,7 @@ class SampleReader:
             return kept
         out: list[Sample] = []
         wanted = self.wanted
-        for name, block, token, line in kept:
+        for name, block, token, line, several in kept:
             needs_labels = wanted.get(name)
             if needs_labels is None:
                 continue
@@ -141,15 +141,14 @@ class SampleReader:
                     return StepAside(line, "integer value too large for a float")
             if not needs_labels or not block:
                 out.append((name, _NO_LABELS, value))
-            elif "\\" not in block and block[-1] == '"' and block.count('="') == 1:
+            elif "\\" in block:
+                out.append((name, {k: _unescape(v) for k, v in _LABEL_PAIR.findall(block)}, value))
+            elif several is not None:
+                out.append((name, several, value))
+            else:
                 # One label, no escapes (the usual model label): no quote inside it.
                 label, _, quoted = block.partition('="')
-                out.append((name, {label: quoted[:-1]}, value))
-            else:
-                pairs = _LABEL_PAIR.findall(block)
-                if "\\" in block:
-                    pairs = [(k, _unescape(v)) for k, v in pairs]
-                out.append((name, dict(pairs), value))
+                out.append((name, {label: quoted.removesuffix(",")[:-1]}, value))
         return out
 
     def _kept(self, text: str) -> list[_Kept] | StepAside:
@@ -175,15 +174,17 @@ class SampleReader:
                 if sample is None:
                     return StepAside(line, "sample line not of the usual shape")
                 name, block, token = sample.groups()
-                if block and block.count('="') > 1:
+                several = None
+                if block and block.count('="') > 1:  # (a value holds no bare quote)
                     pairs = _LABEL_PAIR.findall(block)
-                    if len(dict(pairs)) != len(pairs):
+                    several = dict(pairs)
+                    if len(several) != len(pairs):
                         return StepAside(line, "a label name twice")
                 if name not in owned:  # the family ends; the sample is one on its own
                     if kind == "counter":
                         _end_counter(kept, family, start)
                     family, kind, owned, start = "", "untyped", ("",), len(kept) + 1
-                kept.append((name, block, token, line))
+                kept.append((name, block, token, line, several))
                 continue
             found = comment_match(line)
             if found is None:
@@ -220,8 +221,9 @@ class SampleReader:
         return kept
 
 
-#: A kept sample line: name, label block (None: no braces), value text, the line.
-_Kept = tuple[str, str | None, str, str]
+#: A kept sample line: name, label block (None: no braces), value text, the line, and
+#: the labels (escapes not undone) of a block of several.
+_Kept = tuple[str, str | None, str, str, dict[str, str] | None]
 _INFINITIES = frozenset({math.inf, -math.inf})
 
 
@@ -229,4 +231,4 @@ def _end_counter(kept: list[_Kept], family: str, start: int) -> None:
     """A counter family ends: the reference names its samples ``family_total`` when the
     declared name lacks the suffix (its samples are then all named ``family``)."""
     if not family.endswith("_total"):
-        kept[start:] = [(n + "_total", b, v, line) for n, b, v, line in kept[start:]]
+        kept[start:] = [(n + "_total", b, v, line, d) for n, b, v, line, d in kept[start:]]
