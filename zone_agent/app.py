@@ -59,7 +59,7 @@ from zone_agent.profiles import profile_source
 from zone_agent.proxy import DataPath, ProxySettings
 from zone_agent.request import Ids
 from zone_agent.router import ZoneProfile
-from zone_agent.scrape import GpuMetrics, ScrapeError, scrape
+from zone_agent.scrape import GpuMetrics, Parser, ScrapeError, scrape
 from zone_agent.summary import build_summary
 from zone_agent.upstream import UpstreamPool
 from zone_agent.view import GpuState, ViewBuilder, ViewSettings, ZoneView
@@ -365,6 +365,8 @@ class ZoneAgent:
         now = self._clock.monotonic()
         for worker, result in zip(workers, results, strict=True):
             if isinstance(result, GpuMetrics):
+                if result.parsed_by is not Parser.READER:
+                    self._reference_parse(worker.id, result)
                 self._observe_decode(worker, result, now)
                 for model, current in result.models.items():
                     name = model or (worker.models or ("",))[0]
@@ -379,6 +381,13 @@ class ZoneAgent:
                 self.health.observe_check(worker.id, False, now)
         self.calibrator.forget(set(self._workers))
         self.rebuild()
+
+    def _reference_parse(self, gpu_id: str, metrics: GpuMetrics) -> None:
+        """The fast /metrics reader stepped aside: counted, and logged when it starts."""
+        self.metrics.scrape_reference_parses.labels(gpu_id).inc()
+        previous = self._scraped.get(gpu_id)
+        if previous is None or previous.parsed_by is Parser.READER:
+            log.warning("%s: /metrics read by the reference parser (%s)", gpu_id, metrics.aside)
 
     def _observe_decode(self, worker: GpuWorker, metrics: GpuMetrics, now: float) -> None:
         previous = self._scraped.get(worker.id)
