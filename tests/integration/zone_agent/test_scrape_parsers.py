@@ -1,19 +1,26 @@
 """The zone agent reads a worker's /metrics with the fast reader, steps aside to
 prometheus_client's parser on a line of unusual shape (counted per GPU, logged when it
-starts, the same figures), and turns garbage into a scrape failure, never a crash."""
+starts, the same figures), and turns garbage into a scrape failure, never a crash; each
+emulator flavour, served live, is read as the reference reads it."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+import aiohttp
 import pytest
 from aiohttp import web
 
+from gpusim.metrics import MetricsFlavor
+from gpusim.server import GpuSimServer
 from gtm.gpu_profiles import LLAMA_8B
-from zone_agent.scrape import Parser
+from gtm.metrics import new_registry
+from zone_agent import scrape as scrape_module
+from zone_agent.exposition import StepAside
+from zone_agent.scrape import Parser, parse_metrics, reference_samples
 
-from .conftest import Zone, ZoneFactory
+from .conftest import Zone, ZoneFactory, sim_config
 
 #: ``await worker(body)`` → the URL of a worker serving ``body`` on /metrics.
 Worker = Callable[[str], Awaitable[str]]
@@ -94,3 +101,34 @@ async def test_garbage_metrics_are_a_scrape_failure(make_zone: ZoneFactory, work
     state = zone.agent.view.gpu("w")
     assert state is not None
     assert state.metrics is None
+
+
+@pytest.mark.parametrize("flavor", list(MetricsFlavor), ids=[f.value for f in MetricsFlavor])
+async def test_a_live_emulator_s_metrics_are_read_as_the_reference_reads_them(
+    flavor: MetricsFlavor,
+) -> None:
+    """Each flavour as a running ``GpuSimServer`` serves it over HTTP, after requests."""
+    sim = GpuSimServer(sim_config("H100", metrics_flavor=flavor), registry=new_registry())
+    await sim.start()
+    try:
+        async with aiohttp.ClientSession() as http:
+            for _ in range(2):
+                body = {"model": LLAMA_8B, "prompt": "hello " * 50, "max_tokens": 4}
+                async with http.post(sim.url + "/v1/completions", json=body) as response:
+                    assert response.status == 200
+                    await response.read()
+            async with http.get(sim.url + "/metrics") as response:
+                text = await response.text()
+    finally:
+        await sim.stop()
+    read = scrape_module._READER.read(text)
+    assert not isinstance(read, StepAside), read
+    assert [(n, dict(labels), repr(v)) for n, labels, v in read] == [
+        (n, dict(labels) if scrape_module._WANTED[n] else {}, repr(v))
+        for n, labels, v in reference_samples(text)
+    ]
+    fast = parse_metrics(text, scraped_at=0.0, default_model=LLAMA_8B)
+    slow = parse_metrics(text, scraped_at=0.0, default_model=LLAMA_8B, parser=Parser.REFERENCE)
+    assert fast.parsed_by is Parser.READER
+    assert (fast.flavor, fast.models) == (slow.flavor, slow.models)
+    assert fast.flavor.value == flavor.value
