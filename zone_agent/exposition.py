@@ -9,7 +9,8 @@ together on generated expositions, every engine fixture and each emulator flavou
 * :class:`SampleReader`, the form the scraper uses: the same line selection in one pass,
   each kept line matched whole by one compiled expression of the usual shape
   (``name{label="value",...} value [timestamp]``, ``# HELP``/``# TYPE`` lines), labels
-  split out only for the samples read whose table needs a label.
+  split out only for the samples read whose table needs a label (and for a line of
+  several labels, to find a name given twice).
 
 The reader's grammar is a strict subset of what the reference accepts, on which the two
 agree. A kept line outside it — legal but unusual spacing, a quoted name, an exemplar,
@@ -102,7 +103,8 @@ class SampleReader:
     """Reads the samples named in ``wanted`` from the lines :func:`relevant` keeps.
 
     ``wanted`` maps each sample name read to whether its labels are needed; the labels
-    of other samples are validated but not split out.
+    of other samples are validated but not split out. Stateless: one reader serves
+    every scrape.
     """
 
     prefixes: tuple[str, ...]
