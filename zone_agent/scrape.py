@@ -33,7 +33,7 @@ from gtm.clock import Clock
 from zone_agent.engines import ENGINES, ConfigInfo, EngineNames, LabelledFamily, Row
 from zone_agent.engines import Flavor as Flavor  # the flavours live with the engines
 from zone_agent.errors import ScrapeError as ScrapeError  # raised here; re-exported
-from zone_agent.exposition import Sample, SampleReader, StepAside, relevant
+from zone_agent.exposition import Sample, SampleReader, relevant
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ _DERIVE = {engine.flavor: engine.derive for engine in ENGINES if engine.derive i
 
 
 #: Every sample name read → whether its labels are read (a model label, a labelled
-#: family's label, an info gauge's geometry); a bare counter sample of a ``_total`` name.
+#: family's label, an info gauge's geometry): the reader splits no other label block.
 _WANTED: Mapping[str, bool] = MappingProxyType(
     {
         **{name: engine.model_label is not None for name, (engine, _) in _SAMPLES.items()},
@@ -148,17 +148,13 @@ def parse_metrics(
     the benchmark compare the two). Raises ScrapeError if the text is not Prometheus
     exposition format.
     """
+    read = _READER.read(text) if parser is Parser.READER else None
+    if isinstance(read, list):
+        samples, parsed_by, aside = read, Parser.READER, ""
+    else:  # the reader stepped aside, or was not asked
+        aside = "" if read is None else f"{read.reason}: {read.line[:200]!r}"
+        samples, parsed_by = reference_samples(text), Parser.REFERENCE
     rows: dict[Flavor, dict[str, Row]] = {}
-    samples: list[Sample] | StepAside
-    if parser is Parser.READER:
-        samples = _READER.read(text)
-    else:
-        samples = StepAside("", "the reference parser asked for")
-    if isinstance(samples, StepAside):
-        parsed_by, aside = Parser.REFERENCE, f"{samples.reason}: {samples.line[:200]!r}"
-        samples = reference_samples(text)
-    else:
-        parsed_by, aside = Parser.READER, ""
     for name, labels, value in samples:
         _read_sample(rows, name, labels, value, default_model)
     if not rows:
