@@ -85,6 +85,19 @@ _ROLE_TOKENS: Mapping[str, int] = {
 # them), a punctuation run, whitespace not followed by a non-space, other whitespace.
 _PIECE = re.compile(r"""'(?:[sdmt]|ll|ve|re)| ?[^\W\d_]+| ?\d{1,3}| ?[^\s\w]+|\s+(?!\S)|\s+""")
 
+# The same pattern spelled with ASCII ranges, for text that is all ASCII: it finds the
+# very same pieces there (``\s`` on ASCII is ``\t\n\v\f\r``, ``\x1c``-``\x1f`` and space;
+# ``\w`` is ``[A-Za-z0-9_]``), and ranges are far cheaper for ``re`` to test per
+# character than Unicode categories. tests/unit/gtm/test_tokens.py pins it to _PIECE.
+_ASCII_SPACE = r"\t\n\x0b\x0c\r\x1c-\x1f "
+_ASCII_PIECE = re.compile(
+    rf"""'(?:[sdmt]|ll|ve|re)| ?[A-Za-z]+| ?[0-9]{{1,3}}| ?[^{_ASCII_SPACE}A-Za-z0-9_]+"""
+    rf"""|[{_ASCII_SPACE}]+(?![^{_ASCII_SPACE}])|[{_ASCII_SPACE}]+"""
+)
+
+#: Tokens a piece of ``n`` characters costs, for ``n < 256`` (``bytes.translate`` table).
+_TOKENS_BY_LENGTH = bytes(-(-n // CHARS_PER_PIECE_TOKEN) for n in range(256))
+
 #: Messages (or inputs) per request we agree to tokenize; more is an abuse.
 MAX_MESSAGES = 10_000
 
@@ -96,8 +109,13 @@ class PromptError(GtmError, ValueError):
 # ---------------------------------------------------------------------------- text
 
 
+def _find_pieces(text: str) -> list[str]:
+    """The pre-tokenizer's pieces of ``text`` (before long ones are cut)."""
+    return (_ASCII_PIECE if text.isascii() else _PIECE).findall(text)
+
+
 def _pieces(text: str) -> Iterable[str]:
-    for piece in _PIECE.findall(text):
+    for piece in _find_pieces(text):
         if len(piece) <= CHARS_PER_PIECE_TOKEN:
             yield piece
         else:
@@ -115,11 +133,43 @@ def encode_text(text: str) -> tuple[int, ...]:
 
 
 def count_text_tokens(text: str) -> int:
-    """How many tokens ``text`` is: ``len(encode_text(text))``, without hashing."""
+    """How many tokens ``text`` is: ``len(encode_text(text))``, without hashing.
+
+    Every prompt of every request is counted here, so the per-piece work stays in C: the
+    pieces' lengths become a ``bytes`` (one byte each), translated to their token costs
+    and summed. A piece of 256 characters or more (no byte holds its length) takes
+    :func:`count_text_tokens_reference`'s loop.
+    """
+    pieces = _find_pieces(text)
+    try:
+        return sum(bytes(map(len, pieces)).translate(_TOKENS_BY_LENGTH))
+    except ValueError:  # a piece of 256+ characters
+        return _count_pieces(pieces)
+
+
+def count_text_tokens_reference(text: str) -> int:
+    """The reference form of :func:`count_text_tokens` (Unicode pattern, Python loop),
+    kept for the test that pins the fast form to it."""
+    return _count_pieces(_PIECE.findall(text))
+
+
+def _count_pieces(pieces: Iterable[str]) -> int:
     return sum(
         1 if len(p) <= CHARS_PER_PIECE_TOKEN else -(-len(p) // CHARS_PER_PIECE_TOKEN)
-        for p in _PIECE.findall(text)
+        for p in pieces
     )
+
+
+def split_text_tokens_reference(text: str) -> tuple[str, ...]:
+    """The reference form of :func:`split_text_tokens` (the Unicode pattern on any text),
+    kept for the test that pins the ASCII pattern to it."""
+    out: list[str] = []
+    for piece in _PIECE.findall(text):
+        out.extend(
+            piece[start : start + CHARS_PER_PIECE_TOKEN]
+            for start in range(0, len(piece), CHARS_PER_PIECE_TOKEN)
+        )
+    return tuple(out)
 
 
 def split_text_tokens(text: str) -> tuple[str, ...]:

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gtm.errors import GtmError
 from gtm.tokens import (
@@ -15,11 +17,13 @@ from gtm.tokens import (
     block_hashes,
     count_chat_tokens,
     count_text_tokens,
+    count_text_tokens_reference,
     encode_chat,
     encode_text,
     parse_chat_messages,
     prefix_root,
     split_text_tokens,
+    split_text_tokens_reference,
 )
 
 ENGLISH = (
@@ -165,3 +169,45 @@ def test_prompt_tokens_wraps_ids_and_hashes() -> None:
     assert prompt.block_hashes() == block_hashes(prompt.ids, DEFAULT_BLOCK_SIZE)
     chat = PromptTokens.from_chat([ChatMessage("user", ENGLISH)])
     assert chat.count == count_chat_tokens([ChatMessage("user", ENGLISH)])
+
+
+# -- the fast forms pinned to the reference forms (every prompt is counted with them)
+
+#: ASCII text where the ASCII pattern could part from the Unicode one: every space
+#: character (``\x1c``-``\x1f`` are whitespace to ``re``), the underscore (no piece
+#: takes it), contractions, digit runs, runs longer than a byte can count.
+EDGE_TEXTS = (
+    ENGLISH,
+    "",
+    "\x1c\x1d\x1e\x1f \t\n\x0b\x0c\r  x",
+    "snake_case __init__ _ a_1_b",
+    "don't we'll they've you're I'd 'S 'sss ''ll",
+    "1234567 12 3 0000 x1y22z333",
+    "a" * 300 + " " + "!" * 257 + "\n" * 260 + "b",
+    "  trailing   spaces \n\n  \tand tabs\t",
+)
+UNICODE_EDGE_TEXTS = ("naïve café ², ½ ٣٤٥ 汉字 ü\u00a0x\u2028y 😀!!", "_\u0301é")
+
+_ascii_text = st.text(alphabet=st.characters(max_codepoint=127))
+_weighted_ascii = st.text(alphabet="ab sdmtlvre'_1234567890.!,\t\n\x1c\x0b")
+
+
+@pytest.mark.parametrize("text", EDGE_TEXTS + UNICODE_EDGE_TEXTS)
+def test_fast_count_and_pieces_equal_the_reference_on_edge_texts(text: str) -> None:
+    assert count_text_tokens(text) == count_text_tokens_reference(text)
+    assert split_text_tokens(text) == split_text_tokens_reference(text)
+
+
+@given(st.one_of(st.text(), _ascii_text, _weighted_ascii))
+@settings(max_examples=500, deadline=None)
+def test_fast_count_and_pieces_equal_the_reference(text: str) -> None:
+    assert count_text_tokens(text) == count_text_tokens_reference(text)
+    assert split_text_tokens(text) == split_text_tokens_reference(text)
+
+
+def test_token_ids_of_the_fixture_prompt_are_unchanged() -> None:
+    # The ids feed prefix block hashes (the emulator's prefix cache, KV events): the
+    # last block hash of the fixture prompt as the reference forms gave it.
+    ids = encode_text(ENGLISH)
+    assert len(ids) == count_text_tokens_reference(ENGLISH) == 131
+    assert block_hashes(ids)[-1] == 0xF83F53B447DF7708
