@@ -299,9 +299,9 @@ class GpuSimServer:
             await self._server.stop()
             self._server = None
         await self._supervisor.aclose()
+        self._auth.close()
         if self._kv_events is not None:
             self._kv_events.close()
-        self._auth.close()
 
     async def __aenter__(self) -> GpuSimServer:
         await self.start()
