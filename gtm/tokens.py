@@ -114,13 +114,21 @@ def _find_pieces(text: str) -> list[str]:
     return (_ASCII_PIECE if text.isascii() else _PIECE).findall(text)
 
 
-def _pieces(text: str) -> Iterable[str]:
-    for piece in _find_pieces(text):
+def _pieces(text: str) -> list[str]:
+    """The text of each token: the pieces, a long one cut every
+    :data:`CHARS_PER_PIECE_TOKEN` characters (a list built without a Python loop when
+    no piece is long, the usual case)."""
+    pieces = _find_pieces(text)
+    if max(map(len, pieces), default=0) <= CHARS_PER_PIECE_TOKEN:
+        return pieces
+    out: list[str] = []
+    for piece in pieces:
         if len(piece) <= CHARS_PER_PIECE_TOKEN:
-            yield piece
+            out.append(piece)
         else:
             for start in range(0, len(piece), CHARS_PER_PIECE_TOKEN):
-                yield piece[start : start + CHARS_PER_PIECE_TOKEN]
+                out.append(piece[start : start + CHARS_PER_PIECE_TOKEN])
+    return out
 
 
 def _token_id(piece: str) -> int:
@@ -129,7 +137,7 @@ def _token_id(piece: str) -> int:
 
 def encode_text(text: str) -> tuple[int, ...]:
     """Token ids of ``text`` under the approximation (see the module docstring)."""
-    return tuple(_token_id(piece) for piece in _pieces(text))
+    return tuple(map(_token_id, _pieces(text)))
 
 
 def count_text_tokens(text: str) -> int:

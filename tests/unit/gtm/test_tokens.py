@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import zlib
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -192,10 +194,19 @@ _ascii_text = st.text(alphabet=st.characters(max_codepoint=127))
 _weighted_ascii = st.text(alphabet="ab sdmtlvre'_1234567890.!,\t\n\x1c\x0b")
 
 
+def _reference_ids(text: str) -> tuple[int, ...]:
+    """Token ids as the reference forms give them: CRC-32 of each token's UTF-8."""
+    return tuple(
+        zlib.crc32(piece.encode("utf-8", "surrogatepass")) % ORDINARY_VOCAB
+        for piece in split_text_tokens_reference(text)
+    )
+
+
 @pytest.mark.parametrize("text", EDGE_TEXTS + UNICODE_EDGE_TEXTS)
 def test_fast_count_and_pieces_equal_the_reference_on_edge_texts(text: str) -> None:
     assert count_text_tokens(text) == count_text_tokens_reference(text)
     assert split_text_tokens(text) == split_text_tokens_reference(text)
+    assert encode_text(text) == _reference_ids(text)
 
 
 @given(st.one_of(st.text(), _ascii_text, _weighted_ascii))
@@ -203,6 +214,7 @@ def test_fast_count_and_pieces_equal_the_reference_on_edge_texts(text: str) -> N
 def test_fast_count_and_pieces_equal_the_reference(text: str) -> None:
     assert count_text_tokens(text) == count_text_tokens_reference(text)
     assert split_text_tokens(text) == split_text_tokens_reference(text)
+    assert encode_text(text) == _reference_ids(text)
 
 
 def test_token_ids_of_the_fixture_prompt_are_unchanged() -> None:
