@@ -113,7 +113,13 @@ def test_each_signal_writes_the_allocators_figures(tmp_path: Path, restored: Non
     grown = 200_000 * 64
     used = "pymalloc.bytes_in_allocated_blocks"
     assert second[used] - first[used] >= grown
-    assert second["pymalloc.arenas_allocated_current"] > first["pymalloc.arenas_allocated_current"]
+    # Whether new arenas were needed depends on the free room earlier tests left in the
+    # existing ones; that the count is written is what this test can pin.
+    assert (
+        second["pymalloc.arenas_allocated_current"]
+        >= first["pymalloc.arenas_allocated_current"]
+        > 0
+    )
     assert "tracemalloc.current" not in second
     assert second["mallinfo2.uordblks"] > 0
     assert len(kept) == 200_000
@@ -121,7 +127,11 @@ def test_each_signal_writes_the_allocators_figures(tmp_path: Path, restored: Non
 
 def test_mallinfo2_counts_a_large_block_as_mmapped() -> None:
     before = mallinfo2()
-    block = ctypes.create_string_buffer(8 << 20)  # above glibc's mmap threshold
+    # Above glibc's largest dynamic mmap threshold (32 MiB on 64-bit, DEFAULT_MMAP_THRESHOLD_MAX
+    # in malloc(3)): after a process frees a large block the threshold rises, so a block
+    # under it may come from the heap instead.
+    size = 64 << 20
+    block = ctypes.create_string_buffer(size)
     after = mallinfo2()
-    assert after["hblkhd"] - before["hblkhd"] >= 8 << 20
-    assert len(block) == 8 << 20
+    assert after["hblkhd"] - before["hblkhd"] >= size
+    assert len(block) == size
