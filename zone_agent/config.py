@@ -15,7 +15,8 @@ from zone_agent.credentials import KeyRef, WorkerKeyConfig, parse_ref
 from zone_agent.health import HealthConfig
 from zone_agent.profiles import DEFAULT_PROFILE
 
-#: GPU type of a static worker whose type is not given: priced with the fallback profile.
+#: GPU type of a static worker whose type is not given: priced by the model's slowest
+#: shipped profile until its own metrics calibrate it (zone_agent.calibration), logged once.
 UNKNOWN_GPU_TYPE = "unknown"
 
 #: vLLM's default KV-event endpoint (``KVEventsConfig.endpoint``, tcp://*:5557), as the
