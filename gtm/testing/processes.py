@@ -1,20 +1,24 @@
 """Start a ``gtm`` subcommand as a child process and wait until it listens — for
-benchmarks and subprocess tests that run the real commands."""
+benchmarks and subprocess tests that run the real commands (``gtm gpu-sim``, ``gtm zone``
+on loopback). One home: tests and benchmarks start, reach and stop children here."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
+import signal
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from gtm.errors import GtmError
 
 #: How long a command gets to print its "listening on URL" line (a cold interpreter on a
 #: loaded 2-core machine imports numpy, aiohttp and pydantic first).
 STARTUP_TIMEOUT_S = 60.0
-#: How long a stopped child gets after SIGTERM before SIGKILL.
+#: How long a stopped child gets after its signal before SIGKILL.
 STOP_GRACE_S = 20.0
 _LISTENING = re.compile(r"listening on (\S+)")
 
@@ -25,19 +29,26 @@ class StartError(GtmError):
 
 @dataclass
 class GtmProcess:
-    """A running ``gtm`` child and the URL it said it listens on."""
+    """A running ``gtm`` child, the URL it said it listens on, and the file its stderr
+    goes to (None: discarded)."""
 
     proc: asyncio.subprocess.Process
     url: str
+    log: Path | None = None
 
-    async def stop(self) -> None:
+    async def stop(self, signum: signal.Signals = signal.SIGTERM) -> None:
+        """Send ``signum`` (SIGINT: as Ctrl-C does), SIGKILL after ``STOP_GRACE_S``."""
         if self.proc.returncode is None:
-            self.proc.terminate()
+            self.proc.send_signal(signum)
             try:
                 await asyncio.wait_for(self.proc.wait(), STOP_GRACE_S)
             except TimeoutError:
                 self.proc.kill()
                 await self.proc.wait()
+
+    def log_text(self) -> str:
+        """What the child wrote to stderr so far ("" when it was discarded)."""
+        return self.log.read_text() if self.log is not None and self.log.exists() else ""
 
 
 async def start_listening(
@@ -46,22 +57,28 @@ async def start_listening(
     timeout_s: float = STARTUP_TIMEOUT_S,
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
+    log: Path | None = None,
 ) -> GtmProcess:
     """Run ``python -m gtmctl --log-level warning ARGS`` and wait for its first stdout
     line, which must say ``listening on URL``. ``env`` and ``cwd``: the child's (default:
-    this process's), e.g. another checkout's tree first on ``PYTHONPATH``."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gtmctl",
-        "--log-level",
-        "warning",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-        env=None if env is None else dict(env),
-        cwd=cwd,
-    )
+    this process's), e.g. another checkout's tree first on ``PYTHONPATH``. ``log``: a
+    file for the child's stderr (a file, not a pipe: a pipe nobody reads stalls a chatty
+    child)."""
+    with contextlib.ExitStack() as files:
+        stderr = files.enter_context(log.open("wb")) if log is not None else None
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "gtmctl",
+            "--log-level",
+            "warning",
+            *args,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL if stderr is None else stderr,
+            env=None if env is None else dict(env),
+            cwd=cwd,
+        )
     assert proc.stdout is not None
     try:
         line = (await asyncio.wait_for(proc.stdout.readline(), timeout_s)).decode()
@@ -71,5 +88,23 @@ async def start_listening(
     if match is None:
         proc.kill()
         await proc.wait()
-        raise StartError(f"gtm {args[0]} did not start: {line!r}")
-    return GtmProcess(proc, match.group(1))
+        child = GtmProcess(proc, "", log)
+        raise StartError(f"gtm {args[0]} did not start: {line!r}{child.log_text()[-4000:]}")
+    return GtmProcess(proc, match.group(1), log)
+
+
+@contextlib.asynccontextmanager
+async def running(
+    args: Sequence[str],
+    *,
+    timeout_s: float = STARTUP_TIMEOUT_S,
+    log: Path | None = None,
+    stop_signal: signal.Signals = signal.SIGTERM,
+) -> AsyncIterator[GtmProcess]:
+    """:func:`start_listening`, then :meth:`GtmProcess.stop` with ``stop_signal`` on the
+    way out (also when the body raises)."""
+    child = await start_listening(args, timeout_s=timeout_s, log=log)
+    try:
+        yield child
+    finally:
+        await child.stop(stop_signal)

@@ -12,18 +12,18 @@ the price flips is exact up to one scrape's worth.
 
 from __future__ import annotations
 
-import asyncio
 import signal
-import sys
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gtm.gpu_profiles import LLAMA_8B, get_profile, shipped
+from gtm.testing.processes import GtmProcess, running
 from zone_agent.calibration import MIN_REQUESTS, MIN_SAMPLES, prior_profile
 
 pytestmark = pytest.mark.integration
@@ -34,66 +34,33 @@ GPU = "gpu-x"
 WORDS = 1200
 
 
-async def _start(*args: str) -> tuple[asyncio.subprocess.Process, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gtmctl",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    assert proc.stdout is not None
-    line = (await asyncio.wait_for(proc.stdout.readline(), STARTUP_TIMEOUT)).decode()
-    assert "listening on http://127.0.0.1:" in line, line
-    return proc, line.split("listening on ")[1].split()[0]
-
-
-async def _stop(proc: asyncio.subprocess.Process) -> bytes:
-    if proc.returncode is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            await asyncio.wait_for(proc.wait(), STARTUP_TIMEOUT)
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
-    assert proc.stderr is not None
-    return await proc.stderr.read()
-
-
 @asynccontextmanager
 async def zone_over(
-    declared: str, emulated: str, flavor: str
-) -> AsyncIterator[tuple[str, asyncio.subprocess.Process]]:
+    tmp_path: Path, declared: str, emulated: str, flavor: str
+) -> AsyncIterator[GtmProcess]:
     """A zone agent in front of one worker declared as ``declared``, running at the speed
-    of ``emulated``, exposing ``flavor``'s metric names."""
-    sim, sim_url = await _start(
+    of ``emulated``, exposing ``flavor``'s metric names; SIGINT on the way out."""
+    sim_args = [
         "gpu-sim", "--port", "0", "--gpu-type", declared, "--emulate", emulated,
         "--model", LLAMA_8B, "--speedup", "20", "--warmup-passes", "0",
         "--metrics-flavor", flavor,
-    )  # fmt: skip
-    try:
-        worker = f"{sim_url},gpu={declared},id={GPU},model={LLAMA_8B}"
-        zone, zone_url = await _start(
+    ]  # fmt: skip
+    async with running(sim_args, stop_signal=signal.SIGINT) as sim:
+        worker = f"{sim.url},gpu={declared},id={GPU},model={LLAMA_8B}"
+        zone_args = [
             "zone", "--zone", "zone-a", "--region", "region-1", "--listen", "127.0.0.1:0",
             "--scrape-interval", "0.05", "--worker", worker,
-        )  # fmt: skip
-        try:
-            yield zone_url, zone
-        finally:
-            await _stop(zone)
-    finally:
-        await _stop(sim)
+        ]  # fmt: skip
+        async with running(zone_args, log=tmp_path / "zone.log", stop_signal=signal.SIGINT) as zone:
+            yield zone
 
 
 @pytest.fixture(params=["vllm", "sglang"])
-async def processes(
-    request: pytest.FixtureRequest,
-) -> AsyncIterator[tuple[str, asyncio.subprocess.Process]]:
+async def zone(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[GtmProcess]:
     """The worker in each engine's metric names (vLLM: per-request prefill histograms;
     SGLang: TTFT less queue time, prompt less cached tokens)."""
-    async with zone_over("X1", "H100", request.param) as running:
-        yield running
+    async with zone_over(tmp_path, "X1", "H100", request.param) as agent:
+        yield agent
 
 
 Samples = Mapping[tuple[str, frozenset[tuple[str, str]]], float]
@@ -162,9 +129,9 @@ async def _until_calibrated(
 
 
 async def test_an_h100_declared_as_an_unknown_type_converges_to_h100_pricing(
-    processes: tuple[str, asyncio.subprocess.Process],
+    zone: GtmProcess,
 ) -> None:
-    url, zone = processes
+    url = zone.url
     h100 = get_profile("H100", LLAMA_8B).prefill_tokens_per_s
     prior = prior_profile(shipped(), "X1", LLAMA_8B).profile.prefill_tokens_per_s
     bound = MIN_SAMPLES * MIN_REQUESTS
@@ -179,23 +146,24 @@ async def test_an_h100_declared_as_an_unknown_type_converges_to_h100_pricing(
     assert _rate(samples) == pytest.approx(h100, rel=0.10)
     assert _rate(samples) > 4 * prior
     # Logged once, naming the GPU type, the model and what to do.
-    zone.send_signal(signal.SIGINT)
-    await asyncio.wait_for(zone.wait(), STARTUP_TIMEOUT)
-    assert zone.stderr is not None
-    log = (await zone.stderr.read()).decode()
+    await zone.stop(signal.SIGINT)
+    log = zone.log_text()
     warnings = [line for line in log.splitlines() if "no performance profile" in line]
     assert len(warnings) == 1, log
     for part in ("'X1'", LLAMA_8B, "--profiles"):
         assert part in warnings[0]
 
 
-async def test_a_worker_slower_than_its_profile_is_priced_by_what_it_measures() -> None:
+async def test_a_worker_slower_than_its_profile_is_priced_by_what_it_measures(
+    tmp_path: Path,
+) -> None:
     """Declared H100, running at an L40S's speed: the H100 profile drifts, so it is
     priced by its measurements, within the same bound."""
     shipped_rate = get_profile("H100", LLAMA_8B).prefill_tokens_per_s
     real = get_profile("L40S", LLAMA_8B).prefill_tokens_per_s
     bound = MIN_SAMPLES * MIN_REQUESTS
-    async with zone_over("H100", "L40S", "vllm") as (url, _), aiohttp.ClientSession() as http:
+    async with zone_over(tmp_path, "H100", "L40S", "vllm") as zone, aiohttp.ClientSession() as http:
+        url = zone.url
         samples = await _scraped_after(http, url, time.monotonic())
         assert _source(samples) == "shipped"
         flipped_at, samples = await _until_calibrated(http, url, bound, shipped_rate)
