@@ -21,12 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
-import signal
-import sys
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import aiohttp
@@ -34,59 +29,17 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gtm.net import free_port
+from gtm.testing.processes import running
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-#: Longest start of one process (a shared 2-core machine under load).
-PROCESS_START_S = 30.0
 #: Longest wait for the zone to apply the events the workers published.
 EVENTS_WITHIN_S = 20.0
 #: 128 KV blocks of 16 tokens: the other prompt leaves nothing of the conversation.
 BLOCKS = "128"
 CONVERSATION = " ".join(f"hello{i}" for i in range(300))  # ~600 tokens
 OTHER = " ".join(f"other{i}" for i in range(900))  # ~1,800 tokens
-
-
-async def _started(argv: list[str], pattern: str) -> tuple[asyncio.subprocess.Process, str]:
-    """``gtm ARGV`` and the URL its start-up line announces."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gtmctl",
-        *argv,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    assert process.stdout is not None
-    seen = []
-    deadline = time.monotonic() + PROCESS_START_S
-    while time.monotonic() < deadline:
-        raw = await asyncio.wait_for(process.stdout.readline(), PROCESS_START_S)
-        if not raw:
-            break
-        seen.append(raw.decode())
-        found = re.search(pattern + r" listening on (http://127\.0\.0\.1:\d+)", seen[-1])
-        if found:
-            return process, found.group(1)
-    process.kill()
-    await process.wait()
-    raise AssertionError(f"gtm {argv[0]} did not start: {''.join(seen)}")
-
-
-@asynccontextmanager
-async def _running(argv: list[str], pattern: str) -> AsyncIterator[str]:
-    process, url = await _started(argv, pattern)
-    try:
-        yield url
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(process.wait(), PROCESS_START_S)
-        except TimeoutError:
-            process.kill()
-            await process.wait()
 
 
 def _gpu(tmp_path: Path, name: str) -> tuple[list[str], str, str]:
@@ -147,9 +100,10 @@ async def test_the_next_turn_goes_where_the_engine_still_holds_the_prompt(
     argv0, pub0, replay0 = _gpu(tmp_path, "gpu-0")
     argv1, pub1, replay1 = _gpu(tmp_path, "gpu-1")
     async with (
-        _running(argv0, "gpu-sim") as gpu0,
-        _running(argv1, "gpu-sim") as gpu1,
+        running(argv0) as sim0,
+        running(argv1) as sim1,
     ):
+        gpu0, gpu1 = sim0.url, sim1.url
         gpus = {"gpu-0": gpu0, "gpu-1": gpu1}
         zone_argv = [
             *("zone", "--zone", "zone-a", "--region", "region-1"),
@@ -161,9 +115,10 @@ async def test_the_next_turn_goes_where_the_engine_still_holds_the_prompt(
             *("--kv-events", "--kv-events-topic", "kv-events"),
         ]
         async with (
-            _running(zone_argv, "zone agent region-1/zone-a") as zone,
+            running(zone_argv) as agent,
             aiohttp.ClientSession() as http,
         ):
+            zone = agent.url
             home = await _complete(http, zone, CONVERSATION)
             assert home in gpus
             assert await _complete(http, zone, CONVERSATION) == home

@@ -27,13 +27,8 @@ Before, the tenant's ``Authorization`` crossed every tier to the worker (a vLLM 
 from __future__ import annotations
 
 import asyncio
-import re
 import secrets
-import signal
-import sys
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import aiohttp
@@ -43,6 +38,7 @@ from openai.types.chat import ChatCompletionMessageParam
 
 from gtm.net import free_port
 from gtm.state.etcd_server import EtcdServer
+from gtm.testing.processes import running
 from tests.integration.gtmctl.up.helpers import running_up
 from tests.integration.users_paths.direct_clients import BERLIN, MODEL, TENANT_KEY, deployment
 
@@ -52,8 +48,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 START_TIMEOUT_S = 150.0
 #: Longest wait for the access lines of requests already answered.
 LINES_WITHIN_S = 20.0
-#: Longest start of one standalone process.
-PROCESS_START_S = 30.0
 #: A refused key is answered at once: well inside the client's own timeout.
 REFUSAL_WITHIN_S = 10.0
 MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": "Which key did you see?"}]
@@ -140,61 +134,20 @@ async def test_the_tenants_key_stops_at_the_tiers_and_workers_get_their_own(
     assert worker_key not in text
 
 
-async def _started(argv: list[str], pattern: str) -> tuple[asyncio.subprocess.Process, str]:
-    """``gtm ARGV`` and the URL its start-up line announces."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gtmctl",
-        *argv,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    assert process.stdout is not None
-    seen = []
-    deadline = time.monotonic() + PROCESS_START_S
-    while time.monotonic() < deadline:
-        raw = await asyncio.wait_for(process.stdout.readline(), PROCESS_START_S)
-        if not raw:
-            break
-        seen.append(raw.decode())
-        found = re.search(pattern + r" listening on (http://127\.0\.0\.1:\d+)", seen[-1])
-        if found:
-            return process, found.group(1)
-    process.kill()
-    await process.wait()
-    raise AssertionError(f"gtm {argv[0]} did not start: {''.join(seen)}")
-
-
-@asynccontextmanager
-async def running(argv: list[str], pattern: str) -> AsyncIterator[str]:
-    process, url = await _started(argv, pattern)
-    try:
-        yield url
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(process.wait(), PROCESS_START_S)
-        except TimeoutError:
-            process.kill()
-            await process.wait()
-
-
 async def test_a_wrong_worker_key_is_a_clear_error_at_once(tmp_path: Path) -> None:
     right, _ = key_file(tmp_path / "right.key")
     wrong, _ = key_file(tmp_path / "wrong.key")
     gpu_argv = ["gpu-sim", "--port", "0", "--gpu-type", "H100", "--speedup", "50"]
-    async with running([*gpu_argv, "--api-key", right.read_text().strip()], "gpu-sim") as gpu:
+    async with running([*gpu_argv, "--api-key", right.read_text().strip()]) as gpu:
         zone_argv = [
             *("zone", "--zone", "zone-a", "--region", "region-1"),
             *("--listen", f"127.0.0.1:{free_port('127.0.0.1')}"),
-            *("--worker", f"{gpu},gpu=H100,id=gpu-0", "--worker-api-key-file", str(wrong)),
+            *("--worker", f"{gpu.url},gpu=H100,id=gpu-0", "--worker-api-key-file", str(wrong)),
         ]
         async with (
-            running(zone_argv, "zone agent region-1/zone-a") as zone,
+            running(zone_argv) as zone,
             AsyncOpenAI(
-                base_url=zone + "/v1", api_key=TENANT_KEY, max_retries=0, timeout=60.0
+                base_url=zone.url + "/v1", api_key=TENANT_KEY, max_retries=0, timeout=60.0
             ) as client,
         ):
             started = time.monotonic()
