@@ -51,7 +51,13 @@ class Answer:
 
 async def deployment(up: Up) -> dict[str, Any]:
     """gtm up's deployment document (regions' URLs, the store, the run directory)."""
-    url = f"http://127.0.0.1:{up.http_port + 1}/api/v1/deployment"
+    return await admin_document(up, "deployment")
+
+
+async def admin_document(up: Up, name: str) -> dict[str, Any]:
+    """``GET /api/v1/NAME`` on gtm up's admin API (``fleet``, ``deployment``), as the
+    operator."""
+    url = f"http://127.0.0.1:{up.http_port + 1}/api/v1/{name}"
     async with (
         aiohttp.ClientSession(headers=up.admin_headers()) as session,
         session.get(url) as response,

@@ -18,7 +18,6 @@ import asyncio
 import dataclasses
 import sys
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
@@ -27,8 +26,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gtm.gpu_profiles import LLAMA_8B, get_profile
 from gtm.profile_files import render
-from tests.integration.gtmctl.up.helpers import Up, running_up
-from tests.integration.users_paths.direct_clients import BERLIN, MODEL, TENANT_KEY
+from tests.integration.gtmctl.up.helpers import running_up
+from tests.integration.users_paths.direct_clients import (
+    BERLIN,
+    MODEL,
+    TENANT_KEY,
+    admin_document,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -38,17 +42,6 @@ START_TIMEOUT_S = 150.0
 OPERATORS_RATE = 12345.0
 #: A refused start is quick: nothing was started.
 REFUSAL_WITHIN_S = 60.0
-
-
-async def fleet(up: Up) -> dict[str, Any]:
-    url = f"http://127.0.0.1:{up.http_port + 1}/api/v1/fleet"
-    async with (
-        aiohttp.ClientSession(headers=up.admin_headers()) as session,
-        session.get(url) as response,
-    ):
-        assert response.status == 200, await response.text()
-        document: dict[str, Any] = await response.json()
-    return document
 
 
 async def profile_gauges(zone_url: str) -> dict[str, tuple[str, float]]:
@@ -90,7 +83,7 @@ async def test_the_operators_profile_prices_their_gpus(tmp_path: Path) -> None:
                 model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=4
             )
             assert answer.choices[0].message.content
-        document = await fleet(up)
+        document = await admin_document(up, "fleet")
         seen: dict[str, tuple[str, float]] = {}
         types: dict[str, str] = {}
         for region in document["regions"]:
