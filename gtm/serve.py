@@ -14,6 +14,10 @@ same way:
   (``cancel_on_disconnect=False``) finish what they started;
 * no aiohttp access log: the tiers write their own, with the decision's fields
   (:mod:`gtm.access`, ``--no-access-log`` turns it off);
+* a request aiohttp cannot parse (an HTTP/2 preface such as sglang-router's probe, a
+  malformed request line) is answered 400 and logged as one INFO line on
+  ``aiohttp.server``, without a traceback (:class:`ServerLog`): a server must not log
+  tracebacks on a client's bad input;
 * :func:`freeze_startup_objects` is called once a server is up: what start-up allocated
   lives for the process, so full collections stop scanning it;
 * :func:`until_signalled` is the foreground process's wait: SIGINT or SIGTERM ends it,
@@ -34,13 +38,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import logging
 import signal
 import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from gtm.errors import ConfigError
@@ -75,6 +82,29 @@ def base_url(host: str, port: int, server_ssl: ssl.SSLContext | None = None) -> 
     """``scheme://host:port`` (``[host]`` for IPv6)."""
     shown = f"[{host}]" if ":" in host else host
     return f"{tls_scheme(server_ssl)}://{shown}:{port}"
+
+
+class ServerLog(logging.LoggerAdapter[logging.Logger]):
+    """aiohttp's request-handler log (``aiohttp.server``), with a client's malformed
+    request as one line.
+
+    aiohttp logs every request it cannot parse (:class:`HttpProcessingError`, already
+    answered 400) at ERROR with the parser's traceback, except a bad method on a
+    connection's first request (DEBUG, traceback still attached). Such a request is the
+    client's error, not ours: one line at INFO (or aiohttp's level where lower) naming
+    the peer and the parser's first line of complaint (nginx logs "client sent invalid
+    request" at ``info`` too). Everything else, a handler's own
+    exception in particular, passes through unchanged, traceback included.
+    """
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info")
+        if isinstance(exc, HttpProcessingError):
+            complaint = (str(exc.message).strip().splitlines() or [""])[0].rstrip(":")
+            shown = f"{msg}: %s (%s)"
+            self.logger.log(min(level, logging.INFO), shown, *args, complaint, type(exc).__name__)
+            return
+        super().log(level, msg, *args, **kwargs)
 
 
 class HttpServer:
@@ -121,6 +151,7 @@ class HttpServer:
             handler_cancellation=self._cancel_on_disconnect,
             shutdown_timeout=SHUTDOWN_GRACE_S,
             access_log=None,
+            logger=ServerLog(logging.getLogger("aiohttp.server")),
         )
         await runner.setup()
         site: web.BaseSite
@@ -242,6 +273,7 @@ __all__ = [
     "SHUTDOWN_GRACE_S",
     "Bound",
     "HttpServer",
+    "ServerLog",
     "add_service_routes",
     "base_url",
     "freeze_startup_objects",

@@ -88,3 +88,25 @@ async def test_injected_crash_exits_with_status_70(gpu_sim: Process) -> None:
     assert status == 70
     with pytest.raises(openai.APIConnectionError):
         await _chat(gpu_sim.url)
+
+
+async def test_an_http2_preface_is_refused_in_one_log_line_without_traceback(
+    gpu_sim: Process,
+) -> None:
+    """sglang-router probes a joining worker with HTTP/2's preface: a 400, one log line."""
+    host, port = gpu_sim.url.removeprefix("http://").rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+    await writer.drain()
+    answer = await asyncio.wait_for(reader.read(), STARTUP_TIMEOUT)
+    writer.close()
+    await writer.wait_closed()
+    assert answer.startswith(b"HTTP/1.0 400 ") or answer == b"", answer
+    await _chat(gpu_sim.url)  # still serving
+    gpu_sim.proc.send_signal(signal.SIGTERM)
+    status, stderr = await gpu_sim.wait()
+    assert status == 0
+    assert "Traceback" not in stderr
+    logged = [line for line in stderr.splitlines() if "logger=aiohttp.server" in line]
+    assert len(logged) == 1, stderr
+    assert "Pause on PRI/Upgrade" in logged[0]

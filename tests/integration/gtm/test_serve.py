@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 
@@ -109,3 +110,36 @@ async def test_every_service_gets_healthz_its_readyz_and_its_metrics() -> None:
         async with http.get(f"{bound.url}/metrics") as response:
             assert response.content_type == "text/plain"
             assert "gtm_test_things_total 1.0" in await response.text()
+
+
+@pytest.mark.parametrize(
+    ("sent", "complaint"),
+    [
+        # sglang-router's HTTP/2 probe at a worker's join.
+        (b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "Pause on PRI/Upgrade (BadHttpMessage)"),
+        (
+            b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: nine\r\n\r\n",
+            "Invalid character in Content-Length (BadHttpMessage)",
+        ),
+    ],
+)
+async def test_a_malformed_request_is_a_400_and_one_log_line_without_traceback(
+    caplog: pytest.LogCaptureFixture, sent: bytes, complaint: str
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="aiohttp.server")
+    async with serving(_app()) as bound:
+        reader, writer = await asyncio.open_connection(bound.host, bound.port)
+        writer.write(sent)
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(), 10.0)
+        writer.close()
+        await writer.wait_closed()
+        async with aiohttp.ClientSession() as http, http.get(bound.url) as response:
+            assert await response.text() == "done"  # still serving
+    assert answer == b"" or answer.split(b"\r\n")[0].split(b" ")[1] == b"400", answer
+    records = [r for r in caplog.records if r.name == "aiohttp.server"]
+    assert [r.levelno for r in records] == [logging.INFO], caplog.text
+    assert records[0].exc_info is None
+    assert "\n" not in records[0].getMessage()
+    assert records[0].getMessage().endswith(complaint), records[0].getMessage()
+    assert "Traceback" not in caplog.text
