@@ -21,17 +21,12 @@ of five runs), so other processes' load moves them less than wall time would.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import time
 from collections.abc import Callable
 
-from prometheus_client import generate_latest
-
-from gpusim.engine import Engine, EngineConfig, EngineRequest
-from gpusim.metrics import EngineMetrics, MetricsFlavor, ModelSnapshot
-from gpusim.perfmodel import Degradation
-from gtm.gpu_profiles import LLAMA_8B, get_profile
-from gtm.metrics import new_registry
+from gpusim.metrics import MetricsFlavor
+from gpusim.samples import busy_exposition
+from gtm.gpu_profiles import LLAMA_8B
 from zone_agent.scrape import Flavor, GpuMetrics, Parser, _relevant, parse_metrics
 
 #: How often the zone agent scrapes (zone_agent.config's default) and a large zone.
@@ -41,25 +36,7 @@ WORKERS = 1_000
 
 def exposition(flavor: MetricsFlavor) -> str:
     """A busy emulated worker's /metrics: 64 requests run through, 16 still in flight."""
-    profile = dataclasses.replace(get_profile("H100", LLAMA_8B), max_num_seqs=16)
-    engine = Engine(profile, EngineConfig(degradation=Degradation(warmup_passes=0)))
-    registry = new_registry()
-    metrics = EngineMetrics(
-        registry,
-        flavor,
-        lambda: [ModelSnapshot(LLAMA_8B, profile, engine.stats(), 100.0)],
-    )
-    for index in range(64):
-        engine.add(EngineRequest(f"r{index}", 200 + 37 * index, 20 + index % 50), 0.0)
-    now = 0.0
-    while engine.stats().requests_finished_total < 48:
-        result = engine.step(now)
-        assert result is not None
-        metrics.observe_step(LLAMA_8B, result)
-        for finished in result.finished:
-            metrics.observe_finished(LLAMA_8B, finished, "length")
-        now += result.duration
-    return generate_latest(registry).decode()
+    return busy_exposition(flavor, requests=64, finished=48, max_num_seqs=16)
 
 
 def per_call_us(call: Callable[[str], object], text: str, count: int) -> float:

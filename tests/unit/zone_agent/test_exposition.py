@@ -7,47 +7,22 @@ same ScrapeError)."""
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from prometheus_client import generate_latest
 
-from gpusim.engine import Engine, EngineConfig, EngineRequest
-from gpusim.metrics import EngineMetrics, MetricsFlavor, ModelSnapshot
-from gpusim.perfmodel import Degradation
-from gtm.gpu_profiles import LLAMA_8B, get_profile
-from gtm.metrics import new_registry
+from gpusim.metrics import MetricsFlavor
+from gpusim.samples import busy_exposition
+from gtm.gpu_profiles import LLAMA_8B
 from zone_agent import scrape
 from zone_agent.exposition import Sample, StepAside
 from zone_agent.scrape import Flavor, Parser, ScrapeError, parse_metrics, reference_samples
 
 FIXTURES = sorted((Path(__file__).resolve().parents[2] / "data" / "engines").glob("*.txt"))
 WANTED = sorted(scrape._WANTED)
-
-
-def _busy(flavor: MetricsFlavor) -> str:
-    """A busy emulated worker's /metrics (what ``gtm gpu-sim`` serves): histograms filled."""
-    profile = dataclasses.replace(get_profile("H100", LLAMA_8B), max_num_seqs=4)
-    engine = Engine(profile, EngineConfig(degradation=Degradation(warmup_passes=0)))
-    registry = new_registry()
-    metrics = EngineMetrics(
-        registry, flavor, lambda: [ModelSnapshot(LLAMA_8B, profile, engine.stats(), 100.0)]
-    )
-    for index in range(8):
-        engine.add(EngineRequest(f"r{index}", 100 + 37 * index, 5 + index), 0.0)
-    now = 0.0
-    while engine.stats().requests_finished_total < 4:
-        result = engine.step(now)
-        assert result is not None
-        metrics.observe_step(LLAMA_8B, result)
-        for finished in result.finished:
-            metrics.observe_finished(LLAMA_8B, finished, "length")
-        now += result.duration
-    return generate_latest(registry).decode()
 
 
 def _same(samples: list[Sample]) -> list[tuple[str, dict[str, str], str]]:
@@ -92,7 +67,7 @@ def test_every_engine_fixture_is_read_as_the_reference_reads_it(path: Path) -> N
 
 @pytest.mark.parametrize("flavor", list(MetricsFlavor), ids=[f.value for f in MetricsFlavor])
 def test_each_emulator_flavour_is_read_as_the_reference_reads_it(flavor: MetricsFlavor) -> None:
-    text = _busy(flavor)
+    text = busy_exposition(flavor, requests=8, finished=4, max_num_seqs=4)
     read = _assert_pinned(text)
     assert not isinstance(read, StepAside), read
     parsed = parse_metrics(text, scraped_at=0.0, default_model=LLAMA_8B)
