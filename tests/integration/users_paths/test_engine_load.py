@@ -12,19 +12,18 @@ workers looked idle to it, and the tie went to ``gpu-a``, behind the queue.
 from __future__ import annotations
 
 import asyncio
-import re
-import sys
-from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+import signal
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 
 import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gtm.testing.processes import GtmProcess, running
+
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-STARTUP_TIMEOUT = 30.0
 #: A bound on how long the queue and the zone's scrapes of it take to appear.
 EVENTUALLY_S = 20.0
 #: Requests the other client keeps on gpu-a (one runs, the rest queue).
@@ -34,30 +33,12 @@ CHATS = 6
 CHAT_TIMEOUT = aiohttp.ClientTimeout(total=10.0)
 
 
-@asynccontextmanager
-async def _process(*args: str, pattern: str) -> AsyncIterator[str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gtmctl", *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        assert proc.stdout is not None
-        line = (await asyncio.wait_for(proc.stdout.readline(), STARTUP_TIMEOUT)).decode()
-        match = re.search(pattern, line)
-        assert match, line
-        yield match.group(1)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-        await proc.wait()
-
-
-def _worker(flavor: str) -> AbstractAsyncContextManager[str]:
-    return _process(
-        "gpu-sim", "--port", "0", "--gpu-type", "H100", "--model", MODEL,
-        "--metrics-flavor", flavor, "--speedup", "0.05", "--max-num-seqs", "1",
-        "--warmup-passes", "0",
-        pattern=r"listening on (http://127\.0\.0\.1:\d+)",
+def _worker(flavor: str) -> AbstractAsyncContextManager[GtmProcess]:
+    return running(
+        ["gpu-sim", "--port", "0", "--gpu-type", "H100", "--model", MODEL,
+         "--metrics-flavor", flavor, "--speedup", "0.05", "--max-num-seqs", "1",
+         "--warmup-passes", "0"],
+        stop_signal=signal.SIGKILL,
     )  # fmt: skip
 
 
@@ -89,17 +70,15 @@ async def test_the_zone_routes_around_a_queue_it_reads_from_the_engine_s_names(
 ) -> None:
     async with AsyncExitStack() as stack:
         http = await stack.enter_async_context(aiohttp.ClientSession())
-        busy = await stack.enter_async_context(_worker(flavor))
-        idle = await stack.enter_async_context(_worker(flavor))
-        zone = await stack.enter_async_context(
-            _process(
-                "zone", "--zone", "zone-a", "--region", "region-1", "--listen", "127.0.0.1:0",
-                "--scrape-interval", "0.1",
-                "--worker", f"{busy},gpu=H100,id=gpu-a,model={MODEL}",
-                "--worker", f"{idle},gpu=H100,id=gpu-b,model={MODEL}",
-                pattern=r"listening on (http://127\.0\.0\.1:\d+)",
-            )
-        )  # fmt: skip
+        busy = (await stack.enter_async_context(_worker(flavor))).url
+        idle = (await stack.enter_async_context(_worker(flavor))).url
+        zone_args = [
+            "zone", "--zone", "zone-a", "--region", "region-1", "--listen", "127.0.0.1:0",
+            "--scrape-interval", "0.1",
+            "--worker", f"{busy},gpu=H100,id=gpu-a,model={MODEL}",
+            "--worker", f"{idle},gpu=H100,id=gpu-b,model={MODEL}",
+        ]  # fmt: skip
+        zone = (await stack.enter_async_context(running(zone_args, stop_signal=signal.SIGKILL))).url
         group = await stack.enter_async_context(asyncio.TaskGroup())
         background = [group.create_task(_background(http, busy)) for _ in range(BACKGROUND)]
         try:
