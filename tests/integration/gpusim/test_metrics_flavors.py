@@ -9,9 +9,9 @@ lasts seconds and the engine's state holds still across the reads compared.
 from __future__ import annotations
 
 import asyncio
-import re
-import sys
+import signal
 from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 
 import aiohttp
 import pytest
@@ -20,12 +20,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpusim.metrics import MetricsFlavor
 from gtm.clock import SystemClock
 from gtm.gpu_profiles import LLAMA_8B
+from gtm.testing.processes import GtmProcess, running
 from zone_agent.engines import Flavor
 from zone_agent.scrape import GpuMetrics, scrape
 
 pytestmark = pytest.mark.integration
 
-STARTUP_TIMEOUT = 30.0
 #: Bounds, not sleeps: how long the requests may take to be admitted, and how many
 #: reads are tried for three that straddle no pass boundary.
 ADMITTED_TIMEOUT = 20.0
@@ -34,18 +34,13 @@ ATTEMPTS = 20
 GEOMETRY = {Flavor.VLLM, Flavor.SGLANG, Flavor.TRTLLM, Flavor.DYNAMO}
 
 
-async def _start(flavor: MetricsFlavor) -> tuple[asyncio.subprocess.Process, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "gtmctl", "gpu-sim", "--port", "0",
-        "--gpu-type", "H100", "--model", LLAMA_8B, "--metrics-flavor", flavor.value,
-        "--speedup", "0.01", "--max-num-seqs", "2", "--warmup-passes", "0",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+def _worker(flavor: MetricsFlavor) -> AbstractAsyncContextManager[GtmProcess]:
+    return running(
+        ["gpu-sim", "--port", "0", "--gpu-type", "H100", "--model", LLAMA_8B,
+         "--metrics-flavor", flavor.value, "--speedup", "0.01", "--max-num-seqs", "2",
+         "--warmup-passes", "0"],
+        stop_signal=signal.SIGKILL,
     )  # fmt: skip
-    assert proc.stdout is not None
-    line = (await asyncio.wait_for(proc.stdout.readline(), STARTUP_TIMEOUT)).decode()
-    match = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
-    assert match, line
-    return proc, match.group(1)
 
 
 async def _truth(http: aiohttp.ClientSession, url: str) -> dict[str, float]:
@@ -69,16 +64,13 @@ async def http() -> AsyncIterator[aiohttp.ClientSession]:
 async def test_the_scraper_reads_a_real_worker_s_true_load(
     flavor: MetricsFlavor, http: aiohttp.ClientSession
 ) -> None:
-    proc, url = await _start(flavor)
-    async with asyncio.TaskGroup() as group:
-        requests = [group.create_task(_post(http, url)) for _ in range(5)]
+    async with _worker(flavor) as worker, asyncio.TaskGroup() as group:
+        requests = [group.create_task(_post(http, worker.url)) for _ in range(5)]
         try:
-            await _compare(flavor, http, url)
+            await _compare(flavor, http, worker.url)
         finally:
             for task in requests:
                 task.cancel()
-            proc.kill()
-            await proc.wait()
 
 
 async def _post(http: aiohttp.ClientSession, url: str) -> None:
