@@ -41,6 +41,12 @@ class Sim:
                 samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
         return samples
 
+    async def complete(self, prompt: str) -> None:
+        """One completion of ``prompt`` (one token), asserted served."""
+        body = {"model": LLAMA_8B, "prompt": prompt, "max_tokens": 1}
+        response = await self.http.post(self.url + "/v1/completions", json=body)
+        assert response.status_code == 200, response.text
+
     async def faults(self, method: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         response = await self.http.request(method, self.url + "/admin/faults", json=body)
         assert response.status_code == 200, response.text

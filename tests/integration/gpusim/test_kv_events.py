@@ -26,7 +26,7 @@ from gtm.kv_events import (
 )
 from gtm.tokens import DEFAULT_BLOCK_SIZE, block_hashes, encode_text
 
-from .conftest import Sim, SimFactory
+from .conftest import SimFactory
 
 pytestmark = pytest.mark.integration
 
@@ -43,13 +43,6 @@ BLOCKS = 64
 
 def _prompt(word: str) -> str:
     return " ".join(f"{word}{i}" for i in range(300))
-
-
-async def _complete(sim: Sim, prompt: str) -> None:
-    response = await sim.http.post(
-        sim.url + "/v1/completions", json={"model": LLAMA_8B, "prompt": prompt, "max_tokens": 1}
-    )
-    assert response.status_code == 200, response.text
 
 
 async def _replay(ctx: zmq.asyncio.Context, endpoint: str, start: int) -> list[tuple[int, bytes]]:
@@ -95,7 +88,7 @@ async def test_blocks_stored_then_evicted_and_replayed(make_sim: SimFactory) -> 
         first, second = _prompt("alpha"), _prompt("beta")
         tokens = encode_text(first)
         hashes = block_hashes(tokens, DEFAULT_BLOCK_SIZE)
-        await _complete(sim, first)
+        await sim.complete(first)
 
         def stored(batches: list[EventBatch]) -> bool:
             return any(isinstance(e, BlockStored) for b in batches for e in b.events)
@@ -113,7 +106,7 @@ async def test_blocks_stored_then_evicted_and_replayed(make_sim: SimFactory) -> 
         assert stored_events[0].token_ids == tokens[: len(stored_events[0].token_ids)]
         assert stored_events[0].block_size == DEFAULT_BLOCK_SIZE
 
-        await _complete(sim, second)
+        await sim.complete(second)
 
         def removed(batches: list[EventBatch]) -> bool:
             return any(isinstance(e, BlockRemoved) for b in batches for e in b.events)
@@ -130,7 +123,7 @@ async def test_blocks_stored_then_evicted_and_replayed(make_sim: SimFactory) -> 
         assert evicted <= set(hashes)
 
         # The live stream carries the same payloads, framed [topic, seq, payload], in order.
-        await _complete(sim, first)  # more events, whether or not SUB had joined before
+        await sim.complete(first)  # more events, whether or not SUB had joined before
         replayed = await _history_until(ctx, publisher.replay_endpoint, stored)
         replayed_payloads = dict(await _replay(ctx, publisher.replay_endpoint, 0))
         assert sorted(replayed_payloads) == list(range(publisher.sequence))

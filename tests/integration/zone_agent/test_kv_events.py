@@ -24,7 +24,7 @@ from gtm.kv_events import BlockRemoved, KVEventsConfig, encode_batch, seq_bytes
 from gtm.metrics import new_registry
 from gtm.tasks import TaskSupervisor
 from gtm.tokens import DEFAULT_BLOCK_SIZE, encode_text
-from tests.integration.gpusim.conftest import Sim, SimFactory
+from tests.integration.gpusim.conftest import SimFactory
 from tests.integration.gpusim.conftest import make_sim as make_sim
 from zone_agent.kv_events import (
     EngineBlocks,
@@ -52,13 +52,6 @@ CAPACITY = 10_000  # the agent's own LRU never forgets here: only events do
 
 def _prompt(word: str) -> str:
     return " ".join(f"{word}{i}" for i in range(300))
-
-
-async def _complete(sim: Sim, prompt: str) -> None:
-    response = await sim.http.post(
-        sim.url + "/v1/completions", json={"model": LLAMA_8B, "prompt": prompt, "max_tokens": 1}
-    )
-    assert response.status_code == 200, response.text
 
 
 @pytest.fixture
@@ -128,7 +121,7 @@ async def test_an_evicted_prefix_stops_matching_and_a_gap_is_replayed(
         for agent_index in (index, control):
             agent_index.insert(SLOT, facts.prefix_hashes, CAPACITY)
         source.sent(encode_text(prompt), DEFAULT_BLOCK_SIZE, facts.prefix_hashes)
-        await _complete(sim, prompt)
+        await sim.complete(prompt)
         return facts.prefix_hashes
 
     alpha = await send(_prompt("alpha"))
@@ -142,7 +135,7 @@ async def test_an_evicted_prefix_stops_matching_and_a_gap_is_replayed(
         filler = iter(range(1000))
 
         async def poke() -> None:  # more events until the late SUB has joined
-            await _complete(sim, f"filler {next(filler)} " * 20)
+            await sim.complete(f"filler {next(filler)} " * 20)
 
         await _until(lambda: subscriber.last_seq >= 0, poke=poke)
         assert _value(registry, "gtm_zone_kv_event_gaps_total", gpu="gpu-0") == 1
@@ -235,7 +228,7 @@ async def test_a_restarted_worker_is_stale_then_read_again(
     try:
         for restart in range(2):
             sim = await make_sim(models=(LLAMA_8B,), num_gpu_blocks=4096, kv_events=config)
-            await _complete(sim, prompt)
+            await sim.complete(prompt)
             # Other prompts make more events until the subscriber has joined; its first
             # one is a gap, filled from the replay buffer, prompt's events included.
             fillers = (f"filler {restart} {i} " * 20 for i in itertools.count())
@@ -246,7 +239,7 @@ async def test_a_restarted_worker_is_stale_then_read_again(
                     index.match_groups(facts.prefix_hashes)
                     == [(len(facts.prefix_hashes), 1 << SLOT)]
                 ),
-                poke=lambda: _complete(sim, next(fillers)),  # noqa: B023 (awaited here)
+                poke=lambda: sim.complete(next(fillers)),  # noqa: B023 (awaited here)
             )
             await sim.server.stop()
             await _until(lambda: len(engine) == 0)
