@@ -1,10 +1,14 @@
-"""Builders of zone views and requests for unit tests (no sockets)."""
+"""Builders of zone views and requests, and a relay over a recording pool, for unit tests
+(no sockets)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
+
+from aiohttp import web
 
 from gtm.gpu_profiles import LLAMA_8B
 from gtm.models import GpuWorker, Tier, WorkerState
@@ -15,8 +19,9 @@ from zone_agent.batch import ZoneBatch
 from zone_agent.fastpaths import FAST_PATHS
 from zone_agent.health import HealthStatus
 from zone_agent.prefix import text_block_hashes
-from zone_agent.request import CanaryChoice, Endpoint, ZoneRequest
-from zone_agent.router import ZoneProfile
+from zone_agent.proxy import DataPath, ZoneRelay
+from zone_agent.request import CanaryChoice, Endpoint, ZoneRequest, zone_request
+from zone_agent.router import ZoneDecision, ZoneProfile
 from zone_agent.scrape import Flavor, GpuMetrics, ModelMetrics
 from zone_agent.view import GpuState, ViewBuilder, ViewSettings, ZoneView
 
@@ -144,3 +149,39 @@ def zone_profile(
         **options,
     )
     return ZoneProfile(runner)
+
+
+class RecordingPool:
+    """The zone's upstream pool as a fake: each POST records the headers the worker would
+    get and answers 200."""
+
+    def __init__(self) -> None:
+        self.sent: list[list[tuple[str, str]]] = []
+
+    async def post(self, url: str, path: str, headers: list[tuple[str, str]], body: bytes) -> Any:
+        self.sent.append(list(headers))
+        return SimpleNamespace(status=200)
+
+
+def chat_relay(
+    request: web.Request,
+    pool: RecordingPool,
+    worker_auth: Callable[[str], tuple[str, str] | None] = lambda gpu_id: None,
+) -> ZoneRelay:
+    """A :class:`ZoneRelay` of a chat completion ``request`` (id ``r-1``) over ``pool``;
+    ``worker_auth``: GPU id → the (header, value) of its worker key, if any."""
+    path = SimpleNamespace(
+        settings=SimpleNamespace(max_attempts=3),
+        metrics=SimpleNamespace(stream_breaks=None),
+        session=lambda: pool,
+        worker_auth=worker_auth,
+    )
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    facts = zone_request(body, Endpoint.CHAT, request_id="r-1")
+    return ZoneRelay(request, cast(DataPath, path), b"{}", facts, 0.0)
+
+
+def relay_target(gpu_id: str) -> ZoneDecision:
+    """A decision for GPU ``gpu_id`` (its worker at ``http://w``), as the relay reads it."""
+    worker = SimpleNamespace(url="http://w")
+    return cast(ZoneDecision, SimpleNamespace(gpu_id=gpu_id, gpu=SimpleNamespace(worker=worker)))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from types import SimpleNamespace
-from typing import Any, cast
+from typing import cast
 
 import pytest
 from aiohttp.test_utils import make_mocked_request
@@ -15,8 +15,8 @@ from gtm.errors import AttemptFailed
 from gtm.relay import Failure
 from zone_agent.errors import ApiError
 from zone_agent.proxy import DataPath, ZoneRelay
-from zone_agent.request import Endpoint, zone_request
-from zone_agent.router import ZoneDecision
+
+from .helpers import RecordingPool, chat_relay, relay_target
 
 TENANT_KEY = "gtm-tenant-secret"
 CLIENT_HEADERS = {
@@ -28,36 +28,14 @@ CLIENT_HEADERS = {
 }
 
 
-class Pool:
-    def __init__(self) -> None:
-        self.sent: list[list[tuple[str, str]]] = []
-
-    async def post(self, url: str, path: str, headers: list[tuple[str, str]], body: bytes) -> Any:
-        self.sent.append(list(headers))
-        return SimpleNamespace(status=200)
-
-
-def relay(pool: Pool, keys: dict[str, tuple[str, str]]) -> ZoneRelay:
-    path = SimpleNamespace(
-        settings=SimpleNamespace(max_attempts=3),
-        metrics=SimpleNamespace(stream_breaks=None),
-        session=lambda: pool,
-        worker_auth=keys.get,
-    )
+def relay(pool: RecordingPool, keys: dict[str, tuple[str, str]]) -> ZoneRelay:
     request = make_mocked_request("POST", "/v1/chat/completions", headers=CLIENT_HEADERS)
-    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-    facts = zone_request(body, Endpoint.CHAT, request_id="r-1")
-    return ZoneRelay(request, cast(DataPath, path), b"{}", facts, 0.0)
-
-
-def target(gpu_id: str) -> ZoneDecision:
-    worker = SimpleNamespace(url="http://w")
-    return cast(ZoneDecision, SimpleNamespace(gpu_id=gpu_id, gpu=SimpleNamespace(worker=worker)))
+    return chat_relay(request, pool, keys.get)
 
 
 async def test_the_worker_gets_its_own_key_and_none_of_the_clients() -> None:
-    pool = Pool()
-    await relay(pool, {"g": ("Authorization", "Bearer worker-key")}).open(target("g"))
+    pool = RecordingPool()
+    await relay(pool, {"g": ("Authorization", "Bearer worker-key")}).open(relay_target("g"))
     (sent,) = pool.sent
     assert [(k, v) for k, v in sent if k.lower() == "authorization"] == [
         ("Authorization", "Bearer worker-key")
@@ -67,15 +45,15 @@ async def test_the_worker_gets_its_own_key_and_none_of_the_clients() -> None:
 
 
 async def test_without_a_key_the_worker_gets_no_authorization_at_all() -> None:
-    pool = Pool()
-    await relay(pool, {}).open(target("g"))
+    pool = RecordingPool()
+    await relay(pool, {}).open(relay_target("g"))
     (sent,) = pool.sent
     assert not [k for k, _ in sent if k.lower() in ("authorization", "x-api-key", "api-key")]
     assert all(TENANT_KEY not in v for _, v in sent)
 
 
 def test_a_refused_key_moves_on_and_the_client_learns_why() -> None:
-    zone = relay(Pool(), {})
+    zone = relay(RecordingPool(), {})
     assert zone.retry_status(401)
     assert not zone.retry_status(400)
     failure = AttemptFailed(Failure.STATUS, "HTTP 401", status=401, body=b"")

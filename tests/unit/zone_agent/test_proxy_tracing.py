@@ -4,9 +4,6 @@ client's header reaches the worker unchanged."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-from typing import Any, cast
-
 from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 from opentelemetry.sdk.trace import TracerProvider
@@ -16,41 +13,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from gtm import tracing
 from gtm.models import Tier
 from gtm.tracing import Tracing
-from zone_agent.proxy import DataPath, ZoneRelay
-from zone_agent.request import Endpoint, zone_request
-from zone_agent.router import ZoneDecision
+
+from .helpers import RecordingPool, chat_relay, relay_target
 
 CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 TRACEPARENT = f"00-{CLIENT_TRACE}-00f067aa0ba902b7-01"
-
-
-class Pool:
-    """The zone's upstream pool, recording what each worker would get."""
-
-    def __init__(self) -> None:
-        self.sent: list[list[tuple[str, str]]] = []
-
-    async def post(self, url: str, path: str, headers: list[tuple[str, str]], body: bytes) -> Any:
-        self.sent.append(list(headers))
-        return SimpleNamespace(status=200)
-
-
-def _relay(request: web.Request, pool: Pool) -> ZoneRelay:
-    path = SimpleNamespace(
-        settings=SimpleNamespace(max_attempts=3),
-        metrics=SimpleNamespace(stream_breaks=None),
-        session=lambda: pool,
-        worker_auth=lambda gpu_id: None,
-    )
-    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
-    facts = zone_request(body, Endpoint.CHAT, request_id="r-1")
-    return ZoneRelay(request, cast(DataPath, path), b"{}", facts, 0.0)
-
-
-TARGET = cast(
-    ZoneDecision,
-    SimpleNamespace(gpu_id="g", gpu=SimpleNamespace(worker=SimpleNamespace(url="w"))),
-)
+TARGET = relay_target("g")
 
 
 async def test_the_worker_gets_the_zone_span_as_its_parent() -> None:
@@ -63,10 +31,10 @@ async def test_the_worker_gets_the_zone_span_as_its_parent() -> None:
     request = make_mocked_request(
         "POST", "/v1/chat/completions", headers={"traceparent": TRACEPARENT}, app=app
     )
-    pool = Pool()
+    pool = RecordingPool()
 
     async def handler(request: web.Request) -> web.StreamResponse:
-        await _relay(request, pool).open(TARGET)
+        await chat_relay(request, pool).open(TARGET)
         return web.Response()
 
     await middleware(request, handler)
@@ -82,7 +50,7 @@ async def test_with_tracing_off_the_clients_traceparent_reaches_the_worker() -> 
     request = make_mocked_request(
         "POST", "/v1/chat/completions", headers={"traceparent": TRACEPARENT}
     )
-    pool = Pool()
-    await _relay(request, pool).open(TARGET)
+    pool = RecordingPool()
+    await chat_relay(request, pool).open(TARGET)
     (sent,) = pool.sent
     assert [v for k, v in sent if k.lower() == "traceparent"] == [TRACEPARENT]
