@@ -62,7 +62,7 @@ from gtm.tasks import TaskSupervisor
 from gtm.tokens import PromptError, block_hashes, encode_chat, encode_text, parse_chat_messages
 from zone_agent.config import KVEventsSource
 from zone_agent.prefix import DictPrefixIndex, PrefixIndex
-from zone_agent.request import Endpoint, ZoneRequest
+from zone_agent.request import Endpoint, ZoneRequest, first_prompt
 
 log = logging.getLogger(__name__)
 
@@ -507,15 +507,10 @@ def engine_tokens(raw: bytes, endpoint: Endpoint) -> tuple[int, ...]:
         prompt = body.get("prompt")
     except (ValueError, AttributeError, PromptError):
         return ()
-    if isinstance(prompt, list) and prompt:
-        if all(type(x) is int for x in prompt):
-            return tuple(prompt)
-        prompt = prompt[0]
-    if isinstance(prompt, str):
-        return encode_text(prompt)
-    if isinstance(prompt, list) and all(type(x) is int for x in prompt):
-        return tuple(prompt)
-    return ()
+    first = first_prompt(prompt)
+    if isinstance(first, str):
+        return encode_text(first)
+    return first or ()
 
 
 class ZoneKVEvents:

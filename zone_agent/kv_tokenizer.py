@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from gtm.errors import ConfigError
-from zone_agent.request import Endpoint
+from zone_agent.request import Endpoint, first_prompt
 
 __all__ = ["HfPromptTokenizer"]
 
@@ -131,12 +131,7 @@ class HfPromptTokenizer:
             prompt = body.get("prompt")
         except Exception:  # a body or template the agent cannot render: no mapping
             return ()
-        if isinstance(prompt, list) and prompt:
-            if all(type(x) is int for x in prompt):
-                return tuple(prompt)
-            prompt = prompt[0]
-        if isinstance(prompt, str):
-            return tuple(self._tokenizer.encode(prompt, add_special_tokens=True).ids)
-        if isinstance(prompt, list) and all(type(x) is int for x in prompt):
-            return tuple(prompt)
-        return ()
+        first = first_prompt(prompt)
+        if isinstance(first, str):
+            return tuple(self._tokenizer.encode(first, add_special_tokens=True).ids)
+        return first or ()

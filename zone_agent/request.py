@@ -165,3 +165,18 @@ def canary(headers: Mapping[str, str]) -> CanaryChoice:
             f"{HEADER_CANARY} must be one of {', '.join(c.value for c in CanaryChoice)}",
             param=HEADER_CANARY,
         ) from None
+
+
+def first_prompt(prompt: object) -> str | tuple[int, ...] | None:
+    """A completion body's ``prompt`` as an engine takes its first one: the text, or the
+    token ids (a token array, or the first of a list of texts or arrays); None for what
+    is neither. The KV-event readers tokenize it each their own way."""
+    if isinstance(prompt, list) and prompt:
+        if all(type(x) is int for x in prompt):
+            return tuple(prompt)
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list) and all(type(x) is int for x in prompt):
+        return tuple(prompt)
+    return None

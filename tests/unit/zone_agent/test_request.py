@@ -7,7 +7,15 @@ import pytest
 from gtm.openai_request import parse_json_body
 from gtm.tokens import count_chat_tokens, count_text_tokens, parse_chat_messages
 from zone_agent.errors import BadRequest
-from zone_agent.request import CanaryChoice, Endpoint, Ids, canary, request_id, zone_request
+from zone_agent.request import (
+    CanaryChoice,
+    Endpoint,
+    Ids,
+    canary,
+    first_prompt,
+    request_id,
+    zone_request,
+)
 
 CHAT = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi!"}]
 
@@ -131,3 +139,20 @@ def test_a_sane_client_request_id_is_echoed_else_a_new_one() -> None:
     ids = Ids()
     assert request_id({"x-request-id": "client-7"}, ids) == "client-7"
     assert len(request_id({"x-request-id": "bad\x00id"}, ids)) == 32
+
+
+@pytest.mark.parametrize(
+    ("prompt", "first"),
+    [
+        ("hi", "hi"),
+        ([1, 2], (1, 2)),
+        (["a", "b"], "a"),
+        ([[3, 4], [5]], (3, 4)),
+        ([], ()),
+        (None, None),
+        (7, None),
+        ([{"x": 1}], None),
+    ],
+)
+def test_the_first_prompt_is_text_or_token_ids(prompt: object, first: object) -> None:
+    assert first_prompt(prompt) == first
