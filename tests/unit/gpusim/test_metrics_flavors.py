@@ -90,17 +90,23 @@ def test_the_scraper_reads_back_the_engine_s_own_state(flavor: MetricsFlavor) ->
     }
 
 
-def test_tgi_s_time_per_token_is_observed_per_finished_request() -> None:
-    engine = _loaded_engine()
-    registry = new_registry()
-    metrics = EngineMetrics(registry, MetricsFlavor.TGI, list)
+def _finish(engine: Engine, count: int) -> list[FinishedRequest]:
+    """Passes until at least ``count`` requests finished; those that did."""
     now = 0.0
     finished: list[FinishedRequest] = []
-    while len(finished) < 2:
+    while len(finished) < count:
         result = engine.step(now)
         assert result is not None
         now += result.duration
         finished.extend(result.finished)
+    return finished
+
+
+def test_tgi_s_time_per_token_is_observed_per_finished_request() -> None:
+    engine = _loaded_engine()
+    registry = new_registry()
+    metrics = EngineMetrics(registry, MetricsFlavor.TGI, list)
+    finished = _finish(engine, 2)
     for request in finished:
         metrics.observe_finished(LLAMA_8B, request, FinishReason.LENGTH.value)
     expected = [
@@ -118,13 +124,7 @@ def test_llamacpp_counts_the_prompt_it_computed_and_the_time_it_took() -> None:
     engine = _loaded_engine()
     registry = new_registry()
     metrics = EngineMetrics(registry, MetricsFlavor.LLAMACPP, list)
-    now = 0.0
-    finished: list[FinishedRequest] = []
-    while not finished:
-        result = engine.step(now)
-        assert result is not None
-        now += result.duration
-        finished.extend(result.finished)
+    finished = _finish(engine, 1)
     for request in finished:
         metrics.observe_finished(LLAMA_8B, request, FinishReason.LENGTH.value)
     computed = sum(r.prompt_tokens - r.cached_tokens for r in finished)
