@@ -33,6 +33,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter
@@ -55,6 +56,7 @@ from gtm.admin_auth import AdminGuard, admin_middleware, path_prefix
 from gtm.clock import Clock, SystemClock
 from gtm.gpu_profiles import ModelKind
 from gtm.http_limits import limited_app
+from gtm.kv_events import endpoint_labels
 from gtm.loopstats import register_loop_tasks
 from gtm.models import GpuWorker, WorkerState
 from gtm.openai_errors import error_middleware
@@ -329,8 +331,17 @@ class GpuSimServer:
             labels=(
                 ("emulator", "gtm-gpu-sim"),
                 ("metrics-flavor", self.config.metrics_flavor.value),
+                *self._kv_event_labels(),
             ),
         )
+
+    def _kv_event_labels(self) -> tuple[tuple[str, str], ...]:
+        """Where a zone agent dials this worker's KV events (none without a publisher)."""
+        config = self.config.kv_events
+        if config is None:
+            return ()
+        host = urlsplit(self.config.advertise_url or self.url).hostname or ""
+        return endpoint_labels(config, host)
 
     # ------------------------------------------------------------------ plumbing
 

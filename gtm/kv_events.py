@@ -121,6 +121,28 @@ def binds(endpoint: str) -> bool:
     return "*" in endpoint or "::" in endpoint or endpoint.startswith(("ipc://", "inproc://"))
 
 
+#: Worker labels that name a worker's own KV-event endpoints: the zone agent dials them
+#: over its ``--kv-events`` patterns, and ``gtm gpu-sim`` registers them.
+KV_EVENTS_LABEL = "kv-events"
+KV_EVENTS_REPLAY_LABEL = "kv-events-replay"
+
+
+def endpoint_labels(config: KVEventsConfig, host: str) -> tuple[tuple[str, str], ...]:
+    """The ``kv-events``/``kv-events-replay`` labels a publisher reachable at ``host``
+    registers: a bound ``tcp://*:PORT`` becomes ``tcp://HOST:PORT``, an ipc:// path is
+    itself; an endpoint it connects out of (or inproc://) names nothing a subscriber dials."""
+    if not config.publishing:
+        return ()
+    named = ((KV_EVENTS_LABEL, config.endpoint), (KV_EVENTS_REPLAY_LABEL, config.replay_endpoint))
+    bracketed = f"[{host}]" if ":" in host else host
+    labels = []
+    for label, endpoint in named:
+        if endpoint is None or not binds(endpoint) or endpoint.startswith("inproc://"):
+            continue
+        labels.append((label, endpoint.replace("tcp://*", f"tcp://{bracketed}", 1)))
+    return tuple(labels)
+
+
 # ---------------------------------------------------------------------------- payloads
 # vLLM's event layouts field for field, in declaration order — (name, type) or (name,
 # type, default) — built as msgspec structs in both encodings, so msgspec (the encoder

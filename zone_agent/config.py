@@ -10,6 +10,7 @@ from pydantic import Field, model_validator
 
 from gtm.errors import ConfigError
 from gtm.http_limits import HttpLimits
+from gtm.kv_events import KV_EVENTS_LABEL, KV_EVENTS_REPLAY_LABEL
 from gtm.models import Frozen, GpuWorker, Identifier, ModelName
 from zone_agent.credentials import KeyRef, WorkerKeyConfig, parse_ref
 from zone_agent.health import HealthConfig
@@ -22,9 +23,6 @@ UNKNOWN_GPU_TYPE = "unknown"
 #: vLLM's default KV-event endpoint (``KVEventsConfig.endpoint``, tcp://*:5557), as the
 #: zone agent dials it on each worker's host: ``gtm zone --kv-events`` alone.
 DEFAULT_KV_EVENTS = "tcp://{host}:5557"
-#: Worker labels that name a worker's own KV-event endpoints (over the patterns).
-KV_EVENTS_LABEL = "kv-events"
-KV_EVENTS_REPLAY_LABEL = "kv-events-replay"
 
 
 class KVEventsSource(Frozen):

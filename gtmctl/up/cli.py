@@ -186,6 +186,14 @@ EXIT_INTERRUPTED = 130
     help="GPU performance profiles (a YAML file or a directory of them; repeatable) given "
     "to every zone agent (gtm zone --gpu-profiles), over the shipped ones.",
 )
+@click.option(
+    "--kv-events",
+    is_flag=True,
+    help="With --processes: every emulated GPU publishes vLLM's KV events (gtm gpu-sim "
+    "--kv-events-config, on ipc:// sockets in the run directory, registered as its "
+    "kv-events labels) and every zone agent reads them (gtm zone --kv-events): the zones "
+    "place by what each GPU really cached (docs/kv-events.md).",
+)
 @zone_options(prefix="dns-")
 @click.option(
     "--print-topology",
@@ -229,6 +237,7 @@ def up(print_topology: bool, admin_dir: Path | None, **options: Any) -> None:
             policy_profile=options["policy_profile"],
             worker_api_key_file=options["worker_api_key_file"],
             gpu_profiles=tuple(options["gpu_profiles"]),
+            kv_events=options["kv_events"],
         )
     except ValidationError as exc:
         first = exc.errors()[0]

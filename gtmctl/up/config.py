@@ -103,6 +103,9 @@ class UpConfig(Frozen):
     #: Operator's GPU profile files or directories, given to every zone agent
     #: (``gtm zone --gpu-profiles``); empty: the shipped profiles alone.
     gpu_profiles: tuple[str, ...] = ()
+    #: Every emulated GPU publishes vLLM's KV events on ipc:// sockets of its own in the
+    #: run directory and registers them; every zone agent reads them (--processes only).
+    kv_events: bool = False
 
     # ConfigError becomes ValueError: pydantic reports it as a validation error of the
     # field (one line naming the option), not an exception escaping the model.
@@ -151,6 +154,11 @@ class UpConfig(Frozen):
             raise ValueError(
                 "--etcd-members and --chaos-links need --processes (the in-process "
                 "deployment has one in-memory store and no connections to put links on)"
+            )
+        if self.kv_events and not self.processes:
+            raise ValueError(
+                "--kv-events needs --processes (the in-process deployment's emulated GPUs "
+                "publish no KV events)"
             )
         if self.etcd_members != 1 and self.uses_etcd:
             raise ValueError(

@@ -98,6 +98,10 @@ ETCD_CHECK_S = 0.5
 _WORKER_KEY_VARIABLES = frozenset({API_KEY_ENV, "GTM_API_KEY"})
 #: Linux prctl option: signal sent to a child when its parent dies.
 _PR_SET_PDEATHSIG = 1
+#: ``gtm up --kv-events``: the topic the GPUs publish and the zones read.
+KV_EVENTS_TOPIC = "kv-events"
+#: The longest Unix socket path (``sun_path`` less its NUL on Linux).
+_IPC_PATH_MAX = 107
 
 AppHook = Callable[[web.Application], None]
 
@@ -195,13 +199,43 @@ def _gtm(*args: str) -> list[str]:
     return [sys.executable, "-m", "gtmctl", *logging_args, *args]
 
 
-def gpu_argv(gpu: GpuPlacement, state: str, speedup: float) -> list[str]:
+def kv_events_config(gpu: GpuPlacement, directory: Path) -> str:
+    """``gtm up --kv-events``: the GPU's ``--kv-events-config``, its PUB and replay
+    sockets ipc:// paths of its own in ``directory`` (vLLM binds an ipc:// endpoint, as
+    its ``tcp://*`` default, but connects out of a ``tcp://127.0.0.1:PORT`` one; a path
+    is never taken by another process, nor reachable off the machine). The GPU registers
+    them as its ``kv-events`` labels, which the zone agent dials."""
+    pub, replay = directory / f"{gpu.id}.pub", directory / f"{gpu.id}.replay"
+    if len(str(replay)) > _IPC_PATH_MAX:
+        raise ConfigError(
+            f"--kv-events: the socket path {replay} is longer than a Unix socket's "
+            f"{_IPC_PATH_MAX} bytes; give a shorter --run-dir"
+        )
+    config = {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": f"ipc://{pub}",
+        "replay_endpoint": f"ipc://{replay}",
+        "topic": KV_EVENTS_TOPIC,
+    }
+    return json.dumps(config)
+
+
+def gpu_argv(
+    gpu: GpuPlacement, state: str, speedup: float, *, kv_events_dir: Path | None = None
+) -> list[str]:
     models = [arg for m in gpu.models for arg in ("--model", m)]
+    events = (
+        ()
+        if kv_events_dir is None
+        else ("--kv-events-config", kv_events_config(gpu, kv_events_dir))
+    )
     return _gtm(
         "gpu-sim",
         *("--host", gpu.host, "--port", "0", "--gpu-type", gpu.gpu_type, *models),
         *("--speedup", repr(speedup), "--seed", str(gpu.seed), "--state", state),
         *("--region", gpu.region, "--zone", gpu.zone, "--worker-id", gpu.id),
+        *events,
     )
 
 
@@ -213,9 +247,12 @@ def zone_argv(
     *,
     worker_key_file: str | None = None,
     gpu_profiles: tuple[str, ...] = (),
+    kv_events: bool = False,
 ) -> list[str]:
     keyed = ("--worker-api-key-file", worker_key_file) if worker_key_file else ()
     profiled = [arg for path in gpu_profiles for arg in ("--gpu-profiles", path)]
+    # The GPUs' kv-events labels name their sockets (the pattern is then never used).
+    events = ("--kv-events-topic", KV_EVENTS_TOPIC, "--kv-events") if kv_events else ()
     return _gtm(
         "zone",
         *("--zone", zone.id, "--region", zone.region, "--state", state),
@@ -223,6 +260,7 @@ def zone_argv(
         *(tiers or TierPolicy()).zone_flags(),
         *keyed,
         *profiled,
+        *events,
     )
 
 
@@ -378,9 +416,13 @@ class ProcessFleet:
         def with_tls(argv: list[str], identity: str) -> list[str]:
             return argv if tls is None else [*argv, *tls.argv(identity)]
 
+        kv_events_dir = plan.run_dir / "kv-events" if config.kv_events else None
+        if kv_events_dir is not None:
+            kv_events_dir.mkdir(exist_ok=True)
         for gpu in plan.deployment.gpus:
             state = self._state_for(f"gpu/{gpu.id}")
-            argv = with_tls(gpu_argv(gpu, state, config.speedup), f"gpu/{gpu.id}")
+            argv = gpu_argv(gpu, state, config.speedup, kv_events_dir=kv_events_dir)
+            argv = with_tls(argv, f"gpu/{gpu.id}")
             self._add(gpu.id, TierKind.GPU, argv)
         for zone in plan.deployment.zones:
             state = self._state_for(f"zone/{zone.id}")
@@ -391,6 +433,7 @@ class ProcessFleet:
                 config.tiers,
                 worker_key_file=config.worker_api_key_file,
                 gpu_profiles=config.gpu_profiles,
+                kv_events=config.kv_events,
             )
             argv = with_tls(argv, f"zone/{zone.id}")
             self._add(zone.id, TierKind.ZONE, argv)
