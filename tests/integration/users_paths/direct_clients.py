@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from openai import AsyncOpenAI
 
 from gtmctl.up.clients import bundled_cities, city_network
 from tests.integration.gtmctl.up.helpers import Up
@@ -38,6 +39,18 @@ def city_client(name: str, country: str) -> str:
 
 BERLIN = city_client("Berlin", "DE")  # GDPR: EEA regions only
 NEW_YORK = city_client("New York City", "US")
+
+
+def tenant_client(up: Up, **headers: str) -> AsyncOpenAI:
+    """The OpenAI SDK as the demo tenant in Berlin points it at the front door (no
+    retries: a failure is the test's to see), with ``headers`` sent besides."""
+    return AsyncOpenAI(
+        base_url=up.base_url + "/v1",
+        api_key=TENANT_KEY,
+        max_retries=0,
+        timeout=60.0,
+        default_headers={"X-Forwarded-For": BERLIN, **headers},
+    )
 
 
 @dataclass(frozen=True)

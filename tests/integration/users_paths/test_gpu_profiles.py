@@ -21,17 +21,15 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from openai import AsyncOpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
 from gtm.gpu_profiles import LLAMA_8B, get_profile
 from gtm.profile_files import render
 from tests.integration.gtmctl.up.helpers import running_up
 from tests.integration.users_paths.direct_clients import (
-    BERLIN,
     MODEL,
-    TENANT_KEY,
     admin_document,
+    tenant_client,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -72,13 +70,7 @@ async def test_the_operators_profile_prices_their_gpus(tmp_path: Path) -> None:
         regions=("eu-west",),
         start_timeout_s=START_TIMEOUT_S,
     ) as up:
-        async with AsyncOpenAI(
-            base_url=up.base_url + "/v1",
-            api_key=TENANT_KEY,
-            max_retries=0,
-            timeout=60.0,
-            default_headers={"X-Forwarded-For": BERLIN},
-        ) as client:
+        async with tenant_client(up) as client:
             answer = await client.chat.completions.create(
                 model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=4
             )

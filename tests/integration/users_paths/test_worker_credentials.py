@@ -40,7 +40,12 @@ from gtm.net import free_port
 from gtm.state.etcd_server import EtcdServer
 from gtm.testing.processes import running
 from tests.integration.gtmctl.up.helpers import running_up
-from tests.integration.users_paths.direct_clients import BERLIN, MODEL, TENANT_KEY, deployment
+from tests.integration.users_paths.direct_clients import (
+    MODEL,
+    TENANT_KEY,
+    deployment,
+    tenant_client,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -89,17 +94,9 @@ async def test_the_tenants_key_stops_at_the_tiers_and_workers_get_their_own(
         regions=("eu-west",),
         start_timeout_s=START_TIMEOUT_S,
     ) as up:
-        async with AsyncOpenAI(
-            base_url=up.base_url + "/v1",
-            api_key=TENANT_KEY,
-            max_retries=0,
-            timeout=60.0,
-            default_headers={
-                "X-Forwarded-For": BERLIN,
-                "x-api-key": TENANT_KEY,
-                "api-key": TENANT_KEY,
-            },
-        ) as client:
+        # The tenant's key in every header a client may put it in.
+        credentials = {"x-api-key": TENANT_KEY, "api-key": TENANT_KEY}
+        async with tenant_client(up, **credentials) as client:
             answer = await client.chat.completions.create(
                 model=MODEL, messages=MESSAGES, max_tokens=4
             )
