@@ -39,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar
@@ -51,7 +51,7 @@ from prometheus_client import CollectorRegistry, Gauge
 
 from gtm import headers as gtm_headers
 from gtm import tracing
-from gtm.inbound import client_request_id, new_request_id
+from gtm.inbound import Scope, client_request_id, new_request_id
 from gtm.logs import LineWriter, configured
 from gtm.serve import CLIENT_CLOSED, SERVICE_PATHS
 
@@ -219,7 +219,10 @@ class AccessNote:
     tokens_in: int | None = None
     tokens_out: int | None = None
     tokens_source: TokenSource | None = None
-    response: web.StreamResponse | None = field(default=None, repr=False)
+    #: The response's headers once it was made (sent or returned), else None.
+    response: Mapping[str, str] | None = field(default=None, repr=False)
+    #: Its status (with :attr:`response`).
+    status: int = 0
     prepared_at: float | None = None
 
     @property
@@ -232,11 +235,13 @@ class AccessNote:
         return rid
 
 
-_NOTE = web.RequestKey("gtm_access_note", AccessNote)
+#: Where a request's note is kept in its per-request state (:class:`gtm.inbound.Scope`).
+NOTE_KEY = web.RequestKey("gtm_access_note", AccessNote)
+_NOTE = NOTE_KEY
 
 
 def tell(
-    request: web.Request,
+    request: Scope,
     *,
     tenant: str | None = None,
     model: str | None = None,
@@ -291,7 +296,7 @@ def tell(
 
 
 def record_of(
-    request: web.Request,
+    request: Scope,
     note: AccessNote,
     *,
     tier: str,
@@ -303,8 +308,7 @@ def record_of(
 ) -> AccessRecord:
     """The access record of ``request``: the response's headers first, then what the
     tier told (``note``), then this process's own ``region``/``zone``."""
-    response = note.response
-    got: Mapping[str, str] = response.headers if response is not None else {}
+    got: Mapping[str, str] = note.response if note.response is not None else {}
     spill_from = got.get(gtm_headers.SPILLED_FROM) or note.spill_from
     served = got.get(gtm_headers.REGION) or region
     prepared = note.prepared_at
@@ -337,6 +341,73 @@ def record_of(
     )
 
 
+class AccessLog:
+    """One tier's access lines, whichever server parsed the request: aiohttp's
+    middleware (:func:`install`) and the lean server (:mod:`gtm.http1`) both call
+    :meth:`begin`, :meth:`prepared` and :meth:`end`, so the line is the same."""
+
+    def __init__(
+        self,
+        tier: str,
+        *,
+        region: str | None = None,
+        zone: str | None = None,
+        skip: Collection[str] = SERVICE_PATHS,
+        clock: Callable[[], float] = time.monotonic,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self._tier = tier
+        self._region = region
+        self._zone = zone
+        self._clock = clock
+        self._write = _Writer(logger(tier), tier, registry)
+        #: Paths without a line (probes, scrapes).
+        self.skip = skip
+
+    def begin(self, request: Scope) -> AccessNote:
+        """A request arrived: its note (the caller keeps it under :data:`NOTE_KEY`)."""
+        return AccessNote(self._clock(), client_request_id(request.headers))
+
+    def prepared(self, note: AccessNote, status: int, headers: MutableMapping[str, str]) -> None:
+        """The response's head is being sent: its time, status and headers; a response
+        without ``x-request-id`` gains the request's."""
+        note.response = headers
+        note.status = status
+        note.prepared_at = self._clock()
+        if gtm_headers.REQUEST_ID not in headers:
+            headers[gtm_headers.REQUEST_ID] = note.request_id
+
+    def end(self, request: Scope, note: AccessNote, status: int, end: End) -> None:
+        """The handling ended: write the line."""
+        self._write(
+            record_of(
+                request,
+                note,
+                tier=self._tier,
+                status=status,
+                end=end,
+                now=self._clock(),
+                region=self._region,
+                zone=self._zone,
+            )
+        )
+
+
+def access_log(
+    tier: str,
+    *,
+    region: str | None = None,
+    zone: str | None = None,
+    skip: Collection[str] = SERVICE_PATHS,
+    clock: Callable[[], float] = time.monotonic,
+    registry: CollectorRegistry | None = None,
+) -> AccessLog | None:
+    """The tier's :class:`AccessLog`, or None when ``gtm.access.<tier>`` is off."""
+    if not logger(tier).isEnabledFor(logging.INFO):
+        return None
+    return AccessLog(tier, region=region, zone=zone, skip=skip, clock=clock, registry=registry)
+
+
 def install(
     app: web.Application,
     tier: str,
@@ -346,62 +417,46 @@ def install(
     skip: Collection[str] = SERVICE_PATHS,
     clock: Callable[[], float] = time.monotonic,
     registry: CollectorRegistry | None = None,
-) -> None:
+) -> AccessLog | None:
     """Log one access line per request of ``app`` (see the module docstring); nothing
     when ``gtm.access.<tier>`` is off (``--no-access-log``). ``region``/``zone``: where
     this process is, for lines whose response does not say; ``registry``: where
-    ``gtm_access_log_direct{tier}`` goes."""
-    log = logger(tier)
-    if not log.isEnabledFor(logging.INFO):
-        return
-    write = _Writer(log, tier, registry)
+    ``gtm_access_log_direct{tier}`` goes. Returns the :class:`AccessLog` installed (a
+    lean server beside ``app`` writes through it)."""
+    made = access_log(tier, region=region, zone=zone, skip=skip, clock=clock, registry=registry)
+    if made is None:
+        return None
 
     @web.middleware
     async def access(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path in skip:
+        if request.path in made.skip:
             return await handler(request)
-        note = AccessNote(clock(), client_request_id(request.headers))
-        request[_NOTE] = note
+        note = request[_NOTE] = made.begin(request)
         status, end = 500, End.ERROR
         try:
             response = await handler(request)
             status, end = response.status, End.OK
             if note.response is None:  # not sent yet: the record reads its headers
-                note.response = response
+                note.response = response.headers
             return response
         except web.HTTPException as exc:  # answered by aiohttp itself
             status, end = exc.status, End.OK
             raise
         except asyncio.CancelledError:
             end = End.DISCONNECT
-            status = CLIENT_CLOSED if note.response is None else note.response.status
+            status = CLIENT_CLOSED if note.response is None else note.status
             raise
         finally:
-            now = clock()
-            write(
-                record_of(
-                    request,
-                    note,
-                    tier=tier,
-                    status=status,
-                    end=end,
-                    now=now,
-                    region=region,
-                    zone=zone,
-                )
-            )
+            made.end(request, note, status, end)
 
     async def prepared(request: web.Request, response: web.StreamResponse) -> None:
         note = request.get(_NOTE)
-        if note is None:
-            return
-        note.response = response
-        note.prepared_at = clock()
-        if gtm_headers.REQUEST_ID not in response.headers:
-            response.headers[gtm_headers.REQUEST_ID] = note.request_id
+        if note is not None:
+            made.prepared(note, response.status, response.headers)
 
     app.middlewares.insert(0, access)
     app.on_response_prepare.append(prepared)
+    return made
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -436,11 +491,14 @@ def access_log_option() -> Callable[[F], F]:
 __all__ = [
     "ACCESS_LOGGER",
     "CLIENT_CLOSED",
+    "NOTE_KEY",
     "SERVICE_PATHS",
+    "AccessLog",
     "AccessNote",
     "AccessRecord",
     "End",
     "TokenSource",
+    "access_log",
     "access_log_option",
     "emit",
     "install",

@@ -8,6 +8,9 @@
   missing or unknown key in its own words (a 401 either way).
 * :func:`request_id` — the client's ``x-request-id`` when it is a sane one (printable,
   at most :data:`MAX_REQUEST_ID` characters), else a fresh id.
+* :class:`Scope` — a request as the handlers and the per-request rules (access line,
+  span, relay) read it, whichever server parsed it: aiohttp's ``web.Request`` or the
+  lean server's (:mod:`gtm.http1`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -24,6 +28,30 @@ from policies import TenantDirectory
 from policies.documents import Tenant
 
 HEADER_REQUEST_ID = gtm_headers.REQUEST_ID
+
+
+class Scope(Protocol):
+    """One client request, read-only, with its per-request state.
+
+    ``get`` looks up what a rule stored for this request under its key (aiohttp's
+    ``web.RequestKey``: the access note, the span), ``None`` when nothing was.
+    """
+
+    @property
+    def method(self) -> str: ...
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    @property
+    def remote(self) -> str | None: ...
+
+    def get(self, key: Any, /) -> Any: ...
+
+
 #: Longest client request id kept (a longer one is replaced, not truncated).
 MAX_REQUEST_ID = 128
 
@@ -74,6 +102,7 @@ def request_id(headers: Mapping[str, str], new: Callable[[], str] = new_request_
 
 
 __all__ = [
+    "Scope",
     "bearer_key",
     "client_request_id",
     "new_request_id",

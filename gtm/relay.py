@@ -43,6 +43,14 @@ Upstream clients plug in behind :class:`Upstream` (status, headers, ``readany``,
 regional LB, the zone's own lean client (:mod:`zone_agent.upstream`) for the zone.
 Library errors are translated at that seam into :class:`~gtm.errors.UpstreamError`
 and :class:`~gtm.errors.AttemptFailed`.
+
+The client's side plugs in behind :class:`Downstream` (start a response, write, end it,
+the whole response in one write, abort; whether the client is gone), beside the
+request as handlers read it (:class:`gtm.inbound.Scope`: method, path, headers, peer,
+per-request state): :class:`AiohttpDownstream` for aiohttp's server (the front door, the
+regional LB, the zone's aiohttp front), :mod:`gtm.http1`'s own for its lean server. The
+loop (:class:`RelayLoop`) sees only the two seams; :class:`Relay` is the loop bound to an
+aiohttp request, whose :meth:`Relay.forward` returns the handler's response.
 """
 
 from __future__ import annotations
@@ -62,6 +70,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from gtm import tracing
 from gtm.errors import AttemptFailed, UpstreamError
+from gtm.inbound import Scope
 from gtm.models import Tier
 from gtm.openai_errors import ApiError, ErrorType
 
@@ -204,6 +213,90 @@ class Upstream(Protocol):
     def close(self) -> None: ...
 
 
+class Downstream(ABC):
+    """The client's side of one relayed response, whichever server holds its connection.
+
+    A response is either :meth:`whole` (status, headers and body in one write: the
+    server sends it when the handler returns) or :meth:`start`-ed, :meth:`write`-n and
+    ended with :meth:`write_eof`. ``write`` raises ``ConnectionResetError`` once the
+    client has gone; :meth:`abort` resets the client's connection (a cut body must not
+    look complete); :meth:`gone` says whether the client's connection is closing.
+    """
+
+    __slots__ = ()
+
+    @abstractmethod
+    def gone(self) -> bool:
+        """Whether the client's connection is closed or closing."""
+
+    @abstractmethod
+    def whole(self, status: int, reason: str, headers: CIMultiDict[str], body: bytes) -> None:
+        """The whole response (sent as the handler returns, in one write)."""
+
+    @abstractmethod
+    async def start(
+        self, status: int, reason: str, headers: CIMultiDict[str], length: int | None
+    ) -> None:
+        """Send the status line and headers (``length``: the body's, else streamed)."""
+
+    @abstractmethod
+    async def write(self, data: bytes) -> None:
+        """A body chunk (waits while the client's buffer is full)."""
+
+    @abstractmethod
+    async def write_eof(self) -> None:
+        """The body's clean end."""
+
+    @abstractmethod
+    def abort(self) -> None:
+        """Reset the client's connection."""
+
+
+class AiohttpDownstream(Downstream):
+    """aiohttp's server behind :class:`Downstream`; :meth:`result` is what the handler
+    returns (a :meth:`whole` response is sent by aiohttp, after its prepare hooks)."""
+
+    __slots__ = ("_request", "_response")
+
+    def __init__(self, request: web.Request) -> None:
+        self._request = request
+        self._response: web.StreamResponse | None = None
+
+    def result(self) -> web.StreamResponse:
+        """The response the relay made (for the handler to return)."""
+        if self._response is None:
+            raise RuntimeError("no response was made")
+        return self._response
+
+    def gone(self) -> bool:
+        transport = self._request.transport
+        return transport is None or transport.is_closing()
+
+    def whole(self, status: int, reason: str, headers: CIMultiDict[str], body: bytes) -> None:
+        self._response = web.Response(status=status, reason=reason, headers=headers, body=body)
+
+    async def start(
+        self, status: int, reason: str, headers: CIMultiDict[str], length: int | None
+    ) -> None:
+        response = self._response = web.StreamResponse(
+            status=status, reason=reason, headers=headers
+        )
+        if length is not None:
+            response.content_length = length
+        await response.prepare(self._request)
+
+    async def write(self, data: bytes) -> None:
+        await self.result().write(data)
+
+    async def write_eof(self) -> None:
+        await self.result().write_eof()
+
+    def abort(self) -> None:
+        transport = self._request.transport
+        if transport is not None:
+            transport.abort()
+
+
 def skip_set(*names: str) -> frozenset[str]:
     """:data:`HOP_BY_HOP` and ``names`` (lower-cased): what a tier drops from the
     client's headers because it sets those itself. Build it once, at import."""
@@ -226,10 +319,12 @@ def end_to_end(
 T = TypeVar("T")
 
 
-class Relay(ABC, Generic[T]):
+class RelayLoop(ABC, Generic[T]):
     """One request's trip upstream: subclass per tier, one instance per request.
 
-    :meth:`forward` runs the attempts; the hooks say what differs per tier:
+    :meth:`run` runs the attempts, reading the request as ``scope`` (tracing's
+    per-request state) and answering through ``downstream``; the hooks say what
+    differs per tier:
 
     * :meth:`next_target` — where the next attempt goes (``None``: nowhere left);
     * :meth:`target_id` — the target's id (the tried set, messages, metrics);
@@ -249,12 +344,14 @@ class Relay(ABC, Generic[T]):
 
     def __init__(
         self,
-        request: web.Request,
+        scope: Scope,
+        downstream: Downstream,
         *,
         max_attempts: int = 3,
         breaks: StreamBreaks | None = None,
     ) -> None:
-        self.request = request
+        self.scope = scope
+        self.downstream = downstream
         self.max_attempts = max_attempts
         #: Where breaks after the first byte are counted (None: not counted).
         self.breaks = breaks
@@ -316,9 +413,9 @@ class Relay(ABC, Generic[T]):
 
     # ------------------------------------------------------------------ the loop
 
-    async def forward(self) -> web.StreamResponse:
-        """Try targets until one answers and relay its response; else raise
-        :meth:`exhausted`."""
+    async def run(self) -> None:
+        """Try targets until one answers and relay its response to :attr:`downstream`;
+        else raise :meth:`exhausted`."""
         tried: set[str] = set()
         for _ in range(self.max_attempts):
             target = self.next_target(frozenset(tried))
@@ -327,17 +424,18 @@ class Relay(ABC, Generic[T]):
             target_id = self.target_id(target)
             tried.add(target_id)
             try:
-                return await self._attempt(target)
+                await self._attempt(target)
+                return
             except AttemptFailed as failure:
                 failure.target = target_id
                 self.failures.append(failure)
                 tracing.attempt_failed(
-                    self.request, target_id, failure.kind, failure.status, failure.detail
+                    self.scope, target_id, failure.kind, failure.status, failure.detail
                 )
                 self.failed(target, failure)
         raise self.exhausted()
 
-    async def _attempt(self, target: T) -> web.StreamResponse:
+    async def _attempt(self, target: T) -> None:
         release = self.begin(target)
         upstream: Upstream | None = None
         ending: Ending | None = None
@@ -361,16 +459,13 @@ class Relay(ABC, Generic[T]):
                 body = await bounded_body(upstream)
                 raise AttemptFailed(Failure.STATUS, f"HTTP {status}", status=status, body=body)
             try:
-                response, ending = await self._relay(target, upstream, first)
+                ending = await self._relay(target, upstream, first)
             except asyncio.CancelledError:
-                # After the first byte: the client left (aiohttp cancels the handler), or
-                # the server is stopping with the client still there.
-                transport = self.request.transport
-                gone = transport is None or transport.is_closing()
-                ending = Ending.CLIENT_GONE if gone else Ending.CANCELLED
+                # After the first byte: the client left (the server cancels the handler),
+                # or the server is stopping with the client still there.
+                ending = Ending.CLIENT_GONE if self.downstream.gone() else Ending.CANCELLED
                 _log_break(self.target_id(target), ending, None)
                 raise
-            return response
         finally:
             if upstream is not None:
                 if ending is Ending.COMPLETED:
@@ -385,29 +480,20 @@ class Relay(ABC, Generic[T]):
                     self.breaks.count(cause)
                 self.finished(target, ending)
 
-    async def _relay(
-        self, target: T, upstream: Upstream, first: bytes
-    ) -> tuple[web.StreamResponse, Ending]:
+    async def _relay(self, target: T, upstream: Upstream, first: bytes) -> Ending:
         self.first_byte(target)
         headers = CIMultiDict(end_to_end(upstream.headers))
         self.response_headers(target, headers)
         length = upstream.content_length
         watch = self.watch_chunks
+        client = self.downstream
         if length is not None and len(first) == length:
             # The whole body came in one read: one response, one write.
             if watch:
                 self.chunk(first)
-            whole = web.Response(
-                status=upstream.status, reason=upstream.reason, headers=headers, body=first
-            )
-            return whole, Ending.COMPLETED
-        request = self.request
-        response = web.StreamResponse(
-            status=upstream.status, reason=upstream.reason, headers=headers
-        )
-        if length is not None:
-            response.content_length = length
-        await response.prepare(request)
+            client.whole(upstream.status, upstream.reason, headers, first)
+            return Ending.COMPLETED
+        await client.start(upstream.status, upstream.reason, headers, length)
         last = b""
         ending = Ending.COMPLETED
         error: BaseException | None = None
@@ -416,7 +502,7 @@ class Relay(ABC, Generic[T]):
             while chunk:
                 if watch:
                     self.chunk(chunk)
-                await response.write(chunk)
+                await client.write(chunk)
                 last = chunk
                 try:
                     chunk = await upstream.readany()
@@ -427,17 +513,39 @@ class Relay(ABC, Generic[T]):
                     ending, error = Ending.CUT_RESET, exc
                     break
             else:
-                await response.write_eof()
-                return response, Ending.COMPLETED
+                await client.write_eof()
+                return Ending.COMPLETED
         except (ConnectionResetError, aiohttp.ClientConnectionResetError) as exc:
             _log_break(self.target_id(target), Ending.CLIENT_GONE, exc)
-            return response, Ending.CLIENT_GONE
+            return Ending.CLIENT_GONE
         sse = is_event_stream(upstream.headers)
         if sse and last.rstrip().endswith(b"[DONE]"):
             ending = Ending.CUT_AFTER_DONE
         _log_break(self.target_id(target), ending, error)
-        await _cut(request, response, ending, sse=sse, last=last)
-        return response, ending
+        await _cut(client, ending, sse=sse, last=last)
+        return ending
+
+
+class Relay(RelayLoop[T]):
+    """The relay loop bound to an aiohttp request (the front door, the regional LB):
+    :attr:`request` for the hooks, :meth:`forward` for the handler."""
+
+    def __init__(
+        self,
+        request: web.Request,
+        *,
+        max_attempts: int = 3,
+        breaks: StreamBreaks | None = None,
+    ) -> None:
+        self._client = AiohttpDownstream(request)
+        super().__init__(request, self._client, max_attempts=max_attempts, breaks=breaks)
+        self.request = request
+
+    async def forward(self) -> web.StreamResponse:
+        """Try targets until one answers and relay its response; else raise
+        :meth:`exhausted`."""
+        await self.run()
+        return self._client.result()
 
 
 class _NoDeadline:
@@ -480,14 +588,7 @@ def _at_event_boundary(last: bytes) -> bool:
     return last.endswith((b"\n\n", b"\r\n\r\n", b"\r\r"))
 
 
-async def _cut(
-    request: web.Request,
-    response: web.StreamResponse,
-    ending: Ending,
-    *,
-    sse: bool,
-    last: bytes,
-) -> None:
+async def _cut(client: Downstream, ending: Ending, *, sse: bool, last: bytes) -> None:
     """End a response whose upstream broke after the first byte, so the client can tell.
 
     An event stream gets :func:`cut_event` (after a blank line when the upstream broke
@@ -502,14 +603,12 @@ async def _cut(
             event = b"\n\n" + event
         try:
             if event:
-                await response.write(event)
-            await response.write_eof()
+                await client.write(event)
+            await client.write_eof()
             return
         except (ConnectionResetError, aiohttp.ClientConnectionResetError):
             pass  # the client left meanwhile: nothing more to tell it
-    transport = request.transport
-    if transport is not None:
-        transport.abort()
+    client.abort()
 
 
 def _log_break(target: str, ending: Ending, error: BaseException | None) -> None:
@@ -623,11 +722,14 @@ def first_byte_timeout(connect_s: float, first_byte_s: float) -> aiohttp.ClientT
 __all__ = [
     "ERROR_BODY_BYTES",
     "HOP_BY_HOP",
+    "AiohttpDownstream",
     "AiohttpUpstream",
     "BreakCause",
+    "Downstream",
     "Ending",
     "Failure",
     "Relay",
+    "RelayLoop",
     "StreamBreaks",
     "Upstream",
     "all_busy",

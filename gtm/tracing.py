@@ -62,6 +62,7 @@ from gtm._version import __version__
 from gtm.cli_types import NewFile
 from gtm.errors import ConfigError, MissingExtra
 from gtm.extras import Extra, install_line
+from gtm.inbound import Scope
 from gtm.models import Tier
 from gtm.serve import CLIENT_CLOSED, SERVICE_PATHS
 
@@ -293,13 +294,18 @@ def trace_options() -> Callable[[F], F]:
 class _Hop:
     """One request's span at this tier, and how to pass it on."""
 
-    __slots__ = ("inject", "response", "span")
+    __slots__ = ("body", "inject", "response", "span", "status")
 
     def __init__(self, span: Span, inject: Callable[[dict[str, str], Context], None]) -> None:
         self.span = span
         self.inject = inject
-        #: The response once its head was sent (a stream the client may leave mid-way).
-        self.response: web.StreamResponse | None = None
+        #: The response's headers once its head was sent (a stream the client may leave
+        #: mid-way), else None.
+        self.response: Mapping[str, str] | None = None
+        #: Its status (with :attr:`response`).
+        self.status = 0
+        #: A whole response's body (an error's reason is read from it), else None.
+        self.body: bytes | None = None
 
     def headers(self) -> dict[str, str]:
         """``traceparent`` (and ``tracestate``) naming this span as the parent."""
@@ -310,7 +316,75 @@ class _Hop:
         return carrier
 
 
-_HOP = web.RequestKey("gtm_trace_hop", _Hop)
+#: Where a request's span is kept in its per-request state (:class:`gtm.inbound.Scope`).
+SPAN_KEY = web.RequestKey("gtm_trace_hop", _Hop)
+_HOP = SPAN_KEY
+
+
+class Spans:
+    """One tier's SERVER span per request, whichever server parsed it: aiohttp's
+    middleware (:func:`install`) and the lean server (:mod:`gtm.http1`) both
+    :meth:`start` and :meth:`finish` through here, so the span is the same."""
+
+    def __init__(
+        self,
+        tracer: Tracer,
+        tier: Tier,
+        *,
+        region: str | None = None,
+        zone: str | None = None,
+        skip: Collection[str] = SERVICE_PATHS,
+    ) -> None:
+        from opentelemetry.trace import SpanKind, Status, StatusCode
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        self._tracer = tracer
+        self._propagator = TraceContextTextMapPropagator()
+        self._kind = SpanKind.SERVER
+        self._error = Status(StatusCode.ERROR)
+        here = {_A["tier"]: tier.value}
+        if region is not None:
+            here[_A["region"]] = region
+        if zone is not None:
+            here[_A["zone"]] = zone
+        self._here = here
+        #: Paths without a span (probes, scrapes).
+        self.skip = skip
+
+    def start(self, request: Scope) -> _Hop:
+        """Open ``request``'s span (its parent: the incoming ``traceparent``); the
+        caller keeps the hop under :data:`SPAN_KEY` in the request's state."""
+        parent = self._propagator.extract(request.headers)
+        span = self._tracer.start_span(
+            f"{request.method} {request.path}",
+            context=parent,
+            kind=self._kind,
+            attributes=_request_attributes(request, self._here),
+        )
+        return _Hop(span, self._propagator.inject)
+
+    def finish(self, hop: _Hop, status: int, end: str) -> None:
+        """End the span: the status the client got, how the handling ended (``ok``,
+        ``disconnect``, ``error``) and what the response's headers said."""
+        span = hop.span
+        span.set_attributes(_response_attributes(hop.response, hop.body, status, end))
+        if status >= 500:
+            span.set_status(self._error)
+        span.end()
+
+
+def spans(
+    tier: Tier,
+    tracing: Tracing,
+    *,
+    region: str | None = None,
+    zone: str | None = None,
+    skip: Collection[str] = SERVICE_PATHS,
+) -> Spans | None:
+    """The tier's :class:`Spans`, or None when ``tracing`` is off."""
+    if tracing.tracer is None:
+        return None
+    return Spans(tracing.tracer, tier, region=region, zone=zone, skip=skip)
 
 
 def install(
@@ -321,65 +395,55 @@ def install(
     region: str | None = None,
     zone: str | None = None,
     skip: Collection[str] = SERVICE_PATHS,
-) -> None:
+) -> Spans | None:
     """One SERVER span per request of ``app`` (see the module docstring): the outermost
     middleware and a response-prepare hook (a client that leaves mid-stream got that
     response's status and ``x-gtm-*`` headers); nothing when ``tracing`` is off.
-    ``region``/``zone``: where this process is, for spans whose response does not say."""
-    tracer = tracing.tracer
-    if tracer is None:
-        return
-    from opentelemetry.trace import SpanKind, Status, StatusCode
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-    propagator = TraceContextTextMapPropagator()
-    here = {_A["tier"]: tier.value}
-    if region is not None:
-        here[_A["region"]] = region
-    if zone is not None:
-        here[_A["zone"]] = zone
+    ``region``/``zone``: where this process is, for spans whose response does not say.
+    Returns the :class:`Spans` it installed (a lean server beside ``app`` uses them)."""
+    made = spans(tier, tracing, region=region, zone=zone, skip=skip)
+    if made is None:
+        return None
 
     @web.middleware
     async def trace(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path in skip:
+        if request.path in made.skip:
             return await handler(request)
-        parent = propagator.extract(request.headers)
-        span = tracer.start_span(
-            f"{request.method} {request.path}",
-            context=parent,
-            kind=SpanKind.SERVER,
-            attributes=_request_attributes(request, here),
-        )
-        hop = request[_HOP] = _Hop(span, propagator.inject)
+        hop = request[_HOP] = made.start(request)
         status, end = 500, "error"
         try:
             response = await handler(request)
             status, end = response.status, "ok"
-            hop.response = response
+            _sent(hop, response)
             return response
         except web.HTTPException as exc:  # answered by aiohttp itself
             status, end = exc.status, "ok"
             raise
         except asyncio.CancelledError:  # the client left: mid-stream, the status it got
             end = "disconnect"
-            status = CLIENT_CLOSED if hop.response is None else hop.response.status
+            status = CLIENT_CLOSED if hop.response is None else hop.status
             raise
         finally:
-            span.set_attributes(_response_attributes(hop.response, status, end))
-            if status >= 500:
-                span.set_status(Status(StatusCode.ERROR))
-            span.end()
+            made.finish(hop, status, end)
 
     async def prepared(request: web.Request, response: web.StreamResponse) -> None:
         hop = request.get(_HOP)
         if hop is not None:
-            hop.response = response
+            _sent(hop, response)
 
     app.middlewares.insert(0, trace)
     app.on_response_prepare.append(prepared)
+    return made
 
 
-def _request_attributes(request: web.Request, here: Mapping[str, str]) -> dict[str, str]:
+def _sent(hop: _Hop, response: web.StreamResponse) -> None:
+    hop.response = response.headers
+    hop.status = response.status
+    body = response.body if isinstance(response, web.Response) else None
+    hop.body = body if isinstance(body, bytes) else None
+
+
+def _request_attributes(request: Scope, here: Mapping[str, str]) -> dict[str, str]:
     attributes = {**here, _A["method"]: request.method, _A["path"]: request.path}
     operation = OPERATIONS.get(request.path)
     if operation is not None:
@@ -390,12 +454,11 @@ def _request_attributes(request: web.Request, here: Mapping[str, str]) -> dict[s
 
 
 def _response_attributes(
-    response: web.StreamResponse | None, status: int, end: str
+    got: Mapping[str, str] | None, body: bytes | None, status: int, end: str
 ) -> dict[str, str | int]:
     attributes: dict[str, str | int] = {_A["status"]: status, _A["end"]: end}
-    if response is None:
+    if got is None:
         return attributes
-    got = response.headers
     for name, header in _SERVED_HEADERS:
         value = got.get(header)
         if value:
@@ -406,8 +469,8 @@ def _response_attributes(
         served = got.get(gtm_headers.REGION)
         if served:
             attributes[_A["spill_to"]] = served
-    if status >= 400:
-        code = error_code(response)
+    if status >= 400 and body is not None:
+        code = error_code_of(body)
         if code:
             attributes[_A["refusal"]] = code
     return attributes
@@ -419,7 +482,12 @@ def error_code(response: web.StreamResponse) -> str | None:
     if not isinstance(response, web.Response):
         return None
     body = response.body
-    if not isinstance(body, bytes) or not body.startswith(b"{") or len(body) > _ERROR_BODY_BYTES:
+    return error_code_of(body) if isinstance(body, bytes) else None
+
+
+def error_code_of(body: bytes) -> str | None:
+    """:func:`error_code` of a whole response's body."""
+    if not body.startswith(b"{") or len(body) > _ERROR_BODY_BYTES:
         return None
     try:
         document = json.loads(body)
@@ -436,7 +504,7 @@ def error_code(response: web.StreamResponse) -> str | None:
 
 
 def tell(
-    request: web.Request,
+    request: Scope,
     *,
     tenant: str | None = None,
     model: str | None = None,
@@ -477,14 +545,14 @@ def tell(
     hop.span.set_attributes(told)
 
 
-def traced(request: web.Request) -> bool:
+def traced(request: Scope) -> bool:
     """Whether ``request`` has a span: a tier asks before it gathers what only the span
     wants (:func:`decided`), so tracing off costs one lookup."""
     return request.get(_HOP) is not None
 
 
 def decided(
-    request: web.Request,
+    request: Scope,
     *,
     route: str | None = None,
     reasons: Sequence[str] = (),
@@ -519,9 +587,7 @@ def decided(
     hop.span.set_attributes(told)
 
 
-def attempt_failed(
-    request: web.Request, target: str, kind: str, status: int | None, detail: str
-) -> None:
+def attempt_failed(request: Scope, target: str, kind: str, status: int | None, detail: str) -> None:
     """An ``attempt_failed`` event on ``request``'s span: an attempt on ``target`` failed
     before its first byte (``kind``: connect, timeout, reset, status)."""
     hop = request.get(_HOP)
@@ -534,9 +600,7 @@ def attempt_failed(
     hop.span.add_event("attempt_failed", attributes)
 
 
-def inject(
-    request: web.Request, headers: CIMultiDict[str] | MutableSequence[tuple[str, str]]
-) -> None:
+def inject(request: Scope, headers: CIMultiDict[str] | MutableSequence[tuple[str, str]]) -> None:
     """Put this hop's span in the ``headers`` going upstream (``traceparent``, and
     ``tracestate`` when there is one), instead of the ones that came in; nothing when
     the request has no span (tracing off: the client's pass on unchanged)."""
@@ -557,17 +621,21 @@ __all__ = [
     "ATTRIBUTES",
     "OFF",
     "OPERATIONS",
+    "SPAN_KEY",
     "TRACEPARENT",
     "TRACESTATE",
+    "Spans",
     "TraceExporter",
     "Tracing",
     "attempt_failed",
     "decided",
     "error_code",
+    "error_code_of",
     "inject",
     "install",
     "json_lines_exporter",
     "open_tracing",
+    "spans",
     "tell",
     "trace_options",
     "traced",

@@ -37,8 +37,10 @@ from prometheus_client import CollectorRegistry
 
 from gtm import access, inbound
 from gtm.clock import Clock
+from gtm.inbound import Scope
 from gtm.models import decision_adapter
 from gtm.openai_request import parse_json_body
+from gtm.relay import AiohttpDownstream, Downstream
 from gtm.serve import add_service_routes
 from zone_agent.accounting import Accounting
 from zone_agent.errors import BadRequest
@@ -62,22 +64,19 @@ from zone_agent.view import ZoneView
 _IDS = Ids()
 
 
-async def read_request(
-    request: web.Request, endpoint: Endpoint, accounting: Accounting
-) -> tuple[bytes, ZoneRequest]:
-    """The raw body and the decision facts; ApiError (400) when the body is bad."""
-    raw = await inbound.read_body(request)
+def zone_facts(
+    headers: Mapping[str, str], raw: bytes, endpoint: Endpoint, accounting: Accounting
+) -> ZoneRequest:
+    """The decision facts of a request's body; ApiError (400) when the body is bad."""
     body = parse_json_body(raw)
-    version = request.headers.get(HEADER_VERSION) or None
-    facts = zone_request(
+    return zone_request(
         body,
         endpoint,
-        request_id=request_id(request.headers, _IDS),
+        request_id=request_id(headers, _IDS),
         seq=accounting.next_seq(),
-        version=version,
-        canary=canary(request.headers),
+        version=headers.get(HEADER_VERSION) or None,
+        canary=canary(headers),
     )
-    return raw, facts
 
 
 class OpenAiApi:
@@ -99,8 +98,19 @@ class OpenAiApi:
         return handle
 
     async def handle(self, request: web.Request, endpoint: Endpoint) -> web.StreamResponse:
+        """aiohttp's handler: the body read (bounded), relayed through aiohttp."""
         started = time.perf_counter()
-        raw, facts = await read_request(request, endpoint, self._path.accounting)
+        raw = await inbound.read_body(request)
+        client = AiohttpDownstream(request)
+        await self.relay(request, client, endpoint, raw, started)
+        return client.result()
+
+    async def relay(
+        self, request: Scope, client: Downstream, endpoint: Endpoint, raw: bytes, started: float
+    ) -> None:
+        """One request whose body was read: count it, tell the access line, relay it to
+        a GPU through ``client`` (either server's); ApiError for the client's errors."""
+        facts = zone_facts(request.headers, raw, endpoint, self._path.accounting)
         access.tell(
             request,
             model=facts.model,
@@ -108,7 +118,7 @@ class OpenAiApi:
             tokens_out=facts.max_output_tokens,
             tokens_source=access.TokenSource.ESTIMATE,
         )
-        return await ZoneRelay(request, self._path, raw, facts, started).forward()
+        await ZoneRelay(request, client, self._path, raw, facts, started).run()
 
 
 class ServiceApi:

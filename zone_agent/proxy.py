@@ -38,7 +38,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from aiohttp import web
 from multidict import CIMultiDict
 
 from gtm import headers as gtm_headers
@@ -46,7 +45,17 @@ from gtm import tracing
 from gtm.clock import Clock
 from gtm.credentials import CLIENT_CREDENTIALS
 from gtm.errors import AttemptFailed, NoEligibleCandidate
-from gtm.relay import Ending, Failure, Relay, Upstream, describe, end_to_end, skip_set
+from gtm.inbound import Scope
+from gtm.relay import (
+    Downstream,
+    Ending,
+    Failure,
+    RelayLoop,
+    Upstream,
+    describe,
+    end_to_end,
+    skip_set,
+)
 from zone_agent.accounting import Accounting, Ticket
 from zone_agent.affinity import keeps_affinity, sticky_gpu
 from zone_agent.errors import (
@@ -243,19 +252,24 @@ class DataPath:
             self.on_ejection(gpu_id)
 
 
-class ZoneRelay(Relay[ZoneDecision]):
-    """One request's attempts on the zone's GPUs (the hooks of :class:`gtm.relay.Relay`)."""
+class ZoneRelay(RelayLoop[ZoneDecision]):
+    """One request's attempts on the zone's GPUs (the hooks of :class:`gtm.relay.RelayLoop`),
+    answered through ``client``: aiohttp's server or the lean one (:mod:`gtm.http1`)."""
 
     def __init__(
         self,
-        request: web.Request,
+        request: Scope,
+        client: Downstream,
         path: DataPath,
         raw: bytes,
         facts: ZoneRequest,
         started: float,
     ) -> None:
         super().__init__(
-            request, max_attempts=path.settings.max_attempts, breaks=path.metrics.stream_breaks
+            request,
+            client,
+            max_attempts=path.settings.max_attempts,
+            breaks=path.metrics.stream_breaks,
         )
         self._path = path
         self._raw = raw
@@ -276,9 +290,9 @@ class ZoneRelay(Relay[ZoneDecision]):
             return None  # retries end here; the failures so far are the answer
         path.count_assignment(decision)
         path.metrics.decision.observe(time.perf_counter() - self._started)
-        if tracing.traced(self.request):
+        if tracing.traced(self.scope):
             tracing.decided(
-                self.request,
+                self.scope,
                 profile=decision.profile,
                 predicted_ttft_ms=decision.predicted_ttft_ms,
                 matched_blocks=decision.matched_blocks,
@@ -300,15 +314,15 @@ class ZoneRelay(Relay[ZoneDecision]):
         return None if limit is None else asyncio.get_running_loop().time() + limit
 
     async def open(self, target: ZoneDecision) -> Upstream:
-        headers = end_to_end(self.request.headers, _SKIP_UPSTREAM)
+        headers = end_to_end(self.scope.headers, _SKIP_UPSTREAM)
         headers.append((HEADER_REQUEST_ID, self._facts.request_id))
         auth = self._path.worker_auth(target.gpu_id)
         if auth is not None:
             headers.append(auth)
-        tracing.inject(self.request, headers)  # the worker's parent is this hop's span
+        tracing.inject(self.scope, headers)  # the worker's parent is this hop's span
         try:
             return await self._path.session().post(
-                target.gpu.worker.url, self.request.path, headers, self._raw
+                target.gpu.worker.url, self.scope.path, headers, self._raw
             )
         except UpstreamConnectError as exc:
             raise AttemptFailed(Failure.CONNECT, f"connect failed: {exc.os_error}") from None

@@ -12,6 +12,7 @@ from aiohttp import web
 
 from gtm.gpu_profiles import LLAMA_8B
 from gtm.models import GpuWorker, Tier, WorkerState
+from gtm.relay import AiohttpDownstream
 from gtm.routing.framework import CostModel, Filter, Picker
 from gtm.routing.runner import Runner, Weighted
 from zone_agent.accounting import Accounting, SlotLoad
@@ -178,7 +179,7 @@ def chat_relay(
     )
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     facts = zone_request(body, Endpoint.CHAT, request_id="r-1")
-    return ZoneRelay(request, cast(DataPath, path), b"{}", facts, 0.0)
+    return ZoneRelay(request, AiohttpDownstream(request), cast(DataPath, path), b"{}", facts, 0.0)
 
 
 def relay_target(gpu_id: str) -> ZoneDecision:
