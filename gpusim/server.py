@@ -64,7 +64,13 @@ from gtm.serve import HttpServer
 from gtm.state.store import StateStore
 from gtm.tasks import TaskSupervisor
 from gtm.tls import TlsMaterial
-from gtm.tokens import PromptError, block_hashes, encode_chat, encode_text, parse_chat_messages
+from gtm.tokens import (
+    PromptError,
+    block_hashes,
+    encode_chat_ids,
+    encode_text_ids,
+    parse_chat_messages,
+)
 
 if TYPE_CHECKING:
     from gpusim.kv_events import KVEventPublisher, KVEventRecorder
@@ -429,7 +435,7 @@ class GpuSimServer:
             messages = parse_chat_messages(body.messages)
         except PromptError as exc:
             raise api.ApiError(400, str(exc), param="messages") from None
-        prompts: list[Sequence[int]] = [encode_chat(messages)]
+        prompts: list[Sequence[int]] = [encode_chat_ids(messages)]
         return await self._generate(request, driver, api.Kind.CHAT, body, prompts, "messages")
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
@@ -438,7 +444,7 @@ class GpuSimServer:
         driver = self._served(body.model, ModelKind.GENERATE)
         items = api.prompt_items(body.prompt, "prompt")
         prompts: list[Sequence[int]] = [
-            encode_text(item) if isinstance(item, str) else item for item in items
+            encode_text_ids(item) if isinstance(item, str) else item for item in items
         ]
         if body.stream and len(prompts) * body.n > api.MAX_CHOICES:
             raise api.ApiError(400, f"at most {api.MAX_CHOICES} streamed choices", param="prompt")
@@ -480,9 +486,9 @@ class GpuSimServer:
     ) -> web.StreamResponse:
         """Plan and run the request; empties ``prompts`` once planned.
 
-        A prompt's token ids (an int object each) are the largest thing a request
-        holds, and nothing needs them past planning: the engine requests keep lengths
-        and block hashes. Kept for a whole stream, they set how many of Python's
+        A prompt's token ids (an ``array("I")`` for text, an int object each when the
+        body gave ids) are the largest thing a request holds, and nothing needs them
+        past planning: the engine requests keep lengths and block hashes. Kept for a whole stream, they set how many of Python's
         small-object arenas a worker holds at its busiest, and those arenas are not
         given back: its memory crept up at every new peak of streams in flight.
         """
@@ -617,7 +623,7 @@ class GpuSimServer:
         driver = self._served(body.model, ModelKind.EMBED)
         profile = driver.engine.profile
         items = api.prompt_items(body.input, "input")
-        prompts = [encode_text(item) if isinstance(item, str) else item for item in items]
+        prompts = [encode_text_ids(item) if isinstance(item, str) else item for item in items]
         dimensions = body.dimensions or profile.embedding_dim
         if dimensions > profile.embedding_dim:
             raise api.ApiError(

@@ -20,6 +20,8 @@ import random
 import struct
 from collections.abc import Sequence
 
+from gtm.tokens import token_bytes
+
 #: Short words (≤ 5 letters, so " word" is one token under gtm.tokens' approximation).
 WORDS: tuple[str, ...] = (
     "the",
@@ -212,7 +214,7 @@ NATURAL_LENGTH_MAX = 4096
 def _digest(seed: int, tokens: Sequence[int], choice: int) -> int:
     hasher = hashlib.blake2b(digest_size=8)
     hasher.update(struct.pack("<qq", seed, choice))
-    hasher.update(struct.pack(f"<{len(tokens)}I", *tokens))
+    hasher.update(token_bytes(tokens))
     return int.from_bytes(hasher.digest(), "little")
 
 

@@ -33,6 +33,19 @@ Prefix block hashes
     are hashed, and block ``i``'s hash covers block ``i-1``'s hash plus its own tokens,
     so equal hashes mean equal whole prefixes. BLAKE2b with an 8-byte digest (the
     stdlib's fastest keyed-quality hash; collisions at 2⁻⁶⁴ are negligible for caches).
+
+Memory of a long prompt
+    A piece is a ``str`` object and a token id an ``int`` object, each a block of
+    Python's small-object allocator, whose arenas go back to the system only when every
+    block in them is free. A long prompt tokenized at once (a list of every piece, a
+    tuple of every id) briefly takes many arenas, and the objects other code allocates
+    meanwhile keep some of them: a serving process's memory stepped up at every new
+    longest prompt and never came back. So text is cut into spans of about
+    :data:`SPAN_CHARS` characters at places where no piece can straddle the cut
+    (:func:`_spans`), each span's pieces are made and dropped in turn, and
+    :func:`encode_text_ids` / :func:`encode_chat_ids` return the ids in an
+    ``array("I")`` (4 bytes a token, one block of the C allocator); :func:`token_bytes`
+    gives hashing their bytes without an ``int`` per token.
 """
 
 from __future__ import annotations
@@ -40,8 +53,10 @@ from __future__ import annotations
 import hashlib
 import re
 import struct
+import sys
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from array import array
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from gtm.errors import GtmError
@@ -98,6 +113,17 @@ _ASCII_PIECE = re.compile(
 #: Tokens a piece of ``n`` characters costs, for ``n < 256`` (``bytes.translate`` table).
 _TOKENS_BY_LENGTH = bytes(-(-n // CHARS_PER_PIECE_TOKEN) for n in range(256))
 
+#: Text is pre-tokenized in spans of about this many characters (more where no safe cut
+#: is near), so a long prompt's pieces never all exist at once (module docstring).
+SPAN_CHARS = 4096
+
+# A safe cut: between an ASCII letter and a space followed by an ASCII letter. A piece
+# always ends there (no alternative of either pattern takes a letter and then a space)
+# and one starts there (" word"); no alternative looks behind, and the lookahead of the
+# whitespace ones never reaches past the next character, so the pieces on each side of
+# the cut are those of the whole text.
+_SAFE_CUT = re.compile(r"[A-Za-z](?= [A-Za-z])")
+
 #: Messages (or inputs) per request we agree to tokenize; more is an abuse.
 MAX_MESSAGES = 10_000
 
@@ -109,16 +135,33 @@ class PromptError(GtmError, ValueError):
 # ---------------------------------------------------------------------------- text
 
 
-def _find_pieces(text: str) -> list[str]:
-    """The pre-tokenizer's pieces of ``text`` (before long ones are cut)."""
-    return (_ASCII_PIECE if text.isascii() else _PIECE).findall(text)
+def _spans(text: str, span_chars: int = SPAN_CHARS) -> Iterator[tuple[int, int]]:
+    """``(start, end)`` of consecutive spans covering ``text``, each at least
+    ``span_chars`` long but the last, cut only at safe places (``_SAFE_CUT``): the
+    pieces of the spans, in order, are the pieces of ``text``. Text with no safe place
+    to cut (code without spaces, scripts without ASCII letters) is one span."""
+    start, end = 0, len(text)
+    while end - start > span_chars:
+        cut = _SAFE_CUT.search(text, start + span_chars - 1)
+        if cut is None:
+            break
+        yield start, cut.end()
+        start = cut.end()
+    yield start, end
 
 
-def _pieces(text: str) -> list[str]:
-    """The text of each token: the pieces, a long one cut every
+def _find_pieces(text: str, start: int = 0, end: int | None = None) -> list[str]:
+    """The pre-tokenizer's pieces of ``text[start:end]`` (before long ones are cut);
+    the span must end at a safe cut or at the end of ``text``."""
+    pattern = _ASCII_PIECE if text.isascii() else _PIECE
+    return pattern.findall(text, start, len(text) if end is None else end)
+
+
+def _pieces(text: str, start: int = 0, end: int | None = None) -> list[str]:
+    """The text of each token of ``text[start:end]``: the pieces, a long one cut every
     :data:`CHARS_PER_PIECE_TOKEN` characters (a list built without a Python loop when
     no piece is long, the usual case)."""
-    pieces = _find_pieces(text)
+    pieces = _find_pieces(text, start, end)
     if max(map(len, pieces), default=0) <= CHARS_PER_PIECE_TOKEN:
         return pieces
     out: list[str] = []
@@ -137,7 +180,20 @@ def _token_id(piece: str) -> int:
 
 def encode_text(text: str) -> tuple[int, ...]:
     """Token ids of ``text`` under the approximation (see the module docstring)."""
-    return tuple(map(_token_id, _pieces(text)))
+    return tuple(encode_text_ids(text))
+
+
+def encode_text_ids(text: str) -> array[int]:
+    """:func:`encode_text`'s ids in an ``array("I")``, a span at a time: no ``str``
+    per piece or ``int`` per id outlives its span (module docstring)."""
+    out = array("I")
+    _extend_text(out, text)
+    return out
+
+
+def _extend_text(out: array[int], text: str) -> None:
+    for start, end in _spans(text):
+        out.extend(map(_token_id, _pieces(text, start, end)))
 
 
 def count_text_tokens(text: str) -> int:
@@ -145,14 +201,18 @@ def count_text_tokens(text: str) -> int:
 
     Every prompt of every request is counted here, so the per-piece work stays in C: the
     pieces' lengths become a ``bytes`` (one byte each), translated to their token costs
-    and summed. A piece of 256 characters or more (no byte holds its length) takes
+    and summed, a span of the text at a time (module docstring). A piece of 256
+    characters or more (no byte holds its length) takes
     :func:`count_text_tokens_reference`'s loop.
     """
-    pieces = _find_pieces(text)
-    try:
-        return sum(bytes(map(len, pieces)).translate(_TOKENS_BY_LENGTH))
-    except ValueError:  # a piece of 256+ characters
-        return _count_pieces(pieces)
+    total = 0
+    for start, end in _spans(text):
+        pieces = _find_pieces(text, start, end)
+        try:
+            total += sum(bytes(map(len, pieces)).translate(_TOKENS_BY_LENGTH))
+        except ValueError:  # a piece of 256+ characters
+            total += _count_pieces(pieces)
+    return total
 
 
 def count_text_tokens_reference(text: str) -> int:
@@ -182,7 +242,7 @@ def split_text_tokens_reference(text: str) -> tuple[str, ...]:
 
 def split_text_tokens(text: str) -> tuple[str, ...]:
     """The text of each token (``"".join`` of the result is ``text``)."""
-    return tuple(_pieces(text))
+    return tuple(piece for start, end in _spans(text) for piece in _pieces(text, start, end))
 
 
 # ---------------------------------------------------------------------------- chat
@@ -209,19 +269,25 @@ def encode_chat(messages: Sequence[ChatMessage]) -> tuple[int, ...]:
     Per message: ``<start> role [<name> name] <sep> content <end>`` — 3 tokens of
     overhead plus 1 for a name, as in OpenAI's cookbook.
     """
-    out: list[int] = []
+    return tuple(encode_chat_ids(messages))
+
+
+def encode_chat_ids(messages: Sequence[ChatMessage]) -> array[int]:
+    """:func:`encode_chat`'s ids in an ``array("I")``, its text a span at a time (module
+    docstring)."""
+    out = array("I")
     for message in messages:
         out.append(_START)
         out.extend(_role_tokens(message.role))
         if message.name:
             out.append(_NAME)
-            out.extend(encode_text(message.name))
+            _extend_text(out, message.name)
         out.append(_SEPARATOR)
-        out.extend(encode_text(message.text))
+        _extend_text(out, message.text)
         out.extend((_IMAGE,) * (message.images * IMAGE_PART_TOKENS))
         out.append(_END)
     out.extend((_START, _ROLE_TOKENS["assistant"], _SEPARATOR))
-    return tuple(out)
+    return out
 
 
 def count_chat_tokens(messages: Sequence[ChatMessage]) -> int:
@@ -294,9 +360,17 @@ def parse_chat_messages(raw: object) -> tuple[ChatMessage, ...]:
 # ---------------------------------------------------------------------------- hashing
 
 
-def _hash_block(parent: int, tokens: Sequence[int]) -> int:
-    payload = parent.to_bytes(8, "little") + struct.pack(f"<{len(tokens)}I", *tokens)
-    return int.from_bytes(hashlib.blake2b(payload, digest_size=8).digest(), "little")
+def token_bytes(token_ids: Sequence[int]) -> bytes:
+    """The ids as consecutive little-endian 32-bit unsigned integers, what the prefix
+    hashes and the emulator's completions hash. An ``array("I")`` is copied as it is
+    (no ``int`` object per id); ids outside ``[0, 2**32)`` raise ``struct.error``."""
+    if isinstance(token_ids, array) and token_ids.typecode == "I" and token_ids.itemsize == 4:
+        if sys.byteorder == "little":
+            return token_ids.tobytes()
+        swapped = array("I", token_ids)
+        swapped.byteswap()
+        return swapped.tobytes()
+    return struct.pack(f"<{len(token_ids)}I", *token_ids)
 
 
 def prefix_root(salt: str = "") -> int:
@@ -325,9 +399,14 @@ def block_hashes(
         raise PromptError("block_size must be at least 1")
     if parent is None:
         parent = prefix_root(salt)
+    full = len(token_ids) // block_size * block_size
+    data = token_bytes(token_ids if full == len(token_ids) else token_ids[:full])
+    step = 4 * block_size
     out: list[int] = []
-    for start in range(0, len(token_ids) - block_size + 1, block_size):
-        parent = _hash_block(parent, token_ids[start : start + block_size])
+    blake2b = hashlib.blake2b
+    for start in range(0, 4 * full, step):
+        payload = parent.to_bytes(8, "little") + data[start : start + step]
+        parent = int.from_bytes(blake2b(payload, digest_size=8).digest(), "little")
         out.append(parent)
     return tuple(out)
 

@@ -1,6 +1,11 @@
 from __future__ import annotations
 
+import itertools
+import struct
+import tracemalloc
 import zlib
+from array import array
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -12,20 +17,26 @@ from gtm.tokens import (
     IMAGE_PART_TOKENS,
     ORDINARY_VOCAB,
     REPLY_PRIMING_TOKENS,
+    SPAN_CHARS,
     TOKENS_PER_MESSAGE,
     ChatMessage,
     PromptError,
     PromptTokens,
+    _pieces,
+    _spans,
     block_hashes,
     count_chat_tokens,
     count_text_tokens,
     count_text_tokens_reference,
     encode_chat,
+    encode_chat_ids,
     encode_text,
+    encode_text_ids,
     parse_chat_messages,
     prefix_root,
     split_text_tokens,
     split_text_tokens_reference,
+    token_bytes,
 )
 
 ENGLISH = (
@@ -223,3 +234,77 @@ def test_token_ids_of_the_fixture_prompt_are_unchanged() -> None:
     ids = encode_text(ENGLISH)
     assert len(ids) == count_text_tokens_reference(ENGLISH) == 131
     assert block_hashes(ids)[-1] == 0xF83F53B447DF7708
+
+
+# -- long prompts: pre-tokenized a span at a time, ids in an array (module docstring)
+
+_span_text = st.text(alphabet="ab AB'1.!_\t\n\x1c\u00e9\u00a0")
+
+
+@given(_span_text, st.integers(min_value=1, max_value=12))
+@settings(max_examples=500, deadline=None)
+def test_spans_cut_where_the_whole_text_has_a_piece_boundary(text: str, span: int) -> None:
+    spans = list(_spans(text, span))
+    assert spans[0][0] == 0
+    assert spans[-1][1] == len(text)
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))
+    assert all(end - start >= span for start, end in spans[:-1])
+    pieces = [p for start, end in spans for p in _pieces(text, start, end)]
+    assert pieces == list(split_text_tokens_reference(text))
+
+
+def _long_prose(words: int) -> str:
+    return " ".join(ENGLISH.split()[i % 90] for i in range(words))
+
+
+def test_long_texts_equal_the_reference_across_spans() -> None:
+    text = _long_prose(5_000) + " 12345 don't   stop\n\n" + "x" * 5_000 + " " + _long_prose(3_000)
+    assert len(list(_spans(text))) > 3
+    assert count_text_tokens(text) == count_text_tokens_reference(text)
+    assert split_text_tokens(text) == split_text_tokens_reference(text)
+    assert encode_text(text) == _reference_ids(text)
+    assert tuple(encode_text_ids(text)) == _reference_ids(text)
+    chat = [ChatMessage("system", "be brief", name="ops", images=1), ChatMessage("user", text)]
+    assert tuple(encode_chat_ids(chat)) == encode_chat(chat)
+    assert len(encode_chat(chat)) == count_chat_tokens(chat)
+
+
+def test_token_bytes_are_little_endian_uint32_from_any_sequence() -> None:
+    ids = (0, 1, 258, 2**32 - 1)
+    assert token_bytes(ids) == struct.pack("<4I", *ids)
+    assert token_bytes(array("I", ids)) == token_bytes(list(ids))
+    with pytest.raises(struct.error):
+        token_bytes((2**32,))
+    assert block_hashes(array("I", range(32))) == block_hashes(list(range(32)))
+    # A trailing partial block is not hashed, so its ids are never packed.
+    assert block_hashes([*range(16), -1]) == block_hashes(list(range(16)))
+
+
+def _peak_bytes(work: Callable[[], object]) -> int:
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        result = work()
+        peak = tracemalloc.get_traced_memory()[1] - before
+        del result
+        return peak
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_long_prompt_is_counted_and_encoded_without_an_object_per_token() -> None:
+    # A 14,000-token prompt (the soak trace's longest): counting it and encoding it for
+    # the emulator must not hold a str per piece or an int per id all at once, which
+    # took ~1.4 MB of small-object arenas and stepped every tier's memory up for good.
+    text = _long_prose(11_000)
+    tokens = count_text_tokens(text)
+    assert tokens > 12_000
+    per_token_bound = 8  # the array's 4 bytes a token, and room for its growth
+    span_bound = 64 * SPAN_CHARS  # one span's pieces, with their list
+    bound = per_token_bound * tokens + span_bound
+    assert _peak_bytes(lambda: count_text_tokens(text)) < span_bound
+    assert _peak_bytes(lambda: encode_text_ids(text)) < bound
+    assert _peak_bytes(lambda: encode_chat_ids([ChatMessage("user", text)])) < bound
+    ids = encode_chat_ids([ChatMessage("user", text)])
+    assert _peak_bytes(lambda: block_hashes(ids)) < bound
