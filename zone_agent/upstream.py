@@ -37,7 +37,6 @@ import ssl
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import cast
 
 from multidict import CIMultiDict
@@ -67,6 +66,8 @@ LOW_WATER = 64 * 1024
 IDLE_S = 4.0
 
 _CRLF = b"\r\n"
+#: The usual status line (with its CRLF: a reason phrase "OKAY" is not it).
+_OK = b"HTTP/1.1 200 OK\r\n"
 
 # Parser states.
 _IDLE, _HEAD, _LENGTH, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILERS, _UNTIL_CLOSE, _DONE = range(
@@ -74,20 +75,80 @@ _IDLE, _HEAD, _LENGTH, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILERS, _UNTIL_C
 )
 
 
-@dataclass(frozen=True, slots=True)
 class _Target:
-    key: str
-    host: str
-    port: int
-    tls: bool
-    host_header: str
+    """A worker the pool talks to: its address, its request heads, its slots."""
+
+    __slots__ = ("heads", "host", "host_header", "key", "port", "slots", "tls")
+
+    def __init__(
+        self, key: str, host: str, port: int, tls: bool, host_header: str, per_worker: int
+    ) -> None:
+        self.key = key
+        self.host = host
+        self.port = port
+        self.tls = tls
+        self.host_header = host_header
+        #: The request line and Host field by path, built on the path's first request
+        #: (a worker is sent a handful of paths).
+        self.heads: dict[str, str] = {}
+        #: Connections in use and requests waiting for one (``per_worker``).
+        self.slots = _Slots(per_worker)
+
+    def head(self, path: str) -> str:
+        head = self.heads.get(path)
+        if head is None:
+            head = self.heads[path] = f"POST {path} HTTP/1.1\r\nHost: {self.host_header}\r\n"
+        return head
+
+
+class _Slots:
+    """At most ``limit`` connections in use to one worker; requests beyond it wait for
+    one, first come first served (as ``asyncio.Semaphore``, whose ``acquire`` is a
+    coroutine to await even when a connection is free, as it is for nearly every
+    request: :meth:`take` is not one)."""
+
+    __slots__ = ("_waiters", "free")
+
+    def __init__(self, limit: int) -> None:
+        self.free = limit
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    def take(self) -> bool:
+        """Take a free slot; False when there is none (then :meth:`wait`)."""
+        # A slot given back while a request waits goes to it (free stays 0), so a free
+        # slot means nobody waits.
+        if self.free > 0:
+            self.free -= 1
+            return True
+        return False
+
+    async def wait(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Wait for a slot handed over by :meth:`give`."""
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                self.give()  # handed a slot as it was cancelled: to the next one
+            raise
+
+    def give(self) -> None:
+        """Give a slot back: to the first live waiter, else to the free ones."""
+        waiters = self._waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():  # (a cancelled waiter is done)
+                waiter.set_result(None)
+                return
+        self.free += 1
 
 
 class _Connection(asyncio.Protocol):
     """One TCP (or TLS) connection to a worker and the response being read on it."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+        self.loop = loop
         self.transport: asyncio.Transport | None = None
         self._buf = bytearray()
         self._state = _IDLE
@@ -106,8 +167,8 @@ class _Connection(asyncio.Protocol):
         self.reason = ""
         self.headers: CIMultiDict[str] = CIMultiDict()
         self.content_length: int | None = None
-        #: The pool key of the worker (set when the pool hands the connection out).
-        self.target_key = ""
+        #: The worker (set when the pool makes the connection).
+        self.target: _Target | None = None
 
     # -------------------------------------------------------------- asyncio.Protocol
 
@@ -116,16 +177,39 @@ class _Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
-        if self._state == _IDLE or self._state == _DONE:
+        state = self._state
+        if state in (_IDLE, _DONE):
             # Bytes nobody asked for: the connection cannot be trusted for another request.
             self.keep_alive = False
             return
-        self._buf += data
         try:
+            if state == _HEAD and not self._buf:
+                data = self._whole_head(data)
+                if not data:
+                    return
+            self._buf += data
             self._parse()
         except UpstreamProtocolError as exc:
             self._fail(exc)
             self.close()
+
+    def _whole_head(self, data: bytes) -> bytes:
+        """The usual read: the whole head, and often the whole body after it, in one
+        ``data`` and nothing buffered before it. Parsed from ``data`` itself (no copy
+        into the buffer and out again); a body that is all there is pushed as it is,
+        so the response is done before its reader first looks. Returns the bytes left
+        for :meth:`_parse` (all of ``data`` when its head is not whole)."""
+        end = data.find(b"\r\n\r\n")
+        if end < 0 or end > MAX_HEAD:
+            return data
+        self._head(data[:end])
+        rest = data[end + 4 :]
+        if self._state == _LENGTH and len(rest) == self._remaining:
+            self._remaining = 0
+            self._state = _DONE
+            self._push(rest)
+            return b""
+        return rest
 
     def eof_received(self) -> bool:
         return False  # close the transport; connection_lost follows
@@ -147,7 +231,7 @@ class _Connection(asyncio.Protocol):
         self._state = _HEAD
         self.chunks.clear()
         self.buffered = 0
-        waiter = self._head_waiter = self._loop.create_future()
+        waiter = self._head_waiter = self.loop.create_future()
         self.transport.write(request)
         return waiter
 
@@ -174,7 +258,7 @@ class _Connection(asyncio.Protocol):
         return data
 
     def data_waiter(self) -> asyncio.Future[None]:
-        waiter = self._data_waiter = self._loop.create_future()
+        waiter = self._data_waiter = self.loop.create_future()
         return waiter
 
     def reusable(self) -> bool:
@@ -269,26 +353,36 @@ class _Connection(asyncio.Protocol):
 
     def _head(self, head: bytes) -> None:
         """Parse a status line and headers (RFC 9112 §4, §5)."""
-        bare = head.replace(_CRLF, b"")
-        if b"\n" in bare or b"\r" in bare or b"\0" in bare:
+        # Every CR and every LF must be half of a line-ending CRLF: equal counts of the
+        # three say so in three scans, without a copy of the head.
+        lines = head.count(_CRLF)
+        if head.count(b"\r") != lines or head.count(b"\n") != lines or b"\0" in head:
             raise UpstreamProtocolError("stray CR, LF or NUL in the response head")
-        lines = head.split(_CRLF)
-        parts = lines[0].split(b" ", 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or len(parts[1]) != 3:
-            raise UpstreamProtocolError(f"not an HTTP/1.x status line: {lines[0][:40]!r}")
-        try:
-            status = int(parts[1])
-        except ValueError:
-            raise UpstreamProtocolError(f"bad status code {parts[1]!r}") from None
-        if not 100 <= status <= 599:
-            raise UpstreamProtocolError(f"bad status code {status}")
-        headers = CIMultiDict(_fields(head, lines))
-        if status < 200:
-            return  # an interim response (100 Continue, 103 Early Hints): the real one follows
+        if head.startswith(_OK):
+            # The usual status line, read without splitting it.
+            status, reason, http11 = 200, "OK", True
+            fields = _fields(head, None)
+        else:
+            split = head.split(_CRLF)
+            parts = split[0].split(b" ", 2)
+            if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or len(parts[1]) != 3:
+                raise UpstreamProtocolError(f"not an HTTP/1.x status line: {split[0][:40]!r}")
+            try:
+                status = int(parts[1])
+            except ValueError:
+                raise UpstreamProtocolError(f"bad status code {parts[1]!r}") from None
+            if not 100 <= status <= 599:
+                raise UpstreamProtocolError(f"bad status code {status}")
+            fields = _fields(head, split)
+            if status < 200:
+                return  # an interim response (100 Continue, 103 Early Hints): the real one follows
+            reason = parts[2].decode("utf-8", "replace") if len(parts) > 2 else ""
+            http11 = parts[0] == b"HTTP/1.1"
+        headers = CIMultiDict(fields)
         self.status = status
-        self.reason = parts[2].decode("utf-8", "replace") if len(parts) > 2 else ""
+        self.reason = reason
         self.headers = headers
-        if parts[0] != b"HTTP/1.1" or "close" in headers.get("connection", "").lower():
+        if not http11 or "close" in headers.get("connection", "").lower():
             self.keep_alive = False
         self._frame(status, headers)
         waiter = self._head_waiter
@@ -351,14 +445,14 @@ class _Connection(asyncio.Protocol):
 _ASCII_SPACE = " \t\n\r\x0b\x0c"
 
 
-def _fields(head: bytes, lines: list[bytes]) -> list[tuple[str, str]]:
-    """The header fields of a response head split in ``lines`` (the status line first):
-    names decoded as ASCII, values as UTF-8 (both with ``surrogateescape``). A head all
-    in ASCII (the usual one) is decoded once and split as text: the same fields, without
-    a decode per name and per value."""
+def _fields(head: bytes, lines: list[bytes] | None) -> list[tuple[str, str]]:
+    """The header fields of a response head split in ``lines`` (the status line first;
+    None: not split yet): names decoded as ASCII, values as UTF-8 (both with
+    ``surrogateescape``). A head all in ASCII (the usual one) is decoded once and split
+    as text: the same fields, without a decode per name and per value."""
     if head.isascii():
         return _ascii_fields(head.decode("ascii").split("\r\n")[1:])
-    return _byte_fields(lines[1:])
+    return _byte_fields((head.split(_CRLF) if lines is None else lines)[1:])
 
 
 def _ascii_fields(lines: list[str]) -> list[tuple[str, str]]:
@@ -493,7 +587,6 @@ class UpstreamPool:
         self._monotonic = monotonic
         self._targets: dict[str, _Target] = {}
         self._idle: dict[str, list[_Connection]] = {}
-        self._slots: dict[str, asyncio.Semaphore] = {}
         self._open: set[_Connection] = set()
         self._closed = False
 
@@ -524,6 +617,7 @@ class UpstreamPool:
                 port,
                 url.scheme == "https",
                 bracketed if default else f"{bracketed}:{port}",
+                self._per_worker,
             )
             self._targets[base] = target
         return target
@@ -546,39 +640,56 @@ class UpstreamPool:
                 f"refusing http:// to {target.host}:{target.port}: TLS is configured, so "
                 "workers must be https:// (no plaintext fallback)"
             )
-        lines = [f"POST {path} HTTP/1.1\r\nHost: {target.host_header}\r\n"]
+        # One string, encoded once and sent with the body in one write. (A plain loop
+        # is the cheapest way to drop a field holding CR or LF, which cannot be sent as
+        # one header: the server's parser forbids it.)
+        lines = [target.head(path)]
         for name, value in headers:
             if "\r" in value or "\n" in value or "\r" in name or "\n" in name:
-                continue  # cannot be sent as one header (the server's parser forbids it)
+                continue
             lines.append(f"{name}: {value}\r\n")
         lines.append(f"Content-Length: {len(body)}\r\n\r\n")
-        request = "".join(lines).encode("utf-8", "surrogateescape") + body
-        slots = self._slots.get(target.key)
-        if slots is None:
-            slots = self._slots[target.key] = asyncio.Semaphore(self._per_worker)
-        await slots.acquire()
+        request = b"".join(("".join(lines).encode("utf-8", "surrogateescape"), body))
+        slots = target.slots
+        if not slots.take():
+            await slots.wait(asyncio.get_running_loop())
+        # An idle connection when there is one (no await), else a new one.
+        conn = self._idle_connection(target)
+        if conn is None:
+            try:
+                conn = await self._connect(target, asyncio.get_running_loop())
+            except BaseException:
+                slots.give()
+                raise
+        # (The head wait inlined: a timer on the future, as _wait, without a coroutine;
+        # the connection's loop is the running one, without asking for it again.)
+        loop = conn.loop
+        waiter = conn.start(request)
+        timer = loop.call_later(self._read_timeout_s, _expire, waiter)
         try:
-            conn = await self._acquire(target)
-        except BaseException:
-            slots.release()
-            raise
-        loop = asyncio.get_running_loop()
-        try:
-            await _wait(loop, conn.start(request), self._read_timeout_s)
+            await waiter
         except BaseException:
             self._done(conn, False)  # the worker sees the request go away
             raise
+        finally:
+            timer.cancel()
         return UpstreamResponse(conn, loop, self._read_timeout_s, self._done)
 
-    async def _acquire(self, target: _Target) -> _Connection:
+    def _idle_connection(self, target: _Target) -> _Connection | None:
+        """The most recently used idle connection to ``target`` still fit for reuse (the
+        ones no longer fit are dropped on the way), or None."""
         idle = self._idle.get(target.key)
+        if not idle:
+            return None
         now = self._monotonic()
         while idle:
             conn = idle.pop()
             if conn.keep_alive and not conn.closed and now - conn.idle_since < self._idle_s:
                 return conn
             self._drop(conn)
-        loop = asyncio.get_running_loop()
+        return None
+
+    async def _connect(self, target: _Target, loop: asyncio.AbstractEventLoop) -> _Connection:
         try:
             async with asyncio.timeout(self._connect_timeout_s):
                 _, conn = await loop.create_connection(
@@ -590,18 +701,20 @@ class UpstreamPool:
                 )
         except OSError as exc:
             raise UpstreamConnectError(f"{target.host}:{target.port}", exc) from None
-        conn.target_key = target.key
+        conn.target = target
         self._open.add(conn)
         return conn
 
     def _done(self, conn: _Connection, reuse: bool) -> None:
-        key = conn.target_key
-        slots = self._slots.get(key)
-        if slots is not None:
-            slots.release()
+        target = conn.target
+        assert target is not None  # set when the connection was made
+        target.slots.give()
         if reuse and not self._closed:
             conn.reset_idle(self._monotonic())
-            self._idle.setdefault(key, []).append(conn)
+            idle = self._idle.get(target.key)
+            if idle is None:
+                idle = self._idle[target.key] = []
+            idle.append(conn)
         else:
             self._drop(conn)
 

@@ -98,6 +98,44 @@ async def test_a_length_framed_response_and_keep_alive_reuse() -> None:
     await pool.close()
 
 
+async def test_a_response_read_whole_with_its_head_needs_no_wait() -> None:
+    pool = UpstreamPool()
+    async with serve(Scripted(OK)) as server:  # head and body in one write
+        response = await pool.post(server.url, "/v1/chat/completions", [], b"{}")
+        # Its body arrived with the head: each read returns without suspending.
+        for expected in (b"{}", b""):
+            read = response.readany()
+            with pytest.raises(StopIteration) as done:
+                read.send(None)
+            assert done.value.value == expected
+        response.release()
+    await pool.close()
+
+
+@pytest.mark.parametrize(
+    ("status_line", "status", "reason", "reused"),
+    [
+        (b"HTTP/1.1 200 OK", 200, "OK", True),
+        (b"HTTP/1.1 200 OKAY", 200, "OKAY", True),
+        (b"HTTP/1.1 200 ", 200, "", True),
+        (b"HTTP/1.0 200 OK", 200, "OK", False),
+        (b"HTTP/1.1 404 Not Found", 404, "Not Found", True),
+    ],
+)
+async def test_status_lines(status_line: bytes, status: int, reason: str, reused: bool) -> None:
+    reply = status_line + b"\r\nContent-Length: 2\r\n\r\n{}"
+    pool = UpstreamPool()
+    async with serve(Scripted(reply, reply)) as server:
+        response = await pool.post(server.url, "/v1/chat/completions", [], b"{}")
+        assert (response.status, response.reason) == (status, reason)
+        assert response.headers["content-length"] == "2"
+        assert await read_all(response) == b"{}"
+        response.release()
+        await body_of(pool, server.url)
+        assert server.connections == (1 if reused else 2)
+    await pool.close()
+
+
 async def test_headers_go_upstream_and_come_back() -> None:
     pool = UpstreamPool()
     reply = b"HTTP/1.1 201 Created\r\nX-A: 1\r\nx-a: 2\r\nContent-Length: 0\r\n\r\n"
@@ -181,6 +219,10 @@ async def test_connection_close_is_honoured() -> None:
         b"HTTP/1.1 2000 OK\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nX: a\nb\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nX: a\rb\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nX: a\0b\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nX: a\r\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\n: a\r\n\r\n",
         b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}",
         b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
         b"HTTP/1.1 200 OK\r\n" + b"X: " + b"a" * 70_000 + b"\r\n\r\n",
@@ -283,6 +325,27 @@ async def test_per_worker_limit_makes_the_next_request_wait() -> None:
         assert await response.readany() == b"{}"
         response.release()
         assert server.connections == 1
+    await pool.close()
+
+
+async def test_a_cancelled_wait_for_a_connection_hands_it_on() -> None:
+    pool = UpstreamPool(per_worker=1)
+    async with serve(Scripted(OK, OK, OK)) as server:
+        first = await pool.post(server.url, "/v1/completions", [], b"{}")
+        async with asyncio.TaskGroup() as group:
+            second = group.create_task(pool.post(server.url, "/v1/completions", [], b"{}"))
+            third = group.create_task(pool.post(server.url, "/v1/completions", [], b"{}"))
+            await asyncio.sleep(0)  # both wait for the one connection
+            second.cancel()
+            assert await first.readany() == b"{}"
+            first.release()  # to the third: the cancelled second holds nothing
+        response = third.result()
+        assert await read_all(response) == b"{}"
+        response.release()
+        assert second.cancelled()
+        assert server.connections == 1
+        # The connection is free again: a fourth request does not wait.
+        assert await asyncio.wait_for(body_of(pool, server.url), 5.0) == (200, b"{}")
     await pool.close()
 
 
