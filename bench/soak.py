@@ -24,8 +24,12 @@ after the warm-up (least squares over the samples, % of the process's RSS per ho
 the kind's worst process and the median) and over the last half of those samples (a
 growth that levels off has a flat tail; one that does not keeps its slope), the
 descriptors, tasks, responsiveness, log volume per hour, and the size gauges' first and
-last values. Then the errors: failed requests, restarted children, ERROR lines and
-``Traceback`` in the logs, crashed background tasks (``gtm_task_failures_total``).
+last values; for the steepest processes, how their growth after the warm-up splits into
+steps (a rise of :data:`STEP_KB` or more between two samples: an allocator's high-water
+mark at a new peak, such as the longest prompt so far) and a steady rest (a leak, or a
+structure filling), and into its anonymous and file-backed parts. Then the errors:
+failed requests, restarted children, ERROR lines and ``Traceback`` in the logs, crashed
+background tasks (``gtm_task_failures_total``).
 
 Target (``--smoke`` only reports): 0 errors, RSS slope after warm-up below 1 % per
 hour for every process, and every process's descriptors back within ``--settle``
@@ -95,6 +99,10 @@ from gtmctl.load import LoadConfig, LoadRun, Tally
 ROOT = Path(__file__).resolve().parent.parent
 #: RSS slope target: % of the process's RSS per hour.
 SLOPE_TARGET_PCT_H = 1.0
+#: A rise of RSS between two samples of at least this much is a step (KB): the
+#: allocators' high-water mark at a new peak (the longest prompt so far, the most
+#: streams at once), not a steady leak, which rises by a little at every sample.
+STEP_KB = 256
 #: The smoke's regions: the fewest that serve every client of the trace (the example
 #: policy keeps GDPR clients in the EEA; with us-east alone they are refused).
 SMOKE_REGIONS = "us-east,eu-west"
@@ -160,6 +168,44 @@ def looped(trace: Trace, duration_s: float, rate_scale: float) -> tuple[TraceReq
             out.append(dataclasses.replace(r, at_s=at))
         lap += 1
     return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class Growth:
+    """How a process's RSS grew over samples: in steps (rises of at least
+    :data:`STEP_KB` between two samples) and the rest (a steady creep, and falls)."""
+
+    total_kb: int
+    #: (when, KB) of every step, in time order.
+    steps: tuple[tuple[float, int], ...]
+
+    @property
+    def in_steps_kb(self) -> int:
+        return sum(kb for _, kb in self.steps)
+
+    @property
+    def rest_kb(self) -> int:
+        return self.total_kb - self.in_steps_kb
+
+    def __str__(self) -> str:
+        text = f"{self.total_kb:+d} KB: {self.rest_kb:+d} steady"
+        if self.steps:
+            at, kb = max(self.steps, key=lambda step: step[1])
+            text += f", {self.in_steps_kb:+d} in {len(self.steps)} step(s)"
+            text += f" (largest +{kb} at {at:.0f} s)"
+        return text
+
+
+def growth(times_s: Sequence[float], rss_kb: Sequence[int], step_kb: int = STEP_KB) -> Growth:
+    """The growth from the first sample to the last, split into steps and the rest."""
+    if not rss_kb:
+        return Growth(0, ())
+    steps = tuple(
+        (t, b - a)
+        for t, a, b in zip(times_s[1:], rss_kb, rss_kb[1:], strict=False)
+        if b - a >= step_kb
+    )
+    return Growth(rss_kb[-1] - rss_kb[0], steps)
 
 
 # ---------------------------------------------------------------------------- samples
@@ -674,6 +720,11 @@ class ProcFigures:
     log_kb_per_h: float
     warnings: int
     errors: int
+    #: RSS growth after the warm-up, in steps and the rest; and that of its anonymous
+    #: (heap) and file-backed (code, mapped files) parts, KB.
+    growth: Growth = Growth(0, ())
+    anon_kb: int | None = None
+    file_kb: int | None = None
 
 
 def _load_samples(series: Series) -> list[Sample]:
@@ -709,10 +760,16 @@ def proc_figures(run: Run, warmup_s: float) -> list[ProcFigures]:
                 max(tasks) if tasks else None,
                 healthz[min(len(healthz) - 1, int(0.99 * len(healthz)))] if healthz else None,
                 lag_ms, series.log_bytes_after_warmup / 1024 / hours, series.warnings,
-                len(series.errors),
+                len(series.errors), growth([s.at_s for s in warm], [s.rss_kb for s in warm]),
+                _delta(warm[0].rss_anon_kb, warm[-1].rss_anon_kb),
+                _delta(warm[0].rss_file_kb, warm[-1].rss_file_kb),
             )
         )  # fmt: skip
     return out
+
+
+def _delta(first: int | None, last: int | None) -> int | None:
+    return None if first is None or last is None else last - first
 
 
 def _fmt(value: float | None, spec: str = ".0f") -> str:
@@ -1006,6 +1063,15 @@ def report(args: argparse.Namespace, run: Run) -> tuple[str, list[str]]:
             for f in worst
         )
     )
+    lines.append(
+        f"their RSS after the warm-up (a step: +{STEP_KB} KB or more between two samples, "
+        "a new peak's high-water mark; steady: the rest):"
+    )
+    lines += [
+        f"  {f.name}: {f.growth}; anonymous {_fmt(f.anon_kb, '+.0f')} KB, "
+        f"file-backed {_fmt(f.file_kb, '+.0f')} KB"
+        for f in worst
+    ]
     if run.malloc:
         lines += ["", *allocator_table(run, args.warmup)]
     if run.snapshots:

@@ -13,6 +13,7 @@ import pytest
 from bench.soak import (
     FdKind,
     Fds,
+    Growth,
     Proc,
     ProcFigures,
     Run,
@@ -22,6 +23,7 @@ from bench.soak import (
     etcd_notes,
     fd_kind,
     fds_missed,
+    growth,
     kind_table,
     looped,
     metric_values,
@@ -44,6 +46,18 @@ def test_slope_is_percent_of_the_mean_per_hour() -> None:
     assert slope_pct_per_hour(times, rss) == pytest.approx(100 / 100.5)
     assert slope_pct_per_hour(times, [100.0] * 7) == pytest.approx(0.0)
     assert slope_pct_per_hour(times, [100.0 - k for k in range(7)]) < 0
+
+
+def test_growth_is_split_into_steps_at_new_peaks_and_a_steady_rest() -> None:
+    times = [0.0, 10.0, 20.0, 30.0, 40.0, 50.0]
+    # +8 KB a sample (steady), one +900 KB step at 30 s, a fall of 300 KB at 50 s.
+    rss = [1000, 1008, 1016, 1916, 1924, 1624]
+    found = growth(times, rss)
+    assert found == Growth(624, ((30.0, 900),))
+    assert (found.in_steps_kb, found.rest_kb) == (900, -276)
+    assert str(found) == "+624 KB: -276 steady, +900 in 1 step(s) (largest +900 at 30 s)"
+    assert str(growth(times, [1000 + 8 * k for k in range(6)])) == "+40 KB: +40 steady"
+    assert growth([], []) == Growth(0, ())
 
 
 def test_slope_needs_three_samples_spread_in_time() -> None:
