@@ -29,6 +29,12 @@ Every refusal is JSON in the OpenAI error shape (:mod:`gtm.openai_errors`) and c
 the connection when the request's body was not read (its bytes would otherwise be
 parsed as the next request).
 
+The rules are functions over a request's facts (:func:`header_problem`,
+:func:`body_too_large`, :func:`body_too_slow`, :func:`body_too_deep`, :class:`ClientSlots`),
+so aiohttp's middleware and the lean server (:mod:`gtm.http1`) apply the same ones; the
+application keeps its :class:`ServerLimits` (limits, body bound, the per-client counts)
+under :data:`LIMITS_KEY`, so both servers of one listener share the per-client counts.
+
 Defaults, and why. 100 headers and 8190 bytes per header line are Apache httpd's
 ``LimitRequestFields`` / ``LimitRequestFieldSize`` defaults (and aiohttp's line limit);
 32 KiB of headers in all is nginx's ``large_client_header_buffers 4 8k``. A 20 s header
@@ -45,7 +51,8 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
@@ -109,18 +116,19 @@ class HttpLimits(Frozen):
         }
 
 
-def _refuse(status: int, message: str, code: str, **kwargs: Any) -> web.Response:
-    response = ApiError(status, message, code=code, **kwargs).response()
+def _refuse(error: ApiError) -> web.Response:
+    response = error.response()
     response.force_close()
     return response
 
 
-def _header_problem(request: web.Request, limits: HttpLimits) -> str | None:
-    headers = request.raw_headers
-    if len(headers) > limits.max_headers:
-        return f"{len(headers)} header fields; at most {limits.max_headers} are accepted"
+def header_problem(raw_headers: Sequence[tuple[bytes, bytes]], limits: HttpLimits) -> str | None:
+    """Why a request's header fields are over ``limits`` (count, a line, the total), or
+    None; the answer is :func:`headers_too_large`."""
+    if len(raw_headers) > limits.max_headers:
+        return f"{len(raw_headers)} header fields; at most {limits.max_headers} are accepted"
     total = 0
-    for name, value in headers:
+    for name, value in raw_headers:
         line = len(name) + len(value) + 4  # "name: value\r\n"
         if line > limits.max_header_line_bytes:
             shown = name[:64].decode("latin-1")
@@ -134,38 +142,110 @@ def _header_problem(request: web.Request, limits: HttpLimits) -> str | None:
     return None
 
 
-def limits_middleware(limits: HttpLimits, *, max_body_bytes: int) -> Middleware:
-    """The middleware of :func:`limited_app` (first in the chain)."""
-    in_flight: dict[str, int] = {}
-    cap = limits.max_concurrent_per_client
+def headers_too_large(problem: str) -> ApiError:
+    """431 for a :func:`header_problem` (the connection is then closed)."""
+    return ApiError(431, f"request header fields too large: {problem}", code="headers_too_large")
 
-    @web.middleware
-    async def limit(request: web.Request, handler: Handler) -> web.StreamResponse:
-        problem = _header_problem(request, limits)
-        if problem is not None:
-            return _refuse(431, f"request header fields too large: {problem}", "headers_too_large")
-        peer = request.remote or "-"
-        active = in_flight.get(peer, 0)
+
+def body_too_large(length: int | None, max_body_bytes: int) -> ApiError:
+    """413: a body of ``length`` bytes (None: found over the bound while read)."""
+    if length is None:
+        return ApiError(413, f"request body is over {max_body_bytes} bytes", code="body_too_large")
+    return ApiError(
+        413, f"request body is {length} bytes; at most {max_body_bytes}", code="body_too_large"
+    )
+
+
+def body_too_slow(limits: HttpLimits) -> ApiError:
+    """408: the body did not arrive within ``body_timeout_s``."""
+    return ApiError(
+        408, f"request body not received within {limits.body_timeout_s:g} s", code="body_timeout"
+    )
+
+
+def body_too_deep(raw: bytes, limits: HttpLimits) -> ApiError | None:
+    """400 when a JSON body nests deeper than ``max_json_depth`` (scanned, not parsed)."""
+    if raw.lstrip()[:1] in (b"{", b"[") and json_too_deep(raw, limits.max_json_depth):
+        return BadRequest(
+            f"the request body is nested too deeply (over {limits.max_json_depth} levels)",
+            code="invalid_json",
+        )
+    return None
+
+
+class ClientSlots:
+    """In-flight requests per client address, bounded by ``max_concurrent_per_client``
+    (0: unbounded). :meth:`take` is a 429 refusal or None (then :meth:`give` back)."""
+
+    __slots__ = ("_cap", "_in_flight", "_limits")
+
+    def __init__(self, limits: HttpLimits) -> None:
+        self._limits = limits
+        self._cap = limits.max_concurrent_per_client
+        self._in_flight: dict[str, int] = {}
+
+    def take(self, peer: str) -> ApiError | None:
+        active = self._in_flight.get(peer, 0)
+        cap = self._cap
         if cap and active >= cap:
             return ApiError(
                 429,
                 f"too many concurrent requests from {peer} (at most {cap}); retry later",
                 type=ErrorType.RATE_LIMIT,
                 code="client_concurrency",
-                retry_after_s=limits.retry_after_s,
-            ).response()
-        in_flight[peer] = active + 1
+                retry_after_s=self._limits.retry_after_s,
+            )
+        self._in_flight[peer] = active + 1
+        return None
+
+    def give(self, peer: str) -> None:
+        remaining = self._in_flight[peer] - 1
+        if remaining:
+            self._in_flight[peer] = remaining
+        else:
+            del self._in_flight[peer]
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLimits:
+    """One listener's limits as both of its servers apply them."""
+
+    limits: HttpLimits
+    max_body_bytes: int
+    slots: ClientSlots = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "slots", ClientSlots(self.limits))
+
+
+#: Where :func:`limited_app` keeps its :class:`ServerLimits`.
+LIMITS_KEY = web.AppKey("gtm_http_limits", ServerLimits)
+
+
+def limits_middleware(
+    limits: HttpLimits, *, max_body_bytes: int, server: ServerLimits | None = None
+) -> Middleware:
+    """The middleware of :func:`limited_app` (first in the chain); ``server``: the
+    listener's limits when another server shares its per-client counts."""
+    server = server or ServerLimits(limits, max_body_bytes)
+    slots = server.slots
+
+    @web.middleware
+    async def limit(request: web.Request, handler: Handler) -> web.StreamResponse:
+        problem = header_problem(request.raw_headers, limits)
+        if problem is not None:
+            return _refuse(headers_too_large(problem))
+        peer = request.remote or "-"
+        refused = slots.take(peer)
+        if refused is not None:
+            return refused.response()
         try:
             refusal = await _read_body(request, limits, max_body_bytes)
             if refusal is not None:
                 return refusal
             return await handler(request)
         finally:
-            remaining = in_flight[peer] - 1
-            if remaining:
-                in_flight[peer] = remaining
-            else:
-                del in_flight[peer]
+            slots.give(peer)
 
     return limit
 
@@ -179,9 +259,7 @@ async def _read_body(
         return None
     length = request.content_length
     if length is not None and length > max_body_bytes:
-        return _refuse(
-            413, f"request body is {length} bytes; at most {max_body_bytes}", "body_too_large"
-        )
+        return _refuse(body_too_large(length, max_body_bytes))
     try:
         if request.content.is_eof():  # all of it arrived with the head: nothing to bound
             raw = await request.read()
@@ -189,20 +267,11 @@ async def _read_body(
             async with asyncio.timeout(limits.body_timeout_s):
                 raw = await request.read()
     except TimeoutError:
-        return _refuse(
-            408,
-            f"request body not received within {limits.body_timeout_s:g} s",
-            "body_timeout",
-        )
+        return _refuse(body_too_slow(limits))
     except web.HTTPRequestEntityTooLarge:
-        return _refuse(413, f"request body is over {max_body_bytes} bytes", "body_too_large")
-    if raw.lstrip()[:1] in (b"{", b"[") and json_too_deep(raw, limits.max_json_depth):
-        error = BadRequest(
-            f"the request body is nested too deeply (over {limits.max_json_depth} levels)",
-            code="invalid_json",
-        )
-        return error.response()
-    return None
+        return _refuse(body_too_large(None, max_body_bytes))
+    deep = body_too_deep(raw, limits)
+    return None if deep is None else deep.response()
 
 
 def limited_app(
@@ -211,9 +280,16 @@ def limited_app(
     client_max_size: int,
     middlewares: Iterable[Middleware] = (),
 ) -> web.Application:
-    """An application with ``limits`` applied (their middleware first)."""
-    return web.Application(
+    """An application with ``limits`` applied (their middleware first); its
+    :class:`ServerLimits` under :data:`LIMITS_KEY`."""
+    server = ServerLimits(limits, client_max_size)
+    app = web.Application(
         client_max_size=client_max_size,
-        middlewares=[limits_middleware(limits, max_body_bytes=client_max_size), *middlewares],
+        middlewares=[
+            limits_middleware(limits, max_body_bytes=client_max_size, server=server),
+            *middlewares,
+        ],
         handler_args=limits.handler_args(),
     )
+    app[LIMITS_KEY] = server
+    return app

@@ -9,6 +9,7 @@ given in whole seconds (RFC 9110 §10.2.3) and never as 0, which clients read as
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 from collections.abc import Callable
@@ -73,6 +74,10 @@ class ApiError(GtmError):
             return {}
         return {"Retry-After": str(max(1, math.ceil(self.retry_after_s)))}
 
+    def encode(self) -> bytes:
+        """The JSON body, as :meth:`response` sends it."""
+        return json.dumps(self.body()).encode()
+
     def response(self, **extra_headers: str) -> web.Response:
         """The aiohttp response carrying this error."""
         return web.json_response(
@@ -109,6 +114,18 @@ def routing_error(request: web.Request, exc: web.HTTPException) -> ApiError:
     return ApiError(exc.status, exc.reason, type=kind, code=str(exc.status))
 
 
+def answer(exc: Exception, service: str, method: str, path: str) -> ApiError:
+    """What a handler's exception is answered with, on either server: an
+    :class:`ApiError` as it says; anything else is logged once (with its traceback) and
+    answered 500 naming ``service``."""
+    if isinstance(exc, ApiError):
+        return exc
+    log.error("unexpected error handling %s %s", method, path, exc_info=exc)
+    return ApiError(
+        500, f"internal error in the {service}", type=ErrorType.SERVER, code="internal_error"
+    )
+
+
 def error_middleware(service: str, count: Callable[[str, int], None] = _no_count) -> Middleware:
     """An aiohttp middleware that answers every failure in OpenAI's shape and counts every
     response as ``count(route, status)``; every tier's HTTP server (front door, regional
@@ -126,8 +143,6 @@ def error_middleware(service: str, count: Callable[[str, int], None] = _no_count
         route = resource.canonical if resource is not None else "unmatched"
         try:
             response = await handler(request)
-        except ApiError as exc:
-            response = exc.response()
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
@@ -135,14 +150,8 @@ def error_middleware(service: str, count: Callable[[str, int], None] = _no_count
             response = routing_error(request, exc).response(**allow)
         except (asyncio.CancelledError, ConnectionResetError):
             raise
-        except Exception:
-            log.exception("unexpected error handling %s %s", request.method, request.path)
-            response = ApiError(
-                500,
-                f"internal error in the {service}",
-                type=ErrorType.SERVER,
-                code="internal_error",
-            ).response()
+        except Exception as exc:
+            response = answer(exc, service, request.method, request.path).response()
         count(route, response.status)
         return response
 

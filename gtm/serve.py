@@ -8,6 +8,10 @@ same way:
   listens (:class:`Bound`: host, port, base URL with the scheme TLS implies);
   :meth:`HttpServer.stop` stops accepting, gives in-flight requests
   :data:`SHUTDOWN_GRACE_S` to finish and then cancels them;
+* with a ``lean`` front (:class:`gtm.http1.LeanFront`: the hot endpoints and the rules
+  they share with the application), the listener's connections are the lean server's
+  first, and each becomes aiohttp's when it asks for anything else; which server a
+  daemon runs is its choice (:class:`HttpServerKind`), the application is the same;
 * on the data path, handlers are cancelled when their client goes away
   (``handler_cancellation``; aiohttp ≥ 3.9 leaves them running by default), so a
   proxied request releases its upstream, queue slot and quota at once; control APIs
@@ -44,7 +48,8 @@ import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -56,6 +61,9 @@ from gtm.metrics import register_runtime
 from gtm.sdnotify import notify
 from gtm.tls import scheme as tls_scheme
 
+if TYPE_CHECKING:
+    from gtm.http1 import LeanFront
+
 #: Seconds in-flight requests get to finish when a server stops; then they are
 #: cancelled. Long enough for a non-streamed answer in its last tokens, short enough
 #: that an orchestrator's stop (Kubernetes waits 30 s before SIGKILL) never kills us
@@ -66,6 +74,15 @@ SHUTDOWN_GRACE_S = 5.0
 SERVICE_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 #: Status of a request whose client went away before any response started (nginx's).
 CLIENT_CLOSED = 499
+
+
+class HttpServerKind(StrEnum):
+    """Which server answers a daemon's hot endpoints (``--http-server``)."""
+
+    #: The lean HTTP/1.1 server (:mod:`gtm.http1`) for them, aiohttp's for the rest.
+    LEAN = "lean"
+    #: aiohttp's for everything.
+    AIOHTTP = "aiohttp"
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +130,8 @@ class HttpServer:
     ``sock`` serves an already bound socket instead of ``host:port`` (a port reserved
     before the server could start). ``cancel_on_disconnect=False`` lets a handler run
     to its end when its client goes away (control APIs: a drain half done is worse than
-    one nobody hears about). A failure to bind is a :class:`~gtm.errors.ConfigError`
+    one nobody hears about). ``lean``: a lean front for the hot endpoints on the same
+    listener (:mod:`gtm.http1`). A failure to bind is a :class:`~gtm.errors.ConfigError`
     naming the address.
     """
 
@@ -128,8 +146,11 @@ class HttpServer:
         sock: socket.socket | None = None,
         what: str = "HTTP",
         cancel_on_disconnect: bool = True,
+        lean: LeanFront | None = None,
     ) -> None:
         self._app = app
+        self._lean = lean
+        self._listener: asyncio.Server | None = None
         self._cancel_on_disconnect = cancel_on_disconnect
         self._host = host
         self._port = port
@@ -154,6 +175,8 @@ class HttpServer:
             logger=ServerLog(logging.getLogger("aiohttp.server")),
         )
         await runner.setup()
+        if self._lean is not None:
+            return await self._start_lean(runner, self._lean)
         site: web.BaseSite
         if self._sock is not None:
             site = web.SockSite(runner, self._sock, ssl_context=self._ssl)
@@ -178,11 +201,50 @@ class HttpServer:
         self.bound = Bound(host, port, base_url(host, port, self._ssl))
         return self.bound
 
+    async def _start_lean(self, runner: web.AppRunner, lean: LeanFront) -> Bound:
+        """The listener with the lean front's protocol, aiohttp's behind it."""
+        server = runner.server
+        assert server is not None
+        loop = asyncio.get_running_loop()
+        factory = lean.protocol(server)
+        try:
+            if self._sock is not None:
+                listener = await loop.create_server(
+                    factory, sock=self._sock, ssl=self._ssl, backlog=128
+                )
+            else:
+                listener = await loop.create_server(
+                    factory,
+                    self._host,
+                    self._port,
+                    ssl=self._ssl,
+                    backlog=128,
+                    reuse_port=self._reuse_port or None,
+                )
+        except OSError as exc:
+            await runner.cleanup()
+            raise ConfigError(
+                f"cannot listen for {self._what} on {self._host}:{self._port}: "
+                f"{exc.strerror or exc}"
+            ) from None
+        self._runner = runner
+        self._listener = listener
+        addresses = [sock.getsockname() for sock in listener.sockets]
+        host, port = _first_address(addresses, self._host)
+        self.bound = Bound(host, port, base_url(host, port, self._ssl))
+        return self.bound
+
     async def stop(self) -> None:
         """Stop accepting; in-flight requests get :data:`SHUTDOWN_GRACE_S`. Idempotent."""
         runner, self._runner = self._runner, None
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
         if runner is not None:
-            await runner.cleanup()
+            if self._lean is not None:
+                await asyncio.gather(self._lean.shutdown(SHUTDOWN_GRACE_S), runner.cleanup())
+            else:
+                await runner.cleanup()
 
 
 def _first_address(addresses: Iterable[object], default_host: str) -> tuple[str, int]:
@@ -273,6 +335,7 @@ __all__ = [
     "SHUTDOWN_GRACE_S",
     "Bound",
     "HttpServer",
+    "HttpServerKind",
     "ServerLog",
     "add_service_routes",
     "base_url",

@@ -1,0 +1,736 @@
+"""A lean HTTP/1.1 server for a tier's hot endpoints, beside aiohttp's on one socket.
+
+aiohttp's server is general: routing tables, middleware chains, request and response
+objects with their hooks, a header builder per response. A proxy's hot endpoints need a
+small part of HTTP/1.1 (RFC 9112): a ``POST`` with a ``Content-Length`` body, answered
+with a whole body or a stream, on keep-alive connections. This module serves that part
+on a bare ``asyncio.Protocol`` (heads parsed by ``httptools``, llhttp's C parser) and
+hands everything else to aiohttp, on the same connection:
+
+* **What it serves**: HTTP/1.0 or 1.1, a method and path it has a :class:`Route` for,
+  a body framed by ``Content-Length`` (or none). Anything else — another path, a
+  chunked body, ``Expect: 100-continue``, ``Upgrade``, a head it cannot parse (aiohttp
+  answers it the 400 it always did), a percent-encoded or absolute target — goes to
+  aiohttp: the connection's protocol becomes aiohttp's (``runner.server()``), which
+  gets the connection's bytes from the start of that request. Every handoff is counted
+  by why (``gtm_http_fallbacks_total{tier,reason}``): a fast path is a declared
+  capability, and losing it shows.
+* **The same rules**: each request passes what aiohttp's middlewares apply, from their
+  one home each: the span (:class:`gtm.tracing.Spans`), the access line
+  (:class:`gtm.access.AccessLog`), the limits (:mod:`gtm.http_limits`: header fields
+  431, per-client concurrency 429, body size 413, slow body 408, JSON depth 400, the
+  header timeout), OpenAI-shaped errors and the per-route count
+  (:func:`gtm.openai_errors.answer`). The handler answers through the relay's seam
+  (:class:`gtm.relay.Downstream`).
+* **Connections**: keep-alive until ``header_timeout_s`` passes with no complete head
+  (slowloris bounded too); pipelined requests are answered in order, one at a time;
+  reading is paused while more than :data:`PIPELINE_BYTES` wait behind the request being
+  answered, and otherwise kept on, so a client that leaves is seen at once: its handler
+  is cancelled (the relay closes the upstream). Writes wait while the transport's
+  buffer is above its high-water mark (``pause_writing``), so a slow client slows the
+  relay's reads of the upstream.
+* **Stopping** (:meth:`LeanFront.shutdown`): idle connections are closed, in-flight
+  requests get the grace period (their responses end with ``Connection: close``), then
+  are cancelled.
+* **TLS**: the listener's SSL context, as aiohttp's; the handoff works on asyncio's SSL
+  transport, and :attr:`Request.transport` gives the peer's certificate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from email.utils import formatdate
+from enum import StrEnum
+from http import HTTPStatus
+from typing import Any
+
+import httptools
+from multidict import CIMultiDict
+from prometheus_client import CollectorRegistry, Counter
+
+from gtm.access import NOTE_KEY, AccessLog, AccessNote, End
+from gtm.http_limits import (
+    ServerLimits,
+    body_too_deep,
+    body_too_large,
+    body_too_slow,
+    header_problem,
+    headers_too_large,
+)
+from gtm.models import Tier
+from gtm.openai_errors import ApiError, answer
+from gtm.relay import Downstream
+from gtm.serve import CLIENT_CLOSED
+from gtm.tracing import SPAN_KEY, Spans
+
+log = logging.getLogger(__name__)
+
+#: Bytes of later (pipelined) requests buffered while one is answered; above, reading
+#: pauses until it is done.
+PIPELINE_BYTES = 64 * 1024
+
+Handler = Callable[["Request", Downstream], Awaitable[None]]
+
+
+class Fallback(StrEnum):
+    """Why a connection went to aiohttp: the ``reason`` of ``gtm_http_fallbacks_total``."""
+
+    #: No lean route for the method and path (probes, scrapes, other APIs).
+    ROUTE = "route"
+    #: A target aiohttp must decode (percent-encoded, absolute-form).
+    TARGET = "target"
+    #: A head llhttp refused (aiohttp answers 400, as it always did).
+    MALFORMED = "malformed"
+    #: Neither HTTP/1.0 nor HTTP/1.1.
+    VERSION = "version"
+    #: A chunked (or otherwise transfer-coded) request body.
+    CHUNKED = "chunked"
+    #: ``Expect: 100-continue``.
+    EXPECT = "expect"
+    #: ``Upgrade`` (WebSocket, h2c).
+    UPGRADE = "upgrade"
+    #: A head over the limits before its end (aiohttp answers it).
+    HEAD_TOO_LARGE = "head_too_large"
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """A method and path the lean server answers itself."""
+
+    method: str
+    path: str
+    handler: Handler
+
+
+class Request:
+    """One request as the lean server read it (a :class:`gtm.inbound.Scope`)."""
+
+    __slots__ = (
+        "_state",
+        "body",
+        "headers",
+        "keep_alive",
+        "method",
+        "path",
+        "query",
+        "raw_headers",
+        "remote",
+        "transport",
+        "version",
+    )
+
+    def __init__(
+        self,
+        method: str,
+        path: str,
+        query: str,
+        version: str,
+        raw_headers: list[tuple[bytes, bytes]],
+        remote: str | None,
+        transport: asyncio.Transport,
+        keep_alive: bool,
+    ) -> None:
+        self.method = method
+        self.path = path
+        self.query = query
+        self.version = version
+        self.raw_headers = raw_headers
+        self.headers: CIMultiDict[str] = CIMultiDict(
+            (n.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape"))
+            for n, v in raw_headers
+        )
+        self.remote = remote
+        #: The connection's transport (``get_extra_info("peercert")`` under TLS).
+        self.transport = transport
+        self.keep_alive = keep_alive
+        self.body = b""
+        self._state: dict[object, Any] = {}
+
+    def get(self, key: Any, /) -> Any:
+        """What a rule keeps for this request under ``key`` (None: nothing)."""
+        return self._state.get(key)
+
+    def __setitem__(self, key: object, value: object) -> None:
+        self._state[key] = value
+
+
+class _Errors:
+    def __init__(self, service: str, count: Callable[[str, int], None]) -> None:
+        self.service = service
+        self.count = count
+
+
+class LeanFront:
+    """The lean server's routes and the rules it shares with the aiohttp application
+    beside it; :class:`gtm.serve.HttpServer` serves it on the application's socket."""
+
+    def __init__(
+        self,
+        routes: Iterable[Route],
+        *,
+        tier: Tier,
+        limits: ServerLimits,
+        service: str,
+        count: Callable[[str, int], None],
+        registry: CollectorRegistry,
+        access: AccessLog | None = None,
+        spans: Spans | None = None,
+    ) -> None:
+        self.routes: Mapping[tuple[bytes, bytes], Handler] = {
+            (r.method.upper().encode(), r.path.encode()): r.handler for r in routes
+        }
+        self.limits = limits
+        self.errors = _Errors(service, count)
+        self.access = access
+        self.spans = spans
+        counter = Counter(
+            "gtm_http_fallbacks",
+            "Connections the lean HTTP server handed to aiohttp's, by why (a request it "
+            "does not serve itself).",
+            ("tier", "reason"),
+            registry=registry,
+        )
+        self._fallbacks = {r: counter.labels(tier.value, r.value).inc for r in Fallback}
+        self._connections: set[_Connection] = set()
+        self._stopping = False
+
+    def fell_back(self, reason: Fallback) -> None:
+        self._fallbacks[reason]()
+
+    def protocol(self, fallback: Callable[[], asyncio.Protocol]) -> Callable[[], _Connection]:
+        """The listener's protocol factory; ``fallback`` makes aiohttp's protocol."""
+
+        def make() -> _Connection:
+            return _Connection(self, fallback)
+
+        return make
+
+    async def shutdown(self, grace_s: float) -> None:
+        """Close idle connections; in-flight requests get ``grace_s``, then are
+        cancelled (each connection closes once its response ends)."""
+        self._stopping = True
+        for conn in list(self._connections):
+            conn.stop()
+        busy = [c.done for c in self._connections if c.done is not None]
+        if busy:
+            _, late = await asyncio.wait(busy, timeout=grace_s)
+            for conn in list(self._connections):
+                conn.cancel()
+            if late:
+                await asyncio.wait(late, timeout=grace_s)
+        for conn in list(self._connections):
+            conn.close()
+
+
+# ---------------------------------------------------------------------------- dates
+
+_date_second = -1
+_date_value = ""
+
+
+def _http_date() -> str:
+    """``Date`` (RFC 9110 §6.6.1), formatted once per second."""
+    global _date_second, _date_value
+    now = int(time.time())
+    if now != _date_second:
+        _date_second, _date_value = now, formatdate(now, usegmt=True)
+    return _date_value
+
+
+# ---------------------------------------------------------------------------- connection
+
+
+class _Head:
+    """httptools' callbacks for one request head."""
+
+    __slots__ = ("complete", "headers", "length", "special", "url")
+
+    def __init__(self) -> None:
+        self.url = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.length = 0
+        #: A header that sends the request to aiohttp, or None.
+        self.special: Fallback | None = None
+        self.complete = False
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name, value))
+        low = name.lower()
+        if low == b"content-length":
+            self.length = int(value)  # llhttp checked it: digits only, one value
+        elif low == b"transfer-encoding":
+            self.special = Fallback.CHUNKED
+        elif low == b"expect":
+            self.special = Fallback.EXPECT
+        elif low == b"upgrade":
+            self.special = Fallback.UPGRADE
+
+    def on_headers_complete(self) -> None:
+        self.complete = True
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection: heads parsed, requests answered in order, or handed off."""
+
+    def __init__(self, front: LeanFront, fallback: Callable[[], asyncio.Protocol]) -> None:
+        self._front = front
+        self._fallback = fallback
+        self._transport: asyncio.Transport | None = None
+        self._remote: str | None = None
+        self._buffer = bytearray()
+        self._loop = asyncio.get_running_loop()
+        self._timer: asyncio.TimerHandle | None = None
+        #: The request being answered (its task), if any.
+        self._task: asyncio.Task[None] | None = None
+        #: Set when the answered request's body is complete (only while it is not).
+        self._body_wait: asyncio.Future[None] | None = None
+        self._body_need = 0
+        self._writable = True
+        self._drain: asyncio.Future[None] | None = None
+        self._reading = True
+        self._closed = False
+        self._stop = False
+        #: Resolved when the request in flight ends (for a graceful stop).
+        self.done: asyncio.Future[None] | None = None
+
+    # ------------------------------------------------------------------ asyncio
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple | list) and peer:
+            self._remote = str(peer[0])
+        self._front._connections.add(self)
+        if self._front._stopping:
+            self.close()
+            return
+        self._arm_idle()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self._front._connections.discard(self)
+        self._disarm()
+        if self._task is not None:
+            self._task.cancel()  # the client left: the handler stops, the relay cleans up
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_exception(ConnectionResetError("the client went away"))
+        if self._body_wait is not None and not self._body_wait.done():
+            self._body_wait.set_exception(ConnectionResetError("the client went away"))
+
+    def eof_received(self) -> bool | None:
+        return None  # as aiohttp: a client's half-close closes the connection
+
+    def pause_writing(self) -> None:
+        self._writable = False
+
+    def resume_writing(self) -> None:
+        self._writable = True
+        if self._drain is not None and not self._drain.done():
+            self._drain.set_result(None)
+        self._drain = None
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        if self._task is None:
+            self._next()
+            return
+        if self._body_wait is not None and len(buffer) >= self._body_need:
+            if not self._body_wait.done():
+                self._body_wait.set_result(None)
+        elif len(buffer) > self._body_need + PIPELINE_BYTES and self._reading:
+            self._reading = False
+            assert self._transport is not None
+            self._transport.pause_reading()
+
+    # ------------------------------------------------------------------ requests
+
+    def _next(self) -> None:
+        """Start answering the next request in the buffer, or hand the connection off,
+        or wait for more bytes."""
+        buffer = self._buffer
+        if not buffer or self._closed:
+            return
+        end = buffer.find(b"\r\n\r\n")
+        if end < 0:
+            limits = self._front.limits.limits
+            if b"\n\n" in buffer:
+                self._hand_off(Fallback.MALFORMED)  # bare LF line ends: aiohttp's call
+            elif len(buffer) > limits.max_header_bytes + limits.max_header_line_bytes:
+                self._hand_off(Fallback.HEAD_TOO_LARGE)
+            return
+        head_len = end + 4
+        head = _Head()
+        parser = httptools.HttpRequestParser(head)
+        try:
+            parser.feed_data(bytes(buffer[:head_len]))
+        except httptools.HttpParserUpgrade:
+            self._hand_off(Fallback.UPGRADE)
+            return
+        except (httptools.HttpParserError, ValueError):
+            self._hand_off(Fallback.MALFORMED)
+            return
+        if not head.complete:
+            self._hand_off(Fallback.MALFORMED)
+            return
+        version = parser.get_http_version()
+        if version != "1.1" and version != "1.0":
+            self._hand_off(Fallback.VERSION)
+            return
+        if head.special is not None or parser.should_upgrade():
+            self._hand_off(head.special or Fallback.UPGRADE)
+            return
+        raw_path, _, query = head.url.partition(b"?")
+        method = parser.get_method()
+        handler = self._front.routes.get((method, raw_path))
+        if handler is None:
+            self._hand_off(Fallback.TARGET if b"%" in raw_path else Fallback.ROUTE)
+            return
+        self._disarm()
+        transport = self._transport
+        assert transport is not None
+        request = Request(
+            method.decode("ascii"),
+            raw_path.decode("ascii"),
+            query.decode("latin-1"),
+            version,
+            head.headers,
+            self._remote,
+            transport,
+            parser.should_keep_alive(),
+        )
+        self._body_need = head_len + head.length
+        self.done = self._loop.create_future()
+        self._task = self._loop.create_task(self._answer(request, handler, head_len, head.length))
+
+    def _take_body(self, request: Request, head_len: int) -> None:
+        need = self._body_need
+        request.body = bytes(self._buffer[head_len:need])
+        del self._buffer[:need]
+        self._body_need = 0
+
+    async def _answer(self, request: Request, handler: Handler, head_len: int, length: int) -> None:
+        front = self._front
+        spans, access = front.spans, front.access
+        hop = note = None
+        if spans is not None and request.path not in spans.skip:
+            hop = spans.start(request)
+            request[SPAN_KEY] = hop
+        if access is not None and request.path not in access.skip:
+            note = access.begin(request)
+            request[NOTE_KEY] = note
+        client = _Response(self, request, note)
+        status, end = 500, End.ERROR
+        try:
+            await self._limited(request, client, handler, head_len, length)
+            client.flush()
+            status, end = client.status, End.OK
+        except asyncio.CancelledError:
+            end = End.DISCONNECT
+            status = client.status if client.head_sent else CLIENT_CLOSED
+            if not self._closed:
+                client.close = True  # stopping: the response (if any) was cut
+                self.abort()
+            raise
+        except (ConnectionResetError, OSError):
+            end = End.DISCONNECT
+            status = client.status if client.head_sent else CLIENT_CLOSED
+        except Exception:
+            log.exception("the lean server failed answering %s %s", request.method, request.path)
+            self.abort()
+        finally:
+            if note is not None and access is not None:
+                access.end(request, note, status, end)
+            if hop is not None and spans is not None:
+                hop.body = client.whole_body
+                spans.finish(hop, status, end.value)
+            self._finished(client)
+
+    async def _limited(
+        self, request: Request, client: _Response, handler: Handler, head_len: int, length: int
+    ) -> None:
+        server = self._front.limits
+        limits = server.limits
+        problem = header_problem(request.raw_headers, limits)
+        if problem is not None:
+            client.refuse(headers_too_large(problem), close=True)
+            return
+        peer = request.remote or "-"
+        refused = server.slots.take(peer)
+        if refused is not None:
+            if self._body_in():
+                self._take_body(request, head_len)  # dropped: the connection stays usable
+                client.refuse(refused, close=False)
+            else:
+                client.refuse(refused, close=True)
+            return
+        try:
+            if length > server.max_body_bytes:
+                client.refuse(body_too_large(length, server.max_body_bytes), close=True)
+                return
+            if not self._body_in():
+                waiter = self._body_wait = self._loop.create_future()
+                try:
+                    async with asyncio.timeout(limits.body_timeout_s):
+                        await waiter
+                except TimeoutError:
+                    client.refuse(body_too_slow(limits), close=True)
+                    return
+                finally:
+                    self._body_wait = None
+            self._take_body(request, head_len)
+            deep = body_too_deep(request.body, limits)
+            if deep is not None:
+                client.refuse(deep, close=False)
+                return
+            await self._handle(request, client, handler)
+        finally:
+            server.slots.give(peer)
+
+    def _body_in(self) -> bool:
+        return len(self._buffer) >= self._body_need
+
+    async def _handle(self, request: Request, client: _Response, handler: Handler) -> None:
+        errors = self._front.errors
+        try:
+            await handler(request, client)
+        except (asyncio.CancelledError, ConnectionResetError):
+            raise
+        except Exception as exc:
+            if client.head_sent:
+                raise  # a started response cannot become an error: the connection is cut
+            client.refuse(answer(exc, errors.service, request.method, request.path), close=False)
+        errors.count(request.path, client.status)
+
+    def _finished(self, client: _Response) -> None:
+        """The request is answered: keep the connection for the next one, or close."""
+        self._task = None
+        if self.done is not None and not self.done.done():
+            self.done.set_result(None)
+        self.done = None
+        if self._closed:
+            return
+        if client.close or self._stop or not client.ended:
+            self.close()
+            return
+        if not self._reading:
+            self._reading = True
+            assert self._transport is not None
+            self._transport.resume_reading()
+        self._arm_idle()
+        if self._buffer:
+            self._next()
+
+    # ------------------------------------------------------------------ handoff
+
+    def _hand_off(self, reason: Fallback) -> None:
+        """The connection becomes aiohttp's, from the start of this request."""
+        self._front.fell_back(reason)
+        self._disarm()
+        self._front._connections.discard(self)
+        transport = self._transport
+        assert transport is not None
+        protocol = self._fallback()
+        protocol.connection_made(transport)
+        transport.set_protocol(protocol)
+        if not self._reading:
+            transport.resume_reading()
+        data, self._buffer = bytes(self._buffer), bytearray()
+        protocol.data_received(data)
+
+    # ------------------------------------------------------------------ timers, writes
+
+    def _arm_idle(self) -> None:
+        self._timer = self._loop.call_later(
+            self._front.limits.limits.header_timeout_s, self._idle_timeout
+        )
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _idle_timeout(self) -> None:
+        self._timer = None
+        if self._task is None:
+            self.close()  # no complete head in time (an idle keep-alive or a slowloris)
+
+    def write(self, data: bytes) -> None:
+        if self._closed:
+            raise ConnectionResetError("the client went away")
+        assert self._transport is not None
+        self._transport.write(data)
+
+    async def drain(self) -> None:
+        if self._closed:
+            raise ConnectionResetError("the client went away")
+        if self._writable:
+            return
+        if self._drain is None:
+            self._drain = self._loop.create_future()
+        await self._drain
+
+    def gone(self) -> bool:
+        return self._closed or self._transport is None or self._transport.is_closing()
+
+    def stop(self) -> None:
+        """A graceful stop: close when idle, after the response in flight otherwise."""
+        self._stop = True
+        if self._task is None:
+            self.close()
+
+    def cancel(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    def close(self) -> None:
+        self._disarm()
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.close()
+
+    def abort(self) -> None:
+        self._disarm()
+        if self._transport is not None:
+            self._transport.abort()
+
+
+# ---------------------------------------------------------------------------- responses
+
+
+class _Response(Downstream):
+    """The lean server's :class:`~gtm.relay.Downstream`: a whole response is kept until
+    the handler returns, then written at once; a stream's head leaves with its first
+    chunk; a body without a length is chunked (HTTP/1.1) or ends the connection (1.0)."""
+
+    __slots__ = (
+        "_chunked",
+        "_conn",
+        "_head",
+        "_note",
+        "_request",
+        "_whole",
+        "close",
+        "ended",
+        "head_sent",
+        "status",
+        "whole_body",
+    )
+
+    def __init__(self, conn: _Connection, request: Request, note: AccessNote | None) -> None:
+        self._conn = conn
+        self._request = request
+        self._note = note
+        self._whole: tuple[int, str, CIMultiDict[str], bytes] | None = None
+        self._head: bytes | None = None
+        self._chunked = False
+        self.status = 500
+        self.head_sent = False
+        self.ended = False
+        #: Close the connection once the response ends.
+        self.close = not request.keep_alive
+        #: A whole response's body (a span reads an error's code from it).
+        self.whole_body: bytes | None = None
+
+    def gone(self) -> bool:
+        return self._conn.gone()
+
+    def whole(self, status: int, reason: str, headers: CIMultiDict[str], body: bytes) -> None:
+        self.status = status
+        self._whole = (status, reason, headers, body)
+
+    def refuse(self, error: ApiError, *, close: bool) -> None:
+        """An error in OpenAI's shape as the whole response (``close``: then close)."""
+        headers: CIMultiDict[str] = CIMultiDict(error.headers())
+        headers["Content-Type"] = "application/json; charset=utf-8"
+        if close:
+            self.close = True
+        self.whole(error.status, "", headers, error.encode())
+
+    def flush(self) -> None:
+        """Write the whole response, if the handler made one."""
+        whole, self._whole = self._whole, None
+        if whole is None:
+            if not self.head_sent:
+                raise RuntimeError("the handler made no response")
+            return
+        status, reason, headers, body = whole
+        headers["Content-Length"] = str(len(body))
+        self.whole_body = body
+        self._conn.write(self._make_head(status, reason, headers) + body)
+        self.head_sent = self.ended = True
+
+    async def start(
+        self, status: int, reason: str, headers: CIMultiDict[str], length: int | None
+    ) -> None:
+        self.status = status
+        if length is not None:
+            headers["Content-Length"] = str(length)
+        elif self._request.version == "1.1":
+            headers["Transfer-Encoding"] = "chunked"
+            self._chunked = True
+        else:
+            self.close = True  # HTTP/1.0: the end of the connection ends the body
+        self._head = self._make_head(status, reason, headers)
+        self.head_sent = True
+
+    async def write(self, data: bytes) -> None:
+        if not data:
+            return
+        if self._chunked:
+            data = b"%x\r\n%b\r\n" % (len(data), data)
+        head, self._head = self._head, None
+        conn = self._conn
+        conn.write(data if head is None else head + data)
+        await conn.drain()
+
+    async def write_eof(self) -> None:
+        head, self._head = self._head, None
+        tail = b"0\r\n\r\n" if self._chunked else b""
+        if head is not None or tail:
+            self._conn.write((head or b"") + tail)
+        self.ended = True
+
+    def abort(self) -> None:
+        self._conn.abort()
+
+    def _make_head(self, status: int, reason: str, headers: CIMultiDict[str]) -> bytes:
+        if self._note is not None and self._conn._front.access is not None:
+            self._conn._front.access.prepared(self._note, status, headers)
+        if "Date" not in headers:
+            headers["Date"] = _http_date()
+        headers.setdefault("Content-Type", "application/octet-stream")
+        if self.close or self._conn._stop:
+            self.close = True
+            headers["Connection"] = "close"
+        elif self._request.version == "1.0":
+            headers["Connection"] = "keep-alive"
+        hop = self._request.get(SPAN_KEY)
+        if hop is not None:
+            hop.response = headers
+            hop.status = status
+        lines = [f"HTTP/{self._request.version} {status} {reason or _reason(status)}\r\n"]
+        lines.extend(f"{name}: {value}\r\n" for name, value in headers.items())
+        lines.append("\r\n")
+        text = "".join(lines)
+        if text.count("\n") != len(lines):
+            raise ValueError("a response header holds a line break")
+        return text.encode("utf-8", "surrogateescape")
+
+
+#: Reason phrases by status (RFC 9110's), for responses made without one.
+_REASONS = {s.value: s.phrase for s in HTTPStatus}
+
+
+def _reason(status: int) -> str:
+    return _REASONS.get(status, "")
+
+
+__all__ = ["PIPELINE_BYTES", "Fallback", "LeanFront", "Request", "Route"]
