@@ -153,6 +153,8 @@ class PeerRouter:
     url: str
     proc: asyncio.subprocess.Process
     log_path: Path
+    #: Its Prometheus exposition (``/metrics`` on its own port).
+    metrics_url: str = ""
     _cpu_at_exit: float | None = field(default=None, repr=False)
 
     @property
@@ -224,7 +226,10 @@ async def start_peer(
             *args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env={**os.environ, "NO_COLOR": "1", "RUST_LOG_STYLE": "never"},
         )  # fmt: skip
-    router = PeerRouter(peer, policy, f"http://{host}:{port}", proc, log_path)
+    router = PeerRouter(
+        peer, policy, f"http://{host}:{port}", proc, log_path,
+        metrics_url=f"http://{host}:{prometheus}/metrics",
+    )  # fmt: skip
     deadline = time.monotonic() + timeout_s
     timeout = aiohttp.ClientTimeout(total=2.0)
     async with aiohttp.ClientSession(timeout=timeout) as session:

@@ -16,10 +16,13 @@ workers with empty prefix caches, then stops them. Pools: ``hetero`` (3 × H100,
 2 × A100-80GB, 2 × L40S, 1 × L4) and ``h100`` (8 × H100). The workers answer what each
 peer polls (:mod:`gpusim.peer_api`: SGLang's ``/get_load``, ``/server_info``,
 ``/model_info``; vLLM's ``/v1/completions/render`` and ``/kv_event_sources``), and for
-vllm-router's ``kv_aware`` they publish vLLM's KV events (``--kv-events-config``), so
-each policy has what it would have in front of real engines.
+vllm-router's ``kv_aware`` and ``gtm-kv-events`` they publish vLLM's KV events
+(``--kv-events-config``), so each policy has what it would have in front of real engines.
 
 **Routers.** ``gtm-default`` (``gtm zone`` with its default profile and settings),
+``gtm-kv-events`` (the same agent subscribed to the workers' KV events, ``--kv-events``
+with each worker's publisher as its ``kv-events`` label, as ``gtm up --kv-events``
+wires them: what each GPU cached and evicted corrects its prefix placement),
 ``gtm-round-robin`` (the same agent, ``--profile round-robin``), and the peers with
 their own defaults, started by :mod:`bench.peers` (a missing peer fails the run; it
 is never skipped): sglang-router ``cache_aware`` (its default), ``power_of_two``,
@@ -91,11 +94,13 @@ from fleetsim.simulator import CLIENT_TIMEOUT_S
 from fleetsim.traces import MOONCAKE_BLOCK_TOKENS, Trace, TraceKind, TraceRequest, load_trace
 from fleetsim.workload import fleet_capacity_rps
 from gtm.gpu_profiles import LLAMA_8B, get_profile
+from gtm.kv_events import KV_EVENTS_LABEL
 from gtm.metrics import new_registry
 from gtm.net import free_port
 from gtm.stats import percentile
 from gtm.tasks import TaskSupervisor
 from gtm.testing.processes import GtmProcess, start_listening
+from zone_agent.config import DEFAULT_KV_EVENTS
 
 MODEL = LLAMA_8B
 POOLS: dict[str, tuple[str, ...]] = {
@@ -120,6 +125,9 @@ class RouterSpec:
     gtm_profile: str | None = None
     peer: Peer | None = None
     policy: str = ""
+    #: The workers publish vLLM's KV events and the router reads them (``gtm zone
+    #: --kv-events``; vllm-router's ``kv_aware``).
+    kv_events: bool = False
 
     @property
     def is_gtm(self) -> bool:
@@ -128,11 +136,12 @@ class RouterSpec:
 
 def _peer(peer: Peer, policy: str) -> RouterSpec:
     short = "sglang" if peer is Peer.SGLANG else "vllm"
-    return RouterSpec(f"{short}-{policy}", peer=peer, policy=policy)
+    return RouterSpec(f"{short}-{policy}", peer=peer, policy=policy, kv_events=policy == "kv_aware")
 
 
 ROUTERS: tuple[RouterSpec, ...] = (
     RouterSpec("gtm-default", gtm_profile="default"),
+    RouterSpec("gtm-kv-events", gtm_profile="default", kv_events=True),
     RouterSpec("gtm-round-robin", gtm_profile="round-robin"),
     _peer(Peer.SGLANG, "cache_aware"),
     _peer(Peer.SGLANG, "power_of_two"),
@@ -141,8 +150,8 @@ ROUTERS: tuple[RouterSpec, ...] = (
     _peer(Peer.VLLM, "kv_aware"),
     _peer(Peer.VLLM, "round_robin"),
 )
-#: --smoke: gtm's default and one policy (the default) of each peer.
-SMOKE_ROUTERS = ("gtm-default", "sglang-cache_aware", "vllm-cache_aware")
+#: --smoke: gtm's default, with KV events, and one policy (the default) of each peer.
+SMOKE_ROUTERS = ("gtm-default", "gtm-kv-events", "sglang-cache_aware", "vllm-cache_aware")
 OURS = "gtm-default"
 
 
@@ -456,6 +465,14 @@ async def worker_tallies(workers: Sequence[Worker]) -> list[WorkerTally]:
 #: The zone agent's counters that show where it did not just forward: retries on
 #: another GPU (by reason: first-byte deadline, 429, connect failure, ...) and ejections.
 ZONE_EVENTS = ("gtm_zone_retries", "gtm_zone_ejections")
+#: Its KV-event counters (``--kv-events``), summed over the GPUs: the events it applied
+#: (the evidence that ``gtm-kv-events`` had the engines' picture) and what went wrong.
+ZONE_KV_EVENTS = (
+    "gtm_zone_kv_events_applied",
+    "gtm_zone_kv_event_gaps",
+    "gtm_zone_kv_event_decode_errors",
+    "gtm_zone_kv_event_disconnects",
+)
 
 
 async def zone_events(url: str) -> dict[str, int]:
@@ -476,6 +493,12 @@ async def zone_events(url: str) -> dict[str, int]:
             count = sum(x.value for x in family.samples if x.name.endswith("_count"))
             if count:  # wall µs in the agent before the request goes upstream
                 out["decide_mean_us"] = round(1e6 * total / count)
+        if family.name in ZONE_KV_EVENTS:
+            total = sum(x.value for x in family.samples if x.name.endswith("_total"))
+            if total:
+                key = family.name.removeprefix("gtm_zone_")
+                out[key] = out.get(key, 0) + int(total)
+            continue
         if family.name not in ZONE_EVENTS:
             continue
         for sample in family.samples:
@@ -528,18 +551,28 @@ async def worker_pool(
         await asyncio.gather(*(p.stop() for p in processes))
 
 
+def zone_args(spec: RouterSpec, workers: Sequence[Worker], pool: Sequence[str]) -> list[str]:
+    """``gtm zone``'s command line for ``spec`` in front of ``workers`` (GPU types
+    ``pool``); with KV events each worker's publisher is its ``kv-events`` label, as
+    ``gtm up --kv-events`` registers it."""
+    args = ["zone", "--zone", "bench-a", "--region", "bench", "--listen", "127.0.0.1:0"]
+    if spec.gtm_profile != "default":
+        args += ["--profile", str(spec.gtm_profile)]
+    for i, (w, gpu) in enumerate(zip(workers, pool, strict=True)):
+        label = f",label:{KV_EVENTS_LABEL}={w.kv_endpoint}" if w.kv_endpoint else ""
+        args += ["--worker", f"{w.url},gpu={gpu},id=gpu-{i}{label}"]
+    if spec.kv_events:
+        args += ["--kv-events", DEFAULT_KV_EVENTS]  # each worker's label wins
+    return args
+
+
 @contextlib.asynccontextmanager
 async def router(
     spec: RouterSpec, workers: Sequence[Worker], pool: Sequence[str]
 ) -> AsyncIterator[tuple[str, Any]]:
     """The router in front of ``workers``: yields its URL and a CPU-time reader."""
     if spec.is_gtm:
-        args = ["zone", "--zone", "bench-a", "--region", "bench", "--listen", "127.0.0.1:0"]
-        if spec.gtm_profile != "default":
-            args += ["--profile", str(spec.gtm_profile)]
-        for i, (w, gpu) in enumerate(zip(workers, pool, strict=True)):
-            args += ["--worker", f"{w.url},gpu={gpu},id=gpu-{i}"]
-        agent = await start_listening(args)
+        agent = await start_listening(zone_args(spec, workers, pool))
         pid = agent.proc.pid
         try:
             yield agent.url, lambda: cpu_seconds(pid)
@@ -570,9 +603,8 @@ async def run_one(
     spec: RouterSpec, pool_name: str, pool: Sequence[str], trace: TraceKind,
     plan: Sequence[Arrival], speedup: float, repetition: int,
 ) -> Figures:  # fmt: skip
-    kv_events = spec.peer is Peer.VLLM and spec.policy == "kv_aware"
     async with (
-        worker_pool(pool, speedup, kv_events=kv_events) as workers,
+        worker_pool(pool, speedup, kv_events=spec.kv_events) as workers,
         router(spec, workers, pool) as (url, cpu),
     ):
         started_cpu = cpu()
@@ -997,7 +1029,7 @@ async def main_async(args: argparse.Namespace) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--smoke", action="store_true", help="seconds: 2 GPUs, 3 routers")
+    parser.add_argument("--smoke", action="store_true", help="seconds: 2 GPUs, 4 routers")
     parser.add_argument("--pools", default="hetero,h100", help=f"of {', '.join(POOLS)}")
     parser.add_argument("--traces", default=",".join(t.value for t in TRACES))
     parser.add_argument("--routers", default="", help=f"of {', '.join(r.name for r in ROUTERS)}")

@@ -5,21 +5,26 @@ peer; and bench/peers.py's command lines."""
 from __future__ import annotations
 
 import math
+from typing import Any, cast
 
 import pytest
 
 from bench.peers import POLICIES, Peer, command
 from bench.router_side_by_side import (
     POOLS,
+    ROUTERS,
     Figures,
+    Worker,
     arrivals,
     busy_rate,
     max_context,
     prompt_text,
     unloaded_e2e_s,
     verdicts,
+    zone_args,
 )
 from fleetsim.traces import TraceKind, TraceRequest
+from gtm.testing.processes import GtmProcess
 from gtm.tokens import encode_text
 
 
@@ -108,3 +113,27 @@ def test_peer_command_lines_name_the_policy_ports_and_workers() -> None:
     assert POLICIES[Peer.SGLANG][0] == "cache_aware"  # each peer's default comes first
     with pytest.raises(ValueError, match="no policy 'kv_aware'"):
         command(Peer.SGLANG, "kv_aware", [], host="127.0.0.1", port=1, prometheus_port=2)
+
+
+def _worker(port: int, kv_port: int | None) -> Worker:
+    process = GtmProcess(proc=cast(Any, None), url=f"http://127.0.0.1:{port}")
+    return Worker(process, f"tcp://127.0.0.1:{kv_port}" if kv_port else "")
+
+
+def test_gtm_kv_events_names_each_workers_publisher_as_gtm_up_registers_it() -> None:
+    specs = {r.name: r for r in ROUTERS}
+    assert [r.name for r in ROUTERS if r.kv_events] == ["gtm-kv-events", "vllm-kv_aware"]
+    pool = ("H100", "L4")
+    args = zone_args(specs["gtm-kv-events"], [_worker(1, 5001), _worker(2, 5002)], pool)
+    workers = [args[i + 1] for i, a in enumerate(args) if a == "--worker"]
+    assert workers == [
+        "http://127.0.0.1:1,gpu=H100,id=gpu-0,label:kv-events=tcp://127.0.0.1:5001",
+        "http://127.0.0.1:2,gpu=L4,id=gpu-1,label:kv-events=tcp://127.0.0.1:5002",
+    ]
+    assert "--kv-events" in args
+    plain = zone_args(specs["gtm-default"], [_worker(1, None), _worker(2, None)], pool)
+    assert "--kv-events" not in plain
+    assert not any("kv-events" in a for a in plain)
+    assert "--profile" not in plain
+    round_robin = zone_args(specs["gtm-round-robin"], [_worker(1, None), _worker(2, None)], pool)
+    assert round_robin[round_robin.index("--profile") + 1] == "round-robin"
