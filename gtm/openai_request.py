@@ -24,7 +24,7 @@ from gtm.openai_params import EMBEDDINGS as EMBEDDINGS
 from gtm.openai_params import MAX_CHOICES as MAX_CHOICES
 from gtm.openai_params import MAX_MODEL_NAME as MAX_MODEL_NAME
 from gtm.openai_params import check_params, empty_array, invalid_type
-from gtm.tokens import PromptError, count_chat_tokens, count_text_tokens, parse_chat_messages
+from gtm.tokens import PromptError, chat_prompt, count_text_tokens
 
 #: Most prompts (or embeddings inputs) per request.
 MAX_INPUTS = 2048
@@ -106,11 +106,10 @@ def _integer(value: object) -> int | None:
 
 def _chat_prompt(body: Mapping[str, object]) -> tuple[tuple[int, ...], str]:
     try:
-        messages = parse_chat_messages(body.get("messages"))
+        tokens, text = chat_prompt(body.get("messages"))
     except PromptError as exc:
         raise BadRequest(str(exc), param="messages") from None
-    text = "".join(f"{m.role}\n{m.name or ''}\n{m.text}\n" for m in messages)
-    return (count_chat_tokens(messages),), text
+    return (tokens,), text
 
 
 def _items_prompt(value: object, field: str) -> tuple[tuple[int, ...], str]:

@@ -58,6 +58,7 @@ import zlib
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from gtm.errors import GtmError
 
@@ -294,11 +295,32 @@ def count_chat_tokens(messages: Sequence[ChatMessage]) -> int:
     """Prompt tokens of a conversation: ``len(encode_chat(messages))``, cheaper."""
     total = REPLY_PRIMING_TOKENS
     for message in messages:
-        total += TOKENS_PER_MESSAGE + len(_role_tokens(message.role))
-        total += count_text_tokens(message.text) + message.images * IMAGE_PART_TOKENS
-        if message.name:
-            total += TOKENS_PER_NAME + count_text_tokens(message.name)
+        total += _message_tokens(message.role, message.text, message.name, message.images)
     return total
+
+
+def _message_tokens(role: str, text: str, name: str | None, images: int) -> int:
+    """One message's share of :func:`count_chat_tokens` (``encode_chat``'s tokens for
+    it: a role's are one special token, or its text's)."""
+    total = TOKENS_PER_MESSAGE + count_text_tokens(text) + images * IMAGE_PART_TOKENS
+    total += 1 if role in _ROLE_TOKENS else len(encode_text(role))
+    if name:
+        total += TOKENS_PER_NAME + count_text_tokens(name)
+    return total
+
+
+def chat_prompt(raw: object) -> tuple[int, str]:
+    """An OpenAI ``messages`` array's prompt tokens and text in one pass, without a
+    :class:`ChatMessage` per message: ``count_chat_tokens(parse_chat_messages(raw))``,
+    and each message's role, name and text on lines of their own (``role\nname\ntext\n``:
+    the text a prompt's prefix fingerprints hash). Raises :class:`PromptError` as
+    :func:`parse_chat_messages` does."""
+    total = REPLY_PRIMING_TOKENS
+    parts: list[str] = []
+    for role, text, name, images in _chat_fields(raw):
+        total += _message_tokens(role, text, name, images)
+        parts.append(f"{role}\n{name or ''}\n{text}\n")
+    return total, "".join(parts)
 
 
 def _content_text(content: object, where: str) -> tuple[str, int]:
@@ -312,7 +334,7 @@ def _content_text(content: object, where: str) -> tuple[str, int]:
     texts: list[str] = []
     images = 0
     for index, part in enumerate(content):
-        if not isinstance(part, Mapping):
+        if not _is_mapping(part):
             raise PromptError(f"{where}.content[{index}] must be an object")
         kind = part.get("type")
         if kind == "text":
@@ -327,6 +349,12 @@ def _content_text(content: object, where: str) -> tuple[str, int]:
     return "\n".join(texts), images
 
 
+def _is_mapping(value: object) -> TypeGuard[Mapping[str, object]]:
+    """``isinstance(value, Mapping)``; a JSON object is a ``dict``, tested first (an ABC's
+    check costs several times a type test)."""
+    return type(value) is dict or isinstance(value, Mapping)
+
+
 def parse_chat_messages(raw: object) -> tuple[ChatMessage, ...]:
     """Validate an OpenAI ``messages`` array into :class:`ChatMessage` records.
 
@@ -334,27 +362,37 @@ def parse_chat_messages(raw: object) -> tuple[ChatMessage, ...]:
     text (``str`` of the value), which is close to how chat templates render them.
     Raises :class:`PromptError` naming the offending element.
     """
+    return tuple(
+        ChatMessage(role, text, name, images) for role, text, name, images in _chat_fields(raw)
+    )
+
+
+def _chat_fields(raw: object) -> Iterator[tuple[str, str, str | None, int]]:
+    """Each message of an OpenAI ``messages`` array, validated, as (role, text, name or
+    None, image parts): the one reading of a conversation, for
+    :func:`parse_chat_messages` and :func:`chat_prompt`."""
     if not isinstance(raw, list) or not raw:
         raise PromptError("messages must be a non-empty array")
     if len(raw) > MAX_MESSAGES:
         raise PromptError(f"at most {MAX_MESSAGES} messages are accepted")
-    out: list[ChatMessage] = []
     for index, item in enumerate(raw):
-        where = f"messages[{index}]"
-        if not isinstance(item, Mapping):
-            raise PromptError(f"{where} must be an object")
+        if not _is_mapping(item):
+            raise PromptError(f"messages[{index}] must be an object")
         role = item.get("role")
         if not isinstance(role, str) or not role:
-            raise PromptError(f"{where}.role must be a non-empty string")
-        text, images = _content_text(item.get("content"), where)
+            raise PromptError(f"messages[{index}].role must be a non-empty string")
+        content = item.get("content")
+        if type(content) is str:  # the usual message, without a call
+            text, images = content, 0
+        else:
+            text, images = _content_text(content, f"messages[{index}]")
         extra = item.get("tool_calls")
         if extra is not None:
             text = f"{text}{extra}"
         name = item.get("name")
         if name is not None and not isinstance(name, str):
-            raise PromptError(f"{where}.name must be a string")
-        out.append(ChatMessage(role=role, text=text, name=name or None, images=images))
-    return tuple(out)
+            raise PromptError(f"messages[{index}].name must be a string")
+        yield role, text, name or None, images
 
 
 # ---------------------------------------------------------------------------- hashing

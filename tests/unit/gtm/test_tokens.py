@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 import struct
 import tracemalloc
 import zlib
@@ -25,6 +26,7 @@ from gtm.tokens import (
     _pieces,
     _spans,
     block_hashes,
+    chat_prompt,
     count_chat_tokens,
     count_text_tokens,
     count_text_tokens_reference,
@@ -147,9 +149,43 @@ def test_parse_chat_messages_accepts_openai_shapes() -> None:
     ],
 )
 def test_parse_chat_messages_names_the_problem(raw: object, needle: str) -> None:
-    with pytest.raises(PromptError, match=needle.replace("[", r"\[").replace("]", r"\]")) as info:
+    pattern = needle.replace("[", r"\[").replace("]", r"\]")
+    with pytest.raises(PromptError, match=pattern) as info:
         parse_chat_messages(raw)
     assert isinstance(info.value, GtmError)
+    with pytest.raises(PromptError, match=pattern):  # the one pass refuses alike
+        chat_prompt(raw)
+
+
+_JSON_TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40)
+_PART = st.one_of(
+    st.fixed_dictionaries({"type": st.just("text"), "text": _JSON_TEXT}),
+    st.fixed_dictionaries({"type": st.sampled_from(["image_url", "input_image", "image"])}),
+)
+_MESSAGE = st.fixed_dictionaries(
+    {
+        "role": st.one_of(st.sampled_from(["system", "user", "assistant", "tool"]), _JSON_TEXT),
+        "content": st.one_of(st.none(), _JSON_TEXT, st.lists(_PART, max_size=3)),
+    },
+    optional={
+        "name": st.one_of(st.none(), _JSON_TEXT),
+        "tool_calls": st.lists(st.fixed_dictionaries({"id": _JSON_TEXT}), max_size=2),
+    },
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_MESSAGE, min_size=1, max_size=6))
+def test_chat_prompt_is_the_two_pass_reading_in_one(raw: list[dict[str, object]]) -> None:
+    try:
+        messages = parse_chat_messages(raw)
+    except PromptError as refused:
+        with pytest.raises(PromptError, match=re.escape(str(refused))):
+            chat_prompt(raw)
+        return
+    text = "".join(f"{m.role}\n{m.name or ''}\n{m.text}\n" for m in messages)
+    assert chat_prompt(raw) == (count_chat_tokens(messages), text)
+    assert chat_prompt(raw)[0] == len(encode_chat(messages))
 
 
 def test_block_hashes_are_prefix_chained() -> None:
