@@ -17,19 +17,54 @@ and, through ``gtm up``, for every process it starts (:func:`configured_format` 
 The structured fields are whatever a call passes as ``extra=`` (the per-request access
 line, :mod:`gtm.access`, is the main user); the formatters know nothing of their names.
 No third-party dependency: the standard library's ``logging`` and ``json``.
+
+**The access lines are written in batches.** :class:`LineWriter` (the access line's
+way to gtm's handler) does not write each line: it adds it to the handler's batch, and
+the batch is written with one ``write`` at the end of the event-loop iteration that
+added it (``loop.call_soon``), at once when it reaches :data:`BATCH_LIMIT`, and at once
+when no loop runs in the thread. So a proxy finishing many requests per iteration makes
+one system call for their lines, not one each. Invariants:
+
+* order: every other line the handler writes (a warning, an error) writes the batch
+  first, so lines keep the order they were made in (lines written to stderr past
+  gtm's handler, such as ``print(file=sys.stderr)``, may come before a batch made
+  earlier in the same iteration);
+* nothing is lost on a clean way out: ``flush`` and ``close`` write the batch, and
+  ``logging.shutdown`` (run at interpreter exit) calls both; a daemon stopped by
+  SIGTERM or SIGINT leaves its loop through :func:`gtm.serve.until_signalled` and
+  exits normally, so its last lines are written then; a batch left by a loop that
+  stopped before its iteration ended is written by the next line's batch or at exit;
+* what a SIGKILL (or a crash of the interpreter) can lose is the current batch: the
+  lines of at most one loop iteration, bounded by :data:`BATCH_LIMIT`. That is the
+  bound nginx's buffered access log documents: with ``access_log … buffer=size``
+  lines are written "if the next log line does not fit into the buffer", after
+  ``flush=time``, or when a worker re-opens its logs or shuts down
+  (https://nginx.org/en/docs/http/ngx_http_log_module.html#access_log), so a killed
+  worker loses what its buffer held; here the buffer is also written every iteration;
+* a write that fails (EPIPE from a reader that went away, a closed stream) goes to the
+  handler's ``handleError`` as ``logging``'s own lines' do, and never raises into the
+  request that wrote the line; the batch is dropped.
+
+Lines are written whole and one write holds whole lines, so a reader never sees half a
+line from one process. Several processes sharing one pipe for stderr (one ``gtm up``
+child per log file does not) could see a batch larger than the pipe's atomic write
+size (``PIPE_BUF``) interleaved with another process's writes when the pipe is full.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import math
 import re
 import sys
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import IO, cast
+from json.encoder import encode_basestring as _json_string
+from typing import IO, TypeVar, cast
 
 
 class LogFormat(StrEnum):
@@ -93,6 +128,11 @@ class TextFormatter(logging.Formatter):
         #: The last second formatted and its text (the access log writes many lines a
         #: second, each of which would format the same date and time again).
         self._second: tuple[int, str] = (-1, "")
+        #: Whether a key is a structured field (:func:`_is_extra`), and a str value's
+        #: text (:func:`_text_value`), remembered (:func:`_remember`): a regex scan per
+        #: value is most of a line's cost, and most values repeat line after line.
+        self._keys: dict[str, bool] = {}
+        self._texts: dict[object, str] = {}  # str keys only
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         if datefmt is not None:
@@ -120,18 +160,52 @@ class TextFormatter(logging.Formatter):
 
     def info_line(self, name: str, message: str, extra: Mapping[str, object]) -> str:
         """The line :meth:`format` writes for an INFO record of logger ``name`` with
-        ``message`` and the structured fields ``extra``, made now (:class:`LineWriter`)."""
+        ``message`` and the structured fields ``extra``, made now (:class:`LineWriter`).
+
+        :meth:`formatMessage` and :func:`_text_value` are the reference; this is the same
+        text with the access line's usual values (str, int, float, None) told apart by
+        exact type in one loop, keys and str values written as remembered, pinned against
+        the reference by a property test."""
         created = time.time()
         msecs = int((created - int(created)) * 1000) + 0.0  # as logging.LogRecord
         head = f"{self._asctime(created, msecs)} level=INFO logger={name} {message}"
-        text = " ".join(
-            [
-                f"{key}={_text_value(value)}"
-                for key, value in extra.items()
-                if value is not None and value != "" and _is_extra(key)
-            ]
-        )
-        return _with_extra(head, message, text)
+        parts = [head if message else head[:-1]]  # " ".join puts the space back
+        keys, texts = self._keys, self._texts
+        for key, value in extra.items():
+            wanted = keys.get(key)
+            if wanted is None:
+                wanted = _remember(keys, key, _is_extra(key))
+            if not wanted:
+                continue
+            cls = type(value)
+            if cls is str:
+                if not value:
+                    continue
+                text = texts.get(value)
+                if text is None:
+                    text = _remember(texts, value, _text_value(value))
+                parts.append(f"{key}={text}")
+            elif cls is int or cls is float:
+                parts.append(f"{key}={value}")  # format(x, "") is str(x) for both
+            elif value is not None and value != "":
+                parts.append(f"{key}={_text_value(value)}")
+        return head if len(parts) == 1 else " ".join(parts)
+
+
+#: How many keys or values a formatter remembers how to write before it starts over:
+#: the access line's values mostly repeat (a model, a zone, a path), a request id never.
+_REMEMBERED = 4096
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def _remember(memo: dict[_K, _V], key: _K, value: _V) -> _V:
+    """``memo[key] = value``, emptying ``memo`` first when it holds :data:`_REMEMBERED`."""
+    if len(memo) >= _REMEMBERED:
+        memo.clear()
+    memo[key] = value
+    return value
 
 
 def _is_extra(key: str) -> bool:
@@ -148,6 +222,18 @@ def _with_extra(line: str, message: str, extra: str) -> str:
 class JsonFormatter(logging.Formatter):
     """One JSON object per record (see the module docstring)."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        #: What ``json.dumps(…, ensure_ascii=False, separators=(",", ":"))`` builds per
+        #: call, built once: the same encoder, so the same text.
+        self._encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+        #: The last second stamped and its ``YYYY-MM-DDTHH:MM:SS`` (as TextFormatter's).
+        self._second: tuple[int, str] = (-1, "")
+        #: A key's ``,"key":`` ("" when not written) and a str value's JSON string,
+        #: remembered (:func:`_remember`).
+        self._keys: dict[str, str] = {}
+        self._texts: dict[object, str] = {}  # str keys only
+
     def format(self, record: logging.LogRecord) -> str:
         document = _json_head(record.created, record.levelname, record.name, record.getMessage())
         for key, value in fields(record):
@@ -161,12 +247,58 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(document, ensure_ascii=False, separators=(",", ":"))
 
     def info_line(self, name: str, message: str, extra: Mapping[str, object]) -> str:
-        """As :meth:`TextFormatter.info_line`."""
-        document = _json_head(time.time(), "INFO", name, message)
+        """As :meth:`TextFormatter.info_line`: :meth:`format`'s text for an INFO record,
+        written as the encoder would write its document: the time stamped from a
+        per-second cache (:meth:`_stamp`), each key's ``,"key":`` and each str value's
+        JSON string remembered, an int or float as the encoder writes it, anything else
+        through the encoder; pinned against :meth:`format` by a property test."""
+        parts = [
+            f'{{"ts":"{self._stamp(time.time())}","level":"INFO","logger":',
+            _json_string(name),
+            ',"msg":',
+            _json_string(message),
+        ]
+        keys, texts = self._keys, self._texts
         for key, value in extra.items():
-            if _is_extra(key):
-                document.setdefault(key, _scalar(value))
-        return json.dumps(document, ensure_ascii=False, separators=(",", ":"))
+            prefix = keys.get(key)
+            if prefix is None:
+                wanted = _is_extra(key) and key not in _JSON_HEAD
+                prefix = _remember(keys, key, f",{_json_string(key)}:" if wanted else "")
+            if not prefix:
+                continue  # not a field, or one of the head's keys (they win, as in format)
+            cls = type(value)
+            if cls is str:
+                text = texts.get(value)
+                if text is None:
+                    text = _remember(texts, value, _json_string(cast(str, value)))
+                parts.append(prefix + text)
+            elif cls is int or (cls is float and math.isfinite(cast(float, value))):
+                parts.append(f"{prefix}{value!r}")  # the encoder's int and float repr
+            elif value is None:
+                parts.append(prefix + "null")
+            else:
+                parts.append(prefix + self._encoder.encode(_scalar(value)))
+        parts.append("}")
+        return "".join(parts)
+
+    def _stamp(self, created: float) -> str:
+        """``_json_head``'s ``ts`` for ``created``: datetime rounds the fraction to
+        microseconds half to even, carrying into the second, and isoformat truncates
+        that to milliseconds; the date and time of the second are cached."""
+        fraction, whole = math.modf(created)
+        micros = round(fraction * 1e6)
+        second = int(whole)
+        if micros >= 1_000_000:
+            second, micros = second + 1, micros - 1_000_000
+        cached, text = self._second
+        if cached != second:
+            text = datetime.fromtimestamp(second, UTC).isoformat()[:19]
+            self._second = (second, text)
+        return f"{text}.{micros // 1000:03d}Z"
+
+
+#: The keys every JSON line starts with; a structured field of the same name is left out.
+_JSON_HEAD = frozenset({"ts", "level", "logger", "msg"})
 
 
 def _json_head(created: float, level: str, name: str, message: str) -> dict[str, object]:
@@ -184,8 +316,101 @@ def formatter(log_format: LogFormat) -> logging.Formatter:
     return JsonFormatter() if log_format is LogFormat.JSON else TextFormatter()
 
 
+#: The batch of lines :class:`LineWriter` holds is written at once when it reaches this
+#: many characters, before its loop iteration ends (nginx's default ``access_log``
+#: buffer is as large).
+BATCH_LIMIT = 64 * 1024
+
+
 class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
-    """The handler :func:`configure` installs (told apart from a host's own)."""
+    """The handler :func:`configure` installs (told apart from a host's own), and the
+    batch of lines :class:`LineWriter` gave it that are not written yet.
+
+    The batch is our own list, written with one ``stream.write`` when flushed, rather
+    than lines written one by one to the stream's binary buffer: ``sys.stderr`` is
+    line-buffered, so each line written to it would be its own ``write(2)``; its binary
+    buffer would skip the text layer's encoding and error handling and reorder our
+    lines with text written to the stream past this handler; and a host's stream (a
+    test's ``StringIO``) need not have one. Every path out of the handler writes the
+    batch first: :meth:`emit` (so any other line stays after the batch's),
+    :meth:`flush` (``logging.shutdown`` at exit, ``setStream``) and :meth:`close`.
+    Every method that touches the batch holds the handler's lock.
+    """
+
+    def __init__(self, stream: IO[str]) -> None:
+        super().__init__(stream)
+        self._batch: list[str] = []
+        self._batch_chars = 0
+        #: The loop whose next iteration writes the batch (None: no write scheduled).
+        self._flush_loop: asyncio.AbstractEventLoop | None = None
+
+    def add(self, line: str) -> None:
+        """Hold ``line`` (its terminator included) for one write at the end of the
+        running loop's iteration; write at once without a running loop or when the
+        batch reaches :data:`BATCH_LIMIT`. The caller holds the lock."""
+        self._batch.append(line)
+        self._batch_chars += len(line)
+        if self._batch_chars >= BATCH_LIMIT:
+            self._write_batch(flush=True)
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop in this thread: nothing would end an iteration
+            self._write_batch(flush=True)
+            return
+        if self._flush_loop is not loop:  # none scheduled, or on a loop that has stopped
+            loop.call_soon(self._flush_batch)
+            self._flush_loop = loop
+
+    def _flush_batch(self) -> None:
+        """The end of a loop iteration: write what it added."""
+        self.acquire()
+        try:
+            self._flush_loop = None
+            self._write_batch(flush=True)
+        finally:
+            self.release()
+
+    def _write_batch(self, *, flush: bool) -> None:
+        """Write the batch in one ``stream.write`` (and flush the stream); an error goes
+        to :meth:`handleError`, as :meth:`emit`'s do, and the batch is dropped."""
+        batch = self._batch
+        if not batch:
+            return
+        self._batch, self._batch_chars = [], 0
+        try:
+            self.stream.write("".join(batch))
+            if flush:
+                self.stream.flush()
+        except Exception:  # as StreamHandler.emit: logging never raises into the caller
+            record = logging.LogRecord(
+                __name__, logging.INFO, __file__, 0, "%d buffered lines", (len(batch),), None
+            )
+            self.handleError(record)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.acquire()  # handle() holds it already; a direct call may not
+        try:
+            self._write_batch(flush=False)  # the record's own write flushes both
+            super().emit(record)
+        finally:
+            self.release()
+
+    def flush(self) -> None:
+        self.acquire()
+        try:
+            self._write_batch(flush=False)
+            super().flush()
+        finally:
+            self.release()
+
+    def close(self) -> None:
+        self.acquire()
+        try:
+            self._write_batch(flush=True)
+        finally:
+            self.release()
+        super().close()
 
 
 class LineWriter:
@@ -198,6 +423,9 @@ class LineWriter:
     with one of our formatters (:meth:`handler`, checked on each line, so a handler a
     test or a host adds later is honoured). Otherwise :meth:`write` answers False and
     the caller logs the line the usual way; the logger must be enabled for INFO.
+
+    A line written here goes into the handler's batch, written to the stream once per
+    event-loop iteration (see the module docstring).
     """
 
     def __init__(self, log: logging.Logger) -> None:
@@ -233,16 +461,15 @@ class LineWriter:
 
     def write(self, message: str, extra: Mapping[str, object]) -> bool:
         """Write an INFO line of ``message`` and the fields ``extra`` (in order); False
-        when this writer may not (:meth:`handler`): nothing was written."""
+        when this writer may not (:meth:`handler`): nothing was written. Never raises:
+        an error formatting or writing goes to the handler's ``handleError``."""
         handler = self.handler()
         if handler is None:
             return False
         formatter = cast(TextFormatter | JsonFormatter, handler.formatter)
         handler.acquire()
         try:
-            line = formatter.info_line(self._log.name, message, extra)
-            handler.stream.write(line + handler.terminator)
-            handler.flush()
+            handler.add(formatter.info_line(self._log.name, message, extra) + handler.terminator)
         except Exception:  # as StreamHandler.emit: logging never raises into the caller
             record = self._log.makeRecord(
                 self._log.name, logging.INFO, __file__, 0, message, (), None, "write", extra

@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
+import signal
+import subprocess
 import sys
+import weakref
 from collections.abc import Callable
 from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from unittest import mock
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gtm.logs import (
+    BATCH_LIMIT,
     JsonFormatter,
     LineWriter,
     LogFormat,
@@ -220,3 +230,283 @@ def test_a_line_writer_leaves_a_line_to_logging_when_another_handler_or_a_filter
     monkeypatch.setattr(root, "handlers", [*root.handlers, logging.NullHandler()])
     assert writer.handler() is None
     assert stream.getvalue() == ""
+
+
+# --- the batch: one write per event-loop iteration ------------------------------------
+
+
+class CountingStream(io.StringIO):
+    """A text stream that counts its ``write`` calls (each a system call on stderr)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write(self, text: str, /) -> int:
+        self.writes += 1
+        return super().write(text)
+
+
+class BrokenStream(io.StringIO):
+    """A stream whose reader went away: every write is EPIPE."""
+
+    def write(self, text: str, /) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+async def iteration_end() -> None:
+    """Return once the running loop's current iteration has run its callbacks: a
+    callback scheduled now runs after every one scheduled before it (asyncio runs
+    ``call_soon`` callbacks in order)."""
+    loop = asyncio.get_running_loop()
+    done = loop.create_future()
+    loop.call_soon(done.set_result, None)
+    await done
+
+
+def gtm_handler(
+    monkeypatch: pytest.MonkeyPatch, log_format: LogFormat, stream: io.StringIO
+) -> tuple[logging.Handler, LineWriter]:
+    """gtm's handler alone on the root, writing ``stream``, and an access writer."""
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])
+    monkeypatch.setattr(root, "level", logging.WARNING)
+    configure("warning", log_format, stream)
+    log = logging.getLogger("gtm.access.batch")
+    monkeypatch.setattr(log, "level", logging.INFO)
+    writer = LineWriter(log)
+    handler = writer.handler()
+    assert handler is not None
+    return handler, writer
+
+
+def messages(stream: io.StringIO, log_format: LogFormat) -> list[str]:
+    lines = stream.getvalue().splitlines()
+    if log_format is LogFormat.JSON:
+        return [json.loads(line)["msg"] for line in lines]
+    return [line.split(" logger=")[1].split(" ", 1)[1].split(" status=")[0] for line in lines]
+
+
+@pytest.mark.parametrize("log_format", list(LogFormat))
+async def test_a_loop_iterations_lines_are_one_write_at_its_end(
+    monkeypatch: pytest.MonkeyPatch, log_format: LogFormat
+) -> None:
+    stream = CountingStream()
+    _, writer = gtm_handler(monkeypatch, log_format, stream)
+    for n in range(3):
+        assert writer.write(f"GET /{n} 200", {"status": 200})
+    assert (stream.getvalue(), stream.writes) == ("", 0)
+    await iteration_end()
+    assert messages(stream, log_format) == ["GET /0 200", "GET /1 200", "GET /2 200"]
+    assert stream.writes == 1
+    assert writer.write("GET /3 200", {"status": 200})  # the next iteration: a batch again
+    await iteration_end()
+    assert stream.writes == 2
+    assert messages(stream, log_format)[-1] == "GET /3 200"
+
+
+@pytest.mark.parametrize("log_format", list(LogFormat))
+async def test_another_line_of_the_handler_comes_after_the_batch_written_before_it(
+    monkeypatch: pytest.MonkeyPatch, log_format: LogFormat
+) -> None:
+    stream = io.StringIO()
+    _, writer = gtm_handler(monkeypatch, log_format, stream)
+    writer.write("GET /a 200", {"status": 200})
+    logging.getLogger("gtm.other").warning("in between")
+    writer.write("GET /b 200", {"status": 200})
+    assert messages(stream, log_format) == ["GET /a 200", "in between"]
+    await iteration_end()
+    assert messages(stream, log_format) == ["GET /a 200", "in between", "GET /b 200"]
+
+
+@pytest.mark.parametrize("log_format", list(LogFormat))
+async def test_logging_shutdown_writes_the_batch(
+    monkeypatch: pytest.MonkeyPatch, log_format: LogFormat
+) -> None:
+    stream = io.StringIO()
+    handler, writer = gtm_handler(monkeypatch, log_format, stream)
+    writer.write("GET /a 200", {"status": 200})
+    assert stream.getvalue() == ""
+    handler.flush()  # setStream's way, and logging.shutdown's first step
+    assert messages(stream, log_format) == ["GET /a 200"]
+    writer.write("GET /b 200", {"status": 200})
+    logging.shutdown([weakref.ref(handler)])  # what atexit runs at a clean exit
+    assert messages(stream, log_format) == ["GET /a 200", "GET /b 200"]
+
+
+async def test_closing_the_handler_writes_the_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    stream = io.StringIO()
+    handler, writer = gtm_handler(monkeypatch, LogFormat.TEXT, stream)
+    writer.write("GET /a 200", {"status": 200})
+    handler.close()
+    assert messages(stream, LogFormat.TEXT) == ["GET /a 200"]
+
+
+def test_without_a_running_loop_each_line_is_written_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stream = CountingStream()
+    _, writer = gtm_handler(monkeypatch, LogFormat.TEXT, stream)
+    writer.write("GET /a 200", {"status": 200})
+    assert (messages(stream, LogFormat.TEXT), stream.writes) == (["GET /a 200"], 1)
+
+
+def test_a_batch_left_by_a_closed_loop_is_written_before_the_next_loops_lines(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stream = io.StringIO()
+    _, writer = gtm_handler(monkeypatch, LogFormat.TEXT, stream)
+    first = asyncio.new_event_loop()
+    first.call_soon(writer.write, "GET /1 200", {"status": 200})
+    first.call_soon(first.stop)  # the loop stops before the iteration that would write
+    first.run_forever()
+    first.close()
+    assert stream.getvalue() == ""
+
+    async def second() -> None:
+        writer.write("GET /2 200", {"status": 200})
+        await iteration_end()
+
+    asyncio.run(second())
+    assert messages(stream, LogFormat.TEXT) == ["GET /1 200", "GET /2 200"]
+
+
+async def test_a_batch_of_64_kib_is_written_without_waiting_for_the_iteration(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stream = CountingStream()
+    _, writer = gtm_handler(monkeypatch, LogFormat.TEXT, stream)
+    fields_ = {"status": 200, "pad": "x" * 1000}
+    for _ in range(2 * BATCH_LIMIT // 1000):
+        writer.write("GET / 200", fields_)
+        if stream.writes:
+            break
+    text = stream.getvalue()
+    assert stream.writes == 1
+    assert len(text) >= BATCH_LIMIT
+    assert len(text) - len(text.splitlines(keepends=True)[-1]) < BATCH_LIMIT  # not before
+    await iteration_end()
+    assert stream.writes == 1  # nothing left for the iteration's end
+
+
+@pytest.mark.parametrize("log_format", list(LogFormat))
+async def test_a_broken_pipe_goes_to_handle_error_and_never_into_the_request(
+    monkeypatch: pytest.MonkeyPatch, log_format: LogFormat
+) -> None:
+    handler, writer = gtm_handler(monkeypatch, log_format, BrokenStream())
+    errors: list[tuple[logging.LogRecord, BaseException | None]] = []
+    monkeypatch.setattr(
+        handler, "handleError", lambda record: errors.append((record, sys.exc_info()[1]))
+    )
+    assert writer.write("GET /a 200", {"status": 200})
+    assert writer.write("GET /b 200", {"status": 200})
+    await iteration_end()
+    assert len(errors) == 1  # one batch, one error
+    assert isinstance(errors[0][1], BrokenPipeError)
+    assert errors[0][0].getMessage() == "2 buffered lines"
+    logging.getLogger("gtm.other").warning("after")  # the handler goes on as before
+    assert len(errors) == 2
+
+
+async def test_a_closed_stream_goes_to_handle_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    stream = io.StringIO()
+    handler, writer = gtm_handler(monkeypatch, LogFormat.JSON, stream)
+    errors: list[BaseException | None] = []
+    monkeypatch.setattr(handler, "handleError", lambda record: errors.append(sys.exc_info()[1]))
+    writer.write("GET /a 200", {"status": 200})
+    stream.close()
+    await iteration_end()
+    assert len(errors) == 1
+    assert isinstance(errors[0], ValueError)  # I/O operation on closed file
+
+
+def test_a_term_signal_at_shutdown_loses_no_line(tmp_path: Path) -> None:
+    """A daemon's way out (gtm.serve.until_signalled, then asyncio.run's end and the
+    interpreter's exit) writes the lines its last requests added, with no iteration
+    left to end: a real process, a real SIGTERM."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", _SIGTERM_CHILD],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == "ready\n"
+        child.send_signal(signal.SIGTERM)
+        _, stderr = child.communicate(timeout=30)
+    finally:
+        child.kill()
+        child.wait()
+    assert child.returncode == 0, stderr
+    lines = stderr.splitlines()
+    assert [json.loads(line)["msg"] for line in lines] == [f"GET /{n} 200" for n in range(100)]
+
+
+_SIGTERM_CHILD = """
+import asyncio, logging, sys
+from gtm.logs import LineWriter, LogFormat, configure
+from gtm.serve import until_signalled
+
+async def main():
+    configure("warning", LogFormat.JSON)
+    log = logging.getLogger("gtm.access.zone")
+    log.setLevel(logging.INFO)
+    writer = LineWriter(log)
+    waiting = asyncio.create_task(until_signalled())
+    await asyncio.sleep(0)  # one iteration: its first step installed the handlers
+    print("ready", flush=True)
+    await waiting
+    for n in range(100):  # the requests the stop grace let finish, nothing awaited since
+        assert writer.write(f"GET /{n} 200", {"status": 200})
+
+asyncio.run(main())
+"""
+
+
+# --- the fast formatting is the reference's, byte for byte ----------------------------
+
+
+class _Kind(StrEnum):
+    OK = "ok"
+    ODD = "a b"
+
+
+#: Access fields, the JSON head's keys, a LogRecord's own attributes, a private one.
+_NAMED = "request_id model status ts level logger msg levelname message args _private exc end"
+_KEYS = st.one_of(st.sampled_from(_NAMED.split()), st.text(min_size=1, max_size=8))
+_VALUES = st.one_of(
+    st.text(max_size=12),
+    st.sampled_from(["", " ", '"', "=", "a=b", "\x00", "\u2028", "é ü", "\\"]),
+    st.integers(min_value=-(10**30), max_value=10**30),
+    st.floats(),
+    st.none(),
+    st.booleans(),
+    st.sampled_from(list(_Kind)),
+    st.tuples(st.integers(), st.text(max_size=3)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    extra=st.dictionaries(_KEYS, _VALUES, max_size=8),
+    message=st.text(max_size=12),
+    created=st.floats(min_value=1e9, max_value=4e9),
+)
+def test_info_line_is_byte_for_byte_what_format_writes(
+    extra: dict[str, object], message: str, created: float
+) -> None:
+    name = "gtm.access.zone"
+    text, document = TextFormatter(), JsonFormatter()
+    with mock.patch("time.time", return_value=created):
+        record = logging.LogRecord(name, logging.INFO, __file__, 0, message, (), None)
+        lines = [
+            (text.info_line(name, message, extra), document.info_line(name, message, extra))
+            for _ in range(2)
+        ]
+    for key, value in extra.items():  # as makeRecord's extra=, without its KeyError
+        if key not in record.__dict__ and key not in {"message", "asctime"}:
+            record.__dict__[key] = value
+    reference = (TextFormatter().format(record), JsonFormatter().format(record))
+    assert lines == [reference, reference]  # the second from what each remembered
