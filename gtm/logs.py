@@ -471,9 +471,8 @@ class LineWriter:
         try:
             handler.add(formatter.info_line(self._log.name, message, extra) + handler.terminator)
         except Exception:  # as StreamHandler.emit: logging never raises into the caller
-            record = self._log.makeRecord(
-                self._log.name, logging.INFO, __file__, 0, message, (), None, "write", extra
-            )
+            # Without extra=: makeRecord raises on a field named as a record's attribute.
+            record = logging.LogRecord(self._log.name, logging.INFO, __file__, 0, message, (), None)
             handler.handleError(record)
         finally:
             handler.release()

@@ -21,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gtm.logs import (
+    _REMEMBERED,
     BATCH_LIMIT,
     JsonFormatter,
     LineWriter,
@@ -408,6 +409,22 @@ async def test_a_broken_pipe_goes_to_handle_error_and_never_into_the_request(
     assert len(errors) == 2
 
 
+@pytest.mark.parametrize("log_format", list(LogFormat))
+def test_a_line_that_cannot_be_formatted_goes_to_handle_error(
+    monkeypatch: pytest.MonkeyPatch, log_format: LogFormat
+) -> None:
+    handler, writer = gtm_handler(monkeypatch, log_format, io.StringIO())
+    errors: list[BaseException | None] = []
+    monkeypatch.setattr(handler, "handleError", lambda record: errors.append(sys.exc_info()[1]))
+
+    def broken(name: str, message: str, extra: object) -> str:
+        raise RuntimeError("cannot format")
+
+    monkeypatch.setattr(handler.formatter, "info_line", broken)
+    assert writer.write("GET /a 200", {"msg": "a record's own name", "status": 200})
+    assert [type(error) for error in errors] == [RuntimeError]
+
+
 async def test_a_closed_stream_goes_to_handle_error(monkeypatch: pytest.MonkeyPatch) -> None:
     stream = io.StringIO()
     handler, writer = gtm_handler(monkeypatch, LogFormat.JSON, stream)
@@ -488,7 +505,7 @@ _VALUES = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(
     extra=st.dictionaries(_KEYS, _VALUES, max_size=8),
     message=st.text(max_size=12),
@@ -510,3 +527,18 @@ def test_info_line_is_byte_for_byte_what_format_writes(
             record.__dict__[key] = value
     reference = (TextFormatter().format(record), JsonFormatter().format(record))
     assert lines == [reference, reference]  # the second from what each remembered
+
+
+def test_what_a_formatter_remembers_is_bounded_and_forgetting_changes_no_line() -> None:
+    text, document = TextFormatter(), JsonFormatter()
+    name = "gtm.access.zone"
+    with mock.patch("time.time", return_value=1_767_225_600.25):
+        for n in range(_REMEMBERED + 10):  # a request id per line: never the same value
+            extra = {"request_id": f"r {n}", "model": "m", f"key{n % 7}": n}
+            lines = (text.info_line(name, "m", extra), document.info_line(name, "m", extra))
+            assert len(text._texts) <= _REMEMBERED
+            assert len(document._texts) <= _REMEMBERED
+            if n % 1000 == 0 or n >= _REMEMBERED - 2:  # before and after forgetting
+                record = logging.LogRecord(name, logging.INFO, __file__, 0, "m", (), None)
+                record.__dict__.update(extra)
+                assert lines == (TextFormatter().format(record), JsonFormatter().format(record))
