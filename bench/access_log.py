@@ -9,9 +9,10 @@ call on a real stderr.
 
 The lines are written from an event loop, ``BATCH`` per loop iteration (a proxy at
 concurrency 16 finishes about that many requests per iteration), with the fields a
-zone agent's proxied request has. Columns per format: process CPU µs per line (the
-best of five runs, so other processes' load moves it less than wall time would) and
-the ``write`` calls per line.
+zone agent's proxied request has. Columns per format: process CPU µs per line written
+(the best of five runs, so other processes' load moves it less than wall time would),
+of which formatting the line alone (the formatter's ``info_line``), and the ``write``
+calls per line.
 
     python bench/access_log.py            # 5 × 20,000 lines per format
     python bench/access_log.py --smoke    # 5 × 400 (CI)
@@ -25,9 +26,9 @@ import io
 import logging
 import os
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
-from gtm.logs import LineWriter, LogFormat, configure
+from gtm.logs import JsonFormatter, LineWriter, LogFormat, TextFormatter, configure
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
@@ -88,17 +89,20 @@ async def _write(writer: LineWriter, lines: int) -> None:
     await asyncio.sleep(0)
 
 
-def measure(log_format: LogFormat, lines: int) -> tuple[float, float]:
-    """CPU µs per line (best of five) and ``write`` calls per line."""
+def measure(log_format: LogFormat, lines: int) -> tuple[float, float, float]:
+    """CPU µs per line written and per line formatted (best of five), and ``write``
+    calls per line."""
     root = logging.getLogger()
     for handler in list(root.handlers):
         root.removeHandler(handler)
     stream, raw = stderr_like()
     configure("info", log_format, stream)
     writer = LineWriter(logging.getLogger("gtm.access.zone"))
-    if writer.handler() is None:
+    handler = writer.handler()
+    if handler is None:
         raise SystemExit(f"LineWriter may not write: {writer.why_not()}")
-    best = float("inf")
+    formatter = cast(TextFormatter | JsonFormatter, handler.formatter)
+    best = formatting = float("inf")
     writes = 0
     for _ in range(5):
         raw.writes = 0
@@ -106,11 +110,15 @@ def measure(log_format: LogFormat, lines: int) -> tuple[float, float]:
         asyncio.run(_write(writer, lines))
         best = min(best, (time.process_time() - start) / lines * 1e6)
         writes = raw.writes
+        start = time.process_time()
+        for _ in range(lines):
+            formatter.info_line("gtm.access.zone", MESSAGE, FIELDS)
+        formatting = min(formatting, (time.process_time() - start) / lines * 1e6)
     for handler in list(root.handlers):
         handler.flush()
         root.removeHandler(handler)
     stream.close()
-    return best, writes / lines
+    return best, formatting, writes / lines
 
 
 def main() -> int:
@@ -118,10 +126,13 @@ def main() -> int:
     parser.add_argument("--smoke", action="store_true", help="5 × 400 lines per format (CI)")
     args = parser.parse_args()
     lines = 400 if args.smoke else 20_000
-    print(f"{'format':6} {'µs/line':>8} {'write(2)/line':>14}   ({BATCH} lines per loop iteration)")
+    print(
+        f"{'format':6} {'µs/line':>8} {'formatting':>10} {'write(2)/line':>14}"
+        f"   ({BATCH} lines per loop iteration)"
+    )
     for log_format in LogFormat:
-        us, writes = measure(log_format, lines)
-        print(f"{log_format.value:6} {us:>8.2f} {writes:>14.3f}")
+        us, formatting, writes = measure(log_format, lines)
+        print(f"{log_format.value:6} {us:>8.2f} {formatting:>10.2f} {writes:>14.3f}")
     return 0
 
 
