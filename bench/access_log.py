@@ -98,10 +98,10 @@ def measure(log_format: LogFormat, lines: int) -> tuple[float, float, float]:
     stream, raw = stderr_like()
     configure("info", log_format, stream)
     writer = LineWriter(logging.getLogger("gtm.access.zone"))
-    handler = writer.handler()
-    if handler is None:
+    direct = writer.handler()
+    if direct is None:
         raise SystemExit(f"LineWriter may not write: {writer.why_not()}")
-    formatter = cast(TextFormatter | JsonFormatter, handler.formatter)
+    formatter = cast(TextFormatter | JsonFormatter, direct.formatter)
     best = formatting = float("inf")
     writes = 0
     for _ in range(5):
