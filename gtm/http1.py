@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from email.utils import formatdate
 from enum import StrEnum
 from http import HTTPStatus
-from typing import Any
+from typing import Any, cast
 
 import httptools
 from multidict import CIMultiDict
@@ -303,8 +303,8 @@ class _Connection(asyncio.Protocol):
     # ------------------------------------------------------------------ asyncio
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # uvloop's transports are not asyncio.Transport subclasses, but are ones.
+        self._transport = transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple | list) and peer:
             self._remote = str(peer[0])

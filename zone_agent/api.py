@@ -4,7 +4,9 @@
 **OpenAI endpoints** (:class:`OpenAiApi`): read and count the request
 (:mod:`zone_agent.request`), then carry it with the zone's relay
 (:class:`zone_agent.proxy.ZoneRelay`: decide, charge, forward, retry before the first
-byte, stream back).
+byte, stream back). The same handler serves them on aiohttp's server
+(:meth:`OpenAiApi.routes`) and on the lean one (:meth:`OpenAiApi.lean_routes`,
+:mod:`gtm.http1`); only how the body arrives and the response leaves differ.
 
 **The decision API**, ``POST /v1/assign`` (:class:`AssignApi`), lets another data plane
 carry the bytes while the agent decides (nginx ``auth_request``, an Envoy ext-proc or
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -37,6 +39,7 @@ from prometheus_client import CollectorRegistry
 
 from gtm import access, inbound
 from gtm.clock import Clock
+from gtm.http1 import Request, Route
 from gtm.inbound import Scope
 from gtm.models import decision_adapter
 from gtm.openai_request import parse_json_body
@@ -89,11 +92,21 @@ class OpenAiApi:
         for endpoint in Endpoint:
             app.router.add_post(endpoint.path, self._handler(endpoint))
 
+    def lean_routes(self) -> list[Route]:
+        """The same endpoints for the lean server (:mod:`gtm.http1`)."""
+        return [Route("POST", endpoint.path, self._lean(endpoint)) for endpoint in Endpoint]
+
     def _handler(
         self, endpoint: Endpoint
     ) -> Callable[[web.Request], Coroutine[Any, Any, web.StreamResponse]]:
         async def handle(request: web.Request) -> web.StreamResponse:
             return await self.handle(request, endpoint)
+
+        return handle
+
+    def _lean(self, endpoint: Endpoint) -> Callable[[Request, Downstream], Awaitable[None]]:
+        async def handle(request: Request, client: Downstream) -> None:
+            await self.relay(request, client, endpoint, request.body, time.perf_counter())
 
         return handle
 

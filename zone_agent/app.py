@@ -17,7 +17,10 @@ GPU is ejected), so a decision always reads one consistent view without locks.
 
 HTTP (handlers in :mod:`zone_agent.api`, the data path's hooks in
 :mod:`zone_agent.proxy`): the OpenAI endpoints, ``POST /v1/assign``, ``GET /v1/models``,
-``/healthz``, ``/readyz``, ``/metrics``; served by :class:`gtm.serve.HttpServer`. Every
+``/healthz``, ``/readyz``, ``/metrics``; served by :class:`gtm.serve.HttpServer`. With
+``--http-server lean`` (the default) the OpenAI endpoints are the lean server's
+(:mod:`gtm.http1`), with the access line, span, limits and error answers the aiohttp
+application applies (the same objects); everything else is aiohttp's. Every
 error a client can cause is answered in OpenAI's shape; an unexpected one is a 500 in
 that shape, never a crash.
 """
@@ -27,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import aiohttp
@@ -35,12 +39,13 @@ from prometheus_client import CollectorRegistry
 
 from gtm import access, tracing
 from gtm.clock import Clock, SystemClock
-from gtm.http_limits import limited_app
+from gtm.http1 import LeanFront
+from gtm.http_limits import LIMITS_KEY, limited_app
 from gtm.models import DrainTarget, GpuWorker, Tier
 from gtm.openai_errors import error_middleware
 from gtm.policy_store import PolicyWatcher
 from gtm.profile_files import operator_catalog
-from gtm.serve import HttpServer
+from gtm.serve import HttpServer, HttpServerKind
 from gtm.state import keys
 from gtm.state.publisher import LeasedPublisher
 from gtm.state.snapshot import SnapshotWatcher
@@ -242,11 +247,19 @@ class ZoneAgent:
                 "summary", self.publish_summary, interval=cfg.summary_interval_s
             )
         server_ssl = self._tls.server_context() if self._tls is not None else None
-        self._server = HttpServer(self.build_app(), cfg.host, cfg.port, ssl_context=server_ssl)
+        app, lean = self._build_app()
+        front = lean() if cfg.http_server is HttpServerKind.LEAN else None
+        self._server = HttpServer(app, cfg.host, cfg.port, ssl_context=server_ssl, lean=front)
         bound = await self._server.start()
         self.port = bound.port
         self.url = bound.url
-        log.info("zone agent %s/%s listening on %s", cfg.region, cfg.zone, self.url)
+        log.info(
+            "zone agent %s/%s listening on %s (http server: %s)",
+            cfg.region,
+            cfg.zone,
+            self.url,
+            cfg.http_server,
+        )
         return self.url
 
     async def _follow_policies(self, watcher: PolicyWatcher) -> None:
@@ -448,19 +461,24 @@ class ZoneAgent:
     # ------------------------------------------------------------------ HTTP
 
     def build_app(self) -> web.Application:
+        """The agent's aiohttp application (every endpoint)."""
+        return self._build_app()[0]
+
+    def _build_app(self) -> tuple[web.Application, Callable[[], LeanFront]]:
+        """The application, and how to make the lean front of its OpenAI endpoints
+        (sharing its limits, error answers, counts, access log and spans)."""
         requests = functools.cache(
             lambda route, status: self.metrics.requests.labels(route, str(status))
         )
+
+        def count(route: str, status: int) -> None:
+            # A cached child per (route, status): .labels() locks and allocates.
+            requests(route, status).inc()
+
         app = limited_app(
             self.config.limits,
             client_max_size=self.config.max_body_bytes,
-            middlewares=[
-                error_middleware(
-                    "zone agent",
-                    # A cached child per (route, status): .labels() locks and allocates.
-                    lambda route, status: requests(route, status).inc(),
-                )
-            ],
+            middlewares=[error_middleware("zone agent", count)],
         )
         path = DataPath(
             ProxySettings(
@@ -484,7 +502,8 @@ class ZoneAgent:
             worker_auth=self.worker_keys.header,
             on_sent=None if self.kv_events is None else self.kv_events.sent,
         )
-        OpenAiApi(path).routes(app)
+        openai = OpenAiApi(path)
+        openai.routes(app)
         AssignApi(
             zone_id=self.config.zone,
             region_id=self.config.region,
@@ -499,14 +518,27 @@ class ZoneAgent:
             on_sent=None if self.kv_events is None else self.kv_events.sent,
         ).routes(app)
         ServiceApi(lambda: self._view, self._registry).routes(app)
-        access.install(
+        lines = access.install(
             app,
             Tier.ZONE,
             region=self.config.region,
             zone=self.config.zone,
             registry=self._registry,
         )
-        tracing.install(
+        spans = tracing.install(
             app, Tier.ZONE, self.tracing, region=self.config.region, zone=self.config.zone
         )
-        return app
+
+        def lean() -> LeanFront:
+            return LeanFront(
+                openai.lean_routes(),
+                tier=Tier.ZONE,
+                limits=app[LIMITS_KEY],
+                service="zone agent",
+                count=count,
+                registry=self._registry,
+                access=lines,
+                spans=spans,
+            )
+
+        return app, lean

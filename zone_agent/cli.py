@@ -18,7 +18,7 @@ from gtm.logs import announce
 from gtm.metrics import new_registry
 from gtm.net import split_host_port
 from gtm.profile_files import operator_catalog
-from gtm.serve import freeze_startup_objects, until_signalled
+from gtm.serve import HttpServerKind, freeze_startup_objects, until_signalled
 from gtm.state.store import StateStore
 from gtm.tls import TlsConfig, click_options, config_from_options, material
 from gtm.tracing import OFF, Tracing, open_tracing, trace_options
@@ -101,6 +101,15 @@ from zone_agent.profiles import BUILTIN_PROFILES, DEFAULT_PROFILE
     help="Event loop: uvloop (faster proxying), asyncio's own, or auto (uvloop when installed).",
 )
 @click.option(
+    "--http-server",
+    type=click.Choice([k.value for k in HttpServerKind]),
+    default=HttpServerKind.LEAN.value,
+    show_default=True,
+    help="The server of the OpenAI endpoints: lean (a bare HTTP/1.1 server for them, "
+    "aiohttp's for every other request and anything it does not serve, counted in "
+    "gtm_http_fallbacks_total) or aiohttp (aiohttp's for everything).",
+)
+@click.option(
     "--worker-api-key-file",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
@@ -173,6 +182,7 @@ def zone(
     upstream_timeout: float,
     tls_plain_workers: bool,
     event_loop: str,
+    http_server: str = HttpServerKind.LEAN.value,
     no_affinity: bool = False,
     worker_api_key_file: Path | None = None,
     worker_api_key_env: str | None = None,
@@ -200,6 +210,7 @@ def zone(
             affinity=not no_affinity,
             scrape_interval_s=scrape_interval,
             upstream_timeout_s=upstream_timeout,
+            http_server=HttpServerKind(http_server),
             worker_keys=_worker_keys(worker_api_key_file, worker_api_key_env, worker_api_key_dir),
             kv_events=_kv_events_source(
                 kv_events, kv_events_replay, kv_events_topic, kv_events_tokenizer
@@ -288,7 +299,8 @@ async def serve(
         freeze_startup_objects()
         announce(
             f"zone agent {config.region}/{config.zone} listening on {url} "
-            f"(profile={config.profile}, gpus={len(agent.view.gpus)})"
+            f"(profile={config.profile}, gpus={len(agent.view.gpus)}, "
+            f"http-server={config.http_server})"
         )
         sys.stdout.flush()
         await until_signalled()

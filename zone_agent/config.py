@@ -12,6 +12,7 @@ from gtm.errors import ConfigError
 from gtm.http_limits import HttpLimits
 from gtm.kv_events import KV_EVENTS_LABEL, KV_EVENTS_REPLAY_LABEL
 from gtm.models import Frozen, GpuWorker, Identifier, ModelName
+from gtm.serve import HttpServerKind
 from zone_agent.credentials import KeyRef, WorkerKeyConfig, parse_ref
 from zone_agent.health import HealthConfig
 from zone_agent.profiles import DEFAULT_PROFILE
@@ -170,6 +171,9 @@ class ZoneConfig(Frozen):
     max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     #: Header/body/JSON-depth limits, slow-client timeouts, per-client concurrency.
     limits: HttpLimits = HttpLimits()
+    #: Which server answers the OpenAI endpoints (``--http-server``): the lean one
+    #: (gtm.http1), aiohttp's answering the rest; or aiohttp's for everything.
+    http_server: HttpServerKind = HttpServerKind.LEAN
     #: How long a ``/v1/assign`` decision is charged to its GPU (the bytes go elsewhere,
     #: so the agent never sees the request end): until scrapes have caught up.
     assign_hold_s: float = Field(default=1.0, ge=0.0)

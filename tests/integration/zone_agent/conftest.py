@@ -14,6 +14,7 @@ from openai import AsyncOpenAI
 from gpusim.server import GpuSimConfig, GpuSimServer
 from gtm.gpu_profiles import BGE_LARGE, LLAMA_8B
 from gtm.metrics import new_registry
+from gtm.serve import HttpServerKind
 from gtm.state.store import StateStore
 from zone_agent.accounting import SlotLoad
 from zone_agent.app import ZoneAgent
@@ -93,8 +94,15 @@ def sim_config(gpu_type: str, **overrides: Any) -> GpuSimConfig:
     return GpuSimConfig.model_validate(options)
 
 
+@pytest.fixture(params=[HttpServerKind.LEAN, HttpServerKind.AIOHTTP], ids=str)
+def http_server(request: pytest.FixtureRequest) -> HttpServerKind:
+    """Each zone test runs on both servers of the OpenAI endpoints (gtm zone --http-server)."""
+    kind: HttpServerKind = request.param
+    return kind
+
+
 @pytest.fixture
-async def make_zone() -> AsyncIterator[ZoneFactory]:
+async def make_zone(http_server: HttpServerKind) -> AsyncIterator[ZoneFactory]:
     """``await make_zone(["H100", "A100-80GB"], **config)`` → a running zone."""
     zones: list[Zone] = []
     sims_started: list[GpuSimServer] = []
@@ -126,6 +134,7 @@ async def make_zone() -> AsyncIterator[ZoneFactory]:
             "workers": tuple(workers),
             "health": FAST_HEALTH,
             "scrape_interval_s": 0.1,
+            "http_server": http_server,
         }
         options.update(config)
         registry = new_registry()

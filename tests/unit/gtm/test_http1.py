@@ -8,13 +8,15 @@ import asyncio
 import json
 import logging
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
+import uvloop
 from aiohttp import web
 from multidict import CIMultiDict
 from prometheus_client import CollectorRegistry
@@ -40,6 +42,21 @@ LIMITS = HttpLimits(max_headers=10, max_json_depth=4, header_timeout_s=0.3, body
 MAX_BODY = 4096
 #: A bound on waits for the server (an event's arrival, not a sleep).
 WAIT_S = 5.0
+
+
+Run = Callable[[Coroutine[Any, Any, None]], None]
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def run(request: pytest.FixtureRequest) -> Run:
+    """Each test on asyncio's loop and on uvloop (gtm zone's): their transports differ."""
+    factory = uvloop.new_event_loop if request.param == "uvloop" else asyncio.new_event_loop
+
+    def go(case: Coroutine[Any, Any, None]) -> None:
+        with asyncio.Runner(loop_factory=factory) as runner:
+            runner.run(case)
+
+    return go
 
 
 @dataclass
@@ -178,7 +195,7 @@ async def _responses(reader: asyncio.StreamReader, count: int) -> list[tuple[int
     return out
 
 
-async def test_a_hot_post_is_answered_by_the_lean_server() -> None:
+async def _a_hot_post_is_answered_by_the_lean_server() -> None:
     async with serving() as served, aiohttp.ClientSession() as session:
         async with session.post(served.url + ECHO, data=b'{"a": 1}') as response:
             assert response.status == 200
@@ -191,7 +208,11 @@ async def test_a_hot_post_is_answered_by_the_lean_server() -> None:
         assert all(served.fallbacks(r) == 0 for r in Fallback)
 
 
-async def test_keep_alive_and_pipelined_requests_are_answered_in_order() -> None:
+def test_a_hot_post_is_answered_by_the_lean_server(run: Run) -> None:
+    run(_a_hot_post_is_answered_by_the_lean_server())
+
+
+async def _keep_alive_and_pipelined_requests_are_answered_in_order() -> None:
     async with serving() as served:
         reader, writer = await asyncio.open_connection(served.host, served.port)
         writer.write(_post(ECHO, b'{"n": 1}'))
@@ -206,7 +227,11 @@ async def test_keep_alive_and_pipelined_requests_are_answered_in_order() -> None
     assert got == [(200, b'{"n": 2}'), (200, b'{"n": 3}'), (200, b'{"n": 4}')]
 
 
-async def test_a_connection_that_asks_for_another_path_becomes_aiohttps() -> None:
+def test_keep_alive_and_pipelined_requests_are_answered_in_order(run: Run) -> None:
+    run(_keep_alive_and_pipelined_requests_are_answered_in_order())
+
+
+async def _a_connection_that_asks_for_another_path_becomes_aiohttps() -> None:
     async with serving() as served:
         reader, writer = await asyncio.open_connection(served.host, served.port)
         writer.write(_post(ECHO, b'{"hot": true}'))
@@ -220,17 +245,11 @@ async def test_a_connection_that_asks_for_another_path_becomes_aiohttps() -> Non
         assert served.fallbacks(Fallback.ROUTE) == 1
 
 
-@pytest.mark.parametrize(
-    ("request_bytes", "reason"),
-    [
-        (b"POST /v1/echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
-         Fallback.CHUNKED),
-        (b"POST /v1/echo HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\nExpect: 100-continue"
-         b"\r\n\r\n{}", Fallback.EXPECT),
-        (b"POST /v1/%65cho HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\n{}", Fallback.TARGET),
-    ],
-)  # fmt: skip
-async def test_what_the_lean_server_does_not_serve_aiohttp_answers(
+def test_a_connection_that_asks_for_another_path_becomes_aiohttps(run: Run) -> None:
+    run(_a_connection_that_asks_for_another_path_becomes_aiohttps())
+
+
+async def _what_the_lean_server_does_not_serve_aiohttp_answers(
     request_bytes: bytes, reason: Fallback
 ) -> None:
     async with serving() as served:
@@ -247,14 +266,22 @@ async def test_what_the_lean_server_does_not_serve_aiohttp_answers(
 
 
 @pytest.mark.parametrize(
-    "garbage",
+    ("request_bytes", "reason"),
     [
-        b"GARBAGE\r\n\r\n",
-        b"POST /v1/echo HTTP/1.1\r\nHost: t\r\nContent-Length: x\r\n\r\n",
-        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+        (b"POST /v1/echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+         Fallback.CHUNKED),
+        (b"POST /v1/echo HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\nExpect: 100-continue"
+         b"\r\n\r\n{}", Fallback.EXPECT),
+        (b"POST /v1/%65cho HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\n{}", Fallback.TARGET),
     ],
-)
-async def test_a_malformed_request_gets_aiohttps_own_400(garbage: bytes) -> None:
+)  # fmt: skip
+def test_what_the_lean_server_does_not_serve_aiohttp_answers(
+    run: Run, request_bytes: bytes, reason: Fallback
+) -> None:
+    run(_what_the_lean_server_does_not_serve_aiohttp_answers(request_bytes, reason))
+
+
+async def _a_malformed_request_gets_aiohttps_own_400(garbage: bytes) -> None:
     async with serving(lean=False) as plain:
         expected = await _raw(plain, garbage)
     async with serving() as served:
@@ -266,7 +293,19 @@ async def test_a_malformed_request_gets_aiohttps_own_400(garbage: bytes) -> None
     assert got.split(b"\r\n\r\n", 1)[1] == expected.split(b"\r\n\r\n", 1)[1]
 
 
-async def test_the_limits_are_aiohttps() -> None:
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        b"GARBAGE\r\n\r\n",
+        b"POST /v1/echo HTTP/1.1\r\nHost: t\r\nContent-Length: x\r\n\r\n",
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
+    ],
+)
+def test_a_malformed_request_gets_aiohttps_own_400(run: Run, garbage: bytes) -> None:
+    run(_a_malformed_request_gets_aiohttps_own_400(garbage))
+
+
+async def _the_limits_are_aiohttps() -> None:
     many = [f"x-h{i}: v" for i in range(LIMITS.max_headers + 1)]
     deep = b"[" * 5 + b"]" * 5
     cases = [
@@ -288,7 +327,11 @@ async def test_the_limits_are_aiohttps() -> None:
                 assert (got, json.loads(body)["error"]["code"]) == (status, code), lean
 
 
-async def test_a_slow_body_is_a_408_and_a_slow_head_is_closed() -> None:
+def test_the_limits_are_aiohttps(run: Run) -> None:
+    run(_the_limits_are_aiohttps())
+
+
+async def _a_slow_body_is_a_408_and_a_slow_head_is_closed() -> None:
     async with serving() as served:
         reader, writer = await asyncio.open_connection(served.host, served.port)
         writer.write(_post(ECHO, b'{"a": 1}')[:-3])
@@ -300,7 +343,11 @@ async def test_a_slow_body_is_a_408_and_a_slow_head_is_closed() -> None:
         assert got == b""
 
 
-async def test_a_client_that_leaves_cancels_its_handler() -> None:
+def test_a_slow_body_is_a_408_and_a_slow_head_is_closed(run: Run) -> None:
+    run(_a_slow_body_is_a_408_and_a_slow_head_is_closed())
+
+
+async def _a_client_that_leaves_cancels_its_handler() -> None:
     async with serving() as served:
         _reader, writer = await asyncio.open_connection(served.host, served.port)
         writer.write(_post(HANG, b"{}"))
@@ -311,7 +358,11 @@ async def test_a_client_that_leaves_cancels_its_handler() -> None:
             await served.cancelled.wait()
 
 
-async def test_a_graceful_stop_finishes_the_request_in_flight() -> None:
+def test_a_client_that_leaves_cancels_its_handler(run: Run) -> None:
+    run(_a_client_that_leaves_cancels_its_handler())
+
+
+async def _a_graceful_stop_finishes_the_request_in_flight() -> None:
     async with serving() as served:
         idle_reader, idle_writer = await asyncio.open_connection(served.host, served.port)
         reader, writer = await asyncio.open_connection(served.host, served.port)
@@ -333,7 +384,11 @@ async def test_a_graceful_stop_finishes_the_request_in_flight() -> None:
         writer.close()
 
 
-async def test_writes_wait_for_a_slow_clients_buffer() -> None:
+def test_a_graceful_stop_finishes_the_request_in_flight(run: Run) -> None:
+    run(_a_graceful_stop_finishes_the_request_in_flight())
+
+
+async def _writes_wait_for_a_slow_clients_buffer() -> None:
     """A 8 MiB stream through a client that reads 64 KiB at a time: the server's write
     buffer never holds much more than one chunk (it waits while paused)."""
     sizes: list[int] = []
@@ -362,6 +417,10 @@ async def test_writes_wait_for_a_slow_clients_buffer() -> None:
     assert max(sizes) <= 2 * len(chunk)
 
 
+def test_writes_wait_for_a_slow_clients_buffer(run: Run) -> None:
+    run(_writes_wait_for_a_slow_clients_buffer())
+
+
 def _tls(tmp_path: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
     ca = CertificateAuthority.create("gtm test CA")
     ca_path = ca.write(tmp_path / "ca.pem")
@@ -379,7 +438,7 @@ def _tls(tmp_path: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
     return server, client
 
 
-async def test_tls_serves_hands_off_and_shows_the_peer_certificate(tmp_path: Path) -> None:
+async def _tls_serves_hands_off_and_shows_the_peer_certificate(tmp_path: Path) -> None:
     server_ssl, client_ssl = _tls(tmp_path)
     async with serving(server_ssl) as served:
         served.release.set()
@@ -393,7 +452,11 @@ async def test_tls_serves_hands_off_and_shows_the_peer_certificate(tmp_path: Pat
         assert served.fallbacks(Fallback.ROUTE) == 1
 
 
-async def test_an_access_line_per_lean_request(caplog: pytest.LogCaptureFixture) -> None:
+def test_tls_serves_hands_off_and_shows_the_peer_certificate(run: Run, tmp_path: Path) -> None:
+    run(_tls_serves_hands_off_and_shows_the_peer_certificate(tmp_path))
+
+
+async def _an_access_line_per_lean_request(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="gtm.access.zone")
     async with (
         serving() as served,
@@ -403,3 +466,7 @@ async def test_an_access_line_per_lean_request(caplog: pytest.LogCaptureFixture)
         assert response.headers["x-request-id"] == "rid-1"
     lines = [r for r in caplog.records if r.name == "gtm.access.zone"]
     assert [r.getMessage() for r in lines] == [f"POST {ECHO} 200"]
+
+
+def test_an_access_line_per_lean_request(run: Run, caplog: pytest.LogCaptureFixture) -> None:
+    run(_an_access_line_per_lean_request(caplog))

@@ -27,3 +27,12 @@ def test_help_names_the_profiles() -> None:
     result = CliRunner().invoke(cli, ["zone", "--help"])
     assert result.exit_code == 0
     assert "sglang-cache-aware" in result.output
+
+
+def test_help_names_the_http_servers_and_their_variable() -> None:
+    result = CliRunner().invoke(cli, ["zone", "--help"])
+    assert "--http-server [lean|aiohttp]" in result.output
+    assert "GTM_HTTP_SERVER" in result.output
+    bad = CliRunner().invoke(cli, ["zone", "--zone", "z", "--region", "r", "--http-server", "h2"])
+    assert bad.exit_code == 2
+    assert "Invalid value for '--http-server'" in bad.output + bad.stderr
