@@ -76,10 +76,9 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
@@ -374,8 +373,16 @@ class Figures:
     #: worker's own mean TTFT in GPU seconds (its queue and prefill, no router).
     per_gpu_aborted: tuple[int, ...] = ()
     per_gpu_ttft_s: tuple[float, ...] = ()
-    #: gtm's zone agent only: its retries (by reason) and ejections during the run.
+    #: What the router's own metrics say it did: gtm's zone agent its retries (by
+    #: reason), ejections and KV events applied; vllm-router how it got each worker's
+    #: token ids (``render``, or a reason it has none) and its prefix decisions.
     router_events: dict[str, int] = field(default_factory=dict)
+    #: The workers' CPU seconds during the run (all of them), and the worst worker's
+    #: event-loop lag p99 (wall ms, ``/admin/lag``): an emulated GPU whose loop lags
+    #: runs behind its profile, so a high lag marks a run bound by this machine's CPU,
+    #: not by the routing (see :data:`EMULATION_NOTE`).
+    worker_cpu_s: float = math.nan
+    worker_lag_p99_ms: float = math.nan
 
 
 def figures(
@@ -459,6 +466,67 @@ async def worker_tallies(workers: Sequence[Worker]) -> list[WorkerTally]:
                             ttft_count += sample.value
             mean = ttft_sum / ttft_count if ttft_count else math.nan
             out.append(WorkerTally(int(served), int(aborted), mean))
+    return out
+
+
+async def worker_lag_p99_ms(workers: Sequence[Worker]) -> float:
+    """The worst event-loop lag p99 (wall ms) over ``workers`` (gpu-sim's ``/admin/lag``,
+    since each started: they are fresh for every run)."""
+    worst = math.nan
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+        for worker in workers:
+            try:
+                async with session.get(worker.url + "/admin/lag") as response:
+                    body = await response.json()
+                lag = float(body["event_loop_lag"]["p99_ms"])
+            except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError):
+                continue
+            worst = lag if math.isnan(worst) else max(worst, lag)
+    return worst
+
+
+def workers_cpu_s(workers: Sequence[Worker]) -> float:
+    """CPU seconds the worker processes have used so far, together."""
+    return sum(cpu_seconds(w.process.proc.pid) for w in workers)
+
+
+#: vllm-router's counters (``src/metrics.rs`` of 0.1.17) that show what its prefix
+#: policies had: how each worker's token ids for a request were got (``render``, or why
+#: not: ``preparation_unavailable`` when the worker missed the 1 s budget, ...), its
+#: prefix decisions (``prefix_hit``, ``prefix_miss``, ``load_imbalance``,
+#: ``missing_tokens``) and kv_aware's index lookups. By family, then the label kept.
+PEER_EVENTS = {
+    "vllm_router_kv_routing_inputs": ("inputs", "result"),
+    "vllm_router_prefix_routing_decisions": ("decisions", "outcome"),
+    "vllm_router_kv_placement_lookups": ("kv_lookups", "result"),
+}
+
+
+async def peer_events(metrics_url: str) -> dict[str, int]:
+    """:func:`parse_peer_events` of a peer's Prometheus exposition at ``metrics_url``."""
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session,
+            session.get(metrics_url) as response,
+        ):
+            text = await response.text()
+    except (aiohttp.ClientError, TimeoutError):
+        return {}
+    return parse_peer_events(text)
+
+
+def parse_peer_events(text: str) -> dict[str, int]:
+    """:data:`PEER_EVENTS` in a Prometheus exposition ``text``, summed per label value
+    (``inputs[render]``, ``decisions[missing_tokens]``, ...)."""
+    out: dict[str, int] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name not in PEER_EVENTS:
+            continue
+        short, label = PEER_EVENTS[family.name]
+        for sample in family.samples:
+            if sample.name.endswith("_total") and sample.value:
+                key = f"{short}[{sample.labels.get(label, '')}]"
+                out[key] = out.get(key, 0) + int(sample.value)
     return out
 
 
@@ -566,16 +634,26 @@ def zone_args(spec: RouterSpec, workers: Sequence[Worker], pool: Sequence[str]) 
     return args
 
 
+@dataclass(frozen=True, slots=True)
+class RunningRouter:
+    """A router serving a run: its URL, its CPU seconds so far, and what its own
+    metrics say it did (:func:`zone_events`, :func:`peer_events`)."""
+
+    url: str
+    cpu_seconds: Callable[[], float]
+    events: Callable[[], Awaitable[dict[str, int]]]
+
+
 @contextlib.asynccontextmanager
 async def router(
     spec: RouterSpec, workers: Sequence[Worker], pool: Sequence[str]
-) -> AsyncIterator[tuple[str, Any]]:
-    """The router in front of ``workers``: yields its URL and a CPU-time reader."""
+) -> AsyncIterator[RunningRouter]:
+    """The router in front of ``workers``, stopped on the way out."""
     if spec.is_gtm:
         agent = await start_listening(zone_args(spec, workers, pool))
         pid = agent.proc.pid
         try:
-            yield agent.url, lambda: cpu_seconds(pid)
+            yield RunningRouter(agent.url, lambda: cpu_seconds(pid), lambda: zone_events(agent.url))
         finally:
             await agent.stop()
         return
@@ -594,7 +672,7 @@ async def router(
         spec.peer, spec.policy, [w.url for w in workers], extra_args=extra
     )
     try:
-        yield peer.url, peer.cpu_seconds
+        yield RunningRouter(peer.url, peer.cpu_seconds, lambda: peer_events(peer.metrics_url))
     finally:
         await peer.stop()
 
@@ -605,17 +683,21 @@ async def run_one(
 ) -> Figures:  # fmt: skip
     async with (
         worker_pool(pool, speedup, kv_events=spec.kv_events) as workers,
-        router(spec, workers, pool) as (url, cpu),
+        router(spec, workers, pool) as running,
     ):
-        started_cpu = cpu()
-        replies = await replay(url, plan, speedup)
-        cpu_s = cpu() - started_cpu
+        started_cpu, started_workers = running.cpu_seconds(), workers_cpu_s(workers)
+        replies = await replay(running.url, plan, speedup)
+        cpu_s = running.cpu_seconds() - started_cpu
+        worker_cpu = workers_cpu_s(workers) - started_workers
         tallies = await worker_tallies(workers)
-        events = await zone_events(url) if spec.is_gtm else {}
+        lag = await worker_lag_p99_ms(workers)
+        events = await running.events()
     result = figures(
         spec, pool_name, trace.value, repetition, plan, replies, speedup, tallies, cpu_s
     )
-    return dataclasses.replace(result, router_events=events)
+    return dataclasses.replace(
+        result, router_events=events, worker_cpu_s=worker_cpu, worker_lag_p99_ms=lag
+    )
 
 
 # ---------------------------------------------------------------------------- output
@@ -630,21 +712,25 @@ def _ms(seconds: float) -> str:
 def row(f: Figures) -> str:
     fails = ", ".join(f"{k} {n}" for k, n in sorted(f.failures.items())) or "-"
     if f.router_events:
-        fails += "; gtm: " + ", ".join(f"{k} {n}" for k, n in sorted(f.router_events.items()))
+        fails += "; " + ", ".join(f"{k} {n}" for k, n in sorted(f.router_events.items()))
     return (
         f"| {f.router} | {f.success:.1%} | {_ms(f.ttft_p50_s)} | {_ms(f.ttft_p99_s)} | "
         f"{_ms(f.ttft_p99_served_s)} | "
         f"{_ms(f.e2e_p50_s)} | {f.goodput_rps:.2f} | {f.prefix_hit:.0%} | "
         f"{' '.join(map(str, f.per_gpu))} | {' '.join(f'{t:.1f}' for t in f.per_gpu_ttft_s)} | "
-        f"{f.router_cpu_s:.1f} | {fails} |"
+        f"{f.router_cpu_s:.1f} | {f.worker_cpu_s:.1f}, {_lag(f.worker_lag_p99_ms)} | {fails} |"
     )
+
+
+def _lag(ms: float) -> str:
+    return "–" if math.isnan(ms) else f"{ms:,.0f}"
 
 
 HEADER = (
     "| router | success | TTFT p50 ms | TTFT p99 ms | p99 served ms | E2E p50 ms | goodput req/s | "
     "prefix hit | requests per GPU | worker TTFT mean s per GPU | router CPU s | "
-    "failures; events |\n"
-    "|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---|"
+    "workers: CPU s, worst loop lag p99 ms | failures; router's events |\n"
+    "|---|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---|---|"
 )
 
 
@@ -762,13 +848,19 @@ def plot(rows: Sequence[Figures], order: Sequence[str], path: Path) -> str:
 _PEER_INPUT_ROWS = (
     (
         "sglang-router · all",
-        "`/health` (every 60 s); at join `/server_info`, `/model_info` (and an HTTP/2 "
-        "probe for gRPC workers)",
+        "`/health` (every 60 s); at join `/server_info`, `/model_info` (`/get_…` on a 404), "
+        "for labels only (model path and name, tp/dp size; 0.3.2 "
+        "`src/core/steps/worker/local/discover_metadata.rs`), and an HTTP/2 probe for "
+        "gRPC workers",
         "answers all",
     ),
     (
         "sglang-router · cache_aware",
-        "nothing more: its radix tree is of the texts it routed, its load its own in-flight count",
+        "nothing more (0.3.2 `src/policies/cache_aware.rs` `select_worker`): its radix tree "
+        "is of the texts it routed, its load its own in-flight count; `/get_load` is polled "
+        "only while a power_of_two policy exists (`src/core/worker_manager.rs` "
+        "`LoadMonitor`). Its defaults are kept: cache_threshold 0.3, balance 64 / 1.5, "
+        "eviction every 60 s, 2^26 tree characters",
         "—",
     ),
     (
@@ -780,13 +872,16 @@ _PEER_INPUT_ROWS = (
     ("vllm-router · all", "`/health` (every 60 s)", "answers"),
     (
         "vllm-router · cache_aware",
-        "`POST /v1/completions/render` before each request (token ids for its tree)",
-        "answers with the engine's token ids",
+        "`POST /v1/completions/render` on *every* worker before each request (token ids "
+        "for its tree), waiting at most 1 s; defaults kept: cache_threshold 0.3, balance "
+        "64 / 1.5, eviction every 120 s",
+        "answers with the engine's token ids — but see the note below: here that is one "
+        "tokenization per worker per request on one shared machine",
     ),
     (
         "vllm-router · kv_aware",
         "`/get_server_info` (block size), `/kv_event_sources`, then each worker's ZMQ "
-        "KV-event stream; render as above",
+        "KV-event stream; renders on every worker as above",
         "answers; 0.1.17's discovery does not parse vLLM's `/kv_event_sources` answer, "
         "so the bench names each publisher (`--kv-event-source`), map-encoded (the "
         "form 0.1.17 decodes)",
@@ -806,6 +901,40 @@ PEER_INPUTS = "\n".join(
         *(f"| {a} | {b} | {c} |" for a, b, c in _PEER_INPUT_ROWS),
     ]
 )
+
+#: Why vllm-router's prefix policies run slow here (issue 26 asked); each run's
+#: "workers" column (CPU, worst event-loop lag) and its "router's events" (vllm-router's
+#: own counters of renders and decisions) are the evidence.
+EMULATION_NOTE = """\
+**vllm-router's `cache_aware` and `kv_aware` here.** Before routing a request, both
+policies ask *every* worker to tokenize its prompt — `POST /v1/completions/render` to
+each worker, up to 8 at once, then wait for all of them or 1 s, whichever comes first
+(vllm-router 0.1.17 `src/backend/preprocess.rs` `prepare_http_token_inputs`, lines
+179-283; the 1 s budget is `src/routers/http/router.rs` line 1581; needed whenever the
+policy matches prefixes, line 1546). No option turns this off for text prompts sent to
+HTTP workers (a prompt of token ids skips it: preprocess.rs lines 113-119). In a real
+deployment each render runs on that worker's own host, in vLLM's API-server process,
+beside the GPU: it costs the GPU nothing. Here all the emulated workers share two
+cores with the client and the router, and the emulator (gpu-sim) runs each render on
+the event loop that also drives its emulated GPU: every request costs N + 1
+tokenizations of a prompt of thousands of tokens instead of one, at `--speedup` × the
+real request rate. The workers' CPU time grows by one tokenization per worker per
+request and their event loops lag
+(the "workers" column: the worst loop lag p99 an order of magnitude above the other
+routers' runs), an emulated GPU whose loop lags falls behind its profile, and a worker
+whose render misses the 1 s budget leaves the policy without tokens for it: vllm-router
+then waits the whole second and falls back to the least-loaded worker
+(`decisions[missing_tokens]`, `inputs[preparation_unavailable]` in its events; 0.1.17
+`src/policies/cache_aware.rs` `select_prepared`, line 356). So these two rows measure
+this machine's CPU, not vllm-router's routing: every GPU slows down at once (see the
+per-GPU worker TTFT), which a routing decision cannot cause. sglang-router's
+`cache_aware` keeps its radix tree of request texts inside the router and asks the
+workers nothing per request; gtm tokenizes once, in the zone agent. vllm-router's
+prefix policies are better read from runs at a low wall rate (`--max-wall-rate 5`: a
+lower speedup, so the renders fit the machine; the figures are in GPU time and stay
+comparable across speedups), and only where the workers' loop lag stays near the other
+routers'.
+"""
 
 #: Why gtm's round-robin is ahead of the peers' round-robin on a mixed pool (issue 26
 #: asked); the per-GPU columns of each run are the evidence.
@@ -835,7 +964,7 @@ def write_report(
         json.dumps([asdict(f) for f in rows], indent=1), "utf-8"
     )
     lines = ["# Router side by side", "", header, "", "## What each peer reads", ""]
-    lines += [PEER_INPUTS, "", ROUND_ROBIN_NOTE, ""]
+    lines += [PEER_INPUTS, "", EMULATION_NOTE, "", ROUND_ROBIN_NOTE, ""]
     for pool, trace in sorted({(f.pool, f.trace) for f in rows}):
         mine = [f for f in rows if f.pool == pool and f.trace == trace]
         lines += [f"## {pool} · {trace}", "", *ranges(mine, order), ""]
@@ -895,7 +1024,8 @@ async def one_worker(specs: Sequence[RouterSpec], samples: int = 15) -> None:
         ):
             url = workers[0].url
             if spec is not None:
-                url, _ = await stack.enter_async_context(router(spec, workers, ("H100",)))
+                running = await stack.enter_async_context(router(spec, workers, ("H100",)))
+                url = running.url
             ttfts = []
             for tokens in ONE_WORKER_PROMPTS:
                 await _first_token_s(session, url, tokens)  # warm connections and cache

@@ -26,8 +26,14 @@ from the same engine state ``/metrics`` reports:
 ``POST /v1/completions/render``
     vLLM's renderer: the prompt's token ids (:mod:`gtm.tokens`, the tokenizer the
     engine charges with and hashes prefix blocks of) as a list of ``GenerateRequest``
-    objects. vllm-router's ``cache_aware`` and ``kv_aware`` render every prompt first
-    and match prefixes on token ids; without it they fall back to text.
+    objects. vllm-router's ``cache_aware`` and ``kv_aware`` ask *every* worker to render
+    every text prompt before they choose one (0.1.17: ``prepare_http_token_inputs`` in
+    ``src/backend/preprocess.rs``, up to 8 at once, waiting at most 1 s,
+    ``src/routers/http/router.rs`` line 1581) and match prefixes on token ids; a worker
+    that does not answer in time leaves the policy without tokens for it. So this is
+    the emulator's busiest peer path — one render per worker per request — and it
+    tokenizes into an ``array`` (:func:`gtm.tokens.encode_text_ids`: no ``int`` object
+    per token until the JSON is written).
 ``GET /kv_event_sources``
     vLLM's KV-event discovery: the ZMQ endpoints of ``--kv-events-config``'s publisher
     (:mod:`gpusim.kv_events`), a wildcard host replaced by the address the caller
@@ -51,7 +57,7 @@ from gpusim.driver import EngineDriver
 from gpusim.engine import EngineStats
 from gtm._version import __version__
 from gtm.gpu_profiles import GpuProfile
-from gtm.tokens import encode_text
+from gtm.tokens import encode_text_ids
 
 if TYPE_CHECKING:  # zmq is imported only when KV events are on
     from gpusim.kv_events import KVEventPublisher
@@ -162,7 +168,7 @@ class PeerApi:
             {
                 "request_id": f"cmpl-{uuid.uuid4().hex}",
                 "model": body.model,
-                "token_ids": list(encode_text(item) if isinstance(item, str) else item),
+                "token_ids": encode_text_ids(item).tolist() if isinstance(item, str) else item,
                 "sampling_params": {"max_tokens": body.max_tokens, "n": body.n},
             }
             for item in items

@@ -18,6 +18,7 @@ from bench.router_side_by_side import (
     arrivals,
     busy_rate,
     max_context,
+    parse_peer_events,
     prompt_text,
     unloaded_e2e_s,
     verdicts,
@@ -137,3 +138,30 @@ def test_gtm_kv_events_names_each_workers_publisher_as_gtm_up_registers_it() -> 
     assert "--profile" not in plain
     round_robin = zone_args(specs["gtm-round-robin"], [_worker(1, None), _worker(2, None)], pool)
     assert round_robin[round_robin.index("--profile") + 1] == "round-robin"
+
+
+def test_peer_events_count_vllm_routers_renders_and_prefix_decisions() -> None:
+    # vllm-router 0.1.17's own exposition after requests whose renders partly timed out.
+    inputs = "vllm_router_kv_routing_inputs_total"
+    decisions = "vllm_router_prefix_routing_decisions_total"
+    by = 'policy="cache_aware",stage="regular"'
+    text = "\n".join(
+        [
+            f"# TYPE {inputs} counter",
+            f'{inputs}{{transport="http",result="render"}} 14',
+            f'{inputs}{{transport="http",result="preparation_unavailable"}} 2074',
+            f"# TYPE {decisions} counter",
+            f'{decisions}{{{by},outcome="missing_tokens"}} 260',
+            f'{decisions}{{{by},outcome="prefix_miss"}} 1',
+            "# TYPE vllm_router_policy_decisions_total counter",
+            'vllm_router_policy_decisions_total{policy="cache_aware",worker="http://w:1"} 261',
+            "",
+        ]
+    )
+    assert parse_peer_events(text) == {
+        "inputs[render]": 14,
+        "inputs[preparation_unavailable]": 2074,
+        "decisions[missing_tokens]": 260,
+        "decisions[prefix_miss]": 1,
+    }
+    assert parse_peer_events("") == {}
