@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import replace
 
 from tests.unit.zone_agent.helpers import Gpu, batch, make_request, make_view
 from zone_agent.accounting import Accounting
@@ -19,7 +18,7 @@ def _choice(
 
 
 def _keyed(text: str, request_id: str = "r") -> ZoneRequest:
-    return replace(make_request(request_id=request_id), hash_key=consistent_hash_key(text))
+    return make_request(request_id=request_id)._replace(hash_key=consistent_hash_key(text))
 
 
 def test_same_prefix_same_gpu_and_spread_over_gpus() -> None:
