@@ -31,9 +31,11 @@ from the same engine state ``/metrics`` reports:
     ``src/backend/preprocess.rs``, up to 8 at once, waiting at most 1 s,
     ``src/routers/http/router.rs`` line 1581) and match prefixes on token ids; a worker
     that does not answer in time leaves the policy without tokens for it. So this is
-    the emulator's busiest peer path — one render per worker per request — and it
-    tokenizes into an ``array`` (:func:`gtm.tokens.encode_text_ids`: no ``int`` object
-    per token until the JSON is written).
+    the emulator's busiest peer path — one render per worker per request — and, as in
+    vLLM, where the API-server process renders beside (not in) the engine-core process,
+    the tokenizing runs in a renderer process of the worker's own (:class:`Renderer`,
+    started at the first render), so a long prompt's render does not hold the event
+    loop that drives the emulated GPU.
 ``GET /kv_event_sources``
     vLLM's KV-event discovery: the ZMQ endpoints of ``--kv-events-config``'s publisher
     (:mod:`gpusim.kv_events`), a wildcard host replaced by the address the caller
@@ -46,8 +48,15 @@ for what its engine would serve, and extra paths cost nothing to the others.
 
 from __future__ import annotations
 
+import asyncio
+import json
+import multiprocessing
+import os
+import threading
+import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -81,6 +90,56 @@ def held_tokens(stats: EngineStats, profile: GpuProfile) -> int:
     return used_blocks * profile.block_size + stats.pending_prefill_tokens
 
 
+def token_ids_json(texts: Sequence[str]) -> list[str]:
+    """Each text's token ids (:func:`gtm.tokens.encode_text_ids`, what the engine
+    charges and hashes) as a JSON array: the renderer process's work."""
+    return [json.dumps(encode_text_ids(text).tolist()) for text in texts]
+
+
+#: How often the renderer process checks that its worker is still there (s): a worker
+#: killed outright (SIGKILL) runs no cleanup, and its renderer then exits by itself.
+ORPHAN_CHECK_S = 1.0
+
+
+def _exit_with_parent(parent: int) -> None:
+    """The renderer process's initializer: exit once ``parent`` (the worker) is gone."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(ORPHAN_CHECK_S)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="exit-with-worker", daemon=True).start()
+
+
+class Renderer:
+    """vLLM's frontend for ``/render``: one process of the worker's own that tokenizes
+    prompts, started at the first render (a worker no peer renders on never has it),
+    stopped with the server, and gone within :data:`ORPHAN_CHECK_S` of a worker killed
+    outright. ``spawn``, not ``fork``: the worker runs threads (the KV-event
+    publisher's) that a fork would copy mid-state."""
+
+    def __init__(self) -> None:
+        self._pool: ProcessPoolExecutor | None = None
+
+    async def token_ids_json(self, texts: Sequence[str]) -> list[str]:
+        if self._pool is None:
+            context = multiprocessing.get_context("spawn")
+            self._pool = ProcessPoolExecutor(
+                max_workers=1,
+                mp_context=context,
+                initializer=_exit_with_parent,
+                initargs=(os.getpid(),),
+            )
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, token_ids_json, list(texts))
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+
 class PeerApi:
     """The peer routers' endpoints over a worker's engines (``drivers``, by model)."""
 
@@ -94,6 +153,7 @@ class PeerApi:
         self._drivers = drivers
         self._kv_events = kv_events
         self._read_body = read_body
+        self._renderer = Renderer()
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_get("/get_load", self._get_load)
@@ -103,6 +163,10 @@ class PeerApi:
             app.router.add_get(path, self._model_info)
         app.router.add_post("/v1/completions/render", self._render_completion)
         app.router.add_get("/kv_event_sources", self._kv_event_sources)
+        app.on_cleanup.append(self._close)
+
+    async def _close(self, app: web.Application) -> None:
+        self._renderer.close()
 
     def _first(self) -> EngineDriver:
         return next(iter(self._drivers.values()))
@@ -164,16 +228,19 @@ class PeerApi:
         if body.model not in self._drivers:
             raise api.ApiError(404, f"The model `{body.model}` does not exist.", param="model")
         items = api.prompt_items(body.prompt, "prompt")
-        rendered = [
-            {
+        texts = [item for item in items if isinstance(item, str)]
+        rendered = iter(await self._renderer.token_ids_json(texts) if texts else [])
+        parts = []
+        for item in items:
+            head = {
                 "request_id": f"cmpl-{uuid.uuid4().hex}",
                 "model": body.model,
-                "token_ids": encode_text_ids(item).tolist() if isinstance(item, str) else item,
                 "sampling_params": {"max_tokens": body.max_tokens, "n": body.n},
             }
-            for item in items
-        ]
-        return web.json_response(rendered)
+            ids = next(rendered) if isinstance(item, str) else json.dumps(item)
+            # The ids' JSON is spliced in as the renderer wrote it (no list in this loop).
+            parts.append(json.dumps(head)[:-1] + ', "token_ids": ' + ids + "}")
+        return web.Response(text="[" + ",".join(parts) + "]", content_type="application/json")
 
     async def _kv_event_sources(self, request: web.Request) -> web.Response:
         publisher = self._kv_events
