@@ -20,6 +20,7 @@ from typing import IO, Any
 
 import click
 
+from gtm import heaptrim
 from gtm._version import __version__
 from gtm.errors import ConfigError
 from gtm.logs import LogFormat, configure
@@ -195,6 +196,7 @@ def cli(log_level: str, log_format: str) -> None:
     time-to-first-token, inside the regions its data-residency policy allows.
     """
     configure(log_level, LogFormat(log_format))
+    heaptrim.start()  # free heap pages back to the system every minute (gtm.heaptrim)
     if os.environ.get("GTM_TRACEMALLOC_DIR"):  # diagnosis only (gtm.memdebug)
         from gtm.memdebug import install_from_env
 
