@@ -197,6 +197,7 @@ class LeanFront:
         self._fallbacks = {r: counter.labels(tier.value, r.value).inc for r in Fallback}
         self._connections: set[_Connection] = set()
         self._stopping = False
+        self.date = _Date()
 
     def fell_back(self, reason: Fallback) -> None:
         self._fallbacks[reason]()
@@ -215,7 +216,7 @@ class LeanFront:
         self._stopping = True
         for conn in list(self._connections):
             conn.stop()
-        busy = [c.done for c in self._connections if c.done is not None]
+        busy = [c.task for c in self._connections if c.task is not None]
         if busy:
             _, late = await asyncio.wait(busy, timeout=grace_s)
             for conn in list(self._connections):
@@ -228,17 +229,21 @@ class LeanFront:
 
 # ---------------------------------------------------------------------------- dates
 
-_date_second = -1
-_date_value = ""
 
+class _Date:
+    """``Date`` (RFC 9110 §6.6.1) for a server's responses, formatted once a second."""
 
-def _http_date() -> str:
-    """``Date`` (RFC 9110 §6.6.1), formatted once per second."""
-    global _date_second, _date_value
-    now = int(time.time())
-    if now != _date_second:
-        _date_second, _date_value = now, formatdate(now, usegmt=True)
-    return _date_value
+    __slots__ = ("_second", "_value")
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._value = ""
+
+    def __call__(self) -> str:
+        now = int(time.time())
+        if now != self._second:
+            self._second, self._value = now, formatdate(now, usegmt=True)
+        return self._value
 
 
 # ---------------------------------------------------------------------------- connection
@@ -287,8 +292,10 @@ class _Connection(asyncio.Protocol):
         self._buffer = bytearray()
         self._loop = asyncio.get_running_loop()
         self._timer: asyncio.TimerHandle | None = None
+        #: Loop time since which the connection waits for a complete head.
+        self._idle_since = 0.0
         #: The request being answered (its task), if any.
-        self._task: asyncio.Task[None] | None = None
+        self.task: asyncio.Task[None] | None = None
         #: Set when the answered request's body is complete (only while it is not).
         self._body_wait: asyncio.Future[None] | None = None
         self._body_need = 0
@@ -297,8 +304,6 @@ class _Connection(asyncio.Protocol):
         self._reading = True
         self._closed = False
         self._stop = False
-        #: Resolved when the request in flight ends (for a graceful stop).
-        self.done: asyncio.Future[None] | None = None
 
     # ------------------------------------------------------------------ asyncio
 
@@ -318,8 +323,8 @@ class _Connection(asyncio.Protocol):
         self._closed = True
         self._front._connections.discard(self)
         self._disarm()
-        if self._task is not None:
-            self._task.cancel()  # the client left: the handler stops, the relay cleans up
+        if self.task is not None:
+            self.task.cancel()  # the client left: the handler stops, the relay cleans up
         if self._drain is not None and not self._drain.done():
             self._drain.set_exception(ConnectionResetError("the client went away"))
         if self._body_wait is not None and not self._body_wait.done():
@@ -340,7 +345,7 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         buffer = self._buffer
         buffer += data
-        if self._task is None:
+        if self.task is None:
             self._next()
             return
         if self._body_wait is not None and len(buffer) >= self._body_need:
@@ -394,7 +399,6 @@ class _Connection(asyncio.Protocol):
         if handler is None:
             self._hand_off(Fallback.TARGET if b"%" in raw_path else Fallback.ROUTE)
             return
-        self._disarm()
         transport = self._transport
         assert transport is not None
         request = Request(
@@ -408,8 +412,7 @@ class _Connection(asyncio.Protocol):
             parser.should_keep_alive(),
         )
         self._body_need = head_len + head.length
-        self.done = self._loop.create_future()
-        self._task = self._loop.create_task(self._answer(request, handler, head_len, head.length))
+        self.task = self._loop.create_task(self._answer(request, handler, head_len, head.length))
 
     def _take_body(self, request: Request, head_len: int) -> None:
         need = self._body_need
@@ -512,10 +515,7 @@ class _Connection(asyncio.Protocol):
 
     def _finished(self, client: _Response) -> None:
         """The request is answered: keep the connection for the next one, or close."""
-        self._task = None
-        if self.done is not None and not self.done.done():
-            self.done.set_result(None)
-        self.done = None
+        self.task = None
         if self._closed:
             return
         if client.close or self._stop or not client.ended:
@@ -549,9 +549,14 @@ class _Connection(asyncio.Protocol):
     # ------------------------------------------------------------------ timers, writes
 
     def _arm_idle(self) -> None:
-        self._timer = self._loop.call_later(
-            self._front.limits.limits.header_timeout_s, self._idle_timeout
-        )
+        """The header timer runs from now. One timer per connection, moved lazily: when
+        it fires early (requests were answered meanwhile) it is set again for the rest."""
+        loop = self._loop
+        self._idle_since = loop.time()
+        if self._timer is None:
+            self._timer = loop.call_at(
+                self._idle_since + self._front.limits.limits.header_timeout_s, self._idle_timeout
+            )
 
     def _disarm(self) -> None:
         if self._timer is not None:
@@ -560,8 +565,14 @@ class _Connection(asyncio.Protocol):
 
     def _idle_timeout(self) -> None:
         self._timer = None
-        if self._task is None:
+        if self._closed:
+            return
+        timeout = self._front.limits.limits.header_timeout_s
+        due = (self._loop.time() if self.task is not None else self._idle_since) + timeout
+        if self.task is None and due <= self._loop.time():
             self.close()  # no complete head in time (an idle keep-alive or a slowloris)
+        else:
+            self._timer = self._loop.call_at(due, self._idle_timeout)
 
     def write(self, data: bytes) -> None:
         if self._closed:
@@ -584,12 +595,12 @@ class _Connection(asyncio.Protocol):
     def stop(self) -> None:
         """A graceful stop: close when idle, after the response in flight otherwise."""
         self._stop = True
-        if self._task is None:
+        if self.task is None:
             self.close()
 
     def cancel(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        if self.task is not None:
+            self.task.cancel()
 
     def close(self) -> None:
         self._disarm()
@@ -705,7 +716,7 @@ class _Response(Downstream):
         if self._note is not None and self._conn._front.access is not None:
             self._conn._front.access.prepared(self._note, status, headers)
         if "Date" not in headers:
-            headers["Date"] = _http_date()
+            headers["Date"] = self._conn._front.date()
         headers.setdefault("Content-Type", "application/octet-stream")
         if self.close or self._conn._stop:
             self.close = True
