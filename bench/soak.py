@@ -50,7 +50,8 @@ still alive, and per process how the C allocator's and Python's small-object
 allocator's figures moved (in use, free inside the heap: fragmentation). Tracing slows
 the traced processes down and costs memory of its own: RSS figures of such a run are
 not comparable with a plain one. ``--tracemalloc-frames 0`` takes the allocator
-figures without tracing.
+figures without tracing (and with them the small-object allocator's, which CPython
+does not report while tracing).
 
     python bench/soak.py                         # 1 h at 1× the trace's rate
     python bench/soak.py --rate-scale 3 --duration 600 --warmup 120
@@ -1105,7 +1106,7 @@ def main() -> None:
                         help="s the descriptors get to come back after the load")  # fmt: skip
     parser.add_argument("--tracemalloc", metavar="KINDS", default="",
                         help="trace allocations in these kinds of process (comma-separated: "
-                        "global,regional,zone,gpu-sim) from the end of the warm-up; print "
+                        "gtm up,global,regional,zone,gpu-sim) from the end of the warm-up; print "
                         "what grew")  # fmt: skip
     parser.add_argument("--tracemalloc-frames", type=int, default=None, metavar="N",
                         help="frames per traced allocation (default: gtm.memdebug's); 0: "

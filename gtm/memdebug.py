@@ -17,7 +17,12 @@ free inside its arenas, and in mmapped chunks), Python's traced total, and the
 small-object allocator's statistics (``sys._debugmallocstats``: arenas, used and free
 blocks). Live objects flat while RSS grows, and free bytes in the arenas growing, is
 fragmentation, not a leak. ``GTM_TRACEMALLOC_FRAMES=0`` writes only these figures and
-the task stacks, without tracing (tracing changes the allocation pattern it measures).
+the task stacks, without tracing (tracing changes the allocation pattern it measures);
+it is also the only way to get the small-object allocator's figures, which CPython
+does not print while tracemalloc's hooks sit in front of that allocator. Since every
+``gtm`` process trims its heap every minute (:mod:`gtm.heaptrim`), "free inside the
+heap" counts bytes, not resident pages: RSS holds only the free pages a trim could not
+give back (partly used ones).
 Tracing
 starts at the signal, not at start-up, so start-up runs at full speed (a deployment of
 forty traced processes does not start on a small machine) and what start-up allocated
