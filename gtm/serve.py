@@ -191,15 +191,17 @@ class HttpServer:
         try:
             await site.start()
         except OSError as exc:
-            await runner.cleanup()
-            raise ConfigError(
-                f"cannot listen for {self._what} on {self._host}:{self._port}: "
-                f"{exc.strerror or exc}"
-            ) from None
+            raise await self._cannot_listen(runner, exc) from None
         self._runner = runner
         host, port = _first_address(runner.addresses, self._host)
         self.bound = Bound(host, port, base_url(host, port, self._ssl))
         return self.bound
+
+    async def _cannot_listen(self, runner: web.AppRunner, exc: OSError) -> ConfigError:
+        await runner.cleanup()
+        return ConfigError(
+            f"cannot listen for {self._what} on {self._host}:{self._port}: {exc.strerror or exc}"
+        )
 
     async def _start_lean(self, runner: web.AppRunner, lean: LeanFront) -> Bound:
         """The listener with the lean front's protocol, aiohttp's behind it."""
@@ -222,11 +224,7 @@ class HttpServer:
                     reuse_port=self._reuse_port or None,
                 )
         except OSError as exc:
-            await runner.cleanup()
-            raise ConfigError(
-                f"cannot listen for {self._what} on {self._host}:{self._port}: "
-                f"{exc.strerror or exc}"
-            ) from None
+            raise await self._cannot_listen(runner, exc) from None
         self._runner = runner
         self._listener = listener
         addresses = [sock.getsockname() for sock in listener.sockets]

@@ -23,8 +23,9 @@ from prometheus_client import CollectorRegistry
 
 from gtm import access
 from gtm.clock import SystemClock
+from gtm.errors import ConfigError
 from gtm.http1 import Fallback, LeanFront, Request, Route
-from gtm.http_limits import LIMITS_KEY, HttpLimits, limited_app
+from gtm.http_limits import LIMITS_KEY, HttpLimits, ServerLimits, limited_app
 from gtm.metrics import new_registry
 from gtm.models import Tier
 from gtm.openai_errors import ApiError, error_middleware
@@ -470,3 +471,29 @@ async def _an_access_line_per_lean_request(caplog: pytest.LogCaptureFixture) -> 
 
 def test_an_access_line_per_lean_request(run: Run, caplog: pytest.LogCaptureFixture) -> None:
     run(_an_access_line_per_lean_request(caplog))
+
+
+async def _an_idle_kept_alive_connection_is_closed_and_a_taken_port_refused() -> None:
+    async with serving() as served:
+        reader, writer = await asyncio.open_connection(served.host, served.port)
+        for n in range(3):
+            writer.write(_post(ECHO, b'{"n": %d}' % n))
+            assert await _responses(reader, 1) == [(200, b'{"n": %d}' % n)]
+        async with asyncio.timeout(WAIT_S):
+            assert await reader.read() == b""  # closed after header_timeout_s idle
+        writer.close()
+        front = LeanFront(
+            [], tier=Tier.ZONE, limits=app_limits(), service="t", count=lambda r, s: None,
+            registry=new_registry(),
+        )  # fmt: skip
+        taken = HttpServer(web.Application(), served.host, served.port, lean=front)
+        with pytest.raises(ConfigError, match="cannot listen"):
+            await taken.start()
+
+
+def app_limits() -> ServerLimits:
+    return ServerLimits(LIMITS, MAX_BODY)
+
+
+def test_an_idle_kept_alive_connection_is_closed_and_a_taken_port_refused(run: Run) -> None:
+    run(_an_idle_kept_alive_connection_is_closed_and_a_taken_port_refused())
