@@ -41,6 +41,21 @@ def test_slots_are_stable_and_arrays_grow() -> None:
     assert acc.at("unknown") == SlotLoad()
 
 
+def test_charges_across_a_growth_land_in_the_arrays_decisions_read() -> None:
+    acc = Accounting(capacity=1)
+    before = acc.start("g0", prefill_tokens=5, sequences=1, kv_blocks=2)
+    after = [acc.start(f"g{i}", prefill_tokens=i, kv_blocks=1) for i in range(1, 6)]  # grows
+    assert acc.pending.tolist()[:6] == [5.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    assert acc.streams.tolist()[:6] == [1.0] * 6
+    assert acc.kv_blocks.tolist()[:6] == [2.0] + [1.0] * 5
+    before.prefill_done()  # released from the grown arrays
+    assert (acc.pending[0], acc.prefilling[0]) == (0.0, 0.0)
+    for ticket in [before, *after]:
+        ticket.close()
+    assert acc.totals() == SlotLoad()
+    assert acc.streams_total == 0.0
+
+
 def test_held_tickets_expire_in_order() -> None:
     acc = Accounting()
     acc.hold(acc.start("a", prefill_tokens=1), until=10.0)
