@@ -488,10 +488,11 @@ def _expire(waiter: asyncio.Future[None]) -> None:
 async def _wait(
     loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[None], limit: float
 ) -> None:
-    """Await ``waiter``, failing it with ``TimeoutError`` after ``limit`` seconds.
+    """Await ``waiter``, failing it with ``TimeoutError`` after ``limit`` seconds: a
+    body's wait for more bytes (:meth:`UpstreamPool.post` inlines the same for the head).
 
     (A timer on the future itself: ``asyncio.timeout`` costs a task cancellation
-    and a context manager per wait, and every proxied request waits at least twice.)
+    and a context manager per wait, and every proxied request waits at least once.)
     """
     timer = loop.call_later(limit, _expire, waiter)
     try:
