@@ -144,6 +144,30 @@ def cpu_seconds(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def descendants(pid: int) -> list[int]:
+    """The live processes started by ``pid``, their children, and so on (from /proc)."""
+    found: list[int] = []
+    pending = [pid]
+    while pending:
+        parent = pending.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*/children"):
+            with contextlib.suppress(OSError):
+                kids = [int(k) for k in task.read_text().split()]
+                found += kids
+                pending += kids
+    return found
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """:func:`cpu_seconds` of ``pid`` and its live descendants (gpu-sim's renderer
+    process, for one), together."""
+    total = 0.0
+    for each in (pid, *descendants(pid)):
+        with contextlib.suppress(OSError):
+            total += cpu_seconds(each)
+    return total
+
+
 @dataclass
 class PeerRouter:
     """A running peer router: its URL, process and log file."""

@@ -86,7 +86,16 @@ from prometheus_client.parser import text_string_to_metric_families
 # Run as a script, sys.path starts at bench/, not at the repository root.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.peers import POLICIES, Peer, PeerRouter, cpu_seconds, require, start_peer, version
+from bench.peers import (
+    POLICIES,
+    Peer,
+    PeerRouter,
+    cpu_seconds,
+    require,
+    start_peer,
+    tree_cpu_seconds,
+    version,
+)
 from bench.zone_quality import block_text  # one 512-token text per Mooncake block id
 from fleetsim.metrics import SLO_TPOT_S, SLO_TTFT_S
 from fleetsim.simulator import CLIENT_TIMEOUT_S
@@ -486,8 +495,9 @@ async def worker_lag_p99_ms(workers: Sequence[Worker]) -> float:
 
 
 def workers_cpu_s(workers: Sequence[Worker]) -> float:
-    """CPU seconds the worker processes have used so far, together."""
-    return sum(cpu_seconds(w.process.proc.pid) for w in workers)
+    """CPU seconds the worker processes (with their renderer processes) have used so
+    far, together."""
+    return sum(tree_cpu_seconds(w.process.proc.pid) for w in workers)
 
 
 #: vllm-router's counters (``src/metrics.rs`` of 0.1.17) that show what its prefix

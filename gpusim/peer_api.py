@@ -48,15 +48,9 @@ for what its engine would serve, and extra paths cost nothing to the others.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import multiprocessing
-import os
-import threading
-import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -64,9 +58,9 @@ from aiohttp import web
 from gpusim import openai_api as api
 from gpusim.driver import EngineDriver
 from gpusim.engine import EngineStats
+from gpusim.render import Renderer
 from gtm._version import __version__
 from gtm.gpu_profiles import GpuProfile
-from gtm.tokens import encode_text_ids
 
 if TYPE_CHECKING:  # zmq is imported only when KV events are on
     from gpusim.kv_events import KVEventPublisher
@@ -88,56 +82,6 @@ def held_tokens(stats: EngineStats, profile: GpuProfile) -> int:
     prefill (queued work the blocks do not show yet)."""
     used_blocks = max(0, stats.kv_blocks_total - stats.kv_blocks_free)
     return used_blocks * profile.block_size + stats.pending_prefill_tokens
-
-
-def token_ids_json(texts: Sequence[str]) -> list[str]:
-    """Each text's token ids (:func:`gtm.tokens.encode_text_ids`, what the engine
-    charges and hashes) as a JSON array: the renderer process's work."""
-    return [json.dumps(encode_text_ids(text).tolist()) for text in texts]
-
-
-#: How often the renderer process checks that its worker is still there (s): a worker
-#: killed outright (SIGKILL) runs no cleanup, and its renderer then exits by itself.
-ORPHAN_CHECK_S = 1.0
-
-
-def _exit_with_parent(parent: int) -> None:
-    """The renderer process's initializer: exit once ``parent`` (the worker) is gone."""
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(ORPHAN_CHECK_S)
-        os._exit(0)
-
-    threading.Thread(target=watch, name="exit-with-worker", daemon=True).start()
-
-
-class Renderer:
-    """vLLM's frontend for ``/render``: one process of the worker's own that tokenizes
-    prompts, started at the first render (a worker no peer renders on never has it),
-    stopped with the server, and gone within :data:`ORPHAN_CHECK_S` of a worker killed
-    outright. ``spawn``, not ``fork``: the worker runs threads (the KV-event
-    publisher's) that a fork would copy mid-state."""
-
-    def __init__(self) -> None:
-        self._pool: ProcessPoolExecutor | None = None
-
-    async def token_ids_json(self, texts: Sequence[str]) -> list[str]:
-        if self._pool is None:
-            context = multiprocessing.get_context("spawn")
-            self._pool = ProcessPoolExecutor(
-                max_workers=1,
-                mp_context=context,
-                initializer=_exit_with_parent,
-                initargs=(os.getpid(),),
-            )
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, token_ids_json, list(texts))
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
 
 
 class PeerApi:

@@ -5,11 +5,14 @@ peer; and bench/peers.py's command lines."""
 from __future__ import annotations
 
 import math
+import os
+import signal
+import subprocess
 from typing import Any, cast
 
 import pytest
 
-from bench.peers import POLICIES, Peer, command
+from bench.peers import POLICIES, Peer, command, cpu_seconds, descendants, tree_cpu_seconds
 from bench.router_side_by_side import (
     POOLS,
     ROUTERS,
@@ -165,3 +168,19 @@ def test_peer_events_count_vllm_routers_renders_and_prefix_decisions() -> None:
         "decisions[prefix_miss]": 1,
     }
     assert parse_peer_events("") == {}
+
+
+def test_descendants_finds_a_workers_child_processes() -> None:
+    # A shell that starts a child and says its pid: the child is there once we read it.
+    with subprocess.Popen(
+        ["bash", "-c", "sleep 30 & echo $!; wait"], stdout=subprocess.PIPE, text=True
+    ) as shell:
+        assert shell.stdout is not None
+        child = int(shell.stdout.readline())
+        try:
+            assert child in descendants(shell.pid)
+            assert tree_cpu_seconds(shell.pid) >= cpu_seconds(shell.pid)
+            assert descendants(child) == []
+        finally:
+            os.kill(child, signal.SIGKILL)
+            shell.kill()

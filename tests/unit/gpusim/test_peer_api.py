@@ -3,9 +3,6 @@ engine's own state in the shapes those routers parse."""
 
 from __future__ import annotations
 
-import json
-import multiprocessing
-import os
 from collections.abc import AsyncIterator
 
 import pytest
@@ -14,7 +11,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from gpusim.driver import Notifier
 from gpusim.engine import EngineRequest
-from gpusim.peer_api import PATHS, Renderer, reachable
+from gpusim.peer_api import PATHS, reachable
 from gpusim.server import GpuSimConfig, GpuSimServer
 from gtm.gpu_profiles import LLAMA_8B, get_profile
 from gtm.kv_events import KVEventsConfig
@@ -134,19 +131,3 @@ async def test_kv_event_sources_list_the_publishers_bound_endpoints() -> None:
     ]
     assert publisher.endpoint.startswith("tcp://127.0.0.1:")
     assert not publisher.endpoint.endswith(":*")
-
-
-async def test_the_renderer_tokenizes_in_a_process_of_its_own_started_at_first_use() -> None:
-    before = set(multiprocessing.active_children())
-    renderer = Renderer()
-    assert set(multiprocessing.active_children()) == before  # nothing until a render
-    try:
-        texts = ["one two three", "a much longer prompt " * 200]
-        answer = await renderer.token_ids_json(texts)
-        assert [json.loads(a) for a in answer] == [list(encode_text(t)) for t in texts]
-        (child,) = set(multiprocessing.active_children()) - before
-        assert child.pid != os.getpid()
-    finally:
-        renderer.close()
-    child.join(timeout=10)
-    assert not child.is_alive()
