@@ -54,8 +54,13 @@ whose stream ended with ``[DONE]``); TTFT p50 and p99 over successful requests; 
 p50; goodput: requests/s within :mod:`fleetsim.metrics`' SLO (TTFT ≤ 2 s and TPOT ≤
 100 ms) over the arrival window; prefix-hit share (cached ÷ prompt tokens, from the
 workers' usage); requests per GPU and each worker's own mean TTFT (its queue and
-prefill, no router); the router process's CPU seconds; for gtm, its zone agent's
-retries and ejections. With ``--repeat`` each figure is printed as its range over
+prefill, no router); the router process's CPU seconds; the workers' CPU seconds
+(their renderer processes included) and the worst worker's event-loop lag p99 (an
+emulated GPU whose loop lags runs behind its profile: the run was bound by this
+machine); what the router's own metrics say it did (gtm: retries, ejections, KV events
+applied; vllm-router: how it got each worker's token ids and its prefix decisions).
+The report explains why vllm-router's prefix policies are slow here
+(:data:`EMULATION_NOTE`). With ``--repeat`` each figure is printed as its range over
 repetitions, and gtm's ratios against the best peer against the issue's targets: p99
 TTFT ≤ 0.5 × the best peer's and goodput ≥ 1.2 × the best peer's, on every pool ×
 trace.
@@ -885,7 +890,8 @@ _PEER_INPUT_ROWS = (
         "`POST /v1/completions/render` on *every* worker before each request (token ids "
         "for its tree), waiting at most 1 s; defaults kept: cache_threshold 0.3, balance "
         "64 / 1.5, eviction every 120 s",
-        "answers with the engine's token ids — but see the note below: here that is one "
+        "answers with the engine's token ids, tokenized in a renderer process of the "
+        "worker's own (as vLLM's API server) — but see the note below: here that is one "
         "tokenization per worker per request on one shared machine",
     ),
     (
@@ -922,28 +928,27 @@ each worker, up to 8 at once, then wait for all of them or 1 s, whichever comes 
 (vllm-router 0.1.17 `src/backend/preprocess.rs` `prepare_http_token_inputs`, lines
 179-283; the 1 s budget is `src/routers/http/router.rs` line 1581; needed whenever the
 policy matches prefixes, line 1546). No option turns this off for text prompts sent to
-HTTP workers (a prompt of token ids skips it: preprocess.rs lines 113-119). In a real
+HTTP workers (a prompt of token ids skips it: preprocess.rs lines 113-119), and it
+loads no tokenizer of its own for them (`src/backend/frontend.rs` line 292). In a real
 deployment each render runs on that worker's own host, in vLLM's API-server process,
-beside the GPU: it costs the GPU nothing. Here all the emulated workers share two
-cores with the client and the router, and the emulator (gpu-sim) runs each render on
-the event loop that also drives its emulated GPU: every request costs N + 1
-tokenizations of a prompt of thousands of tokens instead of one, at `--speedup` × the
-real request rate. The workers' CPU time grows by one tokenization per worker per
-request and their event loops lag
-(the "workers" column: the worst loop lag p99 an order of magnitude above the other
-routers' runs), an emulated GPU whose loop lags falls behind its profile, and a worker
-whose render misses the 1 s budget leaves the policy without tokens for it: vllm-router
-then waits the whole second and falls back to the least-loaded worker
-(`decisions[missing_tokens]`, `inputs[preparation_unavailable]` in its events; 0.1.17
-`src/policies/cache_aware.rs` `select_prepared`, line 356). So these two rows measure
-this machine's CPU, not vllm-router's routing: every GPU slows down at once (see the
-per-GPU worker TTFT), which a routing decision cannot cause. sglang-router's
-`cache_aware` keeps its radix tree of request texts inside the router and asks the
-workers nothing per request; gtm tokenizes once, in the zone agent. vllm-router's
-prefix policies are better read from runs at a low wall rate (`--max-wall-rate 5`: a
-lower speedup, so the renders fit the machine; the figures are in GPU time and stay
-comparable across speedups), and only where the workers' loop lag stays near the other
-routers'.
+beside the GPU, in a few milliseconds. Here all the emulated workers share two cores
+with the client and the router, at `--speedup` × the real request rate: every request
+costs N + 1 tokenizations of a prompt of thousands of tokens instead of one, and every
+millisecond vllm-router waits for them counts `--speedup` × in the GPU-time figures.
+gpu-sim renders in a process of its own (`gpusim.render`, as vLLM's API server does),
+so the emulated GPU's loop is not held by it, but the CPU is shared: the workers' CPU
+(the "workers" column, renderer processes included) grows by one tokenization per
+worker per request, renders queue, and a worker whose render misses the 1 s budget
+leaves the policy without its tokens. vllm-router has then waited the whole second and
+falls back to the least-loaded worker (`decisions[missing_tokens]`,
+`inputs[preparation_unavailable]` in its events; 0.1.17 `src/policies/cache_aware.rs`
+`select_prepared`, line 356). A row where those counters are high measures this
+machine's CPU, not vllm-router's routing; a row where `inputs[render]` is the requests
+× the workers had every render in time. A lower wall rate (`--max-wall-rate`: a lower
+speedup; the figures are in GPU time and stay comparable) lowers the render load in
+proportion. sglang-router's `cache_aware` keeps its radix tree of request texts inside
+the router and asks the workers nothing per request; gtm tokenizes once, in the zone
+agent.
 """
 
 #: Why gtm's round-robin is ahead of the peers' round-robin on a mixed pool (issue 26
