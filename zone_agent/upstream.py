@@ -68,6 +68,9 @@ IDLE_S = 4.0
 _CRLF = b"\r\n"
 #: The usual status line (with its CRLF: a reason phrase "OKAY" is not it).
 _OK = b"HTTP/1.1 200 OK\r\n"
+#: Request heads kept per worker (the OpenAI endpoints are three paths; a bound all
+#: the same, whatever paths a caller sends).
+_HEADS_KEPT = 16
 
 # Parser states.
 _IDLE, _HEAD, _LENGTH, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILERS, _UNTIL_CLOSE, _DONE = range(
@@ -89,7 +92,7 @@ class _Target:
         self.tls = tls
         self.host_header = host_header
         #: The request line and Host field by path, built on the path's first request
-        #: (a worker is sent a handful of paths).
+        #: (a worker is sent a handful of paths: at most _HEADS_KEPT are kept).
         self.heads: dict[str, str] = {}
         #: Connections in use and requests waiting for one (``per_worker``).
         self.slots = _Slots(per_worker)
@@ -97,7 +100,9 @@ class _Target:
     def head(self, path: str) -> str:
         head = self.heads.get(path)
         if head is None:
-            head = self.heads[path] = f"POST {path} HTTP/1.1\r\nHost: {self.host_header}\r\n"
+            head = f"POST {path} HTTP/1.1\r\nHost: {self.host_header}\r\n"
+            if len(self.heads) < _HEADS_KEPT:
+                self.heads[path] = head
         return head
 
 
@@ -355,8 +360,8 @@ class _Connection(asyncio.Protocol):
         """Parse a status line and headers (RFC 9112 §4, §5)."""
         # Every CR and every LF must be half of a line-ending CRLF: equal counts of the
         # three say so in three scans, without a copy of the head.
-        lines = head.count(_CRLF)
-        if head.count(b"\r") != lines or head.count(b"\n") != lines or b"\0" in head:
+        crlfs = head.count(_CRLF)
+        if head.count(b"\r") != crlfs or head.count(b"\n") != crlfs or b"\0" in head:
             raise UpstreamProtocolError("stray CR, LF or NUL in the response head")
         if head.startswith(_OK):
             # The usual status line, read without splitting it.

@@ -136,6 +136,20 @@ async def test_status_lines(status_line: bytes, status: int, reason: str, reused
     await pool.close()
 
 
+async def test_each_path_gets_its_own_request_line() -> None:
+    paths = [f"/v1/p{i}" for i in range(20)]  # more than the heads a worker keeps
+    pool = UpstreamPool()
+    async with serve(Scripted(*[OK] * (2 * len(paths)))) as server:
+        for path in paths * 2:
+            response = await pool.post(server.url, path, [], b"{}")
+            await read_all(response)
+            response.release()
+        host = server.url.removeprefix("http://")
+        expected = [f"POST {path} HTTP/1.1\r\nHost: {host}\r\n" for path in paths * 2]
+        assert [r.decode().split("Content-Length")[0] for r in server.requests] == expected
+    await pool.close()
+
+
 async def test_headers_go_upstream_and_come_back() -> None:
     pool = UpstreamPool()
     reply = b"HTTP/1.1 201 Created\r\nX-A: 1\r\nx-a: 2\r\nContent-Length: 0\r\n\r\n"
