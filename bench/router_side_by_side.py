@@ -1033,7 +1033,7 @@ async def one_worker(specs: Sequence[RouterSpec], samples: int = 15) -> None:
     print("one worker (H100, speedup 1), one request at a time:")
     for spec in [None, *specs]:
         async with (
-            worker_pool(("H100",), 1.0, kv_events=False) as workers,
+            worker_pool(("H100",), 1.0, kv_events=spec is not None and spec.kv_events) as workers,
             contextlib.AsyncExitStack() as stack,
             aiohttp.ClientSession() as session,
         ):
