@@ -5,7 +5,9 @@ the zone agent); it adds the outermost middleware and a response-prepare hook, s
 request is covered whatever ends it: a relayed answer, a refusal raised anywhere below
 (the error middleware's JSON), a limit's 4xx, an unexpected 500, or the client going
 away (the handler is cancelled). The line is written once, when the
-handler is done, at INFO on ``gtm.access.<tier>`` (:class:`AccessRecord`, :func:`emit`):
+handler is done, at INFO on ``gtm.access.<tier>`` (:class:`AccessRecord`, :func:`emit`).
+The middleware is one user of :class:`AccessLog` (``begin``, ``prepared``, ``end``); a lean
+server beside the application (:mod:`gtm.http1`) is the other, so its lines are the same:
 
 * from the response the client got: ``status``, ``x-request-id`` (the middleware sets
   it on a response that has none, so every answer names its request), the decision id,

@@ -3,7 +3,9 @@
 A request that reaches a GPU crosses up to three gtm processes — the front door, a
 regional LB (two when it spills to a peer region) and a zone agent — and then the worker.
 With tracing on, each tier's application (:func:`install`, beside the access log) opens
-one SERVER span per request, when it arrives, and ends it when its handler is done:
+one SERVER span per request, when it arrives, and ends it when its handler is done (the
+middleware and a lean server beside the application, :mod:`gtm.http1`, both through
+:class:`Spans`):
 
 * **Parent**: the incoming ``traceparent``/``tracestate`` (W3C Trace Context, with the
   OpenTelemetry API's own propagator), so a client's trace id is kept and each tier's
