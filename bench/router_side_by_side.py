@@ -733,12 +733,16 @@ def row(f: Figures) -> str:
         f"{_ms(f.ttft_p99_served_s)} | "
         f"{_ms(f.e2e_p50_s)} | {f.goodput_rps:.2f} | {f.prefix_hit:.0%} | "
         f"{' '.join(map(str, f.per_gpu))} | {' '.join(f'{t:.1f}' for t in f.per_gpu_ttft_s)} | "
-        f"{f.router_cpu_s:.1f} | {f.worker_cpu_s:.1f}, {_lag(f.worker_lag_p99_ms)} | {fails} |"
+        f"{f.router_cpu_s:.1f} | {_cpu(f.worker_cpu_s)}, {_lag(f.worker_lag_p99_ms)} | {fails} |"
     )
 
 
 def _lag(ms: float) -> str:
     return "–" if math.isnan(ms) else f"{ms:,.0f}"
+
+
+def _cpu(seconds: float) -> str:  # "–": results saved before the workers' CPU was kept
+    return "–" if math.isnan(seconds) else f"{seconds:.1f}"
 
 
 HEADER = (
