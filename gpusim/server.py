@@ -488,9 +488,10 @@ class GpuSimServer:
 
         A prompt's token ids (an ``array("I")`` for text, an int object each when the
         body gave ids) are the largest thing a request holds, and nothing needs them
-        past planning: the engine requests keep lengths and block hashes. Kept for a whole stream, they set how many of Python's
-        small-object arenas a worker holds at its busiest, and those arenas are not
-        given back: its memory crept up at every new peak of streams in flight.
+        past planning: the engine requests keep lengths and block hashes. Kept for a
+        whole stream, they set how much of the allocators a worker holds at its
+        busiest, and not all of it is given back: its memory crept up at every new peak
+        of streams in flight.
         """
         plans = self._plan(driver, body, prompts, param)
         prompts.clear()
