@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from array import array
 
 import pytest
 
@@ -46,3 +47,19 @@ def test_embeddings_are_unit_vectors_and_deterministic() -> None:
     assert embedding(5, (1, 2, 3), 1024) == vector
     assert embedding(6, (1, 2, 3), 1024) != vector
     assert embedding(5, (1, 2, 4), 8) != embedding(5, (1, 2, 3), 8)
+
+
+def test_an_array_of_ids_answers_as_the_same_ids_in_a_tuple() -> None:
+    # The server plans text prompts from gtm.tokens.encode_chat_ids (an array): the
+    # answer, its length and the embedding must be those of the ids as a tuple.
+    ids = encode_text("The quick brown fox jumps over the lazy dog. " * 40)
+    as_array = array("I", ids)
+    for choice in (0, 1):
+        a, b = Completion(7, ids, choice), Completion(7, as_array, choice)
+        assert a.natural_length == b.natural_length
+        assert a.take(50) == b.take(50)
+    assert embedding(7, ids, 16) == embedding(7, as_array, 16)
+    # And the answer is the one the ids always got (computed before the array form).
+    golden = Completion(7, as_array, 1)
+    assert golden.natural_length == 378
+    assert golden.take(12) == "Large many blue phase while each such what along just no and"
