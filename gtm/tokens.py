@@ -206,14 +206,17 @@ def count_text_tokens(text: str) -> int:
     characters or more (no byte holds its length) takes
     :func:`count_text_tokens_reference`'s loop.
     """
-    total = 0
-    for start, end in _spans(text):
-        pieces = _find_pieces(text, start, end)
-        try:
-            total += sum(bytes(map(len, pieces)).translate(_TOKENS_BY_LENGTH))
-        except ValueError:  # a piece of 256+ characters
-            total += _count_pieces(pieces)
-    return total
+    if len(text) <= SPAN_CHARS:  # one span (most texts): no span generator
+        return _count_span(text, 0, len(text))
+    return sum(_count_span(text, start, end) for start, end in _spans(text))
+
+
+def _count_span(text: str, start: int, end: int) -> int:
+    pieces = _find_pieces(text, start, end)
+    try:
+        return sum(bytes(map(len, pieces)).translate(_TOKENS_BY_LENGTH))
+    except ValueError:  # a piece of 256+ characters
+        return _count_pieces(pieces)
 
 
 def count_text_tokens_reference(text: str) -> int:
