@@ -39,6 +39,8 @@ C_KERNELS = [
         include_dirs=["."],
         optional=True,
     ),
+    # Every prompt's token count, one pass without an object per piece (gtm/tokens.py).
+    Extension("gtm._tokens", ["gtm/_tokens.c"], optional=True),
     # The tiers' placement memory, allocated whole (gtm/routing/placement.py says why).
     Extension(
         "gtm.routing._placement",

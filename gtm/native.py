@@ -44,6 +44,7 @@ KERNEL_MODULES: tuple[str, ...] = (
     "zone_agent.costs._blend",
     "zone_agent._prefix",
     "gtm.routing._placement",
+    "gtm._tokens",
 )
 
 

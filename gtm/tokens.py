@@ -46,6 +46,15 @@ Memory of a long prompt
     :func:`encode_text_ids` / :func:`encode_chat_ids` return the ids in an
     ``array("I")`` (4 bytes a token, one block of the C allocator); :func:`token_bytes`
     gives hashing their bytes without an ``int`` per token.
+
+The compiled form
+    Every request's prompt is counted, so ASCII text (nearly every prompt) is counted
+    and encoded by ``gtm/_tokens.c`` when it is built: one pass over the characters
+    with the very pieces of ``_ASCII_PIECE``, no Python object per piece, no spans
+    needed. This module keeps the rule (the patterns, the reference forms) and the
+    dispatch; text that is not ASCII, and every text of an install without a C
+    compiler, takes the patterns (``gtm --version`` says which, :mod:`gtm.native`).
+    tests/unit/gtm/test_tokens_kernel.py pins the kernel to both patterns.
 """
 
 from __future__ import annotations
@@ -56,7 +65,7 @@ import struct
 import sys
 import zlib
 from array import array
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeGuard
 
@@ -128,6 +137,18 @@ _SAFE_CUT = re.compile(r"[A-Za-z](?= [A-Za-z])")
 #: Messages (or inputs) per request we agree to tokenize; more is an abuse.
 MAX_MESSAGES = 10_000
 
+_count_ascii: Callable[[str], int] | None
+_ascii_token_ids: Callable[[str], bytes] | None
+try:  # the compiled form (setup.py builds it when it can; module docstring)
+    from gtm._tokens import ascii_token_ids as _ascii_token_ids
+    from gtm._tokens import count_ascii as _count_ascii
+except ImportError:  # pragma: no cover - an install without a C compiler
+    _count_ascii = _ascii_token_ids = None
+
+#: Whether ASCII text is counted and encoded by the compiled kernel (``gtm --version``
+#: and the tiers' start-up warning say so too, :mod:`gtm.native`).
+COMPILED = _count_ascii is not None
+
 
 class PromptError(GtmError, ValueError):
     """A prompt or chat message list is malformed; the message says what is wrong."""
@@ -193,6 +214,15 @@ def encode_text_ids(text: str) -> array[int]:
 
 
 def _extend_text(out: array[int], text: str) -> None:
+    if _ascii_token_ids is not None and out.itemsize == 4 and text.isascii():
+        out.frombytes(_ascii_token_ids(text))
+        return
+    _extend_text_regex(out, text)
+
+
+def _extend_text_regex(out: array[int], text: str) -> None:
+    """:func:`_extend_text` by the patterns, a span at a time (the form of non-ASCII
+    text and of an install without the kernel)."""
     for start, end in _spans(text):
         out.extend(map(_token_id, _pieces(text, start, end)))
 
@@ -200,12 +230,20 @@ def _extend_text(out: array[int], text: str) -> None:
 def count_text_tokens(text: str) -> int:
     """How many tokens ``text`` is: ``len(encode_text(text))``, without hashing.
 
-    Every prompt of every request is counted here, so the per-piece work stays in C: the
+    Every prompt of every request is counted here: ASCII text by the compiled kernel
+    (module docstring), any other by :func:`_count_text_regex`.
+    """
+    if _count_ascii is not None and text.isascii():
+        return _count_ascii(text)
+    return _count_text_regex(text)
+
+
+def _count_text_regex(text: str) -> int:
+    """:func:`count_text_tokens` by the patterns, the per-piece work still in C: the
     pieces' lengths become a ``bytes`` (one byte each), translated to their token costs
     and summed, a span of the text at a time (module docstring). A piece of 256
     characters or more (no byte holds its length) takes
-    :func:`count_text_tokens_reference`'s loop.
-    """
+    :func:`count_text_tokens_reference`'s loop."""
     if len(text) <= SPAN_CHARS:  # one span (most texts): no span generator
         return _count_span(text, 0, len(text))
     return sum(_count_span(text, start, end) for start, end in _spans(text))
