@@ -118,7 +118,16 @@ static const Py_UCS1 *ascii_chars(PyObject *text, Py_ssize_t *length)
     return PyUnicode_1BYTE_DATA(text);
 }
 
-static Py_ssize_t count_tokens(const Py_UCS1 *s, Py_ssize_t n)
+static inline uint32_t token_id(const Py_UCS1 *s, Py_ssize_t start, Py_ssize_t end)
+{
+    uint32_t crc = 0xFFFFFFFFu;
+    for (Py_ssize_t k = start; k < end; k++)
+        crc = crc_table[(crc ^ s[k]) & 0xFFu] ^ (crc >> 8);
+    return (crc ^ 0xFFFFFFFFu) % ORDINARY_VOCAB;
+}
+
+/* The tokens of ``s[0:n]``; their ids written to ``ids`` too unless it is NULL. */
+static Py_ssize_t scan(const Py_UCS1 *s, Py_ssize_t n, uint32_t *ids)
 {
     Py_ssize_t tokens = 0;
     Py_ssize_t i = 0;
@@ -128,7 +137,15 @@ static Py_ssize_t count_tokens(const Py_UCS1 *s, Py_ssize_t n)
             i++;
             continue;
         }
-        tokens += (end - i + CHARS_PER_PIECE_TOKEN - 1) / CHARS_PER_PIECE_TOKEN;
+        if (ids == NULL) {
+            tokens += (end - i + CHARS_PER_PIECE_TOKEN - 1) / CHARS_PER_PIECE_TOKEN;
+            i = end;
+            continue;
+        }
+        for (; i < end; i += CHARS_PER_PIECE_TOKEN) {
+            Py_ssize_t stop = i + CHARS_PER_PIECE_TOKEN;
+            ids[tokens++] = token_id(s, i, stop < end ? stop : end);
+        }
         i = end;
     }
     return tokens;
@@ -141,15 +158,7 @@ static PyObject *count_ascii(PyObject *module, PyObject *text)
     const Py_UCS1 *s = ascii_chars(text, &n);
     if (s == NULL)
         return NULL;
-    return PyLong_FromSsize_t(count_tokens(s, n));
-}
-
-static inline uint32_t token_id(const Py_UCS1 *s, Py_ssize_t start, Py_ssize_t end)
-{
-    uint32_t crc = 0xFFFFFFFFu;
-    for (Py_ssize_t k = start; k < end; k++)
-        crc = crc_table[(crc ^ s[k]) & 0xFFu] ^ (crc >> 8);
-    return (crc ^ 0xFFFFFFFFu) % ORDINARY_VOCAB;
+    return PyLong_FromSsize_t(scan(s, n, NULL));
 }
 
 static PyObject *ascii_token_ids(PyObject *module, PyObject *text)
@@ -161,26 +170,11 @@ static PyObject *ascii_token_ids(PyObject *module, PyObject *text)
         return NULL;
     /* Counted first, so the ids take the bytes they need and no more (a pass costs a
      * small part of the hashing that follows). */
-    Py_ssize_t total = count_tokens(s, n);
+    Py_ssize_t total = scan(s, n, NULL);
     PyObject *out = PyBytes_FromStringAndSize(NULL, total * (Py_ssize_t)sizeof(uint32_t));
     if (out == NULL)
         return NULL;
-    uint32_t *ids = (uint32_t *)PyBytes_AS_STRING(out);
-    Py_ssize_t count = 0;
-    Py_ssize_t i = 0;
-    while (i < n) {
-        Py_ssize_t end = piece_end(s, i, n);
-        if (end < 0) {
-            i++;
-            continue;
-        }
-        for (; i < end; i += CHARS_PER_PIECE_TOKEN) {
-            Py_ssize_t chunk = (end - i < CHARS_PER_PIECE_TOKEN) ? end : i + CHARS_PER_PIECE_TOKEN;
-            ids[count++] = token_id(s, i, chunk);
-        }
-        i = end;
-    }
-    assert(count == total);
+    scan(s, n, (uint32_t *)PyBytes_AS_STRING(out));
     return out;
 }
 
