@@ -146,7 +146,7 @@ except ImportError:  # pragma: no cover - an install without a C compiler
     _count_ascii = _ascii_token_ids = None
 
 #: Whether ASCII text is counted and encoded by the compiled kernel (``gtm --version``
-#: and the tiers' start-up warning say so too, :mod:`gtm.native`).
+#: says so too, and ``gtm up`` warns at start when it is not: :mod:`gtm.native`).
 COMPILED = _count_ascii is not None
 
 
