@@ -191,7 +191,7 @@ def global_cmd(**options: Any) -> None:
         tls = config_from_options(options)
         if options["front_door_tls"] and tls is None:
             raise ConfigError("--front-door-tls needs --tls-ca, --tls-cert and --tls-key")
-        native.warn_if_not_compiled("global_lb.kernels", "global_lb.plugins._ttft")
+        native.warn_if_not_compiled("global_lb.kernels", "global_lb.plugins._ttft", "gtm._tokens")
         tracing = open_tracing(
             options["trace_exporter"], service="gtm-global", file=options["trace_file"]
         )

@@ -224,7 +224,7 @@ def zone(
     except GtmError as exc:
         raise click.UsageError(str(exc)) from None
     native.warn_if_not_compiled(
-        "zone_agent.costs._ttft", "zone_agent.costs._blend", "zone_agent._prefix"
+        "zone_agent.costs._ttft", "zone_agent.costs._blend", "zone_agent._prefix", "gtm._tokens"
     )
     try:
         tracing = open_tracing(
