@@ -143,7 +143,10 @@ def free_ports(host: str, count: int) -> list[int]:
 #: that falls further behind re-lists (CompactedError), as it does on the embedded store
 #: past its last :data:`gtm.state.memory.DEFAULT_HISTORY_LIMIT` revisions. Time, not a
 #: revision count, so the history a deployment keeps is the same few minutes whatever
-#: its size, and a soak's etcd levels off after that long.
+#: its size. etcd compacts once a period, to the revision of a period before, so it
+#: keeps between one and two periods of history: its database (and with it the
+#: file-backed part of its RSS, the database being mapped, and its index of revisions)
+#: grows for two periods and is flat from then on.
 HISTORY_RETENTION = "5m"
 #: Committed entries between two raft snapshots. At each snapshot etcd trims its
 #: in-memory raft log to the last :data:`RAFT_CATCHUP_ENTRIES` (its catch-up margin for
