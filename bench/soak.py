@@ -92,7 +92,7 @@ from fleetsim.traces import Trace, TraceKind, TraceRequest, load_trace
 from gtm.clock import SystemClock
 from gtm.memdebug import DIR_ENV, FRAMES_ENV, MALLOC_SUFFIX, SUFFIX, read_malloc
 from gtm.metrics import new_registry
-from gtm.state.etcd_server import RAFT_CATCHUP_ENTRIES, SNAPSHOT_ENTRIES
+from gtm.state.etcd_server import HISTORY_RETENTION, RAFT_CATCHUP_ENTRIES, SNAPSHOT_ENTRIES
 from gtm.tasks import TaskSupervisor
 from gtm.topology import load_topology, on_private_block, write_topology
 from gtmctl.load import LoadConfig, LoadRun, Tally
@@ -121,9 +121,10 @@ WARNING_MARKS = ("level=WARNING", '"level":"warn"')
 #: its raft index (the in-memory raft log holds the last 5,000 entries plus up to
 #: ``--snapshot-count`` more, so it fills until the index passes their sum), its
 #: database, its keys and its Go heap.
+ETCD_DB_SIZE = "etcd_mvcc_db_total_size_in_bytes"
 ETCD_SIZES = (
     "etcd_server_proposals_committed_total",
-    "etcd_mvcc_db_total_size_in_bytes",
+    ETCD_DB_SIZE,
     "etcd_mvcc_db_total_size_in_use_in_bytes",
     "etcd_debugging_mvcc_keys_total",
     "go_memstats_heap_inuse_bytes",
@@ -859,7 +860,10 @@ def entries_table(run: Run, warmup_s: float) -> list[str]:
 def etcd_notes(run: Run, warmup_s: float) -> list[str]:
     """Per etcd member: its raft index at the end of the warm-up against the entries
     its in-memory raft log fills to (:data:`RAFT_CATCHUP_ENTRIES` +
-    :data:`SNAPSHOT_ENTRIES`), and its slope from when the index passed them."""
+    :data:`SNAPSHOT_ENTRIES`), and its slope from when the index passed them; and its
+    database's size over the fit, which grows for two compaction periods
+    (:data:`gtm.state.etcd_server.HISTORY_RETENTION`) and with it the file-backed part
+    of etcd's RSS (the database is mapped)."""
     full = RAFT_CATCHUP_ENTRIES + SNAPSHOT_ENTRIES
     notes = []
     for name, series in sorted(run.series.items()):
@@ -877,10 +881,17 @@ def etcd_notes(run: Run, warmup_s: float) -> list[str]:
             else f"still filling after the warm-up (a longer --warmup covers it); "
             f"slope once full: {_fmt(slope, '+.2f')} %/h over {len(filled)} samples"
         )
+        db = [v for s in warm if (v := s.entries.get(ETCD_DB_SIZE)) is not None]
+        database = (
+            f"; its database {db[0] / 2**20:.1f} → {db[-1] / 2**20:.1f} MB over the fit "
+            f"(it grows for two compaction periods of {HISTORY_RETENTION}, then is flat)"
+            if db
+            else ""
+        )
         notes.append(
             f"{name}: raft index {first:.0f} at the end of the warm-up, "
             f"{known[-1][1]:.0f} at the end; its in-memory raft log fills to {full} "
-            f"entries: {state}"
+            f"entries: {state}{database}"
         )
     return notes
 

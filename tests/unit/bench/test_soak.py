@@ -3,6 +3,7 @@ reads from /metrics and the logs, and its verdict."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import socket
@@ -250,3 +251,14 @@ def test_etcd_note_says_whether_its_raft_log_was_still_filling_after_the_warm_up
     assert "slope once full: +0.00 %/h over 8 samples" in filling
     (full_note,) = etcd_notes(run, warmup_s=1800.0)
     assert full_note.endswith("full from the start of the fit")
+    series.samples = [
+        dataclasses.replace(
+            s, entries={**s.entries, "etcd_mvcc_db_total_size_in_bytes": 16 * 2**20}
+        )
+        for s in series.samples
+    ]
+    (with_db,) = etcd_notes(run, warmup_s=1800.0)
+    assert with_db.endswith(
+        "full from the start of the fit; its database 16.0 → 16.0 MB over the fit "
+        "(it grows for two compaction periods of 5m, then is flat)"
+    )
