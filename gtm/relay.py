@@ -416,13 +416,13 @@ class RelayLoop(ABC, Generic[T]):
     async def run(self) -> None:
         """Try targets until one answers and relay its response to :attr:`downstream`;
         else raise :meth:`exhausted`."""
-        tried: set[str] = set()
+        tried: frozenset[str] = frozenset()
         for _ in range(self.max_attempts):
-            target = self.next_target(frozenset(tried))
+            target = self.next_target(tried)
             if target is None:
                 break
             target_id = self.target_id(target)
-            tried.add(target_id)
+            tried = tried | {target_id}
             try:
                 await self._attempt(target)
                 return
@@ -443,11 +443,19 @@ class RelayLoop(ABC, Generic[T]):
             deadline = self.first_byte_deadline(target)
             first = b""
             try:
-                async with _NO_DEADLINE if deadline is None else asyncio.timeout_at(deadline):
+                if deadline is None:
+                    # No deadline (every non-streamed request): no timeout to arm and
+                    # disarm, no context manager to enter and leave.
                     upstream = await self.open(target)
                     retry = self.retry_status(upstream.status)
                     if not retry:
                         first = await upstream.readany()
+                else:
+                    async with asyncio.timeout_at(deadline):
+                        upstream = await self.open(target)
+                        retry = self.retry_status(upstream.status)
+                        if not retry:
+                            first = await upstream.readany()
             except TimeoutError:
                 late = "no response headers" if upstream is None else "no first byte"
                 raise AttemptFailed(Failure.TIMEOUT, f"{late} in time") from None
@@ -546,22 +554,6 @@ class Relay(RelayLoop[T]):
         :meth:`exhausted`."""
         await self.run()
         return self._client.result()
-
-
-class _NoDeadline:
-    """A reusable ``async with`` that bounds nothing: an attempt without a first-byte
-    deadline (every non-streamed request) skips arming and disarming a timeout."""
-
-    __slots__ = ()
-
-    async def __aenter__(self) -> None:
-        return None
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        return None
-
-
-_NO_DEADLINE = _NoDeadline()
 
 
 def is_event_stream(headers: Mapping[str, str]) -> bool:
