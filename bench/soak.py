@@ -861,7 +861,7 @@ def etcd_notes(run: Run, warmup_s: float) -> list[str]:
     """Per etcd member: its raft index at the end of the warm-up against the entries
     its in-memory raft log fills to (:data:`RAFT_CATCHUP_ENTRIES` +
     :data:`SNAPSHOT_ENTRIES`), and its slope from when the index passed them; and its
-    database's size over the fit, which grows for two compaction periods
+    database's size over the fit, which grows for about two compaction periods
     (:data:`gtm.state.etcd_server.HISTORY_RETENTION`) and with it the file-backed part
     of etcd's RSS (the database is mapped)."""
     full = RAFT_CATCHUP_ENTRIES + SNAPSHOT_ENTRIES
@@ -884,7 +884,7 @@ def etcd_notes(run: Run, warmup_s: float) -> list[str]:
         db = [v for s in warm if (v := s.entries.get(ETCD_DB_SIZE)) is not None]
         database = (
             f"; its database {db[0] / 2**20:.1f} → {db[-1] / 2**20:.1f} MB over the fit "
-            f"(it grows for two compaction periods of {HISTORY_RETENTION}, then is flat)"
+            f"(it grows for about two compaction periods of {HISTORY_RETENTION}, then levels off)"
             if db
             else ""
         )

@@ -146,7 +146,7 @@ def free_ports(host: str, count: int) -> list[int]:
 #: its size. etcd compacts once a period, to the revision of a period before, so it
 #: keeps between one and two periods of history: its database (and with it the
 #: file-backed part of its RSS, the database being mapped, and its index of revisions)
-#: grows for two periods and is flat from then on.
+#: grows for about two periods and then levels off.
 HISTORY_RETENTION = "5m"
 #: Committed entries between two raft snapshots. At each snapshot etcd trims its
 #: in-memory raft log to the last :data:`RAFT_CATCHUP_ENTRIES` (its catch-up margin for

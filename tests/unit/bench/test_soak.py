@@ -260,5 +260,5 @@ def test_etcd_note_says_whether_its_raft_log_was_still_filling_after_the_warm_up
     (with_db,) = etcd_notes(run, warmup_s=1800.0)
     assert with_db.endswith(
         "full from the start of the fit; its database 16.0 → 16.0 MB over the fit "
-        "(it grows for two compaction periods of 5m, then is flat)"
+        "(it grows for about two compaction periods of 5m, then levels off)"
     )
