@@ -73,6 +73,11 @@ log = logging.getLogger(__name__)
 #: pauses until it is done.
 PIPELINE_BYTES = 64 * 1024
 
+#: aiohttp's parser's request-target ceiling (its ``max_line_size`` default, which
+#: :meth:`gtm.http_limits.HttpLimits.handler_args` leaves alone): a longer target is
+#: aiohttp's 400, so the lean server hands it over rather than serve it.
+AIOHTTP_MAX_LINE = 8190
+
 Handler = Callable[["Request", Downstream], Awaitable[None]]
 
 
@@ -93,7 +98,8 @@ class Fallback(StrEnum):
     EXPECT = "expect"
     #: ``Upgrade`` (WebSocket, h2c).
     UPGRADE = "upgrade"
-    #: A head over the limits before its end (aiohttp answers it).
+    #: A head over the limits before its end, or past a ceiling of aiohttp's parser
+    #: (target length, field count, one field's size): aiohttp answers it.
     HEAD_TOO_LARGE = "head_too_large"
 
 
@@ -184,6 +190,11 @@ class LeanFront:
             (r.method.upper().encode(), r.path.encode()): r.handler for r in routes
         }
         self.limits = limits
+        parser = limits.limits.handler_args()
+        #: aiohttp's parser's ceilings (its 400s): a head past one is handed to it.
+        self.max_fields = int(parser.get("max_headers", 128))
+        self.max_field = int(parser.get("max_field_size", 8190))
+        self.max_line = int(parser.get("max_line_size", AIOHTTP_MAX_LINE))
         self.errors = _Errors(service, count)
         self.access = access
         self.spans = spans
@@ -290,6 +301,9 @@ class _Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._remote: str | None = None
         self._buffer = bytearray()
+        #: How far the buffer was searched for a head's end (a head in many small
+        #: writes is scanned once, not once per write).
+        self._scanned = 0
         self._loop = asyncio.get_running_loop()
         self._timer: asyncio.TimerHandle | None = None
         #: Loop time since which the connection waits for a complete head.
@@ -364,14 +378,18 @@ class _Connection(asyncio.Protocol):
         buffer = self._buffer
         if not buffer or self._closed:
             return
-        end = buffer.find(b"\r\n\r\n")
+        start = max(0, self._scanned - 3)
+        end = buffer.find(b"\r\n\r\n", start)
         if end < 0:
             limits = self._front.limits.limits
-            if b"\n\n" in buffer:
+            if buffer.find(b"\n\n", start) >= 0:
                 self._hand_off(Fallback.MALFORMED)  # bare LF line ends: aiohttp's call
             elif len(buffer) > limits.max_header_bytes + limits.max_header_line_bytes:
                 self._hand_off(Fallback.HEAD_TOO_LARGE)
+            else:
+                self._scanned = len(buffer)
             return
+        self._scanned = 0
         head_len = end + 4
         head = _Head()
         parser = httptools.HttpRequestParser(head)
@@ -393,6 +411,9 @@ class _Connection(asyncio.Protocol):
         if head.special is not None or parser.should_upgrade():
             self._hand_off(head.special or Fallback.UPGRADE)
             return
+        if self._past_ceilings(head, head_len):
+            self._hand_off(Fallback.HEAD_TOO_LARGE)
+            return
         raw_path, _, query = head.url.partition(b"?")
         method = parser.get_method()
         handler = self._front.routes.get((method, raw_path))
@@ -413,6 +434,18 @@ class _Connection(asyncio.Protocol):
         )
         self._body_need = head_len + head.length
         self.task = self._loop.create_task(self._answer(request, handler, head_len, head.length))
+
+    def _past_ceilings(self, head: _Head, head_len: int) -> bool:
+        """Whether aiohttp's parser would refuse this head (400) where the limits would
+        answer 431 or nothing: both servers of a listener answer the same bytes alike,
+        however they arrive."""
+        front = self._front
+        if len(head.url) > front.max_line or len(head.headers) > front.max_fields:
+            return True
+        if head_len <= front.max_field:
+            return False
+        # aiohttp refuses a name of max_field bytes, a value of one more.
+        return any(len(n) >= front.max_field or len(v) > front.max_field for n, v in head.headers)
 
     def _take_body(self, request: Request, head_len: int) -> None:
         need = self._body_need
