@@ -44,7 +44,7 @@ import time
 from collections.abc import Callable, Collection, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import click
 from aiohttp import web
@@ -83,9 +83,11 @@ class TokenSource(StrEnum):
     ESTIMATE = "estimate"
 
 
-@dataclass(frozen=True, slots=True)
-class AccessRecord:
-    """One request's access line. Ids and names only: never a body, key or header."""
+class AccessRecord(NamedTuple):
+    """One request's access line. Ids and names only: never a body, key or header.
+
+    Immutable like a frozen dataclass, but a tuple: made once per request, and a
+    tuple's construction skips the frozen dataclass's per-field ``object.__setattr__``."""
 
     tier: str
     method: str
