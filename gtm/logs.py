@@ -183,7 +183,9 @@ class TextFormatter(logging.Formatter):
                     continue
                 text = texts.get(value)
                 if text is None:
-                    text = _remember(texts, value, _text_value(value))
+                    text = _text_value(value)
+                    if key[-3:] != "_id":  # ids never repeat (_REMEMBERED)
+                        _remember(texts, value, text)
                 parts.append(f"{key}={text}")
             elif cls is int or cls is float:
                 parts.append(f"{key}={value}")  # format(x, "") is str(x) for both
@@ -194,6 +196,9 @@ class TextFormatter(logging.Formatter):
 
 #: How many keys or values a formatter remembers how to write before it starts over:
 #: the access line's values mostly repeat (a model, a zone, a path), a request id never.
+#: So the values of fields named ``*_id`` (request, decision, trace ids) are written
+#: without being remembered: each is new, and remembering them would push out, every
+#: few thousand lines, the values that do repeat.
 _REMEMBERED = 4096
 
 _K = TypeVar("_K")
@@ -270,7 +275,9 @@ class JsonFormatter(logging.Formatter):
             if cls is str:
                 text = texts.get(value)
                 if text is None:
-                    text = _remember(texts, value, _json_string(cast(str, value)))
+                    text = _json_string(cast(str, value))
+                    if key[-3:] != "_id":  # ids never repeat (_REMEMBERED)
+                        _remember(texts, value, text)
                 parts.append(prefix + text)
             elif cls is int or (cls is float and math.isfinite(cast(float, value))):
                 parts.append(f"{prefix}{value!r}")  # the encoder's int and float repr

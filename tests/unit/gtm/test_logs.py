@@ -533,8 +533,8 @@ def test_what_a_formatter_remembers_is_bounded_and_forgetting_changes_no_line() 
     text, document = TextFormatter(), JsonFormatter()
     name = "gtm.access.zone"
     with mock.patch("time.time", return_value=1_767_225_600.25):
-        for n in range(_REMEMBERED + 10):  # a request id per line: never the same value
-            extra = {"request_id": f"r {n}", "model": "m", f"key{n % 7}": n}
+        for n in range(_REMEMBERED + 10):  # a new value per line, under a key not *_id
+            extra = {"route": f"r {n}", "model": "m", f"key{n % 7}": n}
             lines = (text.info_line(name, "m", extra), document.info_line(name, "m", extra))
             assert len(text._texts) <= _REMEMBERED
             assert len(document._texts) <= _REMEMBERED
@@ -542,3 +542,20 @@ def test_what_a_formatter_remembers_is_bounded_and_forgetting_changes_no_line() 
                 record = logging.LogRecord(name, logging.INFO, __file__, 0, "m", (), None)
                 record.__dict__.update(extra)
                 assert lines == (TextFormatter().format(record), JsonFormatter().format(record))
+
+
+def test_ids_are_written_without_being_remembered() -> None:
+    # A request id never repeats: remembering it would push out, every few thousand
+    # lines, the values that do (a model, a zone), and then empty the memo.
+    text, document = TextFormatter(), JsonFormatter()
+    name = "gtm.access.zone"
+    with mock.patch("time.time", return_value=1_767_225_600.25):
+        for n in range(_REMEMBERED + 10):
+            extra = {"request_id": f"r{n}", "decision_id": f"d{n}", "model": "m"}
+            line = text.info_line(name, "m", extra)
+            assert f"request_id=r{n} decision_id=d{n}" in line
+            assert f'"request_id":"r{n}","decision_id":"d{n}"' in document.info_line(
+                name, "m", extra
+            )
+    assert set(text._texts) == {"m"}
+    assert set(document._texts) == {"m"}
