@@ -466,8 +466,19 @@ class RelayLoop(ABC, Generic[T]):
                 status = upstream.status
                 body = await bounded_body(upstream)
                 raise AttemptFailed(Failure.STATUS, f"HTTP {status}", status=status, body=body)
+            self.first_byte(target)
+            headers = CIMultiDict(end_to_end(upstream.headers))
+            self.response_headers(target, headers)
+            length = upstream.content_length
+            if length is not None and len(first) == length:
+                # The whole body came in one read: one response, one write, no stream.
+                if self.watch_chunks:
+                    self.chunk(first)
+                self.downstream.whole(upstream.status, upstream.reason, headers, first)
+                ending = Ending.COMPLETED
+                return
             try:
-                ending = await self._relay(target, upstream, first)
+                ending = await self._relay(target, upstream, first, headers, length)
             except asyncio.CancelledError:
                 # After the first byte: the client left (the server cancels the handler),
                 # or the server is stopping with the client still there.
@@ -488,19 +499,17 @@ class RelayLoop(ABC, Generic[T]):
                     self.breaks.count(cause)
                 self.finished(target, ending)
 
-    async def _relay(self, target: T, upstream: Upstream, first: bytes) -> Ending:
-        self.first_byte(target)
-        headers = CIMultiDict(end_to_end(upstream.headers))
-        self.response_headers(target, headers)
-        length = upstream.content_length
+    async def _relay(
+        self,
+        target: T,
+        upstream: Upstream,
+        first: bytes,
+        headers: CIMultiDict[str],
+        length: int | None,
+    ) -> Ending:
+        """Stream the response whose head and first bytes came (not whole in ``first``)."""
         watch = self.watch_chunks
         client = self.downstream
-        if length is not None and len(first) == length:
-            # The whole body came in one read: one response, one write.
-            if watch:
-                self.chunk(first)
-            client.whole(upstream.status, upstream.reason, headers, first)
-            return Ending.COMPLETED
         await client.start(upstream.status, upstream.reason, headers, length)
         last = b""
         ending = Ending.COMPLETED
