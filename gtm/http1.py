@@ -318,6 +318,8 @@ class _Connection(asyncio.Protocol):
         self._reading = True
         self._closed = False
         self._stop = False
+        #: Closing after a response: our side is shut, the client's bytes are dropped.
+        self._lingering = False
 
     # ------------------------------------------------------------------ asyncio
 
@@ -357,6 +359,8 @@ class _Connection(asyncio.Protocol):
         self._drain = None
 
     def data_received(self, data: bytes) -> None:
+        if self._lingering:
+            return  # the rest of a refused request, read and dropped until the close
         buffer = self._buffer
         buffer += data
         if self.task is None:
@@ -551,8 +555,11 @@ class _Connection(asyncio.Protocol):
         self.task = None
         if self._closed:
             return
-        if client.close or self._stop or not client.ended:
+        if not client.ended:
             self.close()
+            return
+        if client.close or self._stop:
+            self._linger()
             return
         if not self._reading:
             self._reading = True
@@ -590,6 +597,29 @@ class _Connection(asyncio.Protocol):
             self._timer = loop.call_at(
                 self._idle_since + self._front.limits.limits.header_timeout_s, self._idle_timeout
             )
+
+    def _linger(self) -> None:
+        """Close after a whole response, as aiohttp does (its ``lingering_time``): our
+        side is shut (the client reads the answer to its end), what it still sends (a
+        refused request's body) is read and dropped for ``lingering_s``, then the
+        connection closes. Closing with unread bytes would reset the connection, and
+        a reset can destroy the answer before the client reads it (RFC 9112 §9.6)."""
+        transport = self._transport
+        linger_s = self._front.limits.limits.lingering_s
+        if transport is None or transport.is_closing() or linger_s <= 0:
+            self.close()
+            return
+        if not transport.can_write_eof():  # TLS: no half-close
+            self.close()
+            return
+        self._lingering = True
+        self._buffer = bytearray()
+        self._disarm()
+        transport.write_eof()
+        if not self._reading:
+            self._reading = True
+            transport.resume_reading()
+        self._timer = self._loop.call_later(linger_s, self.close)
 
     def _disarm(self) -> None:
         if self._timer is not None:

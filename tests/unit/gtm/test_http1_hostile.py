@@ -372,3 +372,20 @@ async def _a_head_at_and_over_the_bound() -> None:
 
 def test_a_head_at_and_over_the_bound(run: Run) -> None:  # noqa: F811
     run(_a_head_at_and_over_the_bound())
+
+
+async def _a_refusal_before_the_body_is_read_reaches_the_client() -> None:
+    # The body is far past what the server reads before refusing: closing with it unread
+    # would reset the connection and could destroy the 413 before the client reads it.
+    request_bytes = _post(ECHO, b"x" * (4 << 20))
+    for lean in (False, True):
+        async with serving(lean=lean) as served:
+            got = await _raw(served, request_bytes)
+            assert served.counted == []
+        status, body = _status_and_body(got)
+        assert status == b"HTTP/1.1 413 Request Entity Too Large", lean
+        assert json.loads(body)["error"]["code"] == "body_too_large"
+
+
+def test_a_refusal_before_the_body_is_read_reaches_the_client(run: Run) -> None:  # noqa: F811
+    run(_a_refusal_before_the_body_is_read_reaches_the_client())
