@@ -10,9 +10,12 @@ hands everything else to aiohttp, on the same connection:
 * **What it serves**: HTTP/1.0 or 1.1, a method and path it has a :class:`Route` for,
   a body framed by ``Content-Length`` (or none). Anything else — another path, a
   chunked body, ``Expect: 100-continue``, ``Upgrade``, a head it cannot parse (aiohttp
-  answers it the 400 it always did), a percent-encoded or absolute target — goes to
-  aiohttp: the connection's protocol becomes aiohttp's (``runner.server()``), which
-  gets the connection's bytes from the start of that request. Every handoff is counted
+  answers it the 400 it always did), a head past a ceiling of aiohttp's parser (target
+  length, field count, one field's size: its 400 too), a percent-encoded or absolute
+  target — goes to aiohttp, so both servers of a listener answer the same bytes alike
+  however they arrive: the connection's protocol becomes aiohttp's
+  (``runner.server()``), which gets the connection's bytes from the start of that
+  request. Every handoff is counted
   by why (``gtm_http_fallbacks_total{tier,reason}``): a fast path is a declared
   capability, and losing it shows.
 * **The same rules**: each request passes what aiohttp's middlewares apply, from their
@@ -28,7 +31,9 @@ hands everything else to aiohttp, on the same connection:
   answered, and otherwise kept on, so a client that leaves is seen at once: its handler
   is cancelled (the relay closes the upstream). Writes wait while the transport's
   buffer is above its high-water mark (``pause_writing``), so a slow client slows the
-  relay's reads of the upstream.
+  relay's reads of the upstream. A connection closed after a response lingers as
+  aiohttp's does (our side shut, the client's bytes dropped for ``lingering_s``), so an
+  answer refused before a body was read is not lost to a reset.
 * **Stopping** (:meth:`LeanFront.shutdown`): idle connections are closed, in-flight
   requests get the grace period (their responses end with ``Connection: close``), then
   are cancelled.
