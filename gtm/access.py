@@ -261,19 +261,20 @@ def tell(
     """Note what the tier knows of ``request`` for its access line (arguments left
     ``None`` keep what was told before), and for its span (:func:`gtm.tracing.tell`).
     Does nothing when the access log and tracing are off."""
-    tracing.tell(
-        request,
-        tenant=tenant,
-        model=model,
-        country=country,
-        location_source=location_source,
-        client=client,
-        decision_id=decision_id,
-        spill_from=spill_from,
-        tokens_in=tokens_in,
-        tokens_out=tokens_out,
-        tokens_source=None if tokens_source is None else tokens_source.value,
-    )
+    if tracing.traced(request):  # one lookup, not a call with every argument, when off
+        tracing.tell(
+            request,
+            tenant=tenant,
+            model=model,
+            country=country,
+            location_source=location_source,
+            client=client,
+            decision_id=decision_id,
+            spill_from=spill_from,
+            tokens_in=tokens_in,
+            tokens_out=tokens_out,
+            tokens_source=None if tokens_source is None else tokens_source.value,
+        )
     note = request.get(_NOTE)
     if note is None:
         return
