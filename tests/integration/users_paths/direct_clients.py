@@ -6,11 +6,17 @@ Where a client is: every client runs on this machine, so its place travels the w
 trusted proxy — as an address of a city's documentation prefix that ``gtm up``'s geo
 map places (:mod:`gtmctl.up.clients`). A client bound to 127.0.0.2 is an untrusted peer:
 what it writes in ``X-Forwarded-For`` must not be believed.
+
+:func:`zone_before_one_worker` is the smallest data path (one zone agent, one emulated
+worker) for the tests of the zone's two HTTP servers.
 """
 
 from __future__ import annotations
 
 import json
+import signal
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +24,7 @@ from typing import Any
 import aiohttp
 from openai import AsyncOpenAI
 
+from gtm.testing.processes import GtmProcess, running
 from gtmctl.up.clients import bundled_cities, city_network
 from tests.integration.gtmctl.up.helpers import Up
 
@@ -121,3 +128,28 @@ def audit_records(run_dir: str, region: str) -> list[dict[str, Any]]:
             if line.strip():
                 records.append(json.loads(line)["record"])
     return records
+
+
+@asynccontextmanager
+async def zone_before_one_worker(
+    server: str, log: Path, model: str = "meta-llama/Llama-3.1-8B-Instruct"
+) -> AsyncIterator[GtmProcess]:
+    """A ``gtm zone`` on loopback with ``--http-server server``, in front of one emulated
+    H100 serving ``model``; yields the zone's process (its ``url``)."""
+    async with AsyncExitStack() as stack:
+        worker = await stack.enter_async_context(
+            running(
+                ["gpu-sim", "--port", "0", "--gpu-type", "H100", "--model", model,
+                 "--speedup", "100", "--warmup-passes", "0"],
+                stop_signal=signal.SIGKILL,
+            )
+        )  # fmt: skip
+        yield await stack.enter_async_context(
+            running(
+                ["zone", "--zone", "zone-a", "--region", "region-1", "--listen",
+                 "127.0.0.1:0", "--http-server", server,
+                 "--worker", f"{worker.url},gpu=H100,id=gpu-a,model={model}"],
+                log=log,
+                stop_signal=signal.SIGINT,
+            )
+        )  # fmt: skip

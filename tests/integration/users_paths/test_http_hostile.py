@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 from contextlib import AsyncExitStack
 from pathlib import Path
 
 import pytest
 from yarl import URL
 
-from gtm.testing.processes import running
+from tests.integration.users_paths.direct_clients import zone_before_one_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -74,22 +73,9 @@ async def test_hostile_requests_get_the_same_refusals_from_either_server(
     server: str, tmp_path: Path
 ) -> None:
     async with AsyncExitStack() as stack:
-        worker = await stack.enter_async_context(
-            running(
-                ["gpu-sim", "--port", "0", "--gpu-type", "H100", "--model", MODEL,
-                 "--speedup", "100", "--warmup-passes", "0"],
-                stop_signal=signal.SIGKILL,
-            )
-        )  # fmt: skip
         zone = await stack.enter_async_context(
-            running(
-                ["zone", "--zone", "zone-a", "--region", "region-1", "--listen",
-                 "127.0.0.1:0", "--http-server", server,
-                 "--worker", f"{worker.url},gpu=H100,id=gpu-a,model={MODEL}"],
-                log=tmp_path / "zone.log",
-                stop_signal=signal.SIGINT,
-            )
-        )  # fmt: skip
+            zone_before_one_worker(server, tmp_path / "zone.log", MODEL)
+        )
         close = b"Connection: close\r\n"
 
         # A request served, to show the path works at all.

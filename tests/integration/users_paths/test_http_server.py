@@ -9,7 +9,6 @@ driven by the OpenAI SDK (one connection pool) and a plain HTTP client.
 
 from __future__ import annotations
 
-import signal
 from contextlib import AsyncExitStack
 from pathlib import Path
 
@@ -20,7 +19,7 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam
 from prometheus_client.parser import text_string_to_metric_families
 
-from gtm.testing.processes import running
+from tests.integration.users_paths.direct_clients import zone_before_one_worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -44,22 +43,9 @@ async def test_the_sdk_gets_the_same_answers_from_either_server(
     server: str, tmp_path: Path
 ) -> None:
     async with AsyncExitStack() as stack:
-        worker = await stack.enter_async_context(
-            running(
-                ["gpu-sim", "--port", "0", "--gpu-type", "H100", "--model", MODEL,
-                 "--speedup", "100", "--warmup-passes", "0"],
-                stop_signal=signal.SIGKILL,
-            )
-        )  # fmt: skip
         zone = await stack.enter_async_context(
-            running(
-                ["zone", "--zone", "zone-a", "--region", "region-1", "--listen",
-                 "127.0.0.1:0", "--http-server", server,
-                 "--worker", f"{worker.url},gpu=H100,id=gpu-a,model={MODEL}"],
-                log=tmp_path / "zone.log",
-                stop_signal=signal.SIGINT,
-            )
-        )  # fmt: skip
+            zone_before_one_worker(server, tmp_path / "zone.log", MODEL)
+        )
         # One connection for everything the SDK asks, so the hot path and the others
         # share it.
         pool = httpx.AsyncClient(limits=httpx.Limits(max_connections=1))
