@@ -69,6 +69,9 @@ DEFAULT_PLUGIN_TIMING_EVERY = 16
 PREPARED_VIEWS = 2
 
 _Observe = Callable[[float], None]
+#: Builds a NamedTuple from a tuple of its fields in C, as ``NamedTuple._make`` does: the
+#: class's own ``__new__`` is a generated Python function (one call more per decision).
+_new_tuple = tuple.__new__
 _NO_OBSERVERS: Mapping[object, _Observe] = {}
 
 
@@ -421,10 +424,21 @@ class Runner(Generic[B]):
         if choice < 0:
             scored = self.score(batch, observe)
             choice = self._pick(batch, scored.totals, observe)
-        predicted = self._predict(batch, choice, observe)
+        predicted = None
+        model = self.cost_model
+        if model is not None:
+            t0 = self._timer() if observe else 0.0
+            try:
+                cost = float(model.costs_ms(batch)[choice])
+            except Exception as exc:
+                _reraise(ExtensionPoint.COST_MODEL, model, exc)
+            if observe:
+                observe[(ExtensionPoint.COST_MODEL, id(model))](self._timer() - t0)
+            # An infinite cost (nothing serves there) or a negative one is no prediction.
+            predicted = cost if 0.0 <= cost < math.inf else None
         if self._decision_obs is not None:
             self._decision_obs(self._timer() - started)
-        return Outcome(self, batch, choice, steps, scored, predicted)
+        return _new_tuple(Outcome, (self, batch, choice, steps, scored, predicted))
 
     def _prepare(self, view: object) -> dict[object, Any]:
         found = self._prepared.get(id(view))
@@ -546,20 +560,6 @@ class Runner(Generic[B]):
         if not (0 <= choice < len(batch.ids)) or not batch.alive[choice]:
             raise PluginError(f"picker {picker.name!r} chose position {choice}, not a survivor")
         return choice
-
-    def _predict(self, batch: B, choice: int, observe: Mapping[object, _Observe]) -> float | None:
-        model = self.cost_model
-        if model is None:
-            return None
-        t0 = self._timer() if observe else 0.0
-        try:
-            cost = float(model.costs_ms(batch)[choice])
-        except Exception as exc:
-            _reraise(ExtensionPoint.COST_MODEL, model, exc)
-        if observe:
-            observe[(ExtensionPoint.COST_MODEL, id(model))](self._timer() - t0)
-        # An infinite cost (nothing serves there) or a negative one is no prediction.
-        return cost if 0.0 <= cost < math.inf else None
 
     def _refuse(
         self, filter_name: str, batch: B, steps: Sequence[Step], before: Bools | None = None
