@@ -1,6 +1,7 @@
 """The zone agent's Prometheus metrics (on an injected registry; names ``gtm_zone_*``).
 
-Counters and histograms are updated on the request path; per-GPU gauges (in-flight
+Counters and histograms are updated on the request path (those updated on every request
+are :mod:`gtm.fastmetrics`' lock-free ones, the same exposition); per-GPU gauges (in-flight
 requests, pending tokens, scrape age, weight, availability) and the sizes of the
 agent's prefix indexes, sketch and ledgers (``gtm_zone_*_entries``) are read from the
 current view and the accounting when ``/metrics`` is scraped, so they cost nothing in
@@ -13,11 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gtm.clock import Clock
+from gtm.fastmetrics import FastCounter, FastHistogram
 from gtm.metrics import ModelLabel
 from gtm.models import Tier
 from gtm.relay import StreamBreaks
@@ -136,13 +138,14 @@ class ZoneMetrics:
         self, registry: CollectorRegistry, view: Callable[[], ZoneView], clock: Clock
     ) -> None:
         self.routing = RoutingMetrics(registry)
-        self.requests = Counter(
+        # Updated on every request, from the loop only: gtm.fastmetrics (no lock).
+        self.requests = FastCounter(
             "gtm_zone_requests",
             "Requests answered by the zone agent, by endpoint and HTTP status.",
             ["endpoint", "status"],
             registry=registry,
         )
-        self.assignments = Counter(
+        self.assignments = FastCounter(
             "gtm_zone_assignments",
             "Requests assigned to each GPU (proxied or via /v1/assign).",
             ["gpu", "profile"],
@@ -183,7 +186,7 @@ class ZoneMetrics:
             ["gpu"],
             registry=registry,
         )
-        self.first_byte = Histogram(
+        self.first_byte = FastHistogram(
             "gtm_zone_first_byte_seconds",
             "Time from receiving a request to its first response byte from the worker, by "
             "model (bounded: gtm.metrics.ModelLabel).",
@@ -195,7 +198,7 @@ class ZoneMetrics:
         # Per-request lookups cached: a labelled child costs a lock and a tuple per
         # ``.labels()`` call. Bounded by the model labels.
         self._first_byte: dict[str, Callable[[float], None]] = {}
-        self.decision = Histogram(
+        self.decision = FastHistogram(
             "gtm_zone_request_overhead_seconds",
             "Agent time before a request is sent upstream (parse, count, decide).",
             buckets=LATENCY_BUCKETS,

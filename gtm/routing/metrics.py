@@ -4,12 +4,16 @@ A tier builds one :class:`RoutingMetrics` for its registry and hands it to every
 it builds — including the profiles rebuilt when a routing policy is hot-reloaded — because
 a :class:`~prometheus_client.CollectorRegistry` refuses a second collector of the same
 name. Series are keyed by plugin name, so an old and a new profile share them.
+
+The two duration histograms are observed on the decision path, from the tier's event loop
+only: :class:`gtm.fastmetrics.FastHistogram` (no lock, the same exposition).
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from gtm.fastmetrics import FastHistogram
 from gtm.metrics import DECISION_LATENCY_BUCKETS
 
 
@@ -18,7 +22,7 @@ class RoutingMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         # Same labels as llm-d's RecordPluginProcessingLatency (extension point, plugin).
-        self.plugin_duration = Histogram(
+        self.plugin_duration = FastHistogram(
             "gtm_routing_plugin_duration_seconds",
             "Time spent in one routing plugin call (on a sample of decisions: one in the "
             "profile's plugin_timing_every).",
@@ -26,7 +30,7 @@ class RoutingMetrics:
             buckets=DECISION_LATENCY_BUCKETS,
             registry=registry,
         )
-        self.decision_duration = Histogram(
+        self.decision_duration = FastHistogram(
             "gtm_routing_decision_duration_seconds",
             "Time of one whole routing decision (filters, scorers, picker, cost, trace).",
             ("tier", "profile"),
