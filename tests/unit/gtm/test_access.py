@@ -15,6 +15,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from click.testing import CliRunner
+from multidict import CIMultiDict
 from prometheus_client import CollectorRegistry
 
 from gtm import access
@@ -347,3 +348,96 @@ async def test_under_gtms_own_handler_the_lines_are_written_directly_and_otherwi
             root.removeHandler(handler)
         assert (await client.post("/v1/chat/completions")).status == 200
         assert direct() == 1.0
+
+
+class _Scope:
+    """A request as :class:`gtm.access.AccessLog` reads it (a :class:`gtm.inbound.Scope`)."""
+
+    def __init__(self, headers: dict[str, str]) -> None:
+        self.method = "POST"
+        self.path = "/v1/chat/completions"
+        self.headers = CIMultiDict(headers)
+        self.remote = "127.0.0.1"
+        self._state: dict[object, object] = {}
+
+    def get(self, key: object, /) -> object:
+        return self._state.get(key)
+
+
+#: A zone's line for a relayed answer and for a client gone before any, as written.
+_ZONE_LINES = {
+    LogFormat.TEXT: (
+        "2026-01-01 00:00:00,250 level=INFO logger=gtm.access.zone POST /v1/chat/completions "
+        "200 request_id=d5b1d42fed6d498d0000000000000521 decision_id=8ade2aba0918444a0000000000"
+        "000520 model=meta-llama/Llama-3.1-8B-Instruct region=bench zone=bench-a gpu=gpu-0 "
+        "status=200 end=ok ttft_ms=2.2 tokens_in=14 tokens_out=1 tokens_source=estimate "
+        "duration_ms=2.3 method=POST path=/v1/chat/completions peer=127.0.0.1\n"
+        "2026-01-01 00:00:00,250 level=INFO logger=gtm.access.zone POST /v1/chat/completions "
+        '499 request_id=client-id tenant="a b" model=m region=bench zone=bench-a status=499 '
+        "end=disconnect tokens_in=0 duration_ms=2.3 method=POST path=/v1/chat/completions "
+        "client=192.0.2.7 peer=127.0.0.1\n"
+    ),
+    LogFormat.JSON: (
+        '{"ts":"2026-01-01T00:00:00.250Z","level":"INFO","logger":"gtm.access.zone","msg":"POST'
+        ' /v1/chat/completions 200","request_id":"d5b1d42fed6d498d0000000000000521","decision_'
+        'id":"8ade2aba0918444a0000000000000520","tenant":null,"model":"meta-llama/Llama-3.1-8B-'
+        'Instruct","country":null,"location_source":null,"region":"bench","zone":"bench-a","gp'
+        'u":"gpu-0","spill_from":null,"spill_to":null,"status":200,"end":"ok","ttft_ms":2.2,"to'
+        'kens_in":14,"tokens_out":1,"tokens_source":"estimate","duration_ms":2.3,"method":"POST'
+        '","path":"/v1/chat/completions","client":null,"peer":"127.0.0.1"}\n'
+        '{"ts":"2026-01-01T00:00:00.250Z","level":"INFO","logger":"gtm.access.zone","msg":"POST'
+        ' /v1/chat/completions 499","request_id":"client-id","decision_id":null,"tenant":"a b",'
+        '"model":"m","country":null,"location_source":null,"region":"bench","zone":"bench-a","g'
+        'pu":null,"spill_from":null,"spill_to":null,"status":499,"end":"disconnect","ttft_ms":n'
+        'ull,"tokens_in":0,"tokens_out":null,"tokens_source":null,"duration_ms":2.3,"method":"P'
+        'OST","path":"/v1/chat/completions","client":"192.0.2.7","peer":"127.0.0.1"}\n'
+    ),
+}
+
+
+@pytest.mark.parametrize("log_format", list(LogFormat))
+@pytest.mark.parametrize("direct", [True, False])
+def test_a_zone_access_line_is_pinned_byte_for_byte(
+    monkeypatch: pytest.MonkeyPatch, log_format: LogFormat, direct: bool
+) -> None:
+    """The whole line (fields, order, quoting, rounding, the time), written straight to
+    gtm's handler and through ``logging`` (a filter on the way) alike."""
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])
+    monkeypatch.setattr(root, "level", logging.WARNING)
+    stream = io.StringIO()
+    configure("warning", log_format, stream)
+    monkeypatch.setattr(logging.getLogger(ACCESS_LOGGER), "level", logging.INFO)
+    if not direct:
+        monkeypatch.setattr(root.handlers[0], "filters", [logging.Filter("gtm")])
+    monkeypatch.setattr("time.time", lambda: 1_767_225_600.25)
+    clock = iter([10.0, 10.0022, 10.0023, 20.0, 20.0023])
+    log = access.AccessLog("zone", region="bench", zone="bench-a", clock=lambda: next(clock))
+
+    answered = _Scope({"Content-Type": "application/json"})
+    note = answered._state[access.NOTE_KEY] = log.begin(answered)
+    access.tell(
+        answered,
+        model="meta-llama/Llama-3.1-8B-Instruct",
+        tokens_in=14,
+        tokens_out=1,
+        tokens_source=TokenSource.ESTIMATE,
+    )
+    headers = CIMultiDict(
+        {
+            "x-request-id": "d5b1d42fed6d498d0000000000000521",
+            "x-gtm-decision-id": "8ade2aba0918444a0000000000000520",
+            "x-gtm-zone": "bench-a",
+            "x-gtm-gpu": "gpu-0",
+        }
+    )
+    log.prepared(note, 200, headers)
+    log.end(answered, note, 200, End.OK)
+
+    gone = _Scope({"X-Request-Id": "client-id"})
+    note = gone._state[access.NOTE_KEY] = log.begin(gone)
+    access.tell(gone, tenant="a b", model="m", client="192.0.2.7", tokens_in=0)
+    log.end(gone, note, CLIENT_CLOSED, End.DISCONNECT)
+    for handler in root.handlers:
+        handler.flush()
+    assert stream.getvalue() == _ZONE_LINES[log_format]
