@@ -108,7 +108,7 @@ DEFAULT_DNS_PROFILE: Mapping[str, Any] = {
 
 #: Plugins are timed on one decision in this many unless the profile says otherwise. A
 #: timed decision runs the plugins one by one (no fast path, so each histogram times its
-#: plugin); the runner's default of one in 16 would put those slower decisions inside
+#: plugin); the runner's old default of one in 16 would put those slower decisions inside
 #: the front door's per-request p99, one in 4,096 keeps them out of it.
 PLUGIN_TIMING_EVERY = 4096
 
