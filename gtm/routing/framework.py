@@ -152,7 +152,7 @@ class Batch:
         self.all_alive = True
         self._survivors: Ints | None = None
         #: Plugin → its ``prepare(view)`` result (set by the runner).
-        self.prepared: Mapping[object, Any] = _NOTHING_PREPARED
+        self.prepared: Mapping[object, Any] = NOTHING_PREPARED
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -174,7 +174,8 @@ class Batch:
         return random.Random(f"{seed}:{self.request.request_id}")
 
 
-_NOTHING_PREPARED: Mapping[object, Any] = MappingProxyType({})
+#: :attr:`Batch.prepared` before the runner sets it (read-only, shared).
+NOTHING_PREPARED: Mapping[object, Any] = MappingProxyType({})
 
 
 class Removal(NamedTuple):

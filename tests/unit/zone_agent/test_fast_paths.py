@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gtm.gpu_profiles import LLAMA_8B
+from gtm.routing.framework import Batch
 from gtm.routing.pickers.max_score import MaxScorePicker
 from gtm.routing.runner import Weighted
 from tests.unit.zone_agent.helpers import Gpu, batch, make_request, make_view, zone_profile
@@ -131,6 +132,21 @@ def test_sparse_matches_equal_the_dense_lookup(zone: tuple[ZoneBatch, np.random.
     assert b.any_match == any(dense)
     for position in range(len(dense)):
         assert b.uncached_at(position) == float(b.uncached[position])
+        expected = (float(b.uncached[position]), int(dense[position]))
+        assert b.prefill_at(position) == expected
+        assert ZoneBatch(b.request, b.view, b.index).prefill_at(position) == expected
+
+
+def test_a_new_batch_sets_every_slot_as_the_base_class_would() -> None:
+    view = make_view([Gpu("g0"), Gpu("g1")], Accounting())
+    request = make_request()
+    index = view.by_model[request.model]
+    b = ZoneBatch(request, view, index)
+    slots = {slot for cls in ZoneBatch.__mro__ for slot in getattr(cls, "__slots__", ())}
+    assert [slot for slot in sorted(slots) if not hasattr(b, slot)] == []
+    base = Batch(index.ids, request, view, index.all_true)
+    for slot in Batch.__slots__:
+        assert getattr(b, slot) is getattr(base, slot), slot
 
 
 @SETTINGS
