@@ -106,12 +106,16 @@ def sticky_gpu(
     warm = _cost(batch, home)
     if not warm <= _cost(batch, choice) + penalty_ms:
         return decision
-    moved = outcome._replace(choice=home, predicted_ttft_ms=warm if warm < math.inf else None)
+    predicted = warm if warm < math.inf else None
+    uncached, blocks = batch.prefill_at(home)
     return decision._replace(
-        outcome=moved,
+        outcome=outcome._replace(choice=home, predicted_ttft_ms=predicted),
         gpu=batch.view.gpus[index.positions.item(home)],
-        uncached_tokens=batch.uncached_at(home),
-        matched_blocks=batch.blocks_at(home),
+        uncached_tokens=uncached,
+        matched_blocks=blocks,
+        gpu_id=index.ids[home],
+        choice=home,
+        predicted_ttft_ms=predicted,
     )
 
 

@@ -26,11 +26,19 @@ from zone_agent.view import GpuState, ModelIndex, ZoneView
 
 #: Name of the implicit first step that removes GPUs a retry already tried.
 RETRY_STEP = "retry-exclude"
+#: Builds a NamedTuple from a tuple of its fields in C, as ``NamedTuple._make`` does: the
+#: class's own ``__new__`` is a generated Python function (one call more per decision).
+_new_tuple = tuple.__new__
 
 
 class ZoneDecision(NamedTuple):
     """A decision: the chosen GPU, what the agent charges for it, and everything needed
-    to explain it on demand (the runner's :class:`~gtm.routing.runner.Outcome`)."""
+    to explain it on demand (the runner's :class:`~gtm.routing.runner.Outcome`).
+
+    The fields after ``matched_blocks`` are what the agent reads of the outcome, copied
+    out when the decision is made: it reads them several times per request, and a field
+    is read in C where a property is a Python call.
+    """
 
     outcome: Outcome[ZoneBatch]
     gpu: GpuState
@@ -38,30 +46,18 @@ class ZoneDecision(NamedTuple):
     uncached_tokens: float
     #: Leading prefix blocks of the prompt it recently got from us.
     matched_blocks: int
-
-    @property
-    def profile(self) -> str:
-        return self.outcome.runner.name
-
-    @property
-    def request(self) -> ZoneRequest:
-        return self.outcome.batch.request
-
-    @property
-    def model_index(self) -> ModelIndex:
-        return self.outcome.batch.index
-
-    @property
-    def choice(self) -> int:
-        return self.outcome.choice
-
-    @property
-    def gpu_id(self) -> str:
-        return self.outcome.batch.index.ids[self.outcome.choice]
-
-    @property
-    def predicted_ttft_ms(self) -> float | None:
-        return self.outcome.predicted_ttft_ms
+    #: The chosen GPU's id: ``model_index.ids[choice]``.
+    gpu_id: str
+    #: The chosen position in :attr:`model_index`: ``outcome.choice``.
+    choice: int
+    #: ``outcome.predicted_ttft_ms``.
+    predicted_ttft_ms: float | None
+    #: ``outcome.batch.request``.
+    request: ZoneRequest
+    #: The requested model's index: ``outcome.batch.index``.
+    model_index: ModelIndex
+    #: The profile's name: ``outcome.runner.name``.
+    profile: str
 
     def to_decision(self, top: int | None = 16) -> Decision:
         """The decision as a :class:`gtm.models.Decision` (scores of the ``top`` best
@@ -113,9 +109,17 @@ class ZoneProfile:
             pre = Step(RETRY_STEP, tried, lambda _: "already tried by this request")
         outcome = self.runner.decide(batch, pre)
         choice = outcome.choice
-        return ZoneDecision(
+        uncached, blocks = batch.prefill_at(choice)
+        fields = (
             outcome,
             view.gpus[index.positions.item(choice)],
-            batch.uncached_at(choice),
-            batch.blocks_at(choice),
+            uncached,
+            blocks,
+            index.ids[choice],
+            choice,
+            outcome.predicted_ttft_ms,
+            request,
+            index,
+            self.name,
         )
+        return _new_tuple(ZoneDecision, fields)

@@ -67,6 +67,29 @@ def test_a_repeat_right_after_dispatch_goes_back_to_the_same_gpu() -> None:
     assert kept.to_decision().choice == home  # the trace names where it went
 
 
+def _carries_its_outcome(decision: ZoneDecision) -> None:
+    """The fields the agent reads are those of the decision's outcome (copied out)."""
+    outcome = decision.outcome
+    batch, choice = outcome.batch, outcome.choice
+    assert decision.choice == choice
+    assert decision.gpu_id == outcome.choice_id == decision.gpu.id
+    assert decision.predicted_ttft_ms == outcome.predicted_ttft_ms
+    assert decision.request is batch.request
+    assert decision.model_index is batch.index
+    assert decision.profile == outcome.runner.name
+    assert decision.uncached_tokens == batch.uncached_at(choice)
+    assert decision.matched_blocks == batch.blocks_at(choice)
+
+
+def test_a_decision_moved_or_not_carries_its_outcomes_choice() -> None:
+    acc = Accounting()
+    home, decided, kept = _turns(acc, streams_on_home=1)
+    assert kept is not decided and kept.gpu_id == home
+    _carries_its_outcome(decided)
+    _carries_its_outcome(kept)
+    assert kept.matched_blocks > decided.matched_blocks
+
+
 def test_after_eviction_the_repeat_is_a_new_prompt() -> None:
     acc = Accounting()
     profile = builtin_profile("default")
