@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -103,8 +103,16 @@ class Ticket:
         if self._prefilled or self.closed:
             return
         self._prefilled = True
-        self._acc._release_prefill(self.slot, self._pending)
-        self._answer()
+        # Once per request: _release_prefill and _answer inlined (the same operations).
+        acc = self._acc
+        slot = self.slot
+        acc._pending[slot] -= self._pending
+        acc._prefilling[slot] -= 1
+        if not self._answered:
+            self._answered = True
+            acc.silent.discard(slot)
+            if self._hashes:
+                acc.answered.insert(slot, self._hashes, self._capacity)
 
     def _answer(self) -> None:
         if not self._answered:
@@ -119,10 +127,18 @@ class Ticket:
         if not self._prefilled:
             self._prefilled = True
             self._acc._release_prefill(self.slot, self._pending)
+        acc = self._acc
         if not self._answered:
-            self._acc.silent.add(self.slot)
+            acc.silent.add(self.slot)
         self.closed = True
-        self._acc._release_stream(self, self._sequences, self._kv)
+        # Once per request: _release_stream inlined (the same operations).
+        slot = self.slot
+        acc._streams[slot] -= self._sequences
+        acc.streams_total -= self._sequences
+        acc._kv[slot] -= self._kv
+        acc._open.discard(self)
+        if not acc._open and acc._idle is not None:
+            acc._idle.set()
 
 
 class Accounting:
@@ -147,8 +163,12 @@ class Accounting:
         self.hot = HotBlocks()
         self._open: set[Ticket] = set()
         self._idle: asyncio.Event | None = None
-        self._holds: deque[tuple[float, Ticket]] = deque()
-        self._seq = itertools.count(1)
+        #: Tickets :meth:`hold` keeps open, by the time they expire (oldest first): a
+        #: caller may skip :meth:`expire` while it is empty (no ``now`` to read).
+        self.holds: deque[tuple[float, Ticket]] = deque()
+        #: Arrival numbers for round-robin baselines (1, 2, 3...): a counter's own
+        #: ``__next__``, so taking one is a C call, not a Python frame.
+        self.next_seq: Callable[[], int] = itertools.count(1).__next__
 
     # ------------------------------------------------------------------ slots
 
@@ -189,10 +209,6 @@ class Accounting:
         """How many slots are allocated (they are 0 … slot_count − 1)."""
         return len(self._slot_of)
 
-    def next_seq(self) -> int:
-        """Arrival numbers for round-robin baselines (1, 2, 3...)."""
-        return next(self._seq)
-
     # ------------------------------------------------------------------ charges
 
     def start(
@@ -210,9 +226,11 @@ class Accounting:
         ``kv_blocks`` is a whole number of blocks (sums of them stay exact and never
         drift below zero, which the free-KV rule's shortcut relies on).
         """
-        if not (kv_blocks >= 0 and float(kv_blocks).is_integer()):
+        if not (kv_blocks >= 0 and kv_blocks % 1 == 0):  # NaN and infinities fail both
             raise ValueError(f"kv_blocks must be a whole number >= 0, got {kv_blocks!r}")
-        slot = self.slot(gpu_id)
+        slot = self._slot_of.get(gpu_id)
+        if slot is None:
+            slot = self.slot(gpu_id)
         self._pending[slot] += prefill_tokens
         self._prefilling[slot] += 1
         self._streams[slot] += sequences
@@ -254,11 +272,11 @@ class Accounting:
         does it see their first byte: they count as answered at once.
         """
         ticket._answer()
-        self._holds.append((until, ticket))
+        self.holds.append((until, ticket))
 
     def expire(self, now: float) -> None:
         """Close held tickets whose time is up (cheap; call it before each decision)."""
-        holds = self._holds
+        holds = self.holds
         while holds and holds[0][0] <= now:
             holds.popleft()[1].close()
 
@@ -290,7 +308,7 @@ class Accounting:
     @property
     def held_tickets(self) -> int:
         """Tickets kept open by :meth:`hold` until their time is up."""
-        return len(self._holds)
+        return len(self.holds)
 
     async def wait_idle(self) -> None:
         """Wait until no ticket is open (graceful shutdown; tests of cancellation)."""
