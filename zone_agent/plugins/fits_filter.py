@@ -27,12 +27,14 @@ import numpy as np
 from gtm.errors import NoEligibleCandidate
 from gtm.models import Frozen
 from gtm.routing.framework import Plugin, Removal
-from zone_agent._np import fall, fany, fmax, fmin
+from zone_agent._np import fall, fany, fmax
 from zone_agent.batch import ZoneBatch, ZoneCapability
 from zone_agent.request import ZoneRequest
 from zone_agent.view import Bools, Floats, ModelIndex
 
 TYPE_NAME = "fits-filter"
+#: Builds a NamedTuple from its fields in C (its own ``__new__`` is a Python-level call).
+_new_tuple = tuple.__new__
 
 
 class PromptTooLong(NoEligibleCandidate):
@@ -70,7 +72,7 @@ def demand(request: ZoneRequest, index: ModelIndex) -> Demand:
     uniform = index.uniform_block_size
     if uniform:
         most = float(math.ceil(request.input_tokens / uniform) + request.prompts)
-        return Demand(needed, most, most)
+        return _new_tuple(Demand, (needed, most, most))
     blocks = np.ceil(request.input_tokens / index.block_size) + request.prompts
     return Demand(needed, blocks, fmax(blocks))
 
@@ -118,13 +120,14 @@ class FitsFilter(Plugin):
 
     def soft_removal(self, batch: ZoneBatch, need: Demand, /) -> Removal | None:
         """The free-KV rule alone (for a request no hard rule can refuse anywhere)."""
-        if not self._free_kv or need.most <= fmin(
-            np.subtract(batch.index.kv_free_base, batch.kv_own)
-        ):
-            # Free KV blocks are at least ``kv_free_base − kv_own`` everywhere (what we
-            # sent since the scrape is at most our whole charge: see ZoneBatch.kv_free), so
-            # where that holds the request, no GPU is short: one subtraction and one
-            # argmin instead of the rule's five array operations.
+        if not self._free_kv:
+            return None
+        # Free KV blocks are at least ``kv_free_base − kv_own`` everywhere (what we sent
+        # since the scrape is at most our whole charge: see ZoneBatch.kv_free), so where
+        # that holds the request, no GPU is short: one subtraction and one argmin (fmin
+        # inline) instead of the rule's five array operations.
+        floor = np.subtract(batch.index.kv_free_base, batch.kv_own)
+        if need.most <= floor[floor.argmin()]:
             return None
         short = batch.kv_free < need.blocks
         # Survivors that have room (for booleans a > b is a & ~b).

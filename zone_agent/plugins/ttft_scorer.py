@@ -61,7 +61,7 @@ class TtftScorer(Plugin):
         if groups is None:
             credit = batch.matches
         else:  # many GPUs may hold the prompt: their positions as mask bytes
-            credit = [(depth, mask_bytes(mask)) for depth, mask in groups]
+            credit = [(depth, mask_bytes(mask)) for depth, mask in groups] if groups else []
         scale = 0.0
         if credit:
             total = batch.streams_sum()
