@@ -211,7 +211,7 @@ class HealthTracker:
 
     def record(self, gpu_id: str, outcome: Outcome, now: float) -> bool:
         """Record a request's outcome; return True if it got the GPU ejected."""
-        gpu = self._gpu(gpu_id, now)
+        gpu = self._gpus.get(gpu_id) or self._gpu(gpu_id, now)
         if outcome is Outcome.SUCCESS:
             gpu.passive_streak = 0
             gpu.timeout_streak = 0
