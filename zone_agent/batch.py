@@ -251,6 +251,9 @@ class ZoneBatch(Batch):
     def prefill_at(self, position: int) -> tuple[float, int]:
         """``(uncached_at(position), blocks_at(position))`` in one call: what the agent
         charges the chosen GPU."""
+        groups = self._groups
+        if groups is not None and not groups:  # worked out: no candidate holds a block
+            return float(self.request.input_tokens), 0
         blocks = self.blocks_at(position)
         if not blocks:
             return float(self.request.input_tokens), 0
