@@ -279,7 +279,9 @@ class ZoneRelay(RelayLoop[ZoneDecision]):
 
     def next_target(self, tried: frozenset[str]) -> ZoneDecision | None:
         path = self._path
-        path.accounting.expire(path.clock.monotonic())
+        acc = path.accounting
+        if acc.holds:  # tickets /v1/assign holds; none: no clock to read, nothing to expire
+            acc.expire(path.clock.monotonic())
         try:
             decision = decide_or_refuse(
                 path.profile(), self._facts, path.view(), tried, affinity=path.settings.affinity
