@@ -113,36 +113,69 @@ class AccessRecord(NamedTuple):
     client: str | None = None
     peer: str | None = None
 
+    def values(self) -> tuple[object, ...]:
+        """The line's field values in the order of :data:`FIELDS` (``None``: unknown
+        here); times rounded to 0.1 ms, enums as their text."""
+        ttft, source = self.ttft_ms, self.tokens_source
+        return (
+            self.request_id,
+            self.decision_id,
+            self.tenant,
+            self.model,
+            self.country,
+            self.location_source,
+            self.region,
+            self.zone,
+            self.gpu,
+            self.spill_from,
+            self.spill_to,
+            self.status,
+            self.end._value_,  # the member's text, without the ``value`` descriptor's calls
+            None if ttft is None else round(ttft, 1),
+            self.tokens_in,
+            self.tokens_out,
+            None if source is None else source._value_,
+            round(self.duration_ms, 1),
+            self.method,
+            self.path,
+            self.client,
+            self.peer,
+        )
+
     def fields(self) -> dict[str, object]:
         """The line's fields in order (``None``: unknown here); times rounded to 0.1 ms.
         The tier is the logger's name (``gtm.access.<tier>``), not a field."""
-        return {
-            "request_id": self.request_id,
-            "decision_id": self.decision_id,
-            "tenant": self.tenant,
-            "model": self.model,
-            "country": self.country,
-            "location_source": self.location_source,
-            "region": self.region,
-            "zone": self.zone,
-            "gpu": self.gpu,
-            "spill_from": self.spill_from,
-            "spill_to": self.spill_to,
-            "status": self.status,
-            "end": self.end.value,
-            "ttft_ms": None if self.ttft_ms is None else round(self.ttft_ms, 1),
-            "tokens_in": self.tokens_in,
-            "tokens_out": self.tokens_out,
-            "tokens_source": None if self.tokens_source is None else self.tokens_source.value,
-            "duration_ms": round(self.duration_ms, 1),
-            "method": self.method,
-            "path": self.path,
-            "client": self.client,
-            "peer": self.peer,
-        }
+        return dict(zip(FIELDS, self.values(), strict=True))
 
     def message(self) -> str:
         return f"{self.method} {self.path} {self.status}"
+
+
+#: The names of an access line's fields, in the order written (:meth:`AccessRecord.values`).
+FIELDS = (
+    "request_id",
+    "decision_id",
+    "tenant",
+    "model",
+    "country",
+    "location_source",
+    "region",
+    "zone",
+    "gpu",
+    "spill_from",
+    "spill_to",
+    "status",
+    "end",
+    "ttft_ms",
+    "tokens_in",
+    "tokens_out",
+    "tokens_source",
+    "duration_ms",
+    "method",
+    "path",
+    "client",
+    "peer",
+)
 
 
 def logger(tier: str) -> logging.Logger:
@@ -189,7 +222,7 @@ class _Writer:
         log = self._log
         if not log.isEnabledFor(logging.INFO):
             return
-        if self._direct.write(record.message(), record.fields()):
+        if self._direct.write_fields(record.message(), FIELDS, record.values()):
             if self._is_direct is not True:
                 self._switch(True)
             return
@@ -211,8 +244,11 @@ class AccessNote:
     :func:`tell` fills it, the middleware turns it into an :class:`AccessRecord`)."""
 
     started: float
-    #: The client's sane ``x-request-id``, or None until :attr:`request_id` is read.
-    given_id: str | None
+    #: The request's headers: its ``x-request-id`` is read from them when first needed
+    #: (:attr:`request_id`; a relayed response names its request itself).
+    headers: Mapping[str, str] = field(repr=False)
+    #: The request's id once :attr:`request_id` was read, else None.
+    given_id: str | None = None
     tenant: str | None = None
     model: str | None = None
     country: str | None = None
@@ -231,11 +267,12 @@ class AccessNote:
 
     @property
     def request_id(self) -> str:
-        """The client's id, else a fresh one made on first use (and kept): a relayed
-        response names its request itself, so most requests never need one here."""
+        """The client's id when sane (:func:`gtm.inbound.client_request_id`), else a fresh
+        one, read on first use (and kept): a relayed response names its request itself,
+        so most requests never need one here."""
         rid = self.given_id
         if rid is None:
-            rid = self.given_id = new_request_id()
+            rid = self.given_id = client_request_id(self.headers) or new_request_id()
         return rid
 
 
@@ -261,7 +298,7 @@ def tell(
     """Note what the tier knows of ``request`` for its access line (arguments left
     ``None`` keep what was told before), and for its span (:func:`gtm.tracing.tell`).
     Does nothing when the access log and tracing are off."""
-    if tracing.traced(request):  # one lookup, not a call with every argument, when off
+    if request.get(tracing.SPAN_KEY) is not None:  # tracing off: one lookup, no call
         tracing.tell(
             request,
             tenant=tenant,
@@ -319,30 +356,31 @@ def record_of(
     prepared = note.prepared_at
     if prepared is None and end is End.OK:
         prepared = now  # a whole response, sent as the handler returns it
+    # Positional, in the fields' order (keywords cost twice the whole construction).
     return AccessRecord(
-        tier=tier,
-        method=request.method,
-        path=request.path,
-        status=status,
-        end=end,
-        duration_ms=(now - note.started) * 1000.0,
-        request_id=got.get(gtm_headers.REQUEST_ID) or note.request_id,
-        decision_id=note.decision_id or got.get(gtm_headers.DECISION_ID),
-        tenant=note.tenant,
-        model=note.model,
-        country=note.country,
-        location_source=note.location_source,
-        region=served,
-        zone=got.get(gtm_headers.ZONE) or zone,
-        gpu=got.get(gtm_headers.GPU),
-        spill_from=spill_from,
-        spill_to=served if spill_from else None,
-        ttft_ms=None if prepared is None else (prepared - note.started) * 1000.0,
-        tokens_in=note.tokens_in,
-        tokens_out=note.tokens_out,
-        tokens_source=note.tokens_source,
-        client=note.client,
-        peer=request.remote,
+        tier,
+        request.method,
+        request.path,
+        status,
+        end,
+        (now - note.started) * 1000.0,  # duration_ms
+        got.get(gtm_headers.REQUEST_ID) or note.request_id,
+        note.decision_id or got.get(gtm_headers.DECISION_ID),
+        note.tenant,
+        note.model,
+        note.country,
+        note.location_source,
+        served,  # region
+        got.get(gtm_headers.ZONE) or zone,
+        got.get(gtm_headers.GPU),
+        spill_from,
+        served if spill_from else None,  # spill_to
+        None if prepared is None else (prepared - note.started) * 1000.0,  # ttft_ms
+        note.tokens_in,
+        note.tokens_out,
+        note.tokens_source,
+        note.client,
+        request.remote,  # peer
     )
 
 
@@ -371,7 +409,7 @@ class AccessLog:
 
     def begin(self, request: Scope) -> AccessNote:
         """A request arrived: its note (the caller keeps it under :data:`NOTE_KEY`)."""
-        return AccessNote(self._clock(), client_request_id(request.headers))
+        return AccessNote(self._clock(), request.headers)
 
     def prepared(self, note: AccessNote, status: int, headers: MutableMapping[str, str]) -> None:
         """The response's head is being sent: its time, status and headers; a response

@@ -60,11 +60,11 @@ import math
 import re
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
 from json.encoder import encode_basestring as _json_string
-from typing import IO, TypeVar, cast
+from typing import IO, TypeVar
 
 
 class LogFormat(StrEnum):
@@ -108,10 +108,9 @@ _NEEDS_QUOTES = re.compile(r'[\s"=]')
 
 
 def _text_value(value: object) -> str:
+    if type(value) is str:  # the usual value, and its own str
+        return value if value and _NEEDS_QUOTES.search(value) is None else json.dumps(value)
     cls = type(value)
-    if cls is str:  # the usual value, and its own str
-        text = cast(str, value)
-        return text if text and _NEEDS_QUOTES.search(text) is None else json.dumps(text)
     if cls is int or cls is float:
         return str(value)  # digits, a sign, a point, an exponent, inf or nan: never quoted
     text = "true" if value is True else "false" if value is False else str(value)
@@ -128,10 +127,11 @@ class TextFormatter(logging.Formatter):
         #: The last second formatted and its text (the access log writes many lines a
         #: second, each of which would format the same date and time again).
         self._second: tuple[int, str] = (-1, "")
-        #: Whether a key is a structured field (:func:`_is_extra`), and a str value's
-        #: text (:func:`_text_value`), remembered (:func:`_remember`): a regex scan per
-        #: value is most of a line's cost, and most values repeat line after line.
-        self._keys: dict[str, bool] = {}
+        #: Each key's ``key=`` ("" when not a structured field, :func:`_is_extra`) by
+        #: the tuple of a line's keys, and a str value's text (:func:`_text_value`),
+        #: remembered (:func:`_remember`): a regex scan per value is most of a line's
+        #: cost, and most values repeat line after line.
+        self._prefixes: dict[tuple[str, ...], tuple[str, ...]] = {}
         self._texts: dict[object, str] = {}  # str keys only
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
@@ -163,34 +163,44 @@ class TextFormatter(logging.Formatter):
         ``message`` and the structured fields ``extra``, made now (:class:`LineWriter`).
 
         :meth:`formatMessage` and :func:`_text_value` are the reference; this is the same
-        text with the access line's usual values (str, int, float, None) told apart by
-        exact type in one loop, keys and str values written as remembered, pinned against
-        the reference by a property test."""
+        text (:meth:`info_fields`), pinned against the reference by a property test."""
+        return self.info_fields(name, message, tuple(extra), tuple(extra.values()))
+
+    def info_fields(
+        self, name: str, message: str, keys: tuple[str, ...], values: Sequence[object]
+    ) -> str:
+        """:meth:`info_line` of the fields ``zip(keys, values)`` (distinct keys): what a
+        caller writing the same keys line after line (the access line) calls, so each
+        key's ``key=`` (or that it is no field) is looked up once per line, by the tuple.
+
+        The access line's usual values (str, int, float, None) are told apart by exact
+        type in one loop, and str values written as remembered."""
         created = time.time()
         msecs = int((created - int(created)) * 1000) + 0.0  # as logging.LogRecord
         head = f"{self._asctime(created, msecs)} level=INFO logger={name} {message}"
         parts = [head if message else head[:-1]]  # " ".join puts the space back
-        keys, texts = self._keys, self._texts
-        for key, value in extra.items():
-            wanted = keys.get(key)
-            if wanted is None:
-                wanted = _remember(keys, key, _is_extra(key))
-            if not wanted:
+        prefixes = self._prefixes.get(keys)
+        if prefixes is None:
+            prefixes = _remember(
+                self._prefixes, keys, tuple(f"{key}=" if _is_extra(key) else "" for key in keys)
+            )
+        texts, add = self._texts, parts.append
+        for prefix, value in zip(prefixes, values, strict=True):
+            if value is None or not prefix:
                 continue
             cls = type(value)
             if cls is str:
-                if not value:
-                    continue
-                text = texts.get(value)
-                if text is None:
-                    text = _text_value(value)
-                    if key[-3:] != "_id":  # ids never repeat (_REMEMBERED)
-                        _remember(texts, value, text)
-                parts.append(f"{key}={text}")
+                if value:
+                    text = texts.get(value)
+                    if text is None:
+                        text = _text_value(value)
+                        if prefix[-4:] != "_id=":  # ids never repeat (_REMEMBERED)
+                            _remember(texts, value, text)
+                    add(prefix + text)
             elif cls is int or cls is float:
-                parts.append(f"{key}={value}")  # format(x, "") is str(x) for both
-            elif value is not None and value != "":
-                parts.append(f"{key}={_text_value(value)}")
+                add(f"{prefix}{value}")  # format(x, "") is str(x) for both
+            elif value != "":
+                add(prefix + _text_value(value))
         return head if len(parts) == 1 else " ".join(parts)
 
 
@@ -234,9 +244,9 @@ class JsonFormatter(logging.Formatter):
         self._encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
         #: The last second stamped and its ``YYYY-MM-DDTHH:MM:SS`` (as TextFormatter's).
         self._second: tuple[int, str] = (-1, "")
-        #: A key's ``,"key":`` ("" when not written) and a str value's JSON string,
-        #: remembered (:func:`_remember`).
-        self._keys: dict[str, str] = {}
+        #: Each key's ``,"key":`` ("" when not written, :func:`_json_key`) by the tuple of
+        #: a line's keys, and a str value's JSON string, remembered (:func:`_remember`).
+        self._prefixes: dict[tuple[str, ...], tuple[str, ...]] = {}
         self._texts: dict[object, str] = {}  # str keys only
 
     def format(self, record: logging.LogRecord) -> str:
@@ -252,40 +262,44 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(document, ensure_ascii=False, separators=(",", ":"))
 
     def info_line(self, name: str, message: str, extra: Mapping[str, object]) -> str:
-        """As :meth:`TextFormatter.info_line`: :meth:`format`'s text for an INFO record,
-        written as the encoder would write its document: the time stamped from a
-        per-second cache (:meth:`_stamp`), each key's ``,"key":`` and each str value's
-        JSON string remembered, an int or float as the encoder writes it, anything else
-        through the encoder; pinned against :meth:`format` by a property test."""
+        """As :meth:`TextFormatter.info_line`: :meth:`format`'s text for an INFO record
+        (:meth:`info_fields`), pinned against :meth:`format` by a property test."""
+        return self.info_fields(name, message, tuple(extra), tuple(extra.values()))
+
+    def info_fields(
+        self, name: str, message: str, keys: tuple[str, ...], values: Sequence[object]
+    ) -> str:
+        """As :meth:`TextFormatter.info_fields`, written as the encoder would write its
+        document: the time stamped from a per-second cache (:meth:`_stamp`), each key's
+        ``,"key":`` remembered by the keys' tuple and each str value's JSON string
+        remembered, an int or float as the encoder writes it, anything else through the
+        encoder."""
         parts = [
-            f'{{"ts":"{self._stamp(time.time())}","level":"INFO","logger":',
-            _json_string(name),
-            ',"msg":',
-            _json_string(message),
+            f'{{"ts":"{self._stamp(time.time())}","level":"INFO","logger":'
+            f'{_json_string(name)},"msg":{_json_string(message)}'
         ]
-        keys, texts = self._keys, self._texts
-        for key, value in extra.items():
-            prefix = keys.get(key)
-            if prefix is None:
-                wanted = _is_extra(key) and key not in _JSON_HEAD
-                prefix = _remember(keys, key, f",{_json_string(key)}:" if wanted else "")
+        prefixes = self._prefixes.get(keys)
+        if prefixes is None:
+            prefixes = _remember(self._prefixes, keys, tuple(map(_json_key, keys)))
+        texts, add = self._texts, parts.append
+        for prefix, value in zip(prefixes, values, strict=True):
             if not prefix:
                 continue  # not a field, or one of the head's keys (they win, as in format)
             cls = type(value)
             if cls is str:
                 text = texts.get(value)
                 if text is None:
-                    text = _json_string(cast(str, value))
-                    if key[-3:] != "_id":  # ids never repeat (_REMEMBERED)
+                    text = _json_string(str(value))  # (exactly a str: itself)
+                    if prefix[-5:] != '_id":':  # ids never repeat (_REMEMBERED)
                         _remember(texts, value, text)
-                parts.append(prefix + text)
-            elif cls is int or (cls is float and math.isfinite(cast(float, value))):
-                parts.append(f"{prefix}{value!r}")  # the encoder's int and float repr
+                add(prefix + text)
             elif value is None:
-                parts.append(prefix + "null")
+                add(prefix + "null")
+            elif cls is int or (type(value) is float and math.isfinite(value)):
+                add(f"{prefix}{value!r}")  # the encoder's int and float repr
             else:
-                parts.append(prefix + self._encoder.encode(_scalar(value)))
-        parts.append("}")
+                add(prefix + self._encoder.encode(_scalar(value)))
+        add("}")
         return "".join(parts)
 
     def _stamp(self, created: float) -> str:
@@ -306,6 +320,11 @@ class JsonFormatter(logging.Formatter):
 
 #: The keys every JSON line starts with; a structured field of the same name is left out.
 _JSON_HEAD = frozenset({"ts", "level", "logger", "msg"})
+
+
+def _json_key(key: str) -> str:
+    """``,"key":`` for a structured field not named as one of the head's keys, else ""."""
+    return f",{_json_string(key)}:" if _is_extra(key) and key not in _JSON_HEAD else ""
 
 
 def _json_head(created: float, level: str, name: str, message: str) -> dict[str, object]:
@@ -441,7 +460,7 @@ class LineWriter:
     def handler(self) -> _Handler | None:
         """The handler that writes every line, when this writer may write them."""
         log: logging.Logger | None = self._log
-        root = logging.getLogger()
+        root = logging.root  # getLogger()'s answer, without its call
         while log is not None and log is not root:
             if log.filters or log.handlers or not log.propagate:
                 return None
@@ -470,19 +489,30 @@ class LineWriter:
         """Write an INFO line of ``message`` and the fields ``extra`` (in order); False
         when this writer may not (:meth:`handler`): nothing was written. Never raises:
         an error formatting or writing goes to the handler's ``handleError``."""
+        return self.write_fields(message, tuple(extra), tuple(extra.values()))
+
+    def write_fields(self, message: str, keys: tuple[str, ...], values: Sequence[object]) -> bool:
+        """:meth:`write` of the fields ``zip(keys, values)`` (distinct keys; a caller
+        writing the same keys every line passes the same tuple)."""
         handler = self.handler()
         if handler is None:
             return False
-        formatter = cast(TextFormatter | JsonFormatter, handler.formatter)
-        handler.acquire()
-        try:
-            handler.add(formatter.info_line(self._log.name, message, extra) + handler.terminator)
-        except Exception:  # as StreamHandler.emit: logging never raises into the caller
-            # Without extra=: makeRecord raises on a field named as a record's attribute.
-            record = logging.LogRecord(self._log.name, logging.INFO, __file__, 0, message, (), None)
-            handler.handleError(record)
-        finally:
-            handler.release()
+        lock = handler.lock  # held as Handler.acquire would, without its call
+        if lock is None:  # never: a StreamHandler makes its lock
+            return False
+        formatter: TextFormatter | JsonFormatter = handler.formatter  # type: ignore[assignment]  # handler() checked
+        with lock:
+            try:
+                handler.add(
+                    formatter.info_fields(self._log.name, message, keys, values)
+                    + handler.terminator
+                )
+            except Exception:  # as StreamHandler.emit: logging never raises into the caller
+                # Without extra=: makeRecord raises on a field named as a record's attribute.
+                record = logging.LogRecord(
+                    self._log.name, logging.INFO, __file__, 0, message, (), None
+                )
+                handler.handleError(record)
         return True
 
 

@@ -417,10 +417,10 @@ def test_a_line_that_cannot_be_formatted_goes_to_handle_error(
     errors: list[BaseException | None] = []
     monkeypatch.setattr(handler, "handleError", lambda record: errors.append(sys.exc_info()[1]))
 
-    def broken(name: str, message: str, extra: object) -> str:
+    def broken(name: str, message: str, keys: object, values: object) -> str:
         raise RuntimeError("cannot format")
 
-    monkeypatch.setattr(handler.formatter, "info_line", broken)
+    monkeypatch.setattr(handler.formatter, "info_fields", broken)
     assert writer.write("GET /a 200", {"msg": "a record's own name", "status": 200})
     assert [type(error) for error in errors] == [RuntimeError]
 
