@@ -81,7 +81,7 @@ _IDLE, _HEAD, _LENGTH, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILERS, _UNTIL_C
 class _Target:
     """A worker the pool talks to: its address, its request heads, its slots."""
 
-    __slots__ = ("heads", "host", "host_header", "key", "port", "slots", "tls")
+    __slots__ = ("heads", "host", "host_header", "idle", "key", "port", "slots", "tls")
 
     def __init__(
         self, key: str, host: str, port: int, tls: bool, host_header: str, per_worker: int
@@ -96,6 +96,8 @@ class _Target:
         self.heads: dict[str, str] = {}
         #: Connections in use and requests waiting for one (``per_worker``).
         self.slots = _Slots(per_worker)
+        #: Idle keep-alive connections, the most recently used last.
+        self.idle: list[_Connection] = []
 
     def head(self, path: str) -> str:
         head = self.heads.get(path)
@@ -110,22 +112,14 @@ class _Slots:
     """At most ``limit`` connections in use to one worker; requests beyond it wait for
     one, first come first served (as ``asyncio.Semaphore``, whose ``acquire`` is a
     coroutine to await even when a connection is free, as it is for nearly every
-    request: :meth:`take` is not one)."""
+    request: the pool takes a free one with a test, and only :meth:`wait`-s for one
+    when none is free)."""
 
     __slots__ = ("_waiters", "free")
 
     def __init__(self, limit: int) -> None:
         self.free = limit
         self._waiters: deque[asyncio.Future[None]] = deque()
-
-    def take(self) -> bool:
-        """Take a free slot; False when there is none (then :meth:`wait`)."""
-        # A slot given back while a request waits goes to it (free stays 0), so a free
-        # slot means nobody waits.
-        if self.free > 0:
-            self.free -= 1
-            return True
-        return False
 
     async def wait(self, loop: asyncio.AbstractEventLoop) -> None:
         """Wait for a slot handed over by :meth:`give`."""
@@ -172,6 +166,9 @@ class _Connection(asyncio.Protocol):
         self.reason = ""
         self.headers: CIMultiDict[str] = CIMultiDict()
         self.content_length: int | None = None
+        #: The whole body, when it arrived with the head and matched its Content-Length
+        #: (also in :attr:`chunks`, for a reader that reads it).
+        self.body: bytes | None = None
         #: The worker (set when the pool makes the connection).
         self.target: _Target | None = None
 
@@ -189,32 +186,33 @@ class _Connection(asyncio.Protocol):
             return
         try:
             if state == _HEAD and not self._buf:
-                data = self._whole_head(data)
-                if not data:
-                    return
+                # The usual read: the whole head, and often the whole body after it, in
+                # one ``data`` and nothing buffered before it. Parsed from ``data``
+                # itself (no copy into the buffer and out again); a body that is all
+                # there is becomes :attr:`body` (not paused for: nothing more comes), so
+                # the response is done when its reader wakes.
+                end = data.find(b"\r\n\r\n")
+                if 0 <= end <= MAX_HEAD:
+                    final = self._head(data[:end])
+                    data = data[end + 4 :]
+                    if final and self._state == _LENGTH and len(data) == self._remaining:
+                        self._remaining = 0
+                        self._state = _DONE
+                        self.chunks.append(data)
+                        self.buffered += len(data)
+                        self.body = data
+                        data = b""
+                    if final:
+                        waiter = self._head_waiter
+                        if waiter is not None and not waiter.done():
+                            waiter.set_result(None)
+                    if not data:
+                        return
             self._buf += data
             self._parse()
         except UpstreamProtocolError as exc:
             self._fail(exc)
             self.close()
-
-    def _whole_head(self, data: bytes) -> bytes:
-        """The usual read: the whole head, and often the whole body after it, in one
-        ``data`` and nothing buffered before it. Parsed from ``data`` itself (no copy
-        into the buffer and out again); a body that is all there is pushed as it is,
-        so the response is done before its reader first looks. Returns the bytes left
-        for :meth:`_parse` (all of ``data`` when its head is not whole)."""
-        end = data.find(b"\r\n\r\n")
-        if end < 0 or end > MAX_HEAD:
-            return data
-        self._head(data[:end])
-        rest = data[end + 4 :]
-        if self._state == _LENGTH and len(rest) == self._remaining:
-            self._remaining = 0
-            self._state = _DONE
-            self._push(rest)
-            return b""
-        return rest
 
     def eof_received(self) -> bool:
         return False  # close the transport; connection_lost follows
@@ -229,16 +227,6 @@ class _Connection(asyncio.Protocol):
             self._fail(UpstreamClosed(f"the worker closed the connection mid-response{detail}"))
 
     # -------------------------------------------------------------- requests
-
-    def start(self, request: bytes) -> asyncio.Future[None]:
-        """Send ``request``; the future is done when the response's head has arrived."""
-        assert self.transport is not None
-        self._state = _HEAD
-        self.chunks.clear()
-        self.buffered = 0
-        waiter = self._head_waiter = self.loop.create_future()
-        self.transport.write(request)
-        return waiter
 
     def close(self) -> None:
         self.keep_alive = False
@@ -266,19 +254,6 @@ class _Connection(asyncio.Protocol):
         waiter = self._data_waiter = self.loop.create_future()
         return waiter
 
-    def reusable(self) -> bool:
-        return (
-            self.keep_alive
-            and not self.closed
-            and self._state == _DONE
-            and not self._buf
-            and self.error is None
-        )
-
-    def reset_idle(self, now: float) -> None:
-        self._state = _IDLE
-        self.idle_since = now
-
     # -------------------------------------------------------------- parsing
 
     def _parse(self) -> None:
@@ -293,7 +268,10 @@ class _Connection(asyncio.Protocol):
                     return
                 head = bytes(buf[:end])
                 del buf[: end + 4]
-                self._head(head)
+                if self._head(head):
+                    waiter = self._head_waiter
+                    if waiter is not None and not waiter.done():
+                        waiter.set_result(None)
             elif state in (_LENGTH, _CHUNK_DATA):
                 if not buf:
                     return
@@ -356,8 +334,9 @@ class _Connection(asyncio.Protocol):
         del buf[: end + 2]
         return line
 
-    def _head(self, head: bytes) -> None:
-        """Parse a status line and headers (RFC 9112 §4, §5)."""
+    def _head(self, head: bytes) -> bool:
+        """Parse a status line and headers (RFC 9112 §4, §5) and how the body is
+        delimited (§6.3); False for an interim response (the real one follows)."""
         # Every CR and every LF must be half of a line-ending CRLF: equal counts of the
         # three say so in three scans, without a copy of the head.
         crlfs = head.count(_CRLF)
@@ -366,7 +345,10 @@ class _Connection(asyncio.Protocol):
         if head.startswith(_OK):
             # The usual status line, read without splitting it.
             status, reason, http11 = 200, "OK", True
-            fields = _fields(head, None)
+            if head.isascii():  # (_fields, without the call)
+                fields = _ascii_fields(head.decode("ascii").split("\r\n")[1:])
+            else:
+                fields = _byte_fields(head.split(_CRLF)[1:])
         else:
             split = head.split(_CRLF)
             parts = split[0].split(b" ", 2)
@@ -380,46 +362,46 @@ class _Connection(asyncio.Protocol):
                 raise UpstreamProtocolError(f"bad status code {status}")
             fields = _fields(head, split)
             if status < 200:
-                return  # an interim response (100 Continue, 103 Early Hints): the real one follows
+                return False  # an interim response (100 Continue, 103 Early Hints)
             reason = parts[2].decode("utf-8", "replace") if len(parts) > 2 else ""
             http11 = parts[0] == b"HTTP/1.1"
         headers = CIMultiDict(fields)
         self.status = status
         self.reason = reason
         self.headers = headers
-        if not http11 or "close" in headers.get("connection", "").lower():
+        connection = headers.get("connection")
+        if not http11 or (connection is not None and "close" in connection.lower()):
             self.keep_alive = False
-        self._frame(status, headers)
-        waiter = self._head_waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    def _frame(self, status: int, headers: CIMultiDict[str]) -> None:
-        """How the body is delimited (RFC 9112 §6.3)."""
+        # How the body is delimited (RFC 9112 §6.3).
         self.content_length = None
-        if status in (204, 304):
+        if status == 204 or status == 304:
             self._state = _DONE
-            return
+            return True
         coding = headers.get("transfer-encoding")
         if coding is not None:
             if coding.rsplit(",", 1)[-1].strip().lower() != "chunked":
                 self._state, self.keep_alive = _UNTIL_CLOSE, False
             else:
                 self._state = _CHUNK_SIZE
-            return
-        lengths = headers.getall("content-length", [])
-        if lengths:
-            values = {v.strip() for v in lengths}
-            if len(values) != 1 or not next(iter(values)).isdigit():
+            return True
+        lengths = headers.getall("content-length", None)
+        if lengths is not None:
+            # Every value the same number (a set of the stripped values, one long).
+            value = lengths[0].strip()
+            for other in lengths[1:]:
+                if other.strip() != value:
+                    value = ""
+            if not value.isdigit():
                 raise UpstreamProtocolError(f"bad Content-Length {lengths!r}")
-            length = int(values.pop())
+            length = int(value)
             self.content_length = length
             if length == 0:
                 self._state = _DONE
             else:
                 self._remaining, self._state = length, _LENGTH
-            return
+            return True
         self._state, self.keep_alive = _UNTIL_CLOSE, False
+        return True
 
     def _push(self, data: bytes) -> None:
         self.chunks.append(data)
@@ -464,7 +446,8 @@ def _ascii_fields(lines: list[str]) -> list[tuple[str, str]]:
     fields = []
     for line in lines:
         name, colon, value = line.partition(":")
-        if not colon or not name or name != name.strip(_ASCII_SPACE):
+        # (A name with space at either end: its ends tested, not a stripped copy.)
+        if not colon or not name or name[0] in _ASCII_SPACE or name[-1] in _ASCII_SPACE:
             raise UpstreamProtocolError(f"bad header line {line[:40].encode()!r}")
         fields.append((name, value.strip(" \t")))
     return fields
@@ -520,6 +503,7 @@ class UpstreamResponse:
         "_loop",
         "_on_done",
         "_read_timeout_s",
+        "body",
         "content_length",
         "headers",
         "reason",
@@ -542,6 +526,8 @@ class UpstreamResponse:
         self.reason: str = conn.reason
         self.headers: CIMultiDict[str] = conn.headers
         self.content_length: int | None = conn.content_length
+        #: The whole body when it came with the head (:class:`gtm.relay.Upstream`).
+        self.body: bytes | None = conn.body
 
     async def readany(self) -> bytes:
         """The body bytes that arrived since the last call (waiting for some if none
@@ -559,7 +545,16 @@ class UpstreamResponse:
         """Done with the response: reuse the connection if the body was read to its end."""
         if not self._done:
             self._done = True
-            self._on_done(self._conn, self._conn.reusable())
+            conn = self._conn
+            # Reused only when the body was read to its end and nothing else came.
+            self._on_done(
+                conn,
+                conn.keep_alive
+                and not conn.closed
+                and conn._state == _DONE
+                and not conn._buf
+                and conn.error is None,
+            )
 
     def close(self) -> None:
         """Done with the response: close the connection (an unfinished request aborts)."""
@@ -592,7 +587,6 @@ class UpstreamPool:
         self._idle_s = idle_s
         self._monotonic = monotonic
         self._targets: dict[str, _Target] = {}
-        self._idle: dict[str, list[_Connection]] = {}
         self._open: set[_Connection] = set()
         self._closed = False
 
@@ -640,8 +634,12 @@ class UpstreamPool:
         """
         if self._closed:
             raise UpstreamClosed("the upstream pool is closed")
-        target = self._target(base)
-        if not target.tls and self._refuse_plain:
+        # (The usual request inlines the lookups, the slot, the idle connection and the
+        # connection's start: no call for what a dict lookup or a test answers.)
+        target = self._targets.get(base)
+        if target is None:
+            target = self._target(base)
+        if self._refuse_plain and not target.tls:
             raise UpstreamRefused(
                 f"refusing http:// to {target.host}:{target.port}: TLS is configured, so "
                 "workers must be https:// (no plaintext fallback)"
@@ -649,18 +647,37 @@ class UpstreamPool:
         # One string, encoded once and sent with the body in one write. (A plain loop
         # is the cheapest way to drop a field holding CR or LF, which cannot be sent as
         # one header: the server's parser forbids it.)
-        lines = [target.head(path)]
+        head = target.heads.get(path)
+        lines = [target.head(path) if head is None else head]
         for name, value in headers:
             if "\r" in value or "\n" in value or "\r" in name or "\n" in name:
                 continue
             lines.append(f"{name}: {value}\r\n")
         lines.append(f"Content-Length: {len(body)}\r\n\r\n")
-        request = b"".join(("".join(lines).encode("utf-8", "surrogateescape"), body))
+        request = "".join(lines).encode("utf-8", "surrogateescape") + body
         slots = target.slots
-        if not slots.take():
+        if slots.free > 0:
+            # A slot given back while a request waits goes to it (free stays 0), so a
+            # free slot means nobody waits.
+            slots.free -= 1
+        else:
             await slots.wait(asyncio.get_running_loop())
-        # An idle connection when there is one (no await), else a new one.
-        conn = self._idle_connection(target)
+        # The most recently used idle connection still fit for reuse (the ones no longer
+        # fit are dropped on the way), else a new one.
+        conn: _Connection | None = None
+        idle = target.idle
+        if idle:
+            now = self._monotonic()
+            while idle:
+                candidate = idle.pop()
+                if (
+                    candidate.keep_alive
+                    and not candidate.closed
+                    and now - candidate.idle_since < self._idle_s
+                ):
+                    conn = candidate
+                    break
+                self._drop(candidate)
         if conn is None:
             try:
                 conn = await self._connect(target, asyncio.get_running_loop())
@@ -669,8 +686,17 @@ class UpstreamPool:
                 raise
         # (The head wait inlined: a timer on the future, as _wait, without a coroutine;
         # the connection's loop is the running one, without asking for it again.)
+        # Send the request; the waiter is done when the response's head has arrived.
         loop = conn.loop
-        waiter = conn.start(request)
+        transport = conn.transport
+        assert transport is not None  # (set as the connection was made)
+        conn._state = _HEAD
+        if conn.chunks:
+            conn.chunks.clear()  # a body offered whole and not read
+        conn.buffered = 0
+        conn.body = None
+        waiter = conn._head_waiter = loop.create_future()
+        transport.write(request)
         timer = loop.call_later(self._read_timeout_s, _expire, waiter)
         try:
             await waiter
@@ -680,20 +706,6 @@ class UpstreamPool:
         finally:
             timer.cancel()
         return UpstreamResponse(conn, loop, self._read_timeout_s, self._done)
-
-    def _idle_connection(self, target: _Target) -> _Connection | None:
-        """The most recently used idle connection to ``target`` still fit for reuse (the
-        ones no longer fit are dropped on the way), or None."""
-        idle = self._idle.get(target.key)
-        if not idle:
-            return None
-        now = self._monotonic()
-        while idle:
-            conn = idle.pop()
-            if conn.keep_alive and not conn.closed and now - conn.idle_since < self._idle_s:
-                return conn
-            self._drop(conn)
-        return None
 
     async def _connect(self, target: _Target, loop: asyncio.AbstractEventLoop) -> _Connection:
         try:
@@ -714,13 +726,15 @@ class UpstreamPool:
     def _done(self, conn: _Connection, reuse: bool) -> None:
         target = conn.target
         assert target is not None  # set when the connection was made
-        target.slots.give()
+        slots = target.slots
+        if slots._waiters:
+            slots.give()
+        else:
+            slots.free += 1  # (nobody waits: _Slots.give, without the call)
         if reuse and not self._closed:
-            conn.reset_idle(self._monotonic())
-            idle = self._idle.get(target.key)
-            if idle is None:
-                idle = self._idle[target.key] = []
-            idle.append(conn)
+            conn._state = _IDLE
+            conn.idle_since = self._monotonic()
+            target.idle.append(conn)
         else:
             self._drop(conn)
 
@@ -733,7 +747,8 @@ class UpstreamPool:
         self._closed = True
         for conn in list(self._open):
             self._drop(conn)
-        self._idle.clear()
+        for target in self._targets.values():
+            target.idle.clear()
         await asyncio.sleep(0)  # let the transports run their close callbacks
 
 
