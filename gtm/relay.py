@@ -59,7 +59,7 @@ import asyncio
 import json
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from enum import StrEnum
 from typing import Generic, Protocol, TypeVar
 
@@ -192,6 +192,9 @@ class Upstream(Protocol):
     ``readany`` raises :class:`~gtm.errors.UpstreamError` (or ``OSError``) when the
     response fails and ``TimeoutError`` when it is late; ``b""`` ends the body.
     ``release`` (body read to its end: reuse the connection) or ``close`` (abort) end it.
+    ``body`` is the whole body when it arrived with the head and matches its
+    ``Content-Length`` (the relay answers it at once, without a read), else ``None``;
+    ``readany`` returns it all the same.
     """
 
     @property
@@ -205,6 +208,9 @@ class Upstream(Protocol):
 
     @property
     def content_length(self) -> int | None: ...
+
+    @property
+    def body(self) -> bytes | None: ...
 
     async def readany(self) -> bytes: ...
 
@@ -313,7 +319,11 @@ def end_to_end(
         listed = {token.strip().lower() for token in named.split(",")}
         if not listed <= skip:
             skip = skip | listed
-    return [(k, v) for k, v in headers.items() if k.lower() not in skip]
+    kept = []
+    for name, value in headers.items():  # (a loop, not a comprehension: no frame of its own)
+        if name.lower() not in skip:
+            kept.append((name, value))
+    return kept
 
 
 T = TypeVar("T")
@@ -369,10 +379,12 @@ class RelayLoop(ABC, Generic[T]):
         """The id of ``target`` (a GPU, zone or region id)."""
 
     @abstractmethod
-    async def open(self, target: T) -> Upstream:
-        """Send the request to ``target``; return once the response head arrived.
+    def open(self, target: T) -> Awaitable[Upstream]:
+        """Send the request to ``target``; the upstream once the response head arrived
+        (a coroutine, or any awaitable: the zone hands over its pool's own).
 
-        Raises :class:`~gtm.errors.AttemptFailed` (translated library errors) or
+        Raises :class:`~gtm.errors.AttemptFailed` (translated library errors),
+        :class:`~gtm.errors.UpstreamError` (see :meth:`open_failed`) or
         ``TimeoutError``."""
 
     @abstractmethod
@@ -382,6 +394,11 @@ class RelayLoop(ABC, Generic[T]):
     def begin(self, target: T) -> Callable[[], None] | None:
         """Called before an attempt (charge, count); returns the matching release."""
         return None
+
+    def open_failed(self, error: UpstreamError | OSError) -> AttemptFailed:
+        """The attempt's failure when :meth:`open` raised ``error`` before the response
+        head (a tier whose client raises its own connect error says so here)."""
+        return AttemptFailed(Failure.RESET, f"failed before the response: {error!r}")
 
     def retry_status(self, status: int) -> bool:
         """Whether a response with ``status`` moves on: 5xx and 429 (that target is at
@@ -415,18 +432,95 @@ class RelayLoop(ABC, Generic[T]):
 
     async def run(self) -> None:
         """Try targets until one answers and relay its response to :attr:`downstream`;
-        else raise :meth:`exhausted`."""
+        else raise :meth:`exhausted`.
+
+        Each attempt is inline (one coroutine for the whole trip, not one per attempt
+        and one per open): charge, open, the first byte, then the whole response in one
+        write or :meth:`_relay`'s stream; its release and observations run in a
+        ``finally`` before a failure is handled."""
         tried: frozenset[str] = frozenset()
         for _ in range(self.max_attempts):
             target = self.next_target(tried)
             if target is None:
                 break
-            target_id = self.target_id(target)
-            tried = tried | {target_id}
             try:
-                await self._attempt(target)
+                release = self.begin(target)
+                upstream: Upstream | None = None
+                ending: Ending | None = None
+                try:
+                    deadline = self.first_byte_deadline(target)
+                    first = b""
+                    try:
+                        if deadline is None:
+                            # No deadline (every non-streamed request): no timeout to
+                            # arm and disarm, no context manager to enter and leave.
+                            upstream = await self.open(target)
+                            retry = self.retry_status(upstream.status)
+                            if not retry:
+                                whole = upstream.body
+                                first = await upstream.readany() if whole is None else whole
+                        else:
+                            async with asyncio.timeout_at(deadline):
+                                upstream = await self.open(target)
+                                retry = self.retry_status(upstream.status)
+                                if not retry:
+                                    whole = upstream.body
+                                    first = await upstream.readany() if whole is None else whole
+                    except TimeoutError:
+                        late = "no response headers" if upstream is None else "no first byte"
+                        raise AttemptFailed(Failure.TIMEOUT, f"{late} in time") from None
+                    except (UpstreamError, OSError) as exc:
+                        if upstream is None:
+                            raise self.open_failed(exc) from None
+                        raise AttemptFailed(
+                            Failure.RESET, f"failed before the first byte: {exc!r}"
+                        ) from None
+                    if retry:
+                        status = upstream.status
+                        body = await bounded_body(upstream)
+                        raise AttemptFailed(
+                            Failure.STATUS, f"HTTP {status}", status=status, body=body
+                        )
+                    self.first_byte(target)
+                    headers = CIMultiDict(end_to_end(upstream.headers))
+                    self.response_headers(target, headers)
+                    length = upstream.content_length
+                    if length is not None and len(first) == length:
+                        # The whole body came with the head or in one read: one
+                        # response, one write, no stream.
+                        if self.watch_chunks:
+                            self.chunk(first)
+                        self.downstream.whole(upstream.status, upstream.reason, headers, first)
+                        ending = Ending.COMPLETED
+                        return
+                    try:
+                        ending = await self._relay(target, upstream, first, headers, length)
+                    except asyncio.CancelledError:
+                        # After the first byte: the client left (the server cancels the
+                        # handler), or the server is stopping with the client still there.
+                        ending = Ending.CLIENT_GONE if self.downstream.gone() else Ending.CANCELLED
+                        _log_break(self.target_id(target), ending, None)
+                        raise
+                finally:
+                    if upstream is not None:
+                        if ending is Ending.COMPLETED:
+                            upstream.release()  # read to its end: the connection is reused
+                        else:
+                            upstream.close()  # the target sees the disconnect and aborts
+                    if release is not None:
+                        release()
+                    if ending is not None:
+                        if ending is not Ending.COMPLETED and self.breaks is not None:
+                            cause = ending.cause
+                            if cause is not None:
+                                self.breaks.count(cause)
+                        self.finished(target, ending)
                 return
             except AttemptFailed as failure:
+                # (The target's id is only needed once an attempt failed: for the
+                # tried set, the failure and its trace.)
+                target_id = self.target_id(target)
+                tried = tried | {target_id}
                 failure.target = target_id
                 self.failures.append(failure)
                 tracing.attempt_failed(
@@ -434,70 +528,6 @@ class RelayLoop(ABC, Generic[T]):
                 )
                 self.failed(target, failure)
         raise self.exhausted()
-
-    async def _attempt(self, target: T) -> None:
-        release = self.begin(target)
-        upstream: Upstream | None = None
-        ending: Ending | None = None
-        try:
-            deadline = self.first_byte_deadline(target)
-            first = b""
-            try:
-                if deadline is None:
-                    # No deadline (every non-streamed request): no timeout to arm and
-                    # disarm, no context manager to enter and leave.
-                    upstream = await self.open(target)
-                    retry = self.retry_status(upstream.status)
-                    if not retry:
-                        first = await upstream.readany()
-                else:
-                    async with asyncio.timeout_at(deadline):
-                        upstream = await self.open(target)
-                        retry = self.retry_status(upstream.status)
-                        if not retry:
-                            first = await upstream.readany()
-            except TimeoutError:
-                late = "no response headers" if upstream is None else "no first byte"
-                raise AttemptFailed(Failure.TIMEOUT, f"{late} in time") from None
-            except (UpstreamError, OSError) as exc:
-                where = "the response" if upstream is None else "the first byte"
-                raise AttemptFailed(Failure.RESET, f"failed before {where}: {exc!r}") from None
-            if retry:
-                status = upstream.status
-                body = await bounded_body(upstream)
-                raise AttemptFailed(Failure.STATUS, f"HTTP {status}", status=status, body=body)
-            self.first_byte(target)
-            headers = CIMultiDict(end_to_end(upstream.headers))
-            self.response_headers(target, headers)
-            length = upstream.content_length
-            if length is not None and len(first) == length:
-                # The whole body came in one read: one response, one write, no stream.
-                if self.watch_chunks:
-                    self.chunk(first)
-                self.downstream.whole(upstream.status, upstream.reason, headers, first)
-                ending = Ending.COMPLETED
-                return
-            try:
-                ending = await self._relay(target, upstream, first, headers, length)
-            except asyncio.CancelledError:
-                # After the first byte: the client left (the server cancels the handler),
-                # or the server is stopping with the client still there.
-                ending = Ending.CLIENT_GONE if self.downstream.gone() else Ending.CANCELLED
-                _log_break(self.target_id(target), ending, None)
-                raise
-        finally:
-            if upstream is not None:
-                if ending is Ending.COMPLETED:
-                    upstream.release()  # read to its end: the connection is reused
-                else:
-                    upstream.close()  # the target sees the disconnect and aborts
-            if release is not None:
-                release()
-            if ending is not None:
-                cause = ending.cause
-                if cause is not None and self.breaks is not None:
-                    self.breaks.count(cause)
-                self.finished(target, ending)
 
     async def _relay(
         self,
@@ -671,6 +701,9 @@ class AiohttpUpstream:
     """An aiohttp ``ClientResponse`` behind :class:`Upstream` (errors translated)."""
 
     __slots__ = ("_response", "content_length", "headers", "reason", "status")
+
+    #: aiohttp's body is always read (see :class:`Upstream`).
+    body: bytes | None = None
 
     def __init__(self, response: aiohttp.ClientResponse) -> None:
         self._response = response

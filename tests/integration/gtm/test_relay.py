@@ -36,6 +36,8 @@ class Scripted:
     chunks: Sequence[bytes | BaseException | None] = (b"ok",)
     content_length: int | None = None
     reason: str = "OK"
+    #: Never offered whole: the relay reads every chunk.
+    body: bytes | None = None
     released: bool = False
     closed: bool = False
     _next: int = 0
