@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from multidict import CIMultiDict
@@ -44,7 +44,7 @@ from gtm import headers as gtm_headers
 from gtm import tracing
 from gtm.clock import Clock
 from gtm.credentials import CLIENT_CREDENTIALS
-from gtm.errors import AttemptFailed, NoEligibleCandidate
+from gtm.errors import AttemptFailed, NoEligibleCandidate, UpstreamError
 from gtm.inbound import Scope
 from gtm.relay import (
     Downstream,
@@ -276,6 +276,9 @@ class ZoneRelay(RelayLoop[ZoneDecision]):
         self._facts = facts
         self._started = started
         self._ticket: Ticket | None = None
+        #: Whether the request has a span (asked once: the server opens it before the
+        #: handler runs), so an untraced request skips tracing's calls per attempt.
+        self._traced = tracing.traced(request)
 
     def next_target(self, tried: frozenset[str]) -> ZoneDecision | None:
         path = self._path
@@ -292,7 +295,7 @@ class ZoneRelay(RelayLoop[ZoneDecision]):
             return None  # retries end here; the failures so far are the answer
         path.count_assignment(decision)
         path.metrics.decision.observe(time.perf_counter() - self._started)
-        if tracing.traced(self.scope):
+        if self._traced:
             tracing.decided(
                 self.scope,
                 profile=decision.profile,
@@ -312,22 +315,27 @@ class ZoneRelay(RelayLoop[ZoneDecision]):
         return ticket.close
 
     def first_byte_deadline(self, target: ZoneDecision) -> float | None:
+        if not self._facts.stream:
+            return None  # (first_byte_timeout's answer, without the call)
         limit = self._path.settings.first_byte_timeout(self._facts, target)
         return None if limit is None else asyncio.get_running_loop().time() + limit
 
-    async def open(self, target: ZoneDecision) -> Upstream:
+    def open(self, target: ZoneDecision) -> Awaitable[Upstream]:
+        # Not a coroutine: the relay awaits the pool's own (a connect failure is
+        # translated by open_failed).
         headers = end_to_end(self.scope.headers, _SKIP_UPSTREAM)
         headers.append((HEADER_REQUEST_ID, self._facts.request_id))
         auth = self._path.worker_auth(target.gpu_id)
         if auth is not None:
             headers.append(auth)
-        tracing.inject(self.scope, headers)  # the worker's parent is this hop's span
-        try:
-            return await self._path.session().post(
-                target.gpu.worker.url, self.scope.path, headers, self._raw
-            )
-        except UpstreamConnectError as exc:
-            raise AttemptFailed(Failure.CONNECT, f"connect failed: {exc.os_error}") from None
+        if self._traced:
+            tracing.inject(self.scope, headers)  # the worker's parent is this hop's span
+        return self._path.session().post(target.gpu.worker.url, self.scope.path, headers, self._raw)
+
+    def open_failed(self, error: UpstreamError | OSError) -> AttemptFailed:
+        if isinstance(error, UpstreamConnectError):
+            return AttemptFailed(Failure.CONNECT, f"connect failed: {error.os_error}")
+        return super().open_failed(error)
 
     def retry_status(self, status: int) -> bool:
         return status >= 500 or status == 429 or status == _KEY_REFUSED
