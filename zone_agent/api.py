@@ -31,6 +31,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -94,7 +95,9 @@ class OpenAiApi:
 
     def lean_routes(self) -> list[Route]:
         """The same endpoints for the lean server (:mod:`gtm.http1`)."""
-        return [Route("POST", endpoint.path, self._lean(endpoint)) for endpoint in Endpoint]
+        return [
+            Route("POST", endpoint.path, partial(self._lean, endpoint)) for endpoint in Endpoint
+        ]
 
     def _handler(
         self, endpoint: Endpoint
@@ -104,11 +107,10 @@ class OpenAiApi:
 
         return handle
 
-    def _lean(self, endpoint: Endpoint) -> Callable[[Request, Downstream], Awaitable[None]]:
-        async def handle(request: Request, client: Downstream) -> None:
-            await self.relay(request, client, endpoint, request.body, time.perf_counter())
-
-        return handle
+    def _lean(self, endpoint: Endpoint, request: Request, client: Downstream) -> Awaitable[None]:
+        """The lean server's handler (``endpoint`` bound by ``partial``, not a closure):
+        the relay to await, with no coroutine of its own around it."""
+        return self.relay(request, client, endpoint, request.body, time.perf_counter())
 
     async def handle(self, request: web.Request, endpoint: Endpoint) -> web.StreamResponse:
         """aiohttp's handler: the body read (bounded), relayed through aiohttp."""
@@ -118,11 +120,12 @@ class OpenAiApi:
         await self.relay(request, client, endpoint, raw, started)
         return client.result()
 
-    async def relay(
+    def relay(
         self, request: Scope, client: Downstream, endpoint: Endpoint, raw: bytes, started: float
-    ) -> None:
-        """One request whose body was read: count it, tell the access line, relay it to
-        a GPU through ``client`` (either server's); ApiError for the client's errors."""
+    ) -> Awaitable[None]:
+        """One request whose body was read: count it, tell the access line; the relay to
+        a GPU through ``client`` (either server's) to await. ApiError for the client's
+        errors, raised at once (a handler raises it as it would from the await)."""
         facts = zone_facts(request.headers, raw, endpoint, self._path.accounting)
         access.tell(
             request,
@@ -131,7 +134,7 @@ class OpenAiApi:
             tokens_out=facts.max_output_tokens,
             tokens_source=access.TokenSource.ESTIMATE,
         )
-        await ZoneRelay(request, client, self._path, raw, facts, started).run()
+        return ZoneRelay(request, client, self._path, raw, facts, started).run()
 
 
 class ServiceApi:
