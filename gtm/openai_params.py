@@ -81,17 +81,21 @@ def check_params(body: Mapping[str, object], path: str) -> None:
     rules = _RULES.get(path)
     if rules is None:
         return
+    get = body.get
     for name in _REQUIRED[path]:
-        if body.get(name) is None:
+        if get(name) is None:
             raise missing(name)
     for name, value in body.items():
         rule = rules.get(name)
         if rule is not None and value is not None:
             rule(name, value)
-    if path == CHAT:
-        _check_chat_pairs(body)
-    elif path == COMPLETIONS:
-        _check_stream_options(body)
+    # The pairs, after every parameter's own check (inline: a call each would cost more).
+    if path == EMBEDDINGS:
+        return
+    if get("stream_options") is not None and get("stream") is not True:
+        raise _only_with("stream_options", "stream")
+    if path == CHAT and get("top_logprobs") is not None and get("logprobs") is not True:
+        raise _only_with("top_logprobs", "logprobs")
 
 
 # ---------------------------------------------------------------------------- errors
@@ -365,23 +369,14 @@ def _tool_choice(name: str, value: object) -> None:
         _member(value, name, "function", _named)
 
 
-def _check_stream_options(body: Mapping[str, object]) -> None:
-    if body.get("stream_options") is not None and body.get("stream") is not True:
-        raise BadRequest(
-            "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
-            param="stream_options",
-            code="invalid_value",
-        )
-
-
-def _check_chat_pairs(body: Mapping[str, object]) -> None:
-    _check_stream_options(body)
-    if body.get("top_logprobs") is not None and body.get("logprobs") is not True:
-        raise BadRequest(
-            "The 'top_logprobs' parameter is only allowed when 'logprobs' is enabled.",
-            param="top_logprobs",
-            code="invalid_value",
-        )
+def _only_with(param: str, switch: str) -> BadRequest:
+    """``param`` was given without ``switch`` enabled (``stream_options`` without
+    ``stream``, ``top_logprobs`` without ``logprobs``)."""
+    return BadRequest(
+        f"The '{param}' parameter is only allowed when '{switch}' is enabled.",
+        param=param,
+        code="invalid_value",
+    )
 
 
 _BIAS = _number(-100, 100)

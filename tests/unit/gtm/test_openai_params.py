@@ -302,6 +302,28 @@ INVALID: list[tuple[str, dict[str, Any], str, str, str]] = [
     ),
     (
         CHAT,
+        {"stream_options": {"include_usage": True}, "stream": False},
+        "stream_options",
+        "invalid_value",
+        "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+    ),
+    (  # a pair is checked after every parameter's own check
+        CHAT,
+        {"stream_options": {}, "top_logprobs": 2, "temperature": 3},
+        "temperature",
+        "decimal_above_max_value",
+        "Invalid 'temperature': decimal above maximum value. Expected a value <= 2, "
+        "but got 3 instead.",
+    ),
+    (  # stream_options' pair first
+        CHAT,
+        {"top_logprobs": 2, "stream_options": {}},
+        "stream_options",
+        "invalid_value",
+        "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+    ),
+    (
+        CHAT,
         {"seed": 1.5},
         "seed",
         "invalid_type",
