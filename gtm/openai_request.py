@@ -84,32 +84,28 @@ def read_prompt(body: Mapping[str, object], path: str) -> PromptRead:
     """
     check_params(body, path)
     model = str(body["model"])  # checked: a string
+    get = body.get
+    # The integer parameters are checked (an integer, or absent as None) and read inline:
+    # a call per parameter read would cost more than the reading.
     if path == CHAT:
-        counts, text = _chat_prompt(body)
-        output = _integer(body.get("max_completion_tokens")) or _integer(body.get("max_tokens"))
+        try:
+            tokens, text = chat_prompt(get("messages"))
+        except PromptError as exc:
+            raise BadRequest(str(exc), param="messages") from None
+        counts: tuple[int, ...] = (tokens,)
+        given = get("max_completion_tokens")
+        if not isinstance(given, int) or not given:
+            given = get("max_tokens")
     elif path == COMPLETIONS:
-        counts, text = _items_prompt(body.get("prompt"), "prompt")
-        output = _integer(body.get("max_tokens"))
+        counts, text = _items_prompt(get("prompt"), "prompt")
+        given = get("max_tokens")
     else:
-        counts, text = _items_prompt(body.get("input"), "input")
-        output = 0
-    if path == EMBEDDINGS:
-        return PromptRead(model, counts, text, output, 1, False)
-    choices = _integer(body.get("n")) or 1
-    return PromptRead(model, counts, text, output, choices, body.get("stream") is True)
-
-
-def _integer(value: object) -> int | None:
-    """A checked integer parameter's value (None when absent)."""
-    return value if isinstance(value, int) else None
-
-
-def _chat_prompt(body: Mapping[str, object]) -> tuple[tuple[int, ...], str]:
-    try:
-        tokens, text = chat_prompt(body.get("messages"))
-    except PromptError as exc:
-        raise BadRequest(str(exc), param="messages") from None
-    return (tokens,), text
+        counts, text = _items_prompt(get("input"), "input")
+        return PromptRead(model, counts, text, 0, 1, False)
+    output = given if isinstance(given, int) else None
+    n = get("n")
+    choices = n if isinstance(n, int) and n else 1
+    return PromptRead(model, counts, text, output, choices, get("stream") is True)
 
 
 def _items_prompt(value: object, field: str) -> tuple[tuple[int, ...], str]:
