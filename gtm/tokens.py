@@ -408,16 +408,18 @@ def parse_chat_messages(raw: object) -> tuple[ChatMessage, ...]:
     )
 
 
-def _chat_fields(raw: object) -> Iterator[tuple[str, str, str | None, int]]:
+def _chat_fields(raw: object) -> list[tuple[str, str, str | None, int]]:
     """Each message of an OpenAI ``messages`` array, validated, as (role, text, name or
     None, image parts): the one reading of a conversation, for
-    :func:`parse_chat_messages` and :func:`chat_prompt`."""
+    :func:`parse_chat_messages` and :func:`chat_prompt`. A list, not a generator: one
+    call, where a generator is resumed once per message and once more to end."""
     if not isinstance(raw, list) or not raw:
         raise PromptError("messages must be a non-empty array")
     if len(raw) > MAX_MESSAGES:
         raise PromptError(f"at most {MAX_MESSAGES} messages are accepted")
+    messages: list[tuple[str, str, str | None, int]] = []
     for index, item in enumerate(raw):
-        if not _is_mapping(item):
+        if type(item) is not dict and not isinstance(item, Mapping):  # _is_mapping, inline
             raise PromptError(f"messages[{index}] must be an object")
         role = item.get("role")
         if not isinstance(role, str) or not role:
@@ -433,7 +435,8 @@ def _chat_fields(raw: object) -> Iterator[tuple[str, str, str | None, int]]:
         name = item.get("name")
         if name is not None and not isinstance(name, str):
             raise PromptError(f"messages[{index}].name must be a string")
-        yield role, text, name or None, images
+        messages.append((role, text, name or None, images))
+    return messages
 
 
 # ---------------------------------------------------------------------------- hashing
