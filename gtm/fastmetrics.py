@@ -10,13 +10,15 @@ every call; on a path that runs once per request those calls cost as much as the
 they count.
 
 Why no lock is safe: these are for metrics updated only from one thread, the event loop's
-(every tier serves requests and decides on its loop; nothing on the request path runs in a
-worker thread). An ``+=`` on an attribute is a read, an add and a write; a second thread
-between them would lose an update, the loop alone never does. A scrape from another thread
+(the zone agent serves requests and decides on its loop; no thread of its own touches
+them). An ``+=`` on an attribute is a read, an add and a write; a second thread between
+them would lose an update, the loop alone never does. A scrape from another thread
 (none today) would read each value whole: a float attribute, a list copied in one call;
 a histogram's buckets and sum may then be one observation apart, as prometheus_client's,
 whose per-bucket locks do not make a histogram consistent either. Anything updated from
-another thread keeps prometheus_client's locked ``Counter``/``Histogram``.
+another thread keeps prometheus_client's locked ``Counter``/``Histogram`` (the global LB's
+routing metrics: it also decides in its DNS UDP thread; see
+:class:`gtm.routing.metrics.RoutingMetrics`).
 
 Differences, none visible at scrape time: exemplars are refused (nobody here passes one);
 bucket counts are kept as ints and summed as floats when collected.

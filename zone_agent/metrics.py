@@ -137,7 +137,8 @@ class ZoneMetrics:
     def __init__(
         self, registry: CollectorRegistry, view: Callable[[], ZoneView], clock: Clock
     ) -> None:
-        self.routing = RoutingMetrics(registry)
+        # The agent decides on its event loop only (no thread of its own decides).
+        self.routing = RoutingMetrics(registry, loop_only=True)
         # Updated on every request, from the loop only: gtm.fastmetrics (no lock).
         self.requests = FastCounter(
             "gtm_zone_requests",

@@ -5,24 +5,31 @@ it builds — including the profiles rebuilt when a routing policy is hot-reload
 a :class:`~prometheus_client.CollectorRegistry` refuses a second collector of the same
 name. Series are keyed by plugin name, so an old and a new profile share them.
 
-The two duration histograms are observed on the decision path, from the tier's event loop
-only: :class:`gtm.fastmetrics.FastHistogram` (no lock, the same exposition).
+The two duration histograms are observed on the decision path. A tier whose decisions all
+run on its event loop's thread says so (``loop_only``) and gets
+:class:`gtm.fastmetrics.FastHistogram`'s (no lock, the same exposition); the default keeps
+prometheus_client's locked ones (the global LB also decides in its DNS UDP thread).
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gtm.fastmetrics import FastHistogram
 from gtm.metrics import DECISION_LATENCY_BUCKETS
 
 
 class RoutingMetrics:
-    """The routing framework's collectors on one registry."""
+    """The routing framework's collectors on one registry.
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    ``loop_only``: every runner given these metrics decides on one thread, the event
+    loop's (the zone agent): the duration histograms then take no lock.
+    """
+
+    def __init__(self, registry: CollectorRegistry, *, loop_only: bool = False) -> None:
+        histogram = FastHistogram if loop_only else Histogram
         # Same labels as llm-d's RecordPluginProcessingLatency (extension point, plugin).
-        self.plugin_duration = FastHistogram(
+        self.plugin_duration = histogram(
             "gtm_routing_plugin_duration_seconds",
             "Time spent in one routing plugin call (on a sample of decisions: one in the "
             "profile's plugin_timing_every).",
@@ -30,7 +37,7 @@ class RoutingMetrics:
             buckets=DECISION_LATENCY_BUCKETS,
             registry=registry,
         )
-        self.decision_duration = FastHistogram(
+        self.decision_duration = histogram(
             "gtm_routing_decision_duration_seconds",
             "Time of one whole routing decision (filters, scorers, picker, cost, trace).",
             ("tier", "profile"),

@@ -1,12 +1,16 @@
 from __future__ import annotations
 
+import pytest
+
+from gtm.fastmetrics import FastHistogram
 from gtm.metrics import DECISION_LATENCY_BUCKETS, new_registry
 from gtm.routing import RoutingMetrics
 
 
-def test_metric_names_and_buckets() -> None:
+@pytest.mark.parametrize("loop_only", [False, True])
+def test_metric_names_and_buckets(loop_only: bool) -> None:
     registry = new_registry()
-    metrics = RoutingMetrics(registry)
+    metrics = RoutingMetrics(registry, loop_only=loop_only)
     metrics.plugin_duration.labels("zone", "scorer", "kv").observe(3e-6)
     labels = {"tier": "zone", "extension_point": "scorer", "plugin": "kv"}
     name = "gtm_routing_plugin_duration_seconds_bucket"
@@ -21,3 +25,13 @@ def test_metric_names_and_buckets() -> None:
         )
         == 1.0
     )
+
+
+def test_only_a_loop_only_tier_gets_the_lock_free_histograms() -> None:
+    # The global LB also decides in its DNS UDP thread: it keeps the locked ones.
+    shared = RoutingMetrics(new_registry())
+    assert not isinstance(shared.plugin_duration, FastHistogram)
+    assert not isinstance(shared.decision_duration, FastHistogram)
+    loop = RoutingMetrics(new_registry(), loop_only=True)
+    assert isinstance(loop.plugin_duration, FastHistogram)
+    assert isinstance(loop.decision_duration, FastHistogram)
