@@ -113,7 +113,7 @@ def zone_request(
     """Check ``body``'s parameters as OpenAI does and read what the decision needs
     (:func:`gtm.openai_request.read_prompt`); the worker checks what only it knows (the
     model's context, extra sampling parameters)."""
-    read = read_prompt(body, endpoint.path)
+    read = read_prompt(body, _PATHS[endpoint])  # endpoint.path, without the property's call
     counts = read.token_counts
     prompts = len(counts)
     text = read.fingerprint_text
@@ -156,7 +156,8 @@ class Ids:
 
 def request_id(headers: Mapping[str, str], ids: Ids) -> str:
     """The client's ``x-request-id`` when sane (:mod:`gtm.inbound`), else ``ids.new()``."""
-    return inbound.request_id(headers, ids.new)
+    rid = inbound.client_request_id(headers)
+    return ids.new() if rid is None else rid
 
 
 def canary(headers: Mapping[str, str]) -> CanaryChoice:
