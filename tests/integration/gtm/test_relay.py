@@ -76,6 +76,9 @@ class Script:
     finished: list[tuple[str, Ending]] = field(default_factory=list)
     deadline_passed: bool = False
     retry_4xx: bool = True
+    #: Whether an UpstreamError from ``open`` is the tier's connect failure (else the
+    #: relay's own translation, a reset).
+    connect_errors: bool = False
     registry: CollectorRegistry = field(default_factory=new_registry)
     #: Set when a relayed response ended (``finished`` ran).
     ended: asyncio.Event = field(default_factory=asyncio.Event)
@@ -118,6 +121,11 @@ class ScriptRelay(Relay[str]):
         if callable(step) and not isinstance(step, Scripted):
             return step()
         return step
+
+    def open_failed(self, error: UpstreamError | OSError) -> AttemptFailed:
+        if self.script.connect_errors:
+            return AttemptFailed(Failure.CONNECT, f"connect failed: {error}")
+        return super().open_failed(error)
 
     def response_headers(self, target: str, headers: CIMultiDict[str]) -> None:
         headers["x-gtm-target"] = target
@@ -184,6 +192,38 @@ async def test_a_5xx_before_the_first_byte_moves_on_and_releases_each_attempt(se
     assert not broken.released
     assert good.released
     assert not good.closed
+
+
+async def test_a_body_that_came_whole_with_its_head_is_answered_without_a_read(
+    serve: Serve,
+) -> None:
+    # Reading it would fail: the relay must answer the body it was offered.
+    whole = Scripted(
+        headers={"content-type": "application/json"},
+        body=b'{"a":1}',
+        content_length=7,
+        chunks=(UpstreamError("read although the body came whole"),),
+    )
+    script = Script({"a": whole}, ["a"])
+    session, url = await serve(script)
+    async with session.post(url, json={}) as response:
+        assert response.status == 200
+        assert await response.read() == b'{"a":1}'
+        assert response.headers["x-gtm-target"] == "a"
+    assert script.finished == [("a", Ending.COMPLETED)]
+    assert whole.released
+    assert not whole.closed
+
+
+async def test_an_upstream_error_before_the_head_is_the_tiers_open_failure(serve: Serve) -> None:
+    script = Script({"a": UpstreamError("refused"), "b": Scripted()}, ["a", "b"])
+    script.connect_errors = True
+    session, url = await serve(script)
+    async with session.post(url, json={}) as response:
+        assert response.status == 200
+        assert await response.read() == b"ok"
+    assert script.failed == [("a", "connect")]
+    assert script.released == ["a", "b"]
 
 
 async def test_attempts_are_bounded_and_the_tier_error_answers(serve: Serve) -> None:

@@ -102,6 +102,7 @@ async def test_a_response_read_whole_with_its_head_needs_no_wait() -> None:
     pool = UpstreamPool()
     async with serve(Scripted(OK)) as server:  # head and body in one write
         response = await pool.post(server.url, "/v1/chat/completions", [], b"{}")
+        assert response.body == b"{}"  # offered whole: the relay answers it without a read
         # Its body arrived with the head: each read returns without suspending.
         for expected in (b"{}", b""):
             read = response.readany()
@@ -192,6 +193,26 @@ async def test_chunked_body_arriving_a_byte_at_a_time() -> None:
         assert await body_of(pool, server.url) == (200, body)
         assert await body_of(pool, server.url) == (200, b"{}")
         assert server.connections == 1  # a chunked body read to its end keeps the connection
+    await pool.close()
+
+
+async def test_a_body_not_whole_with_its_head_is_not_offered_whole() -> None:
+    head_read = asyncio.Event()
+
+    async def split(writer: asyncio.StreamWriter) -> None:
+        writer.write(OK[:-1])  # the head and part of the body; the rest once the head is read
+        await writer.drain()
+        await head_read.wait()
+        writer.write(OK[-1:])
+        await writer.drain()
+
+    pool = UpstreamPool()
+    async with serve(Scripted(split)) as server:
+        response = await pool.post(server.url, "/v1/chat/completions", [], b"{}")
+        assert response.body is None
+        head_read.set()
+        assert await read_all(response) == b"{}"
+        response.release()
     await pool.close()
 
 
