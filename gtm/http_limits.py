@@ -142,6 +142,14 @@ def header_problem(raw_headers: Sequence[tuple[bytes, bytes]], limits: HttpLimit
     return None
 
 
+def fields_fit(limits: HttpLimits) -> int:
+    """The head size (its bytes plus one per field) up to which no field line nor their
+    total can be over ``limits``, so :func:`header_problem` need not scan the fields
+    (only their count): a field's line as counted there is at most its bytes in the
+    head plus one (a value without the space after its colon)."""
+    return min(limits.max_header_line_bytes, limits.max_header_bytes)
+
+
 def headers_too_large(problem: str) -> ApiError:
     """431 for a :func:`header_problem` (the connection is then closed)."""
     return ApiError(431, f"request header fields too large: {problem}", code="headers_too_large")
@@ -165,7 +173,10 @@ def body_too_slow(limits: HttpLimits) -> ApiError:
 
 def body_too_deep(raw: bytes, limits: HttpLimits) -> ApiError | None:
     """400 when a JSON body nests deeper than ``max_json_depth`` (scanned, not parsed)."""
-    if raw.lstrip()[:1] in (b"{", b"[") and json_too_deep(raw, limits.max_json_depth):
+    depth = limits.max_json_depth
+    if raw.count(b"[") + raw.count(b"{") <= depth:
+        return None  # the common case, as json_too_deep's first test, without its call
+    if raw.lstrip()[:1] in (b"{", b"[") and json_too_deep(raw, depth):
         return BadRequest(
             f"the request body is nested too deeply (over {limits.max_json_depth} levels)",
             code="invalid_json",
