@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from email.utils import formatdate
 from enum import StrEnum
 from http import HTTPStatus
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import httptools
 from multidict import CIMultiDict
@@ -63,6 +63,7 @@ from gtm.http_limits import (
     body_too_deep,
     body_too_large,
     body_too_slow,
+    fields_fit,
     header_problem,
     headers_too_large,
 )
@@ -71,6 +72,9 @@ from gtm.openai_errors import ApiError, answer
 from gtm.relay import Downstream
 from gtm.serve import CLIENT_CLOSED
 from gtm.tracing import SPAN_KEY, Spans
+
+if TYPE_CHECKING:
+    from gtm.tracing import _Hop
 
 log = logging.getLogger(__name__)
 
@@ -123,16 +127,20 @@ class Request:
     __slots__ = (
         "_state",
         "body",
+        "get",
         "headers",
         "keep_alive",
         "method",
         "path",
         "query",
-        "raw_headers",
         "remote",
         "transport",
         "version",
     )
+
+    #: What a rule keeps for this request under a key (None: nothing): the state's own
+    #: ``dict.get``, so a lookup is no Python call.
+    get: Callable[[Any], Any]
 
     def __init__(
         self,
@@ -140,7 +148,7 @@ class Request:
         path: str,
         query: str,
         version: str,
-        raw_headers: list[tuple[bytes, bytes]],
+        headers: list[tuple[str, str]],
         remote: str | None,
         transport: asyncio.Transport,
         keep_alive: bool,
@@ -149,24 +157,32 @@ class Request:
         self.path = path
         self.query = query
         self.version = version
-        self.raw_headers = raw_headers
-        self.headers: CIMultiDict[str] = CIMultiDict(
-            (n.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape"))
-            for n, v in raw_headers
-        )
+        #: The fields as sent (decoded UTF-8, undecodable bytes surrogate-escaped).
+        self.headers: CIMultiDict[str] = CIMultiDict(headers)
         self.remote = remote
         #: The connection's transport (``get_extra_info("peercert")`` under TLS).
         self.transport = transport
         self.keep_alive = keep_alive
         self.body = b""
-        self._state: dict[object, Any] = {}
+        state: dict[object, Any] = {}
+        self._state = state
+        self.get = state.get
 
-    def get(self, key: Any, /) -> Any:
-        """What a rule keeps for this request under ``key`` (None: nothing)."""
-        return self._state.get(key)
+    @property
+    def raw_headers(self) -> list[tuple[bytes, bytes]]:
+        """The fields' bytes as sent (the decoding is undone exactly)."""
+        return _raw(self.headers.items())
 
     def __setitem__(self, key: object, value: object) -> None:
         self._state[key] = value
+
+
+def _raw(fields: Iterable[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    return [(n.encode(_UTF8, _ESCAPE), v.encode(_UTF8, _ESCAPE)) for n, v in fields]
+
+
+_UTF8 = "utf-8"
+_ESCAPE = "surrogateescape"
 
 
 class _Errors:
@@ -200,6 +216,8 @@ class LeanFront:
         self.max_fields = int(parser.get("max_headers", 128))
         self.max_field = int(parser.get("max_field_size", 8190))
         self.max_line = int(parser.get("max_line_size", AIOHTTP_MAX_LINE))
+        #: A head this small (its bytes plus one per field) has no field over the limits.
+        self.fields_fit = fields_fit(limits.limits)
         self.errors = _Errors(service, count)
         self.access = access
         self.spans = spans
@@ -266,13 +284,15 @@ class _Date:
 
 
 class _Head:
-    """httptools' callbacks for one request head."""
+    """httptools' callbacks for a connection's request heads (one parser a connection,
+    reset for each head)."""
 
     __slots__ = ("complete", "headers", "length", "special", "url")
 
     def __init__(self) -> None:
         self.url = b""
-        self.headers: list[tuple[bytes, bytes]] = []
+        #: The fields, decoded as :attr:`Request.headers` holds them.
+        self.headers: list[tuple[str, str]] = []
         self.length = 0
         #: A header that sends the request to aiohttp, or None.
         self.special: Fallback | None = None
@@ -282,7 +302,7 @@ class _Head:
         self.url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name, value))
+        self.headers.append((name.decode(_UTF8, _ESCAPE), value.decode(_UTF8, _ESCAPE)))
         low = name.lower()
         if low == b"content-length":
             self.length = int(value)  # llhttp checked it: digits only, one value
@@ -298,7 +318,11 @@ class _Head:
 
 
 class _Connection(asyncio.Protocol):
-    """One client connection: heads parsed, requests answered in order, or handed off."""
+    """One client connection: heads parsed, requests answered in order, or handed off.
+
+    One ``httptools`` parser reads all of the connection's requests: each head is fed
+    to it when complete, each body once taken (a body is fed whole, so the parser is at
+    the start of a message again); a request it refuses hands the connection off."""
 
     def __init__(self, front: LeanFront, fallback: Callable[[], asyncio.Protocol]) -> None:
         self._front = front
@@ -310,6 +334,8 @@ class _Connection(asyncio.Protocol):
         #: writes is scanned once, not once per write).
         self._scanned = 0
         self._loop = asyncio.get_running_loop()
+        self._head = _Head()
+        self._parser = httptools.HttpRequestParser(self._head)
         self._timer: asyncio.TimerHandle | None = None
         #: Loop time since which the connection waits for a complete head.
         self._idle_since = 0.0
@@ -387,11 +413,11 @@ class _Connection(asyncio.Protocol):
         buffer = self._buffer
         if not buffer or self._closed:
             return
-        start = max(0, self._scanned - 3)
-        end = buffer.find(b"\r\n\r\n", start)
+        start = self._scanned - 3
+        end = buffer.find(b"\r\n\r\n", start if start > 0 else 0)
         if end < 0:
             limits = self._front.limits.limits
-            if buffer.find(b"\n\n", start) >= 0:
+            if buffer.find(b"\n\n", start if start > 0 else 0) >= 0:
                 self._hand_off(Fallback.MALFORMED)  # bare LF line ends: aiohttp's call
             elif len(buffer) > limits.max_header_bytes + limits.max_header_line_bytes:
                 self._hand_off(Fallback.HEAD_TOO_LARGE)
@@ -400,8 +426,14 @@ class _Connection(asyncio.Protocol):
             return
         self._scanned = 0
         head_len = end + 4
-        head = _Head()
-        parser = httptools.HttpRequestParser(head)
+        head = self._head
+        head.url = b""
+        fields: list[tuple[str, str]] = []
+        head.headers = fields
+        head.length = 0
+        head.special = None
+        head.complete = False
+        parser = self._parser
         try:
             parser.feed_data(bytes(buffer[:head_len]))
         except httptools.HttpParserUpgrade:
@@ -420,12 +452,18 @@ class _Connection(asyncio.Protocol):
         if head.special is not None or parser.should_upgrade():
             self._hand_off(head.special or Fallback.UPGRADE)
             return
-        if self._past_ceilings(head, head_len):
+        front = self._front
+        url = head.url
+        if (
+            len(url) > front.max_line
+            or len(fields) > front.max_fields
+            or (head_len > front.max_field and self._past_field_ceiling(fields))
+        ):
             self._hand_off(Fallback.HEAD_TOO_LARGE)
             return
-        raw_path, _, query = head.url.partition(b"?")
+        raw_path, _, query = url.partition(b"?")
         method = parser.get_method()
-        handler = self._front.routes.get((method, raw_path))
+        handler = front.routes.get((method, raw_path))
         if handler is None:
             self._hand_off(Fallback.TARGET if b"%" in raw_path else Fallback.ROUTE)
             return
@@ -434,9 +472,9 @@ class _Connection(asyncio.Protocol):
         request = Request(
             method.decode("ascii"),
             raw_path.decode("ascii"),
-            query.decode("latin-1"),
+            query.decode("latin-1") if query else "",
             version,
-            head.headers,
+            fields,
             self._remote,
             transport,
             parser.should_keep_alive(),
@@ -444,38 +482,79 @@ class _Connection(asyncio.Protocol):
         self._body_need = head_len + head.length
         self.task = self._loop.create_task(self._answer(request, handler, head_len, head.length))
 
-    def _past_ceilings(self, head: _Head, head_len: int) -> bool:
-        """Whether aiohttp's parser would refuse this head (400) where the limits would
-        answer 431 or nothing: both servers of a listener answer the same bytes alike,
-        however they arrive."""
-        front = self._front
-        if len(head.url) > front.max_line or len(head.headers) > front.max_fields:
-            return True
-        if head_len <= front.max_field:
-            return False
+    def _past_field_ceiling(self, fields: list[tuple[str, str]]) -> bool:
+        """Whether aiohttp's parser would refuse one of these fields (400) where the
+        limits would answer 431 or nothing: both servers of a listener answer the same
+        bytes alike, however they arrive. (Only a head over ``max_field`` can hold one.)"""
+        most = self._front.max_field
         # aiohttp refuses a name of max_field bytes, a value of one more.
-        return any(len(n) >= front.max_field or len(v) > front.max_field for n, v in head.headers)
+        return any(len(n) >= most or len(v) > most for n, v in _raw(fields))
 
     def _take_body(self, request: Request, head_len: int) -> None:
+        """The body is in the buffer: the request's, and the parser's (which then waits
+        for the next head)."""
         need = self._body_need
-        request.body = bytes(self._buffer[head_len:need])
-        del self._buffer[:need]
+        buffer = self._buffer
+        if need > head_len:
+            request.body = body = bytes(buffer[head_len:need])
+            self._parser.feed_data(body)
+        del buffer[:need]
         self._body_need = 0
 
     async def _answer(self, request: Request, handler: Handler, head_len: int, length: int) -> None:
+        """Answer one request, the limits first: one coroutine, which awaits only the
+        handler (and the rest of the body, when it is still arriving)."""
         front = self._front
         spans, access = front.spans, front.access
         hop = note = None
         if spans is not None and request.path not in spans.skip:
-            hop = spans.start(request)
-            request[SPAN_KEY] = hop
+            hop = request._state[SPAN_KEY] = spans.start(request)
         if access is not None and request.path not in access.skip:
-            note = access.begin(request)
-            request[NOTE_KEY] = note
-        client = _Response(self, request, note)
+            note = request._state[NOTE_KEY] = access.begin(request)
+        client = _Response(self, request, access, note, hop)
+        server = front.limits
+        limits = server.limits
+        slots = server.slots
+        taken: str | None = None
         status, end = 500, End.ERROR
         try:
-            await self._limited(request, client, handler, head_len, length)
+            fields = len(request.headers)
+            problem = None
+            if fields > limits.max_headers or head_len + fields > front.fields_fit:
+                problem = header_problem(request.raw_headers, limits)
+            peer = request.remote or "-"
+            if problem is not None:
+                client.refuse(headers_too_large(problem), close=True)
+            elif (refused := slots.take(peer)) is not None:
+                whole = len(self._buffer) >= self._body_need
+                if whole:
+                    self._take_body(request, head_len)  # dropped: the connection stays usable
+                client.refuse(refused, close=not whole)
+            else:
+                taken = peer
+                if length > server.max_body_bytes:
+                    client.refuse(body_too_large(length, server.max_body_bytes), close=True)
+                elif len(self._buffer) < self._body_need and not await self._body_in(
+                    limits.body_timeout_s
+                ):
+                    client.refuse(body_too_slow(limits), close=True)
+                else:
+                    self._take_body(request, head_len)
+                    deep = body_too_deep(request.body, limits)
+                    if deep is not None:
+                        client.refuse(deep, close=False)
+                    else:
+                        errors = front.errors
+                        try:
+                            await handler(request, client)
+                        except (asyncio.CancelledError, ConnectionResetError):
+                            raise
+                        except Exception as exc:
+                            if client.head_sent:
+                                raise  # a started response cannot become an error: cut
+                            error = answer(exc, errors.service, request.method, request.path)
+                            client.refuse(error, close=False)
+                        errors.count(request.path, client.status)
             client.flush()
             status, end = client.status, End.OK
         except asyncio.CancelledError:
@@ -492,6 +571,8 @@ class _Connection(asyncio.Protocol):
             log.exception("the lean server failed answering %s %s", request.method, request.path)
             self.abort()
         finally:
+            if taken is not None:
+                slots.give(taken)
             if note is not None and access is not None:
                 access.end(request, note, status, end)
             if hop is not None and spans is not None:
@@ -499,61 +580,17 @@ class _Connection(asyncio.Protocol):
                 spans.finish(hop, status, end.value)
             self._finished(client)
 
-    async def _limited(
-        self, request: Request, client: _Response, handler: Handler, head_len: int, length: int
-    ) -> None:
-        server = self._front.limits
-        limits = server.limits
-        problem = header_problem(request.raw_headers, limits)
-        if problem is not None:
-            client.refuse(headers_too_large(problem), close=True)
-            return
-        peer = request.remote or "-"
-        refused = server.slots.take(peer)
-        if refused is not None:
-            if self._body_in():
-                self._take_body(request, head_len)  # dropped: the connection stays usable
-                client.refuse(refused, close=False)
-            else:
-                client.refuse(refused, close=True)
-            return
+    async def _body_in(self, timeout_s: float) -> bool:
+        """Wait for the rest of the body: False when it did not arrive in ``timeout_s``."""
+        waiter = self._body_wait = self._loop.create_future()
         try:
-            if length > server.max_body_bytes:
-                client.refuse(body_too_large(length, server.max_body_bytes), close=True)
-                return
-            if not self._body_in():
-                waiter = self._body_wait = self._loop.create_future()
-                try:
-                    async with asyncio.timeout(limits.body_timeout_s):
-                        await waiter
-                except TimeoutError:
-                    client.refuse(body_too_slow(limits), close=True)
-                    return
-                finally:
-                    self._body_wait = None
-            self._take_body(request, head_len)
-            deep = body_too_deep(request.body, limits)
-            if deep is not None:
-                client.refuse(deep, close=False)
-                return
-            await self._handle(request, client, handler)
+            async with asyncio.timeout(timeout_s):
+                await waiter
+        except TimeoutError:
+            return False
         finally:
-            server.slots.give(peer)
-
-    def _body_in(self) -> bool:
-        return len(self._buffer) >= self._body_need
-
-    async def _handle(self, request: Request, client: _Response, handler: Handler) -> None:
-        errors = self._front.errors
-        try:
-            await handler(request, client)
-        except (asyncio.CancelledError, ConnectionResetError):
-            raise
-        except Exception as exc:
-            if client.head_sent:
-                raise  # a started response cannot become an error: the connection is cut
-            client.refuse(answer(exc, errors.service, request.method, request.path), close=False)
-        errors.count(request.path, client.status)
+            self._body_wait = None
+        return True
 
     def _finished(self, client: _Response) -> None:
         """The request is answered: keep the connection for the next one, or close."""
@@ -570,7 +607,10 @@ class _Connection(asyncio.Protocol):
             self._reading = True
             assert self._transport is not None
             self._transport.resume_reading()
-        self._arm_idle()
+        # The header timer runs from now (the timer itself is moved only when it fires).
+        self._idle_since = self._loop.time()
+        if self._timer is None:
+            self._arm_idle()
         if self._buffer:
             self._next()
 
@@ -690,11 +730,13 @@ class _Response(Downstream):
     chunk; a body without a length is chunked (HTTP/1.1) or ends the connection (1.0)."""
 
     __slots__ = (
+        "_access",
         "_chunked",
         "_conn",
         "_head",
+        "_hop",
         "_note",
-        "_request",
+        "_version",
         "_whole",
         "close",
         "ended",
@@ -703,10 +745,19 @@ class _Response(Downstream):
         "whole_body",
     )
 
-    def __init__(self, conn: _Connection, request: Request, note: AccessNote | None) -> None:
+    def __init__(
+        self,
+        conn: _Connection,
+        request: Request,
+        access: AccessLog | None,
+        note: AccessNote | None,
+        hop: _Hop | None,
+    ) -> None:
         self._conn = conn
-        self._request = request
+        self._version = request.version
+        self._access = access
         self._note = note
+        self._hop = hop
         self._whole: tuple[int, str, CIMultiDict[str], bytes] | None = None
         self._head: bytes | None = None
         self._chunked = False
@@ -743,7 +794,12 @@ class _Response(Downstream):
         status, reason, headers, body = whole
         headers["Content-Length"] = str(len(body))
         self.whole_body = body
-        self._conn.write(self._make_head(status, reason, headers) + body)
+        head = self._make_head(status, reason, headers)
+        conn = self._conn
+        if conn._closed:
+            raise ConnectionResetError("the client went away")
+        assert conn._transport is not None
+        conn._transport.write(head + body)
         self.head_sent = self.ended = True
 
     async def start(
@@ -752,7 +808,7 @@ class _Response(Downstream):
         self.status = status
         if length is not None:
             headers["Content-Length"] = str(length)
-        elif self._request.version == "1.1":
+        elif self._version == "1.1":
             headers["Transfer-Encoding"] = "chunked"
             self._chunked = True
         else:
@@ -781,27 +837,30 @@ class _Response(Downstream):
         self._conn.abort()
 
     def _make_head(self, status: int, reason: str, headers: CIMultiDict[str]) -> bytes:
-        if self._note is not None and self._conn._front.access is not None:
-            self._conn._front.access.prepared(self._note, status, headers)
+        note = self._note
+        if note is not None and self._access is not None:
+            self._access.prepared(note, status, headers)
         if "Date" not in headers:
             headers["Date"] = self._conn._front.date()
         headers.setdefault("Content-Type", "application/octet-stream")
+        version = self._version
         if self.close or self._conn._stop:
             self.close = True
             headers["Connection"] = "close"
-        elif self._request.version == "1.0":
+        elif version == "1.0":
             headers["Connection"] = "keep-alive"
-        hop = self._request.get(SPAN_KEY)
+        hop = self._hop
         if hop is not None:
             hop.response = headers
             hop.status = status
-        lines = [f"HTTP/{self._request.version} {status} {reason or _reason(status)}\r\n"]
-        lines.extend(f"{name}: {value}\r\n" for name, value in headers.items())
-        lines.append("\r\n")
-        text = "".join(lines)
-        if text.count("\n") != len(lines):
+        line = _STATUS_LINES.get((version, status, reason))
+        if line is None:
+            line = f"HTTP/{version} {status} {reason or _reason(status)}\r\n"
+        # The fields are never none (Date and Content-Type at least).
+        text = line + "\r\n".join(map(": ".join, headers.items())) + "\r\n\r\n"
+        if text.count("\n") != len(headers) + 2:
             raise ValueError("a response header holds a line break")
-        return text.encode("utf-8", "surrogateescape")
+        return text.encode(_UTF8, _ESCAPE)
 
 
 #: Reason phrases by status (RFC 9110's), for responses made without one.
@@ -810,6 +869,16 @@ _REASONS = {s.value: s.phrase for s in HTTPStatus}
 
 def _reason(status: int) -> str:
     return _REASONS.get(status, "")
+
+
+#: Status lines by (version, status, reason) for RFC 9110's statuses with their phrase
+#: or none (then the phrase): built once, not per response.
+_STATUS_LINES = {
+    (version, status, given): f"HTTP/{version} {status} {phrase}\r\n"
+    for version in ("1.0", "1.1")
+    for status, phrase in _REASONS.items()
+    for given in ("", phrase)
+}
 
 
 __all__ = ["PIPELINE_BYTES", "Fallback", "LeanFront", "Request", "Route"]
