@@ -16,6 +16,8 @@ import json
 from collections.abc import Mapping
 from typing import NamedTuple
 
+import msgspec
+
 from gtm.http_limits import MAX_JSON_DEPTH, json_too_deep
 from gtm.openai_errors import BadRequest
 from gtm.openai_params import CHAT as CHAT
@@ -42,16 +44,33 @@ def parse_json_body(raw: bytes) -> Mapping[str, object]:
             code="invalid_json",
         )
     try:
-        body = json.loads(raw)
+        body = _decode(raw)
+    except Exception:  # whatever msgspec refuses, json.loads answers
+        body = _loads(raw)
+    if not isinstance(body, dict):
+        raise BadRequest("the request body must be a JSON object", code="invalid_json")
+    return body
+
+
+def _loads(raw: bytes) -> object:
+    """``json.loads``: the reference reading of a body, and its errors' words."""
+    try:
+        return json.loads(raw)
     except ValueError as exc:  # undecodable, not JSON, or an integer of over 4300 digits
         raise BadRequest(
             f"the request body is not valid JSON: {exc}", code="invalid_json"
         ) from None
     except RecursionError:
         raise BadRequest("the request body is nested too deeply", code="invalid_json") from None
-    if not isinstance(body, dict):
-        raise BadRequest("the request body must be a JSON object", code="invalid_json")
-    return body
+
+
+#: msgspec's JSON decoder reads a body several times faster than ``json.loads``, and
+#: whatever it reads it reads as ``json.loads`` does (the same values and types, keys in
+#: the same order, the last of a repeated key; pinned by a property test). What it
+#: refuses goes to ``json.loads``, which answers as it always did: a body only it reads
+#: (``NaN``, ``Infinity``, a number beyond a float's range, a lone surrogate, a leading
+#: byte-order mark, UTF-16 or UTF-32) or the error message of one that is not JSON.
+_decode = msgspec.json.Decoder().decode
 
 
 class PromptRead(NamedTuple):

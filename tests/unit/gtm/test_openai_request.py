@@ -1,4 +1,8 @@
+import json
+
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from gtm.openai_errors import BadRequest
 from gtm.openai_request import (
@@ -12,6 +16,7 @@ from gtm.openai_request import (
     read_prompt,
 )
 from gtm.tokens import count_text_tokens
+from tests.fuzz.strategies import JSON
 
 
 @pytest.mark.parametrize(
@@ -99,3 +104,85 @@ def test_read_prompt_refuses_naming_the_field(body: dict[str, object], param: st
     with pytest.raises(BadRequest) as info:
         read_prompt(body, COMPLETIONS)
     assert info.value.param == param
+
+
+def _reference(raw: bytes) -> tuple[str, object]:
+    """What ``parse_json_body`` answered when it read with ``json.loads`` alone."""
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        return "400", f"the request body is not valid JSON: {exc}"
+    except RecursionError:
+        return "400", "the request body is nested too deeply"
+    if not isinstance(body, dict):
+        return "400", "the request body must be a JSON object"
+    return "ok", repr(body)  # repr tells 1, 1.0 and True apart, and shows the keys' order
+
+
+def _answer(raw: bytes) -> tuple[str, object]:
+    try:
+        return "ok", repr(parse_json_body(raw))
+    except BadRequest as exc:
+        return "400", exc.message
+
+
+#: Bodies only json.loads reads, and JSON msgspec reads its own way unless told apart.
+_EDGES = [
+    b'{"a": NaN, "b": Infinity, "c": -Infinity}',
+    b'{"a": 1e400, "b": -1e400, "c": 1e-400, "d": -0.0, "e": -0}',
+    b'{"a": "\\ud800", "b": "\\udc00\\ud800", "c": "\\ud83d\\ude00"}',
+    b'{"a": "\xed\xa0\x80"}',  # a surrogate's UTF-8 bytes
+    b'\xef\xbb\xbf{"a": 1}',  # a byte-order mark
+    '{"a": 1}'.encode("utf-16-le"),
+    '{"a": 1}'.encode("utf-32"),
+    b'{"a": 1, "b": 2, "a": 3}',
+    b'{"n": ' + b"1" * 4300 + b"}",
+    b'{"n": ' + b"1" * 4301 + b"}",
+    b'{"a": 0.1000000000000000055511151231257827021181583404541015625000001}',
+    b'{"a": 9007199254740993, "b": -9223372036854775809, "c": 18446744073709551616}',
+    b'{"a": 4.9e-324, "b": 2.4703282292062327e-324, "c": 1.7976931348623157e308}',
+    b'{"a": 01}',
+    b'{"a": 1.}',
+    b'{"a": .5}',
+    b'{"a": +1}',
+    b'{"a": "\\a"}',
+    b'{"a": "\x01"}',
+    b'\x0c{"a": 1}',
+    b'{"a": 1} x',
+    b'{"a": 1}}',
+    b'{"a" : 1 ,"b":[ ] }',
+    b"",
+    b"\xff",
+]
+
+
+@pytest.mark.parametrize("raw", _EDGES)
+def test_a_body_is_read_as_json_loads_reads_it_at_its_edges(raw: bytes) -> None:
+    assert _answer(raw) == _reference(raw)
+
+
+_FLOATS = st.floats(allow_nan=False, allow_infinity=False).map(repr) | st.from_regex(
+    r"\A-?(0|[1-9][0-9]{0,25})(\.[0-9]{1,30})?([eE][-+]?[0-9]{1,3})?\Z"
+).map(str)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    value=st.dictionaries(st.text(max_size=8), JSON, max_size=6),
+    numbers=st.lists(_FLOATS, max_size=6),
+    cut=st.integers(min_value=0, max_value=200),
+    flip=st.integers(min_value=0, max_value=255),
+)
+@example(value={"a": 1}, numbers=["1e999", "-0", "1E+2"], cut=0, flip=0)
+def test_a_body_is_read_as_json_loads_reads_it(
+    value: dict[str, object], numbers: list[str], cut: int, flip: int
+) -> None:
+    """The fast reading (msgspec) and ``json.loads`` agree on every body: the same
+    values of the same types in the same order, or the same 400."""
+    raw = json.dumps({**value, "numbers": "@"}, ensure_ascii=cut % 2 == 0).encode()
+    raw = raw.replace(b'"@"', ("[" + ",".join(numbers) + "]").encode())
+    assert _answer(raw) == _reference(raw)
+    if raw:  # a byte changed somewhere: mostly not JSON any more, or another value
+        at = cut % len(raw)
+        broken = raw[:at] + bytes([flip]) + raw[at + 1 :]
+        assert _answer(broken) == _reference(broken)
