@@ -188,16 +188,15 @@ class TextFormatter(logging.Formatter):
         for prefix, value in zip(prefixes, values, strict=True):
             if value is None or not prefix:
                 continue
-            cls = type(value)
-            if cls is str:
+            if type(value) is str:
                 if value:
                     text = texts.get(value)
-                    if text is None:
-                        text = _text_value(value)
+                    if text is None:  # _text_value of a non-empty str, inline
+                        text = value if _NEEDS_QUOTES.search(value) is None else json.dumps(value)
                         if prefix[-4:] != "_id=":  # ids never repeat (_REMEMBERED)
                             _remember(texts, value, text)
                     add(prefix + text)
-            elif cls is int or cls is float:
+            elif type(value) is int or type(value) is float:
                 add(f"{prefix}{value}")  # format(x, "") is str(x) for both
             elif value != "":
                 add(prefix + _text_value(value))
