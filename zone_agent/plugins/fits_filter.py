@@ -77,12 +77,6 @@ def demand(request: ZoneRequest, index: ModelIndex) -> Demand:
     return Demand(needed, blocks, fmax(blocks))
 
 
-def hard_rules_may_bite(index: ModelIndex, need: Demand) -> bool:
-    """False when the request fits the smallest context and KV cache of the model's GPUs
-    (the usual case): then only the free-KV rule may need per-GPU work."""
-    return need.needed > index.min_max_model_len or need.most > index.min_kv_total
-
-
 class FitsFilter(Plugin):
     capabilities = frozenset({ZoneCapability.FITS})
 
@@ -92,9 +86,10 @@ class FitsFilter(Plugin):
 
     def removes(self, batch: ZoneBatch, /) -> Removal | None:
         request, index, alive = batch.request, batch.index, batch.alive
-        need = demand(request, index)
-        if not hard_rules_may_bite(index, need):
+        need = self.shortcut(request, index)
+        if need is not None:
             return self.soft_removal(batch, need)
+        need = demand(request, index)  # a hard rule may bite: per GPU
         needed, blocks = need.needed, need.blocks
         too_long = index.max_model_len < needed
         if fall(too_long | ~alive):
@@ -114,9 +109,12 @@ class FitsFilter(Plugin):
     @staticmethod
     def shortcut(request: ZoneRequest, index: ModelIndex, /) -> Demand | None:
         """The request's demand when no hard rule can bite at any GPU of ``index`` (then
-        :meth:`soft_removal` is all this filter does), else None."""
+        :meth:`soft_removal` is all this filter does), else None. The usual case: the
+        request fits the smallest context and KV cache of the model's GPUs."""
         need = demand(request, index)
-        return None if hard_rules_may_bite(index, need) else need
+        if need.needed > index.min_max_model_len or need.most > index.min_kv_total:
+            return None
+        return need
 
     def soft_removal(self, batch: ZoneBatch, need: Demand, /) -> Removal | None:
         """The free-KV rule alone (for a request no hard rule can refuse anywhere)."""
