@@ -207,8 +207,10 @@ class LeanFront:
         access: AccessLog | None = None,
         spans: Spans | None = None,
     ) -> None:
-        self.routes: Mapping[tuple[bytes, bytes], Handler] = {
-            (r.method.upper().encode(), r.path.encode()): r.handler for r in routes
+        #: By (method, path) as sent: the handler, and the method and path as str.
+        self.routes: Mapping[tuple[bytes, bytes], tuple[Handler, str, str]] = {
+            (r.method.upper().encode(), r.path.encode()): (r.handler, r.method.upper(), r.path)
+            for r in routes
         }
         self.limits = limits
         parser = limits.limits.handler_args()
@@ -303,6 +305,11 @@ class _Head:
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self.headers.append((name.decode(_UTF8, _ESCAPE), value.decode(_UTF8, _ESCAPE)))
+        if name == b"Content-Length" or name == b"content-length":
+            self.length = int(value)  # llhttp checked it: digits only, one value
+            return
+        if name in _PLAIN:
+            return  # a common field that is none of the four (without lower())
         low = name.lower()
         if low == b"content-length":
             self.length = int(value)  # llhttp checked it: digits only, one value
@@ -315,6 +322,17 @@ class _Head:
 
     def on_headers_complete(self) -> None:
         self.complete = True
+
+
+#: Common request fields as clients spell them, none of those :class:`_Head` looks for.
+_PLAIN = frozenset(
+    spelled
+    for name in (
+        *(b"Host", b"Content-Type", b"User-Agent", b"Accept", b"Accept-Encoding"),
+        *(b"Authorization", b"Connection", b"X-Request-Id", b"Traceparent", b"Tracestate"),
+    )
+    for spelled in (name, name.lower())
+)
 
 
 class _Connection(asyncio.Protocol):
@@ -390,27 +408,22 @@ class _Connection(asyncio.Protocol):
         self._drain = None
 
     def data_received(self, data: bytes) -> None:
+        """Bytes from the client; with none (``b""``), what is buffered is read on: the
+        next request is answered, or the connection handed off, or more bytes awaited."""
         if self._lingering:
             return  # the rest of a refused request, read and dropped until the close
         buffer = self._buffer
         buffer += data
-        if self.task is None:
-            self._next()
+        if self.task is not None:
+            if self._body_wait is not None and len(buffer) >= self._body_need:
+                if not self._body_wait.done():
+                    self._body_wait.set_result(None)
+            elif len(buffer) > self._body_need + PIPELINE_BYTES and self._reading:
+                self._reading = False
+                assert self._transport is not None
+                self._transport.pause_reading()
             return
-        if self._body_wait is not None and len(buffer) >= self._body_need:
-            if not self._body_wait.done():
-                self._body_wait.set_result(None)
-        elif len(buffer) > self._body_need + PIPELINE_BYTES and self._reading:
-            self._reading = False
-            assert self._transport is not None
-            self._transport.pause_reading()
-
-    # ------------------------------------------------------------------ requests
-
-    def _next(self) -> None:
-        """Start answering the next request in the buffer, or hand the connection off,
-        or wait for more bytes."""
-        buffer = self._buffer
+        # ------------------------------------------------------------ the next request
         if not buffer or self._closed:
             return
         start = self._scanned - 3
@@ -461,18 +474,22 @@ class _Connection(asyncio.Protocol):
         ):
             self._hand_off(Fallback.HEAD_TOO_LARGE)
             return
-        raw_path, _, query = url.partition(b"?")
-        method = parser.get_method()
-        handler = front.routes.get((method, raw_path))
-        if handler is None:
+        if b"?" in url:
+            raw_path, _, raw_query = url.partition(b"?")
+            query = raw_query.decode("latin-1")
+        else:
+            raw_path, query = url, ""
+        target = front.routes.get((parser.get_method(), raw_path))
+        if target is None:
             self._hand_off(Fallback.TARGET if b"%" in raw_path else Fallback.ROUTE)
             return
+        handler, method, path = target
         transport = self._transport
         assert transport is not None
         request = Request(
-            method.decode("ascii"),
-            raw_path.decode("ascii"),
-            query.decode("latin-1") if query else "",
+            method,
+            path,
+            query,
             version,
             fields,
             self._remote,
@@ -480,7 +497,9 @@ class _Connection(asyncio.Protocol):
             parser.should_keep_alive(),
         )
         self._body_need = head_len + head.length
-        self.task = self._loop.create_task(self._answer(request, handler, head_len, head.length))
+        self.task = self._loop.create_task(
+            self._answer(request, handler, head_len, head.length, len(fields))
+        )
 
     def _past_field_ceiling(self, fields: list[tuple[str, str]]) -> bool:
         """Whether aiohttp's parser would refuse one of these fields (400) where the
@@ -501,7 +520,9 @@ class _Connection(asyncio.Protocol):
         del buffer[:need]
         self._body_need = 0
 
-    async def _answer(self, request: Request, handler: Handler, head_len: int, length: int) -> None:
+    async def _answer(
+        self, request: Request, handler: Handler, head_len: int, length: int, fields: int
+    ) -> None:
         """Answer one request, the limits first: one coroutine, which awaits only the
         handler (and the rest of the body, when it is still arriving)."""
         front = self._front
@@ -518,7 +539,6 @@ class _Connection(asyncio.Protocol):
         taken: str | None = None
         status, end = 500, End.ERROR
         try:
-            fields = len(request.headers)
             problem = None
             if fields > limits.max_headers or head_len + fields > front.fields_fit:
                 problem = header_problem(request.raw_headers, limits)
@@ -539,7 +559,12 @@ class _Connection(asyncio.Protocol):
                 ):
                     client.refuse(body_too_slow(limits), close=True)
                 else:
-                    self._take_body(request, head_len)
+                    need = self._body_need  # the body is in: the request's and the parser's
+                    if need > head_len:
+                        request.body = body = bytes(self._buffer[head_len:need])
+                        self._parser.feed_data(body)
+                    del self._buffer[:need]
+                    self._body_need = 0
                     deep = body_too_deep(request.body, limits)
                     if deep is not None:
                         client.refuse(deep, close=False)
@@ -612,7 +637,7 @@ class _Connection(asyncio.Protocol):
         if self._timer is None:
             self._arm_idle()
         if self._buffer:
-            self._next()
+            self.data_received(b"")  # the next request, pipelined
 
     # ------------------------------------------------------------------ handoff
 
@@ -842,7 +867,8 @@ class _Response(Downstream):
             self._access.prepared(note, status, headers)
         if "Date" not in headers:
             headers["Date"] = self._conn._front.date()
-        headers.setdefault("Content-Type", "application/octet-stream")
+        if "Content-Type" not in headers:
+            headers["Content-Type"] = "application/octet-stream"
         version = self._version
         if self.close or self._conn._stop:
             self.close = True

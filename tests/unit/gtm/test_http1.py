@@ -405,7 +405,7 @@ async def _writes_wait_for_a_slow_clients_buffer() -> None:
     async with serving() as served:
         front = served.server._lean
         assert front is not None
-        front.routes = {**front.routes, (b"POST", b"/v1/big"): big}
+        front.routes = {**front.routes, (b"POST", b"/v1/big"): (big, "POST", "/v1/big")}
         reader, writer = await asyncio.open_connection(served.host, served.port)
         writer.write(_post("/v1/big", b"{}"))
         async with asyncio.timeout(WAIT_S):
