@@ -234,11 +234,6 @@ class _Connection(asyncio.Protocol):
             self.closed = True
             self.transport.close()
 
-    @property
-    def done(self) -> bool:
-        """The whole body has arrived."""
-        return self._state == _DONE
-
     def take(self) -> bytes:
         """Every body byte that arrived and was not taken yet."""
         chunks = self.chunks
@@ -249,10 +244,6 @@ class _Connection(asyncio.Protocol):
             self._paused = False
             self.transport.resume_reading()
         return data
-
-    def data_waiter(self) -> asyncio.Future[None]:
-        waiter = self._data_waiter = self.loop.create_future()
-        return waiter
 
     # -------------------------------------------------------------- parsing
 
@@ -473,22 +464,6 @@ def _expire(waiter: asyncio.Future[None]) -> None:
         waiter.set_exception(TimeoutError())
 
 
-async def _wait(
-    loop: asyncio.AbstractEventLoop, waiter: asyncio.Future[None], limit: float
-) -> None:
-    """Await ``waiter``, failing it with ``TimeoutError`` after ``limit`` seconds: a
-    body's wait for more bytes (:meth:`UpstreamPool.post` inlines the same for the head).
-
-    (A timer on the future itself: ``asyncio.timeout`` costs a task cancellation
-    and a context manager per wait, and every proxied request waits at least once.)
-    """
-    timer = loop.call_later(limit, _expire, waiter)
-    try:
-        await waiter
-    finally:
-        timer.cancel()
-
-
 class UpstreamResponse:
     """A worker's response: status and headers at once, the body as it arrives.
 
@@ -536,9 +511,18 @@ class UpstreamResponse:
         while not conn.chunks:
             if conn.error is not None:
                 raise conn.error
-            if conn.done:
+            if conn._state == _DONE:
                 return b""
-            await _wait(self._loop, conn.data_waiter(), self._read_timeout_s)
+            # A timer on the waiter itself, inline (as post's wait for the head):
+            # ``asyncio.timeout`` costs a task cancellation and a context manager per
+            # wait, a helper coroutine a frame per chunk of a stream.
+            loop = self._loop
+            waiter = conn._data_waiter = loop.create_future()
+            timer = loop.call_later(self._read_timeout_s, _expire, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
         return conn.take()
 
     def release(self) -> None:
@@ -684,7 +668,7 @@ class UpstreamPool:
             except BaseException:
                 slots.give()
                 raise
-        # (The head wait inlined: a timer on the future, as _wait, without a coroutine;
+        # (The head wait inlined: a timer on the future, as readany's, no coroutine;
         # the connection's loop is the running one, without asking for it again.)
         # Send the request; the waiter is done when the response's head has arrived.
         loop = conn.loop
