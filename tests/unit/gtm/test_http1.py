@@ -232,6 +232,62 @@ def test_keep_alive_and_pipelined_requests_are_answered_in_order(run: Run) -> No
     run(_keep_alive_and_pipelined_requests_are_answered_in_order())
 
 
+async def _one_connections_requests_are_each_read_as_if_alone() -> None:
+    """One parser reads all of a connection's requests: after a body, none, a refusal
+    that keeps the connection, a handler's error, a query, HTTP/1.0 keep-alive, each
+    next head is read from its start, with the fields as sent."""
+    seen: list[tuple[str, str, str, list[tuple[str, str]], list[tuple[bytes, bytes]]]] = []
+
+    async def look(request: Request, client: Downstream) -> None:
+        fields = list(request.headers.items())
+        seen.append((request.version, request.path, request.query, fields, request.raw_headers))
+        client.whole(200, "OK", CIMultiDict({"x-fields": str(len(fields))}), request.body)
+
+    deep = b"[" * 5 + b"]" * 5
+    async with serving() as served:
+        front = served.server._lean
+        assert front is not None
+        front.routes = {**front.routes, (b"POST", b"/v1/look"): (look, "POST", "/v1/look")}
+        reader, writer = await asyncio.open_connection(served.host, served.port)
+        writer.write(
+            _post(ECHO, b'{"n": 1}')
+            + _post(ECHO, deep)
+            + _post(BROKEN, b"{}")
+            + b"POST /v1/look HTTP/1.1\r\nHost: t\r\n\r\n"
+            + b"POST /v1/look?a=1&b=%20 HTTP/1.1\r\ncontent-length: 2\r\nX-Odd: \xff\xfe\r\n\r\n{}"
+            + _post("/v1/look", b"{}", "Connection: keep-alive", version="1.0")
+            + _post(ECHO, b'{"n": 2}')
+        )
+        got = await _responses(reader, 7)
+        writer.write(b"GET /other HTTP/1.1\r\nHost: t\r\n\r\n")
+        (status, body), = await _responses(reader, 1)  # fmt: skip
+        writer.close()
+    assert [s for s, _ in got] == [200, 400, 418, 200, 200, 200, 200]
+    assert (got[0][1], got[6][1]) == (b'{"n": 1}', b'{"n": 2}')
+    assert (status, json.loads(body)) == (200, {"server": "aiohttp"})
+    assert seen == [
+        ("1.1", "/v1/look", "", [("Host", "t")], [(b"Host", b"t")]),
+        (
+            "1.1",
+            "/v1/look",
+            "a=1&b=%20",
+            [("content-length", "2"), ("X-Odd", "\udcff\udcfe")],
+            [(b"content-length", b"2"), (b"X-Odd", b"\xff\xfe")],
+        ),
+        (
+            "1.0",
+            "/v1/look",
+            "",
+            [("Host", "t"), ("Content-Length", "2"), ("Connection", "keep-alive")],
+            [(b"Host", b"t"), (b"Content-Length", b"2"), (b"Connection", b"keep-alive")],
+        ),
+    ]
+
+
+def test_one_connections_requests_are_each_read_as_if_alone(run: Run) -> None:
+    run(_one_connections_requests_are_each_read_as_if_alone())
+
+
 async def _a_connection_that_asks_for_another_path_becomes_aiohttps() -> None:
     async with serving() as served:
         reader, writer = await asyncio.open_connection(served.host, served.port)
