@@ -675,10 +675,7 @@ class UpstreamPool:
         transport = conn.transport
         assert transport is not None  # (set as the connection was made)
         conn._state = _HEAD
-        if conn.chunks:
-            conn.chunks.clear()  # a body offered whole and not read
         conn.buffered = 0
-        conn.body = None
         waiter = conn._head_waiter = loop.create_future()
         transport.write(request)
         timer = loop.call_later(self._read_timeout_s, _expire, waiter)
@@ -716,6 +713,9 @@ class UpstreamPool:
         else:
             slots.free += 1  # (nobody waits: _Slots.give, without the call)
         if reuse and not self._closed:
+            if conn.chunks:
+                conn.chunks.clear()  # a body offered whole and not read: not kept idle
+            conn.body = None
             conn._state = _IDLE
             conn.idle_since = self._monotonic()
             target.idle.append(conn)
