@@ -13,8 +13,9 @@ of :class:`Relay`; the loop and the byte relay are here, once:
   is still retried. Residency is the caller's: :meth:`Relay.next_target` only ever
   offers targets inside the allowed set.
 * **Streaming**: the response is relayed chunk by chunk as it arrives, never buffered
-  or decompressed. A body that arrives whole in the first read (``Content-Length``
-  met) is answered as one response, so headers and body leave in one write.
+  or decompressed. A body that arrives whole with its head (:attr:`Upstream.body`) or
+  in the first read (``Content-Length`` met) is answered as one response, so headers
+  and body leave in one write.
 * **After the first byte** a failure cannot be retried, and a partial answer must never
   look complete (:meth:`Relay.forward`'s cut): a streaming (SSE) client gets OpenAI's
   error event (``data: {"error": {...}}``, the shape of :mod:`gtm.openai_errors`, which
@@ -339,7 +340,8 @@ class RelayLoop(ABC, Generic[T]):
     * :meth:`next_target` — where the next attempt goes (``None``: nowhere left);
     * :meth:`target_id` — the target's id (the tried set, messages, metrics);
     * :meth:`begin` — charge the target; returns the release, always called;
-    * :meth:`open` — send the request: an :class:`Upstream` once its head arrived;
+    * :meth:`open` — send the request: an :class:`Upstream` once its head arrived
+      (any awaitable of one); :meth:`open_failed` — what an error before the head means;
     * :meth:`retry_status` — which statuses move on to the next target;
     * :meth:`first_byte_deadline` — a loop-time deadline for the first byte, or None;
     * :meth:`response_headers` — what the client's response gains (``x-gtm-*``);
