@@ -18,6 +18,7 @@ zone summaries' prefix sketch and the regional LB's locality scorer). One block 
 from __future__ import annotations
 
 import hashlib
+import struct
 
 #: Bytes of prompt text per block.
 TEXT_BLOCK_BYTES = 256
@@ -26,18 +27,29 @@ TEXT_BLOCK_BYTES = 256
 #: anything longer impossible anyway.
 MAX_TEXT_BLOCKS = 65_536
 
-_ROOT = b"\0" * 8
+_DIGEST_BYTES = 8
+_ROOT = b"\0" * _DIGEST_BYTES
 
 
 def text_block_hashes(
     data: bytes, *, limit: int = MAX_TEXT_BLOCKS, block_bytes: int = TEXT_BLOCK_BYTES
 ) -> tuple[int, ...]:
-    """Prefix-chained 64-bit BLAKE2b hashes of the first ``limit`` full blocks of ``data``."""
-    parent = _ROOT
-    out: list[int] = []
-    blake2b = hashlib.blake2b
+    """Prefix-chained 64-bit BLAKE2b hashes of the first ``limit`` full blocks of ``data``.
+
+    Each block's hash is ``blake2b(parent + block, digest_size=8)``, read as a
+    little-endian integer. The hasher is set up once and copied per block (a copy skips
+    the constructor's parameter parsing), and the digests are read as integers all at
+    once."""
     end = min(len(data), limit * block_bytes) - block_bytes + 1
+    if end <= 0:
+        return ()
+    new = hashlib.blake2b(digest_size=_DIGEST_BYTES).copy
+    parent = _ROOT
+    digests: list[bytes] = []
     for start in range(0, end, block_bytes):
-        parent = blake2b(parent + data[start : start + block_bytes], digest_size=8).digest()
-        out.append(int.from_bytes(parent, "little"))
-    return tuple(out)
+        block = new()
+        block.update(parent)
+        block.update(data[start : start + block_bytes])
+        parent = block.digest()
+        digests.append(parent)
+    return struct.unpack(f"<{len(digests)}Q", b"".join(digests))
