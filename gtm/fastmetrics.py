@@ -21,7 +21,9 @@ routing metrics: it also decides in its DNS UDP thread; see
 :class:`gtm.routing.metrics.RoutingMetrics`).
 
 Differences, none visible at scrape time: exemplars are refused (nobody here passes one);
-bucket counts are kept as ints and summed as floats when collected.
+bucket counts are kept as ints and summed as floats when collected; values live in the
+process only, never in prometheus_client's multiprocess files (``PROMETHEUS_MULTIPROC_DIR``,
+which gtm does not use: each process serves its own ``/metrics``).
 """
 
 from __future__ import annotations
