@@ -4,10 +4,11 @@
 ``Histogram`` (same constructor, ``labels()``, registration, ``describe``/``collect`` and
 therefore the same ``/metrics`` exposition, ``_created`` series included) whose children
 keep their value in plain attributes: ``inc`` is one ``+=``, ``observe`` one ``bisect`` and
-an index increment plus the sum. prometheus_client's own take a lock per value (a histogram
-observation: one for the sum, one for the bucket) and check the metric is observable on
-every call; on a path that runs once per request those calls cost as much as the work
-they count.
+an index increment plus the sum; ``labels()`` of a child that exists is one dict lookup.
+prometheus_client's own take a lock per value (a histogram observation: one for the sum,
+one for the bucket) and check the metric is observable on every call, and ``labels()``
+checks and converts every value under a lock; on a path that runs once per request those
+calls cost as much as the work they count.
 
 Why no lock is safe: these are for metrics updated only from one thread, the event loop's
 (the zone agent serves requests and decides on its loop; no thread of its own touches
@@ -28,13 +29,15 @@ which gtm does not use: each process serves its own ``/metrics``).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from bisect import bisect_left
 from collections.abc import Iterable
-from typing import NoReturn
+from typing import Any, NoReturn, Self
 
 from prometheus_client import Counter, Histogram
 from prometheus_client import metrics as _prometheus_metrics
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
@@ -44,7 +47,42 @@ def _created_series() -> bool:
     return bool(_prometheus_metrics._use_created)
 
 
-class FastCounter(Counter):
+class _CachedLabels(MetricWrapperBase):
+    """``labels(*values)`` answered from a dict keyed by the values as given: no label
+    checks, no ``str()`` of each value, no lock once a child exists. Safe from any thread
+    (one dict read or write each; a race only asks prometheus_client twice, which returns
+    its one child). Removing or clearing children empties the cache."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._by_values: dict[tuple[object, ...], Self] = {}
+        super().__init__(*args, **kwargs)
+
+    def labels(self, *labelvalues: object, **labelkwargs: object) -> Self:
+        if not labelkwargs:
+            try:
+                return self._by_values[labelvalues]
+            except (KeyError, TypeError):  # new, or a value that does not hash
+                pass
+        child = super().labels(*labelvalues, **labelkwargs)
+        if not labelkwargs:
+            with contextlib.suppress(TypeError):
+                self._by_values[labelvalues] = child
+        return child
+
+    def remove(self, *labelvalues: Any) -> None:
+        super().remove(*labelvalues)
+        self._by_values = {}
+
+    def remove_by_labels(self, labels: dict[str, str]) -> None:
+        super().remove_by_labels(labels)
+        self._by_values = {}
+
+    def clear(self) -> None:
+        super().clear()
+        self._by_values = {}
+
+
+class FastCounter(_CachedLabels, Counter):
     """A :class:`prometheus_client.Counter` whose ``inc`` is one ``+=`` (loop thread only)."""
 
     _total: float
@@ -72,7 +110,7 @@ class FastCounter(Counter):
         return (sample,)
 
 
-class FastHistogram(Histogram):
+class FastHistogram(_CachedLabels, Histogram):
     """A :class:`prometheus_client.Histogram` whose ``observe`` is a ``bisect`` and two
     ``+=`` (loop thread only). A value goes to the first bucket whose upper bound is at
     least the value (``le``), as prometheus_client's; a NaN to none, only to the sum."""

@@ -98,3 +98,36 @@ def test_reset_starts_the_count_again() -> None:
     counter.reset()
     counter.inc()
     assert registry.get_sample_value("t_reset_total") == 1.0
+
+
+def test_labels_answers_the_same_child_until_it_is_removed() -> None:
+    registry = CollectorRegistry()
+    counter = FastCounter("t_by", "d", ["route", "status"], registry=registry)
+    child = counter.labels("/v1/chat/completions", 200)
+    assert counter.labels("/v1/chat/completions", 200) is child
+    assert counter.labels("/v1/chat/completions", "200") is child  # one series, as str
+    assert counter.labels(route="/v1/chat/completions", status="200") is child
+    child.inc()
+    labels = {"route": "/v1/chat/completions", "status": "200"}
+    assert registry.get_sample_value("t_by_total", labels) == 1.0
+    counter.remove("/v1/chat/completions", "200")
+    assert registry.get_sample_value("t_by_total", labels) is None
+    fresh = counter.labels("/v1/chat/completions", 200)
+    assert fresh is not child
+    fresh.inc()
+    counter.clear()
+    assert counter.labels("/v1/chat/completions", 200) is not fresh
+    assert registry.get_sample_value("t_by_total", labels) == 0.0
+    histogram = FastHistogram("t_h_by", "d", ["model"], registry=registry)
+    observed = histogram.labels("m")
+    histogram.remove_by_labels({"model": "m"})
+    assert histogram.labels("m") is not observed
+
+
+def test_labels_refuses_what_prometheus_client_refuses() -> None:
+    counter = FastCounter("t_refused", "d", ["gpu"], registry=CollectorRegistry())
+    with pytest.raises(ValueError, match="Incorrect label count"):
+        counter.labels("a", "b")
+    with pytest.raises(ValueError, match="can not chain"):
+        counter.labels("a").labels("b")
+    assert counter.labels(["unhashable"]) is counter.labels(["unhashable"])
