@@ -49,6 +49,8 @@ class _Prepared(NamedTuple):
     #: :attr:`ZoneBatch.rate_sum` of ``alive``.
     rate_sum: float
     streams_hint: StreamsHint
+    #: The model has one GPU and it is alive: the free-KV rule cannot remove it.
+    lone: bool
 
 
 class FusedFilters:
@@ -61,7 +63,9 @@ class FusedFilters:
     its free-KV rule (its scalar shortcut says when), and the canary filter removes
     nothing when no GPU is a canary and the request pins nothing. Each calls the
     plugin's own code, so the survivors, the steps and their reasons are those of the
-    one-by-one run.
+    one-by-one run — but for the free-KV rule over a model's lone GPU, which is not
+    asked: it removes a GPU only when another survivor has room, so never the last one
+    (a single-worker zone's every request).
     """
 
     capabilities = frozenset({Capability.PREPARE})
@@ -96,7 +100,7 @@ class FusedFilters:
             return None
         batch.alive, batch.all_alive = prepared.alive, prepared.all_alive
         batch.seal(prepared.survivors)
-        removal = self._fits.soft_removal(batch, need)
+        removal = None if prepared.lone else self._fits.soft_removal(batch, need)
         if removal is None:
             batch._streams_hint = prepared.streams_hint
             batch._rate_sum = prepared.rate_sum
@@ -133,8 +137,9 @@ class FusedFilters:
         hint = StreamsHint(
             slots, tuple(outside) if len(outside) <= STREAMS_OUTSIDE_MAX else None, count
         )
+        lone = all_alive and len(survivors) == 1
         return _Prepared(
-            alive, survivors, all_alive, tuple(steps), (*steps, *self._tail), rate_sum, hint
+            alive, survivors, all_alive, tuple(steps), (*steps, *self._tail), rate_sum, hint, lone
         )
 
 
@@ -154,7 +159,8 @@ class CheapestPick:
     picker takes the first of the tied. Only when a second survivor costs more than the
     best but within ``1e-9 × scale`` of it (where exp may round to 1; it surely does not
     below ``-1e-9``) are the scores worked out to pick, so the choice is always the
-    picker's. (Survivors costing exactly the best tie at 1: argmin finds the first.)
+    picker's. (Survivors costing exactly the best tie at 1: argmin finds the first.) A
+    model's lone GPU, alive, is the choice without a cost.
     """
 
     #: Costs this close to the best (in units of the scorer's scale) may tie with it.
@@ -165,6 +171,8 @@ class CheapestPick:
         self._margin = self.NEAR * self._scorer.scale_ms
 
     def choose(self, batch: ZoneBatch, /) -> int:
+        if batch.all_alive and len(batch.ids) == 1:
+            return 0  # the one candidate is the picker's choice, whatever it scores
         costs = self._scorer.costs_ms(batch)
         if batch.all_alive:
             live = costs
@@ -200,7 +208,8 @@ class BlendPick:
     of :mod:`zone_agent.costs.blend` in one call (its C kernel when built), so the choice
     is the runner's, without the per-scorer dispatch and the scores record (a trace
     works them out when asked). On a near tie between GPUs of different costs the kernel
-    answers -1 and the numpy form decides (an exact tie of costs it decides itself).
+    answers -1 and the numpy form decides (an exact tie of costs it decides itself). A
+    model's lone GPU, alive, is the choice without a blend.
     """
 
     def __init__(self, match: Match) -> None:
@@ -213,6 +222,8 @@ class BlendPick:
         self._inv_scale = 1.0 / self._cost.scale_ms
 
     def choose(self, batch: ZoneBatch, /) -> int:
+        if batch.all_alive and len(batch.ids) == 1:
+            return 0  # the one candidate is the picker's choice, whatever it scores
         index = batch.index
         args = (
             self._cost.costs_ms(batch),

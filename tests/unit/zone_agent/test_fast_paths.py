@@ -406,6 +406,34 @@ def test_fused_filters_work_the_view_out_once_and_fall_back_when_they_must() -> 
     assert list(memo.values()) == [None]
 
 
+@pytest.mark.parametrize("kv_usage", [0.0, 1.0])
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_a_lone_gpu_is_chosen_without_the_free_kv_rule_or_the_blend(
+    kv_usage: float, gpus: int
+) -> None:
+    """A single-worker zone: the fused filters do not ask the free-KV rule (it removes
+    a GPU only when another survivor has room, so never the last one) and the blend
+    does not score; the choice, its prediction and its trace are the reference's, full
+    cache or not. Two GPUs are asked as before."""
+    acc = Accounting()
+    zone = [Gpu(f"g{i}", running=4, kv_usage=kv_usage, kv_blocks=200) for i in range(gpus)]
+    view = make_view(zone, acc)
+    profile = builtin_profile("default")
+    request = make_request(tokens=1000)
+    fast = profile.decide(request, view)
+    batch = fast.outcome.batch
+    asked = batch._kv_own is not None  # the free-KV rule reads our charges
+    assert asked is (gpus > 1)
+    assert fast.outcome.scored is None
+    reference = profile.without_fast_paths().decide(request, view)
+    assert fast.choice == reference.choice == 0
+    assert fast.predicted_ttft_ms == reference.predicted_ttft_ms
+    assert fast.to_decision(None) == reference.to_decision(None)
+    assert fast.outcome.steps == reference.outcome.steps
+    if kv_usage == 1.0:  # the rule finds every GPU short, and keeps them all
+        assert float(batch.kv_free.max()) < request.input_tokens / 16
+
+
 def test_the_survivors_streams_come_from_the_running_total_or_a_gather() -> None:
     """The fused batch sums its survivors' streams from the accounting's running total
     minus the slots outside them; the same as summing the survivors, and a gather once
