@@ -54,6 +54,7 @@ size (``PIPE_BUF``) interleaved with another process's writes when the pipe is f
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -347,6 +348,10 @@ def formatter(log_format: LogFormat) -> logging.Formatter:
 BATCH_LIMIT = 64 * 1024
 
 
+#: What a handler without a lock is held with (``Handler.acquire`` does nothing then).
+_UNLOCKED = contextlib.nullcontext()
+
+
 class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
     """The handler :func:`configure` installs (told apart from a host's own), and the
     batch of lines :class:`LineWriter` gave it that are not written yet.
@@ -389,12 +394,9 @@ class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
 
     def _flush_batch(self) -> None:
         """The end of a loop iteration: write what it added."""
-        self.acquire()
-        try:
+        with self.lock or _UNLOCKED:  # held as acquire() would, without its call
             self._flush_loop = None
             self._write_batch(flush=True)
-        finally:
-            self.release()
 
     def _write_batch(self, *, flush: bool) -> None:
         """Write the batch in one ``stream.write`` (and flush the stream); an error goes
@@ -496,11 +498,9 @@ class LineWriter:
         handler = self.handler()
         if handler is None:
             return False
-        lock = handler.lock  # held as Handler.acquire would, without its call
-        if lock is None:  # never: a StreamHandler makes its lock
-            return False
-        formatter: TextFormatter | JsonFormatter = handler.formatter  # type: ignore[assignment]  # handler() checked
-        with lock:
+        # handler() checked the formatter's type (a cast would be a call per line).
+        formatter: TextFormatter | JsonFormatter = handler.formatter  # type: ignore[assignment]
+        with handler.lock or _UNLOCKED:  # held as Handler.acquire would, without its call
             try:
                 handler.add(
                     formatter.info_fields(self._log.name, message, keys, values)
