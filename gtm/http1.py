@@ -467,9 +467,10 @@ class _Connection(asyncio.Protocol):
             return
         front = self._front
         url = head.url
+        count = len(fields)
         if (
             len(url) > front.max_line
-            or len(fields) > front.max_fields
+            or count > front.max_fields
             or (head_len > front.max_field and self._past_field_ceiling(fields))
         ):
             self._hand_off(Fallback.HEAD_TOO_LARGE)
@@ -498,7 +499,7 @@ class _Connection(asyncio.Protocol):
         )
         self._body_need = head_len + head.length
         self.task = self._loop.create_task(
-            self._answer(request, handler, head_len, head.length, len(fields))
+            self._answer(request, handler, head_len, head.length, count)
         )
 
     def _past_field_ceiling(self, fields: list[tuple[str, str]]) -> bool:
