@@ -448,7 +448,7 @@ class _Connection(asyncio.Protocol):
         head.complete = False
         parser = self._parser
         try:
-            parser.feed_data(bytes(buffer[:head_len]))
+            parser.feed_data(buffer[:head_len])  # a copy the parser reads, not kept
         except httptools.HttpParserUpgrade:
             self._hand_off(Fallback.UPGRADE)
             return
