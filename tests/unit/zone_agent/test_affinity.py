@@ -84,7 +84,8 @@ def _carries_its_outcome(decision: ZoneDecision) -> None:
 def test_a_decision_moved_or_not_carries_its_outcomes_choice() -> None:
     acc = Accounting()
     home, decided, kept = _turns(acc, streams_on_home=1)
-    assert kept is not decided and kept.gpu_id == home
+    assert kept is not decided
+    assert kept.gpu_id == home
     _carries_its_outcome(decided)
     _carries_its_outcome(kept)
     assert kept.matched_blocks > decided.matched_blocks
