@@ -12,7 +12,7 @@ Printed per size (latencies in µs):
   no metrics, as a caller that logs every decision pays;
 * ``p50 lazy`` — ``Runner.decide`` alone: the trace is built only when asked for;
 * ``+metrics`` — with Prometheus metrics (decision duration every time, plugin durations
-  on one decision in 16, the default ``plugin_timing_every``); ``all timed`` times every
+  on one decision in 256, the default ``plugin_timing_every``); ``all timed`` times every
   plugin on every decision (``plugin_timing_every=1``);
 * ``p99 frozen`` — after ``gc.freeze()``, which a server calls once after start-up;
 * ``top-16`` — the trace keeps only the 16 best candidates' scores (``trace_scores``);
@@ -48,6 +48,7 @@ from gtm.routing.filters.allow_list import AllowListFilter
 from gtm.routing.filters.allow_list import Params as AllowParams
 from gtm.routing.framework import Bools, Floats
 from gtm.routing.pickers.max_score import MaxScorePicker
+from gtm.routing.runner import DEFAULT_PLUGIN_TIMING_EVERY
 from gtm.stats import percentile
 
 SIZES = (10, 50, 100, 1_000, 10_000)
@@ -177,7 +178,7 @@ def fleet(n: int, rng: random.Random) -> Snapshot:
 def build_profile(
     metrics: RoutingMetrics | None = None,
     trace_scores: int | None = None,
-    plugin_timing_every: int = 16,
+    plugin_timing_every: int = DEFAULT_PLUGIN_TIMING_EVERY,
 ) -> Runner[GpuBatch]:
     ttft = TtftScorer("ttft")
     return Runner(
