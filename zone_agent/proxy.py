@@ -42,7 +42,7 @@ from multidict import CIMultiDict
 
 from gtm import headers as gtm_headers
 from gtm import tracing
-from gtm.clock import Clock
+from gtm.clock import Clock, SystemClock
 from gtm.credentials import CLIENT_CREDENTIALS
 from gtm.errors import AttemptFailed, NoEligibleCandidate, UpstreamError
 from gtm.inbound import Scope
@@ -78,7 +78,7 @@ from zone_agent.request import (
 )
 from zone_agent.router import ZoneDecision, ZoneProfile
 from zone_agent.upstream import UpstreamConnectError, UpstreamPool
-from zone_agent.view import ZoneView
+from zone_agent.view import ModelIndex, ZoneView
 
 log = logging.getLogger(__name__)
 
@@ -154,19 +154,28 @@ def decide_or_refuse(
     whether the stickiness rule may apply, :func:`keeps_affinity`)."""
     try:
         decision = profile.decide(facts, view, exclude=tried)
-    except ModelNotServed:
-        raise ModelNotFound(facts.model) from None
-    except PromptTooLong as exc:
-        raise BadRequest(
-            str(exc.reason), param="messages", code="context_length_exceeded"
-        ) from None
-    except NoEligibleCandidate as exc:
-        raise NoCapacity(
-            f"no GPU in zone {view.zone_id!r} can take this request now ({exc})",
-            retry_after_s=NO_CAPACITY_RETRY_AFTER_S,
-        ) from None
+    except _REFUSALS as exc:
+        raise refusal(exc, facts, view) from None
     # Back to the GPU the prompt's prefix was just sent to, while it can take it.
     return sticky_gpu(decision) if affinity and keeps_affinity(profile) else decision
+
+
+#: What :meth:`ZoneProfile.decide` raises when it has no decision (:func:`refusal`).
+_REFUSALS = (ModelNotServed, PromptTooLong, NoEligibleCandidate)
+
+
+def refusal(
+    exc: ModelNotServed | PromptTooLong | NoEligibleCandidate, facts: ZoneRequest, view: ZoneView
+) -> Exception:
+    """The error the client gets for a decision's refusal (one of :data:`_REFUSALS`)."""
+    if isinstance(exc, ModelNotServed):
+        return ModelNotFound(facts.model)
+    if isinstance(exc, PromptTooLong):
+        return BadRequest(str(exc.reason), param="messages", code="context_length_exceeded")
+    return NoCapacity(
+        f"no GPU in zone {view.zone_id!r} can take this request now ({exc})",
+        retry_after_s=NO_CAPACITY_RETRY_AFTER_S,
+    )
 
 
 def charge(accounting: Accounting, decision: ZoneDecision) -> Ticket:
@@ -223,6 +232,38 @@ class DataPath:
         # Per-request lookups cached: a labelled child costs a lock and a tuple per
         # ``.labels()`` call. Bounded by the GPUs (× profiles) the zone has had.
         self._assigned: dict[tuple[str, str], Callable[[], None]] = {}
+        #: Whether the stickiness rule applies to the last profile decided with (asked
+        #: once per profile, not per request).
+        self._sticky_of: tuple[ZoneProfile | None, bool] = (None, False)
+        #: Per model, its last index's per-GPU figures a charge reads, as Python ints
+        #: (a numpy scalar read per request costs more): the index, the block size for
+        #: KV blocks (at least 1), the block size and the prefix capacity.
+        self._per_gpu: dict[str, tuple[ModelIndex, list[int], list[int], list[int]]] = {}
+        #: The clock's reading, as a C call when it is the system clock.
+        self.monotonic: Callable[[], float] = (
+            time.monotonic if type(clock) is SystemClock else clock.monotonic
+        )
+
+    def sticky(self, profile: ZoneProfile) -> bool:
+        """Whether ``profile``'s decisions go through :func:`sticky_gpu` here."""
+        last, sticky = self._sticky_of
+        if last is not profile:
+            sticky = self.settings.affinity and keeps_affinity(profile)
+            self._sticky_of = (profile, sticky)
+        return sticky
+
+    def per_gpu(self, index: ModelIndex) -> tuple[ModelIndex, list[int], list[int], list[int]]:
+        """``index``'s per-GPU figures a charge reads (see :attr:`_per_gpu`)."""
+        entry = self._per_gpu.get(index.model)
+        if entry is None or entry[0] is not index:
+            blocks = [int(float(b)) for b in index.block_size.tolist()]
+            entry = self._per_gpu[index.model] = (
+                index,
+                [max(1, b) for b in blocks],
+                blocks,
+                [int(c) for c in index.prefix_capacity.tolist()],
+            )
+        return entry
 
     def count_assignment(self, decision: ZoneDecision) -> None:
         key = (decision.gpu_id, decision.profile)
@@ -243,7 +284,7 @@ class DataPath:
 
     def record(self, gpu_id: str, outcome: Outcome) -> None:
         """A GPU's passive-health observation (may eject it)."""
-        now = self.clock.monotonic()
+        now = self.monotonic()
         if outcome is not Outcome.SUCCESS:
             self.metrics.upstream_failures.labels(gpu_id, outcome.value).inc()
         if self.health.record(gpu_id, outcome, now):
@@ -285,15 +326,24 @@ class ZoneRelay(RelayLoop[ZoneDecision]):
         acc = path.accounting
         if acc.holds:  # tickets /v1/assign holds; none: no clock to read, nothing to expire
             acc.expire(path.clock.monotonic())
+        # decide_or_refuse and count_assignment, inlined (the same operations).
+        profile = path.profile()
+        facts = self._facts
+        view = path.view()
         try:
-            decision = decide_or_refuse(
-                path.profile(), self._facts, path.view(), tried, affinity=path.settings.affinity
-            )
-        except NoCapacity:
-            if not tried:
-                raise
-            return None  # retries end here; the failures so far are the answer
-        path.count_assignment(decision)
+            decision = profile.decide(facts, view, exclude=tried)
+        except _REFUSALS as exc:
+            error = refusal(exc, facts, view)
+            if tried and isinstance(error, NoCapacity):
+                return None  # retries end here; the failures so far are the answer
+            raise error from None
+        if path.sticky(profile):
+            decision = sticky_gpu(decision)
+        key = (decision.gpu_id, decision.profile)
+        inc = path._assigned.get(key)
+        if inc is None:
+            inc = path._assigned[key] = path.metrics.assignments.labels(*key).inc
+        inc()
         path.metrics.decision.observe(time.perf_counter() - self._started)
         if self._traced:
             tracing.decided(
@@ -308,10 +358,21 @@ class ZoneRelay(RelayLoop[ZoneDecision]):
         return target.gpu_id
 
     def begin(self, target: ZoneDecision) -> Callable[[], None]:
-        ticket = self._ticket = charge(self._path.accounting, target)
-        on_sent = self._path.on_sent
+        # charge, inlined, reading the index's figures from Python lists.
+        path = self._path
+        facts, i = target.request, target.choice
+        per_gpu = path.per_gpu(target.model_index)
+        ticket = self._ticket = path.accounting.start(
+            target.gpu_id,
+            prefill_tokens=target.uncached_tokens,
+            sequences=facts.sequences,
+            kv_blocks=float(-(-facts.input_tokens // per_gpu[1][i]) + facts.prompts),
+            prefix_hashes=facts.prefix_hashes,
+            prefix_capacity=per_gpu[3][i],
+        )
+        on_sent = path.on_sent
         if on_sent is not None:
-            on_sent(self._raw, self._facts, int(target.model_index.block_size[target.choice]))
+            on_sent(self._raw, self._facts, per_gpu[2][i])
         return ticket.close
 
     def first_byte_deadline(self, target: ZoneDecision) -> float | None:
