@@ -57,6 +57,7 @@ aiohttp request, whose :meth:`Relay.forward` returns the handler's response.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 from abc import ABC, abstractmethod
@@ -315,16 +316,44 @@ def end_to_end(
 ) -> list[tuple[str, str]]:
     """The end-to-end headers of ``headers``: none in ``skip`` (a :func:`skip_set`) and
     none a ``Connection`` header names (RFC 9110 §7.6.1)."""
+    known = _known(skip)
     named = headers.get("connection")
     if named:
         listed = {token.strip().lower() for token in named.split(",")}
         if not listed <= skip:
             skip = skip | listed
+            known = _UNKNOWN
+    kept_as, dropped_as = known
     kept = []
     for name, value in headers.items():  # (a loop, not a comprehension: no frame of its own)
-        if name.lower() not in skip:
+        # A common spelling is judged by a set lookup, others lower-cased.
+        if name in kept_as or (name not in dropped_as and name.lower() not in skip):
             kept.append((name, value))
     return kept
+
+
+#: Common header names as clients and servers spell them (and each name of a skip set,
+#: lower-case and capitalised): judged without ``lower()`` by :func:`end_to_end`.
+_COMMON = (
+    *("Host", "Content-Type", "Content-Length", "User-Agent", "Accept", "Accept-Encoding"),
+    *("Authorization", "Connection", "Date", "Server", "X-Request-Id", "Traceparent"),
+    *("Tracestate", "Cache-Control", "Transfer-Encoding", "Keep-Alive"),
+)
+_UNKNOWN: tuple[frozenset[str], frozenset[str]] = (frozenset(), frozenset())
+
+
+@functools.lru_cache(maxsize=64)
+def _known(skip: frozenset[str]) -> tuple[frozenset[str], frozenset[str]]:
+    """The spellings of :data:`_COMMON` and of ``skip``'s names that ``skip`` keeps, and
+    those it drops (by the rule of :func:`end_to_end`, each once per skip set)."""
+    names = {*_COMMON, *skip}
+    spelled = {
+        s for n in names for s in (n, n.lower(), "-".join(map(str.capitalize, n.split("-"))))
+    }
+    return (
+        frozenset(s for s in spelled if s.lower() not in skip),
+        frozenset(s for s in spelled if s.lower() in skip),
+    )
 
 
 T = TypeVar("T")

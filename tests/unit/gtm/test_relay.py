@@ -8,6 +8,8 @@ from typing import cast
 
 import aiohttp
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from multidict import CIMultiDict
 
 from gtm.errors import AttemptFailed, GtmError, RelayError, UpstreamError
@@ -76,6 +78,31 @@ def test_the_skip_set_is_not_widened_in_place_by_a_connection_header() -> None:
     skip = skip_set()
     end_to_end(CIMultiDict([("Connection", "X-Once")]), skip)
     assert "x-once" not in skip
+
+
+_SPELLINGS = st.sampled_from(
+    [
+        *("Host", "host", "HOST", "Content-Type", "content-type", "Content-Length"),
+        *("content-length", "CONTENT-LENGTH", "Connection", "X-Request-Id", "x-request-id"),
+        *("X-REQUEST-ID", "Keep-Alive", "keep-alive", "Date", "date", "X-Other", "x-other"),
+        *("Transfer-Encoding", "TE", "Te", "te", "Server", "Authorization", "Upgrade"),
+    ]
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(_SPELLINGS, st.sampled_from(["v", "x-other", "close", "X-Other, te"]))),
+    st.sampled_from([HOP_BY_HOP, skip_set("X-Request-Id"), skip_set("Date") | {"x-other"}]),
+)
+def test_end_to_end_keeps_what_the_lower_cased_rule_keeps(
+    fields: list[tuple[str, str]], skip: frozenset[str]
+) -> None:
+    # Common spellings are judged by set lookups: the same as lower-casing each name.
+    headers = CIMultiDict(fields)
+    named = headers.get("connection")
+    rule = skip | {t.strip().lower() for t in named.split(",")} if named else skip
+    assert end_to_end(headers, skip) == [(n, v) for n, v in fields if n.lower() not in rule]
 
 
 def test_relay_errors_are_in_the_gtm_tree() -> None:
