@@ -132,7 +132,7 @@ class TextFormatter(logging.Formatter):
         #: the tuple of a line's keys, and a str value's text (:func:`_text_value`),
         #: remembered (:func:`_remember`): a regex scan per value is most of a line's
         #: cost, and most values repeat line after line.
-        self._prefixes: dict[tuple[str, ...], tuple[str, ...]] = {}
+        self._prefixes: dict[tuple[str, ...], tuple[tuple[str, ...], tuple[bool, ...]]] = {}
         self._texts: dict[object, str] = {}  # str keys only
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
@@ -179,29 +179,45 @@ class TextFormatter(logging.Formatter):
         created = time.time()
         msecs = int((created - int(created)) * 1000) + 0.0  # as logging.LogRecord
         head = f"{self._asctime(created, msecs)} level=INFO logger={name} {message}"
-        parts = [head if message else head[:-1]]  # " ".join puts the space back
-        prefixes = self._prefixes.get(keys)
-        if prefixes is None:
-            prefixes = _remember(
-                self._prefixes, keys, tuple(f"{key}=" if _is_extra(key) else "" for key in keys)
+        known = self._prefixes.get(keys)
+        if known is None:
+            known = _remember(
+                self._prefixes,
+                keys,
+                (
+                    tuple(f"{key}=" if _is_extra(key) else "" for key in keys),
+                    tuple(key[-3:] == "_id" for key in keys),  # ids never repeat (_REMEMBERED)
+                ),
             )
-        texts, add = self._texts, parts.append
-        for prefix, value in zip(prefixes, values, strict=True):
-            if value is None or not prefix:
-                continue
-            if type(value) is str:
-                if value:
-                    text = texts.get(value)
-                    if text is None:  # _text_value of a non-empty str, inline
-                        text = value if _NEEDS_QUOTES.search(value) is None else json.dumps(value)
-                        if prefix[-4:] != "_id=":  # ids never repeat (_REMEMBERED)
-                            _remember(texts, value, text)
-                    add(prefix + text)
-            elif type(value) is int or type(value) is float:
-                add(f"{prefix}{value}")  # format(x, "") is str(x) for both
-            elif value != "":
-                add(prefix + _text_value(value))
-        return head if len(parts) == 1 else " ".join(parts)
+        prefixes, fresh = known
+        get, search, dumps = self._texts.get, _NEEDS_QUOTES.search, json.dumps
+        # One comprehension (no append call per field). A str value: an id's text made
+        # now (_text_value of a non-empty str, inline), another's as remembered; int and
+        # float: format(x, "") is str(x) for both; "" and None: no field.
+        parts = [
+            prefix
+            + (
+                (value if search(value) is None else dumps(value))
+                if is_id
+                else text
+                if (text := get(value)) is not None
+                else self._new_text(value)
+            )
+            if type(value) is str
+            else f"{prefix}{value}"
+            if type(value) is int or type(value) is float
+            else prefix + _text_value(value)
+            for prefix, is_id, value in zip(prefixes, fresh, values, strict=True)
+            if value is not None and prefix and value != ""
+        ]
+        if not parts:
+            return head
+        return f"{head} {' '.join(parts)}" if message else head + " ".join(parts)
+
+    def _new_text(self, value: str) -> str:
+        """:func:`_text_value` of the non-empty str ``value``, remembered."""
+        text = value if _NEEDS_QUOTES.search(value) is None else json.dumps(value)
+        return _remember(self._texts, value, text)
 
 
 #: How many keys or values a formatter remembers how to write before it starts over:
