@@ -209,6 +209,11 @@ class Upstream(Protocol):
     def headers(self) -> Mapping[str, str]: ...
 
     @property
+    def fields(self) -> Sequence[tuple[str, str]] | None:
+        """:attr:`headers`' fields in order, when the upstream holds them as a list
+        (the relay reads them without iterating the mapping); None: it does not."""
+
+    @property
     def content_length(self) -> int | None: ...
 
     @property
@@ -312,10 +317,13 @@ def skip_set(*names: str) -> frozenset[str]:
 
 
 def end_to_end(
-    headers: Mapping[str, str], skip: frozenset[str] = HOP_BY_HOP
+    headers: Mapping[str, str],
+    skip: frozenset[str] = HOP_BY_HOP,
+    fields: Iterable[tuple[str, str]] | None = None,
 ) -> list[tuple[str, str]]:
     """The end-to-end headers of ``headers``: none in ``skip`` (a :func:`skip_set`) and
-    none a ``Connection`` header names (RFC 9110 §7.6.1)."""
+    none a ``Connection`` header names (RFC 9110 §7.6.1). ``fields``: ``headers``' own
+    fields in order, when the caller has them as a list (read instead of its items)."""
     known = _known(skip)
     named = headers.get("connection")
     if named:
@@ -325,7 +333,8 @@ def end_to_end(
             known = _UNKNOWN
     kept_as, dropped_as = known
     kept = []
-    for name, value in headers.items():  # (a loop, not a comprehension: no frame of its own)
+    # (A loop, not a comprehension: no frame of its own.)
+    for name, value in headers.items() if fields is None else fields:
         # A common spelling is judged by a set lookup, others lower-cased.
         if name in kept_as or (name not in dropped_as and name.lower() not in skip):
             kept.append((name, value))
@@ -513,7 +522,7 @@ class RelayLoop(ABC, Generic[T]):
                             Failure.STATUS, f"HTTP {status}", status=status, body=body
                         )
                     self.first_byte(target)
-                    headers = CIMultiDict(end_to_end(upstream.headers))
+                    headers = CIMultiDict(end_to_end(upstream.headers, HOP_BY_HOP, upstream.fields))
                     self.response_headers(target, headers)
                     length = upstream.content_length
                     if length is not None and len(first) == length:
@@ -735,6 +744,8 @@ class AiohttpUpstream:
 
     #: aiohttp's body is always read (see :class:`Upstream`).
     body: bytes | None = None
+    #: Its headers are a mapping only.
+    fields: Sequence[tuple[str, str]] | None = None
 
     def __init__(self, response: aiohttp.ClientResponse) -> None:
         self._response = response

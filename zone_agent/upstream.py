@@ -165,6 +165,8 @@ class _Connection(asyncio.Protocol):
         self.status = 0
         self.reason = ""
         self.headers: CIMultiDict[str] = CIMultiDict()
+        #: :attr:`headers`' fields in order (as read).
+        self.fields: list[tuple[str, str]] = []
         self.content_length: int | None = None
         #: The whole body, when it arrived with the head and matched its Content-Length
         #: (also in :attr:`chunks`, for a reader that reads it).
@@ -360,6 +362,7 @@ class _Connection(asyncio.Protocol):
         self.status = status
         self.reason = reason
         self.headers = headers
+        self.fields = fields
         connection = headers.get("connection")
         if not http11 or (connection is not None and "close" in connection.lower()):
             self.keep_alive = False
@@ -480,6 +483,7 @@ class UpstreamResponse:
         "_read_timeout_s",
         "body",
         "content_length",
+        "fields",
         "headers",
         "reason",
         "status",
@@ -500,6 +504,8 @@ class UpstreamResponse:
         self.status: int = conn.status
         self.reason: str = conn.reason
         self.headers: CIMultiDict[str] = conn.headers
+        #: The headers' fields in order (:class:`gtm.relay.Upstream`).
+        self.fields: list[tuple[str, str]] = conn.fields
         self.content_length: int | None = conn.content_length
         #: The whole body when it came with the head (:class:`gtm.relay.Upstream`).
         self.body: bytes | None = conn.body

@@ -38,6 +38,7 @@ class Scripted:
     reason: str = "OK"
     #: Never offered whole: the relay reads every chunk.
     body: bytes | None = None
+    fields: list[tuple[str, str]] | None = None
     released: bool = False
     closed: bool = False
     _next: int = 0

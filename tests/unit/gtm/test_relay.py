@@ -102,7 +102,9 @@ def test_end_to_end_keeps_what_the_lower_cased_rule_keeps(
     headers = CIMultiDict(fields)
     named = headers.get("connection")
     rule = skip | {t.strip().lower() for t in named.split(",")} if named else skip
-    assert end_to_end(headers, skip) == [(n, v) for n, v in fields if n.lower() not in rule]
+    expected = [(n, v) for n, v in fields if n.lower() not in rule]
+    assert end_to_end(headers, skip) == expected
+    assert end_to_end(headers, skip, fields) == expected  # the fields as a list: the same
 
 
 def test_relay_errors_are_in_the_gtm_tree() -> None:
