@@ -188,33 +188,40 @@ class ClientSlots:
     """In-flight requests per client address, bounded by ``max_concurrent_per_client``
     (0: unbounded). :meth:`take` is a 429 refusal or None (then :meth:`give` back)."""
 
-    __slots__ = ("_cap", "_in_flight", "_limits")
+    __slots__ = ("_limits", "cap", "in_flight")
 
     def __init__(self, limits: HttpLimits) -> None:
         self._limits = limits
-        self._cap = limits.max_concurrent_per_client
-        self._in_flight: dict[str, int] = {}
+        #: The bound (0: none).
+        self.cap = limits.max_concurrent_per_client
+        #: In-flight requests by client address (only addresses with some). The lean
+        #: server takes and gives inline, by :meth:`take`'s and :meth:`give`'s rule.
+        self.in_flight: dict[str, int] = {}
 
     def take(self, peer: str) -> ApiError | None:
-        active = self._in_flight.get(peer, 0)
-        cap = self._cap
+        active = self.in_flight.get(peer, 0)
+        cap = self.cap
         if cap and active >= cap:
-            return ApiError(
-                429,
-                f"too many concurrent requests from {peer} (at most {cap}); retry later",
-                type=ErrorType.RATE_LIMIT,
-                code="client_concurrency",
-                retry_after_s=self._limits.retry_after_s,
-            )
-        self._in_flight[peer] = active + 1
+            return self.refusal(peer)
+        self.in_flight[peer] = active + 1
         return None
 
+    def refusal(self, peer: str) -> ApiError:
+        """The 429 for ``peer``, at the bound."""
+        return ApiError(
+            429,
+            f"too many concurrent requests from {peer} (at most {self.cap}); retry later",
+            type=ErrorType.RATE_LIMIT,
+            code="client_concurrency",
+            retry_after_s=self._limits.retry_after_s,
+        )
+
     def give(self, peer: str) -> None:
-        remaining = self._in_flight[peer] - 1
+        remaining = self.in_flight[peer] - 1
         if remaining:
-            self._in_flight[peer] = remaining
+            self.in_flight[peer] = remaining
         else:
-            del self._in_flight[peer]
+            del self.in_flight[peer]
 
 
 @dataclass(frozen=True, slots=True)
