@@ -356,32 +356,39 @@ def record_of(
     prepared = note.prepared_at
     if prepared is None and end is End.OK:
         prepared = now  # a whole response, sent as the handler returns it
-    # Positional, in the fields' order (keywords cost twice the whole construction).
-    return AccessRecord(
-        tier,
-        request.method,
-        request.path,
-        status,
-        end,
-        (now - note.started) * 1000.0,  # duration_ms
-        got.get(gtm_headers.REQUEST_ID) or note.request_id,
-        note.decision_id or got.get(gtm_headers.DECISION_ID),
-        note.tenant,
-        note.model,
-        note.country,
-        note.location_source,
-        served,  # region
-        got.get(gtm_headers.ZONE) or zone,
-        got.get(gtm_headers.GPU),
-        spill_from,
-        served if spill_from else None,  # spill_to
-        None if prepared is None else (prepared - note.started) * 1000.0,  # ttft_ms
-        note.tokens_in,
-        note.tokens_out,
-        note.tokens_source,
-        note.client,
-        request.remote,  # peer
+    # The tuple made directly, in the fields' order (the named tuple's ``__new__`` is a
+    # Python function around this same call; every field is given).
+    return _new_tuple(
+        AccessRecord,
+        (
+            tier,
+            request.method,
+            request.path,
+            status,
+            end,
+            (now - note.started) * 1000.0,  # duration_ms
+            got.get(gtm_headers.REQUEST_ID) or note.request_id,
+            note.decision_id or got.get(gtm_headers.DECISION_ID),
+            note.tenant,
+            note.model,
+            note.country,
+            note.location_source,
+            served,  # region
+            got.get(gtm_headers.ZONE) or zone,
+            got.get(gtm_headers.GPU),
+            spill_from,
+            served if spill_from else None,  # spill_to
+            None if prepared is None else (prepared - note.started) * 1000.0,  # ttft_ms
+            note.tokens_in,
+            note.tokens_out,
+            note.tokens_source,
+            note.client,
+            request.remote,  # peer
+        ),
     )
+
+
+_new_tuple = tuple.__new__
 
 
 class AccessLog:

@@ -130,11 +130,16 @@ def read_prompt(body: Mapping[str, object], path: str) -> PromptRead:
         given = get("max_tokens")
     else:
         counts, text = _items_prompt(get("input"), "input")
-        return PromptRead(model, counts, text, 0, 1, False)
+        return _new_tuple(PromptRead, (model, counts, text, 0, 1, False))
     output = given if isinstance(given, int) else None
     n = get("n")
     choices = n if isinstance(n, int) and n else 1
-    return PromptRead(model, counts, text, output, choices, get("stream") is True)
+    # The tuple made directly, in the fields' order (the named tuple's ``__new__`` is a
+    # Python function around this same call).
+    return _new_tuple(PromptRead, (model, counts, text, output, choices, get("stream") is True))
+
+
+_new_tuple = tuple.__new__
 
 
 def _items_prompt(value: object, field: str) -> tuple[tuple[int, ...], str]:

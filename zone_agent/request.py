@@ -118,25 +118,31 @@ def zone_request(
     prompts = len(counts)
     text = read.fingerprint_text
     data = text.encode("utf-8", "surrogatepass")
-    # Positional, in the fields' order (keywords cost twice the whole construction).
-    return ZoneRequest(
-        request_id,
-        read.model,
-        endpoint,
-        sum(counts),  # input_tokens
-        max(counts),  # max_prompt_tokens
-        read.max_output_tokens,
-        prompts,
-        prompts * read.choices,  # sequences
-        text_block_hashes(data) if endpoint is not Endpoint.EMBEDDING else (),
-        counts[0] * BLOCK_BYTES / len(data) if data else 0.0,  # tokens_per_block
-        consistent_hash_key(text),
-        read.stream,
-        seq,
-        version,
-        canary,
+    # The tuple made directly, in the fields' order (the named tuple's ``__new__`` is a
+    # Python function around this same call; every field is given).
+    return _new_tuple(
+        ZoneRequest,
+        (
+            request_id,
+            read.model,
+            endpoint,
+            sum(counts),  # input_tokens
+            max(counts),  # max_prompt_tokens
+            read.max_output_tokens,
+            prompts,
+            prompts * read.choices,  # sequences
+            text_block_hashes(data) if endpoint is not Endpoint.EMBEDDING else (),
+            counts[0] * BLOCK_BYTES / len(data) if data else 0.0,  # tokens_per_block
+            consistent_hash_key(text),
+            read.stream,
+            seq,
+            version,
+            canary,
+        ),
     )
 
+
+_new_tuple = tuple.__new__
 
 # ---------------------------------------------------------------------------- headers
 

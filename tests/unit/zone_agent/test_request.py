@@ -11,6 +11,7 @@ from zone_agent.request import (
     CanaryChoice,
     Endpoint,
     Ids,
+    ZoneRequest,
     canary,
     first_prompt,
     request_id,
@@ -105,6 +106,20 @@ def test_embeddings_have_no_output_no_prefix_and_never_stream() -> None:
     assert request.max_output_tokens == 0
     assert request.prefix_hashes == ()
     assert request.stream is False
+
+
+@pytest.mark.parametrize("endpoint", list(Endpoint))
+def test_the_request_is_a_whole_zone_request_as_its_constructor_makes_it(
+    endpoint: Endpoint,
+) -> None:
+    # zone_request and read_prompt make their named tuples with tuple.__new__: each
+    # field given, in order, equal to the constructor's own.
+    body = {"model": "m", "messages": CHAT, "prompt": ["ab", "c"], "input": "x", "n": 2}
+    request = zone_request(body, endpoint, request_id="r", seq=7, version="v2")
+    assert type(request) is ZoneRequest
+    assert len(request) == len(ZoneRequest._fields)
+    assert request == ZoneRequest(**request._asdict())
+    assert (request.seq, request.version, request.canary) == (7, "v2", CanaryChoice.AUTO)
 
 
 def test_growing_conversation_keeps_its_prefix_blocks() -> None:
