@@ -30,7 +30,7 @@ every :data:`RELOAD_INTERVAL_S` and whenever the inventory changes, as
 :mod:`gtm.tls` does for certificates (inode, mtime, size), so a rotated Secret takes
 effect without a restart; a file that cannot be read then keeps its last good key and is
 logged once. Environment variables are read once (a process's environment does not
-change). Per request the agent only looks the header up (:meth:`WorkerKeys.header`).
+change). Per request the agent only looks the header up (:attr:`WorkerKeys.header`).
 
 **Never shown**: a key's ``repr`` is hidden (:class:`WorkerKey`), errors name the file or
 variable, never the value; the access log and traces never carry request headers.
@@ -41,7 +41,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from pydantic import Field, model_validator
@@ -149,6 +149,9 @@ class WorkerKeys:
         self._failing: set[str] = set()
         self._workers: tuple[GpuWorker, ...] = ()
         self._headers: dict[str, tuple[str, str]] = {}
+        #: The ``Authorization`` header for a worker id, or ``None`` (no key): the
+        #: headers' own ``get`` (per request a C call; :meth:`update` refills that dict).
+        self.header: Callable[[str], tuple[str, str] | None] = self._headers.get
         zone = config.zone_ref
         self._zone_key = self._load(zone, strict=True) if zone is not None else None
 
@@ -161,10 +164,6 @@ class WorkerKeys:
         cfg = self.config
         return bool(self._static) or cfg.zone_ref is not None or cfg.directory is not None
 
-    def header(self, worker_id: str) -> tuple[str, str] | None:
-        """The ``Authorization`` header for ``worker_id``, or ``None`` (no key)."""
-        return self._headers.get(worker_id)
-
     def update(self, workers: Iterable[GpuWorker]) -> None:
         """Resolve the key of each of ``workers`` (the zone's whole inventory)."""
         self._workers = tuple(workers)
@@ -173,7 +172,10 @@ class WorkerKeys:
             key = self._key_of(worker)
             if key is not None:
                 headers[worker.id] = key.header
-        self._headers = headers  # one reference assignment: readers see old or new
+        # Refilled in place (readers hold its get), with no await in between: requests,
+        # on the same loop, see the old keys or the new ones.
+        self._headers.clear()
+        self._headers.update(headers)
 
     def reload(self) -> None:
         """Re-read the files that changed, then re-resolve every worker's key."""
