@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import operator
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -490,8 +491,9 @@ class ZoneAgent:
                 first_byte_cap_s=self.config.upstream_timeout_s,
                 affinity=self.config.affinity,
             ),
-            view=lambda: self._view,
-            profile=lambda: self._profile,
+            # The current view and profile, read per request without a Python frame.
+            view=functools.partial(operator.attrgetter("_view"), self),
+            profile=functools.partial(operator.attrgetter("_profile"), self),
             accounting=self.accounting,
             health=self.health,
             on_ejection=self.on_ejection,
