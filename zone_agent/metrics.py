@@ -196,9 +196,11 @@ class ZoneMetrics:
             registry=registry,
         )
         self._model_label = ModelLabel()
-        # Per-request lookups cached: a labelled child costs a lock and a tuple per
-        # ``.labels()`` call. Bounded by the model labels.
-        self._first_byte: dict[str, Callable[[float], None]] = {}
+        #: Each model's first-byte ``observe`` (:meth:`observe_first_byte` fills it; a
+        #: caller may look a model up here first and save that call). Per-request lookups
+        #: cached: a labelled child costs a lock and a tuple per ``.labels()`` call.
+        #: Bounded by the models asked for.
+        self.first_byte_of: dict[str, Callable[[float], None]] = {}
         self.decision = FastHistogram(
             "gtm_zone_request_overhead_seconds",
             "Agent time before a request is sent upstream (parse, count, decide).",
@@ -209,8 +211,8 @@ class ZoneMetrics:
 
     def observe_first_byte(self, model: str, seconds: float) -> None:
         """One request's first-byte latency, under its (bounded) model label."""
-        observe = self._first_byte.get(model)
+        observe = self.first_byte_of.get(model)
         if observe is None:
             label = self._model_label(model)
-            observe = self._first_byte[model] = self.first_byte.labels(label).observe
+            observe = self.first_byte_of[model] = self.first_byte.labels(label).observe
         observe(seconds)

@@ -288,9 +288,13 @@ class DataPath:
         if outcome is not Outcome.SUCCESS:
             self.metrics.upstream_failures.labels(gpu_id, outcome.value).inc()
         if self.health.record(gpu_id, outcome, now):
-            log.warning("ejected GPU %s after consecutive failures (%s)", gpu_id, outcome)
-            self.metrics.ejections.labels(gpu_id).inc()
-            self.on_ejection(gpu_id)
+            self.ejected(gpu_id, outcome)
+
+    def ejected(self, gpu_id: str, outcome: Outcome) -> None:
+        """Passive health ejected ``gpu_id`` after ``outcome``."""
+        log.warning("ejected GPU %s after consecutive failures (%s)", gpu_id, outcome)
+        self.metrics.ejections.labels(gpu_id).inc()
+        self.on_ejection(gpu_id)
 
 
 class ZoneRelay(RelayLoop[ZoneDecision]):
@@ -405,7 +409,12 @@ class ZoneRelay(RelayLoop[ZoneDecision]):
         if self._ticket is not None:
             self._ticket.prefill_done()
         elapsed = time.perf_counter() - self._started
-        self._path.metrics.observe_first_byte(self._facts.model, elapsed)
+        metrics = self._path.metrics
+        observe = metrics.first_byte_of.get(self._facts.model)
+        if observe is None:
+            metrics.observe_first_byte(self._facts.model, elapsed)
+        else:
+            observe(elapsed)
 
     def response_headers(self, target: ZoneDecision, headers: CIMultiDict[str]) -> None:
         headers[HEADER_ZONE] = self._path.settings.zone_id
@@ -430,7 +439,12 @@ class ZoneRelay(RelayLoop[ZoneDecision]):
 
     def finished(self, target: ZoneDecision, ending: Ending) -> None:
         outcome = _ENDING_OUTCOME.get(ending)
-        if outcome is not None:
+        if outcome is Outcome.SUCCESS:
+            # record's success case inlined (no failure to count), the same operations.
+            path = self._path
+            if path.health.record(target.gpu_id, outcome, path.monotonic()):
+                path.ejected(target.gpu_id, outcome)
+        elif outcome is not None:
             self._path.record(target.gpu_id, outcome)
 
     def exhausted(self) -> Exception:
