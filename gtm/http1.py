@@ -304,12 +304,15 @@ class _Head:
         self.url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers.append((name.decode(_UTF8, _ESCAPE), value.decode(_UTF8, _ESCAPE)))
-        if name == b"Content-Length" or name == b"content-length":
-            self.length = int(value)  # llhttp checked it: digits only, one value
+        known = _KNOWN.get(name)
+        if known is not None:
+            # A common field as clients spell it: its name decoded once, at import.
+            text, is_length = known
+            self.headers.append((text, value.decode(_UTF8, _ESCAPE)))
+            if is_length:
+                self.length = int(value)  # llhttp checked it: digits only, one value
             return
-        if name in _PLAIN:
-            return  # a common field that is none of the four (without lower())
+        self.headers.append((name.decode(_UTF8, _ESCAPE), value.decode(_UTF8, _ESCAPE)))
         low = name.lower()
         if low == b"content-length":
             self.length = int(value)  # llhttp checked it: digits only, one value
@@ -324,15 +327,17 @@ class _Head:
         self.complete = True
 
 
-#: Common request fields as clients spell them, none of those :class:`_Head` looks for.
-_PLAIN = frozenset(
-    spelled
+#: Common request fields as clients spell them, by their bytes: the name decoded, and
+#: whether it is Content-Length (the others are none of those :class:`_Head` looks for).
+_KNOWN = {
+    spelled: (spelled.decode(), name == b"Content-Length")
     for name in (
-        *(b"Host", b"Content-Type", b"User-Agent", b"Accept", b"Accept-Encoding"),
-        *(b"Authorization", b"Connection", b"X-Request-Id", b"Traceparent", b"Tracestate"),
+        *(b"Host", b"Content-Type", b"Content-Length", b"User-Agent", b"Accept"),
+        *(b"Accept-Encoding", b"Authorization", b"Connection", b"X-Request-Id"),
+        *(b"Traceparent", b"Tracestate"),
     )
     for spelled in (name, name.lower())
-)
+}
 
 
 class _Connection(asyncio.Protocol):
