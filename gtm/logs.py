@@ -178,7 +178,13 @@ class TextFormatter(logging.Formatter):
         type in one loop, and str values written as remembered."""
         created = time.time()
         msecs = int((created - int(created)) * 1000) + 0.0  # as logging.LogRecord
-        head = f"{self._asctime(created, msecs)} level=INFO logger={name} {message}"
+        second, when = self._second
+        msec = self.default_msec_format
+        if second == int(created) and msec:  # _asctime's usual answer, without its call
+            when = msec % (when, msecs)
+        else:
+            when = self._asctime(created, msecs)
+        head = f"{when} level=INFO logger={name} {message}"
         known = self._prefixes.get(keys)
         if known is None:
             known = _remember(
