@@ -222,7 +222,9 @@ class _Writer:
         log = self._log
         if not log.isEnabledFor(logging.INFO):
             return
-        if self._direct.write_fields(record.message(), FIELDS, record.values()):
+        # record.message(), inline (a call per line fewer).
+        message = f"{record.method} {record.path} {record.status}"
+        if self._direct.write_fields(message, FIELDS, record.values()):
             if self._is_direct is not True:
                 self._switch(True)
             return
