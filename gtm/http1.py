@@ -127,6 +127,7 @@ class Request:
     __slots__ = (
         "_state",
         "body",
+        "fields",
         "get",
         "headers",
         "keep_alive",
@@ -159,6 +160,9 @@ class Request:
         self.version = version
         #: The fields as sent (decoded UTF-8, undecodable bytes surrogate-escaped).
         self.headers: CIMultiDict[str] = CIMultiDict(headers)
+        #: The same fields as a list, in order: a reader of them all (``end_to_end``'s
+        #: ``fields``) reads it instead of the mapping's items.
+        self.fields = headers
         self.remote = remote
         #: The connection's transport (``get_extra_info("peercert")`` under TLS).
         self.transport = transport

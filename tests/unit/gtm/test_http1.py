@@ -240,6 +240,7 @@ async def _one_connections_requests_are_each_read_as_if_alone() -> None:
 
     async def look(request: Request, client: Downstream) -> None:
         fields = list(request.headers.items())
+        assert request.fields == fields  # the list beside the mapping: the same fields
         seen.append((request.version, request.path, request.query, fields, request.raw_headers))
         client.whole(200, "OK", CIMultiDict({"x-fields": str(len(fields))}), request.body)
 
