@@ -218,7 +218,7 @@ class _Writer:
             ).labels(tier)
         )
 
-    def __call__(self, record: AccessRecord) -> None:
+    def write(self, record: AccessRecord) -> None:
         log = self._log
         if not log.isEnabledFor(logging.INFO):
             return
@@ -352,6 +352,20 @@ def record_of(
 ) -> AccessRecord:
     """The access record of ``request``: the response's headers first, then what the
     tier told (``note``), then this process's own ``region``/``zone``."""
+    return _record(request, note, tier, status, end, now, region, zone)
+
+
+def _record(
+    request: Scope,
+    note: AccessNote,
+    tier: str,
+    status: int,
+    end: End,
+    now: float,
+    region: str | None,
+    zone: str | None,
+) -> AccessRecord:
+    """:func:`record_of`, its arguments by position (the middleware's call per line)."""
     got: Mapping[str, str] = note.response if note.response is not None else {}
     spill_from = got.get(gtm_headers.SPILLED_FROM) or note.spill_from
     served = got.get(gtm_headers.REGION) or region
@@ -412,7 +426,8 @@ class AccessLog:
         self._region = region
         self._zone = zone
         self._clock = clock
-        self._write = _Writer(logger(tier), tier, registry)
+        #: The writer's bound method (a plain call, not an instance's ``__call__``).
+        self._write = _Writer(logger(tier), tier, registry).write
         #: Paths without a line (probes, scrapes).
         self.skip = skip
 
@@ -432,16 +447,7 @@ class AccessLog:
     def end(self, request: Scope, note: AccessNote, status: int, end: End) -> None:
         """The handling ended: write the line."""
         self._write(
-            record_of(
-                request,
-                note,
-                tier=self._tier,
-                status=status,
-                end=end,
-                now=self._clock(),
-                region=self._region,
-                zone=self._zone,
-            )
+            _record(request, note, self._tier, status, end, self._clock(), self._region, self._zone)
         )
 
 
