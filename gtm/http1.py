@@ -625,7 +625,26 @@ class _Connection(asyncio.Protocol):
             if hop is not None and spans is not None:
                 hop.body = client.whole_body
                 spans.finish(hop, status, end.value)
-            self._finished(client)
+            # The request is answered: keep the connection for the next one, or close
+            # (inline, no call per request; no return in a finally).
+            self.task = None
+            if self._closed:
+                pass
+            elif not client.ended:
+                self.close()
+            elif client.close or self._stop:
+                self._linger()
+            else:
+                if not self._reading:
+                    self._reading = True
+                    assert self._transport is not None
+                    self._transport.resume_reading()
+                # The header timer runs from now (the timer is moved only when it fires).
+                self._idle_since = self._loop.time()
+                if self._timer is None:
+                    self._arm_idle()
+                if self._buffer:
+                    self.data_received(b"")  # the next request, pipelined
 
     async def _body_in(self, timeout_s: float) -> bool:
         """Wait for the rest of the body: False when it did not arrive in ``timeout_s``."""
@@ -638,28 +657,6 @@ class _Connection(asyncio.Protocol):
         finally:
             self._body_wait = None
         return True
-
-    def _finished(self, client: _Response) -> None:
-        """The request is answered: keep the connection for the next one, or close."""
-        self.task = None
-        if self._closed:
-            return
-        if not client.ended:
-            self.close()
-            return
-        if client.close or self._stop:
-            self._linger()
-            return
-        if not self._reading:
-            self._reading = True
-            assert self._transport is not None
-            self._transport.resume_reading()
-        # The header timer runs from now (the timer itself is moved only when it fires).
-        self._idle_since = self._loop.time()
-        if self._timer is None:
-            self._arm_idle()
-        if self._buffer:
-            self.data_received(b"")  # the next request, pipelined
 
     # ------------------------------------------------------------------ handoff
 
