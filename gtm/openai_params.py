@@ -198,7 +198,8 @@ def _number(low: float, high: float) -> Rule:
 
 def _integer(low: int, high: int | None = None) -> Rule:
     def rule(name: str, value: object) -> None:
-        if isinstance(value, bool) or not isinstance(value, int):
+        # An exact int (the usual value) without the two isinstance calls.
+        if type(value) is not int and (isinstance(value, bool) or not isinstance(value, int)):
             raise invalid_type(name, "an integer", value)
         if value < low or (high is not None and value > high):
             raise out_of_range(name, "integer", value, low, high if high is not None else value)
@@ -233,7 +234,7 @@ def _enum(allowed: tuple[str, ...]) -> Rule:
 
 
 def _model(name: str, value: object) -> None:
-    if not isinstance(value, str):
+    if type(value) is not str and not isinstance(value, str):
         raise invalid_type(name, "a string", value)
     if not value:
         raise BadRequest(
@@ -254,12 +255,12 @@ def _model(name: str, value: object) -> None:
 def _messages(name: str, value: object) -> None:
     """The array and each message's shape (an object, a known role, a string or
     content-part array); the text itself is read by :mod:`gtm.tokens`."""
-    if not isinstance(value, list):
+    if type(value) is not list and not isinstance(value, list):
         raise invalid_type(name, "an array of objects", value)
     if not value:
         raise empty_array(name)
     for index, message in enumerate(value):
-        if not isinstance(message, dict):
+        if type(message) is not dict and not isinstance(message, dict):
             raise invalid_type(f"{name}[{index}]", "an object", message)
         role = message.get("role")
         if role not in ROLES:  # a tuple: an unhashable role compares unequal, not a TypeError

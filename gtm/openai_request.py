@@ -123,7 +123,7 @@ def read_prompt(body: Mapping[str, object], path: str) -> PromptRead:
             raise BadRequest(str(exc), param="messages") from None
         counts: tuple[int, ...] = (tokens,)
         given = get("max_completion_tokens")
-        if not isinstance(given, int) or not given:
+        if given is None or not isinstance(given, int) or not given:
             given = get("max_tokens")
     elif path == COMPLETIONS:
         counts, text = _items_prompt(get("prompt"), "prompt")
@@ -131,9 +131,10 @@ def read_prompt(body: Mapping[str, object], path: str) -> PromptRead:
     else:
         counts, text = _items_prompt(get("input"), "input")
         return _new_tuple(PromptRead, (model, counts, text, 0, 1, False))
-    output = given if isinstance(given, int) else None
+    # Exact ints and absent values (the usual ones) told apart without isinstance calls.
+    output = given if type(given) is int or isinstance(given, int) else None
     n = get("n")
-    choices = n if isinstance(n, int) and n else 1
+    choices = n if n is not None and isinstance(n, int) and n else 1
     # The tuple made directly, in the fields' order (the named tuple's ``__new__`` is a
     # Python function around this same call).
     return _new_tuple(PromptRead, (model, counts, text, output, choices, get("stream") is True))
