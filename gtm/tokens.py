@@ -418,7 +418,7 @@ def _chat_fields(raw: object) -> list[tuple[str, str, str | None, int]]:
     None, image parts): the one reading of a conversation, for
     :func:`parse_chat_messages` and :func:`chat_prompt`. A list, not a generator: one
     call, where a generator is resumed once per message and once more to end."""
-    if not isinstance(raw, list) or not raw:
+    if (type(raw) is not list and not isinstance(raw, list)) or not raw:
         raise PromptError("messages must be a non-empty array")
     if len(raw) > MAX_MESSAGES:
         raise PromptError(f"at most {MAX_MESSAGES} messages are accepted")
@@ -427,7 +427,7 @@ def _chat_fields(raw: object) -> list[tuple[str, str, str | None, int]]:
         if type(item) is not dict and not isinstance(item, Mapping):  # _is_mapping, inline
             raise PromptError(f"messages[{index}] must be an object")
         role = item.get("role")
-        if not isinstance(role, str) or not role:
+        if (type(role) is not str and not isinstance(role, str)) or not role:
             raise PromptError(f"messages[{index}].role must be a non-empty string")
         content = item.get("content")
         if type(content) is str:  # the usual message, without a call
