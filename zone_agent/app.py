@@ -192,11 +192,6 @@ class ZoneAgent:
     def publisher(self) -> LeasedPublisher | None:
         return self._publisher
 
-    def _upstream_session(self) -> UpstreamPool:
-        if self._upstream is None:
-            raise RuntimeError("the zone agent is not started")
-        return self._upstream
-
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> str:
@@ -497,7 +492,8 @@ class ZoneAgent:
             accounting=self.accounting,
             health=self.health,
             on_ejection=self.on_ejection,
-            session=self._upstream_session,
+            # The pool while the agent runs, None otherwise (ZoneRelay.open refuses).
+            session=functools.partial(operator.attrgetter("_upstream"), self),
             metrics=self.metrics,
             clock=self._clock,
             new_id=Ids().new,

@@ -205,7 +205,7 @@ class DataPath:
         accounting: Accounting,
         health: HealthTracker,
         on_ejection: Callable[[str], None],
-        session: Callable[[], UpstreamPool],
+        session: Callable[[], UpstreamPool | None],
         metrics: ZoneMetrics,
         clock: Clock,
         new_id: Callable[[], str],
@@ -341,7 +341,8 @@ class ZoneRelay(RelayLoop[ZoneDecision]):
             if tried and isinstance(error, NoCapacity):
                 return None  # retries end here; the failures so far are the answer
             raise error from None
-        if path.sticky(profile):
+        last, sticky = path._sticky_of  # (sticky's answer, without the call)
+        if sticky if last is profile else path.sticky(profile):
             decision = sticky_gpu(decision)
         key = (decision.gpu_id, decision.profile)
         inc = path._assigned.get(key)
@@ -365,7 +366,10 @@ class ZoneRelay(RelayLoop[ZoneDecision]):
         # charge, inlined, reading the index's figures from Python lists.
         path = self._path
         facts, i = target.request, target.choice
-        per_gpu = path.per_gpu(target.model_index)
+        index = target.model_index
+        per_gpu = path._per_gpu.get(index.model)  # (per_gpu's answer, without the call)
+        if per_gpu is None or per_gpu[0] is not index:
+            per_gpu = path.per_gpu(index)
         ticket = self._ticket = path.accounting.start(
             target.gpu_id,
             prefill_tokens=target.uncached_tokens,
@@ -395,7 +399,10 @@ class ZoneRelay(RelayLoop[ZoneDecision]):
             headers.append(auth)
         if self._traced:
             tracing.inject(self.scope, headers)  # the worker's parent is this hop's span
-        return self._path.session().post(target.gpu.worker.url, self.scope.path, headers, self._raw)
+        pool = self._path.session()
+        if pool is None:
+            raise RuntimeError("the zone agent is not started")
+        return pool.post(target.gpu.worker.url, self.scope.path, headers, self._raw)
 
     def open_failed(self, error: UpstreamError | OSError) -> AttemptFailed:
         if isinstance(error, UpstreamConnectError):
