@@ -268,7 +268,7 @@ class JsonFormatter(logging.Formatter):
         self._second: tuple[int, str] = (-1, "")
         #: Each key's ``,"key":`` ("" when not written, :func:`_json_key`) by the tuple of
         #: a line's keys, and a str value's JSON string, remembered (:func:`_remember`).
-        self._prefixes: dict[tuple[str, ...], tuple[str, ...]] = {}
+        self._prefixes: dict[tuple[str, ...], tuple[tuple[str, ...], tuple[bool, ...]]] = {}
         self._texts: dict[object, str] = {}  # str keys only
 
     def format(self, record: logging.LogRecord) -> str:
@@ -296,33 +296,49 @@ class JsonFormatter(logging.Formatter):
         ``,"key":`` remembered by the keys' tuple and each str value's JSON string
         remembered, an int or float as the encoder writes it, anything else through the
         encoder."""
-        parts = [
+        head = (
             f'{{"ts":"{self._stamp(time.time())}","level":"INFO","logger":'
             f'{_json_string(name)},"msg":{_json_string(message)}'
+        )
+        known = self._prefixes.get(keys)
+        if known is None:
+            known = _remember(
+                self._prefixes,
+                keys,
+                (
+                    tuple(map(_json_key, keys)),
+                    tuple(key[-3:] == "_id" for key in keys),  # ids never repeat (_REMEMBERED)
+                ),
+            )
+        prefixes, fresh = known
+        get = self._texts.get
+        # One comprehension (no append call per field). A prefix "" is not a field, or
+        # one of the head's keys (they win, as in format). A str value (exactly a str:
+        # its own str) as a JSON string: an id's made now, another's as remembered; an
+        # int or a finite float as the encoder's repr; anything else through the encoder.
+        parts = [
+            prefix
+            + (
+                _json_string(value)
+                if is_id
+                else text
+                if (text := get(value)) is not None
+                else self._new_text(value)
+            )
+            if type(value) is str
+            else prefix + "null"
+            if value is None
+            else f"{prefix}{value!r}"
+            if type(value) is int or (type(value) is float and math.isfinite(value))
+            else prefix + self._encoder.encode(_scalar(value))
+            for prefix, is_id, value in zip(prefixes, fresh, values, strict=True)
+            if prefix
         ]
-        prefixes = self._prefixes.get(keys)
-        if prefixes is None:
-            prefixes = _remember(self._prefixes, keys, tuple(map(_json_key, keys)))
-        texts, add = self._texts, parts.append
-        for prefix, value in zip(prefixes, values, strict=True):
-            if not prefix:
-                continue  # not a field, or one of the head's keys (they win, as in format)
-            cls = type(value)
-            if cls is str:
-                text = texts.get(value)
-                if text is None:
-                    text = _json_string(str(value))  # (exactly a str: itself)
-                    if prefix[-5:] != '_id":':  # ids never repeat (_REMEMBERED)
-                        _remember(texts, value, text)
-                add(prefix + text)
-            elif value is None:
-                add(prefix + "null")
-            elif cls is int or (type(value) is float and math.isfinite(value)):
-                add(f"{prefix}{value!r}")  # the encoder's int and float repr
-            else:
-                add(prefix + self._encoder.encode(_scalar(value)))
-        add("}")
-        return "".join(parts)
+        return f"{head}{''.join(parts)}}}"
+
+    def _new_text(self, value: str) -> str:
+        """A str value's JSON string, remembered."""
+        return _remember(self._texts, value, _json_string(value))
 
     def _stamp(self, created: float) -> str:
         """``_json_head``'s ``ts`` for ``created``: datetime rounds the fraction to
