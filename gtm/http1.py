@@ -598,7 +598,20 @@ class _Connection(asyncio.Protocol):
                             error = answer(exc, errors.service, request.method, request.path)
                             client.refuse(error, close=False)
                         errors.count(request.path, client.status)
-            client.flush()
+            # The whole response, if the handler made one, written at once (inline: no
+            # call per request).
+            made, client._whole = client._whole, None
+            if made is not None:
+                code, reason, headers, body = made
+                headers["Content-Length"] = str(len(body))
+                client.whole_body = body
+                head = client._make_head(code, reason, headers)
+                if self._closed:
+                    raise ConnectionResetError("the client went away")
+                request.transport.write(head + body)  # (the connection's)
+                client.head_sent = client.ended = True
+            elif not client.head_sent:
+                raise RuntimeError("the handler made no response")
             status, end = client.status, End.OK
         except asyncio.CancelledError:
             end = End.DISCONNECT
@@ -827,24 +840,6 @@ class _Response(Downstream):
         if close:
             self.close = True
         self.whole(error.status, "", headers, error.encode())
-
-    def flush(self) -> None:
-        """Write the whole response, if the handler made one."""
-        whole, self._whole = self._whole, None
-        if whole is None:
-            if not self.head_sent:
-                raise RuntimeError("the handler made no response")
-            return
-        status, reason, headers, body = whole
-        headers["Content-Length"] = str(len(body))
-        self.whole_body = body
-        head = self._make_head(status, reason, headers)
-        conn = self._conn
-        if conn._closed:
-            raise ConnectionResetError("the client went away")
-        assert conn._transport is not None
-        conn._transport.write(head + body)
-        self.head_sent = self.ended = True
 
     async def start(
         self, status: int, reason: str, headers: CIMultiDict[str], length: int | None
