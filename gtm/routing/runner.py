@@ -508,12 +508,14 @@ class Runner(Generic[B]):
                     column = np.asarray(column, dtype=np.float64)
                 if len(column) != n:
                     raise ValueError(f"{len(column)} scores for {n} candidates")
-                # Only the survivors' scores count (a scorer may leave removed positions
-                # out of range); NaN fails both comparisons of the check.
-                if not in_range and not _in_range(
-                    column if batch.all_alive else column[batch.survivors]
-                ):
-                    column = self._repair(scorer.name, column, batch, issues)
+                # Only the survivors' scores count, but a scorer may leave removed
+                # positions out of range: those are clamped too (no issue recorded), or
+                # weighing them could overflow. NaN fails both comparisons of the check.
+                if not in_range and not _in_range(column):
+                    if batch.all_alive or not _in_range(column[batch.survivors]):
+                        column = self._repair(scorer.name, column, batch, issues)
+                    else:
+                        column = _clamped(column)
                 columns.append((scorer.name, column))
                 if totals is None:
                     totals = column if ws.weight == 1.0 else column * ws.weight
@@ -548,7 +550,7 @@ class Runner(Generic[B]):
             for kind, count in Counter(issue.kind for issue in found).items():
                 self._metrics.score_issues.labels(self.tier, name, kind).inc(count)
         issues.extend(found)
-        return np.clip(np.nan_to_num(column, nan=0.0), 0.0, 1.0)
+        return _clamped(column)
 
     def _pick(self, batch: B, totals: Floats, observe: Mapping[object, _Observe]) -> int:
         picker = self.picker
@@ -599,6 +601,11 @@ def _reraise(point: str, plugin: Any, exc: Exception) -> NoReturn:
 def _in_range(column: Floats) -> bool:
     """Whether every value is in [0, 1] (one reduction each way: cheaper than a mask)."""
     return bool(column[column.argmin()] >= 0.0 and column[column.argmax()] <= 1.0)
+
+
+def _clamped(column: Floats) -> Floats:
+    """``column`` in [0, 1]: NaN → 0, the rest clamped (a new array)."""
+    return np.clip(np.nan_to_num(column, nan=0.0), 0.0, 1.0)
 
 
 def _never(position: int) -> str:

@@ -173,6 +173,25 @@ def test_the_runner_clamps_scores_and_records_the_repairs() -> None:
     assert registry.get_sample_value("gtm_routing_score_issues_total", labels) == 1.0
 
 
+def test_removed_positions_out_of_range_are_clamped_silently_before_weighing() -> None:
+    # A scorer may leave removed positions out of range; weighed as they are, a huge
+    # value overflows (numpy's RuntimeWarning, an error under the test suite's filters)
+    # and inf - inf between two columns is NaN. The survivors are in range: no issue.
+    registry = new_registry()
+    scorers = [
+        Weighted(FixedScorer("huge", {"a": 0.0, "b": 0.5, "x": 1e303}), 898513.0),
+        Weighted(FixedScorer("negative", {"a": 1.0, "b": 0.0, "x": -math.inf}), 1.0),
+    ]
+    r = runner([drop("x")], scorers, metrics=RoutingMetrics(registry))
+    outcome = r.decide(batch("a", "b", "x"))
+    assert outcome.choice_id == "b"
+    assert outcome.to_decision().trace.score_issues == ()
+    assert np.isfinite(outcome.totals).all()
+    assert [column.tolist() for _, column in outcome.scores] == [[0.0, 0.5, 1.0], [1.0, 0.0, 0.0]]
+    labels = {"tier": "zone", "plugin": "huge", "kind": "above"}
+    assert registry.get_sample_value("gtm_routing_score_issues_total", labels) is None
+
+
 def test_a_column_of_the_wrong_length_or_type_is_a_plugin_error() -> None:
     class Short(Plugin):
         def scores(self, batch: NodeBatch, /) -> list[float]:
