@@ -323,7 +323,7 @@ class ZoneRelay(RelayLoop[ZoneDecision]):
         self._ticket: Ticket | None = None
         #: Whether the request has a span (asked once: the server opens it before the
         #: handler runs), so an untraced request skips tracing's calls per attempt.
-        self._traced = tracing.traced(request)
+        self._traced = request.get(tracing.SPAN_KEY) is not None  # (tracing.traced, inlined)
 
     def next_target(self, tried: frozenset[str]) -> ZoneDecision | None:
         path = self._path
