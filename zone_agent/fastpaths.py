@@ -10,6 +10,7 @@ replaces and when it steps aside.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numpy as np
@@ -238,11 +239,12 @@ class BlendPick:
             self._room_weight,
             self._div,
         )
-        kernel = blend.blend_choice  # None when the C kernel was not built
-        if kernel is not None:
-            choice = kernel(*args)
-            if choice >= 0:
-                return int(choice)
+        form: Callable[..., int] | None = index.memo.get(blend.new_form)  # type: ignore[assignment]
+        if form is None:
+            form = index.memo[blend.new_form] = blend.new_form()
+        choice = form(*args)
+        if choice >= 0:
+            return choice
         return blend.blend_choice_numpy(*args)
 
 

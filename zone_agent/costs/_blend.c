@@ -11,8 +11,9 @@
  * reference runner does -- unless every survivor in that band costs exactly the best
  * (an exact tie of costs, exact_tie() below), whose totals are the same bits in every
  * form. tests/unit/zone_agent/costs/test_blend.py checks the choice
- * against both other forms. Built by setup.py as an optional extension; without a
- * compiler the numpy form runs.
+ * against both other forms. A Kernel object (one per model index: blend.py's new_form)
+ * holds its input arrays' buffers between calls (_buffers.h says why). Built by setup.py
+ * as an optional extension; without a compiler the numpy form runs.
  */
 #include "_buffers.h"
 #include <math.h>
@@ -71,40 +72,54 @@ PyDoc_STRVAR(blend_choice_doc,
 "positions, or None: all); -1 when the caller must decide (a near tie between\n"
 "survivors of different costs, NaN, no finite cost).");
 
+/* The input arrays after ``costs``, in argument order (survivors: None or an array). */
+enum { KV, SLOTS, OWN_BASE, FREE_BASE, INV_TOTAL, SURVIVORS, INPUTS };
+static const char *const input_names[INPUTS] = {
+    "kv_blocks", "slots", "kv_own_base", "kv_free_base", "inv_total", "survivors",
+};
+#define ARGS 11
+
+/* blend_choice over ``args``; ``held``: the buffers of the input arrays last given (a
+ * kernel object's) or none yet (released by the caller). */
 static PyObject *
-blend_choice(PyObject *module, PyObject *args)
+blend_run(Held *held, PyObject *const *args, Py_ssize_t nargs)
 {
-    (void)module;
-    PyObject *o_costs, *o_kv, *o_slots, *o_own_base, *o_free_base, *o_inv_total, *o_surv;
-    double inv_scale, w_cost, w_room, w_sum;
-    if (!PyArg_ParseTuple(args, "OOOOOOOdddd", &o_costs, &o_kv, &o_slots, &o_own_base,
-                          &o_free_base, &o_inv_total, &o_surv, &inv_scale, &w_cost, &w_room,
-                          &w_sum)) {
+    if (nargs != ARGS) {
+        PyErr_Format(PyExc_TypeError, "blend_choice expected %d arguments, got %zd", ARGS,
+                     nargs);
         return NULL;
     }
-    Py_buffer b_costs, b_kv, b_slots, b_own_base, b_free_base, b_inv_total, b_surv;
+    double inv_scale, w_cost, w_room, w_sum;
+    if (get_double(args[7], &inv_scale) < 0 || get_double(args[8], &w_cost) < 0 ||
+        get_double(args[9], &w_room) < 0 || get_double(args[10], &w_sum) < 0) {
+        return NULL;
+    }
+    PyObject *o_surv = args[6];
     int have_surv = o_surv != Py_None;
+    Py_buffer b_costs;
+    if (get_buffer(args[0], &b_costs, "costs", "d") < 0) return NULL;
     long result = -1;
-    if (get_buffer(o_costs, &b_costs, "costs", "d") < 0) return NULL;
-    if (get_buffer(o_kv, &b_kv, "kv_blocks", "d") < 0) goto r0;
-    if (get_buffer(o_slots, &b_slots, "slots", "lq") < 0) goto r1;
-    if (get_buffer(o_own_base, &b_own_base, "kv_own_base", "d") < 0) goto r2;
-    if (get_buffer(o_free_base, &b_free_base, "kv_free_base", "d") < 0) goto r3;
-    if (get_buffer(o_inv_total, &b_inv_total, "inv_total", "d") < 0) goto r4;
-    if (have_surv && get_buffer(o_surv, &b_surv, "survivors", "lq") < 0) goto r5;
+    for (int k = 0; k < INPUTS; k++) {
+        if (k == SURVIVORS && !have_surv) break;
+        if (held_get(&held[k], args[k + 1], input_names[k], k == SLOTS || k == SURVIVORS
+                                                                   ? "lq" : "d") < 0) {
+            goto fail;
+        }
+    }
 
     Py_ssize_t n = b_costs.shape[0];
-    Py_ssize_t slot_count = b_kv.shape[0];
-    if (b_slots.shape[0] != n || b_own_base.shape[0] != n || b_free_base.shape[0] != n ||
-        b_inv_total.shape[0] != n) {
+    Py_ssize_t slot_count = held[KV].view.shape[0];
+    if (held[SLOTS].view.shape[0] != n || held[OWN_BASE].view.shape[0] != n ||
+        held[FREE_BASE].view.shape[0] != n || held[INV_TOTAL].view.shape[0] != n) {
         PyErr_SetString(PyExc_ValueError, "blend_choice: arrays of different lengths");
         goto fail;
     }
-    const double *costs = b_costs.buf, *kv = b_kv.buf, *own_base = b_own_base.buf;
-    const double *free_base = b_free_base.buf, *inv_total = b_inv_total.buf;
-    const long long *slots = b_slots.buf;
-    const long long *surv = have_surv ? b_surv.buf : NULL;
-    Py_ssize_t m = have_surv ? b_surv.shape[0] : n;
+    const double *costs = b_costs.buf, *kv = held[KV].view.buf;
+    const double *own_base = held[OWN_BASE].view.buf, *free_base = held[FREE_BASE].view.buf;
+    const double *inv_total = held[INV_TOTAL].view.buf;
+    const long long *slots = held[SLOTS].view.buf;
+    const long long *surv = have_surv ? held[SURVIVORS].view.buf : NULL;
+    Py_ssize_t m = have_surv ? held[SURVIVORS].view.shape[0] : n;
     if (m == 0) goto done;
 
     /* The best cost over the survivors (fmin: NaN anywhere makes it NaN). */
@@ -149,34 +164,86 @@ blend_choice(PyObject *module, PyObject *args)
     result = (long)top_at;
 
 done:
-    if (have_surv) PyBuffer_Release(&b_surv);
-    PyBuffer_Release(&b_inv_total);
-    PyBuffer_Release(&b_free_base);
-    PyBuffer_Release(&b_own_base);
-    PyBuffer_Release(&b_slots);
-    PyBuffer_Release(&b_kv);
     PyBuffer_Release(&b_costs);
     return PyLong_FromLong(result);
 
 fail:
-    if (have_surv) PyBuffer_Release(&b_surv);
-r5:
-    PyBuffer_Release(&b_inv_total);
-r4:
-    PyBuffer_Release(&b_free_base);
-r3:
-    PyBuffer_Release(&b_own_base);
-r2:
-    PyBuffer_Release(&b_slots);
-r1:
-    PyBuffer_Release(&b_kv);
-r0:
     PyBuffer_Release(&b_costs);
     return NULL;
 }
 
+static PyObject *
+blend_choice(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    Held held[INPUTS];
+    memset(held, 0, sizeof held);
+    PyObject *result = blend_run(held, args, nargs);
+    held_release_all(held, INPUTS);
+    return result;
+}
+
+/* ---------------------------------------------------------------- the kernel object */
+
+typedef struct {
+    PyObject_HEAD
+    Held held[INPUTS];
+} Kernel;
+
+static PyObject *
+kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    if (PyTuple_GET_SIZE(args) != 0 || (kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "Kernel() takes no arguments");
+        return NULL;
+    }
+    return type->tp_alloc(type, 0); /* zeroed: no buffer held */
+}
+
+static void
+kernel_dealloc(Kernel *self)
+{
+    held_release_all(self->held, INPUTS);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+kernel_blend_choice(Kernel *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return blend_run(self->held, args, nargs);
+}
+
+PyDoc_STRVAR(kernel_blend_choice_doc,
+"blend_choice(costs, kv_blocks, slots, ...) -> int\n\n"
+"The module's blend_choice, holding the input arrays' buffers (all but costs) until it\n"
+"is given other arrays (the same arrays call after call ask numpy for no buffer).");
+
+static PyMethodDef kernel_methods[] = {
+    {"blend_choice", (PyCFunction)(void (*)(void))kernel_blend_choice, METH_FASTCALL,
+     kernel_blend_choice_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+PyDoc_STRVAR(kernel_doc,
+"Kernel()\n\n"
+"blend_choice for one model index's decisions: holds the buffers of the arrays it was\n"
+"last given (a view's columns, the accounting's KV charges, the survivors of a view)\n"
+"instead of asking numpy for them on every call.");
+
+static PyTypeObject KernelType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "zone_agent.costs._blend.Kernel",
+    .tp_basicsize = sizeof(Kernel),
+    .tp_dealloc = (destructor)kernel_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = kernel_doc,
+    .tp_methods = kernel_methods,
+    .tp_new = kernel_new,
+};
+
 static PyMethodDef blend_methods[] = {
-    {"blend_choice", blend_choice, METH_VARARGS, blend_choice_doc},
+    {"blend_choice", (PyCFunction)(void (*)(void))blend_choice, METH_FASTCALL,
+     blend_choice_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -189,5 +256,14 @@ static struct PyModuleDef blend_module = {
 PyMODINIT_FUNC
 PyInit__blend(void)
 {
-    return PyModule_Create(&blend_module);
+    if (PyType_Ready(&KernelType) < 0) return NULL;
+    PyObject *module = PyModule_Create(&blend_module);
+    if (module == NULL) return NULL;
+    Py_INCREF(&KernelType);
+    if (PyModule_AddObject(module, "Kernel", (PyObject *)&KernelType) < 0) {
+        Py_DECREF(&KernelType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
 }

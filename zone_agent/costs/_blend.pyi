@@ -14,3 +14,8 @@ def blend_choice(
     weight_sum: float,
     /,
 ) -> int: ...
+
+class Kernel:
+    """``blend_choice`` holding its input arrays' buffers between calls."""
+
+    def blend_choice(self, *args: Any) -> int: ...

@@ -1,6 +1,15 @@
 /*
  * The zone cost kernels' one buffer reader (included by _ttft.c and _blend.c): a numpy
  * array through the buffer protocol, so the kernels need no numpy headers to build.
+ *
+ * Asking numpy for an array's buffer formats its dtype into a string each time, a
+ * visible share of a kernel call over a few GPUs. A kernel object (``Kernel`` of each
+ * module, one per model index and view) therefore holds the buffers of the arrays it
+ * was last given, one per argument, and asks again only when an argument is another
+ * object (``held_get``): a view's columns and the accounting's arrays are the same
+ * objects decision after decision. Holding a buffer keeps its array alive and unable to
+ * be resized (numpy refuses to resize an array with an exported buffer), so the held
+ * pointer stays valid; the values are read at each call.
  */
 #ifndef ZONE_COSTS_BUFFERS_H
 #define ZONE_COSTS_BUFFERS_H
@@ -36,6 +45,52 @@ static int
 get_buffer(PyObject *obj, Py_buffer *view, const char *what, const char *codes)
 {
     return get_array(obj, view, what, codes, 0);
+}
+
+/* A read-only buffer held between calls (``view.obj`` NULL: none). */
+typedef struct {
+    Py_buffer view;
+} Held;
+
+static void
+held_release(Held *held)
+{
+    if (held->view.obj != NULL) {
+        PyBuffer_Release(&held->view); /* sets view.obj to NULL */
+    }
+}
+
+/* ``obj``'s buffer in ``held``: the one held when it is the object held, else a new one
+ * (the old one released only once the new one is good). */
+static int
+held_get(Held *held, PyObject *obj, const char *what, const char *codes)
+{
+    if (held->view.obj == obj) {
+        return 0;
+    }
+    Py_buffer view;
+    if (get_buffer(obj, &view, what, codes) < 0) {
+        return -1;
+    }
+    held_release(held);
+    held->view = view;
+    return 0;
+}
+
+static void
+held_release_all(Held *held, int count)
+{
+    for (int k = 0; k < count; k++) held_release(&held[k]);
+}
+
+/* A C double from a Python number, as PyArg_ParseTuple's "d" converts it. */
+static int
+get_double(PyObject *obj, double *out)
+{
+    double value = PyFloat_AsDouble(obj);
+    if (value == -1.0 && PyErr_Occurred()) return -1;
+    *out = value;
+    return 0;
 }
 
 #endif

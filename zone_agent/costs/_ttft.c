@@ -4,8 +4,9 @@
  * and the numpy form with this kernel's signature). One pass over a model's GPUs with
  * the numpy form's IEEE operations in its order, built without contraction into FMAs
  * (setup.py): the same floats, which tests/unit/zone_agent/costs/test_ttft.py checks to
- * the bit. Built by setup.py as an optional extension; without a compiler the numpy
- * form runs.
+ * the bit. A Kernel object (one per model index: ttft.py's new_form) holds its input
+ * arrays' buffers between calls (_buffers.h says why). Built by setup.py as an optional
+ * extension; without a compiler the numpy form runs.
  */
 #include "_buffers.h"
 #include <math.h>
@@ -36,48 +37,60 @@ PyDoc_STRVAR(ttft_costs_doc,
 "numpy form's IEEE operations in its order (built without contraction into FMAs):\n"
 "the same floats.");
 
+/* The input arrays after ``out``, in argument order. */
+enum { PENDING, STREAMS, SLOTS, EXTERNAL, RATE, MS, INV_BATCHED, STEP, INPUTS };
+static const char *const input_names[INPUTS] = {
+    "pending", "streams", "slots", "external_queued", "rate", "ms_per_token",
+    "inv_max_batched", "step_extra_ms",
+};
+#define ARGS 15
+
+/* ttft_costs over ``args``; ``held``: the buffers of the input arrays last given (a
+ * kernel object's) or none yet (released by the caller). */
 static PyObject *
-ttft_costs(PyObject *module, PyObject *args)
+ttft_run(Held *held, PyObject *const *args, Py_ssize_t nargs)
 {
-    (void)module;
-    PyObject *o_out, *o_pending, *o_streams, *o_slots, *o_external, *o_rate, *o_ms;
-    PyObject *o_inv_batched, *o_step, *o_matches;
-    double prompt, per_block, sequences, scale;
-    int decode;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOOOddddp", &o_out, &o_pending, &o_streams, &o_slots,
-                          &o_external, &o_rate, &o_ms, &o_inv_batched, &o_step, &o_matches,
-                          &prompt, &per_block, &sequences, &scale, &decode)) {
+    if (nargs != ARGS) {
+        PyErr_Format(PyExc_TypeError, "ttft_costs expected %d arguments, got %zd", ARGS, nargs);
         return NULL;
     }
+    PyObject *o_matches = args[9];
+    double prompt, per_block, sequences, scale;
+    if (get_double(args[10], &prompt) < 0 || get_double(args[11], &per_block) < 0 ||
+        get_double(args[12], &sequences) < 0 || get_double(args[13], &scale) < 0) {
+        return NULL;
+    }
+    int decode = PyObject_IsTrue(args[14]);
+    if (decode < 0) return NULL;
     if (!PyDict_Check(o_matches) && !PyList_Check(o_matches)) {
         PyErr_SetString(PyExc_TypeError, "ttft_costs: matches must be a dict or a list");
         return NULL;
     }
-    Py_buffer b[10];
-    int held = 0;
+    /* No Python code runs from here on (the matches' keys and values are read only as
+     * exact ints), so the held buffers stay as they are for the whole call. */
+    Py_buffer b_out;
+    if (get_array(args[0], &b_out, "out", "d", 1) < 0) return NULL;
     PyObject *result = NULL;
-    if (get_array(o_out, &b[0], "out", "d", 1) < 0) return NULL;
-    held = 1;
-    PyObject *inputs[9] = {o_pending, o_streams, o_slots, o_external, o_rate, o_ms,
-                           o_inv_batched, o_step, NULL};
-    const char *names[8] = {"pending", "streams", "slots", "external_queued", "rate",
-                            "ms_per_token", "inv_max_batched", "step_extra_ms"};
-    for (int k = 0; k < 8; k++) {
-        if (get_buffer(inputs[k], &b[k + 1], names[k], k == 2 ? "lq" : "d") < 0) goto release;
-        held++;
+    for (int k = 0; k < INPUTS; k++) {
+        if (held_get(&held[k], args[k + 1], input_names[k], k == SLOTS ? "lq" : "d") < 0) {
+            goto release;
+        }
     }
-    Py_ssize_t n = b[0].shape[0];
-    Py_ssize_t slot_count = b[1].shape[0];
-    if (b[2].shape[0] != slot_count || b[3].shape[0] != n || b[4].shape[0] != n ||
-        b[5].shape[0] != n || b[6].shape[0] != n || b[7].shape[0] != n || b[8].shape[0] != n) {
+    Py_ssize_t n = b_out.shape[0];
+    Py_ssize_t slot_count = held[PENDING].view.shape[0];
+    if (held[STREAMS].view.shape[0] != slot_count || held[SLOTS].view.shape[0] != n ||
+        held[EXTERNAL].view.shape[0] != n || held[RATE].view.shape[0] != n ||
+        held[MS].view.shape[0] != n || held[INV_BATCHED].view.shape[0] != n ||
+        held[STEP].view.shape[0] != n) {
         PyErr_SetString(PyExc_ValueError, "ttft_costs: arrays of different lengths");
         goto release;
     }
-    double *out = b[0].buf;
-    const double *pending = b[1].buf, *streams = b[2].buf;
-    const long long *slots = b[3].buf;
-    const double *external = b[4].buf, *rate = b[5].buf, *ms = b[6].buf;
-    const double *inv_batched = b[7].buf, *step = b[8].buf;
+    double *out = b_out.buf;
+    const double *pending = held[PENDING].view.buf, *streams = held[STREAMS].view.buf;
+    const long long *slots = held[SLOTS].view.buf;
+    const double *external = held[EXTERNAL].view.buf, *rate = held[RATE].view.buf;
+    const double *ms = held[MS].view.buf, *inv_batched = held[INV_BATCHED].view.buf;
+    const double *step = held[STEP].view.buf;
 
     /* Queued tokens plus the whole prompt (numpy: pending[slots] + external + prompt). */
     for (Py_ssize_t p = 0; p < n; p++) {
@@ -149,12 +162,81 @@ ttft_costs(PyObject *module, PyObject *args)
     result = Py_None;
 
 release:
-    for (int k = held - 1; k >= 0; k--) PyBuffer_Release(&b[k]);
+    PyBuffer_Release(&b_out);
     return result;
 }
 
+static PyObject *
+ttft_costs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)module;
+    Held held[INPUTS];
+    memset(held, 0, sizeof held);
+    PyObject *result = ttft_run(held, args, nargs);
+    held_release_all(held, INPUTS);
+    return result;
+}
+
+/* ---------------------------------------------------------------- the kernel object */
+
+typedef struct {
+    PyObject_HEAD
+    Held held[INPUTS];
+} Kernel;
+
+static PyObject *
+kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    if (PyTuple_GET_SIZE(args) != 0 || (kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0)) {
+        PyErr_SetString(PyExc_TypeError, "Kernel() takes no arguments");
+        return NULL;
+    }
+    return type->tp_alloc(type, 0); /* zeroed: no buffer held */
+}
+
+static void
+kernel_dealloc(Kernel *self)
+{
+    held_release_all(self->held, INPUTS);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+kernel_ttft_costs(Kernel *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    return ttft_run(self->held, args, nargs);
+}
+
+PyDoc_STRVAR(kernel_ttft_costs_doc,
+"ttft_costs(out, pending, streams, slots, ...) -> None\n\n"
+"The module's ttft_costs, holding the input arrays' buffers until it is given other\n"
+"arrays (the same arrays call after call ask numpy for no buffer).");
+
+static PyMethodDef kernel_methods[] = {
+    {"ttft_costs", (PyCFunction)(void (*)(void))kernel_ttft_costs, METH_FASTCALL,
+     kernel_ttft_costs_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+PyDoc_STRVAR(kernel_doc,
+"Kernel()\n\n"
+"ttft_costs for one model index's decisions: holds the buffers of the arrays it was\n"
+"last given (a view's columns and the accounting's arrays, the same objects call after\n"
+"call) instead of asking numpy for them on every call.");
+
+static PyTypeObject KernelType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "zone_agent.costs._ttft.Kernel",
+    .tp_basicsize = sizeof(Kernel),
+    .tp_dealloc = (destructor)kernel_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = kernel_doc,
+    .tp_methods = kernel_methods,
+    .tp_new = kernel_new,
+};
+
 static PyMethodDef ttft_methods[] = {
-    {"ttft_costs", ttft_costs, METH_VARARGS, ttft_costs_doc},
+    {"ttft_costs", (PyCFunction)(void (*)(void))ttft_costs, METH_FASTCALL, ttft_costs_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -167,5 +249,14 @@ static struct PyModuleDef ttft_module = {
 PyMODINIT_FUNC
 PyInit__ttft(void)
 {
-    return PyModule_Create(&ttft_module);
+    if (PyType_Ready(&KernelType) < 0) return NULL;
+    PyObject *module = PyModule_Create(&ttft_module);
+    if (module == NULL) return NULL;
+    Py_INCREF(&KernelType);
+    if (PyModule_AddObject(module, "Kernel", (PyObject *)&KernelType) < 0) {
+        Py_DECREF(&KernelType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
 }

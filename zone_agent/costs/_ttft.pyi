@@ -19,3 +19,8 @@ def ttft_costs(
     decode: bool,
     /,
 ) -> None: ...
+
+class Kernel:
+    """``ttft_costs`` holding its input arrays' buffers between calls."""
+
+    def ttft_costs(self, *args: Any) -> None: ...

@@ -41,10 +41,15 @@ from zone_agent.view import Floats, Ints
 NEAR_TIE = 1e-12
 
 blend_choice: Callable[..., int] | None
+#: The kernel object's class (``new_form``), None without the compiled form.
+Kernel: type[_blend.Kernel] | None
 try:  # the compiled form (setup.py builds it when it can)
+    from zone_agent.costs import _blend
     from zone_agent.costs._blend import blend_choice
+
+    Kernel = _blend.Kernel
 except ImportError:  # pragma: no cover - an install without a C compiler
-    blend_choice = None
+    Kernel = blend_choice = None
 
 
 # ---------------------------------------------------------------------------- scalar
@@ -175,3 +180,12 @@ def blend_choice_numpy(
     if survivors is None:
         return int(totals.argmax())
     return first_max_of(totals, survivors)
+
+
+def new_form() -> Callable[..., int]:
+    """The form one model index's decisions call, with the kernel's signature: the
+    kernel when it was built — an object of its own that holds the buffers of the arrays
+    it was last given (all but the costs), since a view's columns, the accounting's KV
+    charges and a view's survivors are the same objects decision after decision — else
+    the numpy form (which never answers -1)."""
+    return Kernel().blend_choice if Kernel is not None else blend_choice_numpy

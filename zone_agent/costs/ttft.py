@@ -55,10 +55,15 @@ from zone_agent.view import Floats, Ints
 Matches = Mapping[int, int] | Sequence[tuple[int, bytes]]
 
 ttft_costs: Callable[..., None] | None
+#: The kernel object's class (``new_form``), None without the compiled form.
+Kernel: type[_ttft.Kernel] | None
 try:  # the compiled form (setup.py builds it when it can)
+    from zone_agent.costs import _ttft
     from zone_agent.costs._ttft import ttft_costs
+
+    Kernel = _ttft.Kernel
 except ImportError:  # pragma: no cover - an install without a C compiler
-    ttft_costs = None
+    Kernel = ttft_costs = None
 
 
 # ---------------------------------------------------------------------------- scalar
@@ -182,3 +187,17 @@ def ttft_costs_numpy(
 
 #: What decisions run: the kernel when it was built, else the numpy form.
 TTFT_COSTS: Callable[..., None] = ttft_costs if ttft_costs is not None else ttft_costs_numpy
+
+
+def new_form() -> Callable[..., None]:
+    """The form one model index's decisions call, with the kernel's signature: the
+    kernel when it was built — an object of its own that holds the buffers of the arrays
+    it was last given, since a view's columns and the accounting's arrays are the same
+    objects decision after decision (numpy formats an array's dtype each time it is
+    asked for a buffer) — else the numpy form."""
+    return Kernel().ttft_costs if Kernel is not None else ttft_costs_numpy
+
+
+def numpy_form() -> Callable[..., None]:
+    """:func:`new_form`'s counterpart that always gives the numpy form (tests)."""
+    return ttft_costs_numpy

@@ -9,6 +9,7 @@ costs there, so the scorer, the cost model and the fast paths work them out once
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 from pydantic import Field
@@ -42,7 +43,8 @@ class TtftScorer(Plugin):
     ) -> None:
         """``kernel=False``: the numpy form even where the C kernel was built (tests)."""
         p = params or Params()
-        self._kernel = ttft.TTFT_COSTS if kernel else ttft.ttft_costs_numpy
+        #: Makes the form a model index's decisions call, kept in the index's memo.
+        self._new_form = ttft.new_form if kernel else ttft.numpy_form
         super().__init__(name)
         self.scale_ms = p.scale_ms
         self._inv_scale = 1.0 / p.scale_ms
@@ -66,8 +68,11 @@ class TtftScorer(Plugin):
         if credit:
             total = batch.streams_sum()
             scale = ttft.load_scale(self._epsilon, total, request.sequences, batch.rate_sum)
+        form: Callable[..., None] | None = index.memo.get(self._new_form)  # type: ignore[assignment]
+        if form is None:
+            form = index.memo[self._new_form] = self._new_form()
         costs = np.empty(len(index.ids))
-        self._kernel(
+        form(
             costs,
             acc.pending,
             acc.streams,

@@ -22,12 +22,14 @@ from gtm import native
 from gtm.testing.kernels import expected_state
 from zone_agent.costs.blend import (
     NEAR_TIE,
+    Kernel,
     blend_choice,
     blend_choice_numpy,
     blend_totals,
     blend_totals_reference,
     first_max,
     free_blocks,
+    new_form,
     room,
     ttft_scores,
 )
@@ -35,6 +37,9 @@ from zone_agent.costs.blend import (
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 Args = tuple[object, ...]
+
+#: One kernel object for every example: it holds one example's arrays into the next.
+HELD = new_form()
 
 
 @st.composite
@@ -89,6 +94,7 @@ def test_every_form_chooses_the_reference_choice(args: Args) -> None:
     assert blend_choice_numpy(*args) == choice or not (clear or exact)  # type: ignore[arg-type]
     if blend_choice is not None:
         assert blend_choice(*args) == (choice if (clear or exact) and finite else -1)
+        assert HELD(*args) == HELD(*args) == blend_choice(*args)  # held, then every array
     # numpy's totals, a few ulps from the reference's.
     costs_a, kv, slots, own_base, free_base, inv_total = args[:6]
     live = list(totals)
@@ -102,43 +108,55 @@ def test_every_form_chooses_the_reference_choice(args: Args) -> None:
     np.testing.assert_array_max_ulp(got[live], np.array([totals[p] for p in live]), maxulp=4)
 
 
-def test_a_near_tie_or_bad_input_leaves_the_choice_to_numpy() -> None:
+@pytest.mark.parametrize("held", [False, True], ids=["function", "kernel-object"])
+def test_a_near_tie_or_bad_input_leaves_the_choice_to_numpy(held: bool) -> None:
     if blend_choice is None:  # an install without a compiler, asked for
         assert os.environ.get("GTM_PURE_PYTHON")
+        assert Kernel is None
+        assert new_form() is blend_choice_numpy
         return
+    choose = new_form() if held else blend_choice
     ones, zeros = np.ones(3), np.zeros(3)
     slots = np.arange(3, dtype=np.int64)
     args = (ones, zeros, slots, zeros, ones, ones)
     # Equal costs and equal room (an idle zone of one GPU type): an exact tie, the
     # kernel takes the first of the maxima as numpy would.
-    assert blend_choice(np.full(3, 5.0), *args[1:], None, 0.004, 1.0, 1.0, 0.0) == 0
+    assert choose(np.full(3, 5.0), *args[1:], None, 0.004, 1.0, 1.0, 0.0) == 0
     assert blend_choice_numpy(np.full(3, 5.0), *args[1:], None, 0.004, 1.0, 1.0, 0.0) == 0
     survivors = np.array([1, 2], dtype=np.int64)
-    assert blend_choice(np.full(3, 5.0), *args[1:], survivors, 0.004, 1.0, 1.0, 0.0) == 1
+    assert choose(np.full(3, 5.0), *args[1:], survivors, 0.004, 1.0, 1.0, 0.0) == 1
     # Equal room, costs a hair apart: the totals may differ in the last bit between
     # forms (exp of a tiny nonzero number), numpy decides.
     hair = np.array([5.0, 5.0 + 1e-11, 6.0])
-    assert blend_choice(hair, *args[1:], None, 0.004, 1.0, 1.0, 0.0) == -1
+    assert choose(hair, *args[1:], None, 0.004, 1.0, 1.0, 0.0) == -1
     costs = np.array([5.0, 4.0, 6.0])
-    assert blend_choice(costs, *args[1:], None, 0.004, 1.0, 1.0, 0.0) == 1
+    assert choose(costs, *args[1:], None, 0.004, 1.0, 1.0, 0.0) == 1
     survivors = np.array([0, 2], dtype=np.int64)
-    assert blend_choice(costs, *args[1:], survivors, 0.004, 1.0, 1.0, 0.0) == 0
+    assert choose(costs, *args[1:], survivors, 0.004, 1.0, 1.0, 0.0) == 0
     nan_costs = np.array([5.0, np.nan, 6.0])
-    assert blend_choice(nan_costs, *args[1:], None, 0.004, 1.0, 1.0, 0.0) == -1
+    assert choose(nan_costs, *args[1:], None, 0.004, 1.0, 1.0, 0.0) == -1
     infinite = np.full(3, np.inf)
-    assert blend_choice(infinite, *args[1:], None, 0.004, 1.0, 1.0, 0.0) == -1
+    assert choose(infinite, *args[1:], None, 0.004, 1.0, 1.0, 0.0) == -1
     with pytest.raises(TypeError, match="costs"):
-        blend_choice(np.ones((2, 2)), *args[1:], None, 0.004, 1.0, 1.0, 0.0)
+        choose(np.ones((2, 2)), *args[1:], None, 0.004, 1.0, 1.0, 0.0)
     with pytest.raises(TypeError, match="costs: a 1-D array of float64"):
-        blend_choice(np.ones(3, dtype=np.float32), *args[1:], None, 0.004, 1.0, 1.0, 0.0)
+        choose(np.ones(3, dtype=np.float32), *args[1:], None, 0.004, 1.0, 1.0, 0.0)
     with pytest.raises(TypeError, match="costs: a 1-D array of float64"):
-        blend_choice(np.ones(3, dtype=np.int64), *args[1:], None, 0.004, 1.0, 1.0, 0.0)
+        choose(np.ones(3, dtype=np.int64), *args[1:], None, 0.004, 1.0, 1.0, 0.0)
     with pytest.raises(TypeError, match="slots: a 1-D array of int64"):
-        blend_choice(costs, zeros, np.ones(3), zeros, ones, ones, None, 0.004, 1.0, 1.0, 0.0)
+        choose(costs, zeros, np.ones(3), zeros, ones, ones, None, 0.004, 1.0, 1.0, 0.0)
     with pytest.raises(ValueError, match="different lengths"):
-        blend_choice(np.ones(4), *args[1:], None, 0.004, 1.0, 1.0, 0.0)
+        choose(np.ones(4), *args[1:], None, 0.004, 1.0, 1.0, 0.0)
     with pytest.raises(IndexError, match="survivor"):
-        blend_choice(costs, *args[1:], np.array([7], dtype=np.int64), 0.004, 1.0, 1.0, 0.0)
+        choose(costs, *args[1:], np.array([7], dtype=np.int64), 0.004, 1.0, 1.0, 0.0)
     bad_slots = np.array([0, 1, 9], dtype=np.int64)
     with pytest.raises(IndexError, match="slot"):
-        blend_choice(costs, zeros, bad_slots, zeros, ones, ones, None, 0.004, 1.0, 1.0, 0.0)
+        choose(costs, zeros, bad_slots, zeros, ones, ones, None, 0.004, 1.0, 1.0, 0.0)
+    with pytest.raises(TypeError, match="expected 11 arguments, got 1"):
+        choose(costs)
+    # The KV charges written in place between calls (a held buffer reads them afresh):
+    # the cheapest GPU's room gone, the next one wins.
+    kv, room_weight = np.zeros(3), 100.0
+    assert choose(costs, kv, slots, zeros, ones, ones, None, 0.004, 1.0, room_weight, 0.0) == 1
+    kv[1] = 1.0
+    assert choose(costs, kv, slots, zeros, ones, ones, None, 0.004, 1.0, room_weight, 0.0) == 0

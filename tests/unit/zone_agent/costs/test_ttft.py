@@ -1,8 +1,9 @@
 """zone_agent.costs.ttft: its three forms give the same floats, to the bit.
 
-The scalar reference (one GPU at a time), the numpy form and the C kernel are called
-with the same arguments on random zones — a few GPUs holding part of the prompt (a dict)
-or many (groups of mask bytes) — and must write identical arrays. The scalar form is
+The scalar reference (one GPU at a time), the numpy form and the C kernel — the module's
+function and a kernel object holding the buffers of the arrays it was last given — are
+called with the same arguments on random zones — a few GPUs holding part of the prompt
+(a dict) or many (groups of mask bytes) — and must write identical arrays. The scalar form is
 also held to :func:`gtm.routing.cost.predicted_ttft_ms`, the cost currency of every
 tier, up to the rounding of its other order of operations.
 """
@@ -22,8 +23,10 @@ from gtm.routing.cost import predicted_ttft_ms
 from gtm.testing.kernels import expected_state
 from zone_agent.costs import ttft
 from zone_agent.costs.ttft import (
+    Kernel,
     cost_at,
     load_scale,
+    new_form,
     ttft_costs,
     ttft_costs_numpy,
     ttft_costs_reference,
@@ -32,6 +35,9 @@ from zone_agent.costs.ttft import (
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 Args = tuple[object, ...]
+
+#: One kernel object for every example: it holds one example's arrays into the next.
+HELD = new_form()
 
 
 @st.composite
@@ -91,6 +97,30 @@ def test_every_form_gives_the_same_floats(args: Args) -> None:
     assert run(ttft_costs_numpy, args).tobytes() == reference
     if ttft_costs is not None:
         assert run(ttft_costs, args).tobytes() == reference
+    assert run(HELD, args).tobytes() == reference
+    assert run(HELD, args).tobytes() == reference  # every input array held
+
+
+def test_a_kernel_object_reads_its_held_arrays_afresh_and_lets_go_of_replaced_ones() -> None:
+    if Kernel is None:  # an install without a compiler, asked for
+        assert os.environ.get("GTM_PURE_PYTHON")
+        assert new_form() is ttft_costs_numpy
+        return
+    form = new_form()
+    ones, slots = np.ones(3), np.arange(3, dtype=np.int64)
+    pending = np.ones(3)
+    args: Args = (pending, ones, slots, ones, ones, ones, ones, ones, {}, 100.0, 16.0, 1.0, 2.0)
+    assert run(form, (*args, True)).tolist() == [204.0, 204.0, 204.0]
+    pending[1] = 11.0  # written in place: the held buffer shows it
+    assert run(form, (*args, True)).tolist() == [204.0, 224.0, 204.0]
+    fresh = np.full(3, 3.0)  # another array: its own buffer, the old one let go
+    assert run(form, (fresh, *args[1:], True)).tolist() == [208.0, 208.0, 208.0]
+    pending.resize(4, refcheck=False)  # numpy refuses only while a buffer is held
+    assert run(form, (fresh, *args[1:], False)).tolist() == [104.0, 104.0, 104.0]
+    # A refused argument leaves the object working on good ones.
+    with pytest.raises(TypeError, match="slots: a 1-D array of int64"):
+        run(form, (fresh, ones, np.ones(3), *args[3:], True))
+    assert run(form, (fresh, *args[1:], True)).tolist() == [208.0, 208.0, 208.0]
 
 
 @settings(max_examples=300, deadline=None)
@@ -122,15 +152,16 @@ def test_credit_only_under_the_bounded_load_cap() -> None:
         assert run(form, (*args, 1.0, 0.5, True)).tolist() == [204.0, 204.0, 204.0]
 
 
-def test_the_kernel_refuses_bad_input() -> None:
+@pytest.mark.parametrize("held", [False, True], ids=["function", "kernel-object"])
+def test_the_kernel_refuses_bad_input(held: bool) -> None:
     if ttft_costs is None:  # an install without a compiler, asked for
         assert os.environ.get("GTM_PURE_PYTHON")
         return
     ones, slots = np.ones(3), np.arange(3, dtype=np.int64)
+    form = new_form() if held else ttft_costs
 
     def call(out: object = None, slots: object = slots, matches: object = None) -> None:
-        assert ttft_costs is not None
-        ttft_costs(
+        form(
             np.empty(3) if out is None else out, ones, ones, slots, ones, ones, ones, ones,
             ones, {} if matches is None else matches, 100.0, 16.0, 1.0, 2.0, True,
         )  # fmt: skip
@@ -159,3 +190,5 @@ def test_the_kernel_refuses_bad_input() -> None:
         call(matches=[(1, (1 << 5).to_bytes(1, "little"))])
     with pytest.raises(ValueError, match="different lengths"):
         call(np.empty(4))
+    with pytest.raises(TypeError, match="expected 15 arguments, got 2"):
+        form(np.empty(3), ones)
