@@ -132,7 +132,7 @@ class TextFormatter(logging.Formatter):
         #: the tuple of a line's keys, and a str value's text (:func:`_text_value`),
         #: remembered (:func:`_remember`): a regex scan per value is most of a line's
         #: cost, and most values repeat line after line.
-        self._prefixes: dict[tuple[str, ...], tuple[tuple[str, ...], tuple[bool, ...]]] = {}
+        self._prefixes: dict[tuple[str, ...], tuple[str, ...]] = {}
         self._texts: dict[object, str] = {}  # str keys only
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
@@ -185,45 +185,29 @@ class TextFormatter(logging.Formatter):
         else:
             when = self._asctime(created, msecs)
         head = f"{when} level=INFO logger={name} {message}"
-        known = self._prefixes.get(keys)
-        if known is None:
-            known = _remember(
-                self._prefixes,
-                keys,
-                (
-                    tuple(f"{key}=" if _is_extra(key) else "" for key in keys),
-                    tuple(key[-3:] == "_id" for key in keys),  # ids never repeat (_REMEMBERED)
-                ),
+        parts = [head if message else head[:-1]]  # " ".join puts the space back
+        prefixes = self._prefixes.get(keys)
+        if prefixes is None:
+            prefixes = _remember(
+                self._prefixes, keys, tuple(f"{key}=" if _is_extra(key) else "" for key in keys)
             )
-        prefixes, fresh = known
-        get, search, dumps = self._texts.get, _NEEDS_QUOTES.search, json.dumps
-        # One comprehension (no append call per field). A str value: an id's text made
-        # now (_text_value of a non-empty str, inline), another's as remembered; int and
-        # float: format(x, "") is str(x) for both; "" and None: no field.
-        parts = [
-            prefix
-            + (
-                (value if search(value) is None else dumps(value))
-                if is_id
-                else text
-                if (text := get(value)) is not None
-                else self._new_text(value)
-            )
-            if type(value) is str
-            else f"{prefix}{value}"
-            if type(value) is int or type(value) is float
-            else prefix + _text_value(value)
-            for prefix, is_id, value in zip(prefixes, fresh, values, strict=True)
-            if value is not None and prefix and value != ""
-        ]
-        if not parts:
-            return head
-        return f"{head} {' '.join(parts)}" if message else head + " ".join(parts)
-
-    def _new_text(self, value: str) -> str:
-        """:func:`_text_value` of the non-empty str ``value``, remembered."""
-        text = value if _NEEDS_QUOTES.search(value) is None else json.dumps(value)
-        return _remember(self._texts, value, text)
+        texts, add = self._texts, parts.append
+        for prefix, value in zip(prefixes, values, strict=True):
+            if value is None or not prefix:
+                continue
+            if type(value) is str:
+                if value:
+                    text = texts.get(value)
+                    if text is None:  # _text_value of a non-empty str, inline
+                        text = value if _NEEDS_QUOTES.search(value) is None else json.dumps(value)
+                        if prefix[-4:] != "_id=":  # ids never repeat (_REMEMBERED)
+                            _remember(texts, value, text)
+                    add(prefix + text)
+            elif type(value) is int or type(value) is float:
+                add(f"{prefix}{value}")  # format(x, "") is str(x) for both
+            elif value != "":
+                add(prefix + _text_value(value))
+        return head if len(parts) == 1 else " ".join(parts)
 
 
 #: How many keys or values a formatter remembers how to write before it starts over:
@@ -268,7 +252,7 @@ class JsonFormatter(logging.Formatter):
         self._second: tuple[int, str] = (-1, "")
         #: Each key's ``,"key":`` ("" when not written, :func:`_json_key`) by the tuple of
         #: a line's keys, and a str value's JSON string, remembered (:func:`_remember`).
-        self._prefixes: dict[tuple[str, ...], tuple[tuple[str, ...], tuple[bool, ...]]] = {}
+        self._prefixes: dict[tuple[str, ...], tuple[str, ...]] = {}
         self._texts: dict[object, str] = {}  # str keys only
 
     def format(self, record: logging.LogRecord) -> str:
@@ -296,49 +280,33 @@ class JsonFormatter(logging.Formatter):
         ``,"key":`` remembered by the keys' tuple and each str value's JSON string
         remembered, an int or float as the encoder writes it, anything else through the
         encoder."""
-        head = (
+        parts = [
             f'{{"ts":"{self._stamp(time.time())}","level":"INFO","logger":'
             f'{_json_string(name)},"msg":{_json_string(message)}'
-        )
-        known = self._prefixes.get(keys)
-        if known is None:
-            known = _remember(
-                self._prefixes,
-                keys,
-                (
-                    tuple(map(_json_key, keys)),
-                    tuple(key[-3:] == "_id" for key in keys),  # ids never repeat (_REMEMBERED)
-                ),
-            )
-        prefixes, fresh = known
-        get = self._texts.get
-        # One comprehension (no append call per field). A prefix "" is not a field, or
-        # one of the head's keys (they win, as in format). A str value (exactly a str:
-        # its own str) as a JSON string: an id's made now, another's as remembered; an
-        # int or a finite float as the encoder's repr; anything else through the encoder.
-        parts = [
-            prefix
-            + (
-                _json_string(value)
-                if is_id
-                else text
-                if (text := get(value)) is not None
-                else self._new_text(value)
-            )
-            if type(value) is str
-            else prefix + "null"
-            if value is None
-            else f"{prefix}{value!r}"
-            if type(value) is int or (type(value) is float and math.isfinite(value))
-            else prefix + self._encoder.encode(_scalar(value))
-            for prefix, is_id, value in zip(prefixes, fresh, values, strict=True)
-            if prefix
         ]
-        return f"{head}{''.join(parts)}}}"
-
-    def _new_text(self, value: str) -> str:
-        """A str value's JSON string, remembered."""
-        return _remember(self._texts, value, _json_string(value))
+        prefixes = self._prefixes.get(keys)
+        if prefixes is None:
+            prefixes = _remember(self._prefixes, keys, tuple(map(_json_key, keys)))
+        texts, add = self._texts, parts.append
+        for prefix, value in zip(prefixes, values, strict=True):
+            if not prefix:
+                continue  # not a field, or one of the head's keys (they win, as in format)
+            cls = type(value)
+            if cls is str:
+                text = texts.get(value)
+                if text is None:
+                    text = _json_string(str(value))  # (exactly a str: itself)
+                    if prefix[-5:] != '_id":':  # ids never repeat (_REMEMBERED)
+                        _remember(texts, value, text)
+                add(prefix + text)
+            elif value is None:
+                add(prefix + "null")
+            elif cls is int or (type(value) is float and math.isfinite(value)):
+                add(f"{prefix}{value!r}")  # the encoder's int and float repr
+            else:
+                add(prefix + self._encoder.encode(_scalar(value)))
+        add("}")
+        return "".join(parts)
 
     def _stamp(self, created: float) -> str:
         """``_json_head``'s ``ts`` for ``created``: datetime rounds the fraction to
