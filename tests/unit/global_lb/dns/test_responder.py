@@ -40,6 +40,9 @@ class Harness:
             metrics=GlobalMetrics(self.registry),
             clock=self.clock,
             rrl=RrlConfig(rate=0),
+            # The SOA serial follows the wall clock: the test's, so two harnesses built
+            # across a second's boundary still answer alike.
+            wall=self.clock.wall,
         )
 
     def ask(
