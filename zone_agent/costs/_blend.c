@@ -213,6 +213,51 @@ kernel_blend_choice(Kernel *self, PyObject *const *args, Py_ssize_t nargs)
     return blend_run(self->held, args, nargs);
 }
 
+/* min over positions of kv_free_base - kv_blocks[slots] (NaN if any is NaN). */
+static PyObject *
+kernel_kv_floor(Kernel *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "kv_floor expected 3 arguments, got %zd", nargs);
+        return NULL;
+    }
+    Held *held = self->held;
+    if (held_get(&held[KV], args[0], "kv_blocks", "d") < 0 ||
+        held_get(&held[SLOTS], args[1], "slots", "lq") < 0 ||
+        held_get(&held[FREE_BASE], args[2], "kv_free_base", "d") < 0) {
+        return NULL;
+    }
+    Py_ssize_t n = held[SLOTS].view.shape[0];
+    Py_ssize_t slot_count = held[KV].view.shape[0];
+    if (held[FREE_BASE].view.shape[0] != n) {
+        PyErr_SetString(PyExc_ValueError, "kv_floor: arrays of different lengths");
+        return NULL;
+    }
+    if (n == 0) {
+        PyErr_SetString(PyExc_ValueError, "kv_floor: no position");
+        return NULL;
+    }
+    const double *kv = held[KV].view.buf, *free_base = held[FREE_BASE].view.buf;
+    const long long *slots = held[SLOTS].view.buf;
+    double floor = INFINITY;
+    for (Py_ssize_t p = 0; p < n; p++) {
+        long long slot = slots[p];
+        if (slot < 0 || slot >= slot_count) {
+            PyErr_SetString(PyExc_IndexError, "kv_floor: slot out of range");
+            return NULL;
+        }
+        double value = free_base[p] - kv[slot];
+        if (isnan(value)) return PyFloat_FromDouble(value);
+        if (p == 0 || value < floor) floor = value;
+    }
+    return PyFloat_FromDouble(floor);
+}
+
+PyDoc_STRVAR(kernel_kv_floor_doc,
+"kv_floor(kv_blocks, slots, kv_free_base) -> float\n\n"
+"min(kv_free_base - kv_blocks[slots]) (NaN if any is NaN): free KV blocks are at least\n"
+"this everywhere (blend.py: kv_floor_numpy, the fits filter's cheap test).");
+
 PyDoc_STRVAR(kernel_blend_choice_doc,
 "blend_choice(costs, kv_blocks, slots, ...) -> int\n\n"
 "The module's blend_choice, holding the input arrays' buffers (all but costs) until it\n"
@@ -221,6 +266,8 @@ PyDoc_STRVAR(kernel_blend_choice_doc,
 static PyMethodDef kernel_methods[] = {
     {"blend_choice", (PyCFunction)(void (*)(void))kernel_blend_choice, METH_FASTCALL,
      kernel_blend_choice_doc},
+    {"kv_floor", (PyCFunction)(void (*)(void))kernel_kv_floor, METH_FASTCALL,
+     kernel_kv_floor_doc},
     {NULL, NULL, 0, NULL},
 };
 

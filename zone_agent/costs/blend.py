@@ -122,6 +122,14 @@ def free_blocks(kv_own: Floats, kv_own_base: Floats, kv_free_base: Floats) -> Fl
     return np.maximum(free, 0.0, out=free)
 
 
+def kv_floor_numpy(kv_blocks: Floats, slots: Ints, kv_free_base: Floats, /) -> float:
+    """``min(kv_free_base − kv_blocks[slots])`` (NaN if any is NaN): free KV blocks are
+    at least this everywhere, since what the agent sent since a scrape is at most its
+    whole charge (the fits filter's cheap test; :func:`new_floor_form`)."""
+    floor = np.subtract(kv_free_base, kv_blocks[slots])
+    return float(floor[floor.argmin()])
+
+
 def room(free: Floats, inv_total: Floats) -> Floats:
     """:func:`room_at` over arrays (a new array)."""
     out = np.multiply(free, inv_total)
@@ -189,3 +197,9 @@ def new_form() -> Callable[..., int]:
     charges and a view's survivors are the same objects decision after decision — else
     the numpy form (which never answers -1)."""
     return Kernel().blend_choice if Kernel is not None else blend_choice_numpy
+
+
+def new_floor_form() -> Callable[[Floats, Ints, Floats], float]:
+    """:func:`kv_floor_numpy`'s form one model index's decisions call: a kernel object's
+    (holding its arrays' buffers, as :func:`new_form`) when the kernel was built."""
+    return Kernel().kv_floor if Kernel is not None else kv_floor_numpy

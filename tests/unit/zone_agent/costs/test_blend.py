@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+from typing import Any
 
 import numpy as np
 import pytest
@@ -29,6 +30,8 @@ from zone_agent.costs.blend import (
     blend_totals_reference,
     first_max,
     free_blocks,
+    kv_floor_numpy,
+    new_floor_form,
     new_form,
     room,
     ttft_scores,
@@ -160,3 +163,44 @@ def test_a_near_tie_or_bad_input_leaves_the_choice_to_numpy(held: bool) -> None:
     assert choose(costs, kv, slots, zeros, ones, ones, None, 0.004, 1.0, room_weight, 0.0) == 1
     kv[1] = 1.0
     assert choose(costs, kv, slots, zeros, ones, ones, None, 0.004, 1.0, room_weight, 0.0) == 0
+
+
+#: One kernel object for every example, as HELD.
+FLOOR = new_floor_form()
+
+
+@SETTINGS
+@given(args=inputs(), nan_at=st.integers(-1, 89), value=st.sampled_from([math.nan, -math.inf]))
+def test_the_kv_floor_is_the_free_blocks_lower_bound_in_every_form(
+    args: Args, nan_at: int, value: float
+) -> None:
+    kv, slots, own_base, free_base = args[1], args[2], args[3], args[4]
+    free_base = free_base.copy()  # type: ignore[attr-defined]
+    if 0 <= nan_at < len(free_base):
+        free_base[nan_at] = value
+    expected = float(np.min(free_base - kv[slots]))  # type: ignore[index]
+    for form in (kv_floor_numpy, FLOOR):
+        got = form(kv, slots, free_base)  # type: ignore[arg-type]
+        assert math.isnan(got) if math.isnan(expected) else got == expected
+    # It bounds the free KV blocks from below (what was sent since is at most all of it).
+    if not math.isnan(expected):
+        assert expected <= free_blocks(kv[slots], own_base, free_base).min()  # type: ignore[index, arg-type]
+
+
+def test_the_kv_floor_kernel_refuses_bad_input() -> None:
+    if Kernel is None:  # an install without a compiler, asked for
+        assert new_floor_form() is kv_floor_numpy
+        return
+    floor: Any = new_floor_form()  # called with bad arguments
+    slots = np.arange(3, dtype=np.int64)
+    assert floor(np.array([1.0, 2.0, 3.0]), slots, np.full(3, 10.0)) == 7.0
+    with pytest.raises(IndexError, match="slot out of range"):
+        floor(np.zeros(3), np.array([0, 1, 3], dtype=np.int64), np.zeros(3))
+    with pytest.raises(ValueError, match="different lengths"):
+        floor(np.zeros(3), slots, np.zeros(4))
+    with pytest.raises(ValueError, match="no position"):
+        floor(np.zeros(3), np.zeros(0, dtype=np.int64), np.zeros(0))
+    with pytest.raises(TypeError, match="slots: a 1-D array of int64"):
+        floor(np.zeros(3), np.zeros(3), np.zeros(3))
+    with pytest.raises(TypeError, match="expected 3 arguments"):
+        floor(np.zeros(3))
