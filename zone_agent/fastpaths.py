@@ -92,7 +92,6 @@ class FusedFilters:
             prepared = memo[index.model] = self._prepare(index, batch.view.accounting)
         if prepared is None:
             return None
-        assert isinstance(prepared, _Prepared)
         canary = self._canary
         if canary is not None and not canary.idle(request, index):
             return None
@@ -144,7 +143,8 @@ class FusedFilters:
         )
 
 
-_UNPREPARED = object()
+#: A model not worked out yet in a view's memo (typed as an entry: no isinstance test).
+_UNPREPARED = cast(_Prepared, object())
 
 
 # ---------------------------------------------------------------------------- choices
