@@ -88,7 +88,8 @@ def sticky_gpu(
     prefix of the prompt when that GPU may keep it (see the module docstring)."""
     outcome = decision.outcome
     batch = outcome.batch
-    if outcome.runner.cost_model is None or not batch.any_match:
+    # A prompt shorter than a block has no prefix hashes, so no GPU can hold it.
+    if outcome.runner.cost_model is None or not batch.request.prefix_hashes or not batch.any_match:
         return decision
     homes, depth = _deepest_survivors(_answered(batch), batch.alive)
     choice = outcome.choice
