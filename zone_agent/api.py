@@ -113,19 +113,8 @@ class OpenAiApi:
 
     def _lean(self, endpoint: Endpoint, request: Request, client: Downstream) -> Awaitable[None]:
         """The lean server's handler (``endpoint`` bound by ``partial``, not a closure):
-        the relay to await, with no coroutine of its own around it: :meth:`relay`'s body
-        for the lean server's request (the same steps, one call fewer; keep them alike)."""
-        started = time.perf_counter()
-        raw = request.body
-        facts = zone_facts(request.headers, raw, endpoint, self._path.accounting)
-        access.tell(
-            request,
-            model=facts.model,
-            tokens_in=facts.input_tokens,
-            tokens_out=facts.max_output_tokens,
-            tokens_source=access.TokenSource.ESTIMATE,
-        )
-        return ZoneRelay(request, client, self._path, raw, facts, started).run()
+        :meth:`relay`'s awaitable, with no coroutine of its own around it."""
+        return self.relay(request, client, endpoint, request.body, time.perf_counter())
 
     async def handle(self, request: web.Request, endpoint: Endpoint) -> web.StreamResponse:
         """aiohttp's handler: the body read (bounded), relayed through aiohttp."""
