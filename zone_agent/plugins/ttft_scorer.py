@@ -58,9 +58,10 @@ class TtftScorer(Plugin):
             return cached
         index, request = batch.index, batch.request
         acc = batch.view.accounting
-        groups = batch.match_groups
         credit: ttft.Matches
-        if groups is None:
+        if not request.prefix_hashes:  # a prompt shorter than a block: held nowhere
+            credit = []
+        elif (groups := batch.match_groups) is None:
             credit = batch.matches
         else:  # many GPUs may hold the prompt: their positions as mask bytes
             credit = [(depth, mask_bytes(mask)) for depth, mask in groups] if groups else []
