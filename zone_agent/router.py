@@ -109,7 +109,10 @@ class ZoneProfile:
             pre = Step(RETRY_STEP, tried, lambda _: "already tried by this request")
         outcome = self.runner.decide(batch, pre)
         choice = outcome.choice
-        uncached, blocks = batch.prefill_at(choice)
+        if request.prefix_hashes:
+            uncached, blocks = batch.prefill_at(choice)
+        else:  # a prompt shorter than a block: no GPU holds any of it
+            uncached, blocks = float(request.input_tokens), 0
         fields = (
             outcome,
             view.gpus[index.positions.item(choice)],
