@@ -110,7 +110,7 @@ class PeerApi:
         app.on_cleanup.append(self._close)
 
     async def _close(self, app: web.Application) -> None:
-        self._renderer.close()
+        await self._renderer.close()
 
     def _first(self) -> EngineDriver:
         return next(iter(self._drivers.values()))

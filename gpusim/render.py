@@ -66,7 +66,11 @@ class Renderer:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, token_ids_json, list(texts))
 
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
+    async def close(self) -> None:
+        """Stop the renderer process and wait until it has ended (the executor's
+        shutdown joins it, off the event loop): a stopped worker leaves no process
+        behind, and nothing but the executor reaps it (a second ``waitpid`` on the same
+        child races the executor's and can see it as still running)."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)

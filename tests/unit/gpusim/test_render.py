@@ -24,9 +24,10 @@ async def test_the_renderer_tokenizes_in_a_process_of_its_own_started_at_first_u
         (child,) = set(multiprocessing.active_children()) - before
         assert child.pid != os.getpid()
     finally:
-        renderer.close()
-    child.join(timeout=10)
+        await renderer.close()
+    # close() returns once the executor has joined its process.
     assert not child.is_alive()
+    assert child.exitcode is not None
 
 
 def test_the_renderer_process_imports_nothing_of_the_worker() -> None:
