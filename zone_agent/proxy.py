@@ -42,7 +42,7 @@ from multidict import CIMultiDict
 
 from gtm import headers as gtm_headers
 from gtm import tracing
-from gtm.clock import Clock, SystemClock
+from gtm.clock import Clock
 from gtm.credentials import CLIENT_CREDENTIALS
 from gtm.errors import AttemptFailed, NoEligibleCandidate, UpstreamError
 from gtm.inbound import Scope
@@ -78,7 +78,7 @@ from zone_agent.request import (
 )
 from zone_agent.router import ZoneDecision, ZoneProfile
 from zone_agent.upstream import UpstreamConnectError, UpstreamPool
-from zone_agent.view import ModelIndex, ZoneView
+from zone_agent.view import ZoneView
 
 log = logging.getLogger(__name__)
 
@@ -232,38 +232,6 @@ class DataPath:
         # Per-request lookups cached: a labelled child costs a lock and a tuple per
         # ``.labels()`` call. Bounded by the GPUs (× profiles) the zone has had.
         self._assigned: dict[tuple[str, str], Callable[[], None]] = {}
-        #: Whether the stickiness rule applies to the last profile decided with (asked
-        #: once per profile, not per request).
-        self._sticky_of: tuple[ZoneProfile | None, bool] = (None, False)
-        #: Per model, its last index's per-GPU figures a charge reads, as Python ints
-        #: (a numpy scalar read per request costs more): the index, the block size for
-        #: KV blocks (at least 1), the block size and the prefix capacity.
-        self._per_gpu: dict[str, tuple[ModelIndex, list[int], list[int], list[int]]] = {}
-        #: The clock's reading, as a C call when it is the system clock.
-        self.monotonic: Callable[[], float] = (
-            time.monotonic if type(clock) is SystemClock else clock.monotonic
-        )
-
-    def sticky(self, profile: ZoneProfile) -> bool:
-        """Whether ``profile``'s decisions go through :func:`sticky_gpu` here."""
-        last, sticky = self._sticky_of
-        if last is not profile:
-            sticky = self.settings.affinity and keeps_affinity(profile)
-            self._sticky_of = (profile, sticky)
-        return sticky
-
-    def per_gpu(self, index: ModelIndex) -> tuple[ModelIndex, list[int], list[int], list[int]]:
-        """``index``'s per-GPU figures a charge reads (see :attr:`_per_gpu`)."""
-        entry = self._per_gpu.get(index.model)
-        if entry is None or entry[0] is not index:
-            blocks = [int(float(b)) for b in index.block_size.tolist()]
-            entry = self._per_gpu[index.model] = (
-                index,
-                [max(1, b) for b in blocks],
-                blocks,
-                [int(c) for c in index.prefix_capacity.tolist()],
-            )
-        return entry
 
     def count_assignment(self, decision: ZoneDecision) -> None:
         key = (decision.gpu_id, decision.profile)
@@ -284,17 +252,13 @@ class DataPath:
 
     def record(self, gpu_id: str, outcome: Outcome) -> None:
         """A GPU's passive-health observation (may eject it)."""
-        now = self.monotonic()
+        now = self.clock.monotonic()
         if outcome is not Outcome.SUCCESS:
             self.metrics.upstream_failures.labels(gpu_id, outcome.value).inc()
         if self.health.record(gpu_id, outcome, now):
-            self.ejected(gpu_id, outcome)
-
-    def ejected(self, gpu_id: str, outcome: Outcome) -> None:
-        """Passive health ejected ``gpu_id`` after ``outcome``."""
-        log.warning("ejected GPU %s after consecutive failures (%s)", gpu_id, outcome)
-        self.metrics.ejections.labels(gpu_id).inc()
-        self.on_ejection(gpu_id)
+            log.warning("ejected GPU %s after consecutive failures (%s)", gpu_id, outcome)
+            self.metrics.ejections.labels(gpu_id).inc()
+            self.on_ejection(gpu_id)
 
 
 class ZoneRelay(RelayLoop[ZoneDecision]):
@@ -323,32 +287,22 @@ class ZoneRelay(RelayLoop[ZoneDecision]):
         self._ticket: Ticket | None = None
         #: Whether the request has a span (asked once: the server opens it before the
         #: handler runs), so an untraced request skips tracing's calls per attempt.
-        self._traced = request.get(tracing.SPAN_KEY) is not None  # (tracing.traced, inlined)
+        self._traced = tracing.traced(request)
 
     def next_target(self, tried: frozenset[str]) -> ZoneDecision | None:
         path = self._path
         acc = path.accounting
         if acc.holds:  # tickets /v1/assign holds; none: no clock to read, nothing to expire
             acc.expire(path.clock.monotonic())
-        # decide_or_refuse and count_assignment, inlined (the same operations).
-        profile = path.profile()
-        facts = self._facts
-        view = path.view()
         try:
-            decision = profile.decide(facts, view, exclude=tried)
-        except _REFUSALS as exc:
-            error = refusal(exc, facts, view)
-            if tried and isinstance(error, NoCapacity):
-                return None  # retries end here; the failures so far are the answer
-            raise error from None
-        last, sticky = path._sticky_of  # (sticky's answer, without the call)
-        if sticky if last is profile else path.sticky(profile):
-            decision = sticky_gpu(decision)
-        key = (decision.gpu_id, decision.profile)
-        inc = path._assigned.get(key)
-        if inc is None:
-            inc = path._assigned[key] = path.metrics.assignments.labels(*key).inc
-        inc()
+            decision = decide_or_refuse(
+                path.profile(), self._facts, path.view(), tried, affinity=path.settings.affinity
+            )
+        except NoCapacity:
+            if not tried:
+                raise
+            return None  # retries end here; the failures so far are the answer
+        path.count_assignment(decision)
         path.metrics.decision.observe(time.perf_counter() - self._started)
         if self._traced:
             tracing.decided(
@@ -363,29 +317,13 @@ class ZoneRelay(RelayLoop[ZoneDecision]):
         return target.gpu_id
 
     def begin(self, target: ZoneDecision) -> Callable[[], None]:
-        # charge, inlined, reading the index's figures from Python lists.
-        path = self._path
-        facts, i = target.request, target.choice
-        index = target.model_index
-        per_gpu = path._per_gpu.get(index.model)  # (per_gpu's answer, without the call)
-        if per_gpu is None or per_gpu[0] is not index:
-            per_gpu = path.per_gpu(index)
-        ticket = self._ticket = path.accounting.start(
-            target.gpu_id,
-            prefill_tokens=target.uncached_tokens,
-            sequences=facts.sequences,
-            kv_blocks=float(-(-facts.input_tokens // per_gpu[1][i]) + facts.prompts),
-            prefix_hashes=facts.prefix_hashes,
-            prefix_capacity=per_gpu[3][i],
-        )
-        on_sent = path.on_sent
+        ticket = self._ticket = charge(self._path.accounting, target)
+        on_sent = self._path.on_sent
         if on_sent is not None:
-            on_sent(self._raw, self._facts, per_gpu[2][i])
+            on_sent(self._raw, self._facts, int(target.model_index.block_size[target.choice]))
         return ticket.close
 
     def first_byte_deadline(self, target: ZoneDecision) -> float | None:
-        if not self._facts.stream:
-            return None  # (first_byte_timeout's answer, without the call)
         limit = self._path.settings.first_byte_timeout(self._facts, target)
         return None if limit is None else asyncio.get_running_loop().time() + limit
 
@@ -416,12 +354,7 @@ class ZoneRelay(RelayLoop[ZoneDecision]):
         if self._ticket is not None:
             self._ticket.prefill_done()
         elapsed = time.perf_counter() - self._started
-        metrics = self._path.metrics
-        observe = metrics.first_byte_of.get(self._facts.model)
-        if observe is None:
-            metrics.observe_first_byte(self._facts.model, elapsed)
-        else:
-            observe(elapsed)
+        self._path.metrics.observe_first_byte(self._facts.model, elapsed)
 
     def response_headers(self, target: ZoneDecision, headers: CIMultiDict[str]) -> None:
         headers[HEADER_ZONE] = self._path.settings.zone_id
@@ -446,12 +379,7 @@ class ZoneRelay(RelayLoop[ZoneDecision]):
 
     def finished(self, target: ZoneDecision, ending: Ending) -> None:
         outcome = _ENDING_OUTCOME.get(ending)
-        if outcome is Outcome.SUCCESS:
-            # record's success case inlined (no failure to count), the same operations.
-            path = self._path
-            if path.health.record(target.gpu_id, outcome, path.monotonic()):
-                path.ejected(target.gpu_id, outcome)
-        elif outcome is not None:
+        if outcome is not None:
             self._path.record(target.gpu_id, outcome)
 
     def exhausted(self) -> Exception:
