@@ -222,9 +222,7 @@ class _Writer:
         log = self._log
         if not log.isEnabledFor(logging.INFO):
             return
-        # record.message(), inline (a call per line fewer).
-        message = f"{record.method} {record.path} {record.status}"
-        if self._direct.write_fields(message, FIELDS, record.values()):
+        if self._direct.write_fields(record.message(), FIELDS, record.values()):
             if self._is_direct is not True:
                 self._switch(True)
             return
@@ -300,7 +298,7 @@ def tell(
     """Note what the tier knows of ``request`` for its access line (arguments left
     ``None`` keep what was told before), and for its span (:func:`gtm.tracing.tell`).
     Does nothing when the access log and tracing are off."""
-    if request.get(tracing.SPAN_KEY) is not None:  # tracing off: one lookup, no call
+    if tracing.traced(request):  # tracing off: nothing gathered for a span
         tracing.tell(
             request,
             tenant=tenant,
