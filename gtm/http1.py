@@ -546,7 +546,6 @@ class _Connection(asyncio.Protocol):
         server = front.limits
         limits = server.limits
         slots = server.slots
-        in_flight = slots.in_flight
         taken: str | None = None
         status, end = 500, End.ERROR
         try:
@@ -554,16 +553,14 @@ class _Connection(asyncio.Protocol):
             if fields > limits.max_headers or head_len + fields > front.fields_fit:
                 problem = header_problem(request.raw_headers, limits)
             peer = request.remote or "-"
-            active = in_flight.get(peer, 0)  # (ClientSlots.take inline, as its give below)
             if problem is not None:
                 client.refuse(headers_too_large(problem), close=True)
-            elif slots.cap and active >= slots.cap:
+            elif (refused := slots.take(peer)) is not None:
                 whole = len(self._buffer) >= self._body_need
                 if whole:
                     self._take_body(request, head_len)  # dropped: the connection stays usable
-                client.refuse(slots.refusal(peer), close=not whole)
+                client.refuse(refused, close=not whole)
             else:
-                in_flight[peer] = active + 1
                 taken = peer
                 if length > server.max_body_bytes:
                     client.refuse(body_too_large(length, server.max_body_bytes), close=True)
@@ -628,11 +625,7 @@ class _Connection(asyncio.Protocol):
             self.abort()
         finally:
             if taken is not None:
-                remaining = in_flight[taken] - 1
-                if remaining:
-                    in_flight[taken] = remaining
-                else:
-                    del in_flight[taken]
+                slots.give(taken)
             if note is not None and access is not None:
                 access.end(request, note, status, end)
             if hop is not None and spans is not None:

@@ -194,8 +194,7 @@ class ClientSlots:
         self._limits = limits
         #: The bound (0: none).
         self.cap = limits.max_concurrent_per_client
-        #: In-flight requests by client address (only addresses with some). The lean
-        #: server takes and gives inline, by :meth:`take`'s and :meth:`give`'s rule.
+        #: In-flight requests by client address (only addresses with some).
         self.in_flight: dict[str, int] = {}
 
     def take(self, peer: str) -> ApiError | None:

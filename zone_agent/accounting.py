@@ -103,16 +103,8 @@ class Ticket:
         if self._prefilled or self.closed:
             return
         self._prefilled = True
-        # Once per request: _release_prefill and _answer inlined (the same operations).
-        acc = self._acc
-        slot = self.slot
-        acc._pending[slot] -= self._pending
-        acc._prefilling[slot] -= 1
-        if not self._answered:
-            self._answered = True
-            acc.silent.discard(slot)
-            if self._hashes:
-                acc.answered.insert(slot, self._hashes, self._capacity)
+        self._acc._release_prefill(self.slot, self._pending)
+        self._answer()
 
     def _answer(self) -> None:
         if not self._answered:
@@ -127,18 +119,10 @@ class Ticket:
         if not self._prefilled:
             self._prefilled = True
             self._acc._release_prefill(self.slot, self._pending)
-        acc = self._acc
         if not self._answered:
-            acc.silent.add(self.slot)
+            self._acc.silent.add(self.slot)
         self.closed = True
-        # Once per request: _release_stream inlined (the same operations).
-        slot = self.slot
-        acc._streams[slot] -= self._sequences
-        acc.streams_total -= self._sequences
-        acc._kv[slot] -= self._kv
-        acc._open.discard(self)
-        if not acc._open and acc._idle is not None:
-            acc._idle.set()
+        self._acc._release_stream(self, self._sequences, self._kv)
 
 
 class Accounting:
