@@ -41,7 +41,7 @@ from prometheus_client import CollectorRegistry
 from gtm import access, inbound
 from gtm.clock import Clock
 from gtm.http1 import Request, Route
-from gtm.inbound import Scope, client_request_id
+from gtm.inbound import Scope
 from gtm.models import decision_adapter
 from gtm.openai_request import parse_json_body
 from gtm.relay import AiohttpDownstream, Downstream
@@ -51,12 +51,10 @@ from zone_agent.errors import BadRequest
 from zone_agent.metrics import ZoneMetrics
 from zone_agent.proxy import DataPath, ZoneRelay, charge, decide_or_refuse
 from zone_agent.request import (
-    HEADER_CANARY,
     HEADER_DECISION,
     HEADER_GPU,
     HEADER_VERSION,
     HEADER_ZONE,
-    CanaryChoice,
     Endpoint,
     Ids,
     ZoneRequest,
@@ -75,15 +73,13 @@ def zone_facts(
 ) -> ZoneRequest:
     """The decision facts of a request's body; ApiError (400) when the body is bad."""
     body = parse_json_body(raw)
-    # request_id and canary's common case inlined (the same reads, two calls fewer).
-    rid = client_request_id(headers)
     return zone_request(
         body,
         endpoint,
-        request_id=_IDS.new() if rid is None else rid,
+        request_id=request_id(headers, _IDS),
         seq=accounting.next_seq(),
         version=headers.get(HEADER_VERSION) or None,
-        canary=CanaryChoice.AUTO if headers.get(HEADER_CANARY) is None else canary(headers),
+        canary=canary(headers),
     )
 
 
