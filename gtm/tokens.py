@@ -343,12 +343,7 @@ def count_chat_tokens(messages: Sequence[ChatMessage]) -> int:
 def _message_tokens(role: str, text: str, name: str | None, images: int) -> int:
     """One message's share of :func:`count_chat_tokens` (``encode_chat``'s tokens for
     it: a role's are one special token, or its text's)."""
-    # count_text_tokens(text), inline: every chat message of every request comes here.
-    if _count_ascii is not None and text.isascii():
-        count = _count_ascii(text)
-    else:
-        count = _count_text_regex(text)
-    total = TOKENS_PER_MESSAGE + count + images * IMAGE_PART_TOKENS
+    total = TOKENS_PER_MESSAGE + count_text_tokens(text) + images * IMAGE_PART_TOKENS
     total += 1 if role in _ROLE_TOKENS else len(encode_text(role))
     if name:
         total += TOKENS_PER_NAME + count_text_tokens(name)
