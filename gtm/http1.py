@@ -576,11 +576,7 @@ class _Connection(asyncio.Protocol):
                     del self._buffer[:need]
                     self._body_need = 0
                     body = request.body
-                    # (body_too_deep's common case inline: no nesting that deep can fit.)
-                    if body.count(b"[") + body.count(b"{") <= limits.max_json_depth:
-                        deep = None
-                    else:
-                        deep = body_too_deep(body, limits)
+                    deep = body_too_deep(body, limits)
                     if deep is not None:
                         client.refuse(deep, close=False)
                     else:

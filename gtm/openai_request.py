@@ -36,19 +36,9 @@ _PROMPT_TYPES = (
 )
 
 
-def parse_json_body(raw: bytes, *, depth_checked: bool = False) -> Mapping[str, object]:
-    """The body as a JSON object, or a 400 saying why not.
-
-    ``depth_checked``: the caller already refused a body nesting deeper than
-    :data:`~gtm.http_limits.MAX_JSON_DEPTH` (the lean server's ``body_too_deep`` with a
-    ``max_json_depth`` no higher), so the scan is not made again."""
-    # Checked first (json.loads recurses); json_too_deep's own first test inline, so the
-    # usual body costs no call.
-    if (
-        not depth_checked
-        and raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH
-        and json_too_deep(raw, MAX_JSON_DEPTH)
-    ):
+def parse_json_body(raw: bytes) -> Mapping[str, object]:
+    """The body as a JSON object, or a 400 saying why not."""
+    if json_too_deep(raw, MAX_JSON_DEPTH):  # checked first: json.loads recurses
         raise BadRequest(
             f"the request body is nested too deeply (over {MAX_JSON_DEPTH} levels)",
             code="invalid_json",

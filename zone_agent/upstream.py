@@ -714,10 +714,7 @@ class UpstreamPool:
         target = conn.target
         assert target is not None  # set when the connection was made
         slots = target.slots
-        if slots._waiters:
-            slots.give()
-        else:
-            slots.free += 1  # (nobody waits: _Slots.give, without the call)
+        slots.give()
         if reuse and not self._closed:
             if conn.chunks:
                 conn.chunks.clear()  # a body offered whole and not read: not kept idle

@@ -34,13 +34,12 @@ def test_bad_bodies_are_400_invalid_json(raw: bytes, message: str) -> None:
     assert info.value.code == "invalid_json"
 
 
-def test_the_depth_scan_refuses_past_the_limit_unless_the_caller_checked() -> None:
+def test_the_depth_scan_refuses_past_the_limit() -> None:
     # 65 levels of objects under a JSON object: json.loads reads it, the scan refuses it.
     raw = b'{"a":' * 65 + b"1" + b"}" * 65
     with pytest.raises(BadRequest, match="nested too deeply") as info:
         parse_json_body(raw)
     assert info.value.code == "invalid_json"
-    assert parse_json_body(raw, depth_checked=True)["a"] == json.loads(raw)["a"]
     at_limit = b'{"a":' * 64 + b"1" + b"}" * 64
     assert parse_json_body(at_limit) == json.loads(at_limit)
 
