@@ -178,12 +178,7 @@ class TextFormatter(logging.Formatter):
         type in one loop, and str values written as remembered."""
         created = time.time()
         msecs = int((created - int(created)) * 1000) + 0.0  # as logging.LogRecord
-        second, when = self._second
-        msec = self.default_msec_format
-        if second == int(created) and msec:  # _asctime's usual answer, without its call
-            when = msec % (when, msecs)
-        else:
-            when = self._asctime(created, msecs)
+        when = self._asctime(created, msecs)
         head = f"{when} level=INFO logger={name} {message}"
         parts = [head if message else head[:-1]]  # " ".join puts the space back
         prefixes = self._prefixes.get(keys)
@@ -198,8 +193,8 @@ class TextFormatter(logging.Formatter):
             if type(value) is str:
                 if value:
                     text = texts.get(value)
-                    if text is None:  # _text_value of a non-empty str, inline
-                        text = value if _NEEDS_QUOTES.search(value) is None else json.dumps(value)
+                    if text is None:
+                        text = _text_value(value)
                         if prefix[-4:] != "_id=":  # ids never repeat (_REMEMBERED)
                             _remember(texts, value, text)
                     add(prefix + text)
