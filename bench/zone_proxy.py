@@ -22,7 +22,9 @@ other jobs on a shared machine falls on each path alike; ``--repeat`` repetition
 the order of the paths. Per path and concurrency: latency p50/p99 (the median over the
 slices of each slice's percentile), the *added* latency (minus the direct path's, same
 repetition), requests/s, and the proxy's own CPU time per request (``/proc/PID/stat``,
-user + system, every thread; nginx: master and workers). The agent's CPU includes its
+user + system, every thread; nginx: master and workers), and the workers' CPU time per
+request behind it (their renderer processes included: a proxy that costs the workers
+more leaves the shared machine fewer cycles). The agent's CPU includes its
 background work in that time (scrapes every 250 ms, health checks). Other figures are
 ranges over the repetitions.
 
@@ -56,7 +58,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -73,7 +75,13 @@ from gtm.stats import percentile
 from gtm.testing.processes import STARTUP_TIMEOUT_S, start_listening
 from gtm.testing.processes import GtmProcess as Process
 
-WORKERS = 4
+#: Issue 26 measures the proxies "with one fast worker". More workers (``--workers``) give
+#: the decision candidates, but on a shared 2-core machine they also reward a router that
+#: piles every request on one of them: sglang-router's cache_aware sends all of this
+#: bench's identical prompts to one worker, whose process then answers several requests
+#: per wake-up and costs the machine less per request than four half-idle ones (the
+#: report prints each worker's share of the requests).
+WORKERS = 1
 CHAT = "/v1/chat/completions"
 BODY_JSON = (
     '{"model":"' + LLAMA_8B + '","messages":[{"role":"user","content":'
@@ -319,6 +327,13 @@ class Figures:
     p99_s: float
     #: The proxy's CPU seconds per request (None: the direct path).
     cpu_s: float | None
+    #: The workers' CPU seconds per request (renderer processes included): what the
+    #: path costs the machine beyond the proxy, so a requests/s gap at equal proxy CPU
+    #: can be told from the way a proxy uses the workers.
+    workers_cpu_s: float
+    #: Each worker's share of the requests the path served (from the workers' own
+    #: counters).
+    shares: tuple[float, ...]
     #: Requests/s of each slice, in order (paired with other paths' slices).
     slices: tuple[float, ...]
 
@@ -332,6 +347,8 @@ async def measure_round(
     concurrencies: Sequence[int],
     slices: int,
     order: int,
+    workers: Sequence[int],
+    served: Callable[[], Awaitable[list[int]]],
 ) -> Round:
     # Rotate the order each repetition, so no path always runs first (or last).
     k = order % len(targets)
@@ -340,11 +357,18 @@ async def measure_round(
     for concurrency in concurrencies:
         runs: dict[str, list[Slice]] = {t.name: [] for t in names}
         cpu = dict.fromkeys(runs, 0.0)
+        behind = dict.fromkeys(runs, 0.0)
+        per_worker: dict[str, list[int]] = {name: [] for name in runs}
         for _ in range(slices):
             for target in names:
-                before = cpu_seconds(target.pids)
+                counted = await served()
+                before, before_workers = cpu_seconds(target.pids), cpu_seconds(workers)
                 runs[target.name].append(await client.run(target.url, concurrency, SLICE_S))
                 cpu[target.name] += cpu_seconds(target.pids) - before
+                behind[target.name] += cpu_seconds(workers) - before_workers
+                now = [b - a for a, b in zip(counted, await served(), strict=True)]
+                total = per_worker[target.name]
+                per_worker[target.name] = [a + b for a, b in zip(total, now, strict=False)] or now
         for target in names:
             done = runs[target.name]
             requests = sum(s.requests for s in done)
@@ -353,9 +377,27 @@ async def measure_round(
                 p50_s=statistics.median(s.p50_s for s in done),
                 p99_s=statistics.median(s.p99_s for s in done),
                 cpu_s=cpu[target.name] / max(1, requests) if target.pids else None,
+                workers_cpu_s=behind[target.name] / max(1, requests),
+                shares=tuple(
+                    n / max(1, sum(per_worker[target.name])) for n in per_worker[target.name]
+                ),
                 slices=tuple(s.requests / s.seconds for s in done),
             )
     return out
+
+
+_SUCCESS = re.compile(rb"^vllm:request_success_total(?:\{[^}]*\})? ([0-9.e+]+)$", re.M)
+
+
+async def served_counts(http: aiohttp.ClientSession, urls: Sequence[str]) -> list[int]:
+    """Each worker's finished requests, from its own counter (vLLM's
+    ``vllm:request_success_total``, summed over finish reasons)."""
+    counts = []
+    for url in urls:
+        async with http.get(url + "/metrics") as response:
+            text = await response.read()
+        counts.append(round(sum(float(v) for v in _SUCCESS.findall(text))))
+    return counts
 
 
 async def warm_up(client: Client, targets: Sequence[Target], concurrencies: Sequence[int]) -> None:
@@ -371,6 +413,7 @@ async def warm_up(client: Client, targets: Sequence[Target], concurrencies: Sequ
 @dataclass
 class Setup:
     smoke: bool
+    workers: int
     concurrencies: tuple[int, ...]
     repeat: int
     baseline: Path | None
@@ -398,7 +441,9 @@ async def run(setup: Setup) -> int:
         print(f"not found: {', '.join(missing)} (Debian: apt-get install -y {' '.join(missing)})")
         return 2
     notes: list[str] = []
-    workers = [await start_listening([*WORKER_ARGS, "--seed", str(i)]) for i in range(WORKERS)]
+    workers = [
+        await start_listening([*WORKER_ARGS, "--seed", str(i)]) for i in range(setup.workers)
+    ]
     urls = [w.url for w in workers]
     procs: list[Process] = list(workers)
     routers: list[PeerRouter] = []
@@ -432,8 +477,18 @@ async def run(setup: Setup) -> int:
                 await warm_up(client, targets, setup.concurrencies)
                 slices = 1 if setup.smoke else 4
                 for k in range(setup.repeat):
+                    # Read each round: a worker's renderer process may have been replaced.
+                    worker_pids = [pid for w in workers for pid in with_children(w.proc.pid)]
                     rounds.append(
-                        await measure_round(client, targets, setup.concurrencies, slices, k)
+                        await measure_round(
+                            client,
+                            targets,
+                            setup.concurrencies,
+                            slices,
+                            k,
+                            worker_pids,
+                            lambda: served_counts(http, urls),
+                        )
                     )
                     print(f"  repetition {k + 1}/{setup.repeat} done", file=sys.stderr, flush=True)
         finally:
@@ -480,7 +535,7 @@ def report(
     names: Sequence[str], rounds: Sequence[Round], setup: Setup, client: str, notes: list[str]
 ) -> None:
     print(
-        f"zone agent vs peers, {WORKERS} emulated H100 workers, client {client}, "
+        f"zone agent vs peers, {setup.workers} emulated H100 worker(s), client {client}, "
         f"{len(rounds)} repetition(s), ranges over repetitions "
         f"({'smoke' if setup.smoke else 'full'})"
     )
@@ -488,7 +543,7 @@ def report(
         print(f"\nconcurrency {concurrency}")
         print(
             f"{'path':>14} {'p50 ms':>13} {'p99 ms':>15} {'added p50':>13} {'added p99':>15}"
-            f" {'req/s':>13} {'CPU µs/req':>11}"
+            f" {'req/s':>13} {'CPU µs/req':>11} {'workers µs/req':>15}"
         )
         for name in names:
             got = [r[name, concurrency] for r in rounds]
@@ -501,7 +556,13 @@ def report(
                 f" {span([g.p99_s - d.p99_s for g, d in zip(got, base, strict=True)], ms):>15}"
                 f" {span([g.rps for g in got], _count):>13}"
                 f" {span(cpu, _count) if cpu else '':>11}"
+                f" {span([g.workers_cpu_s * 1e6 for g in got], _count):>15}"
             )
+        if setup.workers > 1:
+            print("  each worker's share of the requests (first repetition):")
+            for name in names:
+                shares = rounds[0][name, concurrency].shares
+                print(f"{name:>14} " + " ".join(f"{x:4.0%}" for x in shares))
     agents = [n for n in names if n.startswith("agent")]
     for agent in agents:
         print()
@@ -603,10 +664,17 @@ def main() -> None:
     parser.add_argument(
         "--with-asyncio", action="store_true", help="also the agent on asyncio's own loop"
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=WORKERS,
+        help=f"emulated workers behind every path (default {WORKERS}, as issue 26 measures)",
+    )
     args = parser.parse_args()
     concurrencies = tuple(args.concurrency or ((1, 16) if args.smoke else CONCURRENCY))
     setup = Setup(
         smoke=args.smoke,
+        workers=args.workers,
         concurrencies=concurrencies,
         repeat=args.repeat or (1 if args.smoke else 3),
         baseline=args.baseline.resolve() if args.baseline else None,
