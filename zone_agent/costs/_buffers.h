@@ -83,6 +83,48 @@ held_release_all(Held *held, int count)
     for (int k = 0; k < count; k++) held_release(&held[k]);
 }
 
+/* The kernel object of each module: ``Kernel()`` holding one buffer per input (``inputs``,
+ * the module's input count), released when the object goes. Expanded once by each
+ * including file, after its inputs are numbered. */
+#define DEFINE_KERNEL_OBJECT(inputs)                                                       \
+    typedef struct {                                                                       \
+        PyObject_HEAD                                                                      \
+        Held held[inputs];                                                                 \
+    } Kernel;                                                                              \
+                                                                                           \
+    static PyObject *                                                                      \
+    kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)                       \
+    {                                                                                      \
+        if (PyTuple_GET_SIZE(args) != 0 || (kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0)) { \
+            PyErr_SetString(PyExc_TypeError, "Kernel() takes no arguments");               \
+            return NULL;                                                                   \
+        }                                                                                  \
+        return type->tp_alloc(type, 0); /* zeroed: no buffer held */                       \
+    }                                                                                      \
+                                                                                           \
+    static void                                                                            \
+    kernel_dealloc(Kernel *self)                                                           \
+    {                                                                                      \
+        held_release_all(self->held, inputs);                                              \
+        Py_TYPE(self)->tp_free((PyObject *)self);                                          \
+    }
+
+/* The module ``def`` with its kernel type added as ``Kernel`` (a module's PyInit). */
+static PyObject *
+module_with_kernel(struct PyModuleDef *def, PyTypeObject *kernel_type)
+{
+    if (PyType_Ready(kernel_type) < 0) return NULL;
+    PyObject *module = PyModule_Create(def);
+    if (module == NULL) return NULL;
+    Py_INCREF(kernel_type);
+    if (PyModule_AddObject(module, "Kernel", (PyObject *)kernel_type) < 0) {
+        Py_DECREF(kernel_type);
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}
+
 /* A C double from a Python number, as PyArg_ParseTuple's "d" converts it. */
 static int
 get_double(PyObject *obj, double *out)

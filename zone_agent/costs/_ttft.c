@@ -179,27 +179,7 @@ ttft_costs(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
 /* ---------------------------------------------------------------- the kernel object */
 
-typedef struct {
-    PyObject_HEAD
-    Held held[INPUTS];
-} Kernel;
-
-static PyObject *
-kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
-{
-    if (PyTuple_GET_SIZE(args) != 0 || (kwargs != NULL && PyDict_GET_SIZE(kwargs) != 0)) {
-        PyErr_SetString(PyExc_TypeError, "Kernel() takes no arguments");
-        return NULL;
-    }
-    return type->tp_alloc(type, 0); /* zeroed: no buffer held */
-}
-
-static void
-kernel_dealloc(Kernel *self)
-{
-    held_release_all(self->held, INPUTS);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
+DEFINE_KERNEL_OBJECT(INPUTS)
 
 static PyObject *
 kernel_ttft_costs(Kernel *self, PyObject *const *args, Py_ssize_t nargs)
@@ -249,14 +229,5 @@ static struct PyModuleDef ttft_module = {
 PyMODINIT_FUNC
 PyInit__ttft(void)
 {
-    if (PyType_Ready(&KernelType) < 0) return NULL;
-    PyObject *module = PyModule_Create(&ttft_module);
-    if (module == NULL) return NULL;
-    Py_INCREF(&KernelType);
-    if (PyModule_AddObject(module, "Kernel", (PyObject *)&KernelType) < 0) {
-        Py_DECREF(&KernelType);
-        Py_DECREF(module);
-        return NULL;
-    }
-    return module;
+    return module_with_kernel(&ttft_module, &KernelType);
 }
