@@ -41,6 +41,8 @@ C_KERNELS = [
     ),
     # Every prompt's token count, one pass without an object per piece (gtm/tokens.py).
     Extension("gtm._tokens", ["gtm/_tokens.c"], optional=True),
+    # A text log line's fields, one call per line (the access log's; gtm/logs.py).
+    Extension("gtm._logline", ["gtm/_logline.c"], optional=True),
     # The tiers' placement memory, allocated whole (gtm/routing/placement.py says why).
     Extension(
         "gtm.routing._placement",

@@ -61,7 +61,7 @@ import math
 import re
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
 from json.encoder import encode_basestring as _json_string
@@ -174,35 +174,22 @@ class TextFormatter(logging.Formatter):
         caller writing the same keys line after line (the access line) calls, so each
         key's ``key=`` (or that it is no field) is looked up once per line, by the tuple.
 
-        The access line's usual values (str, int, float, None) are told apart by exact
-        type in one loop, and str values written as remembered."""
+        The fields are written by :func:`_fields_text` (in C when built): the access
+        line's usual values (str, int, float, None) told apart by exact type in one
+        loop, str values written as remembered."""
         created = time.time()
         msecs = int((created - int(created)) * 1000) + 0.0  # as logging.LogRecord
         when = self._asctime(created, msecs)
         head = f"{when} level=INFO logger={name} {message}"
-        parts = [head if message else head[:-1]]  # " ".join puts the space back
         prefixes = self._prefixes.get(keys)
         if prefixes is None:
             prefixes = _remember(
                 self._prefixes, keys, tuple(f"{key}=" if _is_extra(key) else "" for key in keys)
             )
-        texts, add = self._texts, parts.append
-        for prefix, value in zip(prefixes, values, strict=True):
-            if value is None or not prefix:
-                continue
-            if type(value) is str:
-                if value:
-                    text = texts.get(value)
-                    if text is None:
-                        text = _text_value(value)
-                        if prefix[-4:] != "_id=":  # ids never repeat (_REMEMBERED)
-                            _remember(texts, value, text)
-                    add(prefix + text)
-            elif type(value) is int or type(value) is float:
-                add(f"{prefix}{value}")  # format(x, "") is str(x) for both
-            elif value != "":
-                add(prefix + _text_value(value))
-        return head if len(parts) == 1 else " ".join(parts)
+        written = _fields_text(prefixes, values, self._texts, _REMEMBERED, _text_value)
+        if not written:
+            return head
+        return f"{head if message else head[:-1]} {written}"
 
 
 #: How many keys or values a formatter remembers how to write before it starts over:
@@ -216,12 +203,58 @@ _K = TypeVar("_K")
 _V = TypeVar("_V")
 
 
-def _remember(memo: dict[_K, _V], key: _K, value: _V) -> _V:
-    """``memo[key] = value``, emptying ``memo`` first when it holds :data:`_REMEMBERED`."""
-    if len(memo) >= _REMEMBERED:
+def _remember(memo: dict[_K, _V], key: _K, value: _V, limit: int = _REMEMBERED) -> _V:
+    """``memo[key] = value``, emptying ``memo`` first when it holds ``limit``."""
+    if len(memo) >= limit:
         memo.clear()
     memo[key] = value
     return value
+
+
+def _fields_text_python(
+    prefixes: Sequence[str],
+    values: Sequence[object],
+    texts: dict[object, str],
+    limit: int,
+    text_value: Callable[[object], str],
+) -> str:
+    """A text line's fields, ``prefix + text`` joined by spaces: the Python form of
+    ``gtm/_logline.c``'s ``fields_text`` (that file says which fields are written and
+    how; tests/unit/gtm/test_logs.py pins the two together and to the reference,
+    :meth:`TextFormatter.formatMessage`)."""
+    if len(prefixes) != len(values):
+        raise ValueError(f"{len(prefixes)} prefixes for {len(values)} values")
+    parts: list[str] = []
+    add = parts.append
+    for prefix, value in zip(prefixes, values, strict=True):
+        if value is None or not prefix:
+            continue
+        if type(value) is str:
+            if value:
+                text = texts.get(value)
+                if text is None:
+                    text = text_value(value)
+                    if prefix[-4:] != "_id=":  # ids never repeat (_REMEMBERED)
+                        _remember(texts, value, text, limit)
+                add(prefix + text)
+        elif type(value) is int or type(value) is float:
+            add(f"{prefix}{value}")  # format(x, "") is str(x) for both
+        elif value != "":
+            add(prefix + text_value(value))
+    return " ".join(parts)
+
+
+_fields_text: Callable[
+    [Sequence[str], Sequence[object], dict[object, str], int, Callable[[object], str]], str
+]
+try:  # the compiled form (setup.py builds it when it can)
+    from gtm._logline import fields_text as _fields_text
+except ImportError:  # pragma: no cover - an install without a C compiler
+    _fields_text = _fields_text_python
+
+#: Whether a text line's fields are written by the compiled kernel (``gtm --version``
+#: says so too, and ``gtm up`` warns at start when it is not: :mod:`gtm.native`).
+COMPILED = _fields_text is not _fields_text_python
 
 
 def _is_extra(key: str) -> bool:

@@ -45,6 +45,7 @@ KERNEL_MODULES: tuple[str, ...] = (
     "zone_agent._prefix",
     "gtm.routing._placement",
     "gtm._tokens",
+    "gtm._logline",
 )
 
 

@@ -20,6 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gtm import logs, native
 from gtm.logs import (
     _REMEMBERED,
     BATCH_LIMIT,
@@ -33,6 +34,7 @@ from gtm.logs import (
     configured_format,
     fields,
 )
+from gtm.testing.kernels import expected_state
 
 
 def _record(
@@ -559,3 +561,72 @@ def test_ids_are_written_without_being_remembered() -> None:
             )
     assert set(text._texts) == {"m"}
     assert set(document._texts) == {"m"}
+
+
+# --- the fields' two forms: gtm/_logline.c and its Python twin -------------------------
+
+
+FIELD_FORMS = {"compiled": logs._fields_text, "python": logs._fields_text_python}
+
+
+def test_the_field_kernel_is_compiled_where_it_must_be() -> None:
+    expected = expected_state()
+    assert native.kernel("gtm._logline").state is expected
+    assert logs.COMPILED is (expected is not native.KernelState.PYTHON)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    pairs=st.lists(st.tuples(st.sampled_from(["", "a=", "request_id=", "x_id=", "id="]), _VALUES)),
+    limit=st.integers(min_value=1, max_value=4),
+    remembered=st.dictionaries(st.text(max_size=3), st.text(max_size=3), max_size=4),
+)
+def test_both_forms_write_the_same_fields_and_remember_the_same_texts(
+    pairs: list[tuple[str, object]], limit: int, remembered: dict[object, str]
+) -> None:
+    prefixes = tuple(p for p, _ in pairs)
+    values = tuple(v for _, v in pairs)
+    got = []
+    for form in FIELD_FORMS.values():
+        texts = dict(remembered)
+        got.append((form(prefixes, values, texts, limit, logs._text_value), texts))
+    assert got[0] == got[1]
+
+
+@pytest.mark.parametrize("form", list(FIELD_FORMS.values()), ids=list(FIELD_FORMS))
+def test_both_forms_refuse_prefixes_and_values_of_different_lengths(
+    form: Callable[..., str],
+) -> None:
+    texts: dict[object, str] = {}
+    with pytest.raises(ValueError, match="2 prefixes for 1 values"):
+        form(("a=", "b="), ("x",), texts, 8, logs._text_value)
+    assert texts == {}  # nothing remembered from a refused line
+
+
+@pytest.mark.parametrize("form", list(FIELD_FORMS.values()), ids=list(FIELD_FORMS))
+def test_an_error_from_a_values_text_reaches_the_caller(form: Callable[..., str]) -> None:
+    def broken(value: object) -> str:
+        raise RuntimeError("no text")
+
+    with pytest.raises(RuntimeError, match="no text"):
+        form(("a=",), (object(),), {}, 8, broken)
+
+
+@pytest.mark.parametrize("form", list(FIELD_FORMS))
+@settings(max_examples=100, deadline=None)
+@given(extra=st.dictionaries(_KEYS, _VALUES, max_size=8), message=st.text(max_size=12))
+def test_info_line_by_either_form_is_what_format_writes(
+    form: str, extra: dict[str, object], message: str
+) -> None:
+    name = "gtm.access.zone"
+    created = 1_767_225_600.25
+    with (
+        mock.patch("time.time", return_value=created),
+        mock.patch.object(logs, "_fields_text", FIELD_FORMS[form]),
+    ):
+        record = logging.LogRecord(name, logging.INFO, __file__, 0, message, (), None)
+        lines = [TextFormatter().info_line(name, message, extra) for _ in range(2)]
+    for key, value in extra.items():
+        if key not in record.__dict__ and key not in {"message", "asctime"}:
+            record.__dict__[key] = value
+    assert lines == [TextFormatter().format(record)] * 2
