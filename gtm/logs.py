@@ -20,10 +20,13 @@ No third-party dependency: the standard library's ``logging`` and ``json``.
 
 **The access lines are written in batches.** :class:`LineWriter` (the access line's
 way to gtm's handler) does not write each line: it adds it to the handler's batch, and
-the batch is written with one ``write`` at the end of the event-loop iteration that
-added it (``loop.call_soon``), at once when it reaches :data:`BATCH_LIMIT`, and at once
-when no loop runs in the thread. So a proxy finishing many requests per iteration makes
-one system call for their lines, not one each. Invariants:
+the batch is written with one ``write`` at most :data:`FLUSH_INTERVAL_S` after its
+first line (a loop timer; with an interval of 0, at the end of the event-loop iteration
+that added it), at once when it reaches :data:`BATCH_LIMIT`, and at once when no loop
+runs in the thread. So a proxy makes one system call for the lines of many requests,
+not one each, even when it finishes one request per loop iteration; a line waits at
+most the interval (Envoy's file access logs are flushed every second by default,
+``file_flush_interval_msec``). Invariants:
 
 * order: every other line the handler writes (a warning, an error) writes the batch
   first, so lines keep the order they were made in (lines written to stderr past
@@ -33,14 +36,14 @@ one system call for their lines, not one each. Invariants:
   ``logging.shutdown`` (run at interpreter exit) calls both; a daemon stopped by
   SIGTERM or SIGINT leaves its loop through :func:`gtm.serve.until_signalled` and
   exits normally, so its last lines are written then; a batch left by a loop that
-  stopped before its iteration ended is written by the next line's batch or at exit;
+  stopped before its timer fired is written by the next line's batch or at exit;
 * what a SIGKILL (or a crash of the interpreter) can lose is the current batch: the
-  lines of at most one loop iteration, bounded by :data:`BATCH_LIMIT`. That is the
+  lines of at most :data:`FLUSH_INTERVAL_S`, bounded by :data:`BATCH_LIMIT`. That is the
   bound nginx's buffered access log documents: with ``access_log … buffer=size``
   lines are written "if the next log line does not fit into the buffer", after
   ``flush=time``, or when a worker re-opens its logs or shuts down
   (https://nginx.org/en/docs/http/ngx_http_log_module.html#access_log), so a killed
-  worker loses what its buffer held; here the buffer is also written every iteration;
+  worker loses what its buffer held; here the buffer is written every interval;
 * a write that fails (EPIPE from a reader that went away, a closed stream) goes to the
   handler's ``handleError`` as ``logging``'s own lines' do, and never raises into the
   request that wrote the line; the batch is dropped.
@@ -377,9 +380,15 @@ def formatter(log_format: LogFormat) -> logging.Formatter:
 
 
 #: The batch of lines :class:`LineWriter` holds is written at once when it reaches this
-#: many characters, before its loop iteration ends (nginx's default ``access_log``
+#: many characters, before its interval ends (nginx's default ``access_log``
 #: buffer is as large).
 BATCH_LIMIT = 64 * 1024
+
+#: The longest a batched line waits for its write, s (0: the end of its loop
+#: iteration). Short enough that ``tail -f`` shows a request as it ends, long enough
+#: that one ``write(2)`` carries the lines of hundreds of requests at a few thousand a
+#: second (the access line's was one per request at one request per iteration).
+FLUSH_INTERVAL_S = 0.1
 
 
 #: What a handler without a lock is held with (``Handler.acquire`` does nothing then).
@@ -401,17 +410,20 @@ class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
     Every method that touches the batch holds the handler's lock.
     """
 
-    def __init__(self, stream: IO[str]) -> None:
+    def __init__(self, stream: IO[str], flush_interval: float = FLUSH_INTERVAL_S) -> None:
         super().__init__(stream)
         self._batch: list[str] = []
         self._batch_chars = 0
-        #: The loop whose next iteration writes the batch (None: no write scheduled).
+        #: The loop that will write the batch (None: no write scheduled).
         self._flush_loop: asyncio.AbstractEventLoop | None = None
+        #: How long a line may wait for its write, s (0: the end of its iteration).
+        self.flush_interval = flush_interval
 
     def add(self, line: str) -> None:
-        """Hold ``line`` (its terminator included) for one write at the end of the
-        running loop's iteration; write at once without a running loop or when the
-        batch reaches :data:`BATCH_LIMIT`. The caller holds the lock."""
+        """Hold ``line`` (its terminator included) for one write at most
+        :attr:`flush_interval` later on the running loop; write at once without a
+        running loop or when the batch reaches :data:`BATCH_LIMIT`. The caller holds
+        the lock."""
         self._batch.append(line)
         self._batch_chars += len(line)
         if self._batch_chars >= BATCH_LIMIT:
@@ -423,11 +435,16 @@ class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
             self._write_batch(flush=True)
             return
         if self._flush_loop is not loop:  # none scheduled, or on a loop that has stopped
-            loop.call_soon(self._flush_batch)
+            # (A batch written before the timer, at the limit or by another line, leaves
+            # it scheduled: the next lines wait for it, still less than the interval.)
+            if self.flush_interval > 0:
+                loop.call_later(self.flush_interval, self._flush_batch)
+            else:
+                loop.call_soon(self._flush_batch)
             self._flush_loop = loop
 
     def _flush_batch(self) -> None:
-        """The end of a loop iteration: write what it added."""
+        """The interval is over (or the iteration ended): write the batch."""
         with self.lock or _UNLOCKED:  # held as acquire() would, without its call
             self._flush_loop = None
             self._write_batch(flush=True)
@@ -485,8 +502,8 @@ class LineWriter:
     test or a host adds later is honoured). Otherwise :meth:`write` answers False and
     the caller logs the line the usual way; the logger must be enabled for INFO.
 
-    A line written here goes into the handler's batch, written to the stream once per
-    event-loop iteration (see the module docstring).
+    A line written here goes into the handler's batch, written to the stream at most
+    :data:`FLUSH_INTERVAL_S` later (see the module docstring).
     """
 
     def __init__(self, log: logging.Logger) -> None:

@@ -333,6 +333,7 @@ async def test_under_gtms_own_handler_the_lines_are_written_directly_and_otherwi
 
     async with TestClient(TestServer(app)) as client:
         assert (await client.post("/v1/chat/completions")).status == 200
+        root.handlers[0].flush()  # the batch waits its interval (gtm.logs): a reader's flush
         line = json.loads(stream.getvalue())
         assert (line["logger"], line["msg"]) == ("gtm.access.zone", "POST /v1/chat/completions 200")
         assert (line["model"], line["tokens_in"], line["gpu"], line["zone"]) == ("m", 5, "g1", "z1")

@@ -268,9 +268,14 @@ async def iteration_end() -> None:
 
 
 def gtm_handler(
-    monkeypatch: pytest.MonkeyPatch, log_format: LogFormat, stream: io.StringIO
+    monkeypatch: pytest.MonkeyPatch,
+    log_format: LogFormat,
+    stream: io.StringIO,
+    flush_interval: float = 0.0,
 ) -> tuple[logging.Handler, LineWriter]:
-    """gtm's handler alone on the root, writing ``stream``, and an access writer."""
+    """gtm's handler alone on the root, writing ``stream``, and an access writer. The
+    batch is written at the end of each loop iteration (``flush_interval`` 0) unless
+    the test gives an interval."""
     root = logging.getLogger()
     monkeypatch.setattr(root, "handlers", [])
     monkeypatch.setattr(root, "level", logging.WARNING)
@@ -279,7 +284,8 @@ def gtm_handler(
     monkeypatch.setattr(log, "level", logging.INFO)
     writer = LineWriter(log)
     handler = writer.handler()
-    assert handler is not None
+    assert isinstance(handler, logs._Handler)
+    handler.flush_interval = flush_interval
     return handler, writer
 
 
@@ -306,6 +312,64 @@ async def test_a_loop_iterations_lines_are_one_write_at_its_end(
     await iteration_end()
     assert stream.writes == 2
     assert messages(stream, log_format)[-1] == "GET /3 200"
+
+
+class WriteAwaited(CountingStream):
+    """A counting stream whose writes a test can await (no sleeping for them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+
+    def write(self, text: str, /) -> int:
+        if not self.written.done():
+            self.written.set_result(asyncio.get_running_loop().time())
+        return super().write(text)
+
+
+@pytest.mark.parametrize("log_format", list(LogFormat))
+async def test_lines_of_many_iterations_are_one_write_once_the_interval_is_over(
+    monkeypatch: pytest.MonkeyPatch, log_format: LogFormat
+) -> None:
+    stream = WriteAwaited()
+    interval = 0.05
+    _, writer = gtm_handler(monkeypatch, log_format, stream, flush_interval=interval)
+    loop = asyncio.get_running_loop()
+    first = loop.time()
+    for n in range(3):  # a request per loop iteration: the case one write each cost most
+        assert writer.write(f"GET /{n} 200", {"status": 200})
+        await iteration_end()
+    assert stream.writes == 0
+    written_at = await stream.written
+    assert written_at - first >= interval * 0.99  # (the loop's clock rounds timers)
+    assert stream.writes == 1
+    assert messages(stream, log_format) == ["GET /0 200", "GET /1 200", "GET /2 200"]
+
+
+async def test_a_line_after_an_early_write_still_waits_at_most_the_interval(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stream = WriteAwaited()
+    _, writer = gtm_handler(monkeypatch, LogFormat.TEXT, stream, flush_interval=0.05)
+    writer.write("GET /a 200", {"status": 200})
+    logging.getLogger("gtm.other").warning("in between")  # writes the batch first
+    assert messages(stream, LogFormat.TEXT) == ["GET /a 200", "in between"]
+    stream.written = asyncio.get_running_loop().create_future()
+    writer.write("GET /b 200", {"status": 200})  # the first line's timer writes it
+    await stream.written
+    assert messages(stream, LogFormat.TEXT)[-1] == "GET /b 200"
+
+
+def test_the_handler_configure_installs_waits_the_documented_interval(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", [])
+    monkeypatch.setattr(root, "level", root.level)
+    configure("warning", LogFormat.TEXT, io.StringIO())
+    (handler,) = root.handlers
+    assert isinstance(handler, logs._Handler)
+    assert handler.flush_interval == logs.FLUSH_INTERVAL_S > 0
 
 
 @pytest.mark.parametrize("log_format", list(LogFormat))
