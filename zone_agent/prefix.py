@@ -57,11 +57,16 @@ __all__ = [
 
 
 def consistent_hash_key(text: str) -> int:
-    """The seeds' request key: MD5 of the first 256 characters, as a 128-bit integer."""
-    digest = hashlib.md5(
-        text[:HASH_KEY_CHARS].encode("utf-8", "surrogatepass"), usedforsecurity=False
-    )
+    """The seeds' request key: MD5 of the first 256 characters, as a 128-bit integer.
+
+    Made from a copy of one empty MD5 state: OpenSSL 3 (hashlib's MD5) looks the
+    algorithm up in its provider on every constructor call, a copy does not."""
+    digest = _MD5.copy()
+    digest.update(text[:HASH_KEY_CHARS].encode("utf-8", "surrogatepass"))
     return int.from_bytes(digest.digest(), "big")
+
+
+_MD5 = hashlib.md5(usedforsecurity=False)
 
 
 def iter_bits(mask: int) -> Iterable[int]:
