@@ -34,6 +34,11 @@ each path the same, and far less than a Python client would. Without wrk, ``--sm
 falls back to a Python (aiohttp) client. On a shared, busy machine requests/s swing
 with the other jobs; CPU per request much less: it is the robust figure.
 
+``--stream N`` sends streamed requests of N tokens instead (workers at a speedup of
+50, so each token reaches the proxy in a read of its own, as from an engine): what a
+proxy costs per token relayed, the part of its CPU that grows with the answers' length.
+It has no target.
+
 Targets (issue 26), against sglang-router: requests/s ≥ 1× at each concurrency (the
 median of the ratios over pairs of adjacent slices), added p50 at concurrency 1 ≤
 sglang-router's, CPU per request ≤ sglang-router's. Issue 5's, against nginx: added
@@ -42,6 +47,7 @@ p50 < 1 ms at concurrency 1, requests/s ≥ 0.5× nginx's.
     python bench/zone_proxy.py                   # full run (~5 min)
     python bench/zone_proxy.py --baseline ../old # also the agent of another checkout
     python bench/zone_proxy.py --smoke           # a few seconds; skips what is missing
+    python bench/zone_proxy.py --stream 200      # streamed answers: CPU per token relayed
 
 Needs (full run): ``wrk`` and ``nginx`` on PATH (or in /usr/sbin), and the peers
 (``pip install -e '.[bench-peers]'``).
@@ -87,11 +93,25 @@ BODY_JSON = (
     '{"model":"' + LLAMA_8B + '","messages":[{"role":"user","content":'
     '"Hello, how are you today?"}],"max_tokens":1}'
 )
-#: One emulated worker (its seed is added): a 1-token answer costs it almost nothing.
-WORKER_ARGS = (
-    *("gpu-sim", "--port", "0", "--gpu-type", "H100"),
-    *("--speedup", "1000000", "--warmup-passes", "0"),
-)
+#: One emulated worker (its seed and speedup are added).
+WORKER_ARGS = (*("gpu-sim", "--port", "0", "--gpu-type", "H100"), "--warmup-passes", "0")
+#: A 1-token answer costs the worker almost nothing.
+SPEEDUP = 1_000_000
+#: With ``--stream N``: decode steps 1/50 of a real H100's, so the tokens of a stream
+#: reach the proxy one chunk per read, as from a real engine, not coalesced.
+STREAM_SPEEDUP = 50
+
+
+def body_json(stream_tokens: int) -> str:
+    """The request every path is sent: :data:`BODY_JSON`, or with ``stream_tokens`` > 0
+    a streamed answer of that many tokens (``ignore_eos``)."""
+    if stream_tokens <= 0:
+        return BODY_JSON
+    return BODY_JSON.replace(
+        '"max_tokens":1}', f'"max_tokens":{stream_tokens},"ignore_eos":true,"stream":true}}'
+    )
+
+
 CONCURRENCY = (1, 16, 64)
 #: Length of one slice, s (the paths take turns slice by slice; wrk counts whole seconds).
 SLICE_S = 1
@@ -178,10 +198,10 @@ class WrkClient:
 
     name = "wrk"
 
-    def __init__(self, wrk: str, directory: Path) -> None:
+    def __init__(self, wrk: str, directory: Path, body: str) -> None:
         self._wrk = wrk
         self._script = directory / "chat.lua"
-        self._script.write_text(WRK_SCRIPT.format(body=BODY_JSON))
+        self._script.write_text(WRK_SCRIPT.format(body=body))
 
     async def run(self, url: str, concurrency: int, seconds: int) -> Slice:
         args = [self._wrk, f"-t{min(2, concurrency)}", f"-c{concurrency}", f"-d{seconds}s"]
@@ -205,8 +225,9 @@ class PythonClient:
 
     name = "python (aiohttp)"
 
-    def __init__(self, http: aiohttp.ClientSession) -> None:
+    def __init__(self, http: aiohttp.ClientSession, body: str) -> None:
         self._http = http
+        self._body = body
 
     async def run(self, url: str, concurrency: int, seconds: int) -> Slice:
         latencies: list[float] = []
@@ -216,7 +237,7 @@ class PythonClient:
         async def loop() -> None:
             while time.perf_counter() < deadline:
                 start = time.perf_counter()
-                async with self._http.post(url + CHAT, data=BODY_JSON, headers=headers) as r:
+                async with self._http.post(url + CHAT, data=self._body, headers=headers) as r:
                     await r.read()
                     if r.status != 200:
                         raise SystemExit(f"{url}: HTTP {r.status}")
@@ -418,6 +439,8 @@ class Setup:
     repeat: int
     baseline: Path | None
     with_asyncio: bool
+    #: Tokens per streamed answer (0: the one-token, unstreamed answer of the targets).
+    stream_tokens: int = 0
 
 
 async def start_peers(urls: Sequence[str], smoke: bool, notes: list[str]) -> list[PeerRouter]:
@@ -441,8 +464,10 @@ async def run(setup: Setup) -> int:
         print(f"not found: {', '.join(missing)} (Debian: apt-get install -y {' '.join(missing)})")
         return 2
     notes: list[str] = []
+    speedup = STREAM_SPEEDUP if setup.stream_tokens > 0 else SPEEDUP
     workers = [
-        await start_listening([*WORKER_ARGS, "--seed", str(i)]) for i in range(setup.workers)
+        await start_listening([*WORKER_ARGS, "--speedup", str(speedup), "--seed", str(i)])
+        for i in range(setup.workers)
     ]
     urls = [w.url for w in workers]
     procs: list[Process] = list(workers)
@@ -471,7 +496,10 @@ async def run(setup: Setup) -> int:
             async with aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=max(setup.concurrencies))
             ) as http:
-                client: Client = WrkClient(wrk, Path(tmp)) if wrk else PythonClient(http)
+                body = body_json(setup.stream_tokens)
+                client: Client = (
+                    WrkClient(wrk, Path(tmp), body) if wrk else PythonClient(http, body)
+                )
                 if wrk is None:
                     notes.append("wrk not found: a Python client drove the load (smoke mode)")
                 await warm_up(client, targets, setup.concurrencies)
@@ -515,6 +543,10 @@ def span(values: Sequence[float], fmt: Callable[[float], str]) -> str:
 
 def _ratio(x: float) -> str:
     return f"{x:.2f}"
+
+
+def _tenths(x: float) -> str:
+    return f"{x:.1f}"
 
 
 def _count(x: float) -> str:
@@ -564,6 +596,24 @@ def report(
                 shares = rounds[0][name, concurrency].shares
                 print(f"{name:>14} " + " ".join(f"{x:4.0%}" for x in shares))
     agents = [n for n in names if n.startswith("agent")]
+    if setup.stream_tokens > 0:
+        # The issue's targets are for one-token answers; a stream's figure is the relay's
+        # cost per token, against every proxy that ran.
+        print(f"\nCPU µs per streamed token ({setup.stream_tokens} tokens per answer):")
+        for concurrency in setup.concurrencies:
+            per_token = {
+                name: [
+                    g.cpu_s * 1e6 / setup.stream_tokens
+                    for r in rounds
+                    if (g := r[name, concurrency]).cpu_s is not None
+                ]
+                for name in names
+            }
+            print(
+                f"  concurrency {concurrency}: "
+                + ", ".join(f"{n} {span(v, _tenths)}" for n, v in per_token.items() if v)
+            )
+        agents = []
     for agent in agents:
         print()
         if REFERENCE in names:
@@ -665,6 +715,14 @@ def main() -> None:
         "--with-asyncio", action="store_true", help="also the agent on asyncio's own loop"
     )
     parser.add_argument(
+        "--stream",
+        type=int,
+        default=0,
+        metavar="TOKENS",
+        help="streamed answers of this many tokens (workers at speedup "
+        f"{STREAM_SPEEDUP}, one chunk per read): the relay's CPU per token; no targets",
+    )
+    parser.add_argument(
         "--workers",
         type=int,
         default=WORKERS,
@@ -679,6 +737,7 @@ def main() -> None:
         repeat=args.repeat or (1 if args.smoke else 3),
         baseline=args.baseline.resolve() if args.baseline else None,
         with_asyncio=args.with_asyncio,
+        stream_tokens=args.stream,
     )
     for peer in Peer:
         if version(peer):
