@@ -421,13 +421,19 @@ class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
 
     def add(self, line: str) -> None:
         """Hold ``line`` (its terminator included) for one write at most
-        :attr:`flush_interval` later on the running loop; write at once without a
-        running loop or when the batch reaches :data:`BATCH_LIMIT`. The caller holds
-        the lock."""
+        :attr:`flush_interval` later on the running loop (or on the loop whose write is
+        already scheduled); write at once without either, or when the batch reaches
+        :data:`BATCH_LIMIT`. The caller holds the lock."""
         self._batch.append(line)
         self._batch_chars += len(line)
         if self._batch_chars >= BATCH_LIMIT:
             self._write_batch(flush=True)
+            return
+        pending = self._flush_loop
+        if pending is not None and pending.is_running():
+            # Its timer writes the batch (under the lock, whichever thread added the
+            # line): no need to ask for the running loop, which on Python 3.11 costs a
+            # getpid(2) per line.
             return
         try:
             loop = asyncio.get_running_loop()

@@ -360,6 +360,40 @@ async def test_a_line_after_an_early_write_still_waits_at_most_the_interval(
     assert messages(stream, LogFormat.TEXT)[-1] == "GET /b 200"
 
 
+async def test_a_line_joining_a_scheduled_batch_does_not_ask_for_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Python 3.11's get_running_loop() makes a getpid(2) each call: one per access line.
+    stream = WriteAwaited()
+    _, writer = gtm_handler(monkeypatch, LogFormat.TEXT, stream, flush_interval=0.05)
+    asked = 0
+    running = asyncio.get_running_loop
+
+    def counting() -> asyncio.AbstractEventLoop:
+        nonlocal asked
+        asked += 1
+        return running()
+
+    monkeypatch.setattr(asyncio, "get_running_loop", counting)  # what gtm.logs calls
+    for n in range(5):
+        writer.write(f"GET /{n} 200", {"status": 200})
+    assert asked == 1  # the first line schedules the write; the others join it
+    await stream.written
+    assert messages(stream, LogFormat.TEXT) == [f"GET /{n} 200" for n in range(5)]
+
+
+async def test_a_line_from_a_thread_without_a_loop_joins_the_scheduled_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stream = WriteAwaited()
+    _, writer = gtm_handler(monkeypatch, LogFormat.TEXT, stream, flush_interval=0.05)
+    writer.write("GET /loop 200", {"status": 200})
+    await asyncio.to_thread(writer.write, "GET /thread 200", {"status": 200})
+    assert stream.writes == 0  # bounded by the loop's timer, not written alone
+    await stream.written
+    assert messages(stream, LogFormat.TEXT) == ["GET /loop 200", "GET /thread 200"]
+
+
 def test_the_handler_configure_installs_waits_the_documented_interval(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
