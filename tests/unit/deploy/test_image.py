@@ -75,6 +75,22 @@ def test_the_runtime_stage_installs_no_compiler_and_reads_no_index() -> None:
     assert "--mount=type=bind,from=build,source=/wheels,target=/wheels" in runtime
 
 
+def test_the_runtime_install_is_rebuilt_when_the_source_changes() -> None:
+    # The bind-mounted wheels are not part of the install step's cache key: without the
+    # source's hash in it, a rebuild after a change reused the old install (an image of
+    # old code, which passed the smoke test).
+    runtime = _stages()["runtime"]
+    install = next(i for i, (k, a) in enumerate(runtime) if k == "RUN" and "/wheels" in a)
+    assert ("ARG", "SOURCE=unknown") in runtime[:install]
+    assert "${SOURCE}" in runtime[install][1]
+    assert 'gtm.source="${SOURCE}"' in _last(runtime, "LABEL")
+    script = (ROOT / "scripts" / "build-image").read_text("utf-8")
+    assert '--build-arg "SOURCE=$source"' in script
+    # The smoke test reads the label back and counts the kernels gtm/native.py lists.
+    assert '{{index .Labels "gtm.source"}}' in script
+    assert "KERNEL_MODULES" in script
+
+
 def _gtm_workloads() -> list[dict[str, Any]]:
     workloads = []
     for path in sorted(K8S_BASE.rglob("*.yaml")):
