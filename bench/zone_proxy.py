@@ -375,11 +375,12 @@ async def measure_round(
     k = order % len(targets)
     names = [*targets[k:], *targets[:k]]
     out: Round = {}
+    worker_count = len(await served())
     for concurrency in concurrencies:
         runs: dict[str, list[Slice]] = {t.name: [] for t in names}
         cpu = dict.fromkeys(runs, 0.0)
         behind = dict.fromkeys(runs, 0.0)
-        per_worker: dict[str, list[int]] = {name: [] for name in runs}
+        per_worker = {name: [0] * worker_count for name in runs}
         for _ in range(slices):
             for target in names:
                 counted = await served()
@@ -388,8 +389,9 @@ async def measure_round(
                 cpu[target.name] += cpu_seconds(target.pids) - before
                 behind[target.name] += cpu_seconds(workers) - before_workers
                 now = [b - a for a, b in zip(counted, await served(), strict=True)]
-                total = per_worker[target.name]
-                per_worker[target.name] = [a + b for a, b in zip(total, now, strict=False)] or now
+                per_worker[target.name] = [
+                    a + b for a, b in zip(per_worker[target.name], now, strict=True)
+                ]
         for target in names:
             done = runs[target.name]
             requests = sum(s.requests for s in done)
