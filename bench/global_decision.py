@@ -48,11 +48,12 @@ from global_lb.geo import Location, LocationSource
 from global_lb.health import HealthTable
 from global_lb.keeper import build_view
 from global_lb.plugins import global_registry
-from global_lb.router import GlobalRouter, settle_collector
+from global_lb.router import GlobalRouter
 from global_lb.view import GlobalView, LatencyModel
 from gtm import data as gtm_data
 from gtm.models import ClientInfo, GeoPoint, ModelLoad, RegionSummary, RouteRequest
 from gtm.policy_store import ActivePolicy
+from gtm.serve import settle_collector
 from gtm.state.snapshot import FleetSnapshot
 from gtm.stats import percentile
 from gtm.testing.azure import azure_regions_policy

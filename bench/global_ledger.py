@@ -43,9 +43,10 @@ from bench.global_decision import (
 from global_lb import profiles
 from global_lb.inflight import InflightLedger, LedgerSettings
 from global_lb.plugins import global_registry
-from global_lb.router import GlobalRouter, settle_collector
+from global_lb.router import GlobalRouter
 from global_lb.view import LatencyModel
 from gtm.policy_store import ActivePolicy
+from gtm.serve import settle_collector
 from gtm.stats import percentile
 
 #: Requests per second the stream stands for (the ledger's clock).

@@ -49,7 +49,7 @@ from global_lb.health import (
 )
 from global_lb.keeper import ViewKeeper, load_topology
 from global_lb.metrics import GlobalMetrics
-from global_lb.router import GlobalRouter, settle_collector
+from global_lb.router import GlobalRouter
 from global_lb.view import LatencyModel
 from gtm.audit_anchor import AuditAnchorer
 from gtm.clock import Clock
@@ -57,7 +57,7 @@ from gtm.errors import ConfigError, StateUnavailable
 from gtm.outage import OutageLog
 from gtm.policy_store import ActivePolicy, PolicyWatcher, activate
 from gtm.routing import RoutingMetrics
-from gtm.serve import HttpServer
+from gtm.serve import HttpServer, settle_collector
 from gtm.state.memory import MemoryStore
 from gtm.state.snapshot import SnapshotWatcher
 from gtm.state.store import StateStore
@@ -239,8 +239,8 @@ class GlobalTier:
             await self.stop()
             raise
         # Start-up objects live for the process: keep the cyclic GC from walking them on
-        # every full collection (gtm/routing/README.md, "Cost of a decision"), and young
-        # collections out of most decisions (global_lb.router.settle_collector).
+        # every full collection, and young collections out of most decisions
+        # (gtm.serve.settle_collector).
         settle_collector()
         self.endpoints = Endpoints(dns, http)
         return self.endpoints

@@ -40,7 +40,6 @@ selects the few retries the front door needs without ordering the rest).
 
 from __future__ import annotations
 
-import gc
 import logging
 import time
 import zlib
@@ -71,21 +70,6 @@ SPREAD_SLOTS = 16
 DEFAULT_CACHE_SIZE = 65_536
 #: Prompt sizes are bucketed by powers of two above this many tokens.
 _TOKEN_QUANTUM = 64
-#: The cyclic garbage collector's generation-0 threshold in a serving process (CPython's
-#: default is 700). Every cold decision keeps a few objects in the decision cache, so at
-#: 700 collections ran inside enough decisions to set the per-request p99; at 20,000
-#: they run in far fewer, each longer, and both p99 and p99.9 drop (measured with
-#: bench/global_decision.py; 5,000 and 100,000 were no better).
-COLLECTOR_GEN0_THRESHOLD = 20_000
-
-
-def settle_collector() -> None:
-    """What a serving process does once after start-up: ``gc.freeze()`` (start-up objects
-    live for the process; full collections then skip them, gtm/routing/README.md) and a
-    generation-0 threshold of :data:`COLLECTOR_GEN0_THRESHOLD` (never lowered)."""
-    gc.freeze()
-    gen0, gen1, gen2 = gc.get_threshold()
-    gc.set_threshold(max(gen0, COLLECTOR_GEN0_THRESHOLD), gen1, gen2)
 
 
 class Refusal(StrEnum):

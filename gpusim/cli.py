@@ -26,7 +26,7 @@ from gtm.errors import GtmError
 from gtm.gpu_profiles import LLAMA_8B, gpu_types, model_names
 from gtm.logs import announce
 from gtm.metrics import new_registry
-from gtm.serve import freeze_startup_objects, until_signalled
+from gtm.serve import settle_collector, until_signalled
 from gtm.state.store import StateStore
 from gtm.tls import TlsConfig, click_options, config_from_options, material
 
@@ -252,7 +252,7 @@ async def serve(
             auth=WorkerAuth(auth),
         )
         url = await server.start()
-        freeze_startup_objects()
+        settle_collector()
         models = ",".join(server.models)
         gpu = config.gpu_type + (f" emulating {config.emulate}" if config.emulate else "")
         announce(f"gpu-sim listening on {url} (gpu={gpu}, models={models})")

@@ -22,7 +22,7 @@ from gtm.logs import announce
 from gtm.metrics import new_registry
 from gtm.net import split_host_port
 from gtm.policy_store import ActivePolicy, activate
-from gtm.serve import freeze_startup_objects, until_signalled
+from gtm.serve import settle_collector, until_signalled
 from gtm.state.url import open_store
 from gtm.tls import TlsConfig, click_options, config_from_options, material
 from gtm.tracing import OFF, Tracing, open_tracing, trace_options
@@ -302,7 +302,7 @@ async def serve(
     )
     try:
         async with serving(service, host, port):
-            freeze_startup_objects()
+            settle_collector()
             announce(
                 f"regional LB {settings.region} (replica {settings.replica_id}) listening on "
                 f"{service.advertise_url}"

@@ -18,7 +18,7 @@ from gtm.logs import announce
 from gtm.metrics import new_registry
 from gtm.net import split_host_port
 from gtm.profile_files import operator_catalog
-from gtm.serve import HttpServerKind, freeze_startup_objects, until_signalled
+from gtm.serve import HttpServerKind, settle_collector, until_signalled
 from gtm.state.store import StateStore
 from gtm.tls import TlsConfig, click_options, config_from_options, material
 from gtm.tracing import OFF, Tracing, open_tracing, trace_options
@@ -296,7 +296,7 @@ async def serve(
     )
     try:
         url = await agent.start()
-        freeze_startup_objects()
+        settle_collector()
         announce(
             f"zone agent {config.region}/{config.zone} listening on {url} "
             f"(profile={config.profile}, gpus={len(agent.view.gpus)}, "

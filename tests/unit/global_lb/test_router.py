@@ -232,25 +232,6 @@ def test_per_conversation_affinity_is_part_of_the_cache_key() -> None:
     assert len(homes) > 1  # conversations of one tenant really have different homes
 
 
-def test_settle_collector_freezes_and_raises_the_young_threshold_only() -> None:
-    import gc
-
-    from global_lb.router import COLLECTOR_GEN0_THRESHOLD, settle_collector
-
-    saved = gc.get_threshold()
-    try:
-        gc.set_threshold(700, 10, 10)
-        settle_collector()
-        assert gc.get_threshold() == (COLLECTOR_GEN0_THRESHOLD, 10, 10)
-        assert gc.get_freeze_count() > 0
-        gc.set_threshold(COLLECTOR_GEN0_THRESHOLD * 2, 5, 5)
-        settle_collector()  # never lowers a higher setting
-        assert gc.get_threshold() == (COLLECTOR_GEN0_THRESHOLD * 2, 5, 5)
-    finally:
-        gc.unfreeze()
-        gc.set_threshold(*saved)
-
-
 def test_decisions_independent_of_the_prompt_size_are_cached_across_sizes() -> None:
     spec = profiles.profile_spec(None, "global-default", profiles.DEFAULT_REQUEST_PROFILE)
     built = profiles.build(global_registry(), spec, None)
