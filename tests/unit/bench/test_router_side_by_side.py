@@ -20,6 +20,7 @@ from bench.router_side_by_side import (
     Worker,
     arrivals,
     busy_rate,
+    floor_ttft_s,
     max_context,
     parse_peer_events,
     prompt_text,
@@ -27,7 +28,8 @@ from bench.router_side_by_side import (
     verdicts,
     zone_args,
 )
-from fleetsim.traces import TraceKind, TraceRequest
+from fleetsim.traces import MOONCAKE_BLOCK_TOKENS, TraceKind, TraceRequest
+from gtm.gpu_profiles import get_profile
 from gtm.testing.processes import GtmProcess
 from gtm.tokens import encode_text
 
@@ -72,11 +74,41 @@ def test_arrivals_fill_the_window_at_the_offered_rate() -> None:
     assert capped.speedup == pytest.approx(max(1.0, 1 / capped.rate))
 
 
-def _figures(router: str, p99: float, goodput: float, rep: int = 0) -> Figures:
+def test_the_floor_is_the_uncached_prefill_on_the_fastest_gpu() -> None:
+    pool = ("L4", "H100", "L40S")
+    h100 = get_profile("H100", "meta-llama/Llama-3.1-8B-Instruct")
+    first = TraceRequest(0.0, 3 * MOONCAKE_BLOCK_TOKENS, 10, (1, 2, 3))
+    turn = TraceRequest(1.0, 4 * MOONCAKE_BLOCK_TOKENS + 100, 10, (1, 2, 3, 4, 5))
+    other = TraceRequest(2.0, 2 * MOONCAKE_BLOCK_TOKENS, 10, (9, 2))  # 2 is not its prefix
+    azure = TraceRequest(3.0, 1000, 10)
+    floor = floor_ttft_s([first, turn, other, azure], pool)
+    assert floor == [
+        h100.prefill_time_s(3 * MOONCAKE_BLOCK_TOKENS),
+        h100.prefill_time_s(MOONCAKE_BLOCK_TOKENS + 100),  # its first 3 blocks were sent
+        h100.prefill_time_s(2 * MOONCAKE_BLOCK_TOKENS),
+        h100.prefill_time_s(1000),
+    ]
+    # The fastest GPU is the floor's: every other one prefills slower.
+    for gpu in ("L4", "L40S"):
+        assert get_profile(gpu, "meta-llama/Llama-3.1-8B-Instruct").prefill_time_s(1000) > floor[3]
+    # A whole prompt already cached still prefills one token.
+    assert floor_ttft_s([first, first], pool)[1] == h100.prefill_time_s(1)
+
+
+def _figures(
+    router: str,
+    p99: float,
+    goodput: float,
+    rep: int = 0,
+    *,
+    floor: float = math.nan,
+    offered: float = math.nan,
+) -> Figures:
     return Figures(
         router=router, pool="hetero", trace="mooncake", repetition=rep, requests=100,
         success=1.0, ttft_p50_s=0.2, ttft_p99_s=p99, ttft_p99_served_s=p99, e2e_p50_s=5.0,
         goodput_rps=goodput, prefix_hit=0.3, per_gpu=(50, 50), router_cpu_s=1.0,
+        floor_ttft_p99_s=floor, offered_rps=offered,
     )  # fmt: skip
 
 
@@ -100,6 +132,28 @@ def test_verdicts_compare_gtm_with_the_best_peer_of_each_repetition() -> None:
     lines, met = verdicts(timed_out)
     assert met
     assert "= 0.00" in lines[0]
+    assert "reach" not in lines[0]
+
+
+def test_verdicts_say_when_no_router_could_meet_a_target() -> None:
+    # The best peer's p99 is 1.5× the floor and its goodput 0.9 of the offered rate:
+    # half that p99, and 1.2× that goodput, are beyond any router.
+    rows = [
+        _figures("gtm-default", 0.7, 2.7, floor=0.6, offered=3.0),
+        _figures("sglang-cache_aware", 0.9, 2.7, floor=0.6, offered=3.0),
+    ]
+    lines, met = verdicts(rows)
+    assert not met  # still missed: the verdict does not excuse it, it says why
+    assert (
+        "MISSED; out of any router's reach: 0.5 × the best peer's p99 is under the floor, 600 ms"
+        in lines[0]
+    )
+    assert "over the offered 3.00 req/s" in lines[0]
+    reachable = [
+        _figures("gtm-default", 0.7, 2.7, floor=0.2, offered=4.0),
+        _figures("sglang-cache_aware", 0.9, 2.7, floor=0.2, offered=4.0),
+    ]
+    assert "reach" not in verdicts(reachable)[0][0]
 
 
 def test_peer_command_lines_name_the_policy_ports_and_workers() -> None:
