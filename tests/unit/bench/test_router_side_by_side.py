@@ -24,6 +24,7 @@ from bench.router_side_by_side import (
     max_context,
     parse_peer_events,
     prompt_text,
+    reach,
     unloaded_e2e_s,
     verdicts,
     zone_args,
@@ -95,6 +96,16 @@ def test_the_floor_is_the_uncached_prefill_on_the_fastest_gpu() -> None:
     assert floor_ttft_s([first, first], pool)[1] == h100.prefill_time_s(1)
 
 
+def test_reach_is_the_floors_p99_and_the_requests_within_the_slo_per_second() -> None:
+    floor = [0.1] * 97 + [2.5, 3.0, 4.0]  # three prefills alone are over the 2 s TTFT
+    p99, ceiling = reach(floor, 50.0)
+    assert 3.0 <= p99 <= 4.0
+    assert ceiling == pytest.approx(97 / 50.0)
+    nan = reach([], 50.0)
+    assert math.isnan(nan[0])
+    assert math.isnan(nan[1])
+
+
 def _figures(
     router: str,
     p99: float,
@@ -102,13 +113,13 @@ def _figures(
     rep: int = 0,
     *,
     floor: float = math.nan,
-    offered: float = math.nan,
+    ceiling: float = math.nan,
 ) -> Figures:
     return Figures(
         router=router, pool="hetero", trace="mooncake", repetition=rep, requests=100,
         success=1.0, ttft_p50_s=0.2, ttft_p99_s=p99, ttft_p99_served_s=p99, e2e_p50_s=5.0,
         goodput_rps=goodput, prefix_hit=0.3, per_gpu=(50, 50), router_cpu_s=1.0,
-        floor_ttft_p99_s=floor, offered_rps=offered,
+        floor_ttft_p99_s=floor, goodput_ceiling_rps=ceiling,
     )  # fmt: skip
 
 
@@ -136,11 +147,11 @@ def test_verdicts_compare_gtm_with_the_best_peer_of_each_repetition() -> None:
 
 
 def test_verdicts_say_when_no_router_could_meet_a_target() -> None:
-    # The best peer's p99 is 1.5× the floor and its goodput 0.9 of the offered rate:
+    # The best peer's p99 is 1.5× the floor and its goodput 0.9 of the ceiling:
     # half that p99, and 1.2× that goodput, are beyond any router.
     rows = [
-        _figures("gtm-default", 0.7, 2.7, floor=0.6, offered=3.0),
-        _figures("sglang-cache_aware", 0.9, 2.7, floor=0.6, offered=3.0),
+        _figures("gtm-default", 0.7, 2.7, floor=0.6, ceiling=3.0),
+        _figures("sglang-cache_aware", 0.9, 2.7, floor=0.6, ceiling=3.0),
     ]
     lines, met = verdicts(rows)
     assert not met  # still missed: the verdict does not excuse it, it says why
@@ -148,10 +159,10 @@ def test_verdicts_say_when_no_router_could_meet_a_target() -> None:
         "MISSED; out of any router's reach: 0.5 × the best peer's p99 is under the floor, 600 ms"
         in lines[0]
     )
-    assert "over the offered 3.00 req/s" in lines[0]
+    assert "over the ceiling, 3.00 req/s" in lines[0]
     reachable = [
-        _figures("gtm-default", 0.7, 2.7, floor=0.2, offered=4.0),
-        _figures("sglang-cache_aware", 0.9, 2.7, floor=0.2, offered=4.0),
+        _figures("gtm-default", 0.7, 2.7, floor=0.2, ceiling=4.0),
+        _figures("sglang-cache_aware", 0.9, 2.7, floor=0.2, ceiling=4.0),
     ]
     assert "reach" not in verdicts(reachable)[0][0]
 
