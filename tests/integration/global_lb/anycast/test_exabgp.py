@@ -138,5 +138,6 @@ def test_sigterm_withdraws_before_the_process_exits(running: Running) -> None:
 def _exited(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
+        # Gone (reaped), before the open or between the open and the read (ESRCH).
         return True
