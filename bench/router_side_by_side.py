@@ -63,7 +63,9 @@ The report explains why vllm-router's prefix policies are slow here
 (:data:`EMULATION_NOTE`). With ``--repeat`` each figure is printed as its range over
 repetitions, and gtm's ratios against the best peer against the issue's targets: p99
 TTFT ≤ 0.5 × the best peer's and goodput ≥ 1.2 × the best peer's, on every pool ×
-trace.
+trace. Each workload also gets what no router can beat (:func:`floor_ttft_s`,
+:func:`reach`): the floor's p99 TTFT and the goodput ceiling, a row of its table; a
+verdict whose target lies beyond them says so, and stays MISSED.
 
 Wall-clock figures on a shared 2-core machine carry its load: 8 worker processes, the
 router and the client share two cores. Read ranges, not single runs.
@@ -862,8 +864,8 @@ def verdicts(rows: Sequence[Figures]) -> tuple[list[str], bool]:
         good_ratio = ours.goodput_rps / best_good if best_good > 0 else math.inf
         ok_p99, ok_good = p99_ratio <= P99_TARGET, good_ratio >= GOODPUT_TARGET
         met &= ok_p99 and ok_good
-        # Whether any router could: a p99 under the floor, or more goodput than was
-        # can be, is out of reach (Figures.floor_ttft_p99_s, goodput_ceiling_rps).
+        # Whether any router could: a p99 under the floor, or goodput over the
+        # ceiling, is out of reach (Figures.floor_ttft_p99_s, goodput_ceiling_rps).
         p99_note = _out_of_reach(
             best_p99 * P99_TARGET < ours.floor_ttft_p99_s,
             f"{P99_TARGET} × the best peer's p99 is under the floor, "
