@@ -316,6 +316,17 @@ class GpuProfile:
             return 0.0
         return batch / self.decode_step_s(batch, context_per_seq)
 
+    def prefill_interference_s(self, tokens: int) -> float:
+        """What prefilling ``tokens`` (one prompt's computed part) adds to the passes it
+        shares with decoding sequences: its passes' time less what each of them costs a
+        decode step anyway (the fixed overhead and the weight read). A short prompt rides
+        along in the memory-bound step for free; a long one's chunks are compute."""
+        if tokens <= 0:
+            return 0.0
+        passes = math.ceil(tokens / self.max_num_batched_tokens)
+        shared = passes * (self.step_overhead_s + self.weight_read_s)
+        return max(0.0, self.prefill_time_s(tokens) - shared)
+
     def prefill_time_s(self, tokens: int) -> float:
         """Time to prefill ``tokens`` alone, in chunks of ``max_num_batched_tokens``."""
         remaining, done, total = tokens, 0, 0.0

@@ -12,6 +12,8 @@ work themselves:
 * ``prefilling``: requests not yet at their first byte (to tell the agent's own waiting
   requests from other clients' in a scraped queue);
 * ``kv_blocks``: KV blocks those sequences hold at admission (prompt blocks);
+* ``prefilled_count`` / ``prefilled_tokens``: cumulative, the requests answered and their
+  uncached tokens (the prefills finished, when they finished: the throughput check);
 * the prefix blocks sent there (:class:`~zone_agent.prefix.PrefixIndex`), and apart from
   them the blocks of the prompts it answered (sent a first byte for, so it prefilled
   them): a GPU that takes requests and never answers (a black hole) holds the first and
@@ -55,6 +57,11 @@ class SlotLoad:
     prefilling: float = 0.0
     pending: float = 0.0
     kv_blocks: float = 0.0
+    #: Since the slot was made: the requests answered (their first byte came) and the
+    #: uncached prompt tokens they were charged, i.e. the prefills the GPU finished for
+    #: the agent, counted when they finish (the throughput check prices them).
+    prefilled: float = 0.0
+    prefilled_tokens: float = 0.0
 
 
 class Ticket:
@@ -104,6 +111,7 @@ class Ticket:
             return
         self._prefilled = True
         self._acc._release_prefill(self.slot, self._pending)
+        self._acc._count_prefill(self.slot, self._pending)
         self._answer()
 
     def _answer(self) -> None:
@@ -135,6 +143,8 @@ class Accounting:
         self.streams: Array = np.zeros(size)
         self.prefilling: Array = np.zeros(size)
         self.kv_blocks: Array = np.zeros(size)
+        self.prefilled_count: Array = np.zeros(size)
+        self.prefilled_tokens: Array = np.zeros(size)
         self._views()
         #: ``streams.sum()``, kept as charges come and go (sequences are whole numbers,
         #: so the running sum is exact): a decision's bounded-load cap needs it.
@@ -176,6 +186,8 @@ class Accounting:
         self.streams = grown(self.streams)
         self.prefilling = grown(self.prefilling)
         self.kv_blocks = grown(self.kv_blocks)
+        self.prefilled_count = grown(self.prefilled_count)
+        self.prefilled_tokens = grown(self.prefilled_tokens)
         self._views()
 
     def _views(self) -> None:
@@ -187,6 +199,8 @@ class Accounting:
         self._streams = self.streams.data.cast("B").cast("d")
         self._prefilling = self.prefilling.data.cast("B").cast("d")
         self._kv = self.kv_blocks.data.cast("B").cast("d")
+        self._prefilled_count = self.prefilled_count.data.cast("B").cast("d")
+        self._prefilled_tokens = self.prefilled_tokens.data.cast("B").cast("d")
 
     @property
     def slot_count(self) -> int:
@@ -234,6 +248,10 @@ class Accounting:
         self._pending[slot] -= pending
         self._prefilling[slot] -= 1
 
+    def _count_prefill(self, slot: int, tokens: float) -> None:
+        self._prefilled_count[slot] += 1
+        self._prefilled_tokens[slot] += tokens
+
     def _answered(self, slot: int, hashes: tuple[int, ...], capacity: int) -> None:
         self.silent.discard(slot)
         if hashes:
@@ -275,6 +293,8 @@ class Accounting:
             float(self.prefilling[slot]),
             float(self.pending[slot]),
             float(self.kv_blocks[slot]),
+            float(self.prefilled_count[slot]),
+            float(self.prefilled_tokens[slot]),
         )
 
     def forget_prefixes(self, gpu_ids: Iterable[str]) -> None:

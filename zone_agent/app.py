@@ -56,7 +56,7 @@ from gtm.tls import TlsMaterial, client_session_options, connector_ssl
 from gtm.tracing import OFF, Tracing
 from zone_agent.accounting import Accounting, SlotLoad
 from zone_agent.api import AssignApi, OpenAiApi, ServiceApi
-from zone_agent.calibration import Calibrator
+from zone_agent.calibration import Calibrator, PrefillCounters, decode_window
 from zone_agent.config import ZoneConfig
 from zone_agent.credentials import RELOAD_INTERVAL_S, WorkerKeys
 from zone_agent.health import HealthTracker, probe
@@ -404,14 +404,8 @@ class ZoneAgent:
             return
         for model, current in metrics.models.items():
             before = previous.models.get(model)
-            if before is None or current.itl_count is None or before.itl_count is None:
-                continue
-            tokens = current.itl_count - before.itl_count
-            if tokens <= 0 or current.itl_sum is None or before.itl_sum is None:
-                continue
-            if current.kv_usage is None:  # no KV usage: no context length to price a step
-                continue
-            observed = (current.itl_sum - before.itl_sum) / tokens
+            if before is None or current.kv_usage is None:
+                continue  # no KV usage: no context length to price a step
             # Regressions are judged against the pair's own profile; a pair without one
             # is priced by calibration, which follows it, so there is nothing to judge by.
             entry = self.calibrator.catalog.entry(
@@ -419,13 +413,29 @@ class ZoneAgent:
             )
             if entry is None:
                 continue
-            profile = entry.profile
-            batch = max(1.0, current.running)
-            blocks = current.kv_blocks_total or profile.num_gpu_blocks
-            size = current.block_size or profile.block_size
-            context = current.kv_usage * blocks * size / batch
-            expected = profile.decode_step_s(int(batch), context)
-            self.health.observe_decode(worker.id, observed, expected, tokens, now)
+            # The engine's requests less the agent's own still awaiting a first token:
+            # the sequences decoding (other clients' prefills, if any, are not known).
+            was, own = self._own_at_scrape.get(worker.id, SlotLoad()), self.accounting.at(worker.id)
+            decoding = (
+                before.running + before.waiting - was.prefilling,
+                current.running + current.waiting - own.prefilling,
+            )
+            prefilled = PrefillCounters(
+                own.prefilled - was.prefilled, 0.0, own.prefilled_tokens - was.prefilled_tokens
+            )
+            window = decode_window(
+                entry.profile, before, current, decoding=decoding, prefilled=prefilled
+            )
+            if window is None:
+                continue
+            self.health.observe_decode(
+                worker.id,
+                window.seconds / window.tokens,
+                window.expected_s / window.tokens,
+                window.tokens,
+                now,
+                settled=own.prefilling == 0,
+            )
 
     async def refresh(self) -> ZoneView:
         """Catch up with the store (if any), then scrape every worker: a view that

@@ -115,6 +115,82 @@ def prefill_counters(metrics: ModelMetrics) -> PrefillCounters | None:
     return PrefillCounters(requests, seconds, tokens)
 
 
+@dataclass(frozen=True, slots=True)
+class DecodeWindow:
+    """One scrape interval's decoding: its inter-token gaps, their sum, and what the
+    profile expects that sum to be."""
+
+    tokens: float
+    seconds: float
+    #: The decode steps alone: ``tokens`` × the step at the scraped batch and context.
+    steps_s: float
+    #: What the interval's prefills added to those gaps (:func:`decode_window`).
+    interference_s: float
+
+    @property
+    def expected_s(self) -> float:
+        return self.steps_s + self.interference_s
+
+
+def decode_window(
+    profile: GpuProfile,
+    last: ModelMetrics,
+    now: ModelMetrics,
+    *,
+    decoding: tuple[float, float] | None = None,
+    prefilled: PrefillCounters | None = None,
+) -> DecodeWindow | None:
+    """The decoding between two scrapes of one (worker, model), priced by ``profile``
+    (None: no inter-token latencies, none decoded, or a counter reset).
+
+    An inter-token gap is one pass, and a pass that also prefills a prompt's chunk is
+    longer for every sequence decoding in it. So the gaps' expected sum is the decode
+    steps plus, for each prompt prefilled in the window,
+    :meth:`~gtm.gpu_profiles.GpuProfile.prefill_interference_s` × the sequences that
+    were decoding meanwhile. Without it a prefill-bound worker reads as many times
+    slower than its profile (its sequences wait for other prompts' chunks), which is
+    load, not a slow GPU.
+
+    The caller that sent the requests knows both better than the engine's gauges, and
+    passes them: ``prefilled``, the prompts answered in the window (requests and
+    uncached tokens, counted at their first token, when their prefill ends; vLLM
+    observes its prefill histograms only when a request *finishes*, many windows later),
+    and ``decoding``, the sequences decoding at the window's two ends (a burst of
+    admissions prefills together while the engine counts it as running). Without them:
+    the engine's prefill counters, and the running sequences less the one prefilling."""
+    if last.itl_count is None or last.itl_sum is None:
+        return None
+    if now.itl_count is None or now.itl_sum is None:
+        return None
+    tokens, seconds = now.itl_count - last.itl_count, now.itl_sum - last.itl_sum
+    if tokens <= 0 or seconds <= 0:
+        return None
+    batch = max(1.0, now.running)
+    blocks = now.kv_blocks_total or profile.num_gpu_blocks
+    size = now.block_size or profile.block_size
+    context = (now.kv_usage or 0.0) * blocks * size / batch
+    steps = tokens * profile.decode_step_s(int(batch), context)
+    if prefilled is None:
+        before, after = prefill_counters(last), prefill_counters(now)
+        if after is not None:
+            before = before or PrefillCounters(0.0, 0.0, 0.0)  # first observation: zero
+            prefilled = PrefillCounters(
+                after.requests - before.requests, 0.0, after.tokens - before.tokens
+            )
+    interference = 0.0
+    if prefilled is not None and prefilled.requests > 0 and prefilled.tokens > 0:
+        if decoding is None:
+            decoding = (last.running - 1, now.running - 1)
+        # Bounds on a caller's guess: a window that decoded tokens had a sequence
+        # decoding, and no more decode than the engine runs (a non-streamed request is
+        # answered at its end, so the agent still counts a decoding one as prefilling).
+        running = max(1.0, (last.running + now.running) / 2)
+        sharing = min(running, max(1.0, (decoding[0] + decoding[1]) / 2))
+        each = profile.prefill_interference_s(max(1, round(prefilled.tokens / prefilled.requests)))
+        interference = prefilled.requests * each * sharing
+    return DecodeWindow(tokens, seconds, steps, interference)
+
+
 def scaled(
     profile: GpuProfile, gpu_type: str, prefill_factor: float, decode_factor: float
 ) -> GpuProfile:
@@ -325,25 +401,18 @@ class Calibrator:
     def _observe_decode(
         self, state: _WorkerState, last: ModelMetrics, now_m: ModelMetrics, now: float
     ) -> None:
-        if (
-            last.itl_count is None
-            or last.itl_sum is None
-            or now_m.itl_count is None
-            or now_m.itl_sum is None
-        ):
-            return
-        tokens = now_m.itl_count - last.itl_count
-        seconds = now_m.itl_sum - last.itl_sum
-        if tokens <= 0 or seconds <= 0:
-            return  # idle, or a reset (handled like prefill's: this scrape is the baseline)
         ref = state.reference
-        batch = max(1.0, now_m.running)
-        blocks = now_m.kv_blocks_total or ref.num_gpu_blocks
-        size = now_m.block_size or ref.block_size
-        context = (now_m.kv_usage or 0.0) * blocks * size / batch
-        fixed = tokens * ref.step_overhead_s  # each inter-token gap is one pass
-        expected = tokens * ref.decode_step_s(int(batch), context) - fixed
-        state.decode.add(tokens, expected, _variable(seconds, fixed), MIN_DECODE_TOKENS, now)
+        window = decode_window(ref, last, now_m)
+        if window is None:
+            return  # idle, or a reset (handled like prefill's: this scrape is the baseline)
+        fixed = window.tokens * ref.step_overhead_s  # each inter-token gap is one pass
+        # The decode steps alone: an interval this quiet shares few passes with prompts,
+        # and the engine's prefill counters may count a prompt long after its passes
+        # (vLLM observes them when the request finishes).
+        expected = window.steps_s - fixed
+        state.decode.add(
+            window.tokens, expected, _variable(window.seconds, fixed), MIN_DECODE_TOKENS, now
+        )
 
     def forget(self, live: set[str]) -> None:
         """Drop the state of workers no longer in the zone."""
@@ -397,9 +466,11 @@ __all__ = [
     "MIN_REQUESTS",
     "MIN_SAMPLES",
     "Calibrator",
+    "DecodeWindow",
     "PrefillCounters",
     "Priced",
     "Prior",
+    "decode_window",
     "prefill_counters",
     "prior_profile",
     "scaled",

@@ -22,11 +22,24 @@ over ``slow_start_s``; the cost model divides its prefill rate by that weight, s
 cold or warming GPU (whose first passes are slower, and whose cache is empty) gets a
 share of the traffic that grows with time.
 
-Throughput regression: each scrape's inter-token latency (engine time, from the
-histogram's ``_sum``/``_count`` deltas) is divided by the profile's expected decode step
-for the scraped batch. A window counts when it holds ``regression_min_tokens`` tokens or
-``regression_min_engine_s`` of decode time: a very slow GPU emits few tokens per scrape,
-and it is the one that must be seen. The smoothed ratio (EWMA) is compared with two
+Throughput regression: the inter-token latencies of scrape windows (engine time, from
+the histogram's ``_sum``/``_count`` deltas) are divided by what the profile expects of
+them: the decode steps at the scraped batch, plus what the prompts prefilled meanwhile
+added to those steps (:func:`zone_agent.calibration.decode_window`). Windows add up into
+one sample, which closes when it holds ``regression_min_tokens`` tokens or
+``regression_min_engine_s`` of decode time (a very slow GPU emits few tokens per scrape,
+and it is the one that must be seen) *and* no prompt is half-prefilled at its end. An
+engine counts a prompt's prefill when its first token comes out, while the chunks slowed
+every pass before that: a sample cut in the middle of a prefill holds the slow passes
+without their cause (it read 8× slow on an emulated L4 under Azure code), and the next
+one the cause without the passes. Under a load that never lets a GPU settle, a sample
+closes anyway after ``regression_span_s``. Such a *forced* sample is far less sure:
+on emulated H100s under Azure code, 4 s spans read 0.2–3.9× the profile with nothing
+wrong (the cut-off prompts, and a burst of admissions that prefill together while the
+engine counts them as running). So it counts only when it is
+``regression_forced_factor`` times slower than the profile (a GPU failing grey under
+load is seen; a mild throttle waits for a settled moment), and it never sets the GPU's
+best (below). The smoothed ratio (EWMA) is compared with two
 references, and the GPU is de-weighted by the larger slowness, so its predicted TTFT
 grows by as much as it slowed down:
 
@@ -92,6 +105,10 @@ class HealthConfig(Frozen):
     regression_min_tokens: int = Field(default=16, ge=1)
     #: …or least decode time in it (seconds of inter-token latency summed).
     regression_min_engine_s: float = Field(default=0.1, gt=0.0)
+    #: A sample whose end finds a prompt half-prefilled still closes after this long.
+    regression_span_s: float = Field(default=4.0, gt=0.0)
+    #: …and counts only when it is this many times slower than the profile.
+    regression_forced_factor: float = Field(default=10.0, gt=1.0)
     #: De-weight a GPU this many times slower than its own best in the window.
     regression_self_factor: float = Field(default=3.0, gt=1.0)
     #: How long a GPU's best ratio is remembered (then re-measured from the current one).
@@ -129,6 +146,10 @@ class HealthStatus:
 
 class _Gpu:
     __slots__ = (
+        "acc_expected",
+        "acc_seconds",
+        "acc_since",
+        "acc_tokens",
         "best",
         "best_at",
         "checked",
@@ -163,6 +184,11 @@ class _Gpu:
         self.best = math.inf
         self.best_at = now
         self.sampled_at = now
+        #: The open sample: windows added since the last one closed.
+        self.acc_tokens = 0.0
+        self.acc_seconds = 0.0
+        self.acc_expected = 0.0
+        self.acc_since: float | None = None
 
 
 class HealthTracker:
@@ -264,16 +290,38 @@ class HealthTracker:
     # ------------------------------------------------------------------ regression
 
     def observe_decode(
-        self, gpu_id: str, observed_s: float, expected_s: float, tokens: float, now: float
+        self,
+        gpu_id: str,
+        observed_s: float,
+        expected_s: float,
+        tokens: float,
+        now: float,
+        *,
+        settled: bool = True,
     ) -> None:
-        """A scrape window's mean inter-token latency vs the profile's expected step."""
+        """A scrape window's mean inter-token latency vs what the profile expects of it;
+        ``settled``: no prompt was half-prefilled at the window's end (the caller's own
+        requests all had their first token), so a sample may close here."""
         cfg = self.config
         if expected_s <= 0 or not observed_s > 0 or tokens <= 0:
             return
-        if tokens < cfg.regression_min_tokens and observed_s * tokens < cfg.regression_min_engine_s:
-            return
         gpu = self._gpu(gpu_id, now)
-        sample = observed_s / expected_s
+        if gpu.acc_since is None:
+            gpu.acc_since = now
+        gpu.acc_tokens += tokens
+        gpu.acc_seconds += observed_s * tokens
+        gpu.acc_expected += expected_s * tokens
+        if gpu.acc_tokens < cfg.regression_min_tokens and (
+            gpu.acc_seconds < cfg.regression_min_engine_s
+        ):
+            return
+        if not settled and now - gpu.acc_since < cfg.regression_span_s:
+            return
+        sample = gpu.acc_seconds / gpu.acc_expected
+        gpu.acc_tokens = gpu.acc_seconds = gpu.acc_expected = 0.0
+        gpu.acc_since = None
+        if not settled and sample < cfg.regression_forced_factor:
+            return  # within what the prompts cut off at its ends can do: no news
         current = self._slowness(gpu, now)
         alpha = cfg.regression_alpha
         if current is None or sample * cfg.regression_self_factor <= current:
@@ -284,6 +332,8 @@ class HealthTracker:
         else:
             gpu.slowness = alpha * sample + (1 - alpha) * current
         gpu.sampled_at = now
+        if not settled:
+            return  # a forced sample's error could set a best no settled sample reaches
         if gpu.slowness <= gpu.best or now - gpu.best_at > cfg.regression_window_s:
             gpu.best, gpu.best_at = gpu.slowness, now
 

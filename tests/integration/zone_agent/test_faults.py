@@ -14,11 +14,13 @@ import pytest
 from openai import AsyncStream
 from openai.types.chat import ChatCompletionChunk, ChatCompletionMessageParam
 
-from gtm.gpu_profiles import LLAMA_8B
+from gtm.clock import SystemClock
+from gtm.gpu_profiles import LLAMA_8B, get_profile
 from zone_agent.health import HealthConfig
 from zone_agent.profiles import builtin_profile
+from zone_agent.scrape import scrape
 
-from .conftest import FAST_HEALTH, ZoneFactory, eventually
+from .conftest import FAST_HEALTH, Zone, ZoneFactory, eventually
 
 pytestmark = pytest.mark.integration
 
@@ -231,3 +233,64 @@ async def test_a_throttled_gpu_is_detected_and_deweighted(make_zone: ZoneFactory
     assert weight.health.slowdown > 1.15
     assert normal.health.slowdown < 1.1
     assert weight.health.weight < 0.9
+
+
+async def test_prefill_interference_is_not_taken_for_a_slow_gpu(
+    make_zone: ZoneFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Long prompts arriving while others decode slow every decode step down (their
+    chunks share the passes): that is load, which the cost model prices, not a
+    throttled GPU; the throughput check must not de-weight healthy GPUs for it."""
+    zone = await make_zone(["H100", "H100"], sim_overrides={"speedup": 1.0})
+    zone.agent.set_profile(builtin_profile("round-robin"))
+    long_prompt: list[ChatCompletionMessageParam] = [
+        {"role": "user", "content": " ".join(f"w{i % 997}" for i in range(6000))}
+    ]
+
+    async def decode() -> None:
+        await zone.client.chat.completions.create(
+            model=LLAMA_8B, messages=HELLO, max_tokens=150, extra_body={"ignore_eos": True}
+        )
+
+    async def prefill(k: int) -> None:
+        await asyncio.sleep(0)  # the decoding requests are admitted first
+        await zone.client.chat.completions.create(
+            model=LLAMA_8B,
+            messages=[{"role": "system", "content": f"caller {k}"}, *long_prompt],
+            max_tokens=2,
+        )
+
+    # Decoding alone first: each GPU's own best is its quiet speed, as in production.
+    await asyncio.gather(*(decode() for _ in range(4)))
+    await zone.agent.scrape_round()
+    before = {s.url: await scrape_itl(zone, s.url) for s in zone.sims}
+    worst = {"gpu-0": 0.0, "gpu-1": 0.0}
+    rebuild = zone.agent.rebuild
+
+    def watched() -> None:  # every view the decisions saw while the load ran
+        rebuild()
+        for gid in worst:
+            gpu = zone.agent.view.gpu(gid)
+            assert gpu is not None
+            worst[gid] = max(worst[gid], gpu.health.slowdown)
+
+    monkeypatch.setattr(zone.agent, "rebuild", watched)
+    await asyncio.gather(*(decode() for _ in range(4)), *(prefill(k) for k in range(12)))
+    await zone.agent.scrape_round()
+    monkeypatch.undo()
+    profile = get_profile("H100", LLAMA_8B)
+    for sim in zone.sims:
+        itl_sum, itl_count = await scrape_itl(zone, sim.url)
+        mean_itl = (itl_sum - before[sim.url][0]) / (itl_count - before[sim.url][1])
+        # The interference was real: decode steps several times the profile's own.
+        assert mean_itl > 3 * profile.decode_step_s(2, 64)
+    assert max(worst.values()) < 1 + HealthConfig().regression_threshold, worst
+    await zone.no_leaks()
+
+
+async def scrape_itl(zone: Zone, url: str) -> tuple[float, float]:
+    """A worker's cumulative inter-token latency (sum, count) for the chat model (an
+    engine writes the histogram's series at its first observation: absent is zero)."""
+    metrics = await scrape(zone.http, url, clock=SystemClock(), timeout_s=5.0)
+    model = metrics.models[LLAMA_8B]
+    return model.itl_sum or 0.0, model.itl_count or 0.0

@@ -173,3 +173,16 @@ def test_newer_gpus_rank_by_their_datasheets() -> None:
     # MI300X: about an H100's achieved prefill (assumption), 5.3 TB/s decode.
     assert mi300x.prefill_tokens_per_s == pytest.approx(h100.prefill_tokens_per_s, rel=0.02)
     assert h100.weight_read_s / mi300x.weight_read_s == pytest.approx(5.3 / 3.35)
+
+
+def test_prefill_interference_is_the_prompts_compute_beyond_a_decode_step() -> None:
+    """What a prompt's chunks add to the passes they share with decoding sequences."""
+    p = get_profile("H100", LLAMA_8B)
+    assert p.prefill_interference_s(0) == 0.0
+    # A short prompt rides in the memory-bound step: it adds (almost) nothing.
+    assert p.prefill_interference_s(8) < 0.05 * p.decode_step_s(1, 0)
+    # A long one adds its passes less what each costs a decode step anyway.
+    n = 3 * p.max_num_batched_tokens
+    shared = 3 * (p.step_overhead_s + p.weight_read_s)
+    assert p.prefill_interference_s(n) == pytest.approx(p.prefill_time_s(n) - shared)
+    assert p.prefill_interference_s(n) > 0.5 * p.prefill_time_s(n)

@@ -14,7 +14,8 @@ def test_a_ticket_charges_and_releases_everything_once() -> None:
     assert acc.at("g") == SlotLoad(streams=2, prefilling=1, pending=100, kv_blocks=8)
     ticket.prefill_done()
     ticket.prefill_done()
-    assert acc.at("g") == SlotLoad(streams=2, prefilling=0, pending=0, kv_blocks=8)
+    done = SlotLoad(streams=2, kv_blocks=8, prefilled=1, prefilled_tokens=100)
+    assert acc.at("g") == done
     ticket.close()
     ticket.close()
     ticket.prefill_done()
@@ -26,6 +27,19 @@ def test_close_without_first_byte_releases_the_prefill_too() -> None:
     acc = Accounting()
     acc.start("g", prefill_tokens=50).close()
     assert acc.totals() == SlotLoad()
+    assert acc.at("g") == SlotLoad()  # not answered: not counted as a finished prefill
+
+
+def test_answered_prefills_add_up_per_gpu_and_survive_growth() -> None:
+    """What the throughput check prices a scrape window's prefills by (cumulative)."""
+    acc = Accounting(capacity=1)
+    for tokens in (100, 250):
+        ticket = acc.start("a", prefill_tokens=tokens)
+        ticket.prefill_done()
+        ticket.close()
+    acc.start("b", prefill_tokens=7).prefill_done()  # grows the arrays
+    assert (acc.at("a").prefilled, acc.at("a").prefilled_tokens) == (2, 350)
+    assert (acc.at("b").prefilled, acc.at("b").prefilled_tokens) == (1, 7)
 
 
 def test_slots_are_stable_and_arrays_grow() -> None:

@@ -17,6 +17,7 @@ from zone_agent.calibration import (
     MIN_SAMPLES,
     Calibrator,
     PrefillCounters,
+    decode_window,
     prefill_counters,
     prior_profile,
 )
@@ -319,3 +320,66 @@ def test_sglang_exposition_calibrates_through_the_scraper() -> None:
     fixed = prior.step_overhead_s  # one pass each, on both
     factor = (prior.prefill_time_s(PROMPT) - fixed) / (per - fixed)
     assert priced.profile.prefill_tokens_per_s == pytest.approx(prior.prefill_tokens_per_s * factor)
+
+
+def _decoding(
+    itl_count: float,
+    itl_sum: float,
+    running: float,
+    prefill: tuple[float | None, float | None, float | None] = (None, None, None),
+) -> ModelMetrics:
+    """Inter-token latencies, and optionally (prefill seconds, requests, prompt tokens)."""
+    seconds, requests, tokens = prefill
+    return ModelMetrics(
+        running=running,
+        kv_usage=0.0,
+        itl_count=itl_count,
+        itl_sum=itl_sum,
+        prefill_time_sum=seconds,
+        prefill_time_count=requests,
+        prompt_tokens_sum=tokens,
+    )
+
+
+def test_a_decode_window_prices_the_prompts_prefilled_in_it() -> None:
+    step = H100.decode_step_s(4, 0.0)
+    last, now = _decoding(0, 0.0, 4), _decoding(40, 2.0, 4)
+    quiet = decode_window(H100, last, now)
+    assert quiet is not None
+    assert (quiet.tokens, quiet.seconds, quiet.interference_s) == (40, 2.0, 0.0)
+    assert quiet.expected_s == pytest.approx(40 * step)
+    # Two 5,000-token prompts answered in the window, three sequences decoding: each
+    # of those waited through both prompts' chunks.
+    told = decode_window(
+        H100, last, now, decoding=(3, 3), prefilled=PrefillCounters(2, 0.0, 10_000)
+    )
+    assert told is not None
+    assert told.interference_s == pytest.approx(2 * H100.prefill_interference_s(5_000) * 3)
+    assert told.expected_s == pytest.approx(quiet.expected_s + told.interference_s)
+    # A caller's guess is bounded: at least one sequence decoded, at most the running.
+    low = decode_window(H100, last, now, decoding=(-2, 0), prefilled=PrefillCounters(1, 0, 5e3))
+    high = decode_window(H100, last, now, decoding=(9, 9), prefilled=PrefillCounters(1, 0, 5e3))
+    assert low is not None
+    assert high is not None
+    assert low.interference_s == pytest.approx(H100.prefill_interference_s(5_000))
+    assert high.interference_s == pytest.approx(4 * H100.prefill_interference_s(5_000))
+
+
+def test_a_decode_window_falls_back_on_the_engines_prefill_counters() -> None:
+    last = _decoding(0, 0.0, 3, prefill=(1.0, 1, 1e3))
+    now = _decoding(30, 3.0, 3, prefill=(2.0, 2, 9e3))
+    window = decode_window(H100, last, now)
+    assert window is not None  # one prompt of 8,000 tokens; 3 running less the one prefilling
+    assert window.interference_s == pytest.approx(H100.prefill_interference_s(8_000) * 2)
+
+
+@pytest.mark.parametrize(
+    ("last", "now"),
+    [
+        (ModelMetrics(), _decoding(10, 1.0, 1)),  # no inter-token histogram before
+        (_decoding(10, 1.0, 1), _decoding(10, 1.0, 1)),  # nothing decoded
+        (_decoding(10, 1.0, 1), _decoding(5, 0.5, 1)),  # the engine restarted
+    ],
+)
+def test_no_decode_window_without_decoding(last: ModelMetrics, now: ModelMetrics) -> None:
+    assert decode_window(H100, last, now) is None

@@ -230,3 +230,38 @@ def test_a_recovered_gpu_is_taken_back_in_one_window() -> None:
     health = solo_gpu_slows_down(100.0)
     health.observe_decode("a", 0.010, 0.010, 100, 25.0)
     assert health.slowdowns(25.0)["a"] == 1.0
+
+
+def test_windows_add_up_until_no_prompt_is_half_prefilled() -> None:
+    """A sample cut while a prompt prefills holds its slow passes without their cause."""
+    health = tracker("a")
+    health.observe_decode("a", 0.010, 0.010, 100, 0.0)  # quiet: its best is 1.0
+    health.observe_decode("a", 0.080, 0.010, 20, 1.0, settled=False)  # chunks, uncounted
+    health.observe_decode("a", 0.080, 0.010, 20, 2.0, settled=False)
+    assert health.slowdowns(2.0) == {"a": 1.0}  # not closed: nothing judged yet
+    # The prompt's first token: its passes are priced; the whole span reads normal.
+    health.observe_decode("a", 0.010, 0.150, 20, 2.5, settled=True)
+    assert health.slowdowns(2.5) == {"a": 1.0}
+
+
+def test_a_forced_sample_counts_only_when_grossly_slow() -> None:
+    health = tracker("a")
+    health.observe_decode("a", 0.010, 0.010, 100, 0.0)
+    span = CFG.regression_span_s
+    # Never settled, 5x slow: within what cut-off prompts do; no news, and no best.
+    health.observe_decode("a", 0.050, 0.010, 100, 1.0, settled=False)
+    health.observe_decode("a", 0.050, 0.010, 100, 1.0 + span, settled=False)
+    assert health.slowdowns(1.0 + span) == {"a": 1.0}
+    # A GPU failing grey under load (100x) is seen without a settled moment.
+    health.observe_decode("a", 1.0, 0.010, 100, 2.0 + span, settled=False)
+    health.observe_decode("a", 1.0, 0.010, 100, 2.0 + 2 * span, settled=False)
+    assert health.slowdowns(2.0 + 2 * span)["a"] > CFG.regression_self_factor
+
+
+def test_a_forced_sample_never_sets_the_best() -> None:
+    """A forced sample read fast by error would make every later normal one look slow."""
+    health = tracker("a")
+    health.observe_decode("a", 0.010, 0.010, 100, 0.0)
+    health.observe_decode("a", 0.001, 0.010, 100, CFG.regression_span_s, settled=False)
+    health.observe_decode("a", 0.010, 0.010, 100, CFG.regression_span_s + 1)
+    assert health.slowdowns(CFG.regression_span_s + 1) == {"a": 1.0}
