@@ -12,7 +12,8 @@ vllm-router in front of the same emulated workers, on the same arrivals (issue 2
 
 **Workers.** Each run starts its own ``gtm gpu-sim`` processes (Llama-3.1-8B,
 ``--speedup`` × faster than the real GPU, 10 by default), so every router meets cold
-workers with empty prefix caches, then stops them. Pools: ``hetero`` (3 × H100,
+workers with empty prefix caches, then stops them (SIGTERM stops a run cleanly too: its
+workers and router are stopped, and ``--report`` gets the runs that ended). Pools: ``hetero`` (3 × H100,
 2 × A100-80GB, 2 × L40S, 1 × L4) and ``h100`` (8 × H100). The workers answer what each
 peer polls (:mod:`gpusim.peer_api`: SGLang's ``/get_load``, ``/server_info``,
 ``/model_info``; vLLM's ``/v1/completions/render`` and ``/kv_event_sources``), and for
@@ -80,6 +81,7 @@ import dataclasses
 import json
 import math
 import os
+import signal
 import statistics
 import sys
 import time
@@ -1210,7 +1212,43 @@ async def main_async(args: argparse.Namespace) -> int:
         + f"; {os.cpu_count()} CPUs (shared)."
     )
     print(header, flush=True)
+    # SIGTERM (or SIGINT, which a background shell ignores) stops the run cleanly: every
+    # worker and router is stopped on the way out, and what was measured is reported.
+    loop, task = asyncio.get_running_loop(), asyncio.current_task()
+    assert task is not None
+    loop.add_signal_handler(signal.SIGTERM, task.cancel)
     rows: list[Figures] = []
+    try:
+        await _matrix(args, pools, traces, specs, names, duration, rows)
+    except asyncio.CancelledError:
+        if args.report and rows:
+            stopped = header + f" Stopped (SIGTERM) after {len(rows)} run(s)."
+            print(f"\nreport: {write_report(Path(args.report), rows, names, stopped)}")
+        raise
+    if args.report:
+        path = write_report(Path(args.report), rows, names, header)
+        print(f"\nreport: {path}")
+    missed = not verdicts(rows)[1] if OURS in names else False
+    if args.smoke:
+        bad = [f for f in rows if f.success < 0.5]
+        if bad:
+            print(f"smoke: {', '.join(f.router for f in bad)} served under half", file=sys.stderr)
+            return 1
+        return 0
+    return 1 if missed else 0
+
+
+async def _matrix(
+    args: argparse.Namespace,
+    pools: dict[str, tuple[str, ...]],
+    traces: Sequence[TraceKind],
+    specs: Sequence[RouterSpec],
+    names: Sequence[str],
+    duration: float,
+    rows: list[Figures],
+) -> None:
+    """Every pool × trace × repetition × router in turn, each run's figures appended
+    to ``rows`` as it ends (so a stopped run still has what it measured)."""
     for pool_name, pool in pools.items():
         for trace in traces:
             work = arrivals(
@@ -1238,22 +1276,11 @@ async def main_async(args: argparse.Namespace) -> int:
                         spec, pool_name, pool, trace, plan, speedup, rep, work.floor_ttft_s
                     )
                     combo.append(f)
+                    rows.append(f)
                     print(f"  rep {rep + 1} {row(f)}", flush=True)
-            rows += combo
             print("\n".join(ranges(combo, names)))
             lines, _ = verdicts(combo)
             print("\n".join(lines), flush=True)
-    if args.report:
-        path = write_report(Path(args.report), rows, names, header)
-        print(f"\nreport: {path}")
-    missed = not verdicts(rows)[1] if OURS in names else False
-    if args.smoke:
-        bad = [f for f in rows if f.success < 0.5]
-        if bad:
-            print(f"smoke: {', '.join(f.router for f in bad)} served under half", file=sys.stderr)
-            return 1
-        return 0
-    return 1 if missed else 0
 
 
 def main() -> None:
@@ -1281,7 +1308,13 @@ def main() -> None:
         "--one-worker", action="store_true",
         help="each router before one idle worker: TTFT added, client cancellation",
     )  # fmt: skip
-    sys.exit(asyncio.run(main_async(parser.parse_args())))
+    try:
+        code = asyncio.run(main_async(parser.parse_args()))
+    except asyncio.CancelledError:
+        raise SystemExit(
+            "router side-by-side: stopped (SIGTERM); workers and routers stopped"
+        ) from None
+    sys.exit(code)
 
 
 if __name__ == "__main__":
