@@ -13,8 +13,8 @@ vllm-router in front of the same emulated workers, on the same arrivals (issue 2
 **Workers.** Each run starts its own ``gtm gpu-sim`` processes (Llama-3.1-8B,
 ``--speedup`` × faster than the real GPU, 10 by default), so every router meets cold
 workers with empty prefix caches, then stops them (SIGTERM stops a run cleanly too: its
-workers and router are stopped, and ``--report`` gets the runs that ended). Pools: ``hetero`` (3 × H100,
-2 × A100-80GB, 2 × L40S, 1 × L4) and ``h100`` (8 × H100). The workers answer what each
+workers and router are stopped, and ``--report`` gets the runs that ended). Pools:
+``hetero`` (3 × H100, 2 × A100-80GB, 2 × L40S, 1 × L4) and ``h100`` (8 × H100). The workers answer what each
 peer polls (:mod:`gpusim.peer_api`: SGLang's ``/get_load``, ``/server_info``,
 ``/model_info``; vLLM's ``/v1/completions/render`` and ``/kv_event_sources``), and for
 vllm-router's ``kv_aware`` and ``gtm-kv-events`` they publish vLLM's KV events
