@@ -14,11 +14,12 @@ vllm-router in front of the same emulated workers, on the same arrivals (issue 2
 ``--speedup`` × faster than the real GPU, 10 by default), so every router meets cold
 workers with empty prefix caches, then stops them (SIGTERM stops a run cleanly too: its
 workers and router are stopped, and ``--report`` gets the runs that ended). Pools:
-``hetero`` (3 × H100, 2 × A100-80GB, 2 × L40S, 1 × L4) and ``h100`` (8 × H100). The workers answer what each
-peer polls (:mod:`gpusim.peer_api`: SGLang's ``/get_load``, ``/server_info``,
-``/model_info``; vLLM's ``/v1/completions/render`` and ``/kv_event_sources``), and for
-vllm-router's ``kv_aware`` and ``gtm-kv-events`` they publish vLLM's KV events
-(``--kv-events-config``), so each policy has what it would have in front of real engines.
+``hetero`` (3 × H100, 2 × A100-80GB, 2 × L40S, 1 × L4) and ``h100`` (8 × H100). The
+workers answer what each peer polls (:mod:`gpusim.peer_api`: SGLang's ``/get_load``,
+``/server_info``, ``/model_info``; vLLM's ``/v1/completions/render`` and
+``/kv_event_sources``), and for vllm-router's ``kv_aware`` and ``gtm-kv-events`` they
+publish vLLM's KV events (``--kv-events-config``), so each policy has what it would have
+in front of real engines.
 
 **Routers.** ``gtm-default`` (``gtm zone`` with its default profile and settings),
 ``gtm-kv-events`` (the same agent subscribed to the workers' KV events, ``--kv-events``
@@ -85,7 +86,7 @@ import signal
 import statistics
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -1240,9 +1241,9 @@ async def main_async(args: argparse.Namespace) -> int:
 
 async def _matrix(
     args: argparse.Namespace,
-    pools: dict[str, tuple[str, ...]],
+    pools: Mapping[str, Sequence[str]],
     traces: Sequence[TraceKind],
-    specs: Sequence[RouterSpec],
+    specs: list[RouterSpec],
     names: Sequence[str],
     duration: float,
     rows: list[Figures],
