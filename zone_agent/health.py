@@ -28,18 +28,17 @@ them: the decode steps at the scraped batch, plus what the prompts prefilled mea
 added to those steps (:func:`zone_agent.calibration.decode_window`). Windows add up into
 one sample, which closes when it holds ``regression_min_tokens`` tokens or
 ``regression_min_engine_s`` of decode time (a very slow GPU emits few tokens per scrape,
-and it is the one that must be seen) *and* no prompt is half-prefilled at its end. An
-engine counts a prompt's prefill when its first token comes out, while the chunks slowed
-every pass before that: a sample cut in the middle of a prefill holds the slow passes
-without their cause (it read 8× slow on an emulated L4 under Azure code), and the next
-one the cause without the passes. Under a load that never lets a GPU settle, a sample
-closes anyway after ``regression_span_s``. Such a *forced* sample is far less sure:
-on emulated H100s under Azure code, 4 s spans read 0.2–3.9× the profile with nothing
-wrong (the cut-off prompts, and a burst of admissions that prefill together while the
-engine counts them as running). So it counts only when it is
-``regression_forced_factor`` times slower than the profile (a GPU failing grey under
-load is seen; a mild throttle waits for a settled moment), and it never sets the GPU's
-best (below). The smoothed ratio (EWMA) is compared with two
+and it is the one that must be seen) *and* no prompt is half-prefilled at its end. A
+prompt's prefill is counted when its first token comes out (by the agent, which sent
+it), while its chunks slowed every pass before that: a sample cut in the middle of a
+prefill holds the slow passes without their cause, and the next one the cause without
+the passes. Under a load that never lets a GPU settle, a sample closes anyway after
+``regression_span_s``. Such a *forced* sample is far less sure (the prompts cut off at
+its ends, and a burst of admissions that prefill together while the engine counts them
+as running, move it both ways; the CHANGELOG has the spread measured), so it counts only
+when it is ``regression_forced_factor`` times slower than the profile (a GPU failing
+grey under load is seen; a mild throttle waits for a settled moment), and it never sets
+the GPU's best (below). The smoothed ratio (EWMA) is compared with two
 references, and the GPU is de-weighted by the larger slowness, so its predicted TTFT
 grows by as much as it slowed down:
 
