@@ -151,13 +151,14 @@ def decode_window(
     slower than its profile (its sequences wait for other prompts' chunks), which is
     load, not a slow GPU.
 
-    The caller that sent the requests knows both better than the engine's gauges, and
-    passes them: ``prefilled``, the prompts answered in the window (requests and
-    uncached tokens, counted at their first token, when their prefill ends; vLLM
-    observes its prefill histograms only when a request *finishes*, many windows later),
-    and ``decoding``, the sequences decoding at the window's two ends (a burst of
-    admissions prefills together while the engine counts it as running). Without them:
-    the engine's prefill counters, and the running sequences less the one prefilling."""
+    Only the caller that sent the requests knows the prompts, and passes them:
+    ``prefilled``, the prompts answered in the window (requests and uncached tokens,
+    counted at their first token, when their prefill ends). The engine's own prefill
+    counters would not do: vLLM observes its prefill histograms only when a request
+    *finishes*, many windows after the passes its chunks slowed. Without ``prefilled``
+    nothing is added to the steps. ``decoding``: the sequences decoding at the window's
+    two ends, when the caller knows them (a burst of admissions prefills together while
+    the engine counts it as running); else the running ones less the one prefilling."""
     if last.itl_count is None or last.itl_sum is None:
         return None
     if now.itl_count is None or now.itl_sum is None:
@@ -170,13 +171,6 @@ def decode_window(
     size = now.block_size or profile.block_size
     context = (now.kv_usage or 0.0) * blocks * size / batch
     steps = tokens * profile.decode_step_s(int(batch), context)
-    if prefilled is None:
-        before, after = prefill_counters(last), prefill_counters(now)
-        if after is not None:
-            before = before or PrefillCounters(0.0, 0.0, 0.0)  # first observation: zero
-            prefilled = PrefillCounters(
-                after.requests - before.requests, 0.0, after.tokens - before.tokens
-            )
     interference = 0.0
     if prefilled is not None and prefilled.requests > 0 and prefilled.tokens > 0:
         if decoding is None:
@@ -402,14 +396,13 @@ class Calibrator:
         self, state: _WorkerState, last: ModelMetrics, now_m: ModelMetrics, now: float
     ) -> None:
         ref = state.reference
+        # The decode steps alone (no ``prefilled``): an interval this quiet shares few
+        # passes with prompts, and the calibrator does not know which prompts they were.
         window = decode_window(ref, last, now_m)
         if window is None:
             return  # idle, or a reset (handled like prefill's: this scrape is the baseline)
         fixed = window.tokens * ref.step_overhead_s  # each inter-token gap is one pass
-        # The decode steps alone: an interval this quiet shares few passes with prompts,
-        # and the engine's prefill counters may count a prompt long after its passes
-        # (vLLM observes them when the request finishes).
-        expected = window.steps_s - fixed
+        expected = window.expected_s - fixed
         state.decode.add(
             window.tokens, expected, _variable(window.seconds, fixed), MIN_DECODE_TOKENS, now
         )

@@ -365,12 +365,18 @@ def test_a_decode_window_prices_the_prompts_prefilled_in_it() -> None:
     assert high.interference_s == pytest.approx(4 * H100.prefill_interference_s(5_000))
 
 
-def test_a_decode_window_falls_back_on_the_engines_prefill_counters() -> None:
+def test_a_decode_window_does_not_price_the_engines_late_prefill_counters() -> None:
+    """vLLM counts a prompt's prefill when the request finishes, windows after its
+    passes: only prompts the caller saw answered are priced."""
     last = _decoding(0, 0.0, 3, prefill=(1.0, 1, 1e3))
     now = _decoding(30, 3.0, 3, prefill=(2.0, 2, 9e3))
     window = decode_window(H100, last, now)
-    assert window is not None  # one prompt of 8,000 tokens; 3 running less the one prefilling
-    assert window.interference_s == pytest.approx(H100.prefill_interference_s(8_000) * 2)
+    assert window is not None
+    assert window.interference_s == 0.0
+    assert window.expected_s == pytest.approx(30 * H100.decode_step_s(3, 0.0))
+    told = decode_window(H100, last, now, prefilled=PrefillCounters(1, 0.0, 8_000))
+    assert told is not None  # 3 running less the one prefilling
+    assert told.interference_s == pytest.approx(H100.prefill_interference_s(8_000) * 2)
 
 
 @pytest.mark.parametrize(
