@@ -68,8 +68,9 @@ STICKY_EPSILON = 1.0
 STICKY_PENALTY_MS = 1000.0
 
 
-#: gtm's own built-in profiles: the default and the ablation before KV-cache room.
-GTM_PROFILES = frozenset({"default", "ttft-only"})
+#: gtm's own built-in profiles: the default, its goodput form, and the ablation before
+#: KV-cache room.
+GTM_PROFILES = frozenset({"default", "goodput", "ttft-only"})
 
 
 def keeps_affinity(profile: ZoneProfile) -> bool:

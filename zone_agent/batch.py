@@ -39,10 +39,14 @@ class ZoneCapability(StrEnum):
     #: ``idle(request, index)``: whether it surely removes nothing.
     CANARY = "canary"
     #: ``costs_ms(batch)`` and ``scale_ms``: scores ``exp((best − cost) / scale_ms)``,
-    #: falling strictly with the cost.
+    #: falling strictly with the cost; ``alone_costs_ms(batch)``: the prompt's cost with
+    #: no queue and no cache credit.
     COST_SCORE = "cost-score"
     #: The KV-room score of :mod:`zone_agent.costs.blend`.
     KV_ROOM = "kv-room"
+    #: A picker whose ``late_choice(batch)`` names a survivor or answers -1, and which
+    #: otherwise takes the survivor of highest total (``slo-picker``).
+    PICKS_MAX_TOTAL_ON_TIME = "picks-max-total-on-time"
 
 
 class StreamsHint(NamedTuple):

@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # the plugins declaring the capabilities the paths need
     from zone_agent.plugins.fits_filter import FitsFilter
     from zone_agent.plugins.health_filter import HealthFilter
     from zone_agent.plugins.model_filter import ModelFilter
+    from zone_agent.plugins.slo_picker import SloPicker
     from zone_agent.plugins.ttft_scorer import TtftScorer
 
 #: Up to this many accounting slots outside the survivors, their streams are subtracted
@@ -248,6 +249,20 @@ class BlendPick:
         return blend.blend_choice_numpy(*args)
 
 
+class SloBlendPick(BlendPick):
+    """The default's scorers under ``slo-picker`` (the ``goodput`` profile): the
+    picker's rule for a zone where every GPU is late, else the blend's choice as
+    :class:`BlendPick` makes it (the picker then takes the highest total too)."""
+
+    def __init__(self, match: Match) -> None:
+        super().__init__(match)
+        self._picker = cast("SloPicker", match.picker)
+
+    def choose(self, batch: ZoneBatch, /) -> int:
+        choice = self._picker.late_choice(batch)
+        return choice if choice >= 0 else super().choose(batch)
+
+
 Z = ZoneCapability
 
 #: The zone's fast paths, in the order the runner tries them.
@@ -272,5 +287,12 @@ FAST_PATHS: tuple[FastPath, ...] = (
         needs=(Z.COST_SCORE, Z.KV_ROOM),
         build=BlendPick,
         picker=Capability.PICKS_MAX_TOTAL,
+    ),
+    FastPath(
+        "slo-blend-pick",
+        Stage.CHOICE,
+        needs=(Z.COST_SCORE, Z.KV_ROOM),
+        build=SloBlendPick,
+        picker=Z.PICKS_MAX_TOTAL_ON_TIME,
     ),
 )

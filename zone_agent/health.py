@@ -141,6 +141,9 @@ class HealthStatus:
     #: Measured decode slowness relative to the zone's median or the GPU's own best
     #: (1.0 = normal; see the module docstring).
     slowdown: float = 1.0
+    #: The slow-start part of ``weight``, in (0, 1]: a preference for ramping traffic,
+    #: not a slower GPU, so an absolute TTFT prediction (an SLO's) multiplies it back.
+    ramp: float = 1.0
 
 
 class _Gpu:
@@ -381,14 +384,13 @@ class HealthTracker:
             return HealthStatus(False, "not checked yet")
         if not gpu.up:
             return HealthStatus(False, f"failed {gpu.fail_streak} health checks")
-        weight = 1.0
+        ramp = 1.0
         if cfg.slow_start_s > 0:
-            weight = max(
-                cfg.slow_start_min_weight, min(1.0, (now - gpu.up_since) / cfg.slow_start_s)
-            )
+            ramp = max(cfg.slow_start_min_weight, min(1.0, (now - gpu.up_since) / cfg.slow_start_s))
+        weight = ramp
         if slowdown >= 1.0 + cfg.regression_threshold:
             weight /= slowdown
-        return HealthStatus(True, None, weight, gpu.half_open, slowdown)
+        return HealthStatus(True, None, weight, gpu.half_open, slowdown, ramp)
 
 
 async def probe(session: aiohttp.ClientSession, url: str, timeout_s: float) -> bool:

@@ -65,6 +65,7 @@ from zone_agent.plugins import (
     queue_scorer,
     round_robin_picker,
     sglang_cache_aware_picker,
+    slo_picker,
     ttft_scorer,
     weighted_round_robin_picker,
 )
@@ -107,6 +108,7 @@ def zone_registry() -> PluginRegistry:
         (weighted_round_robin_picker, weighted_round_robin_picker.WeightedRoundRobinPicker),
         (consistent_hash_picker, consistent_hash_picker.ConsistentHashPicker),
         (sglang_cache_aware_picker, sglang_cache_aware_picker.SglangCacheAwarePicker),
+        (slo_picker, slo_picker.SloPicker),
     ):
         registry.register(module.TYPE_NAME, module.Params, plugin)
     registry.register_vocabulary_aliases()
@@ -181,6 +183,23 @@ _DEFAULT: dict[str, Any] = {
     },
 }
 
+#: The default's plugins under ``slo-picker``: when every GPU is predicted later than the
+#: TTFT SLO because of its queue, the request goes where the lateness already is, so the
+#: other GPUs drain (goodput at the SLO rises, the tail grows to ``late_cap_ms``).
+_GOODPUT: dict[str, Any] = {
+    **_DEFAULT,
+    "name": "goodput",
+    "plugins": [
+        *_DEFAULT["plugins"][:-1],
+        {
+            "type": "slo-picker",
+            "name": "slo",
+            "parameters": {"ttft_slo_ms": DEFAULT_TTFT_SCALE_MS},
+        },
+    ],
+    "profile": {**_DEFAULT["profile"], "picker": "slo"},
+}
+
 #: The default before the KV-cache room scorer: predicted TTFT alone (for side-by-side
 #: runs: ``gtm zone --profile ttft-only``, and the simulator's ``gtm-ttft-only``).
 _TTFT_ONLY: dict[str, Any] = {
@@ -201,6 +220,7 @@ BUILTIN_PROFILES: Mapping[str, ProfileSpec] = MappingProxyType(
             load_profile_spec(data)
             for data in (
                 _DEFAULT,
+                _GOODPUT,
                 _TTFT_ONLY,
                 _baseline("round-robin", [], {"type": "round-robin-picker"}),
                 _baseline("random", [], {"type": "random-picker"}),

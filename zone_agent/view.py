@@ -143,6 +143,9 @@ class ModelIndex:
     rate: Floats
     raw_rate: Floats
     weight: Floats
+    #: The slow-start part of ``weight`` (:attr:`HealthStatus.ramp`): costs × ramp are
+    #: predictions without the ramp's preference.
+    ramp: Floats
     max_model_len: Floats
     block_size: Floats
     kv_total: Floats
@@ -305,7 +308,7 @@ def _ring(ids: Sequence[str]) -> tuple[npt.NDArray[np.uint64], Ints]:
 
 
 #: Columns of a per-candidate row (see :func:`_row`).
-_COLUMNS = 18
+_COLUMNS = 19
 
 
 def _row(
@@ -363,6 +366,7 @@ def _row(
         step_extra,
         float(capacity),
         state.own_at_scrape.prefilling,
+        state.health.ramp,
     )
 
 
@@ -441,6 +445,7 @@ class ViewBuilder:
             rate=col(0),
             raw_rate=raw_rate,
             weight=col(2),
+            ramp=col(18),
             max_model_len=col(3),
             block_size=col(4),
             kv_total=col(5),

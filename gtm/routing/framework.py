@@ -69,6 +69,9 @@ class Capability(StrEnum):
     #: A picker that always takes the survivor of highest total (ties to the smallest
     #: id): a fast path may pick in its place.
     PICKS_MAX_TOTAL = "picks-max-total"
+    #: Reads the profile's cost model: the runner calls ``bind_cost_model(model)`` when
+    #: the profile is built, and refuses a profile without one.
+    READS_COST_MODEL = "reads-cost-model"
 
 
 class Plugin:

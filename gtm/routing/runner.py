@@ -306,6 +306,15 @@ class Runner(Generic[B]):
         self.scorers = tuple(scorers)
         self.picker = picker
         self.cost_model = cost_model
+        readers: list[Any] = [*self.filters, *(ws.scorer for ws in self.scorers), picker]
+        for plugin in readers:
+            if Capability.READS_COST_MODEL not in capabilities_of(plugin):
+                continue
+            if cost_model is None:
+                raise PluginError(
+                    f"{plugin.name!r} reads the profile's cost model: set profile.cost_model"
+                )
+            plugin.bind_cost_model(cost_model)
         self.trace_scores = trace_scores
         self.weights = tuple((ws.scorer.name, float(ws.weight)) for ws in scorers)
         # Summed left to right, the order the totals are summed in.

@@ -185,6 +185,25 @@ def ttft_costs_numpy(
         out += passes
 
 
+def alone_costs_numpy(
+    prompt: float,
+    ms_per_token: Floats,
+    inv_max_batched: Floats,
+    step_extra_ms: Floats,
+    decode: bool,
+    /,
+) -> Floats:
+    """:func:`cost_at` of the prompt alone at each GPU: no queue, no cache credit (what
+    it would wait at best there; a new array)."""
+    out = ms_per_token * prompt
+    if decode:
+        passes = np.multiply(inv_max_batched, prompt)
+        np.ceil(passes, out=passes)
+        passes *= step_extra_ms
+        out += passes
+    return out
+
+
 #: What decisions run: the kernel when it was built, else the numpy form.
 TTFT_COSTS: Callable[..., None] = ttft_costs if ttft_costs is not None else ttft_costs_numpy
 

@@ -93,6 +93,18 @@ class TtftScorer(Plugin):
         batch.memo[self._memo] = costs
         return costs
 
+    def alone_costs_ms(self, batch: ZoneBatch, /) -> Floats:
+        """Each GPU's predicted TTFT of the prompt by itself: no queue, no cache credit
+        (a new array)."""
+        index = batch.index
+        return ttft.alone_costs_numpy(
+            float(batch.request.input_tokens),
+            index.ms_per_token,
+            index.inv_max_batched,
+            index.step_extra_ms,
+            self._decode,
+        )
+
     def scores(self, batch: ZoneBatch, /) -> Floats:
         costs = self.costs_ms(batch)
         best = best_cost(costs, None if batch.all_alive else batch.survivors)

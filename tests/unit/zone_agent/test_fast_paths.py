@@ -46,11 +46,13 @@ def zones(draw: st.DrawFn) -> tuple[ZoneBatch, np.random.Generator]:
     """A zone with in-flight charges and prefix blocks, a request, and some removals."""
     count = draw(st.integers(1, 70))
     acc = Accounting()
+    ramps = [draw(st.sampled_from([0.1, 0.5, 1.0])) for _ in range(count)]
+    throttle = [draw(st.sampled_from([1.0, 1.0, 0.5])) for _ in range(count)]
     gpus = [
         Gpu(
             f"g{i:02d}",
             gpu_type=draw(st.sampled_from(TYPES)),
-            health=HealthStatus(True, weight=draw(st.sampled_from([0.1, 0.5, 1.0]))),
+            health=HealthStatus(True, weight=ramps[i] * throttle[i], ramp=ramps[i]),
             running=draw(st.none() | st.floats(0, 300)),
             kv_usage=draw(st.floats(0, 1)),
         )

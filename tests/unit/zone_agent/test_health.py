@@ -126,6 +126,7 @@ def test_slow_start_ramps_linearly_from_the_minimum_weight() -> None:
     assert health.status("a", 0.0).weight == pytest.approx(0.1)
     assert health.status("a", 5.0).weight == pytest.approx(0.5)
     assert health.status("a", 20.0).weight == 1.0
+    assert health.status("a", 5.0).ramp == pytest.approx(0.5)  # the weight is all ramp
 
 
 def test_slow_start_restarts_after_coming_back_up() -> None:
@@ -147,6 +148,7 @@ def test_throughput_regression_is_measured_against_the_zone_median() -> None:
     assert slow["c"] == pytest.approx(1.2376, rel=1e-3)
     throttled = health.status("c", 0.0, slow["c"])
     assert throttled.weight == pytest.approx(1 / slow["c"])
+    assert throttled.ramp == 1.0  # a slower GPU, not a ramp: SLO predictions keep it
     normal = health.status("a", 0.0, slow["a"])
     assert normal.weight == 1.0
 

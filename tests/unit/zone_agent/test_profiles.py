@@ -41,7 +41,7 @@ BASELINES = {
 
 
 def test_default_and_every_baseline_of_the_issue_are_built_in() -> None:
-    assert set(BUILTIN_PROFILES) == BASELINES | {DEFAULT_PROFILE, "ttft-only"}
+    assert set(BUILTIN_PROFILES) == BASELINES | {DEFAULT_PROFILE, "goodput", "ttft-only"}
 
 
 @pytest.mark.parametrize("name", sorted(BUILTIN_PROFILES))

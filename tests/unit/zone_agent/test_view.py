@@ -75,6 +75,13 @@ def test_health_weight_scales_the_prefill_rate() -> None:
     assert index.ms_per_token[0] == pytest.approx(2000 / rate)
 
 
+def test_the_slow_start_ramp_is_a_column_of_its_own() -> None:
+    health = HealthStatus(True, weight=0.25, ramp=0.5)  # half ramp, half throttle
+    index = make_view([Gpu("a", health=health), Gpu("b")]).by_model[LLAMA_8B]
+    assert index.ramp.tolist() == [0.5, 1.0]
+    assert index.weight.tolist() == [0.25, 1.0]
+
+
 def test_an_unknown_gpu_type_is_priced_by_the_slowest_profile_of_its_model() -> None:
     slowest = min(
         (get_profile(gpu, LLAMA_8B) for gpu in gpu_types()), key=lambda p: p.prefill_tokens_per_s

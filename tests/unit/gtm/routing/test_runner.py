@@ -258,6 +258,32 @@ def test_the_cost_model_prices_the_choice(node: Node, expected: float | None) ->
     assert outcome.to_decision().predicted_ttft_ms == expected
 
 
+class CostlyPicker(Plugin):
+    """Picks the survivor the cost model prices lowest (it reads the cost model)."""
+
+    capabilities = frozenset({Capability.READS_COST_MODEL})
+    model: Any = None
+
+    def bind_cost_model(self, model: Any, /) -> None:
+        self.model = model
+
+    def pick(self, batch: NodeBatch, totals: Any, /) -> int:
+        costs = np.asarray(self.model.costs_ms(batch))
+        return int(batch.survivors[costs[batch.survivors].argmin()])
+
+
+def test_a_plugin_reading_the_cost_model_is_given_it_when_the_profile_is_built() -> None:
+    picker, cost = CostlyPicker("costly"), LoadCost()
+    r = runner(picker=picker, cost_model=cost)
+    assert picker.model is cost
+    assert r.decide(batch(*loads(a=0.5, b=0.1, c=0.9))).choice_id == "b"
+
+
+def test_a_plugin_reading_the_cost_model_needs_one() -> None:
+    with pytest.raises(PluginError, match="'costly' reads the profile's cost model"):
+        runner(picker=CostlyPicker("costly"))
+
+
 # ---------------------------------------------------------------------------- trace
 
 

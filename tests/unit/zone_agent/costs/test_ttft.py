@@ -192,3 +192,22 @@ def test_the_kernel_refuses_bad_input(held: bool) -> None:
         call(np.empty(4))
     with pytest.raises(TypeError, match="expected 15 arguments, got 2"):
         form(np.empty(3), ones)
+
+
+@SETTINGS
+@given(
+    prompt=st.floats(0.0, 200_000.0),
+    rows=st.lists(
+        st.tuples(st.floats(1e-4, 10.0), st.floats(1e-5, 1.0), st.floats(0.0, 500.0)),
+        min_size=1,
+        max_size=8,
+    ),
+    decode=st.booleans(),
+)
+def test_the_prompt_alone_costs_what_the_formula_says_with_no_queue(
+    prompt: float, rows: list[tuple[float, float, float]], decode: bool
+) -> None:
+    ms_per_token, inv_max_batched, step_extra_ms = (np.array(c) for c in zip(*rows, strict=True))
+    alone = ttft.alone_costs_numpy(prompt, ms_per_token, inv_max_batched, step_extra_ms, decode)
+    expected = [cost_at(prompt, m, i, s, decode) for m, i, s in rows]
+    assert alone.tolist() == expected
