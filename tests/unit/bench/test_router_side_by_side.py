@@ -146,6 +146,21 @@ def test_verdicts_compare_gtm_with_the_best_peer_of_each_repetition() -> None:
     assert "reach" not in lines[0]
 
 
+def test_every_gtm_router_gets_a_verdict_and_the_chosen_one_decides() -> None:
+    rows = [
+        _figures("gtm-goodput", 3.0, 4.0),
+        _figures("gtm-default", 0.5, 2.5),
+        _figures("sglang-cache_aware", 1.2, 2.0),
+    ]
+    lines, met = verdicts(rows)
+    assert [line.split(":")[0] for line in lines] == [
+        "repetition 1, gtm-default",  # ours first
+        "repetition 1, gtm-goodput",
+    ]
+    assert met
+    assert not verdicts(rows, "gtm-goodput")[1]  # its p99 is 2.5× the peer's
+
+
 def test_verdicts_say_when_no_router_could_meet_a_target() -> None:
     # The best peer's p99 is 1.5× the floor and its goodput 0.9 of the ceiling:
     # half that p99, and 1.2× that goodput, are beyond any router.
