@@ -88,8 +88,8 @@ POLICIES: Mapping[str, PolicySpec] = MappingProxyType(
     }
 )
 
-#: Variants of gtm with one mechanism off, to measure what it brings (not baselines:
-#: never in the default set, never "the best baseline").
+#: Variants of gtm with one mechanism off, to measure what it brings, or a mode on (not
+#: baselines: never in the default set, never "the best baseline").
 ABLATIONS: Mapping[str, PolicySpec] = MappingProxyType(
     {
         "gtm-no-ledger": PolicySpec(
@@ -111,6 +111,12 @@ ABLATIONS: Mapping[str, PolicySpec] = MappingProxyType(
             RegionMode.GTM,
             "ttft-only",
             "gtm with the zone's previous default: predicted TTFT alone, no KV-cache room",
+        ),
+        "gtm-goodput": PolicySpec(
+            "gtm-goodput",
+            RegionMode.GTM,
+            "goodput",
+            "gtm with the zone's goodput profile: lateness concentrated when all are late",
         ),
     }
 )

@@ -60,7 +60,8 @@ from zone_agent.profiles import BUILTIN_PROFILES, DEFAULT_PROFILE
     type=click.Choice(list(BUILTIN_PROFILES)),
     default=DEFAULT_PROFILE,
     show_default=True,
-    help="Routing profile (the default, or a baseline for comparisons).",
+    help="Routing profile: the default, goodput (concentrates lateness under overload: "
+    "more requests within the TTFT SLO, a longer tail), or a baseline for comparisons.",
 )
 @click.option(
     "--gpu-profiles",

@@ -185,7 +185,9 @@ _DEFAULT: dict[str, Any] = {
 
 #: The default's plugins under ``slo-picker``: when every GPU is predicted later than the
 #: TTFT SLO because of its queue, the request goes where the lateness already is, so the
-#: other GPUs drain (goodput at the SLO rises, the tail grows to ``late_cap_ms``).
+#: other GPUs drain (goodput at the SLO rises, the tail grows to ``late_cap_ms``). As
+#: ``zone-goodput`` in ``policies/examples/routing-profiles.yaml`` (a test holds the two
+#: equal).
 _GOODPUT: dict[str, Any] = {
     **_DEFAULT,
     "name": "goodput",
@@ -194,7 +196,7 @@ _GOODPUT: dict[str, Any] = {
         {
             "type": "slo-picker",
             "name": "slo",
-            "parameters": {"ttft_slo_ms": DEFAULT_TTFT_SCALE_MS},
+            "parameters": {"ttft_slo_ms": DEFAULT_TTFT_SCALE_MS, "late_cap_ms": 10_000.0},
         },
     ],
     "profile": {**_DEFAULT["profile"], "picker": "slo"},

@@ -4,7 +4,8 @@
 Filters: ``health-filter``, ``model-filter``, ``fits-filter``, ``canary-filter``.
 Scorer and cost model: ``ttft-scorer`` (the default, with ``kv-cache-scorer``). Pickers
 are the core's (:mod:`gtm.routing.pickers`: ``max-score-picker``,
-``power-of-two-picker``, ``random-picker``, ``weighted-random-picker``). Baselines, for
+``power-of-two-picker``, ``random-picker``, ``weighted-random-picker``), and
+``slo-picker`` (the ``goodput`` profile's: placement for goodput at a TTFT SLO). Baselines, for
 side-by-side runs: ``round-robin-picker``, ``weighted-round-robin-picker``,
 ``consistent-hash-picker``, ``sglang-cache-aware-picker``, ``least-connections-scorer``,
 ``least-pending-tokens-scorer``, ``dynamo-cost-scorer``, and llm-d's blend of

@@ -110,8 +110,10 @@ async def test_the_routing_profile_follows_the_policy_in_the_store(
     for source in examples_path().glob("*.yaml"):
         text = source.read_text()
         if source.name == "routing-profiles.yaml":
-            assert text.count("{ref: kv-cache, weight: 1.0}") == 1
-            text = text.replace("{ref: kv-cache, weight: 1.0}", "{ref: kv-cache, weight: 3.0}")
+            # zone-default's, then zone-goodput's: the first is replaced.
+            assert text.count("{ref: kv-cache, weight: 1.0}") == 2
+            assert text.index("name: zone-default") < text.index("name: zone-goodput")
+            text = text.replace("{ref: kv-cache, weight: 1.0}", "{ref: kv-cache, weight: 3.0}", 1)
         (tmp_path / source.name).write_text(text)
     await policy_apply(store, load_paths([tmp_path]), 0, clock=SystemClock())
     watcher = zone.agent._policies

@@ -19,7 +19,7 @@ def run(*args: str, stdin: str | None = None) -> tuple[int, str, str]:
 def test_check_valid(examples: Path) -> None:
     code, out, _ = run("policy", "check", str(examples))
     assert code == 0
-    assert out.startswith("OK: 6 documents, 6 regions, 6 rules, 3 tenants, 3 routing profiles")
+    assert out.startswith("OK: 6 documents, 6 regions, 6 rules, 3 tenants, 4 routing profiles")
 
 
 def test_check_invalid_prints_one_problem_per_line(examples: Path) -> None:

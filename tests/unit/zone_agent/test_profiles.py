@@ -134,6 +134,12 @@ def test_the_example_zone_default_builds_and_is_the_builtin_default() -> None:
     assert spec.model_copy(update={"name": DEFAULT_PROFILE}) == BUILTIN_PROFILES[DEFAULT_PROFILE]
 
 
+def test_the_example_zone_goodput_builds_and_is_the_builtin_goodput() -> None:
+    spec = _example_spec("zone-goodput")
+    assert build_zone_profile(spec).runner.fast_paths == ("fused-filters", "slo-blend-pick")
+    assert spec.model_copy(update={"name": "goodput"}) == BUILTIN_PROFILES["goodput"]
+
+
 def test_old_type_names_build_the_same_profile_and_warn(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
