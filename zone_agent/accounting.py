@@ -245,8 +245,14 @@ class Accounting:
         return ticket
 
     def _release_prefill(self, slot: int, pending: float) -> None:
-        self._pending[slot] -= pending
         self._prefilling[slot] -= 1
+        # Charges are fractional (a cache credit is blocks × tokens per block), and their
+        # sum released in another order than charged keeps a rounding residue (±1e-12):
+        # none left prefilling there is exactly none pending.
+        if self._prefilling[slot] == 0:
+            self._pending[slot] = 0.0
+        else:
+            self._pending[slot] -= pending
 
     def _count_prefill(self, slot: int, tokens: float) -> None:
         self._prefilled_count[slot] += 1

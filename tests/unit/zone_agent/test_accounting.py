@@ -30,6 +30,22 @@ def test_close_without_first_byte_releases_the_prefill_too() -> None:
     assert acc.at("g") == SlotLoad()  # not answered: not counted as a finished prefill
 
 
+def test_fractional_charges_leave_nothing_pending_once_released() -> None:
+    """Cache credits make charges fractional, and their float sum less each of them
+    keeps a residue (what a real agent left after 50k- and 70k-token prompts: 6e-12)."""
+    acc = Accounting()
+    charges = [50_000.0, 70_000.0, 948.8, 0.1, 0.2]
+    tickets = [acc.start("g", prefill_tokens=t) for t in charges]
+    for ticket in tickets[:-1]:
+        ticket.prefill_done()
+    assert acc.at("g").pending == pytest.approx(0.2)
+    tickets[-1].close()
+    assert acc.at("g").pending == 0.0
+    for ticket in tickets:
+        ticket.close()
+    assert acc.totals() == SlotLoad()
+
+
 def test_answered_prefills_add_up_per_gpu_and_survive_growth() -> None:
     """What the throughput check prices a scrape window's prefills by (cumulative)."""
     acc = Accounting(capacity=1)
