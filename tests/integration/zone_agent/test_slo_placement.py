@@ -38,16 +38,28 @@ async def send(http: aiohttp.ClientSession, url: str, tokens: int) -> None:
         await response.read()
 
 
-async def place(zone: Zone, tasks: list[asyncio.Task[None]], tokens: int) -> str:
-    """Send one request; the GPU the agent assigned it to."""
-    before = {gpu: zone.served_by(gpu) for gpu in zone.ids}
-    tasks.append(asyncio.create_task(send(zone.http, zone.url, tokens)))
+class Client:
+    """Sends requests that hang (tasks of one group); they go away together."""
 
-    async def assigned() -> bool:
-        return any(zone.served_by(gpu) > before[gpu] for gpu in zone.ids)
+    def __init__(self, zone: Zone, group: asyncio.TaskGroup) -> None:
+        self.zone, self.group = zone, group
+        self.tasks: list[asyncio.Task[None]] = []
 
-    await eventually(assigned)
-    return next(gpu for gpu in zone.ids if zone.served_by(gpu) > before[gpu])
+    async def place(self, tokens: int) -> str:
+        """Send one request; the GPU the agent assigned it to."""
+        zone = self.zone
+        before = {gpu: zone.served_by(gpu) for gpu in zone.ids}
+        self.tasks.append(self.group.create_task(send(zone.http, zone.url, tokens)))
+
+        async def assigned() -> bool:
+            return any(zone.served_by(gpu) > before[gpu] for gpu in zone.ids)
+
+        await eventually(assigned)
+        return next(gpu for gpu in zone.ids if zone.served_by(gpu) > before[gpu])
+
+    def go_away(self) -> None:
+        for task in self.tasks:
+            task.cancel()
 
 
 @pytest.mark.parametrize(("profile", "short_goes_to"), [("goodput", "gpu-1"), ("default", "gpu-0")])
@@ -66,19 +78,22 @@ async def test_when_every_gpu_is_late_the_goodput_profile_concentrates_the_laten
     )
     for sim in zone.sims:
         await zone.faults(sim, {"hang": True})
-    tasks: list[asyncio.Task[None]] = []
-    try:
-        # Each long prompt is late by itself everywhere: it gets its best GPU, as the
-        # default would give it (the idle ones, in id order).
-        assert [await place(zone, tasks, n) for n in LONG_TOKENS] == ["gpu-0", "gpu-1", "gpu-2"]
-        # Queues of 2.5 s, 3.5 s, 2.5 s: every GPU late, a short prompt on time alone.
-        assert await place(zone, tasks, 1_000) == short_goes_to
-        if profile == "goodput":  # and the next one joins it, the others drain
-            assert await place(zone, tasks, 1_000) == "gpu-1"
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for sim in zone.sims:
-            await zone.faults(sim)
+    placed: list[str] = []
+    async with asyncio.TaskGroup() as group:
+        client = Client(zone, group)
+        try:
+            # Each long prompt is late by itself everywhere: it gets its best GPU, as
+            # the default would give it (the idle ones, in id order).
+            placed += [await client.place(n) for n in LONG_TOKENS]
+            # Queues of 2.5 s, 3.5 s, 2.5 s: every GPU late, a short prompt on time alone
+            # (and, with the goodput profile, the next one joins it: the others drain).
+            placed += [await client.place(1_000) for _ in range(2)]
+        finally:  # the hung requests go away: the agent releases their charges
+            client.go_away()
+    assert placed[:3] == ["gpu-0", "gpu-1", "gpu-2"]
+    assert placed[3] == short_goes_to
+    if profile == "goodput":
+        assert placed[4] == "gpu-1"
+    for sim in zone.sims:
+        await zone.faults(sim)
     await zone.no_leaks()
