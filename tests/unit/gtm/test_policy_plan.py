@@ -50,7 +50,12 @@ def test_without_prune_the_stored_documents_not_given_are_kept(
     fates = {c.ref: c.change for c in plan.changes}
     assert fates["RoutingProfiles/example-routing"] is Change.KEPT
     assert fates["Tenants/leftover"] is Change.DISCARDED
-    assert set(plan.policy_set.profiles) == {"global-default", "regional-default", "zone-default"}
+    assert set(plan.policy_set.profiles) == {
+        "global-default",
+        "regional-default",
+        "zone-default",
+        "zone-goodput",
+    }
     assert not plan.writes  # a leftover alone is no reason for a generation
     named = set(stored_of(examples))  # what the commit names: not the leftover
     pruned = plan_changes(
