@@ -859,7 +859,10 @@ def verdicts(rows: Sequence[Figures], ours_name: str = OURS) -> tuple[list[str],
     met every target."""
     lines = []
     met = True
-    gtms = sorted({f.router for f in rows if f.router.startswith("gtm-")}, key=_ours_first)
+    gtms = sorted(
+        {f.router for f in rows if f.router.startswith("gtm-")},
+        key=lambda name: (name != ours_name, name),  # ours first
+    )
     for rep, name in itertools.product(sorted({f.repetition for f in rows}), gtms):
         mine = [f for f in rows if f.repetition == rep]
         ours = next((f for f in mine if f.router == name), None)
@@ -895,10 +898,6 @@ def verdicts(rows: Sequence[Figures], ours_name: str = OURS) -> tuple[list[str],
             f"(target ≥ {GOODPUT_TARGET}: {'met' if ok_good else 'MISSED'}{good_note})"
         )
     return lines, met
-
-
-def _ours_first(name: str) -> tuple[bool, str]:
-    return (name != OURS, name)
 
 
 def _out_of_reach(out: bool, why: str) -> str:

@@ -66,13 +66,11 @@ def late_choice_numpy(
     /,
 ) -> int:
     """:func:`late_choice_reference` over arrays."""
+    if not is_late_numpy(costs, ramp, survivors, slo_ms):  # on time (NaN: no verdict)
+        return NO_CHOICE
     if survivors is not None:
         costs, alone, ramp = costs[survivors], alone[survivors], ramp[survivors]
-    if not len(costs):
-        return NO_CHOICE
     late = costs * ramp
-    if not late.min() > slo_ms:  # on time (or NaN: no verdict either)
-        return NO_CHOICE
     alone = alone * ramp
     if alone.min() > slo_ms:
         return NO_CHOICE
@@ -84,8 +82,8 @@ def late_choice_numpy(
 
 
 def is_late_numpy(costs: Floats, ramp: Floats, survivors: Ints | None, slo_ms: float) -> bool:
-    """Whether every survivor is predicted later than ``slo_ms`` (the rule's first test,
-    on its own: the fast path's cheap check before it works out the prompt alone)."""
+    """Whether every survivor is predicted later than ``slo_ms``: the rule's first test,
+    which the picker makes before it works out the prompt alone (None of it: on time)."""
     late = costs * ramp if survivors is None else costs[survivors] * ramp[survivors]
     return bool(len(late)) and bool(late.min() > slo_ms)
 

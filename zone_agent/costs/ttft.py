@@ -29,6 +29,11 @@ function in the last bits, which the test bounds)::
   per-pass overhead: ``passes × step_extra``, with the view's ``step_extra`` from the
   last scraped KV usage.
 
+Both terms are divided by the health weight, so a whole cost scales as 1 / weight:
+:mod:`zone_agent.costs.slo` multiplies a cost by slow start's part of the weight to
+read the prediction without it (``tests/unit/zone_agent/plugins/test_slo_picker.py``
+holds this).
+
 Bounded-load stickiness: cache credit is only given where the GPU's in-flight sequences
 stay within ``(1+ε)`` times its fair share of the zone's (capacity-weighted: share ∝
 prefill rate), the bound of consistent hashing with bounded loads (Mirrokni, Thorup,

@@ -71,6 +71,25 @@ def test_slow_start_does_not_make_an_idle_zone_late() -> None:
     assert decide("goodput", queued, ramp=0.1) == decide("default", queued, ramp=0.1) == "a"
 
 
+def test_a_cost_times_its_ramp_is_the_cost_without_slow_start() -> None:
+    """The rule's reading of a prediction without slow start holds only while the whole
+    TTFT cost (queue, own prefill, per-pass extra) scales as 1 / weight."""
+    queued = {"a": 30_000.0, "b": 5_000.0, "c": 0.0}
+    scorer = TtftScorer()
+    request = make_request(tokens=9_000)
+    views = []
+    for ramp in (1.0, 0.25):
+        acc, gpus = loaded_zone(queued, ramp)
+        for gpu in gpus:
+            gpu.running, gpu.kv_usage = 40.0, 0.3  # a running batch: per-pass extra
+        views.append(batch(make_view(gpus, acc), request))
+    steady, ramping = views
+    assert (ramping.index.ramp == 0.25).all()
+    for costs in (scorer.costs_ms, scorer.alone_costs_ms):
+        assert costs(ramping) * ramping.index.ramp == pytest.approx(costs(steady), rel=1e-12)
+    assert (scorer.costs_ms(ramping) > 3 * scorer.costs_ms(steady)).all()  # not a no-op
+
+
 def goodput_spec(**parameters: object) -> dict[str, Any]:
     data = BUILTIN_PROFILES["goodput"].model_dump(mode="json", by_alias=True)
     for plugin in data["plugins"]:
