@@ -149,6 +149,8 @@ class RouterSpec:
     #: The workers publish vLLM's KV events and the router reads them (``gtm zone
     #: --kv-events``; vllm-router's ``kv_aware``).
     kv_events: bool = False
+    #: More of ``gtm zone``'s options (gtm only).
+    gtm_args: tuple[str, ...] = ()
 
     @property
     def is_gtm(self) -> bool:
@@ -163,6 +165,7 @@ def _peer(peer: Peer, policy: str) -> RouterSpec:
 ROUTERS: tuple[RouterSpec, ...] = (
     RouterSpec("gtm-default", gtm_profile="default"),
     RouterSpec("gtm-goodput", gtm_profile="goodput"),
+    RouterSpec("gtm-admission", gtm_profile="default", gtm_args=("--admission", "slo")),
     RouterSpec("gtm-kv-events", gtm_profile="default", kv_events=True),
     RouterSpec("gtm-round-robin", gtm_profile="round-robin"),
     _peer(Peer.SGLANG, "cache_aware"),
@@ -700,6 +703,7 @@ def zone_args(spec: RouterSpec, workers: Sequence[Worker], pool: Sequence[str]) 
     args = ["zone", "--zone", "bench-a", "--region", "bench", "--listen", "127.0.0.1:0"]
     if spec.gtm_profile != "default":
         args += ["--profile", str(spec.gtm_profile)]
+    args += spec.gtm_args
     for i, (w, gpu) in enumerate(zip(workers, pool, strict=True)):
         label = f",label:{KV_EVENTS_LABEL}={w.kv_endpoint}" if w.kv_endpoint else ""
         args += ["--worker", f"{w.url},gpu={gpu},id=gpu-{i}{label}"]

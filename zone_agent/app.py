@@ -59,6 +59,7 @@ from zone_agent.api import AssignApi, OpenAiApi, ServiceApi
 from zone_agent.calibration import Calibrator, PrefillCounters, decode_window
 from zone_agent.config import ZoneConfig
 from zone_agent.credentials import RELOAD_INTERVAL_S, WorkerKeys
+from zone_agent.flow import AdmissionMode, FlowControl
 from zone_agent.health import HealthTracker, probe
 from zone_agent.metrics import ZoneMetrics
 from zone_agent.profiles import profile_source
@@ -138,6 +139,17 @@ class ZoneAgent:
             else None
         )
         self._supervisor = TaskSupervisor(registry=registry, clock=self._clock, component="zone")
+        #: The zone's flow control (--admission slo; zone_agent.flow). ConfigError here
+        #: when the profile predicts no TTFT.
+        self.flow: FlowControl | None = None
+        if config.admission.mode is AdmissionMode.SLO:
+            self.flow = FlowControl(
+                config.admission,
+                view=functools.partial(operator.attrgetter("_view"), self),
+                profile=functools.partial(operator.attrgetter("_profile"), self),
+                clock=self._clock,
+                registry=registry,
+            )
         #: The workers' KV events (--kv-events): what each GPU evicted, read by the prefix
         #: indexes in place of the agent's guess (zone_agent.kv_events).
         self.kv_events: ZoneKVEvents | None = None
@@ -342,6 +354,8 @@ class ZoneAgent:
             for gid, worker in self._workers.items()
         ]
         self._view = self._builder.build(states, self.accounting, now)
+        if self.flow is not None:
+            self.flow.poke()  # a new picture (scrapes, health) may make room
         return self._view
 
     def on_ejection(self, gpu_id: str) -> None:
@@ -509,6 +523,7 @@ class ZoneAgent:
             new_id=Ids().new,
             worker_auth=self.worker_keys.header,
             on_sent=None if self.kv_events is None else self.kv_events.sent,
+            flow=self.flow,
         )
         openai = OpenAiApi(path)
         openai.routes(app)

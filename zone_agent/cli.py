@@ -25,6 +25,7 @@ from gtm.tracing import OFF, Tracing, open_tracing, trace_options
 from zone_agent.app import ZoneAgent
 from zone_agent.config import DEFAULT_KV_EVENTS, KVEventsSource, ZoneConfig, parse_worker
 from zone_agent.credentials import WorkerKeyConfig
+from zone_agent.flow import AdmissionMode, AdmissionSettings, QueueOrder
 from zone_agent.loop import LoopKind, run
 from zone_agent.profiles import BUILTIN_PROFILES, DEFAULT_PROFILE
 
@@ -79,6 +80,62 @@ from zone_agent.profiles import BUILTIN_PROFILES, DEFAULT_PROFILE
     is_flag=True,
     help="No stickiness: a conversation's GPU is chosen by the profile alone, not kept on "
     "the GPU that answered its prefix (for side-by-side comparisons).",
+)
+@click.option(
+    "--admission",
+    type=click.Choice([m.value for m in AdmissionMode]),
+    default=AdmissionMode.OFF.value,
+    show_default=True,
+    help="Flow control: slo holds a request in the agent while no GPU can take it without "
+    "a queue over --admission-queue-ms or breaking the TPOT SLO of requests decoding "
+    "there, and sends the shortest first as room appears (goodput under bursts); off "
+    "sends every request at once.",
+)
+@click.option(
+    "--admission-queue-ms",
+    type=click.FloatRange(min=0.0, min_open=True),
+    default=AdmissionSettings().queue_budget_ms,
+    show_default=True,
+    help="With --admission slo: the longest predicted queue (ms of GPU time) a request "
+    "is sent into.",
+)
+@click.option(
+    "--ttft-slo-ms",
+    type=click.FloatRange(min=0.0, min_open=True),
+    default=AdmissionSettings().ttft_slo_ms,
+    show_default=True,
+    help="With --admission slo: the SLO's TTFT bound (a request predicted later when it "
+    "is sent gets no TPOT protection).",
+)
+@click.option(
+    "--tpot-slo-ms",
+    type=click.FloatRange(min=0.0, min_open=True),
+    default=AdmissionSettings().tpot_slo_ms,
+    show_default=True,
+    help="With --admission slo: the SLO's time per output token, ms.",
+)
+@click.option(
+    "--admission-max-wait",
+    type=click.FloatRange(min=0.0, min_open=True),
+    default=AdmissionSettings().max_wait_s,
+    show_default=True,
+    help="With --admission slo: the longest a request waits in the agent, s; then it goes "
+    "where the profile says.",
+)
+@click.option(
+    "--admission-max-waiting",
+    type=click.IntRange(min=1),
+    default=AdmissionSettings().max_waiting,
+    show_default=True,
+    help="With --admission slo: the most requests waiting at once; more get a 503 with "
+    "Retry-After.",
+)
+@click.option(
+    "--admission-order",
+    type=click.Choice([o.value for o in QueueOrder]),
+    default=AdmissionSettings().order.value,
+    show_default=True,
+    help="With --admission slo: which waiting request goes first.",
 )
 @click.option(
     "--scrape-interval",
@@ -192,6 +249,13 @@ def zone(
     kv_events_replay: str | None = None,
     kv_events_topic: str = "",
     kv_events_tokenizer: Path | None = None,
+    admission: str = AdmissionMode.OFF.value,
+    admission_queue_ms: float = AdmissionSettings().queue_budget_ms,
+    ttft_slo_ms: float = AdmissionSettings().ttft_slo_ms,
+    tpot_slo_ms: float = AdmissionSettings().tpot_slo_ms,
+    admission_max_wait: float = AdmissionSettings().max_wait_s,
+    admission_max_waiting: int = AdmissionSettings().max_waiting,
+    admission_order: str = AdmissionSettings().order.value,
     trace_exporter: str = "none",
     trace_file: str | None = None,
     **tls_options: object,
@@ -215,6 +279,15 @@ def zone(
             worker_keys=_worker_keys(worker_api_key_file, worker_api_key_env, worker_api_key_dir),
             kv_events=_kv_events_source(
                 kv_events, kv_events_replay, kv_events_topic, kv_events_tokenizer
+            ),
+            admission=AdmissionSettings(
+                mode=AdmissionMode(admission),
+                queue_budget_ms=admission_queue_ms,
+                ttft_slo_ms=ttft_slo_ms,
+                tpot_slo_ms=tpot_slo_ms,
+                max_wait_s=admission_max_wait,
+                max_waiting=admission_max_waiting,
+                order=QueueOrder(admission_order),
             ),
         )
         operator_catalog(config.gpu_profiles)  # a bad profile file stops us here, by name

@@ -14,6 +14,7 @@ from gtm.kv_events import KV_EVENTS_LABEL, KV_EVENTS_REPLAY_LABEL
 from gtm.models import Frozen, GpuWorker, Identifier, ModelName
 from gtm.serve import HttpServerKind
 from zone_agent.credentials import KeyRef, WorkerKeyConfig, parse_ref
+from zone_agent.flow import AdmissionSettings
 from zone_agent.health import HealthConfig
 from zone_agent.profiles import DEFAULT_PROFILE
 
@@ -186,3 +187,6 @@ class ZoneConfig(Frozen):
     #: Read the workers' vLLM KV events (``--kv-events``): what each GPU cached and
     #: evicted corrects the agent's prefix index. None: the agent's own record alone.
     kv_events: KVEventsSource | None = None
+    #: The zone's flow control (``--admission slo``, zone_agent.flow): requests wait in
+    #: the agent while no GPU can take them within the SLO. Off by default.
+    admission: AdmissionSettings = AdmissionSettings()

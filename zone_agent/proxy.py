@@ -35,8 +35,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from multidict import CIMultiDict
 
@@ -66,6 +67,7 @@ from zone_agent.errors import (
     ModelNotServed,
     NoCapacity,
 )
+from zone_agent.flow import FlowControl, Guard
 from zone_agent.health import HealthTracker, Outcome
 from zone_agent.metrics import ZoneMetrics
 from zone_agent.plugins.fits_filter import PromptTooLong
@@ -149,11 +151,13 @@ def decide_or_refuse(
     tried: frozenset[str],
     *,
     affinity: bool = True,
+    not_admitted: frozenset[str] = frozenset(),
 ) -> ZoneDecision:
     """A decision, or the ApiError the client gets when there is none (``affinity``:
-    whether the stickiness rule may apply, :func:`keeps_affinity`)."""
+    whether the stickiness rule may apply, :func:`keeps_affinity`; ``not_admitted``: GPUs
+    the zone's flow control keeps the request from, :mod:`zone_agent.flow`)."""
     try:
-        decision = profile.decide(facts, view, exclude=tried)
+        decision = profile.decide(facts, view, exclude=tried, not_admitted=not_admitted)
     except _REFUSALS as exc:
         raise refusal(exc, facts, view) from None
     # Back to the GPU the prompt's prefix was just sent to, while it can take it.
@@ -211,6 +215,7 @@ class DataPath:
         new_id: Callable[[], str],
         worker_auth: Callable[[str], tuple[str, str] | None] = _no_key,
         on_sent: Callable[[bytes, ZoneRequest, int], None] | None = None,
+        flow: FlowControl | None = None,
     ) -> None:
         self.settings = settings
         self.view = view
@@ -229,6 +234,9 @@ class DataPath:
         #: Told of each body sent, with its facts and the GPU's block size (the KV-event
         #: source maps the prompt's token blocks: zone_agent.kv_events).
         self.on_sent = on_sent
+        #: The zone's flow control (``--admission slo``): requests wait in it while no
+        #: GPU can take them within the SLO. None: every request goes at once.
+        self.flow = flow
         # Per-request lookups cached: a labelled child costs a lock and a tuple per
         # ``.labels()`` call. Bounded by the GPUs (× profiles) the zone has had.
         self._assigned: dict[tuple[str, str], Callable[[], None]] = {}
@@ -285,9 +293,30 @@ class ZoneRelay(RelayLoop[ZoneDecision]):
         self._facts = facts
         self._started = started
         self._ticket: Ticket | None = None
+        self._guard: Guard | None = None
+        #: GPUs flow control keeps the first attempt from (zone_agent.flow).
+        self._not_admitted: frozenset[str] = frozenset()
+        self._held_s = 0.0
         #: Whether the request has a span (asked once: the server opens it before the
         #: handler runs), so an untraced request skips tracing's calls per attempt.
         self._traced = tracing.traced(request)
+
+    def run(self) -> Coroutine[Any, Any, None]:
+        # Not a coroutine itself: without flow control the relay's own is the request's
+        # (no frame more per request).
+        if self._path.flow is None:
+            return super().run()
+        return self._admitted()
+
+    async def _admitted(self) -> None:
+        """Wait for flow control's word, then relay (``--admission slo``)."""
+        flow = self._path.flow
+        assert flow is not None
+        waited = time.perf_counter()
+        self._not_admitted = await flow.admit(self._facts)
+        # The overhead metric is the agent's own time, not the time held.
+        self._held_s = time.perf_counter() - waited
+        await super().run()
 
     def next_target(self, tried: frozenset[str]) -> ZoneDecision | None:
         path = self._path
@@ -296,14 +325,19 @@ class ZoneRelay(RelayLoop[ZoneDecision]):
             acc.expire(path.clock.monotonic())
         try:
             decision = decide_or_refuse(
-                path.profile(), self._facts, path.view(), tried, affinity=path.settings.affinity
+                path.profile(),
+                self._facts,
+                path.view(),
+                tried,
+                affinity=path.settings.affinity,
+                not_admitted=self._not_admitted if not tried else frozenset(),
             )
         except NoCapacity:
             if not tried:
                 raise
             return None  # retries end here; the failures so far are the answer
         path.count_assignment(decision)
-        path.metrics.decision.observe(time.perf_counter() - self._started)
+        path.metrics.decision.observe(time.perf_counter() - self._started - self._held_s)
         if self._traced:
             tracing.decided(
                 self.scope,
@@ -317,11 +351,27 @@ class ZoneRelay(RelayLoop[ZoneDecision]):
         return target.gpu_id
 
     def begin(self, target: ZoneDecision) -> Callable[[], None]:
-        ticket = self._ticket = charge(self._path.accounting, target)
-        on_sent = self._path.on_sent
+        path = self._path
+        ticket = self._ticket = charge(path.accounting, target)
+        on_sent = path.on_sent
         if on_sent is not None:
             on_sent(self._raw, self._facts, int(target.model_index.block_size[target.choice]))
-        return ticket.close
+        flow = path.flow
+        if flow is None:
+            return ticket.close
+        self._guard = flow.dispatched(target)
+        return self._release_held
+
+    def _release_held(self) -> None:
+        """The attempt ended (flow control on): release its charges, then let the
+        waiting requests look again."""
+        if self._ticket is not None:
+            self._ticket.close()
+        if self._guard is not None:
+            self._guard.close()
+        flow = self._path.flow
+        if flow is not None:
+            flow.poke()
 
     def first_byte_deadline(self, target: ZoneDecision) -> float | None:
         limit = self._path.settings.first_byte_timeout(self._facts, target)
@@ -353,6 +403,9 @@ class ZoneRelay(RelayLoop[ZoneDecision]):
     def first_byte(self, target: ZoneDecision) -> None:
         if self._ticket is not None:
             self._ticket.prefill_done()
+            flow = self._path.flow
+            if flow is not None:
+                flow.poke()  # its queue part is done: room for the next prompt
         elapsed = time.perf_counter() - self._started
         self._path.metrics.observe_first_byte(self._facts.model, elapsed)
 

@@ -26,6 +26,9 @@ from zone_agent.view import GpuState, ModelIndex, ZoneView
 
 #: Name of the implicit first step that removes GPUs a retry already tried.
 RETRY_STEP = "retry-exclude"
+#: Name of the implicit first step that removes GPUs the zone's flow control does not
+#: admit the request to now (zone_agent.flow).
+ADMISSION_STEP = "admission"
 #: Builds a NamedTuple from a tuple of its fields in C, as ``NamedTuple._make`` does: the
 #: class's own ``__new__`` is a generated Python function (one call more per decision).
 _new_tuple = tuple.__new__
@@ -89,9 +92,15 @@ class ZoneProfile:
         return ZoneProfile(self.runner.reference())
 
     def decide(
-        self, request: ZoneRequest, view: ZoneView, *, exclude: frozenset[str] = frozenset()
+        self,
+        request: ZoneRequest,
+        view: ZoneView,
+        *,
+        exclude: frozenset[str] = frozenset(),
+        not_admitted: frozenset[str] = frozenset(),
     ) -> ZoneDecision:
-        """Choose a GPU for ``request``; ``exclude``: GPUs this request already tried.
+        """Choose a GPU for ``request``; ``exclude``: GPUs this request already tried;
+        ``not_admitted``: GPUs the zone's flow control keeps it from now.
 
         Raises:
             ModelNotServed: no GPU of the zone serves the model.
@@ -107,6 +116,9 @@ class ZoneProfile:
         if exclude:
             tried = np.array([gid in exclude for gid in index.ids], dtype=np.bool_)
             pre = Step(RETRY_STEP, tried, lambda _: "already tried by this request")
+        elif not_admitted:
+            held = np.array([gid in not_admitted for gid in index.ids], dtype=np.bool_)
+            pre = Step(ADMISSION_STEP, held, lambda _: "over the zone's SLO bounds now")
         outcome = self.runner.decide(batch, pre)
         choice = outcome.choice
         if request.prefix_hashes:

@@ -1,0 +1,103 @@
+"""The zone's flow control (``gtm zone --admission slo``) from the client's side: a real
+agent in front of an emulated H100 at real speed. While a request decodes with little
+TPOT slack left, a long prompt that would break it waits in the agent and goes when the
+decode ends; without flow control it goes at once and stalls the decode. And a request
+over the queue budget waits until the GPU's queue drains."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+import pytest
+
+from gtm.gpu_profiles import LLAMA_8B
+from tests.integration.zone_agent.conftest import Zone, ZoneFactory, eventually
+from zone_agent.flow import AdmissionMode, AdmissionSettings
+
+#: A decode step of the emulated H100 at batch 1 or 2 is about 8 ms: a TPOT bound of
+#: 9 ms leaves a 200-token answer ~160 ms of prefill it can share passes with.
+TIGHT = AdmissionSettings(mode=AdmissionMode.SLO, tpot_slo_ms=9.0)
+#: 10,000 tokens: ~0.5 s of prefill on an H100, over that slack.
+LONG_PROMPT = "word " * 10_000
+
+
+async def stream(http: aiohttp.ClientSession, url: str, prompt: str, max_tokens: int) -> Any:
+    """A streamed completion: (time of its first chunk, time of its end), loop time."""
+    loop = asyncio.get_running_loop()
+    body = {"model": LLAMA_8B, "prompt": prompt, "max_tokens": max_tokens, "stream": True}
+    first = None
+    async with http.post(url + "/v1/completions", json=body) as response:
+        assert response.status == 200, await response.text()
+        async for _ in response.content.iter_any():
+            if first is None:
+                first = loop.time()
+    return first, loop.time()
+
+
+def sample(zone: Zone, name: str, labels: dict[str, str] | None = None) -> float:
+    return zone.agent.registry.get_sample_value(name, labels or {}) or 0.0
+
+
+@pytest.mark.parametrize("admission", [True, False], ids=["slo", "off"])
+async def test_a_long_prompt_waits_for_a_decode_it_would_stall(
+    make_zone: ZoneFactory, admission: bool
+) -> None:
+    zone = await make_zone(
+        ["H100"],
+        sim_overrides={"speedup": 1.0},
+        admission=TIGHT if admission else AdmissionSettings(),
+    )
+    http, url = zone.http, zone.url
+    async with asyncio.TaskGroup() as group:
+        decoding = group.create_task(stream(http, url, "hello there", 200))
+        await eventually(lambda: _decoding(zone))
+        long_first, _ = await stream(http, url, LONG_PROMPT, 4)
+    _, decode_end = decoding.result()
+    if admission:
+        assert long_first >= decode_end  # it waited for the decode to end
+        assert sample(zone, "gtm_zone_admission_released_total", {"reason": "room"}) == 1.0
+        assert sample(zone, "gtm_zone_admission_wait_seconds_count") == 1.0
+    else:
+        assert long_first < decode_end  # it went at once, into the decode's passes
+    assert sample(zone, "gtm_zone_admission_waiting") == 0.0
+    await zone.no_leaks()
+
+
+async def _decoding(zone: Zone) -> bool:
+    """One request in flight, past its first byte."""
+    accounting = zone.agent.accounting
+    return accounting.open_tickets == 1 and accounting.totals().prefilling == 0
+
+
+async def test_a_request_over_the_queue_budget_waits_for_the_queue_to_drain(
+    make_zone: ZoneFactory,
+) -> None:
+    zone = await make_zone(
+        ["H100"],
+        admission=AdmissionSettings(mode=AdmissionMode.SLO),
+        first_byte_floor_s=60.0,
+    )
+    sim = zone.sims[0]
+    await zone.faults(sim, {"hang": True})
+    http, url = zone.http, zone.url
+    async with asyncio.TaskGroup() as group:
+        # ~1.5 s of prefill queued (30,000 tokens on an H100), over the 500 ms budget.
+        queued = group.create_task(stream(http, url, "word " * 30_000, 4))
+        await eventually(lambda: _charged(zone, 1))
+        held = group.create_task(stream(http, url, "hello", 4))
+
+        async def waiting() -> bool:
+            return sample(zone, "gtm_zone_admission_waiting") == 1.0
+
+        await eventually(waiting)
+        assert zone.agent.accounting.open_tickets == 1  # the worker has not seen it
+        await zone.faults(sim)  # the GPU answers again: the queue drains
+    assert queued.result()[0] <= held.result()[0]
+    assert sample(zone, "gtm_zone_admission_released_total", {"reason": "room"}) == 1.0
+    await zone.no_leaks()
+
+
+async def _charged(zone: Zone, n: int) -> bool:
+    return zone.agent.accounting.open_tickets == n
