@@ -27,6 +27,9 @@ with each worker's publisher as its ``kv-events`` label, as ``gtm up --kv-events
 wires them: what each GPU cached and evicted corrects its prefix placement),
 ``gtm-goodput`` (``--profile goodput``: when every GPU is late because of its queue,
 the request goes where the lateness already is, so the rest drain and meet the SLO),
+``gtm-admission`` (the default profile under the zone's flow control, ``--admission
+slo``: a request waits in the agent while no GPU can take it with a short queue and
+without breaking the TPOT of the requests decoding there, shortest first),
 ``gtm-round-robin`` (the same agent, ``--profile round-robin``), and the peers with
 their own defaults, started by :mod:`bench.peers` (a missing peer fails the run; it
 is never skipped): sglang-router ``cache_aware`` (its default), ``power_of_two``,

@@ -223,6 +223,19 @@ def test_gtm_kv_events_names_each_workers_publisher_as_gtm_up_registers_it() -> 
     assert "--profile" not in plain
     round_robin = zone_args(specs["gtm-round-robin"], [_worker(1, None), _worker(2, None)], pool)
     assert round_robin[round_robin.index("--profile") + 1] == "round-robin"
+    assert "--admission" not in plain
+
+
+def test_gtm_admission_runs_the_default_profile_under_flow_control() -> None:
+    from zone_agent.cli import zone as zone_command
+
+    specs = {r.name: r for r in ROUTERS}
+    args = zone_args(specs["gtm-admission"], [_worker(1, None)], ("H100",))
+    assert args[args.index("--admission") + 1] == "slo"
+    assert "--profile" not in args
+    # Every option it passes is one `gtm zone` has.
+    names = {opt for param in zone_command.params for opt in getattr(param, "opts", ())}
+    assert {a for a in args if a.startswith("--")} <= names
 
 
 def test_peer_events_count_vllm_routers_renders_and_prefix_decisions() -> None:
