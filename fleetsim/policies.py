@@ -16,6 +16,7 @@ from enum import StrEnum
 from types import MappingProxyType
 
 from global_lb.inflight import LedgerSettings
+from zone_agent.flow import AdmissionMode, AdmissionSettings
 
 
 class RegionMode(StrEnum):
@@ -48,6 +49,8 @@ class PolicySpec:
     #: gtm's placement memories and sticky rules (a conversation kept on the region,
     #: zone and GPU its prefix was just sent to); False runs its tiers without them.
     affinity: bool = True
+    #: The zone agents' flow control (``gtm zone --admission slo``; None: off).
+    admission: AdmissionSettings | None = None
 
 
 def _zone_baseline(name: str, profile: str, what: str) -> PolicySpec:
@@ -117,6 +120,13 @@ ABLATIONS: Mapping[str, PolicySpec] = MappingProxyType(
             RegionMode.GTM,
             "goodput",
             "gtm with the zone's goodput profile: lateness concentrated when all are late",
+        ),
+        "gtm-admission": PolicySpec(
+            "gtm-admission",
+            RegionMode.GTM,
+            "default",
+            "gtm with the zones' flow control: held while no GPU is within the SLO",
+            admission=AdmissionSettings(mode=AdmissionMode.SLO),
         ),
     }
 )

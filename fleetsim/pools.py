@@ -17,6 +17,7 @@ from fleetsim.gpu import FastGpu, Job
 from gtm.gpu_profiles import get_profile
 from gtm.models import GpuWorker
 from zone_agent.accounting import Accounting, SlotLoad, Ticket
+from zone_agent.flow import Admission, Guard
 from zone_agent.health import HealthStatus
 from zone_agent.router import ZoneProfile as GpuProfileRunner
 from zone_agent.scrape import Flavor, GpuMetrics, ModelMetrics
@@ -68,6 +69,9 @@ class Pool:
         #: What the last scrape saw: each GPU's (running, waiting, KV blocks) and the
         #: agent's own charges on it.
         self.last_scrape: list[tuple[tuple[int, int, int], SlotLoad]] = []
+        #: The agent's flow control (``gtm zone --admission slo``; None: off), holding
+        #: (request number, network ms) of the requests it holds.
+        self.admission: Admission[tuple[int, float]] | None = None
 
     def scrape(self, now: float, model: str) -> None:
         """The agent's scrape round at ``now``: each GPU's running and waiting requests
@@ -130,3 +134,5 @@ class Live:
     ticket: Ticket
     extra_ms: float
     region: int
+    #: Its place in the pool's flow control's TPOT ledger (None: flow control off).
+    guard: Guard | None = None

@@ -71,7 +71,8 @@ from policies.documents import Quotas
 from regional_lb.quota import Cost, Grant, QuotaLimiter, Rejection, Usage, pool_of
 from regional_lb.quota import Ticket as QuotaTicket
 from regional_lb.rtt import RegionRtt
-from zone_agent.errors import ModelNotServed
+from zone_agent.errors import ModelNotServed, NoCapacity
+from zone_agent.flow import Admission, check_profile
 from zone_agent.profiles import builtin_profile
 from zone_agent.request import Endpoint as ZoneEndpoint
 from zone_agent.request import ZoneRequest
@@ -286,6 +287,9 @@ class Simulator:
 
     def _add_pool(self, zone_id: str, region: str, gpus: Sequence[tuple[str, str]]) -> None:
         pool = Pool(zone_id, region, gpus, self.model, builtin_profile(self.spec.zone_profile))
+        if self.spec.admission is not None:
+            check_profile(pool.profile)
+            pool.admission = Admission(self.spec.admission)
         self.pools[zone_id] = pool
         self.region_pools[region].append(pool)
 
@@ -407,7 +411,8 @@ class Simulator:
 
     def dispatch(self, i: int, pool: Pool, now: float, extra_ms: float) -> bool:
         """The zone agent of ``pool`` picks request ``i``'s GPU, which gets it; ``extra_ms``:
-        network latency added to its TTFT and E2E."""
+        network latency added to its TTFT and E2E. With flow control on, the agent may
+        hold it first (:meth:`_send_held` sends it on)."""
         req = self.requests[i]
         zr = ZoneRequest(
             request_id=str(i),
@@ -421,9 +426,51 @@ class Simulator:
             hash_key=req.hash_key,
             seq=pool.acc.next_seq(),
         )
+        admission = pool.admission
+        if admission is None:
+            return self._send(i, zr, pool, now, extra_ms, frozenset())
+        t0 = perf_counter_ns()
+        exclude = admission.plan(zr, pool.view, pool.profile) if not admission.waiting else None
+        self.tier_ns["zone"] += perf_counter_ns() - t0
+        if exclude is not None:
+            return self._send(i, zr, pool, now, extra_ms, exclude)
+        try:
+            admission.hold((i, extra_ms), zr, now)
+        except NoCapacity:
+            self.end_unserved(i, Status.REFUSED, "zone: flow control's queue is full")
+        return False
+
+    def _send_held(self, pool: Pool, now: float) -> None:
+        """Send on whoever ``pool``'s flow control lets go now (one at a time: each
+        charge changes the picture)."""
+        admission = pool.admission
+        if admission is None or not admission.waiting:
+            return
+        while True:
+            t0 = perf_counter_ns()
+            went = admission.release(now, pool.view, pool.profile)
+            self.tier_ns["zone"] += perf_counter_ns() - t0
+            if went is None:
+                return
+            held, exclude, _ = went
+            i, extra_ms = held.item
+            self._send(i, held.request, pool, now, extra_ms, exclude)
+
+    def _send(
+        self,
+        i: int,
+        zr: ZoneRequest,
+        pool: Pool,
+        now: float,
+        extra_ms: float,
+        not_admitted: frozenset[str],
+    ) -> bool:
+        req = self.requests[i]
         try:
             t0 = perf_counter_ns()
-            decision = self.routing.zone_choice(pool.profile.decide(zr, pool.view))
+            decision = self.routing.zone_choice(
+                pool.profile.decide(zr, pool.view, not_admitted=not_admitted)
+            )
             self.tier_ns["zone"] += perf_counter_ns() - t0
         except (NoEligibleCandidate, ModelNotServed, RoutingError) as exc:
             self.end_unserved(i, Status.REFUSED, f"zone: {type(exc).__name__}")
@@ -447,6 +494,9 @@ class Simulator:
         job = Job(i, req.input_tokens, max(1, req.output_tokens), req.prefix_hashes)
         job.deadline = req.at_s + self.client_timeout_s
         live = Live(i, job, pool, ticket, extra_ms, self.region_index[pool.region])
+        if pool.admission is not None:
+            streams = float(pool.acc.streams[pool.acc.slot(decision.gpu_id)])
+            live.guard = pool.admission.dispatched(decision, streams)
         self.live[i] = live
         if pool.regional is not None:
             pool.regional.start(pool.zone_id, self.model, req.input_tokens)
@@ -456,13 +506,17 @@ class Simulator:
     def _release(self, live: Live, now: float) -> None:
         """Give back what the agent and the regional LB charged for ``live``."""
         live.ticket.close()
+        if live.guard is not None:
+            live.guard.close()
         pool = live.pool
         if pool.regional is not None:
             pool.regional.finish(pool.zone_id, self.model, live.job.input_tokens)
 
     def _gpu_events(self, gpu: FastGpu, ev: GpuEvents, now: float) -> None:
+        held_by: Pool | None = None  # a pool whose flow control may now send on
         for job in ev.first_tokens:
             live = self.live[job.index]
+            held_by = live.pool
             live.ticket.prefill_done()
             live.pool.running_tokens += job.input_tokens
             req = self.requests[job.index]
@@ -479,17 +533,22 @@ class Simulator:
             self._close_ticket(job.index, Usage(req.input_tokens, req.output_tokens), False)
             self.end(job.index, Status.OK, "")
             freed = live.pool.region
+            held_by = live.pool
         for job in ev.rejected:
             live = self.live.pop(job.index)
             self._release(live, now)
             self.end_unserved(job.index, Status.REFUSED, "gpu: does not fit")
             freed = live.pool.region
+            held_by = live.pool
         for job in ev.expired:
             live = self.live.pop(job.index)
             self._release(live, now)
             self.end_unserved(job.index, Status.TIMED_OUT, self.timeout_reason)
             freed = live.pool.region
+            held_by = live.pool
         self._push_gpu(gpu, now)
+        if held_by is not None and held_by.admission is not None:
+            self._send_held(held_by, now)
         if freed is not None:
             self.routing.place_waiting(freed, now)
 
@@ -607,6 +666,8 @@ class Simulator:
         for pool in self.pools.values():
             if pool.region in self.owned:
                 pool.scrape(now, self.model)
+                if pool.admission is not None:
+                    self._send_held(pool, now)  # a new picture; the longest waits end
 
     def busy(self, next_arrival: int | None = None) -> bool:
         """Whether anything is left to simulate here (the summary ticks run while so)."""
@@ -619,6 +680,7 @@ class Simulator:
             or self.outbox
             or self.live
             or self.routing.waiting()
+            or any(p.admission is not None and p.admission.waiting for p in self.pools.values())
         )
 
     def finish(self, started: float, next_tick: float) -> RunResult:
@@ -661,6 +723,10 @@ class Simulator:
             self._release(self.live[index], self.duration_s + self.drain_s)
             self.end_unserved(index, Status.TIMED_OUT, "unfinished at the horizon", ran=True)
         self.live.clear()
+        for pool in self.pools.values():
+            if pool.admission is not None and pool.region in self.owned:
+                for index, _ in pool.admission.drop_waiting():
+                    self.end_unserved(index, Status.TIMED_OUT, "held by the zone at the horizon")
         self.routing.end_waiting()
         for index in range(next_arrival, len(self.requests)):
             self.end(index, Status.TIMED_OUT, "arrived after the horizon")

@@ -9,12 +9,16 @@ edges:
   slack of each request decoding there on time, as the least *limit* (the prefill total
   at which that request's decode would miss the TPOT SLO). Sans-io; a charge per
   dispatched request, released when the request ends (:class:`Guard`, idempotent).
-* :class:`FlowControl` — the waiting requests (futures in a heap) and when they go: a
-  request goes at once when the zone admits it and nobody waits before it; else it
-  waits, and every event that can make room (a first byte, a request's end, a dispatch,
-  a new view) asks the head again. A request that waited ``max_wait_s`` goes anyway,
-  where the profile says (the SLO is lost for it; holding it longer would only lose the
-  client), and a full queue (``max_waiting``) is a 503 with ``Retry-After``.
+* :class:`Admission` — the rule over a view, the ledger and the waiting requests, without
+  I/O: a request goes at once when the zone admits it and nobody waits before it; else
+  it waits, and whoever may go next is asked for (:meth:`Admission.release`) whenever
+  something can have made room. A request that waited ``max_wait_s`` goes anyway, where
+  the profile says (the SLO is lost for it; holding it longer would only lose the
+  client), and a full queue (``max_waiting``) is a 503 with ``Retry-After``. The
+  simulator (fleetsim's ``gtm-admission``) runs this same class.
+* :class:`FlowControl` — the agent's edge: waiting requests are futures, woken by the
+  data path's events (a first byte, a request's end, a dispatch, a new view) and a timer
+  for the oldest one's longest wait.
 
 A request admitted on only some GPUs goes to the best of them: the first decision
 excludes the others (the trace's ``admission`` step).
@@ -30,13 +34,12 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-import logging
 import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol, cast
+from typing import Generic, Protocol, TypeVar, cast
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -44,6 +47,7 @@ from pydantic import Field
 
 from gtm.clock import Clock
 from gtm.errors import ConfigError, NoEligibleCandidate
+from gtm.gpu_profiles import GpuProfile
 from gtm.models import Frozen
 from zone_agent.batch import ZoneBatch, ZoneCapability
 from zone_agent.costs import admission
@@ -52,9 +56,7 @@ from zone_agent.metrics import LATENCY_BUCKETS
 from zone_agent.plugins.fits_filter import PromptTooLong
 from zone_agent.request import ZoneRequest
 from zone_agent.router import ZoneDecision, ZoneProfile
-from zone_agent.view import Floats, ZoneView
-
-log = logging.getLogger(__name__)
+from zone_agent.view import Floats, ModelIndex, ZoneView
 
 #: Retry-After of the 503 a full queue answers, s.
 FULL_RETRY_AFTER_S = 1.0
@@ -101,14 +103,18 @@ class Guard:
     """One dispatched request's place in :class:`TpotLedger` (release with :meth:`close`,
     idempotent)."""
 
-    __slots__ = ("_ledger", "gpu_id", "limit_ms", "open")
+    __slots__ = ("_ledger", "gpu_id", "key", "limit_ms", "open")
 
-    def __init__(self, ledger: TpotLedger, gpu_id: str, limit_ms: float) -> None:
+    def __init__(
+        self, ledger: TpotLedger, gpu_id: str, limit_ms: float, key: int | None = None
+    ) -> None:
         self._ledger = ledger
         self.gpu_id = gpu_id
         #: The GPU's prefill total at which this request misses its TPOT (inf: it is
         #: not protected, being late already or one token long).
         self.limit_ms = limit_ms
+        #: Its entry in the GPU's heap of limits (None: not protected).
+        self.key = key
         self.open = True
 
     def close(self) -> None:
@@ -133,7 +139,7 @@ class TpotLedger:
     def __init__(self) -> None:
         self._gpus: dict[str, _Gpu] = {}
         self._ids = itertools.count()
-        self._id_of: dict[int, int] = {}
+        self._protected = 0
 
     def slack_ms(self, gpu_ids: tuple[str, ...]) -> Floats:
         """Each GPU's least slack of its protected requests (inf: none)."""
@@ -159,18 +165,18 @@ class TpotLedger:
             gpu.prefill_ms += prefill_ms
         if not math.isfinite(slack_ms):
             return Guard(self, gpu_id, math.inf)
-        guard = Guard(self, gpu_id, gpu.prefill_ms + slack_ms)
         key = next(self._ids)
-        self._id_of[id(guard)] = key
+        guard = Guard(self, gpu_id, gpu.prefill_ms + slack_ms, key)
         heapq.heappush(gpu.limits, (guard.limit_ms, key))
+        self._protected += 1
         return guard
 
     def _closed(self, guard: Guard) -> None:
-        key = self._id_of.pop(id(guard), None)
-        if key is None:
+        if guard.key is None:
             return
+        self._protected -= 1
         gpu = self._gpus[guard.gpu_id]
-        gpu.dead.add(key)
+        gpu.dead.add(guard.key)
         if not gpu.limits or len(gpu.dead) == len(gpu.limits):
             gpu.limits.clear()
             gpu.dead.clear()
@@ -178,7 +184,7 @@ class TpotLedger:
     @property
     def protected(self) -> int:
         """Requests whose TPOT is protected now (open guards with a limit)."""
-        return len(self._id_of)
+        return self._protected
 
 
 class FlowMetrics:
@@ -215,24 +221,189 @@ class _PredictsTtft(Protocol):
 
     def costs_ms(self, batch: ZoneBatch, /) -> Floats: ...
 
-    def alone_costs_ms(self, batch: ZoneBatch, /) -> Floats: ...
+    def own_costs_ms(self, batch: ZoneBatch, /) -> Floats: ...
+
+
+class ReleaseReason(StrEnum):
+    """Why a held request went on."""
+
+    #: The zone admitted it.
+    ROOM = "room"
+    #: It waited the longest allowed.
+    MAX_WAIT = "max_wait"
+
+
+W = TypeVar("W")
 
 
 @dataclass(eq=False, slots=True)
-class _Waiter:
-    facts: ZoneRequest
-    #: Monotonic time it started waiting.
+class Held(Generic[W]):
+    """A request waiting in :class:`Admission`; ``item`` is the caller's (a future in the
+    agent, a request number in the simulator)."""
+
+    item: W
+    request: ZoneRequest
+    #: When it started waiting (the caller's clock: monotonic s in the agent).
     started: float
-    future: asyncio.Future[frozenset[str]]
+    #: Released or given up: no longer waiting (dropped from the queues lazily).
+    gone: bool = False
 
 
-#: What a decision raises when it has none: the request goes on, and its relay answers
-#: the client as it would without flow control.
+#: What a decision raises when it has none: the request goes on, and its decision
+#: refuses it as it would without flow control.
 _NO_DECISION = (ModelNotServed, PromptTooLong, NoEligibleCandidate)
 
 
+class Admission(Generic[W]):
+    """Flow control without I/O: the rule over a view, the TPOT ledger and the waiting
+    requests, shared by the agent (:class:`FlowControl`) and the simulator (fleetsim)."""
+
+    def __init__(self, settings: AdmissionSettings) -> None:
+        self.settings = settings
+        self.ledger = TpotLedger()
+        #: The waiting requests in the order they go: (order key, arrival, held).
+        self._heap: list[tuple[float, int, Held[W]]] = []
+        #: The same requests in arrival order (the order their longest wait ends in).
+        self._arrivals: deque[Held[W]] = deque()
+        self._seq = itertools.count()
+        self._waiting = 0
+
+    @property
+    def waiting(self) -> int:
+        """Requests held now."""
+        return self._waiting
+
+    def plan(
+        self, request: ZoneRequest, view: ZoneView, profile: ZoneProfile
+    ) -> frozenset[str] | None:
+        """The GPUs ``request`` must not go to now (empty: any), or None: hold it."""
+        try:
+            decision = profile.decide(request, view)
+        except _NO_DECISION:
+            return frozenset()  # its own decision refuses it, as without flow control
+        batch = decision.outcome.batch
+        model = cast("_PredictsTtft | None", decision.outcome.runner.cost_model)
+        if model is None:  # check_profile refuses such profiles at start-up
+            return frozenset()
+        index = batch.index
+        costs = model.costs_ms(batch)
+        uncached = batch.uncached
+        on_time = admission.on_time_numpy(
+            costs * index.ramp,  # slow start is a preference, not a slower GPU
+            decode_steps_ms(index, batch.streams, request),
+            self.settings.ttft_slo_ms,
+            self.settings.tpot_slo_ms,
+        )
+        ok = admission.admitted_numpy(
+            costs - model.own_costs_ms(batch),
+            uncached * index.ms_per_token,
+            self.ledger.slack_ms(index.ids),
+            on_time,
+            self.settings.queue_budget_ms,
+        )
+        if ok[decision.choice]:
+            return frozenset()
+        if not ok.any():
+            return None
+        return frozenset(gid for gid, yes in zip(index.ids, ok.tolist(), strict=True) if not yes)
+
+    def dispatched(self, decision: ZoneDecision, streams: float) -> Guard:
+        """``decision`` is being sent (``streams``: in flight on its GPU, it included):
+        charge its prefill to the GPU's decoders and protect its own decode while it is
+        predicted on time."""
+        request = decision.request
+        index, i = decision.model_index, decision.choice
+        prefill_ms = float(decision.uncached_tokens) * float(index.ms_per_token[i])
+        out = request.max_output_tokens or 1
+        predicted = decision.predicted_ttft_ms
+        if predicted is not None:
+            predicted *= float(index.ramp[i])  # slow start is a preference
+        slack = math.inf  # late already, or one token long: nothing to protect
+        if out > 1 and (predicted is None or predicted <= self.settings.ttft_slo_ms):
+            step_ms = decode_step_ms(index.profiles[i], streams, request)
+            slack = admission.tpot_slack_ms(self.settings.tpot_slo_ms, step_ms, out)
+            if slack <= 0.0:
+                slack = math.inf  # that GPU cannot meet the TPOT at all
+        return self.ledger.dispatch(decision.gpu_id, prefill_ms, slack)
+
+    def hold(self, item: W, request: ZoneRequest, now: float) -> Held[W]:
+        """Hold ``request`` from ``now``.
+
+        Raises:
+            NoCapacity: ``max_waiting`` are held already (the client's 503).
+        """
+        if self._waiting >= self.settings.max_waiting:
+            raise NoCapacity(
+                f"the zone agent holds {self._waiting} requests already (its queue is full)",
+                retry_after_s=FULL_RETRY_AFTER_S,
+            )
+        held = Held(item, request, now)
+        first = self.settings.order is QueueOrder.SHORTEST_FIRST
+        key = float(request.input_tokens) if first else 0.0
+        heapq.heappush(self._heap, (key, next(self._seq), held))
+        self._arrivals.append(held)
+        self._waiting += 1
+        return held
+
+    def cancel(self, held: Held[W]) -> None:
+        """``held`` stops waiting without going on (its client went away)."""
+        if not held.gone:
+            held.gone = True
+            self._waiting -= 1
+
+    def release(
+        self, now: float, view: ZoneView, profile: ZoneProfile, *, room: bool = True
+    ) -> tuple[Held[W], frozenset[str], ReleaseReason] | None:
+        """The next request to send on, the GPUs its first decision excludes, and why; or
+        None. First whoever waited ``max_wait_s`` (wherever the profile says), then —
+        with ``room`` — the queue's head if the zone admits it. One at a time: the
+        caller sends it (its charge changes the picture) before asking again."""
+        arrivals = self._arrivals
+        while arrivals and arrivals[0].gone:
+            arrivals.popleft()
+        if arrivals and arrivals[0].started <= now - self.settings.max_wait_s:
+            return self._went(arrivals.popleft(), frozenset(), ReleaseReason.MAX_WAIT)
+        heap = self._heap
+        while heap and heap[0][2].gone:
+            heapq.heappop(heap)
+        if not room or not heap:
+            return None
+        held = heap[0][2]
+        exclude = self.plan(held.request, view, profile)
+        if exclude is None:
+            return None
+        heapq.heappop(heap)
+        return self._went(held, exclude, ReleaseReason.ROOM)
+
+    def _went(
+        self, held: Held[W], exclude: frozenset[str], reason: ReleaseReason
+    ) -> tuple[Held[W], frozenset[str], ReleaseReason]:
+        held.gone = True
+        self._waiting -= 1
+        return held, exclude, reason
+
+    def drop_waiting(self) -> list[W]:
+        """Stop holding everyone (the simulator's horizon): their items, oldest first."""
+        items = [h.item for h in self._arrivals if not h.gone]
+        for held in self._arrivals:
+            held.gone = True
+        self._arrivals.clear()
+        self._heap.clear()
+        self._waiting = 0
+        return items
+
+    def next_deadline(self) -> float | None:
+        """When the oldest waiting request's longest wait ends (None: nobody waits)."""
+        arrivals = self._arrivals
+        while arrivals and arrivals[0].gone:
+            arrivals.popleft()
+        return arrivals[0].started + self.settings.max_wait_s if arrivals else None
+
+
 class FlowControl:
-    """The zone's waiting requests and when they go (see the module docstring)."""
+    """The agent's flow control: :class:`Admission` over the agent's view and profile,
+    its waiting requests as futures, woken by the data path's events and a timer for
+    the longest wait (see the module docstring)."""
 
     def __init__(
         self,
@@ -245,76 +416,34 @@ class FlowControl:
     ) -> None:
         check_profile(profile())
         self.settings = settings
+        self.core: Admission[asyncio.Future[frozenset[str]]] = Admission(settings)
+        self.ledger = self.core.ledger
         self._view = view
         self._profile = profile
         self._clock = clock
-        self.ledger = TpotLedger()
-        #: The waiting requests in the order they go: (order key, arrival, waiter).
-        self._heap: list[tuple[float, int, _Waiter]] = []
-        #: The same requests in arrival order (the order their longest wait ends in).
-        self._arrivals: deque[_Waiter] = deque()
-        self._seq = itertools.count()
-        self._waiting = 0
         #: Released for room and not yet dispatched: until then the picture that let
-        #: them go does not show them, so nobody else goes.
+        #: them go does not show them, so nobody else goes for room.
         self._in_transit = 0
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = math.inf
-        self.metrics = FlowMetrics(registry, lambda: self._waiting)
+        self.metrics = FlowMetrics(registry, lambda: self.core.waiting)
 
     @property
     def waiting(self) -> int:
         """Requests held now."""
-        return self._waiting
-
-    # ------------------------------------------------------------------ the rule
+        return self.core.waiting
 
     def plan(self, facts: ZoneRequest) -> frozenset[str] | None:
         """The GPUs the request must not go to now (empty: any), or None: hold it."""
-        try:
-            decision = self._profile().decide(facts, self._view())
-        except _NO_DECISION:
-            return frozenset()  # the relay's own decision refuses it, as without us
-        batch = decision.outcome.batch
-        model = cast("_PredictsTtft | None", decision.outcome.runner.cost_model)
-        if model is None:  # check_profile refuses such profiles at start-up
-            return frozenset()
-        index = batch.index
-        alone = model.alone_costs_ms(batch)
-        queue_ms = model.costs_ms(batch) - alone
-        prefill_ms = float(facts.input_tokens) * index.ms_per_token
-        ok = admission.admitted_numpy(
-            queue_ms, prefill_ms, self.ledger.slack_ms(index.ids), self.settings.queue_budget_ms
-        )
-        if ok[decision.choice]:
-            return frozenset()
-        if not ok.any():
-            return None
-        return frozenset(gid for gid, yes in zip(index.ids, ok.tolist(), strict=True) if not yes)
+        return self.core.plan(facts, self._view(), self._profile())
 
     def dispatched(self, decision: ZoneDecision) -> Guard:
-        """``decision`` is being sent: charge its prefill to the GPU's decoders and
-        protect its own decode while it is predicted on time."""
-        facts = decision.request
-        index, i = decision.model_index, decision.choice
-        prefill_ms = float(decision.uncached_tokens) * float(index.ms_per_token[i])
-        out = facts.max_output_tokens or 1
-        predicted = decision.predicted_ttft_ms
-        slack = math.inf  # late already, or one token long: nothing to protect
-        if out > 1 and (predicted is None or predicted <= self.settings.ttft_slo_ms):
-            streams = float(self._view().accounting.streams[decision.gpu.slot])
-            step_ms = 1000.0 * index.profiles[i].decode_step_s(
-                max(1, int(streams) + 1),
-                admission.decode_context_tokens(facts.input_tokens, out),
-            )
-            slack = admission.tpot_slack_ms(self.settings.tpot_slo_ms, step_ms, out)
-            if slack <= 0.0:
-                slack = math.inf  # that GPU cannot meet the TPOT at all
-        guard = self.ledger.dispatch(decision.gpu_id, prefill_ms, slack)
+        """``decision`` is being sent: :meth:`Admission.dispatched`, then the waiting
+        look again (the one released for it is on its way)."""
+        streams = float(self._view().accounting.streams[decision.gpu.slot])
+        guard = self.core.dispatched(decision, streams)
         self.poke()
         return guard
-
-    # ------------------------------------------------------------------ waiting
 
     async def admit(self, facts: ZoneRequest) -> frozenset[str]:
         """Wait until ``facts`` may go; the GPUs its first decision must exclude.
@@ -322,74 +451,47 @@ class FlowControl:
         Raises:
             NoCapacity: the queue is full (the client's 503, with Retry-After).
         """
-        if self._waiting == 0 and self._in_transit == 0:
+        core = self.core
+        if core.waiting == 0 and self._in_transit == 0:
             exclude = self.plan(facts)
             if exclude is not None:
                 return exclude
-        if self._waiting >= self.settings.max_waiting:
-            self.metrics.refused.inc()
-            raise NoCapacity(
-                f"the zone agent holds {self._waiting} requests already (its queue is full)",
-                retry_after_s=FULL_RETRY_AFTER_S,
-            )
         loop = asyncio.get_running_loop()
+        future: asyncio.Future[frozenset[str]] = loop.create_future()
         started = self._clock.monotonic()
-        waiter = _Waiter(facts, started, loop.create_future())
-        first = self.settings.order is QueueOrder.SHORTEST_FIRST
-        key = float(facts.input_tokens) if first else 0.0
-        heapq.heappush(self._heap, (key, next(self._seq), waiter))
-        self._arrivals.append(waiter)
-        self._waiting += 1
+        try:
+            held = core.hold(future, facts, started)
+        except NoCapacity:
+            self.metrics.refused.inc()
+            raise
         self._arm(started + self.settings.max_wait_s)
         try:
-            return await waiter.future
+            return await future
         finally:
-            self._waiting -= 1
-            if waiter.future.done() and not waiter.future.cancelled():
+            if future.done() and not future.cancelled():
                 self._in_transit -= 1
                 # Its decision and dispatch run right after this, in the same step; a
                 # request refused there dispatches nothing, so look again after it.
                 loop.call_soon(self.poke)
-            else:
-                waiter.future.cancel()  # the client went away while it waited
+            else:  # the client went away while it waited
+                core.cancel(held)
+                future.cancel()
             self.metrics.wait.observe(self._clock.monotonic() - started)
 
     def poke(self) -> None:
         """Something changed that may make room: send whoever may go now."""
-        if not self._arrivals:
+        core = self.core
+        if core.waiting == 0:
             return
-        now = self._clock.monotonic()
-        self._expire(now)
-        heap = self._heap
-        while heap and self._in_transit == 0:
-            waiter = heap[0][2]
-            if waiter.future.done():
-                heapq.heappop(heap)
-                continue
-            exclude = self.plan(waiter.facts)
-            if exclude is None:
-                break
-            heapq.heappop(heap)
-            self._release(waiter, exclude, "room")
-        arrivals = self._arrivals
-        while arrivals and arrivals[0].future.done():
-            arrivals.popleft()
-        if arrivals:
-            self._arm(arrivals[0].started + self.settings.max_wait_s)
-
-    def _expire(self, now: float) -> None:
-        """Send on whoever has waited the longest allowed (arrival order is the order
-        their waits end in), wherever the profile says."""
-        arrivals, oldest = self._arrivals, now - self.settings.max_wait_s
-        while arrivals and (arrivals[0].future.done() or arrivals[0].started <= oldest):
-            waiter = arrivals.popleft()
-            if not waiter.future.done():
-                self._release(waiter, frozenset(), "max_wait")
-
-    def _release(self, waiter: _Waiter, exclude: frozenset[str], reason: str) -> None:
-        waiter.future.set_result(exclude)
-        self._in_transit += 1
-        self.metrics.released.labels(reason).inc()
+        now, view, profile = self._clock.monotonic(), self._view(), self._profile()
+        while (went := core.release(now, view, profile, room=self._in_transit == 0)) is not None:
+            held, exclude, reason = went
+            held.item.set_result(exclude)
+            self._in_transit += 1
+            self.metrics.released.labels(reason.value).inc()
+        deadline = core.next_deadline()
+        if deadline is not None:
+            self._arm(deadline)
 
     def _arm(self, at: float) -> None:
         """Poke no later than monotonic time ``at`` (the oldest waiter's last moment)."""
@@ -405,6 +507,24 @@ class FlowControl:
         self._timer = None
         self._timer_at = math.inf
         self.poke()
+
+
+def decode_step_ms(profile: GpuProfile, streams: float, request: ZoneRequest) -> float:
+    """``request``'s decode step on a GPU of ``profile`` with ``streams`` in flight, it
+    included (ms)."""
+    out = request.max_output_tokens or 1
+    context = admission.decode_context_tokens(request.input_tokens, out)
+    return 1000.0 * profile.decode_step_s(max(1, int(streams)), context)
+
+
+def decode_steps_ms(index: ModelIndex, streams: Floats, request: ZoneRequest) -> Floats:
+    """:func:`decode_step_ms` at each GPU of ``index`` were the request sent there."""
+    return np.array(
+        [
+            decode_step_ms(profile, float(n) + 1.0, request)
+            for profile, n in zip(index.profiles, streams.tolist(), strict=True)
+        ]
+    )
 
 
 def check_profile(profile: ZoneProfile) -> None:

@@ -16,19 +16,26 @@ held requests go, shortest first, as room appears.
 
 Per GPU ``g`` of the model (arrays over the decision's positions)::
 
-    queue_ms[g]   = predicted TTFT − the prompt's own part (the cost model's queue)
-    prefill_ms[g] = the prompt's tokens × ms per token there (its prefill time)
+    queue_ms[g]   = predicted TTFT − the prompt's own part there (its uncached tokens)
+    prefill_ms[g] = the prompt's uncached tokens × ms per token there (its prefill time)
     slack_ms[g]   = the least TPOT slack of the requests decoding there on time
                     (inf: none), each request's slack being
                     (tpot_slo − decode step) × (output tokens − 1)
                     minus the prefill sent there after it
+    on_time[g]    = predicted TTFT ≤ ttft_slo and its own decode step < tpot_slo
 
-    admitted[g]   = queue_ms[g] ≤ budget  and  prefill_ms[g] ≤ slack_ms[g]
+    fits[g]       = queue_ms[g] ≤ budget  and  prefill_ms[g] ≤ slack_ms[g]
+    admitted[g]   = fits[g] and on_time[g]   if the request is on time anywhere
+                  = fits[g]                  if it is on time nowhere (a long prompt)
 
-A NaN or infinite ``queue_ms`` (a GPU that cannot prefill) is never admitted. The
-slack is the TPOT bound's room, in milliseconds of decode time, that prefill may take
-while the request decodes: a decode of ``n`` tokens at ``step`` ms each meets
-``tpot_slo`` while the prefill passes it shares add at most ``(tpot_slo − step)·(n − 1)``.
+So a request that can meet its SLO on some GPU waits for room there rather than go
+where it is lost (an L4 whose decode step is over the TPOT bound, a slow GPU that
+prefills it past the TTFT bound): it keeps its chance, and the GPU that would have
+taken it keeps its passes for requests it can serve. A NaN or infinite ``queue_ms``
+(a GPU that cannot prefill) is never admitted. The slack is the TPOT bound's room, in
+milliseconds of decode time, that prefill may take while the request decodes: a decode
+of ``n`` tokens at ``step`` ms each meets ``tpot_slo`` while the prefill passes it
+shares add at most ``(tpot_slo − step)·(n − 1)``.
 """
 
 from __future__ import annotations
@@ -48,21 +55,55 @@ def tpot_slack_ms(tpot_slo_ms: float, decode_step_ms: float, output_tokens: int)
 
 
 def admitted_reference(
-    queue_ms: Floats, prefill_ms: Floats, slack_ms: Floats, budget_ms: float, /
+    queue_ms: Floats,
+    prefill_ms: Floats,
+    slack_ms: Floats,
+    on_time: Bools,
+    budget_ms: float,
+    /,
 ) -> list[bool]:
     """The rule one GPU at a time (the definition the numpy form is held to)."""
-    return [
-        # Written as "within": a NaN is then no admission, as in the numpy form.
+    # Written as "within": a NaN is then no admission, as in the numpy form.
+    fits = [
         bool(float(q) <= budget_ms and float(p) <= float(s))
         for q, p, s in zip(queue_ms, prefill_ms, slack_ms, strict=True)
     ]
+    if not any(bool(t) for t in on_time):
+        return fits
+    return [f and bool(t) for f, t in zip(fits, on_time, strict=True)]
 
 
 def admitted_numpy(
-    queue_ms: Floats, prefill_ms: Floats, slack_ms: Floats, budget_ms: float, /
+    queue_ms: Floats,
+    prefill_ms: Floats,
+    slack_ms: Floats,
+    on_time: Bools,
+    budget_ms: float,
+    /,
 ) -> Bools:
     """The rule over every GPU at once (a new array)."""
     out: Bools = (queue_ms <= budget_ms) & (prefill_ms <= slack_ms)
+    if on_time.any():
+        out &= on_time
+    return out
+
+
+def on_time_reference(
+    ttft_ms: Floats, step_ms: Floats, ttft_slo_ms: float, tpot_slo_ms: float, /
+) -> list[bool]:
+    """Where the request itself can meet the SLO: predicted TTFT within its bound, and
+    a decode step under the TPOT bound."""
+    return [
+        bool(float(t) <= ttft_slo_ms and float(d) < tpot_slo_ms)
+        for t, d in zip(ttft_ms, step_ms, strict=True)
+    ]
+
+
+def on_time_numpy(
+    ttft_ms: Floats, step_ms: Floats, ttft_slo_ms: float, tpot_slo_ms: float, /
+) -> Bools:
+    """:func:`on_time_reference` over every GPU at once (a new array)."""
+    out: Bools = (ttft_ms <= ttft_slo_ms) & (step_ms < tpot_slo_ms)
     return out
 
 
@@ -76,5 +117,7 @@ __all__ = [
     "admitted_numpy",
     "admitted_reference",
     "decode_context_tokens",
+    "on_time_numpy",
+    "on_time_reference",
     "tpot_slack_ms",
 ]

@@ -191,7 +191,7 @@ def ttft_costs_numpy(
 
 
 def alone_costs_numpy(
-    prompt: float,
+    prompt: float | Floats,
     ms_per_token: Floats,
     inv_max_batched: Floats,
     step_extra_ms: Floats,
@@ -199,7 +199,8 @@ def alone_costs_numpy(
     /,
 ) -> Floats:
     """:func:`cost_at` of the prompt alone at each GPU: no queue, no cache credit (what
-    it would wait at best there; a new array)."""
+    it would wait at best there; a new array). ``prompt`` may be an array, a prompt per
+    GPU (its uncached tokens there: the prompt's own part of each GPU's cost)."""
     out = ms_per_token * prompt
     if decode:
         passes = np.multiply(inv_max_batched, prompt)

@@ -105,6 +105,18 @@ class TtftScorer(Plugin):
             self._decode,
         )
 
+    def own_costs_ms(self, batch: ZoneBatch, /) -> Floats:
+        """Each GPU's predicted TTFT of the prompt's uncached part there by itself: its
+        own share of :meth:`costs_ms` (the rest is the queue before it; a new array)."""
+        index = batch.index
+        return ttft.alone_costs_numpy(
+            batch.uncached,
+            index.ms_per_token,
+            index.inv_max_batched,
+            index.step_extra_ms,
+            self._decode,
+        )
+
     def scores(self, batch: ZoneBatch, /) -> Floats:
         costs = self.costs_ms(batch)
         best = best_cost(costs, None if batch.all_alive else batch.survivors)

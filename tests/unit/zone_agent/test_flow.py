@@ -15,10 +15,12 @@ from tests.unit.zone_agent.helpers import Gpu, batch, make_request, make_view, z
 from zone_agent.accounting import Accounting, Ticket
 from zone_agent.errors import NoCapacity
 from zone_agent.flow import (
+    Admission,
     AdmissionMode,
     AdmissionSettings,
     FlowControl,
     QueueOrder,
+    ReleaseReason,
     TpotLedger,
 )
 from zone_agent.plugins.health_filter import HealthFilter
@@ -289,3 +291,38 @@ async def test_a_client_gone_while_waiting_leaves_nothing_behind() -> None:
     assert gone.cancelled()
     assert stays.result() == frozenset()
     assert flow.waiting == 0
+
+
+# ---------------------------------------------------------------------- the core
+
+
+def test_the_core_sends_the_expired_first_and_for_room_only_when_asked() -> None:
+    _, view = zone()
+    profile = builtin_profile("default")
+    core: Admission[str] = Admission(AdmissionSettings(mode=AdmissionMode.SLO, max_wait_s=8.0))
+    core.hold("old-long", make_request(tokens=9_000), now=0.0)
+    core.hold("new-short", make_request(tokens=100), now=5.0)
+    assert core.next_deadline() == 8.0
+    # Nothing expired, no room asked for: nobody.
+    assert core.release(6.0, view, profile, room=False) is None
+    # Room (an idle zone): the shortest.
+    went = core.release(6.0, view, profile)
+    assert went is not None
+    assert (went[0].item, went[1], went[2]) == ("new-short", frozenset(), ReleaseReason.ROOM)
+    # Past its longest wait, the long one goes even without room.
+    went = core.release(8.5, view, profile, room=False)
+    assert went is not None
+    assert (went[0].item, went[2]) == ("old-long", ReleaseReason.MAX_WAIT)
+    assert core.waiting == 0
+    assert core.next_deadline() is None
+
+
+def test_the_core_drops_everyone_at_the_horizon_oldest_first() -> None:
+    core: Admission[int] = Admission(AdmissionSettings(mode=AdmissionMode.SLO))
+    first = core.hold(1, make_request(tokens=5_000), now=0.0)
+    core.hold(2, make_request(tokens=100), now=1.0)
+    core.hold(3, make_request(tokens=200), now=2.0)
+    core.cancel(first)
+    assert core.waiting == 2
+    assert core.drop_waiting() == [2, 3]
+    assert core.waiting == 0

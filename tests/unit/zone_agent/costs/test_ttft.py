@@ -211,3 +211,26 @@ def test_the_prompt_alone_costs_what_the_formula_says_with_no_queue(
     alone = ttft.alone_costs_numpy(prompt, ms_per_token, inv_max_batched, step_extra_ms, decode)
     expected = [cost_at(prompt, m, i, s, decode) for m, i, s in rows]
     assert alone.tolist() == expected
+
+
+@SETTINGS
+@given(
+    prompts=st.lists(st.floats(0.0, 200_000.0), min_size=1, max_size=8),
+    decode=st.booleans(),
+)
+def test_a_prompt_per_gpu_costs_each_gpu_what_it_would_alone(
+    prompts: list[float], decode: bool
+) -> None:
+    # The prompt's own part at each GPU (its uncached tokens there): an array of prompts.
+    n = len(prompts)
+    ms_per_token = np.linspace(0.05, 0.3, n)
+    inv_max_batched = np.full(n, 1 / 2048)
+    step_extra_ms = np.linspace(0.0, 30.0, n)
+    columns = (ms_per_token, inv_max_batched, step_extra_ms)
+    own = ttft.alone_costs_numpy(np.array(prompts), *columns, decode)
+    expected = [
+        ttft.alone_costs_numpy(p, ms_per_token[k : k + 1], inv_max_batched[k : k + 1],
+                               step_extra_ms[k : k + 1], decode)[0]
+        for k, p in enumerate(prompts)
+    ]  # fmt: skip
+    assert own.tolist() == expected

@@ -85,7 +85,7 @@ def test_a_cost_times_its_ramp_is_the_cost_without_slow_start() -> None:
         views.append(batch(make_view(gpus, acc), request))
     steady, ramping = views
     assert (ramping.index.ramp == 0.25).all()
-    for costs in (scorer.costs_ms, scorer.alone_costs_ms):
+    for costs in (scorer.costs_ms, scorer.alone_costs_ms, scorer.own_costs_ms):
         assert costs(ramping) * ramping.index.ramp == pytest.approx(costs(steady), rel=1e-12)
     assert (scorer.costs_ms(ramping) > 3 * scorer.costs_ms(steady)).all()  # not a no-op
 
