@@ -88,8 +88,9 @@ from zone_agent.profiles import BUILTIN_PROFILES, DEFAULT_PROFILE
     show_default=True,
     help="Flow control: slo holds a request in the agent while no GPU can take it without "
     "a queue over --admission-queue-ms or breaking the TPOT SLO of requests decoding "
-    "there, and sends the shortest first as room appears (goodput under bursts); off "
-    "sends every request at once.",
+    "there (or, when it can meet its SLO somewhere, where it can), and sends the "
+    "shortest first as room appears (goodput under bursts); off sends every request at "
+    "once.",
 )
 @click.option(
     "--admission-queue-ms",
@@ -104,8 +105,9 @@ from zone_agent.profiles import BUILTIN_PROFILES, DEFAULT_PROFILE
     type=click.FloatRange(min=0.0, min_open=True),
     default=AdmissionSettings().ttft_slo_ms,
     show_default=True,
-    help="With --admission slo: the SLO's TTFT bound (a request predicted later when it "
-    "is sent gets no TPOT protection).",
+    help="With --admission slo: the SLO's TTFT bound (a request that can meet the SLO "
+    "on some GPU waits for room there; one predicted later when it is sent gets no TPOT "
+    "protection).",
 )
 @click.option(
     "--tpot-slo-ms",
