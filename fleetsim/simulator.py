@@ -495,8 +495,7 @@ class Simulator:
         job.deadline = req.at_s + self.client_timeout_s
         live = Live(i, job, pool, ticket, extra_ms, self.region_index[pool.region])
         if pool.admission is not None:
-            streams = float(pool.acc.streams[pool.acc.slot(decision.gpu_id)])
-            live.guard = pool.admission.dispatched(decision, streams)
+            live.guard = pool.admission.dispatched(decision)
         self.live[i] = live
         if pool.regional is not None:
             pool.regional.start(pool.zone_id, self.model, req.input_tokens)

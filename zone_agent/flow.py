@@ -307,10 +307,9 @@ class Admission(Generic[W]):
             return None
         return frozenset(gid for gid, yes in zip(index.ids, ok.tolist(), strict=True) if not yes)
 
-    def dispatched(self, decision: ZoneDecision, streams: float) -> Guard:
-        """``decision`` is being sent (``streams``: in flight on its GPU, it included):
-        charge its prefill to the GPU's decoders and protect its own decode while it is
-        predicted on time."""
+    def dispatched(self, decision: ZoneDecision) -> Guard:
+        """``decision`` is being sent (charged to its GPU already): charge its prefill to
+        the GPU's decoders and protect its own decode while it is predicted on time."""
         request = decision.request
         index, i = decision.model_index, decision.choice
         prefill_ms = float(decision.uncached_tokens) * float(index.ms_per_token[i])
@@ -320,6 +319,8 @@ class Admission(Generic[W]):
             predicted *= float(index.ramp[i])  # slow start is a preference
         slack = math.inf  # late already, or one token long: nothing to protect
         if out > 1 and (predicted is None or predicted <= self.settings.ttft_slo_ms):
+            # In flight there, this one included (the accounting the decision read).
+            streams = float(decision.outcome.batch.view.accounting.streams[decision.gpu.slot])
             step_ms = decode_step_ms(index.profiles[i], streams, request)
             slack = admission.tpot_slack_ms(self.settings.tpot_slo_ms, step_ms, out)
             if slack <= 0.0:
@@ -440,8 +441,7 @@ class FlowControl:
     def dispatched(self, decision: ZoneDecision) -> Guard:
         """``decision`` is being sent: :meth:`Admission.dispatched`, then the waiting
         look again (the one released for it is on its way)."""
-        streams = float(self._view().accounting.streams[decision.gpu.slot])
-        guard = self.core.dispatched(decision, streams)
+        guard = self.core.dispatched(decision)
         self.poke()
         return guard
 
