@@ -70,9 +70,11 @@ The report explains why vllm-router's prefix policies are slow here
 (:data:`EMULATION_NOTE`). With ``--repeat`` each figure is printed as its range over
 repetitions, and gtm's ratios against the best peer against the issue's targets: p99
 TTFT ≤ 0.5 × the best peer's and goodput ≥ 1.2 × the best peer's, on every pool ×
-trace. Each workload also gets what no router can beat (:func:`floor_ttft_s`,
-:func:`reach`): the floor's p99 TTFT and the goodput ceiling, a row of its table; a
-verdict whose target lies beyond them says so, and stays MISSED.
+trace. Each workload also gets what no router can beat (:func:`reach`): the floor's p99
+TTFT (each request's prefill alone, :func:`floor_ttft_s`, or the pool's prefill
+capacity under the burst, :func:`capacity_ttft_s`, whichever is higher) and the goodput
+ceiling, a row of its table; a verdict whose target lies beyond them says so, and stays
+MISSED.
 
 Wall-clock figures on a shared 2-core machine carry its load: 8 worker processes, the
 router and the client share two cores. Read ranges, not single runs.
@@ -84,6 +86,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import heapq
 import itertools
 import json
 import math
@@ -121,7 +124,7 @@ from gtm.gpu_profiles import LLAMA_8B, get_profile
 from gtm.kv_events import KV_EVENTS_LABEL
 from gtm.metrics import new_registry
 from gtm.net import free_port
-from gtm.stats import percentile
+from gtm.stats import percentile, rank
 from gtm.tasks import TaskSupervisor
 from gtm.testing.processes import GtmProcess, start_listening
 from zone_agent.config import DEFAULT_KV_EVENTS
@@ -243,14 +246,11 @@ def busy_rate(pool: Sequence[str], busy: float, input_tokens: float, output_toke
     return (lo + hi) / 2
 
 
-def floor_ttft_s(window: Sequence[TraceRequest], pool: Sequence[str]) -> list[float]:
-    """Each request's TTFT with no router in the way, GPU seconds: its prefill alone on
-    the pool's fastest GPU, idle, with every block an earlier request of the slice sent
-    already cached there (Mooncake; Azure prompts share nothing). No router can beat
-    it: a request's TTFT is at least its uncached prefill on some GPU. This floor is
-    lower still: a cached prefix's attention is not counted, and a prefix counts as
-    cached when each of its blocks was seen, in whatever order."""
-    profiles = [get_profile(gpu, MODEL) for gpu in sorted(set(pool))]
+def uncached_tokens(window: Sequence[TraceRequest]) -> list[int]:
+    """Each request's prompt tokens no router can find cached: every block an earlier
+    request of the slice sent counts as cached (Mooncake; Azure prompts share nothing),
+    whatever GPU it went to and in whatever order its blocks were seen; at least one
+    token is computed."""
     seen: set[int] = set()
     out = []
     for r in window:
@@ -260,9 +260,74 @@ def floor_ttft_s(window: Sequence[TraceRequest], pool: Sequence[str]) -> list[fl
                 break
             cached += 1
         seen.update(r.prefix_hashes)
-        uncached = max(1, r.input_tokens - cached * MOONCAKE_BLOCK_TOKENS)
-        out.append(min(p.prefill_time_s(uncached) for p in profiles))
+        out.append(max(1, r.input_tokens - cached * MOONCAKE_BLOCK_TOKENS))
     return out
+
+
+def floor_ttft_s(window: Sequence[TraceRequest], pool: Sequence[str]) -> list[float]:
+    """Each request's TTFT with no router in the way, GPU seconds: its prefill alone on
+    the pool's fastest GPU, idle, with its :func:`uncached_tokens` only. No router can
+    beat it: a request's TTFT is at least its uncached prefill on some GPU. This floor is
+    lower still: a cached prefix's attention is not counted."""
+    profiles = [get_profile(gpu, MODEL) for gpu in sorted(set(pool))]
+    return [min(p.prefill_time_s(u) for p in profiles) for u in uncached_tokens(window)]
+
+
+def capacity_ttft_s(
+    at_s: Sequence[float], tokens: Sequence[int], tokens_per_s: float, q: float = 0.99
+) -> float:
+    """The least ``q``-percentile TTFT (nearest rank, GPU seconds) any router can give
+    requests arriving at ``at_s`` (GPU seconds, ascending) with ``tokens`` to prefill,
+    on GPUs that prefill ``tokens_per_s`` together at most: the pool's capacity, where
+    :func:`floor_ttft_s` is one request's.
+
+    A relaxation, so a lower bound: the pool is one fluid server (a prompt may be split
+    across GPUs, a GPU never idles while work waits) that only prefills (decode steps
+    cost nothing) at the sum of the GPUs' compute-bound rates (no step overhead, no
+    attention: :meth:`gtm.gpu_profiles.GpuProfile.forward_time_s` never goes faster).
+    A p99 of T leaves at most k = n − ⌈0.99 n⌉ requests later than T. The requests
+    arriving in any interval [a, b] must then have prefilled, all but at most k of
+    them, by b + T, having started no earlier than a: their tokens less their k
+    largest are at most ``tokens_per_s`` × (b − a + T). The bound is the largest T any
+    interval needs (0 when capacity never binds)."""
+    n = len(at_s)
+    if n == 0:
+        return math.nan
+    k = n - (rank(n, q) + 1)
+    need = 0.0
+    for a in range(n):
+        largest: list[float] = []  # the interval's k largest prefills (a min-heap)
+        total = dropped = 0.0
+        for b in range(a, n):
+            work = tokens[b] / tokens_per_s
+            total += work
+            if len(largest) < k:
+                heapq.heappush(largest, work)
+                dropped += work
+            elif k and work > largest[0]:
+                dropped += work - heapq.heappushpop(largest, work)
+            need = max(need, total - dropped - (at_s[b] - at_s[a]))
+    return need
+
+
+@dataclass(frozen=True, slots=True)
+class Floor:
+    """What no router can beat on a workload, GPU seconds: each request's
+    :func:`floor_ttft_s`, and the pool's :func:`capacity_ttft_s` at p99."""
+
+    ttft_s: tuple[float, ...] = ()
+    capacity_p99_s: float = 0.0
+
+
+def workload_floor(
+    window: Sequence[TraceRequest], pool: Sequence[str], at_s: Sequence[float]
+) -> Floor:
+    """The :class:`Floor` of ``window`` replayed on ``pool`` at ``at_s`` (GPU s)."""
+    rate = sum(get_profile(gpu, MODEL).prefill_tokens_per_s for gpu in pool)
+    return Floor(
+        tuple(floor_ttft_s(window, pool)),
+        capacity_ttft_s(at_s, uncached_tokens(window), rate),
+    )
 
 
 def window_gpu_s(plan: Sequence[Arrival], speedup: float) -> float:
@@ -270,15 +335,17 @@ def window_gpu_s(plan: Sequence[Arrival], speedup: float) -> float:
     return max(1e-9, plan[-1].at_s * speedup) if plan else 1.0
 
 
-def reach(floor: Sequence[float], window_s: float) -> tuple[float, float]:
-    """What no router can beat on a workload whose requests have the TTFT floors
-    ``floor`` (:func:`floor_ttft_s`) over ``window_s`` GPU seconds: the floor's p99, and the
-    goodput ceiling (the requests whose floor is within the SLO's TTFT, per GPU second;
-    the TPOT part of the SLO is far above one decode step); NaN without floors."""
-    if not floor:
+def reach(floor: Floor, window_s: float) -> tuple[float, float]:
+    """What no router can beat on a workload with the :class:`Floor` ``floor`` over
+    ``window_s`` GPU seconds: the p99 TTFT (its requests' floors' p99 or the pool's
+    capacity bound, whichever is higher), and the goodput ceiling (the requests whose
+    floor is within the SLO's TTFT, per GPU second; the TPOT part of the SLO is far
+    above one decode step); NaN without floors."""
+    if not floor.ttft_s:
         return math.nan, math.nan
-    within = sum(t <= SLO_TTFT_S for t in floor)
-    return percentile(sorted(floor), 0.99), within / window_s
+    within = sum(t <= SLO_TTFT_S for t in floor.ttft_s)
+    p99 = max(percentile(sorted(floor.ttft_s), 0.99), floor.capacity_p99_s)
+    return p99, within / window_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,8 +356,8 @@ class Workload:
     speedup: float
     #: The offered rate ÷ the pool's saturated capacity (fleetsim's "load").
     load: float
-    #: Per arrival, the TTFT no router can beat (:func:`floor_ttft_s`), GPU s.
-    floor_ttft_s: tuple[float, ...]
+    #: What no router can beat (per arrival and the pool's capacity), GPU s.
+    floor: Floor
 
 
 def arrivals(
@@ -325,7 +392,8 @@ def arrivals(
     ]
     sliced = Trace(kind, trace.source, tuple(window))
     capacity = fleet_capacity_rps(list(pool), MODEL, sliced, max_input=limit)
-    return Workload(plan, rate, used, rate / capacity, tuple(floor_ttft_s(window, pool)))
+    floor = workload_floor(window, pool, [a.at_s * used for a in plan])
+    return Workload(plan, rate, used, rate / capacity, floor)
 
 
 # ---------------------------------------------------------------------------- client
@@ -452,8 +520,9 @@ class Figures:
     #: not by the routing (see :data:`EMULATION_NOTE`).
     worker_cpu_s: float = math.nan
     worker_lag_p99_ms: float = math.nan
-    #: What no router can beat on this workload (the same for every router): the p99 of
-    #: each request's :func:`floor_ttft_s`, and the most goodput there is: the requests
+    #: What no router can beat on this workload (the same for every router): the p99
+    #: TTFT of :func:`reach` (each request's :func:`floor_ttft_s` or the pool's
+    #: :func:`capacity_ttft_s`), and the most goodput there is: the requests
     #: whose floor is within the SLO's TTFT, over the window (a request whose prefill
     #: alone takes longer is late behind any router), both in GPU time. NaN in results
     #: saved before they were kept.
@@ -464,7 +533,7 @@ class Figures:
 def figures(
     spec: RouterSpec, pool: str, trace: str, repetition: int, plan: Sequence[Arrival],
     replies: Sequence[Reply], speedup: float, tallies: Sequence[WorkerTally], cpu_s: float,
-    floor: Sequence[float] = (),
+    floor: Floor = Floor(),
 ) -> Figures:  # fmt: skip
     ok = [r for r in replies if r.ok]
     ttft = sorted(r.ttft_s * speedup for r in ok if r.ttft_s is not None)
@@ -760,7 +829,7 @@ async def router(
 
 async def run_one(
     spec: RouterSpec, pool_name: str, pool: Sequence[str], trace: TraceKind,
-    plan: Sequence[Arrival], speedup: float, repetition: int, floor: Sequence[float] = (),
+    plan: Sequence[Arrival], speedup: float, repetition: int, floor: Floor = Floor(),
 ) -> Figures:  # fmt: skip
     async with (
         worker_pool(pool, speedup, kv_events=spec.kv_events) as workers,
@@ -1274,7 +1343,7 @@ async def _matrix(
                 max_wall_rate=args.max_wall_rate,
             )  # fmt: skip
             plan, speedup = work.plan, work.speedup
-            floor_p99, ceiling = reach(work.floor_ttft_s, window_gpu_s(plan, speedup))
+            floor_p99, ceiling = reach(work.floor, window_gpu_s(plan, speedup))
             print(
                 f"\n== {pool_name} ({', '.join(pool)}) · {trace.value}: {len(plan)} requests, "
                 f"{work.rate:.2f} req/s of GPU time offered (load {work.load:.2f} of the "
@@ -1282,7 +1351,8 @@ async def _matrix(
                 f"{work.rate * speedup:.1f} req/s wall, mean input "
                 f"{statistics.fmean(a.input_tokens for a in plan):,.0f} tokens, output "
                 f"{statistics.fmean(a.output_tokens for a in plan):,.0f}; no router can beat "
-                f"TTFT p99 {floor_p99 * 1000:,.0f} ms (the floor) or goodput "
+                f"TTFT p99 {floor_p99 * 1000:,.0f} ms (the floor; the pool's capacity alone: "
+                f"{work.floor.capacity_p99_s * 1000:,.0f} ms) or goodput "
                 f"{ceiling:.2f} req/s (the ceiling)",
                 flush=True,
             )
@@ -1290,9 +1360,7 @@ async def _matrix(
             for rep in range(args.repeat):
                 shift = rep % len(specs)
                 for spec in specs[shift:] + specs[:shift]:
-                    f = await run_one(
-                        spec, pool_name, pool, trace, plan, speedup, rep, work.floor_ttft_s
-                    )
+                    f = await run_one(spec, pool_name, pool, trace, plan, speedup, rep, work.floor)
                     combo.append(f)
                     rows.append(f)
                     print(f"  rep {rep + 1} {row(f)}", flush=True)

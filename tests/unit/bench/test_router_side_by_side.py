@@ -11,26 +11,33 @@ import subprocess
 from typing import Any, cast
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bench.peers import POLICIES, Peer, command, cpu_seconds, descendants, tree_cpu_seconds
 from bench.router_side_by_side import (
     POOLS,
     ROUTERS,
     Figures,
+    Floor,
     Worker,
     arrivals,
     busy_rate,
+    capacity_ttft_s,
     floor_ttft_s,
     max_context,
     parse_peer_events,
     prompt_text,
     reach,
+    uncached_tokens,
     unloaded_e2e_s,
     verdicts,
+    workload_floor,
     zone_args,
 )
 from fleetsim.traces import MOONCAKE_BLOCK_TOKENS, TraceKind, TraceRequest
 from gtm.gpu_profiles import get_profile
+from gtm.stats import percentile
 from gtm.testing.processes import GtmProcess
 from gtm.tokens import encode_text
 
@@ -98,12 +105,87 @@ def test_the_floor_is_the_uncached_prefill_on_the_fastest_gpu() -> None:
 
 def test_reach_is_the_floors_p99_and_the_requests_within_the_slo_per_second() -> None:
     floor = [0.1] * 97 + [2.5, 3.0, 4.0]  # three prefills alone are over the 2 s TTFT
-    p99, ceiling = reach(floor, 50.0)
+    p99, ceiling = reach(Floor(tuple(floor)), 50.0)
     assert 3.0 <= p99 <= 4.0
     assert ceiling == pytest.approx(97 / 50.0)
-    nan = reach([], 50.0)
+    # The pool's capacity, when it binds harder, is the p99 no router can beat.
+    assert reach(Floor(tuple(floor), capacity_p99_s=7.5), 50.0) == (7.5, ceiling)
+    assert reach(Floor(tuple(floor), capacity_p99_s=1.0), 50.0)[0] == p99
+    nan = reach(Floor(), 50.0)
     assert math.isnan(nan[0])
     assert math.isnan(nan[1])
+
+
+def test_capacity_bound_of_a_burst_leaves_out_the_largest_one_percent() -> None:
+    # 200 prompts at once: the p99 may leave 2 late, so 198 must prefill first.
+    at = [0.0] * 200
+    assert capacity_ttft_s(at, [1000] * 200, 10_000.0) == pytest.approx(198 * 0.1)
+    # The two left out are the largest ones.
+    tokens = [1000] * 198 + [50_000, 80_000]
+    assert capacity_ttft_s(at, tokens, 10_000.0) == pytest.approx(198 * 0.1)
+    # Spread out so that each is done before the next arrives: capacity never binds
+    # (a prompt's own prefill is floor_ttft_s's part).
+    spaced = [i * 0.2 for i in range(200)]
+    assert capacity_ttft_s(spaced, [1000] * 200, 10_000.0) == 0.0
+    assert math.isnan(capacity_ttft_s([], [], 10_000.0))
+
+
+def _fcfs_ttft(at: list[float], work: list[float]) -> list[float]:
+    """One fluid server, first come first served (Lindley's recursion)."""
+    done, out = 0.0, []
+    for a, w in zip(at, work, strict=True):
+        done = max(done, a) + w
+        out.append(done - a)
+    return out
+
+
+def _shortest_first_ttft(at: list[float], work: list[float]) -> list[float]:
+    """One fluid server, shortest waiting prompt first, without preemption."""
+    out = [0.0] * len(at)
+    waiting: list[int] = []
+    now, i = 0.0, 0
+    while i < len(at) or waiting:
+        if not waiting:
+            now = max(now, at[i])
+        while i < len(at) and at[i] <= now:
+            waiting.append(i)
+            i += 1
+        j = min(waiting, key=lambda k: (work[k], k))
+        waiting.remove(j)
+        now += work[j]
+        out[j] = now - at[j]
+    return out
+
+
+@given(st.lists(st.tuples(st.floats(0.0, 5.0), st.integers(1, 40_000)), min_size=1, max_size=150))
+def test_capacity_bound_is_under_every_schedule_of_the_pool(
+    requests: list[tuple[float, int]],
+) -> None:
+    at = sorted(a for a, _ in requests)
+    tokens = [t for _, t in requests]
+    rate = 20_000.0
+    work = [t / rate for t in tokens]
+    bound = capacity_ttft_s(at, tokens, rate)
+    # A lower bound: no schedule of the fluid pool (so none of the real one) does better.
+    for schedule in (_fcfs_ttft, _shortest_first_ttft):
+        assert bound <= percentile(schedule(at, work), 0.99) + 1e-9
+    # With no request left out, first come first served is the best there is, and the
+    # bound is its worst TTFT exactly (Lindley's recursion, unrolled).
+    assert capacity_ttft_s(at, tokens, rate, q=1.0) == pytest.approx(max(_fcfs_ttft(at, work)))
+
+
+def test_a_workloads_floor_counts_only_the_uncached_tokens_at_the_pools_rate() -> None:
+    pool = ("H100", "L4")
+    rate = sum(
+        get_profile(g, "meta-llama/Llama-3.1-8B-Instruct").prefill_tokens_per_s for g in pool
+    )
+    first = TraceRequest(0.0, 3 * MOONCAKE_BLOCK_TOKENS, 10, (1, 2, 3))
+    again = TraceRequest(0.0, 3 * MOONCAKE_BLOCK_TOKENS, 10, (1, 2, 3))
+    assert uncached_tokens([first, again]) == [3 * MOONCAKE_BLOCK_TOKENS, 1]
+    floor = workload_floor([first, again], pool, [0.0, 0.0])
+    assert floor.ttft_s == tuple(floor_ttft_s([first, again], pool))
+    # Both at once: the p99 of two leaves none out, so both prefill first.
+    assert floor.capacity_p99_s == pytest.approx((3 * MOONCAKE_BLOCK_TOKENS + 1) / rate)
 
 
 def _figures(
