@@ -23,12 +23,13 @@ import numpy as np
 
 from fleetsim.results import RunResult, Status
 from fleetsim.workload import SimRequest
+from gtm.slo import TPOT_SLO_MS, TTFT_SLO_MS
 from gtm.stats import percentile_of_sorted
 from regional_lb.fairqueue import OUTPUT_WEIGHT as VTC_OUTPUT_WEIGHT
 
-#: SLO of the goodput figure (issue 10): TTFT ≤ 2 s and TPOT ≤ 100 ms.
-SLO_TTFT_S = 2.0
-SLO_TPOT_S = 0.1
+#: SLO of the goodput figure (issue 10, :mod:`gtm.slo`): TTFT ≤ 2 s and TPOT ≤ 100 ms.
+SLO_TTFT_S = TTFT_SLO_MS / 1000.0
+SLO_TPOT_S = TPOT_SLO_MS / 1000.0
 #: On-demand $/GPU-hour (assumption: typical 2025 cloud list prices per GPU; a 70B
 #: worker of N GPUs pays N×).
 GPU_PRICE_PER_H = {

@@ -49,6 +49,7 @@ from gtm.clock import Clock
 from gtm.errors import ConfigError, NoEligibleCandidate
 from gtm.gpu_profiles import GpuProfile
 from gtm.models import Frozen
+from gtm.slo import TPOT_SLO_MS, TTFT_SLO_MS
 from zone_agent.batch import ZoneBatch, ZoneCapability
 from zone_agent.costs import admission
 from zone_agent.errors import ModelNotServed, NoCapacity
@@ -88,10 +89,10 @@ class AdmissionSettings(Frozen):
     #: keep a GPU's next pass full, short enough that waiting requests keep their order.
     queue_budget_ms: float = Field(default=500.0, gt=0.0)
     #: The TPOT bound of the SLO (ms per output token, as fleetsim.metrics' goodput).
-    tpot_slo_ms: float = Field(default=100.0, gt=0.0)
+    tpot_slo_ms: float = Field(default=TPOT_SLO_MS, gt=0.0)
     #: The TTFT bound: a request predicted later than this when it is sent is off the
     #: SLO already, and its TPOT is not protected.
-    ttft_slo_ms: float = Field(default=2_000.0, gt=0.0)
+    ttft_slo_ms: float = Field(default=TTFT_SLO_MS, gt=0.0)
     #: Longest wait in the agent (s of wall time, what the client sees).
     max_wait_s: float = Field(default=8.0, gt=0.0)
     #: Most requests waiting at once; more are 503s with Retry-After.

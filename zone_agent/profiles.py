@@ -50,6 +50,7 @@ from gtm.routing.registry import (
     load_profile_spec,
 )
 from gtm.routing.source import ProfileSource
+from gtm.slo import TTFT_SLO_MS
 from zone_agent.fastpaths import FAST_PATHS
 from zone_agent.plugins import (
     canary_filter,
@@ -158,7 +159,7 @@ def _baseline(
 #: KV-cache room stands for (as in llm-d's default scheduler). The TTFT scale is the
 #: goodput SLO's TTFT bound, so a GPU predicted a whole SLO later scores 1/e of the best;
 #: a scale far inside the SLO piled a zone's work on its fastest GPUs (CHANGELOG).
-DEFAULT_TTFT_SCALE_MS = 2_000.0
+DEFAULT_TTFT_SCALE_MS = TTFT_SLO_MS
 
 #: The default, as ``zone-default`` in ``policies/examples/routing-profiles.yaml`` (its
 #: plugin names are that file's; a test holds the two equal).

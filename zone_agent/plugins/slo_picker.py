@@ -25,6 +25,7 @@ from gtm.errors import PluginError
 from gtm.models import Frozen
 from gtm.routing.framework import Capability, Floats, Plugin, capabilities_of
 from gtm.routing.pickers.max_score import best_of
+from gtm.slo import TTFT_SLO_MS
 from zone_agent.batch import ZoneBatch, ZoneCapability
 from zone_agent.costs import slo
 
@@ -42,7 +43,7 @@ class LatePlacement(StrEnum):
 
 class Params(Frozen):
     #: The TTFT bound of the goodput SLO (the default profile's TTFT scale).
-    ttft_slo_ms: float = Field(default=2_000.0, gt=0.0)
+    ttft_slo_ms: float = Field(default=TTFT_SLO_MS, gt=0.0)
     #: The longest predicted TTFT a late request is sent to wait.
     late_cap_ms: float = Field(default=10_000.0, gt=0.0)
     when_late: LatePlacement = LatePlacement.CONCENTRATE
