@@ -967,11 +967,19 @@ def verdicts(rows: Sequence[Figures], ours_name: str = OURS) -> tuple[list[str],
         )
         best_p99_name = next(f.router for f in peers if f.ttft_p99_s == best_p99) if p99s else "-"
         best_good_name = next(f.router for f in peers if f.goodput_rps == best_good)
+        # Each router's goodput as a share of the ceiling: how much of what there was
+        # to serve on time it served.
+        share = ""
+        if ours.goodput_ceiling_rps > 0:  # (False for NaN: results saved before it)
+            share = (
+                f"; of the ceiling: gtm {ours.goodput_rps / ours.goodput_ceiling_rps:.0%}, "
+                f"best peer {best_good / ours.goodput_ceiling_rps:.0%}"
+            )
         lines.append(
             f"repetition {rep + 1}, {name}: p99 TTFT gtm/best peer ({best_p99_name}) = "
             f"{p99_ratio:.2f} (target ≤ {P99_TARGET}: {'met' if ok_p99 else 'MISSED'}"
             f"{p99_note}); goodput gtm/best peer ({best_good_name}) = {good_ratio:.2f} "
-            f"(target ≥ {GOODPUT_TARGET}: {'met' if ok_good else 'MISSED'}{good_note})"
+            f"(target ≥ {GOODPUT_TARGET}: {'met' if ok_good else 'MISSED'}{good_note}{share})"
         )
     return lines, met
 

@@ -226,6 +226,7 @@ def test_verdicts_compare_gtm_with_the_best_peer_of_each_repetition() -> None:
     assert met
     assert "= 0.00" in lines[0]
     assert "reach" not in lines[0]
+    assert "of the ceiling" not in lines[0]  # none known
 
 
 def test_every_gtm_router_gets_a_verdict_and_the_chosen_one_decides() -> None:
@@ -259,6 +260,7 @@ def test_verdicts_say_when_no_router_could_meet_a_target() -> None:
         in lines[0]
     )
     assert "over the ceiling, 3.00 req/s" in lines[0]
+    assert lines[0].endswith("of the ceiling: gtm 90%, best peer 90%)")
     reachable = [
         _figures("gtm-default", 0.7, 2.7, floor=0.2, ceiling=4.0),
         _figures("sglang-cache_aware", 0.9, 2.7, floor=0.2, ceiling=4.0),
