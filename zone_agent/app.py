@@ -59,7 +59,7 @@ from zone_agent.api import AssignApi, OpenAiApi, ServiceApi
 from zone_agent.calibration import Calibrator, PrefillCounters, decode_window
 from zone_agent.config import ZoneConfig
 from zone_agent.credentials import RELOAD_INTERVAL_S, WorkerKeys
-from zone_agent.flow import AdmissionMode, FlowControl
+from zone_agent.flow import AdmissionMode, FlowControl, check_profile
 from zone_agent.health import HealthTracker, probe
 from zone_agent.metrics import ZoneMetrics
 from zone_agent.profiles import profile_source
@@ -131,7 +131,12 @@ class ZoneAgent:
         self._view = self._builder.build((), self.accounting, self._clock.monotonic())
         self.metrics = ZoneMetrics(registry, lambda: self._view, self._clock)
         # The routing profile follows the policy files (zone-<profile>), else the built-in.
-        self._profiles = profile_source(config.profile, metrics=self.metrics.routing)
+        # Under flow control, a policy's profile that predicts no TTFT is refused (the
+        # one in force stays, logged and counted), as one that does not build is.
+        flow_on = config.admission.mode is AdmissionMode.SLO
+        self._profiles = profile_source(
+            config.profile, metrics=self.metrics.routing, check=check_profile if flow_on else None
+        )
         self._profile = profile or self._profiles.current
         self._policies = (
             PolicyWatcher(store, clock=self._clock, registry=registry)
@@ -142,7 +147,7 @@ class ZoneAgent:
         #: The zone's flow control (--admission slo; zone_agent.flow). ConfigError here
         #: when the profile predicts no TTFT.
         self.flow: FlowControl | None = None
-        if config.admission.mode is AdmissionMode.SLO:
+        if flow_on:
             self.flow = FlowControl(
                 config.admission,
                 view=functools.partial(operator.attrgetter("_view"), self),
@@ -197,7 +202,13 @@ class ZoneAgent:
         return self._profile
 
     def set_profile(self, profile: ZoneProfile) -> None:
-        """Switch the routing profile (takes effect with the next decision)."""
+        """Switch the routing profile (takes effect with the next decision).
+
+        Raises:
+            ConfigError: flow control is on and ``profile`` predicts no TTFT.
+        """
+        if self.flow is not None:
+            check_profile(profile)
         self._profile = profile
 
     @property

@@ -284,7 +284,7 @@ class Admission(Generic[W]):
             return frozenset()  # its own decision refuses it, as without flow control
         batch = decision.outcome.batch
         model = cast("_PredictsTtft | None", decision.outcome.runner.cost_model)
-        if model is None:  # check_profile refuses such profiles at start-up
+        if model is None:  # (check_profile refuses such profiles: start-up, policy swaps)
             return frozenset()
         index = batch.index
         costs = model.costs_ms(batch)

@@ -35,7 +35,7 @@ the built-in ``NAME``, and rebuilds it when the policy changes
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -291,16 +291,23 @@ def profile_source(
     *,
     metrics: RoutingMetrics | None = None,
     policy: ActivePolicy | None = None,
+    check: Callable[[ZoneProfile], None] | None = None,
 ) -> ProfileSource[ZoneProfile]:
     """The zone's profile following the policy in force: the policy set's
-    ``zone-<name>`` when it has one, else the built-in ``name``."""
+    ``zone-<name>`` when it has one, else the built-in ``name``. ``check`` (raising a
+    GtmError) refuses a built profile the agent cannot run, as a profile that does not
+    build is: the one in force stays, logged and counted (flow control's
+    :func:`zone_agent.flow.check_profile`)."""
     default = BUILTIN_PROFILES.get(name)
     if default is None:
         raise PluginError(f"unknown zone profile {name!r}; built-in: {', '.join(BUILTIN_PROFILES)}")
     registry = zone_registry()
 
     def build(spec: ProfileSpec) -> ZoneProfile:
-        return build_zone_profile(spec, registry, metrics=metrics)
+        profile = build_zone_profile(spec, registry, metrics=metrics)
+        if check is not None:
+            check(profile)
+        return profile
 
     return ProfileSource(
         Tier.ZONE, policy_profile_name(name), default, build, metrics=metrics, policy=policy

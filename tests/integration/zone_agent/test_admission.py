@@ -12,9 +12,12 @@ from typing import Any
 import aiohttp
 import pytest
 
+from gtm.errors import ConfigError
 from gtm.gpu_profiles import LLAMA_8B
+from gtm.routing.registry import load_profile_spec
 from tests.integration.zone_agent.conftest import Zone, ZoneFactory, eventually
 from zone_agent.flow import AdmissionMode, AdmissionSettings
+from zone_agent.profiles import BUILTIN_PROFILES, DEFAULT_PROFILE, build_zone_profile
 
 #: A decode step of the emulated H100 at batch 1 or 2 is about 8 ms: a TPOT bound of
 #: 9 ms leaves a 200-token answer ~160 ms of prefill it can share passes with.
@@ -101,3 +104,22 @@ async def test_a_request_over_the_queue_budget_waits_for_the_queue_to_drain(
 
 async def _charged(zone: Zone, n: int) -> bool:
     return zone.agent.accounting.open_tickets == n
+
+
+async def test_a_profile_without_a_ttft_prediction_is_refused_while_flow_control_runs(
+    make_zone: ZoneFactory,
+) -> None:
+    zone = await make_zone(["H100"], admission=AdmissionSettings(mode=AdmissionMode.SLO))
+    data = BUILTIN_PROFILES[DEFAULT_PROFILE].model_dump(mode="json")
+    data["profile"]["scorers"] = [{"ref": "kv-cache", "weight": 1.0}]
+    data["profile"]["cost_model"] = None
+    blind = build_zone_profile(load_profile_spec(data))
+    in_force = zone.agent.profile
+    with pytest.raises(ConfigError, match="needs a profile that predicts TTFT"):
+        zone.agent.set_profile(blind)
+    assert zone.agent.profile is in_force
+    # The agent serves under the profile in force (stream checks the 200).
+    first, end = await stream(zone.http, zone.url, "hello", 2)
+    assert first is not None
+    assert first <= end
+    await zone.no_leaks()

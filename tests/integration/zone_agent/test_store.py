@@ -18,6 +18,7 @@ from gtm.state import keys
 from gtm.state.codec import decode, encode
 from gtm.state.memory import MemoryStore
 from policies.loader import examples_path, load_paths
+from zone_agent.flow import AdmissionMode, AdmissionSettings
 
 from .conftest import ZoneFactory, sim_config
 
@@ -124,3 +125,38 @@ async def test_the_routing_profile_follows_the_policy_in_the_store(
             break
         await asyncio.sleep(0)
     assert zone.agent.profile.weights == (("zone-ttft", 1.0), ("kv-cache", 3.0))
+
+
+async def test_under_flow_control_a_policy_profile_without_a_ttft_prediction_is_refused(
+    make_zone: ZoneFactory, store: MemoryStore, tmp_path: Path
+) -> None:
+    admission = AdmissionSettings(mode=AdmissionMode.SLO)
+    zone = await make_zone(["H100"], store=store, admission=admission)
+    in_force = zone.agent.profile
+    blind = (
+        "    - name: zone-default\n      tier: zone\n      filters: [health, model, fits, canary]\n"
+        "      scorers:\n        - {ref: kv-cache, weight: 1.0}\n      picker: max-score\n"
+    )
+    for source in examples_path().glob("*.yaml"):
+        text = source.read_text()
+        if source.name == "routing-profiles.yaml":
+            start = text.index("    - name: zone-default\n")
+            end = text.index("    - name: zone-goodput\n")
+            text = text[:start] + blind + text[end:]
+        (tmp_path / source.name).write_text(text)
+    await policy_apply(store, load_paths([tmp_path]), 0, clock=SystemClock())
+    watcher = zone.agent._policies
+    assert watcher is not None
+    await watcher.wait_for_generation(1)
+    labels = {"tier": "zone", "profile": "zone-default"}
+
+    def refused() -> float:
+        name = "gtm_routing_profile_reload_failures_total"
+        return zone.agent.registry.get_sample_value(name, labels) or 0.0
+
+    for _ in range(100):  # the follower runs on the next turns of the loop
+        if refused():
+            break
+        await asyncio.sleep(0)
+    assert refused() == 1.0
+    assert zone.agent.profile is in_force  # flow control keeps its TTFT prediction

@@ -13,6 +13,7 @@ from gtm.policy_store import ActivePolicy, activate
 from gtm.routing.metrics import RoutingMetrics
 from gtm.routing.registry import ProfileSpec, load_profile_spec
 from policies.loader import load_examples
+from zone_agent.flow import check_profile
 from zone_agent.profiles import (
     BUILTIN_PROFILES,
     DEFAULT_PROFILE,
@@ -218,3 +219,22 @@ def test_the_profile_follows_the_policy_files() -> None:
     assert source.update(_policy(3, broken)).weights == (("zone-ttft", 1.0), ("kv-cache", 3.0))
     # Another built-in by name: zone-<name> in the policy, else the built-in.
     assert profile_source("ttft-only", policy=_policy(4, None)).current.name == "ttft-only"
+
+
+def test_a_check_refuses_a_policys_profile_and_keeps_the_one_in_force(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Flow control needs a TTFT prediction: under it, a policy whose zone-default has
+    # no cost model is refused like one that does not build, logged and counted.
+    registry = new_registry()
+    source = profile_source(metrics=RoutingMetrics(registry), check=check_profile)
+    no_ttft = {"scorers": ({"ref": "kv-cache", "weight": 1.0},), "cost_model": None}
+    with caplog.at_level(logging.ERROR):
+        kept = source.update(_policy(2, no_ttft))
+    assert kept.runner.cost_model is not None
+    assert kept.weights == (("zone-ttft", 1.0), ("kv-cache", 1.0))
+    assert "--admission slo needs a profile that predicts TTFT" in caplog.text
+    labels = {"tier": "zone", "profile": "zone-default"}
+    assert registry.get_sample_value("gtm_routing_profile_reload_failures_total", labels) == 1.0
+    # Without flow control the same policy applies.
+    assert profile_source(check=None).update(_policy(2, no_ttft)).runner.cost_model is None
