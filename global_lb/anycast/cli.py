@@ -16,6 +16,8 @@ SIGTERM/SIGINT: withdraw everything, wait for the speaker to take it, linger, ex
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -56,6 +58,8 @@ from gtm.state.url import open_store
 from gtm.tasks import TaskSupervisor
 
 DEFAULT_CHECK = "http://127.0.0.1:8080/readyz"
+
+log = logging.getLogger("gtm.anycast")
 
 
 class SpeakerKind:
@@ -328,6 +332,8 @@ async def _control(
         controller.stop()
 
     supervisor.spawn("signals", stop_when_signalled())
+    if options["speaker"] != SpeakerKind.BIRD:
+        supervisor.spawn("exabgp", exit_with_parent(os.getppid(), controller))
     if not options["metrics_listen"]:
         await controller.run()
         return
@@ -335,6 +341,28 @@ async def _control(
     app = _app(controller, registry)
     async with serving(app, host or "127.0.0.1", int(port), what="anycast metrics"):
         await controller.run()
+
+
+async def exit_with_parent(parent: int, controller: AnycastController) -> None:
+    """Abandon once ``parent`` (ExaBGP, which runs this process and reads its commands)
+    exits. Without it an orphan would run on forever (it reads its pipe only to wait
+    for an acknowledgement), holding its metrics port against the process a restarted
+    ExaBGP starts. A pidfd becomes readable when its process exits (Linux ≥ 5.3)."""
+    try:
+        fd = os.pidfd_open(parent)
+    except OSError as exc:  # (no pidfd here: the orphan check is lost, and said so)
+        log.warning("anycast: cannot watch ExaBGP (pid %d) for its exit: %s", parent, exc)
+        return
+    gone = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_reader(fd, gone.set)  # (at once if it has exited already)
+    try:
+        await gone.wait()
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+    log.error("anycast: ExaBGP (pid %d) is gone; exiting without a withdrawal", parent)
+    controller.abandon()
 
 
 def _app(controller: AnycastController, registry: CollectorRegistry) -> web.Application:

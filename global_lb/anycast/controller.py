@@ -241,8 +241,16 @@ class AnycastController:
     plan: Plan | None = None
     signals: RegionSignals | None = None
     _stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Whether stopping withdraws first (not when the speaker itself is gone).
+    _withdraw: bool = True
 
     def stop(self) -> None:
+        self._stopping.set()
+
+    def abandon(self) -> None:
+        """Stop without withdrawing or lingering: the speaker is gone (ExaBGP, which
+        runs this process, exited), and its BGP sessions, so its routes, with it."""
+        self._withdraw = False
         self._stopping.set()
 
     async def step(self, *, stopping: bool = False) -> Plan:
@@ -280,9 +288,10 @@ class AnycastController:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stopping.wait(), self.interval_s)
         finally:
-            await self.step(stopping=True)
-            log.info("anycast withdrawn; lingering %.1f s before exit", self.linger_s)
-            await asyncio.sleep(self.linger_s)
+            if self._withdraw:
+                await self.step(stopping=True)
+                log.info("anycast withdrawn; lingering %.1f s before exit", self.linger_s)
+                await asyncio.sleep(self.linger_s)
             await self.source.close()
             await self.speaker.close()
 

@@ -205,9 +205,15 @@ class AnycastLab:
 
     def close(self) -> None:
         for process in (*self._http.values(), *self._dns.values(), *self._birds.values()):
+            # Their children too: ExaBGP's `gtm anycast` (and a respawned one) would
+            # outlive a killed ExaBGP.
+            children = _descendants(process.pid)
             with contextlib.suppress(ProcessLookupError):
                 process.send_signal(signal.SIGCONT)
                 process.kill()
+            for pid in children:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             process.wait()
         self._http.clear()
         self._dns.clear()
@@ -564,6 +570,26 @@ def anycast_lab(
     with AnycastLab(directory, regions, exabgp_regions, bfd) as lab:
         wait_for(lab.established_between_birds, STARTUP_S, "every BGP session to be established")
         yield lab
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes under ``pid`` (children first), read from /proc."""
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tasks = list(Path(f"/proc/{parent}/task").iterdir())
+        except FileNotFoundError:
+            continue
+        for task in tasks:
+            try:
+                children = [int(c) for c in (task / "children").read_text().split()]
+            except FileNotFoundError:
+                continue
+            found.extend(children)
+            todo.extend(children)
+    return found
 
 
 __all__ = ["AnycastLab", "anycast_lab", "netns_socket", "require_tools", "wait_for"]

@@ -141,3 +141,25 @@ def _exited(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         # Gone (reaped), before the open or between the open and the read (ESRCH).
         return True
+
+
+def test_gtm_anycast_exits_when_exabgp_dies(running: Running) -> None:
+    # Last in the module: ExaBGP does not come back.
+    lab = running.lab
+    # Announced and idle: it writes to ExaBGP only on a change, so nothing it does
+    # would fail on the closed pipe.
+    wait_for(partial(serving, lab, "s3", ("r3",)), 15.0, "s3 on r3")
+    pid = _child(running.exabgp)
+    assert pid is not None
+    running.exabgp.kill()
+    running.exabgp.wait()
+    # Orphaned, it would run on (holding its metrics port against the next ExaBGP's).
+    wait_for(partial(_exited, pid), 10.0, "the orphaned gtm anycast to exit")
+    assert lab.get("r3", "127.0.0.1", METRICS_PORT, "/metrics") is None
+
+
+def _child(exabgp: subprocess.Popen[bytes]) -> int | None:
+    try:
+        return gtm_process(exabgp)
+    except (AssertionError, FileNotFoundError):
+        return None

@@ -231,3 +231,12 @@ async def test_an_etcd_outage_alone_keeps_announcing(tmp_path: Path) -> None:
         await controller.step()
         assert states(speaker.plans[-1]) == [Announcement.ANNOUNCE] * 2
         assert "static stability" in speaker.plans[-1].decisions[0].reason
+
+
+async def test_an_abandoned_controller_stops_without_a_withdrawal(tmp_path: Path) -> None:
+    speaker = RecordingSpeaker()
+    controller = AnycastController((FRONT,), source(tmp_path), speaker, linger_s=3600.0)
+    await controller.step()
+    controller.abandon()
+    await controller.run()  # no linger either: it returns at once
+    assert [states(p) for p in speaker.plans] == [[Announcement.ANNOUNCE]]
