@@ -50,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gtm.errors import GtmError
 from gtm.net import free_port
+from gtm.testing.processes import descendants
 
 #: The optional-dependencies extra (pyproject.toml) that installs both peers.
 EXTRA = "bench-peers"
@@ -142,20 +143,6 @@ def cpu_seconds(pid: int) -> float:
     # After the command name: state is field 3, utime 14 and stime 15 (proc(5)).
     ticks = int(fields[11]) + int(fields[12])
     return ticks / os.sysconf("SC_CLK_TCK")
-
-
-def descendants(pid: int) -> list[int]:
-    """The live processes started by ``pid``, their children, and so on (from /proc)."""
-    found: list[int] = []
-    pending = [pid]
-    while pending:
-        parent = pending.pop()
-        for task in Path(f"/proc/{parent}/task").glob("*/children"):
-            with contextlib.suppress(OSError):
-                kids = [int(k) for k in task.read_text().split()]
-                found += kids
-                pending += kids
-    return found
 
 
 def tree_cpu_seconds(pid: int) -> float:

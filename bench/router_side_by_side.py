@@ -269,8 +269,13 @@ def floor_ttft_s(window: Sequence[TraceRequest], pool: Sequence[str]) -> list[fl
     the pool's fastest GPU, idle, with its :func:`uncached_tokens` only. No router can
     beat it: a request's TTFT is at least its uncached prefill on some GPU. This floor is
     lower still: a cached prefix's attention is not counted."""
+    return prefill_alone_s(uncached_tokens(window), pool)
+
+
+def prefill_alone_s(tokens: Sequence[int], pool: Sequence[str]) -> list[float]:
+    """Each prompt's prefill of ``tokens`` alone on the fastest GPU of ``pool``, s."""
     profiles = [get_profile(gpu, MODEL) for gpu in sorted(set(pool))]
-    return [min(p.prefill_time_s(u) for p in profiles) for u in uncached_tokens(window)]
+    return [min(p.prefill_time_s(u) for p in profiles) for u in tokens]
 
 
 def capacity_ttft_s(
@@ -324,10 +329,8 @@ def workload_floor(
 ) -> Floor:
     """The :class:`Floor` of ``window`` replayed on ``pool`` at ``at_s`` (GPU s)."""
     rate = sum(get_profile(gpu, MODEL).prefill_tokens_per_s for gpu in pool)
-    return Floor(
-        tuple(floor_ttft_s(window, pool)),
-        capacity_ttft_s(at_s, uncached_tokens(window), rate),
-    )
+    tokens = uncached_tokens(window)
+    return Floor(tuple(prefill_alone_s(tokens, pool)), capacity_ttft_s(at_s, tokens, rate))
 
 
 def window_gpu_s(plan: Sequence[Arrival], speedup: float) -> float:

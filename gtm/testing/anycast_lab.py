@@ -43,6 +43,8 @@ from pathlib import Path
 import dns.exception
 import dns.message
 
+from gtm.testing.processes import descendants
+
 TRANSIT = "t"
 TRANSIT_AS = 65000
 #: The BFD timers: a silent neighbour is declared down after three missed intervals.
@@ -207,7 +209,7 @@ class AnycastLab:
         for process in (*self._http.values(), *self._dns.values(), *self._birds.values()):
             # Their children too: ExaBGP's `gtm anycast` (and a respawned one) would
             # outlive a killed ExaBGP.
-            children = _descendants(process.pid)
+            children = descendants(process.pid)
             with contextlib.suppress(ProcessLookupError):
                 process.send_signal(signal.SIGCONT)
                 process.kill()
@@ -570,26 +572,6 @@ def anycast_lab(
     with AnycastLab(directory, regions, exabgp_regions, bfd) as lab:
         wait_for(lab.established_between_birds, STARTUP_S, "every BGP session to be established")
         yield lab
-
-
-def _descendants(pid: int) -> list[int]:
-    """The processes under ``pid`` (children first), read from /proc."""
-    found: list[int] = []
-    todo = [pid]
-    while todo:
-        parent = todo.pop()
-        try:
-            tasks = list(Path(f"/proc/{parent}/task").iterdir())
-        except FileNotFoundError:
-            continue
-        for task in tasks:
-            try:
-                children = [int(c) for c in (task / "children").read_text().split()]
-            except FileNotFoundError:
-                continue
-            found.extend(children)
-            todo.extend(children)
-    return found
 
 
 __all__ = ["AnycastLab", "anycast_lab", "netns_socket", "require_tools", "wait_for"]

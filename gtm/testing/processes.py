@@ -108,3 +108,17 @@ async def running(
         yield child
     finally:
         await child.stop(stop_signal)
+
+
+def descendants(pid: int) -> list[int]:
+    """The live processes started by ``pid``, their children, and so on (from /proc)."""
+    found: list[int] = []
+    pending = [pid]
+    while pending:
+        parent = pending.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*/children"):
+            with contextlib.suppress(OSError):
+                kids = [int(k) for k in task.read_text().split()]
+                found += kids
+                pending += kids
+    return found

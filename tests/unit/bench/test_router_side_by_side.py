@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench.peers import POLICIES, Peer, command, cpu_seconds, descendants, tree_cpu_seconds
+from bench.peers import POLICIES, Peer, command, cpu_seconds, tree_cpu_seconds
 from bench.router_side_by_side import (
     POOLS,
     ROUTERS,
@@ -38,7 +38,7 @@ from bench.router_side_by_side import (
 from fleetsim.traces import MOONCAKE_BLOCK_TOKENS, TraceKind, TraceRequest
 from gtm.gpu_profiles import get_profile
 from gtm.stats import percentile
-from gtm.testing.processes import GtmProcess
+from gtm.testing.processes import GtmProcess, descendants
 from gtm.tokens import encode_text
 
 

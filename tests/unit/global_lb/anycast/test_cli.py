@@ -8,7 +8,7 @@ from pathlib import Path
 
 from global_lb.anycast.cli import exit_with_parent
 from global_lb.anycast.controller import AnycastController
-from global_lb.anycast.policy import AnycastPrefix
+from global_lb.anycast.policy import Announcement, AnycastPrefix
 from tests.unit.global_lb.anycast.test_controller import RecordingSpeaker, source
 
 FRONT = AnycastPrefix.parse("198.51.100.0/24")
@@ -21,14 +21,18 @@ async def test_the_controller_is_abandoned_when_its_parent_exits(tmp_path: Path)
     parent = await asyncio.create_subprocess_exec(
         sys.executable, "-c", "import sys; sys.stdin.read()", stdin=asyncio.subprocess.PIPE
     )
+    await controller.step()  # announced
     async with asyncio.TaskGroup() as group:
         watch = group.create_task(exit_with_parent(parent.pid, controller))
         run = group.create_task(controller.run())
-        await controller.step()
+        await asyncio.sleep(0)
         assert not watch.done()
         assert parent.stdin is not None
         parent.stdin.close()  # it reads to the end of its input, then exits
         assert await parent.wait() == 0
-    # The run returned without withdrawing (nobody left to withdraw through).
-    assert run.done()
-    assert all(d.announcement.value != "withdraw" for p in speaker.plans for d in p.decisions)
+    # The run returned (the task group ended) without withdrawing: nobody is left to
+    # withdraw through. Its one plan is the announcement.
+    assert run.result() is None
+    assert [[d.announcement for d in p.decisions] for p in speaker.plans] == [
+        [Announcement.ANNOUNCE]
+    ]
