@@ -8,8 +8,11 @@ answer costs the worker almost nothing but HTTP) sit behind, in the same run:
 * **agent** — ``gtm zone`` (one process, default profile, every request tokenized,
   decided, charged, proxied with keep-alive pooling and written to the access log) on
   uvloop; ``--with-asyncio`` adds **agent-asyncio**, the same on asyncio's own loop
-  (the fallback where uvloop is not installed); ``--baseline DIR`` adds
-  **agent-base**, the agent of another checkout (old vs new in the same run);
+  (the fallback where uvloop is not installed); ``--with-admission`` adds
+  **agent-admission**, the agent with flow control on (``--admission slo``: what
+  holding requests for the SLO costs per request when none waits); ``--baseline
+  DIR`` adds **agent-base**, the agent of another checkout (old vs new in the same
+  run);
 * **sglang-router** and **vllm-router** — SGLang's model gateway and vLLM's router
   (Rust; the ``bench-peers`` extra, started by :mod:`bench.peers`) with their default
   policy and settings;
@@ -323,10 +326,13 @@ async def start_nginx(nginx: str, workers: Sequence[str], prefix: Path) -> Proce
     return Process(proc, url)
 
 
-async def start_agent(urls: Sequence[str], loop: str, tree: Path | None = None) -> Process:
-    """``gtm zone`` in front of ``urls``; ``tree``: run another checkout's code (its
-    directory first on ``PYTHONPATH``, with its compiled modules in place)."""
-    args = ["zone", "--zone", "bench-a", "--region", "bench"]
+async def start_agent(
+    urls: Sequence[str], loop: str, tree: Path | None = None, extra: Sequence[str] = ()
+) -> Process:
+    """``gtm zone`` in front of ``urls``, with ``extra`` arguments; ``tree``: run another
+    checkout's code (its directory first on ``PYTHONPATH``, with its compiled modules in
+    place)."""
+    args = ["zone", "--zone", "bench-a", "--region", "bench", *extra]
     args += ["--listen", f"127.0.0.1:{free_port('127.0.0.1')}", "--event-loop", loop]
     for i, url in enumerate(urls):
         args += ["--worker", f"{url},gpu=H100,id=gpu-{i}"]
@@ -441,6 +447,7 @@ class Setup:
     repeat: int
     baseline: Path | None
     with_asyncio: bool
+    with_admission: bool = False
     #: Tokens per streamed answer (0: the one-token, unstreamed answer of the targets).
     stream_tokens: int = 0
 
@@ -478,13 +485,17 @@ async def run(setup: Setup) -> int:
     with tempfile.TemporaryDirectory(prefix="gtm-bench-proxy-") as tmp:
         try:
             targets = [Target("direct", urls[0])]
-            agents: dict[str, tuple[str, Path | None]] = {"agent": ("uvloop", None)}
+            agents: dict[str, tuple[str, Path | None, tuple[str, ...]]] = {
+                "agent": ("uvloop", None, ())
+            }
             if setup.baseline is not None:
-                agents["agent-base"] = ("uvloop", setup.baseline)
+                agents["agent-base"] = ("uvloop", setup.baseline, ())
             if setup.with_asyncio:
-                agents["agent-asyncio"] = ("asyncio", None)
-            for name, (loop, tree) in agents.items():
-                procs.append(await start_agent(urls, loop, tree))
+                agents["agent-asyncio"] = ("asyncio", None, ())
+            if setup.with_admission:
+                agents["agent-admission"] = ("uvloop", None, ("--admission", "slo"))
+            for name, (loop, tree, extra) in agents.items():
+                procs.append(await start_agent(urls, loop, tree, extra))
                 targets.append(Target(name, procs[-1].url, (procs[-1].proc.pid,)))
             routers = await start_peers(urls, setup.smoke, notes)
             targets += [Target(r.peer.value, r.url, (r.pid,)) for r in routers]
@@ -717,6 +728,11 @@ def main() -> None:
         "--with-asyncio", action="store_true", help="also the agent on asyncio's own loop"
     )
     parser.add_argument(
+        "--with-admission",
+        action="store_true",
+        help="also the agent with flow control on (--admission slo)",
+    )
+    parser.add_argument(
         "--stream",
         type=int,
         default=0,
@@ -739,6 +755,7 @@ def main() -> None:
         repeat=args.repeat or (1 if args.smoke else 3),
         baseline=args.baseline.resolve() if args.baseline else None,
         with_asyncio=args.with_asyncio,
+        with_admission=args.with_admission,
         stream_tokens=args.stream,
     )
     for peer in Peer:

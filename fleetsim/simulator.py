@@ -72,7 +72,7 @@ from regional_lb.quota import Cost, Grant, QuotaLimiter, Rejection, Usage, pool_
 from regional_lb.quota import Ticket as QuotaTicket
 from regional_lb.rtt import RegionRtt
 from zone_agent.errors import ModelNotServed, NoCapacity
-from zone_agent.flow import Admission, check_profile
+from zone_agent.flow import GO, Admission, Plan, check_profile
 from zone_agent.profiles import builtin_profile
 from zone_agent.request import Endpoint as ZoneEndpoint
 from zone_agent.request import ZoneRequest
@@ -428,12 +428,12 @@ class Simulator:
         )
         admission = pool.admission
         if admission is None:
-            return self._send(i, zr, pool, now, extra_ms, frozenset())
+            return self._send(i, zr, pool, now, extra_ms, GO)
         t0 = perf_counter_ns()
-        exclude = admission.plan(zr, pool.view, pool.profile) if not admission.waiting else None
+        plan = admission.plan(zr, pool.view, pool.profile) if not admission.waiting else None
         self.tier_ns["zone"] += perf_counter_ns() - t0
-        if exclude is not None:
-            return self._send(i, zr, pool, now, extra_ms, exclude)
+        if plan is not None:
+            return self._send(i, zr, pool, now, extra_ms, plan)
         try:
             admission.hold((i, extra_ms), zr, now)
         except NoCapacity:
@@ -452,9 +452,9 @@ class Simulator:
             self.tier_ns["zone"] += perf_counter_ns() - t0
             if went is None:
                 return
-            held, exclude, _ = went
+            held, plan, _ = went
             i, extra_ms = held.item
-            self._send(i, held.request, pool, now, extra_ms, exclude)
+            self._send(i, held.request, pool, now, extra_ms, plan)
 
     def _send(
         self,
@@ -463,14 +463,17 @@ class Simulator:
         pool: Pool,
         now: float,
         extra_ms: float,
-        not_admitted: frozenset[str],
+        plan: Plan,
     ) -> bool:
+        """Send request ``i`` to the zone's choice: flow control's (``plan``, made now on
+        this view) or a decision excluding the GPUs the plan does."""
         req = self.requests[i]
         try:
             t0 = perf_counter_ns()
-            decision = self.routing.zone_choice(
-                pool.profile.decide(zr, pool.view, not_admitted=not_admitted)
-            )
+            decided = plan.decision
+            if decided is None:
+                decided = pool.profile.decide(zr, pool.view, not_admitted=plan.exclude)
+            decision = self.routing.zone_choice(decided)
             self.tier_ns["zone"] += perf_counter_ns() - t0
         except (NoEligibleCandidate, ModelNotServed, RoutingError) as exc:
             self.end_unserved(i, Status.REFUSED, f"zone: {type(exc).__name__}")

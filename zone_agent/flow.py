@@ -15,7 +15,10 @@ edges:
   something can have made room. A request that waited ``max_wait_s`` goes anyway, where
   the profile says (the SLO is lost for it; holding it longer would only lose the
   client), and a full queue (``max_waiting``) is a 503 with ``Retry-After``. The
-  simulator (fleetsim's ``gtm-admission``) runs this same class.
+  simulator (fleetsim's ``gtm-admission``) runs this same class. A request that goes
+  at once goes with the decision made to judge it (:class:`Plan`): one decision per
+  request, not two, and the profile's choice is checked first without the arrays
+  (:func:`zone_agent.costs.admission.admitted_alone`).
 * :class:`FlowControl` — the agent's edge: waiting requests are futures, woken by the
   data path's events (a first byte, a request's end, a dispatch, a new view) and a timer
   for the oldest one's longest wait.
@@ -39,7 +42,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Generic, Protocol, TypeVar, cast
+from typing import Generic, NamedTuple, Protocol, TypeVar, cast
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -144,17 +147,19 @@ class TpotLedger:
 
     def slack_ms(self, gpu_ids: tuple[str, ...]) -> Floats:
         """Each GPU's least slack of its protected requests (inf: none)."""
-        out = np.full(len(gpu_ids), math.inf)
-        for i, gid in enumerate(gpu_ids):
-            gpu = self._gpus.get(gid)
-            if gpu is None:
-                continue
-            limits = gpu.limits
-            while limits and limits[0][1] in gpu.dead:
-                gpu.dead.discard(heapq.heappop(limits)[1])
-            if limits:
-                out[i] = limits[0][0] - gpu.prefill_ms
-        return out
+        if not self._protected:
+            return np.full(len(gpu_ids), math.inf)
+        return np.array([self.slack_at(gid) for gid in gpu_ids])
+
+    def slack_at(self, gpu_id: str) -> float:
+        """:meth:`slack_ms` of one GPU."""
+        gpu = self._gpus.get(gpu_id)
+        if gpu is None:
+            return math.inf
+        limits = gpu.limits
+        while limits and limits[0][1] in gpu.dead:
+            gpu.dead.discard(heapq.heappop(limits)[1])
+        return limits[0][0] - gpu.prefill_ms if limits else math.inf
 
     def dispatch(self, gpu_id: str, prefill_ms: float, slack_ms: float) -> Guard:
         """A request sent to ``gpu_id``: its prefill (ms) counts against the requests
@@ -224,6 +229,8 @@ class _PredictsTtft(Protocol):
 
     def own_costs_ms(self, batch: ZoneBatch, /) -> Floats: ...
 
+    def own_cost_at(self, batch: ZoneBatch, position: int, uncached: float, /) -> float: ...
+
 
 class ReleaseReason(StrEnum):
     """Why a held request went on."""
@@ -255,6 +262,22 @@ class Held(Generic[W]):
 _NO_DECISION = (ModelNotServed, PromptTooLong, NoEligibleCandidate)
 
 
+class Plan(NamedTuple):
+    """Flow control's word on a request that may go now: the GPUs its decision must
+    exclude, and the decision itself when the one made to judge it is the one to send
+    (admitted where its profile chose, with nothing excluded). Sending that decision
+    rather than deciding again (the same view, profile and request: the same decision)
+    halves the decisions of a request that goes at once; a request that went after a
+    wait, or with GPUs excluded, is decided afresh (None)."""
+
+    exclude: frozenset[str]
+    decision: ZoneDecision | None
+
+
+#: A plan that excludes nothing and leaves the decision to the sender.
+GO: Plan = Plan(frozenset(), None)
+
+
 class Admission(Generic[W]):
     """Flow control without I/O: the rule over a view, the TPOT ledger and the waiting
     requests, shared by the agent (:class:`FlowControl`) and the simulator (fleetsim)."""
@@ -274,39 +297,56 @@ class Admission(Generic[W]):
         """Requests held now."""
         return self._waiting
 
-    def plan(
-        self, request: ZoneRequest, view: ZoneView, profile: ZoneProfile
-    ) -> frozenset[str] | None:
-        """The GPUs ``request`` must not go to now (empty: any), or None: hold it."""
+    def plan(self, request: ZoneRequest, view: ZoneView, profile: ZoneProfile) -> Plan | None:
+        """Whether ``request`` may go now (its :class:`Plan`), or None: hold it."""
         try:
             decision = profile.decide(request, view)
         except _NO_DECISION:
-            return frozenset()  # its own decision refuses it, as without flow control
+            return GO  # its own decision refuses it, as without flow control
         batch = decision.outcome.batch
         model = cast("_PredictsTtft | None", decision.outcome.runner.cost_model)
         if model is None:  # (check_profile refuses such profiles: start-up, policy swaps)
-            return frozenset()
+            return GO
         index = batch.index
         costs = model.costs_ms(batch)
-        uncached = batch.uncached
+        settings = self.settings
+        # The profile's choice first, in scalars: admitted there whatever the other GPUs
+        # (admission.admitted_alone), it goes as decided, without the arrays.
+        g = decision.choice
+        cost = float(costs[g])
+        uncached = decision.uncached_tokens
+        if admission.admitted_alone(
+            cost - model.own_cost_at(batch, g, uncached),
+            uncached * float(index.ms_per_token[g]),
+            self.ledger.slack_at(decision.gpu_id),
+            cost * float(index.ramp[g]),
+            decode_step_ms(index.profiles[g], float(batch.streams[g]) + 1.0, request),
+            settings.queue_budget_ms,
+            settings.ttft_slo_ms,
+            settings.tpot_slo_ms,
+        ):
+            return Plan(frozenset(), decision)
         on_time = admission.on_time_numpy(
             costs * index.ramp,  # slow start is a preference, not a slower GPU
             decode_steps_ms(index, batch.streams, request),
-            self.settings.ttft_slo_ms,
-            self.settings.tpot_slo_ms,
+            settings.ttft_slo_ms,
+            settings.tpot_slo_ms,
         )
         ok = admission.admitted_numpy(
             costs - model.own_costs_ms(batch),
-            uncached * index.ms_per_token,
+            batch.uncached * index.ms_per_token,
             self.ledger.slack_ms(index.ids),
             on_time,
-            self.settings.queue_budget_ms,
+            settings.queue_budget_ms,
         )
-        if ok[decision.choice]:
-            return frozenset()
+        if ok[g]:
+            return Plan(frozenset(), decision)
         if not ok.any():
             return None
-        return frozenset(gid for gid, yes in zip(index.ids, ok.tolist(), strict=True) if not yes)
+        return Plan(
+            frozenset(gid for gid, yes in zip(index.ids, ok.tolist(), strict=True) if not yes),
+            None,
+        )
 
     def dispatched(self, decision: ZoneDecision) -> Guard:
         """``decision`` is being sent (charged to its GPU already): charge its prefill to
@@ -355,34 +395,35 @@ class Admission(Generic[W]):
 
     def release(
         self, now: float, view: ZoneView, profile: ZoneProfile, *, room: bool = True
-    ) -> tuple[Held[W], frozenset[str], ReleaseReason] | None:
-        """The next request to send on, the GPUs its first decision excludes, and why; or
-        None. First whoever waited ``max_wait_s`` (wherever the profile says), then —
-        with ``room`` — the queue's head if the zone admits it. One at a time: the
-        caller sends it (its charge changes the picture) before asking again."""
+    ) -> tuple[Held[W], Plan, ReleaseReason] | None:
+        """The next request to send on, its plan (its decision, when sent at once, or
+        the GPUs its first decision excludes), and why; or None. First whoever waited
+        ``max_wait_s`` (wherever the profile says), then — with ``room`` — the queue's
+        head if the zone admits it. One at a time: the caller sends it (its charge
+        changes the picture) before asking again."""
         arrivals = self._arrivals
         while arrivals and arrivals[0].gone:
             arrivals.popleft()
         if arrivals and arrivals[0].started <= now - self.settings.max_wait_s:
-            return self._went(arrivals.popleft(), frozenset(), ReleaseReason.MAX_WAIT)
+            return self._went(arrivals.popleft(), GO, ReleaseReason.MAX_WAIT)
         heap = self._heap
         while heap and heap[0][2].gone:
             heapq.heappop(heap)
         if not room or not heap:
             return None
         held = heap[0][2]
-        exclude = self.plan(held.request, view, profile)
-        if exclude is None:
+        plan = self.plan(held.request, view, profile)
+        if plan is None:
             return None
         heapq.heappop(heap)
-        return self._went(held, exclude, ReleaseReason.ROOM)
+        return self._went(held, plan, ReleaseReason.ROOM)
 
     def _went(
-        self, held: Held[W], exclude: frozenset[str], reason: ReleaseReason
-    ) -> tuple[Held[W], frozenset[str], ReleaseReason]:
+        self, held: Held[W], plan: Plan, reason: ReleaseReason
+    ) -> tuple[Held[W], Plan, ReleaseReason]:
         held.gone = True
         self._waiting -= 1
-        return held, exclude, reason
+        return held, plan, reason
 
     def drop_waiting(self) -> list[W]:
         """Stop holding everyone (the simulator's horizon): their items, oldest first."""
@@ -418,7 +459,7 @@ class FlowControl:
     ) -> None:
         check_profile(profile())
         self.settings = settings
-        self.core: Admission[asyncio.Future[frozenset[str]]] = Admission(settings)
+        self.core: Admission[asyncio.Future[Plan]] = Admission(settings)
         self.ledger = self.core.ledger
         self._view = view
         self._profile = profile
@@ -435,8 +476,8 @@ class FlowControl:
         """Requests held now."""
         return self.core.waiting
 
-    def plan(self, facts: ZoneRequest) -> frozenset[str] | None:
-        """The GPUs the request must not go to now (empty: any), or None: hold it."""
+    def plan(self, facts: ZoneRequest) -> Plan | None:
+        """Whether the request may go now (its :class:`Plan`), or None: hold it."""
         return self.core.plan(facts, self._view(), self._profile())
 
     def dispatched(self, decision: ZoneDecision) -> Guard:
@@ -446,19 +487,21 @@ class FlowControl:
         self.poke()
         return guard
 
-    async def admit(self, facts: ZoneRequest) -> frozenset[str]:
-        """Wait until ``facts`` may go; the GPUs its first decision must exclude.
+    async def admit(self, facts: ZoneRequest) -> Plan:
+        """Wait until ``facts`` may go: its plan. Its decision comes with it only when it
+        goes at once (the picture it was made on is the sender's); one that waited is
+        decided afresh, excluding the plan's GPUs.
 
         Raises:
             NoCapacity: the queue is full (the client's 503, with Retry-After).
         """
         core = self.core
         if core.waiting == 0 and self._in_transit == 0:
-            exclude = self.plan(facts)
-            if exclude is not None:
-                return exclude
+            plan = self.plan(facts)
+            if plan is not None:
+                return plan
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[frozenset[str]] = loop.create_future()
+        future: asyncio.Future[Plan] = loop.create_future()
         started = self._clock.monotonic()
         try:
             held = core.hold(future, facts, started)
@@ -486,8 +529,9 @@ class FlowControl:
             return
         now, view, profile = self._clock.monotonic(), self._view(), self._profile()
         while (went := core.release(now, view, profile, room=self._in_transit == 0)) is not None:
-            held, exclude, reason = went
-            held.item.set_result(exclude)
+            held, plan, reason = went
+            # Its waiter resumes later, on a picture this decision was not made on.
+            held.item.set_result(Plan(plan.exclude, None))
             self._in_transit += 1
             self.metrics.released.labels(reason.value).inc()
         deadline = core.next_deadline()

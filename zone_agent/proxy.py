@@ -152,14 +152,19 @@ def decide_or_refuse(
     *,
     affinity: bool = True,
     not_admitted: frozenset[str] = frozenset(),
+    decided: ZoneDecision | None = None,
 ) -> ZoneDecision:
     """A decision, or the ApiError the client gets when there is none (``affinity``:
     whether the stickiness rule may apply, :func:`keeps_affinity`; ``not_admitted``: GPUs
-    the zone's flow control keeps the request from, :mod:`zone_agent.flow`)."""
-    try:
-        decision = profile.decide(facts, view, exclude=tried, not_admitted=not_admitted)
-    except _REFUSALS as exc:
-        raise refusal(exc, facts, view) from None
+    the zone's flow control keeps the request from, :mod:`zone_agent.flow`; ``decided``:
+    the profile's decision made already, on this view, by flow control's plan)."""
+    if decided is not None:
+        decision = decided
+    else:
+        try:
+            decision = profile.decide(facts, view, exclude=tried, not_admitted=not_admitted)
+        except _REFUSALS as exc:
+            raise refusal(exc, facts, view) from None
     # Back to the GPU the prompt's prefix was just sent to, while it can take it.
     return sticky_gpu(decision) if affinity and keeps_affinity(profile) else decision
 
@@ -296,6 +301,9 @@ class ZoneRelay(RelayLoop[ZoneDecision]):
         self._guard: Guard | None = None
         #: GPUs flow control keeps the first attempt from (zone_agent.flow).
         self._not_admitted: frozenset[str] = frozenset()
+        #: The decision flow control made to admit the request, sent as the first
+        #: attempt's (None: the first attempt decides).
+        self._planned: ZoneDecision | None = None
         self._held_s = 0.0
         #: Whether the request has a span (asked once: the server opens it before the
         #: handler runs), so an untraced request skips tracing's calls per attempt.
@@ -313,7 +321,10 @@ class ZoneRelay(RelayLoop[ZoneDecision]):
         flow = self._path.flow
         assert flow is not None
         waited = time.perf_counter()
-        self._not_admitted = await flow.admit(self._facts)
+        plan = await flow.admit(self._facts)
+        self._not_admitted = plan.exclude
+        if not self._path.accounting.holds:  # (expiring holds changes the picture)
+            self._planned = plan.decision
         # The overhead metric is the agent's own time, not the time held.
         self._held_s = time.perf_counter() - waited
         await super().run()
@@ -323,6 +334,7 @@ class ZoneRelay(RelayLoop[ZoneDecision]):
         acc = path.accounting
         if acc.holds:  # tickets /v1/assign holds; none: no clock to read, nothing to expire
             acc.expire(path.clock.monotonic())
+        planned, self._planned = self._planned, None
         try:
             decision = decide_or_refuse(
                 path.profile(),
@@ -331,6 +343,7 @@ class ZoneRelay(RelayLoop[ZoneDecision]):
                 tried,
                 affinity=path.settings.affinity,
                 not_admitted=self._not_admitted if not tried else frozenset(),
+                decided=planned,
             )
         except NoCapacity:
             if not tried:

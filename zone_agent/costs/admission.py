@@ -1,7 +1,8 @@
 """When the zone lets a request go to a GPU now, or holds it in the agent (``gtm zone
 --admission slo``, :mod:`zone_agent.flow`): every form of the rule in this one module, the
-scalar reference and the numpy form. ``tests/unit/zone_agent/costs/test_admission.py``
-fails when the two admit differently.
+scalar reference, the numpy form and the one-GPU check a decision's choice gets first
+(:func:`admitted_alone`). ``tests/unit/zone_agent/costs/test_admission.py`` fails when
+they admit differently.
 
 Why: goodput counts a request when its TTFT *and* its time per output token (TPOT) are
 within the SLO (DistServe, OSDI 2024). A worker that prefills while it decodes stretches
@@ -88,6 +89,29 @@ def admitted_numpy(
     return out
 
 
+def admitted_alone(
+    queue_ms: float,
+    prefill_ms: float,
+    slack_ms: float,
+    ttft_ms: float,
+    step_ms: float,
+    budget_ms: float,
+    ttft_slo_ms: float,
+    tpot_slo_ms: float,
+    /,
+) -> bool:
+    """Whether one GPU is admitted whatever the others: it fits and the request is on
+    time there (so it is on time somewhere, and the rule there is ``fits and on_time``).
+    False says nothing of the GPU: ask the whole rule. The check a decision's own GPU
+    gets first (most requests go where the profile chose, without the arrays)."""
+    return (
+        queue_ms <= budget_ms
+        and prefill_ms <= slack_ms
+        and ttft_ms <= ttft_slo_ms
+        and step_ms < tpot_slo_ms
+    )
+
+
 def on_time_reference(
     ttft_ms: Floats, step_ms: Floats, ttft_slo_ms: float, tpot_slo_ms: float, /
 ) -> list[bool]:
@@ -114,6 +138,7 @@ def decode_context_tokens(input_tokens: int, output_tokens: int) -> float:
 
 
 __all__ = [
+    "admitted_alone",
     "admitted_numpy",
     "admitted_reference",
     "decode_context_tokens",

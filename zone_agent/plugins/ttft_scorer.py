@@ -117,6 +117,18 @@ class TtftScorer(Plugin):
             self._decode,
         )
 
+    def own_cost_at(self, batch: ZoneBatch, position: int, uncached: float, /) -> float:
+        """:meth:`own_costs_ms` at one position, for ``uncached`` tokens there (its
+        ``uncached``; the same float operations, without the arrays)."""
+        index = batch.index
+        return ttft.cost_at(
+            uncached,
+            float(index.ms_per_token[position]),
+            float(index.inv_max_batched[position]),
+            float(index.step_extra_ms[position]),
+            self._decode,
+        )
+
     def scores(self, batch: ZoneBatch, /) -> Floats:
         costs = self.costs_ms(batch)
         best = best_cost(costs, None if batch.all_alive else batch.survivors)

@@ -15,10 +15,12 @@ from tests.unit.zone_agent.helpers import Gpu, batch, make_request, make_view, z
 from zone_agent.accounting import Accounting, Ticket
 from zone_agent.errors import NoCapacity
 from zone_agent.flow import (
+    GO,
     Admission,
     AdmissionMode,
     AdmissionSettings,
     FlowControl,
+    Plan,
     QueueOrder,
     ReleaseReason,
     TpotLedger,
@@ -89,9 +91,18 @@ def flow_over(
     )
 
 
-def test_an_idle_zone_admits_at_once() -> None:
+def test_an_idle_zone_admits_at_once_with_the_decision_to_send() -> None:
     _, view = zone()
-    assert flow_over(view).plan(make_request()) == frozenset()
+    plan = flow_over(view).plan(make_request())
+    assert plan is not None
+    assert plan.exclude == frozenset()
+    # The decision made to judge it is the one sent: the profile's on this view.
+    assert plan.decision is not None
+    again = builtin_profile("default").decide(make_request(), view)
+    assert (plan.decision.gpu_id, plan.decision.predicted_ttft_ms) == (
+        again.gpu_id,
+        again.predicted_ttft_ms,
+    )
 
 
 def test_queues_over_the_budget_everywhere_hold_the_request() -> None:
@@ -100,7 +111,9 @@ def test_queues_over_the_budget_everywhere_hold_the_request() -> None:
     view.accounting.start("a", prefill_tokens=deep)
     view.accounting.start("b", prefill_tokens=deep)
     assert flow_over(view, queue_budget_ms=500.0).plan(make_request()) is None
-    assert flow_over(view, queue_budget_ms=1_000.0).plan(make_request()) == frozenset()
+    plan = flow_over(view, queue_budget_ms=1_000.0).plan(make_request())
+    assert plan is not None
+    assert plan.exclude == frozenset()
 
 
 def test_a_gpu_whose_decoders_would_miss_their_tpot_is_excluded() -> None:
@@ -110,7 +123,8 @@ def test_a_gpu_whose_decoders_would_miss_their_tpot_is_excluded() -> None:
     # on an H100 and more) would break it; "b" has nobody to protect.
     flow.ledger.dispatch("a", prefill_ms=0.0, slack_ms=1.0)
     request = make_request(tokens=1_000)
-    assert flow.plan(request) == frozenset({"a"})
+    # Excluded GPUs: the request is decided again without them (no decision comes along).
+    assert flow.plan(request) == Plan(frozenset({"a"}), None)
     decision = builtin_profile("default").decide(request, view, not_admitted=frozenset({"a"}))
     assert decision.gpu_id == "b"
     first = decision.to_decision().trace.filters[0]
@@ -143,9 +157,9 @@ def test_a_profile_without_a_ttft_prediction_is_refused() -> None:
     with pytest.raises(ConfigError, match="'bare' has none"):
         flow_over(view, profile=bare)
     # Every built-in profile predicts TTFT (a baseline's picker does not read it).
-    assert flow_over(view, profile=builtin_profile("round-robin")).plan(make_request()) == (
-        frozenset()
-    )
+    plan = flow_over(view, profile=builtin_profile("round-robin")).plan(make_request())
+    assert plan is not None
+    assert plan.exclude == frozenset()
 
 
 # ---------------------------------------------------------------------- waiting
@@ -176,7 +190,8 @@ async def test_a_held_request_goes_when_room_appears() -> None:
         assert not task.done()  # nothing changed
         tickets[1].prefill_done()
         flow.poke()
-    assert task.result() == frozenset()
+    # A request that waited is decided afresh when it resumes: no decision comes along.
+    assert task.result() == GO
     assert flow.waiting == 0
 
 
@@ -248,7 +263,7 @@ async def test_a_request_that_waited_the_longest_allowed_goes_anyway() -> None:
         assert not task.done()
         clock.advance_nowait(0.2)
         flow.poke()
-    assert task.result() == frozenset()
+    assert task.result() == GO
     released = registry.get_sample_value(
         "gtm_zone_admission_released_total", {"reason": "max_wait"}
     )
@@ -289,7 +304,7 @@ async def test_a_client_gone_while_waiting_leaves_nothing_behind() -> None:
             ticket.prefill_done()
         flow.poke()
     assert gone.cancelled()
-    assert stays.result() == frozenset()
+    assert stays.result() == GO
     assert flow.waiting == 0
 
 
@@ -308,7 +323,13 @@ def test_the_core_sends_the_expired_first_and_for_room_only_when_asked() -> None
     # Room (an idle zone): the shortest.
     went = core.release(6.0, view, profile)
     assert went is not None
-    assert (went[0].item, went[1], went[2]) == ("new-short", frozenset(), ReleaseReason.ROOM)
+    assert (went[0].item, went[1].exclude, went[2]) == (
+        "new-short",
+        frozenset(),
+        ReleaseReason.ROOM,
+    )
+    # The core's caller sends at once (the simulator): the plan's decision with it.
+    assert went[1].decision is not None
     # Past its longest wait, the long one goes even without room.
     went = core.release(8.5, view, profile, room=False)
     assert went is not None

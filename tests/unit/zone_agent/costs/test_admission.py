@@ -1,5 +1,7 @@
 """The admission rule (zone_agent.costs.admission): the numpy form admits exactly as the
-scalar reference, NaN and infinities included, and the TPOT slack's formula."""
+scalar reference, NaN and infinities included; the one-GPU check never admits where the
+rule would not, and admits wherever the request is on time and admitted; the TPOT
+slack's formula."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from zone_agent.costs.admission import (
+    admitted_alone,
     admitted_numpy,
     admitted_reference,
     decode_context_tokens,
@@ -49,6 +52,43 @@ def test_numpy_forms_admit_as_the_references(
     assert on_time_numpy(ttft, step, ttft_slo, tpot_slo).tolist() == (
         on_time_reference(ttft, step, ttft_slo, tpot_slo)
     )
+
+
+@given(
+    st.integers(min_value=1, max_value=12).flatmap(
+        lambda n: st.tuples(
+            *(st.lists(_VALUE, min_size=n, max_size=n) for _ in range(5)),
+            st.integers(min_value=0, max_value=n - 1),
+        )
+    ),
+    st.floats(min_value=0.0, max_value=1e5, allow_nan=False),
+    st.floats(min_value=0.0, max_value=1e4, allow_nan=False),
+    st.floats(min_value=0.0, max_value=1e3, allow_nan=False),
+)
+def test_the_one_gpu_check_agrees_with_the_whole_rule(
+    columns: tuple[list[float], list[float], list[float], list[float], list[float], int],
+    budget: float,
+    ttft_slo: float,
+    tpot_slo: float,
+) -> None:
+    queue, prefill, slack, ttft, step = (np.array(c, dtype=np.float64) for c in columns[:5])
+    g = columns[5]
+    on_time = on_time_reference(ttft, step, ttft_slo, tpot_slo)
+    rule = admitted_reference(queue, prefill, slack, np.array(on_time), budget)
+    alone = admitted_alone(
+        float(queue[g]),
+        float(prefill[g]),
+        float(slack[g]),
+        float(ttft[g]),
+        float(step[g]),
+        budget,
+        ttft_slo,
+        tpot_slo,
+    )
+    # Never admits where the rule does not; where the request is on time, it is the rule.
+    assert not alone or rule[g]
+    if on_time[g]:
+        assert alone == rule[g]
 
 
 def test_a_gpu_is_admitted_within_its_queue_budget_and_its_decoders_slack() -> None:
