@@ -222,7 +222,7 @@ class _Writer:
         log = self._log
         if not log.isEnabledFor(logging.INFO):
             return
-        if self._direct.write_fields(record.message(), FIELDS, record.values()):
+        if self._direct.write_line(record, FIELDS):
             if self._is_direct is not True:
                 self._switch(True)
             return

@@ -26,7 +26,11 @@ that added it), at once when it reaches :data:`BATCH_LIMIT`, and at once when no
 runs in the thread. So a proxy makes one system call for the lines of many requests,
 not one each, even when it finishes one request per loop iteration; a line waits at
 most the interval (Envoy's file access logs are flushed every second by default,
-``file_flush_interval_msec``). Invariants:
+``file_flush_interval_msec``). A line is formatted when its batch is written, not when
+it is added: the writer keeps its time (``time.time()`` then), its message and its
+values (:meth:`LineWriter.write_line` keeps the access record itself, which makes them
+when read), so a proxy's request ends without the line's formatting, and a batch
+formats its lines one after another. Invariants:
 
 * order: every other line the handler writes (a warning, an error) writes the batch
   first, so lines keep the order they were made in (lines written to stderr past
@@ -68,7 +72,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
 from json.encoder import encode_basestring as _json_string
-from typing import IO, TypeVar
+from typing import IO, Protocol, TypeVar
 
 
 class LogFormat(StrEnum):
@@ -171,16 +175,23 @@ class TextFormatter(logging.Formatter):
         return self.info_fields(name, message, tuple(extra), tuple(extra.values()))
 
     def info_fields(
-        self, name: str, message: str, keys: tuple[str, ...], values: Sequence[object]
+        self,
+        name: str,
+        message: str,
+        keys: tuple[str, ...],
+        values: Sequence[object],
+        created: float | None = None,
     ) -> str:
         """:meth:`info_line` of the fields ``zip(keys, values)`` (distinct keys): what a
         caller writing the same keys line after line (the access line) calls, so each
         key's ``key=`` (or that it is no field) is looked up once per line, by the tuple.
+        ``created``: the line's time (``time.time()``; None: now).
 
         The fields are written by :func:`_fields_text` (in C when built): the access
         line's usual values (str, int, float, None) told apart by exact type in one
         loop, str values written as remembered."""
-        created = time.time()
+        if created is None:
+            created = time.time()
         msecs = int((created - int(created)) * 1000) + 0.0  # as logging.LogRecord
         when = self._asctime(created, msecs)
         head = f"{when} level=INFO logger={name} {message}"
@@ -304,7 +315,12 @@ class JsonFormatter(logging.Formatter):
         return self.info_fields(name, message, tuple(extra), tuple(extra.values()))
 
     def info_fields(
-        self, name: str, message: str, keys: tuple[str, ...], values: Sequence[object]
+        self,
+        name: str,
+        message: str,
+        keys: tuple[str, ...],
+        values: Sequence[object],
+        created: float | None = None,
     ) -> str:
         """As :meth:`TextFormatter.info_fields`, written as the encoder would write its
         document: the time stamped from a per-second cache (:meth:`_stamp`), each key's
@@ -312,7 +328,8 @@ class JsonFormatter(logging.Formatter):
         remembered, an int or float as the encoder writes it, anything else through the
         encoder."""
         parts = [
-            f'{{"ts":"{self._stamp(time.time())}","level":"INFO","logger":'
+            f'{{"ts":"{self._stamp(time.time() if created is None else created)}",'
+            f'"level":"INFO","logger":'
             f'{_json_string(name)},"msg":{_json_string(message)}'
         ]
         prefixes = self._prefixes.get(keys)
@@ -384,6 +401,10 @@ def formatter(log_format: LogFormat) -> logging.Formatter:
 #: buffer is as large).
 BATCH_LIMIT = 64 * 1024
 
+#: What a line not yet formatted counts towards :data:`BATCH_LIMIT` (an access line is
+#: 300-500 characters).
+LATER_CHARS = 512
+
 #: The longest a batched line waits for its write, s (0: the end of its loop
 #: iteration). Short enough that ``tail -f`` shows a request as it ends, long enough
 #: that one ``write(2)`` carries the lines of hundreds of requests at a few thousand a
@@ -412,7 +433,8 @@ class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
 
     def __init__(self, stream: IO[str], flush_interval: float = FLUSH_INTERVAL_S) -> None:
         super().__init__(stream)
-        self._batch: list[str] = []
+        #: Lines (their terminators included), and lines to format when written.
+        self._batch: list[str | _Later] = []
         self._batch_chars = 0
         #: The loop that will write the batch (None: no write scheduled).
         self._flush_loop: asyncio.AbstractEventLoop | None = None
@@ -424,8 +446,16 @@ class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
         :attr:`flush_interval` later on the running loop (or on the loop whose write is
         already scheduled); write at once without either, or when the batch reaches
         :data:`BATCH_LIMIT`. The caller holds the lock."""
+        self._hold(line, len(line))
+
+    def add_later(self, line: _Later) -> None:
+        """:meth:`add` of a line formatted when its batch is written (counted as
+        :data:`LATER_CHARS`). The caller holds the lock."""
+        self._hold(line, LATER_CHARS)
+
+    def _hold(self, line: str | _Later, chars: int) -> None:
         self._batch.append(line)
-        self._batch_chars += len(line)
+        self._batch_chars += chars
         if self._batch_chars >= BATCH_LIMIT:
             self._write_batch(flush=True)
             return
@@ -463,7 +493,7 @@ class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
             return
         self._batch, self._batch_chars = [], 0
         try:
-            self.stream.write("".join(batch))
+            self.stream.write("".join(self._texts(batch)))
             if flush:
                 self.stream.flush()
         except Exception:  # as StreamHandler.emit: logging never raises into the caller
@@ -471,6 +501,32 @@ class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
                 __name__, logging.INFO, __file__, 0, "%d buffered lines", (len(batch),), None
             )
             self.handleError(record)
+
+    def _texts(self, batch: list[str | _Later]) -> list[str]:
+        """The batch's lines, those held unformatted formatted now; one that cannot be
+        goes to :meth:`handleError` (as a record's would) and is left out."""
+        texts: list[str] = []
+        terminator = self.terminator
+        for line in batch:
+            if isinstance(line, str):
+                texts.append(line)
+                continue
+            formatter, name, created, source, keys, values = line
+            message = "a line that could not be formatted"
+            try:
+                if isinstance(source, str):
+                    message = source
+                else:  # a LineSource: its message and values read now
+                    message = source.message()
+                    values = source.values()
+                text = formatter.info_fields(name, message, keys, values, created)
+            except Exception:  # as StreamHandler.emit: logging never raises into the caller
+                # Without extra=: makeRecord raises on a field named as a record's attribute.
+                record = logging.LogRecord(name, logging.INFO, __file__, 0, message, (), None)
+                self.handleError(record)
+                continue
+            texts.append(text + terminator)
+        return texts
 
     def emit(self, record: logging.LogRecord) -> None:
         self.acquire()  # handle() holds it already; a direct call may not
@@ -495,6 +551,28 @@ class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
         finally:
             self.release()
         super().close()
+
+
+class LineSource(Protocol):
+    """A line whose message and field values are read when its batch is written
+    (:meth:`LineWriter.write_line`): an immutable record, such as an access line's."""
+
+    def message(self) -> str: ...
+
+    def values(self) -> Sequence[object]: ...
+
+
+#: A line held unformatted in a batch: the formatter, the logger's name, the line's
+#: time (``time.time()``), its message (or a :class:`LineSource`), its keys and values
+#: (read from the source when it is one).
+_Later = tuple[
+    "TextFormatter | JsonFormatter",
+    str,
+    float,
+    "str | LineSource",
+    tuple[str, ...],
+    Sequence[object],
+]
 
 
 class LineWriter:
@@ -551,24 +629,27 @@ class LineWriter:
 
     def write_fields(self, message: str, keys: tuple[str, ...], values: Sequence[object]) -> bool:
         """:meth:`write` of the fields ``zip(keys, values)`` (distinct keys; a caller
-        writing the same keys every line passes the same tuple)."""
+        writing the same keys every line passes the same tuple). The values are read
+        when the batch is written: pass ones that do not change (a tuple)."""
+        return self._later(message, keys, values)
+
+    def write_line(self, source: LineSource, keys: tuple[str, ...]) -> bool:
+        """:meth:`write_fields` of ``source``'s message and values, read when the batch is
+        written (then, not per request: most of a line's cost is its formatting, and a
+        batch formats its lines one after another, off the request's way)."""
+        return self._later(source, keys, ())
+
+    def _later(
+        self, source: str | LineSource, keys: tuple[str, ...], values: Sequence[object]
+    ) -> bool:
         handler = self.handler()
         if handler is None:
             return False
         # handler() checked the formatter's type (a cast would be a call per line).
         formatter: TextFormatter | JsonFormatter = handler.formatter  # type: ignore[assignment]
         with handler.lock or _UNLOCKED:  # held as Handler.acquire would, without its call
-            try:
-                handler.add(
-                    formatter.info_fields(self._log.name, message, keys, values)
-                    + handler.terminator
-                )
-            except Exception:  # as StreamHandler.emit: logging never raises into the caller
-                # Without extra=: makeRecord raises on a field named as a record's attribute.
-                record = logging.LogRecord(
-                    self._log.name, logging.INFO, __file__, 0, message, (), None
-                )
-                handler.handleError(record)
+            # The line's time is now; its text is made when the batch is written.
+            handler.add_later((formatter, self._log.name, time.time(), source, keys, values))
         return True
 
 

@@ -24,6 +24,7 @@ from gtm import logs, native
 from gtm.logs import (
     _REMEMBERED,
     BATCH_LIMIT,
+    LATER_CHARS,
     JsonFormatter,
     LineWriter,
     LogFormat,
@@ -476,18 +477,67 @@ async def test_a_batch_of_64_kib_is_written_without_waiting_for_the_iteration(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     stream = CountingStream()
-    _, writer = gtm_handler(monkeypatch, LogFormat.TEXT, stream)
+    handler, writer = gtm_handler(monkeypatch, LogFormat.TEXT, stream)
+    assert isinstance(handler, logs._Handler)
+    # Formatted lines count their characters; a line not yet formatted (the writer's),
+    # LATER_CHARS.
+    handler.add("x" * (BATCH_LIMIT - 3 * LATER_CHARS) + "\n")
     fields_ = {"status": 200, "pad": "x" * 1000}
-    for _ in range(2 * BATCH_LIMIT // 1000):
+    added = 0
+    while not stream.writes and added < 10:
         writer.write("GET / 200", fields_)
-        if stream.writes:
-            break
-    text = stream.getvalue()
+        added += 1
+    assert added == 3  # not before
     assert stream.writes == 1
-    assert len(text) >= BATCH_LIMIT
-    assert len(text) - len(text.splitlines(keepends=True)[-1]) < BATCH_LIMIT  # not before
+    assert len(stream.getvalue().splitlines()) == 4
     await iteration_end()
     assert stream.writes == 1  # nothing left for the iteration's end
+
+
+class _Source:
+    """A line source (an access record's shape) that counts its reads."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.reads = 0
+
+    def message(self) -> str:
+        self.reads += 1
+        return f"GET /{self.n} 200"
+
+    def values(self) -> tuple[object, ...]:
+        return (self.n, "ok")
+
+
+@pytest.mark.parametrize("log_format", list(LogFormat))
+async def test_a_line_is_formatted_when_its_batch_is_written_with_the_time_it_was_added(
+    monkeypatch: pytest.MonkeyPatch, log_format: LogFormat
+) -> None:
+    stream = io.StringIO()
+    _, writer = gtm_handler(monkeypatch, log_format, stream)
+    added, written = 1_700_000_000.25, 1_700_000_060.75
+    monkeypatch.setattr("time.time", lambda: added)
+    sources = [_Source(n) for n in range(3)]
+    for source in sources:
+        assert writer.write_line(source, ("status", "end"))
+    assert writer.write_fields("GET /x 200", ("status",), (404,))
+    # Held unformatted: nothing read yet.
+    assert [s.reads for s in sources] == [0, 0, 0]
+    monkeypatch.setattr("time.time", lambda: written)
+    await iteration_end()
+    assert [s.reads for s in sources] == [1, 1, 1]
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 4
+    # Each line as the formatter writes it at the time it was added, not written.
+    formatter = logs.formatter(log_format)
+    assert isinstance(formatter, TextFormatter | JsonFormatter)
+    name = "gtm.access.batch"
+    expected = [
+        formatter.info_fields(name, f"GET /{n} 200", ("status", "end"), (n, "ok"), added)
+        for n in range(3)
+    ] + [formatter.info_fields(name, "GET /x 200", ("status",), (404,), added)]
+    assert lines == expected
+    assert formatter.info_fields(name, "GET /x 200", ("status",), (404,), written) != lines[3]
 
 
 @pytest.mark.parametrize("log_format", list(LogFormat))
@@ -517,7 +567,7 @@ def test_a_line_that_cannot_be_formatted_goes_to_handle_error(
     errors: list[BaseException | None] = []
     monkeypatch.setattr(handler, "handleError", lambda record: errors.append(sys.exc_info()[1]))
 
-    def broken(name: str, message: str, keys: object, values: object) -> str:
+    def broken(name: str, message: str, keys: object, values: object, created: float) -> str:
         raise RuntimeError("cannot format")
 
     monkeypatch.setattr(handler.formatter, "info_fields", broken)
