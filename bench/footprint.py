@@ -50,6 +50,7 @@ from pathlib import Path
 
 from gtm.net import free_port
 from gtm.testing.imports import NOT_IN_A_DAEMON, loaded
+from gtm.testing.processes import tree
 from gtm.topology import load_topology, on_private_block, write_topology
 
 BANNER_END = "Ctrl-C stops everything."
@@ -129,24 +130,6 @@ def _cmdline(pid: int) -> list[str]:
     return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
 
 
-def _ppid(pid: int) -> int:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return -1
-    return int(stat.rsplit(")", 1)[1].split()[1])
-
-
-def descendants(root: int) -> list[int]:
-    """``root`` and every live process below it."""
-    parents = {int(p.name): _ppid(int(p.name)) for p in Path("/proc").iterdir() if p.name.isdigit()}
-    found, frontier = [root], [root]
-    while frontier:
-        frontier = [pid for pid, ppid in parents.items() if ppid in frontier]
-        found += frontier
-    return found
-
-
 def kind_of(argv: list[str]) -> str:
     """The process kind from its command line (``python -m gtmctl [opts] SUBCOMMAND``)."""
     if argv and Path(argv[0]).name.startswith("etcd"):
@@ -172,7 +155,7 @@ def memory(pid: int) -> tuple[int, int, int]:
 
 async def sample(root: int, probe_dir: Path) -> list[Sample]:
     """Memory of every process under ``root``; modules (and heap) of the Python ones."""
-    pids = {pid: kind_of(_cmdline(pid)) for pid in descendants(root)}
+    pids = {pid: kind_of(_cmdline(pid)) for pid in tree(root)}
     python = [pid for pid, kind in pids.items() if kind not in ("etcd", "other")]
     for pid in python:
         (probe_dir / f"{pid}.json").unlink(missing_ok=True)

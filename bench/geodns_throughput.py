@@ -65,6 +65,7 @@ import dns.query
 import yaml
 
 from gtm.net import free_port
+from gtm.testing.processes import tree_cpu_seconds
 
 ZONE = "inference.example."
 SUBNETS = 10_000
@@ -83,25 +84,6 @@ class Result:
     #: CPU seconds the server (its process tree) used per answered query in the
     #: measured run: what a query costs it, whatever else shares the machine.
     cpu_per_query: float
-
-
-def tree_cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process and its descendants (Linux ``/proc``)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    pending = [pid]
-    while pending:
-        current = pending.pop()
-        try:
-            # Fields after the command (which may hold spaces): utime is the 14th
-            # field of the whole line, stime the 15th (proc(5)).
-            fields = Path(f"/proc/{current}/stat").read_text().rpartition(")")[2].split()
-            total += (int(fields[11]) + int(fields[12])) / tick
-            for task in Path(f"/proc/{current}/task").iterdir():
-                pending.extend(int(c) for c in (task / "children").read_text().split())
-        except (OSError, ValueError, IndexError):
-            continue  # exited meanwhile
-    return total
 
 
 def query_file(path: Path, count: int, seed: int = 1) -> Path:

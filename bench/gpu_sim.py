@@ -27,7 +27,6 @@ import argparse
 import asyncio
 import json
 import math
-import os
 import resource
 import sys
 import time
@@ -41,7 +40,7 @@ from gpusim.perfmodel import predict_saturation
 from gtm.gpu_profiles import LLAMA_8B, get_profile
 from gtm.metrics import new_registry
 from gtm.tasks import TaskSupervisor
-from gtm.testing.processes import GtmProcess, StartError, start_listening
+from gtm.testing.processes import GtmProcess, StartError, cpu_seconds, start_listening
 from gtm.tokens import count_chat_tokens, parse_chat_messages
 
 LAG_TARGET_MS = 10.0
@@ -55,11 +54,9 @@ class Worker(GtmProcess):
 
     def cpu_seconds(self) -> float:
         try:
-            with open(f"/proc/{self.proc.pid}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
+            return cpu_seconds(self.proc.pid)
         except OSError:
             return math.nan
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def start_worker(gpu: str, extra: Sequence[str] = ()) -> Worker:

@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gtm.errors import GtmError
 from gtm.net import free_port
-from gtm.testing.processes import descendants
+from gtm.testing.processes import cpu_seconds
 
 #: The optional-dependencies extra (pyproject.toml) that installs both peers.
 EXTRA = "bench-peers"
@@ -135,24 +135,6 @@ def command(
         "--prometheus-host", host, "--prometheus-port", str(prometheus_port),
         *extra_args,
     ]  # fmt: skip
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` (every thread), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    # After the command name: state is field 3, utime 14 and stime 15 (proc(5)).
-    ticks = int(fields[11]) + int(fields[12])
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
-def tree_cpu_seconds(pid: int) -> float:
-    """:func:`cpu_seconds` of ``pid`` and its live descendants (gpu-sim's renderer
-    process, for one), together."""
-    total = 0.0
-    for each in (pid, *descendants(pid)):
-        with contextlib.suppress(OSError):
-            total += cpu_seconds(each)
-    return total
 
 
 @dataclass

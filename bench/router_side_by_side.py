@@ -109,10 +109,8 @@ from bench.peers import (
     POLICIES,
     Peer,
     PeerRouter,
-    cpu_seconds,
     require,
     start_peer,
-    tree_cpu_seconds,
     version,
 )
 from bench.zone_quality import block_text  # one 512-token text per Mooncake block id
@@ -126,7 +124,7 @@ from gtm.metrics import new_registry
 from gtm.net import free_port
 from gtm.stats import percentile, rank
 from gtm.tasks import TaskSupervisor
-from gtm.testing.processes import GtmProcess, start_listening
+from gtm.testing.processes import GtmProcess, cpu_seconds, start_listening, tree_cpu_seconds
 from zone_agent.config import DEFAULT_KV_EVENTS
 
 MODEL = LLAMA_8B

@@ -143,6 +143,7 @@ from gtm.net import free_port
 from gtm.policy_store import ActivePolicy, activate
 from gtm.stats import percentile
 from gtm.tasks import TaskSupervisor
+from gtm.testing.processes import stat_fields, tree
 from gtm.topology import GpuGroup, RegionSpec, Topology, ZoneSpec, on_private_block, resolve
 from gtmctl.load import LoadConfig, PromptMaker
 from gtmctl.up.clients import ClientSampler, bundled_cities
@@ -302,34 +303,14 @@ def _psi_some_us() -> int | None:
     return None
 
 
-def _tree(root: int) -> list[int]:
-    """``root`` and its live descendants (from /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
-    found, stack = [], [root]
-    while stack:
-        pid = stack.pop()
-        found.append(pid)
-        stack.extend(children.get(pid, ()))
-    return found
-
-
 def cpu_mark(root: int) -> CpuMark:
     tick = os.sysconf("SC_CLK_TCK")
     cpu = wait = 0.0
     by_kind: dict[str, float] = {}
-    pids = _tree(root)
+    pids = tree(root)
     for pid in pids:
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            fields = stat_fields(pid)
             sched = Path(f"/proc/{pid}/schedstat").read_text().split()
             kind = _kind(pid)
         except OSError:

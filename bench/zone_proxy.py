@@ -81,8 +81,9 @@ from bench.peers import POLICIES, Peer, PeerMissing, PeerRouter, require, start_
 from gtm.gpu_profiles import LLAMA_8B
 from gtm.net import free_port
 from gtm.stats import percentile
-from gtm.testing.processes import STARTUP_TIMEOUT_S, start_listening
+from gtm.testing.processes import STARTUP_TIMEOUT_S, cpu_seconds, start_listening
 from gtm.testing.processes import GtmProcess as Process
+from gtm.testing.processes import tree as process_tree
 
 #: Issue 26 measures the proxies "with one fast worker". More workers (``--workers``) give
 #: the decision candidates, but on a shared 2-core machine they also reward a router that
@@ -268,28 +269,9 @@ class Target:
     pids: tuple[int, ...] = ()
 
 
-def cpu_seconds(pids: Sequence[int]) -> float:
-    """User + system CPU time of these processes so far (``/proc/PID/stat``)."""
-    total = 0
-    for pid in pids:
-        # Fields after the ")" closing the command name: utime and stime are the 12th
-        # and 13th (proc(5): fields 14 and 15 of the line).
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
-
-
-def with_children(pid: int) -> list[int]:
-    """``pid`` and its child processes (nginx's master and its workers)."""
-    out = [pid]
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if ppid == pid:
-            out.append(int(stat.parent.name))
-    return out
+def cpu_seconds_of(pids: Sequence[int]) -> float:
+    """User + system CPU time of these processes so far (every one must be running)."""
+    return sum(cpu_seconds(pid) for pid in pids)
 
 
 def write_nginx_conf(prefix: Path, workers: Sequence[str], port: int) -> Path:
@@ -390,10 +372,10 @@ async def measure_round(
         for _ in range(slices):
             for target in names:
                 counted = await served()
-                before, before_workers = cpu_seconds(target.pids), cpu_seconds(workers)
+                before, before_workers = cpu_seconds_of(target.pids), cpu_seconds_of(workers)
                 runs[target.name].append(await client.run(target.url, concurrency, SLICE_S))
-                cpu[target.name] += cpu_seconds(target.pids) - before
-                behind[target.name] += cpu_seconds(workers) - before_workers
+                cpu[target.name] += cpu_seconds_of(target.pids) - before
+                behind[target.name] += cpu_seconds_of(workers) - before_workers
                 now = [b - a for a, b in zip(counted, await served(), strict=True)]
                 per_worker[target.name] = [
                     a + b for a, b in zip(per_worker[target.name], now, strict=True)
@@ -502,7 +484,7 @@ async def run(setup: Setup) -> int:
             if nginx is not None:
                 (Path(tmp) / "nginx").mkdir()
                 procs.append(await start_nginx(nginx, urls, Path(tmp) / "nginx"))
-                pids = tuple(with_children(procs[-1].proc.pid))
+                pids = tuple(process_tree(procs[-1].proc.pid))
                 targets.append(Target("nginx", procs[-1].url, pids))
             else:
                 notes.append("nginx not found: not run (smoke mode)")
@@ -519,7 +501,7 @@ async def run(setup: Setup) -> int:
                 slices = 1 if setup.smoke else 4
                 for k in range(setup.repeat):
                     # Read each round: a worker's renderer process may have been replaced.
-                    worker_pids = [pid for w in workers for pid in with_children(w.proc.pid)]
+                    worker_pids = [pid for w in workers for pid in process_tree(w.proc.pid)]
                     rounds.append(
                         await measure_round(
                             client,

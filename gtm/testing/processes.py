@@ -1,11 +1,13 @@
 """Start a ``gtm`` subcommand as a child process and wait until it listens — for
 benchmarks and subprocess tests that run the real commands (``gtm gpu-sim``, ``gtm zone``
-on loopback). One home: tests and benchmarks start, reach and stop children here."""
+on loopback). One home: tests and benchmarks start, reach and stop children here, and
+read what a process tree is and what CPU it used (Linux ``/proc``)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import re
 import signal
 import sys
@@ -108,6 +110,35 @@ async def running(
         yield child
     finally:
         await child.stop(stop_signal)
+
+
+def stat_fields(pid: int) -> list[str]:
+    """``/proc/PID/stat``'s fields after the command name (which may hold spaces and
+    parentheses): proc(5)'s field 3 (state) is ``[0]``, ppid ``[1]``, utime ``[11]``,
+    stime ``[12]``. OSError: the process is gone."""
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (every thread). OSError: the
+    process is gone."""
+    fields = stat_fields(pid)
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree(pid: int) -> list[int]:
+    """``pid`` and its live descendants (:func:`descendants`)."""
+    return [pid, *descendants(pid)]
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """:func:`cpu_seconds` of ``pid`` and its live descendants together (gpu-sim's
+    renderer process, nginx's workers); a process gone in between counts nothing."""
+    total = 0.0
+    for each in tree(pid):
+        with contextlib.suppress(OSError):
+            total += cpu_seconds(each)
+    return total
 
 
 def descendants(pid: int) -> list[int]:

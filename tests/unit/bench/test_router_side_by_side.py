@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench.peers import POLICIES, Peer, command, cpu_seconds, tree_cpu_seconds
+from bench.peers import POLICIES, Peer, command
 from bench.router_side_by_side import (
     POOLS,
     ROUTERS,
@@ -38,7 +38,7 @@ from bench.router_side_by_side import (
 from fleetsim.traces import MOONCAKE_BLOCK_TOKENS, TraceKind, TraceRequest
 from gtm.gpu_profiles import get_profile
 from gtm.stats import percentile
-from gtm.testing.processes import GtmProcess, descendants
+from gtm.testing.processes import GtmProcess, cpu_seconds, descendants, tree, tree_cpu_seconds
 from gtm.tokens import encode_text
 
 
@@ -358,6 +358,7 @@ def test_descendants_finds_a_workers_child_processes() -> None:
         child = int(shell.stdout.readline())
         try:
             assert child in descendants(shell.pid)
+            assert tree(shell.pid) == [shell.pid, *descendants(shell.pid)]
             assert tree_cpu_seconds(shell.pid) >= cpu_seconds(shell.pid)
             assert descendants(child) == []
         finally:
