@@ -323,10 +323,14 @@ class ZoneRelay(RelayLoop[ZoneDecision]):
         waited = time.perf_counter()
         plan = await flow.admit(self._facts)
         self._not_admitted = plan.exclude
-        if not self._path.accounting.holds:  # (expiring holds changes the picture)
+        if plan.decision is None:
+            # Held (or to be decided afresh): the overhead metric is the agent's own
+            # time, not the time held.
+            self._held_s = time.perf_counter() - waited
+        elif not self._path.accounting.holds:  # (expiring holds changes the picture)
+            # Sent at once with the plan's decision: the time in flow control was the
+            # decision's (and the admission check's), the agent's own.
             self._planned = plan.decision
-        # The overhead metric is the agent's own time, not the time held.
-        self._held_s = time.perf_counter() - waited
         await super().run()
 
     def next_target(self, tried: frozenset[str]) -> ZoneDecision | None:
