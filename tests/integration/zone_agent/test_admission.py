@@ -123,3 +123,25 @@ async def test_a_profile_without_a_ttft_prediction_is_refused_while_flow_control
     assert first is not None
     assert first <= end
     await zone.no_leaks()
+
+
+@pytest.mark.parametrize("admission", [True, False], ids=["slo", "off"])
+async def test_a_request_sent_at_once_is_decided_once(
+    make_zone: ZoneFactory, admission: bool
+) -> None:
+    # Flow control judges a request by deciding it; one that goes at once is sent with
+    # that decision, not decided again (counted by the runner, one per decision).
+    zone = await make_zone(
+        ["H100", "H100"],
+        admission=AdmissionSettings(mode=AdmissionMode.SLO) if admission else AdmissionSettings(),
+    )
+    decisions = {"tier": "zone", "profile": DEFAULT_PROFILE}
+    before = sample(zone, "gtm_routing_decision_duration_seconds_count", decisions)
+    for n in range(5):
+        first, end = await stream(zone.http, zone.url, f"hello {n}", 2)
+        assert first is not None
+        assert first <= end
+    decided = sample(zone, "gtm_routing_decision_duration_seconds_count", decisions) - before
+    assert decided == 5
+    assert sample(zone, "gtm_zone_admission_wait_seconds_count") == 0.0  # nobody waited
+    await zone.no_leaks()
