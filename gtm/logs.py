@@ -433,29 +433,22 @@ class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
 
     def __init__(self, stream: IO[str], flush_interval: float = FLUSH_INTERVAL_S) -> None:
         super().__init__(stream)
-        #: Lines (their terminators included), and lines to format when written.
-        self._batch: list[str | _Later] = []
+        #: The lines to format and write.
+        self._batch: list[_Later] = []
         self._batch_chars = 0
         #: The loop that will write the batch (None: no write scheduled).
         self._flush_loop: asyncio.AbstractEventLoop | None = None
         #: How long a line may wait for its write, s (0: the end of its iteration).
         self.flush_interval = flush_interval
 
-    def add(self, line: str) -> None:
-        """Hold ``line`` (its terminator included) for one write at most
+    def add(self, line: _Later) -> None:
+        """Hold ``line`` (formatted when its batch is written) for one write at most
         :attr:`flush_interval` later on the running loop (or on the loop whose write is
         already scheduled); write at once without either, or when the batch reaches
-        :data:`BATCH_LIMIT`. The caller holds the lock."""
-        self._hold(line, len(line))
-
-    def add_later(self, line: _Later) -> None:
-        """:meth:`add` of a line formatted when its batch is written (counted as
-        :data:`LATER_CHARS`). The caller holds the lock."""
-        self._hold(line, LATER_CHARS)
-
-    def _hold(self, line: str | _Later, chars: int) -> None:
+        :data:`BATCH_LIMIT` (a line counted as :data:`LATER_CHARS`). The caller holds
+        the lock."""
         self._batch.append(line)
-        self._batch_chars += chars
+        self._batch_chars += LATER_CHARS
         if self._batch_chars >= BATCH_LIMIT:
             self._write_batch(flush=True)
             return
@@ -502,15 +495,12 @@ class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
             )
             self.handleError(record)
 
-    def _texts(self, batch: list[str | _Later]) -> list[str]:
-        """The batch's lines, those held unformatted formatted now; one that cannot be
-        goes to :meth:`handleError` (as a record's would) and is left out."""
+    def _texts(self, batch: list[_Later]) -> list[str]:
+        """The batch's lines, formatted now (their terminators included); one that
+        cannot be goes to :meth:`handleError` (as a record's would) and is left out."""
         texts: list[str] = []
         terminator = self.terminator
         for line in batch:
-            if isinstance(line, str):
-                texts.append(line)
-                continue
             formatter, name, created, source, keys, values = line
             message = "a line that could not be formatted"
             try:
@@ -649,7 +639,7 @@ class LineWriter:
         formatter: TextFormatter | JsonFormatter = handler.formatter  # type: ignore[assignment]
         with handler.lock or _UNLOCKED:  # held as Handler.acquire would, without its call
             # The line's time is now; its text is made when the batch is written.
-            handler.add_later((formatter, self._log.name, time.time(), source, keys, values))
+            handler.add((formatter, self._log.name, time.time(), source, keys, values))
         return True
 
 

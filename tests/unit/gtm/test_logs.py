@@ -477,19 +477,17 @@ async def test_a_batch_of_64_kib_is_written_without_waiting_for_the_iteration(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     stream = CountingStream()
-    handler, writer = gtm_handler(monkeypatch, LogFormat.TEXT, stream)
-    assert isinstance(handler, logs._Handler)
-    # Formatted lines count their characters; a line not yet formatted (the writer's),
-    # LATER_CHARS.
-    handler.add("x" * (BATCH_LIMIT - 3 * LATER_CHARS) + "\n")
+    _, writer = gtm_handler(monkeypatch, LogFormat.TEXT, stream)
+    # A line not yet formatted counts LATER_CHARS towards the limit.
+    lines = BATCH_LIMIT // LATER_CHARS
     fields_ = {"status": 200, "pad": "x" * 1000}
     added = 0
-    while not stream.writes and added < 10:
+    while not stream.writes and added < 2 * lines:
         writer.write("GET / 200", fields_)
         added += 1
-    assert added == 3  # not before
+    assert added == lines  # not before
     assert stream.writes == 1
-    assert len(stream.getvalue().splitlines()) == 4
+    assert len(stream.getvalue().splitlines()) == lines
     await iteration_end()
     assert stream.writes == 1  # nothing left for the iteration's end
 
