@@ -122,7 +122,15 @@ async def test_killed_etcd_keeps_last_snapshot_then_converges_after_restart(rig:
     assert rig.watcher.staleness_seconds() >= staleness_before + 2.0
 
     await asyncio.to_thread(rig.server.start)  # same data dir, same port
-    revision = await put_gpu(rig.store, "gpu-2")
+    # Written by a client of its own: the watcher's channel may still be in gRPC's
+    # reconnect backoff (real time, up to a second or more), and a put on it would fail
+    # fast with UNAVAILABLE although etcd is healthy. The watcher's own way back is what
+    # this test is about (converge, below).
+    writer = open_store(rig.server.etcd_url, clock=rig.clock, registry=new_registry(), timeout=5.0)
+    try:
+        revision = await put_gpu(writer, "gpu-2")
+    finally:
+        await writer.aclose()
     assert revision > served.revision, "etcd kept its data across the crash"
     await converge(rig, revision)
     snap = rig.watcher.current
