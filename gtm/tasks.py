@@ -39,6 +39,28 @@ class Backoff:
         return rng.uniform(0.0, ceiling)
 
 
+class Wake:
+    """Asks a loop of :meth:`TaskSupervisor.run_loop` for its next step before its
+    interval is up, but no sooner than ``min_interval_s`` after the last one began
+    (what a step reads is then fresher, at a bounded cost). Each step answers the asks
+    made before it began; ``count`` is called for each step an ask brought forward."""
+
+    def __init__(self, min_interval_s: float, *, count: Callable[[], None] | None = None) -> None:
+        if min_interval_s < 0:
+            raise ValueError("min_interval_s must be at least 0")
+        self.min_interval_s = min_interval_s
+        self._count = count
+        self._asked = asyncio.Event()
+
+    def ask(self) -> None:
+        """The next step, soon (idempotent until it begins)."""
+        self._asked.set()
+
+    @property
+    def asked(self) -> bool:
+        return self._asked.is_set()
+
+
 class TaskSupervisor:
     """Owns a set of named background tasks; :meth:`aclose` cancels and awaits them all."""
 
@@ -99,22 +121,31 @@ class TaskSupervisor:
         *,
         interval: float,
         backoff: Backoff | None = None,
+        wake: Wake | None = None,
     ) -> asyncio.Task[Any]:
-        """Run ``step`` every ``interval`` seconds; on failure retry with ``backoff``.
+        """Run ``step`` every ``interval`` seconds; on failure retry with ``backoff``;
+        sooner when ``wake`` is asked (:class:`Wake`).
 
         A failing step never kills the loop: it is counted in ``gtm_task_failures_total``
         and retried; the log says when the loop starts failing and when it is back
         (:class:`gtm.outage.OutageLog`: not once per attempt);
         ``gtm_loop_last_success_timestamp_seconds`` tells how stale the loop's output is.
         """
-        return self.spawn(name, self._loop(name, step, interval, backoff or Backoff()))
+        return self.spawn(name, self._loop(name, step, interval, backoff or Backoff(), wake))
 
     async def _loop(
-        self, name: str, step: Callable[[], Awaitable[None]], interval: float, backoff: Backoff
+        self,
+        name: str,
+        step: Callable[[], Awaitable[None]],
+        interval: float,
+        backoff: Backoff,
+        wake: Wake | None,
     ) -> None:
         failures = self._failures.labels(self._component, name)
         outage = OutageLog(f"loop {name}", logger=log, clock=self._clock, count=failures.inc)
         while True:
+            if wake is not None:
+                wake._asked.clear()  # this step answers the asks made so far
             try:
                 await step()
             except asyncio.CancelledError:
@@ -125,7 +156,27 @@ class TaskSupervisor:
                 continue
             outage.recovered()
             self._last_success.labels(self._component, name).set(self._clock.wall())
-            await self._clock.sleep(interval)
+            if wake is None or wake.min_interval_s >= interval:
+                await self._clock.sleep(interval)
+            else:
+                await self._nap(interval, wake)
+
+    async def _nap(self, interval: float, wake: Wake) -> None:
+        """The pause between two steps: ``interval``, or ``wake.min_interval_s`` when the
+        wake is asked by then (or as soon after as it is asked)."""
+        await self._clock.sleep(wake.min_interval_s)
+        if not wake.asked:
+            loop = asyncio.get_running_loop()
+            rest = loop.create_task(self._clock.sleep(interval - wake.min_interval_s))
+            asked = loop.create_task(wake._asked.wait())
+            try:
+                await asyncio.wait((rest, asked), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                rest.cancel()
+                asked.cancel()
+                await asyncio.gather(rest, asked, return_exceptions=True)
+        if wake.asked and wake._count is not None:
+            wake._count()
 
     async def aclose(self) -> None:
         """Cancel every task and wait for them to finish."""

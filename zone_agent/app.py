@@ -8,7 +8,9 @@
   :class:`~gtm.state.snapshot.SnapshotWatcher`; operator drains of the GPU, the zone or
   the region take GPUs out;
 * **scrape** every ``scrape_interval_s``: every worker's ``/metrics`` at once, each with
-  a timeout; a scrape also counts as a health check; then the view is rebuilt;
+  a timeout; a scrape also counts as a health check; then the view is rebuilt; sooner
+  (``admission.rescrape_s`` after the last) when flow control holds requests on other
+  clients' queued work that scrape saw;
 * **active checks** every ``health.check_interval_s``: ``GET /health``;
 * **zone summary** every ``summary_interval_s`` under a lease (with a store).
 
@@ -51,7 +53,7 @@ from gtm.state import keys
 from gtm.state.publisher import LeasedPublisher
 from gtm.state.snapshot import SnapshotWatcher
 from gtm.state.store import StateStore
-from gtm.tasks import TaskSupervisor
+from gtm.tasks import TaskSupervisor, Wake
 from gtm.tls import TlsMaterial, client_session_options, connector_ssl
 from gtm.tracing import OFF, Tracing
 from zone_agent.accounting import Accounting, SlotLoad
@@ -147,13 +149,19 @@ class ZoneAgent:
         #: The zone's flow control (--admission slo; zone_agent.flow). ConfigError here
         #: when the profile predicts no TTFT.
         self.flow: FlowControl | None = None
+        #: Brings the next scrape round forward (flow control asks; zone_agent.flow).
+        self._scrape_wake: Wake | None = None
         if flow_on:
+            self._scrape_wake = Wake(
+                config.admission.rescrape_s, count=self.metrics.scrapes_early.inc
+            )
             self.flow = FlowControl(
                 config.admission,
                 view=functools.partial(operator.attrgetter("_view"), self),
                 profile=functools.partial(operator.attrgetter("_profile"), self),
                 clock=self._clock,
                 registry=registry,
+                rescrape=self._scrape_wake.ask,
             )
         #: The workers' KV events (--kv-events): what each GPU evicted, read by the prefix
         #: indexes in place of the agent's guess (zone_agent.kv_events).
@@ -257,7 +265,9 @@ class ZoneAgent:
         if self.worker_keys.enabled:
             self._supervisor.run_loop("worker-keys", self._reload_keys, interval=RELOAD_INTERVAL_S)
         await asyncio.gather(self.check_round(), self.scrape_round())
-        self._supervisor.run_loop("scrape", self.scrape_round, interval=cfg.scrape_interval_s)
+        self._supervisor.run_loop(
+            "scrape", self.scrape_round, interval=cfg.scrape_interval_s, wake=self._scrape_wake
+        )
         self._supervisor.run_loop(
             "health-checks", self.check_round, interval=cfg.health.check_interval_s
         )

@@ -140,6 +140,15 @@ from zone_agent.profiles import BUILTIN_PROFILES, DEFAULT_PROFILE
     help="With --admission slo: which waiting request goes first.",
 )
 @click.option(
+    "--admission-rescrape",
+    type=click.FloatRange(min=0.0, min_open=True),
+    default=AdmissionSettings().rescrape_s,
+    show_default=True,
+    help="With --admission slo: while requests are held on other clients' queued work "
+    "seen in the last scrape, scrape again after this long, s (not at the next "
+    "--scrape-interval): that work may be done.",
+)
+@click.option(
     "--scrape-interval",
     type=click.FloatRange(min=0.0, min_open=True),
     default=0.25,
@@ -258,6 +267,7 @@ def zone(
     admission_max_wait: float = AdmissionSettings().max_wait_s,
     admission_max_waiting: int = AdmissionSettings().max_waiting,
     admission_order: str = AdmissionSettings().order.value,
+    admission_rescrape: float = AdmissionSettings().rescrape_s,
     trace_exporter: str = "none",
     trace_file: str | None = None,
     **tls_options: object,
@@ -290,6 +300,7 @@ def zone(
                 max_wait_s=admission_max_wait,
                 max_waiting=admission_max_waiting,
                 order=QueueOrder(admission_order),
+                rescrape_s=admission_rescrape,
             ),
         )
         operator_catalog(config.gpu_profiles)  # a bad profile file stops us here, by name

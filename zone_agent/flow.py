@@ -101,6 +101,11 @@ class AdmissionSettings(Frozen):
     #: Most requests waiting at once; more are 503s with Retry-After.
     max_waiting: int = Field(default=4096, ge=1)
     order: QueueOrder = QueueOrder.SHORTEST_FIRST
+    #: While requests are held and the picture holds other clients' queued work (from
+    #: the last scrape), the workers are scraped again this soon (s): that work may be
+    #: done already, and waiting for the next regular scrape would hold requests for
+    #: nothing (another agent or router in front of the same GPUs).
+    rescrape_s: float = Field(default=0.05, gt=0.0)
 
 
 class Guard:
@@ -456,9 +461,13 @@ class FlowControl:
         profile: Callable[[], ZoneProfile],
         clock: Clock,
         registry: CollectorRegistry,
+        rescrape: Callable[[], None] | None = None,
     ) -> None:
         check_profile(profile())
         self.settings = settings
+        #: Asks for a scrape soon (``settings.rescrape_s``): held requests wait on other
+        #: clients' work seen in the last one (see :func:`others_queued`).
+        self._rescrape = rescrape
         self.core: Admission[asyncio.Future[Plan]] = Admission(settings)
         self.ledger = self.core.ledger
         self._view = view
@@ -509,6 +518,7 @@ class FlowControl:
             self.metrics.refused.inc()
             raise
         self._arm(started + self.settings.max_wait_s)
+        self._stale(self._view())
         try:
             return await future
         finally:
@@ -537,6 +547,13 @@ class FlowControl:
         deadline = core.next_deadline()
         if deadline is not None:
             self._arm(deadline)
+            self._stale(view)
+
+    def _stale(self, view: ZoneView) -> None:
+        """Requests are held: when on other clients' work seen in the last scrape, ask
+        for a fresher one (it may be done; the next regular scrape may be far)."""
+        if self._rescrape is not None and others_queued(view):
+            self._rescrape()
 
     def _arm(self, at: float) -> None:
         """Poke no later than monotonic time ``at`` (the oldest waiter's last moment)."""
@@ -552,6 +569,12 @@ class FlowControl:
         self._timer = None
         self._timer_at = math.inf
         self.poke()
+
+
+def others_queued(view: ZoneView) -> bool:
+    """Whether the last scrape saw other clients' requests queued at a GPU of ``view``
+    (the view's ``external_queued``: the engine's waiting requests beyond the agent's)."""
+    return any(bool(index.external_queued.any()) for index in view.by_model.values())
 
 
 def decode_step_ms(profile: GpuProfile, streams: float, request: ZoneRequest) -> float:

@@ -178,6 +178,14 @@ class ZoneMetrics:
             ["gpu"],
             registry=registry,
         )
+        #: Flow control's early scrape rounds (zone_agent.flow: held requests waiting on
+        #: other clients' queued work seen in the last scrape).
+        self.scrapes_early = Counter(
+            "gtm_zone_scrapes_early",
+            "Scrape rounds run before --scrape-interval was up: flow control held requests "
+            "on other clients' queued work seen in the last round (--admission-rescrape).",
+            registry=registry,
+        )
         #: Scrapes the fast reader stepped aside from (zone_agent.exposition): read by
         #: prometheus_client's parser instead, the same figures at the old cost.
         self.scrape_reference_parses = Counter(

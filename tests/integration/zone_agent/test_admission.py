@@ -2,7 +2,8 @@
 agent in front of an emulated H100 at real speed. While a request decodes with little
 TPOT slack left, a long prompt that would break it waits in the agent and goes when the
 decode ends; without flow control it goes at once and stalls the decode. And a request
-over the queue budget waits until the GPU's queue drains."""
+over the queue budget waits until the GPU's queue drains; one held on another client's
+queue goes as soon as a scrape finds that queue gone, not at the next regular scrape."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from gtm.errors import ConfigError
 from gtm.gpu_profiles import LLAMA_8B
 from gtm.routing.registry import load_profile_spec
 from tests.integration.zone_agent.conftest import Zone, ZoneFactory, eventually
-from zone_agent.flow import AdmissionMode, AdmissionSettings
+from zone_agent.flow import AdmissionMode, AdmissionSettings, others_queued
 from zone_agent.profiles import BUILTIN_PROFILES, DEFAULT_PROFILE, build_zone_profile
 
 #: A decode step of the emulated H100 at batch 1 or 2 is about 8 ms: a TPOT bound of
@@ -144,4 +145,42 @@ async def test_a_request_sent_at_once_is_decided_once(
     decided = sample(zone, "gtm_routing_decision_duration_seconds_count", decisions) - before
     assert decided == 5
     assert sample(zone, "gtm_zone_admission_wait_seconds_count") == 0.0  # nobody waited
+    await zone.no_leaks()
+
+
+async def test_a_request_held_on_another_clients_queue_goes_when_a_scrape_finds_it_gone(
+    make_zone: ZoneFactory,
+) -> None:
+    # Another client (a second agent, another router) queues requests at the GPU. The
+    # agent's last scrape saw them; by the time a request comes they are all answered.
+    # It is held on that picture, and flow control asks for a scrape at once: no wait
+    # for the next regular one (a minute away here; the request would have gone only at
+    # its longest wait, released for max_wait, not for room).
+    zone = await make_zone(
+        ["H100"],
+        sim_overrides={"speedup": 1.0},
+        admission=AdmissionSettings(mode=AdmissionMode.SLO, max_wait_s=60.0),
+        scrape_interval_s=60.0,
+    )
+    sim, agent = zone.sims[0], zone.agent
+    async with asyncio.TaskGroup() as group:
+        # 24 prompts of ~1,000 tokens: one pass prefills 8 (8,192 tokens), 16 wait,
+        # ~0.8 s of predicted prefill, over the 500 ms queue budget.
+        for _ in range(24):
+            group.create_task(stream(zone.http, sim.url, "word " * 1_000, 1))
+
+        async def seen() -> bool:
+            await agent.scrape_round()
+            return others_queued(agent.view)
+
+        await eventually(seen)
+    assert others_queued(agent.view)  # every one answered; the picture still has them
+    assert sample(zone, "gtm_zone_scrapes_early_total") == 0.0
+    first, _ = await stream(zone.http, zone.url, "hello", 1)
+    assert first is not None
+    assert sample(zone, "gtm_zone_admission_wait_seconds_count") == 1.0  # it was held
+    assert sample(zone, "gtm_zone_admission_released_total", {"reason": "room"}) == 1.0
+    assert sample(zone, "gtm_zone_admission_released_total", {"reason": "max_wait"}) == 0.0
+    assert sample(zone, "gtm_zone_scrapes_early_total") >= 1.0
+    assert not others_queued(agent.view)
     await zone.no_leaks()

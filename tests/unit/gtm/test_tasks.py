@@ -5,7 +5,7 @@ import pytest
 
 from gtm.clock import FakeClock
 from gtm.metrics import new_registry
-from gtm.tasks import Backoff, TaskSupervisor
+from gtm.tasks import Backoff, TaskSupervisor, Wake
 
 
 def test_backoff_is_bounded_full_jitter() -> None:
@@ -40,6 +40,51 @@ async def test_run_loop_survives_failures_and_exports_last_success() -> None:
     assert registry.get_sample_value("gtm_loop_last_success_timestamp_seconds", labels) == (
         100.0 + calls[-1]
     )
+
+
+async def test_a_woken_loop_steps_after_its_least_interval_and_counts_it() -> None:
+    clock = FakeClock(start=0.0)
+    steps: list[float] = []
+    early: list[float] = []
+    wake = Wake(0.5, count=lambda: early.append(clock.monotonic()))
+
+    async def step() -> None:
+        steps.append(clock.monotonic())
+
+    async def advance(seconds: float) -> None:
+        # (Time moves in the loop's own steps, each settled: a nap's second sleep
+        # starts when its first ends. Binary fractions: exact sums.)
+        await clock.advance(seconds)
+        await clock.settle()
+
+    async with TaskSupervisor(registry=new_registry(), clock=clock) as tasks:
+        tasks.run_loop("scrape", step, interval=8.0, wake=wake)
+        await clock.settle()
+        assert steps == [0.0]
+        await advance(0.5)
+        await advance(7.5)  # not asked: the interval
+        assert steps == [0.0, 8.0]
+        wake.ask()  # asked at once: no sooner than the least interval
+        await advance(0.25)
+        assert steps == [0.0, 8.0]
+        await advance(0.25)
+        assert steps == [0.0, 8.0, 8.5]
+        await advance(0.5)
+        await advance(1.0)
+        wake.ask()  # asked mid-wait: at once
+        wake.ask()  # (asked twice before a step: one step)
+        await clock.settle()
+        assert steps == [0.0, 8.0, 8.5, 10.0]
+        await advance(0.5)
+        await advance(7.5)
+        assert steps == [0.0, 8.0, 8.5, 10.0, 18.0]
+    assert early == [8.5, 10.0]
+    assert clock.pending_sleepers == 0  # the naps left no sleep behind
+
+
+def test_a_wake_needs_a_least_interval_of_zero_or_more() -> None:
+    with pytest.raises(ValueError, match="at least 0"):
+        Wake(-1.0)
 
 
 async def test_spawn_counts_a_crash_and_refuses_duplicate_names() -> None:

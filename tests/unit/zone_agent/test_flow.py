@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -24,6 +25,7 @@ from zone_agent.flow import (
     QueueOrder,
     ReleaseReason,
     TpotLedger,
+    others_queued,
 )
 from zone_agent.plugins.health_filter import HealthFilter
 from zone_agent.plugins.round_robin_picker import RoundRobinPicker
@@ -79,6 +81,7 @@ def flow_over(
     profile: ZoneProfile | None = None,
     clock: FakeClock | None = None,
     registry: CollectorRegistry | None = None,
+    rescrape: Callable[[], None] | None = None,
     **settings: object,
 ) -> FlowControl:
     chosen = profile or builtin_profile("default")
@@ -88,6 +91,7 @@ def flow_over(
         profile=lambda: chosen,
         clock=clock or FakeClock(),
         registry=registry or CollectorRegistry(),
+        rescrape=rescrape,
     )
 
 
@@ -193,6 +197,29 @@ async def test_a_held_request_goes_when_room_appears() -> None:
     # A request that waited is decided afresh when it resumes: no decision comes along.
     assert task.result() == GO
     assert flow.waiting == 0
+
+
+@pytest.mark.parametrize("others", [0.0, 30.0], ids=["own-queue", "others-queue"])
+async def test_a_request_held_on_other_clients_queue_asks_for_a_scrape(others: float) -> None:
+    # The last scrape saw 30 requests waiting at each GPU that are not the agent's
+    # (~30,000 tokens, over the budget): they may be gone by now. Held on the agent's
+    # own queue, there is nothing a scrape would tell.
+    acc = Accounting()
+    view = make_view(
+        [Gpu("a", running=0.0, waiting=others), Gpu("b", running=0.0, waiting=others)], acc
+    )
+    assert others_queued(view) is (others > 0)
+    if not others:
+        hold_everything(view)
+    asked: list[int] = []
+    flow = flow_over(view, rescrape=lambda: asked.append(flow.waiting))
+    async with asyncio.TaskGroup() as group:
+        task = group.create_task(flow.admit(make_request()))
+        await settle()
+        assert not task.done()
+        flow.poke()  # (a data path event: asks again while it holds)
+        assert asked == ([1, 1] if others else [])
+        task.cancel()
 
 
 async def test_the_shortest_waiting_prompt_goes_first() -> None:
