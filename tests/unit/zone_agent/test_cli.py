@@ -45,6 +45,7 @@ def test_help_names_the_http_servers_and_their_variable() -> None:
         (["--tpot-slo-ms", "0"], "--tpot-slo-ms"),
         (["--admission-max-waiting", "0"], "--admission-max-waiting"),
         (["--admission-order", "lifo"], "Invalid value for '--admission-order'"),
+        (["--admission-rescrape", "0"], "--admission-rescrape"),
     ],
 )
 def test_bad_admission_options_are_usage_errors(args: list[str], message: str) -> None:
@@ -75,9 +76,11 @@ def test_admission_options_reach_the_agent_s_config(monkeypatch: pytest.MonkeyPa
     args = ["zone", "--zone", "z", "--region", "r", "--admission", "slo", "--tpot-slo-ms", "50"]
     args += ["--admission-queue-ms", "250", "--admission-max-wait", "3", "--admission-order"]
     args += ["fcfs", "--admission-max-waiting", "10", "--ttft-slo-ms", "1500"]
+    args += ["--admission-rescrape", "0.2"]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     [config] = [c.admission for c in seen]
     assert config.mode is AdmissionMode.SLO
     assert (config.tpot_slo_ms, config.queue_budget_ms, config.max_wait_s) == (50.0, 250.0, 3.0)
     assert (config.order, config.max_waiting, config.ttft_slo_ms) == (QueueOrder.FCFS, 10, 1500.0)
+    assert config.rescrape_s == 0.2
