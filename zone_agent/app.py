@@ -58,13 +58,14 @@ from gtm.tls import TlsMaterial, client_session_options, connector_ssl
 from gtm.tracing import OFF, Tracing
 from zone_agent.accounting import Accounting, SlotLoad
 from zone_agent.api import AssignApi, OpenAiApi, ServiceApi
-from zone_agent.calibration import Calibrator, PrefillCounters, decode_window
+from zone_agent.calibration import Calibrator, PrefillCounters, decode_window, prefill_counters
 from zone_agent.config import ZoneConfig
 from zone_agent.credentials import RELOAD_INTERVAL_S, WorkerKeys
 from zone_agent.flow import AdmissionMode, FlowControl, check_profile
 from zone_agent.health import HealthTracker, probe
 from zone_agent.metrics import ZoneMetrics
 from zone_agent.profiles import profile_source
+from zone_agent.prompt_sizes import PromptSizes
 from zone_agent.proxy import DataPath, ProxySettings
 from zone_agent.request import Ids
 from zone_agent.router import ZoneProfile
@@ -130,6 +131,8 @@ class ZoneAgent:
         self._drained: frozenset[str] = frozenset()
         self._scraped: dict[str, GpuMetrics] = {}
         self._own_at_scrape: dict[str, SlotLoad] = {}
+        #: What another client's waiting request weighs at each worker (measured).
+        self.prompt_sizes = PromptSizes()
         self._view = self._builder.build((), self.accounting, self._clock.monotonic())
         self.metrics = ZoneMetrics(registry, lambda: self._view, self._clock)
         # The routing profile follows the policy files (zone-<profile>), else the built-in.
@@ -349,6 +352,7 @@ class ZoneAgent:
             for gid in gone:
                 self._scraped.pop(gid, None)
                 self._own_at_scrape.pop(gid, None)
+            self.prompt_sizes.forget(workers)
         self._workers = workers
         self._drained = frozenset(drained)
         self.health.sync(workers, self._clock.monotonic())
@@ -369,6 +373,7 @@ class ZoneAgent:
                 slot=self.accounting.slot(gid),
                 metrics=self._scraped.get(gid),
                 own_at_scrape=self._own_at_scrape.get(gid, SlotLoad()),
+                prompt_tokens=self.prompt_sizes.of(gid),
                 health=self.health.status(gid, now, slowdowns.get(gid, 1.0)),
                 drained=gid in self._drained,
             )
@@ -415,6 +420,7 @@ class ZoneAgent:
                 for model, current in result.models.items():
                     name = model or (worker.models or ("",))[0]
                     self.calibrator.observe(worker.id, worker.gpu_type, name, current, now)
+                    self.prompt_sizes.observe(worker.id, model, prefill_counters(current), now)
                 self._scraped[worker.id] = result
                 self._own_at_scrape[worker.id] = self.accounting.at(worker.id)
                 self.health.observe_check(worker.id, True, now)

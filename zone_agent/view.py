@@ -36,6 +36,7 @@ from zone_agent.accounting import Accounting, SlotLoad
 from zone_agent.calibration import Priced, prior_profile
 from zone_agent.health import HealthStatus
 from zone_agent.prefix import BLOCK_BYTES
+from zone_agent.prompt_sizes import tokens_per_request
 from zone_agent.scrape import GpuMetrics, ModelMetrics
 
 Floats = npt.NDArray[np.float64]
@@ -97,6 +98,9 @@ class GpuState:
     own_at_scrape: SlotLoad = field(default_factory=SlotLoad)
     health: HealthStatus = field(default_factory=lambda: HealthStatus(True))
     drained: bool = False
+    #: Prompt tokens the worker computed per request lately, by the scrape's model label
+    #: (:mod:`zone_agent.prompt_sizes`): what another client's waiting request weighs.
+    prompt_tokens: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def id(self) -> str:
@@ -274,7 +278,8 @@ class ZoneView:
 @dataclass(frozen=True, slots=True)
 class ViewSettings:
     stale_after_s: float = 1.0
-    #: Typical prompt tokens of a request, to turn a scraped queue length into tokens.
+    #: Typical prompt tokens of a request, to turn a scraped queue length into tokens
+    #: until the worker's own counters measure it (:mod:`zone_agent.prompt_sizes`).
     mean_prompt_tokens: float = 1024.0
 
 
@@ -338,7 +343,10 @@ def _row(
             usage = metrics.kv_usage
             kv_free = kv_total * (1.0 - usage)
         others = max(0.0, waiting - state.own_at_scrape.prefilling)
-        external = others * settings.mean_prompt_tokens
+        if others:
+            external = others * tokens_per_request(
+                state.prompt_tokens, model, settings.mean_prompt_tokens
+            )
     used_tokens = usage * kv_total * block
     memory_s = profile.weight_read_s + used_tokens * profile.kv_read_s_per_token
     chunk_s = profile.max_num_batched_tokens / raw_rate if raw_rate > 0 else 0.0

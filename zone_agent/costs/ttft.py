@@ -16,7 +16,8 @@ function in the last bits, which the test bounds)::
 
 * ``queued``: uncached prompt tokens waiting there — the agent's own in-flight requests
   not yet at their first byte, plus other clients' waiting requests seen in a fresh
-  scrape (queue length × the typical prompt);
+  scrape (queue length × the prompt tokens the worker computed per request lately,
+  :mod:`zone_agent.prompt_sizes`);
 * ``own``: this request's prompt tokens minus the leading prefix blocks the agent
   recently sent there (they are in that GPU's prefix cache), so cache affinity is a
   cost term, not a mode;

@@ -184,3 +184,19 @@ async def test_a_request_held_on_another_clients_queue_goes_when_a_scrape_finds_
     assert sample(zone, "gtm_zone_scrapes_early_total") >= 1.0
     assert not others_queued(agent.view)
     await zone.no_leaks()
+
+
+async def test_another_clients_waiting_request_weighs_what_the_worker_computed_lately(
+    make_zone: ZoneFactory,
+) -> None:
+    # The worker's own counters say what its requests weigh: another client's ~40-token
+    # prompts count as ~40 tokens each when they wait, not the fixed 1,024 of a guess.
+    zone = await make_zone(["H100"], scrape_interval_s=60.0)
+    sim, agent = zone.sims[0], zone.agent
+    assert agent.view.gpus[0].prompt_tokens == {}  # nothing prefilled yet
+    for n in range(8):  # each its own first block: no prefix-cache hit
+        await stream(zone.http, sim.url, f"{n} " + "word " * 40, 1)
+    await agent.scrape_round()
+    [(label, weight)] = agent.view.gpus[0].prompt_tokens.items()
+    assert label in ("", LLAMA_8B)
+    assert 30.0 <= weight <= 60.0

@@ -50,6 +50,8 @@ class Gpu:
     scraped_age: float = 0.0
     metrics_models: tuple[str, ...] | None = None
     own_at_scrape: SlotLoad = field(default_factory=SlotLoad)
+    #: Measured prompt tokens per request, by model label (zone_agent.prompt_sizes).
+    prompt_tokens: tuple[tuple[str, float], ...] = ()
 
 
 def state(gpu: Gpu, acc: Accounting) -> GpuState:
@@ -81,6 +83,7 @@ def state(gpu: Gpu, acc: Accounting) -> GpuState:
         own_at_scrape=gpu.own_at_scrape,
         health=gpu.health,
         drained=gpu.drained,
+        prompt_tokens=dict(gpu.prompt_tokens),
     )
 
 

@@ -68,6 +68,26 @@ def test_external_queue_excludes_our_own_waiting_requests() -> None:
     assert make_view([gpu]).by_model[LLAMA_8B].external_queued[0] == 0
 
 
+@pytest.mark.parametrize(
+    ("measured", "per_request"),
+    [
+        ((), 1024.0),  # nothing measured yet: the settings' guess
+        (((LLAMA_8B, 15.0),), 15.0),  # the model's own series
+        ((("", 300.0),), 300.0),  # an unlabelled series: the worker's one model
+        (((BGE_LARGE, 9.0), ("", 300.0)), 300.0),  # another model's does not count
+        (((LLAMA_8B, 0.0),), 0.0),  # every prompt came from the prefix cache
+    ],
+)
+def test_other_clients_waiting_requests_weigh_what_the_worker_measured(
+    measured: tuple[tuple[str, float], ...], per_request: float
+) -> None:
+    # Four requests wait at the worker, one of them the agent's: three of others.
+    gpu = Gpu(
+        "a", running=1, waiting=4, own_at_scrape=SlotLoad(prefilling=1), prompt_tokens=measured
+    )
+    assert make_view([gpu]).by_model[LLAMA_8B].external_queued[0] == 3 * per_request
+
+
 def test_health_weight_scales_the_prefill_rate() -> None:
     index = make_view([Gpu("a", health=HealthStatus(True, weight=0.5))]).by_model[LLAMA_8B]
     rate = get_profile("H100", LLAMA_8B).prefill_tokens_per_s
