@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
 import operator
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -152,8 +153,11 @@ class ZoneAgent:
         #: The zone's flow control (--admission slo; zone_agent.flow). ConfigError here
         #: when the profile predicts no TTFT.
         self.flow: FlowControl | None = None
-        #: Brings the next scrape round forward (flow control asks; zone_agent.flow).
+        #: Brings the next scrape forward (flow control asks; zone_agent.flow), of the
+        #: workers in ``_early``; ``_last_round``: when every worker was last scraped.
         self._scrape_wake: Wake | None = None
+        self._early: set[str] = set()
+        self._last_round = -math.inf
         if flow_on:
             self._scrape_wake = Wake(
                 config.admission.rescrape_s, count=self.metrics.scrapes_early.inc
@@ -164,7 +168,7 @@ class ZoneAgent:
                 profile=functools.partial(operator.attrgetter("_profile"), self),
                 clock=self._clock,
                 registry=registry,
-                rescrape=self._scrape_wake.ask,
+                rescrape=self._rescrape,
             )
         #: The workers' KV events (--kv-events): what each GPU evicted, read by the prefix
         #: indexes in place of the agent's guess (zone_agent.kv_events).
@@ -269,7 +273,7 @@ class ZoneAgent:
             self._supervisor.run_loop("worker-keys", self._reload_keys, interval=RELOAD_INTERVAL_S)
         await asyncio.gather(self.check_round(), self.scrape_round())
         self._supervisor.run_loop(
-            "scrape", self.scrape_round, interval=cfg.scrape_interval_s, wake=self._scrape_wake
+            "scrape", self._scrape_step, interval=cfg.scrape_interval_s, wake=self._scrape_wake
         )
         self._supervisor.run_loop(
             "health-checks", self.check_round, interval=cfg.health.check_interval_s
@@ -392,12 +396,35 @@ class ZoneAgent:
 
     async def scrape_round(self) -> None:
         """Scrape every worker once (concurrently), then rebuild the view."""
+        self._early.clear()
+        self._last_round = self._clock.monotonic()
+        await self._scrape(None)
+
+    async def _scrape_step(self) -> None:
+        """The scrape loop's step: every worker when the interval is up; before it (flow
+        control asked), only the workers it asked for (a zone of a thousand GPUs is not
+        scraped whole twenty times a second because one holds others' requests)."""
+        if self._clock.monotonic() >= self._last_round + self.config.scrape_interval_s:
+            await self.scrape_round()
+        elif self._early:
+            asked, self._early = self._early, set()
+            await self._scrape(asked)
+        # (Else a round ran since the last step, as at start: nothing to do yet.)
+
+    def _rescrape(self, gpu_ids: frozenset[str]) -> None:
+        """Flow control holds requests on other clients' work seen at ``gpu_ids``."""
+        self._early |= gpu_ids
+        if self._scrape_wake is not None:
+            self._scrape_wake.ask()
+
+    async def _scrape(self, only: set[str] | None) -> None:
+        """Scrape the workers (``only`` these, when given) concurrently, then rebuild."""
         if self._watcher is not None and self._watcher.current.revision != self._snapshot_revision:
             self._sync_inventory()
         session = self._probes
         if session is None:
             return
-        workers = list(self._workers.values())
+        workers = [w for w in self._workers.values() if only is None or w.id in only]
         results = await asyncio.gather(
             *(
                 scrape(
@@ -429,7 +456,8 @@ class ZoneAgent:
                     log.error("scraping %s failed unexpectedly", worker.id, exc_info=result)
                 self.metrics.scrape_failures.labels(worker.id).inc()
                 self.health.observe_check(worker.id, False, now)
-        self.calibrator.forget(set(self._workers))
+        if only is None:
+            self.calibrator.forget(set(self._workers))
         self.rebuild()
 
     def _reference_parse(self, gpu_id: str, metrics: GpuMetrics) -> None:

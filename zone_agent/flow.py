@@ -461,12 +461,12 @@ class FlowControl:
         profile: Callable[[], ZoneProfile],
         clock: Clock,
         registry: CollectorRegistry,
-        rescrape: Callable[[], None] | None = None,
+        rescrape: Callable[[frozenset[str]], None] | None = None,
     ) -> None:
         check_profile(profile())
         self.settings = settings
-        #: Asks for a scrape soon (``settings.rescrape_s``): held requests wait on other
-        #: clients' work seen in the last one (see :func:`others_queued`).
+        #: Asks for a scrape of these GPUs soon (``settings.rescrape_s``): held requests
+        #: wait on other clients' work seen there in the last one (:func:`others_queued`).
         self._rescrape = rescrape
         self.core: Admission[asyncio.Future[Plan]] = Admission(settings)
         self.ledger = self.core.ledger
@@ -551,9 +551,12 @@ class FlowControl:
 
     def _stale(self, view: ZoneView) -> None:
         """Requests are held: when on other clients' work seen in the last scrape, ask
-        for a fresher one (it may be done; the next regular scrape may be far)."""
-        if self._rescrape is not None and others_queued(view):
-            self._rescrape()
+        for a fresher one of those GPUs (the work may be done; the next regular scrape
+        may be far)."""
+        if self._rescrape is not None:
+            where = others_queued(view)
+            if where:
+                self._rescrape(where)
 
     def _arm(self, at: float) -> None:
         """Poke no later than monotonic time ``at`` (the oldest waiter's last moment)."""
@@ -571,10 +574,14 @@ class FlowControl:
         self.poke()
 
 
-def others_queued(view: ZoneView) -> bool:
-    """Whether the last scrape saw other clients' requests queued at a GPU of ``view``
+def others_queued(view: ZoneView) -> frozenset[str]:
+    """The GPUs of ``view`` at which the last scrape saw other clients' requests queued
     (the view's ``external_queued``: the engine's waiting requests beyond the agent's)."""
-    return any(bool(index.external_queued.any()) for index in view.by_model.values())
+    where: set[str] = set()
+    for index in view.by_model.values():
+        if index.external_queued.any():
+            where.update(index.ids[i] for i in np.flatnonzero(index.external_queued))
+    return frozenset(where)
 
 
 def decode_step_ms(profile: GpuProfile, streams: float, request: ZoneRequest) -> float:

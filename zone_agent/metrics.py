@@ -182,8 +182,8 @@ class ZoneMetrics:
         #: other clients' queued work seen in the last scrape).
         self.scrapes_early = Counter(
             "gtm_zone_scrapes_early",
-            "Scrape rounds run before --scrape-interval was up: flow control held requests "
-            "on other clients' queued work seen in the last round (--admission-rescrape).",
+            "Scrapes run before --scrape-interval was up, of the workers where flow control "
+            "held requests on other clients' queued work (--admission-rescrape).",
             registry=registry,
         )
         #: Scrapes the fast reader stepped aside from (zone_agent.exposition): read by

@@ -171,10 +171,11 @@ async def test_a_request_held_on_another_clients_queue_goes_when_a_scrape_finds_
 
         async def seen() -> bool:
             await agent.scrape_round()
-            return others_queued(agent.view)
+            return bool(others_queued(agent.view))
 
         await eventually(seen)
-    assert others_queued(agent.view)  # every one answered; the picture still has them
+    # Every one answered; the picture still has them.
+    assert others_queued(agent.view) == {"gpu-0"}
     assert sample(zone, "gtm_zone_scrapes_early_total") == 0.0
     first, _ = await stream(zone.http, zone.url, "hello", 1)
     assert first is not None
@@ -200,3 +201,31 @@ async def test_another_clients_waiting_request_weighs_what_the_worker_computed_l
     [(label, weight)] = agent.view.gpus[0].prompt_tokens.items()
     assert label in ("", LLAMA_8B)
     assert 30.0 <= weight <= 60.0
+
+
+async def test_an_early_scrape_reads_only_the_gpus_flow_control_asked_for(
+    make_zone: ZoneFactory,
+) -> None:
+    # Flow control asks for a fresher look at the GPUs where it saw others' work; the
+    # early scrape reads those, not the whole zone (which may be a thousand GPUs).
+    zone = await make_zone(
+        ["H100", "H100"],
+        admission=AdmissionSettings(mode=AdmissionMode.SLO, rescrape_s=0.05),
+        scrape_interval_s=60.0,
+    )
+    agent = zone.agent
+
+    def scraped_at() -> dict[str, float]:
+        return {g.id: g.metrics.scraped_at for g in agent.view.gpus if g.metrics is not None}
+
+    before = scraped_at()
+    assert set(before) == {"gpu-0", "gpu-1"}
+    assert agent.flow is not None
+    agent.flow._rescrape(frozenset({"gpu-1"}))  # type: ignore[misc]  # what _stale calls
+
+    async def rescraped() -> bool:
+        return scraped_at()["gpu-1"] > before["gpu-1"]
+
+    await eventually(rescraped)
+    assert scraped_at()["gpu-0"] == before["gpu-0"]
+    assert sample(zone, "gtm_zone_scrapes_early_total") == 1.0

@@ -81,7 +81,7 @@ def flow_over(
     profile: ZoneProfile | None = None,
     clock: FakeClock | None = None,
     registry: CollectorRegistry | None = None,
-    rescrape: Callable[[], None] | None = None,
+    rescrape: Callable[[frozenset[str]], None] | None = None,
     **settings: object,
 ) -> FlowControl:
     chosen = profile or builtin_profile("default")
@@ -208,17 +208,17 @@ async def test_a_request_held_on_other_clients_queue_asks_for_a_scrape(others: f
     view = make_view(
         [Gpu("a", running=0.0, waiting=others), Gpu("b", running=0.0, waiting=others)], acc
     )
-    assert others_queued(view) is (others > 0)
+    assert others_queued(view) == (frozenset({"a", "b"}) if others else frozenset())
     if not others:
         hold_everything(view)
-    asked: list[int] = []
-    flow = flow_over(view, rescrape=lambda: asked.append(flow.waiting))
+    asked: list[frozenset[str]] = []
+    flow = flow_over(view, rescrape=asked.append)
     async with asyncio.TaskGroup() as group:
         task = group.create_task(flow.admit(make_request()))
         await settle()
         assert not task.done()
         flow.poke()  # (a data path event: asks again while it holds)
-        assert asked == ([1, 1] if others else [])
+        assert asked == ([frozenset({"a", "b"})] * 2 if others else [])
         task.cancel()
 
 
