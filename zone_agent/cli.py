@@ -145,8 +145,8 @@ from zone_agent.profiles import BUILTIN_PROFILES, DEFAULT_PROFILE
     default=AdmissionSettings().rescrape_s,
     show_default=True,
     help="With --admission slo: while requests are held on other clients' queued work "
-    "seen in the last scrape, scrape again after this long, s (not at the next "
-    "--scrape-interval): that work may be done.",
+    "seen in the last scrape, scrape the workers where it was seen again after this "
+    "long, s (not at the next --scrape-interval): that work may be done.",
 )
 @click.option(
     "--scrape-interval",

@@ -102,9 +102,9 @@ class AdmissionSettings(Frozen):
     max_waiting: int = Field(default=4096, ge=1)
     order: QueueOrder = QueueOrder.SHORTEST_FIRST
     #: While requests are held and the picture holds other clients' queued work (from
-    #: the last scrape), the workers are scraped again this soon (s): that work may be
-    #: done already, and waiting for the next regular scrape would hold requests for
-    #: nothing (another agent or router in front of the same GPUs).
+    #: the last scrape), the workers where it was seen are scraped again this soon (s):
+    #: that work may be done already, and waiting for the next regular scrape would hold
+    #: requests for nothing (another agent or router in front of the same GPUs).
     rescrape_s: float = Field(default=0.05, gt=0.0)
 
 
