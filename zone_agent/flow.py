@@ -21,7 +21,9 @@ edges:
   (:func:`zone_agent.costs.admission.admitted_alone`).
 * :class:`FlowControl` — the agent's edge: waiting requests are futures, woken by the
   data path's events (a first byte, a request's end, a dispatch, a new view) and a timer
-  for the oldest one's longest wait.
+  for the oldest one's longest wait. While they wait on other clients' work seen in the
+  last scrape (:func:`others_queued`), it asks for an early scrape of those GPUs
+  (``rescrape_s``): that work may be done, and the next regular scrape far.
 
 A request admitted on only some GPUs goes to the best of them: the first decision
 excludes the others (the trace's ``admission`` step).
