@@ -470,6 +470,8 @@ class FlowControl:
         #: Asks for a scrape of these GPUs soon (``settings.rescrape_s``): held requests
         #: wait on other clients' work seen there in the last one (:func:`others_queued`).
         self._rescrape = rescrape
+        #: The last picture :meth:`_stale` read (one answer per picture, not per poke).
+        self._stale_view: ZoneView | None = None
         self.core: Admission[asyncio.Future[Plan]] = Admission(settings)
         self.ledger = self.core.ledger
         self._view = view
@@ -555,7 +557,10 @@ class FlowControl:
         """Requests are held: when on other clients' work seen in the last scrape, ask
         for a fresher one of those GPUs (the work may be done; the next regular scrape
         may be far)."""
-        if self._rescrape is not None:
+        if self._rescrape is not None and view is not self._stale_view:
+            # Asked once per picture: the ask stands until the scrape, whose picture
+            # replaces this one.
+            self._stale_view = view
             where = others_queued(view)
             if where:
                 self._rescrape(where)

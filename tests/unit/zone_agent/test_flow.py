@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -81,7 +80,6 @@ def flow_over(
     profile: ZoneProfile | None = None,
     clock: FakeClock | None = None,
     registry: CollectorRegistry | None = None,
-    rescrape: Callable[[frozenset[str]], None] | None = None,
     **settings: object,
 ) -> FlowControl:
     chosen = profile or builtin_profile("default")
@@ -91,7 +89,6 @@ def flow_over(
         profile=lambda: chosen,
         clock=clock or FakeClock(),
         registry=registry or CollectorRegistry(),
-        rescrape=rescrape,
     )
 
 
@@ -205,19 +202,34 @@ async def test_a_request_held_on_other_clients_queue_asks_for_a_scrape(others: f
     # (~30,000 tokens, over the budget): they may be gone by now. Held on the agent's
     # own queue, there is nothing a scrape would tell.
     acc = Accounting()
-    view = make_view(
-        [Gpu("a", running=0.0, waiting=others), Gpu("b", running=0.0, waiting=others)], acc
-    )
-    assert others_queued(view) == (frozenset({"a", "b"}) if others else frozenset())
+
+    def scraped() -> ZoneView:
+        return make_view(
+            [Gpu("a", running=0.0, waiting=others), Gpu("b", running=0.0, waiting=others)], acc
+        )
+
+    pictures = [scraped()]
+    assert others_queued(pictures[0]) == (frozenset({"a", "b"}) if others else frozenset())
     if not others:
-        hold_everything(view)
+        hold_everything(pictures[0])
     asked: list[frozenset[str]] = []
-    flow = flow_over(view, rescrape=asked.append)
+    flow = FlowControl(
+        AdmissionSettings(mode=AdmissionMode.SLO),
+        view=lambda: pictures[-1],
+        profile=lambda: builtin_profile("default"),
+        clock=FakeClock(),
+        registry=CollectorRegistry(),
+        rescrape=asked.append,
+    )
     async with asyncio.TaskGroup() as group:
         task = group.create_task(flow.admit(make_request()))
         await settle()
         assert not task.done()
-        flow.poke()  # (a data path event: asks again while it holds)
+        assert asked == ([frozenset({"a", "b"})] if others else [])
+        flow.poke()  # (a data path event on the same picture: asked already)
+        assert asked == ([frozenset({"a", "b"})] if others else [])
+        pictures.append(scraped())  # a new picture, the same others' work: asked again
+        flow.poke()
         assert asked == ([frozenset({"a", "b"})] * 2 if others else [])
         task.cancel()
 
