@@ -22,15 +22,20 @@ No third-party dependency: the standard library's ``logging`` and ``json``.
 way to gtm's handler) does not write each line: it adds it to the handler's batch, and
 the batch is written with one ``write`` at most :data:`FLUSH_INTERVAL_S` after its
 first line (a loop timer; with an interval of 0, at the end of the event-loop iteration
-that added it), at once when it reaches :data:`BATCH_LIMIT`, and at once when no loop
-runs in the thread. So a proxy makes one system call for the lines of many requests,
-not one each, even when it finishes one request per loop iteration; a line waits at
-most the interval (Envoy's file access logs are flushed every second by default,
-``file_flush_interval_msec``). A line is formatted when its batch is written, not when
-it is added: the writer keeps its time (``time.time()`` then), its message and its
-values (:meth:`LineWriter.write_line` keeps the access record itself, which makes them
-when read), so a proxy's request ends without the line's formatting, and a batch
-formats its lines one after another. Invariants:
+that added it), from the next iteration when it reaches :data:`BATCH_LIMIT`, and at
+once when no loop runs in the thread. So a proxy makes one system call for the lines
+of many requests, not one each, even when it finishes one request per loop iteration;
+a line waits at most the interval (Envoy's file access logs are flushed every second by
+default, ``file_flush_interval_msec``), plus its batch's formatting. A line is formatted
+when its batch is written, not when it is added: the writer keeps its time
+(``time.time()`` then), its message and its values (:meth:`LineWriter.write_line` keeps
+the access record itself, which makes them when read), so a proxy's request ends
+without the line's formatting, and a batch formats its lines one after another,
+:data:`SLICE_LINES` per loop iteration: a request that arrives meanwhile waits for one
+slice, not for the batch (a batch of a hundred lines formatted at once held the loop
+for a millisecond, in the tail of every request that arrived then). The text is
+written once every line taken is formatted, or per :data:`BATCH_LIMIT` of it; lines
+more than :data:`MAX_BEHIND` behind their slices are formatted at once. Invariants:
 
 * order: every other line the handler writes (a warning, an error) writes the batch
   first, so lines keep the order they were made in (lines written to stderr past
@@ -405,6 +410,17 @@ BATCH_LIMIT = 64 * 1024
 #: 300-500 characters).
 LATER_CHARS = 512
 
+#: Lines a batch formats per event-loop iteration: a request that arrives while its
+#: batch is formatted waits for one slice, not for the whole batch (~128 lines at the
+#: limit, a millisecond or more of formatting, in the tail of every request that
+#: arrived then).
+SLICE_LINES = 16
+
+#: Lines waiting for their slices beyond which the rest is formatted at once: the
+#: loop's iterations no longer keep up with the lines made, and memory is bounded
+#: before latency.
+MAX_BEHIND = 4096
+
 #: The longest a batched line waits for its write, s (0: the end of its loop
 #: iteration). Short enough that ``tail -f`` shows a request as it ends, long enough
 #: that one ``write(2)`` carries the lines of hundreds of requests at a few thousand a
@@ -438,6 +454,14 @@ class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
         self._batch_chars = 0
         #: The loop that will write the batch (None: no write scheduled).
         self._flush_loop: asyncio.AbstractEventLoop | None = None
+        #: Lines taken from batches and formatted a slice per iteration (those before
+        #: :attr:`_next` are done), their texts, and the loop whose iteration formats
+        #: the next slice (None: none scheduled).
+        self._taken: list[_Later] = []
+        self._next = 0
+        self._ready: list[str] = []
+        self._ready_chars = 0
+        self._slicing: asyncio.AbstractEventLoop | None = None
         #: How long a line may wait for its write, s (0: the end of its iteration).
         self.flush_interval = flush_interval
 
@@ -450,7 +474,9 @@ class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
         self._batch.append(line)
         self._batch_chars += LATER_CHARS
         if self._batch_chars >= BATCH_LIMIT:
-            self._write_batch(flush=True)
+            # Formatted from the next iteration on (not in this request's way), or at
+            # once without a loop.
+            self._take_batch(later=True)
             return
         pending = self._flush_loop
         if pending is not None and pending.is_running():
@@ -473,25 +499,84 @@ class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
             self._flush_loop = loop
 
     def _flush_batch(self) -> None:
-        """The interval is over (or the iteration ended): write the batch."""
+        """The interval is over (or the iteration ended): format the batch, a slice per
+        iteration, and write it."""
         with self.lock or _UNLOCKED:  # held as acquire() would, without its call
             self._flush_loop = None
+            self._take_batch()
+
+    def _take_batch(self, *, later: bool = False) -> None:
+        """Hand the batch to the slices (after the lines taken before it); the first
+        slice runs now (``later``: in the next iteration), unless one is scheduled on a
+        running loop. Without a running loop, everything is written at once. The caller
+        holds the lock."""
+        self._taken += self._batch
+        self._batch, self._batch_chars = [], 0
+        slicing = self._slicing
+        if slicing is not None and slicing.is_running():
+            # Its next slice goes on with these lines (the running loop's, or another
+            # thread's loop, which takes the lock for it).
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop in this thread: nothing would run a slice
             self._write_batch(flush=True)
+            return
+        if later:
+            loop.call_soon(self._next_slice)
+            self._slicing = loop
+        else:
+            self._slice()
+
+    def _next_slice(self) -> None:
+        with self.lock or _UNLOCKED:
+            self._slice()
+
+    def _slice(self) -> None:
+        """Format the next :data:`SLICE_LINES` lines taken (all of them when more than
+        :data:`MAX_BEHIND` wait); write the texts once every line taken is, or once
+        they reach :data:`BATCH_LIMIT`; else leave the rest to the next iteration. The
+        caller holds the lock and runs on a loop."""
+        taken, start = self._taken, self._next
+        behind = len(taken) - start
+        end = len(taken) if behind > MAX_BEHIND else start + SLICE_LINES
+        texts = self._texts(taken[start:end])
+        self._ready += texts
+        self._ready_chars += sum(map(len, texts))
+        if end >= len(taken):
+            self._taken, self._next, self._slicing = [], 0, None
+            self._write_ready(flush=True)
+            return
+        self._next = end
+        if self._ready_chars >= BATCH_LIMIT:
+            self._write_ready(flush=True)
+        loop = asyncio.get_running_loop()
+        loop.call_soon(self._next_slice)
+        self._slicing = loop
 
     def _write_batch(self, *, flush: bool) -> None:
-        """Write the batch in one ``stream.write`` (and flush the stream); an error goes
-        to :meth:`handleError`, as :meth:`emit`'s do, and the batch is dropped."""
-        batch = self._batch
-        if not batch:
+        """Write every line held (the texts formatted, the lines taken and not yet
+        formatted, the batch) in one ``stream.write`` (and flush the stream); an error
+        goes to :meth:`handleError`, as :meth:`emit`'s do, and the lines are dropped."""
+        rest = self._taken[self._next :]
+        rest += self._batch
+        self._taken, self._next, self._batch, self._batch_chars = [], 0, [], 0
+        if rest:
+            self._ready += self._texts(rest)
+        self._write_ready(flush=flush)
+
+    def _write_ready(self, *, flush: bool) -> None:
+        ready = self._ready
+        if not ready:
             return
-        self._batch, self._batch_chars = [], 0
+        self._ready, self._ready_chars = [], 0
         try:
-            self.stream.write("".join(self._texts(batch)))
+            self.stream.write("".join(ready))
             if flush:
                 self.stream.flush()
         except Exception:  # as StreamHandler.emit: logging never raises into the caller
             record = logging.LogRecord(
-                __name__, logging.INFO, __file__, 0, "%d buffered lines", (len(batch),), None
+                __name__, logging.INFO, __file__, 0, "%d buffered lines", (len(ready),), None
             )
             self.handleError(record)
 

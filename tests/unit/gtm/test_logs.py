@@ -25,6 +25,8 @@ from gtm.logs import (
     _REMEMBERED,
     BATCH_LIMIT,
     LATER_CHARS,
+    MAX_BEHIND,
+    SLICE_LINES,
     JsonFormatter,
     LineWriter,
     LogFormat,
@@ -473,23 +475,77 @@ def test_a_batch_left_by_a_closed_loop_is_written_before_the_next_loops_lines(
     assert messages(stream, LogFormat.TEXT) == ["GET /1 200", "GET /2 200"]
 
 
-async def test_a_batch_of_64_kib_is_written_without_waiting_for_the_iteration(
+async def test_a_batch_of_64_kib_goes_to_its_slices_without_waiting_for_the_interval(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     stream = CountingStream()
-    _, writer = gtm_handler(monkeypatch, LogFormat.TEXT, stream)
+    handler, writer = gtm_handler(monkeypatch, LogFormat.TEXT, stream, flush_interval=3600.0)
+    assert isinstance(handler, logs._Handler)
     # A line not yet formatted counts LATER_CHARS towards the limit.
     lines = BATCH_LIMIT // LATER_CHARS
     fields_ = {"status": 200, "pad": "x" * 1000}
-    added = 0
-    while not stream.writes and added < 2 * lines:
+    for _ in range(lines - 1):
         writer.write("GET / 200", fields_)
-        added += 1
-    assert added == lines  # not before
-    assert stream.writes == 1
-    assert len(stream.getvalue().splitlines()) == lines
+    assert handler._slicing is None  # below the limit: the interval's timer only
+    writer.write("GET / 200", fields_)
+    assert stream.writes == 0  # at the limit: not formatted in the adding request's way
+    for _ in range(-(-lines // SLICE_LINES)):
+        await iteration_end()
+    # Every line written, well before the interval (an hour); a write once 64 KiB of
+    # text is ready (the text is over twice that), and one for the rest.
+    text = stream.getvalue()
+    assert len(text.splitlines()) == lines
+    assert 1 < stream.writes <= -(-len(text) // BATCH_LIMIT)
+
+
+@pytest.mark.parametrize("log_format", list(LogFormat))
+async def test_a_batch_is_formatted_a_slice_per_iteration_and_written_once(
+    monkeypatch: pytest.MonkeyPatch, log_format: LogFormat
+) -> None:
+    # A request arriving while a batch is formatted waits for one slice, not the batch.
+    stream = CountingStream()
+    _, writer = gtm_handler(monkeypatch, log_format, stream)
+    events: list[str] = []
+
+    class Told(_Source):
+        def message(self) -> str:
+            events.append("line")
+            return super().message()
+
+    count = 2 * SLICE_LINES + 5
+    for n in range(count):
+        writer.write_line(Told(n), ("status", "end"))
+    loop = asyncio.get_running_loop()
+    ticks = 0
+
+    def tick() -> None:  # another callback chain: one step per iteration
+        nonlocal ticks
+        events.append("tick")
+        ticks += 1
+        if ticks < 5:
+            loop.call_soon(tick)
+
+    loop.call_soon(tick)
+    for _ in range(5):
+        await iteration_end()
+    runs = [len(run) for run in "".join("L" if e == "line" else " " for e in events).split()]
+    assert runs == [SLICE_LINES, SLICE_LINES, 5]
+    assert stream.writes == 1  # one write, once every line is formatted
+    assert messages(stream, log_format) == [f"GET /{n} 200" for n in range(count)]
+
+
+async def test_lines_far_behind_their_slices_are_formatted_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stream = CountingStream()
+    handler, writer = gtm_handler(monkeypatch, LogFormat.TEXT, stream, flush_interval=3600.0)
+    assert isinstance(handler, logs._Handler)
+    count = MAX_BEHIND + 200  # made in one iteration: slices would never catch up
+    for n in range(count):
+        writer.write(f"GET /{n} 200", {"status": 200})
     await iteration_end()
-    assert stream.writes == 1  # nothing left for the iteration's end
+    assert len(stream.getvalue().splitlines()) == count - len(handler._batch)
+    assert len(handler._batch) < BATCH_LIMIT // LATER_CHARS  # the batch the timer waits for
 
 
 class _Source:
