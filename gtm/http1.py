@@ -591,19 +591,11 @@ class _Connection(asyncio.Protocol):
                             error = answer(exc, errors.service, request.method, request.path)
                             client.refuse(error, close=False)
                         errors.count(request.path, client.status)
-            # The whole response, if the handler made one, written at once (inline: no
-            # call per request).
-            made, client._whole = client._whole, None
-            if made is not None:
-                code, reason, headers, body = made
-                headers["Content-Length"] = str(len(body))
-                client.whole_body = body
-                head = client._make_head(code, reason, headers)
-                if self._closed:
-                    raise ConnectionResetError("the client went away")
-                request.transport.write(head + body)  # (the connection's)
-                client.head_sent = client.ended = True
-            elif not client.head_sent:
+            # A whole response was written as it was made (:meth:`_Response.whole`),
+            # unless the client had gone by then.
+            if client.unsent:
+                raise ConnectionResetError("the client went away")
+            if not client.head_sent:
                 raise RuntimeError("the handler made no response")
             status, end = client.status, End.OK
         except asyncio.CancelledError:
@@ -771,8 +763,8 @@ class _Connection(asyncio.Protocol):
 
 
 class _Response(Downstream):
-    """The lean server's :class:`~gtm.relay.Downstream`: a whole response is kept until
-    the handler returns, then written at once; a stream's head leaves with its first
+    """The lean server's :class:`~gtm.relay.Downstream`: a whole response is written as
+    it is made (head and body in one write); a stream's head leaves with its first
     chunk; a body without a length is chunked (HTTP/1.1) or ends the connection (1.0)."""
 
     __slots__ = (
@@ -783,11 +775,11 @@ class _Response(Downstream):
         "_hop",
         "_note",
         "_version",
-        "_whole",
         "close",
         "ended",
         "head_sent",
         "status",
+        "unsent",
         "whole_body",
     )
 
@@ -804,7 +796,8 @@ class _Response(Downstream):
         self._access = access
         self._note = note
         self._hop = hop
-        self._whole: tuple[int, str, CIMultiDict[str], bytes] | None = None
+        #: A whole response was made after the client went away (not written).
+        self.unsent = False
         self._head: bytes | None = None
         self._chunked = False
         self.status = 500
@@ -819,8 +812,20 @@ class _Response(Downstream):
         return self._conn.gone()
 
     def whole(self, status: int, reason: str, headers: CIMultiDict[str], body: bytes) -> None:
+        """The whole response, written at once: the client has it before the handler's
+        bookkeeping after it (the relay's releases and observations) runs."""
+        if self.head_sent:
+            raise RuntimeError("a response was already sent")
         self.status = status
-        self._whole = (status, reason, headers, body)
+        conn = self._conn
+        if conn._closed:
+            self.unsent = True  # the handler's end says the client went away
+            return
+        headers["Content-Length"] = str(len(body))
+        self.whole_body = body
+        head = self._make_head(status, reason, headers)
+        conn.write(head + body)
+        self.head_sent = self.ended = True
 
     def refuse(self, error: ApiError, *, close: bool) -> None:
         """An error in OpenAI's shape as the whole response (``close``: then close)."""

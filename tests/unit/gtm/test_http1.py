@@ -232,6 +232,39 @@ def test_keep_alive_and_pipelined_requests_are_answered_in_order(run: Run) -> No
     run(_keep_alive_and_pipelined_requests_are_answered_in_order())
 
 
+async def _a_whole_response_reaches_the_client_before_its_handler_returns() -> None:
+    """The relay's bookkeeping (releases, observations) runs after its whole response
+    was written: the client does not wait for it. The connection's next request, sent
+    meanwhile, is answered once the handler has ended."""
+    ended = asyncio.Event()
+
+    async def answer_then_work(request: Request, client: Downstream) -> None:
+        client.whole(200, "OK", CIMultiDict({"Content-Type": "application/json"}), b'{"ok": 1}')
+        await served.release.wait()  # the bookkeeping after the answer
+        ended.set()
+
+    async with serving() as served:
+        front = served.server._lean
+        assert front is not None
+        after = "/v1/after"
+        front.routes = {**front.routes, (b"POST", after.encode()): (answer_then_work, "POST", after)}
+        reader, writer = await asyncio.open_connection(served.host, served.port)
+        writer.write(_post(after, b"{}"))
+        assert await _responses(reader, 1) == [(200, b'{"ok": 1}')]
+        assert not ended.is_set()
+        writer.write(_post(ECHO, b'{"n": 2}'))
+        await writer.drain()
+        served.release.set()
+        assert await _responses(reader, 1) == [(200, b'{"n": 2}')]
+        writer.close()
+        assert ended.is_set()
+        assert served.counted == [(after, 200), (ECHO, 200)]
+
+
+def test_a_whole_response_reaches_the_client_before_its_handler_returns(run: Run) -> None:
+    run(_a_whole_response_reaches_the_client_before_its_handler_returns())
+
+
 async def _one_connections_requests_are_each_read_as_if_alone() -> None:
     """One parser reads all of a connection's requests: after a body, none, a refusal
     that keeps the connection, a handler's error, a query, HTTP/1.0 keep-alive, each
