@@ -247,7 +247,10 @@ async def _a_whole_response_reaches_the_client_before_its_handler_returns() -> N
         front = served.server._lean
         assert front is not None
         after = "/v1/after"
-        front.routes = {**front.routes, (b"POST", after.encode()): (answer_then_work, "POST", after)}
+        front.routes = {
+            **front.routes,
+            (b"POST", after.encode()): (answer_then_work, "POST", after),
+        }
         reader, writer = await asyncio.open_connection(served.host, served.port)
         writer.write(_post(after, b"{}"))
         assert await _responses(reader, 1) == [(200, b'{"ok": 1}')]
