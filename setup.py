@@ -43,6 +43,8 @@ C_KERNELS = [
     Extension("gtm._tokens", ["gtm/_tokens.c"], optional=True),
     # A text log line's fields, one call per line (the access log's; gtm/logs.py).
     Extension("gtm._logline", ["gtm/_logline.c"], optional=True),
+    # The lines of a worker's /metrics the zone agent reads (zone_agent/exposition.py).
+    Extension("zone_agent._exposition", ["zone_agent/_exposition.c"], optional=True),
     # The tiers' placement memory, allocated whole (gtm/routing/placement.py says why).
     Extension(
         "gtm.routing._placement",

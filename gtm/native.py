@@ -46,6 +46,7 @@ KERNEL_MODULES: tuple[str, ...] = (
     "gtm.routing._placement",
     "gtm._tokens",
     "gtm._logline",
+    "zone_agent._exposition",
 )
 
 

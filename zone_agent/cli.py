@@ -311,7 +311,12 @@ def zone(
     except GtmError as exc:
         raise click.UsageError(str(exc)) from None
     native.warn_if_not_compiled(
-        "zone_agent.costs._ttft", "zone_agent.costs._blend", "zone_agent._prefix", "gtm._tokens"
+        "zone_agent.costs._ttft",
+        "zone_agent.costs._blend",
+        "zone_agent._prefix",
+        "zone_agent._exposition",
+        "gtm._tokens",
+        "gtm._logline",
     )
     try:
         tracing = open_tracing(

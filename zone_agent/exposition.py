@@ -10,7 +10,10 @@ together on generated expositions, every engine fixture and each emulator flavou
   each kept line matched whole by one compiled expression of the usual shape
   (``name{label="value",...} value [timestamp]``, ``# HELP``/``# TYPE`` lines), labels
   split out only for the samples read whose table needs a label (and for a line of
-  several labels, to find a name given twice).
+  several labels, to find a name given twice). Its line loop runs in C
+  (``zone_agent/_exposition.c``: the same selection, the expressions written out, the
+  same family rules) on an ASCII text, and as Python on any other or without a C
+  compiler; the test pins the two loops together, line for line.
 
 The reader's grammar is a strict subset of what the reference accepts, on which the two
 agree. A kept line outside it — legal but unusual spacing, a quoted name, an exemplar,
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -109,6 +112,9 @@ class SampleReader:
 
     prefixes: tuple[str, ...]
     wanted: Mapping[str, bool]
+    #: Whether the line loop runs compiled when it can (False: its Python form, for the
+    #: benchmark's comparison).
+    compiled: bool = True
     #: The prefixes by their first ``_head`` characters: a name's head finds the few it
     #: may start with (a name shorter than every prefix starts with none).
     _heads: Mapping[str, tuple[str, ...]] = field(init=False)
@@ -124,7 +130,14 @@ class SampleReader:
 
     def read(self, text: str) -> list[Sample] | StepAside:
         """The wanted samples in line order, or where the reader steps aside."""
-        kept = self._kept(text)
+        compiled = _kept(text, self.prefixes) if self.compiled and _kept is not None else None
+        kept: list[_Kept] | StepAside
+        if compiled is None:  # not compiled, or a text outside the compiled form (not ASCII)
+            kept = self._kept(text)
+        elif isinstance(compiled, tuple):
+            kept = StepAside(*compiled)
+        else:
+            kept = compiled
         if isinstance(kept, StepAside):
             return kept
         out: list[Sample] = []
@@ -155,7 +168,8 @@ class SampleReader:
 
     def _kept(self, text: str) -> list[_Kept] | StepAside:
         """Every kept sample line's name (as the reference names it), label block and
-        value, in line order; comments followed for the reference's family rules."""
+        value, in line order; comments followed for the reference's family rules. (The
+        Python form of ``zone_agent/_exposition.c``: the two are pinned together.)"""
         kept: list[_Kept] = []
         sample_match, comment_match = _SAMPLE.fullmatch, _COMMENT.match
         heads, head = self._heads, self._head
@@ -227,6 +241,18 @@ class SampleReader:
 #: the labels (escapes not undone) of a block of several.
 _Kept = tuple[str, str | None, str, str, dict[str, str] | None]
 _INFINITIES = frozenset({math.inf, -math.inf})
+
+
+_Compiled = Callable[[str, tuple[str, ...]], "list[_Kept] | tuple[str, str] | None"]
+_kept: _Compiled | None
+try:  # the compiled form of SampleReader._kept (setup.py builds it when it can)
+    from zone_agent._exposition import kept as _kept
+except ImportError:  # pragma: no cover - an install without a C compiler
+    _kept = None
+
+#: Whether the reader's line loop runs compiled (``gtm --version`` says so too, and the
+#: zone agent warns at start when it does not: :mod:`gtm.native`).
+COMPILED = _kept is not None
 
 
 def _end_counter(kept: list[_Kept], family: str, start: int) -> None:

@@ -16,8 +16,10 @@ from hypothesis import strategies as st
 
 from gpusim.metrics import MetricsFlavor
 from gpusim.samples import busy_exposition
+from gtm import native
 from gtm.gpu_profiles import LLAMA_8B
-from zone_agent import scrape
+from gtm.testing.kernels import expected_state
+from zone_agent import exposition, scrape
 from zone_agent.exposition import Sample, StepAside
 from zone_agent.scrape import Flavor, Parser, ScrapeError, parse_metrics, reference_samples
 
@@ -224,3 +226,85 @@ def test_a_step_aside_is_read_by_the_reference_and_says_why() -> None:
     assert math.isclose(
         parse_metrics(text.replace("  ", " "), scraped_at=0.0).models["m"].running, 3
     )
+
+
+# ---------------------------------------------------------------- the two forms of the loop
+# zone_agent/_exposition.c and SampleReader._kept (Python): the same kept lines, or the
+# same step aside, on every text the C form takes (ASCII); None on the rest.
+
+
+def _both(text: str) -> None:
+    compiled = exposition._kept
+    assert compiled is not None
+    got = compiled(text, scrape._READER.prefixes)
+    python = scrape._READER._kept(text)
+    if not text.isascii():
+        assert got is None
+        return
+    if isinstance(python, StepAside):
+        assert got == (python.line, python.reason)
+    else:
+        assert got == python
+
+
+def test_the_line_loop_is_compiled_where_it_must_be() -> None:
+    expected = expected_state()
+    assert native.kernel("zone_agent._exposition").state is expected
+    assert exposition.COMPILED is (expected is not native.KernelState.PYTHON)
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=[p.stem for p in FIXTURES])
+def test_both_forms_keep_the_same_lines_of_every_engine_fixture(path: Path) -> None:
+    text = path.read_text()
+    _both(text)
+    _both(text.replace("\n", "\r\n"))
+
+
+@pytest.mark.parametrize("flavor", list(MetricsFlavor), ids=[f.value for f in MetricsFlavor])
+def test_both_forms_keep_the_same_lines_of_each_emulator_flavour(flavor: MetricsFlavor) -> None:
+    _both(busy_exposition(flavor, requests=8, finished=4, max_num_seqs=4))
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_EXPOSITIONS, st.data())
+def test_both_forms_keep_the_same_lines_of_generated_and_mutated_texts(
+    text: str, data: st.DataObject
+) -> None:
+    _both(text)
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(0, len(text)))
+        cut = data.draw(st.integers(0, 2))
+        extra = data.draw(st.one_of(_MUTATIONS, st.sampled_from(["\r\n", "\x0c", "\x1d", "\n#"])))
+        text = text[:at] + extra + text[at + cut :]
+        _both(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "\n\n\r\n",
+        "vllm:num_requests_running 1",  # no line break at the end
+        "# TYPE vllm:prefix_cache_hits counter\nvllm:prefix_cache_hits 4\n",
+        "# TYPE vllm:prefix_cache_hits_total counter\nvllm:prefix_cache_hits_total 4\n",
+        '# HELP vllm:num_requests_running x\nvllm:num_requests_running{_="a",b="c"} 2\n',
+        "# TYPE vllm:time_to_first_token_seconds histogram\nvllm:time_to_first_token_seconds 1\n",
+        "# TYPE vllm:time_to_first_token_seconds summary\n"
+        "vllm:time_to_first_token_seconds 1\nvllm:time_to_first_token_seconds_sum 2\n",
+        "#  HELP vllm:num_requests_running x\n",
+        "# HELP  vllm:num_requests_running\n",
+        "# TYPE vllm:num_requests_running gaugehistogram\nvllm:num_requests_running 1\n",
+        "# TYPE vllm:num_requests_running counter \n",
+        "vllm:num_requests_running 1 1234567890123456789\n",
+        "vllm:num_requests_running 1 -123456789012345678\n",
+        "vllm:num_requests_running -Inf\nvllm:num_requests_running .5e-3\n",
+        "vllm:num_requests_running 1e\n",
+        'vllm:num_requests_running{a="\\\\"} 1\n',
+        'vllm:num_requests_running{a="\\"} 1\n',
+        'vllm:num_requests_running{__x="1"} 1\n',
+        "vllm:num_requests_running{} 1\nvllm:num_requests_running{,} 1\n",
+        "vllm:num_requests_running\x0b1\n",
+    ],
+)
+def test_both_forms_agree_on_the_edges_of_the_grammar(text: str) -> None:
+    _both(text)

@@ -1,0 +1,3 @@
+def kept(
+    text: str, prefixes: tuple[str, ...], /
+) -> list[tuple[str, str | None, str, str, dict[str, str] | None]] | tuple[str, str] | None: ...
