@@ -83,6 +83,10 @@ log = logging.getLogger(__name__)
 #: How long start-up waits for the state store's first listing before serving anyway (s).
 STORE_WAIT_S = 5.0
 
+#: Connections a scrape round may hold to one worker: one scrape at a time per worker
+#: (a round's and an early one may meet).
+SCRAPES_PER_WORKER = 2
+
 
 class ZoneAgent:
     """One zone's agent: ``await start()`` then ``await stop()`` (or ``async with``)."""
@@ -196,6 +200,7 @@ class ZoneAgent:
             else None
         )
         self._upstream: UpstreamPool | None = None
+        self._scrapes: UpstreamPool | None = None
         self._probes: aiohttp.ClientSession | None = None
         self._server: HttpServer | None = None
         self._snapshot_revision = -1
@@ -238,13 +243,22 @@ class ZoneAgent:
         client_ssl = self._tls.client_context() if self._tls is not None else None
         refuse_plain = {} if self._plain_workers else client_session_options(client_ssl)
         # The data path's own lean client (zone_agent/upstream.py, behind gtm.relay);
-        # scrapes and health checks keep aiohttp's.
+        # the scrapes have one of their own (below); health checks keep aiohttp's.
         self._upstream = UpstreamPool(
             ssl_context=client_ssl,
             refuse_plain=client_ssl is not None and not self._plain_workers,
             connect_timeout_s=cfg.connect_timeout_s,
             read_timeout_s=cfg.upstream_timeout_s,
             per_worker=cfg.pool_per_worker,
+        )
+        # The scrapes' own pool (a busy data path never holds one back); the health
+        # checks keep aiohttp's client.
+        self._scrapes = UpstreamPool(
+            ssl_context=client_ssl,
+            refuse_plain=client_ssl is not None and not self._plain_workers,
+            connect_timeout_s=cfg.connect_timeout_s,
+            read_timeout_s=cfg.scrape_timeout_s,
+            per_worker=SCRAPES_PER_WORKER,
         )
         self._probes = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(
@@ -320,9 +334,11 @@ class ZoneAgent:
             await self._publisher.withdraw()
         if self._upstream is not None:
             await self._upstream.close()
+        if self._scrapes is not None:
+            await self._scrapes.close()
         if self._probes is not None:
             await self._probes.close()
-        self._upstream = self._probes = None
+        self._upstream = self._scrapes = self._probes = None
 
     async def __aenter__(self) -> ZoneAgent:
         await self.start()
@@ -421,14 +437,14 @@ class ZoneAgent:
         """Scrape the workers (``only`` these, when given) concurrently, then rebuild."""
         if self._watcher is not None and self._watcher.current.revision != self._snapshot_revision:
             self._sync_inventory()
-        session = self._probes
-        if session is None:
+        pool = self._scrapes
+        if pool is None:
             return
         workers = [w for w in self._workers.values() if only is None or w.id in only]
         results = await asyncio.gather(
             *(
                 scrape(
-                    session,
+                    pool,
                     w.url,
                     clock=self._clock,
                     timeout_s=self.config.scrape_timeout_s,

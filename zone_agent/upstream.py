@@ -6,7 +6,8 @@ and redirect handling) runs on every request although the proxy needs none of it
 dominates the agent's CPU per request over a bare protocol (``bench/zone_proxy.py``
 prints that CPU). It
 sits behind :class:`gtm.relay.Upstream`, so the zone keeps the relay every tier uses.
-The proxy needs a small part of HTTP/1.1: one POST with a body, a status
+The proxy needs a small part of HTTP/1.1: one POST with a body (or a GET without one:
+a scrape of ``/metrics``), a status
 line and headers, then a body framed by ``Content-Length``, ``chunked`` or the end of the
 connection, streamed as it arrives, and keep-alive reuse of the connection (RFC 9112 §6
 and §9). That part is here, and nothing else: no redirects, cookies, proxies,
@@ -36,8 +37,8 @@ import asyncio
 import ssl
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
-from typing import cast
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Any, cast
 
 from multidict import CIMultiDict
 from yarl import URL
@@ -106,6 +107,10 @@ class _Target:
             if len(self.heads) < _HEADS_KEPT:
                 self.heads[path] = head
         return head
+
+    def get_head(self, path: str) -> str:
+        """A ``GET`` request's line and Host field (a scrape's: not kept)."""
+        return f"GET {path} HTTP/1.1\r\nHost: {self.host_header}\r\n"
 
 
 class _Slots:
@@ -554,7 +559,8 @@ class UpstreamResponse:
 
 
 class UpstreamPool:
-    """Keep-alive connections to the workers, and ``POST`` over them."""
+    """Keep-alive connections to the workers, and ``POST`` over them (``GET`` for the
+    scrapes, over a pool of their own)."""
 
     def __init__(
         self,
@@ -612,16 +618,52 @@ class UpstreamPool:
             self._targets[base] = target
         return target
 
-    async def post(
+    def post(
         self, base: str, path: str, headers: Iterable[tuple[str, str]], body: bytes
-    ) -> UpstreamResponse:
-        """Send ``POST path`` to the worker at ``base`` and return once its head arrived.
+    ) -> Coroutine[Any, Any, UpstreamResponse]:
+        """Send ``POST path`` to the worker at ``base``; the response once its head arrived.
 
         Raises:
             UpstreamConnectError, UpstreamRefused: no connection could be made.
             UpstreamClosed, UpstreamProtocolError: the worker failed before the head.
             TimeoutError: connect or head later than the timeouts.
         """
+        return self.request(base, path, headers, body, get=False)
+
+    async def get(self, base: str, path: str, *, limit: int) -> tuple[int, bytes]:
+        """``GET path`` from the worker at ``base`` (a scrape): its status and its body,
+        read to its end, or to ``limit`` + 1 bytes (then the connection is closed: the
+        caller refuses a body that long). Raises as :meth:`post`, and ``TimeoutError``
+        when the body stalls for the read timeout."""
+        response = await self.request(base, path, (), b"", get=True)
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            while size <= limit:
+                data = await response.readany()
+                if not data:
+                    break
+                chunks.append(data)
+                size += len(data)
+        except BaseException:
+            response.close()
+            raise
+        if size > limit:
+            response.close()
+        else:
+            response.release()
+        return response.status, b"".join(chunks)
+
+    async def request(
+        self,
+        base: str,
+        path: str,
+        headers: Iterable[tuple[str, str]],
+        body: bytes,
+        *,
+        get: bool,
+    ) -> UpstreamResponse:
+        """:meth:`post`, or a ``GET`` without a body (``get``)."""
         if self._closed:
             raise UpstreamClosed("the upstream pool is closed")
         # (The usual request inlines the lookups, the slot, the idle connection and the
@@ -637,13 +679,16 @@ class UpstreamPool:
         # One string, encoded once and sent with the body in one write. (A plain loop
         # is the cheapest way to drop a field holding CR or LF, which cannot be sent as
         # one header: the server's parser forbids it.)
-        head = target.heads.get(path)
-        lines = [target.head(path) if head is None else head]
+        if get:
+            lines = [target.get_head(path)]
+        else:
+            head = target.heads.get(path)
+            lines = [target.head(path) if head is None else head]
         for name, value in headers:
             if "\r" in value or "\n" in value or "\r" in name or "\n" in name:
                 continue
             lines.append(f"{name}: {value}\r\n")
-        lines.append(f"Content-Length: {len(body)}\r\n\r\n")
+        lines.append("\r\n" if get else f"Content-Length: {len(body)}\r\n\r\n")
         request = "".join(lines).encode("utf-8", "surrogateescape") + body
         slots = target.slots
         if slots.free > 0:

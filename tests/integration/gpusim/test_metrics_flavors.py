@@ -23,6 +23,7 @@ from gtm.gpu_profiles import LLAMA_8B
 from gtm.testing.processes import GtmProcess, running
 from zone_agent.engines import Flavor
 from zone_agent.scrape import GpuMetrics, scrape
+from zone_agent.upstream import UpstreamPool
 
 pytestmark = pytest.mark.integration
 
@@ -89,9 +90,13 @@ async def _compare(flavor: MetricsFlavor, http: aiohttp.ClientSession, url: str)
     scraped: GpuMetrics | None = None
     for _ in range(ATTEMPTS):
         before = await _truth(http, url)
-        scraped = await scrape(
-            http, url, clock=SystemClock(), timeout_s=5.0, default_model=LLAMA_8B
-        )
+        pool = UpstreamPool()
+        try:
+            scraped = await scrape(
+                pool, url, clock=SystemClock(), timeout_s=5.0, default_model=LLAMA_8B
+            )
+        finally:
+            await pool.close()
         after = await _truth(http, url)
         if before == after:
             break

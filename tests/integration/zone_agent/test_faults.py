@@ -19,6 +19,7 @@ from gtm.gpu_profiles import LLAMA_8B, get_profile
 from zone_agent.health import HealthConfig
 from zone_agent.profiles import builtin_profile
 from zone_agent.scrape import scrape
+from zone_agent.upstream import UpstreamPool
 
 from .conftest import FAST_HEALTH, Zone, ZoneFactory, eventually
 
@@ -291,6 +292,10 @@ async def test_prefill_interference_is_not_taken_for_a_slow_gpu(
 async def scrape_itl(zone: Zone, url: str) -> tuple[float, float]:
     """A worker's cumulative inter-token latency (sum, count) for the chat model (an
     engine writes the histogram's series at its first observation: absent is zero)."""
-    metrics = await scrape(zone.http, url, clock=SystemClock(), timeout_s=5.0)
+    pool = UpstreamPool()
+    try:
+        metrics = await scrape(pool, url, clock=SystemClock(), timeout_s=5.0)
+    finally:
+        await pool.close()
     model = metrics.models[LLAMA_8B]
     return model.itl_sum or 0.0, model.itl_count or 0.0

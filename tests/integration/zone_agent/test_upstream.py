@@ -422,3 +422,58 @@ async def test_a_body_larger_than_the_buffer_bound_arrives_whole() -> None:
         assert await read_all(response) == body
         response.release()
     await pool.close()
+
+
+# ---------------------------------------------------------------- GET (the scrapes)
+
+
+async def test_a_get_has_no_body_reads_the_whole_answer_and_keeps_the_connection() -> None:
+    chunked = (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"4\r\n# a \r\n6\r\nmetric\r\n0\r\n\r\n"
+    )
+    async with serve(Scripted(OK, chunked)) as worker:
+        pool = UpstreamPool()
+        try:
+            assert await pool.get(worker.url, "/metrics", limit=1024) == (200, b"{}")
+            assert await pool.get(worker.url, "/metrics", limit=1024) == (200, b"# a metric")
+        finally:
+            await pool.close()
+    assert worker.connections == 1  # kept alive between the two
+    for request in worker.requests:
+        head = request.decode()
+        assert head.startswith("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1:")
+        assert "content-length" not in head.lower()
+        assert head.endswith("\r\n\r\n")  # and nothing after: no body
+
+
+async def test_a_get_answer_past_the_limit_is_cut_and_its_connection_closed() -> None:
+    long = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + b"x" * 100
+    async with serve(Scripted(long, OK)) as worker:
+        pool = UpstreamPool()
+        try:
+            status, body = await pool.get(worker.url, "/metrics", limit=10)
+            assert status == 200
+            assert len(body) > 10  # the caller refuses it for its length
+            assert await pool.get(worker.url, "/metrics", limit=10) == (200, b"{}")
+        finally:
+            await pool.close()
+    assert worker.connections == 2  # the cut one was not reused
+
+
+async def test_a_get_of_a_failing_worker_raises_as_a_post_does() -> None:
+    async def cut(writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial")
+        await writer.drain()
+        writer.close()
+
+    status = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\nbusy"
+    async with serve(Scripted(status, cut)) as worker:
+        pool = UpstreamPool()
+        try:
+            assert await pool.get(worker.url, "/metrics", limit=1024) == (503, b"busy")
+            with pytest.raises(UpstreamClosed):
+                await pool.get(worker.url, "/metrics", limit=1024)
+        finally:
+            await pool.close()
+    assert worker.connections == 1

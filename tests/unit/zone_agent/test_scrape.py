@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import aiohttp
 import pytest
 from prometheus_client import generate_latest
 
@@ -10,6 +9,7 @@ from gtm.clock import FakeClock
 from gtm.gpu_profiles import LLAMA_8B, get_profile
 from gtm.metrics import new_registry
 from zone_agent.scrape import Flavor, ScrapeError, parse_metrics, scrape
+from zone_agent.upstream import UpstreamPool
 
 
 def _exposition(flavor: MetricsFlavor) -> str:
@@ -88,6 +88,9 @@ def test_bad_config_labels_are_ignored() -> None:
 
 
 async def test_unreachable_worker_is_a_scrape_error() -> None:
-    async with aiohttp.ClientSession() as session:
+    pool = UpstreamPool()
+    try:
         with pytest.raises(ScrapeError, match="failed"):
-            await scrape(session, "http://127.0.0.1:9", clock=FakeClock(), timeout_s=1.0)
+            await scrape(pool, "http://127.0.0.1:9", clock=FakeClock(), timeout_s=1.0)
+    finally:
+        await pool.close()
