@@ -410,11 +410,10 @@ BATCH_LIMIT = 64 * 1024
 #: 300-500 characters).
 LATER_CHARS = 512
 
-#: Lines a batch formats per event-loop iteration (~10 µs each in the agent: a slice
-#: of 16 held the loop ~160 µs, measured in place). A request that arrives while its
-#: batch is formatted waits for one slice, not for the whole batch (~128 lines at the
-#: limit, a millisecond or more of formatting, in the tail of every request that
-#: arrived then).
+#: Lines a batch formats per event-loop iteration. A request that arrives while its
+#: batch is formatted waits for one slice, not for the whole batch (up to ~128 lines at
+#: the limit, in the tail of every request that arrived then); the slice's cost in the
+#: zone agent is in CHANGELOG.md.
 SLICE_LINES = 8
 
 #: Lines waiting for their slices beyond which the rest is formatted at once: the
