@@ -300,6 +300,29 @@ end_counter(PyObject *kept, const char *fam, Py_ssize_t fn, Py_ssize_t start)
     return 0;
 }
 
+/* The family the loop is in (the module's family, kind and start; `has` 0: none). */
+typedef struct {
+    const char *name;
+    Py_ssize_t n;
+    int has;
+    int kind; /* an index in TYPES; -1: untyped */
+    Py_ssize_t start;
+} Family;
+
+/* The family ends (a counter's samples renamed) and `name` begins, untyped, its samples
+ * from `start` (NULL: no family, a sample on its own). */
+static int
+next_family(PyObject *kept, Family *f, const char *name, Py_ssize_t n, Py_ssize_t start)
+{
+    if (f->kind == T_COUNTER && end_counter(kept, f->name, f->n, f->start) < 0) return -1;
+    f->name = name != NULL ? name : "";
+    f->n = name != NULL ? n : 0;
+    f->has = name != NULL;
+    f->kind = -1;
+    f->start = start;
+    return 0;
+}
+
 static PyObject *
 step_aside(const char *line, Py_ssize_t n, const char *reason)
 {
@@ -394,13 +417,7 @@ kept(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 
     PyObject *result = PyList_New(0);
     if (result == NULL) goto done;
-    /* The family: its name, whether there is one, its type (-1: untyped), the index
-     * of its first sample. */
-    const char *fam = "";
-    Py_ssize_t fn = 0;
-    int has_family = 0;
-    int kind = -1;
-    Py_ssize_t start = 0;
+    Family f = {"", 0, 0, -1, 0};
 
     int slow_split = other_breaks(all, total);
     Py_ssize_t pos = 0;
@@ -447,18 +464,12 @@ kept(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                     goto done;
                 }
             }
-            if (!owned(fam, fn, has_family, kind, line, name_end)) {
-                /* the family ends; the sample is one on its own */
-                if (kind == T_COUNTER && end_counter(result, fam, fn, start) < 0) {
-                    Py_DECREF(several);
-                    Py_DECREF(result);
-                    goto done;
-                }
-                fam = "";
-                fn = 0;
-                has_family = 0;
-                kind = -1;
-                start = PyList_GET_SIZE(result) + 1;
+            if (!owned(f.name, f.n, f.has, f.kind, line, name_end)
+                && next_family(result, &f, NULL, 0, PyList_GET_SIZE(result) + 1) < 0) {
+                /* (the family ended; the sample is one on its own) */
+                Py_DECREF(several);
+                Py_DECREF(result);
+                goto done;
             }
             PyObject *name = PyUnicode_FromStringAndSize(line, name_end);
             PyObject *block;
@@ -515,39 +526,19 @@ kept(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         const char *name = line + c0;
         Py_ssize_t nn = c1 - c0;
         if (!starts_with_any(items, first, links, name, nn)) continue;
-        int same = has_family && nn == fn && memcmp(name, fam, (size_t)fn) == 0;
-        if (verb == 0) { /* HELP */
-            if (!same) {
-                if (kind == T_COUNTER && end_counter(result, fam, fn, start) < 0) {
-                    Py_DECREF(result);
-                    goto done;
-                }
-                fam = name;
-                fn = nn;
-                has_family = 1;
-                kind = -1;
-                start = PyList_GET_SIZE(result);
-            }
-            continue;
-        }
-        if (declared < 0) {
+        int same = f.has && nn == f.n && memcmp(name, f.name, (size_t)f.n) == 0;
+        if (verb == 1 && declared < 0) {
             out = step_aside(line, n, "# TYPE without a type");
             Py_DECREF(result);
             goto done;
         }
-        if (!same) {
-            if (kind == T_COUNTER && end_counter(result, fam, fn, start) < 0) {
-                Py_DECREF(result);
-                goto done;
-            }
-            fam = name;
-            fn = nn;
-            has_family = 1;
-            start = PyList_GET_SIZE(result);
+        if (!same && next_family(result, &f, name, nn, PyList_GET_SIZE(result)) < 0) {
+            Py_DECREF(result);
+            goto done;
         }
-        kind = declared;
+        if (verb == 1) f.kind = declared; /* TYPE; a HELP leaves the kind as it was */
     }
-    if (kind == T_COUNTER && end_counter(result, fam, fn, start) < 0) {
+    if (f.kind == T_COUNTER && end_counter(result, f.name, f.n, f.start) < 0) {
         Py_DECREF(result);
         goto done;
     }
