@@ -91,8 +91,22 @@ async def test_zone_serves_through_a_tls_worker(pki: Pki) -> None:
     async with _zone(pki.config("gpu/g0"), _zone_config(pki)) as url:
         assert url.startswith("https://")
         status, body = await _chat(url, _region_client(pki))
+        exposition = await _metrics(url, _region_client(pki))
     assert status == 200, body
     assert body["choices"][0]["message"]["content"]
+    # The worker's /metrics was read over TLS too (the scrapes' own pool).
+    assert 'gtm_zone_scrape_age_seconds{gpu="g0"}' in exposition
+    assert 'gtm_zone_scrape_failures_total{gpu="g0"}' not in exposition
+
+
+async def _metrics(url: str, context: ssl.SSLContext) -> str:
+    connector = aiohttp.TCPConnector(ssl=connector_ssl(context))
+    async with (
+        aiohttp.ClientSession(connector=connector, **client_session_options(context)) as s,
+        s.get(f"{url}/metrics") as response,
+    ):
+        assert response.status == 200
+        return await response.text()
 
 
 @pytest.mark.parametrize("worker", ["plain", "wrong identity", "other CA"])
