@@ -215,6 +215,13 @@ class ZoneMetrics:
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
+        self.view_build = FastHistogram(
+            "gtm_zone_view_build_seconds",
+            "Time the agent's loop is held rebuilding its view of the zone (after each "
+            "scrape round and each health or inventory change); it grows with the zone.",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
         registry.register(_GpuGauges(view, clock))
 
     def observe_first_byte(self, model: str, seconds: float) -> None:

@@ -29,6 +29,7 @@ from types import MappingProxyType
 from prometheus_client.parser import text_string_to_metric_families
 
 from gtm.clock import Clock
+from gtm.tasks import Turns
 from zone_agent.engines import ENGINES, ConfigInfo, EngineNames, LabelledFamily, Row
 from zone_agent.engines import Flavor as Flavor  # the flavours live with the engines
 from zone_agent.errors import ScrapeError as ScrapeError  # raised here; re-exported
@@ -240,13 +241,17 @@ async def scrape(
     clock: Clock,
     timeout_s: float,
     default_model: str = "",
+    turns: Turns | None = None,
 ) -> GpuMetrics:
     """GET ``{url}/metrics`` and parse it; any failure is a ScrapeError (never hangs).
 
     Over the lean client the data path uses (:class:`~zone_agent.upstream.UpstreamPool`,
     a pool of the scrapes' own, so a busy data path never holds a scrape back): a scrape
     through aiohttp's client cost ~400 µs of the agent's CPU besides its parsing, the
-    larger part of a scrape round at a thousand workers (bench/scrape_parse.py)."""
+    larger part of a scrape round at a thousand workers (bench/scrape_parse.py).
+
+    With ``turns``, the answer waits for a turn before it is parsed: answers that arrive
+    together are then parsed a few per loop iteration (:class:`gtm.tasks.Turns`)."""
     try:
         async with asyncio.timeout(timeout_s):
             status, body = await pool.get(url.rstrip("/"), "/metrics", limit=MAX_METRICS_BYTES)
@@ -254,6 +259,8 @@ async def scrape(
         raise ScrapeError(f"/metrics did not answer within {timeout_s} s") from None
     except (UpstreamError, OSError) as exc:
         raise ScrapeError(f"/metrics failed: {exc!r}") from None
+    if turns is not None:
+        await turns.take()  # the parse (and the caller's work after it) in bounded bursts
     if status != 200:
         raise ScrapeError(f"/metrics answered HTTP {status}")
     if len(body) > MAX_METRICS_BYTES:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TypeVar
@@ -300,6 +300,10 @@ def _loaded(state: GpuState, model: str, now: float, settings: ViewSettings) -> 
 
 
 def _ring(ids: Sequence[str]) -> tuple[npt.NDArray[np.uint64], Ints]:
+    """The consistent-hash ring of ``ids`` (the reference form): each GPU's
+    ``RING_VNODES`` points (the first 8 bytes of md5("id#vnode"), big-endian), sorted,
+    ties by position. The builder makes the same ring with :func:`_ring_of` from points
+    it keeps per GPU; tests pin the two together."""
     points: list[tuple[int, int]] = []
     for position, gpu_id in enumerate(ids):
         for vnode in range(RING_VNODES):
@@ -310,6 +314,35 @@ def _ring(ids: Sequence[str]) -> tuple[npt.NDArray[np.uint64], Ints]:
         np.array([p for p, _ in points], dtype=np.uint64),
         np.array([o for _, o in points], dtype=np.int64),
     )
+
+
+def _vnodes(gpu_id: str) -> npt.NDArray[np.uint64]:
+    """One GPU's points on the ring, in vnode order (as :func:`_ring` hashes them)."""
+    return np.array(
+        [
+            int.from_bytes(
+                hashlib.md5(f"{gpu_id}#{vnode}".encode(), usedforsecurity=False).digest()[:8],
+                "big",
+            )
+            for vnode in range(RING_VNODES)
+        ],
+        dtype=np.uint64,
+    )
+
+
+def _ring_of(
+    vnodes: Sequence[npt.NDArray[np.uint64]],
+) -> tuple[npt.NDArray[np.uint64], Ints]:
+    """:func:`_ring` from each position's :func:`_vnodes`: a stable sort of the points
+    keeps ties in position order, as sorting (point, position) pairs does. Hashing is
+    then once per GPU, not per membership change: at a thousand GPUs the reference form
+    held the loop for ~0.4 s whenever a GPU joined or left (``bench/scrape_round.py``)."""
+    if not vnodes:
+        return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)
+    points = np.concatenate(vnodes)
+    owners = np.repeat(np.arange(len(vnodes), dtype=np.int64), RING_VNODES)
+    order = np.argsort(points, kind="stable")
+    return _frozen(points[order]), _frozen(owners[order])
 
 
 #: Columns of a per-candidate row (see :func:`_row`).
@@ -378,8 +411,53 @@ def _row(
     )
 
 
+#: (model, GPU) entries a sliced build computes per step: about a millisecond of the
+#: loop's time (``bench/scrape_round.py``).
+BUILD_STEP = 64
+#: What hashing a new GPU's points on the ring costs, in entries (~0.15 ms).
+VNODES_COST = 12
+
+
+class _Gathered:
+    """One model's index, gathered a GPU at a time (the slices of a build) in the order
+    of its columns, so that making the index at the end is a few conversions."""
+
+    __slots__ = (
+        "canary",
+        "half_open",
+        "ids",
+        "loaded",
+        "positions",
+        "profiles",
+        "reasons",
+        "rows",
+        "slots",
+        "sources",
+        "versions",
+    )
+
+    def __init__(self) -> None:
+        self.positions: list[int] = []
+        self.ids: list[str] = []
+        self.slots: list[int] = []
+        self.rows: list[tuple[float, ...]] = []
+        self.profiles: list[GpuProfile] = []
+        self.sources: list[ProfileSource] = []
+        self.reasons: list[str | None] = []
+        self.loaded: list[bool] = []
+        self.half_open: list[bool] = []
+        self.canary: list[bool] = []
+        self.versions: list[str | None] = []
+
+
 class ViewBuilder:
-    """Builds views; caches what only changes with membership (hash rings, WRR weights)."""
+    """Builds views; caches what only changes with membership (hash rings, WRR weights).
+
+    :meth:`build` makes a view at once. :meth:`steps` makes the same view a slice at a
+    time: a generator that yields after every ``BUILD_STEP`` (model, GPU) entries and
+    returns the view, so that a caller on an event loop can let other work run between
+    slices (a thousand GPUs take ~12 ms, which would otherwise hold the loop in one go).
+    ``build`` runs the same steps without pausing: one code path."""
 
     def __init__(
         self,
@@ -393,8 +471,22 @@ class ViewBuilder:
         self.settings = settings or ViewSettings()
         self.pricing = pricing or static_pricing()
         self._rings: dict[tuple[str, ...], tuple[npt.NDArray[np.uint64], Ints]] = {}
+        #: Each GPU's points on the ring: hashed once, when it first appears.
+        self._vnodes: dict[str, npt.NDArray[np.uint64]] = {}
 
     def build(self, gpus: Sequence[GpuState], accounting: Accounting, now: float) -> ZoneView:
+        steps = self.steps(gpus, accounting, now)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                view: ZoneView = done.value
+                return view
+
+    def steps(
+        self, gpus: Sequence[GpuState], accounting: Accounting, now: float, step: int = BUILD_STEP
+    ) -> Generator[None, None, ZoneView]:
+        """The view of ``gpus`` at ``now``, built ``step`` (model, GPU) entries at a time."""
         ordered = tuple(sorted(gpus, key=lambda g: g.id))
         served: dict[str, list[int]] = {}
         for position, state in enumerate(ordered):
@@ -403,53 +495,74 @@ class ViewBuilder:
                 models = tuple(m for m in state.metrics.models if m)
             for model in models:
                 served.setdefault(model, []).append(position)
-        by_model = {
-            model: self._index(model, ordered, positions, now)
-            for model, positions in sorted(served.items())
-        }
+        by_model: dict[str, ModelIndex] = {}
+        budget = step
+        for model, positions in sorted(served.items()):
+            gathered = _Gathered()
+            for position in positions:
+                self._gather(gathered, position, ordered[position], model, now)
+                budget -= 1
+                if budget <= 0:
+                    yield
+                    budget = step
+            ids = tuple(gathered.ids)
+            ring = self._rings.get(ids)
+            if ring is None:
+                for gpu_id in ids:
+                    if gpu_id not in self._vnodes:
+                        self._vnodes[gpu_id] = _vnodes(gpu_id)
+                        budget -= VNODES_COST
+                        if budget <= 0:
+                            yield
+                            budget = step
+                ring = self._rings[ids] = _ring_of([self._vnodes[i] for i in ids])
+            by_model[model] = self._index(model, gathered, ring)
         live = {ids for ids in (index.ids for index in by_model.values())}
         self._rings = {ids: ring for ids, ring in self._rings.items() if ids in live}
+        if len(self._vnodes) > len(ordered):
+            self._vnodes = {s.id: self._vnodes[s.id] for s in ordered if s.id in self._vnodes}
         return ZoneView(
             self.zone_id, self.region_id, now, ordered, MappingProxyType(by_model), accounting
         )
 
+    def _gather(
+        self, into: _Gathered, position: int, state: GpuState, model: str, now: float
+    ) -> None:
+        priced = self.pricing(state.id, state.worker.gpu_type, model, now)
+        labels = dict(state.worker.labels)
+        into.positions.append(position)
+        into.ids.append(state.id)
+        into.slots.append(state.slot)
+        into.rows.append(_row(state, model, priced.profile, now, self.settings))
+        into.profiles.append(priced.profile)
+        into.sources.append(priced.source)
+        into.reasons.append(state.unavailable_reason())
+        into.loaded.append(_loaded(state, model, now, self.settings))
+        into.half_open.append(state.health.half_open)
+        into.canary.append(labels.get(CANARY_LABEL, "").lower() in ("1", "true", "yes"))
+        into.versions.append(labels.get(VERSION_LABEL))
+
     def _index(
-        self, model: str, gpus: Sequence[GpuState], positions: list[int], now: float
+        self, model: str, parts: _Gathered, ring: tuple[npt.NDArray[np.uint64], Ints]
     ) -> ModelIndex:
-        states = [gpus[p] for p in positions]
-        priced = [self.pricing(s.id, s.worker.gpu_type, model, now) for s in states]
-        profiles = tuple(p.profile for p in priced)
-        rows = np.array(
-            [
-                _row(s, model, prof, now, self.settings)
-                for s, prof in zip(states, profiles, strict=True)
-            ],
-            dtype=np.float64,
-        ).reshape(len(states), _COLUMNS)
+        rows = np.array(parts.rows, dtype=np.float64).reshape(len(parts.ids), _COLUMNS)
         col: Callable[[int], Floats] = lambda i: _frozen(np.ascontiguousarray(rows[:, i]))  # noqa: E731
-        ids = tuple(s.id for s in states)
-        reasons = tuple(s.unavailable_reason() for s in states)
-        labels = [dict(s.worker.labels) for s in states]
+        reasons = tuple(parts.reasons)
         raw_rate = col(1)
         slowest = float(raw_rate.min()) if len(raw_rate) else 1.0
         wrr = np.maximum(1, np.rint(raw_rate / max(slowest, 1e-9))).astype(np.int64)
-        ring = self._rings.get(ids)
-        if ring is None:
-            ring = self._rings[ids] = _ring(ids)
-        slots = np.array([s.slot for s in states], dtype=np.int64)
+        slots = np.array(parts.slots, dtype=np.int64)
         return ModelIndex(
             model=model,
-            ids=ids,
-            positions=_frozen(np.array(positions, dtype=np.int64)),
+            ids=tuple(parts.ids),
+            positions=_frozen(np.array(parts.positions, dtype=np.int64)),
             slots=_frozen(slots),
-            profiles=profiles,
-            sources=tuple(p.source for p in priced),
+            profiles=tuple(parts.profiles),
+            sources=tuple(parts.sources),
             reasons=reasons,
             available=_frozen(np.array([r is None for r in reasons], dtype=np.bool_)),
-            half_open=_frozen(np.array([s.health.half_open for s in states], dtype=np.bool_)),
-            loaded=_frozen(
-                np.array([_loaded(s, model, now, self.settings) for s in states], dtype=np.bool_)
-            ),
+            half_open=_frozen(np.array(parts.half_open, dtype=np.bool_)),
+            loaded=_frozen(np.array(parts.loaded, dtype=np.bool_)),
             rate=col(0),
             raw_rate=raw_rate,
             weight=col(2),
@@ -469,17 +582,12 @@ class ViewBuilder:
             fresh=_frozen(col(14) > 0),
             step_extra_s=col(15),
             prefix_capacity=_frozen(col(16).astype(np.int64)),
-            canary=_frozen(
-                np.array(
-                    [lab.get(CANARY_LABEL, "").lower() in ("1", "true", "yes") for lab in labels],
-                    dtype=np.bool_,
-                )
-            ),
-            versions=tuple(lab.get(VERSION_LABEL) for lab in labels),
+            canary=_frozen(np.array(parts.canary, dtype=np.bool_)),
+            versions=tuple(parts.versions),
             wrr_weight=_frozen(wrr),
             ring_points=ring[0],
             ring_owner=ring[1],
-            position_of_slot=MappingProxyType({int(slot): i for i, slot in enumerate(slots)}),
+            position_of_slot=MappingProxyType({slot: i for i, slot in enumerate(parts.slots)}),
         )
 
 

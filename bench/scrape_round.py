@@ -1,0 +1,295 @@
+"""How long a scrape round holds the zone agent's event loop, by zone size.
+
+Every ``scrape_interval_s`` (250 ms by default) the agent scrapes every worker's
+``/metrics`` and rebuilds its view of the zone. Whatever of that runs in one loop
+iteration holds every request the agent is relaying meanwhile: at a thousand GPUs, one
+long iteration per round is a latency spike four times a second on the data path.
+
+The benchmark runs a zone agent in this process against N workers served by one canned
+``/metrics`` server in a subprocess (a busy vLLM's exposition, its counters growing from
+one scrape to the next, so calibration and prompt sizes do their usual work). It drives
+rounds one after another, and a probe task that yields at every loop iteration records
+the longest gap between its turns: the longest the loop was held. Printed per zone size:
+
+- the longest hold in a round (median over rounds, and the worst round),
+- the view's rebuild (median; with slices, their sum),
+- the agent's CPU per round (``time.process_time``, in rounds without the probe; the
+  server is another process).
+
+``--baseline DIR`` measures a checkout of an earlier version the same way, interleaved
+round for round set by set, and prints the ratios: the host's speed drifts, so only
+paired figures compare.
+
+Run: ``python bench/scrape_round.py`` (``--smoke`` for CI: 16 workers, 2 rounds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from zone_agent.app import ZoneAgent
+
+ROOT = Path(__file__).resolve().parent.parent
+SIZES = (64, 1_000)
+ROUNDS = 12
+#: Expositions with growing counters, served in turn on each connection.
+TEXTS = 64
+
+
+# ----------------------------------------------------------------- the /metrics server
+
+
+def _texts() -> list[bytes]:
+    from gpusim.metrics import MetricsFlavor
+    from gpusim.samples import busy_exposition
+
+    out = []
+    for k in range(TEXTS):
+        body = busy_exposition(
+            MetricsFlavor.VLLM, requests=64 + 8 * k, finished=48 + 8 * k, max_num_seqs=16
+        ).encode()
+        head = (
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        out.append(head + body)
+    return out
+
+
+class _Canned(asyncio.Protocol):
+    """Answers every request on its connection with the next exposition (any path)."""
+
+    def __init__(self, texts: list[bytes]) -> None:
+        self._texts = texts
+        self._served = 0
+        self._buffer = b""
+        self._transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self._buffer += data
+        while (end := self._buffer.find(b"\r\n\r\n")) >= 0:
+            self._buffer = self._buffer[end + 4 :]
+            assert self._transport is not None
+            self._transport.write(self._texts[min(self._served, len(self._texts) - 1)])
+            self._served += 1
+
+
+async def _serve() -> None:
+    texts = _texts()
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: _Canned(texts), "127.0.0.1", 0, backlog=4096)
+    print(server.sockets[0].getsockname()[1], flush=True)
+    await loop.run_in_executor(None, sys.stdin.read)  # until the parent closes our stdin
+
+
+# ----------------------------------------------------------------------- measuring
+
+
+@dataclass(frozen=True)
+class Round:
+    hold_ms: float
+    rebuild_ms: float
+    cpu_ms: float
+
+
+async def _probe(done: asyncio.Event, gaps: list[float]) -> None:
+    """Yield at every loop iteration until ``done``, recording the gaps between turns."""
+    last = time.perf_counter()
+    while not done.is_set():
+        await asyncio.sleep(0)
+        now = time.perf_counter()
+        gaps.append(now - last)
+        last = now
+
+
+async def _round(agent: ZoneAgent, done: asyncio.Event) -> None:
+    await asyncio.sleep(0)  # the probe's first turn
+    try:
+        await agent.scrape_round()
+    finally:
+        done.set()
+
+
+async def _rounds(port: int, workers: int, rounds: int) -> list[Round]:
+    from prometheus_client import CollectorRegistry
+
+    from gtm.gpu_profiles import LLAMA_8B
+    from gtm.serve import settle_collector
+    from zone_agent.app import ZoneAgent
+    from zone_agent.config import StaticWorker, ZoneConfig
+    from zone_agent.health import HealthConfig
+
+    types = ("H100", "A100-80GB", "L40S", "L4")
+    config = ZoneConfig(
+        zone="zone-a",
+        region="region-1",
+        port=0,
+        # The benchmark drives the rounds itself: the agent's own loops stay quiet.
+        scrape_interval_s=3600.0,
+        scrape_timeout_s=30.0,
+        stale_after_s=3600.0,
+        health=HealthConfig(check_interval_s=3600.0),
+        workers=tuple(
+            StaticWorker(
+                url=f"http://127.0.0.1:{port}/w{i}",
+                id=f"gpu-{i:04d}",
+                gpu_type=types[i % len(types)],
+                models=(LLAMA_8B,),
+            )
+            for i in range(workers)
+        ),
+    )
+    registry = CollectorRegistry()
+    agent = ZoneAgent(config, registry=registry)
+    await agent.start()
+    settle_collector()  # as `gtm zone` does once it is up
+    rebuilds: list[float] = []
+    histogram = "gtm_zone_view_build_seconds_sum"
+
+    def built_s() -> float:
+        # The agent's own figure where it has one (slices summed); else a wrapper.
+        value: float | None = registry.get_sample_value(histogram)
+        return value or 0.0
+
+    if registry.get_sample_value(histogram) is None:
+        rebuild = agent.rebuild
+
+        def timed() -> object:
+            started = time.perf_counter()
+            try:
+                return rebuild()
+            finally:
+                rebuilds.append(time.perf_counter() - started)
+
+        agent.rebuild = timed  # type: ignore[method-assign,assignment]
+    out = []
+    try:
+        for _ in range(rounds):
+            # CPU in a round of its own: the probe's turns would count in it.
+            cpu = time.process_time()
+            await agent.scrape_round()
+            cpu = time.process_time() - cpu
+            gaps: list[float] = []
+            done = asyncio.Event()
+            # (Reading the registry collects every GPU's gauges: outside the probe's watch.)
+            rebuilds.clear()
+            before = built_s()
+            await asyncio.gather(_probe(done, gaps), _round(agent, done))
+            built = built_s() - before + sum(rebuilds)
+            out.append(Round(1e3 * max(gaps, default=0.0), 1e3 * built, 1e3 * cpu))
+    finally:
+        await agent.stop()
+    return out
+
+
+def _measure(workers: int, rounds: int) -> list[Round]:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8 * workers + 1024)), hard))
+    server = subprocess.Popen(
+        [sys.executable, __file__, "--serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=ROOT,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        from zone_agent.loop import run
+
+        return run(_rounds(port, workers, rounds))  # the agent's own loop (uvloop if here)
+    finally:
+        assert server.stdin is not None
+        server.stdin.close()
+        server.wait(timeout=10)
+
+
+def _elsewhere(tree: Path, workers: int, rounds: int) -> list[Round]:
+    """The same measurement with another checkout's code (its own interpreter run)."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    done = subprocess.run(
+        [sys.executable, __file__, "--json", "--workers", str(workers), "--rounds", str(rounds)],
+        env=env,
+        cwd=tree,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return [Round(**r) for r in json.loads(done.stdout.splitlines()[-1])]
+
+
+def _median(rounds: list[Round], field: str) -> float:
+    return float(statistics.median(float(getattr(r, field)) for r in rounds))
+
+
+def _row(label: str, rounds: list[Round]) -> str:
+    # The first round opens the connections; it is reported apart from the rest.
+    warm = rounds[1:] or rounds
+    return (
+        f"  {label:9} hold: median {_median(warm, 'hold_ms'):7.2f} ms, worst "
+        f"{max(r.hold_ms for r in warm):7.2f} ms | rebuild {_median(warm, 'rebuild_ms'):6.2f} ms "
+        f"| CPU per round {_median(warm, 'cpu_ms'):7.1f} ms "
+        f"(first round: hold {rounds[0].hold_ms:.1f} ms, CPU {rounds[0].cpu_ms:.0f} ms)"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--smoke", action="store_true", help="16 workers, 2 rounds (CI)")
+    parser.add_argument("--workers", type=int, action="append", help="zone size (repeatable)")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="rounds per measurement")
+    parser.add_argument("--repeat", type=int, default=2, help="measurements per size")
+    parser.add_argument("--baseline", type=Path, help="a checkout of an earlier version")
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        asyncio.run(_serve())
+        return 0
+    sizes = tuple(args.workers or ((16,) if args.smoke else SIZES))
+    rounds = 2 if args.smoke else args.rounds
+    repeat = 1 if args.smoke else args.repeat
+    if args.json:
+        print(json.dumps([r.__dict__ for r in _measure(sizes[0], rounds)]))
+        return 0
+    ok = True
+    for workers in sizes:
+        print(f"{workers:,} workers, {rounds} rounds, {repeat} measurements:")
+        ours: list[Round] = []
+        theirs: list[Round] = []
+        for _ in range(repeat):
+            if args.baseline is not None:
+                base = _elsewhere(args.baseline, workers, rounds)
+                theirs += base[1:]
+                print(_row("baseline", base))
+            mine = _measure(workers, rounds)
+            ours += mine[1:]
+            print(_row("gtm", mine))
+            ok &= all(r.rebuild_ms > 0 and r.cpu_ms > 0 for r in mine)
+        if theirs:
+            ratio = {f: _median(ours, f) / _median(theirs, f) for f in Round.__dataclass_fields__}
+            print(
+                f"  gtm / baseline: hold {ratio['hold_ms']:.2f} ×, rebuild "
+                f"{ratio['rebuild_ms']:.2f} ×, CPU {ratio['cpu_ms']:.2f} ×"
+            )
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
