@@ -523,22 +523,21 @@ class ZoneAgent:
           scrape going and is taken in when it ends, and a later round does not scrape
           it again meanwhile. Waiting for it held every round, and so every GPU's
           numbers, to the scrape timeout: a whole zone distrusted for one dead GPU.
-        - ``whole``: wait for every scrape, also those already going (:meth:`refresh`).
+        - A worker whose scrape is still going (an earlier round's, or an early one's)
+          is waited for as the others are, and not scraped a second time.
+        - ``whole``: no deadline; wait for every answer (start-up, :meth:`refresh`).
         """
         if self._watcher is not None and self._watcher.current.revision != self._snapshot_revision:
             self._sync_inventory()
         pool = self._scrapes
         if pool is None:
             return
-        going = self._scraping
-        workers = [
-            w
-            for w in self._workers.values()
-            if (only is None or w.id in only) and w.id not in going
-        ]
-        waiting = {w.id for w in workers} | (set(going) if whole else set())
+        covered = [w for w in self._workers.values() if only is None or w.id in only]
+        # A worker whose scrape is still going is waited for, not scraped twice.
+        waiting = {w.id for w in covered}
+        workers = [w for w in covered if w.id not in self._scraping]
         if waiting:
-            going.update(w.id for w in workers)
+            self._scraping.update(w.id for w in workers)
             self._scrape_queue.extend(workers)
             for _ in range(min(SCRAPES_IN_FLIGHT - self._runners, len(self._scrape_queue))):
                 self._runners += 1

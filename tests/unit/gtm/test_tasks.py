@@ -5,7 +5,7 @@ import pytest
 
 from gtm.clock import FakeClock
 from gtm.metrics import new_registry
-from gtm.tasks import Backoff, TaskSupervisor, Wake
+from gtm.tasks import Backoff, TaskSupervisor, Turns, Wake, until
 
 
 def test_backoff_is_bounded_full_jitter() -> None:
@@ -128,3 +128,75 @@ async def test_finished_tasks_are_forgotten() -> None:
         assert tasks.names == frozenset()
         assert len(tasks._tasks) == 0  # no growth when used per connection
         tasks.spawn("short-0", asyncio.sleep(0))  # a finished name can be reused
+
+
+async def test_until_returns_when_the_event_is_set_or_the_clock_runs_out() -> None:
+    clock = FakeClock(start=0.0)
+    event = asyncio.Event()
+    assert await asyncio.gather(until(event, clock, 5.0), _set_after(event, 3)) == [True, None]
+    assert clock.monotonic() == 0.0  # no time needed
+    late = asyncio.Event()
+    waiting = asyncio.ensure_future(until(late, clock, 2.0))
+    await clock.settle()
+    await clock.advance(1.5)
+    assert not waiting.done()
+    await clock.advance(0.5)
+    assert await waiting is False
+    assert clock.pending_sleepers == 0  # nothing left behind
+
+
+async def _set_after(event: asyncio.Event, iterations: int) -> None:
+    for _ in range(iterations):
+        await asyncio.sleep(0)
+    event.set()
+
+
+async def _iterations(counter: list[int], done: asyncio.Event) -> None:
+    """Count the loop's iterations (this task takes one turn in each)."""
+    while not done.is_set():
+        counter[0] += 1
+        await asyncio.sleep(0)
+
+
+async def test_turns_let_a_few_callers_through_per_loop_iteration_in_arrival_order() -> None:
+    turns = Turns(3)
+    iteration = [0]
+    done = asyncio.Event()
+    passed: list[tuple[int, int]] = []  # (caller, iteration it ran in)
+
+    async def caller(n: int) -> None:
+        await turns.take()
+        passed.append((n, iteration[0]))
+
+    async def burst() -> None:
+        await asyncio.sleep(0)
+        await asyncio.gather(*(caller(n) for n in range(10)))
+        done.set()
+
+    await asyncio.gather(_iterations(iteration, done), burst())
+    assert [n for n, _ in passed] == list(range(10))  # first come, first served
+    per_iteration: dict[int, int] = {}
+    for _, at in passed:
+        per_iteration[at] = per_iteration.get(at, 0) + 1
+    assert max(per_iteration.values()) <= 3
+    assert len(per_iteration) >= 4  # ten callers, three at a time
+    assert turns.waiting == 0
+
+
+async def test_a_turn_is_not_given_to_a_cancelled_caller() -> None:
+    turns = Turns(1)
+    order: list[str] = []
+
+    async def caller(name: str) -> None:
+        await turns.take()
+        order.append(name)
+
+    callers = {name: asyncio.ensure_future(caller(name)) for name in ("a", "b", "c")}
+    await asyncio.sleep(0)  # all three asked in one iteration: "a" went, two wait
+    assert (order, turns.waiting) == (["a"], 2)
+    callers["b"].cancel()
+    await asyncio.gather(*callers.values(), return_exceptions=True)
+    assert order == ["a", "c"]
+    assert turns.waiting == 0
+    with pytest.raises(ValueError, match="at least 1"):
+        Turns(0)

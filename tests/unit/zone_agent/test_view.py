@@ -1,17 +1,29 @@
 from __future__ import annotations
 
+import dataclasses
 import math
+import random
 
 import numpy as np
 import pytest
 
 from gtm.gpu_profiles import BGE_LARGE, LLAMA_8B, PROFILES, ModelKind, get_profile, gpu_types
 from gtm.models import WorkerState
-from zone_agent.accounting import SlotLoad
+from zone_agent.accounting import Accounting, SlotLoad
 from zone_agent.health import HealthStatus
-from zone_agent.view import profile_for, ring_lookup
+from zone_agent.view import (
+    RING_VNODES,
+    ModelIndex,
+    ViewBuilder,
+    ViewSettings,
+    _ring,
+    _ring_of,
+    _vnodes,
+    profile_for,
+    ring_lookup,
+)
 
-from .helpers import NOW, Gpu, make_view
+from .helpers import NOW, Gpu, make_view, state
 
 
 def test_models_are_indexed_and_gpus_sorted_by_id() -> None:
@@ -158,3 +170,86 @@ def test_wrr_weights_follow_prefill_speed() -> None:
 
 def test_built_at() -> None:
     assert make_view([]).built_at == NOW
+
+
+@pytest.mark.parametrize("count", [0, 1, 7, 300])
+def test_the_ring_made_from_each_gpus_points_is_the_reference_ring(count: int) -> None:
+    rng = random.Random(count)
+    ids = sorted({f"gpu-{rng.randrange(10**6)}-{rng.choice('abc')}" for _ in range(count)})
+    fast, reference = _ring_of([_vnodes(i) for i in ids]), _ring(ids)
+    assert np.array_equal(fast[0], reference[0])
+    assert np.array_equal(fast[1], reference[1])
+    assert len(fast[0]) == RING_VNODES * len(ids)
+
+
+def test_ring_ties_keep_position_order_as_the_reference_does() -> None:
+    # Two GPUs whose points coincide (a forced tie): the earlier position first.
+    same = _vnodes("gpu-a")
+    points, owners = _ring_of([same, same.copy()])
+    assert np.array_equal(points, np.repeat(np.sort(same), 2))
+    assert owners.tolist() == [0, 1] * RING_VNODES
+
+
+def _zone(count: int) -> list[Gpu]:
+    rng = random.Random(count)
+    types = ("H100", "A100-80GB", "L40S", "L4")
+    return [
+        Gpu(
+            f"gpu-{i:03d}",
+            gpu_type=types[i % len(types)],
+            models=(LLAMA_8B, BGE_LARGE) if i % 5 == 0 else (LLAMA_8B,),
+            running=float(rng.randrange(0, 64)) if i % 7 else None,
+            waiting=float(rng.randrange(0, 8)),
+            kv_usage=rng.random(),
+            scraped_age=rng.choice((0.1, 2.0)),
+            drained=i % 11 == 0,
+            labels=(("canary", "true"),) if i % 13 == 0 else (("version", f"v{i % 3}"),),
+        )
+        for i in range(count)
+    ]
+
+
+def _same_index(a: ModelIndex, b: ModelIndex) -> None:
+    for f in dataclasses.fields(ModelIndex):
+        if f.name == "memo":
+            continue
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, np.ndarray):
+            assert np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), f.name
+        else:
+            assert x == y, f.name
+
+
+def test_a_view_built_in_slices_is_the_view_built_at_once() -> None:
+    acc = Accounting()
+    states = [state(g, acc) for g in _zone(150)]
+    settings = ViewSettings(stale_after_s=1.0)
+    whole = ViewBuilder("zone-a", "region-1", settings).build(states, acc, NOW)
+    steps = ViewBuilder("zone-a", "region-1", settings).steps(states, acc, NOW, step=16)
+    slices = 0
+    while True:
+        try:
+            next(steps)
+            slices += 1
+        except StopIteration as done:
+            sliced = done.value
+            break
+    # 180 (model, GPU) entries 16 at a time, and 150 new GPUs' ring points to hash.
+    assert slices >= 180 // 16
+    assert [g.id for g in sliced.gpus] == [g.id for g in whole.gpus]
+    assert sliced.models == whole.models == (BGE_LARGE, LLAMA_8B)
+    for model in whole.models:
+        _same_index(sliced.by_model[model], whole.by_model[model])
+
+
+def test_a_gpu_is_hashed_onto_the_ring_once_and_forgotten_when_it_leaves() -> None:
+    acc = Accounting()
+    builder = ViewBuilder("zone-a", "region-1")
+    gpus = [state(Gpu(f"gpu-{i}"), acc) for i in range(4)]
+    first = builder.build(gpus, acc, NOW).by_model[LLAMA_8B]
+    kept = builder._vnodes["gpu-1"]
+    second = builder.build(gpus[1:], acc, NOW).by_model[LLAMA_8B]  # gpu-0 left
+    assert builder._vnodes["gpu-1"] is kept
+    assert set(builder._vnodes) == {"gpu-1", "gpu-2", "gpu-3"}
+    assert np.array_equal(second.ring_points, _ring(second.ids)[0])
+    assert len(first.ring_points) == 4 * RING_VNODES

@@ -1,0 +1,128 @@
+"""The zone agent's scrape rounds and view rebuilds, on its own event loop: how many
+scrapes are in flight, how many answers are taken in per loop iteration, and which view
+wins when a sliced rebuild meets one made at once. The workers are a fake pool (the
+real one, over sockets: tests/integration/zone_agent/test_scrape_rounds.py)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from gpusim.metrics import MetricsFlavor
+from gpusim.samples import busy_exposition
+from gtm.clock import FakeClock
+from gtm.gpu_profiles import LLAMA_8B
+from gtm.metrics import new_registry
+from gtm.tasks import TaskSupervisor
+from zone_agent.app import SCRAPE_TURNS, SCRAPES_IN_FLIGHT, ZoneAgent
+from zone_agent.config import StaticWorker, ZoneConfig
+from zone_agent.scrape import GpuMetrics
+from zone_agent.view import BUILD_STEP
+
+BODY = busy_exposition(MetricsFlavor.VLLM, requests=64, finished=48, max_num_seqs=16).encode()
+
+
+class HeldPool:
+    """Answers every GET with a busy vLLM's /metrics once ``release`` is set."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.asked: list[str] = []
+
+    async def get(self, base: str, path: str, *, limit: int) -> tuple[int, bytes]:
+        self.asked.append(base)
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            await self.release.wait()
+        finally:
+            self.in_flight -= 1
+        return 200, BODY
+
+    async def close(self) -> None:
+        self.release.set()
+
+
+def _agent(workers: int, clock: FakeClock) -> ZoneAgent:
+    config = ZoneConfig(
+        zone="zone-a",
+        region="region-1",
+        workers=tuple(
+            StaticWorker(
+                url=f"http://127.0.0.1:9/w{i}",
+                id=f"gpu-{i:03d}",
+                gpu_type="H100",
+                models=(LLAMA_8B,),
+            )
+            for i in range(workers)
+        ),
+    )
+    return ZoneAgent(config, registry=new_registry(), clock=clock)
+
+
+async def _count_iterations(counter: list[int], done: asyncio.Event) -> None:
+    while not done.is_set():
+        counter[0] += 1
+        await asyncio.sleep(0)
+
+
+async def test_a_round_keeps_scrapes_in_flight_bounded_and_takes_answers_a_few_at_a_time() -> None:
+    clock = FakeClock(start=100.0)
+    agent = _agent(SCRAPES_IN_FLIGHT * 2 + 7, clock)
+    pool = HeldPool()
+    agent._scrapes = pool  # type: ignore[assignment]
+    iteration = [0]
+    taken_at: list[int] = []
+    take = agent._take_scrape
+
+    def counted(worker: object, result: GpuMetrics) -> None:
+        taken_at.append(iteration[0])
+        take(worker, result)  # type: ignore[arg-type]
+
+    agent._take_scrape = counted  # type: ignore[method-assign,assignment]
+    done = asyncio.Event()
+    try:
+        async with TaskSupervisor(registry=new_registry()) as tasks:
+            counting = tasks.spawn("iterations", _count_iterations(iteration, done))
+            round_ = tasks.spawn("round", agent.scrape_round(whole=True))
+            await clock.settle()
+            assert pool.in_flight == SCRAPES_IN_FLIGHT  # the rest wait in the queue
+            pool.release.set()  # every answer at once
+            await round_
+            done.set()
+            await counting
+    finally:
+        await agent.stop()
+    workers = SCRAPES_IN_FLIGHT * 2 + 7
+    assert pool.most_in_flight == SCRAPES_IN_FLIGHT
+    assert sorted(pool.asked) == sorted(f"http://127.0.0.1:9/w{i}" for i in range(workers))
+    assert len(taken_at) == workers
+    per_iteration: dict[int, int] = {}
+    for at in taken_at:
+        per_iteration[at] = per_iteration.get(at, 0) + 1
+    # Turns: what one iteration lets through, and the next's already given.
+    assert max(per_iteration.values()) <= 2 * SCRAPE_TURNS
+    view = agent.view.by_model[LLAMA_8B]
+    assert len(view) == workers
+    assert bool(view.fresh.all())
+
+
+async def test_a_sliced_rebuild_yields_to_a_view_made_at_once_meanwhile() -> None:
+    clock = FakeClock(start=100.0)
+    agent = _agent(BUILD_STEP * 3, clock)
+    try:
+        async with TaskSupervisor(registry=new_registry()) as tasks:
+            sliced = tasks.spawn("sliced", agent._rebuild_sliced())
+            await asyncio.sleep(0)  # its first slice
+            assert not sliced.done()
+            at_once = agent.rebuild()  # e.g. an ejection
+            await sliced
+        assert agent.view is at_once
+        # Alone, a sliced rebuild swaps its view in.
+        await agent._rebuild_sliced()
+        assert agent.view is not at_once
+        assert len(agent.view.gpus) == BUILD_STEP * 3
+        assert agent.registry.get_sample_value("gtm_zone_view_build_seconds_count") == 2
+    finally:
+        await agent.stop()
