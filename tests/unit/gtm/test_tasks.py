@@ -133,15 +133,16 @@ async def test_finished_tasks_are_forgotten() -> None:
 async def test_until_returns_when_the_event_is_set_or_the_clock_runs_out() -> None:
     clock = FakeClock(start=0.0)
     event = asyncio.Event()
-    assert await asyncio.gather(until(event, clock, 5.0), _set_after(event, 3)) == [True, None]
+    assert list(await asyncio.gather(until(event, clock, 5.0), _set_after(event, 3))) == [True, None]
     assert clock.monotonic() == 0.0  # no time needed
     late = asyncio.Event()
-    waiting = asyncio.ensure_future(until(late, clock, 2.0))
-    await clock.settle()
-    await clock.advance(1.5)
-    assert not waiting.done()
-    await clock.advance(0.5)
-    assert await waiting is False
+    async with TaskSupervisor(registry=new_registry()) as tasks:
+        waiting = tasks.spawn("until", until(late, clock, 2.0))
+        await clock.settle()
+        await clock.advance(1.5)
+        assert not waiting.done()
+        await clock.advance(0.5)
+        assert await waiting is False
     assert clock.pending_sleepers == 0  # nothing left behind
 
 
@@ -191,11 +192,12 @@ async def test_a_turn_is_not_given_to_a_cancelled_caller() -> None:
         await turns.take()
         order.append(name)
 
-    callers = {name: asyncio.ensure_future(caller(name)) for name in ("a", "b", "c")}
-    await asyncio.sleep(0)  # all three asked in one iteration: "a" went, two wait
-    assert (order, turns.waiting) == (["a"], 2)
-    callers["b"].cancel()
-    await asyncio.gather(*callers.values(), return_exceptions=True)
+    async with TaskSupervisor(registry=new_registry()) as tasks:
+        callers = {name: tasks.spawn(name, caller(name)) for name in ("a", "b", "c")}
+        await asyncio.sleep(0)  # all three asked in one iteration: "a" went, two wait
+        assert (order, turns.waiting) == (["a"], 2)
+        callers["b"].cancel()
+        await asyncio.gather(*callers.values(), return_exceptions=True)
     assert order == ["a", "c"]
     assert turns.waiting == 0
     with pytest.raises(ValueError, match="at least 1"):

@@ -80,7 +80,7 @@ async def test_a_round_keeps_scrapes_in_flight_bounded_and_takes_answers_a_few_a
         taken_at.append(iteration[0])
         take(worker, result)  # type: ignore[arg-type]
 
-    agent._take_scrape = counted  # type: ignore[method-assign,assignment]
+    agent._take_scrape = counted  # type: ignore[method-assign]
     done = asyncio.Event()
     try:
         async with TaskSupervisor(registry=new_registry()) as tasks:
