@@ -133,7 +133,10 @@ async def test_finished_tasks_are_forgotten() -> None:
 async def test_until_returns_when_the_event_is_set_or_the_clock_runs_out() -> None:
     clock = FakeClock(start=0.0)
     event = asyncio.Event()
-    assert list(await asyncio.gather(until(event, clock, 5.0), _set_after(event, 3))) == [True, None]
+    assert list(await asyncio.gather(until(event, clock, 5.0), _set_after(event, 3))) == [
+        True,
+        None,
+    ]
     assert clock.monotonic() == 0.0  # no time needed
     late = asyncio.Event()
     async with TaskSupervisor(registry=new_registry()) as tasks:
