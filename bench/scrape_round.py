@@ -14,7 +14,9 @@ the longest gap between its turns: the longest the loop was held. Printed per zo
 - the longest hold in a round (median over rounds, and the worst round),
 - the view's rebuild (median; with slices, their sum),
 - the agent's CPU per round (``time.process_time``, in rounds without the probe; the
-  server is another process).
+  server is another process),
+- what a GPU joining the zone costs the view's consistent-hash ring, kept per GPU
+  against hashed again.
 
 ``--baseline DIR`` measures a checkout of an earlier version the same way, interleaved
 round for round set by set, and prints the ratios: the host's speed drifts, so only
@@ -249,6 +251,26 @@ def _row(label: str, rounds: list[Round]) -> str:
     )
 
 
+def _ring_ms(workers: int, repeat: int) -> tuple[float, float, bool]:
+    """A GPU joins a zone of ``workers``: its ring made by the reference form (every GPU
+    hashed again, as before) and by the builder's (the new GPU hashed, points merged)."""
+    from zone_agent.view import _ring, _ring_of, _vnodes
+
+    ids = [f"gpu-{i:04d}" for i in range(workers)]
+    kept = {i: _vnodes(i) for i in ids[:-1]}
+    best = [float("inf"), float("inf")]
+    same = True
+    for _ in range(repeat):
+        started = time.perf_counter()
+        reference = _ring(ids)
+        best[0] = min(best[0], time.perf_counter() - started)
+        started = time.perf_counter()
+        joined = _ring_of([kept.get(i) if i in kept else _vnodes(i) for i in ids])
+        best[1] = min(best[1], time.perf_counter() - started)
+        same &= bool((reference[0] == joined[0]).all() and (reference[1] == joined[1]).all())
+    return 1e3 * best[0], 1e3 * best[1], same
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--smoke", action="store_true", help="16 workers, 2 rounds (CI)")
@@ -282,6 +304,12 @@ def main() -> int:
             ours += mine[1:]
             print(_row("gtm", mine))
             ok &= all(r.rebuild_ms > 0 and r.cpu_ms > 0 for r in mine)
+        whole, joined, same = _ring_ms(workers, repeat)
+        ok &= same
+        print(
+            f"  a GPU joins: the hash ring made in {joined:.1f} ms (each GPU's points kept), "
+            f"against {whole:.1f} ms hashing every GPU again ({whole / joined:.0f} ×)"
+        )
         if theirs:
             ratio = {f: _median(ours, f) / _median(theirs, f) for f in Round.__dataclass_fields__}
             print(
