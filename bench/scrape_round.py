@@ -265,7 +265,7 @@ def _ring_ms(workers: int, repeat: int) -> tuple[float, float, bool]:
         reference = _ring(ids)
         best[0] = min(best[0], time.perf_counter() - started)
         started = time.perf_counter()
-        joined = _ring_of([kept.get(i) if i in kept else _vnodes(i) for i in ids])
+        joined = _ring_of([kept[i] if i in kept else _vnodes(i) for i in ids])
         best[1] = min(best[1], time.perf_counter() - started)
         same &= bool((reference[0] == joined[0]).all() and (reference[1] == joined[1]).all())
     return 1e3 * best[0], 1e3 * best[1], same
