@@ -513,7 +513,8 @@ class ZoneAgent:
     async def _scrape(self, only: set[str] | None, *, whole: bool = False) -> None:
         """Scrape the workers (``only`` these, when given), then rebuild the view.
 
-        Prometheus's rule, one worker's scrape never waits for another's:
+        One worker's scrape never waits for another's (as in Prometheus, which runs a
+        scrape loop per target: ``scrape/scrape.go``):
         - The workers go to a queue that ``SCRAPES_IN_FLIGHT`` runners share, each
           answer is taken in as it arrives (:meth:`_take_scrape`), a few per loop
           iteration (:data:`SCRAPE_TURNS`).

@@ -153,7 +153,8 @@ from zone_agent.profiles import BUILTIN_PROFILES, DEFAULT_PROFILE
     type=click.FloatRange(min=0.0, min_open=True),
     default=0.25,
     show_default=True,
-    help="Seconds between scrapes.",
+    help="Seconds between scrapes of every worker; a round's view is rebuilt once all "
+    "answered or this long after it began (a silent worker's scrape goes on alone).",
 )
 @click.option(
     "--upstream-timeout",
