@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from gtm.gpu_profiles import LLAMA_8B
 
@@ -84,3 +85,15 @@ async def test_a_black_holed_worker_does_not_hold_the_others_scrapes(
     await agent.scrape_round()
     assert hole.scrapes - scrapes_before <= 1
     assert time.monotonic() - started < SCRAPE_TIMEOUT_S
+    # What an operator's Prometheus reads off the agent: the live GPUs' scrapes are young.
+    async with zone.http.get(f"{agent.url}/metrics") as response:
+        assert response.status == 200
+        text = await response.text()
+    ages = {
+        sample.labels["gpu"]: sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "gtm_zone_scrape_age_seconds"
+        for sample in family.samples
+    }
+    assert ages["gpu-0"] < 3 * INTERVAL_S
+    assert ages["gpu-1"] < 3 * INTERVAL_S
