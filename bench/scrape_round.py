@@ -15,6 +15,7 @@ the longest gap between its turns: the longest the loop was held. Printed per zo
 - the view's rebuild (median; with slices, their sum),
 - the agent's CPU per round (``time.process_time``, in rounds without the probe; the
   server is another process),
+- the longest hold of a round of health checks (every worker's ``GET /health``),
 - what a GPU joining the zone costs the view's consistent-hash ring, kept per GPU
   against hashed again.
 
@@ -108,6 +109,8 @@ class Round:
     hold_ms: float
     rebuild_ms: float
     cpu_ms: float
+    #: The longest hold of a round of health checks (``GET /health`` of every worker).
+    check_hold_ms: float
 
 
 async def _probe(done: asyncio.Event, gaps: list[float]) -> None:
@@ -120,12 +123,20 @@ async def _probe(done: asyncio.Event, gaps: list[float]) -> None:
         last = now
 
 
-async def _round(agent: ZoneAgent, done: asyncio.Event) -> None:
+async def _round(agent: ZoneAgent, done: asyncio.Event, *, checks: bool = False) -> None:
     await asyncio.sleep(0)  # the probe's first turn
     try:
-        await agent.scrape_round()
+        await (agent.check_round() if checks else agent.scrape_round())
     finally:
         done.set()
+
+
+async def _held_ms(agent: ZoneAgent, *, checks: bool) -> float:
+    """The longest gap between the probe's turns while one round runs."""
+    gaps: list[float] = []
+    done = asyncio.Event()
+    await asyncio.gather(_probe(done, gaps), _round(agent, done, checks=checks))
+    return 1e3 * max(gaps, default=0.0)
 
 
 async def _rounds(port: int, workers: int, rounds: int) -> list[Round]:
@@ -187,14 +198,13 @@ async def _rounds(port: int, workers: int, rounds: int) -> list[Round]:
             cpu = time.process_time()
             await agent.scrape_round()
             cpu = time.process_time() - cpu
-            gaps: list[float] = []
-            done = asyncio.Event()
             # (Reading the registry collects every GPU's gauges: outside the probe's watch.)
             rebuilds.clear()
             before = built_s()
-            await asyncio.gather(_probe(done, gaps), _round(agent, done))
+            hold = await _held_ms(agent, checks=False)
             built = built_s() - before + sum(rebuilds)
-            out.append(Round(1e3 * max(gaps, default=0.0), 1e3 * built, 1e3 * cpu))
+            checks = await _held_ms(agent, checks=True)
+            out.append(Round(hold, 1e3 * built, 1e3 * cpu, checks))
     finally:
         await agent.stop()
     return out
@@ -247,6 +257,7 @@ def _row(label: str, rounds: list[Round]) -> str:
         f"  {label:9} hold: median {_median(warm, 'hold_ms'):7.2f} ms, worst "
         f"{max(r.hold_ms for r in warm):7.2f} ms | rebuild {_median(warm, 'rebuild_ms'):6.2f} ms "
         f"| CPU per round {_median(warm, 'cpu_ms'):7.1f} ms "
+        f"| health checks' hold {_median(warm, 'check_hold_ms'):6.2f} ms "
         f"(first round: hold {rounds[0].hold_ms:.1f} ms, CPU {rounds[0].cpu_ms:.0f} ms)"
     )
 
@@ -314,7 +325,8 @@ def main() -> int:
             ratio = {f: _median(ours, f) / _median(theirs, f) for f in Round.__dataclass_fields__}
             print(
                 f"  gtm / baseline: hold {ratio['hold_ms']:.2f} ×, rebuild "
-                f"{ratio['rebuild_ms']:.2f} ×, CPU {ratio['cpu_ms']:.2f} ×"
+                f"{ratio['rebuild_ms']:.2f} ×, CPU {ratio['cpu_ms']:.2f} ×, health checks' hold "
+                f"{ratio['check_hold_ms']:.2f} ×"
             )
     return 0 if ok else 1
 

@@ -13,9 +13,9 @@ import asyncio
 import logging
 import random
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -23,6 +23,8 @@ from gtm.clock import Clock, SystemClock
 from gtm.outage import OutageLog
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +79,22 @@ async def until(event: asyncio.Event, clock: Clock, seconds: float) -> bool:
         waiter.cancel()
         await asyncio.gather(timer, waiter, return_exceptions=True)
     return event.is_set()
+
+
+async def each(items: Iterable[T], step: Callable[[T], Awaitable[None]], *, at_once: int) -> None:
+    """``await step(item)`` for every item, at most ``at_once`` going at a time (runners
+    sharing one iterator). A thousand at once would each start, and each answer be taken
+    in, within a few loop iterations: a zone's health checks of a thousand workers held
+    its loop for ~40 ms at a time."""
+    if at_once < 1:
+        raise ValueError("at_once must be at least 1")
+    todo = iter(items)
+
+    async def runner() -> None:
+        for item in todo:
+            await step(item)
+
+    await asyncio.gather(*(runner() for _ in range(at_once)))
 
 
 class Turns:

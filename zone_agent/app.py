@@ -57,7 +57,7 @@ from gtm.state import keys
 from gtm.state.publisher import LeasedPublisher
 from gtm.state.snapshot import SnapshotWatcher
 from gtm.state.store import StateStore
-from gtm.tasks import TaskSupervisor, Turns, Wake, until
+from gtm.tasks import TaskSupervisor, Turns, Wake, each, until
 from gtm.tls import TlsMaterial, client_session_options, connector_ssl
 from gtm.tracing import OFF, Tracing
 from zone_agent.accounting import Accounting, SlotLoad
@@ -95,6 +95,8 @@ SCRAPES_PER_WORKER = 2
 #: A round of N workers answering in L s lasts about N / 64 × L (1,000 workers at 5 ms:
 #: ~80 ms, within the 250 ms interval).
 SCRAPES_IN_FLIGHT = 64
+#: Health checks a check round keeps in flight at once (as scrapes, for the same reason).
+CHECKS_IN_FLIGHT = 64
 #: Answers taken in per loop iteration (:class:`gtm.tasks.Turns`): ~150 µs each at a
 #: vLLM's 23 KB /metrics, so about half a millisecond of the loop at a time.
 SCRAPE_TURNS = 4
@@ -664,18 +666,21 @@ class ZoneAgent:
         return self._view
 
     async def check_round(self) -> None:
-        """Active health checks of every worker; rebuild the view if one changed state."""
+        """Active health checks of every worker (``CHECKS_IN_FLIGHT`` at a time); rebuild
+        the view if one changed state."""
         session = self._probes
         if session is None:
             return
-        workers = list(self._workers.values())
         timeout = self.config.health.check_timeout_s
-        results = await asyncio.gather(*(probe(session, w.url, timeout) for w in workers))
-        now = self._clock.monotonic()
-        changed = [
-            self.health.observe_check(w.id, ok, now) for w, ok in zip(workers, results, strict=True)
-        ]
-        if any(changed):
+        changed = False
+
+        async def check(worker: GpuWorker) -> None:
+            nonlocal changed
+            ok = await probe(session, worker.url, timeout)
+            changed |= self.health.observe_check(worker.id, ok, self._clock.monotonic())
+
+        await each(list(self._workers.values()), check, at_once=CHECKS_IN_FLIGHT)
+        if changed:
             self.rebuild()
 
     async def publish_summary(self) -> None:

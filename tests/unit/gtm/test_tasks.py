@@ -5,7 +5,7 @@ import pytest
 
 from gtm.clock import FakeClock
 from gtm.metrics import new_registry
-from gtm.tasks import Backoff, TaskSupervisor, Turns, Wake, until
+from gtm.tasks import Backoff, TaskSupervisor, Turns, Wake, each, until
 
 
 def test_backoff_is_bounded_full_jitter() -> None:
@@ -205,3 +205,29 @@ async def test_a_turn_is_not_given_to_a_cancelled_caller() -> None:
     assert turns.waiting == 0
     with pytest.raises(ValueError, match="at least 1"):
         Turns(0)
+
+
+async def test_each_keeps_at_most_so_many_steps_going_and_does_every_item() -> None:
+    going, most, done = 0, 0, []
+    release = asyncio.Event()
+
+    async def step(item: int) -> None:
+        nonlocal going, most
+        going += 1
+        most = max(most, going)
+        await release.wait()
+        going -= 1
+        done.append(item)
+
+    async def open_later() -> None:
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert going == 5  # the others wait for a runner
+        release.set()
+
+    await asyncio.gather(each(range(23), step, at_once=5), open_later())
+    assert most == 5
+    assert sorted(done) == list(range(23))
+    await each([], step, at_once=3)  # nothing to do: returns
+    with pytest.raises(ValueError, match="at least 1"):
+        await each([1], step, at_once=0)
