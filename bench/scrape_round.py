@@ -23,6 +23,10 @@ the longest gap between its turns: the longest the loop was held. Printed per zo
 round for round set by set, and prints the ratios: the host's speed drifts, so only
 paired figures compare.
 
+``--requests`` adds what a client sees: ``wrk`` at concurrency 1 through ``gtm zone``
+fronting the largest zone (one emulated H100 serving, the canned workers scraped and
+health-checked), against the baseline's agent and the agent with its one GPU alone.
+
 Run: ``python bench/scrape_round.py`` (``--smoke`` for CI: 16 workers, 2 rounds).
 """
 
@@ -42,9 +46,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from gtm.testing.processes import GtmProcess
     from zone_agent.app import ZoneAgent
 
 ROOT = Path(__file__).resolve().parent.parent
+# Run as a script, sys.path starts at bench/: the root last, for ``bench.zone_proxy``
+# only (a baseline's tree, first on PYTHONPATH, must keep its own gtm).
+sys.path.append(str(ROOT))
 SIZES = (64, 1_000)
 ROUNDS = 12
 #: Expositions with growing counters, served in turn on each connection.
@@ -213,13 +221,7 @@ async def _rounds(port: int, workers: int, rounds: int) -> list[Round]:
 def _measure(workers: int, rounds: int) -> list[Round]:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8 * workers + 1024)), hard))
-    server = subprocess.Popen(
-        [sys.executable, __file__, "--serve"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        cwd=ROOT,
-        text=True,
-    )
+    server = _server()
     try:
         assert server.stdout is not None
         port = int(server.stdout.readline())
@@ -227,9 +229,24 @@ def _measure(workers: int, rounds: int) -> list[Round]:
 
         return run(_rounds(port, workers, rounds))  # the agent's own loop (uvloop if here)
     finally:
-        assert server.stdin is not None
-        server.stdin.close()
-        server.wait(timeout=10)
+        _stop(server)
+
+
+def _server() -> subprocess.Popen[str]:
+    """The canned /metrics server (its first stdout line: its port)."""
+    return subprocess.Popen(
+        [sys.executable, __file__, "--serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=ROOT,
+        text=True,
+    )
+
+
+def _stop(server: subprocess.Popen[str]) -> None:
+    assert server.stdin is not None
+    server.stdin.close()
+    server.wait(timeout=10)
 
 
 def _elsewhere(tree: Path, workers: int, rounds: int) -> list[Round]:
@@ -262,6 +279,88 @@ def _row(label: str, rounds: list[Round]) -> str:
     )
 
 
+# ------------------------------------------------- requests through a large zone's agent
+
+
+async def _latencies(
+    port: int, workers: int, baseline: Path | None, repeat: int, seconds: int
+) -> dict[str, list[tuple[float, float]]]:
+    """``gtm zone`` (and a baseline checkout's) fronting ``workers`` canned workers (model
+    ``canned``: scraped, health-checked, never sent a request) and one emulated H100
+    that serves every request: wrk at concurrency 1 measures what a client sees while
+    the agent scrapes the zone every 250 ms. Also the agent with the H100 alone (the
+    floor). Paths take turns; each gives (p50, p99) per turn."""
+    import tempfile
+
+    from bench.zone_proxy import SPEEDUP, WORKER_ARGS, WrkClient, body_json, find_binary
+    from gtm.net import free_port
+    from gtm.testing.processes import start_listening
+
+    wrk = find_binary("wrk")
+    if wrk is None:
+        raise SystemExit("--requests needs wrk (Debian: apt-get install -y wrk)")
+    gpu = await start_listening([*WORKER_ARGS, "--speedup", str(SPEEDUP), "--seed", "1"])
+    canned = [
+        f"http://127.0.0.1:{port}/w{i},gpu=H100,id=canned-{i:04d},model=canned"
+        for i in range(workers)
+    ]
+
+    async def agent(zone: list[str], tree: Path | None) -> GtmProcess:
+        args = ["zone", "--zone", "bench-a", "--region", "bench", "--event-loop", "uvloop"]
+        args += ["--listen", f"127.0.0.1:{free_port('127.0.0.1')}"]
+        for spec in [f"{gpu.url},gpu=H100,id=gpu-0", *zone]:
+            args += ["--worker", spec]
+        if tree is None:
+            return await start_listening(args, timeout_s=120.0)
+        env = {**os.environ, "PYTHONPATH": str(tree)}
+        return await start_listening(args, env=env, cwd=str(tree), timeout_s=120.0)
+
+    paths: dict[str, tuple[list[str], Path | None]] = {"alone": ([], None)}
+    if baseline is not None:
+        paths["baseline"] = (canned, baseline)
+    paths["gtm"] = (canned, None)
+    out: dict[str, list[tuple[float, float]]] = {name: [] for name in paths}
+    agents: dict[str, GtmProcess] = {}
+    try:
+        for name, (zone, tree) in paths.items():
+            agents[name] = await agent(zone, tree)
+        with tempfile.TemporaryDirectory(prefix="gtm-bench-round-") as tmp:
+            client = WrkClient(wrk, Path(tmp), body_json(0))
+            for running in agents.values():
+                await client.run(running.url, 1, 1)  # warm up
+            for turn in range(repeat):
+                for name, running in agents.items():
+                    got = await client.run(running.url, 1, seconds)
+                    out[name].append((got.p50_s, got.p99_s))
+                    print(
+                        f"  turn {turn + 1}: {name:9} p50 {1e3 * got.p50_s:5.2f} ms, "
+                        f"p99 {1e3 * got.p99_s:6.2f} ms, {got.requests / got.seconds:6.0f} req/s",
+                        flush=True,
+                    )
+    finally:
+        for running in (*agents.values(), gpu):
+            await running.stop()
+    return out
+
+
+def _requests(workers: int, baseline: Path | None, repeat: int, seconds: int) -> None:
+    server = _server()
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        print(
+            f"requests through an agent fronting {workers:,} workers (wrk, concurrency 1, "
+            f"{seconds} s per turn; 'alone': the agent with its one serving GPU only):"
+        )
+        out = asyncio.run(_latencies(port, workers, baseline, repeat, seconds))
+    finally:
+        _stop(server)
+    for name, figures in out.items():
+        p50 = statistics.median(f[0] for f in figures)
+        p99 = statistics.median(f[1] for f in figures)
+        print(f"  {name:9} median of turns: p50 {1e3 * p50:.2f} ms, p99 {1e3 * p99:.2f} ms")
+
+
 def _ring_ms(workers: int, repeat: int) -> tuple[float, float, bool]:
     """A GPU joins a zone of ``workers``: its ring made by the reference form (every GPU
     hashed again, as before) and by the builder's (the new GPU hashed, points merged)."""
@@ -289,6 +388,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="rounds per measurement")
     parser.add_argument("--repeat", type=int, default=2, help="measurements per size")
     parser.add_argument("--baseline", type=Path, help="a checkout of an earlier version")
+    parser.add_argument(
+        "--requests",
+        action="store_true",
+        help="also: requests through an agent fronting the largest zone (needs wrk)",
+    )
+    parser.add_argument("--seconds", type=int, default=8, help="per wrk turn (--requests)")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -328,6 +433,8 @@ def main() -> int:
                 f"{ratio['rebuild_ms']:.2f} ×, CPU {ratio['cpu_ms']:.2f} ×, health checks' hold "
                 f"{ratio['check_hold_ms']:.2f} ×"
             )
+    if args.requests and not args.smoke:
+        _requests(max(sizes), args.baseline, max(repeat, 2), args.seconds)
     return 0 if ok else 1
 
 
