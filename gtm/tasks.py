@@ -94,7 +94,17 @@ async def each(items: Iterable[T], step: Callable[[T], Awaitable[None]], *, at_o
         for item in todo:
             await step(item)
 
-    await asyncio.gather(*(runner() for _ in range(at_once)))
+    loop = asyncio.get_running_loop()
+    runners = [loop.create_task(runner()) for _ in range(at_once)]
+    try:
+        await asyncio.gather(*runners)
+    except BaseException:
+        # A step failed (or we were cancelled): the other runners stop too, none is
+        # left running unawaited.
+        for task in runners:
+            task.cancel()
+        await asyncio.gather(*runners, return_exceptions=True)
+        raise
 
 
 class Turns:

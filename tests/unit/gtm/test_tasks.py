@@ -231,3 +231,20 @@ async def test_each_keeps_at_most_so_many_steps_going_and_does_every_item() -> N
     await each([], step, at_once=3)  # nothing to do: returns
     with pytest.raises(ValueError, match="at least 1"):
         await each([1], step, at_once=0)
+
+
+async def test_each_stops_every_runner_when_a_step_fails() -> None:
+    started: list[int] = []
+
+    async def step(item: int) -> None:
+        started.append(item)
+        if item == 1:
+            raise RuntimeError("step 1 failed")
+        for _ in range(3):
+            await asyncio.sleep(0)
+
+    with pytest.raises(RuntimeError, match="step 1 failed"):
+        await each(range(40), step, at_once=3)
+    for _ in range(200):  # time enough for runners left going to do every item
+        await asyncio.sleep(0)
+    assert len(started) < 10  # the other runners were cancelled
