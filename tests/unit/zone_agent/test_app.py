@@ -126,3 +126,21 @@ async def test_a_sliced_rebuild_yields_to_a_view_made_at_once_meanwhile() -> Non
         assert agent.registry.get_sample_value("gtm_zone_view_build_seconds_count") == 2
     finally:
         await agent.stop()
+
+
+async def test_a_replaced_views_gpus_are_let_go_a_slice_per_loop_iteration() -> None:
+    clock = FakeClock(start=100.0)
+    agent = _agent(BUILD_STEP * 3 + 5, clock)
+    try:
+        agent.rebuild()  # replaces the empty first view: nothing to let go
+        old = agent.view
+        agent.rebuild()
+        assert agent.view is not old
+        left = [len(agent._retired)]
+        while left[-1]:
+            await asyncio.sleep(0)
+            left.append(len(agent._retired))
+        assert left[0] == BUILD_STEP * 3 + 5
+        assert left == [BUILD_STEP * 3 + 5, BUILD_STEP * 2 + 5, BUILD_STEP + 5, 5, 0]
+    finally:
+        await agent.stop()
