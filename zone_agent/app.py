@@ -607,9 +607,15 @@ class ZoneAgent:
                 turns=self._scrape_turns,
             )
         except ScrapeError:
-            self._scrape_failed(worker.id)
+            failed = True
         except Exception:  # a bug, not the worker's answer: one worker's, logged
             log.error("scraping %s failed unexpectedly", worker.id, exc_info=True)
+            failed = True
+        else:
+            failed = False
+        if worker.id not in self._workers:
+            return  # it left the inventory while its scrape was going
+        if failed:
             self._scrape_failed(worker.id)
         else:
             self._take_scrape(worker, result)

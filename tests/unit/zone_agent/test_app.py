@@ -144,3 +144,22 @@ async def test_a_replaced_views_gpus_are_let_go_a_slice_per_loop_iteration() -> 
         assert left == [BUILD_STEP * 3 + 5, BUILD_STEP * 2 + 5, BUILD_STEP + 5, 5, 0]
     finally:
         await agent.stop()
+
+
+async def test_the_answer_of_a_worker_gone_from_the_inventory_meanwhile_is_not_kept() -> None:
+    clock = FakeClock(start=100.0)
+    agent = _agent(3, clock)
+    pool = HeldPool()
+    agent._scrapes = pool  # type: ignore[assignment]
+    try:
+        async with TaskSupervisor(registry=new_registry()) as tasks:
+            round_ = tasks.spawn("round", agent.scrape_round(whole=True))
+            await clock.settle()
+            assert pool.in_flight == 3
+            del agent._workers["gpu-001"]  # as an inventory sync does for a worker gone
+            pool.release.set()
+            await round_
+        assert set(agent._scraped) == {"gpu-000", "gpu-002"}
+        assert [g.id for g in agent.view.gpus] == ["gpu-000", "gpu-002"]
+    finally:
+        await agent.stop()
