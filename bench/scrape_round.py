@@ -16,6 +16,7 @@ the longest gap between its turns: the longest the loop was held. Printed per zo
 - the agent's CPU per round (``time.process_time``, in rounds without the probe; the
   server is another process),
 - the longest hold of a round of health checks (every worker's ``GET /health``),
+- the longest hold while the agent serves its own ``/metrics`` (~8 series per GPU),
 - what a GPU joining the zone costs the view's consistent-hash ring, kept per GPU
   against hashed again.
 
@@ -41,13 +42,13 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from gtm.testing.processes import GtmProcess
-    from zone_agent.app import ZoneAgent
 
 ROOT = Path(__file__).resolve().parent.parent
 # Run as a script, sys.path starts at bench/: the root last, for ``bench.zone_proxy``
@@ -119,6 +120,8 @@ class Round:
     cpu_ms: float
     #: The longest hold of a round of health checks (``GET /health`` of every worker).
     check_hold_ms: float
+    #: The longest hold while the agent serves its own ``/metrics`` (to a Prometheus).
+    metrics_hold_ms: float
 
 
 async def _probe(done: asyncio.Event, gaps: list[float]) -> None:
@@ -131,20 +134,31 @@ async def _probe(done: asyncio.Event, gaps: list[float]) -> None:
         last = now
 
 
-async def _round(agent: ZoneAgent, done: asyncio.Event, *, checks: bool = False) -> None:
+async def _until_done(work: Awaitable[object], done: asyncio.Event) -> None:
     await asyncio.sleep(0)  # the probe's first turn
     try:
-        await (agent.check_round() if checks else agent.scrape_round())
+        await work
     finally:
         done.set()
 
 
-async def _held_ms(agent: ZoneAgent, *, checks: bool) -> float:
-    """The longest gap between the probe's turns while one round runs."""
+async def _held_ms(work: Awaitable[object]) -> float:
+    """The longest gap between the probe's turns while ``work`` runs."""
     gaps: list[float] = []
     done = asyncio.Event()
-    await asyncio.gather(_probe(done, gaps), _round(agent, done, checks=checks))
+    await asyncio.gather(_probe(done, gaps), _until_done(work, done))
     return 1e3 * max(gaps, default=0.0)
+
+
+async def _get(url: str) -> int:
+    """``GET url`` over a plain socket (the client costs the loop next to nothing)."""
+    host, _, rest = url.removeprefix("http://").partition(":")
+    port, _, path = rest.partition("/")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(f"GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+    body = await reader.read()
+    writer.close()
+    return len(body)
 
 
 async def _rounds(port: int, workers: int, rounds: int) -> list[Round]:
@@ -209,10 +223,11 @@ async def _rounds(port: int, workers: int, rounds: int) -> list[Round]:
             # (Reading the registry collects every GPU's gauges: outside the probe's watch.)
             rebuilds.clear()
             before = built_s()
-            hold = await _held_ms(agent, checks=False)
+            hold = await _held_ms(agent.scrape_round())
             built = built_s() - before + sum(rebuilds)
-            checks = await _held_ms(agent, checks=True)
-            out.append(Round(hold, 1e3 * built, 1e3 * cpu, checks))
+            checks = await _held_ms(agent.check_round())
+            exposed = await _held_ms(_get(f"{agent.url}/metrics"))
+            out.append(Round(hold, 1e3 * built, 1e3 * cpu, checks, exposed))
     finally:
         await agent.stop()
     return out
@@ -275,6 +290,7 @@ def _row(label: str, rounds: list[Round]) -> str:
         f"{max(r.hold_ms for r in warm):7.2f} ms | rebuild {_median(warm, 'rebuild_ms'):6.2f} ms "
         f"| CPU per round {_median(warm, 'cpu_ms'):7.1f} ms "
         f"| health checks' hold {_median(warm, 'check_hold_ms'):6.2f} ms "
+        f"| own /metrics' hold {_median(warm, 'metrics_hold_ms'):6.2f} ms "
         f"(first round: hold {rounds[0].hold_ms:.1f} ms, CPU {rounds[0].cpu_ms:.0f} ms)"
     )
 
@@ -431,7 +447,8 @@ def main() -> int:
             print(
                 f"  gtm / baseline: hold {ratio['hold_ms']:.2f} ×, rebuild "
                 f"{ratio['rebuild_ms']:.2f} ×, CPU {ratio['cpu_ms']:.2f} ×, health checks' hold "
-                f"{ratio['check_hold_ms']:.2f} ×"
+                f"{ratio['check_hold_ms']:.2f} ×, own /metrics' hold "
+                f"{ratio['metrics_hold_ms']:.2f} ×"
             )
     if args.requests and not args.smoke:
         _requests(max(sizes), args.baseline, max(repeat, 2), args.seconds)

@@ -13,6 +13,11 @@ Runtime collectors
     dashboard joins on and an alert compares across the fleet (version skew). They stay
     out of :func:`new_registry`, so a test's registry holds only what it asserts.
 
+Serving ``/metrics``
+    :func:`exposition` is :func:`prometheus_client.generate_latest` a slice at a time:
+    a zone agent of a thousand GPUs exposes ~8,000 series, whose collection and
+    formatting held its event loop for ~45 ms in one go on every Prometheus scrape.
+
 Model labels
     A ``model`` label is bounded (:class:`ModelLabel`). Its values are models the fleet
     serves: the tiers observe a labelled metric only for a request that was relayed and
@@ -25,9 +30,12 @@ Model labels
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import platform
+import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from prometheus_client import (
@@ -36,7 +44,9 @@ from prometheus_client import (
     GCCollector,
     PlatformCollector,
     ProcessCollector,
+    generate_latest,
 )
+from prometheus_client.metrics_core import Metric
 
 from gtm._version import __version__
 
@@ -56,6 +66,36 @@ MODEL_LABEL_LIMIT = 32
 #: Where a build's commit is given (a container build or a package sets it).
 COMMIT_ENV = "GTM_BUILD_COMMIT"
 BUILD_INFO = "gtm_build_info"
+
+
+#: Loop time a slice of :func:`exposition` takes before the loop turns (a family is
+#: never cut: a thousand samples take ~3 ms to format).
+EXPOSITION_SLICE_S = 0.001
+
+
+class _Families:
+    """Families already collected, in the shape ``generate_latest`` reads a registry."""
+
+    def __init__(self, families: Iterable[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return self._families
+
+
+async def exposition(registry: CollectorRegistry) -> bytes:
+    """``generate_latest(registry)``, byte for byte (each family goes through it), with
+    the event loop turning about every :data:`EXPOSITION_SLICE_S` between families.
+    Families are collected one at a time, so a collector that yields its families as
+    it makes them is sliced too (``zone_agent.metrics``)."""
+    parts: list[bytes] = []
+    started = time.perf_counter()
+    for family in registry.collect():
+        parts.append(generate_latest(_Families((family,))))
+        if time.perf_counter() - started >= EXPOSITION_SLICE_S:
+            await asyncio.sleep(0)
+            started = time.perf_counter()
+    return b"".join(parts)
 
 
 def new_registry() -> CollectorRegistry:

@@ -54,11 +54,11 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry
 
 from gtm.errors import ConfigError
 from gtm.loopstats import register_loop_tasks
-from gtm.metrics import register_runtime
+from gtm.metrics import exposition, register_runtime
 from gtm.sdnotify import notify
 from gtm.tls import scheme as tls_scheme
 
@@ -288,7 +288,7 @@ def add_service_routes(
 
     async def metrics(request: web.Request) -> web.Response:
         return web.Response(
-            body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+            body=await exposition(registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
         )
 
     register_loop_tasks(registry)
