@@ -617,8 +617,11 @@ class ZoneAgent:
             return  # it left the inventory while its scrape was going
         if failed:
             self._scrape_failed(worker.id)
-        else:
+            return
+        try:
             self._take_scrape(worker, result)
+        except Exception:  # a bug: logged; the runner goes on with the next worker
+            log.error("taking in %s's scrape failed unexpectedly", worker.id, exc_info=True)
 
     def _scrape_failed(self, gpu_id: str) -> None:
         self.metrics.scrape_failures.labels(gpu_id).inc()
