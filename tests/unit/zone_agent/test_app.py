@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from gpusim.metrics import MetricsFlavor
 from gpusim.samples import busy_exposition
 from gtm.clock import FakeClock
 from gtm.gpu_profiles import LLAMA_8B
 from gtm.metrics import new_registry
+from gtm.models import GpuWorker
 from gtm.tasks import TaskSupervisor
 from zone_agent.app import SCRAPE_TURNS, SCRAPES_IN_FLIGHT, ZoneAgent
 from zone_agent.config import StaticWorker, ZoneConfig
@@ -161,5 +164,31 @@ async def test_the_answer_of_a_worker_gone_from_the_inventory_meanwhile_is_not_k
             await round_
         assert set(agent._scraped) == {"gpu-000", "gpu-002"}
         assert [g.id for g in agent.view.gpus] == ["gpu-000", "gpu-002"]
+    finally:
+        await agent.stop()
+
+
+async def test_a_bug_taking_in_one_answer_does_not_stop_the_round(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = FakeClock(start=100.0)
+    agent = _agent(SCRAPES_IN_FLIGHT + 3, clock)
+    pool = HeldPool()
+    pool.release.set()
+    agent._scrapes = pool  # type: ignore[assignment]
+    take = agent._take_scrape
+
+    def buggy(worker: GpuWorker, result: GpuMetrics) -> None:
+        if worker.id.endswith("7"):
+            raise RuntimeError("a bug")
+        take(worker, result)
+
+    agent._take_scrape = buggy  # type: ignore[method-assign]
+    try:
+        await agent.scrape_round(whole=True)
+        workers = SCRAPES_IN_FLIGHT + 3
+        expected = {f"gpu-{i:03d}" for i in range(workers) if not str(i).endswith("7")}
+        assert set(agent._scraped) == expected
+        assert "taking in gpu-007's scrape failed unexpectedly" in caplog.text
     finally:
         await agent.stop()
