@@ -301,14 +301,13 @@ def _loaded(state: GpuState, model: str, now: float, settings: ViewSettings) -> 
 
 def _ring(ids: Sequence[str]) -> tuple[npt.NDArray[np.uint64], Ints]:
     """The consistent-hash ring of ``ids`` (the reference form): each GPU's
-    ``RING_VNODES`` points (the first 8 bytes of md5("id#vnode"), big-endian), sorted,
-    ties by position. The builder makes the same ring with :func:`_ring_of` from points
-    it keeps per GPU; tests pin the two together."""
+    ``RING_VNODES`` points (:func:`_point`), sorted, ties by position. The builder makes
+    the same ring with :func:`_ring_of` from points it keeps per GPU; tests pin the two
+    together."""
     points: list[tuple[int, int]] = []
     for position, gpu_id in enumerate(ids):
         for vnode in range(RING_VNODES):
-            digest = hashlib.md5(f"{gpu_id}#{vnode}".encode(), usedforsecurity=False).digest()
-            points.append((int.from_bytes(digest[:8], "big"), position))
+            points.append((_point(gpu_id, vnode), position))
     points.sort()
     return (
         np.array([p for p, _ in points], dtype=np.uint64),
@@ -316,18 +315,15 @@ def _ring(ids: Sequence[str]) -> tuple[npt.NDArray[np.uint64], Ints]:
     )
 
 
+def _point(gpu_id: str, vnode: int) -> int:
+    """One virtual node's point: the first 8 bytes of md5("id#vnode"), big-endian."""
+    digest = hashlib.md5(f"{gpu_id}#{vnode}".encode(), usedforsecurity=False).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
 def _vnodes(gpu_id: str) -> npt.NDArray[np.uint64]:
-    """One GPU's points on the ring, in vnode order (as :func:`_ring` hashes them)."""
-    return np.array(
-        [
-            int.from_bytes(
-                hashlib.md5(f"{gpu_id}#{vnode}".encode(), usedforsecurity=False).digest()[:8],
-                "big",
-            )
-            for vnode in range(RING_VNODES)
-        ],
-        dtype=np.uint64,
-    )
+    """One GPU's points on the ring, in vnode order."""
+    return np.array([_point(gpu_id, vnode) for vnode in range(RING_VNODES)], dtype=np.uint64)
 
 
 def _ring_of(
