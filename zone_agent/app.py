@@ -91,7 +91,7 @@ STORE_WAIT_S = 5.0
 SCRAPES_PER_WORKER = 2
 #: Scrapes a round keeps in flight at once. Their answers are taken in as they arrive,
 #: and answers that arrive together are taken in within one loop iteration: unbounded,
-#: a thousand workers held the loop for ~60–80 ms per round (``bench/scrape_round.py``).
+#: a thousand workers held the loop for ~50–60 ms at a time (``bench/scrape_round.py``).
 #: A round of N workers answering in L s lasts about N / 64 × L (1,000 workers at 5 ms:
 #: ~80 ms, within the 250 ms interval).
 SCRAPES_IN_FLIGHT = 64
@@ -633,13 +633,14 @@ class ZoneAgent:
         now = self._clock.monotonic()
         if result.parsed_by is not Parser.READER:
             self._reference_parse(worker.id, result)
-        self._observe_decode(worker, result, now)
+        own = self.accounting.at(worker.id)
+        self._observe_decode(worker, result, own, now)
         for model, current in result.models.items():
             name = model or (worker.models or ("",))[0]
             self.calibrator.observe(worker.id, worker.gpu_type, name, current, now)
             self.prompt_sizes.observe(worker.id, model, prefill_counters(current), now)
         self._scraped[worker.id] = result
-        self._own_at_scrape[worker.id] = self.accounting.at(worker.id)
+        self._own_at_scrape[worker.id] = own
         self.health.observe_check(worker.id, True, now)
 
     def _reference_parse(self, gpu_id: str, metrics: GpuMetrics) -> None:
@@ -649,10 +650,14 @@ class ZoneAgent:
         if previous is None or previous.parsed_by is Parser.READER:
             log.warning("%s: /metrics read by the reference parser (%s)", gpu_id, metrics.aside)
 
-    def _observe_decode(self, worker: GpuWorker, metrics: GpuMetrics, now: float) -> None:
+    def _observe_decode(
+        self, worker: GpuWorker, metrics: GpuMetrics, own: SlotLoad, now: float
+    ) -> None:
+        """``own``: the agent's charges on the worker as its numbers arrived."""
         previous = self._scraped.get(worker.id)
         if previous is None:
             return
+        was = self._own_at_scrape.get(worker.id, SlotLoad())
         for model, current in metrics.models.items():
             before = previous.models.get(model)
             if before is None or current.kv_usage is None:
@@ -666,7 +671,6 @@ class ZoneAgent:
                 continue
             # The engine's requests less the agent's own still awaiting a first token:
             # the sequences decoding (other clients' prefills, if any, are not known).
-            was, own = self._own_at_scrape.get(worker.id, SlotLoad()), self.accounting.at(worker.id)
             decoding = (
                 before.running + before.waiting - was.prefilling,
                 current.running + current.waiting - own.prefilling,
