@@ -308,28 +308,26 @@ async def _latencies(
     floor). Paths take turns; each gives (p50, p99) per turn."""
     import tempfile
 
-    from bench.zone_proxy import SPEEDUP, WORKER_ARGS, WrkClient, body_json, find_binary
-    from gtm.net import free_port
+    from bench.zone_proxy import (
+        SPEEDUP,
+        WORKER_ARGS,
+        WrkClient,
+        body_json,
+        find_binary,
+        start_agent,
+    )
     from gtm.testing.processes import start_listening
 
     wrk = find_binary("wrk")
     if wrk is None:
         raise SystemExit("--requests needs wrk (Debian: apt-get install -y wrk)")
     gpu = await start_listening([*WORKER_ARGS, "--speedup", str(SPEEDUP), "--seed", "1"])
-    canned = [
-        f"http://127.0.0.1:{port}/w{i},gpu=H100,id=canned-{i:04d},model=canned"
-        for i in range(workers)
-    ]
-
-    async def agent(zone: list[str], tree: Path | None) -> GtmProcess:
-        args = ["zone", "--zone", "bench-a", "--region", "bench", "--event-loop", "uvloop"]
-        args += ["--listen", f"127.0.0.1:{free_port('127.0.0.1')}"]
-        for spec in [f"{gpu.url},gpu=H100,id=gpu-0", *zone]:
-            args += ["--worker", spec]
-        if tree is None:
-            return await start_listening(args, timeout_s=120.0)
-        env = {**os.environ, "PYTHONPATH": str(tree)}
-        return await start_listening(args, env=env, cwd=str(tree), timeout_s=120.0)
+    canned: list[str] = []
+    for i in range(workers):
+        canned += [
+            "--worker",
+            f"http://127.0.0.1:{port}/w{i},gpu=H100,id=canned-{i:04d},model=canned",
+        ]
 
     paths: dict[str, tuple[list[str], Path | None]] = {"alone": ([], None)}
     if baseline is not None:
@@ -339,7 +337,8 @@ async def _latencies(
     agents: dict[str, GtmProcess] = {}
     try:
         for name, (zone, tree) in paths.items():
-            agents[name] = await agent(zone, tree)
+            # (bench/zone_proxy.py's agent: the H100 as gpu-0, the canned workers added.)
+            agents[name] = await start_agent([gpu.url], "uvloop", tree, zone)
         with tempfile.TemporaryDirectory(prefix="gtm-bench-round-") as tmp:
             client = WrkClient(wrk, Path(tmp), body_json(0))
             for running in agents.values():

@@ -166,8 +166,10 @@ class ZoneAgent:
         #: What another client's waiting request weighs at each worker (measured).
         self.prompt_sizes = PromptSizes()
         self._view = self._builder.build((), self.accounting, self._clock.monotonic())
-        #: Views swapped in so far (a sliced rebuild yields to one made at once).
-        self._generation = 0
+        #: Rebuilds begun so far, and the number of the one whose view is in force: a
+        #: sliced rebuild yields to one begun after it that finished first.
+        self._rebuilds = 0
+        self._shown = 0
         #: The GPUs of replaced views, let go a slice per loop iteration (:meth:`_retire`).
         self._retired: list[GpuState] = []
         self.metrics = ZoneMetrics(registry, lambda: self._view, self._clock)
@@ -425,22 +427,24 @@ class ZoneAgent:
 
     def rebuild(self) -> ZoneView:
         """A fresh view from everything known now, made at once and swapped in."""
-        steps = self._rebuild_steps(BUILD_STEP)
+        self._rebuilds += 1
+        number, steps = self._rebuilds, self._rebuild_steps(BUILD_STEP)
         started = time.perf_counter()
         while True:
             try:
                 next(steps)
             except StopIteration as done:
-                return self._commit(done.value, time.perf_counter() - started)
+                return self._commit(done.value, time.perf_counter() - started, number)
 
     async def _rebuild_sliced(self) -> None:
         """:meth:`rebuild` a slice per loop iteration (``BUILD_STEP`` GPUs each): a
         thousand GPUs take ~12 ms, which in one go would hold every request the agent
-        is relaying. The view is still swapped in whole. If a rebuild at once (an
-        ejection, a health change) swapped one in meanwhile, this one is dropped: that
-        view was made later, from everything this one knew."""
-        generation = self._generation
-        steps = self._rebuild_steps(BUILD_STEP)
+        is relaying. The view is still swapped in whole. If a rebuild begun after this
+        one (at once, for an ejection; or sliced, for a health change) swapped its view
+        in meanwhile, this one is dropped: that view read every GPU later than this one
+        did."""
+        self._rebuilds += 1
+        number, steps = self._rebuilds, self._rebuild_steps(BUILD_STEP)
         held = 0.0
         while True:
             started = time.perf_counter()
@@ -448,8 +452,8 @@ class ZoneAgent:
                 next(steps)
             except StopIteration as done:
                 held += time.perf_counter() - started
-                if self._generation == generation:
-                    self._commit(done.value, held)
+                if number > self._shown:
+                    self._commit(done.value, held, number)
                 return
             held += time.perf_counter() - started
             await asyncio.sleep(0)
@@ -475,10 +479,10 @@ class ZoneAgent:
                 yield
         return (yield from self._builder.steps(states, self.accounting, now, step))
 
-    def _commit(self, view: ZoneView, held_s: float) -> ZoneView:
+    def _commit(self, view: ZoneView, held_s: float, number: int) -> ZoneView:
         self._retire(self._view)
         self._view = view
-        self._generation += 1
+        self._shown = number
         self.metrics.view_build.observe(held_s)
         if self.flow is not None:
             self.flow.poke()  # a new picture (scrapes, health) may make room
@@ -716,7 +720,7 @@ class ZoneAgent:
 
         await each(list(self._workers.values()), check, at_once=CHECKS_IN_FLIGHT)
         if changed:
-            self.rebuild()
+            await self._rebuild_sliced()
 
     async def publish_summary(self) -> None:
         if self._publisher is not None:

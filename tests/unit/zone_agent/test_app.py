@@ -122,11 +122,20 @@ async def test_a_sliced_rebuild_yields_to_a_view_made_at_once_meanwhile() -> Non
             at_once = agent.rebuild()  # e.g. an ejection
             await sliced
         assert agent.view is at_once
+        # Two sliced rebuilds overlapping: the one begun later reads every GPU later,
+        # and its view is the one left in force, whichever finishes first.
+        async with TaskSupervisor(registry=new_registry()) as tasks:
+            first = tasks.spawn("first", agent._rebuild_sliced())
+            await asyncio.sleep(0)
+            clock.advance_nowait(1.0)
+            second = tasks.spawn("second", agent._rebuild_sliced())
+            await asyncio.gather(first, second)
+        assert agent.view.built_at == 101.0
         # Alone, a sliced rebuild swaps its view in.
         await agent._rebuild_sliced()
         assert agent.view is not at_once
         assert len(agent.view.gpus) == BUILD_STEP * 3
-        assert agent.registry.get_sample_value("gtm_zone_view_build_seconds_count") == 2
+        assert agent.registry.get_sample_value("gtm_zone_view_build_seconds_count") == 4
     finally:
         await agent.stop()
 
