@@ -9,7 +9,12 @@ it. What each fault does, as a client sees it:
                        ``error_status`` (500 by default; 429 and 503 also make sense)
 ``added_latency_ms``   every inference request waits this long (wall time) before it is
                        processed — the first byte is that much later
-``hang``               requests are accepted and never answered (until cleared/shutdown)
+``hang``               requests are accepted and never answered (until cleared/shutdown);
+                       ``/metrics`` and ``/health`` still answer (a wedged engine)
+``black_hole``         every request but ``/admin/*`` is accepted and never answered:
+                       inference, ``/metrics``, ``/health``, ``/v1/models`` and what the
+                       peers poll alike (a host that accepts connections and then goes
+                       silent; only the fault's own endpoint still answers, to clear it)
 ``crash``              the process exits at once (exit status 70, EX_SOFTWARE)
 ``slowdown``           forward passes take this many times longer (throttled GPU)
 ``thermal_throttle``   the profile's thermal throttling: −20 % throughput
@@ -44,6 +49,7 @@ class Faults(Frozen):
     error_status: ErrorStatus = 500
     added_latency_ms: Annotated[float, Field(ge=0.0, le=600_000.0, allow_inf_nan=False)] = 0.0
     hang: bool = False
+    black_hole: bool = False
     crash: bool = False
     slowdown: Annotated[float, Field(ge=1.0, le=1000.0, allow_inf_nan=False)] = 1.0
     thermal_throttle: bool = False

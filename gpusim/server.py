@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ValidationError
@@ -248,6 +249,7 @@ class GpuSimServer:
             middlewares=[
                 *self._auth.outer(),
                 error_middleware("GPU emulator", self._count),
+                self._black_hole,
                 *self._auth.inner(),
                 admin_middleware(self._admin, path_prefix("/admin/")),
             ],
@@ -390,6 +392,24 @@ class GpuSimServer:
             raise api.ApiError(400, f"The model `{model}` does not support {what}.", param="model")
         return driver
 
+    @web.middleware
+    async def _black_hole(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """``black_hole``: every request but the fault endpoints' waits, unanswered, until
+        the fault is cleared (or the worker stops)."""
+        if self._faults.faults.black_hole and not request.path.startswith("/admin/"):
+            self._faults_injected.labels("black_hole").inc()
+            await self._held(lambda faults: faults.black_hole)
+        return await handler(request)
+
+    async def _held(self, holds: Callable[[Faults], bool]) -> None:
+        """Wait while ``holds`` of the faults in force is true; 503 if the worker stops
+        meanwhile (what a held request then gets)."""
+        while holds(self._faults.faults) and not self._stopping:
+            self._unhang.clear()
+            await self._unhang.wait()
+        if self._stopping:
+            raise api.ApiError(503, "the worker is shutting down", type=api.ErrorType.UNAVAILABLE)
+
     async def _admit(self) -> None:
         """Shutdown and injected faults, before a request is processed."""
         if self._stopping:
@@ -397,13 +417,7 @@ class GpuSimServer:
         faults = self._faults.faults
         if faults.hang:
             self._faults_injected.labels("hang").inc()
-            while self._faults.faults.hang and not self._stopping:
-                self._unhang.clear()
-                await self._unhang.wait()
-            if self._stopping:
-                raise api.ApiError(
-                    503, "the worker is shutting down", type=api.ErrorType.UNAVAILABLE
-                )
+            await self._held(lambda faults: faults.hang)
         if faults.added_latency_ms > 0:
             self._faults_injected.labels("latency").inc()
             await self._clock.sleep(faults.added_latency_ms / 1000.0)

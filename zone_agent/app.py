@@ -170,6 +170,9 @@ class ZoneAgent:
         #: sliced rebuild yields to one begun after it that finished first.
         self._rebuilds = 0
         self._shown = 0
+        #: Each GPU's ``gtm_zone_blind_views_total`` increment (a labelled child costs a
+        #: lock per ``labels()``); bounded by the GPUs the zone has had.
+        self._blind_counted: dict[str, Callable[[], None]] = {}
         #: The GPUs of replaced views, let go a slice per loop iteration (:meth:`_retire`).
         self._retired: list[GpuState] = []
         self.metrics = ZoneMetrics(registry, lambda: self._view, self._clock)
@@ -434,7 +437,8 @@ class ZoneAgent:
             try:
                 next(steps)
             except StopIteration as done:
-                return self._commit(done.value, time.perf_counter() - started, number)
+                view, blind = done.value
+                return self._commit(view, blind, time.perf_counter() - started, number)
 
     async def _rebuild_sliced(self) -> None:
         """:meth:`rebuild` a slice per loop iteration (``BUILD_STEP`` GPUs each): a
@@ -453,22 +457,30 @@ class ZoneAgent:
             except StopIteration as done:
                 held += time.perf_counter() - started
                 if number > self._shown:
-                    self._commit(done.value, held, number)
+                    view, blind = done.value
+                    self._commit(view, blind, held, number)
                 return
             held += time.perf_counter() - started
             await asyncio.sleep(0)
 
-    def _rebuild_steps(self, step: int) -> Generator[None, None, ZoneView]:
+    def _rebuild_steps(self, step: int) -> Generator[None, None, tuple[ZoneView, list[str]]]:
+        """The view's slices; at the end the view, and the GPUs whose last scrape it
+        distrusts (missing, or older than ``stale_after_s``)."""
         now = self._clock.monotonic()
         slowdowns = self.health.slowdowns(now)
+        stale_after_s = self._builder.settings.stale_after_s
         states = []
+        blind = []
         # (A copy: the inventory may change between slices.)
         for count, (gid, worker) in enumerate(list(self._workers.items()), 1):
+            scraped = self._scraped.get(gid)
+            if scraped is None or scraped.age(now) > stale_after_s:
+                blind.append(gid)
             states.append(
                 GpuState(
                     worker=worker,
                     slot=self.accounting.slot(gid),
-                    metrics=self._scraped.get(gid),
+                    metrics=scraped,
                     own_at_scrape=self._own_at_scrape.get(gid, SlotLoad()),
                     prompt_tokens=self.prompt_sizes.of(gid),
                     health=self.health.status(gid, now, slowdowns.get(gid, 1.0)),
@@ -477,13 +489,20 @@ class ZoneAgent:
             )
             if count % step == 0:
                 yield
-        return (yield from self._builder.steps(states, self.accounting, now, step))
+        view = yield from self._builder.steps(states, self.accounting, now, step)
+        return view, blind
 
-    def _commit(self, view: ZoneView, held_s: float, number: int) -> ZoneView:
+    def _commit(self, view: ZoneView, blind: list[str], held_s: float, number: int) -> ZoneView:
         self._retire(self._view)
         self._view = view
         self._shown = number
         self.metrics.view_build.observe(held_s)
+        counted = self._blind_counted
+        for gid in blind:
+            inc = counted.get(gid)
+            if inc is None:
+                inc = counted[gid] = self.metrics.blind_views.labels(gid).inc
+            inc()
         if self.flow is not None:
             self.flow.poke()  # a new picture (scrapes, health) may make room
         return view
@@ -581,6 +600,10 @@ class ZoneAgent:
                     await until(round_.done, self._clock, self.config.scrape_interval_s)
             finally:
                 self._rounds.remove(round_)
+            if only is None:
+                self.metrics.scrape_rounds.labels(
+                    "answered" if round_.done.is_set() else "interval"
+                ).inc()
         if only is None:
             self.calibrator.forget(set(self._workers))
         await self._rebuild_sliced()

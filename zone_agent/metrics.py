@@ -190,6 +190,29 @@ class ZoneMetrics:
         )
         #: Flow control's early scrape rounds (zone_agent.flow: held requests waiting on
         #: other clients' queued work seen in the last scrape).
+        #: Scrape rounds (every worker), by how each ended: every worker answered, or
+        #: the interval ran out with a scrape still going (a slow or silent worker,
+        #: whose scrape goes on alone: zone_agent.app).
+        self.scrape_rounds = Counter(
+            "gtm_zone_scrape_rounds",
+            "Scrape rounds of every worker, by how each ended: ended=answered (every "
+            "worker answered), ended=interval (--scrape-interval ran out with a worker's "
+            "scrape still going; the view was rebuilt without waiting for it).",
+            ["ended"],
+            registry=registry,
+        )
+        for ended in ("answered", "interval"):
+            self.scrape_rounds.labels(ended)  # shown at 0 before the first such round
+        #: Views swapped in while a GPU's last scrape was missing or distrusted (older
+        #: than ZoneConfig.stale_after_s): the agent priced that GPU from its own
+        #: charges alone, blind to other clients' load on it (zone_agent.view).
+        self.blind_views = Counter(
+            "gtm_zone_blind_views",
+            "Views of the zone built while the GPU's last /metrics scrape was missing or "
+            "too old to trust (its load then known from the agent's own requests alone).",
+            ["gpu"],
+            registry=registry,
+        )
         self.scrapes_early = Counter(
             "gtm_zone_scrapes_early",
             "Scrapes run before --scrape-interval was up, of the workers where flow control "

@@ -7,7 +7,8 @@ Modes, as a client sees them:
                 (gtm up holds it; in-flight streams are cut mid-way)
 ``slow``        forward passes ``slowdown`` times slower (a throttled GPU)
 ``throttle``    the profile's thermal throttling (−20 % throughput)
-``black-hole``  requests are accepted and never answered
+``black-hole``  every request is accepted and never answered: inference, ``/metrics``
+                and ``/health`` alike (the emulator's ``black_hole``)
 ``errors``      ``error_rate`` of requests fail at once with ``error_status``
 ``latency``     every request waits ``latency_ms`` before it is processed
 ``cut-stream``  streams are cut after ``after_tokens`` tokens (no ``[DONE]``)
@@ -62,7 +63,7 @@ class GpuFault(SpecBase):
             case GpuFaultMode.THROTTLE:
                 return {"thermal_throttle": True}
             case GpuFaultMode.BLACK_HOLE:
-                return {"hang": True}
+                return {"black_hole": True}
             case GpuFaultMode.ERRORS:
                 return {"error_rate": self.error_rate, "error_status": self.error_status}
             case GpuFaultMode.LATENCY:

@@ -130,6 +130,12 @@ MUTANTS: Mapping[str, Mutant] = _catalogue(
         patch="gpu-health-ignored",
     ),
     Mutant(
+        name="scrape-round-waits-for-all",
+        breaks="the zone's scrape rounds: one silent worker holds every round, the "
+        "others' load goes stale and unseen",
+        patch="scrape-round-waits-for-all",
+    ),
+    Mutant(
         name="no-retry-before-first-byte",
         breaks="retries before the first byte: one attempt per tier",
         patch="no-retry-before-first-byte",

@@ -96,6 +96,20 @@ def gpu_health_ignored() -> None:
     HealthTracker._eject = eject  # type: ignore[method-assign]
 
 
+def scrape_round_waits_for_all() -> None:
+    """The zone agent's scrape round rebuilds its view only once every worker answered:
+    one silent worker holds every round to the scrape timeout, and the others' numbers
+    are then too old to trust (the agent is blind to their load)."""
+    from zone_agent.app import ZoneAgent
+
+    original = ZoneAgent.scrape_round
+
+    async def scrape_round(self: ZoneAgent, *, whole: bool = False) -> None:
+        await original(self, whole=True)
+
+    ZoneAgent.scrape_round = scrape_round  # type: ignore[method-assign]
+
+
 def no_retry_before_first_byte() -> None:
     """Every tier's relay makes one attempt: a failure before the first byte is the
     client's, not retried on another GPU, zone or region."""
@@ -226,6 +240,7 @@ PATCHES: Mapping[str, Callable[[], None]] = MappingProxyType(
         "no-failback": no_failback,
         "impatient-health-checks": impatient_health_checks,
         "gpu-health-ignored": gpu_health_ignored,
+        "scrape-round-waits-for-all": scrape_round_waits_for_all,
         "no-retry-before-first-byte": no_retry_before_first_byte,
         "region-needs-every-zone": region_needs_every_zone,
         "snapshot-dropped": snapshot_dropped,

@@ -103,6 +103,26 @@ async def test_hang_accepts_and_never_answers(sim: Sim) -> None:
     assert await _chat(sim)
 
 
+async def test_black_hole_silences_every_endpoint_but_the_faults_own(sim: Sim) -> None:
+    """A black-holed host: inference, the scrape, the health check and what the peers
+    poll all go unanswered; only ``/admin/faults`` answers, so the fault can be cleared,
+    and then everything answers again."""
+    await sim.faults("POST", {"black_hole": True})
+    impatient = sim.client.with_options(timeout=0.3)
+    with pytest.raises(openai.APITimeoutError):
+        await _chat(sim, client=impatient)
+    for path in ("/metrics", "/health", "/v1/models", "/get_load"):
+        with pytest.raises(httpx.TimeoutException):
+            await sim.http.get(sim.url + path, timeout=0.3)
+    assert (await sim.faults("GET"))["black_hole"] is True
+    await sim.faults("DELETE")
+    for path in ("/health", "/v1/models", "/get_load"):
+        assert (await sim.http.get(sim.url + path)).status_code == 200
+    assert await _chat(sim)
+    samples = await sim.scrape()
+    assert value(samples, "gtm_gpusim_faults_injected_total", fault="black_hole") == 5
+
+
 async def test_slowdown_and_thermal_throttle_stretch_every_pass(sim: Sim) -> None:
     normal = await _mean_itl(sim, 40)
     await sim.faults("POST", {"slowdown": 8.0})

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gtm.gpu_profiles import LLAMA_8B
 
-from .conftest import ZoneFactory
+from .conftest import Zone, ZoneFactory
 
 pytestmark = pytest.mark.integration
 
@@ -66,6 +66,8 @@ async def test_a_black_holed_worker_does_not_hold_the_others_scrapes(
         stale_after_s=1.0,
     )
     agent = zone.agent
+    blind_before = await _by_gpu(zone, "gtm_zone_blind_views_total")
+    rounds_before = await _rounds(zone)
     scrapes_before = hole.scrapes
     started = time.monotonic()
     await agent.scrape_round()
@@ -85,15 +87,34 @@ async def test_a_black_holed_worker_does_not_hold_the_others_scrapes(
     await agent.scrape_round()
     assert hole.scrapes - scrapes_before <= 1
     assert time.monotonic() - started < SCRAPE_TIMEOUT_S
-    # What an operator's Prometheus reads off the agent: the live GPUs' scrapes are young.
-    async with zone.http.get(f"{agent.url}/metrics") as response:
-        assert response.status == 200
-        text = await response.text()
-    ages = {
-        sample.labels["gpu"]: sample.value
-        for family in text_string_to_metric_families(text)
-        if family.name == "gtm_zone_scrape_age_seconds"
-        for sample in family.samples
-    }
+    # What an operator's Prometheus reads off the agent: the live GPUs' scrapes are young,
+    # and no view since was blind to them; every one was to the dead one (the three
+    # rounds', and any the agent's own loops built meanwhile).
+    ages = await _by_gpu(zone, "gtm_zone_scrape_age_seconds")
     assert ages["gpu-0"] < 3 * INTERVAL_S
     assert ages["gpu-1"] < 3 * INTERVAL_S
+    blind = await _by_gpu(zone, "gtm_zone_blind_views_total")
+    grew = {gpu: blind.get(gpu, 0.0) - blind_before.get(gpu, 0.0) for gpu in ages | blind}
+    assert (grew["gpu-0"], grew["gpu-1"]) == (0.0, 0.0)
+    assert grew["gpu-dead"] >= 3.0
+    # Each of the three rounds ended at its interval, the dead worker's scrape still going.
+    rounds = await _rounds(zone)
+    assert rounds.get("interval", 0.0) - rounds_before.get("interval", 0.0) >= 3.0
+
+
+async def _rounds(zone: Zone) -> dict[str, float]:
+    """``gtm_zone_scrape_rounds_total`` by how the rounds ended."""
+    return await _by_gpu(zone, "gtm_zone_scrape_rounds_total", label="ended")
+
+
+async def _by_gpu(zone: Zone, name: str, label: str = "gpu") -> dict[str, float]:
+    """The samples of ``name`` by GPU (or ``label``), read off the agent's /metrics."""
+    async with zone.http.get(f"{zone.agent.url}/metrics") as response:
+        assert response.status == 200
+        text = await response.text()
+    return {
+        sample.labels[label]: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name
+    }

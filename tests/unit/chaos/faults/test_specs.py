@@ -152,7 +152,7 @@ def test_yaml_with_a_bad_field_from_a_file_is_named() -> None:
         (GpuFaultMode.CRASH, {"crash": True}),
         (GpuFaultMode.SLOW, {"slowdown": 4.0}),
         (GpuFaultMode.THROTTLE, {"thermal_throttle": True}),
-        (GpuFaultMode.BLACK_HOLE, {"hang": True}),
+        (GpuFaultMode.BLACK_HOLE, {"black_hole": True}),
         (GpuFaultMode.ERRORS, {"error_rate": 1.0, "error_status": 500}),
         (GpuFaultMode.LATENCY, {"added_latency_ms": 1000.0}),
         (GpuFaultMode.CUT_STREAM, {"stop_stream_after": 8}),

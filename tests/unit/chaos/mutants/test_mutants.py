@@ -34,6 +34,7 @@ TARGETS = {
     "no-failback": "global_lb.health.HealthChecker._apply",
     "impatient-health-checks": "global_lb.health.HttpProber.__init__",
     "gpu-health-ignored": "zone_agent.health.HealthTracker._eject",
+    "scrape-round-waits-for-all": "zone_agent.app.ZoneAgent.scrape_round",
     "no-retry-before-first-byte": "gtm.relay.Relay.__init__",
     "region-needs-every-zone": "regional_lb.app.build_summary",
     "snapshot-dropped": "gtm.state.snapshot.SnapshotWatcher._mark_stale",

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from chaos.cli import EXIT_BAD_SCENARIO
 from chaos.scenario import ScenarioError, load_scenario
+from gtm.topology import load_topology
 from gtmctl.cli import cli
 
 SCENARIOS = Path(__file__).resolve().parents[4] / "chaos" / "scenarios"
@@ -158,3 +159,15 @@ def test_every_shipped_scenario_is_valid(path: Path) -> None:
 def test_the_suite_has_a_fast_subset() -> None:
     fast = [p for p in SCENARIOS.glob("*.yaml") if load_scenario(p)[0].fast]
     assert 1 <= len(fast) <= 3
+
+
+def test_the_pair_topology_is_the_small_one_with_a_second_gpu_in_one_zone() -> None:
+    """``small-pair.yaml`` (the black-holed GPU's game day) differs from ``small.yaml``
+    only in eu-central-a's H100 count: the same layout, one GPU more."""
+    folder = SCENARIOS / "topologies"
+    small = load_topology(folder / "small.yaml").model_dump()
+    pair = load_topology(folder / "small-pair.yaml").model_dump()
+    zone = next(z for r in pair["regions"] for z in r["zones"] if z["id"] == "eu-central-a")
+    assert [(g["type"], g["count"]) for g in zone["gpus"]] == [("H100", 2)]
+    zone["gpus"][0]["count"] = 1
+    assert pair == small
