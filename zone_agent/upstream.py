@@ -38,9 +38,9 @@ import ssl
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
-from multidict import CIMultiDict
+from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from zone_agent.errors import (
@@ -72,6 +72,14 @@ _OK = b"HTTP/1.1 200 OK\r\n"
 #: Request heads kept per worker (the OpenAI endpoints are three paths; a bound all
 #: the same, whatever paths a caller sends).
 _HEADS_KEPT = 16
+
+#: Parsed response heads a pool keeps, by their bytes (:class:`_Head`): a worker sends
+#: the same head again and again (a stream's differs only in its Date, once a second;
+#: a whole answer's also in its Content-Length), and parsing one anew (the fields, the
+#: mapping over them, each a fresh object to make and free) is a share of the agent's
+#: CPU per proxied request that ``bench/zone_proxy.py`` sees (CHANGELOG). The oldest
+#: goes first past the bound.
+HEADS_KEPT = 256
 
 # Parser states.
 _IDLE, _HEAD, _LENGTH, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILERS, _UNTIL_CLOSE, _DONE = range(
@@ -151,8 +159,10 @@ class _Slots:
 class _Connection(asyncio.Protocol):
     """One TCP (or TLS) connection to a worker and the response being read on it."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, heads: dict[bytes, _Head]) -> None:
         self.loop = loop
+        #: The pool's parsed response heads, by their bytes (:data:`HEADS_KEPT`).
+        self.heads = heads
         self.transport: asyncio.Transport | None = None
         self._buf = bytearray()
         self._state = _IDLE
@@ -169,9 +179,9 @@ class _Connection(asyncio.Protocol):
         # The head of the response being read.
         self.status = 0
         self.reason = ""
-        self.headers: CIMultiDict[str] = CIMultiDict()
+        self.headers: CIMultiDictProxy[str] = _NO_HEADERS
         #: :attr:`headers`' fields in order (as read).
-        self.fields: list[tuple[str, str]] = []
+        self.fields: tuple[tuple[str, str], ...] = ()
         self.content_length: int | None = None
         #: The whole body, when it arrived with the head and matched its Content-Length
         #: (also in :attr:`chunks`, for a reader that reads it).
@@ -333,73 +343,27 @@ class _Connection(asyncio.Protocol):
         return line
 
     def _head(self, head: bytes) -> bool:
-        """Parse a status line and headers (RFC 9112 §4, §5) and how the body is
-        delimited (§6.3); False for an interim response (the real one follows)."""
-        # Every CR and every LF must be half of a line-ending CRLF: equal counts of the
-        # three say so in three scans, without a copy of the head.
-        crlfs = head.count(_CRLF)
-        if head.count(b"\r") != crlfs or head.count(b"\n") != crlfs or b"\0" in head:
-            raise UpstreamProtocolError("stray CR, LF or NUL in the response head")
-        if head.startswith(_OK):
-            # The usual status line, read without splitting it.
-            status, reason, http11 = 200, "OK", True
-            if head.isascii():  # (_fields, without the call)
-                fields = _ascii_fields(head.decode("ascii").split("\r\n")[1:])
-            else:
-                fields = _byte_fields(head.split(_CRLF)[1:])
-        else:
-            split = head.split(_CRLF)
-            parts = split[0].split(b" ", 2)
-            if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or len(parts[1]) != 3:
-                raise UpstreamProtocolError(f"not an HTTP/1.x status line: {split[0][:40]!r}")
-            try:
-                status = int(parts[1])
-            except ValueError:
-                raise UpstreamProtocolError(f"bad status code {parts[1]!r}") from None
-            if not 100 <= status <= 599:
-                raise UpstreamProtocolError(f"bad status code {status}")
-            fields = _fields(head, split)
-            if status < 200:
-                return False  # an interim response (100 Continue, 103 Early Hints)
-            reason = parts[2].decode("utf-8", "replace") if len(parts) > 2 else ""
-            http11 = parts[0] == b"HTTP/1.1"
-        headers = CIMultiDict(fields)
-        self.status = status
-        self.reason = reason
-        self.headers = headers
-        self.fields = fields
-        connection = headers.get("connection")
-        if not http11 or (connection is not None and "close" in connection.lower()):
+        """Take in a response head (its parse kept by the pool, :data:`HEADS_KEPT`);
+        False for an interim response (the real one follows)."""
+        heads = self.heads
+        parsed = heads.get(head)
+        if parsed is None:
+            parsed = parse_head(head)
+            if parsed is None:
+                return False
+            if len(heads) >= HEADS_KEPT:
+                del heads[next(iter(heads))]
+            heads[head] = parsed
+        self.status = parsed.status
+        self.reason = parsed.reason
+        self.headers = parsed.headers
+        self.fields = parsed.fields
+        if not parsed.keep_alive:
             self.keep_alive = False
-        # How the body is delimited (RFC 9112 §6.3).
-        self.content_length = None
-        if status == 204 or status == 304:
-            self._state = _DONE
-            return True
-        coding = headers.get("transfer-encoding")
-        if coding is not None:
-            if coding.rsplit(",", 1)[-1].strip().lower() != "chunked":
-                self._state, self.keep_alive = _UNTIL_CLOSE, False
-            else:
-                self._state = _CHUNK_SIZE
-            return True
-        lengths = headers.getall("content-length", None)
-        if lengths is not None:
-            # Every value the same number (a set of the stripped values, one long).
-            value = lengths[0].strip()
-            for other in lengths[1:]:
-                if other.strip() != value:
-                    value = ""
-            if not value.isdigit():
-                raise UpstreamProtocolError(f"bad Content-Length {lengths!r}")
-            length = int(value)
-            self.content_length = length
-            if length == 0:
-                self._state = _DONE
-            else:
-                self._remaining, self._state = length, _LENGTH
-            return True
-        self._state, self.keep_alive = _UNTIL_CLOSE, False
+        length = self.content_length = parsed.content_length
+        state = self._state = parsed.framing
+        if state == _LENGTH:
+            self._remaining = cast(int, length)
         return True
 
     def _push(self, data: bytes) -> None:
@@ -425,6 +389,79 @@ class _Connection(asyncio.Protocol):
         for waiter in (self._head_waiter, self._data_waiter):
             if waiter is not None and not waiter.done():
                 waiter.set_exception(error)
+
+
+_NO_HEADERS: CIMultiDictProxy[str] = CIMultiDictProxy(CIMultiDict())
+
+
+class _Head(NamedTuple):
+    """A response head, parsed (immutable: a pool's connections share it)."""
+
+    status: int
+    reason: str
+    headers: CIMultiDictProxy[str]
+    fields: tuple[tuple[str, str], ...]
+    #: False: the connection ends with this response (HTTP/1.0, ``Connection: close``,
+    #: or a body delimited by the connection's end).
+    keep_alive: bool
+    content_length: int | None
+    #: How the body is delimited: the parser state the body starts in.
+    framing: int
+
+
+def parse_head(head: bytes) -> _Head | None:
+    """Parse a status line and headers (RFC 9112 §4, §5) and how the body is delimited
+    (§6.3); None for an interim response (the real one follows)."""
+    # Every CR and every LF must be half of a line-ending CRLF: equal counts of the
+    # three say so in three scans, without a copy of the head.
+    crlfs = head.count(_CRLF)
+    if head.count(b"\r") != crlfs or head.count(b"\n") != crlfs or b"\0" in head:
+        raise UpstreamProtocolError("stray CR, LF or NUL in the response head")
+    if head.startswith(_OK):
+        # The usual status line, read without splitting it.
+        status, reason, http11 = 200, "OK", True
+        fields = _fields(head, None)
+    else:
+        split = head.split(_CRLF)
+        parts = split[0].split(b" ", 2)
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or len(parts[1]) != 3:
+            raise UpstreamProtocolError(f"not an HTTP/1.x status line: {split[0][:40]!r}")
+        try:
+            status = int(parts[1])
+        except ValueError:
+            raise UpstreamProtocolError(f"bad status code {parts[1]!r}") from None
+        if not 100 <= status <= 599:
+            raise UpstreamProtocolError(f"bad status code {status}")
+        fields = _fields(head, split)
+        if status < 200:
+            return None  # an interim response (100 Continue, 103 Early Hints)
+        reason = parts[2].decode("utf-8", "replace") if len(parts) > 2 else ""
+        http11 = parts[0] == b"HTTP/1.1"
+    headers = CIMultiDictProxy(CIMultiDict(fields))
+    connection = headers.get("connection")
+    keep_alive = http11 and (connection is None or "close" not in connection.lower())
+    kept = tuple(fields)
+    # How the body is delimited (RFC 9112 §6.3).
+    if status == 204 or status == 304:
+        return _Head(status, reason, headers, kept, keep_alive, None, _DONE)
+    coding = headers.get("transfer-encoding")
+    if coding is not None:
+        if coding.rsplit(",", 1)[-1].strip().lower() != "chunked":
+            return _Head(status, reason, headers, kept, False, None, _UNTIL_CLOSE)
+        return _Head(status, reason, headers, kept, keep_alive, None, _CHUNK_SIZE)
+    lengths = headers.getall("content-length", None)
+    if lengths is not None:
+        # Every value the same number (a set of the stripped values, one long).
+        value = lengths[0].strip()
+        for other in lengths[1:]:
+            if other.strip() != value:
+                value = ""
+        if not value.isdigit():
+            raise UpstreamProtocolError(f"bad Content-Length {lengths!r}")
+        length = int(value)
+        framing = _DONE if length == 0 else _LENGTH
+        return _Head(status, reason, headers, kept, keep_alive, length, framing)
+    return _Head(status, reason, headers, kept, False, None, _UNTIL_CLOSE)
 
 
 #: What ``bytes.strip()`` strips (ASCII whitespace): ``str.strip()`` strips more.
@@ -508,9 +545,9 @@ class UpstreamResponse:
         self._done = False
         self.status: int = conn.status
         self.reason: str = conn.reason
-        self.headers: CIMultiDict[str] = conn.headers
+        self.headers: CIMultiDictProxy[str] = conn.headers
         #: The headers' fields in order (:class:`gtm.relay.Upstream`).
-        self.fields: list[tuple[str, str]] = conn.fields
+        self.fields: tuple[tuple[str, str], ...] = conn.fields
         self.content_length: int | None = conn.content_length
         #: The whole body when it came with the head (:class:`gtm.relay.Upstream`).
         self.body: bytes | None = conn.body
@@ -583,6 +620,8 @@ class UpstreamPool:
         self._idle_s = idle_s
         self._monotonic = monotonic
         self._targets: dict[str, _Target] = {}
+        #: Response heads parsed, shared by the pool's connections (:data:`HEADS_KEPT`).
+        self._heads: dict[bytes, _Head] = {}
         self._open: set[_Connection] = set()
         self._closed = False
 
@@ -743,7 +782,7 @@ class UpstreamPool:
         try:
             async with asyncio.timeout(self._connect_timeout_s):
                 _, conn = await loop.create_connection(
-                    lambda: _Connection(loop),
+                    lambda: _Connection(loop, self._heads),
                     target.host,
                     target.port,
                     ssl=self._tls_context() if target.tls else None,

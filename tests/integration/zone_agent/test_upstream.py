@@ -9,7 +9,9 @@ from contextlib import asynccontextmanager
 
 import pytest
 
+from zone_agent import upstream
 from zone_agent.upstream import (
+    HEADS_KEPT,
     HIGH_WATER,
     UpstreamClosed,
     UpstreamConnectError,
@@ -477,3 +479,62 @@ async def test_a_get_of_a_failing_worker_raises_as_a_post_does() -> None:
         finally:
             await pool.close()
     assert worker.connections == 1
+
+
+async def test_a_head_seen_before_is_taken_from_the_pool_and_framed_anew_each_time() -> None:
+    """The same response head, sent again, is not parsed again: the pool keeps its
+    parse (read-only, shared by the connections). Each response still gets the head's
+    framing and keep-alive: a kept ``Connection: close`` head closes every time, a kept
+    chunked head frames each body, a kept length head counts each body's bytes."""
+    chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    closing = b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\n{}"
+    replies: list[Reply] = [OK, OK, chunked + b"2\r\nab\r\n0\r\n\r\n", OK]
+    replies += [chunked + b"3\r\ncde\r\n0\r\n\r\n", closing, closing, OK]
+    pool = UpstreamPool()
+    parses: list[bytes] = []
+    original = upstream.parse_head
+
+    def counted(head: bytes) -> object:
+        parses.append(head)
+        return original(head)
+
+    upstream.parse_head = counted  # type: ignore[assignment]
+    try:
+        async with serve(Scripted(*replies)) as server:
+            first = await pool.post(server.url, "/v1/chat/completions", [], b"{}")
+            assert await read_all(first) == b"{}"
+            first.release()
+            second = await pool.post(server.url, "/v1/chat/completions", [], b"{}")
+            assert second.headers is first.headers  # one parse, shared
+            with pytest.raises(TypeError):
+                second.headers["X-Mine"] = "no"  # type: ignore[index]
+            assert await read_all(second) == b"{}"
+            second.release()
+            assert await body_of(pool, server.url) == (200, b"ab")
+            assert await body_of(pool, server.url) == (200, b"{}")
+            assert await body_of(pool, server.url) == (200, b"cde")
+            assert server.connections == 1
+            for _ in range(3):
+                assert await body_of(pool, server.url) == (200, b"{}")
+            assert server.connections == 3  # each "Connection: close" closed its own
+    finally:
+        upstream.parse_head = original  # type: ignore[assignment]
+    await pool.close()
+    assert len(parses) == 3  # OK, the chunked head, the closing head: once each
+
+
+def test_the_pool_keeps_a_bounded_number_of_heads_oldest_out_first() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        heads: dict[bytes, upstream._Head] = {}
+        conn = upstream._Connection(loop, heads)
+        sent = [b"HTTP/1.1 200 OK\r\nContent-Length: %d" % n for n in range(HEADS_KEPT + 1)]
+        for head in sent:
+            conn._state = upstream._HEAD
+            assert conn._head(head)
+        assert len(heads) == HEADS_KEPT
+        assert sent[0] not in heads
+        assert list(heads) == sent[1:]
+        assert conn.content_length == HEADS_KEPT
+    finally:
+        loop.close()
