@@ -518,7 +518,7 @@ async def test_a_head_seen_before_is_taken_from_the_pool_and_framed_anew_each_ti
                 assert await body_of(pool, server.url) == (200, b"{}")
             assert server.connections == 3  # each "Connection: close" closed its own
     finally:
-        upstream.parse_head = original  # type: ignore[assignment]
+        upstream.parse_head = original
     await pool.close()
     assert len(parses) == 3  # OK, the chunked head, the closing head: once each
 
