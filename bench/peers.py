@@ -33,6 +33,7 @@ import asyncio
 import contextlib
 import importlib.util
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -148,6 +149,10 @@ class PeerRouter:
     log_path: Path
     #: Its Prometheus exposition (``/metrics`` on its own port).
     metrics_url: str = ""
+    #: The directory made for its log (none given): removed by :meth:`stop`, so a run
+    #: of the benchmarks leaves no logs behind (a peer logs two lines per request:
+    #: ~50 MB per ``bench/zone_proxy.py`` run).
+    own_dir: Path | None = None
     _cpu_at_exit: float | None = field(default=None, repr=False)
 
     @property
@@ -171,6 +176,9 @@ class PeerRouter:
             except TimeoutError:
                 self.proc.kill()
                 await self.proc.wait()
+        if self.own_dir is not None:
+            shutil.rmtree(self.own_dir, ignore_errors=True)
+            self.own_dir = None
 
     def log_tail(self, lines: int = 20) -> str:
         try:
@@ -212,7 +220,9 @@ async def start_peer(
         peer, policy, workers, host=host, port=port, prometheus_port=prometheus,
         extra_args=extra_args,
     )  # fmt: skip
-    directory = log_dir or Path(tempfile.mkdtemp(prefix="gtm-peer-"))
+    own_dir = None if log_dir is not None else Path(tempfile.mkdtemp(prefix="gtm-peer-"))
+    directory = log_dir or own_dir
+    assert directory is not None
     log_path = directory / f"{peer.value}-{policy}-{port}.log"
     with log_path.open("wb") as log:
         proc = await asyncio.create_subprocess_exec(
@@ -221,24 +231,24 @@ async def start_peer(
         )  # fmt: skip
     router = PeerRouter(
         peer, policy, f"http://{host}:{port}", proc, log_path,
-        metrics_url=f"http://{host}:{prometheus}/metrics",
+        metrics_url=f"http://{host}:{prometheus}/metrics", own_dir=own_dir,
     )  # fmt: skip
     deadline = time.monotonic() + timeout_s
     timeout = aiohttp.ClientTimeout(total=2.0)
     async with aiohttp.ClientSession(timeout=timeout) as session:
         while time.monotonic() < deadline:
             if proc.returncode is not None:
+                tail = router.log_tail()
+                await router.stop()
                 raise PeerStartError(
-                    f"{peer.value} --policy {policy} exited ({proc.returncode}):\n"
-                    + router.log_tail()
+                    f"{peer.value} --policy {policy} exited ({proc.returncode}):\n{tail}"
                 )
             if await _ready(session, router, len(workers)):
                 return router
             await asyncio.sleep(0.2)
+    tail = router.log_tail()
     await router.stop()
-    raise PeerStartError(
-        f"{peer.value} --policy {policy} not ready in {timeout_s:g} s:\n" + router.log_tail()
-    )
+    raise PeerStartError(f"{peer.value} --policy {policy} not ready in {timeout_s:g} s:\n{tail}")
 
 
 @contextlib.asynccontextmanager
