@@ -17,6 +17,7 @@ the longest gap between its turns: the longest the loop was held. Printed per zo
   server is another process),
 - the longest hold of a round of health checks (every worker's ``GET /health``),
 - the longest hold while the agent serves its own ``/metrics`` (~8 series per GPU),
+- what a GPU's ejection holds it for (out of the view before the next request),
 - what a GPU joining the zone costs the view's consistent-hash ring, kept per GPU
   against hashed again.
 
@@ -49,6 +50,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from gtm.testing.processes import GtmProcess
+    from zone_agent.app import ZoneAgent
 
 ROOT = Path(__file__).resolve().parent.parent
 # Run as a script, sys.path starts at bench/: the root last, for ``bench.zone_proxy``
@@ -122,6 +124,9 @@ class Round:
     check_hold_ms: float
     #: The longest hold while the agent serves its own ``/metrics`` (to a Prometheus).
     metrics_hold_ms: float
+    #: What taking an ejected GPU out of the view holds the loop for (0: none ejected,
+    #: the zone's ejection bound reached).
+    eject_ms: float
 
 
 async def _probe(done: asyncio.Event, gaps: list[float]) -> None:
@@ -179,7 +184,8 @@ async def _rounds(port: int, workers: int, rounds: int) -> list[Round]:
         scrape_interval_s=3600.0,
         scrape_timeout_s=30.0,
         stale_after_s=3600.0,
-        health=HealthConfig(check_interval_s=3600.0),
+        # (Every round ejects a GPU of its own: no bound on how many may be out.)
+        health=HealthConfig(check_interval_s=3600.0, max_ejected_fraction=1.0),
         workers=tuple(
             StaticWorker(
                 url=f"http://127.0.0.1:{port}/w{i}",
@@ -227,10 +233,24 @@ async def _rounds(port: int, workers: int, rounds: int) -> list[Round]:
             built = built_s() - before + sum(rebuilds)
             checks = await _held_ms(agent.check_round())
             exposed = await _held_ms(_get(f"{agent.url}/metrics"))
-            out.append(Round(hold, 1e3 * built, 1e3 * cpu, checks, exposed))
+            ejected = _eject_ms(agent, f"gpu-{len(out):04d}")
+            out.append(Round(hold, 1e3 * built, 1e3 * cpu, checks, exposed, ejected))
     finally:
         await agent.stop()
     return out
+
+
+def _eject_ms(agent: ZoneAgent, gpu_id: str) -> float:
+    """Failures in a row until ``gpu_id`` is ejected, as the data path records them;
+    then the time the agent takes to put it out of its view (0: not ejected)."""
+    from zone_agent.health import Outcome
+
+    for _ in range(2 * agent.health.config.consecutive_failures):
+        if agent.health.record(gpu_id, Outcome.TIMEOUT, time.monotonic()):
+            started = time.perf_counter()
+            agent.on_ejection(gpu_id)
+            return 1e3 * (time.perf_counter() - started)
+    return 0.0
 
 
 def _measure(workers: int, rounds: int) -> list[Round]:
@@ -291,6 +311,7 @@ def _row(label: str, rounds: list[Round]) -> str:
         f"| CPU per round {_median(warm, 'cpu_ms'):7.1f} ms "
         f"| health checks' hold {_median(warm, 'check_hold_ms'):6.2f} ms "
         f"| own /metrics' hold {_median(warm, 'metrics_hold_ms'):6.2f} ms "
+        f"| an ejection's hold {_median(warm, 'eject_ms'):6.2f} ms "
         f"(first round: hold {rounds[0].hold_ms:.1f} ms, CPU {rounds[0].cpu_ms:.0f} ms)"
     )
 
@@ -447,7 +468,7 @@ def main() -> int:
                 f"  gtm / baseline: hold {ratio['hold_ms']:.2f} ×, rebuild "
                 f"{ratio['rebuild_ms']:.2f} ×, CPU {ratio['cpu_ms']:.2f} ×, health checks' hold "
                 f"{ratio['check_hold_ms']:.2f} ×, own /metrics' hold "
-                f"{ratio['metrics_hold_ms']:.2f} ×"
+                f"{ratio['metrics_hold_ms']:.2f} ×, an ejection's hold {ratio['eject_ms']:.2f} ×"
             )
     if args.requests and not args.smoke:
         _requests(max(sizes), args.baseline, max(repeat, 2), args.seconds)

@@ -37,7 +37,7 @@ import operator
 import time
 from collections import deque
 from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import aiohttp
@@ -527,8 +527,23 @@ class ZoneAgent:
             loop.call_soon(self._release_retired, loop)
 
     def on_ejection(self, gpu_id: str) -> None:
-        """A GPU was ejected: take it out of the view at once."""
-        self.rebuild()
+        """A GPU was ejected: take it out of the view at once, before the next request
+        is placed. Only its entry is made again (:meth:`ViewBuilder.with_gpu`): a whole
+        rebuild held the loop for every GPU of the zone, once per ejection, and a rack
+        failing ejects its GPUs one after another. The next scrape round rebuilds the
+        view whole; a rebuild begun before this swap is dropped when it ends (it read
+        the GPU's health before the ejection)."""
+        view = self._view
+        old = view.gpu(gpu_id)
+        if old is None:
+            return  # not in the view: no request goes there anyway
+        started = time.perf_counter()
+        now = self._clock.monotonic()
+        ejected = replace(old, health=self.health.status(gpu_id, now, old.health.slowdown))
+        self._rebuilds += 1
+        self._commit(
+            self._builder.with_gpu(view, ejected), [], time.perf_counter() - started, self._rebuilds
+        )
 
     # ------------------------------------------------------------------ loops
 

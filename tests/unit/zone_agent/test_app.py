@@ -18,6 +18,7 @@ from gtm.models import GpuWorker
 from gtm.tasks import TaskSupervisor
 from zone_agent.app import SCRAPE_TURNS, SCRAPES_IN_FLIGHT, ZoneAgent
 from zone_agent.config import StaticWorker, ZoneConfig
+from zone_agent.health import Outcome
 from zone_agent.scrape import GpuMetrics
 from zone_agent.view import BUILD_STEP
 
@@ -201,3 +202,47 @@ async def test_a_bug_taking_in_one_answer_does_not_stop_the_round(
         assert "taking in gpu-007's scrape failed unexpectedly" in caplog.text
     finally:
         await agent.stop()
+
+
+async def test_an_ejection_takes_the_gpu_out_of_the_view_at_once_without_a_rebuild() -> None:
+    clock = FakeClock(start=100.0)
+    agent = _agent(BUILD_STEP * 2, clock)
+    try:
+        now = clock.monotonic()
+        for i in range(BUILD_STEP * 2):
+            for _ in range(agent.health.config.rise):
+                agent.health.observe_check(f"gpu-{i:03d}", True, now)
+        agent.rebuild()
+        view = agent.view
+        gid = "gpu-007"
+        assert view.by_model[LLAMA_8B].available[7]
+        _eject(agent, gid, now)
+        ejected = agent.view
+        assert ejected is not view
+        index = ejected.by_model[LLAMA_8B]
+        assert not index.available[7]
+        assert str(index.reasons[7]).startswith("ejected (outlier)")
+        # One entry made again, the other GPUs' states kept: no rebuild of the zone.
+        assert ejected.built_at == view.built_at
+        assert sum(a is not b for a, b in zip(view.gpus, ejected.gpus, strict=True)) == 1
+        # A sliced rebuild begun before the ejection read the GPU's health before it:
+        # it is dropped, the ejection's view stays.
+        async with TaskSupervisor(registry=new_registry()) as tasks:
+            sliced = tasks.spawn("sliced", agent._rebuild_sliced())
+            await asyncio.sleep(0)
+            _eject(agent, "gpu-009", now)
+            after = agent.view
+            await sliced
+        assert agent.view is after
+        assert not agent.view.by_model[LLAMA_8B].available[7]
+        agent.on_ejection("gpu-unknown")  # not in the view: nothing to do
+        assert agent.view is after
+    finally:
+        await agent.stop()
+
+
+def _eject(agent: ZoneAgent, gpu_id: str, now: float) -> None:
+    """Failures in a row until the GPU is ejected, as the data path records them."""
+    while not agent.health.record(gpu_id, Outcome.TIMEOUT, now):
+        pass
+    agent.on_ejection(gpu_id)

@@ -242,6 +242,46 @@ def test_a_view_built_in_slices_is_the_view_built_at_once() -> None:
         _same_index(sliced.by_model[model], whole.by_model[model])
 
 
+@pytest.mark.parametrize("at", [0, 5, 77, 149])
+def test_a_view_with_one_gpu_replaced_is_the_view_built_anew(at: int) -> None:
+    """An ejection's view (``with_gpu``: one GPU's entry gathered again) equals a build of
+    the same states at the view's time: every column of every index, the derived ones
+    too. GPU 0 and 5 serve two models, 77 one (an L40S), 149 is the last."""
+    acc = Accounting()
+    states = [state(g, acc) for g in _zone(150)]
+    builder = ViewBuilder("zone-a", "region-1", ViewSettings(stale_after_s=1.0))
+    view = builder.build(states, acc, NOW)
+    old = view.gpus[at]
+    ejected = dataclasses.replace(
+        old, health=HealthStatus(False, "ejected (outlier) until t=40.0", weight=0.5, ramp=0.5)
+    )
+    patched = builder.with_gpu(view, ejected)
+    rebuilt = builder.build([*states[:at], ejected, *states[at + 1 :]], acc, NOW)
+    assert patched.gpus == rebuilt.gpus
+    assert patched.models == rebuilt.models
+    for model in rebuilt.models:
+        _same_index(patched.by_model[model], rebuilt.by_model[model])
+    index = patched.by_model[LLAMA_8B]
+    assert not index.available[index.ids.index(old.id)]
+    # The view it came from is untouched, and the other GPUs' states are shared.
+    assert view.gpus[at] is old
+    assert view.by_model[LLAMA_8B].available[index.ids.index(old.id)] == (
+        old.unavailable_reason() is None
+    )
+    kept = zip(view.gpus, patched.gpus, strict=True)
+    assert all(a is b for i, (a, b) in enumerate(kept) if i != at)
+
+
+def test_a_gpu_not_in_the_view_or_serving_other_models_is_refused() -> None:
+    acc = Accounting()
+    builder = ViewBuilder("zone-a", "region-1")
+    view = builder.build([state(Gpu("a"), acc)], acc, NOW)
+    with pytest.raises(KeyError):
+        builder.with_gpu(view, state(Gpu("b"), acc))
+    with pytest.raises(ValueError, match="other models"):
+        builder.with_gpu(view, state(Gpu("a", models=(BGE_LARGE,)), acc))
+
+
 def test_a_gpu_is_hashed_onto_the_ring_once_and_forgotten_when_it_leaves() -> None:
     acc = Accounting()
     builder = ViewBuilder("zone-a", "region-1")
