@@ -219,7 +219,7 @@ async def _rounds(port: int, workers: int, rounds: int) -> list[Round]:
                 rebuilds.append(time.perf_counter() - started)
 
         agent.rebuild = timed  # type: ignore[method-assign,assignment]
-    out = []
+    out: list[Round] = []
     try:
         for _ in range(rounds):
             # CPU in a round of its own: the probe's turns would count in it.
