@@ -22,7 +22,8 @@ compression (bodies are relayed as the worker sent them) or pipelining.
   of its body wait for the client, so a slow client slows the worker, not the agent's
   memory.
 * **Timeouts**: ``connect_timeout_s`` for TCP (and TLS) set-up, ``read_timeout_s`` for
-  any wait for bytes (aiohttp's ``sock_read``), both as ``TimeoutError``.
+  any wait for bytes (aiohttp's ``sock_read``; up to a tenth of it late, see
+  :class:`_Deadlines`), both as ``TimeoutError``.
 * **Errors** (:class:`~zone_agent.errors.UpstreamError`): connect failures carry the ``OSError``; a
   connection that closes before its response ends and bytes that are not HTTP are
   errors of the response, never of the agent.
@@ -504,9 +505,49 @@ def _byte_fields(lines: list[bytes]) -> list[tuple[str, str]]:
     return fields
 
 
-def _expire(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_exception(TimeoutError())
+class _Deadlines:
+    """The read timeouts of a pool's waits (a response's head, each stretch of its body),
+    kept in one table that one timer sweeps, every tenth of the timeout (at most a
+    second): a timer made and cancelled per wait cost a timer handle per request and per
+    streamed chunk. A wait times out at most a tenth of the timeout late."""
+
+    __slots__ = ("_loop", "_sweeping", "_tick_s", "_timeout_s", "_waits")
+
+    def __init__(self, timeout_s: float) -> None:
+        self._timeout_s = timeout_s
+        self._tick_s = min(1.0, timeout_s / 10)
+        #: Each wait's waiter and its deadline (loop time).
+        self._waits: dict[asyncio.Future[None], float] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._sweeping: asyncio.TimerHandle | None = None
+
+    def add(self, waiter: asyncio.Future[None], loop: asyncio.AbstractEventLoop) -> None:
+        """``waiter`` fails with ``TimeoutError`` once the timeout is up (unless done,
+        or :meth:`discard`-ed, first)."""
+        self._waits[waiter] = loop.time() + self._timeout_s
+        if self._sweeping is None:
+            self._loop = loop
+            self._sweeping = loop.call_later(self._tick_s, self._sweep)
+
+    def discard(self, waiter: asyncio.Future[None]) -> None:
+        self._waits.pop(waiter, None)
+
+    def _sweep(self) -> None:
+        loop = self._loop
+        assert loop is not None  # (set when the sweep was armed)
+        now = loop.time()
+        waits = self._waits
+        late = [waiter for waiter, deadline in waits.items() if deadline <= now]
+        for waiter in late:
+            del waits[waiter]
+            if not waiter.done():
+                waiter.set_exception(TimeoutError())
+        self._sweeping = loop.call_later(self._tick_s, self._sweep) if waits else None
+
+    def close(self) -> None:
+        if self._sweeping is not None:
+            self._sweeping.cancel()
+            self._sweeping = None
 
 
 class UpstreamResponse:
@@ -519,10 +560,10 @@ class UpstreamResponse:
 
     __slots__ = (
         "_conn",
+        "_deadlines",
         "_done",
         "_loop",
         "_on_done",
-        "_read_timeout_s",
         "body",
         "content_length",
         "fields",
@@ -535,12 +576,12 @@ class UpstreamResponse:
         self,
         conn: _Connection,
         loop: asyncio.AbstractEventLoop,
-        read_timeout_s: float,
+        deadlines: _Deadlines,
         on_done: Callable[[_Connection, bool], None],
     ) -> None:
         self._conn = conn
         self._loop = loop
-        self._read_timeout_s = read_timeout_s
+        self._deadlines = deadlines
         self._on_done = on_done
         self._done = False
         self.status: int = conn.status
@@ -561,16 +602,17 @@ class UpstreamResponse:
                 raise conn.error
             if conn._state == _DONE:
                 return b""
-            # A timer on the waiter itself, inline (as post's wait for the head):
-            # ``asyncio.timeout`` costs a task cancellation and a context manager per
-            # wait, a helper coroutine a frame per chunk of a stream.
+            # The pool's deadline on the waiter itself, inline (as post's wait for the
+            # head): ``asyncio.timeout`` costs a task cancellation and a context manager
+            # per wait, a helper coroutine a frame per chunk of a stream.
             loop = self._loop
             waiter = conn._data_waiter = loop.create_future()
-            timer = loop.call_later(self._read_timeout_s, _expire, waiter)
+            deadlines = self._deadlines
+            deadlines.add(waiter, loop)
             try:
                 await waiter
             finally:
-                timer.cancel()
+                deadlines.discard(waiter)
         return conn.take()
 
     def release(self) -> None:
@@ -615,7 +657,7 @@ class UpstreamPool:
         self._ssl = ssl_context
         self._refuse_plain = refuse_plain
         self._connect_timeout_s = connect_timeout_s
-        self._read_timeout_s = read_timeout_s
+        self._deadlines = _Deadlines(read_timeout_s)
         self._per_worker = per_worker
         self._idle_s = idle_s
         self._monotonic = monotonic
@@ -768,15 +810,16 @@ class UpstreamPool:
         conn.buffered = 0
         waiter = conn._head_waiter = loop.create_future()
         transport.write(request)
-        timer = loop.call_later(self._read_timeout_s, _expire, waiter)
+        deadlines = self._deadlines
+        deadlines.add(waiter, loop)
         try:
             await waiter
         except BaseException:
             self._done(conn, False)  # the worker sees the request go away
             raise
         finally:
-            timer.cancel()
-        return UpstreamResponse(conn, loop, self._read_timeout_s, self._done)
+            deadlines.discard(waiter)
+        return UpstreamResponse(conn, loop, deadlines, self._done)
 
     async def _connect(self, target: _Target, loop: asyncio.AbstractEventLoop) -> _Connection:
         try:
@@ -816,6 +859,7 @@ class UpstreamPool:
     async def close(self) -> None:
         """Close every connection (in use or idle)."""
         self._closed = True
+        self._deadlines.close()
         for conn in list(self._open):
             self._drop(conn)
         for target in self._targets.values():
