@@ -540,10 +540,14 @@ class ZoneAgent:
         started = time.perf_counter()
         now = self._clock.monotonic()
         ejected = replace(old, health=self.health.status(gpu_id, now, old.health.slowdown))
+        try:
+            patched = self._builder.with_gpu(view, ejected)
+        except (KeyError, ValueError):  # (not for a state made from the view's own)
+            log.exception("could not take GPU %s out of the view alone: rebuilding it", gpu_id)
+            self.rebuild()
+            return
         self._rebuilds += 1
-        self._commit(
-            self._builder.with_gpu(view, ejected), [], time.perf_counter() - started, self._rebuilds
-        )
+        self._commit(patched, [], time.perf_counter() - started, self._rebuilds)
 
     # ------------------------------------------------------------------ loops
 

@@ -246,3 +246,29 @@ def _eject(agent: ZoneAgent, gpu_id: str, now: float) -> None:
     while not agent.health.record(gpu_id, Outcome.TIMEOUT, now):
         pass
     agent.on_ejection(gpu_id)
+
+
+async def test_an_ejection_the_view_cannot_take_alone_rebuilds_it_whole(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = FakeClock(start=100.0)
+    agent = _agent(4, clock)
+    try:
+        now = clock.monotonic()
+        for i in range(4):
+            for _ in range(agent.health.config.rise):
+                agent.health.observe_check(f"gpu-{i:03d}", True, now)
+        agent.rebuild()
+        view = agent.view
+
+        def refuse(*args: object) -> None:
+            raise ValueError("serves other models now")
+
+        agent._builder.with_gpu = refuse  # type: ignore[method-assign,assignment]
+        _eject(agent, "gpu-002", now)
+        assert agent.view is not view
+        assert not agent.view.by_model[LLAMA_8B].available[2]
+        assert sum(a is not b for a, b in zip(view.gpus, agent.view.gpus, strict=True)) == 4
+        assert "could not take GPU gpu-002 out of the view alone" in caplog.text
+    finally:
+        await agent.stop()
