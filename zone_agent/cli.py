@@ -161,7 +161,8 @@ from zone_agent.profiles import BUILTIN_PROFILES, DEFAULT_PROFILE
     type=click.FloatRange(min=0.0, min_open=True),
     default=300.0,
     show_default=True,
-    help="Longest wait for a byte from a worker, s.",
+    help="Longest wait for a byte from a worker, s (checked every tenth of it, at most "
+    "every second: a wait may end that much later).",
 )
 @click.option(
     "--event-loop",
