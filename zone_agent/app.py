@@ -747,22 +747,35 @@ class ZoneAgent:
         return self._view
 
     async def check_round(self) -> None:
-        """Active health checks of every worker (``CHECKS_IN_FLIGHT`` at a time); rebuild
-        the view if one changed state."""
+        """Active health checks of every worker (``CHECKS_IN_FLIGHT`` at a time); the view
+        is rebuilt as soon as one changed state, not once the round ends: a round lasts
+        as long as its slowest check (a black-holed worker's: the check timeout), and a
+        GPU that went down meanwhile would stay in the view that long. Changes seen
+        while a rebuild is going are covered by one more, not one each."""
         session = self._probes
         if session is None:
             return
         timeout = self.config.health.check_timeout_s
-        changed = False
+        changes = covered = 0
+        rebuilding = False
 
         async def check(worker: GpuWorker) -> None:
-            nonlocal changed
+            nonlocal changes, covered, rebuilding
             ok = await probe(session, worker.url, timeout)
-            changed |= self.health.observe_check(worker.id, ok, self._clock.monotonic())
+            if not self.health.observe_check(worker.id, ok, self._clock.monotonic()):
+                return
+            changes += 1
+            if rebuilding:
+                return  # the rebuild going on, or the one after it, reads this change
+            rebuilding = True
+            try:
+                while covered < changes:
+                    covered = changes
+                    await self._rebuild_sliced()
+            finally:
+                rebuilding = False
 
         await each(list(self._workers.values()), check, at_once=CHECKS_IN_FLIGHT)
-        if changed:
-            await self._rebuild_sliced()
 
     async def publish_summary(self) -> None:
         if self._publisher is not None:

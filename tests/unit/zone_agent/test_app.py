@@ -18,7 +18,7 @@ from gtm.models import GpuWorker
 from gtm.tasks import TaskSupervisor
 from zone_agent.app import SCRAPE_TURNS, SCRAPES_IN_FLIGHT, ZoneAgent
 from zone_agent.config import StaticWorker, ZoneConfig
-from zone_agent.health import Outcome
+from zone_agent.health import HealthConfig, Outcome
 from zone_agent.scrape import GpuMetrics
 from zone_agent.view import BUILD_STEP
 
@@ -270,5 +270,89 @@ async def test_an_ejection_the_view_cannot_take_alone_rebuilds_it_whole(
         assert not agent.view.by_model[LLAMA_8B].available[2]
         assert sum(a is not b for a, b in zip(view.gpus, agent.view.gpus, strict=True)) == 4
         assert "could not take GPU gpu-002 out of the view alone" in caplog.text
+    finally:
+        await agent.stop()
+
+
+async def test_a_gpu_failing_its_check_leaves_the_view_before_the_slowest_check_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A check round lasts as long as its slowest check (a black-holed worker's, up to
+    the check timeout). A GPU whose check fails meanwhile is out of the view at once,
+    not when that round ends."""
+    clock = FakeClock(start=100.0)
+    config = ZoneConfig(
+        zone="zone-a",
+        region="region-1",
+        health=HealthConfig(fall=1),
+        workers=tuple(
+            StaticWorker(url=f"http://w{i}", id=f"gpu-{i:03d}", gpu_type="H100", models=(LLAMA_8B,))
+            for i in range(3)
+        ),
+    )
+    agent = ZoneAgent(config, registry=new_registry(), clock=clock)
+    silent = asyncio.Event()
+    answers = {"http://w0": True, "http://w1": True, "http://w2": True}
+
+    async def probe(session: object, url: str, timeout_s: float) -> bool:
+        if url == "http://w2" and not silent.is_set():
+            await silent.wait()  # black-holed until released
+        return answers[url]
+
+    monkeypatch.setattr("zone_agent.app.probe", probe)
+    agent._probes = HeldPool()  # type: ignore[assignment]  # (a session to close; unused)
+    try:
+        silent.set()
+        for _ in range(agent.health.config.rise):
+            await agent.check_round()
+        assert bool(agent.view.by_model[LLAMA_8B].available.all())
+        silent.clear()
+        answers["http://w1"] = False
+        async with TaskSupervisor(registry=new_registry()) as tasks:
+            round_ = tasks.spawn("round", agent.check_round())
+            await clock.settle()
+            assert not round_.done()  # gpu-002's check still hangs
+            available = agent.view.by_model[LLAMA_8B].available.tolist()
+            assert available == [True, False, True]
+            silent.set()
+            await round_
+    finally:
+        await agent.stop()
+
+
+async def test_changes_seen_during_a_rebuild_take_one_more_rebuild_not_one_each(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = FakeClock(start=100.0)
+    config = ZoneConfig(
+        zone="zone-a",
+        region="region-1",
+        health=HealthConfig(fall=1),
+        workers=tuple(
+            StaticWorker(url=f"http://w{i}", id=f"gpu-{i:03d}", gpu_type="H100", models=(LLAMA_8B,))
+            for i in range(BUILD_STEP * 2)
+        ),
+    )
+    agent = ZoneAgent(config, registry=new_registry(), clock=clock)
+    up = True
+
+    async def probe(session: object, url: str, timeout_s: float) -> bool:
+        await asyncio.sleep(0)
+        return up or url.endswith("0")  # w0, w10, w20...: still up
+
+    monkeypatch.setattr("zone_agent.app.probe", probe)
+    agent._probes = HeldPool()  # type: ignore[assignment]  # (a session to close; unused)
+    builds = "gtm_zone_view_build_seconds_count"
+    try:
+        for _ in range(agent.health.config.rise):
+            await agent.check_round()
+        before = agent.registry.get_sample_value(builds) or 0.0
+        up = False
+        await agent.check_round()
+        rebuilds = (agent.registry.get_sample_value(builds) or 0.0) - before
+        index = agent.view.by_model[LLAMA_8B]
+        down = [gid for gid, ok in zip(index.ids, index.available.tolist(), strict=True) if not ok]
+        assert len(down) == BUILD_STEP * 2 - 13  # every GPU but w0, w10 ... w120
+        assert 1 <= rebuilds <= 3  # not one per GPU that went down
     finally:
         await agent.stop()
