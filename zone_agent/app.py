@@ -76,7 +76,14 @@ from zone_agent.router import ZoneProfile
 from zone_agent.scrape import GpuMetrics, Parser, ScrapeError, scrape
 from zone_agent.summary import build_summary
 from zone_agent.upstream import UpstreamPool
-from zone_agent.view import BUILD_STEP, GpuState, ViewBuilder, ViewSettings, ZoneView
+from zone_agent.view import (
+    BUILD_STEP,
+    GpuState,
+    ViewBuilder,
+    ViewSettings,
+    ZoneView,
+    trusted,
+)
 
 if TYPE_CHECKING:
     from zone_agent.kv_events import ZoneKVEvents
@@ -468,13 +475,13 @@ class ZoneAgent:
         distrusts (missing, or older than ``stale_after_s``)."""
         now = self._clock.monotonic()
         slowdowns = self.health.slowdowns(now)
-        stale_after_s = self._builder.settings.stale_after_s
+        settings = self._builder.settings
         states = []
         blind = []
         # (A copy: the inventory may change between slices.)
         for count, (gid, worker) in enumerate(list(self._workers.items()), 1):
             scraped = self._scraped.get(gid)
-            if scraped is None or scraped.age(now) > stale_after_s:
+            if not trusted(scraped, now, settings):
                 blind.append(gid)
             states.append(
                 GpuState(

@@ -284,6 +284,13 @@ class ViewSettings:
     mean_prompt_tokens: float = 1024.0
 
 
+def trusted(metrics: GpuMetrics | None, now: float, settings: ViewSettings) -> bool:
+    """Whether a GPU's last scrape is believed: there is one, and it is no older than
+    ``stale_after_s`` (the rule's one home: the view's rows, the models it shows loaded,
+    the agent's count of views blind to a GPU)."""
+    return metrics is not None and metrics.age(now) <= settings.stale_after_s
+
+
 def _model_metrics(state: GpuState, model: str) -> ModelMetrics | None:
     if state.metrics is None:
         return None
@@ -294,7 +301,7 @@ def _model_metrics(state: GpuState, model: str) -> ModelMetrics | None:
 def _loaded(state: GpuState, model: str, now: float, settings: ViewSettings) -> bool:
     """Whether the model is loaded, as far as a fresh scrape can tell (unknown: yes)."""
     metrics = state.metrics
-    if metrics is None or metrics.age(now) > settings.stale_after_s:
+    if metrics is None or not trusted(metrics, now, settings):
         return True
     named = {m for m in metrics.models if m}
     return not named or model in named
@@ -350,11 +357,7 @@ def _row(
     state: GpuState, model: str, profile: GpuProfile, now: float, settings: ViewSettings
 ) -> tuple[float, ...]:
     metrics = _model_metrics(state, model)
-    fresh = (
-        metrics is not None
-        and state.metrics is not None
-        and state.metrics.age(now) <= settings.stale_after_s
-    )
+    fresh = metrics is not None and trusted(state.metrics, now, settings)
     block = float(profile.block_size)
     kv_total = float(profile.num_gpu_blocks)
     if metrics is not None:
@@ -711,4 +714,5 @@ __all__ = [
     "ring_lookup",
     "static_priced",
     "static_pricing",
+    "trusted",
 ]

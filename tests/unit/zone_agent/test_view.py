@@ -11,6 +11,7 @@ from gtm.gpu_profiles import BGE_LARGE, LLAMA_8B, PROFILES, ModelKind, get_profi
 from gtm.models import WorkerState
 from zone_agent.accounting import Accounting, SlotLoad
 from zone_agent.health import HealthStatus
+from zone_agent.scrape import Flavor, GpuMetrics
 from zone_agent.view import (
     RING_VNODES,
     ModelIndex,
@@ -21,6 +22,7 @@ from zone_agent.view import (
     _vnodes,
     profile_for,
     ring_lookup,
+    trusted,
 )
 
 from .helpers import NOW, Gpu, make_view, state
@@ -293,3 +295,11 @@ def test_a_gpu_is_hashed_onto_the_ring_once_and_forgotten_when_it_leaves() -> No
     assert set(builder._vnodes) == {"gpu-1", "gpu-2", "gpu-3"}
     assert np.array_equal(second.ring_points, _ring(second.ids)[0])
     assert len(first.ring_points) == 4 * RING_VNODES
+
+
+def test_a_scrape_is_trusted_up_to_its_staleness_bound_and_not_after() -> None:
+    settings = ViewSettings(stale_after_s=1.0)
+    scraped = GpuMetrics(NOW - 1.0, Flavor.VLLM)
+    assert trusted(scraped, NOW, settings)
+    assert not trusted(scraped, NOW + 0.001, settings)
+    assert not trusted(None, NOW, settings)
