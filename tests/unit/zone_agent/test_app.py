@@ -6,6 +6,7 @@ real one, over sockets: tests/integration/zone_agent/test_scrape_rounds.py)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -48,10 +49,11 @@ class HeldPool:
         self.release.set()
 
 
-def _agent(workers: int, clock: FakeClock) -> ZoneAgent:
+def _agent(workers: int, clock: FakeClock, health: HealthConfig | None = None) -> ZoneAgent:
     config = ZoneConfig(
         zone="zone-a",
         region="region-1",
+        health=health or HealthConfig(),
         workers=tuple(
             StaticWorker(
                 url=f"http://127.0.0.1:9/w{i}",
@@ -274,6 +276,20 @@ async def test_an_ejection_the_view_cannot_take_alone_rebuilds_it_whole(
         await agent.stop()
 
 
+Probe = Callable[[object, str, float], Awaitable[bool]]
+
+
+def _probed(
+    monkeypatch: pytest.MonkeyPatch, workers: int, clock: FakeClock, probe: Probe
+) -> ZoneAgent:
+    """An agent whose active checks are ``probe`` (by the worker's URL, ending in
+    ``/w<i>``), a GPU down after one failed check."""
+    agent = _agent(workers, clock, HealthConfig(fall=1))
+    monkeypatch.setattr("zone_agent.app.probe", probe)
+    agent._probes = HeldPool()  # type: ignore[assignment]  # (a session to close; unused)
+    return agent
+
+
 async def test_a_gpu_failing_its_check_leaves_the_view_before_the_slowest_check_ends(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -281,33 +297,23 @@ async def test_a_gpu_failing_its_check_leaves_the_view_before_the_slowest_check_
     the check timeout). A GPU whose check fails meanwhile is out of the view at once,
     not when that round ends."""
     clock = FakeClock(start=100.0)
-    config = ZoneConfig(
-        zone="zone-a",
-        region="region-1",
-        health=HealthConfig(fall=1),
-        workers=tuple(
-            StaticWorker(url=f"http://w{i}", id=f"gpu-{i:03d}", gpu_type="H100", models=(LLAMA_8B,))
-            for i in range(3)
-        ),
-    )
-    agent = ZoneAgent(config, registry=new_registry(), clock=clock)
     silent = asyncio.Event()
-    answers = {"http://w0": True, "http://w1": True, "http://w2": True}
+    answers = {"w0": True, "w1": True, "w2": True}
 
     async def probe(session: object, url: str, timeout_s: float) -> bool:
-        if url == "http://w2" and not silent.is_set():
+        name = url.rsplit("/", 1)[1]
+        if name == "w2" and not silent.is_set():
             await silent.wait()  # black-holed until released
-        return answers[url]
+        return answers[name]
 
-    monkeypatch.setattr("zone_agent.app.probe", probe)
-    agent._probes = HeldPool()  # type: ignore[assignment]  # (a session to close; unused)
+    agent = _probed(monkeypatch, 3, clock, probe)
     try:
         silent.set()
         for _ in range(agent.health.config.rise):
             await agent.check_round()
         assert bool(agent.view.by_model[LLAMA_8B].available.all())
         silent.clear()
-        answers["http://w1"] = False
+        answers["w1"] = False
         async with TaskSupervisor(registry=new_registry()) as tasks:
             round_ = tasks.spawn("round", agent.check_round())
             await clock.settle()
@@ -324,24 +330,13 @@ async def test_changes_seen_during_a_rebuild_take_one_more_rebuild_not_one_each(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     clock = FakeClock(start=100.0)
-    config = ZoneConfig(
-        zone="zone-a",
-        region="region-1",
-        health=HealthConfig(fall=1),
-        workers=tuple(
-            StaticWorker(url=f"http://w{i}", id=f"gpu-{i:03d}", gpu_type="H100", models=(LLAMA_8B,))
-            for i in range(BUILD_STEP * 2)
-        ),
-    )
-    agent = ZoneAgent(config, registry=new_registry(), clock=clock)
     up = True
 
     async def probe(session: object, url: str, timeout_s: float) -> bool:
         await asyncio.sleep(0)
         return up or url.endswith("0")  # w0, w10, w20...: still up
 
-    monkeypatch.setattr("zone_agent.app.probe", probe)
-    agent._probes = HeldPool()  # type: ignore[assignment]  # (a session to close; unused)
+    agent = _probed(monkeypatch, BUILD_STEP * 2, clock, probe)
     builds = "gtm_zone_view_build_seconds_count"
     try:
         for _ in range(agent.health.config.rise):
