@@ -48,7 +48,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gtm.net import free_port
+from gtm.net import free_ports
 from gtm.testing.imports import NOT_IN_A_DAEMON, loaded
 from gtm.testing.processes import tree
 from gtm.topology import load_topology, on_private_block, write_topology
@@ -308,7 +308,7 @@ async def measure(args: argparse.Namespace, work: Path) -> tuple[list[Sample], l
     if args.tracemalloc:
         env["PYTHONTRACEMALLOC"] = "1"
     topology = private_topology(work, args.regions)
-    dns_port, http_port = free_port("127.0.0.1"), free_port("127.0.0.1")
+    dns_port, http_port = free_ports("127.0.0.1", 2)
     stderr_path = work / "up.stderr"
     with stderr_path.open("wb") as stderr:
         proc = await asyncio.create_subprocess_exec(

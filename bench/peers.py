@@ -50,7 +50,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gtm.errors import GtmError
-from gtm.net import free_port
+from gtm.net import free_ports
 from gtm.testing.processes import cpu_seconds
 
 #: The optional-dependencies extra (pyproject.toml) that installs both peers.
@@ -215,7 +215,7 @@ async def start_peer(
     """Start ``peer`` with ``policy`` in front of ``workers`` on a free port of ``host``
     and wait until it serves with every worker healthy."""
     require(peer)
-    port, prometheus = free_port(host), free_port(host)
+    port, prometheus = free_ports(host, 2)
     args = command(
         peer, policy, workers, host=host, port=port, prometheus_port=prometheus,
         extra_args=extra_args,

@@ -106,7 +106,7 @@ from fleetsim.traces import (
 )
 from fleetsim.workload import MAX_INPUT, SimRequest, fleet_capacity_rps
 from gtm.metrics import new_registry
-from gtm.net import free_port
+from gtm.net import free_ports
 from gtm.policy_store import activate
 from gtm.stats import percentile
 from gtm.tasks import TaskSupervisor
@@ -231,7 +231,7 @@ def deployment(topo: Topology, policy: str, speedup: float, workdir: Path) -> It
     door's URL, stops it (SIGINT) on the way out."""
     topo_path = workdir / "topology.yaml"
     topo_path.write_text(yaml.safe_dump(topo.model_dump(mode="json")), "utf-8")
-    dns_port, http_port = free_port("127.0.0.1"), free_port("127.0.0.1")
+    dns_port, http_port = free_ports("127.0.0.1", 2)
     command = [
         sys.executable, "-m", "gtmctl", "up", "--processes", "--topology", str(topo_path),
         "--dns-listen", f"127.0.0.1:{dns_port}", "--http-listen", f"127.0.0.1:{http_port}",

@@ -139,7 +139,7 @@ from fleetsim.workload import SimRequest, fleet_capacity_rps
 from gpusim.engine import Engine, EngineRequest
 from gtm.gpu_profiles import get_profile
 from gtm.metrics import new_registry
-from gtm.net import free_port
+from gtm.net import free_ports
 from gtm.policy_store import ActivePolicy, activate
 from gtm.stats import percentile
 from gtm.tasks import TaskSupervisor
@@ -672,7 +672,7 @@ def live(
     door."""
     topo_path = workdir / "topology.yaml"
     topo_path.write_text(yaml.safe_dump(topo.model_dump(mode="json")), "utf-8")
-    dns_port, http_port = free_port("127.0.0.1"), free_port("127.0.0.1")
+    dns_port, http_port = free_ports("127.0.0.1", 2)
     command = [
         sys.executable, "-m", "gtmctl", "up", "--topology", str(topo_path),
         "--dns-listen", f"127.0.0.1:{dns_port}", "--http-listen", f"127.0.0.1:{http_port}",

@@ -14,6 +14,7 @@ import ipaddress
 import random
 import re
 import socket
+from collections.abc import Collection
 
 from gtm.errors import ConfigError
 
@@ -54,15 +55,26 @@ def split_host_port(value: str, *, example: str = "127.0.0.1:8080") -> tuple[str
     return host, int(port)
 
 
-def free_port(host: str) -> int:
-    """A port free for both TCP and UDP on ``host`` now (a DNS server needs both)."""
+def free_port(host: str, *, avoid: Collection[int] = ()) -> int:
+    """A port free for both TCP and UDP on ``host`` now (a DNS server needs both), none
+    of ``avoid``: ports chosen already and not bound yet, which would look free again
+    (two picks in a row were once the same port, and a CI run's DNS server and HTTP
+    listener then fought over it)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     rng = random.SystemRandom()
     for _ in range(200):
         port = rng.randrange(*PICK_RANGE)
-        if bindable(family, host, port):
+        if port not in avoid and bindable(family, host, port):
             return port
     raise ConfigError(f"no free port on {host} in {PICK_RANGE[0]}-{PICK_RANGE[1] - 1}")
+
+
+def free_ports(host: str, count: int) -> list[int]:
+    """``count`` distinct ports, each as :func:`free_port` picks one."""
+    ports: list[int] = []
+    for _ in range(count):
+        ports.append(free_port(host, avoid=ports))
+    return ports
 
 
 def bindable(family: socket.AddressFamily, host: str, port: int) -> bool:

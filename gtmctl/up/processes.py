@@ -40,7 +40,7 @@ import random
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -189,8 +189,12 @@ async def _restart_member(cluster: EtcdCluster, name: str) -> GtmError | None:
     return None
 
 
-def _fixed(address: HostPort) -> HostPort:
-    return address if address.port else HostPort(address.host, free_port(address.host))
+def _fixed(address: HostPort, *, avoid: Collection[int] = ()) -> HostPort:
+    """``address``, or with a free port when it has none (none of ``avoid``: chosen
+    already, not bound yet)."""
+    if address.port:
+        return address
+    return HostPort(address.host, free_port(address.host, avoid=avoid))
 
 
 def _gtm(*args: str) -> list[str]:
@@ -391,7 +395,8 @@ class ProcessFleet:
             self._state = self._etcd.etcd_url
             log.info("started a private etcd at %s", self._state)
             self._supervisor.run_loop("etcd-keeper", self._keep_etcd, interval=ETCD_CHECK_S)
-        dns, http = _fixed(plan.dns), _fixed(plan.http)
+        dns = _fixed(plan.dns)
+        http = _fixed(plan.http, avoid={dns.port})
         logs = plan.run_dir / "logs"
         logs.mkdir(exist_ok=True)
         audit = plan.run_dir / "audit"

@@ -20,7 +20,7 @@ import dns.message
 import dns.rcode
 import pytest
 
-from gtm.net import free_port
+from gtm.net import free_ports
 
 pytestmark = pytest.mark.integration
 
@@ -50,7 +50,7 @@ async def test_the_global_tier_runs_from_its_environment_as_a_notify_unit(
     notify_socket: tuple[socket.socket, str], tmp_path: Path
 ) -> None:
     sock, path = notify_socket
-    dns_port, http_port = free_port(HOST), free_port(HOST)
+    dns_port, http_port = free_ports(HOST, 2)
     env = {
         key: value
         for key, value in os.environ.items()

@@ -4,11 +4,13 @@ binds a moment later."""
 
 from __future__ import annotations
 
+import random
 import socket
 from pathlib import Path
 
 import pytest
 
+from gtm import net
 from gtm.errors import ConfigError
 from gtm.net import PICK_RANGE, bindable, free_port, split_host_port
 
@@ -48,3 +50,19 @@ def test_a_taken_port_is_not_bindable() -> None:
         held.bind(("127.0.0.1", 0))
         taken = held.getsockname()[1]
         assert not bindable(socket.AF_INET, "127.0.0.1", taken)
+
+
+def test_ports_picked_together_are_distinct(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two picks in a row may draw the same port (free both times: nothing bound it
+    yet); ports picked together never are (a DNS server and an HTTP listener once
+    fought over one)."""
+    draws = iter([12_345, 12_345, 12_345, 12_346])
+    monkeypatch.setattr(random.SystemRandom, "randrange", lambda self, a, b: next(draws))
+    monkeypatch.setattr(net, "bindable", lambda family, host, port: True)
+    assert net.free_ports("127.0.0.1", 2) == [12_345, 12_346]
+
+
+def test_free_ports_are_distinct_and_free() -> None:
+    ports = net.free_ports("127.0.0.1", 20)
+    assert len(set(ports)) == 20
+    assert all(net.PICK_RANGE[0] <= p < net.PICK_RANGE[1] for p in ports)

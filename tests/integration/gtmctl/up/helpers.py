@@ -16,7 +16,7 @@ import dns.asyncquery
 import dns.edns
 import dns.message
 
-from gtm.net import free_port
+from gtm.net import free_ports
 from gtm.topology import Topology, load_topology, on_private_block, write_topology
 
 #: Generous bounds for a loaded 2-core CI machine; each test stays well inside them.
@@ -92,7 +92,7 @@ async def running_up(
     asserting that it exits 0 in time without a traceback. The caller's ``GTM_LOG*``
     settings are not passed on (the tests read the logs' default shape)."""
     topology_path = private_topology(tmp_path, regions)
-    dns_port, http_port = free_port("127.0.0.1"), free_port("127.0.0.1")
+    dns_port, http_port = free_ports("127.0.0.1", 2)
     stderr_path = tmp_path / "up.stderr"
     with stderr_path.open("wb") as stderr:
         process = await asyncio.create_subprocess_exec(
