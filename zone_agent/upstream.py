@@ -74,13 +74,13 @@ _OK = b"HTTP/1.1 200 OK\r\n"
 #: the same, whatever paths a caller sends).
 _HEADS_KEPT = 16
 
-#: Parsed response heads a pool keeps, by their bytes (:class:`_Head`): a worker sends
-#: the same head again and again (a stream's differs only in its Date, once a second;
-#: a whole answer's also in its Content-Length), and parsing one anew (the fields, the
-#: mapping over them, each a fresh object to make and free) is a share of the agent's
-#: CPU per proxied request that ``bench/zone_proxy.py`` sees (CHANGELOG). The oldest
-#: goes first past the bound.
-HEADS_KEPT = 256
+#: Parsed response heads a pool keeps, by their bytes (:class:`_Head`; the request heads
+#: kept per worker are :data:`_HEADS_KEPT`'s): a worker sends the same head again and
+#: again (a stream's differs only in its Date, once a second; a whole answer's also in
+#: its Content-Length), and parsing one anew (the fields, the mapping over them, each a
+#: fresh object to make and free) is a share of the agent's CPU per proxied request
+#: that ``bench/zone_proxy.py`` sees (CHANGELOG). The oldest goes first past the bound.
+RESPONSE_HEADS_KEPT = 256
 
 # Parser states.
 _IDLE, _HEAD, _LENGTH, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILERS, _UNTIL_CLOSE, _DONE = range(
@@ -162,8 +162,8 @@ class _Connection(asyncio.Protocol):
 
     def __init__(self, loop: asyncio.AbstractEventLoop, heads: dict[bytes, _Head]) -> None:
         self.loop = loop
-        #: The pool's parsed response heads, by their bytes (:data:`HEADS_KEPT`).
-        self.heads = heads
+        #: The pool's parsed response heads, by their bytes (:data:`RESPONSE_HEADS_KEPT`).
+        self.response_heads = heads
         self.transport: asyncio.Transport | None = None
         self._buf = bytearray()
         self._state = _IDLE
@@ -344,15 +344,16 @@ class _Connection(asyncio.Protocol):
         return line
 
     def _head(self, head: bytes) -> bool:
-        """Take in a response head (its parse kept by the pool, :data:`HEADS_KEPT`);
-        False for an interim response (the real one follows)."""
-        heads = self.heads
+        """Take in a response head (its parse kept by the pool:
+        :data:`RESPONSE_HEADS_KEPT`); False for an interim response (the real one
+        follows)."""
+        heads = self.response_heads
         parsed = heads.get(head)
         if parsed is None:
             parsed = parse_head(head)
             if parsed is None:
                 return False
-            if len(heads) >= HEADS_KEPT:
+            if len(heads) >= RESPONSE_HEADS_KEPT:
                 del heads[next(iter(heads))]
             heads[head] = parsed
         self.status = parsed.status
@@ -662,8 +663,9 @@ class UpstreamPool:
         self._idle_s = idle_s
         self._monotonic = monotonic
         self._targets: dict[str, _Target] = {}
-        #: Response heads parsed, shared by the pool's connections (:data:`HEADS_KEPT`).
-        self._heads: dict[bytes, _Head] = {}
+        #: Response heads parsed, shared by the pool's connections
+        #: (:data:`RESPONSE_HEADS_KEPT`).
+        self._response_heads: dict[bytes, _Head] = {}
         self._open: set[_Connection] = set()
         self._closed = False
 
@@ -825,7 +827,7 @@ class UpstreamPool:
         try:
             async with asyncio.timeout(self._connect_timeout_s):
                 _, conn = await loop.create_connection(
-                    lambda: _Connection(loop, self._heads),
+                    lambda: _Connection(loop, self._response_heads),
                     target.host,
                     target.port,
                     ssl=self._tls_context() if target.tls else None,

@@ -11,8 +11,8 @@ import pytest
 
 from zone_agent import upstream
 from zone_agent.upstream import (
-    HEADS_KEPT,
     HIGH_WATER,
+    RESPONSE_HEADS_KEPT,
     UpstreamClosed,
     UpstreamConnectError,
     UpstreamPool,
@@ -528,13 +528,15 @@ def test_the_pool_keeps_a_bounded_number_of_heads_oldest_out_first() -> None:
     try:
         heads: dict[bytes, upstream._Head] = {}
         conn = upstream._Connection(loop, heads)
-        sent = [b"HTTP/1.1 200 OK\r\nContent-Length: %d" % n for n in range(HEADS_KEPT + 1)]
+        sent = [
+            b"HTTP/1.1 200 OK\r\nContent-Length: %d" % n for n in range(RESPONSE_HEADS_KEPT + 1)
+        ]
         for head in sent:
             conn._state = upstream._HEAD
             assert conn._head(head)
-        assert len(heads) == HEADS_KEPT
+        assert len(heads) == RESPONSE_HEADS_KEPT
         assert sent[0] not in heads
         assert list(heads) == sent[1:]
-        assert conn.content_length == HEADS_KEPT
+        assert conn.content_length == RESPONSE_HEADS_KEPT
     finally:
         loop.close()
