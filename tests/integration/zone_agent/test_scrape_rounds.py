@@ -35,10 +35,16 @@ class BlackHole:
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.append(writer)
-        line = await reader.readline()
-        if line.startswith(b"GET /metrics"):
-            self.scrapes += 1
-        await self._never.wait()
+        try:
+            line = await reader.readline()
+            if line.startswith(b"GET /metrics"):
+                self.scrapes += 1
+            await self._never.wait()
+        finally:
+            # (Also a connection accepted while the fixture tears down, after its loop
+            # over the writers: the agent still scrapes then. Left open, its socket was
+            # collected in a later test and failed it with a ResourceWarning.)
+            writer.close()
 
 
 @pytest.fixture
