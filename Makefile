@@ -9,7 +9,13 @@
 #   make chaos-mutants  each scenario under its mutants: every run must FAIL (reports/chaos-mutants/)
 #   make image   build the container image (Containerfile) with podman and smoke-test it (root)
 
-PYTHON ?= python3
+# The venv's interpreter: the system's Debian python3 when it is 3.11 or newer — the one
+# the container image ships (Containerfile), so tests and benchmarks run what production
+# runs; Debian builds it with PGO and LTO and links it statically, which pyenv's default
+# build does not (the zone agent's CPU per request: 0.90x; CHANGELOG). Else the first
+# python3 on PATH. `make PYTHON=...` chooses another (a fresh venv: `make clean` first).
+SYSTEM_PYTHON := /usr/bin/python3
+PYTHON ?= $(shell $(SYSTEM_PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && echo $(SYSTEM_PYTHON) || echo python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=

@@ -78,6 +78,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.peers import POLICIES, Peer, PeerMissing, PeerRouter, require, start_peer, version
+from gtm import native
 from gtm.gpu_profiles import LLAMA_8B
 from gtm.net import free_port
 from gtm.stats import percentile
@@ -566,6 +567,8 @@ def report(
         f"{len(rounds)} repetition(s), ranges over repetitions "
         f"({'smoke' if setup.smoke else 'full'})"
     )
+    # The agent's interpreter is this one (the venv's): its build moves the agent's CPU.
+    print(f"agent on {native.interpreter()}")
     for concurrency in setup.concurrencies:
         print(f"\nconcurrency {concurrency}")
         print(

@@ -27,6 +27,7 @@ import csv
 import hashlib
 import importlib
 import logging
+import sys
 from dataclasses import dataclass
 from enum import StrEnum
 from importlib.machinery import EXTENSION_SUFFIXES
@@ -128,6 +129,26 @@ def _sha256(path: Path) -> str:
     """A file's hash as ``RECORD`` writes it (PEP 376/427: urlsafe base64, no padding)."""
     digest = hashlib.sha256(path.read_bytes()).digest()
     return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+
+def interpreter(maps: Path = Path("/proc/self/maps")) -> str:
+    """The Python running this process, for ``gtm --version`` and benchmark reports: its
+    version, executable and how its core is linked. A core loaded as a shared library
+    (``libpython3.x.so``, as pyenv's default build) costs the interpreter's every call
+    an indirection that a statically linked one (Debian's ``/usr/bin/python3``, the
+    image's) does not: the zone agent's CPU per request differs by about a tenth
+    (CHANGELOG), so a figure is read with the interpreter that made it. ``maps``: where
+    the process's mappings are read (Linux); elsewhere the link is not told."""
+    version = ".".join(map(str, sys.version_info[:3]))
+    described = f"{sys.implementation.name} {version} at {Path(sys.executable).resolve()}"
+    try:
+        mapped = maps.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return described
+    shared = sorted({line.split()[-1] for line in mapped.splitlines() if "/libpython" in line})
+    if shared:
+        return f"{described} (core from {shared[0]})"
+    return f"{described} (core linked in)"
 
 
 def kernels() -> tuple[Kernel, ...]:

@@ -207,6 +207,7 @@ def _print_version(ctx: click.Context) -> None:
     from gtm import native
 
     click.echo(f"gtm, version {__version__}")
+    click.echo(f"  python {native.interpreter()}")
     for kernel in native.kernels():
         click.echo(f"  kernel {kernel.describe()}")
     ctx.exit()

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
@@ -117,3 +118,25 @@ def test_record_hashes_are_written_as_wheels_write_them(tmp_path: Path) -> None:
     empty.write_bytes(b"")
     # RECORD of any wheel: the sha256 of no bytes, urlsafe base64 without padding.
     assert native._sha256(empty) == "sha256=47DEQpj8HBSa-_TImW-5JCeuQeRkm5NMpJWZG3hSuFU"
+
+
+def test_the_interpreter_says_whether_its_core_is_a_shared_library(tmp_path: Path) -> None:
+    maps = tmp_path / "maps"
+    maps.write_text(
+        "55d0-55d1 r-xp 00000000 08:01 12 /usr/bin/python3.11\n"
+        "7f00-7f01 r-xp 00000000 08:01 13 /opt/py/lib/libpython3.11.so.1.0\n"
+        "7f01-7f02 r--p 00001000 08:01 13 /opt/py/lib/libpython3.11.so.1.0\n"
+    )
+    described = native.interpreter(maps)
+    assert described.startswith(f"{sys.implementation.name} {sys.version_info.major}.")
+    assert described.endswith("(core from /opt/py/lib/libpython3.11.so.1.0)")
+    maps.write_text("55d0-55d1 r-xp 00000000 08:01 12 /usr/bin/python3.11\n")
+    assert native.interpreter(maps).endswith("(core linked in)")
+
+
+def test_the_interpreter_without_its_mappings_leaves_the_link_untold(tmp_path: Path) -> None:
+    version = ".".join(map(str, sys.version_info[:3]))
+    executable = Path(sys.executable).resolve()
+    assert native.interpreter(tmp_path / "absent") == (
+        f"{sys.implementation.name} {version} at {executable}"
+    )

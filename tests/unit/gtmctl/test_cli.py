@@ -4,7 +4,7 @@ from importlib.metadata import entry_points
 
 from click.testing import CliRunner
 
-from gtm import __version__
+from gtm import __version__, native
 from gtmctl.cli import _COMMANDS, EXIT_NOT_AVAILABLE, cli
 
 # ARCHITECTURE §9: the public interface. Every one of these must be registered.
@@ -18,6 +18,8 @@ def test_version() -> None:
     result = CliRunner().invoke(cli, ["--version"])
     assert result.exit_code == 0
     assert __version__ in result.output
+    # The interpreter that runs the tiers (its build moves their CPU; gtm.native).
+    assert f"  python {native.interpreter()}\n" in result.output
 
 
 def test_help_lists_every_public_subcommand() -> None:
