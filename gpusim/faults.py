@@ -14,7 +14,9 @@ it. What each fault does, as a client sees it:
 ``black_hole``         every request but ``/admin/*`` is accepted and never answered:
                        inference, ``/metrics``, ``/health``, ``/v1/models`` and what the
                        peers poll alike (a host that accepts connections and then goes
-                       silent; only the fault's own endpoint still answers, to clear it)
+                       silent; only the fault's own endpoint still answers, to clear it);
+                       the KV-event publisher (``--kv-events-config``) publishes nothing
+                       and answers no replay until it clears, then sends what waited
 ``crash``              the process exits at once (exit status 70, EX_SOFTWARE)
 ``slowdown``           forward passes take this many times longer (throttled GPU)
 ``thermal_throttle``   the profile's thermal throttling: −20 % throughput

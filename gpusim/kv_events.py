@@ -108,6 +108,10 @@ class KVEventPublisher:
         self._topic = config.topic.encode("utf-8")
         self._pending: list[KVEvent] = []
         self._wake = asyncio.Event()
+        #: Set while the worker's host can be heard (cleared by the ``black_hole`` fault,
+        #: :meth:`silence`): a silent host publishes nothing and answers no replay.
+        self._heard = asyncio.Event()
+        self._heard.set()
         self._buffer: deque[tuple[int, bytes]] = deque(maxlen=config.buffer_steps)
         self._seq = 0
         self._ctx: zmq.asyncio.Context | None = None
@@ -137,6 +141,22 @@ class KVEventPublisher:
             "Replay requests answered on the replay endpoint.",
             registry=registry,
         )
+
+    def silence(self, silent: bool) -> None:
+        """The host goes silent (the emulator's ``black_hole`` fault) or is heard again.
+        While silent, each step's events wait in the queue (the oldest dropped past
+        ``max_queue_size``, counted, as when a real publisher's queue fills) and replay
+        requests wait unanswered; heard again, what waited goes out in one batch, as a
+        partitioned subscriber sees the backlog arrive when the network heals."""
+        if silent:
+            self._heard.clear()
+        else:
+            self._heard.set()
+            self._wake.set()
+
+    @property
+    def silent(self) -> bool:
+        return not self._heard.is_set()
 
     def recorder(self, block_size: int) -> KVEventRecorder:
         """A listener for one engine's block pool."""
@@ -223,6 +243,7 @@ class KVEventPublisher:
         while True:
             await self._wake.wait()
             self._wake.clear()
+            await self._heard.wait()
             events, self._pending = self._pending, []
             if events:
                 await self._publish(pub, events)
@@ -245,6 +266,7 @@ class KVEventPublisher:
             return
         while True:
             frames = await replay.recv_multipart()
+            await self._heard.wait()
             if len(frames) != 3:
                 log.warning("invalid KV-event replay request (%d frames)", len(frames))
                 continue

@@ -733,6 +733,8 @@ class GpuSimServer:
         else:
             raise api.ApiError(405, f"method {request.method} is not allowed on /admin/faults")
         self._apply_engine_faults(faults)
+        if self._kv_events is not None:
+            self._kv_events.silence(faults.black_hole)
         self._unhang.set()
         if faults.crash:
             return await self._crash(request, faults)

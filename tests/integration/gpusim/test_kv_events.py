@@ -139,3 +139,43 @@ async def test_blocks_stored_then_evicted_and_replayed(make_sim: SimFactory) -> 
     finally:
         sub.close(linger=0)
         ctx.term()
+
+
+async def test_a_black_holed_host_publishes_nothing_until_the_fault_clears(
+    make_sim: SimFactory,
+) -> None:
+    """The ``black_hole`` fault silences the KV events too (a real host's ZMQ goes quiet
+    with the rest of it): what the engine does meanwhile waits and goes out when the
+    fault clears, and a replay asked meanwhile is answered then."""
+    sim = await make_sim(models=(LLAMA_8B,), num_gpu_blocks=BLOCKS, kv_events=CONFIG)
+    publisher = sim.server.kv_events
+    assert publisher is not None
+    assert publisher.replay_endpoint is not None
+    ctx = zmq.asyncio.Context()
+    asked = ctx.socket(zmq.DEALER)
+    asked.connect(publisher.replay_endpoint)
+    try:
+        await sim.faults("POST", {"black_hole": True})
+        assert publisher.silent
+        # What the engine records while silent (its block pool's evictions).
+        publisher.add(BlockRemoved(block_hashes=(1,)))
+        publisher.add(BlockRemoved(block_hashes=(2,)))
+        for _ in range(10):
+            await asyncio.sleep(0)  # the publisher's task takes its wake-up
+        assert publisher.sequence == 0  # nothing published
+        await asked.send_multipart((b"", seq_bytes(0)))
+        assert await asked.poll(timeout=300) == 0  # no replay from a silent host
+
+        await sim.faults("DELETE")
+        assert not publisher.silent
+        # The replay asked while silent is answered now, and ends with the end marker.
+        while True:
+            _, seq, _ = await asyncio.wait_for(asked.recv_multipart(), 10)
+            if read_seq(seq) == -1:
+                break
+        # What waited went out as one batch.
+        batches = await _history_until(ctx, publisher.replay_endpoint, lambda b: len(b) == 1)
+        assert batches[0].events == (BlockRemoved((1,)), BlockRemoved((2,)))
+    finally:
+        asked.close(linger=0)
+        ctx.term()
