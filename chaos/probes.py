@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Literal
@@ -219,6 +219,12 @@ class RefusalCodes(_Probe):
     probe: Literal["refusal_codes"] = "refusal_codes"
     allowed_statuses: tuple[int, ...] = Field(min_length=1)
     max: int = Field(default=0, ge=0)
+    #: Method steps that kill what serves streams (``kill`` of a regional LB or a zone):
+    #: a stream that was under way on one of the step's targets (region, zone or GPU)
+    #: when the step was injected, and broke after its first byte, broke because of the
+    #: kill — a started stream cannot be retried without billing twice — and is no
+    #: refusal: it is left out (the detail counts it). Any other broken stream counts.
+    cut_by: tuple[str, ...] = ()
 
     def measure(self, journal: Journal) -> Measurement:
         label = self.label("failures with other statuses")
@@ -227,17 +233,39 @@ class RefusalCodes(_Probe):
         if found is None:
             return _not_reached(label, tolerance, self.window)
         failed = [r for r in found if not r.ok]
-        bad = [r for r in failed if r.status not in self.allowed_statuses]
+        kills = _kills(journal, self.cut_by)
+        killed = [r for r in failed if _cut_by_kill(r, kills)]
+        bad = [r for r in failed if r.status not in self.allowed_statuses and r not in killed]
         reasons = sorted({f"{r.status}:{r.reason}" for r in bad})
         detail = f"{len(failed)} failed; other: {', '.join(reasons[:5])}" if bad else ""
+        detail = detail or f"{len(failed)} failed, all with allowed statuses"
+        if killed:
+            detail += f"; {len(killed)} stream(s) cut by {', '.join(self.cut_by)} left out"
         return Measurement(
-            label,
-            float(len(bad)),
-            tolerance,
-            len(bad) <= self.max,
-            len(found),
-            detail or f"{len(failed)} failed, all with allowed statuses",
+            label, float(len(bad)), tolerance, len(bad) <= self.max, len(found), detail
         )
+
+
+def _kills(journal: Journal, steps: Iterable[str]) -> list[tuple[float, frozenset[str]]]:
+    """When each of ``steps`` was injected, and what it took away."""
+    wanted = set(steps)
+    return [
+        (f.at, frozenset(f.targets))
+        for f in journal.faults
+        if f.step in wanted and f.action is FaultAction.INJECT and not f.error
+    ]
+
+
+def _cut_by_kill(record: RequestRecord, kills: Sequence[tuple[float, frozenset[str]]]) -> bool:
+    """Whether ``record`` is a stream that broke after its first byte, was under way
+    when one of ``kills`` was injected, and was served by what that kill took away."""
+    if not is_stream_break(record.reason):
+        return False
+    served = {record.region, record.zone, record.gpu} - {""}
+    return any(
+        record.sent_at < at <= record.done_at and not served.isdisjoint(targets)
+        for at, targets in kills
+    )
 
 
 class RequestsLost(_Probe):

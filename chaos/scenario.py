@@ -34,7 +34,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from chaos.faults import FaultSpec
 from chaos.mutants import MUTANTS
-from chaos.probes import FailoverTime, FaultRefused, Probe, RegionShare
+from chaos.probes import FailoverTime, FaultRefused, Probe, RefusalCodes, RegionShare
 from chaos.traffic import DnsSpec, LoadSpec, Multiplier
 from gtm.errors import ConfigError
 from gtm.models import Frozen
@@ -116,6 +116,8 @@ class Scenario(Frozen):
                 named = probe.steps
             elif isinstance(probe, FailoverTime | RegionShare) and probe.step is not None:
                 named = (probe.step,)
+            elif isinstance(probe, RefusalCodes):
+                named = probe.cut_by
             for step in named:
                 if step not in ids:
                     raise ValueError(f"{probe.probe} names step {step!r}; the method has {ids}")

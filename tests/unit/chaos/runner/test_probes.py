@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
-from chaos.journal import Journal
+from chaos.journal import Journal, RequestRecord
 from chaos.probes import (
     CutStreams,
     DnsAnswers,
@@ -164,6 +165,37 @@ def test_refusal_codes_only_allowed_statuses() -> None:
     assert result.value == 1
     assert not result.passed
     assert "0:TimeoutError" in result.detail
+
+
+def test_refusal_codes_leave_out_only_streams_a_kill_cut_where_they_were_served() -> None:
+    # The helper's journal kills regional/eu-west (step "kill") at 10 s.
+    def cut(sent: float, done: float, region: str, zone: str = "") -> RequestRecord:
+        return RequestRecord(
+            sent, done, False, 200, "stream-error:upstream_reset", 0.1, region, "", 1, "eu",
+            zone=zone,
+        )  # fmt: skip
+
+    j = journal()
+    j.requests += [cut(9.0, 10.5, "eu-west")]  # under way on eu-west at the kill
+    probe = RefusalCodes(stream="eu", allowed_statuses=(429,), cut_by=("kill",))
+    result = probe.measure(j)
+    assert (result.value, result.passed) == (0, True)
+    assert result.detail == "1 failed, all with allowed statuses; 1 stream(s) cut by kill left out"
+    # Without cut_by, the same stream counts.
+    assert RefusalCodes(stream="eu", allowed_statuses=(429,)).measure(j).value == 1
+    # Served elsewhere, sent after the kill, or broken before it: each counts.
+    for other in (
+        cut(9.0, 10.5, "eu-central"),
+        cut(10.2, 11.0, "eu-west"),
+        cut(8.0, 9.5, "eu-west"),
+    ):
+        j.requests[:] = [other]
+        assert probe.measure(j).value == 1, other
+    # A zone or a GPU taken away counts as its target too; a refusal is never left out.
+    j.faults[0] = replace(j.faults[0], targets=("eu-west-a",))
+    j.requests[:] = [cut(9.0, 10.5, "eu-west", zone="eu-west-a"), failed(9.0, 502, stream="eu")]
+    assert probe.measure(j).value == 1
+    assert "502:ClientConnectorError" in probe.measure(j).detail
 
 
 def test_requests_lost_and_retry_ratio() -> None:

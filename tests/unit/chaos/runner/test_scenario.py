@@ -89,6 +89,13 @@ def test_a_good_file_loads_and_names_steps(tmp_path: Path) -> None:
             "(top level)",
             "names step 'zz'",
         ),
+        (
+            _with(
+                hypothesis=[{"probe": "refusal_codes", "allowed_statuses": [429], "cut_by": ["zz"]}]
+            ),
+            "(top level)",
+            "refusal_codes names step 'zz'",
+        ),
     ],
 )
 def test_bad_files_name_the_file_and_the_field(
