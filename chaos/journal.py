@@ -9,6 +9,7 @@ timestamp in ``journal.json`` and the summary's timeline.
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -149,14 +150,21 @@ class Journal:
                 return record.at, end
         return None
 
+    def injections(self, steps: Collection[str] | None = None) -> list[FaultRecord]:
+        """The injections that went through (no error), of ``steps`` (None: every
+        step), in order: the one reading of "this step was injected"."""
+        return [
+            f
+            for f in self.faults
+            if f.action is FaultAction.INJECT and not f.error and (steps is None or f.step in steps)
+        ]
+
     def fault_windows(self) -> list[tuple[str, str, float, float]]:
         """(step, description, injected at, rolled back at) per injected step; a step
         never rolled back ends with the run."""
         end = self.ended_at if self.ended_at is not None else float("inf")
         windows: list[tuple[str, str, float, float]] = []
-        for record in self.faults:
-            if record.action is not FaultAction.INJECT or record.error:
-                continue
+        for record in self.injections():
             back = next(
                 (
                     r.at

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Literal
@@ -234,26 +234,27 @@ class RefusalCodes(_Probe):
             return _not_reached(label, tolerance, self.window)
         failed = [r for r in found if not r.ok]
         kills = _kills(journal, self.cut_by)
-        killed = [r for r in failed if _cut_by_kill(r, kills)]
-        bad = [r for r in failed if r.status not in self.allowed_statuses and r not in killed]
-        reasons = sorted({f"{r.status}:{r.reason}" for r in bad})
-        detail = f"{len(failed)} failed; other: {', '.join(reasons[:5])}" if bad else ""
-        detail = detail or f"{len(failed)} failed, all with allowed statuses"
-        if killed:
-            detail += f"; {len(killed)} stream(s) cut by {', '.join(self.cut_by)} left out"
-        return Measurement(
-            label, float(len(bad)), tolerance, len(bad) <= self.max, len(found), detail
+        killed = bad = 0
+        reasons: set[str] = set()
+        for r in failed:
+            if _cut_by_kill(r, kills):
+                killed += 1
+            elif r.status not in self.allowed_statuses:
+                bad += 1
+                reasons.add(f"{r.status}:{r.reason}")
+        detail = (
+            f"{len(failed)} failed; other: {', '.join(sorted(reasons)[:5])}"
+            if bad
+            else f"{len(failed)} failed, all with allowed statuses"
         )
+        if killed:
+            detail += f"; {killed} stream(s) cut by {', '.join(self.cut_by)} left out"
+        return Measurement(label, float(bad), tolerance, bad <= self.max, len(found), detail)
 
 
-def _kills(journal: Journal, steps: Iterable[str]) -> list[tuple[float, frozenset[str]]]:
+def _kills(journal: Journal, steps: Collection[str]) -> list[tuple[float, frozenset[str]]]:
     """When each of ``steps`` was injected, and what it took away."""
-    wanted = set(steps)
-    return [
-        (f.at, frozenset(f.targets))
-        for f in journal.faults
-        if f.step in wanted and f.action is FaultAction.INJECT and not f.error
-    ]
+    return [(f.at, frozenset(f.targets)) for f in journal.injections(steps)]
 
 
 def _cut_by_kill(record: RequestRecord, kills: Sequence[tuple[float, frozenset[str]]]) -> bool:
@@ -536,11 +537,7 @@ class FaultRefused(_Probe):
     def measure(self, journal: Journal) -> Measurement:
         label = self.name or f"pushes refused ({', '.join(self.steps)})"
         tolerance = "0 accepted"
-        injects = {
-            f.step: f
-            for f in journal.faults
-            if f.action is FaultAction.INJECT and f.step in self.steps and not f.error
-        }
+        injects = {f.step: f for f in journal.injections(self.steps)}
         missing = [s for s in self.steps if s not in injects]
         accepted = [s for s, f in injects.items() if not f.refused]
         detail = (
@@ -599,14 +596,7 @@ class MetricValue(_Probe):
 
 def _injection(journal: Journal, step: str) -> float | None:
     """When ``step`` was injected (None: never, or its injection failed)."""
-    return next(
-        (
-            f.at
-            for f in journal.faults
-            if f.step == step and f.action is FaultAction.INJECT and not f.error
-        ),
-        None,
-    )
+    return next((f.at for f in journal.injections((step,))), None)
 
 
 class DnsAnswers(_Probe):
@@ -673,14 +663,7 @@ class FailoverTime(_Probe):
     def measure(self, journal: Journal) -> Measurement:
         label = self.name or f"failover time after {self.step}"
         tolerance = f"≤ {self.max_s:g} s"
-        inject = next(
-            (
-                f
-                for f in journal.faults
-                if f.step == self.step and f.action is FaultAction.INJECT and not f.error
-            ),
-            None,
-        )
+        inject = next(iter(journal.injections((self.step,))), None)
         if inject is None:
             return Measurement(label, None, tolerance, False, 0, f"step {self.step} never injected")
         end = next(

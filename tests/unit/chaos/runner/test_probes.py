@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from chaos.journal import Journal, RequestRecord
+from chaos.journal import FaultAction, FaultRecord, Journal, RequestRecord
 from chaos.probes import (
     CutStreams,
     DnsAnswers,
@@ -34,6 +34,16 @@ def test_windows_follow_the_phases_and_skip() -> None:
     assert window_bounds(j, Window.DURING, 2.5) == (12.5, 20)
     assert window_bounds(j, Window.AFTER, 0) == (20, 30)
     assert window_bounds(j, Window.ALL, 0) == (0, 30)
+
+
+def test_injections_are_the_steps_injected_without_error() -> None:
+    j = journal()  # "kill" injected at 10 s, rolled back at 20 s
+    failed_push = FaultRecord(12.0, FaultAction.INJECT, "push", "policy-push", "p", error="no")
+    j.faults.append(failed_push)
+    assert [f.step for f in j.injections()] == ["kill"]
+    assert j.injections(("kill",))[0].at == 10.0
+    assert j.injections(("push",)) == []
+    assert j.fault_windows() == [("kill", "kill -9 regional/eu-west", 10.0, 20.0)]
 
 
 def test_a_window_never_reached_fails_with_no_value() -> None:
